@@ -1,0 +1,15 @@
+#include <CLI/CLI.hpp>
+
+#include "apps/commands.h"
+
+namespace moerl::apps {
+
+void add_bench_command(CLI::App& root) {
+  auto* cmd = root.add_subcommand("bench", "benchmarks; each prints JSON with provenance");
+  cmd->require_subcommand(1);
+  // Each benchmark registers itself here: kernels (bench/kernels), ep (bench/ep),
+  // control (bench/control).
+  (void)cmd;
+}
+
+}  // namespace moerl::apps

@@ -1,0 +1,15 @@
+// moerl: one binary, subcommands in the manner of `ray` and `kubectl`.
+#include <CLI/CLI.hpp>
+
+#include "apps/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moerl: RL post-training runtime for Mixture-of-Experts models"};
+  app.require_subcommand(1);
+  moerl::apps::add_version_command(app);
+  moerl::apps::add_config_command(app);
+  moerl::apps::add_bench_command(app);
+  // Components register further subcommands here (node, up, console, sim).
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

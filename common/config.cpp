@@ -1,0 +1,244 @@
+#include "common/config.h"
+
+#include <cassert>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace moerl {
+namespace {
+
+error config_error(const std::string& origin, const std::string& key, const std::string& what) {
+  std::string msg = origin;
+  if (!key.empty()) msg += ": key '" + key + "'";
+  msg += ": " + what;
+  return {errc::invalid_config, msg};
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "yes" || s == "on" || s == "1") { *out = true; return true; }
+  if (s == "false" || s == "no" || s == "off" || s == "0") { *out = false; return true; }
+  return false;
+}
+
+bool parse_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  return out;
+}
+
+std::string origin_of(const std::string& path, const YAML::Mark& mark) {
+  return path + ":" + std::to_string(mark.line + 1);
+}
+
+status load_node(config& cfg, const YAML::Node& node, const std::string& prefix,
+                 const std::string& path) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string name = it->first.as<std::string>();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const YAML::Node& value = it->second;
+    const std::string origin = origin_of(path, it->first.Mark());
+    const key_spec* spec = find_key(key);
+    if (value.IsMap()) {
+      if (spec) return config_error(origin, key, "expected a value, got a mapping");
+      // A section: it must be the prefix of at least one declared key.
+      bool known_section = false;
+      for (const auto& k : config_schema())
+        if (std::string(k.key).rfind(key + ".", 0) == 0) { known_section = true; break; }
+      if (!known_section) return config_error(origin, key, "unknown section");
+      if (auto st = load_node(cfg, value, key, path); !st) return st;
+      continue;
+    }
+    if (!spec) return config_error(origin, key, "unknown key");
+    std::string text;
+    if (value.IsSequence()) {
+      if (spec->type != key_type::string_list)
+        return config_error(origin, key, std::string("expected ") + key_type_name(spec->type) + ", got a list");
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].IsScalar()) return config_error(origin, key, "list items must be scalars");
+        std::string item = value[i].as<std::string>();
+        if (item.find(',') != std::string::npos)
+          return config_error(origin, key, "list items must not contain ','");
+        if (i) text += ",";
+        text += item;
+      }
+    } else if (value.IsNull()) {
+      return config_error(origin, key, "has no value");
+    } else {
+      text = value.as<std::string>();
+    }
+    if (auto st = cfg.set(key, text, origin); !st) return st;
+  }
+  return {};
+}
+
+}  // namespace
+
+const char* key_type_name(key_type t) {
+  switch (t) {
+    case key_type::boolean: return "boolean";
+    case key_type::integer: return "integer";
+    case key_type::number: return "number";
+    case key_type::string: return "string";
+    case key_type::string_list: return "list";
+  }
+  return "?";
+}
+
+const key_spec* find_key(const std::string& key) {
+  for (const auto& k : config_schema())
+    if (key == k.key) return &k;
+  return nullptr;
+}
+
+config config::defaults() {
+  config cfg;
+  for (const auto& k : config_schema()) cfg.values_[k.key] = k.default_value;
+  return cfg;
+}
+
+status config::set(const std::string& key, const std::string& text, const std::string& origin) {
+  const key_spec* spec = find_key(key);
+  if (!spec) return config_error(origin, key, "unknown key");
+  bool b; int64_t i; double d;
+  switch (spec->type) {
+    case key_type::boolean:
+      if (!parse_bool(text, &b)) return config_error(origin, key, "expected boolean, got '" + text + "'");
+      break;
+    case key_type::integer:
+      if (!parse_int(text, &i)) return config_error(origin, key, "expected integer, got '" + text + "'");
+      break;
+    case key_type::number:
+      if (!parse_double(text, &d)) return config_error(origin, key, "expected number, got '" + text + "'");
+      break;
+    case key_type::string:
+    case key_type::string_list:
+      break;
+  }
+  if (spec->choices && *spec->choices) {
+    const auto choices = split(spec->choices, '|');
+    const auto items = spec->type == key_type::string_list ? split(text, ',') : std::vector<std::string>{text};
+    for (const auto& item : items) {
+      bool found = false;
+      for (const auto& c : choices) found = found || c == item;
+      if (!found)
+        return config_error(origin, key, "'" + item + "' is not one of " + spec->choices);
+    }
+  }
+  values_[key] = text;
+  return {};
+}
+
+result<config> config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  config cfg = defaults();
+  if (!path.empty()) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const YAML::BadFile&) {
+      return error{errc::invalid_config, path + ": cannot open config file"};
+    } catch (const YAML::ParserException& e) {
+      return error{errc::invalid_config,
+                   path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg};
+    }
+    if (!root.IsNull()) {
+      if (!root.IsMap())
+        return error{errc::invalid_config, path + ":1: the top level must be a mapping of sections"};
+      try {
+        if (auto st = load_node(cfg, root, "", path); !st) return st.err();
+      } catch (const YAML::Exception& e) {
+        return error{errc::invalid_config,
+                     path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg};
+      }
+    }
+  }
+  for (const auto& ov : overrides) {
+    const auto eq = ov.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return error{errc::invalid_config, "--set '" + ov + "': expected key=value"};
+    if (auto st = cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set"); !st) return st.err();
+  }
+  return cfg;
+}
+
+const std::string& config::raw(const std::string& key, key_type expected) const {
+  const key_spec* spec = find_key(key);
+  assert(spec && "config key used in code is not declared in config_schema.cpp");
+  assert(spec->type == expected && "config key read with the wrong type");
+  (void)spec; (void)expected;
+  return values_.at(key);
+}
+
+bool config::get_bool(const std::string& key) const {
+  bool b = false;
+  parse_bool(raw(key, key_type::boolean), &b);
+  return b;
+}
+int64_t config::get_int(const std::string& key) const {
+  int64_t i = 0;
+  parse_int(raw(key, key_type::integer), &i);
+  return i;
+}
+double config::get_double(const std::string& key) const {
+  double d = 0;
+  parse_double(raw(key, key_type::number), &d);
+  return d;
+}
+std::string config::get_string(const std::string& key) const { return raw(key, key_type::string); }
+std::vector<std::string> config::get_list(const std::string& key) const {
+  return split(raw(key, key_type::string_list), ',');
+}
+
+std::string config::to_yaml() const {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  // Keys are sorted, so keys of one section are adjacent.
+  std::string open_section;
+  for (const auto& [key, value] : values_) {
+    const auto dot = key.find('.');
+    const std::string section = key.substr(0, dot);
+    if (section != open_section) {
+      if (!open_section.empty()) out << YAML::EndMap;
+      out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+      open_section = section;
+    }
+    out << YAML::Key << key.substr(dot + 1);
+    const key_spec* spec = find_key(key);
+    if (spec && spec->type == key_type::string_list) {
+      out << YAML::Value << YAML::Flow << split(value, ',');
+    } else {
+      out << YAML::Value << value;
+    }
+  }
+  if (!open_section.empty()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return out.c_str();
+}
+
+}  // namespace moerl

@@ -1,0 +1,17 @@
+// CUDA, NCCL and GPU facts for provenance. Built with CUDA, it asks the runtime and
+// driver; without CUDA (or without a visible GPU) the fields say "absent" / "none".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace moerl {
+
+struct gpu_report {
+  nlohmann::json cuda;  // {"runtime": "13.0", "driver": "13.0"} or "absent"
+  nlohmann::json nccl;  // "2.x.y" or "absent"
+  nlohmann::json gpu;   // [{"name", "compute_capability"}] or "none"
+};
+
+gpu_report probe_gpu();
+
+}  // namespace moerl

@@ -1,0 +1,35 @@
+// The durable plane: a flat key -> bytes store. Backends: a local directory (default)
+// and S3 (SigV4 through libcurl). Keys are '/'-separated relative paths without "..".
+// Thread-safety: one object_store may be used from several threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+
+namespace moerl::store {
+
+class object_store {
+ public:
+  virtual ~object_store() = default;
+  // Writes the whole object; readers never observe a partial object (atomic replace).
+  virtual status put(const std::string& key, const std::string& bytes) = 0;
+  // errc::not_found when the key does not exist.
+  virtual result<std::string> get(const std::string& key) const = 0;
+  // Keys starting with `prefix`, sorted.
+  virtual result<std::vector<std::string>> list(const std::string& prefix) const = 0;
+  // Removing a missing key is not an error.
+  virtual status remove(const std::string& key) = 0;
+  // "file:///abs/dir" or "s3://bucket/prefix", for reports.
+  virtual std::string describe() const = 0;
+};
+
+// Opens the store named by `url`: a plain path or file:// URL for a local directory
+// (created if missing), or s3://bucket[/prefix] (endpoint, region and credentials from
+// config keys store.* and the standard AWS_* environment variables).
+result<std::unique_ptr<object_store>> open_store(const std::string& url, const config& cfg);
+
+}  // namespace moerl::store
