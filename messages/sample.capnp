@@ -1,0 +1,47 @@
+@0x90eb77a8f255c343;
+# Sample-plane messages: trajectories from rollout -> reward -> buffer shard -> trainer,
+# with credit-based flow control. Carried over ZeroMQ.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("moerl::schema");
+
+struct Sample {
+  workUnit @0 :UInt64;         # unit this sample belongs to
+  attempt @1 :UInt32;          # lease attempt it was produced under (fencing token)
+  seq @2 :UInt32;              # 0-based index of the sample within (unit, attempt)
+  policyVersion @3 :UInt64;    # policy version that generated it (staleness admission)
+  groupId @4 :UInt64;          # prompt group; samples of one group are served together
+  indexInGroup @5 :UInt32;     # 0..G-1 inside the group
+  promptTokens @6 :List(UInt32);   # the prompt, token ids
+  tokens @7 :List(UInt32);     # the generated completion, token ids
+  logprobs @8 :List(Float32);  # behaviour policy log-probability of each completion token
+  reward @9 :Float32;          # scalar reward (valid when rewarded is true)
+  rewarded @10 :Bool;          # true once a reward actor scored the sample
+  worker @11 :Text;            # node id of the producing rollout worker
+}
+
+struct SampleAck {
+  workUnit @0 :UInt64;         # unit acknowledged
+  attempt @1 :UInt32;          # attempt acknowledged
+  accepted @2 :UInt32;         # samples of this (unit, attempt) the shard holds in total
+  dropped @3 :UInt32;          # samples of this message the shard refused
+  dropReason @4 :Text;         # reason for the drops: "stale_attempt", "duplicate", "stale_policy", ...
+  shard @5 :Text;              # acknowledging shard's node id
+}
+
+struct Credit {
+  consumer @0 :Text;           # who grants the credit
+  credits @1 :UInt32;          # how many more messages the producer may send
+}
+
+struct BatchRequest {
+  trainer @0 :Text;            # requesting trainer rank's node id
+  numGroups @1 :UInt32;        # wanted number of complete prompt groups
+  minPolicyVersion @2 :UInt64; # samples older than this are not wanted (staleness bound)
+}
+
+struct Batch {
+  batchId @0 :UInt64;          # unique per shard; a batch is served exactly once
+  samples @1 :List(Sample);    # whole groups only
+  shard @2 :Text;              # serving shard's node id
+}

@@ -1,0 +1,59 @@
+// Sample-plane messages (schema: messages/sample.capnp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/codec.h"
+
+namespace moerl::messages {
+
+struct sample {
+  uint64_t work_unit = 0;
+  uint32_t attempt = 0;
+  uint32_t seq = 0;
+  uint64_t policy_version = 0;
+  uint64_t group_id = 0;
+  uint32_t index_in_group = 0;
+  std::vector<uint32_t> prompt_tokens;
+  std::vector<uint32_t> tokens;
+  std::vector<float> logprobs;  // one per entry of `tokens` (decode enforces it)
+  float reward = 0.0f;
+  bool rewarded = false;
+  std::string worker;
+};
+
+struct sample_ack {
+  uint64_t work_unit = 0;
+  uint32_t attempt = 0;
+  uint32_t accepted = 0;
+  uint32_t dropped = 0;
+  std::string drop_reason;
+  std::string shard;
+};
+
+struct credit {
+  std::string consumer;
+  uint32_t credits = 0;
+};
+
+struct batch_request {
+  std::string trainer;
+  uint32_t num_groups = 0;
+  uint64_t min_policy_version = 0;
+};
+
+struct batch {
+  uint64_t batch_id = 0;
+  std::vector<sample> samples;
+  std::string shard;
+};
+
+MOERL_MESSAGE_KIND(sample, kind::sample);
+MOERL_MESSAGE_KIND(sample_ack, kind::sample_ack);
+MOERL_MESSAGE_KIND(credit, kind::credit);
+MOERL_MESSAGE_KIND(batch_request, kind::batch_request);
+MOERL_MESSAGE_KIND(batch, kind::batch);
+
+}  // namespace moerl::messages

@@ -1,0 +1,42 @@
+@0xd8877c8c6dbda8bf;
+# Control-plane messages about rollout work: units, leases (fencing), reports.
+# See actors/LEDGER.md for the state machine these messages drive.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("moerl::schema");
+
+struct WorkUnit {
+  id @0 :UInt64;               # unique, never reused within a job
+  groupIds @1 :List(UInt64);   # prompt groups in this unit (a few; bounds the unit's duration)
+  samplesPerGroup @2 :UInt32;  # G: samples generated per prompt (GRPO group size)
+  taskSeed @3 :UInt64;         # seed from which the env regenerates the unit's prompts deterministically
+  task @4 :Text;               # task name, e.g. "sort" or "add"
+}
+
+struct Lease {
+  unit @0 :WorkUnit;           # the leased unit
+  attempt @1 :UInt32;          # fencing token: increases on every re-lease of the unit
+  worker @2 :Text;             # node id of the leaseholder
+  deadlineUnixMs @3 :UInt64;   # lease expires (unit returns to pending) at this wall-clock time
+  policyVersion @4 :UInt64;    # newest policy version at lease time (the worker should run >= this)
+}
+
+struct LeaseRequest {
+  worker @0 :Text;             # node id asking for work
+  maxUnits @1 :UInt32;         # at most this many leases in the reply
+  policyVersion @2 :UInt64;    # policy version the worker currently holds
+}
+
+struct UnitReport {
+  enum Status {
+    finished @0;               # all samples were produced and sent to the sample plane
+    returned @1;               # the worker gives the unit back unfinished (drain, notice)
+    failed @2;                 # the worker could not run the unit; reason says why
+  }
+  unitId @0 :UInt64;           # the unit reported on
+  attempt @1 :UInt32;          # the attempt the report belongs to (stale attempts are fenced)
+  worker @2 :Text;             # reporting node id
+  status @3 :Status;           # outcome
+  samplesProduced @4 :UInt32;  # N samples sent for this attempt (commit needs shard acks of N)
+  reason @5 :Text;             # free text for returned/failed
+}
