@@ -1,0 +1,49 @@
+// Weighted combine: each token's output is the weighted sum of its top-k expert outputs,
+// read straight from the expert-major buffer (unpermute and reduction fused), plus the
+// backward pass to expert outputs and to the weights. fp32 and bf16 storage.
+#pragma once
+
+#include <cstdint>
+
+#include "common/error.h"
+#include "kernels/dtypes.h"
+#include "kernels/thread_pool.h"
+
+namespace moerl::kernels {
+
+// Layouts (row-major):
+//   expert_out        [num_rows, hidden]   expert-major expert outputs
+//   token_expert_slot [num_tokens, topk]   from get_dispatch_layout, -1 = masked
+//   topk_weights      [num_tokens, topk]   fp32 combine weights (route_forward)
+//   out               [num_tokens, hidden]
+//
+// out[t] = sum over k of topk_weights[t, k] * expert_out[slot[t, k]], accumulated in fp32
+// in the fixed order k = 0, 1, ..., topk - 1 (masked entries skipped, a token with no
+// entries gets zeros), rounded to the storage type once at the end. Every output row is
+// computed by one thread in that order, so results are bitwise identical run to run and
+// for any pool size.
+status combine_forward(thread_pool& pool, const float* expert_out,
+                       const int64_t* token_expert_slot, const float* topk_weights,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                       float* out);
+status combine_forward(thread_pool& pool, const bf16* expert_out,
+                       const int64_t* token_expert_slot, const float* topk_weights,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                       bf16* out);
+
+// Backward:
+//   grad_out          [num_tokens, hidden]
+//   grad_expert_out   [num_rows, hidden] out: row slot[t, k] = topk_weights[t, k] * grad_out[t];
+//                     padding rows zero
+//   grad_topk_weights [num_tokens, topk] out (fp32): dot(grad_out[t], expert_out[slot[t, k]])
+//                     summed in fp32 in element order; 0 for masked entries
+status combine_backward(thread_pool& pool, const float* grad_out, const float* expert_out,
+                        const int64_t* token_expert_slot, const float* topk_weights,
+                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        float* grad_expert_out, float* grad_topk_weights);
+status combine_backward(thread_pool& pool, const bf16* grad_out, const bf16* expert_out,
+                        const int64_t* token_expert_slot, const float* topk_weights,
+                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        bf16* grad_expert_out, float* grad_topk_weights);
+
+}  // namespace moerl::kernels
