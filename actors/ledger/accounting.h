@@ -1,0 +1,34 @@
+// Exact sample accounting, in sample slots: a lease of a unit dispatches
+// groups x group_size slots, and every slot ends in exactly one bucket.
+//   dispatched = committed + in_flight + sum(dropped)      (checked after every change)
+//   lost = 0, duplicated = 0, trained <= committed
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace moerl::ledger {
+
+struct accounting {
+  uint64_t dispatched = 0;  // slots handed to workers, summed over all attempts
+  uint64_t committed = 0;   // slots whose samples are committed and still held or trained
+  uint64_t in_flight = 0;   // slots of leases that are still open
+  std::map<std::string, uint64_t> dropped;  // reason (ledger/types.h drop_reason) -> slots
+  uint64_t lost = 0;        // slots the ledger can no longer place in any bucket; must be 0
+  uint64_t duplicated = 0;  // samples handed to a trainer more than once; must be 0
+  uint64_t trained = 0;     // committed samples handed to a trainer
+
+  uint64_t dropped_total() const;
+  // The report's `accounting` object: {dispatched, committed, in_flight,
+  // dropped: {reason: n}, lost, duplicated, trained}.
+  nlohmann::json to_json() const;
+  // errc::internal naming the broken equation when the invariant does not hold.
+  status check() const;
+};
+
+}  // namespace moerl::ledger
