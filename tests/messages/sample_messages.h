@@ -1,0 +1,76 @@
+// One populated instance of every message kind, shared by the round-trip and fuzz tests.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "messages/all.h"
+
+namespace moerl::messages::examples {
+
+inline sample make_sample(uint32_t seq) {
+  sample s;
+  s.work_unit = 42;
+  s.attempt = 3;
+  s.seq = seq;
+  s.policy_version = 7;
+  s.group_id = 1000 + seq / 4;
+  s.index_in_group = seq % 4;
+  s.prompt_tokens = {1, 2, 3, 4, 5};
+  s.tokens = {9, 8, 7};
+  s.logprobs = {-0.5f, -1.25f, -0.0f};
+  s.reward = 1.0f;
+  s.rewarded = true;
+  s.worker = "rollout-1";
+  return s;
+}
+
+// Name of the kind and one valid encoded frame of it.
+struct example {
+  kind k;
+  std::string bytes;
+  // Decodes bytes as this kind; returns the error (errc::ok on success).
+  std::function<moerl::error(const std::string&)> decode;
+};
+
+template <class T>
+example make_example(const T& msg) {
+  return {kind_of<T>::value, encode(msg), [](const std::string& b) {
+            auto r = decode<T>(b);
+            return r ? moerl::error{} : r.err();
+          }};
+}
+
+inline std::vector<example> all_examples() {
+  work_unit u{17, {1, 2, 3}, 4, 99, "sort"};
+  lease l{u, 2, "rollout-0", 1234567, 5};
+  batch b;
+  b.batch_id = 8;
+  b.shard = "buffer-0";
+  for (uint32_t i = 0; i < 4; ++i) b.samples.push_back(make_sample(i));
+  weight_manifest wm{3, "ab12", 300, {{"p0", 0, 100, "aa"}, {"p1", 100, 200, "bb"}}, 55};
+  admin_request req{9, "secret", "inject", {"spot", "rollout-1"}, {{"deadline", "30"}}};
+  admin_reply rep{9, false, moerl::error{errc::unknown_node, "no node rollout-9"}, "{}"};
+  metrics_snapshot ms{"coordinator", 77, {{"moerl_samples_total", 12.5, {{"role", "rollout"}}}}};
+  return {
+      make_example(u),
+      make_example(l),
+      make_example(lease_request{"rollout-0", 2, 5}),
+      make_example(unit_report{17, 2, "rollout-0", unit_status::returned, 3, "drain"}),
+      make_example(make_sample(1)),
+      make_example(sample_ack{17, 2, 8, 1, "duplicate", "buffer-1"}),
+      make_example(credit{"trainer-0", 16}),
+      make_example(batch_request{"trainer-0", 4, 3}),
+      make_example(b),
+      make_example(wm),
+      make_example(heartbeat{"n1", "rollout", 123, 5, 999, "running", 2}),
+      make_example(interruption_notice{"n1", interruption_source::imds_spot, 2000, 1000, "terminate"}),
+      make_example(req),
+      make_example(rep),
+      make_example(ms),
+      make_example(wire_error{moerl::error{errc::timeout, "lease request timed out"}}),
+  };
+}
+
+}  // namespace moerl::messages::examples
