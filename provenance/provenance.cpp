@@ -11,11 +11,9 @@
 #include <zmq.h>
 
 #include "fabric/provider_info.h"
+#include "moerl_commit.h"  // generated at build time: MOERL_GIT_COMMIT
 #include "provenance/gpu_info.h"
 
-#ifndef MOERL_GIT_COMMIT
-#define MOERL_GIT_COMMIT "unknown"
-#endif
 #ifndef MOERL_BUILD_TYPE
 #define MOERL_BUILD_TYPE "unknown"
 #endif
