@@ -12,12 +12,13 @@ DEBIAN_PACKAGES=(
   libspdlog-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libcurl4-openssl-dev
-  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest
+  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml
   openssl iproute2 procps
 )
 
 # Python packages from PyPI, installed for Debian's /usr/bin/python3.
 PYPI_PACKAGES=(
+  'moto[server]'  # store: S3 API server for tests/store (started by the test itself)
 )
 
 missing=()
