@@ -27,6 +27,36 @@ const std::vector<key_spec>& config_schema() {
       {"node.tls_key", t::string, "", "PEM private key of this node (node.tls)", ""},
       {"node.tls_ca", t::string, "", "PEM CA file; peers must present a certificate it signed", ""},
 
+      // ---- actors (runtime: work, supervision, drain) ----------------------------
+      {"actors.units_per_iteration", t::integer, "8", "work units the coordinator opens per iteration", ""},
+      {"actors.groups_per_unit", t::integer, "2", "prompt groups in one work unit", ""},
+      {"actors.samples_per_group", t::integer, "4", "responses generated per prompt (GRPO group size)", ""},
+      {"actors.work_rounds", t::integer, "400", "rounds of the test work per response (its cost and length)", ""},
+      {"actors.lease_timeout_ms", t::integer, "15000", "a lease not reported within this expires back to pending", ""},
+      {"actors.rollout_workers", t::integer, "2", "rollout actors per rollout node (supervised one-for-one)", ""},
+      {"actors.trainer_ranks", t::integer, "2", "ranks of the trainer group (supervised one-for-all)", ""},
+      {"actors.restart_intensity", t::integer, "5", "restarts allowed within actors.restart_period_ms before a supervisor gives up", ""},
+      {"actors.restart_period_ms", t::integer, "10000", "sliding window of the restart intensity limit", ""},
+      {"actors.restart_backoff_ms", t::integer, "100", "first restart delay; doubles per restart in the window", ""},
+      {"actors.restart_backoff_max_ms", t::integer, "5000", "upper bound of the restart delay", ""},
+      {"actors.drain_margin_ms", t::integer, "2000", "drain finishes units only if they end this long before the deadline", ""},
+      {"actors.sigterm_grace_ms", t::integer, "30000", "deadline a SIGTERM implies (the kubelet's default grace period)", ""},
+      {"actors.trainer_batch_groups", t::integer, "2", "prompt groups per trainer batch", ""},
+
+      // ---- console (admin plane) --------------------------------------------------
+      {"console.address", t::string, "tcp://127.0.0.1:7411",
+       "ZeroMQ address the coordinator's console listens on; `moerl console` connects here by default", ""},
+      {"console.token", t::string, "moerl-local", "shared token every console request must carry", ""},
+      {"console.timeout_ms", t::integer, "5000", "how long `moerl console` waits for a reply", ""},
+
+      // ---- imds (EC2 interruption notices) ------------------------------------------
+      {"imds.enabled", t::boolean, "false", "poll EC2 IMDSv2 for spot/rebalance notices", ""},
+      {"imds.endpoint", t::string, "http://169.254.169.254", "IMDS base URL (tests point it at a local server)", ""},
+      {"imds.poll_interval_ms", t::integer, "1000", "IMDS poll period", ""},
+      {"imds.request_timeout_ms", t::integer, "1000", "timeout of one IMDS HTTP call", ""},
+      {"imds.token_ttl_s", t::integer, "21600", "IMDSv2 session token lifetime requested", ""},
+      {"imds.rebalance_grace_ms", t::integer, "120000", "deadline assumed for a rebalance recommendation (it carries none)", ""},
+
       // ---- fabric (expert plane) ------------------------------------------------
       {"fabric.provider", t::string, "auto",
        "libfabric provider; auto prefers efa > shm > tcp;ofi_rxm. MOERL_FABRIC_PROVIDER overrides",

@@ -1,0 +1,32 @@
+// CAF 0.17 atoms of moerl's control plane (at most 10 characters each). Every payload that
+// is not an atom, integer or string travels as moerl_messages bytes in a std::string: CAF's
+// serializer hangs on ±inf and corrupts NaN (CAF-0.17-NOTES §9.1), so no float crosses it.
+#pragma once
+
+#include <caf/atom.hpp>
+
+namespace moerl::actors {
+
+using register_atom = caf::atom_constant<caf::atom("register")>;   // node -> coordinator
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>; // node -> coordinator
+using lease_atom = caf::atom_constant<caf::atom("lease")>;         // worker -> coordinator
+using report_atom = caf::atom_constant<caf::atom("report")>;       // worker -> coordinator
+using ack_atom = caf::atom_constant<caf::atom("ack")>;             // shard -> coordinator
+using consumed_atom = caf::atom_constant<caf::atom("consumed")>;   // shard -> coordinator
+using event_atom = caf::atom_constant<caf::atom("event")>;         // coordinator -> shard
+using notice_atom = caf::atom_constant<caf::atom("notice")>;       // anyone -> node agent
+using drain_atom = caf::atom_constant<caf::atom("drain")>;         // agent -> workers
+using drained_atom = caf::atom_constant<caf::atom("drained")>;     // node -> coordinator
+using admin_atom = caf::atom_constant<caf::atom("admin")>;         // console -> coordinator
+using kill_atom = caf::atom_constant<caf::atom("kill")>;           // coordinator -> node agent
+using tick_atom = caf::atom_constant<caf::atom("tick")>;           // self timer
+using work_atom = caf::atom_constant<caf::atom("work")>;           // worker self-drive
+using restart_atom = caf::atom_constant<caf::atom("restart")>;     // supervisor timer
+using restarted_atom = caf::atom_constant<caf::atom("restarted")>; // supervisor -> observer
+using stats_atom = caf::atom_constant<caf::atom("stats")>;         // query of counters
+using crash_atom = caf::atom_constant<caf::atom("crash")>;         // tests: fail on purpose
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using version_atom = caf::atom_constant<caf::atom("version")>;     // policy version
+using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
+
+}  // namespace moerl::actors

@@ -1,0 +1,98 @@
+#include "actors/caf_setup.h"
+
+#include <fstream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+
+#include "common/config.h"
+#include "common/log.h"
+
+namespace moerl::actors {
+
+result<control_plane_options> control_plane_options::from_config(const config& cfg) {
+  control_plane_options o;
+  o.heartbeat_interval_ms = cfg.get_int("node.heartbeat_interval_ms");
+  o.connection_timeout_ms = cfg.get_int("node.connection_timeout_ms");
+  o.request_timeout_ms = cfg.get_int("node.request_timeout_ms");
+  o.tls = cfg.get_bool("node.tls");
+  o.tls_certificate = cfg.get_string("node.tls_certificate");
+  o.tls_key = cfg.get_string("node.tls_key");
+  o.tls_ca = cfg.get_string("node.tls_ca");
+  if (o.heartbeat_interval_ms <= 0)
+    return error(errc::invalid_config, "node.heartbeat_interval_ms must be > 0 (0 disables failure detection)");
+  if (o.connection_timeout_ms <= o.heartbeat_interval_ms)
+    return error(errc::invalid_config, "node.connection_timeout_ms must exceed node.heartbeat_interval_ms");
+  if (o.request_timeout_ms <= 0)
+    return error(errc::invalid_config, "node.request_timeout_ms must be > 0 (no infinite remote requests)");
+  if (o.tls) {
+    for (auto* kv : {&o.tls_certificate, &o.tls_key, &o.tls_ca}) {
+      const char* key = kv == &o.tls_certificate ? "node.tls_certificate"
+                        : kv == &o.tls_key       ? "node.tls_key"
+                                                 : "node.tls_ca";
+      if (kv->empty()) return error(errc::invalid_config, std::string(key) + " is required when node.tls is true");
+      if (!std::ifstream(*kv)) return error(errc::invalid_config, std::string(key) + ": cannot read '" + *kv + "'");
+    }
+  }
+  return o;
+}
+
+node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
+  load<caf::io::middleman>();
+  if (o.tls) {
+    load<caf::openssl::manager>();
+    // Setting these turns on peer verification (SSL_VERIFY_PEER|FAIL_IF_NO_PEER_CERT) on
+    // both sides: mutual TLS. CAF checks no host name, so use one CA per cluster.
+    openssl_certificate = o.tls_certificate;
+    openssl_key = o.tls_key;
+    openssl_cafile = o.tls_ca;
+  }
+  set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
+  set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+  // Eight processes share two cores in `moerl up`: a small scheduler per node avoids
+  // oversubscription (CAF defaults to one worker per core and more).
+  set("scheduler.max-threads", static_cast<size_t>(2));
+  set("logger.console", caf::atom("none"));
+}
+
+result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_options& o,
+                               const caf::actor& a, const std::string& host, uint16_t port) {
+  auto res = o.tls ? caf::openssl::publish(a, port, host.c_str(), true)
+                   : sys.middleman().publish(a, port, host.c_str(), true);
+  if (!res)
+    return error(errc::io_error, "cannot publish on " + host + ":" + std::to_string(port) + ": " +
+                                     sys.render(res.error()));
+  return *res;
+}
+
+result<caf::actor> connect_with_retry(caf::actor_system& sys, const control_plane_options& o,
+                                      const std::string& host, uint16_t port, int64_t give_up_ms) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(give_up_ms);
+  std::string last;
+  int64_t pause_ms = 50;
+  for (;;) {
+    auto res = o.tls ? caf::openssl::remote_actor(sys, host, port)
+                     : sys.middleman().remote_actor(host, port);
+    if (res) return *res;
+    last = sys.render(res.error());
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));  // retry pacing, not work
+    pause_ms = std::min<int64_t>(pause_ms * 2, 500);
+  }
+  return error(errc::peer_dead, "cannot connect to " + host + ":" + std::to_string(port) +
+                                    " within " + std::to_string(give_up_ms) + " ms: " + last);
+}
+
+result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return error(errc::invalid_argument, "'" + text + "' is not HOST:PORT");
+  std::string host = text.substr(0, colon), p = text.substr(colon + 1);
+  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5 || std::stoul(p) > 65535)
+    return error(errc::invalid_argument, "'" + text + "': port must be 0..65535");
+  return std::make_pair(host, static_cast<uint16_t>(std::stoul(p)));
+}
+
+}  // namespace moerl::actors
