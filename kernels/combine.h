@@ -36,7 +36,8 @@ status combine_forward(thread_pool& pool, const bf16* expert_out,
 //   grad_expert_out   [num_rows, hidden] out: row slot[t, k] = topk_weights[t, k] * grad_out[t];
 //                     padding rows zero
 //   grad_topk_weights [num_tokens, topk] out (fp32): dot(grad_out[t], expert_out[slot[t, k]])
-//                     summed in fp32 in element order; 0 for masked entries
+//                     in fp32 with 8 interleaved partial sums folded in a fixed order
+//                     (reproducible); 0 for masked entries
 status combine_backward(thread_pool& pool, const float* grad_out, const float* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,

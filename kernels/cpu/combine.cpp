@@ -1,0 +1,106 @@
+#include "kernels/combine.h"
+
+#include <algorithm>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/row_ops.h"
+#include "kernels/cpu/validate.h"
+
+namespace moerl::kernels {
+
+namespace {
+
+status check_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
+                   int64_t num_rows) {
+  KERNELS_REQUIRE(num_tokens >= 0 && topk >= 1 && hidden >= 1 && num_rows >= 0, fn,
+                  "bad shape num_tokens = ", num_tokens, ", topk = ", topk, ", hidden = ", hidden,
+                  ", num_rows = ", num_rows);
+  return ok_status();
+}
+
+template <class T>
+status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot,
+                   const float* w, int64_t num_tokens, int topk, int64_t hidden,
+                   int64_t num_rows, T* out) {
+  const char* fn = "combine_forward";
+  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
+  // One token per iteration, k ascending: the documented fixed accumulation order.
+  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(std::is_same_v<T, float> ? 0 : hidden);
+    for (int64_t t = b; t < e; ++t) {
+      float* acc;
+      if constexpr (std::is_same_v<T, float>) acc = out + t * hidden;
+      else acc = scratch.data();
+      std::fill(acc, acc + hidden, 0.0f);
+      for (int k = 0; k < topk; ++k) {
+        const int64_t s = slot[t * topk + k];
+        if (s >= 0) detail::axpy_row(acc, w[t * topk + k], expert_out + s * hidden, hidden);
+      }
+      if constexpr (!std::is_same_v<T, float>) detail::store_row(out + t * hidden, acc, hidden);
+    }
+  }, detail::row_ops_min_rows(hidden) / topk + 1);
+  return ok_status();
+}
+
+template <class T>
+status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out,
+                   const int64_t* slot, const float* w, int64_t num_tokens, int topk,
+                   int64_t hidden, int64_t num_rows, T* grad_expert_out, float* grad_w) {
+  const char* fn = "combine_backward";
+  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  std::vector<int64_t> row_entry;
+  if (auto st = detail::invert_slots(fn, slot, num_tokens, topk, num_rows, &row_entry); !st)
+    return st;
+  pool.parallel_for(num_rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t entry = row_entry[r];
+      if (entry >= 0)
+        detail::scale_row(grad_expert_out + r * hidden, w[entry], grad_out + (entry / topk) * hidden,
+                          hidden);
+      else
+        detail::zero_row(grad_expert_out + r * hidden, hidden);
+    }
+  }, detail::row_ops_min_rows(hidden));
+  pool.parallel_for(num_tokens * topk, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      grad_w[i] = slot[i] >= 0 ? detail::dot_row(grad_out + (i / topk) * hidden,
+                                                 expert_out + slot[i] * hidden, hidden)
+                               : 0.0f;
+  }, detail::row_ops_min_rows(hidden));
+  return ok_status();
+}
+
+}  // namespace
+
+status combine_forward(thread_pool& pool, const float* expert_out,
+                       const int64_t* token_expert_slot, const float* topk_weights,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                       float* out) {
+  return combine_fwd(pool, expert_out, token_expert_slot, topk_weights, num_tokens, topk, hidden,
+                     num_rows, out);
+}
+status combine_forward(thread_pool& pool, const bf16* expert_out,
+                       const int64_t* token_expert_slot, const float* topk_weights,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                       bf16* out) {
+  return combine_fwd(pool, expert_out, token_expert_slot, topk_weights, num_tokens, topk, hidden,
+                     num_rows, out);
+}
+status combine_backward(thread_pool& pool, const float* grad_out, const float* expert_out,
+                        const int64_t* token_expert_slot, const float* topk_weights,
+                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        float* grad_expert_out, float* grad_topk_weights) {
+  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens,
+                     topk, hidden, num_rows, grad_expert_out, grad_topk_weights);
+}
+status combine_backward(thread_pool& pool, const bf16* grad_out, const bf16* expert_out,
+                        const int64_t* token_expert_slot, const float* topk_weights,
+                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        bf16* grad_expert_out, float* grad_topk_weights) {
+  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens,
+                     topk, hidden, num_rows, grad_expert_out, grad_topk_weights);
+}
+
+}  // namespace moerl::kernels

@@ -1,0 +1,62 @@
+// Private to kernels/cpu: per-row loads, stores and accumulations for fp32 and bf16 storage,
+// written as plain loops over contiguous rows so the compiler vectorises them.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/dtypes.h"
+
+namespace moerl::kernels::detail {
+
+inline void copy_row(float* dst, const float* src, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+inline void copy_row(bf16* dst, const bf16* src, int64_t n) { std::memcpy(dst, src, n * sizeof(bf16)); }
+template <class T>
+inline void zero_row(T* dst, int64_t n) { std::memset(static_cast<void*>(dst), 0, n * sizeof(T)); }
+
+inline float to_f32(float v) { return v; }
+inline float to_f32(bf16 v) { return bf16_to_float(v); }
+inline void from_f32(float v, float* out) { *out = v; }
+inline void from_f32(float v, bf16* out) { *out = float_to_bf16(v); }
+
+// acc[i] += w * src[i]; the one operation every weighted reduction here is built from, so
+// the rounding sequence is the same in every primitive.
+template <class T>
+inline void axpy_row(float* acc, float w, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += w * to_f32(src[i]);
+}
+template <class T>
+inline void add_row(float* acc, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += to_f32(src[i]);
+}
+template <class T>
+inline void store_row(T* dst, const float* acc, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) from_f32(acc[i], dst + i);
+}
+template <class T>
+inline void scale_row(T* dst, float w, const T* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) from_f32(w * to_f32(src[i]), dst + i);
+}
+
+// Dot product in fp32 with 8 interleaved partial sums folded pairwise at the end: a fixed
+// order (so reproducible) that the compiler can keep in vector registers.
+template <class A, class B>
+inline float dot_row(const A* a, const B* b, int64_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) part[l] += to_f32(a[i + l]) * to_f32(b[i + l]);
+  for (int l = 0; i < n; ++i, ++l) part[l] += to_f32(a[i]) * to_f32(b[i]);
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+}
+
+}  // namespace moerl::kernels::detail
+
+namespace moerl::kernels::detail {
+// Smallest number of rows worth handing to one thread: about 64 KiB of row data, so decode
+// shapes stay on one thread instead of paying a wake-up per few rows.
+inline int64_t row_ops_min_rows(int64_t hidden) {
+  const int64_t rows = (int64_t{16} << 10) / (hidden > 0 ? hidden : 1);
+  return rows > 0 ? rows : 1;
+}
+}  // namespace moerl::kernels::detail

@@ -1,0 +1,43 @@
+// Private to kernels/: argument checks shared by the CPU primitives (and by the CUDA twins
+// for what can be checked on the host). A failed check returns invalid_argument naming the
+// function, the argument and the offending value.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace moerl::kernels::detail {
+
+template <class... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+// Returns invalid_argument "<fn>: <message>" from the enclosing function when cond fails.
+#define KERNELS_REQUIRE(cond, fn, ...)                                                  \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      return ::moerl::error(::moerl::errc::invalid_argument,                           \
+                            ::moerl::kernels::detail::concat(fn, ": ", __VA_ARGS__)); \
+  } while (0)
+
+// Every entry of a [num_tokens, topk] routing table is -1 or an expert id in [0, num_experts).
+status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_tokens, int topk,
+                      int num_experts);
+
+// Builds row_entry [num_rows]: the entry t * topk + k whose slot names the row, or -1 for a
+// padding row. Fails on a slot outside [-1, num_rows) or a row named twice.
+status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
+                    int topk, int64_t num_rows, std::vector<int64_t>* row_entry);
+
+// Slots are in [-1, num_rows) (no uniqueness check: for gathers that tolerate shared rows).
+status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
+                   int topk, int64_t num_rows);
+
+}  // namespace moerl::kernels::detail

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/dtypes.h"
+#include "test_util.h"
+
+using namespace moerl::kernels;
+using namespace moerl::kernels::testing;
+
+TEST(dtypes, bf16_rounds_to_nearest_even_and_keeps_nan) {
+  EXPECT_EQ(float_to_bf16(1.0f).bits, 0x3f80);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (down to 1.0).
+  EXPECT_EQ(float_to_bf16(1.00390625f).bits, 0x3f80);
+  // 1 + 3 * 2^-8 is halfway too: ties to even (up).
+  EXPECT_EQ(float_to_bf16(1.01171875f).bits, 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-3.5f)), -3.5f);
+}
+
+TEST(dtypes, every_finite_e4m3_code_round_trips_exactly) {
+  for (int c = 0; c < 256; ++c) {
+    const float v = e4m3_to_float(static_cast<uint8_t>(c));
+    if (std::isnan(v)) {
+      EXPECT_TRUE((c & 0x7f) == 0x7f) << c;
+      continue;
+    }
+    if (c == 0x80) continue;  // -0 encodes back as -0 too, but compare bits below
+    EXPECT_EQ(float_to_e4m3(v), c) << "code " << c << " value " << v;
+  }
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+}
+
+TEST(dtypes, e4m3_saturates_at_448_and_rounds_ties_to_even) {
+  EXPECT_EQ(float_to_e4m3(1000.0f), 0x7e);
+  EXPECT_EQ(float_to_e4m3(-1000.0f), 0xfe);
+  EXPECT_EQ(float_to_e4m3(460.0f), 0x7e);
+  // 1.0625 is halfway between 1.0 (0x38) and 1.125 (0x39): even mantissa wins.
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);  // halfway 1.125..1.25 -> 1.25 (even)
+}
+
+TEST(dtypes, fp8_block_quantisation_round_trip_stays_within_half_an_ulp_of_the_block) {
+  thread_pool pool(2);
+  for (int64_t H : {1, 127, 128, 300, 7168}) {
+    const int64_t rows = 5;
+    auto x = random_floats(rows * H, static_cast<uint32_t>(H), -30.0f, 30.0f);
+    for (int64_t j = 0; j < H && j < 128; ++j) x[j] = 0.0f;  // an all-zero block
+    const int64_t nb = fp8_num_blocks(H);
+    std::vector<uint8_t> q(rows * H);
+    std::vector<float> scales(rows * nb), back(rows * H);
+    ASSERT_TRUE(fp8_quantize(pool, x.data(), rows, H, q.data(), scales.data()).ok());
+    ASSERT_TRUE(fp8_dequantize(pool, q.data(), scales.data(), rows, H, back.data()).ok());
+    EXPECT_EQ(scales[0], 1.0f);
+    for (int64_t i = 0; i < rows * H; ++i) {
+      const float s = scales[(i / H) * nb + (i % H) / 128];
+      // 3 mantissa bits: relative error <= 2^-4 for normals, absolute <= 2^-10 * s below.
+      const float tol = std::max(std::fabs(x[i]) * 0.0625f, s * std::ldexp(1.0f, -10)) * 1.0001f;
+      ASSERT_LE(std::fabs(back[i] - x[i]), tol) << "H " << H << " i " << i;
+    }
+  }
+}

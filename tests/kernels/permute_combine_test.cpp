@@ -1,0 +1,169 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/combine.h"
+#include "kernels/permute.h"
+#include "test_util.h"
+
+using namespace moerl::kernels;
+using namespace moerl::kernels::testing;
+
+TEST(permute, rows_land_at_their_slots_and_padding_rows_are_zero) {
+  thread_pool pool(2);
+  const int64_t T = 37, H = 130;  // hidden not a multiple of 128
+  const int K = 3, E = 6;
+  auto idx = random_topk_idx(T, K, E, 1, 0.2);
+  auto s = make_slots(pool, idx, T, K, E, 8);
+  auto x = random_floats(T * H, 2);
+  std::vector<float> p(s.num_rows * H, 99.0f);
+  ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, s.num_rows, p.data()).ok());
+  std::vector<int> named(s.num_rows, 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      const int64_t r = s.slot[t * K + k];
+      if (r < 0) continue;
+      named[r] = 1;
+      ASSERT_EQ(0, std::memcmp(&p[r * H], &x[t * H], H * sizeof(float)));
+    }
+  for (int64_t r = 0; r < s.num_rows; ++r)
+    if (!named[r])
+      for (int64_t j = 0; j < H; ++j) ASSERT_EQ(p[r * H + j], 0.0f);
+}
+
+TEST(permute, unpermute_after_permute_returns_each_token_per_entry) {
+  thread_pool pool(2);
+  const int64_t T = 20, H = 64;
+  const int K = 4, E = 4;  // topk == num_experts
+  auto idx = random_topk_idx(T, K, E, 3);
+  auto s = make_slots(pool, idx, T, K, E);
+  auto x = random_floats(T * H, 4);
+  std::vector<float> p(s.num_rows * H), u(T * K * H);
+  ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, s.num_rows, p.data()).ok());
+  ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, s.num_rows, u.data()).ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) ASSERT_EQ(0, std::memcmp(&u[(t * K + k) * H], &x[t * H], H * 4));
+}
+
+TEST(permute, backward_sums_the_gradient_of_every_copy_of_a_token) {
+  thread_pool pool(2);
+  const int64_t T = 9, H = 5;
+  const int K = 2, E = 3;
+  auto idx = random_topk_idx(T, K, E, 5, 0.3);
+  auto s = make_slots(pool, idx, T, K, E);
+  auto g = random_floats(s.num_rows * H, 6);
+  std::vector<float> gx(T * H);
+  ASSERT_TRUE(permute_backward(pool, g.data(), s.slot.data(), T, K, H, s.num_rows, gx.data()).ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < H; ++j) {
+      float want = 0.0f;
+      for (int k = 0; k < K; ++k)
+        if (s.slot[t * K + k] >= 0) want += g[s.slot[t * K + k] * H + j];
+      ASSERT_EQ(gx[t * H + j], want);
+    }
+}
+
+TEST(permute, a_slot_named_twice_or_out_of_range_is_an_error) {
+  thread_pool pool(1);
+  std::vector<float> x(2 * 4, 1.0f), p(4 * 4);
+  const int64_t dup[2] = {1, 1};
+  auto st = permute_forward(pool, x.data(), dup, 2, 1, 4, 4, p.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("row 1 is named"), std::string::npos) << st.err().message;
+  const int64_t far[2] = {0, 4};
+  st = permute_forward(pool, x.data(), far, 2, 1, 4, 4, p.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("outside"), std::string::npos) << st.err().message;
+}
+
+TEST(combine, weighted_sum_matches_a_reference_and_masked_tokens_get_zero) {
+  thread_pool pool(2);
+  const int64_t T = 31, H = 200;
+  const int K = 4, E = 8;
+  auto idx = random_topk_idx(T, K, E, 7, 0.25);
+  for (int k = 0; k < K; ++k) idx[3 * K + k] = -1;  // a fully masked token
+  auto s = make_slots(pool, idx, T, K, E);
+  auto y = random_floats(s.num_rows * H, 8);
+  auto w = random_floats(T * K, 9, 0.0f, 1.0f);
+  std::vector<float> out(T * H, 5.0f);
+  ASSERT_TRUE(combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, out.data()).ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < H; ++j) {
+      float want = 0.0f;
+      for (int k = 0; k < K; ++k)
+        if (s.slot[t * K + k] >= 0) want += w[t * K + k] * y[s.slot[t * K + k] * H + j];
+      ASSERT_EQ(out[t * H + j], want) << t << "," << j;
+    }
+  for (int64_t j = 0; j < H; ++j) EXPECT_EQ(out[3 * H + j], 0.0f);
+}
+
+TEST(combine, results_are_bitwise_identical_for_any_pool_size_and_repeat) {
+  const int64_t T = 257, H = 300;
+  const int K = 8, E = 32;
+  thread_pool one(1), three(3);
+  auto idx = random_topk_idx(T, K, E, 11);
+  auto s = make_slots(one, idx, T, K, E);
+  auto y = random_floats(s.num_rows * H, 12, -100.0f, 100.0f);
+  auto w = random_floats(T * K, 13, 0.0f, 1.0f);
+  std::vector<float> a(T * H), b(T * H), c(T * H);
+  ASSERT_TRUE(combine_forward(one, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, a.data()).ok());
+  ASSERT_TRUE(combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, b.data()).ok());
+  ASSERT_TRUE(combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, c.data()).ok());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  EXPECT_EQ(0, std::memcmp(b.data(), c.data(), b.size() * 4));
+}
+
+TEST(combine, backward_matches_finite_differences_of_a_scalar_loss) {
+  thread_pool pool(2);
+  const int64_t T = 6, H = 10;
+  const int K = 3, E = 5;
+  auto idx = random_topk_idx(T, K, E, 21, 0.2);
+  auto s = make_slots(pool, idx, T, K, E);
+  auto y = random_floats(s.num_rows * H, 22);
+  auto w = random_floats(T * K, 23, 0.0f, 1.0f);
+  auto gout = random_floats(T * H, 24);
+  // loss = sum(out * gout), so dloss/dout = gout.
+  auto loss = [&](const std::vector<float>& yy, const std::vector<float>& ww) {
+    std::vector<float> out(T * H);
+    EXPECT_TRUE(combine_forward(pool, yy.data(), s.slot.data(), ww.data(), T, K, H, s.num_rows, out.data()).ok());
+    double l = 0;
+    for (int64_t i = 0; i < T * H; ++i) l += double(out[i]) * gout[i];
+    return l;
+  };
+  std::vector<float> gy(s.num_rows * H), gw(T * K);
+  ASSERT_TRUE(combine_backward(pool, gout.data(), y.data(), s.slot.data(), w.data(), T, K, H,
+                               s.num_rows, gy.data(), gw.data()).ok());
+  const float eps = 1e-2f;
+  for (int64_t i = 0; i < T * K; ++i) {
+    auto wp = w, wm = w;
+    wp[i] += eps;
+    wm[i] -= eps;
+    EXPECT_NEAR(gw[i], (loss(y, wp) - loss(y, wm)) / (2 * eps), 1e-3) << "weight " << i;
+  }
+  for (int64_t i = 0; i < s.num_rows * H; i += 7) {
+    auto yp = y, ym = y;
+    yp[i] += eps;
+    ym[i] -= eps;
+    EXPECT_NEAR(gy[i], (loss(yp, w) - loss(ym, w)) / (2 * eps), 1e-3) << "row value " << i;
+  }
+}
+
+TEST(combine, bf16_storage_matches_fp32_within_bf16_rounding) {
+  thread_pool pool(2);
+  const int64_t T = 40, H = 129;
+  const int K = 2, E = 4;
+  auto idx = random_topk_idx(T, K, E, 31);
+  auto s = make_slots(pool, idx, T, K, E);
+  auto y = random_floats(s.num_rows * H, 32);
+  auto w = random_floats(T * K, 33, 0.0f, 1.0f);
+  std::vector<bf16> yb(y.size()), ob(T * H);
+  for (size_t i = 0; i < y.size(); ++i) {
+    yb[i] = float_to_bf16(y[i]);
+    y[i] = bf16_to_float(yb[i]);  // fp32 reference on the same (rounded) inputs
+  }
+  std::vector<float> of(T * H);
+  ASSERT_TRUE(combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, of.data()).ok());
+  ASSERT_TRUE(combine_forward(pool, yb.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, ob.data()).ok());
+  for (int64_t i = 0; i < T * H; ++i) EXPECT_EQ(ob[i].bits, float_to_bf16(of[i]).bits);
+}
