@@ -67,6 +67,22 @@ const std::vector<key_spec>& config_schema() {
        "an EP operation or collective that does not complete within this fails on every rank", ""},
       {"fabric.reorder_shim", t::boolean, "false",
        "route writes through the reorder/delay/split/re-deliver shim (testing)", ""},
+
+      // ---- store (durable plane) ------------------------------------------------
+      {"store.url", t::string, "./moerl-data",
+       "object store for checkpoints, datasets and run records: a directory, file:///dir or s3://bucket/prefix", ""},
+      {"store.local_fsync", t::boolean, "true",
+       "local store: fsync each object and its directory on put (off only for scratch data)", ""},
+      {"store.s3_endpoint", t::string, "",
+       "S3 endpoint URL, path-style addressing; empty: https://s3.<store.s3_region>.amazonaws.com", ""},
+      {"store.s3_region", t::string, "us-east-1", "S3 signing region (SigV4 scope)", ""},
+      {"store.multipart_threshold_bytes", t::integer, "67108864",
+       "S3 objects larger than this are uploaded as multipart uploads", ""},
+      {"store.multipart_part_bytes", t::integer, "16777216",
+       "S3 multipart part size, at least 5242880; grows if an object would need over 10000 parts", ""},
+      {"store.s3_timeout_ms", t::integer, "120000", "limit on one S3 HTTP request, transfer included", ""},
+      {"store.s3_max_retries", t::integer, "3",
+       "retries of an S3 request after a network error or HTTP 5xx, with exponential backoff", ""},
   };
   return schema;
 }

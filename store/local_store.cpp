@@ -1,0 +1,194 @@
+#include "store/local_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <random>
+
+#include "store/key_rules.h"
+#include "store/posix_check.h"
+
+namespace moerl::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Closes a descriptor on every path out of a function; close errors after a successful
+// fsync cannot lose data, so they are not reported.
+struct fd_guard {
+  int fd = -1;
+  ~fd_guard() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// mkdir -p for the directories of a key. EEXIST from a concurrent creator is fine.
+status make_dirs(const std::string& root, const std::string& key) {
+  size_t pos = 0;
+  while ((pos = key.find('/', pos)) != std::string::npos) {
+    const std::string dir = root + "/" + key.substr(0, pos);
+    MOERL_POSIX_CHECK_EXCEPT(::mkdir(dir.c_str(), 0755), EEXIST, "creating directory " + dir);
+    ++pos;
+  }
+  return ok_status();
+}
+
+status write_all(int fd, const std::string& bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n;
+    MOERL_POSIX_CHECK_EXCEPT(n = ::write(fd, bytes.data() + done, bytes.size() - done), EINTR,
+                             "writing " + path);
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+status fsync_dir(const std::string& dir) {
+  fd_guard d;
+  MOERL_POSIX_CHECK(d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+                    "opening directory " + dir);
+  MOERL_POSIX_CHECK(::fsync(d.fd), "fsync of directory " + dir);
+  return ok_status();
+}
+
+// A name no other writer (thread or process) picks at the same time.
+std::string temp_name() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return std::string(reserved_segment_prefix) + "tmp-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++) + "-" + std::to_string(rng() % 1000000007ull);
+}
+
+}  // namespace
+
+result<std::unique_ptr<local_store>> local_store::open(const std::string& root,
+                                                       bool durable) {
+  if (root.empty()) return error(errc::invalid_argument, "local store: empty directory path");
+  std::error_code ec;
+  fs::path abs = fs::absolute(root, ec);
+  if (ec) return error(errc::io_error, "local store: cannot resolve '" + root + "': " + ec.message());
+  abs = abs.lexically_normal();
+  std::string text = abs.string();
+  while (text.size() > 1 && text.back() == '/') text.pop_back();
+  fs::create_directories(text, ec);
+  if (ec) return error(errc::io_error, "local store: cannot create directory " + text + ": " + ec.message());
+  if (!fs::is_directory(text, ec))
+    return error(errc::io_error, "local store: " + text + " exists and is not a directory");
+  return std::unique_ptr<local_store>(new local_store(text, durable));
+}
+
+status local_store::put(const std::string& key, const std::string& bytes) {
+  if (auto st = validate_key(key); !st) return st;
+  if (auto st = make_dirs(root_, key); !st) return st;
+  const std::string target = path_of(key);
+  const size_t slash = target.rfind('/');
+  const std::string dir = target.substr(0, slash);
+  const std::string temp = dir + "/" + temp_name();
+
+  fd_guard f;
+  status st = [&]() -> status {
+    MOERL_POSIX_CHECK(f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
+                      "creating " + temp);
+    return ok_status();
+  }();
+  if (!st && st.err().code == errc::not_found)
+    return error(errc::io_error, "cannot put '" + key + "' in " + describe() +
+                                     ": a leading part of the key is an existing object (a "
+                                     "directory cannot hold both 'a' and 'a/b')");
+  if (!st) return st;
+  st = write_all(f.fd, bytes, temp);
+  if (st && durable_) {
+    st = [&]() -> status {
+      MOERL_POSIX_CHECK(::fsync(f.fd), "fsync of " + temp);
+      return ok_status();
+    }();
+  }
+  if (st) {
+    st = [&]() -> status {
+      MOERL_POSIX_CHECK(::rename(temp.c_str(), target.c_str()), "renaming " + temp + " to " + target);
+      return ok_status();
+    }();
+  }
+  if (!st) {
+    ::unlink(temp.c_str());  // best effort: the failure being reported matters more
+    return st;
+  }
+  // The rename is durable only once the directory entry is on disk.
+  if (durable_) return fsync_dir(dir);
+  return ok_status();
+}
+
+result<std::string> local_store::get(const std::string& key) const {
+  if (auto st = validate_key(key); !st) return st.err();
+  const std::string path = path_of(key);
+  fd_guard f;
+  // ENOENT and ENOTDIR come back as errc::not_found.
+  MOERL_POSIX_CHECK(f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC),
+                    "object '" + key + "' in " + describe());
+  struct stat sb {};
+  MOERL_POSIX_CHECK(::fstat(f.fd, &sb), "stat of " + path);
+  if (S_ISDIR(sb.st_mode))
+    return error(errc::not_found, "no object '" + key + "' in " + describe() + " (it is a prefix of other keys)");
+  std::string out;
+  out.reserve(static_cast<size_t>(sb.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n;
+    MOERL_POSIX_CHECK_EXCEPT(n = ::read(f.fd, buf, sizeof buf), EINTR, "reading " + path);
+    if (n == -1) continue;  // interrupted
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+result<std::vector<std::string>> local_store::list(const std::string& prefix) const {
+  if (auto st = validate_prefix(prefix); !st) return st.err();
+  // Walk only the directory the prefix pins down; the rest of the tree cannot match.
+  const size_t slash = prefix.rfind('/');
+  const std::string start = slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
+  std::vector<std::string> keys;
+  std::error_code ec;
+  if (!fs::is_directory(start, ec)) return keys;
+  fs::recursive_directory_iterator it(start, fs::directory_options::none, ec), end;
+  if (ec) return error(errc::io_error, "listing " + start + ": " + ec.message());
+  for (; it != end; it.increment(ec)) {
+    if (ec) return error(errc::io_error, "listing " + start + ": " + ec.message());
+    const std::string name = it->path().filename().string();
+    if (name.rfind(reserved_segment_prefix, 0) == 0) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;  // a put in progress (or one that crashed): not an object
+    }
+    if (!it->is_regular_file(ec)) continue;
+    std::string key = it->path().string().substr(root_.size() + 1);
+    if (key.compare(0, prefix.size(), prefix) == 0) keys.push_back(std::move(key));
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+status local_store::remove(const std::string& key) {
+  if (auto st = validate_key(key); !st) return st;
+  const std::string path = path_of(key);
+  struct stat sb {};
+  if (::lstat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) return ok_status();  // not an object
+  status st = [&]() -> status {
+    MOERL_POSIX_CHECK(::unlink(path.c_str()), "removing " + path);
+    return ok_status();
+  }();
+  if (!st && st.err().code != errc::not_found) return st;
+  if (durable_) {
+    const std::string dir = path.substr(0, path.rfind('/'));
+    if (auto synced = fsync_dir(dir); !synced && synced.err().code != errc::not_found)
+      return synced;
+  }
+  return ok_status();
+}
+
+}  // namespace moerl::store

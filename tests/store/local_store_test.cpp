@@ -1,0 +1,200 @@
+// The local-directory backend and open_store's URL handling, on a real file system.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "store/local_store.h"
+#include "store/object_store.h"
+#include "temp_dir.h"
+
+namespace moerl::store {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::temp_dir;
+
+class local_store_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = local_store::open(dir_.path() + "/root", true);
+    ASSERT_TRUE(s.ok()) << s.err().to_string();
+    store_ = std::move(s.value());
+  }
+  // Files in the root whose names mark them as temporaries of a put.
+  int count_temporaries() const {
+    int n = 0;
+    for (auto& e : fs::recursive_directory_iterator(store_->root()))
+      if (e.path().filename().string().rfind(".moerl-", 0) == 0) ++n;
+    return n;
+  }
+  temp_dir dir_;
+  std::unique_ptr<local_store> store_;
+};
+
+TEST_F(local_store_test, put_then_get_returns_the_same_bytes_including_binary_and_empty) {
+  std::string binary("a\0b\xff\n", 5);
+  std::string big(3 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 % 251);
+  ASSERT_TRUE(store_->put("bin", binary).ok());
+  ASSERT_TRUE(store_->put("nested/deeper/empty", "").ok());
+  ASSERT_TRUE(store_->put("big/object", big).ok());
+  EXPECT_EQ(store_->get("bin").value(), binary);
+  EXPECT_EQ(store_->get("nested/deeper/empty").value(), "");
+  EXPECT_EQ(store_->get("big/object").value(), big);
+  EXPECT_EQ(count_temporaries(), 0);
+}
+
+TEST_F(local_store_test, put_replaces_an_existing_object) {
+  ASSERT_TRUE(store_->put("k", "first version, longer").ok());
+  ASSERT_TRUE(store_->put("k", "second").ok());
+  EXPECT_EQ(store_->get("k").value(), "second");
+}
+
+TEST_F(local_store_test, get_of_a_missing_key_is_not_found_and_names_it) {
+  auto r = store_->get("no/such/key");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::not_found);
+  EXPECT_NE(r.err().message.find("no/such/key"), std::string::npos) << r.err().message;
+  ASSERT_TRUE(store_->put("dir/child", "x").ok());
+  EXPECT_EQ(store_->get("dir").err().code, errc::not_found);  // a prefix, not an object
+  EXPECT_EQ(store_->get("dir/child/grandchild").err().code, errc::not_found);
+}
+
+TEST_F(local_store_test, list_is_sorted_and_filtered_by_prefix) {
+  for (const char* k : {"ckpt/step-2/b", "ckpt/step-10/a", "ckpt/step-1/z", "ckpt/step-1/a",
+                        "ckptx/other", "data/x", "top"})
+    ASSERT_TRUE(store_->put(k, k).ok());
+  EXPECT_EQ(store_->list("ckpt/step-1").value(),
+            (std::vector<std::string>{"ckpt/step-1/a", "ckpt/step-1/z", "ckpt/step-10/a"}));
+  EXPECT_EQ(store_->list("ckpt/").value(),
+            (std::vector<std::string>{"ckpt/step-1/a", "ckpt/step-1/z", "ckpt/step-10/a",
+                                      "ckpt/step-2/b"}));
+  EXPECT_EQ(store_->list("ckpt").value().size(), 5u);  // includes ckptx/other
+  EXPECT_EQ(store_->list("").value().size(), 7u);
+  EXPECT_TRUE(store_->list("nothing/here/").value().empty());
+  EXPECT_EQ(store_->list("t").value(), (std::vector<std::string>{"top"}));
+}
+
+TEST_F(local_store_test, list_skips_leftovers_of_an_interrupted_put) {
+  ASSERT_TRUE(store_->put("a/real", "1").ok());
+  // What a crash between write and rename leaves behind.
+  std::ofstream(store_->root() + "/a/.moerl-tmp-123-0-42") << "partial";
+  EXPECT_EQ(store_->list("a/").value(), (std::vector<std::string>{"a/real"}));
+  EXPECT_EQ(store_->list("").value(), (std::vector<std::string>{"a/real"}));
+}
+
+TEST_F(local_store_test, remove_deletes_and_removing_a_missing_key_is_fine) {
+  ASSERT_TRUE(store_->put("r/1", "x").ok());
+  ASSERT_TRUE(store_->remove("r/1").ok());
+  EXPECT_EQ(store_->get("r/1").err().code, errc::not_found);
+  EXPECT_TRUE(store_->remove("r/1").ok());
+  EXPECT_TRUE(store_->remove("never/was").ok());
+  EXPECT_TRUE(store_->list("r/").value().empty());
+}
+
+TEST_F(local_store_test, bad_keys_are_refused_by_every_operation_and_nothing_escapes_the_root) {
+  for (const std::string key : {"../escape", "/abs", "a//b", "", "a/../../escape"}) {
+    auto p = store_->put(key, "x");
+    ASSERT_FALSE(p.ok()) << key;
+    EXPECT_EQ(p.err().code, errc::invalid_argument) << p.err().to_string();
+    EXPECT_EQ(store_->get(key).err().code, errc::invalid_argument);
+    EXPECT_EQ(store_->remove(key).err().code, errc::invalid_argument);
+  }
+  EXPECT_EQ(store_->list("../").err().code, errc::invalid_argument);
+  EXPECT_FALSE(fs::exists(dir_.path() + "/escape"));
+}
+
+TEST_F(local_store_test, an_object_cannot_also_be_a_directory_and_the_error_says_why) {
+  ASSERT_TRUE(store_->put("a", "file").ok());
+  auto st = store_->put("a/b", "x");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, errc::io_error);
+  EXPECT_NE(st.err().message.find("leading part of the key is an existing object"), std::string::npos)
+      << st.err().message;
+  EXPECT_EQ(store_->get("a").value(), "file");
+}
+
+TEST_F(local_store_test, readers_never_see_a_partial_object_while_writers_replace_it) {
+  const std::string v1(1 << 20, 'a'), v2(1 << 19, 'b');
+  ASSERT_TRUE(store_->put("hot", v1).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad_reads{0}, reads{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(store_->put("hot", i % 2 ? v1 : v2).ok());
+    stop = true;
+  });
+  std::thread reader([&] {
+    while (!stop) {
+      auto r = store_->get("hot");
+      ++reads;
+      if (!r.ok() || (r.value() != v1 && r.value() != v2)) ++bad_reads;
+    }
+  });
+  writer.join();
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(bad_reads.load(), 0);
+  EXPECT_EQ(count_temporaries(), 0);
+}
+
+TEST(store_open, plain_path_and_file_url_open_the_local_backend) {
+  temp_dir dir;
+  const auto cfg = config::defaults();
+  auto a = open_store(dir.path() + "/plain", cfg);
+  ASSERT_TRUE(a.ok()) << a.err().to_string();
+  ASSERT_TRUE((*a)->put("k", "v").ok());
+  auto b = open_store("file://" + dir.path() + "/plain", cfg);
+  ASSERT_TRUE(b.ok()) << b.err().to_string();
+  EXPECT_EQ((*b)->get("k").value(), "v");
+  EXPECT_EQ((*b)->describe(), "file://" + dir.path() + "/plain");
+}
+
+TEST(store_open, malformed_urls_are_clear_errors) {
+  const auto cfg = config::defaults();
+  EXPECT_EQ(open_store("", cfg).err().code, errc::invalid_config);
+  auto r = open_store("gs://bucket/x", cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("unknown scheme"), std::string::npos) << r.err().message;
+  EXPECT_NE(open_store("file://relative/dir", cfg).err().message.find("absolute"), std::string::npos);
+}
+
+TEST(store_open, a_directory_path_that_is_a_file_is_an_error) {
+  temp_dir dir;
+  std::ofstream(dir.path() + "/f") << "x";
+  auto r = open_store(dir.path() + "/f", config::defaults());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::io_error);
+  EXPECT_NE(r.err().message.find(dir.path() + "/f"), std::string::npos) << r.err().message;
+}
+
+TEST(store_open, s3_without_credentials_or_with_a_tiny_part_size_is_refused) {
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  auto cfg = config::defaults();
+  auto r = open_store("s3://my-bucket/prefix", cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::invalid_config);
+  EXPECT_NE(r.err().message.find("AWS_ACCESS_KEY_ID"), std::string::npos) << r.err().message;
+
+  ::setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "secret", 1);
+  ASSERT_TRUE(cfg.set("store.multipart_part_bytes", "1024", "test").ok());
+  r = open_store("s3://my-bucket/prefix", cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("store.multipart_part_bytes"), std::string::npos) << r.err().message;
+
+  EXPECT_NE(open_store("s3://Bad_Bucket", config::defaults()).err().message.find("bucket"),
+            std::string::npos);
+  auto ok = open_store("s3://my-bucket/some/prefix/", config::defaults());
+  ASSERT_TRUE(ok.ok()) << ok.err().to_string();
+  EXPECT_EQ((*ok)->describe(),
+            "s3://my-bucket/some/prefix (endpoint https://s3.us-east-1.amazonaws.com, region us-east-1)");
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+}
+
+}  // namespace
+}  // namespace moerl::store
