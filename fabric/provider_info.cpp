@@ -18,6 +18,8 @@ std::vector<std::string> order_names(uint64_t bits) {
   return out;
 }
 
+}  // namespace
+
 std::string mr_mode_names(int mode) {
   static const std::pair<int, const char*> kModes[] = {
       {FI_MR_LOCAL, "LOCAL"}, {FI_MR_VIRT_ADDR, "VIRT_ADDR"}, {FI_MR_ALLOCATED, "ALLOCATED"},
@@ -29,8 +31,6 @@ std::string mr_mode_names(int mode) {
     if (mode & bit) out += (out.empty() ? "" : "|") + std::string(name);
   return out.empty() ? "none" : out;
 }
-
-}  // namespace
 
 std::string libfabric_runtime_version() {
   const uint32_t v = fi_version();

@@ -19,6 +19,9 @@ struct provider_info {
   std::string mr_mode;         // memory-registration mode bits, e.g. "LOCAL|VIRT_ADDR|PROV_KEY"
 };
 
+// Memory-registration mode bits as text, e.g. "LOCAL|VIRT_ADDR|PROV_KEY" ("none" for 0).
+std::string mr_mode_names(int mode);
+
 // libfabric's runtime version, e.g. "1.17.0".
 std::string libfabric_runtime_version();
 
