@@ -57,6 +57,26 @@ const std::vector<key_spec>& config_schema() {
       {"imds.token_ttl_s", t::integer, "21600", "IMDSv2 session token lifetime requested", ""},
       {"imds.rebalance_grace_ms", t::integer, "120000", "deadline assumed for a rebalance recommendation (it carries none)", ""},
 
+      // ---- ledger (work units, leases, journal; actors/LEDGER.md) ------------------
+      {"ledger.lease_timeout_ms", t::integer, "30000",
+       "a lease not renewed or committed within this expires and its unit is re-leased", ""},
+      {"ledger.group_size", t::integer, "8", "samples generated per prompt group (GRPO group size)", ""},
+      {"ledger.max_groups_per_unit", t::integer, "4",
+       "upper bound on prompt groups in one work unit (keeps a unit inside a Spot notice)", ""},
+      {"ledger.snapshot_every", t::integer, "1024",
+       "journal records between two ledger snapshots in the object store", ""},
+      {"ledger.store_prefix", t::string, "ledger", "object-store key prefix of the ledger journal and snapshots", ""},
+
+      // ---- buffer (experience-buffer shards and the sample plane) -----------------
+      {"buffer.capacity_samples", t::integer, "4096",
+       "samples one buffer shard holds (staged + ready); leases and credits respect it", ""},
+      {"buffer.capacity_bytes", t::integer, "268435456", "estimated sample bytes one buffer shard holds", ""},
+      {"buffer.max_staleness", t::integer, "1",
+       "a sample more than this many policy versions old is dropped at admission (stale_policy)", ""},
+      {"buffer.credits_per_producer", t::integer, "64",
+       "sample-plane credits a shard grants one producer at most (in-transit bound)", ""},
+      {"buffer.max_frame_bytes", t::integer, "16777216", "sample-plane frames larger than this are dropped", ""},
+
       // ---- fabric (expert plane) ------------------------------------------------
       {"fabric.provider", t::string, "auto",
        "libfabric provider; auto prefers efa > shm > tcp;ofi_rxm. MOERL_FABRIC_PROVIDER overrides",
@@ -67,6 +87,38 @@ const std::vector<key_spec>& config_schema() {
        "an EP operation or collective that does not complete within this fails on every rank", ""},
       {"fabric.reorder_shim", t::boolean, "false",
        "route writes through the reorder/delay/split/re-deliver shim (testing)", ""},
+
+      // ---- policy (the MoE network, its optimiser and sampling) -------------------
+      {"policy.d_model", t::integer, "64", "width of the residual stream", ""},
+      {"policy.num_layers", t::integer, "2", "number of attention + MoE blocks", ""},
+      {"policy.num_heads", t::integer, "4", "attention heads; must divide policy.d_model", ""},
+      {"policy.num_experts", t::integer, "4", "experts per MoE layer (split over expert-parallel ranks)", ""},
+      {"policy.top_k", t::integer, "2", "experts each token visits", ""},
+      {"policy.ffn_dim", t::integer, "64", "hidden width of each expert's SwiGLU FFN", ""},
+      {"policy.max_seq_len", t::integer, "32", "longest prompt + completion (position table size)", ""},
+      {"policy.aux_loss_coef", t::number, "0.01", "weight of the Switch load-balance loss (0: off)", ""},
+      {"policy.seed", t::integer, "1", "seed of the initial weights", ""},
+      {"policy.num_threads", t::integer, "1", "CPU threads of the kernels' pool (0: one per core)", ""},
+      {"policy.temperature", t::number, "1.0", "sampling temperature; logprobs are taken at it too", ""},
+      {"policy.learning_rate", t::number, "0.003", "Adam learning rate", ""},
+      {"policy.adam_beta1", t::number, "0.9", "Adam first-moment decay", ""},
+      {"policy.adam_beta2", t::number, "0.99", "Adam second-moment decay", ""},
+      {"policy.grad_clip", t::number, "1.0", "max global gradient L2 norm (0: no clipping)", ""},
+
+      // ---- task (what the policy learns and how it is rewarded) --------------------
+      {"task.name", t::string, "sort", "verifiable task", "sort|add"},
+      {"task.difficulty", t::integer, "3", "sort: digits to sort (1..16); add: digits per operand (1..8)", ""},
+      {"task.reward", t::string, "verifier", "reward source: the task's verifier or a learned reward model", "verifier|learned"},
+      {"task.reward_model_path", t::string, "", "learned reward model checkpoint file (task.reward=learned)", ""},
+
+      // ---- grpo (the policy-gradient algorithm) ------------------------------------
+      {"grpo.group_size", t::integer, "8", "samples per prompt (G); advantages are normalised inside a group", ""},
+      {"grpo.prompts_per_iteration", t::integer, "16", "prompts per policy iteration (batch = this x G samples)", ""},
+      {"grpo.iterations", t::integer, "200", "policy iterations of a run", ""},
+      {"grpo.epochs", t::integer, "1", "optimiser passes over each iteration's batch", ""},
+      {"grpo.clip_eps", t::number, "0.2", "PPO clip range of the importance ratio", ""},
+      {"grpo.kl_coef", t::number, "0.0", "weight of the KL penalty to the initial (reference) policy; 0: off", ""},
+      {"grpo.seed", t::integer, "1", "seed of prompt generation and sampling", ""},
 
       // ---- store (durable plane) ------------------------------------------------
       {"store.url", t::string, "./moerl-data",

@@ -1,0 +1,137 @@
+#include "policy/moe_layer.h"
+
+#include <algorithm>
+
+#include "kernels/combine.h"
+#include "kernels/dispatch_layout.h"
+#include "kernels/expert_ffn.h"
+#include "kernels/load_stats.h"
+#include "kernels/permute.h"
+#include "kernels/routing.h"
+#include "policy/dense_ops.h"
+#include "policy/try.h"
+
+namespace moerl::policy {
+
+moe_layer::moe_layer(const moe_shape& shape, kernels::thread_pool& pool,
+                     expert_exchange& exchange)
+    : shape_(shape), pool_(pool), exchange_(exchange) {}
+
+namespace {
+kernels::routing_params routing_of(const moe_shape& s) {
+  kernels::routing_params p;
+  p.num_experts = s.num_experts;
+  p.topk = s.top_k;
+  p.scoring = kernels::score_function::softmax;
+  p.renormalize = true;
+  return p;
+}
+}  // namespace
+
+status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* token_mask,
+                          int64_t n, exchange_mode mode, moe_state* st, float* y) {
+  const int E = shape_.num_experts, K = shape_.top_k;
+  const int64_t d = shape_.hidden;
+  st->num_tokens = n;
+
+  std::vector<float> logits(n * E);
+  linear_forward(x, w.router, n, d, E, logits.data());
+  st->scores.resize(n * E);
+  st->topk_idx.resize(n * K);
+  st->topk_weights.resize(n * K);
+  POLICY_TRY(kernels::route_forward(pool_, routing_of(shape_), logits.data(), nullptr,
+                                    token_mask, n, st->scores.data(), st->topk_idx.data(),
+                                    st->topk_weights.data()));
+
+  kernels::dispatch_layout_params lp;
+  lp.num_tokens = n;
+  lp.topk = K;
+  lp.num_experts = E;
+  lp.num_ranks = exchange_.num_ranks();
+  const int R = lp.num_ranks;
+  st->tokens_per_expert.resize(E);
+  st->expert_offset.resize(E + 1);
+  st->slot.resize(n * K);
+  std::vector<int64_t> per_rank(R);
+  std::vector<uint8_t> in_rank(n * R);
+  kernels::dispatch_layout_out lo;
+  lo.num_tokens_per_expert = st->tokens_per_expert.data();
+  lo.num_tokens_per_rank = per_rank.data();
+  lo.is_token_in_rank = in_rank.data();
+  lo.expert_offset = st->expert_offset.data();
+  lo.token_expert_slot = st->slot.data();
+  POLICY_TRY(kernels::get_dispatch_layout(pool_, st->topk_idx.data(), lp, lo));
+
+  const int64_t rows = st->expert_offset[E];
+  std::vector<float> send(rows * d);
+  POLICY_TRY(kernels::permute_forward(pool_, x, st->slot.data(), n, K, d, rows, send.data()));
+
+  auto handle = exchange_.dispatch(send.data(), st->expert_offset.data(), E, d, mode,
+                                   &st->recv_x);
+  if (!handle) return handle.err();
+  st->handle = std::move(*handle);
+
+  const int64_t recv = st->handle.num_recv_rows, F = shape_.ffn_dim;
+  st->gate_up.resize(recv * 2 * F);
+  st->act.resize(recv * F);
+  std::vector<float> recv_out(recv * d);
+  kernels::expert_ffn_shape fs{num_local_experts(), d, F};
+  POLICY_TRY(kernels::expert_ffn_forward(pool_, fs, st->handle.local_expert_offset.data(),
+                                         st->recv_x.data(), w.w_gate_up, w.w_down,
+                                         st->gate_up.data(), st->act.data(), recv_out.data()));
+
+  st->expert_out.resize(rows * d);
+  POLICY_TRY(exchange_.combine(st->handle, recv_out.data(), d, mode, st->expert_out.data()));
+  POLICY_TRY(kernels::combine_forward(pool_, st->expert_out.data(), st->slot.data(),
+                                      st->topk_weights.data(), n, K, d, rows, y));
+
+  st->aux_loss = 0;
+  st->grad_scores_aux.assign(n * E, 0.0f);
+  if (shape_.aux_loss_coef > 0)
+    POLICY_TRY(kernels::load_balance_loss(pool_, st->scores.data(), st->topk_idx.data(), n, E,
+                                          K, shape_.aux_loss_coef, &st->aux_loss,
+                                          st->grad_scores_aux.data()));
+  return ok_status();
+}
+
+status moe_layer::backward(const moe_weights& w, const float* x, const moe_state& st,
+                           const float* dy, exchange_mode mode, float* dx,
+                           const moe_grads& g) {
+  const int E = shape_.num_experts, K = shape_.top_k;
+  const int64_t d = shape_.hidden, F = shape_.ffn_dim, n = st.num_tokens;
+  const int64_t rows = st.expert_offset[E], recv = st.handle.num_recv_rows;
+
+  std::vector<float> grad_expert_out(rows * d), grad_topk_w(n * K);
+  POLICY_TRY(kernels::combine_backward(pool_, dy, st.expert_out.data(), st.slot.data(),
+                                       st.topk_weights.data(), n, K, d, rows,
+                                       grad_expert_out.data(), grad_topk_w.data()));
+
+  std::vector<float> grad_recv_out;
+  POLICY_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode,
+                                       &grad_recv_out));
+  std::vector<float> grad_recv_x(recv * d);
+  kernels::expert_ffn_shape fs{num_local_experts(), d, F};
+  POLICY_TRY(kernels::expert_ffn_backward(
+      pool_, fs, st.handle.local_expert_offset.data(), st.recv_x.data(), w.w_gate_up, w.w_down,
+      st.gate_up.data(), st.act.data(), grad_recv_out.data(), grad_recv_x.data(), g.w_gate_up,
+      g.w_down, /*accumulate_weight_grads=*/true));
+
+  std::vector<float> grad_send(rows * d);
+  POLICY_TRY(exchange_.combine(st.handle, grad_recv_x.data(), d, mode, grad_send.data()));
+  POLICY_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows,
+                                       dx));
+
+  std::vector<float> grad_logits(n * E);
+  POLICY_TRY(kernels::route_backward(pool_, routing_of(shape_), st.scores.data(),
+                                     st.topk_idx.data(), grad_topk_w.data(),
+                                     shape_.aux_loss_coef > 0 ? st.grad_scores_aux.data()
+                                                              : nullptr,
+                                     n, grad_logits.data()));
+  // dx += dlogits * router^T; router grad += x^T * dlogits
+  std::vector<float> dx_router(n * d);
+  linear_backward(x, w.router, grad_logits.data(), n, d, E, dx_router.data(), g.router);
+  for (int64_t i = 0; i < n * d; ++i) dx[i] += dx_router[i];
+  return ok_status();
+}
+
+}  // namespace moerl::policy
