@@ -32,11 +32,17 @@ class object_store;
 
 namespace moerl::ledger {
 
+struct journal_record;  // private; defined in work_ledger.cpp
+
 struct ledger_options {
   int64_t lease_timeout_ms = 30000;   // ledger.lease_timeout_ms
   uint32_t group_size = 8;            // ledger.group_size: samples per prompt group
   uint32_t max_groups_per_unit = 4;   // ledger.max_groups_per_unit: bounds a unit
   uint32_t snapshot_every = 1024;     // ledger.snapshot_every: records between snapshots
+  // buffer.capacity_samples: a lease is only granted to a shard whose open slots plus
+  // committed-but-untrained samples leave room for it (0: unlimited). This is what keeps
+  // a shard from filling with partial units that can never commit.
+  uint64_t shard_capacity_samples = 0;
   std::string store_prefix = "ledger";  // ledger.store_prefix: key prefix in the store
 
   // From the `ledger` config section; errc::invalid_config naming a bad key.
@@ -147,6 +153,8 @@ class work_ledger {
 
  private:
   work_ledger(const ledger_options& options, const clock& clock, store::object_store* store);
+  // Appends a record to the journal tail and applies it.
+  status append(const journal_record& r);
 
   ledger_options opts_;
   const clock& clock_;
