@@ -137,7 +137,7 @@ moe_weights moe_policy::moe_weights_of(int l) const {
 }
 
 status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64_t t,
-                           forward_state* st) {
+                           forward_state* st, const std::vector<uint8_t>& mask) {
   const int64_t d = cfg_.d_model, n = b * t;
   if (b < 1 || t < 1 || static_cast<int64_t>(tokens.size()) != n)
     return error{errc::invalid_argument, "policy forward: " + std::to_string(tokens.size()) +
@@ -154,8 +154,10 @@ status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64
   st->batch = b;
   st->seq_len = t;
   st->tokens = tokens;
-  st->mask.resize(n);
-  for (int64_t i = 0; i < n; ++i) st->mask[i] = tokens[i] != tok_pad;
+  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n)
+    return error{errc::invalid_argument, "policy forward: mask has " + std::to_string(mask.size()) +
+                                             " entries for " + std::to_string(n) + " tokens"};
+  st->mask = mask.empty() ? std::vector<uint8_t>(n, 1) : mask;
 
   std::vector<float> x(n * d);
   for (int64_t i = 0; i < n; ++i) {

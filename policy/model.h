@@ -54,7 +54,7 @@ struct model_config {
 struct forward_state {
   int64_t batch = 0, seq_len = 0;
   std::vector<token_id> tokens;     // [b, t]
-  std::vector<uint8_t> mask;        // [b*t]: 0 for tok_pad (no expert visits it)
+  std::vector<uint8_t> mask;        // [b*t]: 0 for padding (no expert visits it)
   struct layer_acts {
     std::vector<float> x_in, h1, inv1, qkv, probs, attn, x_mid, h2, inv2;
     moe_state moe;
@@ -88,10 +88,13 @@ class moe_policy {
   status load(const std::string& bytes);
   std::string content_hash() const { return policy::content_hash(serialize()); }
 
-  // Training forward over b sequences of t tokens each (row-major [b, t]); tok_pad tokens
-  // are padding (masked from experts; causal attention keeps them from affecting earlier
-  // positions). Mode: exchange_mode::normal.
-  status forward(const std::vector<token_id>& tokens, int64_t b, int64_t t, forward_state* st);
+  // Training forward over b sequences of t tokens each (row-major [b, t]). mask [b*t]
+  // (empty: every position is real) marks padding with 0: padding visits no expert, and
+  // causal attention keeps it from affecting earlier positions. Padding is given by the
+  // mask, not by token value, because a policy may sample any token, tok_pad included.
+  // Mode: exchange_mode::normal.
+  status forward(const std::vector<token_id>& tokens, int64_t b, int64_t t, forward_state* st,
+                 const std::vector<uint8_t>& mask = {});
   // dlogits [b*t, num_vocab]; adds d(loss + st.aux_loss)/d(params) into grads
   // (resized to layout().num_floats() if smaller).
   status backward(forward_state& st, const std::vector<float>& dlogits,

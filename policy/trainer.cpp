@@ -19,6 +19,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // sample i is predicted by logits row i*t + prompt_len - 1 + j.
 struct packed_batch {
   std::vector<token_id> tokens;
+  std::vector<uint8_t> mask;  // 1 on prompt and completion positions, 0 on padding
   int64_t b = 0, t = 0;
 };
 
@@ -37,7 +38,9 @@ result<packed_batch> pack(const std::vector<sample>& samples) {
   }
   pb.t = p + c;
   pb.tokens.assign(pb.b * pb.t, tok_pad);
+  pb.mask.assign(pb.b * pb.t, 0);
   for (int64_t i = 0; i < pb.b; ++i) {
+    std::fill_n(pb.mask.begin() + i * pb.t, p + samples[i].completion.size(), 1);
     std::copy(samples[i].prompt.begin(), samples[i].prompt.end(), pb.tokens.begin() + i * pb.t);
     std::copy(samples[i].completion.begin(), samples[i].completion.end(),
               pb.tokens.begin() + i * pb.t + p);
@@ -105,7 +108,7 @@ result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
   auto pb = pack(samples);
   if (!pb) return pb.err();
   forward_state st;
-  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st));
+  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
   return gather_logprobs(samples, *pb, st.logits, temperature);
 }
 
@@ -121,7 +124,7 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
   auto pb = pack(samples);
   if (!pb) return pb.err();
   forward_state st;
-  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st));
+  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
   auto logp = gather_logprobs(samples, *pb, st.logits, temperature);
 
   std::vector<std::vector<float>> ref_logp;

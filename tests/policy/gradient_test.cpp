@@ -28,9 +28,9 @@ model_config tiny_config() {
 
 // loss = sum(logits * R) + aux_loss, evaluated in double from the fp32 forward.
 double loss_of(moe_policy& m, const std::vector<token_id>& tok, int64_t b, int64_t t,
-               const std::vector<float>& r) {
+               const std::vector<float>& r, const std::vector<uint8_t>& mask) {
   forward_state st;
-  EXPECT_TRUE(m.forward(tok, b, t, &st).ok());
+  EXPECT_TRUE(m.forward(tok, b, t, &st, mask).ok());
   double l = st.aux_loss;
   for (size_t i = 0; i < r.size(); ++i) l += double(st.logits[i]) * r[i];
   return l;
@@ -46,8 +46,8 @@ TEST(policy_gradient, backward_matches_finite_differences_on_every_tensor) {
   std::uniform_int_distribution<int> tokd(1, num_vocab - 1);
   std::vector<token_id> tok(b * t);
   for (auto& x : tok) x = tokd(rng);
-  tok[b * t - 1] = tok_pad;  // a padding token: masked from the experts
-  tok[b * t - 2] = tok_pad;
+  std::vector<uint8_t> mask(b * t, 1);
+  mask[b * t - 1] = mask[b * t - 2] = 0;  // padding: masked from the experts
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> r(b * t * num_vocab);
   for (auto& x : r) x = nd(rng);
@@ -55,7 +55,7 @@ TEST(policy_gradient, backward_matches_finite_differences_on_every_tensor) {
   for (auto& x : pol.params()) x += 0.05f * nd(rng);
 
   forward_state st;
-  ASSERT_TRUE(pol.forward(tok, b, t, &st).ok());
+  ASSERT_TRUE(pol.forward(tok, b, t, &st, mask).ok());
   std::vector<float> grads;
   auto bs = pol.backward(st, r, &grads);
   ASSERT_TRUE(bs.ok()) << bs.err().to_string();
@@ -68,9 +68,9 @@ TEST(policy_gradient, backward_matches_finite_differences_on_every_tensor) {
       const size_t i = ts.offset + pick(rng);
       const float orig = pol.params()[i];
       pol.params()[i] = orig + float(eps);
-      const double lp = loss_of(pol, tok, b, t, r);
+      const double lp = loss_of(pol, tok, b, t, r, mask);
       pol.params()[i] = orig - float(eps);
-      const double lm = loss_of(pol, tok, b, t, r);
+      const double lm = loss_of(pol, tok, b, t, r, mask);
       pol.params()[i] = orig;
       const double fd = (lp - lm) / (2 * eps);
       const double an = grads[i];
@@ -91,10 +91,10 @@ TEST(policy_gradient, padding_positions_do_not_change_earlier_logits) {
   auto pol = std::move(moe_policy::create(tiny_config(), *ex)).value();
   std::vector<token_id> a = {tok_bos, tok_sort, 5, 6, tok_equals, 7};
   std::vector<token_id> bb = a;
-  bb[5] = tok_pad;
+  bb[5] = tok_plus;
   forward_state sa, sb;
   ASSERT_TRUE(pol->forward(a, 1, 6, &sa).ok());
-  ASSERT_TRUE(pol->forward(bb, 1, 6, &sb).ok());
+  ASSERT_TRUE(pol->forward(bb, 1, 6, &sb, {1, 1, 1, 1, 1, 0}).ok());
   for (int i = 0; i < 5 * num_vocab; ++i) EXPECT_FLOAT_EQ(sa.logits[i], sb.logits[i]);
 }
 
