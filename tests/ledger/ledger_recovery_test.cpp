@@ -1,0 +1,239 @@
+// A coordinator crash and restart against the real local-directory object store: the
+// ledger is rebuilt from snapshot + journal, open leases are expired and fenced by the
+// new epoch, a torn last journal record is ignored, damage elsewhere is an error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "actors/ledger/work_ledger.h"
+#include "store/local_store.h"
+
+namespace moerl::ledger {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LedgerRecovery : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("moerl-ledger-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    auto s = store::local_store::open(dir.string(), /*durable=*/false);
+    ASSERT_TRUE(s.ok()) << s.err().to_string();
+    st = std::move(*s);
+    opts.lease_timeout_ms = 1000;
+    opts.group_size = 2;
+    opts.max_groups_per_unit = 2;
+    opts.snapshot_every = 1'000'000;  // tests that want snapshots lower it
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  std::unique_ptr<work_ledger> open(recovery_info* info = nullptr) {
+    auto l = work_ledger::open(opts, clk, st.get(), info);
+    EXPECT_TRUE(l.ok()) << l.err().to_string();
+    return l.ok() ? std::move(*l) : nullptr;
+  }
+  // Everything observable about a ledger, for before/after comparisons.
+  static std::string dump(const work_ledger& l) {
+    std::string out = l.counters().to_json().dump() + "\n";
+    for (unit_id u = 1; u <= l.num_units(); ++u) {
+      auto v = l.find(u);
+      out += std::to_string(u) + " " + unit_state_name(v->state) + " a" +
+             std::to_string(v->attempt) + " " + v->worker + " " + v->shard + " todo" +
+             std::to_string(v->todo.size()) + " c" + std::to_string(v->committed.size()) + " t" +
+             std::to_string(v->trained.size()) + "\n";
+    }
+    return out;
+  }
+  // A worker that finishes a unit: report, shard ack, and optionally training.
+  static void finish(work_ledger& l, const lease& ls, bool train) {
+    ASSERT_TRUE(l.report(ls.unit, ls.attempt, ls.worker, ls.num_samples()).ok());
+    ASSERT_TRUE(l.record_ack({ls.unit, ls.attempt, ls.shard, ls.groups, {}}).ok());
+    if (train)
+      for (auto g : ls.groups) ASSERT_TRUE(l.record_consumed({ls.unit, ls.attempt, g, 2}).ok());
+  }
+
+  fs::path dir;
+  std::unique_ptr<store::object_store> st;
+  ledger_options opts;
+  manual_clock clk{0};
+};
+
+TEST_F(LedgerRecovery, a_fresh_store_starts_epoch_one_and_a_restart_bumps_it) {
+  recovery_info info;
+  auto l = open(&info);
+  EXPECT_FALSE(info.recovered);
+  EXPECT_EQ(info.epoch, 1u);
+  l.reset();  // crash
+  auto l2 = open(&info);
+  EXPECT_TRUE(info.recovered);
+  EXPECT_EQ(info.epoch, 2u);
+  EXPECT_EQ(l2->epoch(), 2u);
+}
+
+TEST_F(LedgerRecovery, state_survives_a_crash_and_open_leases_expire_fenced_by_the_new_epoch) {
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  for (group_id g = 1; g <= 4; ++g) ASSERT_TRUE(l->add_unit({g * 10, g * 10 + 1}).ok());
+  lease a = *l->acquire("w1");
+  lease b = *l->acquire("w2");
+  lease c = *l->acquire("w3");
+  finish(*l, a, /*train=*/true);
+  finish(*l, b, /*train=*/false);
+  ASSERT_TRUE(l->report(c.unit, c.attempt, "w3", 4).ok());  // reported, ack never came
+  ASSERT_TRUE(l->sync().ok());
+  std::string before = dump(*l);
+  l.reset();  // crash
+
+  recovery_info info;
+  auto r = open(&info);
+  EXPECT_TRUE(info.recovered);
+  EXPECT_EQ(info.leases_expired, 1u);
+  EXPECT_EQ(info.torn_bytes, 0u);
+  EXPECT_TRUE(r->check_invariant().ok()) << r->check_invariant().err().to_string();
+  EXPECT_EQ(r->find(a.unit)->state, unit_state::committed);
+  EXPECT_EQ(r->find(a.unit)->trained.size(), 2u);
+  EXPECT_EQ(r->find(b.unit)->state, unit_state::committed);
+  EXPECT_EQ(r->find(c.unit)->state, unit_state::pending);
+  EXPECT_EQ(r->counters().dropped.at("coordinator_restart"), 4u);
+  EXPECT_EQ(r->counters().committed, 8u);
+  EXPECT_EQ(r->counters().trained, 4u);
+  // The old holder of c is fenced; the unit is leased again under epoch 2.
+  EXPECT_EQ(r->record_ack({c.unit, c.attempt, "s0", c.groups, {}}).err().code,
+            errc::stale_attempt);
+  // The events say: fence c's attempt; b's commit again (a was fully trained).
+  auto ev = r->take_events();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].what, ledger_event::kind::attempt_fenced);
+  EXPECT_EQ(ev[0].unit, c.unit);
+  EXPECT_EQ(ev[1].what, ledger_event::kind::unit_committed);
+  EXPECT_EQ(ev[1].unit, b.unit);
+  std::vector<unit_id> leased;
+  while (true) {
+    auto n = r->acquire("w9");
+    if (!n) break;
+    EXPECT_EQ(attempt_epoch(n->attempt), 2u);
+    leased.push_back(n->unit);
+  }
+  EXPECT_EQ(leased.size(), 2u);  // c and the never-leased fourth unit
+  (void)before;
+}
+
+TEST_F(LedgerRecovery, a_lease_whose_record_never_became_durable_is_still_fenced) {
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  ASSERT_TRUE(l->add_unit({1}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  lease lost = *l->acquire("w1");  // no sync: the crash eats the record
+  EXPECT_TRUE(l->take_events().empty()) << "events wait for the journal";
+  l.reset();
+  auto r = open();
+  EXPECT_EQ(r->find(lost.unit)->state, unit_state::pending);
+  lease fresh = *r->acquire("w2");
+  EXPECT_GT(fresh.attempt, lost.attempt);
+  EXPECT_EQ(r->report(lost.unit, lost.attempt, "w1", 2).err().code, errc::stale_attempt);
+  EXPECT_TRUE(r->check_invariant().ok());
+}
+
+TEST_F(LedgerRecovery, a_torn_last_journal_record_is_ignored_and_the_journal_repaired) {
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  ASSERT_TRUE(l->add_unit({1}).ok());
+  ASSERT_TRUE(l->add_unit({2}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  lease a = *l->acquire("w1");
+  finish(*l, a, false);
+  ASSERT_TRUE(l->sync().ok());
+  l.reset();
+  // Cut the last segment in the middle of its last record, as a crash mid-write would.
+  auto keys = *st->list("ledger/journal/");
+  ASSERT_GE(keys.size(), 2u);
+  std::string last = *st->get(keys.back());
+  ASSERT_TRUE(st->put(keys.back(), last.substr(0, last.size() - 5)).ok());
+
+  recovery_info info;
+  auto r = open(&info);
+  EXPECT_GT(info.torn_bytes, 0u);
+  // The torn record was the ack: the unit was reported but not committed, and its lease
+  // expired on recovery.
+  EXPECT_EQ(r->find(a.unit)->state, unit_state::pending);
+  EXPECT_EQ(r->counters().committed, 0u);
+  EXPECT_TRUE(r->check_invariant().ok()) << r->check_invariant().err().to_string();
+  ASSERT_TRUE(r->add_unit({3}).ok());
+  ASSERT_TRUE(r->sync().ok());
+  r.reset();
+  // The repaired journal recovers again without complaint.
+  recovery_info info2;
+  auto r2 = open(&info2);
+  EXPECT_EQ(info2.torn_bytes, 0u);
+  EXPECT_EQ(r2->num_units(), 3u);
+  EXPECT_EQ(r2->epoch(), 3u);
+}
+
+TEST_F(LedgerRecovery, damage_in_a_segment_that_is_not_the_last_is_an_error) {
+  auto l = open();
+  ASSERT_TRUE(l->add_unit({1}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  ASSERT_TRUE(l->add_unit({2}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  l.reset();
+  auto keys = *st->list("ledger/journal/");
+  ASSERT_GE(keys.size(), 3u);
+  std::string mid = *st->get(keys[1]);
+  mid[mid.size() - 1] ^= 0x5a;  // flip bits: CRC mismatch
+  ASSERT_TRUE(st->put(keys[1], mid).ok());
+  auto r = work_ledger::open(opts, clk, st.get());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::io_error);
+  EXPECT_NE(r.err().message.find(keys[1]), std::string::npos) << r.err().message;
+}
+
+TEST_F(LedgerRecovery, snapshot_plus_journal_rebuild_the_same_ledger_and_old_segments_go) {
+  opts.snapshot_every = 7;
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  ASSERT_TRUE(l->add_shard("s1").ok());
+  // A deterministic mix of every operation, syncing after each step.
+  std::mt19937 rng(42);
+  for (group_id g = 1; g <= 30; ++g) ASSERT_TRUE(l->add_unit({g, g + 1000}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  for (int step = 0; step < 60; ++step) {
+    auto ls = l->acquire("w" + std::to_string(step % 3));
+    if (!ls) break;
+    switch (rng() % 4) {
+      case 0: finish(*l, *ls, true); break;
+      case 1: finish(*l, *ls, false); break;
+      case 2: ASSERT_TRUE(l->give_back(ls->unit, ls->attempt, ls->worker).ok()); break;
+      case 3: clk.advance(2000); l->expire_due(); break;
+    }
+    ASSERT_TRUE(l->sync().ok());
+  }
+  ASSERT_TRUE(l->check_invariant().ok());
+  // Open no lease at the crash, so recovery changes nothing but the epoch.
+  std::string before = dump(*l);
+  l.reset();
+  auto segs = *st->list("ledger/journal/");
+  auto snaps = *st->list("ledger/snapshot/");
+  EXPECT_EQ(snaps.size(), 1u);
+  EXPECT_LT(segs.size(), 10u) << "segments covered by the snapshot are removed";
+
+  recovery_info info;
+  auto r = open(&info);
+  EXPECT_GT(info.snapshot_seq, 0u);
+  EXPECT_LT(info.records_replayed, 7u + 1);
+  EXPECT_EQ(dump(*r), before);
+  EXPECT_TRUE(r->check_invariant().ok());
+}
+
+TEST_F(LedgerRecovery, a_foreign_or_garbage_snapshot_is_refused_with_its_key) {
+  ASSERT_TRUE(st->put("ledger/snapshot/0000000000000009", "not a snapshot").ok());
+  auto r = work_ledger::open(opts, clk, st.get());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("0000000000000009"), std::string::npos) << r.err().message;
+}
+
+}  // namespace
+}  // namespace moerl::ledger
