@@ -122,8 +122,10 @@ result<s3_response> s3_client::send_once(const s3_request& req) const {
   const bool has_body = std::string_view(req.method) == "PUT" || std::string_view(req.method) == "POST";
   if (st && has_body)
     st = add_header("Content-Type: " + (req.content_type.empty() ? std::string("application/octet-stream") : req.content_type));
-  // No "Expect: 100-continue" round trip: S3 answers errors after the body anyway.
-  if (st && has_body) st = add_header("Expect:");
+  // Every header given here is signed. So no "Expect:" line to switch off libcurl's
+  // 100-continue: libcurl 7.88 signs such a removal line as an empty header it never
+  // sends, and S3 then refuses the signature. (100-continue lets S3 refuse before the
+  // body is sent, which is what we want for large parts anyway.)
   if (!st) return st.err();
 
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf), nullptr);

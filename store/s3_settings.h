@@ -23,6 +23,7 @@ struct s3_settings {
   int64_t multipart_part_bytes = 16ll << 20;       // part size (S3: >= 5 MiB, <= 10000 parts)
   int64_t request_timeout_ms = 120000;             // limit on one HTTP request
   int64_t max_retries = 3;   // retries after network errors and HTTP 5xx
+  int64_t list_max_keys = 0; // ListObjectsV2 page size; 0: the server's default (1000)
 };
 
 inline constexpr int64_t s3_min_part_bytes = 5ll << 20;  // S3 rejects smaller non-last parts

@@ -51,10 +51,14 @@ error s3_store::response_error(const char* op, const std::string& target,
   return error(code_for_status(r.status), text);
 }
 
+int64_t s3_store::part_bytes_for(int64_t size) const {
+  // Every part but the last has exactly this size, which S3 requires to be >= 5 MiB.
+  return std::max(client_.settings().multipart_part_bytes, (size + s3_max_parts - 1) / s3_max_parts);
+}
+
 int64_t s3_store::parts_for(int64_t size) const {
-  const auto& s = client_.settings();
-  if (size <= s.multipart_threshold_bytes) return 0;
-  const int64_t part = std::max(s.multipart_part_bytes, (size + s3_max_parts - 1) / s3_max_parts);
+  if (size <= client_.settings().multipart_threshold_bytes) return 0;
+  const int64_t part = part_bytes_for(size);
   return (size + part - 1) / part;
 }
 
@@ -108,7 +112,7 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
 
   const int64_t size = static_cast<int64_t>(bytes.size());
   const int64_t num_parts = parts_for(size);
-  const int64_t part_bytes = (size + num_parts - 1) / num_parts;
+  const int64_t part_bytes = part_bytes_for(size);
   std::string complete = "<CompleteMultipartUpload>";
   for (int64_t i = 0; i < num_parts; ++i) {
     const int64_t begin = i * part_bytes;
@@ -169,7 +173,9 @@ result<std::vector<std::string>> s3_store::list(const std::string& prefix) const
     req.path = "/" + s.bucket;
     // Parameters in canonical (sorted) order.
     if (!token.empty()) req.query += "continuation-token=" + s3_encode(token, false) + "&";
-    req.query += "list-type=2&prefix=" + s3_encode(full_prefix, false);
+    req.query += "list-type=2";
+    if (s.list_max_keys > 0) req.query += "&max-keys=" + std::to_string(s.list_max_keys);
+    req.query += "&prefix=" + s3_encode(full_prefix, false);
     auto r = client_.send(req);
     const std::string target = "s3://" + s.bucket + "/" + full_prefix;
     if (!r) return error(r.err().code, "S3 ListObjectsV2 " + target + ": " + r.err().message);

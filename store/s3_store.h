@@ -33,6 +33,7 @@ class s3_store final : public object_store {
   // How many parts a put of `size` bytes uses (0: a single PutObject). Part size grows
   // beyond store.multipart_part_bytes when needed to stay within S3's 10000 parts.
   int64_t parts_for(int64_t size) const;
+  int64_t part_bytes_for(int64_t size) const;
 
  private:
   explicit s3_store(s3_settings settings) : client_(std::move(settings)) {}

@@ -10,11 +10,17 @@ closes, so the server dies with the test process even if the test crashes.
 """
 import json
 import logging
+import os
 import sys
 
-import boto3
-import requests
-from moto.server import ThreadedMotoServer
+# moto reads this at import. 6 MiB instead of S3's 5 MiB lets a test make a multipart
+# upload with valid-for-us 5 MiB parts fail at completion (EntityTooSmall), to check that
+# the client aborts it; the other tests use 6 MiB parts.
+os.environ.setdefault("S3_UPLOAD_PART_MIN_SIZE", str(6 << 20))
+
+import boto3  # noqa: E402
+import requests  # noqa: E402
+from moto.server import ThreadedMotoServer  # noqa: E402
 
 REGION = "us-east-1"
 BUCKET = "moerl-test-bucket"
