@@ -1,0 +1,242 @@
+#include "sims/report.h"
+
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+namespace moerl::sims {
+
+namespace {
+
+// A required unsigned counter from the accounting object, or nullopt with why in `why`.
+std::optional<uint64_t> counter(const nlohmann::json& acc, const char* key, std::string& why) {
+  if (!acc.is_object() || !acc.contains(key)) {
+    why = std::string("accounting has no '") + key + "'";
+    return std::nullopt;
+  }
+  const auto& v = acc.at(key);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    why = std::string("accounting.") + key + " is not a non-negative integer";
+    return std::nullopt;
+  }
+  return v.get<uint64_t>();
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+nlohmann::json time_or_null(double t) { return t < 0 ? nlohmann::json() : nlohmann::json(t); }
+
+std::string fmt_s(const nlohmann::json& t) {
+  if (!t.is_number()) return "never";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fs", t.get<double>());
+  return buf;
+}
+
+}  // namespace
+
+std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
+  std::vector<invariant_verdict> out;
+  const nlohmann::json& acc = m.accounting;
+
+  std::string why;
+  const auto dispatched = counter(acc, "dispatched", why);
+  const auto committed = counter(acc, "committed", why);
+  const auto in_flight = counter(acc, "in_flight", why);
+  const auto lost = counter(acc, "lost", why);
+  const auto duplicated = counter(acc, "duplicated", why);
+  const auto trained = counter(acc, "trained", why);
+  uint64_t dropped = 0;
+  bool dropped_ok = acc.is_object() && acc.contains("dropped") && acc.at("dropped").is_object();
+  if (dropped_ok) {
+    for (const auto& [reason, n] : acc.at("dropped").items()) {
+      if (!n.is_number_integer() || n.get<int64_t>() < 0) {
+        dropped_ok = false;
+        why = "accounting.dropped." + reason + " is not a non-negative integer";
+        break;
+      }
+      dropped += n.get<uint64_t>();
+    }
+  } else if (why.empty()) {
+    why = "accounting has no 'dropped' object";
+  }
+  const bool complete = dispatched && committed && in_flight && lost && duplicated && trained &&
+                        dropped_ok;
+  out.push_back({"accounting_reported", complete,
+                 complete ? "the coordinator reported every counter" : why});
+
+  auto counted = [&](const char* name, const std::optional<uint64_t>& v) {
+    if (!v) {
+      out.push_back({name, false, "not reported"});
+    } else {
+      out.push_back({name, *v == 0, std::to_string(*v)});
+    }
+  };
+  counted("lost_is_zero", lost);
+  counted("duplicated_is_zero", duplicated);
+
+  if (complete) {
+    const uint64_t rhs = *committed + *in_flight + dropped;
+    out.push_back({"accounting_balances", *dispatched == rhs,
+                   "dispatched " + std::to_string(*dispatched) + " vs committed + in_flight + "
+                   "dropped = " + std::to_string(*committed) + " + " + std::to_string(*in_flight) +
+                   " + " + std::to_string(dropped) + " = " + std::to_string(rhs)});
+    out.push_back({"trained_at_most_committed", *trained <= *committed,
+                   "trained " + std::to_string(*trained) + ", committed " +
+                       std::to_string(*committed)});
+    // Guards against a vacuous pass: a job that did nothing trivially loses nothing.
+    out.push_back({"job_made_progress", *committed > 0,
+                   "committed " + std::to_string(*committed) + " sample slots"});
+  } else {
+    out.push_back({"accounting_balances", false, "accounting incomplete: " + why});
+    out.push_back({"trained_at_most_committed", false, "accounting incomplete: " + why});
+    out.push_back({"job_made_progress", false, "accounting incomplete: " + why});
+  }
+
+  bool trainer_targeted = false;
+  for (const auto& f : m.faults) {
+    if (f.planned.role == "trainer" && f.skipped.empty()) trainer_targeted = true;
+  }
+  if (trainer_targeted) {
+    out.push_back({"trainer_not_restarted_by_rollout_loss", true,
+                   "not judged: a fault targeted the trainer itself"});
+  } else {
+    out.push_back({"trainer_not_restarted_by_rollout_loss", m.trainer_restarts == 0,
+                   std::to_string(m.trainer_restarts) + " trainer restart(s)"});
+  }
+
+  size_t injected = 0, undetected = 0, unrecovered = 0;
+  std::string first_undetected, first_unrecovered;
+  for (const auto& f : m.faults) {
+    if (!f.skipped.empty() || f.injected_at < 0) continue;
+    ++injected;
+    // A slow node keeps heartbeating between stops, so detection is not required of it.
+    if (f.planned.kind != fault_kind::slow_node && f.detected_at < 0) {
+      if (!undetected++) first_undetected = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
+    }
+    if (f.recovered_at < 0) {
+      if (!unrecovered++) first_unrecovered = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
+    }
+  }
+  out.push_back({"every_fault_detected", undetected == 0,
+                 undetected ? std::to_string(undetected) + " of " + std::to_string(injected) +
+                                  " not detected, first: " + first_undetected
+                            : std::to_string(injected) + " injected, all detected"});
+  out.push_back({"every_fault_recovered", unrecovered == 0,
+                 unrecovered ? std::to_string(unrecovered) + " of " + std::to_string(injected) +
+                                   " not recovered, first: " + first_unrecovered
+                             : std::to_string(injected) + " injected, all recovered"});
+  return out;
+}
+
+std::string overall_verdict(const run_measurements& m, const std::vector<invariant_verdict>& v) {
+  bool all_skipped = !m.faults.empty();
+  for (const auto& f : m.faults) {
+    if (f.skipped.empty()) all_skipped = false;
+  }
+  if (all_skipped) return "skipped";
+  for (const auto& x : v) {
+    if (!x.ok) return "fail";
+  }
+  return "pass";
+}
+
+nlohmann::json report_json(const run_measurements& m, const std::vector<invariant_verdict>& v,
+                           const nlohmann::json& provenance) {
+  nlohmann::json faults = nlohmann::json::array();
+  for (const auto& f : m.faults) {
+    nlohmann::json j = {{"kind", fault_kind_name(f.planned.kind)},
+                        {"node", f.node.empty() ? f.planned.node : f.node},
+                        {"role", f.planned.role},
+                        {"planned_at", f.planned.at_s},
+                        {"injected_at", time_or_null(f.injected_at)},
+                        {"detected_at", time_or_null(f.detected_at)},
+                        {"recovered_at", time_or_null(f.recovered_at)}};
+    if (f.injected_at >= 0 && f.recovered_at >= 0) {
+      j["recovery_s"] = f.recovered_at - f.injected_at;
+    }
+    if (!f.replacement.empty()) j["replacement"] = f.replacement;
+    if (!f.skipped.empty()) j["skipped"] = f.skipped;
+    if (!f.note.empty()) j["note"] = f.note;
+    faults.push_back(j);
+  }
+  nlohmann::json inv = nlohmann::json::array();
+  for (const auto& x : v) inv.push_back({{"name", x.name}, {"ok", x.ok}, {"detail", x.detail}});
+
+  nlohmann::json r = {{"scenario", m.scenario},
+                      {"file", m.file},
+                      {"seed", m.seed},
+                      {"short", m.short_form},
+                      {"target", m.target},
+                      {"wall_s", m.wall_s},
+                      {"faults", faults},
+                      {"accounting", m.accounting},
+                      {"units", m.units},
+                      {"trainer_stall_s", m.trainer_stall_s},
+                      {"trainer_restarts", m.trainer_restarts},
+                      {"iteration_s", m.iteration_s},
+                      {"baseline_iteration_s", m.baseline_iteration_s},
+                      {"mean_iteration_s", mean(m.iteration_s)},
+                      {"baseline_mean_iteration_s", mean(m.baseline_iteration_s)},
+                      {"invariants", inv},
+                      {"verdict", overall_verdict(m, v)},
+                      {"provenance", provenance}};
+  if (!m.baseline_note.empty()) r["baseline_note"] = m.baseline_note;
+  return r;
+}
+
+std::string human_summary(const nlohmann::json& r) {
+  std::ostringstream os;
+  os << "scenario " << r.value("scenario", std::string("?")) << " (seed " << r.value("seed", 0)
+     << (r.value("short", false) ? ", short form" : "") << ") against "
+     << r.value("target", std::string("?")) << ": " << r.value("verdict", std::string("?"))
+     << "\n";
+  os << "faults:\n";
+  for (const auto& f : r.value("faults", nlohmann::json::array())) {
+    os << "  " << f.value("kind", std::string("?")) << " " << f.value("node", std::string("?"));
+    if (f.contains("skipped")) {
+      os << ": skipped (" << f["skipped"].get<std::string>() << ")\n";
+      continue;
+    }
+    os << ": injected " << fmt_s(f["injected_at"]) << ", detected " << fmt_s(f["detected_at"])
+       << ", recovered " << fmt_s(f["recovered_at"]);
+    if (f.contains("replacement")) os << " by " << f["replacement"].get<std::string>();
+    if (f.contains("note")) os << " [" << f["note"].get<std::string>() << "]";
+    os << "\n";
+  }
+  const auto& acc = r["accounting"];
+  if (acc.is_object()) {
+    os << "accounting: dispatched " << acc.value("dispatched", 0) << ", committed "
+       << acc.value("committed", 0) << ", in flight " << acc.value("in_flight", 0)
+       << ", trained " << acc.value("trained", 0) << ", lost " << acc.value("lost", 0)
+       << ", duplicated " << acc.value("duplicated", 0) << "\n";
+    if (acc.contains("dropped") && acc["dropped"].is_object()) {
+      os << "dropped:";
+      if (acc["dropped"].empty()) os << " none";
+      for (const auto& [reason, n] : acc["dropped"].items()) os << " " << reason << "=" << n;
+      os << "\n";
+    }
+  } else {
+    os << "accounting: not reported\n";
+  }
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs; trainer stalled %.2fs\n",
+                r.value("iteration_s", nlohmann::json::array()).size(),
+                r.value("mean_iteration_s", 0.0),
+                r.value("baseline_iteration_s", nlohmann::json::array()).size(),
+                r.value("baseline_mean_iteration_s", 0.0), r.value("trainer_stall_s", 0.0));
+  os << line;
+  if (r.contains("baseline_note")) os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
+  os << "invariants:\n";
+  for (const auto& x : r.value("invariants", nlohmann::json::array())) {
+    os << "  [" << (x.value("ok", false) ? "ok  " : "FAIL") << "] " << x.value("name", std::string("?"))
+       << ": " << x.value("detail", std::string()) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace moerl::sims

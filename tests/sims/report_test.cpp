@@ -1,0 +1,217 @@
+// Report building from given measurements: the JSON carries every required field, and each
+// invariant fails when (and only when) its condition breaks.
+#include <gtest/gtest.h>
+
+#include "sims/report.h"
+
+namespace moerl::sims {
+namespace {
+
+nlohmann::json balanced_accounting() {
+  // 100 = 80 + 8 + (10 + 2)
+  return {{"dispatched", 100}, {"committed", 80}, {"in_flight", 8},
+          {"dropped", {{"stale_attempt", 10}, {"stale_policy", 2}}},
+          {"lost", 0}, {"duplicated", 0}, {"trained", 64}};
+}
+
+fault_record fault(fault_kind k, const std::string& node, double inj, double det, double rec) {
+  fault_record f;
+  f.planned.kind = k;
+  f.planned.node = node;
+  f.planned.role = "rollout";
+  f.planned.at_s = inj;
+  f.node = node;
+  f.injected_at = inj;
+  f.detected_at = det;
+  f.recovered_at = rec;
+  return f;
+}
+
+run_measurements healthy_run() {
+  run_measurements m;
+  m.scenario = "unit";
+  m.seed = 3;
+  m.target = "local cluster";
+  m.accounting = balanced_accounting();
+  m.faults.push_back(fault(fault_kind::hard_kill, "rollout-1", 5.0, 6.5, 12.0));
+  m.faults.back().replacement = "rollout-1r";
+  m.faults.push_back(fault(fault_kind::spot_notice, "rollout-2", 7.0, 7.1, 15.0));
+  m.iteration_s = {2.0, 3.0, 4.0};
+  m.baseline_iteration_s = {2.0, 2.0};
+  m.trainer_stall_s = 1.25;
+  return m;
+}
+
+const invariant_verdict& find(const std::vector<invariant_verdict>& v, const std::string& name) {
+  for (const auto& x : v) {
+    if (x.name == name) return x;
+  }
+  static invariant_verdict missing{"missing", false, ""};
+  ADD_FAILURE() << "no invariant " << name;
+  return missing;
+}
+
+TEST(report, healthy_run_passes_every_invariant) {
+  const run_measurements m = healthy_run();
+  const auto v = evaluate_invariants(m);
+  for (const auto& x : v) EXPECT_TRUE(x.ok) << x.name << ": " << x.detail;
+  EXPECT_EQ(overall_verdict(m, v), "pass");
+  EXPECT_GE(v.size(), 9u);
+}
+
+TEST(report, json_carries_the_required_fields) {
+  const run_measurements m = healthy_run();
+  const auto r = report_json(m, evaluate_invariants(m), {{"commit", "abc"}});
+  for (const char* key : {"scenario", "faults", "accounting", "trainer_stall_s", "iteration_s",
+                          "baseline_iteration_s", "invariants", "verdict", "provenance"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+  }
+  ASSERT_EQ(r["faults"].size(), 2u);
+  const auto& f = r["faults"][0];
+  EXPECT_EQ(f["kind"], "hard_kill");
+  EXPECT_EQ(f["node"], "rollout-1");
+  EXPECT_DOUBLE_EQ(f["injected_at"].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(f["detected_at"].get<double>(), 6.5);
+  EXPECT_DOUBLE_EQ(f["recovered_at"].get<double>(), 12.0);
+  EXPECT_DOUBLE_EQ(f["recovery_s"].get<double>(), 7.0);
+  EXPECT_EQ(f["replacement"], "rollout-1r");
+  EXPECT_DOUBLE_EQ(r["mean_iteration_s"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(r["baseline_mean_iteration_s"].get<double>(), 2.0);
+  EXPECT_EQ(r["accounting"]["dropped"]["stale_attempt"], 10);
+  for (const auto& x : r["invariants"]) {
+    EXPECT_TRUE(x.contains("name") && x.contains("ok"));
+  }
+}
+
+TEST(report, times_that_never_happened_are_null) {
+  run_measurements m = healthy_run();
+  m.faults[0].recovered_at = -1;
+  const auto r = report_json(m, evaluate_invariants(m), nullptr);
+  EXPECT_TRUE(r["faults"][0]["recovered_at"].is_null());
+  EXPECT_FALSE(r["faults"][0].contains("recovery_s"));
+  EXPECT_EQ(r["verdict"], "fail");
+}
+
+TEST(report, a_lost_sample_fails_the_run) {
+  run_measurements m = healthy_run();
+  m.accounting["lost"] = 1;
+  m.accounting["committed"] = 79;  // keeps the equation balanced: only `lost` is wrong
+  m.accounting["dispatched"] = 99;
+  const auto v = evaluate_invariants(m);
+  EXPECT_FALSE(find(v, "lost_is_zero").ok);
+  EXPECT_TRUE(find(v, "accounting_balances").ok);
+  EXPECT_EQ(overall_verdict(m, v), "fail");
+}
+
+TEST(report, a_duplicated_sample_fails_the_run) {
+  run_measurements m = healthy_run();
+  m.accounting["duplicated"] = 2;
+  const auto v = evaluate_invariants(m);
+  EXPECT_FALSE(find(v, "duplicated_is_zero").ok);
+  EXPECT_EQ(find(v, "duplicated_is_zero").detail, "2");
+}
+
+TEST(report, unbalanced_accounting_names_both_sides) {
+  run_measurements m = healthy_run();
+  m.accounting["dropped"]["filtered"] = 1;
+  const auto v = evaluate_invariants(m);
+  const auto& x = find(v, "accounting_balances");
+  EXPECT_FALSE(x.ok);
+  EXPECT_NE(x.detail.find("dispatched 100"), std::string::npos) << x.detail;
+  EXPECT_NE(x.detail.find("= 101"), std::string::npos) << x.detail;
+}
+
+TEST(report, trained_beyond_committed_fails) {
+  run_measurements m = healthy_run();
+  m.accounting["trained"] = 81;
+  EXPECT_FALSE(find(evaluate_invariants(m), "trained_at_most_committed").ok);
+}
+
+TEST(report, missing_or_malformed_accounting_fails_instead_of_passing_vacuously) {
+  run_measurements m = healthy_run();
+  m.accounting = nullptr;
+  auto v = evaluate_invariants(m);
+  EXPECT_FALSE(find(v, "accounting_reported").ok);
+  EXPECT_FALSE(find(v, "lost_is_zero").ok);
+  EXPECT_FALSE(find(v, "accounting_balances").ok);
+  EXPECT_EQ(overall_verdict(m, v), "fail");
+
+  m.accounting = balanced_accounting();
+  m.accounting["in_flight"] = -3;
+  v = evaluate_invariants(m);
+  EXPECT_FALSE(find(v, "accounting_reported").ok);
+  EXPECT_NE(find(v, "accounting_reported").detail.find("in_flight"), std::string::npos);
+
+  m.accounting = balanced_accounting();
+  m.accounting["dropped"]["stale_policy"] = "two";
+  EXPECT_FALSE(find(evaluate_invariants(m), "accounting_reported").ok);
+}
+
+TEST(report, a_job_that_committed_nothing_does_not_pass) {
+  run_measurements m = healthy_run();
+  m.accounting = {{"dispatched", 0}, {"committed", 0}, {"in_flight", 0}, {"dropped", nlohmann::json::object()},
+                  {"lost", 0}, {"duplicated", 0}, {"trained", 0}};
+  EXPECT_FALSE(find(evaluate_invariants(m), "job_made_progress").ok);
+}
+
+TEST(report, trainer_restart_fails_unless_the_trainer_was_a_target) {
+  run_measurements m = healthy_run();
+  m.trainer_restarts = 1;
+  EXPECT_FALSE(find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss").ok);
+  m.faults.push_back(fault(fault_kind::hard_kill, "trainer-1", 9, 9.5, 20));
+  m.faults.back().planned.role = "trainer";
+  const auto v = evaluate_invariants(m);
+  const auto& x = find(v, "trainer_not_restarted_by_rollout_loss");
+  EXPECT_TRUE(x.ok);
+  EXPECT_NE(x.detail.find("not judged"), std::string::npos);
+}
+
+TEST(report, undetected_fault_fails_but_an_undetected_slow_node_does_not) {
+  run_measurements m = healthy_run();
+  m.faults[1].detected_at = -1;
+  auto x = find(evaluate_invariants(m), "every_fault_detected");
+  EXPECT_FALSE(x.ok);
+  EXPECT_NE(x.detail.find("spot_notice rollout-2"), std::string::npos) << x.detail;
+
+  m = healthy_run();
+  m.faults.push_back(fault(fault_kind::slow_node, "rollout-3", 3, -1, 9));
+  EXPECT_TRUE(find(evaluate_invariants(m), "every_fault_detected").ok);
+}
+
+TEST(report, skipped_faults_are_not_judged_and_all_skipped_means_skipped) {
+  run_measurements m = healthy_run();
+  m.faults.push_back(fault(fault_kind::partition, "rollout-3", -1, -1, -1));
+  m.faults.back().skipped = "network namespaces unavailable: Operation not permitted";
+  auto v = evaluate_invariants(m);
+  EXPECT_TRUE(find(v, "every_fault_recovered").ok);
+  EXPECT_EQ(overall_verdict(m, v), "pass");
+
+  m.faults.erase(m.faults.begin(), m.faults.begin() + 2);
+  v = evaluate_invariants(m);
+  EXPECT_EQ(overall_verdict(m, v), "skipped");
+  const std::string text = human_summary(report_json(m, v, nullptr));
+  EXPECT_NE(text.find("partition rollout-3: skipped (network namespaces unavailable"),
+            std::string::npos)
+      << text;
+}
+
+TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
+  run_measurements m = healthy_run();
+  m.faults[0].recovered_at = -1;
+  const std::string text = human_summary(report_json(m, evaluate_invariants(m), nullptr));
+  EXPECT_NE(text.find("scenario unit (seed 3) against local cluster: fail"), std::string::npos) << text;
+  EXPECT_NE(text.find("hard_kill rollout-1: injected 5.00s, detected 6.50s, recovered never by rollout-1r"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("dispatched 100, committed 80, in flight 8, trained 64, lost 0, duplicated 0"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("dropped: stale_attempt=10 stale_policy=2"), std::string::npos) << text;
+  EXPECT_NE(text.find("[FAIL] every_fault_recovered"), std::string::npos) << text;
+  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s; trainer stalled 1.25s"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace moerl::sims
