@@ -1,6 +1,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/commands.h"
+#include "bench/kernels/kernels_bench.h"
 
 namespace moerl::apps {
 
@@ -9,6 +10,7 @@ void add_bench_command(CLI::App& root) {
   cmd->require_subcommand(1);
   // Each benchmark registers itself here: kernels (bench/kernels), ep (bench/ep),
   // control (bench/control).
+  moerl::bench::add_kernels_bench_command(*cmd);
   (void)cmd;
 }
 

@@ -14,24 +14,6 @@ namespace {
 // below fp32's resolution for any real sum, so it does not change normal results.
 constexpr float renorm_eps = 1e-20f;
 
-status check_params(const char* fn, const routing_params& p, int64_t num_tokens) {
-  KERNELS_REQUIRE(num_tokens >= 0, fn, "num_tokens = ", num_tokens, " is negative");
-  KERNELS_REQUIRE(p.num_experts > 0, fn, "num_experts = ", p.num_experts, " must be > 0");
-  KERNELS_REQUIRE(p.topk >= 1 && p.topk <= p.num_experts, fn, "topk = ", p.topk,
-                  " must be in [1, num_experts = ", p.num_experts, "]");
-  KERNELS_REQUIRE(p.num_groups >= 1 && p.num_experts % p.num_groups == 0, fn,
-                  "num_groups = ", p.num_groups, " must divide num_experts = ", p.num_experts);
-  KERNELS_REQUIRE(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, fn, "topk_groups = ",
-                  p.topk_groups, " must be in [1, num_groups = ", p.num_groups, "]");
-  KERNELS_REQUIRE(
-      p.num_groups == 1 ||
-          p.topk <= static_cast<int64_t>(p.topk_groups) * (p.num_experts / p.num_groups),
-      fn, "topk = ", p.topk, " exceeds the experts in topk_groups = ", p.topk_groups,
-      " groups of ", p.num_experts / p.num_groups);
-  KERNELS_REQUIRE(std::isfinite(p.route_scale), fn, "route_scale is not finite");
-  return ok_status();
-}
-
 // Index of the largest value among candidates[i] with allowed[i]; ties go to the lower
 // index, so the choice never depends on evaluation order.
 int argmax_allowed(const float* v, const uint8_t* allowed, int n) {
@@ -47,7 +29,7 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
                      const float* selection_bias, const uint8_t* token_mask,
                      int64_t num_tokens, float* scores, int64_t* topk_idx,
                      float* topk_weights) {
-  if (auto st = check_params("route_forward", p, num_tokens); !st) return st;
+  if (auto st = detail::check_routing_params("route_forward", p, num_tokens); !st) return st;
   const int E = p.num_experts, K = p.topk, G = p.num_groups;
   const int per_group = E / G;
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
@@ -121,7 +103,7 @@ status route_backward(thread_pool& pool, const routing_params& p, const float* s
                       const int64_t* topk_idx, const float* grad_topk_weights,
                       const float* grad_scores_extra, int64_t num_tokens,
                       float* grad_logits) {
-  if (auto st = check_params("route_backward", p, num_tokens); !st) return st;
+  if (auto st = detail::check_routing_params("route_backward", p, num_tokens); !st) return st;
   if (auto st = detail::check_topk_idx("route_backward", topk_idx, num_tokens, p.topk,
                                        p.num_experts);
       !st)

@@ -1,6 +1,26 @@
 #include "kernels/cpu/validate.h"
 
+#include <cmath>
+
 namespace moerl::kernels::detail {
+
+status check_routing_params(const char* fn, const routing_params& p, int64_t num_tokens) {
+  KERNELS_REQUIRE(num_tokens >= 0, fn, "num_tokens = ", num_tokens, " is negative");
+  KERNELS_REQUIRE(p.num_experts > 0, fn, "num_experts = ", p.num_experts, " must be > 0");
+  KERNELS_REQUIRE(p.topk >= 1 && p.topk <= p.num_experts, fn, "topk = ", p.topk,
+                  " must be in [1, num_experts = ", p.num_experts, "]");
+  KERNELS_REQUIRE(p.num_groups >= 1 && p.num_experts % p.num_groups == 0, fn,
+                  "num_groups = ", p.num_groups, " must divide num_experts = ", p.num_experts);
+  KERNELS_REQUIRE(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, fn, "topk_groups = ",
+                  p.topk_groups, " must be in [1, num_groups = ", p.num_groups, "]");
+  KERNELS_REQUIRE(
+      p.num_groups == 1 ||
+          p.topk <= static_cast<int64_t>(p.topk_groups) * (p.num_experts / p.num_groups),
+      fn, "topk = ", p.topk, " exceeds the experts in topk_groups = ", p.topk_groups,
+      " groups of ", p.num_experts / p.num_groups);
+  KERNELS_REQUIRE(std::isfinite(p.route_scale), fn, "route_scale is not finite");
+  return ok_status();
+}
 
 status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_tokens, int topk,
                       int num_experts) {

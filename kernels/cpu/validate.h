@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/routing.h"
 
 namespace moerl::kernels::detail {
 
@@ -26,6 +27,9 @@ std::string concat(const Args&... args) {
       return ::moerl::error(::moerl::errc::invalid_argument,                           \
                             ::moerl::kernels::detail::concat(fn, ": ", __VA_ARGS__)); \
   } while (0)
+
+// routing_params are consistent (see kernels/routing.h) and num_tokens >= 0.
+status check_routing_params(const char* fn, const routing_params& p, int64_t num_tokens);
 
 // Every entry of a [num_tokens, topk] routing table is -1 or an expert id in [0, num_experts).
 status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_tokens, int topk,

@@ -1,0 +1,54 @@
+#include "bench/kernels/timing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace moerl::bench {
+
+namespace {
+// Nearest-rank percentile of sorted values: with 20 runs p99 is the slowest run, which is
+// what a tail figure over so few samples honestly is.
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+}  // namespace
+
+timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  timing t;
+  t.us.reserve(runs);
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    const auto stop = std::chrono::steady_clock::now();
+    t.us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  std::vector<double> sorted = t.us;
+  std::sort(sorted.begin(), sorted.end());
+  t.p50_us = percentile(sorted, 50);
+  t.p99_us = percentile(sorted, 99);
+  t.min_us = sorted.empty() ? 0 : sorted.front();
+  t.max_us = sorted.empty() ? 0 : sorted.back();
+  return t;
+}
+
+nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape,
+                            const timing& t, double bytes, double flops) {
+  nlohmann::json j;
+  j["name"] = name;
+  j["shape"] = shape;
+  j["runs"] = t.us.size();
+  j["p50_us"] = t.p50_us;
+  j["p99_us"] = t.p99_us;
+  j["min_us"] = t.min_us;
+  j["max_us"] = t.max_us;
+  j["bytes"] = bytes;
+  j["gbps"] = t.p50_us > 0 ? bytes / (t.p50_us * 1e3) : 0.0;
+  j["gflops"] = flops > 0 && t.p50_us > 0 ? nlohmann::json(flops / (t.p50_us * 1e3)) : nlohmann::json(nullptr);
+  return j;
+}
+
+}  // namespace moerl::bench
