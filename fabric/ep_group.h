@@ -1,0 +1,115 @@
+// Expert-parallel dispatch/combine over libfabric, in the spirit of DeepEP's Buffer.
+//
+// A group is num_ranks ranks; expert e lives on rank e / (num_experts / num_ranks). Each
+// dispatch sends every token to the ranks holding its top-k experts and returns, on every
+// rank, the rows it received in expert-major order; combine sends expert outputs back and
+// reduces them with the routing weights. Three modes move the same data differently
+// (fabric/PROTOCOL.md has the buffer layouts, phases and the immediate-data layout):
+//   normal      — one row per (token, destination rank), with a count exchange first;
+//                 combine reduces on the expert's rank and returns one partial per rank;
+//   low_latency — one direct write per (token, expert) into pre-registered, double-
+//                 buffered receive slots, no wait for the peers before writing;
+//   baseline    — a generic padded all-to-all: one row per (token, expert), and every rank
+//                 writes a block padded to the largest block of the step to every rank.
+// Completion is only ever decided by counting remote-CQ-data completions; no mode assumes
+// delivery order.
+//
+// Threading: one thread per rank calls into its group. Calls alternate
+// dispatch_send, dispatch_recv, combine_send, combine_recv (or the fused dispatch/combine).
+// Any failure (timeout, dead peer) breaks the group: later calls fail with the first error,
+// and a new group is built with the survivors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "fabric/bootstrap.h"
+#include "fabric/transport.h"
+
+namespace moerl::fabric {
+
+enum class ep_mode { normal, low_latency, baseline };
+enum class ep_dtype { bf16, fp32 };
+
+const char* ep_mode_name(ep_mode m);  // "normal", "ll", "baseline"
+result<ep_mode> parse_ep_mode(const std::string& name);
+size_t ep_dtype_size(ep_dtype d);
+
+struct ep_config {
+  ep_mode mode = ep_mode::normal;
+  int num_experts = 0;               // divisible by the number of ranks
+  int64_t hidden = 0;                // elements per token row
+  int topk = 0;
+  int64_t max_tokens_per_rank = 0;   // upper bound on num_tokens of any dispatch
+  ep_dtype dtype = ep_dtype::bf16;
+  // baseline only: rows a rank can receive from one peer per step. 0: the worst case,
+  // max_tokens_per_rank * min(topk, experts per rank).
+  int64_t baseline_rows_per_peer = 0;
+  size_t chunk_bytes = 1 << 20;      // normal/baseline bulk writes are cut into chunks of this
+  int64_t op_timeout_ms = 10000;     // a step not complete within this fails
+};
+
+// What dispatch_recv returns; valid until the next dispatch_recv on this group.
+struct dispatch_output {
+  uint32_t seq = 0;              // step number, checked by combine
+  const void* recv_x = nullptr;  // [num_recv_rows, hidden] of dtype, expert-major
+  int64_t num_recv_rows = 0;
+  // [num_local_experts + 1]: local expert j's rows are [expert_offset[j], expert_offset[j+1]).
+  // Inside one expert rows are ordered by (source rank, source token, k): the same in
+  // every mode.
+  std::vector<int64_t> expert_offset;
+  // Per received row: where it came from (attribution, and the way back for combine).
+  std::vector<int32_t> src_rank, src_token, src_k;
+};
+
+// Bytes this rank posted to the fabric in the last step, split by phase.
+struct ep_step_bytes {
+  uint64_t dispatch_wire = 0;  // every byte written in dispatch (counts, metadata, padding)
+  uint64_t combine_wire = 0;
+  uint64_t dispatch_writes = 0;
+  uint64_t combine_writes = 0;
+};
+
+class ep_group {
+ public:
+  // Collective over `members` (launcher ranks, sorted): opens an endpoint, registers the
+  // mode's buffers and exchanges addresses and keys through `boot`. This rank's index in
+  // the group is its position in `members`.
+  static result<std::unique_ptr<ep_group>> create(const transport_options& topt, bootstrap& boot,
+                                                  const std::vector<int>& members,
+                                                  const ep_config& cfg);
+  ~ep_group();
+
+  int rank() const;
+  int num_ranks() const;
+  int num_local_experts() const;
+  const ep_config& config() const;
+  const transport_description& describe() const;
+
+  // x [num_tokens, hidden] of dtype; topk_idx [num_tokens, topk], -1 = masked;
+  // topk_weights [num_tokens, topk]. The inputs must stay unchanged until combine_recv.
+  status dispatch_send(const void* x, const int64_t* topk_idx, const float* topk_weights,
+                       int64_t num_tokens);
+  result<const dispatch_output*> dispatch_recv();
+  result<const dispatch_output*> dispatch(const void* x, const int64_t* topk_idx,
+                                          const float* topk_weights, int64_t num_tokens);
+
+  // expert_out [num_recv_rows, hidden] of dtype, in dispatch_recv's order.
+  status combine_send(const dispatch_output& handle, const void* expert_out);
+  // y [num_tokens, hidden] of dtype: y[t] = sum_k w[t,k] * expert_out(t,k); the exact
+  // summation order per mode is in PROTOCOL.md (fixed, so results are bitwise reproducible).
+  status combine_recv(void* y);
+  status combine(const dispatch_output& handle, const void* expert_out, void* y);
+
+  const ep_step_bytes& last_step_bytes() const;
+
+ private:
+  struct impl;
+  explicit ep_group(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace moerl::fabric

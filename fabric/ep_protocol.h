@@ -1,0 +1,50 @@
+// Wire constants of the EP protocol (fabric/PROTOCOL.md explains them). Private to fabric/.
+#pragma once
+
+#include <cstdint>
+
+namespace moerl::fabric::proto {
+
+// 32-bit immediate data, EFA's limit:
+//   bits 31..30  kind   (imm_kind)
+//   bits 29..26  step   (step number mod 16)
+//   bits 25..14  source rank in the group (< 4096)
+//   bits 13..0   zero (reserved)
+enum imm_kind : uint32_t {
+  imm_count = 0,     // a count record landed in the ctrl region
+  imm_dispatch = 1,  // a dispatch data write landed
+  imm_combine = 2,   // a combine data write landed
+  imm_reserved = 3,  // never sent by the EP layer; receiving it is a protocol error
+};
+constexpr uint32_t step_slots = 16;
+constexpr int max_ranks = 4096;
+
+constexpr uint32_t make_imm(imm_kind kind, uint32_t step, uint32_t src) {
+  return (static_cast<uint32_t>(kind) << 30) | ((step % step_slots) << 26) | (src << 14);
+}
+constexpr uint32_t imm_kind_of(uint32_t imm) { return imm >> 30; }
+constexpr uint32_t imm_step_of(uint32_t imm) { return (imm >> 26) & 0xf; }
+constexpr uint32_t imm_src_of(uint32_t imm) { return (imm >> 14) & 0xfff; }
+constexpr uint32_t imm_reserved_bits(uint32_t imm) { return imm & 0x3fff; }
+
+// What each rank writes into every peer's ctrl region at the start of a dispatch.
+struct count_record {
+  uint64_t rows;          // rows (normal: tokens; ll/baseline: (token, expert) entries) for you
+  uint64_t max_rows;      // the largest `rows` this sender has for any rank (baseline padding)
+};
+
+// Metadata after the hidden payload of a normal-mode dispatch row.
+//   int32 token; int32 reserved; int32 topk_idx[topk]; float topk_weight[topk]
+constexpr int64_t normal_meta_bytes(int topk) { return 8 + 8 * static_cast<int64_t>(topk); }
+
+// Metadata after the hidden payload of a low-latency or baseline row.
+struct entry_meta {
+  int32_t token;   // token index on the source rank
+  int32_t k;       // which of the token's top-k entries
+  int32_t expert;  // global expert id
+  int32_t reserved;
+};
+
+constexpr int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace moerl::fabric::proto

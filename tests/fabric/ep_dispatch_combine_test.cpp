@@ -1,0 +1,114 @@
+// Dispatch/combine in every mode, over shm and tcp, with and without the reorder shim,
+// with ranks as processes and as threads: per-expert counts, the sorted set of received
+// rows with every payload byte attributable, and bitwise combine results, through Zipf
+// skew, tokens routed to one rank several times, masked entries, uneven and zero token
+// counts, and more steps than the immediate's step field can count.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "tests/fabric/ep_rank_runner.h"
+
+namespace moerl::fabric::test {
+namespace {
+
+struct combo {
+  std::string provider;
+  bool shim;
+  int ranks;
+  ep_mode mode;
+};
+
+std::string combo_name(const ::testing::TestParamInfo<combo>& info) {
+  const combo& c = info.param;
+  return std::string(c.provider == "shm" ? "shm" : "tcp") + (c.shim ? "_shim" : "") + "_" +
+         std::to_string(c.ranks) + "ranks_" + ep_mode_name(c.mode);
+}
+
+std::vector<combo> all_combos() {
+  std::vector<combo> out;
+  for (const char* prov : {"shm", "tcp"})
+    for (bool shim : {false, true})
+      for (int ranks : {2, 4, 8})
+        for (ep_mode m : {ep_mode::normal, ep_mode::low_latency, ep_mode::baseline})
+          out.push_back({prov, shim, ranks, m});
+  return out;
+}
+
+class ep_processes : public ::testing::TestWithParam<combo> {};
+
+TEST_P(ep_processes, every_rank_receives_the_reference_rows_and_combines_bitwise) {
+  const combo& k = GetParam();
+  ep_case c;
+  c.provider = k.provider;
+  c.shim = k.shim;
+  c.mode = k.mode;
+  auto report = launch_processes(k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
+  ASSERT_TRUE(report.ok()) << report.err().to_string();
+  for (size_t r = 0; r < report->exit_codes.size(); ++r)
+    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(modes, ep_processes, ::testing::ValuesIn(all_combos()), combo_name);
+
+class ep_threads : public ::testing::TestWithParam<combo> {};
+
+TEST_P(ep_threads, ranks_as_threads_of_one_process_get_the_same_results) {
+  const combo& k = GetParam();
+  ep_case c;
+  c.provider = k.provider;
+  c.shim = k.shim;
+  c.mode = k.mode;
+  c.steps = 6;
+  auto report = launch_threads(k.ranks, [&](bootstrap& b) { return run_rank(b, c); });
+  for (size_t r = 0; r < report.exit_codes.size(); ++r) EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(modes, ep_threads,
+                         ::testing::Values(combo{"shm", true, 4, ep_mode::normal},
+                                           combo{"shm", true, 4, ep_mode::low_latency},
+                                           combo{"shm", true, 4, ep_mode::baseline},
+                                           combo{"tcp", true, 2, ep_mode::normal},
+                                           combo{"tcp", false, 3, ep_mode::low_latency}),
+                         combo_name);
+
+TEST(ep_dtypes, fp32_rows_and_combine_match_the_reference_in_every_mode) {
+  for (ep_mode m : {ep_mode::normal, ep_mode::low_latency, ep_mode::baseline}) {
+    ep_case c;
+    c.mode = m;
+    c.shim = true;
+    c.dtype = ep_dtype::fp32;
+    c.steps = 5;
+    auto report = launch_processes(4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
+    ASSERT_TRUE(report.ok()) << report.err().to_string();
+    EXPECT_TRUE(report->all_ok()) << ep_mode_name(m);
+  }
+}
+
+TEST(ep_config_errors, bad_group_shapes_and_inputs_are_errors_naming_the_problem) {
+  auto report = launch_threads(2, [&](bootstrap& b) {
+    ep_case c;
+    ep_config cfg = config_for(c);
+    cfg.num_experts = 47;  // not a multiple of 2
+    auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), cfg);
+    if (g.ok() || g.err().code != errc::invalid_argument ||
+        g.err().message.find("num_experts") == std::string::npos)
+      return 1;
+    auto ok = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+    if (!ok) return 2;
+    // An expert id outside [0, num_experts) is refused before anything is sent.
+    std::vector<char> x(static_cast<size_t>(c.hidden) * 2);
+    std::vector<int64_t> idx = {0, 1, 2, 48};
+    std::vector<float> w(4, 0.5f);
+    auto st = (*ok)->dispatch_send(x.data(), idx.data(), w.data(), 1);
+    if (st.ok() || st.err().code != errc::invalid_argument) return 3;
+    // More tokens than the group was sized for.
+    st = (*ok)->dispatch_send(x.data(), idx.data(), w.data(), c.tokens + 1);
+    if (st.ok() || st.err().message.find("num_tokens") == std::string::npos) return 4;
+    return 0;
+  });
+  for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
+}  // namespace
+}  // namespace moerl::fabric::test

@@ -1,0 +1,105 @@
+// Shared by the EP tests: one rank's life in a test group — build the group, run steps of
+// dispatch, stand-in experts and combine, and check each against the reference.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fabric/bootstrap.h"
+#include "fabric/ep_group.h"
+#include "fabric/ep_workload.h"
+
+namespace moerl::fabric::test {
+
+struct ep_case {
+  std::string provider = "shm";
+  bool shim = false;
+  ep_mode mode = ep_mode::normal;
+  ep_dtype dtype = ep_dtype::bf16;
+  int num_experts = 48;
+  int64_t hidden = 96;
+  int topk = 4;
+  int64_t tokens = 40;
+  int steps = 18;  // more than 16, so the step field of the immediates wraps around
+};
+
+// The workload of step `step`: cycles through the edge cases the EP layer must survive.
+inline workload_params step_workload(const ep_case& c, int num_ranks, int step) {
+  workload_params p;
+  p.num_ranks = num_ranks;
+  p.num_experts = c.num_experts;
+  p.hidden = c.hidden;
+  p.topk = c.topk;
+  p.dtype = c.dtype;
+  p.tokens_per_rank = c.tokens;
+  p.seed = 100 + static_cast<uint64_t>(step);
+  switch (step % 5) {
+    case 0: p.routing = "uniform"; break;
+    case 1: p.routing = "zipf"; break;                  // skewed expert load
+    case 2: p.routing = "one_rank"; break;              // a token routed to one rank k times
+    case 3: p.mask_fraction = 0.3; p.vary_tokens = true; break;  // -1 entries, uneven counts
+    case 4: p.zero_tokens_rank = num_ranks - 1; p.routing = "zipf"; break;  // a rank sends nothing
+  }
+  return p;
+}
+
+inline int report(int rank, const std::string& what, const error& e) {
+  std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), e.to_string().c_str());
+  return 1;
+}
+
+// One step on an existing group; 0 when dispatch and combine match the reference.
+inline int run_step(ep_group& g, const workload_params& p, int boot_rank) {
+  std::vector<rank_inputs> all;
+  for (int r = 0; r < p.num_ranks; ++r) all.push_back(make_rank_inputs(p, r));
+  const rank_inputs& in = all[g.rank()];
+  auto d = g.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+  if (!d) return report(boot_rank, "dispatch", d.err());
+  if (auto st = check_dispatch(p, all, g.rank(), **d); !st) return report(boot_rank, "check", st.err());
+  std::vector<char> expert_out;
+  apply_experts(p, g.rank() * g.num_local_experts(), **d, expert_out);
+  std::vector<char> y(std::max<size_t>(in.x.size(), 1));
+  if (auto st = g.combine(**d, expert_out.data(), y.data()); !st)
+    return report(boot_rank, "combine", st.err());
+  const std::vector<char> want = reference_combine(p, all, g.rank(), g.config().mode);
+  if (in.x.size() > 0 && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
+    std::fprintf(stderr, "rank %d: combine differs from the reference bitwise\n", boot_rank);
+    return 1;
+  }
+  return 0;
+}
+
+inline transport_options options_for(const ep_case& c, int rank) {
+  transport_options o;
+  o.provider = c.provider;
+  o.require_provider = true;
+  o.reorder_shim = c.shim;
+  o.shim_seed = 1234 + static_cast<uint64_t>(rank);
+  return o;
+}
+
+inline ep_config config_for(const ep_case& c) {
+  ep_config cfg;
+  cfg.mode = c.mode;
+  cfg.num_experts = c.num_experts;
+  cfg.hidden = c.hidden;
+  cfg.topk = c.topk;
+  cfg.dtype = c.dtype;
+  cfg.max_tokens_per_rank = c.tokens;
+  cfg.chunk_bytes = 4096;  // small chunks: many writes per peer, so reordering has room
+  cfg.op_timeout_ms = 20000;
+  return cfg;
+}
+
+inline int run_rank(bootstrap& b, const ep_case& c) {
+  auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+  if (!g) return report(b.rank(), "create", g.err());
+  for (int s = 0; s < c.steps; ++s)
+    if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank()); rc != 0) return rc;
+  // Stay until everyone is done: peers may still be waiting on our last writes' partners.
+  if (auto done = b.allgather(all_members(b), "", 20000); !done) return report(b.rank(), "final barrier", done.err());
+  return 0;
+}
+
+}  // namespace moerl::fabric::test
