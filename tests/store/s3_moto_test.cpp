@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "moto_server.h"
+#include "store/checkpoint.h"
 #include "store/s3_client.h"
 #include "store/s3_store.h"
 #include "store/s3_xml.h"
@@ -261,6 +262,28 @@ TEST_F(s3_moto_test, a_missing_bucket_is_a_clear_error) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.err().message.find("NoSuchBucket"), std::string::npos) << r.err().message;
   EXPECT_NE(r.err().message.find("s3://no-such-bucket-here/k"), std::string::npos) << r.err().message;
+}
+
+TEST_F(s3_moto_test, checkpoints_commit_and_torn_ones_are_skipped_over_s3) {
+  auto store = open(settings_for("ckpt-run"));
+  ASSERT_TRUE(store);
+  for (uint64_t step : {1u, 2u}) {
+    auto m = write_checkpoint(*store, "ckpt", step,
+                              {{"weights/experts.bin", std::string(5000, static_cast<char>(step))},
+                               {"meta.txt", "step " + std::to_string(step)}});
+    ASSERT_TRUE(m.ok()) << m.err().to_string();
+  }
+  auto latest = latest_committed(*store, "ckpt");
+  ASSERT_TRUE(latest.ok()) << latest.err().to_string();
+  EXPECT_EQ(latest->step, 2u);
+  ASSERT_TRUE(store->remove(checkpoint_dir("ckpt", 2) + "/parts/weights/experts.bin").ok());
+  latest = latest_committed(*store, "ckpt");
+  ASSERT_TRUE(latest.ok()) << latest.err().to_string();
+  EXPECT_EQ(latest->step, 1u);
+  auto parts = read_checkpoint(*store, "ckpt", latest.value());
+  ASSERT_TRUE(parts.ok()) << parts.err().to_string();
+  EXPECT_EQ(parts->at(0).name, "meta.txt");
+  EXPECT_EQ(parts->at(0).bytes, "step 1");
 }
 
 TEST_F(s3_moto_test, a_dead_endpoint_is_an_io_error_naming_the_object) {
