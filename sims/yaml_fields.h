@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "sims/try.h"
 
 namespace moerl::sims::detail {
 
@@ -55,10 +56,3 @@ status scalar_text(const YAML::Node& n, const std::string& origin, const std::st
                    std::string& out);
 
 }  // namespace moerl::sims::detail
-
-// Propagates a failed status out of a function returning status or result<T>.
-#define SIMS_TRY(expr)                               \
-  do {                                               \
-    ::moerl::status sims_try_st_ = (expr);           \
-    if (!sims_try_st_.ok()) return sims_try_st_.err(); \
-  } while (0)

@@ -1,0 +1,53 @@
+// Network partition of one node: the node runs inside its own network namespace, joined to
+// the host by a veth pair; cutting the link (host end down) cuts the node off from everyone,
+// healing it (host end up) reconnects it, and the processes on both sides never notice
+// anything but silence, as with a real partition. A process cannot be moved into a namespace
+// after it started, so partitioned nodes are started inside one (exec_prefix()).
+//
+// Addressing: host end 10.213.<index>.1/30, namespace end 10.213.<index>.2/30. The rest of
+// the cluster must listen on the host address (node.host) for the node to reach it: the
+// namespace has its own 127.0.0.1.
+//
+// Needs root (CAP_NET_ADMIN) and the `ip` tool (iproute2). Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace moerl::sims {
+
+class netns_link {
+ public:
+  // Empty when this process can create namespaces and veth pairs; else why not (the
+  // scenario then reports its partition faults as skipped with this reason).
+  static std::string unavailable_reason();
+
+  // Creates namespace "moerl-sim-<pid>-<index>" and its veth pair, link up. index < 256.
+  static result<std::unique_ptr<netns_link>> create(int index);
+  ~netns_link();  // deletes the namespace (and with it the veth pair)
+  netns_link(const netns_link&) = delete;
+  netns_link& operator=(const netns_link&) = delete;
+
+  std::vector<std::string> exec_prefix() const;  // {"ip", "netns", "exec", name}
+  const std::string& name() const { return name_; }
+  const std::string& host_address() const { return host_addr_; }
+  const std::string& ns_address() const { return ns_addr_; }
+
+  status cut();   // host end down: no packet crosses in either direction
+  status heal();  // host end up again
+  bool is_cut() const { return cut_; }
+
+ private:
+  netns_link() = default;
+  std::string name_;
+  std::string host_if_;
+  std::string host_addr_;
+  std::string ns_addr_;
+  bool cut_ = false;
+  bool created_ = false;
+};
+
+}  // namespace moerl::sims

@@ -1,0 +1,180 @@
+#include "sims/process_control.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "sims/sys_check.h"
+
+namespace moerl::sims {
+
+namespace detail {
+error sys_error(const char* call, const std::string& what, const char* file, int line, int err) {
+  const errc code = err == ESRCH || err == ENOENT ? errc::not_found : errc::io_error;
+  return error{code, std::string(call) + " on " + what + " failed: " + std::strerror(err) + " (" +
+                         file + ":" + std::to_string(line) + ")"};
+}
+}  // namespace detail
+
+status send_signal(pid_t pid, int sig) {
+  if (pid <= 1) return error{errc::invalid_argument, "refusing to signal pid " + std::to_string(pid)};
+  SIMS_SYS_CHECK(::kill(pid, sig), "pid " + std::to_string(pid));
+  return ok_status();
+}
+
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+  const auto close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return 0;
+  return text[close + 2];
+}
+
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return false;
+  const char st = process_state(pid);
+  return st != 0 && st != 'Z' && st != 'X';
+}
+
+namespace {
+std::vector<std::string> split_nul(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < s.size()) {
+    const size_t end = s.find('\0', start);
+    out.push_back(s.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+result<std::string> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error{errc::not_found, "cannot read " + path + " (the process is gone?)"};
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+}  // namespace
+
+result<launch_spec> read_launch_spec(pid_t pid) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  launch_spec spec;
+  auto cmdline = slurp(base + "/cmdline");
+  if (!cmdline) return cmdline.err();
+  spec.argv = split_nul(*cmdline);
+  if (spec.argv.empty()) return error{errc::not_found, base + "/cmdline is empty (a zombie?)"};
+  auto env = slurp(base + "/environ");
+  if (env) spec.env = split_nul(*env);
+  char cwd[4096];
+  ssize_t n;
+  SIMS_SYS_CHECK(n = ::readlink((base + "/cwd").c_str(), cwd, sizeof cwd - 1), base + "/cwd");
+  spec.cwd.assign(cwd, static_cast<size_t>(n));
+  return spec;
+}
+
+result<pid_t> spawn_process(const launch_spec& spec, const std::vector<std::string>& prefix,
+                            const std::string& log_path) {
+  std::vector<std::string> args = prefix;
+  args.insert(args.end(), spec.argv.begin(), spec.argv.end());
+  if (args.empty()) return error{errc::invalid_argument, "spawn_process: empty command"};
+  // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_copy = spec.env;
+  std::vector<char*> envp;
+  for (auto& e : env_copy) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const std::string log = log_path.empty() ? "/dev/null" : log_path;
+  int fd;
+  SIMS_SYS_CHECK(fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), log);
+
+  pid_t pid;
+  SIMS_SYS_CHECK(pid = ::fork(), "fork for " + args[0]);
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // Signals the runner blocks (for its own watcher threads) must not stay blocked in a node.
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) _exit(126);
+    if (spec.env.empty()) {
+      ::execvp(argv[0], argv.data());
+    } else {
+      ::execvpe(argv[0], argv.data(), envp.data());
+    }
+    _exit(127);
+  }
+  ::close(fd);
+  return pid;
+}
+
+bool reap_if_exited(pid_t pid) {
+  int st = 0;
+  const pid_t r = ::waitpid(pid, &st, WNOHANG);
+  return r == pid || (r == -1 && errno == ECHILD);
+}
+
+status run_tool(const std::vector<std::string>& argv, int timeout_ms) {
+  char path[] = "/tmp/moerl-sim-tool-XXXXXX";
+  int fd;
+  SIMS_SYS_CHECK(fd = ::mkstemp(path), "a temporary file for " + argv.at(0) + "'s output");
+  ::close(fd);
+  launch_spec spec;
+  spec.argv = argv;
+  auto pid = spawn_process(spec, {}, path);
+  if (!pid) {
+    ::unlink(path);
+    return pid.err();
+  }
+  auto st = wait_exit(*pid, timeout_ms);
+  if (!st) {
+    ::kill(*pid, SIGKILL);
+    (void)wait_exit(*pid, 1000);
+  }
+  std::string output;
+  if (auto text = slurp(path)) output = *text;
+  ::unlink(path);
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  if (!st) return error{st.err().code, cmd + ": " + st.err().message};
+  if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
+    while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+    return error{errc::io_error, cmd + " failed (" +
+                                     (WIFEXITED(*st) ? "exit " + std::to_string(WEXITSTATUS(*st))
+                                                     : "signal " + std::to_string(WTERMSIG(*st))) +
+                                     "): " + output};
+  }
+  return ok_status();
+}
+
+result<int> wait_exit(pid_t pid, int timeout_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int st = 0;
+    pid_t r;
+    SIMS_SYS_CHECK(r = ::waitpid(pid, &st, WNOHANG), "pid " + std::to_string(pid));
+    if (r == pid) return st;
+    if (std::chrono::steady_clock::now() >= end) {
+      return error{errc::timeout, "pid " + std::to_string(pid) + " did not exit within " +
+                                      std::to_string(timeout_ms) + " ms"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace moerl::sims
