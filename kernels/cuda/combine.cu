@@ -1,0 +1,99 @@
+// CUDA twins of kernels/cpu/combine.cpp. Forward: one block per token, each thread owns
+// whole output elements and sums k = 0..topk-1 in order, so results are bitwise reproducible
+// run to run (fused multiply-add is disabled for that sum, matching the CPU's rounding).
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cpu/validate.h"
+
+namespace moerl::kernels::cuda {
+
+namespace {
+
+status check_shape(const char* fn, int64_t T, int K, int64_t H, int64_t rows) {
+  KERNELS_REQUIRE(T >= 0 && K >= 1 && H >= 1 && rows >= 0, fn, "bad shape num_tokens = ", T, ", topk = ", K,
+                  ", hidden = ", H, ", num_rows = ", rows);
+  return ok_status();
+}
+
+template <class T>
+__global__ void combine_forward_kernel(const T* y, const int64_t* slot, const float* w, int K, int64_t H, T* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = slot[t * K + k];
+      if (s >= 0) acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], detail::to_f32(y[s * H + j])));
+    }
+    detail::store(out + t * H + j, acc);
+  }
+}
+
+template <class T>
+__global__ void scale_rows_kernel(const int64_t* row_entry, int K, const float* w, const T* gout, int64_t H, T* gy) {
+  const int64_t r = blockIdx.x;
+  const int64_t entry = row_entry[r];
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+    detail::store(gy + r * H + j, entry >= 0 ? w[entry] * detail::to_f32(gout[(entry / K) * H + j]) : 0.0f);
+}
+
+// One block (256 threads) per entry; a fixed tree reduction keeps the order reproducible.
+template <class T>
+__global__ void grad_weight_kernel(const T* gout, const T* y, const int64_t* slot, int K, int64_t H, float* gw) {
+  __shared__ float part[256];
+  const int64_t i = blockIdx.x;
+  const int64_t s = slot[i];
+  float acc = 0.0f;
+  if (s >= 0)
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x)
+      acc += detail::to_f32(gout[(i / K) * H + j]) * detail::to_f32(y[s * H + j]);
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = 128; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) gw[i] = s >= 0 ? part[0] : 0.0f;
+}
+
+template <class T>
+status combine_fwd(cudaStream_t stream, const T* y, const int64_t* slot, const float* w, int64_t num_tokens, int K,
+                   int64_t H, int64_t rows, T* out) {
+  KERNELS_TRY(check_shape("cuda::combine_forward", num_tokens, K, H, rows));
+  if (num_tokens == 0) return ok_status();
+  combine_forward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(y, slot, w, K, H, out);
+  CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+}  // namespace
+
+status combine_forward(cudaStream_t stream, const float* expert_out, const int64_t* slot, const float* w,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, float* out) {
+  return combine_fwd(stream, expert_out, slot, w, num_tokens, topk, hidden, num_rows, out);
+}
+status combine_forward(cudaStream_t stream, const bf16* expert_out, const int64_t* slot, const float* w,
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, bf16* out) {
+  return combine_fwd(stream, expert_out, slot, w, num_tokens, topk, hidden, num_rows, out);
+}
+
+status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out, const int64_t* slot,
+                        const float* w, int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        float* grad_expert_out, float* grad_topk_weights) {
+  KERNELS_TRY(check_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
+  if (num_rows > 0) {
+    detail::scratch<int64_t> row_entry(stream, num_rows);
+    CUDA_CHECK(row_entry.error());
+    KERNELS_TRY(detail::build_row_entry(stream, slot, num_tokens * topk, num_rows, row_entry.get()));
+    scale_rows_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(row_entry.get(), topk, w, grad_out,
+                                                                          hidden, grad_expert_out);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (num_tokens > 0) {
+    grad_weight_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(grad_out, expert_out, slot,
+                                                                                    topk, hidden, grad_topk_weights);
+    CUDA_CHECK_LAUNCH();
+  }
+  return ok_status();
+}
+
+}  // namespace moerl::kernels::cuda

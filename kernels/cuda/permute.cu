@@ -1,0 +1,98 @@
+// CUDA twins of kernels/cpu/permute.cpp: one block per row, threads across the hidden size.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/cpu/validate.h"
+
+namespace moerl::kernels::cuda {
+
+namespace {
+
+status check_shape(const char* fn, int64_t T, int K, int64_t H, int64_t rows) {
+  KERNELS_REQUIRE(T >= 0 && K >= 1 && H >= 1 && rows >= 0, fn, "bad shape num_tokens = ", T, ", topk = ", K,
+                  ", hidden = ", H, ", num_rows = ", rows);
+  return ok_status();
+}
+
+// dst row r = src row (row_entry[r] / divisor), or zeros for a padding row.
+template <class T>
+__global__ void gather_rows_kernel(const int64_t* row_entry, int64_t divisor, const T* src, int64_t H, T* dst) {
+  const int64_t r = blockIdx.x;
+  const int64_t entry = row_entry[r];
+  T* d = dst + r * H;
+  if (entry < 0) {
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) d[j] = T{};
+    return;
+  }
+  const T* s = src + (entry / divisor) * H;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) d[j] = s[j];
+}
+
+template <class T>
+__global__ void permute_backward_kernel(const T* g, const int64_t* slot, int K, int64_t H, T* gx) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = slot[t * K + k];
+      if (s >= 0) acc += detail::to_f32(g[s * H + j]);
+    }
+    detail::store(gx + t * H + j, acc);
+  }
+}
+
+template <class T>
+__global__ void unpermute_forward_kernel(const T* p, const int64_t* slot, int64_t H, T* u) {
+  const int64_t i = blockIdx.x;
+  const int64_t s = slot[i];
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) u[i * H + j] = s >= 0 ? p[s * H + j] : T{};
+}
+
+template <class T>
+status gather(cudaStream_t stream, const int64_t* slot, int64_t T_, int K, int64_t H, int64_t rows,
+              const T* src, int64_t divisor, T* dst) {
+  if (rows == 0) return ok_status();
+  detail::scratch<int64_t> row_entry(stream, rows);
+  CUDA_CHECK(row_entry.error());
+  KERNELS_TRY(detail::build_row_entry(stream, slot, T_ * K, rows, row_entry.get()));
+  gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(row_entry.get(), divisor, src, H, dst);
+  CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+}  // namespace
+
+status permute_forward(cudaStream_t stream, const float* x, const int64_t* slot, int64_t num_tokens, int topk,
+                       int64_t hidden, int64_t num_rows, float* permuted) {
+  KERNELS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
+}
+status permute_forward(cudaStream_t stream, const bf16* x, const int64_t* slot, int64_t num_tokens, int topk,
+                       int64_t hidden, int64_t num_rows, bf16* permuted) {
+  KERNELS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
+}
+status permute_backward(cudaStream_t stream, const float* grad_permuted, const int64_t* slot, int64_t num_tokens,
+                        int topk, int64_t hidden, int64_t num_rows, float* grad_x) {
+  KERNELS_TRY(check_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
+  if (num_tokens == 0) return ok_status();
+  permute_backward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(grad_permuted, slot, topk, hidden,
+                                                                                grad_x);
+  CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+status unpermute_forward(cudaStream_t stream, const float* permuted, const int64_t* slot, int64_t num_tokens,
+                         int topk, int64_t hidden, int64_t num_rows, float* unpermuted) {
+  KERNELS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
+  if (num_tokens == 0) return ok_status();
+  unpermute_forward_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(permuted, slot, hidden,
+                                                                                        unpermuted);
+  CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+status unpermute_backward(cudaStream_t stream, const float* grad_unpermuted, const int64_t* slot,
+                          int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, float* grad_permuted) {
+  KERNELS_TRY(check_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
+  return gather(stream, slot, num_tokens, topk, hidden, num_rows, grad_unpermuted, 1, grad_permuted);
+}
+
+}  // namespace moerl::kernels::cuda

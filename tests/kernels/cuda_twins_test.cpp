@@ -1,0 +1,226 @@
+// The CUDA twins against the CPU implementations on the same inputs. Runs where a GPU is
+// visible; elsewhere every test is skipped with a message saying so.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/combine.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/dispatch_layout.h"
+#include "kernels/expert_ffn.h"
+#include "kernels/load_stats.h"
+#include "kernels/permute.h"
+#include "kernels/routing.h"
+#include "test_util.h"
+
+using namespace moerl::kernels;
+using namespace moerl::kernels::testing;
+
+namespace {
+
+#define REQUIRE_GPU()                                                             \
+  do {                                                                            \
+    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible: CUDA twins not checked"; \
+  } while (0)
+
+// A device copy of a host vector (or zeroed storage), copied back with host().
+template <class T>
+class dev {
+ public:
+  explicit dev(size_t n) : n_(n) {
+    if (n_) EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
+    if (n_) EXPECT_EQ(cudaMemset(p_, 0, n_ * sizeof(T)), cudaSuccess);
+  }
+  explicit dev(const std::vector<T>& h) : dev(h.size()) {
+    if (n_) EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~dev() {
+    if (p_) cudaFree(p_);
+  }
+  T* get() const { return p_; }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (n_) EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rtol, const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  double scale = 0;
+  for (float v : cpu) scale = std::max(scale, std::fabs(double(v)));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    ASSERT_LE(std::fabs(double(gpu[i]) - cpu[i]), rtol * (std::fabs(double(cpu[i])) + scale)) << what << " at " << i;
+}
+
+}  // namespace
+
+TEST(cuda_twins, routing_forward_and_backward_match_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  for (bool grouped : {false, true}) {
+    routing_params p;
+    p.num_experts = 64;
+    p.topk = 6;
+    p.scoring = grouped ? score_function::sigmoid : score_function::softmax;
+    p.num_groups = grouped ? 8 : 1;
+    p.topk_groups = grouped ? 3 : 1;
+    p.route_scale = 2.0f;
+    const int64_t T = 300;
+    auto logits = random_floats(T * 64, 1, -3, 3);
+    auto bias = random_floats(64, 2, -0.05f, 0.05f);
+    auto gw = random_floats(T * 6, 3);
+    std::vector<uint8_t> mask(T, 1);
+    mask[7] = 0;
+    std::vector<float> s(T * 64), w(T * 6), gl(T * 64);
+    std::vector<int64_t> idx(T * 6);
+    ASSERT_TRUE(route_forward(pool, p, logits.data(), bias.data(), mask.data(), T, s.data(), idx.data(), w.data()).ok());
+    ASSERT_TRUE(route_backward(pool, p, s.data(), idx.data(), gw.data(), nullptr, T, gl.data()).ok());
+    dev<float> dl(logits), db(bias), ds(T * 64), dw(T * 6), dgw(gw), dgl(T * 64);
+    dev<uint8_t> dm(mask);
+    dev<int64_t> di(T * 6);
+    ASSERT_TRUE(cuda::route_forward(nullptr, p, dl.get(), db.get(), dm.get(), T, ds.get(), di.get(), dw.get()).ok());
+    ASSERT_TRUE(cuda::route_backward(nullptr, p, ds.get(), di.get(), dgw.get(), nullptr, T, dgl.get()).ok());
+    EXPECT_EQ(di.host(), idx);
+    expect_close(ds.host(), s, 1e-5, "scores");
+    expect_close(dw.host(), w, 1e-5, "weights");
+    expect_close(dgl.host(), gl, 1e-5, "grad_logits");
+  }
+}
+
+TEST(cuda_twins, load_statistics_match_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  const int64_t T = 500;
+  const int E = 32, K = 4;
+  auto idx = random_topk_idx(T, K, E, 5, 0.1);
+  auto scores = random_floats(T * E, 6, 0, 1);
+  std::vector<int64_t> counts(E);
+  std::vector<float> grad(T * E);
+  float loss = 0;
+  ASSERT_TRUE(count_tokens_per_expert(pool, idx.data(), T, K, E, counts.data()).ok());
+  ASSERT_TRUE(load_balance_loss(pool, scores.data(), idx.data(), T, E, K, 0.01f, &loss, grad.data()).ok());
+  dev<int64_t> di(idx), dc(E);
+  dev<float> dsc(scores), dg(T * E), dloss(1);
+  ASSERT_TRUE(cuda::count_tokens_per_expert(nullptr, di.get(), T, K, E, dc.get()).ok());
+  ASSERT_TRUE(cuda::load_balance_loss(nullptr, dsc.get(), di.get(), T, E, K, 0.01f, dloss.get(), dg.get()).ok());
+  EXPECT_EQ(dc.host(), counts);
+  EXPECT_EQ(dloss.host()[0], loss);
+  EXPECT_EQ(dg.host(), grad);
+}
+
+TEST(cuda_twins, dispatch_layout_is_identical_to_the_cpu_including_edge_cases) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  struct c { int64_t T; int K, E, R, align; double masked; };
+  for (auto cs : {c{3000, 8, 256, 32, 1, 0.0}, c{77, 4, 16, 4, 8, 0.3}, c{0, 8, 16, 4, 1, 0.0}, c{64, 8, 8, 2, 1, 0.0}}) {
+    auto idx = random_topk_idx(cs.T, cs.K, cs.E, 9, cs.masked);
+    std::vector<int64_t> pe(cs.E), pr(cs.R), rs(cs.T * cs.R), off(cs.E + 1), slot(cs.T * cs.K);
+    std::vector<uint8_t> ir(cs.T * cs.R);
+    dispatch_layout_params p{cs.T, cs.K, cs.E, cs.R, cs.align};
+    ASSERT_TRUE(get_dispatch_layout(pool, idx.data(), p, {pe.data(), pr.data(), ir.data(), rs.data(), off.data(), slot.data()}).ok());
+    dev<int64_t> di(idx), dpe(cs.E), dpr(cs.R), drs(cs.T * cs.R), doff(cs.E + 1), dslot(cs.T * cs.K);
+    dev<uint8_t> dir(cs.T * cs.R);
+    ASSERT_TRUE(cuda::get_dispatch_layout(nullptr, di.get(), p,
+                                          {dpe.get(), dpr.get(), dir.get(), drs.get(), doff.get(), dslot.get()}).ok());
+    EXPECT_EQ(dpe.host(), pe) << cs.T;
+    EXPECT_EQ(dpr.host(), pr) << cs.T;
+    EXPECT_EQ(dir.host(), ir) << cs.T;
+    EXPECT_EQ(drs.host(), rs) << cs.T;
+    EXPECT_EQ(doff.host(), off) << cs.T;
+    EXPECT_EQ(dslot.host(), slot) << cs.T;
+  }
+}
+
+TEST(cuda_twins, permute_unpermute_and_combine_match_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  const int64_t T = 200, H = 300;
+  const int K = 8, E = 32;
+  auto idx = random_topk_idx(T, K, E, 11, 0.1);
+  auto s = make_slots(pool, idx, T, K, E, 4);
+  const int64_t R = s.num_rows;
+  auto x = random_floats(T * H, 12);
+  auto w = random_floats(T * K, 13, 0, 1);
+  auto gout = random_floats(T * H, 14);
+  std::vector<float> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H), gw(T * K);
+  ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, R, p.data()).ok());
+  ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
+  ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
+  ASSERT_TRUE(unpermute_backward(pool, u.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
+  ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
+  ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
+
+  dev<float> dx(x), dw(w), dgout(gout), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dout2(T * H),
+      dgy(R * H), dgw(T * K);
+  dev<int64_t> dslot(s.slot);
+  ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
+  ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
+  ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
+  ASSERT_TRUE(cuda::unpermute_backward(nullptr, du.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
+  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
+  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout2.get()).ok());
+  ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
+  EXPECT_EQ(dp.host(), p);
+  expect_close(dgx.host(), gx, 1e-6, "permute_backward");
+  EXPECT_EQ(du.host(), u);
+  EXPECT_EQ(dgp.host(), gp);
+  expect_close(dout.host(), out, 1e-6, "combine_forward");
+  EXPECT_EQ(dout.host(), dout2.host()) << "combine is not bitwise reproducible run to run";
+  expect_close(dgy.host(), gy, 1e-6, "combine grad_expert_out");
+  expect_close(dgw.host(), gw, 1e-5, "combine grad_topk_weights");
+}
+
+TEST(cuda_twins, grouped_expert_ffn_matches_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  const int E = 4;
+  const int64_t H = 256, F = 96;
+  const std::vector<int64_t> offset = {0, 33, 33, 100, 130};
+  const int64_t R = offset[E];
+  auto x = random_floats(R * H, 21);
+  auto wgu = random_floats(E * 2 * F * H, 22, -0.06f, 0.06f);
+  auto wd = random_floats(E * H * F, 23, -0.1f, 0.1f);
+  auto gy = random_floats(R * H, 24);
+  std::vector<float> h(R * 2 * F), a(R * F), y(R * H), gx(R * H), gwgu(wgu.size()), gwd(wd.size());
+  ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(), y.data()).ok());
+  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(),
+                                  gy.data(), gx.data(), gwgu.data(), gwd.data()).ok());
+  dev<float> dx(x), dwgu(wgu), dwd(wd), dgy(gy), dh(R * 2 * F), da(R * F), dy(R * H), dgx(R * H), dgwgu(wgu.size()),
+      dgwd(wd.size());
+  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(), dwd.get(), dh.get(), da.get(), dy.get()).ok());
+  ASSERT_TRUE(cuda::expert_ffn_backward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(), dwd.get(), dh.get(),
+                                        da.get(), dgy.get(), dgx.get(), dgwgu.get(), dgwd.get()).ok());
+  expect_close(dy.host(), y, 1e-5, "ffn out");
+  expect_close(dgx.host(), gx, 1e-5, "ffn grad_x");
+  expect_close(dgwgu.host(), gwgu, 1e-5, "ffn grad_w_gate_up");
+  expect_close(dgwd.host(), gwd, 1e-5, "ffn grad_w_down");
+}
+
+TEST(cuda_twins, fp8_quantisation_is_bit_identical_to_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  for (int64_t H : {100, 128, 7168}) {
+    const int64_t R = 17, nb = fp8_num_blocks(H);
+    auto x = random_floats(R * H, 31, -50, 50);
+    std::vector<uint8_t> q(R * H);
+    std::vector<float> sc(R * nb), back(R * H);
+    ASSERT_TRUE(fp8_quantize(pool, x.data(), R, H, q.data(), sc.data()).ok());
+    ASSERT_TRUE(fp8_dequantize(pool, q.data(), sc.data(), R, H, back.data()).ok());
+    dev<float> dx(x), dsc(R * nb), dback(R * H);
+    dev<uint8_t> dq(R * H);
+    ASSERT_TRUE(cuda::fp8_quantize(nullptr, dx.get(), R, H, dq.get(), dsc.get()).ok());
+    ASSERT_TRUE(cuda::fp8_dequantize(nullptr, dq.get(), dsc.get(), R, H, dback.get()).ok());
+    EXPECT_EQ(dq.host(), q) << H;
+    EXPECT_EQ(dsc.host(), sc) << H;
+    EXPECT_EQ(dback.host(), back) << H;
+  }
+}
