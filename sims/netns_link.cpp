@@ -1,11 +1,31 @@
 #include "sims/netns_link.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "sims/process_control.h"
+#include "sims/sys_check.h"
 #include "sims/try.h"
 
 namespace moerl::sims {
+
+namespace {
+
+// Writes a sysctl of this (the host's) namespace through /proc/sys.
+status write_sysctl(const std::string& path, const std::string& value) {
+  int fd;
+  SIMS_SYS_CHECK(fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC), path);
+  const ssize_t n = ::write(fd, value.data(), value.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    return detail::sys_error("write", path, __FILE__, __LINE__, n < 0 ? err : EIO);
+  }
+  return ok_status();
+}
+
+}  // namespace
 
 std::string netns_link::unavailable_reason() {
   if (::geteuid() != 0) return "network namespaces need root (CAP_NET_ADMIN); running as uid " +
@@ -14,10 +34,14 @@ std::string netns_link::unavailable_reason() {
       ::access("/usr/bin/ip", X_OK) != 0) {
     return "the `ip` tool (iproute2) is not installed";
   }
-  // The only sure test is trying: containers may forbid namespaces even to root.
-  auto probe = create(255);
-  if (!probe) return "cannot create a network namespace with a veth pair: " + probe.err().message;
-  return "";
+  // The only sure test is trying: containers may forbid namespaces even to root. Once per
+  // process: the answer does not change while it runs.
+  static const std::string reason = [] {
+    auto probe = create(255);
+    return probe ? std::string()
+                 : "cannot create a network namespace with a veth pair: " + probe.err().message;
+  }();
+  return reason;
 }
 
 result<std::unique_ptr<netns_link>> netns_link::create(int index) {
@@ -30,7 +54,20 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   // Interface names are limited to 15 characters.
   l->host_if_ = "msh" + tag;
   const std::string ns_if = "msn" + tag;
-  const std::string net = "10.213." + std::to_string(index) + ".";
+  int slot = -1;
+  for (int i = 0; i < 255 && slot < 0; ++i) {
+    const std::string lock = "/tmp/moerl-sim-netns-" + std::to_string(i) + ".lock";
+    int fd;
+    SIMS_SYS_CHECK(fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644), lock);
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      slot = i;
+      l->slot_lock_fd_ = fd;
+    } else {
+      ::close(fd);
+    }
+  }
+  if (slot < 0) return error{errc::capacity_exceeded, "all 255 partition subnets are in use"};
+  const std::string net = "10.213." + std::to_string(slot) + ".";
   l->host_addr_ = net + "1";
   l->ns_addr_ = net + "2";
 
@@ -43,15 +80,27 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   SIMS_TRY(run_tool({"ip", "-n", l->name_, "addr", "add", l->ns_addr_ + "/30", "dev", ns_if}));
   SIMS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", ns_if, "up"}));
   SIMS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", "lo", "up"}));
+  // 127.0.0.0/8 leads to the host (see the header): no local loopback address, a route via
+  // the host end, and loopback addresses accepted on both veth ends.
+  SIMS_TRY(run_tool({"ip", "-n", l->name_, "addr", "del", "127.0.0.1/8", "dev", "lo"}));
+  SIMS_TRY(run_tool({"ip", "-n", l->name_, "route", "add", "127.0.0.0/8", "via", l->host_addr_,
+                     "dev", ns_if}));
+  SIMS_TRY(write_sysctl("/proc/sys/net/ipv4/conf/" + l->host_if_ + "/route_localnet", "1"));
+  SIMS_TRY(run_tool({"ip", "netns", "exec", l->name_, "sysctl", "-q", "-w",
+                     "net.ipv4.conf." + ns_if + ".route_localnet=1",
+                     "net.ipv4.conf.all.route_localnet=1"}));
   return l;
 }
 
 netns_link::~netns_link() {
-  if (!created_) return;
-  // Deleting the namespace destroys its end of the pair, which destroys the host end too;
-  // the explicit delete covers a namespace that still has processes keeping it alive.
-  (void)run_tool({"ip", "link", "del", host_if_});
-  (void)run_tool({"ip", "netns", "del", name_});
+  if (created_) {
+    // Deleting the namespace destroys its end of the pair, which destroys the host end too;
+    // the explicit delete covers a namespace that still has processes keeping it alive.
+    (void)run_tool({"ip", "link", "del", host_if_});
+    (void)run_tool({"ip", "netns", "del", name_});
+  }
+  // Only now may another link take this subnet.
+  if (slot_lock_fd_ >= 0) ::close(slot_lock_fd_);
 }
 
 std::vector<std::string> netns_link::exec_prefix() const { return {"ip", "netns", "exec", name_}; }

@@ -4,9 +4,16 @@
 // anything but silence, as with a real partition. A process cannot be moved into a namespace
 // after it started, so partitioned nodes are started inside one (exec_prefix()).
 //
-// Addressing: host end 10.213.<index>.1/30, namespace end 10.213.<index>.2/30. The rest of
-// the cluster must listen on the host address (node.host) for the node to reach it: the
-// namespace has its own 127.0.0.1.
+// Addressing: host end 10.213.<slot>.1/30, namespace end 10.213.<slot>.2/30, where the slot is
+// the first of 0..254 not held (flock on /tmp/moerl-sim-netns-<slot>.lock) by another link on
+// this machine, so concurrent runs never share a subnet. A local
+// cluster lives on 127.0.0.1 (coordinator, shard and reward endpoints), so the namespace
+// gives up its own loopback address and routes 127.0.0.0/8 over the veth to the host, with
+// route_localnet on both veth ends (the kernel otherwise drops loopback addresses seen on a
+// real interface as martians). A node started inside therefore uses the cluster's
+// 127.0.0.1 addresses unchanged, and nothing else on the host changes: the host-side setting
+// is on the veth only. The cost: the node cannot listen on 127.0.0.1 itself, which rollout,
+// reward-less and trainer nodes do not need (they only connect out).
 //
 // Needs root (CAP_NET_ADMIN) and the `ip` tool (iproute2). Not thread-safe.
 #pragma once
@@ -25,7 +32,8 @@ class netns_link {
   // scenario then reports its partition faults as skipped with this reason).
   static std::string unavailable_reason();
 
-  // Creates namespace "moerl-sim-<pid>-<index>" and its veth pair, link up. index < 256.
+  // Creates namespace "moerl-sim-<pid>-<index>" and its veth pair, link up. index < 256
+  // only names it; the subnet comes from a free slot.
   static result<std::unique_ptr<netns_link>> create(int index);
   ~netns_link();  // deletes the namespace (and with it the veth pair)
   netns_link(const netns_link&) = delete;
@@ -48,6 +56,7 @@ class netns_link {
   std::string ns_addr_;
   bool cut_ = false;
   bool created_ = false;
+  int slot_lock_fd_ = -1;  // holds the subnet slot while open
 };
 
 }  // namespace moerl::sims

@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/config.h"
 #include "sims/yaml_fields.h"
 
 namespace moerl::sims {
@@ -49,10 +50,17 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   SIMS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
   SIMS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
   SIMS_TRY(f.get_string_list("set", c.set));
+  // Each override must be a key moerl knows, with a value of its type: checked here, so a
+  // typo fails at validation instead of when the cluster starts.
+  config probe = config::defaults();
   for (size_t i = 0; i < c.set.size(); ++i) {
-    if (c.set[i].find('=') == std::string::npos || c.set[i].front() == '=') {
+    const auto eq = c.set[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
       return f.make_error("set", "entry " + std::to_string(i) + " '" + c.set[i] +
                                      "' is not key=value");
+    }
+    if (auto st = probe.set(c.set[i].substr(0, eq), c.set[i].substr(eq + 1), "set"); !st) {
+      return f.make_error("set", "entry " + std::to_string(i) + ": " + st.err().message);
     }
   }
   return f.finish();

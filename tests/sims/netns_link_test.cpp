@@ -62,10 +62,21 @@ TEST(netns_link, cut_link_stops_traffic_and_heal_restores_it) {
   ASSERT_TRUE((*l)->heal().ok());
   EXPECT_TRUE(connect_from_ns(**l, (*l)->host_address(), host.port).ok());
 
-  // The namespace has its own loopback: the host's 127.0.0.1 services are not reachable.
+}
+
+TEST(netns_link, node_inside_reaches_the_hosts_loopback_cluster_until_cut) {
+  const std::string why = netns_link::unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "partition unavailable: " << why;
+  auto l = netns_link::create(9);
+  ASSERT_TRUE(l.ok()) << l.err().to_string();
+  // A local cluster listens on 127.0.0.1: the namespaced node must reach exactly that.
   listener local("127.0.0.1");
   ASSERT_GE(local.fd, 0);
+  EXPECT_TRUE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
+  ASSERT_TRUE((*l)->cut().ok());
   EXPECT_FALSE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
+  ASSERT_TRUE((*l)->heal().ok());
+  EXPECT_TRUE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
 }
 
 TEST(netns_link, destroying_the_link_removes_the_namespace) {

@@ -92,6 +92,16 @@ TEST(scenario_validation, wrong_types_and_ranges_name_the_field) {
             std::string::npos);
 }
 
+TEST(scenario_validation, cluster_overrides_must_be_known_keys_of_the_right_type) {
+  std::string msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timout_ms=3000]\nfaults: [{kind: hard_kill}]\n");
+  EXPECT_NE(msg.find("bad.yaml:4: cluster.set: entry 0:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ledger.lease_timout_ms"), std::string::npos) << msg;
+  msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timeout_ms=soon]\nfaults: [{kind: hard_kill}]\n");
+  EXPECT_NE(msg.find("cluster.set: entry 0:"), std::string::npos) << msg;
+  msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [novalue]\nfaults: [{kind: hard_kill}]\n");
+  EXPECT_NE(msg.find("entry 0 'novalue' is not key=value"), std::string::npos) << msg;
+}
+
 TEST(scenario_validation, target_forms_are_exclusive) {
   const std::string msg = refusal(R"(name: x
 duration_s: 60

@@ -59,7 +59,7 @@ TEST(timeline, expansion_is_pinned_for_a_fixed_seed) {
   ASSERT_TRUE(t.ok());
   std::string got;
   for (const auto& e : *t) got += e.node + "@" + std::to_string(static_cast<int>(e.at_s * 1000)) + " ";
-  EXPECT_EQ(got, "rollout-2@15417 rollout-3@44567 rollout-4@50000 rollout-5@50000 ");
+  EXPECT_EQ(got, "rollout-1@15417 rollout-2@44567 rollout-3@50000 rollout-4@50000 ");
 }
 
 TEST(timeline, a_different_seed_changes_the_choice) {
