@@ -2,6 +2,7 @@
 
 #include "apps/commands.h"
 #include "bench/kernels/kernels_bench.h"
+#include "store/bench/store_bench.h"
 
 namespace moerl::apps {
 
@@ -11,6 +12,7 @@ void add_bench_command(CLI::App& root) {
   // Each benchmark registers itself here: kernels (bench/kernels), ep (bench/ep),
   // control (bench/control).
   moerl::bench::add_kernels_bench_command(*cmd);
+  moerl::bench::add_store_bench_command(*cmd);  // store (store/bench)
   (void)cmd;
 }
 
