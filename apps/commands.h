@@ -12,5 +12,6 @@ namespace moerl::apps {
 void add_version_command(CLI::App& root);  // moerl version [--json]
 void add_config_command(CLI::App& root);   // moerl config keys|check
 void add_bench_command(CLI::App& root);    // moerl bench <kernels|ep|control> ...
+void add_learn_command(CLI::App& root);    // moerl learn [--config F] [--set k=v] [--report F]
 
 }  // namespace moerl::apps

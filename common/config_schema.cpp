@@ -100,7 +100,7 @@ const std::vector<key_spec>& config_schema() {
       {"policy.seed", t::integer, "1", "seed of the initial weights", ""},
       {"policy.num_threads", t::integer, "1", "CPU threads of the kernels' pool (0: one per core)", ""},
       {"policy.temperature", t::number, "1.0", "sampling temperature; logprobs are taken at it too", ""},
-      {"policy.learning_rate", t::number, "0.003", "Adam learning rate", ""},
+      {"policy.learning_rate", t::number, "0.001", "Adam learning rate", ""},
       {"policy.adam_beta1", t::number, "0.9", "Adam first-moment decay", ""},
       {"policy.adam_beta2", t::number, "0.99", "Adam second-moment decay", ""},
       {"policy.grad_clip", t::number, "1.0", "max global gradient L2 norm (0: no clipping)", ""},
@@ -114,7 +114,7 @@ const std::vector<key_spec>& config_schema() {
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8", "samples per prompt (G); advantages are normalised inside a group", ""},
       {"grpo.prompts_per_iteration", t::integer, "16", "prompts per policy iteration (batch = this x G samples)", ""},
-      {"grpo.iterations", t::integer, "200", "policy iterations of a run", ""},
+      {"grpo.iterations", t::integer, "400", "policy iterations of a run", ""},
       {"grpo.epochs", t::integer, "1", "optimiser passes over each iteration's batch", ""},
       {"grpo.clip_eps", t::number, "0.2", "PPO clip range of the importance ratio", ""},
       {"grpo.kl_coef", t::number, "0.0", "weight of the KL penalty to the initial (reference) policy; 0: off", ""},

@@ -11,7 +11,7 @@
 namespace moerl::policy {
 
 struct adam_config {
-  double learning_rate = 3e-3;
+  double learning_rate = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.99;
   double eps = 1e-8;

@@ -12,7 +12,7 @@ namespace moerl::policy {
 namespace {
 
 TEST(policy_training, grpo_lifts_mean_reward_well_above_the_random_policy) {
-  std::vector<std::string> sets = {"grpo.iterations=60"};
+  std::vector<std::string> sets = {"grpo.iterations=120"};
   if (const char* extra = std::getenv("MOERL_POLICY_TEST_SET")) sets.push_back(extra);
   auto cfg = config::load("", sets);
   ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();

@@ -1,0 +1,131 @@
+// moerl learn: GRPO on the MoE policy in this one process (local expert exchange), the
+// single-process baseline of the distributed run. Prints progress, then a JSON report
+// (stdout or --report FILE) with the reward curve, per-iteration timings, the effective
+// configuration and provenance.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "apps/commands.h"
+#include "common/config.h"
+#include "policy/trainer.h"
+#include "provenance/provenance.h"
+
+namespace moerl::apps {
+namespace {
+
+struct learn_options {
+  std::string config_file;
+  std::vector<std::string> overrides;
+  std::string report;
+  int print_every = 10;
+};
+
+int run_learn(const learn_options& o) {
+  using namespace moerl::policy;
+  auto fail = [](const error& e, int code) {
+    std::cerr << "moerl learn: " << e.to_string() << "\n";
+    return code;
+  };
+  auto cfg = config::load(o.config_file, o.overrides);
+  if (!cfg) return fail(cfg.err(), 2);
+  auto t = make_task(*cfg);
+  if (!t) return fail(t.err(), 2);
+  auto rm = make_reward(*cfg, **t);
+  if (!rm) return fail(rm.err(), 2);
+  auto mc = model_config::from_config(*cfg);
+  if (!mc) return fail(mc.err(), 2);
+  auto tc = train_config::from_config(*cfg);
+  if (!tc) return fail(tc.err(), 2);
+  auto ex = make_local_expert_exchange();
+  auto pol = moe_policy::create(*mc, *ex);
+  if (!pol) return fail(pol.err(), 2);
+
+  const double random = (*t)->reward_random(), rmax = (*t)->reward_max();
+  std::printf("task %s/%d: reward_random %.4f reward_max %.4f; %zu parameters\n",
+              (*t)->name().c_str(), (*t)->difficulty(), random, rmax,
+              (*pol)->layout().num_floats());
+  const auto t0 = std::chrono::steady_clock::now();
+  double t_reach = -1;
+  int it_reach = -1;
+  auto curve = train_single_process(**pol, **t, **rm, *tc, [&](const iteration_stats& s) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (t_reach < 0 && s.mean_reward >= 0.9 * rmax) {
+      t_reach = el;
+      it_reach = s.iteration;
+    }
+    if (o.print_every > 0 && s.iteration % o.print_every == 0)
+      std::printf("iteration %4d  mean_reward %.3f  exact %.2f  clip %.3f  imbalance %.2f  %.1fs\n",
+                  s.iteration, s.mean_reward, s.exact_fraction, s.update.grpo.clip_fraction,
+                  s.update.load_imbalance, el);
+    std::fflush(stdout);
+    return true;
+  });
+  if (!curve) return fail(curve.err(), 1);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  nlohmann::json j;
+  j["task"] = (*t)->name();
+  j["difficulty"] = (*t)->difficulty();
+  j["reward"] = (*rm)->kind();
+  j["reward_random"] = random;
+  j["reward_max"] = rmax;
+  j["num_parameters"] = (*pol)->layout().num_floats();
+  j["wall_s"] = wall;
+  j["first_iteration_at_90pct"] = it_reach;
+  j["seconds_to_90pct"] = t_reach;
+  j["final_weights_hash"] = (*pol)->content_hash();
+  auto& rc = j["reward_curve"] = nlohmann::json::array();
+  auto& its = j["iterations"] = nlohmann::json::array();
+  for (const auto& s : *curve) {
+    rc.push_back({{"iteration", s.iteration}, {"mean_reward", s.mean_reward}});
+    its.push_back({{"iteration", s.iteration},
+                   {"exact_fraction", s.exact_fraction},
+                   {"t_generate", s.t_generate},
+                   {"t_reward", s.t_reward},
+                   {"t_train", s.t_train},
+                   {"grad_norm", s.grad_norm},
+                   {"clip_fraction", s.update.grpo.clip_fraction},
+                   {"kl", s.update.grpo.kl},
+                   {"aux_loss", s.update.aux_loss},
+                   {"load_imbalance", s.update.load_imbalance}});
+  }
+  j["config"] = cfg->values();
+  j["provenance"] = collect_provenance();
+  double last = 0;
+  const size_t w = std::min<size_t>(10, curve->size());
+  for (size_t i = curve->size() - w; i < curve->size(); ++i) last += (*curve)[i].mean_reward / w;
+  std::printf("done: %zu iterations in %.1fs; mean reward of the last %zu: %.3f (random %.3f, "
+              "max %.3f); 90%% of max first at iteration %d (%.1fs)\n",
+              curve->size(), wall, w, last, random, rmax, it_reach, t_reach);
+  if (!o.report.empty()) {
+    std::ofstream f(o.report);
+    f << j.dump(2) << "\n";
+    if (!f) return fail(error{errc::io_error, "cannot write report '" + o.report + "'"}, 1);
+  } else {
+    std::cout << j.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_learn_command(CLI::App& root) {
+  static learn_options o;
+  auto* cmd = root.add_subcommand(
+      "learn", "GRPO on the MoE policy in one process; prints the reward curve and a JSON report");
+  cmd->add_option("--config", o.config_file, "YAML config file");
+  cmd->add_option("--set", o.overrides, "override key=value (repeatable)");
+  cmd->add_option("--report", o.report, "write the JSON report here instead of stdout");
+  cmd->add_option("--print-every", o.print_every, "progress line every N iterations (0: none)");
+  cmd->callback([] {
+    int rc = run_learn(o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace moerl::apps
