@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace moerl::bench {
 
@@ -18,14 +19,20 @@ double percentile(const std::vector<double>& sorted, double p) {
 
 timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i) fn();
-  timing t;
-  t.us.reserve(runs);
+  std::vector<double> us;
+  us.reserve(runs);
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
     const auto stop = std::chrono::steady_clock::now();
-    t.us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
   }
+  return summarize(std::move(us));
+}
+
+timing summarize(std::vector<double> us) {
+  timing t;
+  t.us = std::move(us);
   std::vector<double> sorted = t.us;
   std::sort(sorted.begin(), sorted.end());
   t.p50_us = percentile(sorted, 50);

@@ -17,6 +17,9 @@ struct timing {
   double max_us = 0;
 };
 
+// p50/p99 (nearest rank), min and max of per-run times recorded elsewhere (GPU events).
+timing summarize(std::vector<double> us);
+
 // Calls fn warmup times untimed, then runs times timed. fn must do the whole operation
 // (a GPU benchmark synchronises inside fn).
 timing time_runs(int warmup, int runs, const std::function<void()>& fn);
