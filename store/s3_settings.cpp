@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "store/key_rules.h"
+
 namespace moerl::store {
 
 namespace {
@@ -31,6 +33,15 @@ status validate(const s3_settings& s) {
   if (s.endpoint.rfind("http://", 0) != 0 && s.endpoint.rfind("https://", 0) != 0)
     return bad("store.s3_endpoint '" + s.endpoint + "' must start with http:// or https://");
   if (s.region.empty()) return bad("store.s3_region is empty");
+  for (char c : s.region) {
+    // The region becomes part of libcurl's "aws:amz:<region>:s3" and the signing scope.
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+      return bad("store.s3_region '" + s.region + "' is not a region name (a-z 0-9 -)");
+  }
+  if (!s.prefix.empty()) {
+    if (auto st = validate_key(s.prefix); !st)
+      return bad("key prefix '" + s.prefix + "' in the URL: " + st.err().message);
+  }
   if (s.access_key_id.empty() || s.secret_access_key.empty())
     return bad("no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY");
   if (s.multipart_part_bytes < s3_min_part_bytes)
@@ -52,10 +63,6 @@ result<s3_settings> s3_settings_from_url(const std::string& url, const config& c
   const size_t slash = rest.find('/');
   s.bucket = rest.substr(0, slash);
   if (slash != std::string::npos) s.prefix = rest.substr(slash + 1);
-  if (!s.prefix.empty()) {
-    if (s.prefix.find("//") != std::string::npos)
-      return bad("URL '" + url + "' has an empty path segment in its prefix");
-  }
   s.region = cfg.get_string("store.s3_region");
   s.endpoint = cfg.get_string("store.s3_endpoint");
   if (s.endpoint.empty()) s.endpoint = "https://s3." + s.region + ".amazonaws.com";

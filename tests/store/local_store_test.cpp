@@ -188,6 +188,15 @@ TEST(store_open, s3_without_credentials_or_with_a_tiny_part_size_is_refused) {
 
   EXPECT_NE(open_store("s3://Bad_Bucket", config::defaults()).err().message.find("bucket"),
             std::string::npos);
+  auto traversal = open_store("s3://my-bucket/runs/../other", config::defaults());
+  ASSERT_FALSE(traversal.ok());
+  EXPECT_NE(traversal.err().message.find("'..'"), std::string::npos) << traversal.err().message;
+  auto bad_region = config::defaults();
+  ASSERT_TRUE(bad_region.set("store.s3_region", "us-east-1:evil", "test").ok());
+  EXPECT_NE(open_store("s3://my-bucket", bad_region).err().message.find("store.s3_region"), std::string::npos);
+  auto endpoint = config::defaults();
+  ASSERT_TRUE(endpoint.set("store.s3_endpoint", "ftp://host", "test").ok());
+  EXPECT_NE(open_store("s3://my-bucket", endpoint).err().message.find("http://"), std::string::npos);
   auto ok = open_store("s3://my-bucket/some/prefix/", config::defaults());
   ASSERT_TRUE(ok.ok()) << ok.err().to_string();
   EXPECT_EQ((*ok)->describe(),
