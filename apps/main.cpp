@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   moerl::apps::add_version_command(app);
   moerl::apps::add_config_command(app);
   moerl::apps::add_bench_command(app);
+  moerl::apps::add_node_command(app);
+  moerl::apps::add_up_command(app);
+  moerl::apps::add_console_command(app);
   moerl::apps::add_learn_command(app);
   // Components register further subcommands here (node, up, console, sim).
   CLI11_PARSE(app, argc, argv);

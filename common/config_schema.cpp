@@ -28,11 +28,10 @@ const std::vector<key_spec>& config_schema() {
       {"node.tls_ca", t::string, "", "PEM CA file; peers must present a certificate it signed", ""},
 
       // ---- actors (runtime: work, supervision, drain) ----------------------------
+      {"actors.iterations", t::integer, "3", "policy iterations a run makes before the coordinator reports done", ""},
       {"actors.units_per_iteration", t::integer, "8", "work units the coordinator opens per iteration", ""},
-      {"actors.groups_per_unit", t::integer, "2", "prompt groups in one work unit", ""},
-      {"actors.samples_per_group", t::integer, "4", "responses generated per prompt (GRPO group size)", ""},
+      {"actors.groups_per_unit", t::integer, "2", "prompt groups in one work unit (<= ledger.max_groups_per_unit)", ""},
       {"actors.work_rounds", t::integer, "400", "rounds of the test work per response (its cost and length)", ""},
-      {"actors.lease_timeout_ms", t::integer, "15000", "a lease not reported within this expires back to pending", ""},
       {"actors.rollout_workers", t::integer, "2", "rollout actors per rollout node (supervised one-for-one)", ""},
       {"actors.trainer_ranks", t::integer, "2", "ranks of the trainer group (supervised one-for-all)", ""},
       {"actors.restart_intensity", t::integer, "5", "restarts allowed within actors.restart_period_ms before a supervisor gives up", ""},
@@ -41,7 +40,8 @@ const std::vector<key_spec>& config_schema() {
       {"actors.restart_backoff_max_ms", t::integer, "5000", "upper bound of the restart delay", ""},
       {"actors.drain_margin_ms", t::integer, "2000", "drain finishes units only if they end this long before the deadline", ""},
       {"actors.sigterm_grace_ms", t::integer, "30000", "deadline a SIGTERM implies (the kubelet's default grace period)", ""},
-      {"actors.trainer_batch_groups", t::integer, "2", "prompt groups per trainer batch", ""},
+      {"actors.trainer_batch_groups", t::integer, "2", "prompt groups per trainer batch (one policy version step each)", ""},
+      {"actors.heartbeat_misses", t::integer, "3", "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it dead", ""},
 
       // ---- console (admin plane) --------------------------------------------------
       {"console.address", t::string, "tcp://127.0.0.1:7411",

@@ -12,6 +12,9 @@ struct Heartbeat {
   sentUnixMs @4 :UInt64;       # sender's wall clock when sent
   state @5 :Text;              # "starting", "running", "draining", "exiting"
   leases @6 :UInt32;           # leases the node holds right now
+  restarts @7 :UInt32;         # actor restarts this node's supervisor has made so far
+  name @8 :Text;               # display name of the node (node.name or role-<id prefix>)
+  endpoint @9 :Text;           # the node's sample-plane endpoint (buffer shards), else empty
 }
 
 struct InterruptionNotice {

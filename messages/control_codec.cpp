@@ -27,6 +27,9 @@ std::string encode(const heartbeat& m) {
   r.setSentUnixMs(m.sent_unix_ms);
   r.setState(text(m.state));
   r.setLeases(m.leases);
+  r.setRestarts(m.restarts);
+  r.setName(text(m.name));
+  r.setEndpoint(text(m.endpoint));
   return frame(kind::heartbeat, b);
 }
 template <>
@@ -40,6 +43,9 @@ result<heartbeat> decode(const void* data, size_t size, const decode_limits& lim
         m.sent_unix_ms = r.getSentUnixMs();
         m.state = str(r.getState());
         m.leases = r.getLeases();
+        m.restarts = r.getRestarts();
+        m.name = str(r.getName());
+        m.endpoint = str(r.getEndpoint());
         return {};
       });
 }

@@ -19,6 +19,8 @@ struct Lease {
   worker @2 :Text;             # node id of the leaseholder
   deadlineUnixMs @3 :UInt64;   # lease expires (unit returns to pending) at this wall-clock time
   policyVersion @4 :UInt64;    # newest policy version at lease time (the worker should run >= this)
+  shard @5 :Text;              # buffer shard that must receive every sample of this attempt (its name)
+  shardEndpoint @6 :Text;      # ZeroMQ endpoint of that shard's sample socket, e.g. tcp://10.0.0.7:5601
 }
 
 struct LeaseRequest {

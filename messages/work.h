@@ -23,6 +23,8 @@ struct lease {
   std::string worker;
   uint64_t deadline_unix_ms = 0;
   uint64_t policy_version = 0;
+  std::string shard;            // buffer shard that must receive every sample (its name)
+  std::string shard_endpoint;   // ZeroMQ endpoint of that shard's sample socket
 };
 
 struct lease_request {

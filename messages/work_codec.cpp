@@ -46,6 +46,8 @@ std::string encode(const lease& m) {
   r.setWorker(text(m.worker));
   r.setDeadlineUnixMs(m.deadline_unix_ms);
   r.setPolicyVersion(m.policy_version);
+  r.setShard(text(m.shard));
+  r.setShardEndpoint(text(m.shard_endpoint));
   return frame(kind::lease, b);
 }
 template <>
@@ -57,6 +59,8 @@ result<lease> decode(const void* data, size_t size, const decode_limits& lim) {
         m.worker = str(r.getWorker());
         m.deadline_unix_ms = r.getDeadlineUnixMs();
         m.policy_version = r.getPolicyVersion();
+        m.shard = str(r.getShard());
+        m.shard_endpoint = str(r.getShardEndpoint());
         return {};
       });
 }

@@ -1,0 +1,176 @@
+#include "actors/coordinator.h"
+
+#include <caf/all.hpp>
+
+#include "actors/atoms.h"
+#include "actors/wire_pack.h"
+#include "common/log.h"
+#include "messages/admin.h"
+
+namespace moerl::actors {
+namespace {
+
+struct coordinator_state {
+  std::unique_ptr<coordinator_core> core;
+  std::map<std::string, caf::actor> agents;         // node id -> agent
+  std::map<caf::actor_addr, std::string> by_addr;   // agent address -> node id
+  bool stopping = false;
+};
+
+using coord_actor = caf::stateful_actor<coordinator_state>;
+
+void deliver(coord_actor* self) {
+  auto& st = self->state;
+  for (auto& o : st.core->take_outbound()) {
+    auto it = st.agents.find(o.node);
+    if (it == st.agents.end()) continue;
+    auto& a = it->second;
+    switch (o.what) {
+      case outbound::kind::shard_event:
+        self->send(a, event_atom::value, static_cast<uint8_t>(o.event.what), o.event.unit, o.event.attempt,
+                   pack_u64s(o.event.groups), o.event.group_size);
+        break;
+      case outbound::kind::policy_version:
+        self->send(a, version_atom::value, o.version);
+        break;
+      case outbound::kind::notice:
+        self->send(a, notice_atom::value, messages::encode(o.notice));
+        break;
+      case outbound::kind::signal:
+        self->send(a, kill_atom::value, static_cast<int32_t>(o.signal));
+        break;
+      case outbound::kind::shutdown:
+        self->send(a, shutdown_atom::value);
+        break;
+    }
+  }
+  if (st.core->shutdown_requested() && !st.stopping) {
+    st.stopping = true;
+    // Give the shutdown messages time to leave before the middleman goes down.
+    self->delayed_send(self, std::chrono::milliseconds(500), shutdown_atom::value);
+  }
+}
+
+caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
+  self->state.core = std::move(*init);
+  auto log = logger("coordinator");
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& st = self->state;
+    auto it = st.by_addr.find(m.source);
+    if (it == st.by_addr.end()) return;
+    auto node = it->second;
+    st.by_addr.erase(it);
+    st.agents.erase(node);
+    st.core->node_down(node, "monitor: " + self->system().render(m.reason));
+    deliver(self);
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [self](register_atom, const std::string& bytes, caf::actor agent) -> std::string {
+        auto hb = messages::decode<messages::heartbeat>(bytes);
+        if (!hb) return encode_error(hb.err().code, "register: " + hb.err().message);
+        auto st = self->state.core->register_node(*hb);
+        if (!st) return encode_error(st.err().code, st.err().message);
+        if (agent) {
+          auto& s = self->state;
+          if (auto old = s.agents.find(hb->node); old != s.agents.end()) s.by_addr.erase(old->second.address());
+          s.agents[hb->node] = agent;
+          s.by_addr[agent.address()] = hb->node;
+          self->monitor(agent);
+        }
+        deliver(self);
+        return "";
+      },
+      [self](heartbeat_atom, const std::string& bytes) {
+        auto hb = messages::decode<messages::heartbeat>(bytes);
+        if (hb) (void)self->state.core->heartbeat(*hb);
+      },
+      [self](lease_atom, const std::string& bytes) -> std::string {
+        auto req = messages::decode<messages::lease_request>(bytes);
+        if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
+        auto out = self->state.core->lease(*req);
+        deliver(self);
+        return out;
+      },
+      [self](report_atom, const std::string& bytes) -> std::string {
+        auto rep = messages::decode<messages::unit_report>(bytes);
+        if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
+        auto out = self->state.core->report(*rep);
+        deliver(self);
+        return out;
+      },
+      [self](ack_atom, uint64_t unit, uint32_t attempt, const std::string& shard, const std::string& accepted,
+             const std::string& stale) -> std::string {
+        auto a = unpack_u64s(accepted), s = unpack_u64s(stale);
+        if (!a || !s) return encode_error(errc::malformed_message, "shard ack: " + (!a ? a.err() : s.err()).message);
+        ledger::shard_ack ack{unit, attempt, shard, *a, *s};
+        auto st = self->state.core->shard_ack(ack);
+        deliver(self);
+        if (!st) {
+          logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", unit, attempt, st.err().to_string());
+          return encode_error(st.err().code, st.err().message);
+        }
+        return "";
+      },
+      [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n) -> std::string {
+        auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n});
+        deliver(self);
+        if (!st) {
+          logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
+          return encode_error(st.err().code, st.err().message);
+        }
+        return "";
+      },
+      [self](stats_atom, const std::string& node, const std::string& text) {
+        auto j = nlohmann::json::parse(text, nullptr, false);
+        if (!j.is_discarded()) self->state.core->node_stats(node, j);
+      },
+      [self](version_atom, uint64_t v, const std::string& manifest) {
+        self->state.core->policy_version(v, manifest);
+        deliver(self);
+      },
+      [self](drained_atom, const std::string& node, const std::string& record) -> std::string {
+        auto j = nlohmann::json::parse(record, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
+        auto& s = self->state;
+        if (auto it = s.agents.find(node); it != s.agents.end()) {
+          self->demonitor(it->second);
+          s.by_addr.erase(it->second.address());
+          s.agents.erase(it);
+        }
+        s.core->drained(node, j);
+        deliver(self);
+        return "";
+      },
+      [self](admin_atom, const std::string& bytes) -> std::string {
+        auto req = messages::decode<messages::admin_request>(bytes);
+        messages::admin_reply rep;
+        if (!req) {
+          rep.ok = false;
+          rep.err = moerl::error(req.err().code, "admin request: " + req.err().message);
+        } else {
+          rep = self->state.core->admin(*req);
+        }
+        deliver(self);
+        return messages::encode(rep);
+      },
+      [self](tick_atom) {
+        self->state.core->tick();
+        deliver(self);
+        self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+      },
+      [self](shutdown_atom) {
+        logger("coordinator")->info("shutting down");
+        self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_coordinator(caf::actor_system& sys, std::unique_ptr<coordinator_core> core) {
+  auto box = std::make_shared<std::unique_ptr<coordinator_core>>(std::move(core));
+  return sys.spawn(coordinator_impl, box);
+}
+
+}  // namespace moerl::actors

@@ -1,0 +1,448 @@
+#include "actors/coordinator_core.h"
+
+#include <csignal>
+
+#include "actors/interruption.h"
+#include "common/config.h"
+#include "common/log.h"
+
+namespace moerl::actors {
+
+using nlohmann::json;
+
+std::string encode_error(errc code, const std::string& message) {
+  return messages::encode(messages::wire_error{moerl::error(code, message)});
+}
+
+result<coordinator_options> coordinator_options::from_config(const config& cfg) {
+  coordinator_options o;
+  auto positive = [&](const char* key, int64_t max) -> result<uint32_t> {
+    int64_t v = cfg.get_int(key);
+    if (v < 1 || v > max)
+      return error(errc::invalid_config, std::string(key) + " must be in 1.." + std::to_string(max) +
+                                             ", got " + std::to_string(v));
+    return static_cast<uint32_t>(v);
+  };
+  auto it = positive("actors.iterations", 1000000);
+  if (!it) return it.err();
+  auto upi = positive("actors.units_per_iteration", 1000000);
+  if (!upi) return upi.err();
+  auto gpu = positive("actors.groups_per_unit", cfg.get_int("ledger.max_groups_per_unit"));
+  if (!gpu) return gpu.err();
+  o.iterations = *it;
+  o.units_per_iteration = *upi;
+  o.groups_per_unit = *gpu;
+  o.heartbeat_timeout_ms = cfg.get_int("node.heartbeat_interval_ms") * cfg.get_int("actors.heartbeat_misses");
+  o.default_notice_ms = cfg.get_int("actors.sigterm_grace_ms");
+  o.console_token = cfg.get_string("console.token");
+  return o;
+}
+
+coordinator_core::coordinator_core(coordinator_options opts, std::unique_ptr<ledger::work_ledger> ledger,
+                                   const ledger::clock& clock)
+    : opts_(std::move(opts)), ledger_(std::move(ledger)), clock_(clock) {
+  // A recovered ledger already holds units: continue numbering groups after them and
+  // count the iterations they cover as opened.
+  size_t units = ledger_->num_units();
+  iterations_opened_ = static_cast<uint32_t>(
+      (units + opts_.units_per_iteration - 1) / opts_.units_per_iteration);
+  next_group_ = 1 + units * opts_.groups_per_unit;
+  if (iterations_opened_ == 0) open_iteration();
+}
+
+// ---- membership -------------------------------------------------------------------------
+
+status coordinator_core::register_node(const messages::heartbeat& hb) {
+  if (hb.node.size() != 32 || hb.node.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return error(errc::invalid_argument, "node id '" + hb.node + "' is not 32 hex digits");
+  static const std::set<std::string> roles{"rollout", "reward", "env", "buffer", "trainer", "weights"};
+  if (!roles.count(hb.role)) return error(errc::invalid_argument, "unknown role '" + hb.role + "'");
+  auto& n = nodes_[hb.node];
+  bool rejoin = !n.id.empty();
+  n.id = hb.node;
+  n.name = hb.name.empty() ? hb.role + "-" + hb.node.substr(0, 6) : hb.name;
+  n.role = hb.role;
+  n.pid = hb.pid;
+  n.endpoint = hb.endpoint;
+  n.state = hb.state.empty() ? "running" : hb.state;
+  n.restarts = hb.restarts;
+  n.last_seen_ms = clock_.now_ms();
+  if (hb.role == "buffer") {
+    if (hb.endpoint.empty()) return error(errc::invalid_argument, "buffer node " + n.name + " registered without an endpoint");
+    shard_node_[n.name] = n.id;
+    auto st = ledger_->add_shard(n.name);
+    if (!st && st.err().code != errc::duplicate && !rejoin)
+      logger("coordinator")->warn("add_shard({}): {}", n.name, st.err().to_string());
+  }
+  out_.push_back(outbound{outbound::kind::policy_version, n.id, {}, policy_version_, {}, 0});
+  logger("coordinator")->info("node {} joined: role={} pid={} id={}{}", n.name, n.role, n.pid, n.id.substr(0, 8),
+                              rejoin ? " (re-join)" : "");
+  return ok_status();
+}
+
+status coordinator_core::heartbeat(const messages::heartbeat& hb) {
+  auto it = nodes_.find(hb.node);
+  if (it == nodes_.end() || it->second.state == "dead")
+    return error(errc::unknown_node, "heartbeat from unregistered node " + hb.node.substr(0, 8));
+  auto& n = it->second;
+  n.last_seen_ms = clock_.now_ms();
+  n.restarts = hb.restarts;
+  if (n.state == "running" && hb.state == "draining") n.state = "draining";
+  return ok_status();
+}
+
+std::string coordinator_core::owner_of_worker(const std::string& worker) const {
+  return worker.substr(0, worker.find('/'));
+}
+
+void coordinator_core::node_down(const std::string& node, const std::string& reason) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
+  auto& n = it->second;
+  if (shutdown_) {  // an orderly end of the run, not a failure: nothing to re-open
+    n.state = "stopped";
+    return;
+  }
+  n.state = "dead";
+  n.down_reason = reason;
+  n.leases = 0;
+  auto log = logger("coordinator");
+  log->warn("node {} ({}) is down: {}", n.name, n.role, reason);
+  if (n.role == "rollout") {
+    // Workers are named "<node id>/<k>": expire every lease any of them holds.
+    std::set<std::string> workers;
+    for (size_t u = 1; u <= ledger_->num_units(); ++u) {
+      auto v = ledger_->find(u);
+      if (v && v->state == ledger::unit_state::leased && owner_of_worker(v->worker) == node)
+        workers.insert(v->worker);
+    }
+    for (auto& w : workers) {
+      auto ended = ledger_->worker_dead(w);
+      log->info("expired {} lease(s) of dead worker {}", ended.size(), w);
+    }
+  } else if (n.role == "buffer") {
+    auto reopened = ledger_->shard_lost(n.name);
+    if (reopened) log->warn("shard {} lost: re-opened {} unit(s)", n.name, reopened->size());
+    else log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
+    shard_node_.erase(n.name);
+  }
+  flush_ledger();
+}
+
+void coordinator_core::drained(const std::string& node, const json& record) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  json r = record;
+  r["node"] = it->second.name;
+  if (auto p = pending_notices_.find(node); p != pending_notices_.end()) {
+    for (auto& [k, v] : p->second.items())
+      if (!r.contains(k)) r[k] = v;
+    pending_notices_.erase(p);
+  }
+  interruptions_.push_back(r);
+  // A drained buffer shard takes its unconsumed samples with it: re-open their units.
+  bool was_buffer = it->second.role == "buffer";
+  node_down(node, "drained after " + r.value("source", std::string("notice")));
+  it->second.state = "drained";
+  (void)was_buffer;
+}
+
+void coordinator_core::node_stats(const std::string& node, const json& stats) {
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.stats = stats;
+}
+
+// ---- work -------------------------------------------------------------------------------
+
+std::string coordinator_core::lease(const messages::lease_request& req) {
+  auto node = owner_of_worker(req.worker);
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state == "dead")
+    return encode_error(errc::unknown_node, "lease request from unregistered worker " + req.worker);
+  if (it->second.state != "running")
+    return encode_error(errc::shutting_down, "node " + it->second.name + " is " + it->second.state);
+  if (shutdown_) return encode_error(errc::shutting_down, "the run is shutting down");
+  auto l = ledger_->acquire(req.worker);
+  if (!l) return encode_error(l.err().code, l.err().message);
+  auto shard = shard_node_.find(l->shard);
+  flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
+  messages::lease m;
+  m.unit.id = l->unit;
+  m.unit.group_ids = l->groups;
+  m.unit.samples_per_group = l->group_size;
+  m.unit.task = opts_.task;
+  m.attempt = l->attempt;
+  m.worker = req.worker;
+  m.deadline_unix_ms = static_cast<uint64_t>(unix_now_ms() + (l->deadline_ms - clock_.now_ms()));
+  m.policy_version = policy_version_;
+  m.shard = l->shard;
+  m.shard_endpoint = shard == shard_node_.end() ? "" : nodes_[shard->second].endpoint;
+  ++it->second.leases;
+  return messages::encode(m);
+}
+
+std::string coordinator_core::report(const messages::unit_report& rep) {
+  auto node = owner_of_worker(rep.worker);
+  auto it = nodes_.find(node);
+  if (it != nodes_.end() && it->second.leases > 0) --it->second.leases;
+  status st;
+  if (rep.status == messages::unit_status::finished) {
+    auto r = ledger_->report(rep.unit_id, rep.attempt, rep.worker, rep.samples_produced);
+    if (!r) st = r.err();
+  } else {
+    st = ledger_->give_back(rep.unit_id, rep.attempt, rep.worker);
+  }
+  flush_ledger();
+  if (!st) return encode_error(st.err().code, st.err().message);
+  return "";
+}
+
+status coordinator_core::shard_ack(const ledger::shard_ack& ack) {
+  auto r = ledger_->record_ack(ack);
+  flush_ledger();
+  if (!r) return r.err();
+  return ok_status();
+}
+
+status coordinator_core::consumed(const ledger::consumption& c) {
+  auto st = ledger_->record_consumed(c);
+  flush_ledger();
+  return st;
+}
+
+void coordinator_core::policy_version(uint64_t v, const std::string& manifest_bytes) {
+  if (v <= policy_version_) return;
+  policy_version_ = v;
+  last_manifest_ = manifest_bytes;
+  for (auto& [id, n] : nodes_)
+    if (n.state != "dead" && n.state != "drained")
+      out_.push_back(outbound{outbound::kind::policy_version, id, {}, v, {}, 0});
+  logger("coordinator")->info("policy version {} published", v);
+}
+
+void coordinator_core::open_iteration() {
+  if (iterations_opened_ >= opts_.iterations) return;
+  for (uint32_t u = 0; u < opts_.units_per_iteration; ++u) {
+    std::vector<ledger::group_id> groups;
+    for (uint32_t g = 0; g < opts_.groups_per_unit; ++g) groups.push_back(next_group_++);
+    auto id = ledger_->add_unit(groups);
+    if (!id) logger("coordinator")->error("add_unit: {}", id.err().to_string());
+  }
+  ++iterations_opened_;
+  flush_ledger();
+}
+
+void coordinator_core::tick() {
+  auto now = clock_.now_ms();
+  auto ended = ledger_->expire_due();
+  if (!ended.empty()) logger("coordinator")->info("{} lease(s) expired", ended.size());
+  for (auto& [id, n] : nodes_)
+    if ((n.state == "running" || n.state == "draining") && now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
+      auto name = id;  // node_down mutates the map entry, not the map
+      node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms");
+    }
+  // Keep one iteration of work ahead of the trainer: open the next iteration's units when
+  // the queue ran dry and the trainer has reached the previous one.
+  // If groups were dropped (staleness) the trainer may never reach the version boundary:
+  // nothing left to lease or train also opens the next iteration.
+  const auto& acct = ledger_->counters();
+  bool idle = ledger_->num_leased() == 0 && acct.trained == acct.committed;
+  if (ledger_->num_pending() == 0 && iterations_opened_ < opts_.iterations &&
+      (policy_version_ + 1 >= iterations_opened_ || idle))
+    open_iteration();
+  flush_ledger();
+  record_invariant();
+}
+
+void coordinator_core::flush_ledger() {
+  auto st = ledger_->sync();
+  if (!st) {
+    // The tail stays in memory and the next sync retries; events wait for durability.
+    logger("coordinator")->error("ledger sync failed (will retry): {}", st.err().to_string());
+    return;
+  }
+  for (auto& e : ledger_->take_events()) {
+    auto it = shard_node_.find(e.shard);
+    if (it == shard_node_.end()) continue;  // shard gone: the ledger already re-opened its units
+    outbound o;
+    o.what = outbound::kind::shard_event;
+    o.node = it->second;
+    o.event = std::move(e);
+    out_.push_back(std::move(o));
+  }
+}
+
+void coordinator_core::record_invariant() {
+  auto st = ledger_->check_invariant();
+  if (!st) {
+    ++invariant_violations_;
+    if (last_violation_ != st.err().message)
+      logger("coordinator")->error("accounting invariant broken: {}", st.err().message);
+    last_violation_ = st.err().message;
+  }
+}
+
+bool coordinator_core::done() const {
+  const auto& a = ledger_->counters();
+  return iterations_opened_ >= opts_.iterations && ledger_->num_pending() == 0 &&
+         ledger_->num_leased() == 0 && a.trained == a.committed;
+}
+
+std::vector<outbound> coordinator_core::take_outbound() {
+  std::vector<outbound> o;
+  o.swap(out_);
+  return o;
+}
+
+// ---- admin ------------------------------------------------------------------------------
+
+const node_record* coordinator_core::resolve(const std::string& who) const {
+  if (who.empty()) return nullptr;
+  const node_record* found = nullptr;
+  for (auto& [id, n] : nodes_) {
+    if (n.name == who || id == who) return &n;
+    if (id.compare(0, who.size(), who) == 0) {
+      if (found) return nullptr;  // ambiguous prefix
+      found = &n;
+    }
+  }
+  return found;
+}
+
+json coordinator_core::status_json() const {
+  const auto& a = ledger_->counters();
+  json shards = json::object();
+  for (auto& [id, n] : nodes_)
+    if (n.role == "buffer" && !n.stats.is_null()) shards[n.name] = n.stats;
+  size_t alive = 0;
+  for (auto& [id, n] : nodes_) alive += (n.state == "running" || n.state == "draining");
+  return json{{"iteration", policy_version_},
+              {"iterations", opts_.iterations},
+              {"iterations_opened", iterations_opened_},
+              {"policy_version", policy_version_},
+              {"units", ledger_->num_units()},
+              {"queue_depth", ledger_->num_pending()},
+              {"leases", ledger_->num_leased()},
+              {"buffer", shards},
+              {"nodes_alive", alive},
+              {"accounting", a.to_json()},
+              {"invariant_ok", static_cast<bool>(ledger_->check_invariant())},
+              {"invariant_violations", invariant_violations_},
+              {"ledger_epoch", ledger_->epoch()},
+              {"done", done()}};
+}
+
+json coordinator_core::nodes_json() const {
+  json arr = json::array();
+  for (auto& [id, n] : nodes_) {
+    uint32_t leases = 0;
+    if (n.role == "rollout")
+      for (size_t u = 1; u <= ledger_->num_units(); ++u) {
+        auto v = ledger_->find(u);
+        leases += v && v->state == ledger::unit_state::leased && owner_of_worker(v->worker) == id;
+      }
+    json j{{"id", id}, {"name", n.name}, {"role", n.role}, {"pid", n.pid}, {"state", n.state},
+           {"restarts", n.restarts}, {"leases", leases}, {"endpoint", n.endpoint}};
+    if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
+    if (!n.stats.is_null()) j["stats"] = n.stats;
+    arr.push_back(j);
+  }
+  return arr;
+}
+
+json coordinator_core::report_json() const {
+  json restarts = json::object();
+  uint64_t total = 0;
+  for (auto& [id, n] : nodes_) {
+    restarts[n.name] = n.restarts;
+    total += n.restarts;
+  }
+  auto acct = ledger_->counters().to_json();
+  auto inv = ledger_->check_invariant();
+  acct["invariant_ok"] = static_cast<bool>(inv) && invariant_violations_ == 0;
+  if (!inv) acct["invariant_error"] = inv.err().message;
+  return json{{"accounting", acct},
+              {"interruptions", interruptions_},
+              {"restarts", {{"total", total}, {"by_node", restarts}}},
+              {"nodes", nodes_json()},
+              {"iterations", policy_version_},
+              {"done", done()}};
+}
+
+messages::admin_reply coordinator_core::admin(const messages::admin_request& req) {
+  messages::admin_reply rep;
+  rep.request_id = req.request_id;
+  auto fail = [&](errc c, std::string m) {
+    rep.ok = false;
+    rep.err = moerl::error(c, std::move(m));
+    return rep;
+  };
+  if (req.token != opts_.console_token) return fail(errc::unauthorized, "wrong or missing console token (console.token)");
+  auto opt = [&](const std::string& k) -> std::string {
+    for (auto& [n, v] : req.options)
+      if (n == k) return v;
+    return "";
+  };
+  json body;
+  const std::string& cmd = req.command;
+  if (cmd == "status") {
+    body = status_json();
+  } else if (cmd == "nodes") {
+    body = nodes_json();
+  } else if (cmd == "report") {
+    body = report_json();
+  } else if (cmd == "shutdown") {
+    shutdown_ = true;
+    for (auto& [id, n] : nodes_)
+      if (n.state == "running" || n.state == "draining")
+        out_.push_back(outbound{outbound::kind::shutdown, id, {}, 0, {}, 0});
+    body = {{"shutdown", true}};
+  } else if (cmd == "inject" || cmd == "drain") {
+    std::string what = cmd == "drain" ? "drain" : (req.args.empty() ? "" : req.args[0]);
+    std::string who = cmd == "drain" ? (req.args.empty() ? "" : req.args[0]) : (req.args.size() < 2 ? "" : req.args[1]);
+    if (what != "spot" && what != "kill" && what != "sigterm" && what != "drain")
+      return fail(errc::unknown_command, "inject needs one of spot|kill|sigterm, got '" + what + "'");
+    if (who.empty()) return fail(errc::invalid_argument, cmd + " needs a NODE (id, id prefix or name)");
+    auto* n = resolve(who);
+    if (!n) return fail(errc::unknown_node, "no node '" + who + "' (see `moerl console nodes`)");
+    if (n->state != "running") return fail(errc::shutting_down, "node " + n->name + " is " + n->state);
+    int64_t deadline_ms = opts_.default_notice_ms;
+    if (auto d = opt("deadline"); !d.empty()) {
+      char* end = nullptr;
+      double s = std::strtod(d.c_str(), &end);
+      if (!end || *end || !(s > 0) || s > 86400) return fail(errc::invalid_argument, "--deadline must be seconds in (0, 86400], got '" + d + "'");
+      deadline_ms = static_cast<int64_t>(s * 1000);
+    }
+    int64_t deadline = unix_now_ms() + deadline_ms;
+    json rec{{"node", n->name}, {"at", unix_now_ms()}};
+    if (what == "kill") {
+      out_.push_back(outbound{outbound::kind::signal, n->id, {}, 0, {}, SIGKILL});
+      rec["source"] = "kill";
+      rec["deadline"] = nullptr;
+      rec["units_returned"] = 0;
+      rec["units_finished"] = 0;
+      interruptions_.push_back(rec);  // no drain report will come: record it now
+    } else if (what == "sigterm") {
+      out_.push_back(outbound{outbound::kind::signal, n->id, {}, 0, {}, SIGTERM});
+      rec["source"] = "sigterm";
+      pending_notices_[n->id] = rec;
+    } else {
+      outbound o;
+      o.what = outbound::kind::notice;
+      o.node = n->id;
+      o.notice = make_notice(n->id, what == "spot" ? messages::interruption_source::simulation
+                                                    : messages::interruption_source::console,
+                             deadline, what == "spot" ? "console inject spot" : "console drain");
+      out_.push_back(o);
+      rec["deadline"] = deadline;
+      pending_notices_[n->id] = rec;
+    }
+    body = {{"node", n->name}, {"id", n->id}, {"action", what}, {"deadline_unix_ms", deadline}};
+  } else {
+    return fail(errc::unknown_command, "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
+  }
+  rep.ok = true;
+  rep.body_json = body.dump();
+  return rep;
+}
+
+}  // namespace moerl::actors

@@ -1,0 +1,84 @@
+// A whole cluster on this machine, one process per node on loopback: what `moerl up` runs and
+// what the multi-process tests drive. Children are `moerl node` processes of the same binary
+// (fork + exec), each logging to <log_dir>/<name>.log. The cluster talks to its coordinator
+// only through the console (ZeroMQ admin plane), like an operator would.
+// Not thread-safe. The destructor SIGKILLs and reaps whatever is still running.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace moerl::actors {
+
+struct node_spec {
+  std::string role;
+  std::string name;
+  std::vector<std::string> overrides;  // key=value for this node only
+};
+
+struct cluster_options {
+  std::string binary;                  // the moerl executable
+  std::string config_file;             // passed to every node ("" for none)
+  std::vector<std::string> overrides;  // passed to every node
+  std::string console;                 // console.address; "" keeps the config's
+  std::string log_dir;
+  std::vector<node_spec> nodes;        // not counting the coordinator (always first)
+  int64_t start_timeout_ms = 20000;
+};
+
+// The default cluster of `moerl up`: 2 buffer shards, weights, trainer, reward, 2 rollouts.
+std::vector<node_spec> default_cluster_nodes();
+
+// Picks a free TCP port on 127.0.0.1 (bind to 0, read it, close).
+result<uint16_t> free_tcp_port();
+
+class local_cluster {
+ public:
+  static result<std::unique_ptr<local_cluster>> start(cluster_options opts);
+  ~local_cluster();
+
+  // One console command; the reply's body as JSON, or its error.
+  result<nlohmann::json> console(const std::string& command, const std::vector<std::string>& args = {},
+                                 const std::vector<std::pair<std::string, std::string>>& options = {},
+                                 int timeout_ms = 5000);
+  // Waits until `pred(status)` holds (polling status every 100 ms) or the timeout passes.
+  result<nlohmann::json> wait_status(const std::function<bool(const nlohmann::json&)>& pred, int64_t timeout_ms);
+
+  pid_t pid_of(const std::string& name) const;
+  status signal(const std::string& name, int sig);
+  // Waits for the node's process to exit; its wait status (-1 on timeout).
+  int wait_exit(const std::string& name, int64_t timeout_ms);
+  // Starts the node again from its spec (same name and overrides): a coordinator restart.
+  status restart(const std::string& name);
+  // Console shutdown, then waits up to timeout for every child; SIGKILLs the rest.
+  status stop(int64_t timeout_ms);
+  // Names whose processes exited, with their wait status.
+  std::map<std::string, int> exited();
+
+  const std::string& console_address() const { return console_; }
+  const std::string& coordinator_join() const { return join_; }
+  std::string token() const { return token_; }
+
+ private:
+  local_cluster() = default;
+  status spawn(const node_spec& spec);
+  void reap();
+
+  cluster_options opts_;
+  std::string console_, join_, token_;
+  std::map<std::string, node_spec> specs_;
+  std::map<std::string, pid_t> pids_;
+  std::map<std::string, int> exited_;
+  uint64_t next_request_ = 1;
+};
+
+}  // namespace moerl::actors

@@ -1,0 +1,223 @@
+#include "actors/node_agent.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/atoms.h"
+#include "actors/interruption.h"
+#include "actors/node_roles.h"
+#include "actors/wire_pack.h"
+#include "common/log.h"
+
+namespace moerl::actors {
+namespace {
+
+using ms = std::chrono::milliseconds;
+
+struct agent_state {
+  std::shared_ptr<node_context> ctx;
+  std::shared_ptr<std::atomic<int>> exit_code;
+  caf::actor supervisor;
+  uint64_t hb_seq = 0;
+  bool registered = false;
+  bool finishing = false;
+  messages::interruption_notice notice;  // the one being handled (drain)
+  int64_t drain_started_ms = 0;
+};
+
+using agent_actor = caf::stateful_actor<agent_state>;
+
+messages::heartbeat make_heartbeat(agent_actor* self, const std::string& state) {
+  auto& ctx = *self->state.ctx;
+  messages::heartbeat hb;
+  hb.node = ctx.id;
+  hb.role = ctx.role;
+  hb.pid = static_cast<uint32_t>(::getpid());
+  hb.seq = ++self->state.hb_seq;
+  hb.sent_unix_ms = static_cast<uint64_t>(unix_now_ms());
+  hb.state = state;
+  hb.leases = ctx.active_units.load();
+  hb.restarts = ctx.restarts.load();
+  hb.name = ctx.name;
+  hb.endpoint = ctx.endpoint;
+  return hb;
+}
+
+// Blocking on purpose: the agent is detached, and nothing else can happen for this node
+// while it has no coordinator.
+bool connect_and_register(agent_actor* self) {
+  auto& st = self->state;
+  auto& ctx = *st.ctx;
+  auto log = logger("node");
+  int64_t give_up = ctx.cp.connection_timeout_ms * 10;
+  auto coord = connect_with_retry(self->system(), ctx.cp, ctx.coord_host, ctx.coord_port, give_up);
+  if (!coord) {
+    log->error("{}", coord.err().to_string());
+    return false;
+  }
+  ctx.set_coordinator(*coord);
+  self->monitor(*coord);
+  bool ok = false;
+  std::string why;
+  auto bytes = messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running"));
+  caf::scoped_actor blocking{self->system()};
+  blocking->request(*coord, ms(ctx.cp.request_timeout_ms), register_atom::value, bytes,
+                    caf::actor_cast<caf::actor>(self))
+      .receive([&](std::string& r) { ok = r.empty(); why = ok ? "" : "refused"; },
+               [&](caf::error& e) { why = self->system().render(e); });
+  if (!ok) log->error("registration with the coordinator failed: {}", why);
+  else log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port, ctx.name, ctx.id);
+  st.registered = ok;
+  return ok;
+}
+
+void finish(agent_actor* self, int code) {
+  auto& st = self->state;
+  if (st.finishing) return;
+  st.finishing = true;
+  st.ctx->stopping = true;
+  *st.exit_code = code;
+  if (st.supervisor) {
+    self->unlink_from(st.supervisor);
+    self->send_exit(st.supervisor, caf::exit_reason::user_shutdown);
+  }
+  self->quit();
+}
+
+void begin_drain(agent_actor* self, const messages::interruption_notice& n) {
+  auto& st = self->state;
+  auto& ctx = *st.ctx;
+  if (ctx.draining()) return;  // the first notice wins; later ones change nothing
+  st.notice = n;
+  st.drain_started_ms = unix_now_ms();
+  int64_t margin = ctx.cfg.get_int("actors.drain_margin_ms");
+  int64_t by = static_cast<int64_t>(n.deadline_unix_ms) - margin;
+  ctx.drain_by_ms = std::max<int64_t>(by, 1);
+  logger("node")->warn("interruption ({}): deadline in {} ms; draining", messages::interruption_source_name(n.source),
+                       static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
+  if (auto c = ctx.coordinator())
+    self->send(c, heartbeat_atom::value, messages::encode(make_heartbeat(self, "draining")));
+}
+
+void complete_drain(agent_actor* self) {
+  auto& st = self->state;
+  auto& ctx = *st.ctx;
+  nlohmann::json rec{{"source", messages::interruption_source_name(st.notice.source)},
+                     {"at", st.notice.issued_unix_ms},
+                     {"deadline", st.notice.deadline_unix_ms},
+                     {"reason", st.notice.reason},
+                     {"units_returned", ctx.units_returned.load()},
+                     {"units_finished", ctx.units_finished.load()},
+                     {"drain_ms", unix_now_ms() - st.drain_started_ms}};
+  logger("node")->info("drain complete: {}", rec.dump());
+  if (auto c = ctx.coordinator()) {
+    // Deregistration: wait (bounded) for the coordinator to record it, then exit 0.
+    self->request(c, ms(ctx.cp.request_timeout_ms), drained_atom::value, ctx.id, rec.dump())
+        .then([self](const std::string&) { finish(self, 0); }, [self](caf::error&) { finish(self, 0); });
+  } else {
+    finish(self, 0);
+  }
+}
+
+caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
+                         std::shared_ptr<std::atomic<int>> exit_code) {
+  auto& st = self->state;
+  st.ctx = ctx;
+  st.exit_code = exit_code;
+  auto log = logger("node");
+  if (!connect_and_register(self)) {
+    *exit_code = 3;
+    self->quit();
+    return {};
+  }
+  supervisor_options so;
+  so.name = ctx->role + "-supervisor";
+  so.strategy = role_strategy(ctx->role);
+  so.intensity = ctx->cfg.get_int("actors.restart_intensity");
+  so.period_ms = ctx->cfg.get_int("actors.restart_period_ms");
+  so.backoff_ms = ctx->cfg.get_int("actors.restart_backoff_ms");
+  so.backoff_max_ms = ctx->cfg.get_int("actors.restart_backoff_max_ms");
+  so.observer = caf::actor_cast<caf::actor>(self);
+  st.supervisor = spawn_supervisor(self->system(), so, role_children(ctx));
+  self->link_to(st.supervisor);
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    if (m.source == self->state.supervisor.address() && !self->state.finishing) {
+      // The supervisor gave up (restart intensity): escalate by ending the node non-zero.
+      logger("node")->error("supervisor exited: {}", self->system().render(m.reason));
+      self->state.supervisor = nullptr;
+      finish(self, 4);
+    }
+  });
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& st = self->state;
+    if (st.finishing || m.source != st.ctx->coordinator().address()) return;
+    logger("node")->warn("lost the coordinator ({}); reconnecting", self->system().render(m.reason));
+    st.ctx->set_coordinator(nullptr);
+    st.registered = false;
+    if (!connect_and_register(self)) finish(self, 3);
+  });
+  self->send(self, tick_atom::value);
+  return {
+      [self](tick_atom) {
+        auto& st = self->state;
+        auto& ctx = *st.ctx;
+        if (st.finishing) return;
+        if (auto c = ctx.coordinator())
+          self->send(c, heartbeat_atom::value, messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running")));
+        if (ctx.draining() && ctx.workers_running.load() == 0 && ctx.active_units.load() == 0) {
+          complete_drain(self);
+          return;
+        }
+        self->delayed_send(self, ms(ctx.draining() ? 50 : ctx.cp.heartbeat_interval_ms), tick_atom::value);
+      },
+      [self](notice_atom, const std::string& bytes) {
+        auto n = messages::decode<messages::interruption_notice>(bytes);
+        if (!n) {
+          logger("node")->error("undecodable interruption notice: {}", n.err().to_string());
+          return;
+        }
+        begin_drain(self, *n);
+      },
+      [self](kill_atom, int32_t sig) {
+        logger("node")->warn("console injection: raising signal {} in this process", sig);
+        ::kill(::getpid(), sig);
+      },
+      [self](shutdown_atom) {
+        logger("node")->info("shutdown requested by the coordinator");
+        finish(self, 0);
+      },
+      [self](event_atom, uint8_t kind, uint64_t unit, uint32_t attempt, const std::string& groups, uint32_t group_size) {
+        auto g = unpack_u64s(groups);
+        if (!g || kind > 2) return;
+        ledger::ledger_event e;
+        e.what = static_cast<ledger::ledger_event::kind>(kind);
+        e.shard = self->state.ctx->name;
+        e.unit = unit;
+        e.attempt = attempt;
+        e.groups = std::move(*g);
+        e.group_size = group_size;
+        std::lock_guard<std::mutex> lk(self->state.ctx->events_mu);
+        self->state.ctx->events.push_back(std::move(e));
+      },
+      [self](version_atom, uint64_t v) {
+        auto& pv = self->state.ctx->policy_version;
+        if (v > pv) pv = v;
+      },
+      [self](restarted_atom, const std::string& child, const std::string& reason, uint64_t total) {
+        self->state.ctx->restarts = static_cast<uint32_t>(total);
+        logger("node")->warn("restart #{}: {} ({})", total, child, reason);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node_agent(caf::actor_system& sys, std::shared_ptr<node_context> ctx,
+                            std::shared_ptr<std::atomic<int>> exit_code) {
+  return sys.spawn<caf::detached>(agent_impl, std::move(ctx), std::move(exit_code));
+}
+
+}  // namespace moerl::actors

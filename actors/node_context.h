@@ -1,0 +1,79 @@
+// State one node process shares between its agent and its role actors. It outlives every
+// actor incarnation, so what must survive a supervised restart (the shard's buffered
+// samples, bound sockets, counters, the ledger events not yet applied) lives here.
+// Threading: atomics and the mutex-guarded members are safe from any thread; the role's
+// ZeroMQ objects are used by one actor at a time (the current incarnation).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "actors/caf_setup.h"
+#include "actors/ledger/sample_plane.h"
+#include "actors/reward_hop.h"
+#include "common/config.h"
+
+namespace moerl::actors {
+
+struct node_context {
+  std::string id;    // random 128-bit hex id (node_identity.h)
+  std::string name;  // display name
+  std::string role;
+  config cfg;
+  control_plane_options cp;
+  std::string coord_host;
+  uint16_t coord_port = 0;
+  std::shared_ptr<ledger::zmq_context> zmq;
+  std::string endpoint;  // reward: pull socket; buffer: shard socket
+
+  // The coordinator's handle; replaced when the coordinator restarts.
+  caf::actor coordinator() {
+    std::lock_guard<std::mutex> g(mu);
+    return coord;
+  }
+  void set_coordinator(caf::actor a) {
+    std::lock_guard<std::mutex> g(mu);
+    coord = std::move(a);
+  }
+
+  // Drain: 0 while running; else the wall-clock ms by which work must be finished
+  // (interruption deadline minus actors.drain_margin_ms).
+  std::atomic<int64_t> drain_by_ms{0};
+  bool draining() const { return drain_by_ms.load() != 0; }
+  std::atomic<bool> stopping{false};  // shutdown: leave loops now
+
+  std::atomic<uint32_t> units_finished{0};   // during drain
+  std::atomic<uint32_t> units_returned{0};   // during drain
+  std::atomic<uint32_t> active_units{0};
+  std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
+  std::atomic<uint32_t> restarts{0};
+  std::atomic<uint64_t> policy_version{0};
+
+  // buffer role
+  std::unique_ptr<ledger::shard_service> shard;
+  std::mutex events_mu;
+  std::deque<ledger::ledger_event> events;  // from the coordinator, applied by the shard loop
+
+  // reward role
+  std::unique_ptr<reward_pull> pull;
+  std::map<std::string, std::unique_ptr<ledger::sample_producer>> producers;  // by shard endpoint
+
+  // trainer role: rank actors register here so rank 0 can hand them their share of a batch
+  std::mutex ranks_mu;
+  std::map<uint32_t, caf::actor> ranks;
+  std::atomic<uint64_t> trained_groups{0};  // survives a one_for_all restart of the ranks
+
+ private:
+  std::mutex mu;
+  caf::actor coord;
+};
+
+}  // namespace moerl::actors

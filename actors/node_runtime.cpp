@@ -1,0 +1,191 @@
+#include "actors/node_runtime.h"
+
+#include <signal.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <set>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/atoms.h"
+#include "actors/console_server.h"
+#include "actors/coordinator.h"
+#include "actors/imds_poller.h"
+#include "actors/interruption.h"
+#include "actors/node_agent.h"
+#include "actors/node_identity.h"
+#include "actors/signal_watch.h"
+#include "actors/ledger/clock.h"
+#include "common/log.h"
+#include "store/object_store.h"
+
+namespace moerl::actors {
+namespace {
+
+// Signals can arrive before the actor that handles them exists: park them until then.
+class signal_relay {
+ public:
+  void deliver(int sig) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (fn_) fn_(sig);
+    else early_.push_back(sig);
+  }
+  void set(std::function<void(int)> fn) {
+    std::lock_guard<std::mutex> g(mu_);
+    fn_ = std::move(fn);
+    for (int s : early_) fn_(s);
+    early_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::function<void(int)> fn_;
+  std::vector<int> early_;
+};
+
+int wait_for(caf::actor_system& sys, const caf::actor& a) {
+  caf::scoped_actor self{sys};
+  self->monitor(a);
+  self->receive([](caf::down_msg&) {});
+  return 0;
+}
+
+int run_coordinator(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
+                    const std::string& host, uint16_t port, const std::string& node_id) {
+  auto log = logger("node");
+  auto copts = coordinator_options::from_config(cfg);
+  if (!copts) { log->error("{}", copts.err().to_string()); return 2; }
+  auto lopts = ledger::ledger_options::from_config(cfg);
+  if (!lopts) { log->error("{}", lopts.err().to_string()); return 2; }
+  auto store = store::open_store(cfg.get_string("store.url"), cfg);
+  if (!store) { log->error("ledger store: {}", store.err().to_string()); return 2; }
+  static ledger::steady_clock_source clock;
+  ledger::recovery_info info;
+  auto led = ledger::work_ledger::open(*lopts, clock, store->get(), &info);
+  if (!led) { log->error("ledger: {}", led.err().to_string()); return 2; }
+  log->info("ledger at {} epoch {} ({}; {} records replayed, {} leases expired)", (*store)->describe(), info.epoch,
+            info.recovered ? "recovered" : "fresh", info.records_replayed, info.leases_expired);
+  auto core = std::make_unique<coordinator_core>(*copts, std::move(*led), clock);
+
+  node_caf_config ccfg(cp);
+  caf::actor_system sys{ccfg};
+  auto coord = spawn_coordinator(sys, std::move(core));
+  auto bound = publish_actor(sys, cp, coord, host, port);
+  if (!bound) {
+    log->error("{}", bound.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound, cp.tls ? " (TLS)" : "");
+  auto console = console_server::start(sys, coord, cfg.get_string("console.address"),
+                                       static_cast<int>(cp.request_timeout_ms));
+  if (!console) {
+    log->error("{}", console.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  log->info("console on {}", (*console)->address());
+  relay.set([coord](int sig) {
+    logger("node")->warn("signal {}: coordinator stops (the ledger is durable; a restart recovers it)", sig);
+    caf::anon_send(coord, shutdown_atom::value);
+  });
+  wait_for(sys, coord);
+  (*console)->stop();
+  relay.set([](int) {});
+  return 0;
+}
+
+int run_member(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
+               const std::string& host, uint16_t port, const std::string& node_id) {
+  auto log = logger("node");
+  auto ctx = std::make_shared<node_context>();
+  ctx->id = node_id;
+  ctx->role = args.role;
+  ctx->name = cfg.get_string("node.name").empty() ? default_node_name(args.role, node_id) : cfg.get_string("node.name");
+  ctx->cfg = cfg;
+  ctx->cp = cp;
+  ctx->coord_host = host;
+  ctx->coord_port = port;
+  auto z = ledger::zmq_context::create();
+  if (!z) { log->error("{}", z.err().to_string()); return 2; }
+  ctx->zmq = *z;
+  std::string bind_ep = "tcp://" + cfg.get_string("node.host") + ":*";
+  if (args.role == "buffer") {
+    auto so = ledger::shard_options::from_config(cfg, ctx->name);
+    auto po = ledger::sample_plane_options::from_config(cfg);
+    if (!so || !po) { log->error("{}", (!so ? so.err() : po.err()).to_string()); return 2; }
+    auto svc = ledger::shard_service::bind(ctx->zmq, bind_ep, *so, *po);
+    if (!svc) { log->error("shard: {}", svc.err().to_string()); return 2; }
+    ctx->endpoint = (*svc)->endpoint();
+    ctx->shard = std::move(*svc);
+  } else if (args.role == "reward") {
+    auto pull = reward_pull::bind(ctx->zmq, bind_ep);
+    if (!pull) { log->error("reward: {}", pull.err().to_string()); return 2; }
+    ctx->endpoint = (*pull)->endpoint();
+    ctx->pull = std::move(*pull);
+  }
+  auto exit_code = std::make_shared<std::atomic<int>>(0);
+  int code = 0;
+  {
+    node_caf_config ccfg(cp);
+    caf::actor_system sys{ccfg};
+    auto agent = spawn_node_agent(sys, ctx, exit_code);
+    int64_t grace = cfg.get_int("actors.sigterm_grace_ms");
+    relay.set([agent, ctx, grace](int sig) {
+      auto n = make_notice(ctx->id, messages::interruption_source::sigterm, unix_now_ms() + grace,
+                           sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      caf::anon_send(agent, notice_atom::value, messages::encode(n));
+    });
+    std::unique_ptr<imds_poller> imds;
+    if (cfg.get_bool("imds.enabled"))
+      imds = std::make_unique<imds_poller>(imds_options::from_config(cfg),
+                                           [agent, ctx](const messages::interruption_notice& n) {
+                                             auto m = n;
+                                             m.node = ctx->id;
+                                             caf::anon_send(agent, notice_atom::value, messages::encode(m));
+                                           });
+    wait_for(sys, agent);
+    ctx->stopping = true;
+    relay.set([](int) {});
+    imds.reset();
+    code = exit_code->load();
+  }
+  log->info("node {} exits with {}", ctx->name, code);
+  return code;
+}
+
+}  // namespace
+
+int run_node(const node_args& args) {
+  static const std::set<std::string> roles{"coordinator", "rollout", "reward", "env", "buffer", "trainer", "weights"};
+  if (!roles.count(args.role)) {
+    std::cerr << "moerl node: unknown role '" << args.role << "' (coordinator|rollout|reward|env|buffer|trainer|weights)\n";
+    return 2;
+  }
+  auto hp = parse_host_port(args.join);
+  if (!hp) {
+    std::cerr << "moerl node: --join: " << hp.err().message << "\n";
+    return 2;
+  }
+  auto cfg = config::load(args.config_file, args.overrides);
+  if (!cfg) {
+    std::cerr << "moerl node: invalid configuration: " << cfg.err().message << "\n";
+    return 2;
+  }
+  auto cp = control_plane_options::from_config(*cfg);
+  if (!cp) {
+    std::cerr << "moerl node: " << cp.err().message << "\n";
+    return 2;
+  }
+  // Before any thread exists: block SIGTERM/SIGINT everywhere and handle them on a watcher.
+  signal_relay relay;
+  signal_watch watch([&relay](int sig) { relay.deliver(sig); });
+  std::string id = make_node_id();
+  init_logging(short_node_id(id), args.role, cfg->get_string("log.level"));
+  if (args.role == "coordinator") return run_coordinator(args, *cfg, *cp, relay, hp->first, hp->second, id);
+  return run_member(args, *cfg, *cp, relay, hp->first, hp->second, id);
+}
+
+}  // namespace moerl::actors

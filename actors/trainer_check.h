@@ -1,0 +1,24 @@
+// What a trainer rank does with its share of a batch until the real GRPO update lands:
+// verify every sample against the test work's checker (the prompt belongs to its group,
+// the tokens and log-probabilities are exactly what that prompt, index and policy version
+// generate, the reward is what the verifier gives) and compute group-relative advantages
+// (reward minus the group mean, divided by the group's standard deviation).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "messages/sample.h"
+
+namespace moerl::actors {
+
+struct check_totals {
+  uint64_t verified = 0;      // samples that passed every check
+  uint64_t bad = 0;           // samples that failed one (a bug or corruption upstream)
+  uint64_t groups = 0;
+  double sum_abs_advantage = 0;
+};
+
+check_totals check_and_score(const std::vector<messages::sample>& samples, uint32_t rounds);
+
+}  // namespace moerl::actors
