@@ -1,6 +1,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/commands.h"
+#include "bench/ep/ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "store/bench/store_bench.h"
 
@@ -12,6 +13,7 @@ void add_bench_command(CLI::App& root) {
   // Each benchmark registers itself here: kernels (bench/kernels), ep (bench/ep),
   // control (bench/control).
   moerl::bench::add_kernels_bench_command(*cmd);
+  moerl::bench::add_ep_bench_command(*cmd);
   moerl::bench::add_store_bench_command(*cmd);  // store (store/bench)
   (void)cmd;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include <sched.h>
 #include <sys/mman.h>
 
 #include "fabric/ep_protocol.h"
@@ -141,6 +142,8 @@ struct ep_group::impl {
         if (counter(seq, kind, r) < expected[r]) done = false;
       if (done) break;
       if (auto st = progress(); !st) return st;
+      // Ranks may outnumber cores (a dev box): give the CPU to the peer we wait for.
+      if (imms.empty()) sched_yield();
       if (now_ns() > deadline) {
         std::string missing;
         for (int r = 0; r < n; ++r)

@@ -1,0 +1,467 @@
+#include "bench/ep/ep_bench.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "fabric/bootstrap.h"
+#include "fabric/ep_group.h"
+#include "fabric/ep_workload.h"
+#include "fabric/transport.h"
+#include "provenance/provenance.h"
+
+namespace moerl::bench {
+
+using namespace moerl::fabric;
+
+namespace {
+
+constexpr int kExperts = 256;
+constexpr int kTopk = 8;
+
+double now_us() { return static_cast<double>(now_ns()) / 1000.0; }
+
+workload_params workload_of(const ep_bench_options& o) {
+  workload_params p;
+  p.num_ranks = o.ranks;
+  p.num_experts = kExperts;
+  p.hidden = o.hidden;
+  p.topk = kTopk;
+  p.dtype = ep_dtype::bf16;
+  p.tokens_per_rank = o.shape == "prefill" ? 4096 : 128;
+  p.routing = o.routing;
+  p.seed = 2024;
+  return p;
+}
+
+int iterations_of(const ep_bench_options& o) {
+  if (o.iterations > 0) return o.iterations;
+  return o.shape == "prefill" ? 4 : 20;
+}
+
+transport_options transport_of(const ep_bench_options& o, int rank, bool shim) {
+  transport_options t;
+  t.provider = o.provider;
+  t.require_provider = true;
+  t.reorder_shim = shim;
+  t.shim_seed = 99 + static_cast<uint64_t>(rank);
+  return t;
+}
+
+status barrier(bootstrap& b) {
+  auto r = b.allgather(all_members(b), "", 600000);
+  if (!r) return r.err();
+  return {};
+}
+
+// Raw RMA-write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message`
+// bytes, each with an immediate; rank 1 acknowledges once it counted them all.
+result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total) {
+  const std::vector<int> pair = {0, 1};
+  if (b.rank() > 1) return 0.0;
+  auto t = open_transport(transport_of(o, b.rank(), false));
+  if (!t) return t.err();
+  std::vector<char> buf(total + 64, 1);
+  auto reg = (*t)->register_memory(buf.data(), buf.size());
+  if (!reg) return reg.err();
+  std::string mine = (*t)->address();
+  mine.append(reinterpret_cast<const char*>(&reg->remote), sizeof(remote_region));
+  auto all = b.allgather(pair, mine, 60000);
+  if (!all) return all.err();
+  std::vector<std::string> addrs;
+  std::vector<remote_region> regions(2);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& e = (*all)[r];
+    addrs.push_back(e.substr(0, e.size() - sizeof(remote_region)));
+    std::memcpy(&regions[r], e.data() + e.size() - sizeof(remote_region), sizeof(remote_region));
+  }
+  if (auto st = (*t)->set_peers(addrs); !st) return st.err();
+  if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
+  const size_t count = total / message;
+  const int64_t deadline = now_ns() + o.op_timeout_ms * 1000000;
+  std::vector<uint32_t> imms;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
+    size_t seen = 0;
+    if (b.rank() == 0) {
+      const double t0 = now_us();
+      for (size_t i = 0; i < count; ++i)
+        if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1], i * message, 1, deadline); !st)
+          return st.err();
+      while (seen < 1) {  // the acknowledgement
+        imms.clear();
+        if (auto st = (*t)->progress(imms); !st) return st.err();
+        if (imms.empty()) sched_yield();
+        seen += imms.size();
+        if (now_ns() > deadline) return error{errc::timeout, "raw RMA: no acknowledgement"};
+      }
+      while ((*t)->outstanding() > 0) {
+        imms.clear();
+        if (auto st = (*t)->progress(imms); !st) return st.err();
+      }
+      best = std::max(best, static_cast<double>(count * message) / ((now_us() - t0) * 1e3));
+    } else {
+      while (seen < count) {
+        imms.clear();
+        if (auto st = (*t)->progress(imms); !st) return st.err();
+        if (imms.empty()) sched_yield();
+        seen += imms.size();
+        if (now_ns() > deadline) return error{errc::timeout, "raw RMA: writes missing"};
+      }
+      if (auto st = (*t)->write(0, *reg, buf.data(), 64, regions[0], total, 2, deadline); !st) return st.err();
+      while ((*t)->outstanding() > 0) {
+        imms.clear();
+        if (auto st = (*t)->progress(imms); !st) return st.err();
+      }
+    }
+  }
+  if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
+  return best;
+}
+
+double memcpy_gbps() {
+  const size_t n = size_t(256) << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_us();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::max(best, static_cast<double>(n) / ((now_us() - t0) * 1e3));
+    a[rep] = b[n - 1 - rep];  // keep the copies observable
+  }
+  return best;
+}
+
+// The largest (source, destination) entry count of the workload: the padded block a
+// generic all-to-all must size its buffers for.
+int64_t max_pair_entries(const workload_params& p, const std::vector<rank_inputs>& all) {
+  const int le = p.num_experts / p.num_ranks;
+  int64_t worst = 1;
+  for (const rank_inputs& in : all) {
+    std::vector<int64_t> per(p.num_ranks, 0);
+    for (int64_t e : in.topk_idx)
+      if (e >= 0) ++per[e / le];
+    worst = std::max(worst, *std::max_element(per.begin(), per.end()));
+  }
+  return worst;
+}
+
+struct mode_samples {
+  std::vector<double> dispatch_us, combine_us, total_us;
+};
+
+// One mode on one process start: timed iterations, then one checked iteration.
+// Returns rank 0's JSON record of the slowest rank per iteration.
+result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode mode,
+                                const workload_params& p, const std::vector<rank_inputs>& all) {
+  ep_config cfg;
+  cfg.mode = mode;
+  cfg.num_experts = p.num_experts;
+  cfg.hidden = p.hidden;
+  cfg.topk = p.topk;
+  cfg.dtype = p.dtype;
+  cfg.max_tokens_per_rank = p.tokens_per_rank;
+  cfg.chunk_bytes = o.chunk_bytes;
+  cfg.op_timeout_ms = o.op_timeout_ms;
+  if (mode == ep_mode::baseline) cfg.baseline_rows_per_peer = max_pair_entries(p, all);
+  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder), b, all_members(b), cfg);
+  if (!g) return g.err();
+  ep_group& grp = **g;
+  const rank_inputs& in = all[grp.rank()];
+  std::vector<char> y(std::max<size_t>(in.x.size(), 1));
+  const int iters = iterations_of(o);
+  std::vector<double> mine;  // dispatch, combine per timed iteration
+  ep_step_bytes bytes;
+  for (int it = 0; it < o.warmup + iters; ++it) {
+    if (auto st = barrier(b); !st) return st.err();
+    const double t0 = now_us();
+    auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+    if (!d) return d.err();
+    const double t1 = now_us();
+    // Identity experts while timing: the expert output is the received rows themselves.
+    if (auto st = barrier(b); !st) return st.err();
+    const double t2 = now_us();
+    if (auto st = grp.combine(**d, (*d)->recv_x, y.data()); !st) return st.err();
+    const double t3 = now_us();
+    bytes = grp.last_step_bytes();
+    if (it >= o.warmup) {
+      mine.push_back(t1 - t0);
+      mine.push_back(t3 - t2);
+    }
+  }
+  // The checked iteration: reference rows, stand-in experts, bitwise combine.
+  std::string check = "pass", detail;
+  {
+    if (auto st = barrier(b); !st) return st.err();
+    auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+    if (!d) return d.err();
+    if (auto st = check_dispatch(p, all, grp.rank(), **d); !st) {
+      check = "fail";
+      detail = st.err().to_string();
+    }
+    std::vector<char> eo;
+    apply_experts(p, grp.rank() * grp.num_local_experts(), **d, eo);
+    if (auto st = grp.combine(**d, eo.data(), y.data()); !st) return st.err();
+    const std::vector<char> want = reference_combine(p, all, grp.rank(), mode);
+    if (check == "pass" && !in.x.empty() && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
+      check = "fail";
+      detail = "rank " + std::to_string(grp.rank()) + ": combine differs from the reference";
+    }
+  }
+  // Gather: per-iteration times, wire bytes and check results from every rank.
+  nlohmann::json mine_j = {{"t", mine},
+                           {"dispatch_wire", bytes.dispatch_wire},
+                           {"combine_wire", bytes.combine_wire},
+                           {"dispatch_writes", bytes.dispatch_writes},
+                           {"combine_writes", bytes.combine_writes},
+                           {"check", check},
+                           {"detail", detail}};
+  auto gathered = b.allgather(all_members(b), mine_j.dump(), 600000);
+  if (!gathered) return gathered.err();
+  nlohmann::json rec;
+  rec["mode"] = ep_mode_name(mode);
+  rec["transport"] = {{"provider", grp.describe().provider},
+                      {"provider_version", grp.describe().provider_version},
+                      {"fabric", grp.describe().fabric},
+                      {"mr_mode", grp.describe().mr_mode},
+                      {"cq_data_size", grp.describe().cq_data_size},
+                      {"reorder_shim", grp.describe().reorder_shim}};
+  std::vector<double> disp(iters, 0.0), comb(iters, 0.0), total(iters, 0.0);
+  uint64_t dw = 0, cw = 0, dn = 0, cn = 0;
+  std::string all_check = "pass", all_detail;
+  for (const std::string& s : *gathered) {
+    const auto j = nlohmann::json::parse(s);
+    const auto t = j["t"].get<std::vector<double>>();
+    for (int i = 0; i < iters; ++i) {
+      disp[i] = std::max(disp[i], t[2 * i]);
+      comb[i] = std::max(comb[i], t[2 * i + 1]);
+    }
+    dw += j["dispatch_wire"].get<uint64_t>();
+    cw += j["combine_wire"].get<uint64_t>();
+    dn += j["dispatch_writes"].get<uint64_t>();
+    cn += j["combine_writes"].get<uint64_t>();
+    if (j["check"] != "pass") {
+      all_check = "fail";
+      all_detail += j["detail"].get<std::string>() + "; ";
+    }
+  }
+  for (int i = 0; i < iters; ++i) total[i] = disp[i] + comb[i];
+  rec["dispatch_us"] = disp;
+  rec["combine_us"] = comb;
+  rec["total_us"] = total;
+  rec["dispatch_wire_bytes"] = dw;
+  rec["combine_wire_bytes"] = cw;
+  rec["dispatch_writes"] = dn;
+  rec["combine_writes"] = cn;
+  rec["check"] = all_check;
+  if (!all_detail.empty()) rec["check_detail"] = all_detail;
+  rec["baseline_rows_per_peer"] = cfg.baseline_rows_per_peer;
+  return rec;
+}
+
+// One process start: every rank runs every mode; rank 0 writes the records to `out_path`.
+int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_path) {
+  auto fail = [&](const std::string& what, const error& e) {
+    std::fprintf(stderr, "moerl bench ep: rank %d: %s: %s\n", b.rank(), what.c_str(), e.to_string().c_str());
+    return 1;
+  };
+  const workload_params p = workload_of(o);
+  std::vector<rank_inputs> all;
+  for (int r = 0; r < o.ranks; ++r) all.push_back(make_rank_inputs(p, r));
+  nlohmann::json start;
+  auto raw = raw_rma_gbps(b, o, o.chunk_bytes, std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20));
+  if (!raw) return fail("raw RMA", raw.err());
+  const size_t row = static_cast<size_t>(p.hidden) * 2;
+  auto raw_row = raw_rma_gbps(b, o, row, row * 4096);
+  if (!raw_row) return fail("raw RMA (row)", raw_row.err());
+  start["raw_rma_gbps"] = *raw;
+  start["raw_rma_row_gbps"] = *raw_row;
+  if (b.rank() == 0) start["memcpy_gbps"] = memcpy_gbps();
+  for (const std::string& m : o.modes) {
+    auto mode = parse_ep_mode(m);
+    if (!mode) return fail("mode", mode.err());
+    auto rec = run_mode(b, o, *mode, p, all);
+    if (!rec) return fail(std::string("mode ") + m, rec.err());
+    start["modes"].push_back(*rec);
+  }
+  if (b.rank() == 0) {
+    std::ofstream f(out_path);
+    f << start.dump();
+    if (!f) return 2;
+  }
+  return 0;
+}
+
+nlohmann::json percentiles(std::vector<double> v) {
+  if (v.empty()) return {{"p50", nullptr}, {"p99", nullptr}};
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+  };
+  return {{"p50", at(0.50)}, {"p99", at(0.99)}, {"min", v.front()}, {"max", v.back()},
+          {"samples", v.size()}};
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+nlohmann::json run_ep_bench(const ep_bench_options& o) {
+  if (o.provider != "shm" && o.provider != "tcp")
+    throw std::runtime_error("--provider must be shm or tcp, not '" + o.provider + "'");
+  if (o.shape != "decode" && o.shape != "prefill")
+    throw std::runtime_error("--shape must be decode or prefill, not '" + o.shape + "'");
+  if (o.ranks < 2 || kExperts % o.ranks != 0)
+    throw std::runtime_error("--ranks must be >= 2 and divide 256");
+  if (o.routing != "zipf" && o.routing != "uniform")
+    throw std::runtime_error("--routing must be zipf or uniform");
+  for (const auto& m : o.modes)
+    if (!parse_ep_mode(m)) throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
+  const workload_params p = workload_of(o);
+
+  std::vector<nlohmann::json> starts;
+  for (int s = 0; s < o.starts; ++s) {
+    char path[] = "/tmp/moerl-bench-ep-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    ::close(fd);
+    auto report = launch_processes(o.ranks, [&](bootstrap& b) { return run_start(b, o, path); },
+                                   o.op_timeout_ms * 20);
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    ::unlink(path);
+    if (!report) throw std::runtime_error(report.err().to_string());
+    if (!report->all_ok()) {
+      std::string codes;
+      for (int c : report->exit_codes) codes += std::to_string(c) + " ";
+      throw std::runtime_error("a rank failed on process start " + std::to_string(s) + " (exit codes " + codes + ")");
+    }
+    starts.push_back(nlohmann::json::parse(text.str()));
+  }
+
+  // Byte numerators of one dispatch, summed over ranks.
+  std::vector<rank_inputs> all;
+  for (int r = 0; r < o.ranks; ++r) all.push_back(make_rank_inputs(p, r));
+  const workload_bytes wb = count_bytes(p, all);
+  all.clear();
+
+  nlohmann::json out;
+  out["benchmark"] = "ep";
+  out["provider"] = o.provider;
+  out["ranks"] = o.ranks;
+  out["shape"] = {{"name", o.shape},
+                  {"tokens_per_rank", p.tokens_per_rank},
+                  {"hidden", p.hidden},
+                  {"topk", p.topk},
+                  {"experts", p.num_experts},
+                  {"dtype", "bf16"}};
+  if (p.hidden != 7168) out["shape"]["note"] = "hidden reduced from 7168 by --hidden";
+  out["routing"] = o.routing;
+  out["reorder_shim"] = o.reorder;
+  out["process_starts"] = o.starts;
+  out["iterations_per_start"] = iterations_of(o);
+  out["warmup_per_start"] = o.warmup;
+  out["chunk_bytes"] = o.chunk_bytes;
+  out["latency_definition"] =
+      "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
+      "all iterations of all process starts; experts are identity while timing";
+  std::vector<double> raw, raw_row, mem;
+  for (const auto& s : starts) {
+    raw.push_back(s["raw_rma_gbps"]);
+    raw_row.push_back(s["raw_rma_row_gbps"]);
+    mem.push_back(s["memcpy_gbps"]);
+  }
+  out["raw_rma_gbps"] = median(raw);
+  out["raw_rma_message_bytes"] = o.chunk_bytes;
+  out["raw_rma_row_gbps"] = median(raw_row);
+  out["raw_rma_row_message_bytes"] = p.hidden * 2;
+  out["raw_rma_definition"] = "rank 0 -> rank 1 RMA writes with CQ data, one direction, best of 3 per start, median over starts";
+  out["memcpy_gbps"] = median(mem);
+  out["memcpy_definition"] = "single-thread memcpy of 256 MiB, bytes copied per second, best of 3, median over starts";
+
+  for (size_t m = 0; m < o.modes.size(); ++m) {
+    std::vector<double> d, c, t;
+    uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0;
+    std::string check = "pass", detail;
+    for (const auto& s : starts) {
+      const auto& rec = s["modes"][m];
+      for (double v : rec["dispatch_us"]) d.push_back(v);
+      for (double v : rec["combine_us"]) c.push_back(v);
+      for (double v : rec["total_us"]) t.push_back(v);
+      dwire = rec["dispatch_wire_bytes"];
+      cwire = rec["combine_wire_bytes"];
+      dwrites = rec["dispatch_writes"];
+      cwrites = rec["combine_writes"];
+      if (rec["check"] != "pass") {
+        check = "fail";
+        detail += rec.value("check_detail", std::string());
+      }
+    }
+    nlohmann::json mj;
+    const std::string name = starts.front()["modes"][m]["mode"];
+    mj["mode"] = name;
+    mj["check"] = check;
+    if (!detail.empty()) mj["check_detail"] = detail;
+    mj["dispatch_us"] = percentiles(d);
+    mj["combine_us"] = percentiles(c);
+    mj["total_us"] = percentiles(t);
+    mj["selection_bytes"] = wb.selection;
+    mj["logical_bytes"] = wb.logical;
+    mj["wire_bytes"] = dwire;
+    mj["combine_wire_bytes"] = cwire;
+    mj["dispatch_writes"] = dwrites;
+    mj["combine_writes"] = cwrites;
+    mj["transport"] = starts.front()["modes"][m]["transport"];
+    if (name == "baseline") mj["baseline_rows_per_peer"] = starts.front()["modes"][m]["baseline_rows_per_peer"];
+    // Per-rank bandwidth of dispatch at p50: bytes of all ranks / ranks / slowest-rank time.
+    const double dp50 = mj["dispatch_us"]["p50"].get<double>();
+    auto gbps = [&](uint64_t bytes) { return static_cast<double>(bytes) / o.ranks / (dp50 * 1e3); };
+    mj["dispatch_gbps"] = gbps(wb.logical);
+    mj["dispatch_gbps_numerator"] = "logical_bytes / ranks (hidden bytes per (token, destination rank))";
+    mj["dispatch_selection_gbps"] = gbps(wb.selection);
+    mj["dispatch_wire_gbps"] = gbps(dwire);
+    const double tp50 = mj["total_us"]["p50"].get<double>();
+    mj["tokens_per_s"] = static_cast<double>(p.tokens_per_rank) * o.ranks / (tp50 * 1e-6);
+    out["modes"].push_back(mj);
+  }
+
+  // The targets, computed from this run where its modes are present.
+  nlohmann::json targets;
+  auto find = [&](const std::string& name) -> const nlohmann::json* {
+    for (const auto& mj : out["modes"])
+      if (mj["mode"] == name) return &mj;
+    return nullptr;
+  };
+  const auto* nm = find("normal");
+  const auto* ll = find("ll");
+  const auto* bl = find("baseline");
+  if (nm && bl)
+    targets["normal_over_baseline_throughput"] =
+        bl->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
+  if (nm)
+    targets["normal_dispatch_over_raw_rma"] =
+        nm->at("dispatch_gbps").get<double>() / out["raw_rma_gbps"].get<double>();
+  if (nm && ll)
+    targets["ll_total_p50_over_normal"] =
+        ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
+  out["targets"] = targets;
+  out["provenance"] = collect_provenance();
+  return out;
+}
+
+}  // namespace moerl::bench
