@@ -66,4 +66,11 @@ class expert_exchange {
 // One rank that owns every expert: dispatch and combine are copies.
 std::unique_ptr<expert_exchange> make_local_expert_exchange();
 
+// num_ranks exchanges of one expert-parallel group inside this process, each meant to be
+// driven by its own thread (the collective calls block until every rank has made them).
+// The in-memory reference of the multi-rank contract above, for tests and for comparing
+// fabric/'s group against: rows received by rank r for its local expert j are ordered by
+// source rank, and within a source as that source's send buffer orders them.
+std::vector<std::unique_ptr<expert_exchange>> make_inprocess_expert_group(int num_ranks);
+
 }  // namespace moerl::policy

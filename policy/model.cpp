@@ -330,7 +330,9 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
         active[r] = 0;
       any = any || active[r];
     }
-    if (!any) break;
+    // With several ranks every rank must keep stepping (the exchange is collective, and
+    // other ranks may still have live rows); alone, stop as soon as every row is done.
+    if (!any && exchange_.num_ranks() == 1) break;
   }
   return out;
 }

@@ -103,6 +103,8 @@ class moe_policy {
   // Autoregressive sampling, one token per step for every row, each step through the
   // exchange in low-latency mode; a KV cache per layer keeps steps O(position). All prompts
   // must have the same length. Rows stop at EOS or after max_new tokens. temperature > 0.
+  // In a group of several ranks, every rank must call generate with the same prompt length
+  // and max_new (each then makes the same sequence of collective exchange calls).
   result<generation> generate(const std::vector<std::vector<token_id>>& prompts, int max_new,
                               float temperature, std::mt19937_64& rng);
 
