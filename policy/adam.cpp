@@ -1,6 +1,7 @@
 #include "policy/adam.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace moerl::policy {
 
@@ -42,6 +43,36 @@ result<double> adam::step(std::vector<float>& params, const std::vector<float>& 
     params[i] -= float(lr * m_[i] / (std::sqrt(double(v_[i])) + cfg_.eps));
   }
   return norm;
+}
+
+std::string adam::serialize() const {
+  std::string out("MOERLADM", 8);
+  const uint64_t steps = static_cast<uint64_t>(t_), n = m_.size();
+  out.append(reinterpret_cast<const char*>(&steps), 8);
+  out.append(reinterpret_cast<const char*>(&n), 8);
+  out.append(reinterpret_cast<const char*>(m_.data()), n * sizeof(float));
+  out.append(reinterpret_cast<const char*>(v_.data()), n * sizeof(float));
+  return out;
+}
+
+status adam::load(const std::string& bytes) {
+  if (bytes.size() < 24 || bytes.compare(0, 8, "MOERLADM") != 0)
+    return error{errc::malformed_message, "optimiser state: does not start with MOERLADM"};
+  uint64_t steps = 0, n = 0;
+  std::memcpy(&steps, bytes.data() + 8, 8);
+  std::memcpy(&n, bytes.data() + 16, 8);
+  if (n != m_.size())
+    return error{errc::invalid_argument, "optimiser state: holds " + std::to_string(n) +
+                                             " moments, this model has " +
+                                             std::to_string(m_.size()) + " parameters"};
+  if (bytes.size() != 24 + 2 * n * sizeof(float))
+    return error{errc::malformed_message, "optimiser state: " + std::to_string(bytes.size()) +
+                                              " bytes, expected " +
+                                              std::to_string(24 + 2 * n * sizeof(float))};
+  std::memcpy(m_.data(), bytes.data() + 24, n * sizeof(float));
+  std::memcpy(v_.data(), bytes.data() + 24 + n * sizeof(float), n * sizeof(float));
+  t_ = static_cast<int64_t>(steps);
+  return ok_status();
 }
 
 }  // namespace moerl::policy

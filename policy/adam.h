@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/config.h"
@@ -29,6 +30,12 @@ class adam {
   // skipped, parameters untouched: one bad batch must not poison the weights).
   result<double> step(std::vector<float>& params, const std::vector<float>& grads);
   int64_t num_steps() const { return t_; }
+
+  // Optimiser state for checkpoints: "MOERLADM" | u64 steps | u64 n | fp32 m[n] | fp32 v[n]
+  // (little-endian). load() refuses bytes of another size or shape with
+  // errc::malformed_message / errc::invalid_argument and leaves the state untouched.
+  std::string serialize() const;
+  status load(const std::string& bytes);
   const adam_config& cfg() const { return cfg_; }
 
  private:

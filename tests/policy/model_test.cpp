@@ -141,3 +141,42 @@ TEST(policy_config, invalid_shapes_name_the_key) {
 
 }  // namespace
 }  // namespace moerl::policy
+
+namespace moerl::policy {
+namespace {
+
+TEST(adam_state, checkpointed_optimiser_resumes_with_identical_steps) {
+  adam_config ac;
+  std::vector<float> p(50), g(50);
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : p) x = nd(rng);
+  adam a(ac, p.size());
+  for (int s = 0; s < 3; ++s) {
+    for (auto& x : g) x = nd(rng);
+    ASSERT_TRUE(a.step(p, g).ok());
+  }
+  adam b(ac, p.size());
+  ASSERT_TRUE(b.load(a.serialize()).ok());
+  EXPECT_EQ(b.num_steps(), 3);
+  std::vector<float> pa = p, pb = p;
+  for (auto& x : g) x = nd(rng);
+  ASSERT_TRUE(a.step(pa, g).ok());
+  ASSERT_TRUE(b.step(pb, g).ok());
+  EXPECT_EQ(pa, pb);
+  adam c(ac, 49);
+  EXPECT_EQ(c.load(a.serialize()).err().code, errc::invalid_argument);
+  EXPECT_EQ(b.load(a.serialize().substr(0, 40)).err().code, errc::malformed_message);
+}
+
+TEST(adam_state, non_finite_gradient_skips_the_step_and_keeps_parameters) {
+  adam a(adam_config{}, 2);
+  std::vector<float> p = {1.0f, 2.0f};
+  auto r = a.step(p, {NAN, 0.0f});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(p, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(a.num_steps(), 0);
+}
+
+}  // namespace
+}  // namespace moerl::policy
