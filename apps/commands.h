@@ -16,5 +16,6 @@ void add_node_command(CLI::App& root);     // moerl node --role R --join HOST:PO
 void add_up_command(CLI::App& root);       // moerl up [--config F] [--iterations N] [--console A] [--report F]
 void add_console_command(CLI::App& root);  // moerl console [--connect A] <status|nodes|inject|drain> [--json]
 void add_learn_command(CLI::App& root);    // moerl learn [--config F] [--set k=v] [--report F]
+void add_sim_command(CLI::App& root);      // moerl sim run|validate SCENARIO [--short] [--json] ...
 
 }  // namespace moerl::apps

@@ -175,7 +175,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"faults", faults},
                       {"accounting", m.accounting},
                       {"units", m.units},
-                      {"trainer_stall_s", m.trainer_stall_s},
+                      {"trainer_stall_s", time_or_null(m.trainer_stall_s)},
                       {"trainer_restarts", m.trainer_restarts},
                       {"iteration_s", m.iteration_s},
                       {"baseline_iteration_s", m.baseline_iteration_s},
@@ -185,6 +185,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"verdict", overall_verdict(m, v)},
                       {"provenance", provenance}};
   if (!m.baseline_note.empty()) r["baseline_note"] = m.baseline_note;
+  if (!m.work_dir.empty()) r["work_dir"] = m.work_dir;
   return r;
 }
 
@@ -223,13 +224,16 @@ std::string human_summary(const nlohmann::json& r) {
     os << "accounting: not reported\n";
   }
   char line[160];
-  std::snprintf(line, sizeof line,
-                "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs; trainer stalled %.2fs\n",
+  std::snprintf(line, sizeof line, "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs; ",
                 r.value("iteration_s", nlohmann::json::array()).size(),
                 r.value("mean_iteration_s", 0.0),
                 r.value("baseline_iteration_s", nlohmann::json::array()).size(),
-                r.value("baseline_mean_iteration_s", 0.0), r.value("trainer_stall_s", 0.0));
-  os << line;
+                r.value("baseline_mean_iteration_s", 0.0));
+  os << line << "trainer stalled "
+     << (r.contains("trainer_stall_s") && r["trainer_stall_s"].is_number()
+             ? fmt_s(r["trainer_stall_s"])
+             : std::string("(not reported)"))
+     << "\n";
   if (r.contains("baseline_note")) os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
   os << "invariants:\n";
   for (const auto& x : r.value("invariants", nlohmann::json::array())) {

@@ -40,11 +40,12 @@ struct run_measurements {
   nlohmann::json accounting;
   // Work-unit outcomes as the coordinator counts them (returned, expired, rerun), if reported.
   nlohmann::json units;
-  double trainer_stall_s = 0.0;
+  double trainer_stall_s = -1.0;  // time the trainer waited for data; < 0: not reported
   std::vector<double> iteration_s;           // duration of each policy iteration, in order
   std::vector<double> baseline_iteration_s;  // the fault-free run of the same scenario and seed
   std::string baseline_note;                 // why there is no baseline, if there is none
   int64_t trainer_restarts = 0;              // trainer restarts during the run
+  std::string work_dir;                      // logs and ledger store of a local run
 };
 
 struct invariant_verdict {

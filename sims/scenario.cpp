@@ -163,6 +163,7 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
     return f.make_error("at_s", "a rate-driven fault takes window_s, not at_s");
   }
   bool replace = false;
+  (void)f.child("replace");  // known on every kind (listed in "allowed here")
   if (f.has("replace")) {
     SIMS_TRY(f.get_bool("replace", replace));
     fs.replace = replace;

@@ -1,0 +1,419 @@
+#include "sims/runner.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+namespace moerl::sims::detail {
+
+namespace {
+
+bool is_down_state(const std::string& s) {
+  return s == "draining" || s == "drained" || s == "dead";
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", s);
+  return buf;
+}
+
+void add_note(fault_record& r, const std::string& text) {
+  r.note += (r.note.empty() ? "" : "; ") + text;
+}
+
+}  // namespace
+
+const node_view* observation::find(const std::string& name) const {
+  const node_view* best = nullptr;
+  for (const auto& n : nodes) {
+    if (n.name != name) continue;
+    // A name can appear twice after a re-join: the live entry is the one that counts.
+    if (!best || (is_down_state(best->state) && !is_down_state(n.state))) best = &n;
+  }
+  return best;
+}
+
+std::vector<std::string> with_node_name(std::vector<std::string> argv, const std::string& name) {
+  for (auto& a : argv) {
+    if (a.rfind("node.name=", 0) == 0) {
+      a = "node.name=" + name;
+      return argv;
+    }
+  }
+  argv.push_back("--set");
+  argv.push_back("node.name=" + name);
+  return argv;
+}
+
+runner::runner(std::vector<fault_event> timeline, job_console& console, job_hooks hooks,
+               std::map<std::string, launch_spec> specs, std::string log_dir, int poll_ms)
+    : console_(console),
+      hooks_(std::move(hooks)),
+      specs_(std::move(specs)),
+      log_dir_(std::move(log_dir)),
+      poll_ms_(poll_ms) {
+  for (auto& e : timeline) {
+    fault_state f;
+    f.rec.planned = e;
+    f.rec.node = e.node;
+    faults_.push_back(std::move(f));
+  }
+}
+
+double runner::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+std::string runner::current_name(const std::string& planned) const {
+  const auto it = alias_.find(planned);
+  return it == alias_.end() ? planned : it->second;
+}
+
+void runner::observe() {
+  observation o;
+  o.t = now();
+  if (auto st = console_.call("status")) {
+    o.console_ok = true;
+    o.status = *st;
+    const auto acc = st->value("accounting", nlohmann::json::object());
+    o.committed = acc.value("committed", uint64_t{0});
+    o.iteration = st->value("iteration", uint64_t{0});
+    o.leases = st->value("leases", uint64_t{0});
+    auto nodes = console_.call("nodes");
+    auto parsed = nodes ? parse_nodes(*nodes) : result<std::vector<node_view>>(nodes.err());
+    // Between the two calls the coordinator may have died: keep the last good node list.
+    o.nodes = parsed ? *parsed : last_.nodes;
+  } else {
+    o.nodes = last_.nodes;
+    o.committed = last_.committed;
+    o.iteration = last_.iteration;
+  }
+  if (o.console_ok) {
+    if (!iteration_seen_) {
+      iteration_seen_ = true;
+      last_iteration_ = o.iteration;
+      last_iteration_change_ = o.t;
+    } else if (o.iteration > last_iteration_) {
+      // Several iterations may end between two polls: each gets an equal share.
+      const double each = (o.t - last_iteration_change_) / double(o.iteration - last_iteration_);
+      for (uint64_t i = last_iteration_; i < o.iteration; ++i) iteration_s_.push_back(each);
+      last_iteration_ = o.iteration;
+      last_iteration_change_ = o.t;
+    } else if (o.iteration < last_iteration_) {
+      // A restarted coordinator may report an older version until the trainer re-announces.
+      last_iteration_ = o.iteration;
+      last_iteration_change_ = o.t;
+    }
+  }
+  last_ = std::move(o);
+}
+
+void runner::run(double duration_s, double settle_s) {
+  t0_ = std::chrono::steady_clock::now();
+  observe();
+  for (const auto& n : last_.nodes) {
+    if (n.role == "trainer") trainer_restarts_at_start_[n.name] = n.restarts;
+  }
+  for (;;) {
+    const auto tick = std::chrono::steady_clock::now();
+    observe();
+    bool all_settled = true;
+    for (auto& f : faults_) {
+      step(f);
+      all_settled = all_settled && f.step == fault_state::phase::settled;
+    }
+    const double t = now();
+    if (t >= duration_s && all_settled) break;
+    if (t >= duration_s + settle_s) break;
+    std::this_thread::sleep_until(tick + std::chrono::milliseconds(poll_ms_));
+  }
+}
+
+void runner::undo_faults() {
+  for (auto& f : faults_) {
+    if (f.stopped && f.pid > 0) (void)send_signal(f.pid, SIGCONT);
+    f.stopped = false;
+    if (f.rec.planned.kind == fault_kind::partition && hooks_.link_of) {
+      if (netns_link* l = hooks_.link_of(f.rec.node); l && l->is_cut()) (void)l->heal();
+    }
+  }
+}
+
+std::vector<fault_record> runner::records() const {
+  std::vector<fault_record> out;
+  for (const auto& f : faults_) out.push_back(f.rec);
+  return out;
+}
+
+int64_t runner::trainer_restarts() const {
+  int64_t total = 0;
+  for (const auto& n : last_.nodes) {
+    if (n.role != "trainer") continue;
+    const auto it = trainer_restarts_at_start_.find(n.name);
+    total += int64_t(n.restarts) - int64_t(it == trainer_restarts_at_start_.end() ? 0 : it->second);
+  }
+  return total;
+}
+
+void runner::step(fault_state& f) {
+  const fault_event& ev = f.rec.planned;
+  auto skip = [&](const std::string& why) {
+    f.rec.skipped = why;
+    f.step = fault_state::phase::settled;
+  };
+  switch (f.step) {
+    case fault_state::phase::pending: {
+      if (now() < ev.at_s) return;
+      f.rec.node = current_name(ev.node);
+      if (ev.kind == fault_kind::coordinator_restart) {
+        if (!hooks_.coordinator_restartable) {
+          return skip("the coordinator cannot be restarted from here (attach mode)");
+        }
+        return inject(f, nullptr);
+      }
+      if (ev.kind == fault_kind::partition) {
+        const std::string why = hooks_.why_not_partitionable(f.rec.node);
+        if (!why.empty()) return skip(why);
+      }
+      const node_view* n = last_.find(f.rec.node);
+      if (!n) return skip("node " + f.rec.node + " is not in the cluster (gone, not yet replaced)");
+      if (n->state != "running") return skip("node " + f.rec.node + " is already " + n->state);
+      if (ev.kind != fault_kind::spot_notice && ev.kind != fault_kind::rebalance_then_notice &&
+          ev.kind != fault_kind::partition) {
+        const std::string why = hooks_.why_not_signalable(*n);
+        if (!why.empty()) return skip(why);
+      }
+      if (ev.kind == fault_kind::hard_kill && ev.phase != kill_phase::any) {
+        f.step = fault_state::phase::arming;
+        f.iteration_at_arm = last_.iteration;
+        return;
+      }
+      return inject(f, n);
+    }
+    case fault_state::phase::arming: {
+      const node_view* n = last_.find(f.rec.node);
+      if (!n || n->state != "running") return skip("node " + f.rec.node + " went away before the phase came");
+      const bool in_phase = ev.phase == kill_phase::generation ? last_.leases > 0
+                                                                : last_.iteration > f.iteration_at_arm;
+      // Bounded wait: a job that never shows the phase still gets its fault, with a note.
+      constexpr double kMaxArm_s = 30.0;
+      if (in_phase) return inject(f, n);
+      if (now() - ev.at_s > kMaxArm_s) {
+        add_note(f.rec, std::string("phase ") + kill_phase_name(ev.phase) + " not observed within 30 s");
+        return inject(f, n);
+      }
+      return;
+    }
+    case fault_state::phase::active:
+      return track(f);
+    case fault_state::phase::settled:
+      return;
+  }
+}
+
+void runner::inject(fault_state& f, const node_view* n) {
+  const fault_event& ev = f.rec.planned;
+  const double t = now();
+  f.pid = n ? n->pid : 0;
+  f.committed_ref = last_.committed;
+  auto fail = [&](const std::string& why) {
+    f.rec.skipped = why;
+    f.step = fault_state::phase::settled;
+  };
+  auto kill_with = [&](int sig) -> bool {
+    auto st = send_signal(f.pid, sig);
+    if (!st) {
+      if (st.err().code == errc::not_found) {
+        add_note(f.rec, "process was already gone");
+        return true;
+      }
+      fail("signal failed: " + st.err().message);
+      return false;
+    }
+    return true;
+  };
+  switch (ev.kind) {
+    case fault_kind::spot_notice: {
+      auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}});
+      if (!r) return fail("console refused the spot notice: " + r.err().to_string());
+      // At the deadline Spot reclaims the instance, drained or not.
+      f.deadline_kill_at = t + ev.deadline_s + 1.0;
+      break;
+    }
+    case fault_kind::rebalance_then_notice:
+      add_note(f.rec, "rebalance recommendation not delivered: the console has no `inject rebalance` "
+                      "(only the IMDS poller reads rebalance); the notice follows on schedule");
+      f.notice_at = t + ev.notice_after_s;
+      break;
+    case fault_kind::hard_kill:
+    case fault_kind::reward_crash:
+    case fault_kind::shard_loss:
+      if (!kill_with(SIGKILL)) return;
+      break;
+    case fault_kind::sigterm:
+      if (!kill_with(SIGTERM)) return;
+      f.deadline_kill_at = t + ev.grace_s;
+      break;
+    case fault_kind::partition: {
+      netns_link* l = hooks_.link_of(f.rec.node);
+      auto st = l ? l->cut() : status(error{errc::internal, "no link for " + f.rec.node});
+      if (!st) return fail("cutting the link failed: " + st.err().message);
+      f.end_at = t + ev.duration_s;
+      break;
+    }
+    case fault_kind::slow_node:
+      if (!kill_with(SIGSTOP)) return;
+      f.stopped = true;
+      f.next_toggle = t + ev.stop_ms / 1000.0;
+      f.end_at = t + ev.duration_s;
+      break;
+    case fault_kind::coordinator_restart: {
+      auto st = hooks_.kill_coordinator();
+      if (!st) return fail("killing the coordinator failed: " + st.err().message);
+      f.end_at = t + ev.down_s;
+      f.ref_set = true;  // recovery: committed beyond what it was before the kill
+      break;
+    }
+  }
+  f.rec.injected_at = t;
+  f.step = fault_state::phase::active;
+}
+
+void runner::start_replacement(fault_state& f) {
+  const fault_event& ev = f.rec.planned;
+  auto spec = specs_.find(f.rec.node);
+  if (spec == specs_.end()) {
+    // No command line of the node itself (it came and went between polls): a sibling's will do.
+    for (const auto& n : last_.nodes) {
+      if (n.role == ev.role && specs_.count(n.name)) {
+        spec = specs_.find(n.name);
+        break;
+      }
+    }
+  }
+  if (spec == specs_.end()) {
+    add_note(f.rec, "no replacement: no command line of a " + ev.role + " node to start one from");
+    f.replace_at = -1;
+    return;
+  }
+  const std::string name = ev.node + "-r" + std::to_string(++replacements_made_[ev.node]);
+  launch_spec s = spec->second;
+  s.argv = with_node_name(s.argv, name);
+  auto pid = spawn_process(s, {}, log_dir_ + "/" + name + ".log");
+  f.replace_at = -1;
+  if (!pid) {
+    add_note(f.rec, "replacement failed to start: " + pid.err().message);
+    return;
+  }
+  spawned_.push_back(*pid);
+  specs_[name] = s;
+  alias_[ev.node] = name;
+  f.rec.replacement = name;
+}
+
+void runner::track(fault_state& f) {
+  const fault_event& ev = f.rec.planned;
+  const double t = now();
+  const node_view* n = last_.find(f.rec.node);
+
+  // ---- timed actions --------------------------------------------------------------------
+  if (f.notice_at >= 0 && t >= f.notice_at) {
+    f.notice_at = -1;
+    auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}});
+    if (r) {
+      f.deadline_kill_at = t + ev.deadline_s + 1.0;
+    } else {
+      add_note(f.rec, "console refused the spot notice: " + r.err().message);
+    }
+  }
+  if (f.deadline_kill_at >= 0 && t >= f.deadline_kill_at) {
+    f.deadline_kill_at = -1;
+    if (f.pid > 0 && process_alive(f.pid) && send_signal(f.pid, SIGKILL).ok()) {
+      add_note(f.rec, ev.kind == fault_kind::sigterm
+                          ? "still alive after the grace period: SIGKILLed, as the kubelet does"
+                          : "still alive at the deadline: SIGKILLed, as Spot reclaims the instance");
+    }
+  }
+  if (ev.kind == fault_kind::slow_node && !f.ended) {
+    if (t >= f.end_at) {
+      if (f.stopped) (void)send_signal(f.pid, SIGCONT);
+      f.stopped = false;
+      f.ended = true;
+      f.committed_ref = last_.committed;
+      f.ref_set = true;
+    } else if (t >= f.next_toggle) {
+      f.stopped = !f.stopped;
+      (void)send_signal(f.pid, f.stopped ? SIGSTOP : SIGCONT);
+      f.next_toggle = t + (f.stopped ? ev.stop_ms : ev.period_ms - ev.stop_ms) / 1000.0;
+    }
+  }
+  if (ev.kind == fault_kind::partition && !f.ended && t >= f.end_at) {
+    f.ended = true;
+    if (netns_link* l = hooks_.link_of(f.rec.node)) {
+      if (auto st = l->heal(); !st) add_note(f.rec, "healing the link failed: " + st.err().message);
+    }
+    if (f.rec.detected_at < 0) {
+      // Never noticed: recovery is judged from the heal.
+      f.committed_ref = last_.committed;
+      f.ref_set = true;
+    }
+  }
+  if (ev.kind == fault_kind::coordinator_restart && !f.ended && t >= f.end_at) {
+    f.ended = true;
+    if (auto st = hooks_.restart_coordinator(); !st) {
+      add_note(f.rec, "restarting the coordinator failed: " + st.err().message);
+    }
+  }
+
+  // ---- detection ------------------------------------------------------------------------
+  if (f.rec.detected_at < 0) {
+    const bool seen = ev.kind == fault_kind::coordinator_restart ? !last_.console_ok
+                                                                  : (!n || is_down_state(n->state));
+    if (seen && (ev.kind == fault_kind::coordinator_restart || last_.console_ok)) {
+      f.rec.detected_at = last_.t;
+      if (!f.ref_set && ev.kind != fault_kind::slow_node) {
+        f.committed_ref = last_.committed;
+        f.ref_set = true;
+      }
+    }
+  }
+
+  // ---- the node's process is gone: schedule its replacement -------------------------------
+  if (removes_node(ev.kind) && f.gone_at < 0) {
+    const bool gone = f.pid > 0 ? !process_alive(f.pid) : (n && (n->state == "dead" || n->state == "drained"));
+    if (gone) {
+      f.gone_at = t;
+      if (ev.replace) f.replace_at = t + ev.replace_delay_s;
+    }
+  }
+  if (f.replace_at >= 0 && t >= f.replace_at && f.rec.replacement.empty()) start_replacement(f);
+  if (!f.rec.replacement.empty() && f.replacement_up_at < 0) {
+    const node_view* r = last_.find(f.rec.replacement);
+    if (r && r->state == "running") {
+      f.replacement_up_at = t;
+      f.committed_ref = last_.committed;  // productive means: committed grows from here
+      f.ref_set = true;
+    }
+  }
+
+  // ---- recovery -------------------------------------------------------------------------
+  if (f.rec.recovered_at < 0 && last_.console_ok && f.ref_set) {
+    bool ready = last_.committed > f.committed_ref;
+    if (ev.replace) ready = ready && f.replacement_up_at >= 0;
+    if (ev.kind == fault_kind::slow_node || ev.kind == fault_kind::coordinator_restart) {
+      ready = ready && f.ended;
+    }
+    if (ready) f.rec.recovered_at = last_.t;
+  }
+
+  // ---- settled: recovered and nothing left to do ------------------------------------------
+  const bool pending_actions = f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
+                               ((ev.kind == fault_kind::slow_node || ev.kind == fault_kind::partition ||
+                                 ev.kind == fault_kind::coordinator_restart) &&
+                                !f.ended);
+  if (f.rec.recovered_at >= 0 && !pending_actions) f.step = fault_state::phase::settled;
+}
+
+}  // namespace moerl::sims::detail

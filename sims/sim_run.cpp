@@ -1,0 +1,380 @@
+// Setting a run up (local cluster or attached job), running the fault timeline and the
+// fault-free baseline, and collecting the measurements. The loop itself is sims/runner.cpp.
+#include "sims/sim_run.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "actors/local_cluster.h"
+#include "common/config.h"
+#include "sims/job_console.h"
+#include "sims/netns_link.h"
+#include "sims/process_control.h"
+#include "sims/runner.h"
+#include "sims/timeline.h"
+#include "sims/try.h"
+
+namespace moerl::sims {
+
+namespace {
+
+using detail::job_hooks;
+using detail::runner;
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("moerl");
+}
+
+// Roles whose nodes only connect out, so they still work inside a namespace whose
+// 127.0.0.0/8 leads to the host (sims/netns_link.h).
+bool partitionable_role(const std::string& role) {
+  return role == "rollout" || role == "trainer" || role == "weights" || role == "env";
+}
+
+// Polls `nodes` until every name in `names` is running, or the timeout passes.
+status wait_running(job_console& console, const std::set<std::string>& names, int64_t timeout_ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string missing;
+  for (;;) {
+    missing.clear();
+    auto body = console.call("nodes");
+    auto nodes = body ? parse_nodes(*body) : result<std::vector<node_view>>(body.err());
+    for (const auto& want : names) {
+      bool up = false;
+      if (nodes) {
+        for (const auto& n : *nodes) up = up || (n.name == want && n.state == "running");
+      }
+      if (!up) missing += " " + want;
+    }
+    if (missing.empty()) return ok_status();
+    if (std::chrono::steady_clock::now() >= until) {
+      return error{errc::timeout, "nodes not running after " + std::to_string(timeout_ms) +
+                                      " ms:" + missing +
+                                      (nodes ? std::string() : " (console: " + nodes.err().message + ")")};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Command lines of every node the console lists, read from /proc (local pids only).
+std::map<std::string, launch_spec> read_specs(job_console& console) {
+  std::map<std::string, launch_spec> out;
+  auto body = console.call("nodes");
+  if (!body) return out;
+  auto nodes = parse_nodes(*body);
+  if (!nodes) return out;
+  for (const auto& n : *nodes) {
+    if (n.pid <= 0 || n.state != "running") continue;
+    if (auto s = read_launch_spec(n.pid)) out[n.name] = *s;
+  }
+  return out;
+}
+
+// Why a pid from the console must not be signalled: it is not a `moerl node` on this host.
+std::string not_a_local_node(const node_view& n) {
+  if (n.pid <= 1) return "node " + n.name + " reports no usable pid";
+  auto spec = read_launch_spec(n.pid);
+  if (!spec) return "node " + n.name + "'s pid " + std::to_string(n.pid) + " is not a process on this host";
+  bool is_node = false;
+  for (size_t i = 0; i + 1 < spec->argv.size(); ++i) is_node = is_node || spec->argv[i + 1] == "node";
+  if (spec->argv.empty() || spec->argv[0].find("moerl") == std::string::npos || !is_node) {
+    return "pid " + std::to_string(n.pid) + " on this host is not a `moerl node` process (another host's pid?)";
+  }
+  return "";
+}
+
+struct local_setup {
+  std::unique_ptr<actors::local_cluster> cluster;
+  std::unique_ptr<job_console> console;
+  std::map<std::string, std::unique_ptr<netns_link>> links;  // partitioned node -> its link
+  std::vector<pid_t> own_pids;                               // nodes this runner started
+};
+
+// Starts a local cluster of the scenario's shape. Nodes in `partitioned` are started by the
+// runner inside their own namespace from a sibling's command line (actors' local_cluster
+// has no way to prefix a node's command); the rest by local_cluster.
+result<local_setup> start_local(const scenario& s, const run_options& o, const config& cfg,
+                                const std::string& work_dir, const std::set<std::string>& partitioned,
+                                const std::string& tag) {
+  local_setup ls;
+  actors::cluster_options co;
+  co.binary = o.binary.empty() ? self_exe() : o.binary;
+  co.config_file = o.config_file;
+  co.overrides = s.cluster.set;
+  co.overrides.insert(co.overrides.end(), o.overrides.begin(), o.overrides.end());
+  // The job must outlive the scenario: iterations are effectively unbounded, the runner ends it.
+  co.overrides.push_back("actors.iterations=1000000");
+  co.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
+  co.overrides.push_back("store.url=" + work_dir + "/store");
+  co.overrides.push_back("ledger.store_prefix=" + tag + "/ledger");
+  auto port = actors::free_tcp_port();
+  if (!port) return port.err();
+  co.console = "tcp://127.0.0.1:" + std::to_string(*port);
+  co.log_dir = work_dir + "/" + tag + "-logs";
+  const roster names = canonical_roster(s.cluster);
+  for (const char* role : {"buffer", "weights", "trainer", "reward", "rollout"}) {
+    auto it = names.find(role);
+    if (it == names.end()) continue;
+    for (const auto& name : it->second) {
+      if (!partitioned.count(name)) co.nodes.push_back({role, name, {}});
+    }
+  }
+  std::set<std::string> expect;
+  for (const auto& n : co.nodes) expect.insert(n.name);
+
+  auto cluster = actors::local_cluster::start(co);
+  if (!cluster) return error{cluster.err().code, "starting the local cluster: " + cluster.err().message};
+  ls.cluster = std::move(*cluster);
+  ls.console = std::make_unique<job_console>(co.console, cfg.get_string("console.token"),
+                                             static_cast<int>(cfg.get_int("console.timeout_ms")));
+  SIMS_TRY(wait_running(*ls.console, expect, 60000));
+
+  int index = 0;
+  for (const auto& name : partitioned) {
+    std::string role = name.substr(0, name.rfind('-'));
+    std::string sibling;
+    for (const auto& n : co.nodes) {
+      if (n.role == role) sibling = n.name;
+    }
+    if (sibling.empty()) {
+      return error{errc::invalid_config, "partitioning " + name + " needs another " + role +
+                                             " node to copy its command line from"};
+    }
+    auto spec = read_launch_spec(ls.cluster->pid_of(sibling));
+    if (!spec) return spec.err();
+    auto link = netns_link::create(index++);
+    if (!link) return link.err();
+    launch_spec ns_spec = *spec;
+    ns_spec.argv = detail::with_node_name(ns_spec.argv, name);
+    auto pid = spawn_process(ns_spec, (*link)->exec_prefix(), co.log_dir + "/" + name + ".log");
+    if (!pid) return pid.err();
+    ls.own_pids.push_back(*pid);
+    ls.links[name] = std::move(*link);
+    expect.insert(name);
+  }
+  SIMS_TRY(wait_running(*ls.console, expect, 60000));
+  return ls;
+}
+
+// Ends a local run: shutdown through the console, then SIGKILL whatever the runner started.
+void stop_local(local_setup& ls, const std::vector<pid_t>& spawned) {
+  if (ls.cluster) (void)ls.cluster->stop(15000);
+  std::vector<pid_t> mine = ls.own_pids;
+  mine.insert(mine.end(), spawned.begin(), spawned.end());
+  for (pid_t p : mine) {
+    if (wait_exit(p, 3000).ok()) continue;
+    (void)send_signal(p, SIGKILL);
+    (void)wait_exit(p, 3000);
+  }
+  ls.cluster.reset();
+  ls.links.clear();
+}
+
+// The counters of work units that drains returned and finished, from the coordinator's report.
+nlohmann::json units_of(job_console& console) {
+  auto rep = console.call("report");
+  if (!rep) return nullptr;
+  uint64_t returned = 0, finished = 0;
+  const auto interruptions = rep->value("interruptions", nlohmann::json::array());
+  for (const auto& i : interruptions) {
+    if (i.contains("units_returned") && i["units_returned"].is_number_unsigned()) returned += i["units_returned"].get<uint64_t>();
+    if (i.contains("units_finished") && i["units_finished"].is_number_unsigned()) finished += i["units_finished"].get<uint64_t>();
+  }
+  return {{"returned_by_drains", returned},
+          {"finished_in_drains", finished},
+          {"interruptions", interruptions.size()}};
+}
+
+// The trainer's waiting time, if its stats report one (`stall_s`).
+std::optional<double> trainer_stall(const detail::observation& o) {
+  double total = 0;
+  bool any = false;
+  for (const auto& n : o.nodes) {
+    if (n.role == "trainer" && n.stats.is_object() && n.stats.contains("stall_s") &&
+        n.stats["stall_s"].is_number()) {
+      total += n.stats["stall_s"].get<double>();
+      any = true;
+    }
+  }
+  if (!any) return std::nullopt;
+  return total;
+}
+
+void fill_from(run_measurements& m, runner& r, job_console& console) {
+  m.faults = r.records();
+  m.iteration_s = r.iteration_s();
+  m.trainer_restarts = r.trainer_restarts();
+  const auto& last = r.last();
+  m.accounting = last.console_ok ? last.status.value("accounting", nlohmann::json()) : nlohmann::json();
+  // The final word: one more status after the faults settled.
+  if (auto st = console.call("status")) m.accounting = st->value("accounting", nlohmann::json());
+  m.units = units_of(console);
+  if (auto stall = trainer_stall(last)) {
+    m.trainer_stall_s = *stall;
+  } else {
+    m.trainer_stall_s = -1;  // not reported (the report shows null)
+  }
+}
+
+result<run_measurements> run_local(const scenario& s, const run_options& o, const config& cfg,
+                                   run_measurements m) {
+  auto timeline = expand(s, canonical_roster(s.cluster));
+  if (!timeline) return timeline.err();
+
+  // Nodes the timeline partitions must start inside a namespace, if namespaces work here.
+  std::set<std::string> partitioned;
+  std::map<std::string, std::string> partition_skip;  // node -> why its partition is skipped
+  const std::string netns_why = [&] {
+    for (const auto& e : *timeline) {
+      if (e.kind == fault_kind::partition) return netns_link::unavailable_reason();
+    }
+    return std::string();
+  }();
+  for (const auto& e : *timeline) {
+    if (e.kind != fault_kind::partition) continue;
+    if (!netns_why.empty()) {
+      partition_skip[e.node] = "partition unavailable: " + netns_why;
+    } else if (!partitionable_role(e.role)) {
+      partition_skip[e.node] = "a " + e.role + " node listens on 127.0.0.1, which a namespaced node "
+                               "cannot share with the host; partitions cover rollout, trainer, "
+                               "weights and env nodes";
+    } else {
+      partitioned.insert(e.node);
+    }
+  }
+
+  std::string work_dir = o.work_dir;
+  if (work_dir.empty()) {
+    char tmpl[] = "/tmp/moerl-sim-XXXXXX";
+    if (!::mkdtemp(tmpl)) return error{errc::io_error, "cannot create a work directory in /tmp"};
+    work_dir = tmpl;
+  }
+  m.work_dir = work_dir;
+
+  auto ls = start_local(s, o, cfg, work_dir, partitioned, "faults");
+  if (!ls) return ls.err();
+  local_setup& setup = *ls;
+
+  job_hooks hooks;
+  hooks.coordinator_restartable = true;
+  actors::local_cluster* cluster = setup.cluster.get();
+  hooks.kill_coordinator = [cluster] { return cluster->signal("coordinator", SIGKILL); };
+  hooks.restart_coordinator = [cluster] {
+    // The killed coordinator must be reaped before local_cluster starts it again.
+    (void)cluster->wait_exit("coordinator", 5000);
+    return cluster->restart("coordinator");
+  };
+  hooks.why_not_signalable = [](const node_view& n) {
+    return n.pid > 1 ? std::string() : "node " + n.name + " reports no pid";
+  };
+  hooks.why_not_partitionable = [&](const std::string& name) -> std::string {
+    if (auto it = partition_skip.find(name); it != partition_skip.end()) return it->second;
+    if (!setup.links.count(name)) return "node " + name + " was not started inside a network namespace";
+    return "";
+  };
+  hooks.link_of = [&](const std::string& name) -> netns_link* {
+    auto it = setup.links.find(name);
+    return it == setup.links.end() ? nullptr : it->second.get();
+  };
+
+  runner r(*timeline, *setup.console, hooks, read_specs(*setup.console), work_dir + "/faults-logs",
+           o.poll_ms);
+  r.run(s.duration_s, s.settle_s);
+  r.undo_faults();
+  fill_from(m, r, *setup.console);
+  stop_local(setup, r.spawned());
+
+  if (o.baseline) {
+    // The same cluster, config and seed without faults, observed as long as the faults ran.
+    auto base = start_local(s, o, cfg, work_dir, {}, "baseline");
+    if (!base) {
+      m.baseline_note = "baseline run failed to start: " + base.err().message;
+    } else {
+      runner b({}, *base->console, job_hooks{}, {}, work_dir + "/baseline-logs", o.poll_ms);
+      b.run(s.duration_s, 0.0);
+      m.baseline_iteration_s = b.iteration_s();
+      stop_local(*base, {});
+    }
+  } else {
+    m.baseline_note = "baseline skipped (--no-baseline)";
+  }
+  return m;
+}
+
+result<run_measurements> run_attached(const scenario& s, const run_options& o, const config& cfg,
+                                      run_measurements m) {
+  auto address = console_address_of(o.against);
+  if (!address) return address.err();
+  job_console console(*address, cfg.get_string("console.token"),
+                      static_cast<int>(cfg.get_int("console.timeout_ms")));
+  auto body = console.call("nodes");
+  if (!body) return error{body.err().code, "console at " + *address + ": " + body.err().message};
+  auto nodes = parse_nodes(*body);
+  if (!nodes) return nodes.err();
+  roster live;
+  for (const auto& n : *nodes) {
+    if (n.state == "running") live[n.role].push_back(n.name);
+  }
+  live["coordinator"].push_back("coordinator");
+  auto timeline = expand(s, live);
+  if (!timeline) return timeline.err();
+
+  job_hooks hooks;
+  hooks.coordinator_restartable = false;
+  hooks.why_not_signalable = not_a_local_node;
+  hooks.why_not_partitionable = [](const std::string& name) {
+    return "attach mode: " + name + " was not started inside a network namespace by this runner";
+  };
+  hooks.link_of = [](const std::string&) -> netns_link* { return nullptr; };
+  char tmpl[] = "/tmp/moerl-sim-XXXXXX";
+  if (!::mkdtemp(tmpl)) return error{errc::io_error, "cannot create a work directory in /tmp"};
+  m.work_dir = tmpl;
+  runner r(*timeline, console, hooks, read_specs(console), m.work_dir, o.poll_ms);
+  r.run(s.duration_s, s.settle_s);
+  r.undo_faults();
+  fill_from(m, r, console);
+  // No second job to compare with: the iterations that ended before the first fault are
+  // the fault-free reference.
+  double first_fault = -1;
+  for (const auto& f : m.faults) {
+    if (f.injected_at >= 0 && (first_fault < 0 || f.injected_at < first_fault)) first_fault = f.injected_at;
+  }
+  double t = 0;
+  std::vector<double> before, after;
+  for (double d : m.iteration_s) {
+    t += d;
+    (first_fault < 0 || t <= first_fault ? before : after).push_back(d);
+  }
+  m.baseline_iteration_s = before;
+  m.baseline_note = "attach mode: baseline is the iterations that ended before the first fault";
+  return m;
+}
+
+}  // namespace
+
+result<run_measurements> run_scenario(const scenario& s, const run_options& o) {
+  std::vector<std::string> overrides = s.cluster.set;
+  overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
+  auto cfg = config::load(o.config_file, overrides);
+  if (!cfg) return cfg.err();
+  run_measurements m;
+  m.scenario = s.name;
+  m.file = s.file;
+  m.seed = s.seed;
+  m.short_form = o.short_form;
+  m.target = o.against.empty() ? "local cluster" : o.against;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = o.against.empty() ? run_local(s, o, *cfg, std::move(m)) : run_attached(s, o, *cfg, std::move(m));
+  if (r) r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace moerl::sims

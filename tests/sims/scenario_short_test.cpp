@@ -1,0 +1,69 @@
+// One shipped scenario's short form (MOERL_SIM_SCENARIO names it) run end to end by the
+// real binary against a real local cluster: `moerl sim run FILE --short --json --report R`.
+// The JSON must carry every required field and every invariant must hold: lost = 0,
+// duplicated = 0, the accounting balances, every fault detected and recovered.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+std::string scenario_name() {
+  const char* s = std::getenv("MOERL_SIM_SCENARIO");
+  return s ? s : "";
+}
+
+TEST(scenario_short, runs_with_every_invariant_holding) {
+  const std::string name = scenario_name();
+  ASSERT_FALSE(name.empty()) << "set MOERL_SIM_SCENARIO";
+  const std::string file = std::string(MOERL_SCENARIO_DIR) + "/" + name + ".yaml";
+  const std::string report = "/tmp/moerl-sim-" + name + "-" + std::to_string(::getpid()) + ".json";
+  const std::string cmd = std::string(MOERL_BINARY) + " sim run " + file +
+                          " --short --json --report " + report + " > /dev/null";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << "no report from: " << cmd << " (exit " << rc << ")";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::remove(report.c_str());
+  const auto r = nlohmann::json::parse(ss.str(), nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << "report is not JSON";
+
+  for (const char* key : {"scenario", "faults", "accounting", "trainer_stall_s", "iteration_s",
+                          "baseline_iteration_s", "invariants", "verdict", "provenance"}) {
+    EXPECT_TRUE(r.contains(key)) << key;
+  }
+  EXPECT_EQ(r["scenario"], name);
+  ASSERT_TRUE(r["accounting"].is_object()) << r.dump(2);
+  EXPECT_EQ(r["accounting"]["lost"], 0);
+  EXPECT_EQ(r["accounting"]["duplicated"], 0);
+  ASSERT_FALSE(r["faults"].empty());
+  size_t injected = 0;
+  for (const auto& f : r["faults"]) {
+    for (const char* key : {"kind", "node", "injected_at", "detected_at", "recovered_at"}) {
+      EXPECT_TRUE(f.contains(key)) << key << " in " << f.dump();
+    }
+    if (f.contains("skipped")) {
+      std::cout << "skipped: " << f.dump() << "\n";
+      continue;
+    }
+    ++injected;
+  }
+  for (const auto& x : r["invariants"]) {
+    EXPECT_TRUE(x["ok"].get<bool>()) << x["name"] << ": " << x["detail"];
+  }
+  if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
+  EXPECT_GT(injected, 0u);
+  EXPECT_EQ(r["verdict"], "pass") << r.dump(2);
+  EXPECT_EQ(rc, 0);
+}
+
+}  // namespace
