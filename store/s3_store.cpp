@@ -48,7 +48,10 @@ error s3_store::response_error(const char* op, const std::string& target,
   if (!code.empty()) text += " " + code;
   if (!message.empty()) text += ": " + message;
   if (code.empty() && message.empty() && !r.body.empty()) text += ": " + r.body.substr(0, 200);
-  return error(code_for_status(r.status), text);
+  // A missing bucket is a configuration problem, not an absent object: callers that treat
+  // not_found as "start fresh" (no checkpoint yet) must not silently do so.
+  const errc kind = code == "NoSuchBucket" ? errc::invalid_config : code_for_status(r.status);
+  return error(kind, text);
 }
 
 int64_t s3_store::part_bytes_for(int64_t size) const {
@@ -201,8 +204,10 @@ status s3_store::remove(const std::string& key) {
   req.path = object_path(key);
   auto r = client_.send(req);
   if (!r) return error(r.err().code, "S3 DeleteObject " + name_of(key) + ": " + r.err().message);
-  if (r->status == 204 || r->status == 200 || r->status == 404) return ok_status();
-  return response_error("DeleteObject", name_of(key), *r);
+  if (r->status == 204 || r->status == 200) return ok_status();
+  auto e = response_error("DeleteObject", name_of(key), *r);
+  if (e.code == errc::not_found) return ok_status();  // S3 itself answers 204 for a missing key
+  return e;
 }
 
 }  // namespace moerl::store

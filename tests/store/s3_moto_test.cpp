@@ -260,8 +260,13 @@ TEST_F(s3_moto_test, a_missing_bucket_is_a_clear_error) {
   ASSERT_TRUE(store);
   auto r = store->get("k");
   ASSERT_FALSE(r.ok());
+  // Not errc::not_found: "no such object" would let a resume start from scratch silently.
+  EXPECT_EQ(r.err().code, errc::invalid_config);
   EXPECT_NE(r.err().message.find("NoSuchBucket"), std::string::npos) << r.err().message;
   EXPECT_NE(r.err().message.find("s3://no-such-bucket-here/k"), std::string::npos) << r.err().message;
+  EXPECT_EQ(store->list("").err().code, errc::invalid_config);
+  EXPECT_EQ(store->remove("k").err().code, errc::invalid_config);
+  EXPECT_EQ(latest_committed(*store, "ckpt").err().code, errc::invalid_config);
 }
 
 TEST_F(s3_moto_test, checkpoints_commit_and_torn_ones_are_skipped_over_s3) {
