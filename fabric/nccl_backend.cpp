@@ -1,0 +1,99 @@
+#include "fabric/nccl_backend.h"
+
+#ifdef MOERL_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <string>
+#endif
+
+namespace moerl::fabric {
+
+#ifdef MOERL_HAVE_NCCL
+
+namespace {
+
+error nccl_error(const char* call, ncclResult_t rc, const char* file, int line) {
+  return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " + file + ":" +
+                                     std::to_string(line)};
+}
+error cuda_error(const char* call, cudaError_t rc, const char* file, int line) {
+  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorString(rc) + " at " + file + ":" +
+                                     std::to_string(line)};
+}
+
+}  // namespace
+
+// One macro per domain: the call, its message, file and line.
+#define NCCL_CHECK(call)                                                   \
+  do {                                                                     \
+    const ncclResult_t nccl_rc_ = (call);                                  \
+    if (nccl_rc_ != ncclSuccess) return nccl_error(#call, nccl_rc_, __FILE__, __LINE__); \
+  } while (0)
+#define CUDA_CHECK(call)                                                   \
+  do {                                                                     \
+    const cudaError_t cuda_rc_ = (call);                                   \
+    if (cuda_rc_ != cudaSuccess) return cuda_error(#call, cuda_rc_, __FILE__, __LINE__); \
+  } while (0)
+
+namespace {
+
+class nccl_impl final : public nccl_backend {
+ public:
+  ~nccl_impl() override {
+    if (comm_) ncclCommDestroy(comm_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  status init(const ncclUniqueId& id, int n, int rank) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    NCCL_CHECK(ncclCommInitRank(&comm_, n, id, rank));
+    return {};
+  }
+  status all_reduce_sum(void* data, size_t count, bool bf16) override {
+    NCCL_CHECK(ncclAllReduce(data, data, count, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, comm_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {};
+  }
+  status broadcast(void* data, size_t bytes, int root) override {
+    NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return {};
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_backend::available() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot, const std::vector<int>& members,
+                                                           int rank, int64_t timeout_ms) {
+  ncclUniqueId id{};
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  auto all = boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id), timeout_ms);
+  if (!all) return all.err();
+  if ((*all)[0].size() != sizeof id) return error{errc::malformed_message, "NCCL unique id has the wrong size"};
+  std::memcpy(&id, (*all)[0].data(), sizeof id);
+  auto impl = std::make_unique<nccl_impl>();
+  if (auto st = impl->init(id, static_cast<int>(members.size()), rank); !st) return st.err();
+  return std::unique_ptr<nccl_backend>(std::move(impl));
+}
+
+#else
+
+bool nccl_backend::available() { return false; }
+
+result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap&, const std::vector<int>&, int, int64_t) {
+  return error{errc::invalid_argument, "moerl was built without NCCL (MOERL_HAVE_NCCL off)"};
+}
+
+#endif
+
+}  // namespace moerl::fabric
