@@ -27,9 +27,11 @@ inline float bf16_to_float(bf16 v) {
 inline bf16 float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<uint16_t>((u >> 16) | 0x40u)};
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return bf16{static_cast<uint16_t>(u >> 16)};
+  // Both candidates are computed and one selected, so loops of this vectorise (no branch).
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return bf16{static_cast<uint16_t>(is_nan ? quiet_nan : rounded)};
 }
 
 // Elements per FP8 scale block along the last (hidden) dimension. A hidden size that is not

@@ -26,19 +26,21 @@ status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot,
   const char* fn = "combine_forward";
   if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  // One token per iteration, k ascending: the documented fixed accumulation order.
+  // One token per iteration, k ascending: the documented fixed accumulation order. The hidden
+  // dimension is walked in tiles so the fp32 accumulator stays in L1 while the topk source
+  // rows stream past; tiling changes no element's order of additions.
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(std::is_same_v<T, float> ? 0 : hidden);
+    float acc[detail::acc_tile];
     for (int64_t t = b; t < e; ++t) {
-      float* acc;
-      if constexpr (std::is_same_v<T, float>) acc = out + t * hidden;
-      else acc = scratch.data();
-      std::fill(acc, acc + hidden, 0.0f);
-      for (int k = 0; k < topk; ++k) {
-        const int64_t s = slot[t * topk + k];
-        if (s >= 0) detail::axpy_row(acc, w[t * topk + k], expert_out + s * hidden, hidden);
+      for (int64_t j0 = 0; j0 < hidden; j0 += detail::acc_tile) {
+        const int64_t n = std::min<int64_t>(detail::acc_tile, hidden - j0);
+        std::fill(acc, acc + n, 0.0f);
+        for (int k = 0; k < topk; ++k) {
+          const int64_t s = slot[t * topk + k];
+          if (s >= 0) detail::axpy_row(acc, w[t * topk + k], expert_out + s * hidden + j0, n);
+        }
+        detail::store_row(out + t * hidden + j0, acc, n);
       }
-      if constexpr (!std::is_same_v<T, float>) detail::store_row(out + t * hidden, acc, hidden);
     }
   }, detail::row_ops_min_rows(hidden) / topk + 1);
   return ok_status();

@@ -6,7 +6,14 @@
 
 namespace moerl::kernels {
 
-uint8_t float_to_e4m3(float v) {
+namespace {
+
+// Round-to-nearest-even of a value in [0, 8) to an integer without a libm call: adding 2^23
+// pushes the fraction out of the mantissa under the default rounding mode.
+inline float round_small(float v) { return (v + 8388608.0f) - 8388608.0f; }
+
+// The encoder, inline so the quantise loop has no call per element.
+inline uint8_t encode_e4m3(float v) {
   uint32_t u;
   std::memcpy(&u, &v, sizeof u);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
@@ -15,7 +22,7 @@ uint8_t float_to_e4m3(float v) {
   float a;
   std::memcpy(&a, &u, sizeof a);
   if (a < 0.015625f) {  // below 2^-6: subnormal grid of 2^-9; 8 * 2^-9 encodes as 0x08
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+    return sign | static_cast<uint8_t>(round_small(a * 512.0f));
   }
   // Round the 23-bit mantissa to 3 bits, ties to even; a carry bumps the exponent.
   u += 0x7ffffu + ((u >> 20) & 1u);
@@ -24,6 +31,10 @@ uint8_t float_to_e4m3(float v) {
   if (exp > 8 || (exp == 8 && man == 7)) return sign | 0x7eu;  // saturate to 448
   return sign | static_cast<uint8_t>(((exp + 7) << 3) | man);
 }
+
+}  // namespace
+
+uint8_t float_to_e4m3(float v) { return encode_e4m3(v); }
 
 float e4m3_to_float(uint8_t bits) {
   const float sign = (bits & 0x80u) ? -1.0f : 1.0f;
@@ -65,7 +76,7 @@ status fp8_quantize(thread_pool& pool, const float* x, int64_t num_rows, int64_t
       // amax / 448 maps the block's largest magnitude onto e4m3's largest finite value.
       const float scale = amax > 0.0f ? amax / fp8_e4m3_max : 1.0f;
       scales[i] = scale;
-      for (int64_t j = lo; j < hi; ++j) q[row * hidden + j] = float_to_e4m3(src[j] / scale);
+      for (int64_t j = lo; j < hi; ++j) q[row * hidden + j] = encode_e4m3(src[j] / scale);
     }
   }, 64);
   return ok_status();

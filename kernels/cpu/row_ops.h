@@ -53,6 +53,10 @@ inline float dot_row(const A* a, const B* b, int64_t n) {
 }  // namespace moerl::kernels::detail
 
 namespace moerl::kernels::detail {
+// Elements of one fp32 accumulator tile (4 KiB): small enough to stay in L1 beside the
+// streamed source rows.
+constexpr int64_t acc_tile = 1024;
+
 // Smallest number of rows worth handing to one thread: about 64 KiB of row data, so decode
 // shapes stay on one thread instead of paying a wake-up per few rows.
 inline int64_t row_ops_min_rows(int64_t hidden) {
