@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   moerl::apps::add_version_command(app);
   moerl::apps::add_config_command(app);
   moerl::apps::add_bench_command(app);
+  moerl::apps::add_store_command(app);
   moerl::apps::add_node_command(app);
   moerl::apps::add_up_command(app);
   moerl::apps::add_console_command(app);

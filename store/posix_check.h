@@ -19,14 +19,18 @@ error posix_error(const char* call, const std::string& what, const char* file, i
 
 // `call` may be an assignment (fd = ::open(...)); its value is compared with -1.
 // ENOTDIR (a leading part of the path is a file) also means "absent": not_found.
-#define MOERL_POSIX_CHECK(call, what) MOERL_POSIX_CHECK_EXCEPT(call, 0, what)
+#define MOERL_POSIX_CHECK(call, what) MOERL_POSIX_CHECK_IMPL(call, #call, 0, what)
 
 // The same, but a failure with errno == `tolerated` (e.g. EEXIST from mkdir) is success.
-#define MOERL_POSIX_CHECK_EXCEPT(call, tolerated, what)                               \
+#define MOERL_POSIX_CHECK_EXCEPT(call, tolerated, what) \
+  MOERL_POSIX_CHECK_IMPL(call, #call, tolerated, what)
+
+// `text` is the call as written (stringified before its macros, e.g. O_RDONLY, expand).
+#define MOERL_POSIX_CHECK_IMPL(call, text, tolerated, what)                           \
   do {                                                                                \
     if ((call) == -1 && errno != (tolerated)) {                                       \
       const int moerl_errno_ = errno;                                                 \
-      return ::moerl::store::detail::posix_error(#call, (what), __FILE__, __LINE__,   \
+      return ::moerl::store::detail::posix_error(text, (what), __FILE__, __LINE__,    \
                                                  moerl_errno_);                       \
     }                                                                                 \
   } while (0)
