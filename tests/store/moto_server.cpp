@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -20,7 +21,12 @@ extern char** environ;
 namespace moerl::store::testing {
 
 namespace {
-constexpr const char* python = "/usr/bin/python3";
+// Debian's python, where moto is installed; MOERL_TEST_PYTHON overrides it (the CTest entry
+// that checks MOERL_REQUIRE_S3_TESTS points it at a python without moto).
+std::string python_path() {
+  const char* p = std::getenv("MOERL_TEST_PYTHON");
+  return p != nullptr && *p != '\0' ? p : "/usr/bin/python3";
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -32,12 +38,13 @@ std::string read_file(const std::string& path) {
 
 bool python_has_moto() {
   pid_t pid = -1;
-  const char* argv[] = {python, "-c", "import moto.server, boto3", nullptr};
+  const std::string py = python_path();
+  const char* argv[] = {py.c_str(), "-c", "import moto.server, boto3", nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  const int rc = posix_spawn(&pid, python, &fa, nullptr, const_cast<char**>(argv), environ);
+  const int rc = posix_spawn(&pid, py.c_str(), &fa, nullptr, const_cast<char**>(argv), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return false;
   int status = 0;
@@ -61,8 +68,9 @@ result<std::unique_ptr<moto_server>> moto_server::start(const std::string& scrip
   posix_spawn_file_actions_adddup2(&fa, in_pipe[0], 0);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  const char* argv[] = {python, script.c_str(), nullptr};
-  const int rc = posix_spawn(&s->pid_, python, &fa, nullptr, const_cast<char**>(argv), environ);
+  const std::string py = python_path();
+  const char* argv[] = {py.c_str(), script.c_str(), nullptr};
+  const int rc = posix_spawn(&s->pid_, py.c_str(), &fa, nullptr, const_cast<char**>(argv), environ);
   posix_spawn_file_actions_destroy(&fa);
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
@@ -71,7 +79,7 @@ result<std::unique_ptr<moto_server>> moto_server::start(const std::string& scrip
   if (rc != 0) {
     ::close(out_pipe[0]);
     s->pid_ = -1;
-    return error(errc::io_error, std::string("posix_spawn of ") + python + " failed: " + std::strerror(rc));
+    return error(errc::io_error, "posix_spawn of " + py + " failed: " + std::strerror(rc));
   }
 
   std::string line;

@@ -20,7 +20,7 @@ struct moto_info {
   std::string secret_access_key;
 };
 
-// True when Debian's python has the moto module.
+// True when the test python (/usr/bin/python3, or MOERL_TEST_PYTHON) has moto and boto3.
 bool python_has_moto();
 
 class moto_server {
