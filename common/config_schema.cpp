@@ -132,6 +132,8 @@ const std::vector<key_spec>& config_schema() {
        "S3 objects larger than this are uploaded as multipart uploads", ""},
       {"store.multipart_part_bytes", t::integer, "16777216",
        "S3 multipart part size, at least 5242880; grows if an object would need over 10000 parts", ""},
+      {"store.s3_upload_concurrency", t::integer, "4",
+       "parts of one S3 multipart upload sent at once, each on its own connection (1..64)", ""},
       {"store.s3_timeout_ms", t::integer, "120000", "limit on one S3 HTTP request, transfer included", ""},
       {"store.s3_max_retries", t::integer, "3",
        "retries of an S3 request after a network error or HTTP 5xx, with exponential backoff", ""},

@@ -49,6 +49,8 @@ status validate(const s3_settings& s) {
                " is below S3's minimum part size of 5 MiB (5242880)");
   if (s.multipart_threshold_bytes < 1)
     return bad("store.multipart_threshold_bytes must be positive");
+  if (s.upload_concurrency < 1 || s.upload_concurrency > 64)
+    return bad("store.s3_upload_concurrency = " + std::to_string(s.upload_concurrency) + " is outside 1..64");
   if (s.request_timeout_ms < 1) return bad("store.s3_timeout_ms must be positive");
   if (s.max_retries < 0) return bad("store.s3_max_retries must not be negative");
   return ok_status();
@@ -72,6 +74,7 @@ result<s3_settings> s3_settings_from_url(const std::string& url, const config& c
   s.session_token = env_or_empty("AWS_SESSION_TOKEN");
   s.multipart_threshold_bytes = cfg.get_int("store.multipart_threshold_bytes");
   s.multipart_part_bytes = cfg.get_int("store.multipart_part_bytes");
+  s.upload_concurrency = cfg.get_int("store.s3_upload_concurrency");
   s.request_timeout_ms = cfg.get_int("store.s3_timeout_ms");
   s.max_retries = cfg.get_int("store.s3_max_retries");
   if (auto st = validate(s); !st) return st.err();

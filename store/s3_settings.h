@@ -21,6 +21,7 @@ struct s3_settings {
   std::string session_token;  // empty unless temporary credentials are used
   int64_t multipart_threshold_bytes = 64ll << 20;  // objects larger than this go multipart
   int64_t multipart_part_bytes = 16ll << 20;       // part size (S3: >= 5 MiB, <= 10000 parts)
+  int64_t upload_concurrency = 4;                  // parts of one object in flight at once
   int64_t request_timeout_ms = 120000;             // limit on one HTTP request
   int64_t max_retries = 3;   // retries after network errors and HTTP 5xx
   int64_t list_max_keys = 0; // ListObjectsV2 page size; 0: the server's default (1000)

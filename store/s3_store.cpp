@@ -1,5 +1,10 @@
 #include "store/s3_store.h"
 
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <thread>
+
 #include "common/log.h"
 #include "store/key_rules.h"
 #include "store/s3_xml.h"
@@ -116,24 +121,59 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
   const int64_t size = static_cast<int64_t>(bytes.size());
   const int64_t num_parts = parts_for(size);
   const int64_t part_bytes = part_bytes_for(size);
+  std::vector<std::string> etags(static_cast<size_t>(num_parts));
+
+  // Parts go up on up to store.s3_upload_concurrency connections at once: one TCP stream
+  // to S3 tops out far below what a node can send. Workers take the next part number from
+  // a shared counter; the first failure stops them all (parts already sent are discarded
+  // by the abort).
+  std::atomic<int64_t> next_part{0};
+  std::atomic<bool> failed{false};
+  std::mutex failure_mu;
+  std::optional<error> failure;
+  auto upload_parts = [&] {
+    for (;;) {
+      const int64_t i = next_part.fetch_add(1);
+      if (i >= num_parts || failed.load()) return;
+      const int64_t begin = i * part_bytes;
+      const int64_t len = std::min(part_bytes, size - begin);
+      s3_request part;
+      part.method = "PUT";
+      part.path = path;
+      // Parameters in canonical (sorted) order: partNumber < uploadId.
+      part.query = "partNumber=" + std::to_string(i + 1) + "&" + id_query;
+      part.body = std::string_view(bytes).substr(static_cast<size_t>(begin), static_cast<size_t>(len));
+      auto p = client_.send(part);
+      const std::string what = name + " part " + std::to_string(i + 1) + "/" + std::to_string(num_parts);
+      std::optional<error> e;
+      if (!p) {
+        e = error(p.err().code, "S3 UploadPart " + what + ": " + p.err().message);
+      } else if (p->status != 200) {
+        e = response_error("UploadPart", what, *p);
+      } else if (p->etag.empty()) {
+        e = error(errc::io_error, "S3 UploadPart " + what + ": response has no ETag header");
+      } else {
+        etags[static_cast<size_t>(i)] = p->etag;  // each worker writes only its own slots
+      }
+      if (e) {
+        std::lock_guard<std::mutex> lock(failure_mu);
+        if (!failure) failure = std::move(e);
+        failed = true;
+        return;
+      }
+    }
+  };
+  const int64_t num_workers = std::min<int64_t>(num_parts, client_.settings().upload_concurrency);
+  std::vector<std::thread> workers;
+  for (int64_t w = 1; w < num_workers; ++w) workers.emplace_back(upload_parts);
+  upload_parts();  // this thread is worker 0
+  for (auto& t : workers) t.join();
+  if (failure) return abort_with(std::move(*failure));
+
   std::string complete = "<CompleteMultipartUpload>";
   for (int64_t i = 0; i < num_parts; ++i) {
-    const int64_t begin = i * part_bytes;
-    const int64_t len = std::min(part_bytes, size - begin);
-    s3_request part;
-    part.method = "PUT";
-    part.path = path;
-    // Parameters in canonical (sorted) order: partNumber < uploadId.
-    part.query = "partNumber=" + std::to_string(i + 1) + "&" + id_query;
-    part.body = std::string_view(bytes).substr(static_cast<size_t>(begin), static_cast<size_t>(len));
-    auto p = client_.send(part);
-    const std::string what = name + " part " + std::to_string(i + 1) + "/" + std::to_string(num_parts);
-    if (!p) return abort_with(error(p.err().code, "S3 UploadPart " + what + ": " + p.err().message));
-    if (p->status != 200) return abort_with(response_error("UploadPart", what, *p));
-    if (p->etag.empty())
-      return abort_with(error(errc::io_error, "S3 UploadPart " + what + ": response has no ETag header"));
     complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
-                xml_encode(p->etag) + "</ETag></Part>";
+                xml_encode(etags[static_cast<size_t>(i)]) + "</ETag></Part>";
   }
   complete += "</CompleteMultipartUpload>";
 
@@ -148,7 +188,8 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
   // S3 may answer 200 and still report a failure in the body.
   if (c->status != 200 || c->body.find("<Error>") != std::string::npos)
     return abort_with(response_error("CompleteMultipartUpload", name, *c));
-  log->debug("S3 multipart put {}: {} bytes in {} parts", name, size, num_parts);
+  log->debug("S3 multipart put {}: {} bytes in {} parts over {} connections", name, size, num_parts,
+             num_workers);
   return ok_status();
 }
 

@@ -146,21 +146,25 @@ std::string pseudo_random_bytes(size_t n) {
 
 // moto_s3_server.py sets moto's minimum part size to 6 MiB (S3's is 5 MiB).
 TEST_F(s3_moto_test, an_object_above_the_threshold_goes_multipart_and_reads_back_whole) {
-  auto s = settings_for("multipart");
-  s.multipart_threshold_bytes = 7 << 20;
-  s.multipart_part_bytes = 6 << 20;
-  auto store = open(s);
-  ASSERT_TRUE(store);
   const std::string big = pseudo_random_bytes((12 << 20) + 12345);
-  EXPECT_EQ(store->parts_for(static_cast<int64_t>(big.size())), 3);
-  EXPECT_EQ(store->parts_for(7 << 20), 0);  // at the threshold: one PutObject
-  auto st = store->put("weights/v1.bin", big);
-  ASSERT_TRUE(st.ok()) << st.err().to_string();
-  auto r = store->get("weights/v1.bin");
-  ASSERT_TRUE(r.ok()) << r.err().to_string();
-  EXPECT_TRUE(r.value() == big) << "multipart object differs (size " << r.value().size() << ")";
-  EXPECT_EQ(store->list("weights/").value(), (std::vector<std::string>{"weights/v1.bin"}));
-  EXPECT_TRUE(open_uploads(s, "multipart/").empty());
+  for (int64_t concurrency : {int64_t{1}, int64_t{4}}) {
+    SCOPED_TRACE("upload_concurrency " + std::to_string(concurrency));
+    auto s = settings_for("multipart-" + std::to_string(concurrency));
+    s.multipart_threshold_bytes = 7 << 20;
+    s.multipart_part_bytes = 6 << 20;
+    s.upload_concurrency = concurrency;
+    auto store = open(s);
+    ASSERT_TRUE(store);
+    EXPECT_EQ(store->parts_for(static_cast<int64_t>(big.size())), 3);
+    EXPECT_EQ(store->parts_for(7 << 20), 0);  // at the threshold: one PutObject
+    auto st = store->put("weights/v1.bin", big);
+    ASSERT_TRUE(st.ok()) << st.err().to_string();
+    auto r = store->get("weights/v1.bin");
+    ASSERT_TRUE(r.ok()) << r.err().to_string();
+    EXPECT_TRUE(r.value() == big) << "multipart object differs (size " << r.value().size() << ")";
+    EXPECT_EQ(store->list("weights/").value(), (std::vector<std::string>{"weights/v1.bin"}));
+    EXPECT_TRUE(open_uploads(s, s.prefix + "/").empty());
+  }
 }
 
 TEST_F(s3_moto_test, a_multipart_upload_that_fails_to_complete_is_aborted_and_leaves_nothing) {
