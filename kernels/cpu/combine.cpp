@@ -1,7 +1,6 @@
 #include "kernels/combine.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/row_ops.h"
@@ -26,21 +25,19 @@ status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot,
   const char* fn = "combine_forward";
   if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  // One token per iteration, k ascending: the documented fixed accumulation order. The hidden
-  // dimension is walked in tiles so the fp32 accumulator stays in L1 while the topk source
-  // rows stream past; tiling changes no element's order of additions.
+  // One token per iteration, k ascending: the documented fixed accumulation order.
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    float acc[detail::acc_tile];
+    std::vector<const T*> rows(topk);
+    std::vector<float> weights(topk);
     for (int64_t t = b; t < e; ++t) {
-      for (int64_t j0 = 0; j0 < hidden; j0 += detail::acc_tile) {
-        const int64_t n = std::min<int64_t>(detail::acc_tile, hidden - j0);
-        std::fill(acc, acc + n, 0.0f);
-        for (int k = 0; k < topk; ++k) {
-          const int64_t s = slot[t * topk + k];
-          if (s >= 0) detail::axpy_row(acc, w[t * topk + k], expert_out + s * hidden + j0, n);
-        }
-        detail::store_row(out + t * hidden + j0, acc, n);
+      int n = 0;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t s = slot[t * topk + k];
+        if (s < 0) continue;
+        rows[n] = expert_out + s * hidden;
+        weights[n++] = w[t * topk + k];
       }
+      detail::reduce_rows<true>(rows.data(), weights.data(), n, hidden, out + t * hidden);
     }
   }, detail::row_ops_min_rows(hidden) / topk + 1);
   return ok_status();

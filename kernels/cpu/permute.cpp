@@ -53,19 +53,13 @@ status permute_bwd(thread_pool& pool, const T* grad_permuted, const int64_t* slo
   const char* fn = "permute_backward";
   if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  // Tiled over hidden like combine_forward: the accumulator stays in L1, order unchanged.
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    float acc[detail::acc_tile];
+    std::vector<const T*> rows(topk);
     for (int64_t t = b; t < e; ++t) {
-      for (int64_t j0 = 0; j0 < hidden; j0 += detail::acc_tile) {
-        const int64_t n = std::min<int64_t>(detail::acc_tile, hidden - j0);
-        std::fill(acc, acc + n, 0.0f);
-        for (int k = 0; k < topk; ++k) {
-          const int64_t s = slot[t * topk + k];
-          if (s >= 0) detail::add_row(acc, grad_permuted + s * hidden + j0, n);
-        }
-        detail::store_row(grad_x + t * hidden + j0, acc, n);
-      }
+      int n = 0;
+      for (int k = 0; k < topk; ++k)
+        if (slot[t * topk + k] >= 0) rows[n++] = grad_permuted + slot[t * topk + k] * hidden;
+      detail::reduce_rows<false>(rows.data(), nullptr, n, hidden, grad_x + t * hidden);
     }
   }, row_ops_min_rows(hidden));
   return ok_status();

@@ -38,6 +38,38 @@ inline void scale_row(T* dst, float w, const T* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) from_f32(w * to_f32(src[i]), dst + i);
 }
 
+// out[i] = sum over j = 0..n-1, in that order, of w[j] * src[j][i] (Weighted) or src[j][i],
+// accumulated in fp32 from 0 and rounded to O once. The rows are walked together in
+// 16-element steps: n concurrent sequential streams keep the prefetchers busy and the
+// accumulator in registers (measured ~2x faster than one whole row at a time), while every
+// element still sees exactly the same sequence of roundings.
+template <bool Weighted, class T, class O>
+inline void reduce_rows(const T* const* src, const float* w, int n, int64_t len, O* out) {
+  constexpr int lanes = 16;
+  int64_t i = 0;
+  for (; i + lanes <= len; i += lanes) {
+    float acc[lanes] = {0};
+    for (int j = 0; j < n; ++j) {
+      const T* p = src[j] + i;
+      if constexpr (Weighted) {
+        const float wj = w[j];
+        for (int l = 0; l < lanes; ++l) acc[l] += wj * to_f32(p[l]);
+      } else {
+        for (int l = 0; l < lanes; ++l) acc[l] += to_f32(p[l]);
+      }
+    }
+    for (int l = 0; l < lanes; ++l) from_f32(acc[l], out + i + l);
+  }
+  for (; i < len; ++i) {
+    float a = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      if constexpr (Weighted) a += w[j] * to_f32(src[j][i]);
+      else a += to_f32(src[j][i]);
+    }
+    from_f32(a, out + i);
+  }
+}
+
 // Dot product in fp32 with 8 interleaved partial sums folded pairwise at the end: a fixed
 // order (so reproducible) that the compiler can keep in vector registers.
 template <class A, class B>
@@ -53,10 +85,6 @@ inline float dot_row(const A* a, const B* b, int64_t n) {
 }  // namespace moerl::kernels::detail
 
 namespace moerl::kernels::detail {
-// Elements of one fp32 accumulator tile (4 KiB): small enough to stay in L1 beside the
-// streamed source rows.
-constexpr int64_t acc_tile = 1024;
-
 // Smallest number of rows worth handing to one thread: about 64 KiB of row data, so decode
 // shapes stay on one thread instead of paying a wake-up per few rows.
 inline int64_t row_ops_min_rows(int64_t hidden) {

@@ -54,7 +54,8 @@ __global__ void loss_kernel(const unsigned long long* counts, const double* prob
   double acc = 0.0;
   for (int e = 0; e < E; ++e) {
     const double f = static_cast<double>(counts[e]) / (n * K);
-    acc += f * (prob_sum[e] / n);
+    // Explicit rounding steps: nvcc would otherwise fuse this into an FMA the CPU never does.
+    acc = __dadd_rn(acc, __dmul_rn(f, prob_sum[e] / n));
     grad_per_expert[e] = static_cast<float>(coeff * E * f / n);
   }
   *loss = static_cast<float>(coeff * E * acc);
