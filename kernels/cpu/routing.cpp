@@ -34,7 +34,7 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
   const int per_group = E / G;
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
     std::vector<float> sel(E), group_score(G);
-    std::vector<uint8_t> allowed(E), group_allowed(G);
+    std::vector<uint8_t> allowed(E), group_allowed(G), keep(G);
     for (int64_t t = b; t < e; ++t) {
       const float* z = logits + t * E;
       float* s = scores + t * E;
@@ -76,7 +76,7 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
           group_score[g] = per_group > 1 ? best + second : best;
         }
         std::fill(group_allowed.begin(), group_allowed.end(), 1);
-        std::vector<uint8_t> keep(G, 0);
+        std::fill(keep.begin(), keep.end(), 0);
         for (int r = 0; r < p.topk_groups; ++r) {
           const int g = argmax_allowed(group_score.data(), group_allowed.data(), G);
           group_allowed[g] = 0;

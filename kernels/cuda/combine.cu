@@ -1,6 +1,9 @@
 // CUDA twins of kernels/cpu/combine.cpp. Forward: one block per token, each thread owns
 // whole output elements and sums k = 0..topk-1 in order, so results are bitwise reproducible
 // run to run (fused multiply-add is disabled for that sum, matching the CPU's rounding).
+#include <cstdint>
+#include <type_traits>
+
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/cpu/validate.h"
@@ -25,6 +28,27 @@ __global__ void combine_forward_kernel(const T* y, const int64_t* slot, const fl
       if (s >= 0) acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], detail::to_f32(y[s * H + j])));
     }
     detail::store(out + t * H + j, acc);
+  }
+}
+
+// The fp32 forward with float4 loads and stores when rows are 16-byte aligned: each lane
+// keeps the same k-ordered, explicitly rounded sum as combine_forward_kernel.
+__global__ void combine_forward_f4_kernel(const float4* y, const int64_t* slot, const float* w, int K,
+                                          int64_t row_vecs, float4* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < row_vecs; j += blockDim.x) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k = 0; k < K; ++k) {
+      const int64_t s = slot[t * K + k];
+      if (s < 0) continue;
+      const float wk = w[t * K + k];
+      const float4 v = y[s * row_vecs + j];
+      acc.x = __fadd_rn(acc.x, __fmul_rn(wk, v.x));
+      acc.y = __fadd_rn(acc.y, __fmul_rn(wk, v.y));
+      acc.z = __fadd_rn(acc.z, __fmul_rn(wk, v.z));
+      acc.w = __fadd_rn(acc.w, __fmul_rn(wk, v.w));
+    }
+    out[t * row_vecs + j] = acc;
   }
 }
 
@@ -60,6 +84,14 @@ status combine_fwd(cudaStream_t stream, const T* y, const int64_t* slot, const f
                    int64_t H, int64_t rows, T* out) {
   KERNELS_TRY(check_shape("cuda::combine_forward", num_tokens, K, H, rows));
   if (num_tokens == 0) return ok_status();
+  if constexpr (std::is_same_v<T, float>) {
+    if (H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      combine_forward_f4_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(
+          reinterpret_cast<const float4*>(y), slot, w, K, H / 4, reinterpret_cast<float4*>(out));
+      CUDA_CHECK_LAUNCH();
+      return ok_status();
+    }
+  }
   combine_forward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(y, slot, w, K, H, out);
   CUDA_CHECK_LAUNCH();
   return ok_status();

@@ -13,18 +13,24 @@ status check_shape(const char* fn, int64_t T, int K, int64_t H, int64_t rows) {
   return ok_status();
 }
 
-// dst row r = src row (row_entry[r] / divisor), or zeros for a padding row.
-template <class T>
-__global__ void gather_rows_kernel(const int64_t* row_entry, int64_t divisor, const T* src, int64_t H, T* dst) {
+// dst row r = src row (row_entry[r] / divisor), or zeros for a padding row. Rows move as
+// vectors of V: 16-byte uint4 when rows and base pointers allow it, else single elements.
+template <class V>
+__global__ void gather_rows_kernel(const int64_t* row_entry, int64_t divisor, const V* src, int64_t row_vecs, V* dst) {
   const int64_t r = blockIdx.x;
   const int64_t entry = row_entry[r];
-  T* d = dst + r * H;
+  V* d = dst + r * row_vecs;
   if (entry < 0) {
-    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) d[j] = T{};
+    for (int64_t j = threadIdx.x; j < row_vecs; j += blockDim.x) d[j] = V{};
     return;
   }
-  const T* s = src + (entry / divisor) * H;
-  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) d[j] = s[j];
+  const V* s = src + (entry / divisor) * row_vecs;
+  for (int64_t j = threadIdx.x; j < row_vecs; j += blockDim.x) d[j] = s[j];
+}
+
+// Whether rows of row_bytes starting at a and b can be moved as 16-byte vectors.
+bool vec16_ok(const void* a, const void* b, int64_t row_bytes) {
+  return row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
 }
 
 template <class T>
@@ -40,11 +46,11 @@ __global__ void permute_backward_kernel(const T* g, const int64_t* slot, int K, 
   }
 }
 
-template <class T>
-__global__ void unpermute_forward_kernel(const T* p, const int64_t* slot, int64_t H, T* u) {
+template <class V>
+__global__ void unpermute_forward_kernel(const V* p, const int64_t* slot, int64_t row_vecs, V* u) {
   const int64_t i = blockIdx.x;
   const int64_t s = slot[i];
-  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) u[i * H + j] = s >= 0 ? p[s * H + j] : T{};
+  for (int64_t j = threadIdx.x; j < row_vecs; j += blockDim.x) u[i * row_vecs + j] = s >= 0 ? p[s * row_vecs + j] : V{};
 }
 
 template <class T>
@@ -54,7 +60,12 @@ status gather(cudaStream_t stream, const int64_t* slot, int64_t T_, int K, int64
   detail::scratch<int64_t> row_entry(stream, rows);
   CUDA_CHECK(row_entry.error());
   KERNELS_TRY(detail::build_row_entry(stream, slot, T_ * K, rows, row_entry.get()));
-  gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(row_entry.get(), divisor, src, H, dst);
+  const int64_t row_bytes = H * int64_t(sizeof(T));
+  if (vec16_ok(src, dst, row_bytes))
+    gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
+        row_entry.get(), divisor, reinterpret_cast<const uint4*>(src), row_bytes / 16, reinterpret_cast<uint4*>(dst));
+  else
+    gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(row_entry.get(), divisor, src, H, dst);
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }
@@ -84,8 +95,13 @@ status unpermute_forward(cudaStream_t stream, const float* permuted, const int64
                          int topk, int64_t hidden, int64_t num_rows, float* unpermuted) {
   KERNELS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
-  unpermute_forward_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(permuted, slot, hidden,
-                                                                                        unpermuted);
+  const int64_t row_bytes = hidden * int64_t(sizeof(float));
+  if (vec16_ok(permuted, unpermuted, row_bytes))
+    unpermute_forward_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(
+        reinterpret_cast<const uint4*>(permuted), slot, row_bytes / 16, reinterpret_cast<uint4*>(unpermuted));
+  else
+    unpermute_forward_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(permuted, slot, hidden,
+                                                                                          unpermuted);
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }
