@@ -145,40 +145,40 @@ TEST(cuda_twins, permute_unpermute_and_combine_match_the_cpu_for_vector_and_scal
   thread_pool pool(2);
   // H = 300: rows move as 16-byte vectors; H = 130: rows are not 16-byte multiples.
   for (const int64_t H : {300, 130}) {
-  const int64_t T = 200;
-  const int K = 8, E = 32;
-  auto idx = random_topk_idx(T, K, E, 11, 0.1);
-  auto s = make_slots(pool, idx, T, K, E, 4);
-  const int64_t R = s.num_rows;
-  auto x = random_floats(T * H, 12);
-  auto w = random_floats(T * K, 13, 0, 1);
-  auto gout = random_floats(T * H, 14);
-  std::vector<float> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H), gw(T * K);
-  ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, R, p.data()).ok());
-  ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
-  ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
-  ASSERT_TRUE(unpermute_backward(pool, u.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
-  ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
-  ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
+    const int64_t T = 200;
+    const int K = 8, E = 32;
+    auto idx = random_topk_idx(T, K, E, 11, 0.1);
+    auto s = make_slots(pool, idx, T, K, E, 4);
+    const int64_t R = s.num_rows;
+    auto x = random_floats(T * H, 12);
+    auto w = random_floats(T * K, 13, 0, 1);
+    auto gout = random_floats(T * H, 14);
+    std::vector<float> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H), gw(T * K);
+    ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, R, p.data()).ok());
+    ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
+    ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
+    ASSERT_TRUE(unpermute_backward(pool, u.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
+    ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
+    ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
 
-  dev<float> dx(x), dw(w), dgout(gout), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dout2(T * H),
-      dgy(R * H), dgw(T * K);
-  dev<int64_t> dslot(s.slot);
-  ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
-  ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
-  ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
-  ASSERT_TRUE(cuda::unpermute_backward(nullptr, du.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
-  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
-  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout2.get()).ok());
-  ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
-  EXPECT_EQ(dp.host(), p);
-  expect_close(dgx.host(), gx, 1e-6, "permute_backward");
-  EXPECT_EQ(du.host(), u);
-  EXPECT_EQ(dgp.host(), gp);
-  expect_close(dout.host(), out, 1e-6, "combine_forward");
-  EXPECT_EQ(dout.host(), dout2.host()) << "combine is not bitwise reproducible run to run";
-  expect_close(dgy.host(), gy, 1e-6, "combine grad_expert_out");
-  expect_close(dgw.host(), gw, 1e-5, "combine grad_topk_weights");
+    dev<float> dx(x), dw(w), dgout(gout), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dout2(T * H),
+        dgy(R * H), dgw(T * K);
+    dev<int64_t> dslot(s.slot);
+    ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
+    ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
+    ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
+    ASSERT_TRUE(cuda::unpermute_backward(nullptr, du.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
+    ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
+    ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout2.get()).ok());
+    ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
+    EXPECT_EQ(dp.host(), p);
+    expect_close(dgx.host(), gx, 1e-6, "permute_backward");
+    EXPECT_EQ(du.host(), u);
+    EXPECT_EQ(dgp.host(), gp);
+    expect_close(dout.host(), out, 1e-6, "combine_forward");
+    EXPECT_EQ(dout.host(), dout2.host()) << "combine is not bitwise reproducible run to run";
+    expect_close(dgy.host(), gy, 1e-6, "combine grad_expert_out");
+    expect_close(dgw.host(), gw, 1e-5, "combine grad_topk_weights");
   }
 }
 
