@@ -3,6 +3,7 @@
 #include "apps/commands.h"
 #include "bench/ep/ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
+#include "policy/bench/policy_bench.h"
 #include "store/bench/store_bench.h"
 
 namespace moerl::apps {
@@ -15,6 +16,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_kernels_bench_command(*cmd);
   moerl::bench::add_ep_bench_command(*cmd);
   moerl::bench::add_store_bench_command(*cmd);  // store (store/bench)
+  moerl::bench::add_policy_bench_command(*cmd);  // policy (policy/bench)
   (void)cmd;
 }
 
