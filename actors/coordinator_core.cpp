@@ -95,7 +95,7 @@ std::string coordinator_core::owner_of_worker(const std::string& worker) const {
   return worker.substr(0, worker.find('/'));
 }
 
-void coordinator_core::node_down(const std::string& node, const std::string& reason) {
+void coordinator_core::node_down(const std::string& node, const std::string& reason, bool fence) {
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
   auto& n = it->second;
@@ -103,6 +103,9 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
     n.state = "stopped";
     return;
   }
+  // Declared dead while its process may still run (silent, not disconnected): fence it, so a
+  // shard that comes back cannot serve samples the ledger has already re-opened.
+  if (fence) out_.push_back(outbound{outbound::kind::signal, node, {}, 0, {}, SIGKILL});
   n.state = "dead";
   n.down_reason = reason;
   n.leases = 0;
@@ -238,7 +241,7 @@ void coordinator_core::tick() {
   for (auto& [id, n] : nodes_)
     if ((n.state == "running" || n.state == "draining") && now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
       auto name = id;  // node_down mutates the map entry, not the map
-      node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms");
+      node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms", true);
     }
   // Keep one iteration of work ahead of the trainer: open the next iteration's units when
   // the queue ran dry and the trainer has reached the previous one.
@@ -364,7 +367,8 @@ json coordinator_core::report_json() const {
               {"interruptions", interruptions_},
               {"restarts", {{"total", total}, {"by_node", restarts}}},
               {"nodes", nodes_json()},
-              {"iterations", policy_version_},
+              {"iterations", opts_.iterations},
+              {"policy_version", policy_version_},
               {"done", done()}};
 }
 

@@ -75,7 +75,8 @@ class coordinator_core {
   // The node's process is gone (CAF down message or heartbeat timeout). Expires its
   // leases; a buffer shard's unconsumed samples are re-opened (ledger shard_lost). Never
   // touches other nodes: a vanished rollout node does not restart the trainer group.
-  void node_down(const std::string& node, const std::string& reason);
+  // `fence`: the process may still be running (heartbeat silence): tell it to die.
+  void node_down(const std::string& node, const std::string& reason, bool fence = false);
   // The node finished its drain: records the interruption, marks it drained.
   void drained(const std::string& node, const nlohmann::json& record);
   void node_stats(const std::string& node, const nlohmann::json& stats);

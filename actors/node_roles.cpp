@@ -120,12 +120,13 @@ class rollout_worker {
         log_->error("{}: undecodable lease: {}", worker_, l.err().to_string());
         continue;
       }
-      run_unit(*l);
+      if (!run_unit(*l) && !mailbox_ok(self_, *ctx_, ms(200))) return;  // a failing unit: don't spin
     }
   }
 
  private:
-  void run_unit(const messages::lease& l) {
+  // False when the unit failed (not merely returned).
+  bool run_unit(const messages::lease& l) {
     ++ctx_->active_units;
     const uint32_t G = l.unit.samples_per_group;
     const uint32_t n = static_cast<uint32_t>(l.unit.group_ids.size()) * G;
@@ -180,6 +181,7 @@ class rollout_worker {
     if (!r) log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt, r.err().to_string());
     if (ctx_->draining()) (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
     --ctx_->active_units;
+    return fail.empty();
   }
 
   // Through a reward node when one is alive; otherwise scored here and sent to the shard.

@@ -179,6 +179,10 @@ int run_node(const node_args& args) {
     std::cerr << "moerl node: " << cp.err().message << "\n";
     return 2;
   }
+  if (auto r = cfg->get_int("actors.work_rounds"); r < 1 || r > 4096) {
+    std::cerr << "moerl node: actors.work_rounds must be in 1..4096, got " << r << "\n";
+    return 2;
+  }
   // Before any thread exists: block SIGTERM/SIGINT everywhere and handle them on a watcher.
   signal_relay relay;
   signal_watch watch([&relay](int sig) { relay.deliver(sig); });

@@ -34,7 +34,8 @@ void print_human(const std::string& cmd, const nlohmann::json& body) {
                 body.value("iteration", 0ul), body.value("iterations", 0ul), body.value("queue_depth", 0ul),
                 body.value("leases", 0ul), body.value("nodes_alive", 0ul), body.value("done", false) ? "yes" : "no");
     std::printf("accounting: %s  invariant %s\n", a.dump().c_str(), body.value("invariant_ok", false) ? "ok" : "BROKEN");
-    for (auto& [shard, st] : body.value("buffer", nlohmann::json::object()).items())
+    auto shards = body.value("buffer", nlohmann::json::object());
+    for (auto& [shard, st] : shards.items())
       std::printf("buffer %s: %lu/%lu samples resident, %lu groups ready\n", shard.c_str(),
                   st.value("resident_samples", 0ul), st.value("capacity_samples", 0ul), st.value("ready_groups", 0ul));
     return;

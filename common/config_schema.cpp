@@ -41,7 +41,7 @@ const std::vector<key_spec>& config_schema() {
       {"actors.drain_margin_ms", t::integer, "2000", "drain finishes units only if they end this long before the deadline", ""},
       {"actors.sigterm_grace_ms", t::integer, "30000", "deadline a SIGTERM implies (the kubelet's default grace period)", ""},
       {"actors.trainer_batch_groups", t::integer, "2", "prompt groups per trainer batch (one policy version step each)", ""},
-      {"actors.heartbeat_misses", t::integer, "3", "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it dead", ""},
+      {"actors.heartbeat_misses", t::integer, "8", "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it dead", ""},
 
       // ---- console (admin plane) --------------------------------------------------
       {"console.address", t::string, "tcp://127.0.0.1:7411",

@@ -1,0 +1,122 @@
+// Multi-process tests on loopback: a real cluster of `moerl node` processes (the moerl binary
+// built with the tests), driven through the console. Each test checks the books at the end:
+// the invariant holds, lost = 0, duplicated = 0, every committed sample was trained, and the
+// trainer verified every sample it received.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "actors/local_cluster.h"
+
+namespace moerl::test {
+
+using nlohmann::json;
+
+class cluster_test : public ::testing::Test {
+ protected:
+  std::string dir_;
+  std::unique_ptr<actors::local_cluster> c_;
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/moerl-cluster-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (HasFailure()) dump_logs();
+    c_.reset();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+  void dump_logs() {
+    for (auto& e : std::filesystem::directory_iterator(dir_ + "/logs")) {
+      std::ifstream in(e.path());
+      std::vector<std::string> lines;
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+      std::cerr << "==== " << e.path().filename().string() << " (last 25 lines)\n";
+      for (size_t i = lines.size() > 25 ? lines.size() - 25 : 0; i < lines.size(); ++i) std::cerr << lines[i] << "\n";
+    }
+  }
+  // Small, quick units with fast failure detection.
+  std::vector<std::string> base_overrides() {
+    auto port = actors::free_tcp_port();
+    return {"node.heartbeat_interval_ms=200", "node.connection_timeout_ms=1000", "node.request_timeout_ms=3000", "actors.heartbeat_misses=10",
+            "actors.iterations=4", "actors.units_per_iteration=6", "actors.groups_per_unit=2",
+            "actors.work_rounds=1500", "ledger.group_size=8", "ledger.lease_timeout_ms=8000",
+            "actors.sigterm_grace_ms=8000", "actors.drain_margin_ms=500", "store.url=" + dir_ + "/store",
+            "store.local_fsync=false", "ledger.store_prefix=run/ledger",
+            "console.address=tcp://127.0.0.1:" + std::to_string(port ? *port : 17499)};
+  }
+  void start(std::vector<std::string> extra = {}, std::vector<actors::node_spec> nodes = actors::default_cluster_nodes()) {
+    actors::cluster_options o;
+    o.binary = MOERL_BINARY;
+    o.overrides = base_overrides();
+    for (auto& kv : extra) o.overrides.push_back(kv);
+    o.log_dir = dir_ + "/logs";
+    o.nodes = std::move(nodes);
+    auto c = actors::local_cluster::start(o);
+    ASSERT_TRUE(c) << c.err().to_string();
+    c_ = std::move(*c);
+  }
+  json status() {
+    auto s = c_->console("status");
+    EXPECT_TRUE(s) << s.err().to_string();
+    return s ? *s : json::object();
+  }
+  json node(const std::string& name) {
+    auto n = c_->console("nodes");
+    if (n)
+      for (auto& x : *n)
+        if (x.value("name", "") == name) return x;
+    return json::object();
+  }
+  // Waits until `name` holds at least one lease (so a kill lands mid-unit).
+  void wait_leases(const std::string& name, int64_t timeout_ms = 20000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      if (node(name).value("leases", 0u) > 0) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // console poll period
+    }
+    FAIL() << name << " never held a lease";
+  }
+  json wait_done(int64_t timeout_ms = 45000) {
+    auto s = c_->wait_status([](const json& j) { return j.value("done", false); }, timeout_ms);
+    EXPECT_TRUE(s) << s.err().to_string();
+    auto r = c_->console("report");
+    EXPECT_TRUE(r) << r.err().to_string();
+    return r ? *r : json::object();
+  }
+  void expect_clean_books(const json& report) {
+    try {
+      check_books(report);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "report is not what the run report must be (" << e.what() << "): " << report.dump();
+    }
+  }
+  void check_books(const json& report) {
+    auto a = report.value("accounting", json::object());
+    EXPECT_TRUE(a.value("invariant_ok", false)) << a.dump();
+    EXPECT_EQ(a.value("lost", 1u), 0u) << a.dump();
+    EXPECT_EQ(a.value("duplicated", 1u), 0u) << a.dump();
+    EXPECT_EQ(a.value("in_flight", 1u), 0u) << a.dump();
+    EXPECT_EQ(a.value("trained", 0u), a.value("committed", 1u)) << a.dump();
+    uint64_t dropped = 0;
+    auto dropped_map = a.value("dropped", json::object());
+    for (auto& [k, v] : dropped_map.items()) dropped += v.get<uint64_t>();
+    EXPECT_EQ(a.value("dispatched", 0u), a.value("committed", 0u) + dropped) << a.dump();
+    for (auto& n : report.value("nodes", json::array()))
+      if (n.value("role", "") == "trainer" && n.contains("stats"))
+        EXPECT_EQ(n["stats"].value("samples_bad", 1u), 0u) << n.dump();
+  }
+  static int exit_status(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+};
+
+}  // namespace moerl::test
