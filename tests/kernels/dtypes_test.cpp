@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -60,5 +61,29 @@ TEST(dtypes, fp8_block_quantisation_round_trip_stays_within_half_an_ulp_of_the_b
       const float tol = std::max(std::fabs(x[i]) * 0.0625f, s * std::ldexp(1.0f, -10)) * 1.0001f;
       ASSERT_LE(std::fabs(back[i] - x[i]), tol) << "H " << H << " i " << i;
     }
+  }
+}
+
+TEST(dtypes, the_vectorised_block_encoder_agrees_with_the_scalar_encoder_on_every_code) {
+  thread_pool pool(1);
+  // A block whose amax is 448 has scale 1, so fp8_quantize must emit each value's own code.
+  std::vector<float> x;
+  for (int c = 0; c < 256; ++c) {
+    const float v = e4m3_to_float(static_cast<uint8_t>(c));
+    if (!std::isnan(v)) x.push_back(v);
+  }
+  // Values between codes, ties and out-of-range magnitudes too.
+  for (float v : {1.0625f, 1.1875f, 0.0009765625f, 0.00146484375f, 300.5f, 447.9f, -0.013f})
+    x.push_back(v);
+  const int64_t H = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> q(H);
+  std::vector<float> scales(fp8_num_blocks(H));
+  ASSERT_TRUE(fp8_quantize(pool, x.data(), 1, H, q.data(), scales.data()).ok());
+  for (int64_t b = 0; b < fp8_num_blocks(H); ++b) {
+    float amax = 0;
+    for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j) amax = std::max(amax, std::fabs(x[j]));
+    ASSERT_EQ(scales[b], amax / 448.0f);
+    for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j)
+      ASSERT_EQ(q[j], float_to_e4m3(x[j] / scales[b])) << "value " << x[j];
   }
 }
