@@ -24,7 +24,28 @@ struct learn_options {
   std::vector<std::string> overrides;
   std::string report;
   int print_every = 10;
+  std::string fit_reward_model;  // when set: fit a learned reward model, save it here, exit
 };
+
+// Fits the learned reward model to the task's verifier and saves the checkpoint that
+// task.reward=learned / task.reward_model_path load.
+int fit_reward(const config& cfg, const policy::task& t, const std::string& path) {
+  using namespace moerl::policy;
+  auto verifier = make_verifier_reward(t);
+  auto rm = learned_reward_model::create(t, 64, static_cast<uint64_t>(cfg.get_int("grpo.seed")));
+  auto mse = rm->fit(*verifier, 2000, 64, 3e-3, static_cast<uint64_t>(cfg.get_int("grpo.seed")));
+  if (!mse) {
+    std::cerr << "moerl learn: " << mse.err().to_string() << "\n";
+    return 1;
+  }
+  if (auto st = rm->save(path); !st) {
+    std::cerr << "moerl learn: " << st.err().to_string() << "\n";
+    return 1;
+  }
+  std::printf("learned reward model for %s/%d saved to %s; held-out MSE against the verifier %.4f\n",
+              t.name().c_str(), t.difficulty(), path.c_str(), *mse);
+  return 0;
+}
 
 int run_learn(const learn_options& o) {
   using namespace moerl::policy;
@@ -36,6 +57,7 @@ int run_learn(const learn_options& o) {
   if (!cfg) return fail(cfg.err(), 2);
   auto t = make_task(*cfg);
   if (!t) return fail(t.err(), 2);
+  if (!o.fit_reward_model.empty()) return fit_reward(*cfg, **t, o.fit_reward_model);
   auto rm = make_reward(*cfg, **t);
   if (!rm) return fail(rm.err(), 2);
   auto mc = model_config::from_config(*cfg);
@@ -130,6 +152,9 @@ void add_learn_command(CLI::App& root) {
   cmd->add_option("--set", o.overrides, "override key=value (repeatable)");
   cmd->add_option("--report", o.report, "write the JSON report here instead of stdout");
   cmd->add_option("--print-every", o.print_every, "progress line every N iterations (0: none)");
+  cmd->add_option("--fit-reward-model", o.fit_reward_model,
+                  "instead of training the policy: fit a learned reward model to the verifier and "
+                  "save it to this file (for task.reward=learned)");
   cmd->callback([] {
     int rc = run_learn(o);
     if (rc != 0) throw CLI::RuntimeError(rc);
