@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <random>
 #include <string>
 #include <unordered_set>
 
@@ -56,7 +57,7 @@ struct mode_group {
 class fabric_exchange_impl final : public fabric_expert_exchange {
  public:
   explicit fabric_exchange_impl(const fabric_exchange_options& opt)
-      : opt_(opt), registry_(std::make_shared<handle_registry>()) {}
+      : opt_(opt), registry_(std::make_shared<handle_registry>()), shuffle_rng_(opt.test_shuffle_seed) {}
 
   status init(fabric::bootstrap& boot) {
     if (opt_.num_experts < 1) return bad("num_experts must be >= 1");
@@ -285,33 +286,44 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   }
 
   // The contract orders each local expert's rows by (source rank, source send row); the
-  // group's attribution says where each row came from. Leaves `order` empty when the group
-  // already delivered that order, else fills it with the stable sort that produces it.
-  static status contract_order(const fabric::dispatch_output& out, std::vector<int64_t>& order) {
-    order.clear();
+  // group's attribution says where each row came from. Fills `order` (contract row i is the
+  // group's row order[i]) when the rows as presented are not in that order, else leaves it
+  // empty. Presented order: the group's, or with test_shuffle_seed shuffled inside each
+  // expert, as a group that delivered another order would present them.
+  status contract_order(const fabric::dispatch_output& out, std::vector<int64_t>& order) {
     const int64_t n = out.num_recv_rows;
+    const std::vector<int64_t>& off = out.expert_offset;
     if (static_cast<int64_t>(out.src_rank.size()) != n ||
-        static_cast<int64_t>(out.src_token.size()) != n || out.expert_offset.empty() ||
-        out.expert_offset.back() != n)
+        static_cast<int64_t>(out.src_token.size()) != n || off.empty() || off.back() != n)
       return error{errc::internal, "fabric expert exchange: the group's attribution does not "
                                    "cover its received rows"};
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    if (opt_.test_shuffle_seed != 0)
+      for (size_t j = 0; j + 1 < off.size(); ++j)
+        std::shuffle(order.begin() + off[j], order.begin() + off[j + 1], shuffle_rng_);
     auto before = [&](int64_t a, int64_t b) {
       return out.src_rank[a] != out.src_rank[b] ? out.src_rank[a] < out.src_rank[b]
                                                 : out.src_token[a] < out.src_token[b];
     };
     bool sorted = true;
-    for (size_t j = 0; j + 1 < out.expert_offset.size() && sorted; ++j)
-      for (int64_t r = out.expert_offset[j] + 1; r < out.expert_offset[j + 1]; ++r)
-        if (!before(r - 1, r)) {
-          sorted = false;
-          break;
-        }
-    if (sorted) return ok_status();
-    order.resize(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    for (size_t j = 0; j + 1 < out.expert_offset.size(); ++j)
-      std::stable_sort(order.begin() + out.expert_offset[j], order.begin() + out.expert_offset[j + 1],
-                       before);
+    for (size_t j = 0; j + 1 < off.size() && sorted; ++j)
+      for (int64_t r = off[j] + 1; r < off[j + 1] && sorted; ++r)
+        sorted = before(order[r - 1], order[r]);
+    if (!sorted) {
+      // With topk = 1 a (source rank, source row) pair names one row: the sort is unique.
+      for (size_t j = 0; j + 1 < off.size(); ++j)
+        std::sort(order.begin() + off[j], order.begin() + off[j + 1], before);
+      for (size_t j = 0; j + 1 < off.size(); ++j)
+        for (int64_t r = off[j] + 1; r < off[j + 1]; ++r)
+          if (!before(order[r - 1], order[r]))
+            return error{errc::internal, "fabric expert exchange: the group delivered two rows "
+                                         "attributed to the same source row"};
+    }
+    // Rows presented in the contract's order are copied as they are. (A sorted shuffle maps
+    // back onto the group's own rows, so after a test shuffle `order` holds the identity —
+    // found by the sort — and the permuted copies below run with it.)
+    if (sorted) order.clear();
     return ok_status();
   }
 
@@ -319,6 +331,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   std::shared_ptr<handle_registry> registry_;
   mode_group normal_, low_latency_;
   uint64_t next_id_ = 0;
+  std::mt19937_64 shuffle_rng_;  // test_shuffle_seed's sequence
   std::vector<float> ones_;     // the routing weight of every row
   std::vector<float> zeros_, scratch_, discard_;
   int64_t reordered_ = 0, extra_steps_ = 0;

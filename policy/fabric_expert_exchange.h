@@ -63,6 +63,9 @@ struct fabric_exchange_options {
   bool low_latency_group = true;
   int64_t op_timeout_ms = 10000;  // a collective step not complete within this fails
   size_t chunk_bytes = 1 << 20;   // normal-mode bulk writes are cut into chunks of this
+  // Tests only (0: off): shuffle each expert's received rows before the order check, as a
+  // group that delivered another order would, so the sort and the combine's un-sort run.
+  uint64_t test_shuffle_seed = 0;
 };
 
 // rows = tokens * top_k: a token visits top_k experts, one send row each.
