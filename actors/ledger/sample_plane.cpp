@@ -35,6 +35,11 @@ result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t 
     int zero = 0;
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero));
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame));
+    // Credits bound what is in flight; ZeroMQ's own high-water marks would only add a
+    // second, lagging limit (pipes acknowledge reads in batches of HWM/2) that can refuse
+    // a send the credit allowed.
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero));
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero));
     if (type == ZMQ_DEALER && !name.empty())
       ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ROUTING_ID, name.data(), name.size()));
     if (type == ZMQ_ROUTER) {

@@ -44,7 +44,10 @@ class zmq_context {
   void* ctx_;
 };
 
-// Rollout or reward side: sends samples to one shard, one per credit.
+// Rollout or reward side: sends samples to one shard, one per credit. Sockets close with
+// linger 0, so destroying a producer discards samples still queued locally: keep it until
+// the unit's report is acknowledged (an unsent sample only means the unit cannot commit and
+// its lease expires; it is never miscounted).
 class sample_producer {
  public:
   // Connects to `endpoint` ("tcp://127.0.0.1:port" or "ipc:///path") and says hello.
