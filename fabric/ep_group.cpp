@@ -103,6 +103,9 @@ struct ep_group::impl {
   uint32_t& counter(uint32_t step, uint32_t kind, int src) {
     return counters[((step % proto::step_slots) * 3 + kind) * n + src];
   }
+  int64_t ll_writes(int64_t rows) const {
+    return (rows + cfg.ll_entries_per_write - 1) / cfg.ll_entries_per_write;
+  }
   int64_t chunks(int64_t nbytes) const {
     const auto c = static_cast<int64_t>(cfg.chunk_bytes);
     return nbytes == 0 ? 0 : (nbytes + c - 1) / c;
@@ -230,6 +233,7 @@ status validate(const ep_config& c, int n) {
   if (c.chunk_bytes < 4096) return bad("chunk_bytes must be >= 4096");
   if (c.op_timeout_ms < 1) return bad("op_timeout_ms must be >= 1");
   if (c.baseline_rows_per_peer < 0) return bad("baseline_rows_per_peer must be >= 0");
+  if (c.ll_entries_per_write < 1) return bad("ll_entries_per_write must be >= 1");
   return {};
 }
 
@@ -271,8 +275,8 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
       break;
     case ep_mode::low_latency:
       disp_recv = 2 * n * p->cap * p->row_bytes;  // double-buffered by step parity
-      disp_send = T * cfg.topk * p->row_bytes;
-      comb_recv = T * cfg.topk * p->hidden_bytes;
+      disp_send = n * p->cap * p->row_bytes;
+      comb_recv = n * p->cap * p->hidden_bytes;
       comb_send = n * p->cap * p->hidden_bytes;
       break;
     case ep_mode::baseline:
@@ -407,9 +411,8 @@ status ep_group::impl::dispatch_send(const void* xin, const int64_t* idx, const 
         const int64_t e = idx[tk * topk + k];
         if (e < 0) continue;
         const int d = static_cast<int>(e / le);
-        // ll: staging row per entry (token, k); baseline: staging[d][slot], the block for d.
-        const int64_t srow = cfg.mode == ep_mode::low_latency ? tk * topk + k
-                                                              : d * cap + entry_slot[tk * topk + k];
+        // staging[d][slot]: entries for d in (token, k) order, the block d receives.
+        const int64_t srow = d * cap + entry_slot[tk * topk + k];
         char* row = staging.data() + srow * row_bytes;
         std::memcpy(row, xb + tk * hidden_bytes, hidden_bytes);
         entry_meta m{static_cast<int32_t>(tk), k, static_cast<int32_t>(e), 0};
@@ -429,21 +432,19 @@ status ep_group::impl::dispatch_send(const void* xin, const int64_t* idx, const 
       return st;
   }
 
-  // Low latency: write every entry straight into its slot now, without waiting for peers.
+  // Low latency: write every entry straight into its slot now, without waiting for
+  // peers; ll_entries_per_write (default 1: one write per (token, expert)) lets adjacent
+  // slots share a write.
   if (cfg.mode == ep_mode::low_latency) {
-    const int64_t half = (seq & 1) * n * cap;
-    for (int64_t tk = 0; tk < T; ++tk)
-      for (int k = 0; k < topk; ++k) {
-        const int64_t e = idx[tk * topk + k];
-        if (e < 0) continue;
-        const int d = static_cast<int>(e / le);
-        const int64_t dst_row = half + rank * cap + entry_slot[tk * topk + k];
-        if (auto st = write(d, staging.data() + (tk * topk + k) * row_bytes, row_bytes,
-                            peers[d].dispatch, dst_row * row_bytes, proto::imm_dispatch,
+    const int64_t half = (seq & 1) * n * cap, b = cfg.ll_entries_per_write;
+    for (int d = 0; d < n; ++d)
+      for (int64_t i = 0; i < send_rows[d]; i += b)
+        if (auto st = write(d, staging.data() + (d * cap + i) * row_bytes,
+                            std::min(b, send_rows[d] - i) * row_bytes, peers[d].dispatch,
+                            (half + rank * cap + i) * row_bytes, proto::imm_dispatch,
                             bytes.dispatch_wire, bytes.dispatch_writes);
             !st)
           return st;
-      }
   }
   ph = phase::dispatch_sent;
   return {};
@@ -491,7 +492,7 @@ result<const dispatch_output*> ep_group::impl::dispatch_recv() {
         return st.err();
     for (int s = 0; s < n; ++s) expected[s] = chunks(padded_rows * row_bytes);
   } else {
-    for (int s = 0; s < n; ++s) expected[s] = recv_rows[s];
+    for (int s = 0; s < n; ++s) expected[s] = ll_writes(recv_rows[s]);
   }
   if (auto st = wait_for(proto::imm_dispatch, expected, "dispatch data"); !st) return st.err();
 
@@ -617,16 +618,20 @@ status ep_group::impl::combine_send(const dispatch_output& handle, const void* e
         return w2;
     }
   } else if (cfg.mode == ep_mode::low_latency) {
-    // Each expert output row straight into its (token, k) slot at the source.
-    std::memcpy(staging.data(), eo, static_cast<size_t>(out.num_recv_rows * hidden_bytes));
-    for (int64_t r = 0; r < out.num_recv_rows; ++r) {
-      const int64_t off = (static_cast<int64_t>(out.src_token[r]) * cfg.topk + out.src_k[r]) * hidden_bytes;
-      if (auto st = write(out.src_rank[r], staging.data() + r * hidden_bytes, hidden_bytes,
-                          peers[out.src_rank[r]].combine, off, proto::imm_combine, bytes.combine_wire,
-                          bytes.combine_writes);
-          !st)
-        return st;
-    }
+    // Each expert output row straight back into the slot its entry came from at the
+    // source (ll_entries_per_write adjacent slots per write).
+    for (int64_t r = 0; r < out.num_recv_rows; ++r)
+      std::memcpy(staging.data() + (out.src_rank[r] * cap + out_pos[r]) * hidden_bytes,
+                  eo + r * hidden_bytes, hidden_bytes);
+    const int64_t b = cfg.ll_entries_per_write;
+    for (int s = 0; s < n; ++s)
+      for (int64_t i = 0; i < recv_rows[s]; i += b)
+        if (auto st = write(s, staging.data() + (s * cap + i) * hidden_bytes,
+                            std::min(b, recv_rows[s] - i) * hidden_bytes, peers[s].combine,
+                            (rank * cap + i) * hidden_bytes, proto::imm_combine, bytes.combine_wire,
+                            bytes.combine_writes);
+            !st)
+          return st;
   } else {
     // Padded blocks back: block for s holds the outputs in the order s sent the entries.
     for (int64_t r = 0; r < out.num_recv_rows; ++r)
@@ -653,7 +658,7 @@ status ep_group::impl::combine_recv(void* y) {
   for (int d = 0; d < n; ++d) {
     switch (cfg.mode) {
       case ep_mode::normal: expected[d] = chunks(send_rows[d] * hidden_bytes); break;
-      case ep_mode::low_latency: expected[d] = send_rows[d]; break;
+      case ep_mode::low_latency: expected[d] = ll_writes(send_rows[d]); break;
       case ep_mode::baseline: expected[d] = chunks(padded_rows * hidden_bytes); break;
     }
   }
@@ -682,11 +687,9 @@ status ep_group::impl::combine_recv(void* y) {
       for (int k = 0; k < topk; ++k) {
         const int64_t e = topk_idx[tk * topk + k];
         if (e < 0) continue;
-        slot[tk * topk + k] = cfg.mode == ep_mode::low_latency
-                                  ? tk * topk + k
-                                  : (e / le) * cap + entry_slot[tk * topk + k];
+        slot[tk * topk + k] = (e / le) * cap + entry_slot[tk * topk + k];
       }
-    rows = cfg.mode == ep_mode::low_latency ? T * topk : n * cap;
+    rows = n * cap;
   }
   status st = {};
   if (num_tokens > 0) {

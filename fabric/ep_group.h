@@ -49,6 +49,9 @@ struct ep_config {
   // max_tokens_per_rank * min(topk, experts per rank).
   int64_t baseline_rows_per_peer = 0;
   size_t chunk_bytes = 1 << 20;      // normal/baseline bulk writes are cut into chunks of this
+  // low_latency only: how many adjacent receive slots (entries bound for one rank) one
+  // write may fill. 1 is DeepEP's one write per (token, expert).
+  int64_t ll_entries_per_write = 1;
   int64_t op_timeout_ms = 10000;     // a step not complete within this fails
 };
 

@@ -172,6 +172,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   cfg.max_tokens_per_rank = p.tokens_per_rank;
   cfg.chunk_bytes = o.chunk_bytes;
   cfg.op_timeout_ms = o.op_timeout_ms;
+  cfg.ll_entries_per_write = o.ll_entries_per_write;
   if (mode == ep_mode::baseline) cfg.baseline_rows_per_peer = max_pair_entries(p, all);
   auto g = ep_group::create(transport_of(o, b.rank(), o.reorder), b, all_members(b), cfg);
   if (!g) return g.err();
@@ -312,6 +313,15 @@ nlohmann::json percentiles(std::vector<double> v) {
           {"samples", v.size()}};
 }
 
+// The host's 1/5/15-minute load averages: a loaded dev box makes every number here noisy,
+// so the report says how loaded it was.
+std::vector<double> load_average() {
+  std::ifstream f("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  f >> a >> b >> c;
+  return {a, b, c};
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -333,6 +343,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     if (!parse_ep_mode(m)) throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
   const workload_params p = workload_of(o);
 
+  const std::vector<double> load_before = load_average();
   std::vector<nlohmann::json> starts;
   for (int s = 0; s < o.starts; ++s) {
     char path[] = "/tmp/moerl-bench-ep-XXXXXX";
@@ -377,6 +388,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["iterations_per_start"] = iterations_of(o);
   out["warmup_per_start"] = o.warmup;
   out["chunk_bytes"] = o.chunk_bytes;
+  out["ll_entries_per_write"] = o.ll_entries_per_write;
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
@@ -460,6 +472,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     targets["ll_total_p50_over_normal"] =
         ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
   out["targets"] = targets;
+  out["host_load_average"] = {{"before", load_before}, {"after", load_average()}};
   out["provenance"] = collect_provenance();
   return out;
 }

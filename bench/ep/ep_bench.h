@@ -29,6 +29,7 @@ struct ep_bench_options {
   int warmup = 2;                      // untimed iterations first
   int64_t hidden = 7168;
   size_t chunk_bytes = 1 << 20;
+  int64_t ll_entries_per_write = 1;    // 1: one write per (token, expert), as DeepEP LL
   int64_t op_timeout_ms = 60000;
 };
 

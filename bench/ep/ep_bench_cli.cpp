@@ -40,6 +40,9 @@ void add_ep_bench_command(CLI::App& bench) {
       ->check(CLI::Range(int64_t(3), int64_t(1) << 20));
   cmd->add_option("--chunk-bytes", opt.chunk_bytes, "bulk write size of normal/baseline modes")
       ->check(CLI::Range(size_t(4096), size_t(1) << 30));
+  cmd->add_option("--ll-entries-per-write", opt.ll_entries_per_write,
+                  "low-latency mode: adjacent slots one write may fill (1: one write per (token, expert))")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();

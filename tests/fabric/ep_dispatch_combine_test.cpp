@@ -72,6 +72,19 @@ INSTANTIATE_TEST_SUITE_P(modes, ep_threads,
                                            combo{"tcp", false, 3, ep_mode::low_latency}),
                          combo_name);
 
+TEST(ep_ll_batched, low_latency_writes_filling_several_slots_still_match_the_reference) {
+  for (const char* prov : {"shm", "tcp"}) {
+    ep_case c;
+    c.provider = prov;
+    c.mode = ep_mode::low_latency;
+    c.shim = true;
+    c.ll_entries_per_write = 5;
+    auto report = launch_processes(4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
+    ASSERT_TRUE(report.ok()) << report.err().to_string();
+    EXPECT_TRUE(report->all_ok()) << prov;
+  }
+}
+
 TEST(ep_dtypes, fp32_rows_and_combine_match_the_reference_in_every_mode) {
   for (ep_mode m : {ep_mode::normal, ep_mode::low_latency, ep_mode::baseline}) {
     ep_case c;

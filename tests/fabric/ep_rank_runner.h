@@ -23,6 +23,7 @@ struct ep_case {
   int topk = 4;
   int64_t tokens = 40;
   int steps = 18;  // more than 16, so the step field of the immediates wraps around
+  int64_t ll_entries_per_write = 1;
 };
 
 // The workload of step `step`: cycles through the edge cases the EP layer must survive.
@@ -90,6 +91,7 @@ inline ep_config config_for(const ep_case& c) {
   cfg.max_tokens_per_rank = c.tokens;
   cfg.chunk_bytes = 4096;  // small chunks: many writes per peer, so reordering has room
   cfg.op_timeout_ms = 20000;
+  cfg.ll_entries_per_write = c.ll_entries_per_write;
   return cfg;
 }
 
