@@ -1,5 +1,6 @@
 #include <CLI/CLI.hpp>
 
+#include "actors/ledger/bench/ledger_bench.h"
 #include "apps/commands.h"
 #include "bench/ep/ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
@@ -17,6 +18,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_ep_bench_command(*cmd);
   moerl::bench::add_store_bench_command(*cmd);  // store (store/bench)
   moerl::bench::add_policy_bench_command(*cmd);  // policy (policy/bench)
+  moerl::bench::add_ledger_bench_command(*cmd);  // ledger (actors/ledger/bench)
   (void)cmd;
 }
 
