@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "common/config.h"
 #include "fabric/ep_group.h"
 
 namespace moerl::policy {
@@ -341,6 +342,26 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
 
 int64_t fabric_exchange_rows_bound(int64_t max_tokens_per_rank, int top_k) {
   return max_tokens_per_rank * top_k;
+}
+
+result<fabric_exchange_options> fabric_exchange_options_from_config(
+    const moerl::config& cfg, int64_t max_train_tokens, int64_t max_decode_sequences) {
+  if (max_train_tokens < 0 || max_decode_sequences < 0 ||
+      (max_train_tokens == 0 && max_decode_sequences == 0))
+    return bad("options: max_train_tokens (" + std::to_string(max_train_tokens) +
+               ") and max_decode_sequences (" + std::to_string(max_decode_sequences) +
+               ") must be >= 0 and not both 0");
+  fabric_exchange_options o;
+  o.transport = fabric::transport_options::from_config(cfg);
+  o.op_timeout_ms = cfg.get_int("fabric.op_timeout_ms");
+  o.num_experts = static_cast<int>(cfg.get_int("policy.num_experts"));
+  o.hidden = cfg.get_int("policy.d_model");
+  const int top_k = static_cast<int>(cfg.get_int("policy.top_k"));
+  const int64_t train = fabric_exchange_rows_bound(max_train_tokens, top_k);
+  const int64_t decode = fabric_exchange_rows_bound(max_decode_sequences, top_k);
+  o.max_rows_per_rank = train > 0 ? train : decode;
+  o.max_decode_rows_per_rank = decode > 0 ? decode : train;
+  return o;
 }
 
 result<std::unique_ptr<fabric_expert_exchange>> make_fabric_expert_exchange(

@@ -33,6 +33,9 @@
 // sequence of calls, which the collective contract makes the same on every rank.
 //
 // Threading: like every expert_exchange, one thread per rank drives its exchange.
+// Teardown: destroy an exchange only after every member has finished its last call (a
+// barrier on the control plane): its groups unmap their buffers and close their endpoints,
+// and a member still waiting for this rank's last writes would time out.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +73,16 @@ struct fabric_exchange_options {
 
 // rows = tokens * top_k: a token visits top_k experts, one send row each.
 int64_t fabric_exchange_rows_bound(int64_t max_tokens_per_rank, int top_k);
+
+// Options for a node's policy ranks: the transport from fabric.provider /
+// fabric.require_provider / fabric.reorder_shim (and their environment overrides),
+// fabric.op_timeout_ms, the shape from policy.num_experts and policy.d_model, and the bounds
+// from what the role runs: a training forward of max_train_tokens tokens per rank (normal
+// group) and generate() over max_decode_sequences rows per rank (low_latency group: it
+// steps every row one token at a time, prompt included). Either count 0: that group is
+// sized like the other; both 0 is invalid_argument.
+result<fabric_exchange_options> fabric_exchange_options_from_config(
+    const moerl::config& cfg, int64_t max_train_tokens, int64_t max_decode_sequences);
 
 class fabric_expert_exchange : public expert_exchange {
  public:

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "common/config.h"
 #include "fabric/bootstrap.h"
 #include "policy/fabric_expert_exchange.h"
 #include "policy/trainer.h"
@@ -290,6 +291,24 @@ TEST(fabric_exchange_errors, bad_calls_are_refused_and_the_exchange_keeps_workin
   for (int code : report.exit_codes) EXPECT_EQ(code, 0);
 }
 
+TEST(fabric_exchange_options, bounds_come_from_the_role_and_the_shape_from_the_config) {
+  auto cfg = config::load("", {"policy.num_experts=8", "policy.d_model=32", "policy.top_k=3",
+                               "fabric.provider=tcp", "fabric.op_timeout_ms=1234"});
+  ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();
+  auto o = fabric_exchange_options_from_config(*cfg, 100, 7);
+  ASSERT_TRUE(o.ok()) << o.err().to_string();
+  EXPECT_EQ(o->num_experts, 8);
+  EXPECT_EQ(o->hidden, 32);
+  EXPECT_EQ(o->max_rows_per_rank, 300);
+  EXPECT_EQ(o->max_decode_rows_per_rank, 21);
+  EXPECT_EQ(o->op_timeout_ms, 1234);
+  auto decode_only = fabric_exchange_options_from_config(*cfg, 0, 7);
+  ASSERT_TRUE(decode_only.ok());
+  EXPECT_EQ(decode_only->max_rows_per_rank, 21);
+  EXPECT_TRUE(says(fabric_exchange_options_from_config(*cfg, 0, 0), "not both 0"));
+  EXPECT_TRUE(says(fabric_exchange_options_from_config(*cfg, -1, 4), "must be >= 0"));
+}
+
 // ---- the policy over the fabric exchange -------------------------------------------------
 
 model_config policy_config() {
@@ -382,13 +401,21 @@ TEST_P(fabric_exchange_policy, forward_backward_and_rollout_equal_the_in_process
     for (auto& t : th) t.join();
   }
   auto report = fabric::launch_threads(c.ranks, [&](bootstrap& b) {
-    fabric_exchange_options o = options(c.provider, c.shim, b.rank(), c.shuffle);
+    // As a node builds it: from its config, with the tightest bounds for what run_policy
+    // does (a training forward of 3 x 7 tokens, generate over 3 prompts x 2 samples).
     const model_config m = policy_config();
-    o.num_experts = m.num_experts;
-    o.hidden = m.d_model;
-    // Training: 3 x 7 tokens; rollout: 6 sequences, up to max_seq_len tokens in a step.
-    o.max_rows_per_rank = fabric_exchange_rows_bound(6 * m.max_seq_len, m.top_k);
-    auto ex = make_fabric_expert_exchange(b, o);
+    auto cfg = config::load(
+        "", {"fabric.provider=" + c.provider, "fabric.require_provider=true",
+             std::string("fabric.reorder_shim=") + (c.shim ? "true" : "false"),
+             "fabric.op_timeout_ms=20000", "policy.d_model=" + std::to_string(m.d_model),
+             "policy.num_experts=" + std::to_string(m.num_experts),
+             "policy.top_k=" + std::to_string(m.top_k)});
+    if (!cfg) return fail(b.rank(), cfg.err().to_string());
+    auto o = fabric_exchange_options_from_config(*cfg, 3 * 7, 3 * 2);
+    if (!o) return fail(b.rank(), o.err().to_string());
+    o->transport.shim_seed = 77 + static_cast<uint64_t>(b.rank());
+    o->test_shuffle_seed = c.shuffle ? 5 + static_cast<uint64_t>(b.rank()) : 0;
+    auto ex = make_fabric_expert_exchange(b, *o);
     if (!ex) return fail(b.rank(), ex.err().to_string());
     got[b.rank()] = run_policy(**ex);
     if (auto done = b.allgather(fabric::all_members(b), "", 20000); !done) return 1;
