@@ -108,6 +108,12 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
                    std::to_string(m.trainer_restarts) + " trainer restart(s)"});
   }
 
+  std::string lost_nodes;
+  for (const auto& n : m.collateral_losses) lost_nodes += (lost_nodes.empty() ? "" : ", ") + n;
+  out.push_back({"no_collateral_node_loss", m.collateral_losses.empty(),
+                 m.collateral_losses.empty() ? "every node that went away was a fault's target"
+                                             : "went away without a fault: " + lost_nodes});
+
   size_t injected = 0, undetected = 0, unrecovered = 0;
   std::string first_undetected, first_unrecovered;
   for (const auto& f : m.faults) {
@@ -133,15 +139,16 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
 }
 
 std::string overall_verdict(const run_measurements& m, const std::vector<invariant_verdict>& v) {
+  // A broken invariant fails the run even when no fault could be injected: the job itself
+  // lost or duplicated samples.
+  for (const auto& x : v) {
+    if (!x.ok) return "fail";
+  }
   bool all_skipped = !m.faults.empty();
   for (const auto& f : m.faults) {
     if (f.skipped.empty()) all_skipped = false;
   }
-  if (all_skipped) return "skipped";
-  for (const auto& x : v) {
-    if (!x.ok) return "fail";
-  }
-  return "pass";
+  return all_skipped ? "skipped" : "pass";
 }
 
 nlohmann::json report_json(const run_measurements& m, const std::vector<invariant_verdict>& v,
@@ -175,6 +182,8 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"faults", faults},
                       {"accounting", m.accounting},
                       {"units", m.units},
+                      {"shards", m.shards},
+                      {"collateral_losses", m.collateral_losses},
                       {"trainer_stall_s", time_or_null(m.trainer_stall_s)},
                       {"trainer_restarts", m.trainer_restarts},
                       {"iteration_s", m.iteration_s},
@@ -222,6 +231,11 @@ std::string human_summary(const nlohmann::json& r) {
     }
   } else {
     os << "accounting: not reported\n";
+  }
+  if (r.contains("shards") && r["shards"].is_object() && !r["shards"].empty()) {
+    os << "shards refused:";
+    for (const auto& [what, n] : r["shards"].items()) os << " " << what << "=" << n;
+    os << "\n";
   }
   char line[160];
   std::snprintf(line, sizeof line, "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs; ",

@@ -46,6 +46,11 @@ struct run_measurements {
   std::string baseline_note;                 // why there is no baseline, if there is none
   int64_t trainer_restarts = 0;              // trainer restarts during the run
   std::string work_dir;                      // logs and ledger store of a local run
+  // What the live buffer shards refused, summed: {fenced, duplicate, purged, stale_policy}
+  // (late samples of a fenced attempt show up here, not in the ledger's accounting).
+  nlohmann::json shards;
+  // Nodes no fault aimed at that ended dead or drained: "name (state)". Collateral damage.
+  std::vector<std::string> collateral_losses;
 };
 
 struct invariant_verdict {
@@ -57,7 +62,7 @@ struct invariant_verdict {
 // Judges the run. Each verdict names its invariant; see SCENARIOS.md "Invariants".
 std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m);
 
-// "pass" when every invariant holds, "skipped" when every fault was skipped, else "fail".
+// "fail" when an invariant broke; else "skipped" when every fault was skipped; else "pass".
 std::string overall_verdict(const run_measurements& m, const std::vector<invariant_verdict>& v);
 
 // The JSON report: scenario, seed, short, target, wall_s, faults [{kind, node, injected_at,

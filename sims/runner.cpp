@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 namespace moerl::sims::detail {
@@ -155,6 +157,25 @@ int64_t runner::trainer_restarts() const {
     total += int64_t(n.restarts) - int64_t(it == trainer_restarts_at_start_.end() ? 0 : it->second);
   }
   return total;
+}
+
+std::vector<std::string> runner::collateral_losses() const {
+  std::set<std::string> targeted;
+  for (const auto& f : faults_) {
+    if (f.rec.injected_at < 0) continue;
+    targeted.insert(f.rec.node);
+    if (!f.rec.replacement.empty()) targeted.insert(f.rec.replacement);
+  }
+  std::vector<std::string> out;
+  for (const auto& n : last_.nodes) {
+    if (!is_down_state(n.state) || targeted.count(n.name)) continue;
+    // A node that left and came back (a re-join) is listed twice; the live entry wins.
+    const node_view* live = last_.find(n.name);
+    if (live && !is_down_state(live->state)) continue;
+    const std::string entry = n.name + " (" + n.state + ")";
+    if (std::find(out.begin(), out.end(), entry) == out.end()) out.push_back(entry);
+  }
+  return out;
 }
 
 void runner::step(fault_state& f) {

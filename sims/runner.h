@@ -81,6 +81,8 @@ class runner {
   const std::vector<double>& iteration_s() const { return iteration_s_; }
   const observation& last() const { return last_; }
   int64_t trainer_restarts() const;
+  // Nodes that ended dead or drained although no fault aimed at them (or their predecessor).
+  std::vector<std::string> collateral_losses() const;
   std::vector<pid_t> spawned() const { return spawned_; }
 
  private:

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -208,14 +209,34 @@ std::optional<double> trainer_stall(const detail::observation& o) {
   return total;
 }
 
+// Refusals of the live shards (status.buffer: shard -> its stats), summed.
+nlohmann::json shard_refusals(const nlohmann::json& status) {
+  nlohmann::json out = {{"fenced", 0}, {"duplicate", 0}, {"purged", 0}, {"stale_policy", 0}};
+  const auto buffers = status.value("buffer", nlohmann::json::object());
+  if (!buffers.is_object()) return out;
+  for (const auto& [shard, st] : buffers.items()) {
+    if (!st.is_object()) continue;
+    for (auto& [key, total] : out.items()) {
+      if (st.contains(key) && st[key].is_number_unsigned()) total = total.get<uint64_t>() + st[key].get<uint64_t>();
+    }
+  }
+  return out;
+}
+
 void fill_from(run_measurements& m, runner& r, job_console& console) {
   m.faults = r.records();
+  m.collateral_losses = r.collateral_losses();
   m.iteration_s = r.iteration_s();
   m.trainer_restarts = r.trainer_restarts();
   const auto& last = r.last();
   m.accounting = last.console_ok ? last.status.value("accounting", nlohmann::json()) : nlohmann::json();
   // The final word: one more status after the faults settled.
-  if (auto st = console.call("status")) m.accounting = st->value("accounting", nlohmann::json());
+  if (auto st = console.call("status")) {
+    m.accounting = st->value("accounting", nlohmann::json());
+    m.shards = shard_refusals(*st);
+  } else if (last.console_ok) {
+    m.shards = shard_refusals(last.status);
+  }
   m.units = units_of(console);
   if (auto stall = trainer_stall(last)) {
     m.trainer_stall_s = *stall;
@@ -293,13 +314,14 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
   stop_local(setup, r.spawned());
 
   if (o.baseline) {
-    // The same cluster, config and seed without faults, observed as long as the faults ran.
+    // The same cluster, config and seed without faults. Iterations take well under a second
+    // here, so 15 s of them estimate the fault-free iteration time as well as a longer run.
     auto base = start_local(s, o, cfg, work_dir, {}, "baseline");
     if (!base) {
       m.baseline_note = "baseline run failed to start: " + base.err().message;
     } else {
       runner b({}, *base->console, job_hooks{}, {}, work_dir + "/baseline-logs", o.poll_ms);
-      b.run(s.duration_s, 0.0);
+      b.run(std::min(s.duration_s, 15.0), 0.0);
       m.baseline_iteration_s = b.iteration_s();
       stop_local(*base, {});
     }

@@ -189,10 +189,31 @@ TEST(report, skipped_faults_are_not_judged_and_all_skipped_means_skipped) {
   m.faults.erase(m.faults.begin(), m.faults.begin() + 2);
   v = evaluate_invariants(m);
   EXPECT_EQ(overall_verdict(m, v), "skipped");
+  // ... but not when the job broke an invariant on its own.
+  run_measurements broken = m;
+  broken.accounting["duplicated"] = 24;
+  EXPECT_EQ(overall_verdict(broken, evaluate_invariants(broken)), "fail");
   const std::string text = human_summary(report_json(m, v, nullptr));
   EXPECT_NE(text.find("partition rollout-3: skipped (network namespaces unavailable"),
             std::string::npos)
       << text;
+}
+
+TEST(report, a_node_lost_without_a_fault_fails_the_run) {
+  run_measurements m = healthy_run();
+  m.collateral_losses = {"buffer-1 (dead)"};
+  const auto v = evaluate_invariants(m);
+  EXPECT_FALSE(find(v, "no_collateral_node_loss").ok);
+  EXPECT_NE(find(v, "no_collateral_node_loss").detail.find("buffer-1 (dead)"), std::string::npos);
+  EXPECT_EQ(overall_verdict(m, v), "fail");
+}
+
+TEST(report, unreported_trainer_stall_is_null_not_zero) {
+  run_measurements m = healthy_run();
+  m.trainer_stall_s = -1;
+  const auto r = report_json(m, evaluate_invariants(m), nullptr);
+  EXPECT_TRUE(r["trainer_stall_s"].is_null());
+  EXPECT_NE(human_summary(r).find("trainer stalled (not reported)"), std::string::npos);
 }
 
 TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
