@@ -183,7 +183,7 @@ int run_node(const node_args& args) {
     std::cerr << "moerl node: actors.work_rounds must be in 1..4096, got " << r << "\n";
     return 2;
   }
-  // Before any thread exists: block SIGTERM/SIGINT everywhere and handle them on a watcher.
+  // Our SIGTERM/SIGINT handler, before the actor system starts (see signal_watch.h).
   signal_relay relay;
   signal_watch watch([&relay](int sig) { relay.deliver(sig); });
   std::string id = make_node_id();

@@ -1,53 +1,82 @@
 #include "actors/signal_watch.h"
 
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
-#include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "common/log.h"
 
 namespace moerl::actors {
 
+namespace {
+int g_pipe_write = -1;  // the handler's only state: where to write
+
+void on_signal_handler(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  ssize_t n = ::write(g_pipe_write, &b, 1);  // async-signal-safe; a full pipe drops a repeat
+  (void)n;
+  errno = saved;
+}
+
+// One check for the POSIX calls here: names the call, errno text, file and line.
+#define MOERL_POSIX_CHECK(call)                                                               \
+  do {                                                                                        \
+    if ((call) != 0)                                                                          \
+      logger("node")->error("{} failed: {} ({}:{})", #call, std::strerror(errno), __FILE__, __LINE__); \
+  } while (0)
+}  // namespace
+
 struct signal_watch::impl {
   std::function<void(int)> on_signal;
-  std::atomic<bool> stopping{false};
+  int fds[2] = {-1, -1};
   std::thread watcher;
 };
 
-namespace {
-// SIGUSR2 is used only to wake the watcher when the owner is destroyed.
-sigset_t watched_set() {
+signal_watch::signal_watch(std::function<void(int)> on_signal) : impl_(new impl) {
+  impl_->on_signal = std::move(on_signal);
+  MOERL_POSIX_CHECK(::pipe2(impl_->fds, O_CLOEXEC));
+  g_pipe_write = impl_->fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = on_signal_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  MOERL_POSIX_CHECK(::sigaction(SIGTERM, &sa, nullptr));
+  MOERL_POSIX_CHECK(::sigaction(SIGINT, &sa, nullptr));
+  // A signal mask inherited from the parent (e.g. a test runner) must not hide them.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGUSR2);
-  return set;
-}
-}  // namespace
-
-signal_watch::signal_watch(std::function<void(int)> on_signal) : impl_(new impl) {
-  impl_->on_signal = std::move(on_signal);
-  sigset_t set = watched_set();
-  int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  if (rc != 0) logger("node")->error("pthread_sigmask failed: rc={} ({}:{})", rc, __FILE__, __LINE__);
-  impl_->watcher = std::thread([p = impl_, set] {
+  MOERL_POSIX_CHECK(::pthread_sigmask(SIG_UNBLOCK, &set, nullptr));
+  impl_->watcher = std::thread([p = impl_] {
     for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) continue;
-      if (p->stopping.load()) return;
-      if (sig == SIGUSR2) continue;
-      p->on_signal(sig);
+      unsigned char b = 0;
+      ssize_t n = ::read(p->fds[0], &b, 1);
+      if (n == 1 && b != 0) p->on_signal(b);
+      else if (n == 1 && b == 0) return;  // our own stop request
+      else if (n == 0 || (n < 0 && errno != EINTR)) return;
     }
   });
 }
 
 signal_watch::~signal_watch() {
-  impl_->stopping = true;
-  pthread_kill(impl_->watcher.native_handle(), SIGUSR2);
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+  unsigned char stop = 0;
+  ssize_t n = ::write(impl_->fds[1], &stop, 1);
+  (void)n;
   impl_->watcher.join();
+  ::close(impl_->fds[0]);
+  ::close(impl_->fds[1]);
+  g_pipe_write = -1;
   delete impl_;
 }
 

@@ -2,9 +2,13 @@
 // its namespace (a container without an init shim) ignores SIGTERM unless it installs a
 // handler, and the kubelet's drain sends exactly that; so every node calls this at start.
 //
-// How: the signals are blocked in the calling thread before any other thread starts (so every
-// thread inherits the mask) and one watcher thread sigwait()s for them. The callback runs on
-// that thread, never in signal context, so it may log, lock and send actor messages.
+// How: a sigaction handler writes the signal number into a self-pipe (write() is
+// async-signal-safe) and a watcher thread reads it and runs the callback, never in signal
+// context, so the callback may log, lock and send actor messages. A handler (not sigwait on
+// a blocked mask) is needed because shared libraries start threads and install handlers of
+// their own before main: libinfinipath, pulled in by libfabric's psm provider, installs a
+// SIGTERM handler that calls exit(1) from whatever thread receives the signal, which then
+// deadlocks in OpenBLAS's atexit shutdown. Installing ours replaces it.
 #pragma once
 
 #include <functional>
@@ -13,10 +17,10 @@ namespace moerl::actors {
 
 class signal_watch {
  public:
-  // Must be called before any thread is created (before the CAF actor system).
-  // `on_signal` receives the signal number; it runs at most once per delivered signal.
+  // `on_signal` receives the signal number, once per delivered signal. One instance per
+  // process; call it from main before the node starts.
   explicit signal_watch(std::function<void(int)> on_signal);
-  ~signal_watch();  // stops the watcher thread; the signals stay blocked
+  ~signal_watch();  // restores the default dispositions and stops the watcher thread
   signal_watch(const signal_watch&) = delete;
   signal_watch& operator=(const signal_watch&) = delete;
 

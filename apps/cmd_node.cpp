@@ -11,7 +11,7 @@ void add_node_command(CLI::App& root) {
   cmd->add_option("--role", args.role, "coordinator|rollout|reward|env|buffer|trainer|weights")->required();
   cmd->add_option("--join", args.join, "HOST:PORT of the coordinator (the coordinator listens there)")->required();
   cmd->add_option("--config", args.config_file, "YAML config file");
-  cmd->add_option("--set", args.overrides, "override key=value (repeatable)");
+  cmd->add_option("--set", args.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->callback([] {
     int rc = actors::run_node(args);
     if (rc != 0) throw CLI::RuntimeError(rc);

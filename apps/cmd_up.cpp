@@ -120,7 +120,7 @@ void add_up_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("up", "start a whole local cluster (one process per node on loopback) and run it");
   static up_args a;
   cmd->add_option("--config", a.config_file, "YAML config file");
-  cmd->add_option("--set", a.overrides, "override key=value (repeatable)");
+  cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->add_option("--iterations", a.iterations, "policy iterations to run (default: actors.iterations)");
   cmd->add_option("--console", a.console, "console address (default: console.address, tcp://127.0.0.1:7411)");
   cmd->add_option("--report", a.report, "write the run report JSON here (default: <run dir>/report.json)");
