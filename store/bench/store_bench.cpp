@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "provenance/provenance.h"
+#include "store/checkpoint.h"
 #include "store/object_store.h"
 #include "store/store_info.h"
 
@@ -120,6 +121,36 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
     results.push_back({{"op", "list"}, {"bytes", size}, {"keys", opt.reps}, {"ms", list_ms}});
   }
 
+  if (opt.checkpoint_bytes > 0) {
+    const std::string ckpt_prefix = prefix + "/checkpoint";
+    const int64_t per_part = opt.checkpoint_bytes / opt.checkpoint_parts;
+    std::vector<store::checkpoint_part> parts;
+    for (int p = 0; p < opt.checkpoint_parts; ++p)
+      parts.push_back({"experts/" + std::to_string(p) + ".bin", payload(per_part, 1000 + static_cast<uint64_t>(p))});
+    std::vector<double> write_ms, find_ms, read_ms;
+    for (int rep = 0; rep < opt.checkpoint_reps; ++rep) {
+      auto t0 = clock_type::now();
+      auto m = store::write_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep), parts);
+      write_ms.push_back(ms_since(t0));
+      if (!m) throw std::runtime_error("store bench: write_checkpoint: " + m.err().to_string());
+      t0 = clock_type::now();
+      auto latest = store::latest_committed(s, ckpt_prefix);
+      find_ms.push_back(ms_since(t0));
+      if (!latest || latest->step != static_cast<uint64_t>(rep))
+        throw std::runtime_error("store bench: latest_committed did not find the checkpoint just written");
+      t0 = clock_type::now();
+      auto back = store::read_checkpoint(s, ckpt_prefix, latest.value());
+      read_ms.push_back(ms_since(t0));
+      if (!back) throw std::runtime_error("store bench: read_checkpoint: " + back.err().to_string());
+    }
+    const int64_t total = per_part * opt.checkpoint_parts;
+    results.push_back(summarize("checkpoint_write", total, write_ms));
+    results.push_back(summarize("checkpoint_find_latest", total, find_ms));
+    results.push_back(summarize("checkpoint_read", total, read_ms));
+    for (int rep = 0; rep < opt.checkpoint_reps; ++rep)
+      check(store::remove_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep)), "remove_checkpoint");
+  }
+
   nlohmann::json config_used = nlohmann::json::object();
   for (const auto& [k, v] : cfg.values())
     if (k.rfind("store.", 0) == 0) config_used[k] = v;
@@ -127,7 +158,9 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
       {"benchmark", "store"},
       {"durable_plane", store::durable_plane_info(s)},
       {"options", {{"url", scratch.empty() ? url : "(temporary directory)"},
-                   {"sizes", opt.sizes}, {"reps", opt.reps}, {"warmup", opt.warmup}}},
+                   {"sizes", opt.sizes}, {"reps", opt.reps}, {"warmup", opt.warmup},
+                   {"checkpoint_bytes", opt.checkpoint_bytes}, {"checkpoint_parts", opt.checkpoint_parts},
+                   {"checkpoint_reps", opt.checkpoint_reps}}},
       {"config", config_used},
       {"results", results},
       {"provenance", collect_provenance()},
