@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "common/config.h"
 #include "fabric/nccl_backend.h"
 #include "kernels/dtypes.h"
 
@@ -28,6 +29,10 @@ struct unmap {
 size_t elt_size(coll_dtype d) { return d == coll_dtype::fp32 ? 4 : 2; }
 
 }  // namespace
+
+void apply_config(const config& node_config, collective_config& cfg) {
+  cfg.op_timeout_ms = node_config.get_int("fabric.op_timeout_ms");
+}
 
 struct collective_group::impl {
   collective_config cfg;

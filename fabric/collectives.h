@@ -30,6 +30,9 @@ struct collective_config {
   bool use_nccl = true;           // GPU buffers use NCCL when it was built in
 };
 
+// Takes fabric.op_timeout_ms from the node's configuration.
+void apply_config(const config& node_config, collective_config& cfg);
+
 class collective_group {
  public:
   // Collective over `members` (sorted launcher ranks). Opens the libfabric endpoint (and,

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include "common/config.h"
 #include "fabric/ep_protocol.h"
 #include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
@@ -34,6 +35,10 @@ result<ep_mode> parse_ep_mode(const std::string& name) {
 }
 
 size_t ep_dtype_size(ep_dtype d) { return d == ep_dtype::bf16 ? 2 : 4; }
+
+void apply_config(const config& node_config, ep_config& cfg) {
+  cfg.op_timeout_ms = node_config.get_int("fabric.op_timeout_ms");
+}
 
 namespace {
 

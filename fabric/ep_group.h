@@ -55,6 +55,9 @@ struct ep_config {
   int64_t op_timeout_ms = 10000;     // a step not complete within this fails
 };
 
+// Takes fabric.op_timeout_ms from the node's configuration.
+void apply_config(const config& node_config, ep_config& cfg);
+
 // What dispatch_recv returns; valid until the next dispatch_recv on this group.
 struct dispatch_output {
   uint32_t seq = 0;              // step number, checked by combine

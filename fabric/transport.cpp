@@ -13,4 +13,10 @@ result<std::unique_ptr<transport>> open_transport(const transport_options& optio
   return std::unique_ptr<transport>(std::move(*ep));
 }
 
+result<transport_description> probe_transport(const transport_options& options) {
+  auto t = open_transport(options);
+  if (!t) return t.err();
+  return (*t)->describe();
+}
+
 }  // namespace moerl::fabric

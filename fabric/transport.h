@@ -93,6 +93,10 @@ class transport {
 // for "auto"), wrapped in the reorder shim when asked.
 result<std::unique_ptr<transport>> open_transport(const transport_options& options);
 
+// Which provider `options` selects on this host and what it reports, by opening (and
+// closing) an endpoint: what a node puts in its provenance for the expert plane.
+result<transport_description> probe_transport(const transport_options& options);
+
 // steady-clock nanoseconds, the time base of every deadline in fabric/.
 int64_t now_ns();
 
