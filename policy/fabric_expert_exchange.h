@@ -35,7 +35,8 @@
 // Threading: like every expert_exchange, one thread per rank drives its exchange.
 // Teardown: destroy an exchange only after every member has finished its last call (a
 // barrier on the control plane): its groups unmap their buffers and close their endpoints,
-// and a member still waiting for this rank's last writes would time out.
+// and a member still writing to this rank would fail (or, with ranks as threads of one
+// process over shm, fault: its writes land in unmapped memory).
 #pragma once
 
 #include <cstdint>
@@ -60,7 +61,8 @@ struct fabric_exchange_options {
   // 3 * group size * bound * (hidden * 4 + 32) bytes per rank.
   int64_t max_rows_per_rank = 0;
   // The same bound for low_latency (decode) operations: sequences per decode step times
-  // top_k. 0: max_rows_per_rank.
+  // top_k. 0: max_rows_per_rank. The low-latency group writes one message per row, so it
+  // suits decode steps (tens of rows); training-sized steps belong on the normal group.
   int64_t max_decode_rows_per_rank = 0;
   // false: no low_latency group; decode steps use the normal group (one endpoint fewer).
   bool low_latency_group = true;

@@ -291,6 +291,35 @@ TEST(fabric_exchange_errors, bad_calls_are_refused_and_the_exchange_keeps_workin
   for (int code : report.exit_codes) EXPECT_EQ(code, 0);
 }
 
+TEST(fabric_exchange_errors, a_rank_over_its_bound_fails_fast_and_its_peers_time_out_naming_it) {
+  auto report = fabric::launch_threads(2, [&](bootstrap& b) {
+    auto o = options("shm", false, b.rank());
+    o.op_timeout_ms = 1500;
+    auto ex = make_fabric_expert_exchange(b, o);
+    if (!ex) return fail(b.rank(), ex.err().to_string());
+    // Rank 0 has one row too many for the normal group; rank 1 a legal step.
+    const int64_t rows = b.rank() == 0 ? max_rows + 1 : 3;
+    std::vector<int64_t> off(num_experts + 1, rows);
+    off[0] = 0;
+    auto send = random_rows(rows, 2);
+    std::vector<float> recv;
+    auto h = (*ex)->dispatch(send.data(), off.data(), num_experts, hidden, N, &recv);
+    int rc = 0;
+    if (b.rank() == 0) {
+      if (!says(h, "exceed the normal group's bound")) rc = fail(0, "over-bound step not refused");
+    } else if (h.ok() || h.err().code != errc::timeout ||
+               (h.err().message.find("rank 0") == std::string::npos &&
+                h.err().message.find("peer 0") == std::string::npos)) {
+      // The peer never showed up: an error within op_timeout_ms naming it, not a hang.
+      rc = fail(1, h.ok() ? "dispatch succeeded without its peer" : h.err().to_string());
+    }
+    // The teardown rule: rank 1 may still be writing into rank 0's buffers until it gives up.
+    if (auto done = b.allgather(fabric::all_members(b), "", 20000); !done) return 1;
+    return rc;
+  });
+  for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
 TEST(fabric_exchange_options, bounds_come_from_the_role_and_the_shape_from_the_config) {
   auto cfg = config::load("", {"policy.num_experts=8", "policy.d_model=32", "policy.top_k=3",
                                "fabric.provider=tcp", "fabric.op_timeout_ms=1234"});
