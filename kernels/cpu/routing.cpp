@@ -35,6 +35,8 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
     std::vector<float> sel(E), group_score(G);
     std::vector<uint8_t> allowed(E), group_allowed(G), keep(G);
+    std::vector<float> top_v(K);
+    std::vector<int> top_i(K);
     for (int64_t t = b; t < e; ++t) {
       const float* z = logits + t * E;
       float* s = scores + t * E;
@@ -84,13 +86,28 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
         }
         for (int i = 0; i < E; ++i) allowed[i] = keep[i / per_group];
       }
+      // One pass with insertion into a sorted list of K: best first, ties to the lower index
+      // (a later equal value never passes an earlier one), the same choice as taking the
+      // allowed argmax K times, which the CUDA twin does.
+      int n = 0;
+      for (int i = 0; i < E; ++i) {
+        if (!allowed[i]) continue;
+        const float v = sel[i];
+        if (n == K && !(v > top_v[K - 1])) continue;
+        int pos = n < K ? n : K - 1;
+        for (; pos > 0 && v > top_v[pos - 1]; --pos) {
+          top_v[pos] = top_v[pos - 1];
+          top_i[pos] = top_i[pos - 1];
+        }
+        top_v[pos] = v;
+        top_i[pos] = i;
+        if (n < K) ++n;
+      }
       float sum = 0.0f;
       for (int k = 0; k < K; ++k) {
-        const int best = argmax_allowed(sel.data(), allowed.data(), E);
-        allowed[best] = 0;
-        idx[k] = best;
-        w[k] = s[best];
-        sum += s[best];
+        idx[k] = top_i[k];
+        w[k] = s[top_i[k]];
+        sum += s[top_i[k]];
       }
       const float denom = p.renormalize ? sum + renorm_eps : 1.0f;
       for (int k = 0; k < K; ++k) w[k] = w[k] / denom * p.route_scale;

@@ -133,3 +133,23 @@ TEST(routing, backward_matches_finite_differences_for_softmax_and_sigmoid) {
       }
     }
 }
+
+TEST(routing, ties_go_to_the_lower_expert_index_in_order) {
+  thread_pool pool(1);
+  routing_params p;
+  p.num_experts = 8;
+  p.topk = 3;
+  // Experts 5, 2 and 6 share the best logit, 1 is next: 2, 5, 6 in index order win.
+  const float logits[8] = {0.f, 1.f, 3.f, 0.f, 0.f, 3.f, 3.f, 0.f};
+  float scores[8], w[3];
+  int64_t idx[3];
+  ASSERT_TRUE(route_forward(pool, p, logits, nullptr, nullptr, 1, scores, idx, w).ok());
+  EXPECT_EQ(idx[0], 2);
+  EXPECT_EQ(idx[1], 5);
+  EXPECT_EQ(idx[2], 6);
+  const float flat[8] = {};
+  ASSERT_TRUE(route_forward(pool, p, flat, nullptr, nullptr, 1, scores, idx, w).ok());
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 1);
+  EXPECT_EQ(idx[2], 2);
+}
