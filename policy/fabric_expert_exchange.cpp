@@ -235,8 +235,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
         return bad(std::string(op) + ": the handle does not come from this exchange's dispatch");
     }
     const auto* rt = static_cast<const routing*>(h.impl.get());
-    if (static_cast<int64_t>(rt->expert_of_row.size()) != h.num_send_rows)
-      return bad(std::string(op) + ": handle's num_send_rows was changed after its dispatch");
+    if (static_cast<int64_t>(rt->expert_of_row.size()) != h.num_send_rows ||
+        rt->local_expert_offset.empty() || rt->local_expert_offset.back() != h.num_recv_rows)
+      return bad(std::string(op) + ": the handle's row counts were changed after its dispatch");
     return rt;
   }
 

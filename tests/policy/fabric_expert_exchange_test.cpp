@@ -214,13 +214,21 @@ INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_threads,
                                            combo{"shm", true, 4, true}, combo{"tcp", false, 2, true}),
                          combo_name);
 
-TEST(fabric_exchange_processes, ranks_as_processes_equal_the_in_process_group) {
-  const auto want = reference_traces(2);  // its threads are joined before the fork
+class fabric_exchange_processes : public ::testing::TestWithParam<combo> {};
+
+TEST_P(fabric_exchange_processes, ranks_as_processes_equal_the_in_process_group) {
+  const combo& c = GetParam();
+  const auto want = reference_traces(c.ranks);  // its threads are joined before the fork
   auto report = fabric::launch_processes(
-      2, [&](bootstrap& b) { return script_rank(b, "shm", true, false, want); }, 60000);
+      c.ranks, [&](bootstrap& b) { return script_rank(b, c.provider, c.shim, c.shuffle, want); },
+      60000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
   for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
 }
+
+INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_processes,
+                         ::testing::Values(combo{"shm", true, 2}, combo{"tcp", true, 4}),
+                         combo_name);
 
 // ---- bad input --------------------------------------------------------------------------
 
@@ -277,7 +285,16 @@ TEST(fabric_exchange_errors, bad_calls_are_refused_and_the_exchange_keeps_workin
     std::vector<float> back(static_cast<size_t>(foreign->num_send_rows * hidden));
     if (!says(x.combine(*foreign, recv.data(), hidden, N, back.data()), "does not come from"))
       return fail(b.rank(), "foreign handle not refused");
-    // Nothing above reached the fabric: a real step still works (9 rows fit the normal bound).
+    // A handle whose counts were edited after its dispatch.
+    auto edited = x.dispatch(big.data(), off.data(), num_experts, hidden, N, &recv);
+    if (!edited) return fail(b.rank(), edited.err().to_string());
+    exchange_handle copy = *edited;
+    copy.num_recv_rows += 1;
+    if (!says(x.combine(copy, recv.data(), hidden, N, back.data()), "row counts were changed"))
+      return fail(b.rank(), "edited handle not refused");
+    if (auto st = x.combine(*edited, recv.data(), hidden, N, back.data()); !st)
+      return fail(b.rank(), st.err().to_string());
+    // Nothing refused above reached the fabric: steps still work (9 rows fit the normal bound).
     auto h = x.dispatch(big.data(), off.data(), num_experts, hidden, N, &recv);
     if (!h) return fail(b.rank(), h.err().to_string());
     if (h->num_recv_rows != (b.rank() == 0 ? 18 : 0)) return fail(b.rank(), "wrong received rows");
