@@ -112,7 +112,19 @@ void runner::observe() {
   last_ = std::move(o);
 }
 
+bool runner::replacement_pending(const std::string& planned) const {
+  for (const auto& g : faults_) {
+    const fault_event& e = g.rec.planned;
+    if (e.node != planned || !removes_node(e.kind) || !e.replace || g.rec.injected_at < 0) continue;
+    const bool not_gone_yet = g.gone_at < 0 && g.step == fault_state::phase::active;
+    const bool starting = !g.rec.replacement.empty() && g.replacement_up_at < 0;
+    if (not_gone_yet || g.replace_at >= 0 || starting) return true;
+  }
+  return false;
+}
+
 void runner::run(double duration_s, double settle_s) {
+  duration_s_ = duration_s;
   t0_ = std::chrono::steady_clock::now();
   observe();
   for (const auto& n : last_.nodes) {
@@ -199,6 +211,9 @@ void runner::step(fault_state& f) {
         if (!why.empty()) return skip(why);
       }
       const node_view* n = last_.find(f.rec.node);
+      if ((!n || n->state != "running") && replacement_pending(ev.node) && now() < duration_s_) {
+        return;  // an earlier fault took the node; this one waits for its replacement
+      }
       if (!n) return skip("node " + f.rec.node + " is not in the cluster (gone, not yet replaced)");
       if (n->state != "running") return skip("node " + f.rec.node + " is already " + n->state);
       if (ev.kind != fault_kind::spot_notice && ev.kind != fault_kind::rebalance_then_notice &&

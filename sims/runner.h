@@ -93,6 +93,8 @@ class runner {
   void track(fault_state& f);
   void start_replacement(fault_state& f);
   std::string current_name(const std::string& planned) const;
+  // An earlier fault removed this node and its replacement is on the way.
+  bool replacement_pending(const std::string& planned) const;
 
   std::vector<fault_state> faults_;
   job_console& console_;
@@ -110,6 +112,7 @@ class runner {
   uint64_t last_iteration_ = 0;
   bool iteration_seen_ = false;
   std::vector<pid_t> spawned_;
+  double duration_s_ = 0.0;
 };
 
 // argv with its `node.name=` override set to `name` (appended as `--set node.name=...` when
