@@ -237,7 +237,7 @@ status validate(const ep_config& c, int n) {
   if (c.max_tokens_per_rank < 1) return bad("max_tokens_per_rank must be >= 1");
   if (c.chunk_bytes < 4096) return bad("chunk_bytes must be >= 4096");
   if (c.op_timeout_ms < 1) return bad("op_timeout_ms must be >= 1");
-  if (c.baseline_rows_per_peer < 0) return bad("baseline_rows_per_peer must be >= 0");
+  if (c.rows_per_peer < 0) return bad("rows_per_peer must be >= 0");
   if (c.ll_entries_per_write < 1) return bad("ll_entries_per_write must be >= 1");
   return {};
 }
@@ -262,7 +262,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   p->row_bytes = proto::align_up(p->hidden_bytes + meta, 16);
   const int64_t n = p->n, T = cfg.max_tokens_per_rank;
   const int64_t worst = T * std::min<int64_t>(cfg.topk, p->le);
-  p->cap = cfg.mode == ep_mode::baseline && cfg.baseline_rows_per_peer > 0 ? cfg.baseline_rows_per_peer
+  p->cap = cfg.mode != ep_mode::normal && cfg.rows_per_peer > 0 ? cfg.rows_per_peer
                                                                            : worst;
   auto tr = open_transport(topt);
   if (!tr) return tr.err();
@@ -410,7 +410,7 @@ status ep_group::impl::dispatch_send(const void* xin, const int64_t* idx, const 
         return error{errc::capacity_exceeded,
                      "dispatch_send: " + std::to_string(send_rows[d]) + " entries for rank " +
                          std::to_string(d) + " exceed its " + std::to_string(cap) +
-                         " receive rows (a token names one expert twice, or baseline_rows_per_peer is too small)"};
+                         " receive rows (a token names one expert twice, or rows_per_peer is too small)"};
     for (int64_t tk = 0; tk < T; ++tk)
       for (int k = 0; k < topk; ++k) {
         const int64_t e = idx[tk * topk + k];

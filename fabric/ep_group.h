@@ -45,9 +45,10 @@ struct ep_config {
   int topk = 0;
   int64_t max_tokens_per_rank = 0;   // upper bound on num_tokens of any dispatch
   ep_dtype dtype = ep_dtype::bf16;
-  // baseline only: rows a rank can receive from one peer per step. 0: the worst case,
-  // max_tokens_per_rank * min(topk, experts per rank).
-  int64_t baseline_rows_per_peer = 0;
+  // low_latency and baseline: (token, expert) entries a rank can receive from one peer per
+  // step. 0: the worst case, max_tokens_per_rank * min(topk, experts per rank); a caller
+  // that knows its routing bound (the benchmark does) saves memory with a smaller value.
+  int64_t rows_per_peer = 0;
   size_t chunk_bytes = 1 << 20;      // normal/baseline bulk writes are cut into chunks of this
   // low_latency only: how many adjacent receive slots (entries bound for one rank) one
   // write may fill. 1 is DeepEP's one write per (token, expert).

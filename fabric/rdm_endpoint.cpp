@@ -28,8 +28,6 @@ transport_options transport_options::from_config(const config& cfg) {
   o.require_provider = cfg.get_bool("fabric.require_provider");
   o.reorder_shim = cfg.get_bool("fabric.reorder_shim");
   if (const char* env = std::getenv("MOERL_FABRIC_PROVIDER"); env && *env) o.provider = env;
-  if (const char* env = std::getenv("MOERL_FABRIC_REORDER"); env && *env)
-    o.reorder_shim = std::string(env) != "0";
   return o;
 }
 

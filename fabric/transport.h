@@ -41,8 +41,8 @@ struct transport_options {
   bool reorder_shim = false;      // wrap writes in the reorder/delay/split/re-deliver shim
   uint64_t shim_seed = 1;         // the shim's random sequence (reproducible failures)
 
-  // fabric.provider, fabric.require_provider, fabric.reorder_shim, and the
-  // MOERL_FABRIC_PROVIDER / MOERL_FABRIC_REORDER environment overrides.
+  // fabric.provider, fabric.require_provider, fabric.reorder_shim; MOERL_FABRIC_PROVIDER
+  // overrides fabric.provider.
   static transport_options from_config(const config& cfg);
 };
 

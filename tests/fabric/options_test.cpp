@@ -14,7 +14,6 @@ namespace {
 
 TEST(fabric_options, config_keys_set_provider_shim_and_timeouts) {
   ::unsetenv("MOERL_FABRIC_PROVIDER");
-  ::unsetenv("MOERL_FABRIC_REORDER");
   auto cfg = config::load("", {"fabric.provider=tcp", "fabric.require_provider=true",
                                "fabric.reorder_shim=true", "fabric.op_timeout_ms=1234"});
   ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();
