@@ -108,9 +108,12 @@ status combine_forward(cudaStream_t stream, const bf16* expert_out, const int64_
   return combine_fwd(stream, expert_out, slot, w, num_tokens, topk, hidden, num_rows, out);
 }
 
-status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out, const int64_t* slot,
-                        const float* w, int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                        float* grad_expert_out, float* grad_topk_weights) {
+namespace {
+
+template <class T>
+status combine_bwd(cudaStream_t stream, const T* grad_out, const T* expert_out, const int64_t* slot, const float* w,
+                   int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* grad_expert_out,
+                   float* grad_topk_weights) {
   KERNELS_TRY(check_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
   if (num_rows > 0) {
     detail::scratch<int64_t> row_entry(stream, num_rows);
@@ -126,6 +129,21 @@ status combine_backward(cudaStream_t stream, const float* grad_out, const float*
     CUDA_CHECK_LAUNCH();
   }
   return ok_status();
+}
+
+}  // namespace
+
+status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out, const int64_t* slot,
+                        const float* w, int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        float* grad_expert_out, float* grad_topk_weights) {
+  return combine_bwd(stream, grad_out, expert_out, slot, w, num_tokens, topk, hidden, num_rows, grad_expert_out,
+                     grad_topk_weights);
+}
+status combine_backward(cudaStream_t stream, const bf16* grad_out, const bf16* expert_out, const int64_t* slot,
+                        const float* w, int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        bf16* grad_expert_out, float* grad_topk_weights) {
+  return combine_bwd(stream, grad_out, expert_out, slot, w, num_tokens, topk, hidden, num_rows, grad_expert_out,
+                     grad_topk_weights);
 }
 
 }  // namespace moerl::kernels::cuda

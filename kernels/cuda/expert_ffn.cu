@@ -74,6 +74,20 @@ status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s, const 
   return ok_status();
 }
 
+status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s, const int64_t* expert_offset, const bf16* x,
+                          const bf16* w_gate_up, const bf16* w_down, bf16* out) {
+  KERNELS_TRY(check_shape("cuda::expert_ffn_forward", s, expert_offset));
+  const int64_t rows = expert_offset[s.num_experts], H = s.hidden, F = s.ffn_dim, E = s.num_experts;
+  detail::scratch<float> xf(stream, rows * H), wguf(stream, E * 2 * F * H), wdf(stream, E * H * F),
+      h(stream, rows * 2 * F), a(stream, rows * F), y(stream, rows * H);
+  for (auto err : {xf.error(), wguf.error(), wdf.error(), h.error(), a.error(), y.error()}) CUDA_CHECK(err);
+  KERNELS_TRY(bf16_to_float(stream, x, rows * H, xf.get()));
+  KERNELS_TRY(bf16_to_float(stream, w_gate_up, E * 2 * F * H, wguf.get()));
+  KERNELS_TRY(bf16_to_float(stream, w_down, E * H * F, wdf.get()));
+  KERNELS_TRY(expert_ffn_forward(stream, s, expert_offset, xf.get(), wguf.get(), wdf.get(), h.get(), a.get(), y.get()));
+  return bf16_from_float(stream, y.get(), rows * H, out);
+}
+
 status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s, const int64_t* expert_offset,
                            const float* x, const float* w_gate_up, const float* w_down, const float* gate_up,
                            const float* act, const float* grad_out, float* grad_x, float* grad_w_gate_up,

@@ -53,12 +53,21 @@ status permute_forward(cudaStream_t stream, const bf16* x, const int64_t* token_
 status permute_backward(cudaStream_t stream, const float* grad_permuted,
                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                         int64_t hidden, int64_t num_rows, float* grad_x);
+status permute_backward(cudaStream_t stream, const bf16* grad_permuted,
+                        const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                        int64_t hidden, int64_t num_rows, bf16* grad_x);
 status unpermute_forward(cudaStream_t stream, const float* permuted,
                          const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                          int64_t hidden, int64_t num_rows, float* unpermuted);
+status unpermute_forward(cudaStream_t stream, const bf16* permuted,
+                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                         int64_t hidden, int64_t num_rows, bf16* unpermuted);
 status unpermute_backward(cudaStream_t stream, const float* grad_unpermuted,
                           const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                           int64_t hidden, int64_t num_rows, float* grad_permuted);
+status unpermute_backward(cudaStream_t stream, const bf16* grad_unpermuted,
+                          const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                          int64_t hidden, int64_t num_rows, bf16* grad_permuted);
 
 status combine_forward(cudaStream_t stream, const float* expert_out,
                        const int64_t* token_expert_slot, const float* topk_weights,
@@ -72,12 +81,21 @@ status combine_backward(cudaStream_t stream, const float* grad_out, const float*
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                         float* grad_expert_out, float* grad_topk_weights);
+status combine_backward(cudaStream_t stream, const bf16* grad_out, const bf16* expert_out,
+                        const int64_t* token_expert_slot, const float* topk_weights,
+                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                        bf16* grad_expert_out, float* grad_topk_weights);
 
 // expert_offset is a HOST array here: GEMM sizes are needed on the host to enqueue cuBLAS.
 status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s,
                           const int64_t* expert_offset, const float* x,
                           const float* w_gate_up, const float* w_down, float* gate_up,
                           float* act, float* out);
+// bf16 storage, fp32 inside: converts to fp32 scratch (whole tensors, stream-ordered), runs
+// the fp32 path, rounds the output once.
+status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s,
+                          const int64_t* expert_offset, const bf16* x, const bf16* w_gate_up,
+                          const bf16* w_down, bf16* out);
 status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s,
                            const int64_t* expert_offset, const float* x,
                            const float* w_gate_up, const float* w_down, const float* gate_up,
@@ -85,6 +103,8 @@ status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s,
                            float* grad_w_gate_up, float* grad_w_down,
                            bool accumulate_weight_grads = false);
 
+status bf16_from_float(cudaStream_t stream, const float* x, int64_t n, bf16* y);
+status bf16_to_float(cudaStream_t stream, const bf16* x, int64_t n, float* y);
 status fp8_quantize(cudaStream_t stream, const float* x, int64_t num_rows, int64_t hidden,
                     uint8_t* q, float* scales);
 status fp8_dequantize(cudaStream_t stream, const uint8_t* q, const float* scales,

@@ -82,8 +82,11 @@ status permute_forward(cudaStream_t stream, const bf16* x, const int64_t* slot, 
   KERNELS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
 }
-status permute_backward(cudaStream_t stream, const float* grad_permuted, const int64_t* slot, int64_t num_tokens,
-                        int topk, int64_t hidden, int64_t num_rows, float* grad_x) {
+namespace {
+
+template <class T>
+status permute_bwd(cudaStream_t stream, const T* grad_permuted, const int64_t* slot, int64_t num_tokens, int topk,
+                   int64_t hidden, int64_t num_rows, T* grad_x) {
   KERNELS_TRY(check_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
   permute_backward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(grad_permuted, slot, topk, hidden,
@@ -91,11 +94,13 @@ status permute_backward(cudaStream_t stream, const float* grad_permuted, const i
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }
-status unpermute_forward(cudaStream_t stream, const float* permuted, const int64_t* slot, int64_t num_tokens,
-                         int topk, int64_t hidden, int64_t num_rows, float* unpermuted) {
+
+template <class T>
+status unpermute_fwd(cudaStream_t stream, const T* permuted, const int64_t* slot, int64_t num_tokens, int topk,
+                     int64_t hidden, int64_t num_rows, T* unpermuted) {
   KERNELS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
-  const int64_t row_bytes = hidden * int64_t(sizeof(float));
+  const int64_t row_bytes = hidden * int64_t(sizeof(T));
   if (vec16_ok(permuted, unpermuted, row_bytes))
     unpermute_forward_kernel<<<static_cast<unsigned>(num_tokens * topk), 256, 0, stream>>>(
         reinterpret_cast<const uint4*>(permuted), slot, row_bytes / 16, reinterpret_cast<uint4*>(unpermuted));
@@ -105,10 +110,39 @@ status unpermute_forward(cudaStream_t stream, const float* permuted, const int64
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }
-status unpermute_backward(cudaStream_t stream, const float* grad_unpermuted, const int64_t* slot,
-                          int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, float* grad_permuted) {
+
+template <class T>
+status unpermute_bwd(cudaStream_t stream, const T* grad_unpermuted, const int64_t* slot, int64_t num_tokens,
+                     int topk, int64_t hidden, int64_t num_rows, T* grad_permuted) {
   KERNELS_TRY(check_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, grad_unpermuted, 1, grad_permuted);
+}
+
+}  // namespace
+
+status permute_backward(cudaStream_t stream, const float* g, const int64_t* slot, int64_t num_tokens, int topk,
+                        int64_t hidden, int64_t num_rows, float* grad_x) {
+  return permute_bwd(stream, g, slot, num_tokens, topk, hidden, num_rows, grad_x);
+}
+status permute_backward(cudaStream_t stream, const bf16* g, const int64_t* slot, int64_t num_tokens, int topk,
+                        int64_t hidden, int64_t num_rows, bf16* grad_x) {
+  return permute_bwd(stream, g, slot, num_tokens, topk, hidden, num_rows, grad_x);
+}
+status unpermute_forward(cudaStream_t stream, const float* p, const int64_t* slot, int64_t num_tokens, int topk,
+                         int64_t hidden, int64_t num_rows, float* u) {
+  return unpermute_fwd(stream, p, slot, num_tokens, topk, hidden, num_rows, u);
+}
+status unpermute_forward(cudaStream_t stream, const bf16* p, const int64_t* slot, int64_t num_tokens, int topk,
+                         int64_t hidden, int64_t num_rows, bf16* u) {
+  return unpermute_fwd(stream, p, slot, num_tokens, topk, hidden, num_rows, u);
+}
+status unpermute_backward(cudaStream_t stream, const float* gu, const int64_t* slot, int64_t num_tokens, int topk,
+                          int64_t hidden, int64_t num_rows, float* gp) {
+  return unpermute_bwd(stream, gu, slot, num_tokens, topk, hidden, num_rows, gp);
+}
+status unpermute_backward(cudaStream_t stream, const bf16* gu, const int64_t* slot, int64_t num_tokens, int topk,
+                          int64_t hidden, int64_t num_rows, bf16* gp) {
+  return unpermute_bwd(stream, gu, slot, num_tokens, topk, hidden, num_rows, gp);
 }
 
 }  // namespace moerl::kernels::cuda

@@ -227,3 +227,74 @@ TEST(cuda_twins, fp8_quantisation_is_bit_identical_to_the_cpu) {
     EXPECT_EQ(dback.host(), back) << H;
   }
 }
+
+TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  const int64_t T = 150, H = 264;
+  const int K = 4, E = 16;
+  auto idx = random_topk_idx(T, K, E, 41, 0.1);
+  auto s = make_slots(pool, idx, T, K, E, 2);
+  const int64_t R = s.num_rows;
+  auto to_bf16 = [&](const std::vector<float>& f) {
+    std::vector<bf16> b(f.size());
+    EXPECT_TRUE(bf16_from_float(pool, f.data(), static_cast<int64_t>(f.size()), b.data()).ok());
+    return b;
+  };
+  auto bits = [](const std::vector<bf16>& v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = v[i].bits;
+    return b;
+  };
+  const auto xf = random_floats(T * H, 42);
+  const auto x = to_bf16(xf), gout = to_bf16(random_floats(T * H, 43)), gu = to_bf16(random_floats(T * K * H, 44));
+  const auto w = random_floats(T * K, 45, 0, 1);
+  std::vector<bf16> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H);
+  std::vector<float> gw(T * K);
+  ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, R, p.data()).ok());
+  ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
+  ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
+  ASSERT_TRUE(unpermute_backward(pool, gu.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
+  ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
+  ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
+
+  dev<bf16> dx(x), dgout(gout), dgu(gu), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dgy(R * H),
+      dxb(T * H);
+  dev<float> dw(w), dgw(T * K), dxf(xf), dback(T * H);
+  dev<int64_t> dslot(s.slot);
+  ASSERT_TRUE(cuda::bf16_from_float(nullptr, dxf.get(), T * H, dxb.get()).ok());
+  ASSERT_TRUE(cuda::bf16_to_float(nullptr, dxb.get(), T * H, dback.get()).ok());
+  ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
+  ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
+  ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
+  ASSERT_TRUE(cuda::unpermute_backward(nullptr, dgu.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
+  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
+  ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
+  EXPECT_EQ(bits(dxb.host()), bits(x));
+  std::vector<float> back(T * H);
+  ASSERT_TRUE(bf16_to_float(pool, x.data(), T * H, back.data()).ok());
+  EXPECT_EQ(dback.host(), back);
+  EXPECT_EQ(bits(dp.host()), bits(p));
+  EXPECT_EQ(bits(dgx.host()), bits(gx));  // sums of up to topk values in k order, rounded once
+  EXPECT_EQ(bits(du.host()), bits(u));
+  EXPECT_EQ(bits(dgp.host()), bits(gp));
+  EXPECT_EQ(bits(dout.host()), bits(out));  // same k-ordered, explicitly rounded sum as the CPU
+  EXPECT_EQ(bits(dgy.host()), bits(gy));
+  expect_close(dgw.host(), gw, 1e-5, "bf16 combine grad_topk_weights");
+
+  // Grouped FFN with bf16 storage.
+  const int FE = 3;
+  const int64_t FH = 128, FF = 64;
+  const std::vector<int64_t> offset = {0, 20, 20, 45};
+  const auto fx = to_bf16(random_floats(45 * FH, 46)), fwgu = to_bf16(random_floats(FE * 2 * FF * FH, 47, -0.1f, 0.1f)),
+             fwd = to_bf16(random_floats(FE * FH * FF, 48, -0.1f, 0.1f));
+  std::vector<bf16> fy(45 * FH);
+  ASSERT_TRUE(expert_ffn_forward(pool, {FE, FH, FF}, offset.data(), fx.data(), fwgu.data(), fwd.data(), fy.data()).ok());
+  dev<bf16> dfx(fx), dfwgu(fwgu), dfwd(fwd), dfy(45 * FH);
+  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {FE, FH, FF}, offset.data(), dfx.get(), dfwgu.get(), dfwd.get(), dfy.get()).ok());
+  std::vector<float> cpu_y(45 * FH), gpu_y(45 * FH);
+  const auto gy_bf16 = dfy.host();
+  ASSERT_TRUE(bf16_to_float(pool, fy.data(), 45 * FH, cpu_y.data()).ok());
+  ASSERT_TRUE(bf16_to_float(pool, gy_bf16.data(), 45 * FH, gpu_y.data()).ok());
+  expect_close(gpu_y, cpu_y, 1e-2, "bf16 ffn out");
+}
