@@ -466,6 +466,15 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     st.units.emplace(u.id, std::move(u));
   }
   if (!rd.ok() || !rd.at_end()) return bad("does not decode");
+  // The CRC guards against damage; these guard the rest of the ledger against a snapshot
+  // that decodes but names things that do not exist.
+  for (auto id : st.pending)
+    if (!st.units.count(id)) return bad("pending unit " + std::to_string(id) + " does not exist");
+  for (const auto& [id, u] : st.units) {
+    if (id >= st.next_unit) return bad("unit " + std::to_string(id) + " >= next unit id");
+    if (u.state == unit_state::leased && u.todo.empty())
+      return bad("leased unit " + std::to_string(id) + " has no groups to generate");
+  }
   return ok_status();
 }
 
