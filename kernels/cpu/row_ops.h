@@ -20,20 +20,7 @@ inline float to_f32(bf16 v) { return bf16_to_float(v); }
 inline void from_f32(float v, float* out) { *out = v; }
 inline void from_f32(float v, bf16* out) { *out = float_to_bf16(v); }
 
-// acc[i] += w * src[i]; the one operation every weighted reduction here is built from, so
-// the rounding sequence is the same in every primitive.
-template <class T>
-inline void axpy_row(float* acc, float w, const T* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += w * to_f32(src[i]);
-}
-template <class T>
-inline void add_row(float* acc, const T* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += to_f32(src[i]);
-}
-template <class T>
-inline void store_row(T* dst, const float* acc, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) from_f32(acc[i], dst + i);
-}
+// dst[i] = w * src[i], one rounding to the storage type.
 template <class T>
 inline void scale_row(T* dst, float w, const T* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) from_f32(w * to_f32(src[i]), dst + i);
