@@ -52,22 +52,28 @@ status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out,
   std::vector<int64_t> row_entry;
   if (auto st = detail::invert_slots(fn, slot, num_tokens, topk, num_rows, &row_entry); !st)
     return st;
-  pool.parallel_for(num_rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t entry = row_entry[r];
-      if (entry >= 0)
-        detail::scale_row(grad_expert_out + r * hidden, w[entry], grad_out + (entry / topk) * hidden,
-                          hidden);
-      else
-        detail::zero_row(grad_expert_out + r * hidden, hidden);
+  // One pass per token: its gradient row is read once while still in cache for both the
+  // weight gradients (dot products) and its top-k rows of grad_expert_out. Slots are unique
+  // (checked above), so tokens write disjoint rows.
+  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const T* g = grad_out + t * hidden;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t i = t * topk + k, s = slot[i];
+        if (s < 0) {
+          grad_w[i] = 0.0f;
+          continue;
+        }
+        grad_w[i] = detail::dot_row(g, expert_out + s * hidden, hidden);
+        detail::scale_row(grad_expert_out + s * hidden, w[i], g, hidden);
+      }
     }
-  }, detail::row_ops_min_rows(hidden));
-  pool.parallel_for(num_tokens * topk, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      grad_w[i] = slot[i] >= 0 ? detail::dot_row(grad_out + (i / topk) * hidden,
-                                                 expert_out + slot[i] * hidden, hidden)
-                               : 0.0f;
-  }, detail::row_ops_min_rows(hidden));
+  }, detail::row_ops_min_rows(hidden) / topk + 1);
+  // Padding rows (expert alignment) receive no gradient.
+  pool.parallel_for(num_rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      if (row_entry[r] < 0) detail::zero_row(grad_expert_out + r * hidden, hidden);
+  }, 1024);
   return ok_status();
 }
 
