@@ -31,6 +31,9 @@ status combine_forward(thread_pool& pool, const bf16* expert_out,
                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                        bf16* out);
 
+// Slots outside [-1, num_rows) are invalid_argument errors; combine_backward, which writes
+// rows by slot, also refuses a row named by two entries.
+//
 // Backward:
 //   grad_out          [num_tokens, hidden]
 //   grad_expert_out   [num_rows, hidden] out: row slot[t, k] = topk_weights[t, k] * grad_out[t];

@@ -18,7 +18,8 @@ namespace moerl::kernels {
 //                                              entry are padding
 //   permuted          [num_rows, hidden]       expert-major buffer
 //   unpermuted        [num_tokens, topk, hidden]
-// A slot outside [-1, num_rows) or a row named by two entries is an invalid_argument error.
+// A slot outside [-1, num_rows) is an invalid_argument error; the functions that fill rows
+// by slot (permute_forward, unpermute_backward) also refuse a row named by two entries.
 
 // permuted[slot[t, k]] = x[t]; padding rows are set to zero.
 status permute_forward(thread_pool& pool, const float* x, const int64_t* token_expert_slot,

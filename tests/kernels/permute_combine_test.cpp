@@ -167,3 +167,17 @@ TEST(combine, bf16_storage_matches_fp32_within_bf16_rounding) {
   ASSERT_TRUE(combine_forward(pool, yb.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, ob.data()).ok());
   for (int64_t i = 0; i < T * H; ++i) EXPECT_EQ(ob[i].bits, float_to_bf16(of[i]).bits);
 }
+
+TEST(combine, backward_refuses_a_row_named_twice_and_forward_an_out_of_range_slot) {
+  thread_pool pool(1);
+  std::vector<float> y(4 * 3, 1.0f), g(2 * 3, 1.0f), gy(4 * 3), gw(2), out(2 * 3);
+  const float w[2] = {0.5f, 0.5f};
+  const int64_t dup[2] = {2, 2};
+  auto st = combine_backward(pool, g.data(), y.data(), dup, w, 2, 1, 3, 4, gy.data(), gw.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("combine_backward: row 2 is named"), std::string::npos) << st.err().message;
+  const int64_t far[2] = {0, -2};
+  st = combine_forward(pool, y.data(), far, w, 2, 1, 3, 4, out.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("token_expert_slot[1, 0] = -2"), std::string::npos) << st.err().message;
+}
