@@ -78,7 +78,8 @@ void run(const sim_flags& f) {
   auto r = sims::run_scenario(s, opts);
   if (!r) {
     std::cerr << "moerl sim: " << r.err().to_string() << "\n";
-    throw CLI::RuntimeError(r.err().code == errc::invalid_config ? 2 : 3);
+    const bool bad_input = r.err().code == errc::invalid_config || r.err().code == errc::invalid_argument;
+    throw CLI::RuntimeError(bad_input ? 2 : 3);
   }
   const auto verdicts = sims::evaluate_invariants(*r);
   const nlohmann::json report = sims::report_json(*r, verdicts, collect_provenance());
