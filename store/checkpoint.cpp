@@ -113,8 +113,12 @@ result<checkpoint_manifest> write_checkpoint(object_store& store, const std::str
   return m;
 }
 
-result<checkpoint_manifest> verify_checkpoint(const object_store& store, const std::string& prefix,
-                                              uint64_t step) {
+namespace {
+
+// verify_checkpoint's work; with `keep`, the verified parts' bytes are handed back so a
+// loader does not read them twice.
+result<checkpoint_manifest> verify_step(const object_store& store, const std::string& prefix, uint64_t step,
+                                        std::vector<checkpoint_part>* keep) {
   const std::string dir = checkpoint_dir(prefix, step);
   auto marker = store.get(join(dir, marker_name));
   if (!marker) {
@@ -146,8 +150,35 @@ result<checkpoint_manifest> verify_checkpoint(const object_store& store, const s
       return torn(dir, "part '" + p.name + "' has " + std::to_string(bytes->size()) + " bytes, manifest says " +
                            std::to_string(p.size));
     if (sha256_hex(bytes.value()) != p.sha256) return torn(dir, "part '" + p.name + "' does not match its sha256");
+    if (keep != nullptr) keep->push_back({p.name, std::move(bytes.value())});
   }
   return m;
+}
+
+// The newest step for which verify_step succeeds (see latest_committed).
+result<checkpoint_manifest> newest_intact(const object_store& store, const std::string& prefix,
+                                          std::vector<checkpoint_part>* keep) {
+  auto steps = committed_steps(store, prefix);
+  if (!steps) return steps.err();
+  auto log = logger("store");
+  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+    if (keep != nullptr) keep->clear();
+    auto m = verify_step(store, prefix, *it, keep);
+    if (m) return m;
+    // A torn checkpoint is expected after a crash; an I/O error is not, and must not make
+    // an older checkpoint look like the latest.
+    if (m.err().code != errc::malformed_message && m.err().code != errc::not_found) return m.err();
+    log->warn("skipping checkpoint: {}", m.err().message);
+  }
+  if (keep != nullptr) keep->clear();
+  return error(errc::not_found, "no committed checkpoint under '" + prefix + "' in " + store.describe());
+}
+
+}  // namespace
+
+result<checkpoint_manifest> verify_checkpoint(const object_store& store, const std::string& prefix,
+                                              uint64_t step) {
+  return verify_step(store, prefix, step, nullptr);
 }
 
 result<std::vector<uint64_t>> committed_steps(const object_store& store, const std::string& prefix) {
@@ -168,18 +199,15 @@ result<std::vector<uint64_t>> committed_steps(const object_store& store, const s
 }
 
 result<checkpoint_manifest> latest_committed(const object_store& store, const std::string& prefix) {
-  auto steps = committed_steps(store, prefix);
-  if (!steps) return steps.err();
-  auto log = logger("store");
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
-    auto m = verify_checkpoint(store, prefix, *it);
-    if (m) return m;
-    // A torn checkpoint is expected after a crash; an I/O error is not, and must not make
-    // an older checkpoint look like the latest.
-    if (m.err().code != errc::malformed_message && m.err().code != errc::not_found) return m.err();
-    log->warn("skipping checkpoint: {}", m.err().message);
-  }
-  return error(errc::not_found, "no committed checkpoint under '" + prefix + "' in " + store.describe());
+  return newest_intact(store, prefix, nullptr);
+}
+
+result<loaded_checkpoint> load_latest_committed(const object_store& store, const std::string& prefix) {
+  loaded_checkpoint out;
+  auto m = newest_intact(store, prefix, &out.parts);
+  if (!m) return m.err();
+  out.manifest = std::move(m.value());
+  return out;
 }
 
 result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store, const std::string& prefix,

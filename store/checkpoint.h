@@ -66,6 +66,14 @@ result<checkpoint_manifest> verify_checkpoint(const object_store& store, const s
 // skipped is logged with its reason). errc::not_found when there is none.
 result<checkpoint_manifest> latest_committed(const object_store& store, const std::string& prefix);
 
+// latest_committed and the parts it verified, read once (what a resume needs). Parts are
+// in manifest order (sorted by name).
+struct loaded_checkpoint {
+  checkpoint_manifest manifest;
+  std::vector<checkpoint_part> parts;
+};
+result<loaded_checkpoint> load_latest_committed(const object_store& store, const std::string& prefix);
+
 // Reads a verified checkpoint's parts (in manifest order), re-checking each part's hash.
 result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,
                                                      const std::string& prefix,

@@ -66,6 +66,24 @@ TEST_F(checkpoint_test, written_checkpoint_has_parts_manifest_and_marker_and_rea
   }
 }
 
+TEST_F(checkpoint_test, load_latest_returns_the_newest_intact_checkpoint_with_its_parts) {
+  write(1);
+  write(2);
+  write(3);
+  ASSERT_TRUE(store_->put(key(3, "parts/dense.bin"), "torn").ok());
+  auto loaded = load_latest_committed(*store_, prefix_);
+  ASSERT_TRUE(loaded.ok()) << loaded.err().to_string();
+  EXPECT_EQ(loaded->manifest.step, 2u);
+  ASSERT_EQ(loaded->parts.size(), 3u);  // only step 2's parts, none left over from step 3
+  auto want = parts_for(2);
+  std::sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(loaded->parts[i].name, want[i].name);
+    EXPECT_EQ(loaded->parts[i].bytes, want[i].bytes);
+  }
+  EXPECT_EQ(load_latest_committed(*store_, "elsewhere").err().code, errc::not_found);
+}
+
 TEST_F(checkpoint_test, content_hash_depends_on_content_only) {
   auto a = write_checkpoint(*store_, "a", 1, parts_for(5));
   auto b = write_checkpoint(*store_, "b", 9, parts_for(5), {{"other", "meta"}});
