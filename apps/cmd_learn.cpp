@@ -112,7 +112,9 @@ int run_learn(const learn_options& o) {
   auto& rc = j["reward_curve"] = nlohmann::json::array();
   auto& its = j["iterations"] = nlohmann::json::array();
   for (const auto& s : *curve) {
-    rc.push_back({{"iteration", s.iteration}, {"mean_reward", s.mean_reward}});
+    rc.push_back({{"iteration", s.iteration},
+                  {"mean_reward", s.mean_reward},
+                  {"mean_task_score", s.mean_task_score}});
     its.push_back({{"iteration", s.iteration},
                    {"exact_fraction", s.exact_fraction},
                    {"t_generate", s.t_generate},

@@ -211,9 +211,13 @@ result<std::vector<iteration_stats>> train_single_process(
     s.t_reward = seconds_since(t0);
     for (const auto& smp : *samples) {
       s.mean_reward += smp.reward;
-      s.exact_fraction += smp.reward >= t.reward_max();
+      auto score = t.verify(smp.prompt, smp.completion);
+      if (!score) return score.err();
+      s.mean_task_score += *score;
+      s.exact_fraction += *score >= t.reward_max();
     }
     s.mean_reward /= samples->size();
+    s.mean_task_score /= samples->size();
     s.exact_fraction /= samples->size();
     t0 = std::chrono::steady_clock::now();
     const auto adv = group_advantages(*samples);

@@ -63,7 +63,10 @@ struct train_config {
 struct iteration_stats {
   int iteration = 0;
   double mean_reward = 0;      // over the iteration's samples, before its update
-  double exact_fraction = 0;   // samples whose reward is reward_max
+  double exact_fraction = 0;   // samples the task verifier scores reward_max
+  // The task verifier's mean score of the same samples: equals mean_reward under the
+  // verifier reward; under a learned reward model it shows what the policy really learned.
+  double mean_task_score = 0;
   update_stats update;         // of the last epoch
   double grad_norm = 0;
   double t_generate = 0, t_reward = 0, t_train = 0;  // seconds
