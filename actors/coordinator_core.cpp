@@ -70,6 +70,16 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
   if (hb.role == "buffer") {
     if (hb.endpoint.empty()) return error(errc::invalid_argument, "buffer node " + n.name + " registered without an endpoint");
     shard_node_[n.name] = n.id;
+    if (auto u = undelivered_.find(n.name); u != undelivered_.end()) {
+      for (auto& e : u->second) {
+        outbound o;
+        o.what = outbound::kind::shard_event;
+        o.node = n.id;
+        o.event = std::move(e);
+        out_.push_back(std::move(o));
+      }
+      undelivered_.erase(u);
+    }
     auto st = ledger_->add_shard(n.name);
     if (!st && st.err().code != errc::duplicate && !rejoin)
       logger("coordinator")->warn("add_shard({}): {}", n.name, st.err().to_string());
@@ -128,6 +138,7 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
     if (reopened) log->warn("shard {} lost: re-opened {} unit(s)", n.name, reopened->size());
     else log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
     shard_node_.erase(n.name);
+    undelivered_.erase(n.name);
   }
   flush_ledger();
 }
@@ -167,6 +178,13 @@ std::string coordinator_core::lease(const messages::lease_request& req) {
   auto l = ledger_->acquire(req.worker);
   if (!l) return encode_error(l.err().code, l.err().message);
   auto shard = shard_node_.find(l->shard);
+  if (shard == shard_node_.end()) {
+    // The ledger knows a shard that has not (re-)joined since a coordinator restart: no one
+    // could deliver to it. Hand the unit straight back (accounted as returned).
+    (void)ledger_->give_back(l->unit, l->attempt, req.worker);
+    flush_ledger();
+    return encode_error(errc::capacity_exceeded, "shard " + l->shard + " has not joined yet");
+  }
   flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
   messages::lease m;
   m.unit.id = l->unit;
@@ -178,7 +196,7 @@ std::string coordinator_core::lease(const messages::lease_request& req) {
   m.deadline_unix_ms = static_cast<uint64_t>(unix_now_ms() + (l->deadline_ms - clock_.now_ms()));
   m.policy_version = policy_version_;
   m.shard = l->shard;
-  m.shard_endpoint = shard == shard_node_.end() ? "" : nodes_[shard->second].endpoint;
+  m.shard_endpoint = nodes_[shard->second].endpoint;
   ++it->second.leases;
   return messages::encode(m);
 }
@@ -265,7 +283,12 @@ void coordinator_core::flush_ledger() {
   }
   for (auto& e : ledger_->take_events()) {
     auto it = shard_node_.find(e.shard);
-    if (it == shard_node_.end()) continue;  // shard gone: the ledger already re-opened its units
+    if (it == shard_node_.end()) {
+      // Not registered (yet): after a coordinator restart the ledger re-sends commits before
+      // the shards re-join. Kept until the shard registers; dropped if it is declared lost.
+      undelivered_[e.shard].push_back(std::move(e));
+      continue;
+    }
     outbound o;
     o.what = outbound::kind::shard_event;
     o.node = it->second;

@@ -121,6 +121,7 @@ class coordinator_core {
   const ledger::clock& clock_;
   std::map<std::string, node_record> nodes_;
   std::map<std::string, std::string> shard_node_;  // shard name -> node id
+  std::map<std::string, std::vector<ledger::ledger_event>> undelivered_;  // shard name -> events
   std::vector<outbound> out_;
   uint32_t iterations_opened_ = 0;
   uint64_t next_group_ = 1;

@@ -17,6 +17,7 @@
 #include <caf/actor.hpp>
 
 #include "actors/caf_setup.h"
+#include "actors/job.h"
 #include "actors/ledger/sample_plane.h"
 #include "actors/reward_hop.h"
 #include "common/config.h"
@@ -33,6 +34,7 @@ struct node_context {
   uint16_t coord_port = 0;
   std::shared_ptr<ledger::zmq_context> zmq;
   std::string endpoint;  // reward: pull socket; buffer: shard socket
+  std::shared_ptr<job> running_job;  // what the role actors run (set before they start)
 
   // The coordinator's handle; replaced when the coordinator restarts.
   caf::actor coordinator() {
@@ -70,6 +72,7 @@ struct node_context {
   std::mutex ranks_mu;
   std::map<uint32_t, caf::actor> ranks;
   std::atomic<uint64_t> trained_groups{0};  // survives a one_for_all restart of the ranks
+  std::shared_ptr<trainer_step> trainer_state;  // the job's learning step (null: built-in check)
 
  private:
   std::mutex mu;

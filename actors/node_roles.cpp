@@ -1,5 +1,6 @@
 #include "actors/node_roles.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -93,11 +94,18 @@ std::vector<std::string> discover(caf::blocking_actor* self, node_context& ctx, 
 class rollout_worker {
  public:
   rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k)
-      : self_(self), ctx_(std::move(ctx)), worker_(ctx_->id + "/" + std::to_string(k)),
-        rounds_(static_cast<uint32_t>(ctx_->cfg.get_int("actors.work_rounds"))), log_(logger("rollout")) {}
+      : self_(self), ctx_(std::move(ctx)), worker_(ctx_->id + "/" + std::to_string(k)), log_(logger("rollout")) {}
 
   void run() {
     running_guard g(ctx_->workers_running);
+    auto w = ctx_->running_job->make_rollout_work();
+    auto r = ctx_->running_job->make_reward();
+    if (!w || !r) {
+      self_->fail_state(caf::make_error(caf::sec::runtime_error, (!w ? w.err() : r.err()).to_string()));
+      return;
+    }
+    work_ = std::move(*w);
+    reward_ = std::move(*r);
     int64_t last_err_log = 0;
     while (mailbox_ok(self_, *ctx_, ms(0))) {
       if (ctx_->draining()) return;  // stop leasing; exit normally (transient: no restart)
@@ -135,7 +143,9 @@ class rollout_worker {
     bool returned = false;
     int64_t t0 = steady_ms();
     for (uint32_t gi = 0; gi < l.unit.group_ids.size() && fail.empty() && !returned; ++gi) {
-      auto prompt = modpow_prompt(l.unit.group_ids[gi], 0, rounds_);
+      auto prompt_or = ctx_->running_job->prompt(l.unit.group_ids[gi]);
+      if (!prompt_or) { fail = prompt_or.err().to_string(); break; }
+      const auto& prompt = *prompt_or;
       for (uint32_t i = 0; i < G; ++i) {
         if (ctx_->stopping) { returned = true; break; }
         if (ctx_->draining()) {
@@ -147,7 +157,7 @@ class rollout_worker {
             break;
           }
         }
-        auto gs = work_.generate(prompt, gi, i, l.policy_version);
+        auto gs = work_->generate(prompt, gi, i, l.policy_version);
         if (!gs) { fail = gs.err().to_string(); break; }
         messages::sample s;
         s.work_unit = l.unit.id;
@@ -160,7 +170,7 @@ class rollout_worker {
         s.tokens = std::move(gs->tokens);
         s.logprobs = std::move(gs->logprobs);
         s.worker = worker_;
-        if (auto st = deliver(s, l.shard_endpoint); !st) { fail = st.err().to_string(); break; }
+        if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) { fail = st.err().to_string(); break; }
         ++seq;
       }
     }
@@ -185,7 +195,7 @@ class rollout_worker {
   }
 
   // Through a reward node when one is alive; otherwise scored here and sent to the shard.
-  status deliver(messages::sample& s, const std::string& shard_ep) {
+  status deliver(messages::sample& s, const std::string& shard_ep, uint64_t lease_deadline_unix_ms) {
     if (steady_ms() >= next_discovery_) {
       auto eps = discover(self_, *ctx_, "reward");
       next_discovery_ = steady_ms() + 2000;
@@ -210,7 +220,7 @@ class rollout_worker {
       log_->warn("{}: no reward node alive: scoring in the rollout process", worker_);
       warned_local_ = true;
     }
-    auto score = reward_.score(s.prompt_tokens, s.tokens);
+    auto score = reward_->score(s.prompt_tokens, s.tokens);
     if (!score) return score.err();
     s.reward = *score;
     s.rewarded = true;
@@ -220,11 +230,24 @@ class rollout_worker {
       if (!c) return c.err();
       p = std::move(*c);
     }
+    int64_t next_check = steady_ms() + 1000;
     for (;;) {
       auto st = p->try_send(s);
       if (st) return st;
       if (st.err().code != errc::capacity_exceeded) return st;
       if (ctx_->stopping) return error(errc::shutting_down, "node stopping");
+      // No credit: a slow trainer (wait) or a dead shard (give up; the ledger has expired
+      // the lease and re-opens the unit). A dead peer never answers, so ask the coordinator.
+      if (static_cast<uint64_t>(unix_now_ms()) > lease_deadline_unix_ms)
+        return error(errc::timeout, "no credit from shard " + shard_ep + " before the lease deadline");
+      if (steady_ms() > next_check) {
+        next_check = steady_ms() + 1000;
+        auto alive = discover(self_, *ctx_, "buffer");
+        if (std::find(alive.begin(), alive.end(), shard_ep) == alive.end()) {
+          direct_.erase(shard_ep);
+          return error(errc::peer_dead, "shard " + shard_ep + " is gone");
+        }
+      }
       if (auto pst = p->poll(50); !pst) return pst;  // wait for the shard's credit
     }
   }
@@ -232,10 +255,9 @@ class rollout_worker {
   caf::blocking_actor* self_;
   std::shared_ptr<node_context> ctx_;
   std::string worker_;
-  uint32_t rounds_;
   std::shared_ptr<spdlog::logger> log_;
-  modpow_work work_;
-  modpow_reward reward_;
+  std::unique_ptr<rollout_work> work_;
+  std::unique_ptr<reward_function> reward_;
   double avg_sample_ms_ = 1.0;
   std::unique_ptr<reward_push> push_;
   std::vector<std::string> reward_eps_;
@@ -249,10 +271,15 @@ class rollout_worker {
 void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
   auto log = logger("reward");
-  modpow_reward verifier;
+  auto verifier_or = ctx->running_job->make_reward();
+  if (!verifier_or) {
+    self->fail_state(caf::make_error(caf::sec::runtime_error, verifier_or.err().to_string()));
+    return;
+  }
+  const reward_function& verifier = **verifier_or;
   std::optional<std::pair<std::string, messages::sample>> pending;
   uint64_t scored = 0, malformed = 0;
-  int64_t idle_since = steady_ms(), last_stats = 0;
+  int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
   while (mailbox_ok(self, *ctx, ms(0))) {
     if (steady_ms() - last_stats > 1000) {
       last_stats = steady_ms();
@@ -295,9 +322,25 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       p = std::move(*c);
     }
     auto st = p->try_send(pending->second);
-    if (st) pending.reset();
-    else if (st.err().code == errc::capacity_exceeded) (void)p->poll(20);  // wait for credit
-    else {
+    if (st) {
+      pending.reset();
+      blocked_since = 0;
+    } else if (st.err().code == errc::capacity_exceeded) {
+      // Wait for credit, but not on a dead shard: its unit's lease is expired anyway.
+      if (!blocked_since) blocked_since = steady_ms();
+      if (steady_ms() - blocked_since > 1000) {
+        blocked_since = steady_ms();
+        auto alive = discover(self, *ctx, "buffer");
+        if (std::find(alive.begin(), alive.end(), pending->first) == alive.end()) {
+          log->warn("shard {} is gone: dropping the sample of unit {} (its lease is expired)", pending->first,
+                    pending->second.work_unit);
+          ctx->producers.erase(pending->first);
+          pending.reset();
+          continue;
+        }
+      }
+      (void)p->poll(20);
+    } else {
       log->error("forward to {}: {}", pending->first, st.err().to_string());
       pending.reset();
     }
@@ -398,6 +441,17 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   int64_t next_refresh = 0, last_stats = 0;
   check_totals total;
   uint64_t batches = 0, content_hash = 1469598103934665603ull;
+  // The job's learning step, if it has one; it lives in the node context so a one_for_all
+  // restart of the ranks keeps the optimiser state and the groups it holds.
+  if (!ctx->trainer_state) {
+    auto made = ctx->running_job->make_trainer();
+    if (!made) {
+      self->fail_state(caf::make_error(caf::sec::runtime_error, made.err().to_string()));
+      return;
+    }
+    ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
+  }
+  trainer_step* job_step = ctx->trainer_state.get();
   while (mailbox_ok(self, *ctx, ms(0))) {
     if (ctx->draining()) return;  // nothing is held between batches: leave
     if (steady_ms() >= next_refresh) {
@@ -426,6 +480,27 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       src.outstanding = false;
       auto& batch = **b;
       if (batch.samples.empty()) continue;
+      if (job_step) {
+        auto res = job_step->train(batch.samples);
+        if (!res) {
+          // A failed step is a bug or a broken group: restart the trainer group.
+          self->fail_state(caf::make_error(caf::sec::runtime_error, "train step: " + res.err().to_string()));
+          return;
+        }
+        ++batches;
+        total.groups += res->groups;
+        total.bad += res->bad;
+        total.verified += batch.samples.size() - res->bad;
+        ctx->trained_groups += res->groups;
+        if (res->new_version && res->manifest.version > ctx->policy_version) {
+          ctx->policy_version = res->manifest.version;
+          if (auto c = ctx->coordinator())
+            self->send(c, version_atom::value, res->manifest.version, messages::encode(res->manifest));
+          log->info("policy version {} (content hash {})", res->manifest.version, res->manifest.content_hash);
+          last_stats = 0;  // report the new version's figures now, not at the next tick
+        }
+        continue;
+      }
       // Deal whole groups to ranks: group j of the batch goes to rank j % num_ranks.
       std::map<uint64_t, uint32_t> owner;
       std::vector<std::shared_ptr<trainer_share>> shares(num_ranks);
@@ -487,7 +562,16 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       nlohmann::json st{{"batches", batches}, {"groups", total.groups}, {"samples_verified", total.verified},
                         {"samples_bad", total.bad}, {"policy_version", ctx->policy_version.load()},
                         {"mean_abs_advantage", total.verified ? total.sum_abs_advantage / double(total.verified + total.bad) : 0.0}};
-      if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
+      if (job_step) st["job"] = job_step->stats();
+      if (auto c = ctx->coordinator()) {
+        self->send(c, stats_atom::value, ctx->id, st.dump());
+        // Re-announced each time: a restarted coordinator learns the version again.
+        if (ctx->policy_version > 0) {
+          messages::weight_manifest m;
+          m.version = ctx->policy_version;
+          self->send(c, version_atom::value, m.version, messages::encode(m));
+        }
+      }
     }
   }
 }
@@ -514,13 +598,13 @@ void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) 
 
 void env_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
-  auto rounds = static_cast<uint32_t>(ctx->cfg.get_int("actors.work_rounds"));
   bool keep = true;
   while (keep && !ctx->stopping && !ctx->draining()) {
     self->receive([&](shutdown_atom) { keep = false; },
                   [&](work_atom, uint64_t group) -> std::string {
-                    auto p = modpow_prompt(group, 0, rounds);
-                    return pack_u64s(std::vector<uint64_t>(p.begin(), p.end()));
+                    auto p = ctx->running_job->prompt(group);
+                    if (!p) return std::string();
+                    return pack_u64s(std::vector<uint64_t>(p->begin(), p->end()));
                   },
                   caf::after(ms(200)) >> [] {});
   }

@@ -108,6 +108,13 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
   ctx->cp = cp;
   ctx->coord_host = host;
   ctx->coord_port = port;
+  if (args.make_job) {
+    auto j = args.make_job(cfg, args.role);
+    if (!j) { log->error("job: {}", j.err().to_string()); return 2; }
+    ctx->running_job = std::move(*j);
+  } else {
+    ctx->running_job = make_modpow_job(cfg);
+  }
   auto z = ledger::zmq_context::create();
   if (!z) { log->error("{}", z.err().to_string()); return 2; }
   ctx->zmq = *z;

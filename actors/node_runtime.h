@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/job.h"
+
 namespace moerl::actors {
 
 struct node_args {
@@ -16,6 +18,7 @@ struct node_args {
   std::string join;                    // HOST:PORT of the coordinator (its listen address)
   std::string config_file;             // optional YAML
   std::vector<std::string> overrides;  // key=value
+  job_factory make_job;                // empty: the modpow test job
 };
 
 int run_node(const node_args& args);

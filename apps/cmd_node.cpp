@@ -2,6 +2,7 @@
 
 #include "actors/node_runtime.h"
 #include "apps/commands.h"
+#include "job/grpo_job.h"
 
 namespace moerl::apps {
 
@@ -13,6 +14,7 @@ void add_node_command(CLI::App& root) {
   cmd->add_option("--config", args.config_file, "YAML config file");
   cmd->add_option("--set", args.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->callback([] {
+    args.make_job = job::make_job;  // job.kind picks GRPO (default) or the modpow test work
     int rc = actors::run_node(args);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -15,7 +15,10 @@
 #include "actors/local_cluster.h"
 #include "apps/commands.h"
 #include "common/config.h"
+#include "job/grpo_job.h"
 #include "provenance/provenance.h"
+#include "store/checkpoint.h"
+#include "store/object_store.h"
 
 namespace moerl::apps {
 namespace {
@@ -24,8 +27,35 @@ struct up_args {
   std::string config_file, console, report, run_dir = "moerl-runs";
   std::vector<std::string> overrides;
   int iterations = 0;
-  int timeout_s = 300;
+  int timeout_s = 900;
+  bool no_interrupt = false;  // skip the default mid-run Spot interruption
+  bool resume = false;        // continue from the newest committed checkpoint of an earlier run
 };
+
+// The job.store_prefix of the newest earlier run with a committed checkpoint ("" if none).
+// Run ids start with the unix time in seconds, so the sorted listing is chronological.
+result<std::string> latest_resumable_run(const config& cfg) {
+  auto st = store::open_store(cfg.get_string("store.url"), cfg);
+  if (!st) return st.err();
+  auto keys = (*st)->list("runs/");
+  if (!keys) return keys.err();
+  std::string best;
+  for (const auto& k : *keys) {
+    auto pos = k.find("/job/checkpoints/");
+    if (pos == std::string::npos || k.size() < 10 || k.compare(k.size() - 10, 10, "/COMMITTED") != 0) continue;
+    std::string prefix = k.substr(0, pos + 4);
+    if (prefix > best && store::latest_committed(**st, job::checkpoint_prefix(prefix))) best = prefix;
+  }
+  return best;
+}
+
+// The trainer's job figures (reward curve, timings) from the coordinator's node view.
+nlohmann::json trainer_job_stats(const nlohmann::json& nodes) {
+  if (!nodes.is_array()) return nullptr;
+  for (const auto& n : nodes)
+    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job")) return n["stats"]["job"];
+  return nullptr;
+}
 
 std::string self_exe() {
   char buf[4096];
@@ -45,7 +75,31 @@ int run_up(const up_args& a) {
   o.overrides = a.overrides;
   // Every run gets its own ledger journal in the store, so a run never resumes another's.
   o.overrides.push_back("ledger.store_prefix=runs/" + run_id + "/ledger");
-  if (a.iterations > 0) o.overrides.push_back("actors.iterations=" + std::to_string(a.iterations));
+  o.overrides.push_back("job.store_prefix=runs/" + run_id + "/job");
+  {
+    auto pre = config::load(a.config_file, a.overrides);
+    if (!pre) {
+      std::cerr << "moerl up: invalid configuration: " << pre.err().message << "\n";
+      return 2;
+    }
+    // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
+    int iterations = a.iterations;
+    if (iterations <= 0 && pre->get_string("job.kind") == "grpo") iterations = static_cast<int>(pre->get_int("grpo.iterations"));
+    if (iterations > 0) o.overrides.push_back("actors.iterations=" + std::to_string(iterations));
+    if (a.resume) {
+      auto from = latest_resumable_run(*pre);
+      if (!from) {
+        std::cerr << "moerl up: --resume: " << from.err().to_string() << "\n";
+        return 1;
+      }
+      if (from->empty()) {
+        std::cerr << "moerl up: --resume: no earlier run has a committed checkpoint in " << pre->get_string("store.url") << "\n";
+        return 2;
+      }
+      std::printf("moerl up: resuming from the last committed checkpoint of %s\n", from->c_str());
+      o.overrides.push_back("job.resume_from=" + *from);
+    }
+  }
   o.console = a.console;
   o.log_dir = a.run_dir + "/" + run_id + "/logs";
   o.nodes = actors::default_cluster_nodes();
@@ -66,7 +120,11 @@ int run_up(const up_args& a) {
               c.coordinator_join().c_str(), c.console_address().c_str(), c.console_address().c_str());
   std::fflush(stdout);
   bool done = false;
+  bool interrupted = a.no_interrupt;
   std::string last_line;
+  nlohmann::json job_stats;
+  auto last_progress = std::chrono::steady_clock::now();
+  uint64_t last_trained = 0;
   auto deadline = t0 + std::chrono::seconds(a.timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     for (auto& [name, st] : c.exited())
@@ -85,8 +143,41 @@ int run_up(const up_args& a) {
                     s->value("queue_depth", 0ul), s->value("leases", 0ul), acct.value("dispatched", 0ul),
                     acct.value("committed", 0ul), acct.value("trained", 0ul), acct.value("lost", 0ul),
                     acct.value("duplicated", 0ul), s->value("invariant_ok", false) ? "ok" : "BROKEN");
-      if (line != last_line) {
-        std::printf("moerl up: %s\n", line);
+      // The learning figures: the trainer's latest iteration, throughput since the last line.
+      if (auto nodes = c.console("nodes", {}, {}, 2000)) {
+        auto js = trainer_job_stats(*nodes);
+        if (!js.is_null()) job_stats = js;
+      }
+      std::string learn;
+      if (!job_stats.is_null() && !job_stats["reward_curve"].empty()) {
+        const auto& last = job_stats["reward_curve"].back();
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count();
+        const uint64_t trained = acct.value("trained", 0ul);
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "  mean_reward %.3f (random %.3f, max %.1f)  samples/s %.0f  staleness %.2f",
+                      last.value("mean_reward", 0.0), job_stats.value("reward_random", 0.0),
+                      job_stats.value("reward_max", 1.0), dt > 0 ? double(trained - last_trained) / dt : 0.0,
+                      last.value("staleness", 0.0));
+        learn = buf;
+        last_progress = std::chrono::steady_clock::now();
+        last_trained = trained;
+      }
+      // One Spot interruption mid-run, as a rollout node on Spot capacity would get.
+      if (!interrupted && s->value("iteration", 0ul) * 3 >= s->value("iterations", 0ul) && s->value("iteration", 0ul) > 0) {
+        if (auto nodes = c.console("nodes", {}, {}, 2000)) {
+          for (const auto& n : *nodes) {
+            if (n.value("role", "") != "rollout" || n.value("state", "") != "running") continue;
+            const std::string name = n.value("name", "");
+            auto r = c.console("inject", {"spot", name}, {{"deadline", "20"}}, 3000);
+            std::printf("moerl up: >>> injected a Spot interruption notice into %s (deadline 20 s)%s; disable with --no-interrupt\n",
+                        name.c_str(), r ? "" : (" FAILED: " + r.err().to_string()).c_str());
+            interrupted = true;
+            break;
+          }
+        }
+      }
+      if (line != last_line || !learn.empty()) {
+        std::printf("moerl up: %s%s\n", line, learn.c_str());
         std::fflush(stdout);
         last_line = line;
       }
@@ -98,7 +189,21 @@ int run_up(const up_args& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // progress print period
   }
   auto report = c.console("report", {}, {}, 5000);
+  // The trainer reports after announcing a version: give its last figures a moment to land.
+  for (int i = 0; i < 20 && report && report->value("policy_version", 0ul) >
+                                          trainer_job_stats((*report)["nodes"]).value("policy_version", 0ul); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    report = c.console("report", {}, {}, 5000);
+  }
   json out = report ? *report : json{{"error", report.err().to_string()}};
+  if (report) {
+    auto js = trainer_job_stats((*report)["nodes"]);
+    if (!js.is_null()) {
+      for (const char* k : {"task", "difficulty", "reward_random", "reward_max", "reward_curve", "iterations", "resumed_from_version"})
+        if (js.contains(k)) out[k] = js[k];
+      out["policy_iterations"] = out["iterations"].size();
+    }
+  }
   out["run_id"] = run_id;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["provenance"] = collect_provenance();
@@ -126,6 +231,8 @@ void add_up_command(CLI::App& root) {
   cmd->add_option("--report", a.report, "write the run report JSON here (default: <run dir>/report.json)");
   cmd->add_option("--run-dir", a.run_dir, "where run logs and reports go");
   cmd->add_option("--timeout", a.timeout_s, "give up after this many seconds");
+  cmd->add_flag("--no-interrupt", a.no_interrupt, "do not inject the default mid-run Spot interruption into a rollout node");
+  cmd->add_flag("--resume", a.resume, "continue from the newest committed checkpoint of an earlier run in the store");
   cmd->callback([] {
     int rc = run_up(a);
     if (rc != 0) throw CLI::RuntimeError(rc);

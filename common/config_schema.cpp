@@ -120,6 +120,16 @@ const std::vector<key_spec>& config_schema() {
       {"grpo.kl_coef", t::number, "0.0", "weight of the KL penalty to the initial (reference) policy; 0: off", ""},
       {"grpo.seed", t::integer, "1", "seed of prompt generation and sampling", ""},
 
+      // ---- job (the main job: what the runtime runs) -------------------------------
+      {"job.kind", t::string, "grpo",
+       "grpo: GRPO on the MoE policy (job/); modpow: the deterministic test work of actors/", "grpo|modpow"},
+      {"job.store_prefix", t::string, "job",
+       "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)", ""},
+      {"job.checkpoint_every", t::integer, "10",
+       "durable checkpoint every this many policy versions (0: never)", ""},
+      {"job.resume_from", t::string, "",
+       "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
+
       // ---- store (durable plane) ------------------------------------------------
       {"store.url", t::string, "./moerl-data",
        "object store for checkpoints, datasets and run records: a directory, file:///dir or s3://bucket/prefix", ""},

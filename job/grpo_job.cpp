@@ -1,0 +1,402 @@
+#include "job/grpo_job.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "common/log.h"
+#include "policy/adam.h"
+#include "policy/grpo.h"
+#include "policy/model.h"
+#include "policy/reward.h"
+#include "policy/task.h"
+#include "policy/trainer.h"
+#include "store/checkpoint.h"
+#include "store/object_store.h"
+
+namespace moerl::job {
+namespace {
+
+using policy::token_id;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: decorrelates seeds built from ids
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// What every part of the job shares, built once per node from its config.
+struct job_setup {
+  config cfg;
+  std::unique_ptr<policy::task> task;
+  policy::model_config model;
+  policy::grpo_config grpo;
+  policy::adam_config adam;
+  float temperature = 1.0f;
+  uint64_t seed = 1;
+  std::string prefix;
+  std::shared_ptr<store::object_store> store;
+
+  static result<std::shared_ptr<job_setup>> create(const config& cfg) {
+    auto s = std::make_shared<job_setup>();
+    s->cfg = cfg;
+    auto t = policy::make_task(cfg);
+    if (!t) return t.err();
+    s->task = std::move(*t);
+    auto m = policy::model_config::from_config(cfg);
+    if (!m) return m.err();
+    s->model = *m;
+    auto g = policy::grpo_config::from_config(cfg);
+    if (!g) return g.err();
+    s->grpo = *g;
+    s->grpo.group_size = static_cast<int>(cfg.get_int("ledger.group_size"));
+    auto a = policy::adam_config::from_config(cfg);
+    if (!a) return a.err();
+    s->adam = *a;
+    s->temperature = static_cast<float>(cfg.get_double("policy.temperature"));
+    s->seed = static_cast<uint64_t>(cfg.get_int("grpo.seed"));
+    s->prefix = cfg.get_string("job.store_prefix");
+    if (s->model.max_seq_len < s->task->prompt_length() + s->task->max_completion_length())
+      return error{errc::invalid_config, "policy.max_seq_len " + std::to_string(s->model.max_seq_len) +
+                                             " is shorter than the task's prompt + completion"};
+    auto st = store::open_store(cfg.get_string("store.url"), cfg);
+    if (!st) return st.err();
+    s->store = std::shared_ptr<store::object_store>(std::move(*st));
+    return s;
+  }
+};
+
+// ---- rollout ------------------------------------------------------------------------------
+
+class policy_rollout final : public actors::rollout_work {
+ public:
+  explicit policy_rollout(std::shared_ptr<job_setup> setup) : s_(std::move(setup)), rng_(std::random_device{}()) {}
+
+  status init() {
+    exchange_ = policy::make_local_expert_exchange();
+    auto p = policy::moe_policy::create(s_->model, *exchange_);
+    if (!p) return p.err();
+    policy_ = std::move(*p);
+    return {};
+  }
+
+  std::string name() const override { return "grpo-rollout"; }
+
+  // Generates the whole group on its first sample (one batched, KV-cached generation of G
+  // rows) and hands out its rows one by one.
+  result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
+                                            uint32_t index_in_group, uint64_t policy_version) override {
+    if (auto st = use_version(policy_version); !st) return st.err();
+    if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
+        index_in_group >= cached_.completions.size() || index_in_group == 0) {
+      std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size),
+                                              std::vector<token_id>(prompt.begin(), prompt.end()));
+      auto g = policy_->generate(rows, s_->task->max_completion_length(), s_->temperature, rng_);
+      if (!g) return g.err();
+      cached_ = std::move(*g);
+      cached_prompt_ = prompt;
+      cached_version_ = policy_version;
+      cached_group_ = group;
+    }
+    if (index_in_group >= cached_.completions.size())
+      return error{errc::invalid_argument, "index_in_group " + std::to_string(index_in_group) +
+                                               " is not below the group size " + std::to_string(cached_.completions.size())};
+    actors::generated_sample out;
+    out.group = group;
+    out.index_in_group = index_in_group;
+    out.prompt = prompt;
+    out.tokens.assign(cached_.completions[index_in_group].begin(), cached_.completions[index_in_group].end());
+    out.logprobs = cached_.logprobs[index_in_group];
+    return out;
+  }
+
+ private:
+  // Loads the weights of `version` unless they are loaded already. Version 0 is the
+  // initialisation from policy.seed, which every replica computes itself.
+  status use_version(uint64_t version) {
+    if (version == loaded_version_) return {};
+    if (version == 0) {
+      auto p = policy::moe_policy::create(s_->model, *exchange_);
+      if (!p) return p.err();
+      policy_ = std::move(*p);
+      loaded_version_ = 0;
+      return {};
+    }
+    auto bytes = s_->store->get(weights_key(s_->prefix, version));
+    if (!bytes) return error{bytes.err().code, "weights of policy version " + std::to_string(version) + ": " + bytes.err().message};
+    auto hash = s_->store->get(weights_key(s_->prefix, version) + ".hash");
+    if (!hash) return hash.err();
+    if (policy::content_hash(*bytes) != *hash)
+      return error{errc::malformed_message, "weights of policy version " + std::to_string(version) +
+                                                " do not match their content hash"};
+    if (auto st = policy_->load(*bytes); !st) return st;
+    loaded_version_ = version;
+    logger("rollout")->debug("loaded policy version {} ({})", version, *hash);
+    return {};
+  }
+
+  std::shared_ptr<job_setup> s_;
+  std::unique_ptr<policy::expert_exchange> exchange_;
+  std::unique_ptr<policy::moe_policy> policy_;
+  uint64_t loaded_version_ = 0;
+  std::mt19937_64 rng_;
+  policy::generation cached_;
+  std::vector<uint32_t> cached_prompt_;
+  uint64_t cached_version_ = ~0ull;
+  uint32_t cached_group_ = ~0u;
+};
+
+// ---- reward -------------------------------------------------------------------------------
+
+class policy_reward final : public actors::reward_function {
+ public:
+  policy_reward(std::shared_ptr<job_setup> s, std::unique_ptr<policy::reward_model> rm)
+      : s_(std::move(s)), rm_(std::move(rm)) {}
+  result<float> score(const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& tokens) const override {
+    auto r = rm_->score(std::vector<token_id>(prompt.begin(), prompt.end()),
+                        std::vector<token_id>(tokens.begin(), tokens.end()));
+    if (!r) return r.err();
+    return static_cast<float>(*r);
+  }
+
+ private:
+  std::shared_ptr<job_setup> s_;  // the reward model refers to its task
+  std::unique_ptr<policy::reward_model> rm_;
+};
+
+// ---- trainer ------------------------------------------------------------------------------
+
+class grpo_trainer final : public actors::trainer_step {
+ public:
+  explicit grpo_trainer(std::shared_ptr<job_setup> s) : s_(std::move(s)) {}
+
+  status init() {
+    const auto& cfg = s_->cfg;
+    groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") * cfg.get_int("actors.groups_per_unit"));
+    checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    exchange_ = policy::make_local_expert_exchange();
+    auto p = policy::moe_policy::create(s_->model, *exchange_);
+    if (!p) return p.err();
+    policy_ = std::move(*p);
+    opt_ = std::make_unique<policy::adam>(s_->adam, policy_->layout().num_floats());
+    if (s_->grpo.kl_coef > 0) {
+      ref_exchange_ = policy::make_local_expert_exchange();
+      auto r = policy::moe_policy::create(s_->model, *ref_exchange_);
+      if (!r) return r.err();
+      ref_ = std::move(*r);
+    }
+    const std::string resume = cfg.get_string("job.resume_from");
+    if (!resume.empty()) return resume_from(resume);
+    return {};
+  }
+
+  uint64_t version() const { return version_; }
+
+  result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
+    actors::train_result out;
+    const auto t_recv = std::chrono::steady_clock::now();
+    std::map<uint64_t, size_t> groups_in_batch;
+    for (const auto& m : batch) {
+      if (m.logprobs.size() != m.tokens.size() || !m.rewarded) {
+        ++out.bad;
+        continue;
+      }
+      policy::sample s;
+      s.prompt.assign(m.prompt_tokens.begin(), m.prompt_tokens.end());
+      s.completion.assign(m.tokens.begin(), m.tokens.end());
+      s.behaviour_logprobs = m.logprobs;
+      s.reward = m.reward;
+      s.group = static_cast<int64_t>(m.group_id);
+      s.policy_version = m.policy_version;
+      groups_in_batch[m.group_id]++;
+      pending_.push_back(std::move(s));
+    }
+    out.groups = groups_in_batch.size();
+    pending_groups_ += groups_in_batch.size();
+    if (!first_batch_) first_batch_ = t_recv;
+    if (pending_groups_ < groups_per_step_) return out;
+
+    // One policy iteration's worth of groups: one GRPO step.
+    const double t_wait = std::chrono::duration<double>(t_recv - *first_batch_).count();
+    auto t0 = std::chrono::steady_clock::now();
+    const auto adv = policy::group_advantages(pending_);
+    double mean_reward = 0, staleness = 0;
+    for (const auto& s : pending_) {
+      mean_reward += s.reward;
+      staleness += double(version_ - std::min(version_, s.policy_version));
+    }
+    mean_reward /= double(pending_.size());
+    staleness /= double(pending_.size());
+    policy::update_stats us;
+    double grad_norm = 0;
+    for (int e = 0; e < s_->grpo.epochs; ++e) {
+      auto u = policy::grpo_gradient(*policy_, pending_, adv, s_->grpo, s_->temperature, ref_.get(), &grads_);
+      if (!u) return u.err();
+      us = *u;
+      auto norm = opt_->step(policy_->params(), grads_);
+      if (!norm) return norm.err();
+      grad_norm = *norm;
+    }
+    const double t_train = seconds_since(t0);
+    ++version_;
+
+    t0 = std::chrono::steady_clock::now();
+    const std::string bytes = policy_->serialize();
+    const std::string hash = policy::content_hash(bytes);
+    // Weights before the hash object, and both before the announcement: a rollout that
+    // hears of version v always finds it complete.
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st.err();
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", hash); !st) return st.err();
+    // Older versions go once no admissible sample can still be generated from them (a lease
+    // names at most the version current when it was granted).
+    const uint64_t keep = static_cast<uint64_t>(s_->cfg.get_int("buffer.max_staleness")) + 3;
+    if (version_ > keep) {
+      (void)s_->store->remove(weights_key(s_->prefix, version_ - keep));
+      (void)s_->store->remove(weights_key(s_->prefix, version_ - keep) + ".hash");
+    }
+    const double t_weights = seconds_since(t0);
+
+    curve_.push_back({{"iteration", version_}, {"mean_reward", mean_reward}, {"samples", pending_.size()},
+                      {"groups", pending_groups_}, {"staleness", staleness},
+                      {"clip_fraction", us.grpo.clip_fraction}, {"grad_norm", grad_norm},
+                      {"load_imbalance", us.load_imbalance}});
+    double t_checkpoint = 0;
+    if (checkpoint_every_ > 0 && version_ % checkpoint_every_ == 0) {
+      t0 = std::chrono::steady_clock::now();
+      if (auto st = checkpoint(bytes, hash); !st) return st.err();
+      t_checkpoint = seconds_since(t0);
+    }
+    timings_.push_back({{"iteration", version_}, {"t_buffer", t_wait}, {"t_train", t_train},
+                        {"t_weights", t_weights}, {"t_checkpoint", t_checkpoint}});
+    pending_.clear();
+    pending_groups_ = 0;
+    first_batch_.reset();
+
+    out.new_version = true;
+    out.manifest.version = version_;
+    out.manifest.content_hash = hash;
+    out.manifest.total_bytes = bytes.size();
+    out.manifest.parts.push_back({weights_key(s_->prefix, version_), 0, bytes.size(), hash});
+    out.manifest.created_unix_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    return out;
+  }
+
+  nlohmann::json stats() const override {
+    return {{"kind", "grpo"},
+            {"task", s_->task->name()},
+            {"difficulty", s_->task->difficulty()},
+            {"reward_random", s_->task->reward_random()},
+            {"reward_max", s_->task->reward_max()},
+            {"policy_version", version_},
+            {"resumed_from_version", resumed_from_},
+            {"pending_groups", pending_groups_},
+            {"reward_curve", curve_},
+            {"iterations", timings_}};
+  }
+
+ private:
+  status checkpoint(const std::string& param_bytes, const std::string& hash) {
+    nlohmann::json meta{{"policy_version", version_}, {"content_hash", hash}, {"reward_curve", curve_},
+                        {"task", s_->task->name()}, {"difficulty", s_->task->difficulty()}};
+    auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
+                                     {{"params", param_bytes}, {"adam", opt_->serialize()}}, meta);
+    if (!m) return m.err();
+    logger("trainer")->info("checkpoint of policy version {} committed ({})", version_, m->content_hash);
+    return {};
+  }
+
+  status resume_from(const std::string& prefix) {
+    auto m = store::latest_committed(*s_->store, checkpoint_prefix(prefix));
+    if (!m) return error{m.err().code, "job.resume_from " + prefix + ": " + m.err().message};
+    auto parts = store::read_checkpoint(*s_->store, checkpoint_prefix(prefix), *m);
+    if (!parts) return parts.err();
+    for (const auto& p : *parts) {
+      if (p.name == "params") {
+        if (auto st = policy_->load(p.bytes); !st) return st;
+      } else if (p.name == "adam") {
+        if (auto st = opt_->load(p.bytes); !st) return st;
+      }
+    }
+    version_ = m->step;
+    resumed_from_ = version_;
+    if (m->meta.contains("reward_curve")) curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
+    // Republish the resumed weights under this run's prefix so rollouts can load them.
+    const std::string bytes = policy_->serialize();
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st;
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", policy::content_hash(bytes)); !st) return st;
+    logger("trainer")->info("resumed from {} at policy version {}", prefix, version_);
+    return {};
+  }
+
+  std::shared_ptr<job_setup> s_;
+  std::unique_ptr<policy::expert_exchange> exchange_, ref_exchange_;
+  std::unique_ptr<policy::moe_policy> policy_, ref_;
+  std::unique_ptr<policy::adam> opt_;
+  std::vector<float> grads_;
+  std::vector<policy::sample> pending_;
+  size_t pending_groups_ = 0;
+  size_t groups_per_step_ = 1;
+  uint64_t checkpoint_every_ = 0;
+  uint64_t version_ = 0;
+  uint64_t resumed_from_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_batch_;
+  std::vector<nlohmann::json> curve_, timings_;
+};
+
+// ---- the job ------------------------------------------------------------------------------
+
+class grpo_job final : public actors::job {
+ public:
+  explicit grpo_job(std::shared_ptr<job_setup> s) : s_(std::move(s)) {}
+  std::string name() const override { return "grpo"; }
+
+  result<std::vector<uint32_t>> prompt(uint64_t group_id) const override {
+    std::mt19937_64 rng(mix(s_->seed ^ mix(group_id)));
+    auto p = s_->task->generate(rng);
+    return std::vector<uint32_t>(p.tokens.begin(), p.tokens.end());
+  }
+  result<std::unique_ptr<actors::rollout_work>> make_rollout_work() override {
+    auto w = std::make_unique<policy_rollout>(s_);
+    if (auto st = w->init(); !st) return st.err();
+    return std::unique_ptr<actors::rollout_work>(std::move(w));
+  }
+  result<std::unique_ptr<actors::reward_function>> make_reward() override {
+    auto rm = policy::make_reward(s_->cfg, *s_->task);
+    if (!rm) return rm.err();
+    return std::unique_ptr<actors::reward_function>(new policy_reward(s_, std::move(*rm)));
+  }
+  result<std::unique_ptr<actors::trainer_step>> make_trainer() override {
+    auto t = std::make_unique<grpo_trainer>(s_);
+    if (auto st = t->init(); !st) return st.err();
+    return std::unique_ptr<actors::trainer_step>(std::move(t));
+  }
+
+ private:
+  std::shared_ptr<job_setup> s_;
+};
+
+}  // namespace
+
+std::string weights_key(const std::string& prefix, uint64_t version) {
+  return prefix + "/weights/v" + std::to_string(version);
+}
+std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
+
+result<std::shared_ptr<actors::job>> make_job(const config& cfg, const std::string& role) {
+  (void)role;
+  const std::string kind = cfg.get_string("job.kind");
+  if (kind == "modpow") return actors::make_modpow_job(cfg);
+  auto s = job_setup::create(cfg);
+  if (!s) return s.err();
+  return std::shared_ptr<actors::job>(std::make_shared<grpo_job>(*s));
+}
+
+}  // namespace moerl::job
