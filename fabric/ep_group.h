@@ -53,6 +53,10 @@ struct ep_config {
   // low_latency only: how many adjacent receive slots (entries bound for one rank) one
   // write may fill. 1 is DeepEP's one write per (token, expert).
   int64_t ll_entries_per_write = 1;
+  // normal only: ranks per node (0: all ranks are one node). Across nodes a token crosses
+  // to each destination node once, to the rank there with the sender's local index,
+  // which forwards it to the node's ranks that need it (and reduces on the way back).
+  int ranks_per_node = 0;
   int64_t op_timeout_ms = 10000;     // a step not complete within this fails
 };
 

@@ -9,7 +9,9 @@ namespace moerl::fabric::proto {
 //   bits 31..30  kind   (imm_kind)
 //   bits 29..26  step   (step number mod 16)
 //   bits 25..14  source rank in the group (< 4096)
-//   bits 13..0   zero (reserved)
+//   bit  13      forwarded: a count or write of the intra-node forwarding phase (normal
+//                mode across nodes), counted apart from the direct phase
+//   bits 12..0   zero (reserved)
 enum imm_kind : uint32_t {
   imm_count = 0,     // a count record landed in the ctrl region
   imm_dispatch = 1,  // a dispatch data write landed
@@ -19,13 +21,15 @@ enum imm_kind : uint32_t {
 constexpr uint32_t step_slots = 16;
 constexpr int max_ranks = 4096;
 
-constexpr uint32_t make_imm(imm_kind kind, uint32_t step, uint32_t src) {
-  return (static_cast<uint32_t>(kind) << 30) | ((step % step_slots) << 26) | (src << 14);
+constexpr uint32_t make_imm(imm_kind kind, uint32_t step, uint32_t src, uint32_t forwarded = 0) {
+  return (static_cast<uint32_t>(kind) << 30) | ((step % step_slots) << 26) | (src << 14) |
+         (forwarded << 13);
 }
 constexpr uint32_t imm_kind_of(uint32_t imm) { return imm >> 30; }
 constexpr uint32_t imm_step_of(uint32_t imm) { return (imm >> 26) & 0xf; }
 constexpr uint32_t imm_src_of(uint32_t imm) { return (imm >> 14) & 0xfff; }
-constexpr uint32_t imm_reserved_bits(uint32_t imm) { return imm & 0x3fff; }
+constexpr uint32_t imm_forwarded_of(uint32_t imm) { return (imm >> 13) & 1; }
+constexpr uint32_t imm_reserved_bits(uint32_t imm) { return imm & 0x1fff; }
 
 // What each rank writes into every peer's ctrl region at the start of a dispatch.
 struct count_record {
@@ -34,7 +38,8 @@ struct count_record {
 };
 
 // Metadata after the hidden payload of a normal-mode dispatch row.
-//   int32 token; int32 reserved; int32 topk_idx[topk]; float topk_weight[topk]
+//   int32 token; int32 source rank; int32 topk_idx[topk]; float topk_weight[topk]
+// (the source rank survives forwarding through a gateway rank).
 constexpr int64_t normal_meta_bytes(int topk) { return 8 + 8 * static_cast<int64_t>(topk); }
 
 // Metadata after the hidden payload of a low-latency or baseline row.

@@ -173,16 +173,39 @@ std::vector<char> reference_combine(const workload_params& p, const std::vector<
     const char* x = in.x.data() + t * H * elt;
     std::fill(acc.begin(), acc.end(), 0.0f);
     if (mode == ep_mode::normal) {
-      // Partial per destination rank (k ascending, rounded to dtype), summed in rank order.
+      // Partial per rank (k ascending, rounded to dtype). Ranks of our node are summed
+      // directly; another node's ranks are first summed (rank order, rounded) by that node's
+      // gateway; the source adds the terms in the order of the rank each came from.
+      const int R = p.ranks_per_node > 0 ? p.ranks_per_node : p.num_ranks;
+      std::vector<std::vector<float>> partial(p.num_ranks);
       for (int d = 0; d < p.num_ranks; ++d) {
         bool any = false;
-        std::fill(part.begin(), part.end(), 0.0f);
+        std::vector<float> pr(H, 0.0f);
         for (int k = 0; k < p.topk; ++k) {
           const int64_t e = in.topk_idx[t * p.topk + k];
           if (e < 0 || e / le != d) continue;
           any = true;
           const float w = in.topk_weights[t * p.topk + k];
-          for (int64_t h = 0; h < H; ++h) part[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
+          for (int64_t h = 0; h < H; ++h) pr[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
+        }
+        if (!any) continue;
+        for (int64_t h = 0; h < H; ++h) pr[h] = round_dtype(p, pr[h]);
+        partial[d] = std::move(pr);
+      }
+      for (int dest = 0; dest < p.num_ranks; ++dest) {
+        if (dest / R == rank / R) {
+          if (partial[dest].empty()) continue;
+          for (int64_t h = 0; h < H; ++h) acc[h] += 1.0f * partial[dest][h];
+          continue;
+        }
+        if (dest % R != rank % R) continue;  // not our gateway on that node
+        const int node = dest / R;
+        bool any = false;
+        std::fill(part.begin(), part.end(), 0.0f);
+        for (int d = node * R; d < node * R + R; ++d) {
+          if (partial[d].empty()) continue;
+          any = true;
+          for (int64_t h = 0; h < H; ++h) part[h] += 1.0f * partial[d][h];
         }
         if (!any) continue;
         for (int64_t h = 0; h < H; ++h) acc[h] += 1.0f * round_dtype(p, part[h]);

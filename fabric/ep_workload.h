@@ -26,6 +26,8 @@ struct workload_params {
   bool vary_tokens = false;         // ranks get different token counts (rank r: fewer)
   int zero_tokens_rank = -1;        // this rank dispatches zero tokens
   uint64_t seed = 1;
+  int ranks_per_node = 0;           // normal mode's node grouping (0: one node); sets the
+                                    // reference combine's summation order
 };
 
 struct rank_inputs {

@@ -72,6 +72,38 @@ INSTANTIATE_TEST_SUITE_P(modes, ep_threads,
                                            combo{"tcp", false, 3, ep_mode::low_latency}),
                          combo_name);
 
+struct node_case {
+  std::string provider;
+  int ranks, ranks_per_node;
+};
+
+class ep_nodes : public ::testing::TestWithParam<node_case> {};
+
+// Normal mode with the ranks split into nodes: a token crosses to each other node once and
+// is forwarded inside it; results match the reference in that path's summation order.
+TEST_P(ep_nodes, tokens_cross_to_each_node_once_and_fan_out_inside_it) {
+  const node_case k = GetParam();
+  ep_case c;
+  c.provider = k.provider;
+  c.shim = true;
+  c.mode = ep_mode::normal;
+  c.ranks_per_node = k.ranks_per_node;
+  c.steps = 12;
+  auto report = launch_processes(k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
+  ASSERT_TRUE(report.ok()) << report.err().to_string();
+  for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(nodes, ep_nodes,
+                         ::testing::Values(node_case{"shm", 4, 2}, node_case{"shm", 8, 2},
+                                           node_case{"shm", 8, 4}, node_case{"tcp", 4, 2},
+                                           node_case{"shm", 4, 1}),
+                         [](const auto& info) {
+                           return std::string(info.param.provider == "shm" ? "shm_" : "tcp_") +
+                                  std::to_string(info.param.ranks) + "ranks_" +
+                                  std::to_string(info.param.ranks_per_node) + "per_node";
+                         });
+
 TEST(ep_ll_batched, low_latency_writes_filling_several_slots_still_match_the_reference) {
   for (const char* prov : {"shm", "tcp"}) {
     ep_case c;

@@ -24,6 +24,7 @@ struct ep_case {
   int64_t tokens = 40;
   int steps = 18;  // more than 16, so the step field of the immediates wraps around
   int64_t ll_entries_per_write = 1;
+  int ranks_per_node = 0;  // normal mode: > 0 splits the ranks into nodes (two-level path)
 };
 
 // The workload of step `step`: cycles through the edge cases the EP layer must survive.
@@ -36,6 +37,7 @@ inline workload_params step_workload(const ep_case& c, int num_ranks, int step) 
   p.dtype = c.dtype;
   p.tokens_per_rank = c.tokens;
   p.seed = 100 + static_cast<uint64_t>(step);
+  p.ranks_per_node = c.ranks_per_node;
   switch (step % 5) {
     case 0: p.routing = "uniform"; break;
     case 1: p.routing = "zipf"; break;                  // skewed expert load
@@ -92,6 +94,7 @@ inline ep_config config_for(const ep_case& c) {
   cfg.chunk_bytes = 4096;  // small chunks: many writes per peer, so reordering has room
   cfg.op_timeout_ms = 20000;
   cfg.ll_entries_per_write = c.ll_entries_per_write;
+  cfg.ranks_per_node = c.ranks_per_node;
   return cfg;
 }
 
