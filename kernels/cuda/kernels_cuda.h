@@ -3,9 +3,11 @@
 // combine.h, expert_ffn.h, dtypes.h), with a cudaStream_t instead of a thread_pool. One
 // header for all twins because each declaration only restates its CPU twin; read the CPU
 // header for the contract. All pointers are device pointers unless marked "host". Every
-// function enqueues work on `stream` and returns without synchronising, except where noted;
-// input validation that needs the data (expert ids, slots) is done by the CPU twins only:
-// out-of-range ids are skipped here instead of reported.
+// function enqueues work on `stream` and returns without synchronising. Shapes are checked
+// on the host as on the CPU; the data itself is not (that would need a device-to-host sync
+// per call): expert ids outside [0, num_experts) are skipped by the routing, statistics and
+// layout kernels, and slot maps must be what get_dispatch_layout produced (unique, in
+// range). Check a table from an untrusted source with the CPU twin first.
 // Built only when MOERL_HAVE_CUDA; include only from code compiled under that definition.
 #pragma once
 
