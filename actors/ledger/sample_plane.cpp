@@ -141,19 +141,29 @@ result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_pt
     return ok_status();
   };
   if (auto s = connect(); !s) return error(s.err().code, endpoint + ": " + s.err().message);
-  // Hello: the shard starts granting credits to this routing id.
-  messages::credit hello;
-  hello.consumer = name;
-  hello.credits = 0;
-  if (auto s = send_frame(p->sock_, messages::encode(hello), 0); !s) return s.err();
+  // Hello: a backlog of 0 registers this routing id with the shard.
+  if (auto s = p->declare_backlog(0); !s) return s.err();
   return p;
 }
 
 sample_producer::~sample_producer() { close_socket(sock_); }
 
+status sample_producer::declare_backlog(uint32_t num_samples) {
+  messages::credit demand;
+  demand.consumer = name_;
+  demand.credits = num_samples;
+  auto s = send_frame(sock_, messages::encode(demand), 0);
+  if (s && num_samples > 0) asked_ = true;
+  return s;
+}
+
 status sample_producer::try_send(const messages::sample& s) {
-  if (credits_ == 0)
+  if (credits_ == 0) {
+    if (!asked_) {
+      if (auto d = declare_backlog(1); !d) return d;
+    }
     return error(errc::capacity_exceeded, "producer " + name_ + ": no credit from the shard");
+  }
   auto st = send_frame(sock_, messages::encode(s), 0);
   if (!st) return st;
   --credits_;
@@ -175,6 +185,7 @@ status sample_producer::poll(int timeout_ms) {
       continue;
     }
     credits_ += c->credits;
+    if (c->credits > 0) asked_ = false;
   }
 }
 
@@ -256,9 +267,11 @@ shard_service::~shard_service() { close_socket(sock_); }
 
 uint64_t shard_service::credits_outstanding() const {
   uint64_t n = 0;
-  for (const auto& [id, c] : outstanding_) n += c;
+  for (const auto& [id, p] : producers_) n += p.granted > p.received ? p.granted - p.received : 0;
   return n;
 }
+
+void shard_service::forget_producer(const std::string& name) { producers_.erase(name); }
 
 std::vector<consumption> shard_service::take_consumed() {
   std::vector<consumption> out;
@@ -288,8 +301,8 @@ result<size_t> shard_service::pump(int timeout_ms) {
     }
     if (*k == messages::kind::sample) {
       auto smp = messages::decode<messages::sample>(body);
-      auto it = outstanding_.find(peer);
-      if (it != outstanding_.end() && it->second > 0) --it->second;
+      auto it = producers_.find(peer);
+      if (it != producers_.end()) ++it->second.received;
       if (!smp) {
         ++bad_frames_;
         continue;
@@ -298,7 +311,14 @@ result<size_t> shard_service::pump(int timeout_ms) {
       // granted again below, since a refused sample takes no room.
       (void)shard_->admit(std::move(*smp));
     } else if (*k == messages::kind::credit) {
-      outstanding_.emplace(peer, 0);  // hello from a producer
+      auto demand = messages::decode<messages::credit>(body);
+      if (!demand) {
+        ++bad_frames_;
+        continue;
+      }
+      // Every sample the producer sent before this declaration has been received (FIFO).
+      auto& p = producers_[peer];
+      p.demand = p.received + demand->credits;
     } else if (*k == messages::kind::batch_request) {
       auto req = messages::decode<messages::batch_request>(body);
       if (!req || req->num_groups == 0) {
@@ -335,18 +355,27 @@ status shard_service::grant_credits() {
   uint64_t out = credits_outstanding();
   uint64_t free = shard_->free_samples();
   uint64_t budget = free > out ? free - out : 0;
-  for (auto& [peer, owed] : outstanding_) {
-    if (budget == 0) break;
-    if (owed >= plane_.credits_per_producer) continue;
-    uint64_t give = std::min<uint64_t>(plane_.credits_per_producer - owed, budget);
+  if (budget == 0 || producers_.empty()) return ok_status();
+  // Start after the producer served first last time, so that none is starved.
+  auto start = producers_.upper_bound(next_grant_);
+  for (size_t i = 0; i < producers_.size() && budget > 0; ++i, ++start) {
+    if (start == producers_.end()) start = producers_.begin();
+    const std::string& peer = start->first;
+    producer_state& p = start->second;
+    uint64_t held = p.granted > p.received ? p.granted - p.received : 0;
+    uint64_t target = std::min<uint64_t>(p.demand, p.received + plane_.credits_per_producer);
+    uint64_t granted_to = p.received + held;
+    if (target <= granted_to) continue;
+    uint64_t give = std::min<uint64_t>(target - granted_to, budget);
     messages::credit c;
     c.consumer = shard_->options().name;
     c.credits = uint32_t(give);
     auto s = send_frame(sock_, peer, ZMQ_SNDMORE);
     if (s) s = send_frame(sock_, messages::encode(c), 0);
     if (!s) continue;  // peer gone (EHOSTUNREACH); its credit is not counted
-    owed += give;
+    p.granted = granted_to + give;
     budget -= give;
+    next_grant_ = peer;
   }
   return ok_status();
 }

@@ -4,11 +4,15 @@
 //   producer (DEALER) --sample--> shard (ROUTER) <--batch_request-- trainer (DEALER)
 //            <--credit--                          --batch-->
 //
-// A producer says hello with credit{consumer=<its name>, credits=0}; the shard then grants
-// credits (credit{consumer=<shard name>, credits=n}) and a producer sends one sample per
-// credit. The shard never has more credits outstanding than free capacity, so resident
-// samples + samples in transit <= capacity: a slow trainer slows producers and nothing
-// grows without bound.
+// Credit is demand-driven. A producer declares its backlog with
+// credit{consumer=<its name>, credits=n}: "I intend to send n more samples" (n=0 is the
+// hello at connect). The shard grants increments credit{consumer=<shard name>, credits=k}
+// up to that demand, at most credits_per_producer outstanding per producer, rotating among
+// producers, and never more in total than its free capacity: resident samples + samples in
+// transit <= capacity, so a slow trainer slows producers and nothing grows without bound.
+// Because a producer is only granted what it asked for, an idle producer holds no credit
+// that others need. The shard learns the demand exactly: a declaration arrives after every
+// sample sent before it (one connection is FIFO), so demand = received + n.
 //
 // Threading: every object here is NON-BLOCKING and owned by ONE thread (ZeroMQ sockets
 // are not thread-safe). Call poll(timeout_ms) from the owner's loop or from an actor's
@@ -56,7 +60,12 @@ class sample_producer {
                                                           const std::string& name);
   ~sample_producer();
 
+  // Tells the shard how many samples this producer still intends to send (e.g. a lease's
+  // num_samples() when it starts a unit). Credit is granted up to it.
+  status declare_backlog(uint32_t num_samples);
   // Sends when a credit is available; errc::capacity_exceeded otherwise (poll and retry).
+  // Out of credit with no declaration pending, it declares a backlog of 1 itself, so a
+  // caller that never declares still progresses, one round trip per sample.
   status try_send(const messages::sample& s);
   // Reads credit grants; waits up to timeout_ms for the first one (0: don't wait).
   status poll(int timeout_ms);
@@ -70,6 +79,7 @@ class sample_producer {
   void* sock_ = nullptr;
   std::string name_;
   uint32_t credits_ = 0;
+  bool asked_ = false;  // a declaration is waiting for its grant
   uint64_t sent_ = 0;
   uint64_t bad_frames_ = 0;
 };
@@ -127,6 +137,9 @@ class shard_service {
 
   uint64_t credits_outstanding() const;  // granted and not yet used, all producers
   uint64_t num_bad_frames() const { return bad_frames_; }
+  // Releases the credit reserved for a producer that is gone (its worker was declared
+  // dead); `name` is the producer's name (its routing id). Unknown names are ignored.
+  void forget_producer(const std::string& name);
 
  private:
   shard_service() = default;
@@ -138,7 +151,13 @@ class shard_service {
   std::string endpoint_;
   sample_plane_options plane_;
   std::unique_ptr<buffer_shard> shard_;
-  std::map<std::string, uint64_t> outstanding_;  // routing id -> credits granted, unused
+  struct producer_state {
+    uint64_t received = 0;  // samples received from it, ever
+    uint64_t granted = 0;   // credits granted to it, ever
+    uint64_t demand = 0;    // received + its last declared backlog
+  };
+  std::map<std::string, producer_state> producers_;  // by routing id
+  std::string next_grant_;  // rotation: grants start at this producer
   std::map<std::string, uint32_t> waiting_;      // trainer routing id -> groups asked for
   std::vector<consumption> consumed_;
   uint64_t bad_frames_ = 0;

@@ -80,6 +80,7 @@ TEST_F(plane, a_slow_trainer_slows_producers_and_memory_stays_bounded) {
     for (group_id g : {u * 10, u * 10 + 1})
       for (uint32_t i = 0; i < kG; ++i) todo.push_back(make(u, 1, seq++, g, i));
   }
+  ASSERT_TRUE((*prod)->declare_backlog(uint32_t(todo.size())).ok());
   size_t next = 0;
   std::map<group_id, int> served;  // group -> times received by the trainer
   size_t refused_for_credit = 0;
@@ -131,6 +132,81 @@ TEST_F(plane, a_slow_trainer_slows_producers_and_memory_stays_bounded) {
   EXPECT_EQ((*prod)->num_sent(), todo.size());
 }
 
+TEST_F(plane, credits_are_shared_so_many_producers_cannot_overfill_the_shard) {
+  constexpr uint64_t kCapacity = 12;  // three groups
+  constexpr int kProducers = 3;
+  auto svc = bind(kCapacity, 64);  // per-producer limit far above capacity: capacity binds
+  ASSERT_TRUE(svc);
+  std::vector<std::unique_ptr<sample_producer>> prods;
+  std::vector<std::vector<messages::sample>> todo(kProducers);
+  for (int p = 0; p < kProducers; ++p) {
+    auto c = sample_producer::connect(ctx, svc->endpoint(), "p" + std::to_string(p));
+    ASSERT_TRUE(c.ok());
+    prods.push_back(std::move(*c));
+    // Producer p owns units p+1, p+4, ...: one group each.
+    for (unit_id u = p + 1; u <= 12; u += kProducers) {
+      svc->shard().apply({ledger_event::kind::attempt_opened, "s0", u, 1, {u * 10}, kG});
+      for (uint32_t i = 0; i < kG; ++i) todo[p].push_back(make(u, 1, i, u * 10, i));
+    }
+  }
+  for (int p = 0; p < kProducers; ++p)
+    ASSERT_TRUE(prods[p]->declare_backlog(uint32_t(todo[p].size())).ok());
+  auto trainer = batch_consumer::connect(ctx, svc->endpoint(), "t0");
+  ASSERT_TRUE(trainer.ok());
+  std::vector<size_t> next(kProducers, 0);
+  std::set<group_id> served;
+  bool asked = false;
+  uint64_t max_bound = 0;
+  for (int round = 0; round < 200000 && served.size() < 12; ++round) {
+    for (int p = 0; p < kProducers; ++p) {
+      ASSERT_TRUE(prods[p]->poll(0).ok());
+      while (next[p] < todo[p].size() && prods[p]->try_send(todo[p][next[p]]).ok()) ++next[p];
+    }
+    ASSERT_TRUE(svc->pump(1).ok());
+    for (const auto& ack : svc->take_acks())
+      svc->shard().apply({ledger_event::kind::unit_committed, "s0", ack.unit, ack.attempt, {}, 0});
+    uint64_t granted_not_used = 0;
+    for (auto& pr : prods) granted_not_used += pr->credits();
+    max_bound = std::max(max_bound, svc->shard().stats().resident_samples + svc->credits_outstanding());
+    ASSERT_LE(svc->shard().stats().resident_samples + granted_not_used, kCapacity);
+    if (!asked && round % 8 == 0) {
+      ASSERT_TRUE((*trainer)->request(1).ok());
+      asked = true;
+    }
+    auto b = (*trainer)->poll(0);
+    ASSERT_TRUE(b.ok());
+    if (*b) {
+      asked = false;
+      for (const auto& smp : (*b)->samples) served.insert(smp.group_id);
+    }
+  }
+  EXPECT_EQ(served.size(), 12u);
+  EXPECT_LE(max_bound, kCapacity);
+  EXPECT_EQ(svc->shard().stats().rejected_full, 0u);
+}
+
+TEST_F(plane, a_producer_that_never_declares_still_progresses_and_an_idle_one_holds_no_credit) {
+  auto svc = bind(64, 16);
+  ASSERT_TRUE(svc);
+  auto lazy = sample_producer::connect(ctx, svc->endpoint(), "lazy");
+  auto idle = sample_producer::connect(ctx, svc->endpoint(), "idle");
+  ASSERT_TRUE(lazy.ok() && idle.ok());
+  svc->shard().apply({ledger_event::kind::attempt_opened, "s0", 1, 1, {10}, kG});
+  uint32_t next = 0;
+  for (int round = 0; round < 100000 && next < kG; ++round) {
+    ASSERT_TRUE((*lazy)->poll(0).ok());
+    ASSERT_TRUE((*idle)->poll(0).ok());
+    if ((*lazy)->try_send(make(1, 1, next, 10, next)).ok()) ++next;
+    ASSERT_TRUE(svc->pump(1).ok());
+  }
+  EXPECT_EQ(next, kG);
+  EXPECT_EQ((*idle)->credits(), 0u) << "credit goes only where it was asked for";
+  for (int round = 0; round < 100000 && svc->shard().stats().received < kG; ++round)
+    ASSERT_TRUE(svc->pump(1).ok());
+  EXPECT_EQ(svc->shard().take_acks().size(), 1u);
+  EXPECT_EQ(svc->credits_outstanding(), 0u);
+}
+
 TEST_F(plane, duplicates_and_fenced_samples_replayed_over_the_socket_are_dropped) {
   auto svc = bind(64, 64, "ipc:///tmp/moerl-ledger-test-" + std::to_string(::getpid()));
   ASSERT_TRUE(svc);
@@ -141,6 +217,7 @@ TEST_F(plane, duplicates_and_fenced_samples_replayed_over_the_socket_are_dropped
   for (uint32_t i = 0; i < kG; ++i) replay.push_back(make(1, 2, i, 10, i));
   replay.push_back(make(1, 2, 0, 10, 0));  // duplicate
   replay.push_back(make(1, 1, 0, 10, 0));  // attempt 1 is fenced by 2
+  ASSERT_TRUE((*prod)->declare_backlog(uint32_t(replay.size())).ok());
   size_t next = 0;
   for (int round = 0; round < 100000 && svc->shard().stats().received < replay.size(); ++round) {
     ASSERT_TRUE((*prod)->poll(0).ok());
@@ -168,6 +245,7 @@ TEST_F(plane, garbage_frames_from_a_peer_are_counted_and_the_shard_keeps_serving
   ASSERT_EQ(zmq_send(raw, "x", 1, 0), 1);
   auto prod = sample_producer::connect(ctx, svc->endpoint(), "p0");
   ASSERT_TRUE(prod.ok());
+  ASSERT_TRUE((*prod)->declare_backlog(100).ok());
   for (int round = 0; round < 100000 && (svc->num_bad_frames() < 2 || (*prod)->credits() == 0);
        ++round) {
     ASSERT_TRUE(svc->pump(1).ok());

@@ -176,6 +176,7 @@ nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
     std::thread producer([&] {
       auto prod = sample_producer::connect(ctx, svc->endpoint(), "p0");
       if (!prod) return fail(prod.err().to_string());
+      if (auto d = (*prod)->declare_backlog(uint32_t(total)); !d) return fail(d.err().to_string());
       messages::sample s = proto;
       for (int i = 0; i < total && !failed;) {
         if (auto p = (*prod)->poll((*prod)->credits() ? 0 : 5); !p) return fail(p.err().to_string());
