@@ -116,6 +116,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   co.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
   co.overrides.push_back("store.url=" + work_dir + "/store");
   co.overrides.push_back("ledger.store_prefix=" + tag + "/ledger");
+  co.overrides.push_back("job.store_prefix=" + tag + "/job");
   auto port = actors::free_tcp_port();
   if (!port) return port.err();
   co.console = "tcp://127.0.0.1:" + std::to_string(*port);
