@@ -13,6 +13,7 @@
 
 #include "apps/commands.h"
 #include "common/config.h"
+#include "policy/dense_ops.h"
 #include "policy/trainer.h"
 #include "provenance/provenance.h"
 
@@ -55,6 +56,7 @@ int run_learn(const learn_options& o) {
   };
   auto cfg = config::load(o.config_file, o.overrides);
   if (!cfg) return fail(cfg.err(), 2);
+  set_blas_threads(1);
   auto t = make_task(*cfg);
   if (!t) return fail(t.err(), 2);
   if (!o.fit_reward_model.empty()) return fit_reward(*cfg, **t, o.fit_reward_model);

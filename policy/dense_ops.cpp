@@ -152,6 +152,8 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
     }
 }
 
+void set_blas_threads(int num_threads) { openblas_set_num_threads(num_threads); }
+
 void log_softmax_row(const float* logits, int n, float temperature, float* out) {
   float mx = -INFINITY;
   for (int i = 0; i < n; ++i) mx = std::max(mx, logits[i] / temperature);

@@ -38,6 +38,11 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, int64_t b,
                       int64_t max_len, int64_t pos, int num_heads, int d_head, float* out);
 
+// Sets the process-wide BLAS thread count. The policy's GEMMs are small (tens of rows by
+// tens of columns per call), so BLAS threads only add spinning; on a shared 2-core machine
+// a single thread measured 2x faster in wall time. Process-wide: call it from main().
+void set_blas_threads(int num_threads);
+
 // out[v] = log softmax(logits / temperature)[v] over one row of n values.
 void log_softmax_row(const float* logits, int n, float temperature, float* out);
 

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "policy/dense_ops.h"
 #include "policy/trainer.h"
 #include "provenance/provenance.h"
 
@@ -67,6 +68,7 @@ nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& c
   using namespace moerl::policy;
   if (opt.reps < 1 || opt.warmup < 0)
     throw std::runtime_error("policy bench: reps must be >= 1 and warmup >= 0");
+  set_blas_threads(1);  // as `moerl learn` runs: see dense_ops.h
   auto t = take(make_task(cfg), "task");
   auto rm = take(make_reward(cfg, *t), "reward");
   auto mc = take(model_config::from_config(cfg), "policy config");
