@@ -61,6 +61,52 @@ TEST(grpo_off_policy, ratio_is_taken_against_the_generating_versions_logprobs) {
   EXPECT_NEAR(off->grpo.mean_ratio, want, 1e-5);
 }
 
+// grpo_gradient end to end (token logprobs at a temperature, GRPO loss, the model's
+// backward, the MoE aux loss) against finite differences of the loss it reports.
+TEST(grpo_gradient, matches_finite_differences_of_the_reported_loss) {
+  model_config c = small();
+  c.aux_loss_coef = 0.02f;
+  auto ex = make_local_expert_exchange();
+  auto pol = std::move(moe_policy::create(c, *ex)).value();
+  std::mt19937_64 prng(6);
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  for (auto& x : pol->params()) x += nd(prng);
+  auto t = make_sort_task(3);
+  auto rm = make_verifier_reward(*t);
+  const float temp = 0.7f;
+  std::mt19937_64 rng(2);
+  auto s = std::move(rollout(*pol, *t, 3, 4, temp, rng, 0, 0)).value();
+  ASSERT_TRUE(score_samples(*rm, &s).ok());
+  auto adv = group_advantages(s);
+  grpo_config gc;
+  gc.group_size = 4;
+  std::vector<float> grads, scratch;
+  auto loss_at = [&]() {
+    auto u = grpo_gradient(*pol, s, adv, gc, temp, nullptr, &scratch);
+    EXPECT_TRUE(u.ok());
+    return u->grpo.loss + u->aux_loss;
+  };
+  ASSERT_TRUE(grpo_gradient(*pol, s, adv, gc, temp, nullptr, &grads).ok());
+  int checked = 0;
+  for (const auto& ts : pol->layout().tensors()) {
+    std::uniform_int_distribution<size_t> pick(0, ts.size() - 1);
+    for (int k = 0; k < 3; ++k) {
+      const size_t i = ts.offset + pick(rng);
+      const float orig = pol->params()[i];
+      const float e = 2e-3f;
+      pol->params()[i] = orig + e;
+      const double up = loss_at();
+      pol->params()[i] = orig - e;
+      const double dn = loss_at();
+      pol->params()[i] = orig;
+      const double fd = (up - dn) / (2.0 * e);
+      EXPECT_NEAR(grads[i], fd, 3e-3 + 3e-2 * std::fabs(fd)) << ts.name;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
 TEST(grpo_kl, run_with_kl_penalty_reports_divergence_from_the_frozen_reference) {
   auto ex = make_local_expert_exchange();
   auto pol = std::move(moe_policy::create(small(), *ex)).value();
