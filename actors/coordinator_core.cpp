@@ -41,6 +41,7 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
 coordinator_core::coordinator_core(coordinator_options opts, std::unique_ptr<ledger::work_ledger> ledger,
                                    const ledger::clock& clock)
     : opts_(std::move(opts)), ledger_(std::move(ledger)), clock_(clock) {
+  started_ms_ = clock_.now_ms();
   // A recovered ledger already holds units: continue numbering groups after them and
   // count the iterations they cover as opened.
   size_t units = ledger_->num_units();
@@ -254,6 +255,21 @@ void coordinator_core::open_iteration() {
 
 void coordinator_core::tick() {
   auto now = clock_.now_ms();
+  // After a restart the ledger still names the shards of the previous incarnation. One that
+  // has not re-joined within the heartbeat timeout is gone: re-open what it held.
+  if (!recovery_checked_ && ledger_->num_units() > 0 && now - started_ms_ > 2 * opts_.heartbeat_timeout_ms) {
+    recovery_checked_ = true;
+    std::set<std::string> known;
+    for (size_t u = 1; u <= ledger_->num_units(); ++u)
+      if (auto v = ledger_->find(u); v && !v->shard.empty()) known.insert(v->shard);
+    for (auto& shard : known)
+      if (!shard_node_.count(shard)) {
+        auto r = ledger_->shard_lost(shard);
+        logger("coordinator")->warn("shard {} did not re-join after the restart: {}", shard,
+                                    r ? "re-opened " + std::to_string(r->size()) + " unit(s)" : r.err().to_string());
+        undelivered_.erase(shard);
+      }
+  }
   auto ended = ledger_->expire_due();
   if (!ended.empty()) logger("coordinator")->info("{} lease(s) expired", ended.size());
   for (auto& [id, n] : nodes_)

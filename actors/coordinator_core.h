@@ -132,6 +132,8 @@ class coordinator_core {
   uint64_t invariant_violations_ = 0;
   std::string last_violation_;
   bool shutdown_ = false;
+  int64_t started_ms_ = 0;
+  bool recovery_checked_ = false;  // shards of a previous incarnation that did not re-join
 };
 
 // Encodes a moerl::error as the reply bytes of a failed request (messages kind::error).

@@ -34,6 +34,8 @@ class trainer_step {
  public:
   virtual ~trainer_step() = default;
   virtual result<train_result> train(const std::vector<messages::sample>& samples) = 0;
+  // The policy version the step's weights are at (non-zero after a resume from a checkpoint).
+  virtual uint64_t version() const = 0;
   // Job figures for progress and the report (reward curve, timings), as JSON.
   virtual nlohmann::json stats() const = 0;
 };

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
@@ -48,11 +50,25 @@ messages::heartbeat make_heartbeat(agent_actor* self, const std::string& state) 
 
 // Blocking on purpose: the agent is detached, and nothing else can happen for this node
 // while it has no coordinator.
+bool register_once(agent_actor* self, int64_t give_up_ms);
+
+// Retries connect + register until connection_timeout x 10 has passed: a coordinator that
+// just restarted may still be recovering its ledger when the first request arrives.
 bool connect_and_register(agent_actor* self) {
+  auto& ctx = *self->state.ctx;
+  auto until = std::chrono::steady_clock::now() + ms(ctx.cp.connection_timeout_ms * 10);
+  for (;;) {
+    auto left = std::chrono::duration_cast<ms>(until - std::chrono::steady_clock::now()).count();
+    if (register_once(self, std::max<int64_t>(left, 1))) return true;
+    if (std::chrono::steady_clock::now() >= until || ctx.stopping) return false;
+    std::this_thread::sleep_for(ms(200));  // retry pacing
+  }
+}
+
+bool register_once(agent_actor* self, int64_t give_up) {
   auto& st = self->state;
   auto& ctx = *st.ctx;
   auto log = logger("node");
-  int64_t give_up = ctx.cp.connection_timeout_ms * 10;
   auto coord = connect_with_retry(self->system(), ctx.cp, ctx.coord_host, ctx.coord_port, give_up);
   if (!coord) {
     log->error("{}", coord.err().to_string());

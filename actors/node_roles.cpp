@@ -450,6 +450,14 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       return;
     }
     ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
+    // A step resumed from a checkpoint starts at its version: announce it before any
+    // rollout generates with the initial weights.
+    if (ctx->trainer_state && ctx->trainer_state->version() > ctx->policy_version) {
+      ctx->policy_version = ctx->trainer_state->version();
+      messages::weight_manifest m;
+      m.version = ctx->policy_version;
+      if (auto c = ctx->coordinator()) self->send(c, version_atom::value, m.version, messages::encode(m));
+    }
   }
   trainer_step* job_step = ctx->trainer_state.get();
   while (mailbox_ok(self, *ctx, ms(0))) {

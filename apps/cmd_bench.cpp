@@ -2,6 +2,7 @@
 
 #include "actors/ledger/bench/ledger_bench.h"
 #include "apps/commands.h"
+#include "bench/control/control_bench.h"
 #include "bench/ep/ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "policy/bench/policy_bench.h"
@@ -19,6 +20,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_store_bench_command(*cmd);  // store (store/bench)
   moerl::bench::add_policy_bench_command(*cmd);  // policy (policy/bench)
   moerl::bench::add_ledger_bench_command(*cmd);  // ledger (actors/ledger/bench)
+  moerl::bench::add_control_bench_command(*cmd);  // control (bench/control)
   (void)cmd;
 }
 
