@@ -7,6 +7,8 @@
 #include <random>
 
 #include "common/log.h"
+#include "job/ep_policy_group.h"
+#include "job/ep_trainer.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -41,6 +43,8 @@ struct job_setup {
   policy::adam_config adam;
   float temperature = 1.0f;
   uint64_t seed = 1;
+  int rollout_ep_ranks = 1;  // job.rollout_ep_ranks
+  int trainer_ep_ranks = 1;  // job.trainer_ep_ranks
   std::string prefix;
   std::shared_ptr<store::object_store> store;
 
@@ -63,6 +67,19 @@ struct job_setup {
     s->temperature = static_cast<float>(cfg.get_double("policy.temperature"));
     s->seed = static_cast<uint64_t>(cfg.get_int("grpo.seed"));
     s->prefix = cfg.get_string("job.store_prefix");
+    s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
+    s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
+    for (auto [key, n] : {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
+                          std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
+      if (n < 1) return error{errc::invalid_config, std::string(key) + " must be >= 1, got " + std::to_string(n)};
+      if (s->model.num_experts % n != 0)
+        return error{errc::invalid_config, std::string(key) + " " + std::to_string(n) + " does not divide policy.num_experts " +
+                                               std::to_string(s->model.num_experts)};
+    }
+    if (s->rollout_ep_ranks > s->grpo.group_size)
+      return error{errc::invalid_config, "job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) +
+                                             " exceeds ledger.group_size " + std::to_string(s->grpo.group_size) +
+                                             " (every rank generates at least one row of a group)"};
     if (s->model.max_seq_len < s->task->prompt_length() + s->task->max_completion_length())
       return error{errc::invalid_config, "policy.max_seq_len " + std::to_string(s->model.max_seq_len) +
                                              " is shorter than the task's prompt + completion"};
@@ -80,6 +97,7 @@ class policy_rollout final : public actors::rollout_work {
   explicit policy_rollout(std::shared_ptr<job_setup> setup) : s_(std::move(setup)), rng_(std::random_device{}()) {}
 
   status init() {
+    if (s_->rollout_ep_ranks > 1) return start_ep_group();
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
     if (!p) return p.err();
@@ -87,7 +105,7 @@ class policy_rollout final : public actors::rollout_work {
     return {};
   }
 
-  std::string name() const override { return "grpo-rollout"; }
+  std::string name() const override { return s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep" : "grpo-rollout"; }
 
   // Generates the whole group on its first sample (one batched, KV-cached generation of G
   // rows) and hands out its rows one by one.
@@ -96,9 +114,7 @@ class policy_rollout final : public actors::rollout_work {
     if (auto st = use_version(policy_version); !st) return st.err();
     if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
         index_in_group >= cached_.completions.size() || index_in_group == 0) {
-      std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size),
-                                              std::vector<token_id>(prompt.begin(), prompt.end()));
-      auto g = policy_->generate(rows, s_->task->max_completion_length(), s_->temperature, rng_);
+      auto g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()));
       if (!g) return g.err();
       cached_ = std::move(*g);
       cached_prompt_ = prompt;
@@ -118,10 +134,46 @@ class policy_rollout final : public actors::rollout_work {
   }
 
  private:
+  // The expert-parallel group: job.rollout_ep_ranks rank threads, each generating its
+  // share of a group's rows with only its experts (job/ep_policy_group.h).
+  status start_ep_group() {
+    ep_group_shape shape;
+    shape.num_ranks = s_->rollout_ep_ranks;
+    shape.max_decode_rows = rows_of_rank(s_->grpo.group_size, 0, shape.num_ranks).count;
+    auto g = ep_policy_group::create(s_->cfg, s_->model, shape);
+    if (!g) return g.err();
+    ep_ = std::move(*g);
+    loaded_version_ = 0;
+    logger("rollout")->info("expert-parallel rollout group of {} ranks ready ({} experts each)", shape.num_ranks,
+                            s_->model.num_experts / shape.num_ranks);
+    return {};
+  }
+
+  result<policy::generation> generate_group(const std::vector<token_id>& prompt) {
+    const int max_new = s_->task->max_completion_length();
+    if (!ep_) {
+      std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size), prompt);
+      return policy_->generate(rows, max_new, s_->temperature, rng_);
+    }
+    return ep_->generate(prompt, s_->grpo.group_size, max_new, s_->temperature, rng_());
+  }
+
   // Loads the weights of `version` unless they are loaded already. Version 0 is the
   // initialisation from policy.seed, which every replica computes itself.
   status use_version(uint64_t version) {
+    // A group broken by an earlier failure (a rank timed out mid-step) is rebuilt from
+    // scratch; it starts at version 0 and loads `version` below.
+    if (ep_ && ep_->broken()) {
+      ep_.reset();
+      logger("rollout")->warn("expert-parallel rollout group broken by an earlier failure: rebuilding it");
+      if (auto st = start_ep_group(); !st) return st;
+    }
     if (version == loaded_version_) return {};
+    if (version == 0 && ep_) {
+      if (auto st = ep_->reset_to_init(); !st) return st;
+      loaded_version_ = 0;
+      return {};
+    }
     if (version == 0) {
       auto p = policy::moe_policy::create(s_->model, *exchange_);
       if (!p) return p.err();
@@ -136,7 +188,7 @@ class policy_rollout final : public actors::rollout_work {
     if (policy::content_hash(*bytes) != *hash)
       return error{errc::malformed_message, "weights of policy version " + std::to_string(version) +
                                                 " do not match their content hash"};
-    if (auto st = policy_->load(*bytes); !st) return st;
+    if (auto st = ep_ ? ep_->load(*bytes) : policy_->load(*bytes); !st) return st;
     loaded_version_ = version;
     logger("rollout")->debug("loaded policy version {} ({})", version, *hash);
     return {};
@@ -145,6 +197,7 @@ class policy_rollout final : public actors::rollout_work {
   std::shared_ptr<job_setup> s_;
   std::unique_ptr<policy::expert_exchange> exchange_;
   std::unique_ptr<policy::moe_policy> policy_;
+  std::unique_ptr<ep_policy_group> ep_;  // instead of policy_ when job.rollout_ep_ranks > 1
   uint64_t loaded_version_ = 0;
   std::mt19937_64 rng_;
   policy::generation cached_;
@@ -181,6 +234,18 @@ class grpo_trainer final : public actors::trainer_step {
     const auto& cfg = s_->cfg;
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") * cfg.get_int("actors.groups_per_unit"));
     checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    if (s_->trainer_ep_ranks > 1) {
+      // Batches arrive a work unit at a time, so a step may hold up to one unit more than
+      // an iteration; twice an iteration's samples bounds it with room to spare.
+      const int64_t max_samples = 2 * int64_t(groups_per_step_) * s_->grpo.group_size;
+      auto t = ep_trainer::create(cfg, s_->model, s_->grpo, s_->adam, s_->temperature, s_->trainer_ep_ranks,
+                                  max_samples);
+      if (!t) return t.err();
+      ep_ = std::move(*t);
+      const std::string resume = cfg.get_string("job.resume_from");
+      if (!resume.empty()) return resume_from(resume);
+      return {};
+    }
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
     if (!p) return p.err();
@@ -197,7 +262,7 @@ class grpo_trainer final : public actors::trainer_step {
     return {};
   }
 
-  uint64_t version() const { return version_; }
+  uint64_t version() const override { return version_; }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
     actors::train_result out;
@@ -221,7 +286,9 @@ class grpo_trainer final : public actors::trainer_step {
     out.groups = groups_in_batch.size();
     pending_groups_ += groups_in_batch.size();
     if (!first_batch_) first_batch_ = t_recv;
-    if (pending_groups_ < groups_per_step_) return out;
+    // An empty batch is the runtime's flush: no data came for a while, so step on what is
+    // held rather than leave consumed groups untrained (the last, short iteration).
+    if (pending_groups_ == 0 || (pending_groups_ < groups_per_step_ && !batch.empty())) return out;
 
     // One policy iteration's worth of groups: one GRPO step.
     const double t_wait = std::chrono::duration<double>(t_recv - *first_batch_).count();
@@ -236,7 +303,13 @@ class grpo_trainer final : public actors::trainer_step {
     staleness /= double(pending_.size());
     policy::update_stats us;
     double grad_norm = 0;
-    for (int e = 0; e < s_->grpo.epochs; ++e) {
+    if (ep_) {
+      auto r = ep_->step(pending_, adv);
+      if (!r) return r.err();
+      us = r->update;
+      grad_norm = r->grad_norm;
+    }
+    for (int e = 0; !ep_ && e < s_->grpo.epochs; ++e) {
       auto u = policy::grpo_gradient(*policy_, pending_, adv, s_->grpo, s_->temperature, ref_.get(), &grads_);
       if (!u) return u.err();
       us = *u;
@@ -248,7 +321,9 @@ class grpo_trainer final : public actors::trainer_step {
     ++version_;
 
     t0 = std::chrono::steady_clock::now();
-    const std::string bytes = policy_->serialize();
+    auto serialized = serialize_params();
+    if (!serialized) return serialized.err();
+    const std::string bytes = std::move(*serialized);
     const std::string hash = policy::content_hash(bytes);
     // Weights before the hash object, and both before the announcement: a rollout that
     // hears of version v always finds it complete.
@@ -296,6 +371,7 @@ class grpo_trainer final : public actors::trainer_step {
             {"reward_random", s_->task->reward_random()},
             {"reward_max", s_->task->reward_max()},
             {"policy_version", version_},
+            {"trainer_ep_ranks", s_->trainer_ep_ranks},
             {"resumed_from_version", resumed_from_},
             {"pending_groups", pending_groups_},
             {"reward_curve", curve_},
@@ -303,11 +379,19 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
  private:
+  // The full parameter set (every expert), however the trainer holds it.
+  result<std::string> serialize_params() const {
+    if (ep_) return ep_->serialize();
+    return policy_->serialize();
+  }
+
   status checkpoint(const std::string& param_bytes, const std::string& hash) {
     nlohmann::json meta{{"policy_version", version_}, {"content_hash", hash}, {"reward_curve", curve_},
                         {"task", s_->task->name()}, {"difficulty", s_->task->difficulty()}};
+    auto adam_bytes = ep_ ? ep_->serialize_adam() : result<std::string>(opt_->serialize());
+    if (!adam_bytes) return adam_bytes.err();
     auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
-                                     {{"params", param_bytes}, {"adam", opt_->serialize()}}, meta);
+                                     {{"params", param_bytes}, {"adam", *adam_bytes}}, meta);
     if (!m) return m.err();
     logger("trainer")->info("checkpoint of policy version {} committed ({})", version_, m->content_hash);
     return {};
@@ -320,16 +404,18 @@ class grpo_trainer final : public actors::trainer_step {
     if (!parts) return parts.err();
     for (const auto& p : *parts) {
       if (p.name == "params") {
-        if (auto st = policy_->load(p.bytes); !st) return st;
+        if (auto st = ep_ ? ep_->load(p.bytes) : policy_->load(p.bytes); !st) return st;
       } else if (p.name == "adam") {
-        if (auto st = opt_->load(p.bytes); !st) return st;
+        if (auto st = ep_ ? ep_->load_adam(p.bytes) : opt_->load(p.bytes); !st) return st;
       }
     }
     version_ = m->step;
     resumed_from_ = version_;
     if (m->meta.contains("reward_curve")) curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
     // Republish the resumed weights under this run's prefix so rollouts can load them.
-    const std::string bytes = policy_->serialize();
+    auto serialized = serialize_params();
+    if (!serialized) return serialized.err();
+    const std::string bytes = std::move(*serialized);
     if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st;
     if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", policy::content_hash(bytes)); !st) return st;
     logger("trainer")->info("resumed from {} at policy version {}", prefix, version_);
@@ -340,6 +426,7 @@ class grpo_trainer final : public actors::trainer_step {
   std::unique_ptr<policy::expert_exchange> exchange_, ref_exchange_;
   std::unique_ptr<policy::moe_policy> policy_, ref_;
   std::unique_ptr<policy::adam> opt_;
+  std::unique_ptr<ep_trainer> ep_;  // instead of policy_ / opt_ when job.trainer_ep_ranks > 1
   std::vector<float> grads_;
   std::vector<policy::sample> pending_;
   size_t pending_groups_ = 0;

@@ -1,0 +1,181 @@
+#include "job/ep_policy_group.h"
+
+#include <algorithm>
+
+#include "fabric/bootstrap.h"
+#include "fabric/collectives.h"
+#include "job/param_slicing.h"
+#include "job/rank_threads.h"
+#include "policy/fabric_expert_exchange.h"
+
+namespace moerl::job {
+
+row_range rows_of_rank(int64_t n, int rank, int num_ranks) {
+  // The first n % num_ranks ranks take one row more.
+  const int64_t base = n / num_ranks, extra = n % num_ranks;
+  row_range r;
+  r.first = rank * base + std::min<int64_t>(rank, extra);
+  r.count = base + (rank < extra ? 1 : 0);
+  return r;
+}
+
+uint64_t rank_sampling_seed(uint64_t base, int rank) {
+  uint64_t x = base + 0x9e3779b97f4a7c15ull * (uint64_t(rank) + 1);  // splitmix64 step
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+struct ep_policy_group::impl {
+  policy::model_config model;
+  policy::fabric_exchange_options options;
+  policy::param_layout full_layout, rank_layout;
+  bool dense_collectives = false;
+  struct rank_state {
+    std::unique_ptr<policy::fabric_expert_exchange> exchange;
+    std::unique_ptr<policy::moe_policy> policy;
+    std::unique_ptr<fabric::collective_group> dense;
+    std::vector<float> init_params;  // the share initialised from policy.seed (version 0)
+  };
+  std::vector<rank_state> ranks;
+  std::unique_ptr<rank_threads> threads;
+};
+
+ep_policy_group::ep_policy_group(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+// The rank threads go first: their teardown destroys the exchanges after a barrier.
+ep_policy_group::~ep_policy_group() { impl_->threads.reset(); }
+
+result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& cfg,
+                                                                 const policy::model_config& model,
+                                                                 const ep_group_shape& shape) {
+  if (shape.num_ranks < 1)
+    return error{errc::invalid_config, "expert-parallel ranks must be >= 1, got " + std::to_string(shape.num_ranks)};
+  if (model.num_experts % shape.num_ranks != 0)
+    return error{errc::invalid_config, "policy.num_experts " + std::to_string(model.num_experts) +
+                                           " does not split over " + std::to_string(shape.num_ranks) + " expert-parallel ranks"};
+  auto opt = policy::fabric_exchange_options_from_config(cfg, shape.max_train_tokens, shape.max_decode_rows);
+  if (!opt) return opt.err();
+  // Ranks are threads of this process: shared memory unless the config names a provider.
+  if (opt->transport.provider == "auto") opt->transport.provider = "shm";
+  // The shape and bounds follow `model` (which may differ from cfg's policy.* keys in tests).
+  opt->num_experts = model.num_experts;
+  opt->hidden = model.d_model;
+  const int64_t train = policy::fabric_exchange_rows_bound(shape.max_train_tokens, model.top_k);
+  const int64_t decode = policy::fabric_exchange_rows_bound(shape.max_decode_rows, model.top_k);
+  opt->max_rows_per_rank = train > 0 ? train : decode;
+  opt->max_decode_rows_per_rank = decode > 0 ? decode : train;
+
+  auto p = std::make_unique<impl>();
+  p->model = model;
+  p->options = *opt;
+  p->ranks.resize(shape.num_ranks);
+  p->dense_collectives = shape.dense_collectives;
+  // A trainer never decodes: no low-latency group (one endpoint fewer per rank).
+  if (shape.max_decode_rows == 0) p->options.low_latency_group = false;
+  {  // The full layout (every expert), from a single-rank policy's.
+    auto local = policy::make_local_expert_exchange();
+    auto full = policy::moe_policy::create(model, *local);
+    if (!full) return full.err();
+    p->full_layout = (*full)->layout();
+  }
+  impl* raw = p.get();
+  auto setup = [raw](fabric::bootstrap& b) -> status {
+    auto& rs = raw->ranks[b.rank()];
+    auto ex = policy::make_fabric_expert_exchange(b, raw->options);
+    if (!ex) return ex.err();
+    rs.exchange = std::move(*ex);
+    auto pol = policy::moe_policy::create(raw->model, *rs.exchange);
+    if (!pol) return pol.err();
+    rs.policy = std::move(*pol);
+    rs.init_params = rs.policy->params();
+    if (raw->dense_collectives) {
+      fabric::collective_config cc;
+      cc.op_timeout_ms = raw->options.op_timeout_ms;
+      auto d = fabric::collective_group::create(raw->options.transport, b, fabric::all_members(b), cc);
+      if (!d) return d.err();
+      rs.dense = std::move(*d);
+    }
+    return ok_status();
+  };
+  auto teardown = [raw](int rank) {
+    raw->ranks[rank].dense.reset();
+    raw->ranks[rank].policy.reset();
+    raw->ranks[rank].exchange.reset();
+  };
+  auto threads = rank_threads::start(shape.num_ranks, setup, teardown);
+  if (!threads) return error{threads.err().code, "expert-parallel group: " + threads.err().message};
+  p->threads = std::move(*threads);
+  p->rank_layout = p->ranks[0].policy->layout();
+  return std::unique_ptr<ep_policy_group>(new ep_policy_group(std::move(p)));
+}
+
+int ep_policy_group::num_ranks() const { return static_cast<int>(impl_->ranks.size()); }
+bool ep_policy_group::broken() const { return impl_->threads->broken(); }
+const policy::param_layout& ep_policy_group::full_layout() const { return impl_->full_layout; }
+
+status ep_policy_group::load(const std::string& bytes) {
+  auto full = policy::deserialize_params(bytes, &impl_->full_layout);
+  if (!full) return full.err();
+  const int n = num_ranks();
+  // Slicing touches only the rank's own policy, so the ranks do it in parallel.
+  return impl_->threads->run([&](int rank) -> status {
+    auto& pol = *impl_->ranks[rank].policy;
+    auto share = slice_params(impl_->full_layout, *full, pol.layout(), rank, n);
+    if (!share) return share.err();
+    pol.params() = std::move(*share);
+    return ok_status();
+  });
+}
+
+status ep_policy_group::reset_to_init() {
+  return impl_->threads->run([&](int rank) -> status {
+    impl_->ranks[rank].policy->params() = impl_->ranks[rank].init_params;
+    return ok_status();
+  });
+}
+
+result<policy::generation> ep_policy_group::generate(const std::vector<policy::token_id>& prompt,
+                                                     int num_rows, int max_new, float temperature,
+                                                     uint64_t base_seed) {
+  const int n = num_ranks();
+  if (num_rows < n)
+    return error{errc::invalid_argument, std::to_string(num_rows) + " rows cannot keep " + std::to_string(n) +
+                                             " expert-parallel ranks busy (each needs at least one)"};
+  std::vector<policy::generation> parts(n);
+  auto st = impl_->threads->run([&](int rank) -> status {
+    const row_range rr = rows_of_rank(num_rows, rank, n);
+    std::vector<std::vector<policy::token_id>> rows(static_cast<size_t>(rr.count), prompt);
+    std::mt19937_64 rng(rank_sampling_seed(base_seed, rank));
+    auto g = impl_->ranks[rank].policy->generate(rows, max_new, temperature, rng);
+    if (!g) return g.err();
+    parts[rank] = std::move(*g);
+    return ok_status();
+  });
+  if (!st) return st.err();
+  policy::generation out;
+  for (auto& p : parts) {
+    for (auto& c : p.completions) out.completions.push_back(std::move(c));
+    for (auto& l : p.logprobs) out.logprobs.push_back(std::move(l));
+  }
+  return out;
+}
+
+status ep_policy_group::run_on_ranks(const std::function<status(rank_context&)>& fn) {
+  return impl_->threads->run([&](int rank) {
+    rank_context ctx;
+    ctx.rank = rank;
+    ctx.policy = impl_->ranks[rank].policy.get();
+    ctx.dense = impl_->ranks[rank].dense.get();
+    return fn(ctx);
+  });
+}
+
+const policy::param_layout& ep_policy_group::rank_layout() const { return impl_->rank_layout; }
+
+result<std::vector<float>> ep_policy_group::full_params() const {
+  std::vector<std::vector<float>> shares;
+  for (const auto& r : impl_->ranks) shares.push_back(r.policy->params());
+  return assemble_params(impl_->full_layout, impl_->rank_layout, shares);
+}
+
+}  // namespace moerl::job

@@ -1,0 +1,94 @@
+// One expert-parallel group of policy ranks inside this process: num_ranks rank threads
+// (job/rank_threads.h) over fabric's thread bootstrap, each with a fabric_expert_exchange
+// (shm between the threads unless fabric.provider names another) and a moe_policy holding
+// the dense parameters and ITS experts only (policy/model.h). What a rollout worker uses
+// to generate a prompt group on several ranks, and (later) what a trainer uses to step.
+//
+// Weights come and go as the FULL parameter set (the trainer's serialisation, every
+// expert): load() gives each rank its dense tensors and its experts' slices
+// (job/param_slicing.h).
+//
+// Threading: one owner thread calls the methods; each call runs on every rank and returns
+// when all are done. A failed call breaks the group (a peer may have timed out mid-step);
+// the owner recreates it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "policy/model.h"
+
+namespace moerl::fabric {
+class collective_group;
+}
+
+namespace moerl::job {
+
+struct ep_group_shape {
+  int num_ranks = 2;
+  int64_t max_decode_rows = 0;    // sequences one rank generates at once (low-latency group)
+  int64_t max_train_tokens = 0;   // tokens one rank runs through a training forward (0: none)
+  bool dense_collectives = false;  // also a fabric::collective_group per rank (trainers)
+};
+
+// Contiguous split of n rows over num_ranks: rank r's [first, first + count).
+struct row_range {
+  int64_t first = 0, count = 0;
+};
+row_range rows_of_rank(int64_t n, int rank, int num_ranks);
+
+// The seed of rank r's sampling rng in an EP generation drawn from `base` (exposed so a
+// single-rank reference can sample the same rows with the same stream).
+uint64_t rank_sampling_seed(uint64_t base, int rank);
+
+class ep_policy_group {
+ public:
+  // Collective set-up of the ranks. Errors name the problem: experts that do not split
+  // over the ranks, a missing fabric provider, ...
+  static result<std::unique_ptr<ep_policy_group>> create(const config& cfg,
+                                                         const policy::model_config& model,
+                                                         const ep_group_shape& shape);
+  ~ep_policy_group();
+
+  int num_ranks() const;
+  bool broken() const;
+  const policy::param_layout& full_layout() const;
+
+  // Full serialised parameters (params.h format, all experts) -> every rank's share.
+  status load(const std::string& bytes);
+  // Back to the initialisation from policy.seed (policy version 0).
+  status reset_to_init();
+
+  // Every row starts from `prompt`; rows are split contiguously over the ranks
+  // (rows_of_rank), rank r samples with std::mt19937_64(rank_sampling_seed(base_seed, r)).
+  // The result lists rows in order, as a single-rank generate of num_rows would.
+  result<policy::generation> generate(const std::vector<policy::token_id>& prompt, int num_rows,
+                                      int max_new, float temperature, uint64_t base_seed);
+
+  // What a rank's work sees: its policy share and, with shape.dense_collectives, its
+  // dense collective group.
+  struct rank_context {
+    int rank = 0;
+    policy::moe_policy* policy = nullptr;
+    fabric::collective_group* dense = nullptr;
+  };
+  // Runs fn on every rank thread at once (collective calls inside are fine).
+  status run_on_ranks(const std::function<status(rank_context&)>& fn);
+  // Every rank's share has this layout (dense tensors + num_experts / num_ranks experts).
+  const policy::param_layout& rank_layout() const;
+  // The full parameter set assembled from the ranks' shares (owner thread, between calls).
+  result<std::vector<float>> full_params() const;
+
+ private:
+  struct impl;
+  explicit ep_policy_group(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace moerl::job

@@ -1,0 +1,66 @@
+// The trainer's GRPO step on an expert-parallel group of rank threads (job/ep_policy_group.h
+// with dense collectives): the batch split over the ranks, forward/backward in the normal
+// mode with each rank holding only its experts, dense gradients all-reduced with
+// fabric/collectives.h, expert gradients kept where their experts live, Adam per rank, and
+// the full parameter set re-assembled for publication.
+//
+// Why it equals the single-rank step: the GRPO loss is a mean over ALL samples, but
+// policy::grpo_gradient takes the mean over the samples it is given. Rank r therefore
+// scales its samples' advantages (and kl_coef) by n_r / N: the surrogate is linear in the
+// advantage (and a positive scale keeps every clip decision), so the ranks' losses sum to
+// the single-rank loss, their dense gradients sum to its dense gradient, and each expert's
+// gradient (accumulated on its owner from every rank's tokens) is its gradient too. The
+// global gradient norm for clipping is the dense part's plus the all-reduced sum of each
+// rank's expert part, so every rank clips by the same factor and Adam (element-wise) gives
+// the single-rank update. The one term that is not exact: the MoE load-balance loss is
+// computed per forward, i.e. over each rank's tokens; each rank weighs it by 1 / num_ranks
+// (model aux_loss_coef / num_ranks), the usual micro-batch approximation.
+//
+// Threading: one owner thread (the trainer actor).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "policy/adam.h"
+#include "policy/grpo.h"
+#include "policy/model.h"
+#include "policy/trainer.h"
+
+namespace moerl::job {
+
+struct ep_step_result {
+  policy::update_stats update;  // clip fraction token-weighted over ranks; loads averaged
+  double grad_norm = 0;         // global, before clipping
+};
+
+class ep_trainer {
+ public:
+  // max_samples_per_step bounds one step's batch (sizes the normal group's buffers).
+  static result<std::unique_ptr<ep_trainer>> create(const config& cfg, const policy::model_config& model,
+                                                    const policy::grpo_config& grpo,
+                                                    const policy::adam_config& adam, float temperature,
+                                                    int num_ranks, int64_t max_samples_per_step);
+  ~ep_trainer();
+
+  // grpo.epochs passes over the batch; at least num_ranks samples.
+  result<ep_step_result> step(const std::vector<policy::sample>& samples,
+                              const std::vector<double>& advantages);
+
+  // The full parameter set (every expert) in params.h's format, and back.
+  result<std::string> serialize() const;
+  status load(const std::string& bytes);
+  // The full Adam state (policy/adam.h's format), and back.
+  result<std::string> serialize_adam() const;
+  status load_adam(const std::string& bytes);
+
+ private:
+  struct impl;
+  explicit ep_trainer(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace moerl::job

@@ -1,0 +1,46 @@
+// A fixed set of rank threads of one fabric bootstrap (fabric::launch_threads) that live
+// as long as this object, so a rollout worker or trainer can keep its expert-parallel
+// group (endpoints, mapped buffers, per-rank policy shares) between calls instead of
+// rebuilding it for every prompt group.
+//
+// Lifecycle of each rank thread: setup(boot) once (collective: builds the rank's fabric
+// objects), then every run(task) executes task(rank) on all ranks at once, then on
+// destruction a barrier among the ranks (no peer may still be writing into a rank's
+// buffers when it tears down, fabric_expert_exchange.h's teardown rule) and teardown(rank).
+//
+// Threading: run() and the destructor are called by one owner thread at a time; the task
+// runs on the rank threads, and run() returns only after every rank finished it, so the
+// owner may read what the task wrote.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "common/error.h"
+#include "fabric/bootstrap.h"
+
+namespace moerl::job {
+
+class rank_threads {
+ public:
+  // Starts num_ranks threads and waits until every setup returned. A failed setup (any
+  // rank) is the error of the lowest failing rank; the threads are gone by then.
+  static result<std::unique_ptr<rank_threads>> start(
+      int num_ranks, std::function<status(fabric::bootstrap&)> setup,
+      std::function<void(int rank)> teardown);
+  ~rank_threads();
+
+  int num_ranks() const;
+  // task(rank) on every rank thread; the error of the lowest failing rank. After a failure
+  // the group's collectives may be broken (a peer timed out): broken() turns true and the
+  // owner should start a new group.
+  status run(const std::function<status(int rank)>& task);
+  bool broken() const;
+
+ private:
+  struct impl;
+  explicit rank_threads(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace moerl::job
