@@ -43,13 +43,15 @@ struct handle_registry {
   std::unordered_set<const void*> live;
 };
 
-// One ep_group and the step it has open.
+// One ep_group and the step it has open. ep_group reads a step's inputs (rows, expert ids,
+// weights) until its combine completes, so the group owns them for as long: the caller's
+// buffers may be gone by then (a dispatch whose combine comes later, or never).
 struct mode_group {
   std::unique_ptr<fabric::ep_group> g;
   exchange_mode mode = exchange_mode::normal;
   int64_t max_rows = 0;
-  uint64_t open_id = 0;                          // routing id of the dispatched, uncombined step
-  int64_t open_send_rows = 0;                    // that step's send rows
+  std::shared_ptr<const routing> open;           // routing of the dispatched, uncombined step
+  std::vector<float> open_rows;                  // that step's send rows, copied
   const fabric::dispatch_output* out = nullptr;  // the group's output of that step
   // Contract row i is the group's received row order[i]; empty when the two coincide.
   std::vector<int64_t> order;
@@ -116,7 +118,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     for (int e = 0; e < num_experts; ++e)
       std::fill(rt->expert_of_row.begin() + expert_offset[e],
                 rt->expert_of_row.begin() + expert_offset[e + 1], e);
-    if (auto st = run_dispatch(mg, *rt, send_rows, "dispatch", recv_rows); !st) return st.err();
+    if (auto st = run_dispatch(mg, rt, send_rows, "dispatch", recv_rows); !st) return st.err();
     rt->local_expert_offset = mg.out->expert_offset;
 
     exchange_handle h;
@@ -136,7 +138,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     if (h.num_send_rows > 0 && !send_rows) return bad("dispatch_cached: null send_rows");
     mode_group& mg = group_for(mode);
     if (auto st = check_bound(mg, h.num_send_rows, "dispatch_cached"); !st) return st;
-    return run_dispatch(mg, **rt, send_rows, "dispatch_cached", recv_rows);
+    return run_dispatch(mg, *rt, send_rows, "dispatch_cached", recv_rows);
   }
 
   status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden,
@@ -148,12 +150,11 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     if (h.num_send_rows > 0 && !send_rows) return bad("combine: null send_rows");
     mode_group& mg = group_for(mode);
     if (auto st = check_bound(mg, h.num_send_rows, "combine"); !st) return st;
-    if (mg.open_id != (*rt)->id) {
+    if (!mg.open || mg.open->id != (*rt)->id) {
       // The group's open step is another dispatch (or none): rebuild this handle's routing
       // state on the group with a dispatch of zeros, whose received rows are not needed.
-      zeros_.assign(static_cast<size_t>(h.num_send_rows * opt_.hidden), 0.0f);
       ++extra_steps_;
-      if (auto st = run_dispatch(mg, **rt, zeros_.data(), "combine (re-dispatch)", &scratch_); !st)
+      if (auto st = run_dispatch(mg, *rt, nullptr, "combine (re-dispatch)", &unused_recv_); !st)
         return st;
     }
     // The group wants its expert outputs in its own received order.
@@ -165,9 +166,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
                     row_bytes());
       expert_out = scratch_.data();
     }
-    mg.open_id = 0;
-    if (auto st = mg.g->combine(*mg.out, expert_out, send_rows); !st)
-      return from_fabric("combine", mg.mode, st.err());
+    auto st = mg.g->combine(*mg.out, expert_out, send_rows);
+    mg.open.reset();
+    if (!st) return from_fabric("combine", mg.mode, st.err());
     return ok_status();
   }
 
@@ -228,13 +229,14 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     return rt;
   }
 
-  result<const routing*> routing_of(const exchange_handle& h, const char* op) const {
+  result<std::shared_ptr<const routing>> routing_of(const exchange_handle& h,
+                                                    const char* op) const {
     {
       std::lock_guard<std::mutex> lock(registry_->mu);
       if (!h.impl || registry_->live.count(h.impl.get()) == 0)
         return bad(std::string(op) + ": the handle does not come from this exchange's dispatch");
     }
-    const auto* rt = static_cast<const routing*>(h.impl.get());
+    auto rt = std::static_pointer_cast<const routing>(h.impl);
     if (static_cast<int64_t>(rt->expert_of_row.size()) != h.num_send_rows ||
         rt->local_expert_offset.empty() || rt->local_expert_offset.back() != h.num_recv_rows)
       return bad(std::string(op) + ": the handle's row counts were changed after its dispatch");
@@ -245,27 +247,33 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   // alternates dispatch and combine, and the collective contract makes every rank do this at
   // the same call.
   status close_open_step(mode_group& mg) {
-    if (mg.open_id == 0) return ok_status();
+    if (!mg.open) return ok_status();
     ++extra_steps_;
-    mg.open_id = 0;
-    zeros_.assign(static_cast<size_t>(mg.out->num_recv_rows * opt_.hidden), 0.0f);
-    discard_.resize(static_cast<size_t>(mg.open_send_rows * opt_.hidden));
-    if (auto st = mg.g->combine(*mg.out, zeros_.data(), discard_.data()); !st)
-      return from_fabric("closing combine", mg.mode, st.err());
+    zero_out_.assign(static_cast<size_t>(mg.out->num_recv_rows * opt_.hidden), 0.0f);
+    discard_.resize(mg.open_rows.size());
+    auto st = mg.g->combine(*mg.out, zero_out_.data(), discard_.data());
+    mg.open.reset();
+    if (!st) return from_fabric("closing combine", mg.mode, st.err());
     return ok_status();
   }
 
   // Moves `send_rows` along `rt` on the group and writes the received rows in the
   // contract's order; leaves the step open for the combine.
-  status run_dispatch(mode_group& mg, const routing& rt, const float* send_rows, const char* op,
-                      std::vector<float>* recv_rows) {
+  // send_rows nullptr: zeros.
+  status run_dispatch(mode_group& mg, const std::shared_ptr<const routing>& rtp,
+                      const float* send_rows, const char* op, std::vector<float>* recv_rows) {
     if (auto st = close_open_step(mg); !st) return st;
+    const routing& rt = *rtp;
     const int64_t rows = static_cast<int64_t>(rt.expert_of_row.size());
-    auto d = mg.g->dispatch(send_rows, rt.expert_of_row.data(), ones_.data(), rows);
+    const size_t n_floats = static_cast<size_t>(rows * opt_.hidden);
+    if (send_rows)
+      mg.open_rows.assign(send_rows, send_rows + n_floats);
+    else
+      mg.open_rows.assign(n_floats, 0.0f);
+    mg.open = rtp;
+    auto d = mg.g->dispatch(mg.open_rows.data(), rt.expert_of_row.data(), ones_.data(), rows);
     if (!d) return from_fabric(op, mg.mode, d.err());
     mg.out = *d;
-    mg.open_id = rt.id;
-    mg.open_send_rows = rows;
     const fabric::dispatch_output& out = **d;
     if (!rt.local_expert_offset.empty() && out.expert_offset != rt.local_expert_offset)
       return error{errc::internal, std::string("fabric expert exchange: ") + op +
@@ -335,7 +343,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   uint64_t next_id_ = 0;
   std::mt19937_64 shuffle_rng_;  // test_shuffle_seed's sequence
   std::vector<float> ones_;     // the routing weight of every row
-  std::vector<float> zeros_, scratch_, discard_;
+  // Scratch: expert outputs in the group's order, a closing combine's zero outputs and
+  // discarded result, a re-dispatch's unneeded received rows.
+  std::vector<float> scratch_, zero_out_, discard_, unused_recv_;
   int64_t reordered_ = 0, extra_steps_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -60,10 +61,12 @@ std::vector<op> script() {
 
 uint64_t input_seed(int rank, size_t op_index) { return 7919u * (rank + 1) + 104729u * op_index; }
 
+// `rows` rows; never an empty vector, so that no exchange sees a null buffer (the
+// in-process reference hands its buffers to memcpy even for zero rows).
 std::vector<float> random_rows(int64_t rows, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<float> v(static_cast<size_t>(rows * hidden));
+  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(rows, 1) * hidden));
   for (auto& x : v) x = u(rng);
   return v;
 }
@@ -93,6 +96,7 @@ status run_script(expert_exchange& ex, trace* out) {
     const op& o = ops[i];
     const uint64_t seed = input_seed(ex.rank(), i);
     std::vector<float> got;
+    got.reserve(1);  // data() stays non-null when an exchange resizes it to zero rows
     if (o.kind == op_kind::dispatch) {
       auto off = random_offsets(ex.rank(), ex.num_ranks(), i);
       auto send = random_rows(off[num_experts], seed);
@@ -106,8 +110,10 @@ status run_script(expert_exchange& ex, trace* out) {
         return st;
     } else {
       auto in = random_rows(h[o.handle].num_recv_rows, seed);
-      got.assign(static_cast<size_t>(h[o.handle].num_send_rows * hidden), -1.0f);
+      const size_t n = static_cast<size_t>(h[o.handle].num_send_rows * hidden);
+      got.assign(std::max<size_t>(n, 1), -1.0f);  // never null, as above
       if (auto st = ex.combine(h[o.handle], in.data(), hidden, o.mode, got.data()); !st) return st;
+      got.resize(n);
     }
     out->rows.push_back(std::move(got));
   }
