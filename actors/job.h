@@ -33,6 +33,8 @@ struct train_result {
 class trainer_step {
  public:
   virtual ~trainer_step() = default;
+  // An empty `samples` is a flush: no batch arrived for actors.trainer_flush_ms, so the step
+  // should use whatever it holds.
   virtual result<train_result> train(const std::vector<messages::sample>& samples) = 0;
   // The policy version the step's weights are at (non-zero after a resume from a checkpoint).
   virtual uint64_t version() const = 0;

@@ -460,6 +460,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
   }
   trainer_step* job_step = ctx->trainer_state.get();
+  const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
+  int64_t last_batch = steady_ms();
+  bool flushed = true;
   while (mailbox_ok(self, *ctx, ms(0))) {
     if (ctx->draining()) return;  // nothing is held between batches: leave
     if (steady_ms() >= next_refresh) {
@@ -489,6 +492,8 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       auto& batch = **b;
       if (batch.samples.empty()) continue;
       if (job_step) {
+        last_batch = steady_ms();
+        flushed = false;
         auto res = job_step->train(batch.samples);
         if (!res) {
           // A failed step is a bug or a broken group: restart the trainer group.
@@ -563,6 +568,21 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         m.created_unix_ms = static_cast<uint64_t>(unix_now_ms());
         if (auto c = ctx->coordinator()) self->send(c, version_atom::value, version, messages::encode(m));
         log->info("policy version {} (trained groups {})", version, trained);
+      }
+    }
+    if (job_step && !flushed && steady_ms() - last_batch > flush_ms) {
+      flushed = true;
+      auto res = job_step->train({});
+      if (!res) {
+        self->fail_state(caf::make_error(caf::sec::runtime_error, "train step (flush): " + res.err().to_string()));
+        return;
+      }
+      if (res->new_version && res->manifest.version > ctx->policy_version) {
+        ctx->policy_version = res->manifest.version;
+        if (auto c = ctx->coordinator())
+          self->send(c, version_atom::value, res->manifest.version, messages::encode(res->manifest));
+        log->info("policy version {} from a flush of held groups", res->manifest.version);
+        last_stats = 0;
       }
     }
     if (steady_ms() - last_stats > 1000) {

@@ -121,17 +121,32 @@ int run_up(const up_args& a) {
   std::fflush(stdout);
   bool done = false;
   bool interrupted = a.no_interrupt;
+  std::string interrupted_node;  // replaced once it has drained and exited
+  std::chrono::steady_clock::time_point replace_at{};
   std::string last_line;
   nlohmann::json job_stats;
   auto last_progress = std::chrono::steady_clock::now();
   uint64_t last_trained = 0;
   auto deadline = t0 + std::chrono::seconds(a.timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
-    for (auto& [name, st] : c.exited())
+    for (auto& [name, st] : c.exited()) {
+      // The Spot pool refills: a replacement rollout node joins a few seconds after the
+      // interrupted one has drained and left.
+      if (name == interrupted_node) {
+        if (replace_at == std::chrono::steady_clock::time_point{}) {
+          replace_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in 5 s\n", name.c_str(), st);
+        } else if (std::chrono::steady_clock::now() >= replace_at) {
+          auto r = c.restart(name);
+          std::printf("moerl up: >>> replacement %s %s\n", name.c_str(), r ? "started" : ("FAILED: " + r.err().to_string()).c_str());
+          interrupted_node.clear();
+        }
+      }
       if (name == "coordinator") {
         std::cerr << "moerl up: the coordinator exited (status " << st << "); see its log\n";
         return 1;
       }
+    }
     auto s = c.console("status", {}, {}, 2000);
     if (s) {
       auto acct = (*s)["accounting"];
@@ -172,6 +187,7 @@ int run_up(const up_args& a) {
             std::printf("moerl up: >>> injected a Spot interruption notice into %s (deadline 20 s)%s; disable with --no-interrupt\n",
                         name.c_str(), r ? "" : (" FAILED: " + r.err().to_string()).c_str());
             interrupted = true;
+            if (r) interrupted_node = name;
             break;
           }
         }

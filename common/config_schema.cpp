@@ -41,6 +41,8 @@ const std::vector<key_spec>& config_schema() {
       {"actors.drain_margin_ms", t::integer, "2000", "drain finishes units only if they end this long before the deadline", ""},
       {"actors.sigterm_grace_ms", t::integer, "30000", "deadline a SIGTERM implies (the kubelet's default grace period)", ""},
       {"actors.trainer_batch_groups", t::integer, "2", "prompt groups per trainer batch (one policy version step each)", ""},
+      {"actors.trainer_flush_ms", t::integer, "1500",
+       "a trainer holding a partial iteration steps on it after this long without a batch", ""},
       {"actors.heartbeat_misses", t::integer, "8", "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it dead", ""},
 
       // ---- console (admin plane) --------------------------------------------------
@@ -114,7 +116,7 @@ const std::vector<key_spec>& config_schema() {
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8", "samples per prompt (G); advantages are normalised inside a group", ""},
       {"grpo.prompts_per_iteration", t::integer, "16", "prompts per policy iteration (batch = this x G samples)", ""},
-      {"grpo.iterations", t::integer, "400", "policy iterations of a run", ""},
+      {"grpo.iterations", t::integer, "800", "policy iterations of a run", ""},
       {"grpo.epochs", t::integer, "1", "optimiser passes over each iteration's batch", ""},
       {"grpo.clip_eps", t::number, "0.2", "PPO clip range of the importance ratio", ""},
       {"grpo.kl_coef", t::number, "0.0", "weight of the KL penalty to the initial (reference) policy; 0: off", ""},
