@@ -184,6 +184,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     cfg.dtype = fabric::ep_dtype::fp32;  // exact: training gradients travel this way too
     cfg.chunk_bytes = opt_.chunk_bytes;
     cfg.op_timeout_ms = opt_.op_timeout_ms;
+    if (m == fabric::ep_mode::normal) cfg.ranks_per_node = opt_.ranks_per_node;
     auto g = fabric::ep_group::create(opt_.transport, boot, members, cfg);
     if (!g) return from_fabric("create", mg.mode, g.err());
     mg.g = std::move(*g);

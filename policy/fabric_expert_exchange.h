@@ -67,6 +67,9 @@ struct fabric_exchange_options {
   // false: no low_latency group; decode steps use the normal group (one endpoint fewer).
   bool low_latency_group = true;
   int64_t op_timeout_ms = 10000;  // a collective step not complete within this fails
+  // Normal group only: members per node (0: one node). > 0 sends each row across the node
+  // boundary once, to a gateway rank that forwards it inside the node (fabric/PROTOCOL.md).
+  int ranks_per_node = 0;
   size_t chunk_bytes = 1 << 20;   // normal-mode bulk writes are cut into chunks of this
   // Tests only (0: off): shuffle each expert's received rows before the order check, as a
   // group that delivered another order would, so the sort and the combine's un-sort run.

@@ -147,7 +147,8 @@ std::vector<trace> reference_traces(int num_ranks) {
   return out;
 }
 
-fabric_exchange_options options(const std::string& provider, bool shim, int rank, bool shuffle = false) {
+fabric_exchange_options options(const std::string& provider, bool shim, int rank, bool shuffle = false,
+                                int ranks_per_node = 0) {
   fabric_exchange_options o;
   o.transport.provider = provider;
   o.transport.require_provider = true;
@@ -159,6 +160,7 @@ fabric_exchange_options options(const std::string& provider, bool shim, int rank
   o.chunk_bytes = 4096;  // the smallest chunk: several writes per peer, room to reorder
   o.op_timeout_ms = 20000;
   o.test_shuffle_seed = shuffle ? 5 + static_cast<uint64_t>(rank) : 0;
+  o.ranks_per_node = ranks_per_node;
   return o;
 }
 
@@ -169,8 +171,8 @@ int fail(int rank, const std::string& what) {
 
 // A rank of a fabric group: run the script, compare with the reference, wait for the others.
 int script_rank(bootstrap& b, const std::string& provider, bool shim, bool shuffle,
-                const std::vector<trace>& want) {
-  auto ex = make_fabric_expert_exchange(b, options(provider, shim, b.rank(), shuffle));
+                int ranks_per_node, const std::vector<trace>& want) {
+  auto ex = make_fabric_expert_exchange(b, options(provider, shim, b.rank(), shuffle, ranks_per_node));
   if (!ex) return fail(b.rank(), "create: " + ex.err().to_string());
   trace got;
   if (auto st = run_script(**ex, &got); !st) return fail(b.rank(), st.err().to_string());
@@ -193,6 +195,7 @@ struct combo {
   bool shim;
   int ranks;
   bool shuffle = false;  // present the received rows shuffled (the exchange must sort)
+  int ranks_per_node = 0;  // > 0: the normal group's two-level (node gateway) path
 };
 
 class fabric_exchange_threads : public ::testing::TestWithParam<combo> {};
@@ -201,7 +204,7 @@ TEST_P(fabric_exchange_threads, rows_equal_the_in_process_group_bit_for_bit) {
   const combo& c = GetParam();
   const auto want = reference_traces(c.ranks);
   auto report = fabric::launch_threads(c.ranks, [&](bootstrap& b) {
-    return script_rank(b, c.provider, c.shim, c.shuffle, want);
+    return script_rank(b, c.provider, c.shim, c.shuffle, c.ranks_per_node, want);
   });
   for (size_t r = 0; r < report.exit_codes.size(); ++r) EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
 }
@@ -209,7 +212,8 @@ TEST_P(fabric_exchange_threads, rows_equal_the_in_process_group_bit_for_bit) {
 std::string combo_name(const ::testing::TestParamInfo<combo>& info) {
   return (info.param.provider == "shm" ? std::string("shm") : std::string("tcp")) +
          (info.param.shim ? "_shim_" : "_") + std::to_string(info.param.ranks) + "ranks" +
-         (info.param.shuffle ? "_shuffled" : "");
+         (info.param.shuffle ? "_shuffled" : "") +
+         (info.param.ranks_per_node > 0 ? "_" + std::to_string(info.param.ranks_per_node) + "per_node" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_threads,
@@ -217,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_threads,
                                            combo{"shm", false, 4}, combo{"shm", true, 4},
                                            combo{"tcp", false, 2}, combo{"tcp", true, 2},
                                            combo{"tcp", false, 4}, combo{"tcp", true, 4},
-                                           combo{"shm", true, 4, true}, combo{"tcp", false, 2, true}),
+                                           combo{"shm", true, 4, true}, combo{"tcp", false, 2, true},
+                                           combo{"shm", true, 4, false, 2}),
                          combo_name);
 
 class fabric_exchange_processes : public ::testing::TestWithParam<combo> {};
@@ -226,7 +231,8 @@ TEST_P(fabric_exchange_processes, ranks_as_processes_equal_the_in_process_group)
   const combo& c = GetParam();
   const auto want = reference_traces(c.ranks);  // its threads are joined before the fork
   auto report = fabric::launch_processes(
-      c.ranks, [&](bootstrap& b) { return script_rank(b, c.provider, c.shim, c.shuffle, want); },
+      c.ranks,
+      [&](bootstrap& b) { return script_rank(b, c.provider, c.shim, c.shuffle, c.ranks_per_node, want); },
       60000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
   for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
@@ -467,6 +473,7 @@ TEST_P(fabric_exchange_policy, forward_backward_and_rollout_equal_the_in_process
     if (!o) return fail(b.rank(), o.err().to_string());
     o->transport.shim_seed = 77 + static_cast<uint64_t>(b.rank());
     o->test_shuffle_seed = c.shuffle ? 5 + static_cast<uint64_t>(b.rank()) : 0;
+    o->ranks_per_node = c.ranks_per_node;
     auto ex = make_fabric_expert_exchange(b, *o);
     if (!ex) return fail(b.rank(), ex.err().to_string());
     got[b.rank()] = run_policy(**ex);
@@ -481,7 +488,8 @@ TEST_P(fabric_exchange_policy, forward_backward_and_rollout_equal_the_in_process
 
 INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_policy,
                          ::testing::Values(combo{"shm", true, 2}, combo{"shm", false, 4},
-                                           combo{"tcp", true, 4}, combo{"shm", true, 4, true}),
+                                           combo{"tcp", true, 4}, combo{"shm", true, 4, true},
+                                           combo{"tcp", true, 4, false, 2}),
                          combo_name);
 
 }  // namespace
