@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -69,6 +70,9 @@ int run_up(const up_args& a) {
   std::string run_id = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                           std::chrono::system_clock::now().time_since_epoch()).count()) +
                        "-" + std::to_string(::getpid());
+  // A local cluster runs every node process on this machine: one BLAS thread each keeps
+  // them from oversubscribing the cores (an explicit OPENBLAS_NUM_THREADS wins).
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   actors::cluster_options o;
   o.binary = self_exe();
   o.config_file = a.config_file;
