@@ -131,9 +131,9 @@ const std::vector<key_spec>& config_schema() {
        "durable checkpoint every this many policy versions (0: never)", ""},
       {"job.resume_from", t::string, "",
        "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
-      {"job.rollout_ep_ranks", t::integer, "1",
+      {"job.rollout_ep_ranks", t::integer, "2",
        "expert-parallel rank threads per rollout worker (fabric EP group; 1: single-rank replica)", ""},
-      {"job.trainer_ep_ranks", t::integer, "1",
+      {"job.trainer_ep_ranks", t::integer, "2",
        "expert-parallel rank threads of the trainer (fabric EP group + dense all-reduce; 1: single rank)", ""},
 
       // ---- store (durable plane) ------------------------------------------------

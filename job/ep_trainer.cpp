@@ -14,6 +14,7 @@ struct ep_trainer::impl {
   policy::adam_config adam;
   float temperature = 1.0f;
   int64_t max_tokens_per_rank = 0;
+  int max_seq_len = 0;
   std::unique_ptr<ep_policy_group> group;
   std::vector<std::pair<size_t, size_t>> dense;  // dense ranges of a rank's buffer
   size_t num_dense = 0;
@@ -38,6 +39,7 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg, const 
   p->grpo = grpo;
   p->adam = adam;
   p->temperature = temperature;
+  p->max_seq_len = model.max_seq_len;
   // Each rank runs at most its share of a step's samples, each at most max_seq_len tokens.
   p->max_tokens_per_rank = (max_samples_per_step + num_ranks - 1) / num_ranks * model.max_seq_len;
   policy::model_config rank_model = model;
@@ -71,6 +73,23 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
   if (total < n)
     return error{errc::invalid_argument, std::to_string(total) + " samples cannot keep " + std::to_string(n) +
                                              " trainer ranks busy (each needs at least one)"};
+  // Everything a rank's grpo_gradient would refuse is refused here, before any rank starts:
+  // one rank failing alone would leave its peers waiting in a collective until the timeout
+  // and break the group.
+  for (int64_t i = 0; i < total; ++i) {
+    const auto& s = samples[i];
+    const std::string which = "training sample " + std::to_string(i) + ": ";
+    if (s.prompt.size() != samples[0].prompt.size() || s.prompt.empty())
+      return error{errc::invalid_argument, which + "prompts are empty or differ in length"};
+    if (s.completion.empty() || s.behaviour_logprobs.size() != s.completion.size())
+      return error{errc::invalid_argument, which + "no completion, or a logprob count that differs from its token count"};
+    if (int64_t(s.prompt.size() + s.completion.size()) > m.max_seq_len)
+      return error{errc::invalid_argument, which + "longer than policy.max_seq_len " + std::to_string(m.max_seq_len)};
+    for (const auto* part : {&s.prompt, &s.completion})
+      for (policy::token_id t : *part)
+        if (t < 0 || t >= policy::num_vocab)
+          return error{errc::invalid_argument, which + "token id " + std::to_string(t) + " is outside the vocabulary"};
+  }
   for (int r = 0; r < n; ++r) {
     const auto rr = rows_of_rank(total, r, n);
     int64_t len = 0;

@@ -156,6 +156,11 @@ TEST(ep_trainer, bad_batches_and_configs_are_refused_by_name) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.err().message.find("over its bound"), std::string::npos) << r.err().message;
   EXPECT_FALSE((*ep)->load_adam("MOERLADMshort").ok());
+  auto odd = make_batch(**pol, 1, 2, 10, 0);
+  odd.samples[1].completion[0] = 9999;  // only the second rank would see it
+  r = (*ep)->step(odd.samples, odd.advantages);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("token id 9999"), std::string::npos) << r.err().message;
   // The refusals reached no rank: a legal step still works.
   auto ok = make_batch(**pol, 1, 2, 9, 0);
   r = (*ep)->step(ok.samples, ok.advantages);
