@@ -5,6 +5,7 @@
 #include "bench/control/control_bench.h"
 #include "bench/ep/ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
+#include "job/bench/job_ep_bench.h"
 #include "policy/bench/policy_bench.h"
 #include "store/bench/store_bench.h"
 
@@ -21,6 +22,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_policy_bench_command(*cmd);  // policy (policy/bench)
   moerl::bench::add_ledger_bench_command(*cmd);  // ledger (actors/ledger/bench)
   moerl::bench::add_control_bench_command(*cmd);  // control (bench/control)
+  moerl::bench::add_job_ep_bench_command(*cmd);  // job-ep (job/bench)
   (void)cmd;
 }
 
