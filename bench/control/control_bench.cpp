@@ -42,6 +42,8 @@ struct bench_args {
   std::string leaser;  // internal: run as one leaser process against HOST:PORT
 };
 
+std::string g_first_error;  // the first refusal a lease request got, for the JSON
+
 json percentiles(std::vector<double> us) {
   if (us.empty()) return json::object();
   std::sort(us.begin(), us.end());
@@ -85,14 +87,23 @@ std::vector<double> lease_rtts(caf::scoped_actor& self, const caf::actor& coord,
   messages::lease_request req;
   req.worker = worker;
   auto bytes = messages::encode(req);
-  for (int i = 0; i < n; ++i) {
+  int timeouts = 0;
+  for (int i = 0; i < n && timeouts < 3; ++i) {
     std::string reply;
     auto t0 = clk::now();
-    self->request(coord, std::chrono::seconds(5), lease_atom::value, bytes)
-        .receive([&](std::string& r) { reply = std::move(r); }, [](caf::error&) {});
+    self->request(coord, std::chrono::seconds(2), lease_atom::value, bytes)
+        .receive([&](std::string& r) { reply = std::move(r); },
+                 [&](caf::error& e) {
+                   ++timeouts;
+                   if (g_first_error.empty()) g_first_error = self->system().render(e);
+                 });
     auto t1 = clk::now();
     auto l = messages::decode<messages::lease>(reply);
-    if (!l) continue;  // no unit pending right now
+    if (!l) {  // no unit pending right now (or no reply: counted, 3 end the run)
+      auto e = messages::decode<messages::wire_error>(reply);
+      if (e && g_first_error.empty()) g_first_error = e->value.to_string();
+      continue;
+    }
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     messages::unit_report rep;
     rep.unit_id = l->unit.id;
@@ -109,7 +120,10 @@ std::vector<std::string> bench_overrides(const std::string& dir) {
   return {"store.url=" + dir, "store.local_fsync=false", "actors.iterations=1", "actors.units_per_iteration=1024",
           "actors.groups_per_unit=1", "ledger.group_size=1", "ledger.lease_timeout_ms=60000",
           "node.heartbeat_interval_ms=500", "node.connection_timeout_ms=5000", "log.level=warn",
-          "ledger.snapshot_every=100000"};
+          "ledger.snapshot_every=100000",
+          // The bench's stand-in nodes send no heartbeats; keep the coordinator from
+          // declaring them dead mid-measurement.
+          "actors.heartbeat_misses=1000000"};
 }
 
 json in_process(const bench_args& a, const std::string& dir) {
@@ -127,8 +141,10 @@ json in_process(const bench_args& a, const std::string& dir) {
   auto rtts = lease_rtts(self, coord, id + "/0", a.requests);
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
-  return json{{"requester", "blocking (scoped_actor), one request at a time"}, {"ledger_store", "none (memory)"},
-              {"lease_rtt", percentiles(rtts)}};
+  json r{{"requester", "blocking (scoped_actor), one request at a time"}, {"ledger_store", "none (memory)"},
+         {"lease_rtt", percentiles(rtts)}};
+  if (!g_first_error.empty()) r["first_refusal"] = g_first_error;
+  return r;
 }
 
 pid_t spawn_self(const std::vector<std::string>& args, const std::string& log) {
@@ -232,6 +248,7 @@ json cross_process(const bench_args& a, const std::string& dir) {
     auto rtts = lease_rtts(self, *coord, id + "/0", a.requests);
     out["lease_rtt_cross_process"] = {{"requester", "blocking (scoped_actor) over TCP loopback"},
                                       {"lease_rtt", percentiles(rtts)}};
+    if (rtts.empty()) out["lease_rtt_cross_process"]["error"] = "no lease reply from the coordinator process";
     // Throughput: N leaser processes, each a window of requests in flight.
     std::vector<pid_t> kids;
     for (int k = 0; k < a.nodes; ++k)
