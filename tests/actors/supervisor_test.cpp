@@ -116,12 +116,14 @@ TEST_F(fixture, transient_child_exiting_normally_is_not_restarted_temporary_neve
   auto sup = spawn_supervisor(*sys, o, {spec("t", starts_a, restart_policy::transient),
                                         spec("tmp", starts_b, restart_policy::temporary)});
   auto k = kids(self, sup);
+  // Monitor before the children end: monitoring an already dead actor yields a down message
+  // at once, possibly before the supervisor has handled that child's exit.
+  self->monitor(k[0]);
+  self->monitor(k[1]);
   self->send(k[0], shutdown_atom::value);
   self->send(k[1], crash_atom::value);
   // The children's exit messages reach the supervisor before their down messages reach us
   // (CAF sends link exits before monitor downs), so the next query sees both slots empty.
-  self->monitor(k[0]);
-  self->monitor(k[1]);
   int downs = 0;
   self->receive_for(downs, 2)([](caf::down_msg&) {});
   auto v = kids(self, sup);
