@@ -16,6 +16,10 @@ struct ep_trainer::impl {
   int64_t max_tokens_per_rank = 0;
   int max_seq_len = 0;
   std::unique_ptr<ep_policy_group> group;
+  // What create() built the group from, to rebuild it after a failure.
+  config cfg;
+  policy::model_config rank_model;
+  ep_group_shape shape;
   std::vector<std::pair<size_t, size_t>> dense;  // dense ranges of a rank's buffer
   size_t num_dense = 0;
   struct rank_state {
@@ -48,6 +52,9 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg, const 
   shape.num_ranks = num_ranks;
   shape.max_train_tokens = p->max_tokens_per_rank;
   shape.dense_collectives = true;
+  p->cfg = cfg;
+  p->rank_model = rank_model;
+  p->shape = shape;
   auto g = ep_policy_group::create(cfg, rank_model, shape);
   if (!g) return g.err();
   p->group = std::move(*g);
@@ -66,6 +73,18 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg, const 
 result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& samples,
                                         const std::vector<double>& advantages) {
   impl& m = *impl_;
+  if (m.group->broken()) {
+    // The shares and moments live on this side of the rank threads: take them over.
+    auto params = serialize();
+    auto moments = serialize_adam();
+    if (!params || !moments) return error{errc::internal, "trainer group broken and its state unreadable"};
+    m.group.reset();
+    auto g = ep_policy_group::create(m.cfg, m.rank_model, m.shape);
+    if (!g) return error{g.err().code, "rebuilding the broken trainer group: " + g.err().message};
+    m.group = std::move(*g);
+    if (auto st = load(*params); !st) return st.err();
+    if (auto st = load_adam(*moments); !st) return st.err();
+  }
   const int n = m.group->num_ranks();
   const int64_t total = static_cast<int64_t>(samples.size());
   if (advantages.size() != samples.size())
@@ -173,6 +192,15 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
   }
   out.update.grpo.num_tokens = tokens;
   return out;
+}
+
+status ep_trainer::break_group_for_test() {
+  const int last = impl_->group->num_ranks() - 1;
+  return impl_->group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+    if (ctx.rank == last) return error{errc::peer_dead, "rank " + std::to_string(last) + " left (test)"};
+    float x = 1.0f;
+    return ctx.dense->all_reduce_sum(&x, 1, fabric::coll_dtype::fp32);
+  });
 }
 
 result<std::string> ep_trainer::serialize() const {

@@ -46,9 +46,17 @@ class ep_trainer {
                                                     int num_ranks, int64_t max_samples_per_step);
   ~ep_trainer();
 
-  // grpo.epochs passes over the batch; at least num_ranks samples.
+  // grpo.epochs passes over the batch; at least num_ranks samples. A step that failed
+  // inside the group (a rank timed out mid-collective) leaves it broken; the next step first
+  // rebuilds the group and carries the parameters and Adam state over (every rank stops
+  // at the same collective, so they are consistent: with grpo.epochs = 1 they are exactly
+  // the state before the failed step).
   result<ep_step_result> step(const std::vector<policy::sample>& samples,
                               const std::vector<double>& advantages);
+
+  // Tests only: breaks the group the way a dying peer does (the last rank fails while the
+  // others wait in a dense all-reduce until fabric.op_timeout_ms); returns that failure.
+  status break_group_for_test();
 
   // The full parameter set (every expert) in params.h's format, and back.
   result<std::string> serialize() const;

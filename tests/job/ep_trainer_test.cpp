@@ -138,6 +138,39 @@ TEST(ep_trainer, a_step_on_two_ranks_gives_the_single_rank_parameters) {
   EXPECT_TRUE((*ep)->load_adam(*a).ok());
 }
 
+TEST(ep_trainer, a_group_broken_by_a_dead_rank_is_rebuilt_and_the_step_still_equals_the_single_rank_one) {
+  const policy::model_config model = small_model();
+  policy::grpo_config grpo;
+  grpo.group_size = 4;
+  auto local = policy::make_local_expert_exchange();
+  auto single = policy::moe_policy::create(model, *local);
+  ASSERT_TRUE(single.ok());
+  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
+  ASSERT_TRUE(cfg.ok());
+  auto ep = ep_trainer::create(*cfg, model, grpo, adam_cfg(), 1.0f, 2, 16);
+  ASSERT_TRUE(ep.ok()) << ep.err().to_string();
+  ASSERT_TRUE((*ep)->load((*single)->serialize()).ok());
+  policy::adam opt(adam_cfg(), (*single)->layout().num_floats());
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) {
+      auto broke = (*ep)->break_group_for_test();
+      ASSERT_FALSE(broke.ok());
+      EXPECT_NE(broke.err().message.find("rank"), std::string::npos) << broke.err().message;
+    }
+    auto b = make_batch(**single, 2, 4, 200 + step, 0);
+    std::vector<float> grads;
+    ASSERT_TRUE(policy::grpo_gradient(**single, b.samples, b.advantages, grpo, 1.0f, nullptr, &grads).ok());
+    ASSERT_TRUE(opt.step((*single)->params(), grads).ok());
+    auto r = (*ep)->step(b.samples, b.advantages);
+    ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.err().to_string();
+  }
+  auto bytes = (*ep)->serialize();
+  ASSERT_TRUE(bytes.ok());
+  auto got = policy::deserialize_params(*bytes, &(*single)->layout());
+  ASSERT_TRUE(got.ok());
+  for (size_t i = 0; i < got->size(); ++i) ASSERT_NEAR((*got)[i], (*single)->params()[i], 2e-5) << i;
+}
+
 TEST(ep_trainer, bad_batches_and_configs_are_refused_by_name) {
   const policy::model_config model = small_model();
   policy::grpo_config grpo;

@@ -51,8 +51,16 @@ TEST(moerl_up, a_short_grpo_run_on_expert_parallel_ranks_loses_nothing_and_learn
   EXPECT_EQ(j["accounting"].value("lost", 1ul), 0u);
   EXPECT_EQ(j["accounting"].value("duplicated", 1ul), 0u);
   ASSERT_TRUE(j.contains("reward_curve"));
-  ASSERT_EQ(j["reward_curve"].size(), size_t(iterations)) << j["reward_curve"].dump();
-  for (const auto& point : j["reward_curve"]) EXPECT_TRUE(point.contains("mean_reward"));
+  // One point per trained version; the run may end (and the report be taken) before the
+  // trainer's figures for the very last version reach the coordinator, as in the
+  // single-rank path, so the last point may be missing.
+  const auto& curve = j["reward_curve"];
+  EXPECT_GE(curve.size(), size_t(iterations - 1)) << curve.dump();
+  EXPECT_LE(curve.size(), size_t(iterations)) << curve.dump();
+  for (size_t i = 0; i < curve.size(); ++i) {
+    EXPECT_TRUE(curve[i].contains("mean_reward"));
+    EXPECT_EQ(curve[i].value("iteration", 0), int(i + 1));
+  }
   EXPECT_TRUE(j.contains("provenance"));
 
   // The EP paths really ran: the trainer says so, and rollout logs name their groups.
