@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/param_slicing.h"
 #include "policy/model.h"
@@ -213,6 +214,32 @@ TEST(ep_rollout_errors, bad_weights_and_too_few_rows_are_refused_and_the_group_k
   EXPECT_FALSE((*g)->broken());
   auto ok = (*g)->generate({3, 4}, 4, 4, 1.0f, 1);
   EXPECT_TRUE(ok.ok()) << ok.err().to_string();
+}
+
+TEST(ep_rollout_errors, a_rank_that_dies_mid_step_breaks_the_group_with_an_error_not_a_hang) {
+  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
+  ASSERT_TRUE(cfg.ok());
+  ep_group_shape shape;
+  shape.num_ranks = 2;
+  shape.max_decode_rows = 2;
+  shape.dense_collectives = true;
+  auto g = ep_policy_group::create(*cfg, small_model(), shape);
+  ASSERT_TRUE(g.ok()) << g.err().to_string();
+  // Rank 1 leaves while rank 0 waits for it in a collective: rank 0 gives up after the
+  // timeout, and the call reports the lowest failing rank.
+  auto st = (*g)->run_on_ranks([](ep_policy_group::rank_context& ctx) -> status {
+    if (ctx.rank == 1) return error{errc::peer_dead, "left"};
+    float x = 1;
+    return ctx.dense->all_reduce_sum(&x, 1, fabric::coll_dtype::fp32);
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("rank 0"), std::string::npos) << st.err().message;
+  EXPECT_TRUE((*g)->broken());
+  // A broken group refuses work (the owner rebuilds it) and still shuts down cleanly.
+  auto again = (*g)->generate({3, 4}, 2, 4, 1.0f, 1);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.err().message.find("broken"), std::string::npos) << again.err().message;
+  g->reset();
 }
 
 }  // namespace
