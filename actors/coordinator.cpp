@@ -64,6 +64,12 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
     st.core->node_down(node, "monitor: " + self->system().render(m.reason));
     deliver(self);
   });
+  // A message nobody handles (bad input from a peer) is logged, answered with an error and
+  // dropped; by default CAF 0.17 would end the actor with unexpected_message.
+  self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    logger("coordinator")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
+    return caf::sec::unexpected_message;
+  });
   self->send(self, tick_atom::value);
   return {
       [self](register_atom, const std::string& bytes, caf::actor agent) -> std::string {

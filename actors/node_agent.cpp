@@ -175,6 +175,12 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
     st.registered = false;
     if (!connect_and_register(self)) finish(self, 3);
   });
+  // A message nobody handles (bad input from a peer) is logged, answered with an error and
+  // dropped; by default CAF 0.17 would end the actor with unexpected_message.
+  self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    logger("node")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
+    return caf::sec::unexpected_message;
+  });
   self->send(self, tick_atom::value);
   return {
       [self](tick_atom) {

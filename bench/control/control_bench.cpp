@@ -137,13 +137,17 @@ json in_process(const bench_args& a, const std::string& dir) {
   auto coord = spawn_coordinator(sys, std::make_unique<coordinator_core>(*co, std::move(*led), clock));
   auto agent = sys.spawn(sink);
   caf::scoped_actor self{sys};
+  self->monitor(coord);
   auto id = join(self, coord, agent);
   auto rtts = lease_rtts(self, coord, id + "/0", a.requests);
+  std::string down;
+  self->receive([&](caf::down_msg& d) { down = sys.render(d.reason); }, caf::after(std::chrono::milliseconds(0)) >> [] {});
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   json r{{"requester", "blocking (scoped_actor), one request at a time"}, {"ledger_store", "none (memory)"},
          {"lease_rtt", percentiles(rtts)}};
   if (!g_first_error.empty()) r["first_refusal"] = g_first_error;
+  if (!down.empty()) r["coordinator_down"] = down;
   return r;
 }
 
