@@ -280,10 +280,16 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   std::optional<std::pair<std::string, messages::sample>> pending;
   uint64_t scored = 0, malformed = 0;
   int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
+  // Shards found gone, by endpoint: later samples for them are dropped at once instead of
+  // each waiting for credit that never comes (which would hold up every other unit's
+  // samples behind them). A replacement shard binds a new endpoint.
+  std::map<std::string, int64_t> gone_shards;
+  uint64_t dropped_for_gone = 0;
   while (mailbox_ok(self, *ctx, ms(0))) {
     if (steady_ms() - last_stats > 1000) {
       last_stats = steady_ms();
-      nlohmann::json st{{"scored", scored}, {"malformed", malformed}, {"bad_frames", ctx->pull->num_bad_frames()}};
+      nlohmann::json st{{"scored", scored}, {"malformed", malformed}, {"bad_frames", ctx->pull->num_bad_frames()},
+                        {"dropped_for_gone_shards", dropped_for_gone}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
     if (!pending) {
@@ -311,6 +317,11 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       ++scored;
       pending.emplace((*got)->first, std::move(*s));
     }
+    if (gone_shards.count(pending->first)) {
+      ++dropped_for_gone;  // its unit's lease is expired or will be: the unit is re-run
+      pending.reset();
+      continue;
+    }
     auto& p = ctx->producers[pending->first];
     if (!p) {
       auto c = ledger::sample_producer::connect(ctx->zmq, pending->first, ctx->name);
@@ -332,8 +343,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         blocked_since = steady_ms();
         auto alive = discover(self, *ctx, "buffer");
         if (std::find(alive.begin(), alive.end(), pending->first) == alive.end()) {
-          log->warn("shard {} is gone: dropping the sample of unit {} (its lease is expired)", pending->first,
+          log->warn("shard {} is gone: dropping its samples from now on (first: unit {})", pending->first,
                     pending->second.work_unit);
+          gone_shards[pending->first] = steady_ms();
           ctx->producers.erase(pending->first);
           pending.reset();
           continue;
