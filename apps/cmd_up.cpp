@@ -51,11 +51,15 @@ result<std::string> latest_resumable_run(const config& cfg) {
 }
 
 // The trainer's job figures (reward curve, timings) from the coordinator's node view.
+// An empty object when there are none (the modpow test job reports no job figures), so
+// callers can use value() on it.
 nlohmann::json trainer_job_stats(const nlohmann::json& nodes) {
-  if (!nodes.is_array()) return nullptr;
+  if (!nodes.is_array()) return nlohmann::json::object();
   for (const auto& n : nodes)
-    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job")) return n["stats"]["job"];
-  return nullptr;
+    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job") &&
+        n["stats"]["job"].is_object())
+      return n["stats"]["job"];
+  return nlohmann::json::object();
 }
 
 std::string self_exe() {
