@@ -1,8 +1,20 @@
 #include "sims/netns_link.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "sims/process_control.h"
 #include "sims/sys_check.h"
@@ -23,6 +35,42 @@ status write_sysctl(const std::string& path, const std::string& value) {
     return detail::sys_error("write", path, __FILE__, __LINE__, n < 0 ? err : EIO);
   }
   return ok_status();
+}
+
+// One TCP connect from inside the namespace `ns_path` (/var/run/netns/<name>) to `to`, done by a
+// forked child that enters the namespace, so this process never changes namespace. The
+// child only makes system calls. 0 when it connected, else the errno that stopped it.
+int connect_inside(const std::string& ns_path, const sockaddr_in& to, int timeout_ms) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return errno;
+  if (pid == 0) {
+    const int nsfd = ::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (nsfd < 0 || ::setns(nsfd, CLONE_NEWNET) != 0) ::_exit(errno & 0xff);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) ::_exit(errno & 0xff);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0) ::_exit(0);
+    if (errno != EINPROGRESS) ::_exit(errno & 0xff);
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, timeout_ms) != 1) ::_exit(ETIMEDOUT);
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) ::_exit(errno & 0xff);
+    ::_exit(err & 0xff);
+  }
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) return errno;
+  }
+  if (!WIFEXITED(st)) return EINTR;
+  return WEXITSTATUS(st);
+}
+
+// MAC address of one end of the veth pair of `slot`: locally administered (02:...), fixed
+// per slot so that the neighbour entries can be set without reading them back.
+std::string veth_mac(int slot, int end) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "02:6d:6f:65:%02x:%02x", slot & 0xff, end & 0xff);
+  return buf;
 }
 
 }  // namespace
@@ -53,7 +101,8 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   l->name_ = "moerl-sim-" + tag;
   // Interface names are limited to 15 characters.
   l->host_if_ = "msh" + tag;
-  const std::string ns_if = "msn" + tag;
+  l->ns_if_ = "msn" + tag;
+  const std::string& ns_if = l->ns_if_;
   int slot = -1;
   for (int i = 0; i < 255 && slot < 0; ++i) {
     const std::string lock = "/tmp/moerl-sim-netns-" + std::to_string(i) + ".lock";
@@ -70,10 +119,13 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   const std::string net = "10.213." + std::to_string(slot) + ".";
   l->host_addr_ = net + "1";
   l->ns_addr_ = net + "2";
+  l->host_mac_ = veth_mac(slot, 1);
+  l->ns_mac_ = veth_mac(slot, 2);
 
   SIMS_TRY(run_tool({"ip", "netns", "add", l->name_}));
   l->created_ = true;  // from here the destructor cleans up whatever follows
-  SIMS_TRY(run_tool({"ip", "link", "add", l->host_if_, "type", "veth", "peer", "name", ns_if}));
+  SIMS_TRY(run_tool({"ip", "link", "add", l->host_if_, "address", l->host_mac_, "type", "veth",
+                     "peer", "name", ns_if, "address", l->ns_mac_}));
   SIMS_TRY(run_tool({"ip", "link", "set", ns_if, "netns", l->name_}));
   SIMS_TRY(run_tool({"ip", "addr", "add", l->host_addr_ + "/30", "dev", l->host_if_}));
   SIMS_TRY(run_tool({"ip", "link", "set", l->host_if_, "up"}));
@@ -89,7 +141,56 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   SIMS_TRY(run_tool({"ip", "netns", "exec", l->name_, "sysctl", "-q", "-w",
                      "net.ipv4.conf." + ns_if + ".route_localnet=1",
                      "net.ipv4.conf.all.route_localnet=1"}));
+  // No ARP on the link (see the header): a connect tried while it is cut must not leave a
+  // FAILED neighbour entry behind that refuses the first connects after heal().
+  SIMS_TRY(l->pin_neighbors());
+  // Return only a link that carries traffic (the host end's queue is activated
+  // asynchronously after carrier-on), and say what is broken when it never does.
+  SIMS_TRY(l->probe_connect());
   return l;
+}
+
+status netns_link::pin_neighbors() {
+  SIMS_TRY(run_tool({"ip", "neigh", "replace", ns_addr_, "lladdr", ns_mac_, "dev", host_if_,
+                     "nud", "permanent"}));
+  SIMS_TRY(run_tool({"ip", "-n", name_, "neigh", "replace", host_addr_, "lladdr", host_mac_,
+                     "dev", ns_if_, "nud", "permanent"}));
+  return ok_status();
+}
+
+status netns_link::probe_connect() const {
+  const std::string ns_path = "/var/run/netns/" + name_;  // where `ip netns add` puts it
+  for (const std::string& addr : {host_addr_, std::string("127.0.0.1")}) {
+    // A listener in this (the host's) namespace; the kernel completes the handshake from
+    // its backlog, nothing needs to accept.
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    ::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
+    int lfd;
+    SIMS_SYS_CHECK(lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), "probe listener");
+    socklen_t len = sizeof sa;
+    if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(lfd, 4) != 0 ||
+        ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      const int err = errno;
+      ::close(lfd);
+      return detail::sys_error("bind/listen", "probe listener on " + addr, __FILE__, __LINE__, err);
+    }
+    // A few tries within ~5 s: the first SYN may meet a queue not yet activated.
+    int err = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    do {
+      err = connect_inside(ns_path, sa, 1000);
+      if (err == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (std::chrono::steady_clock::now() < end);
+    ::close(lfd);
+    if (err != 0) {
+      return error{errc::io_error, "partition link " + name_ + ": a TCP connect from inside the "
+                                   "namespace to " + addr + ":" + std::to_string(ntohs(sa.sin_port)) +
+                                   " (via " + host_if_ + ") fails: " + std::strerror(err)};
+    }
+  }
+  return ok_status();
 }
 
 netns_link::~netns_link() {
@@ -114,7 +215,9 @@ status netns_link::cut() {
 status netns_link::heal() {
   SIMS_TRY(run_tool({"ip", "link", "set", host_if_, "up"}));
   cut_ = false;
-  return ok_status();
+  // Taking the host end down flushed its neighbour entries, permanent ones too.
+  SIMS_TRY(pin_neighbors());
+  return probe_connect();
 }
 
 }  // namespace moerl::sims

@@ -15,6 +15,17 @@
 // is on the veth only. The cost: the node cannot listen on 127.0.0.1 itself, which rollout,
 // reward-less and trainer nodes do not need (they only connect out).
 //
+// ARP: both ends hold a permanent neighbour entry for the other (fixed MAC addresses per
+// slot), so the link never resolves addresses. With ARP, a connect tried during a cut left
+// the namespace's entry for the host end INCOMPLETE, then FAILED, and the first connects
+// after heal() failed at once with EHOSTUNREACH ("No route to host") for up to 3 seconds.
+// The entries live on the pair's own interfaces and go with them: nothing global changes
+// (no ip_forward, rp_filter or other host-wide setting is needed: all traffic is local
+// delivery between the two ends).
+// create() and heal() return only once a TCP connect from inside the namespace to the host
+// end and to the host's 127.0.0.1 succeeds (a probe), so a broken host shows as an error
+// naming what failed instead of silence later.
+//
 // Needs root (CAP_NET_ADMIN) and the `ip` tool (iproute2). Not thread-safe.
 #pragma once
 
@@ -45,13 +56,18 @@ class netns_link {
   const std::string& ns_address() const { return ns_addr_; }
 
   status cut();   // host end down: no packet crosses in either direction
-  status heal();  // host end up again
+  status heal();  // host end up again; returns once traffic crosses (probe)
   bool is_cut() const { return cut_; }
 
  private:
   netns_link() = default;
+  status pin_neighbors();      // permanent ARP entries on both ends
+  status probe_connect() const;  // TCP connects from inside to host end and 127.0.0.1
   std::string name_;
   std::string host_if_;
+  std::string ns_if_;
+  std::string host_mac_;
+  std::string ns_mac_;
   std::string host_addr_;
   std::string ns_addr_;
   bool cut_ = false;

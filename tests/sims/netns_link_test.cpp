@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "sims/netns_link.h"
 #include "sims/process_control.h"
 
@@ -54,14 +57,27 @@ TEST(netns_link, cut_link_stops_traffic_and_heal_restores_it) {
   listener host((*l)->host_address());
   ASSERT_GE(host.fd, 0);
 
-  EXPECT_TRUE(connect_from_ns(**l, (*l)->host_address(), host.port).ok());
+  {
+    auto first = connect_from_ns(**l, (*l)->host_address(), host.port);
+    EXPECT_TRUE(first.ok()) << first.err().to_string();
+  }
   ASSERT_TRUE((*l)->cut().ok());
   EXPECT_TRUE((*l)->is_cut());
   auto cut = connect_from_ns(**l, (*l)->host_address(), host.port);
   EXPECT_FALSE(cut.ok());
-  ASSERT_TRUE((*l)->heal().ok());
-  EXPECT_TRUE(connect_from_ns(**l, (*l)->host_address(), host.port).ok());
-
+  // Heal after the third and last ARP probe of that connect (sent 2 s after it began, into
+  // the cut) but before the probing gives up (3 s): with ARP on the link, the SYN of the
+  // next connect waited on that INCOMPLETE entry and failed with "No route to host" when it
+  // turned FAILED. The link's neighbour entries are permanent, so nothing waits on ARP.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  {
+    auto healed = (*l)->heal();
+    ASSERT_TRUE(healed.ok()) << healed.err().to_string();
+  }
+  {
+    auto healed = connect_from_ns(**l, (*l)->host_address(), host.port);
+    EXPECT_TRUE(healed.ok()) << healed.err().to_string();
+  }
 }
 
 TEST(netns_link, node_inside_reaches_the_hosts_loopback_cluster_until_cut) {
@@ -72,11 +88,17 @@ TEST(netns_link, node_inside_reaches_the_hosts_loopback_cluster_until_cut) {
   // A local cluster listens on 127.0.0.1: the namespaced node must reach exactly that.
   listener local("127.0.0.1");
   ASSERT_GE(local.fd, 0);
-  EXPECT_TRUE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
+  {
+    auto first = connect_from_ns(**l, "127.0.0.1", local.port);
+    EXPECT_TRUE(first.ok()) << first.err().to_string();
+  }
   ASSERT_TRUE((*l)->cut().ok());
   EXPECT_FALSE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
   ASSERT_TRUE((*l)->heal().ok());
-  EXPECT_TRUE(connect_from_ns(**l, "127.0.0.1", local.port).ok());
+  {
+    auto healed = connect_from_ns(**l, "127.0.0.1", local.port);
+    EXPECT_TRUE(healed.ok()) << healed.err().to_string();
+  }
 }
 
 TEST(netns_link, destroying_the_link_removes_the_namespace) {
