@@ -257,7 +257,7 @@ void coordinator_core::tick() {
   auto now = clock_.now_ms();
   // After a restart the ledger still names the shards of the previous incarnation. One that
   // has not re-joined within the heartbeat timeout is gone: re-open what it held.
-  if (!recovery_checked_ && ledger_->num_units() > 0 && now - started_ms_ > 2 * opts_.heartbeat_timeout_ms) {
+  if (!recovery_checked_ && ledger_->epoch() > 1 && now - started_ms_ > 2 * opts_.heartbeat_timeout_ms) {
     recovery_checked_ = true;
     std::set<std::string> known;
     for (size_t u = 1; u <= ledger_->num_units(); ++u)
