@@ -66,6 +66,11 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
   });
   // A message nobody handles (bad input from a peer) is logged, answered with an error and
   // dropped; by default CAF 0.17 would end the actor with unexpected_message.
+  // An error sent to us as a plain message (e.g. a peer answering one of our messages with
+  // unexpected_message) is logged; by default CAF 0.17 would end the actor with it.
+  self->set_error_handler([](caf::error& e) {
+    logger("coordinator")->warn("a peer sent an error: {}", caf::to_string(e));
+  });
   self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
     logger("coordinator")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
     return caf::sec::unexpected_message;

@@ -177,6 +177,11 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   });
   // A message nobody handles (bad input from a peer) is logged, answered with an error and
   // dropped; by default CAF 0.17 would end the actor with unexpected_message.
+  // An error sent to us as a plain message (e.g. a peer answering one of our messages with
+  // unexpected_message) is logged; by default CAF 0.17 would end the actor with it.
+  self->set_error_handler([](caf::error& e) {
+    logger("node")->warn("a peer sent an error: {}", caf::to_string(e));
+  });
   self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
     logger("node")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
     return caf::sec::unexpected_message;

@@ -65,8 +65,12 @@ std::string heartbeat_bytes(const std::string& id, const std::string& role, cons
 }
 
 // An actor that stands in for a buffer node's agent: it swallows the ledger events.
+// Its default handler answers with an empty message: caf::drop would answer the
+// coordinator's messages with an unexpected_message error, which ends the coordinator.
 caf::behavior sink(caf::event_based_actor* self) {
-  self->set_default_handler(caf::drop);
+  self->set_default_handler([](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+    return caf::message{};
+  });
   return {[](shutdown_atom) {}};
 }
 
