@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernels/bench_random.h"
 #include "bench/kernels/cuda_bench.h"
 #include "bench/kernels/timing.h"
 #include "kernels/cuda/kernels_cuda.h"
@@ -71,15 +72,7 @@ class dbuf {
 };
 
 std::vector<float> host_random(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint64_t s = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (auto& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x = scale * (static_cast<float>(s >> 40) * (2.0f / 16777216.0f) - 1.0f);
-  }
-  return v;
+  return moerl::bench::random_floats(n, seed, scale);
 }
 
 // Device time of each run from events around it on the benchmark stream.

@@ -1,5 +1,7 @@
 #include "bench/kernels/kernels_bench.h"
 
+#include "bench/kernels/bench_random.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -29,19 +31,7 @@ void must(const status& st, const char* what) {
   if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.err().to_string());
 }
 
-// Uniform in [-scale, scale) from a xorshift generator: the prefill weights are ~350M
-// floats, and a normal distribution from mt19937 would take longer than the kernels.
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale) {
-  std::vector<float> v(n);
-  uint64_t s = 0x9e3779b97f4a7c15ull * (seed + 1);
-  for (auto& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x = scale * (static_cast<float>(s >> 40) * (2.0f / 16777216.0f) - 1.0f);
-  }
-  return v;
-}
+using moerl::bench::random_floats;
 
 }  // namespace
 
