@@ -13,6 +13,7 @@
 #include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/param_slicing.h"
+#include "tests/job/ep_fixture.h"
 #include "policy/model.h"
 
 namespace moerl::job {
@@ -20,24 +21,8 @@ namespace {
 
 using policy::token_id;
 
-policy::model_config small_model() {
-  policy::model_config c;
-  c.max_seq_len = 14;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
-  c.seed = 11;
-  return c;
-}
-
-config node_config() {
-  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});
-  EXPECT_TRUE(cfg.ok()) << cfg.err().to_string();
-  return *cfg;
-}
+policy::model_config small_model() { return testing::small_model(11); }
+using testing::node_config;
 
 // Full weights moved off the near-uniform start, so sampling is not close to uniform and
 // the experts matter.

@@ -13,32 +13,20 @@
 #include "job/ep_trainer.h"
 #include "policy/reward.h"
 #include "policy/task.h"
+#include "tests/job/ep_fixture.h"
 #include "policy/trainer.h"
 
 namespace moerl::job {
 namespace {
 
 policy::model_config small_model() {
-  policy::model_config c;
-  c.max_seq_len = 14;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
+  auto c = testing::small_model(13);
   // The load-balance loss is computed per rank's tokens in EP (ep_trainer.h); off here so
   // the comparison is exact up to fp32 rounding.
   c.aux_loss_coef = 0.0f;
-  c.seed = 13;
   return c;
 }
-
-config node_config() {
-  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});
-  EXPECT_TRUE(cfg.ok()) << cfg.err().to_string();
-  return *cfg;
-}
+using testing::node_config;
 
 policy::adam_config adam_cfg() {
   policy::adam_config a;
