@@ -123,8 +123,9 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
         }
         return "";
       },
-      [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n) -> std::string {
-        auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n});
+      [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
+             uint64_t handout) -> std::string {
+        auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
         deliver(self);
         if (!st) {
           logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());

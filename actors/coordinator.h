@@ -8,7 +8,7 @@
 //   (lease_atom, lease_request bytes)             -> lease bytes | error bytes
 //   (report_atom, unit_report bytes)              -> ""  | error bytes
 //   (ack_atom, unit, attempt, shard, packed accepted groups, packed stale groups)
-//   (consumed_atom, unit, attempt, group, num_samples)
+//   (consumed_atom, unit, attempt, group, num_samples, handout)
 //   (stats_atom, node id, JSON text)
 //   (version_atom, version, weight_manifest bytes)
 //   (drained_atom, node id, JSON record)          -> ""

@@ -71,22 +71,31 @@ result<std::string> call_coordinator(caf::blocking_actor* self, node_context& ct
   return out;
 }
 
-// Live nodes of a role with their endpoints, from the coordinator's admin `nodes` view.
-std::vector<std::string> discover(caf::blocking_actor* self, node_context& ctx, const std::string& role) {
+// Live nodes of a role with their endpoints, from the coordinator's admin `nodes` view. An
+// error when the coordinator did not answer (it may be restarting): callers must not read
+// "no answer" as "no such node", or a coordinator restart makes every shard look gone.
+result<std::vector<std::string>> discover(caf::blocking_actor* self, node_context& ctx, const std::string& role) {
   messages::admin_request req;
   req.token = ctx.cfg.get_string("console.token");
   req.command = "nodes";
   auto raw = call_coordinator(self, ctx, admin_atom::value, messages::encode(req));
-  std::vector<std::string> out;
-  if (!raw) return out;
+  if (!raw) return raw.err();
   auto rep = messages::decode<messages::admin_reply>(*raw);
-  if (!rep || !rep->ok) return out;
+  if (!rep) return rep.err();
+  if (!rep->ok) return error(errc::internal, "coordinator refused `nodes`: " + rep->body_json);
   auto j = nlohmann::json::parse(rep->body_json, nullptr, false);
-  if (!j.is_array()) return out;
+  if (!j.is_array()) return error(errc::malformed_message, "coordinator's `nodes` reply is not a JSON array");
+  std::vector<std::string> out;
   for (auto& n : j)
     if (n.value("role", "") == role && n.value("state", "") == "running" && !n.value("endpoint", "").empty())
       out.push_back(n["endpoint"].get<std::string>());
   return out;
+}
+
+// True only when the coordinator answered and `endpoint` is not among the live nodes of `role`.
+bool known_gone(caf::blocking_actor* self, node_context& ctx, const std::string& role, const std::string& endpoint) {
+  auto alive = discover(self, ctx, role);
+  return alive && std::find(alive->begin(), alive->end(), endpoint) == alive->end();
 }
 
 // ---- rollout ------------------------------------------------------------------------------
@@ -197,9 +206,10 @@ class rollout_worker {
   // Through a reward node when one is alive; otherwise scored here and sent to the shard.
   status deliver(messages::sample& s, const std::string& shard_ep, uint64_t lease_deadline_unix_ms) {
     if (steady_ms() >= next_discovery_) {
-      auto eps = discover(self_, *ctx_, "reward");
+      auto found = discover(self_, *ctx_, "reward");
       next_discovery_ = steady_ms() + 2000;
-      if (eps != reward_eps_) {
+      if (found && *found != reward_eps_) {
+        const auto& eps = *found;
         reward_eps_ = eps;
         push_.reset();
         if (!eps.empty()) {
@@ -242,8 +252,7 @@ class rollout_worker {
         return error(errc::timeout, "no credit from shard " + shard_ep + " before the lease deadline");
       if (steady_ms() > next_check) {
         next_check = steady_ms() + 1000;
-        auto alive = discover(self_, *ctx_, "buffer");
-        if (std::find(alive.begin(), alive.end(), shard_ep) == alive.end()) {
+        if (known_gone(self_, *ctx_, "buffer", shard_ep)) {
           direct_.erase(shard_ep);
           return error(errc::peer_dead, "shard " + shard_ep + " is gone");
         }
@@ -341,8 +350,7 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       if (!blocked_since) blocked_since = steady_ms();
       if (steady_ms() - blocked_since > 1000) {
         blocked_since = steady_ms();
-        auto alive = discover(self, *ctx, "buffer");
-        if (std::find(alive.begin(), alive.end(), pending->first) == alive.end()) {
+        if (known_gone(self, *ctx, "buffer", pending->first)) {
           log->warn("shard {} is gone: dropping its samples from now on (first: unit {})", pending->first,
                     pending->second.work_unit);
           gone_shards[pending->first] = steady_ms();
@@ -393,7 +401,8 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     }
     while (!consumed.empty()) {
       auto& c = consumed.front();
-      auto res = call_coordinator(self, *ctx, consumed_atom::value, c.unit, c.attempt, c.group, c.num_samples);
+      auto res = call_coordinator(self, *ctx, consumed_atom::value, c.unit, c.attempt, c.group, c.num_samples,
+                                  c.handout);
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
       if (!res) log->error("consumption of unit {} group {} refused: {}", c.unit, c.group, res.err().message);
       consumed.pop_front();
@@ -479,7 +488,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     if (ctx->draining()) return;  // nothing is held between batches: leave
     if (steady_ms() >= next_refresh) {
       next_refresh = steady_ms() + 1000;
-      auto eps = discover(self, *ctx, "buffer");
+      auto found = discover(self, *ctx, "buffer");
+      if (!found) continue;  // the coordinator did not answer: keep the shards we have
+      const auto& eps = *found;
       for (auto& e : eps)
         if (!sources.count(e)) {
           auto c = ledger::batch_consumer::connect(ctx->zmq, e, ctx->name);

@@ -284,7 +284,7 @@ served_batch buffer_shard::serve(uint32_t max_groups) {
     // Samples of a group leave in index order: trainers compute group statistics.
     std::sort(v.begin(), v.end(),
               [](const auto& a, const auto& b) { return a.index_in_group < b.index_in_group; });
-    out.consumed.push_back({rg.unit, rg.attempt, rg.group, uint32_t(v.size())});
+    out.consumed.push_back({rg.unit, rg.attempt, rg.group, uint32_t(v.size()), next_handout_++});
     release(v.size(), u.group_bytes[rg.group]);
     stats_.served_samples += v.size();
     ++stats_.served_groups;

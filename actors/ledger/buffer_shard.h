@@ -108,6 +108,7 @@ class buffer_shard {
   shard_options opts_;
   uint64_t policy_version_ = 0;
   uint64_t next_batch_id_ = 1;
+  uint64_t next_handout_ = 1;  // consumption::handout; a group's attempt tells shard incarnations apart
   shard_stats stats_;
   std::map<unit_id, std::unique_ptr<unit_slot>> units_;
   struct ready_group {

@@ -78,6 +78,10 @@ struct consumption {
   attempt_t attempt = 0;
   group_id group = 0;
   uint32_t num_samples = 0;  // must be the unit's group_size
+  // The shard's id for this hand-out (never 0 from a shard). A consumption re-sent because
+  // its reply was lost (the coordinator died after journaling it) carries the same id and is
+  // accepted once; a second hand-out of the group has another id and counts as duplicated.
+  uint64_t handout = 0;
 };
 
 // What the ledger tells buffer shards; the node routes each event to `shard`.

@@ -35,7 +35,7 @@ enum class rec : uint8_t {
   ended = 6,        // unit, attempt, reason: the lease ended without a commit
   reported = 7,     // unit, attempt
   acked = 8,        // unit, attempt, groups = accepted, groups2 = stale
-  consumed = 9,     // unit, attempt, group (groups[0])
+  consumed = 9,     // unit, attempt, group (groups[0]), hand-out id (groups2[0]; absent = 0)
   shard_lost = 10,  // name = shard
 };
 
@@ -132,7 +132,7 @@ struct unit_rec {
   std::vector<group_id> ack_stale;
   std::vector<group_id> todo;       // groups of the current/next attempt
   std::set<group_id> committed;     // committed, not dropped since
-  std::set<group_id> trained;       // handed to a trainer
+  std::map<group_id, uint64_t> trained;  // handed to a trainer -> the shard's hand-out id
 };
 
 struct work_ledger::state {
@@ -347,8 +347,9 @@ static status apply_record(work_ledger::state& st, accounting& acct, uint32_t& e
     case rec::consumed: {
       group_id grp = r.groups.empty() ? 0 : r.groups[0];
       uint64_t g = opts.group_size;
+      uint64_t handout = r.groups2.empty() ? 0 : r.groups2[0];
       if (u.committed.count(grp) && !u.trained.count(grp) && u.attempt == r.attempt) {
-        u.trained.insert(grp);
+        u.trained.emplace(grp, handout);
         acct.trained += g;
         auto occ = st.occupied.find(u.shard);
         if (occ != st.occupied.end()) occ->second -= g;
@@ -369,7 +370,7 @@ namespace {
 std::string encode_snapshot(const work_ledger::state& st, const accounting& acct,
                             uint32_t epoch, uint64_t last_seq) {
   detail::byte_writer w;
-  w.u32(1);  // snapshot format version
+  w.u32(2);  // snapshot format version (2: hand-out ids of trained groups)
   w.u64(last_seq);
   w.u32(epoch);
   w.u64(st.next_unit);
@@ -405,7 +406,13 @@ std::string encode_snapshot(const work_ledger::state& st, const accounting& acct
     w.u64s(u.ack_stale);
     w.u64s(u.todo);
     w.u64s(std::vector<uint64_t>(u.committed.begin(), u.committed.end()));
-    w.u64s(std::vector<uint64_t>(u.trained.begin(), u.trained.end()));
+    std::vector<uint64_t> trained, handouts;
+    for (const auto& [grp, handout] : u.trained) {
+      trained.push_back(grp);
+      handouts.push_back(handout);
+    }
+    w.u64s(trained);
+    w.u64s(handouts);
   }
   return std::move(w.bytes());
 }
@@ -416,7 +423,8 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
   auto bad = [](const std::string& what) {
     return error(errc::malformed_message, "ledger snapshot: " + what);
   };
-  if (rd.u32() != 1) return bad("unknown format version");
+  const uint32_t version = rd.u32();
+  if (version != 1 && version != 2) return bad("unknown format version");
   last_seq = rd.u64();
   epoch = rd.u32();
   st.next_unit = rd.u64();
@@ -462,7 +470,9 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     auto c = rd.u64s();
     u.committed.insert(c.begin(), c.end());
     auto t = rd.u64s();
-    u.trained.insert(t.begin(), t.end());
+    std::vector<uint64_t> handouts = version >= 2 ? rd.u64s() : std::vector<uint64_t>(t.size(), 0);
+    if (handouts.size() != t.size()) return bad("trained groups and hand-out ids differ in number");
+    for (size_t k = 0; k < t.size(); ++k) u.trained.emplace(t[k], handouts[k]);
     st.units.emplace(u.id, std::move(u));
   }
   if (!rd.ok() || !rd.at_end()) return bad("does not decode");
@@ -803,13 +813,16 @@ status work_ledger::record_consumed(const consumption& cons) {
     return error(errc::invalid_argument, "consumed: a group has " +
                                              std::to_string(opts_.group_size) + " samples, got " +
                                              std::to_string(cons.num_samples));
-  bool fresh = u.committed.count(cons.group) && !u.trained.count(cons.group) &&
-               u.attempt == cons.attempt;
+  auto tr = u.trained.find(cons.group);
+  if (tr != u.trained.end() && cons.handout != 0 && tr->second == cons.handout && u.attempt == cons.attempt)
+    return ok_status();  // the same hand-out again (its reply was lost): already recorded
+  bool fresh = u.committed.count(cons.group) && tr == u.trained.end() && u.attempt == cons.attempt;
   record r;
   r.type = rec::consumed;
   r.unit = cons.unit;
   r.attempt = cons.attempt;
   r.groups = {cons.group};
+  r.groups2 = {cons.handout};
   // Recorded even when it is a duplicate: the report must show it.
   auto s = append(r);
   if (!s) return s;
@@ -934,7 +947,7 @@ status work_ledger::check_invariant() const {
     if (u.state == unit_state::leased) re.in_flight += slots(u, opts_.group_size);
     re.committed += u.committed.size() * g;
     re.trained += u.trained.size() * g;
-    for (auto grp : u.trained)
+    for (const auto& [grp, handout] : u.trained)
       if (!u.committed.count(grp))
         return error(errc::internal, "ledger: unit " + std::to_string(id) + " group " +
                                          std::to_string(grp) + " trained but not committed");
@@ -965,7 +978,7 @@ std::optional<unit_view> work_ledger::find(unit_id unit) const {
   v.groups = u.groups;
   v.todo = u.todo;
   v.committed.assign(u.committed.begin(), u.committed.end());
-  v.trained.assign(u.trained.begin(), u.trained.end());
+  for (const auto& [grp, handout] : u.trained) v.trained.push_back(grp);
   return v;
 }
 

@@ -173,6 +173,34 @@ TEST_F(LedgerRecovery, a_torn_last_journal_record_is_ignored_and_the_journal_rep
   EXPECT_EQ(r2->epoch(), 3u);
 }
 
+// The coordinator journals a consumption and dies before its reply reaches the shard; the
+// shard sends it again to the recovered coordinator. Through the journal and through a
+// snapshot, the re-sent hand-out is recognised and not counted twice.
+TEST_F(LedgerRecovery, a_consumption_re_sent_after_a_restart_is_not_a_duplicate) {
+  for (bool snapshot : {false, true}) {
+    SCOPED_TRACE(snapshot ? "through a snapshot" : "through the journal");
+    auto old_keys = st->list("ledger/");
+    ASSERT_TRUE(old_keys.ok());
+    for (const auto& k : *old_keys) ASSERT_TRUE(st->remove(k).ok());  // a fresh ledger
+    opts.snapshot_every = snapshot ? 1 : 1'000'000;
+    auto l = open();
+    ASSERT_TRUE(l->add_shard("s0").ok());
+    ASSERT_TRUE(l->add_unit({1, 2}).ok());
+    lease a = *l->acquire("w1");
+    finish(*l, a, /*train=*/false);
+    ASSERT_TRUE(l->record_consumed({a.unit, a.attempt, 1, 2, /*handout=*/5}).ok());
+    ASSERT_TRUE(l->sync().ok());
+    l.reset();  // crash before the reply
+    auto r = open();
+    ASSERT_TRUE(r->record_consumed({a.unit, a.attempt, 1, 2, 5}).ok());
+    EXPECT_EQ(r->counters().trained, 2u);
+    EXPECT_EQ(r->counters().duplicated, 0u);
+    EXPECT_TRUE(r->check_invariant().ok());
+    ASSERT_TRUE(r->record_consumed({a.unit, a.attempt, 2, 2, 6}).ok());  // the other group, fresh
+    EXPECT_EQ(r->record_consumed({a.unit, a.attempt, 1, 2, 9}).err().code, errc::duplicate);
+  }
+}
+
 TEST_F(LedgerRecovery, a_crash_at_any_byte_of_the_last_segment_recovers_a_consistent_prefix) {
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());

@@ -216,6 +216,22 @@ TEST_F(LedgerTransitions, consumption_counts_trained_once_and_flags_a_second_han
   EXPECT_EQ(led->record_consumed({l.unit, l.attempt, 2, 3}).err().code, errc::invalid_argument);
 }
 
+TEST_F(LedgerTransitions, a_re_sent_consumption_with_the_same_hand_out_id_is_accepted_once) {
+  ASSERT_TRUE(led->add_unit({1, 2}).ok());
+  lease l = take("w1");
+  ASSERT_TRUE(led->report(l.unit, l.attempt, "w1", 8).ok());
+  ASSERT_TRUE(led->record_ack(ack_all(l)).ok());
+  ASSERT_TRUE(led->record_consumed({l.unit, l.attempt, 1, 4, /*handout=*/77}).ok());
+  // The shard's reply was lost and it sends the same hand-out again: nothing changes.
+  ASSERT_TRUE(led->record_consumed({l.unit, l.attempt, 1, 4, 77}).ok());
+  EXPECT_EQ(led->counters().trained, 4u);
+  EXPECT_EQ(led->counters().duplicated, 0u);
+  EXPECT_TRUE(led->check_invariant().ok());
+  // A second hand-out of the same group (another id) is a real duplicate.
+  EXPECT_EQ(led->record_consumed({l.unit, l.attempt, 1, 4, 78}).err().code, errc::duplicate);
+  EXPECT_EQ(led->counters().duplicated, 4u);
+}
+
 TEST_F(LedgerTransitions, leases_go_round_robin_and_respect_shard_capacity) {
   opts.shard_capacity_samples = 8;  // two one-group units per shard
   led = std::move(*work_ledger::open(opts, clk, nullptr));
