@@ -4,11 +4,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <vector>
 
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/validate.h"
 
 namespace moerl::kernels {
+
+// How the GEMMs use the cores. Each expert's GEMM is split into pool.num_threads() parts
+// along its output columns (= weight rows): every pool thread streams and packs a disjoint
+// share of every expert's weights with a single-threaded BLAS call, so no weight is packed
+// twice and the threads never meet inside a GEMM (OpenBLAS's own threading syncs its team
+// at every K block, which costs most when the machine is shared). The small activation
+// operand is packed once per part instead of once. Experts are visited in the same order by
+// every part, so the parts stay balanced whatever the row counts. A pool of one thread
+// makes one BLAS call per GEMM with whatever threading the process gave BLAS.
 
 namespace {
 
@@ -30,6 +42,46 @@ status check_shape(const char* fn, const expert_ffn_shape& s, const int64_t* off
 
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
+// Part p of `parts` over [0, n): boundaries on multiples of 16 (the SGEMM register tile's
+// width), so no part gets a ragged tile in the middle of the matrix. Empty when n is small.
+struct span {
+  int begin, end;
+  int size() const { return end - begin; }
+};
+span part_of(int n, int parts, int p) {
+  auto edge = [&](int q) {
+    if (q >= parts) return n;
+    return std::min(n, static_cast<int>(static_cast<int64_t>(n) * q / parts) / 16 * 16);
+  };
+  return {edge(p), edge(p + 1)};
+}
+
+// Row-major C[M, N] = alpha op(A) op(B) + beta C.
+void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+          float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+              1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+// Runs fn(part) for every part of pool.num_threads() on its own pool thread, with BLAS on
+// one thread meanwhile when there is more than one part (see blas_threads.h).
+template <class Fn>
+void for_each_part(thread_pool& pool, Fn&& fn) {
+  const int parts = pool.num_threads();
+  std::optional<detail::blas_single_thread> one_blas_thread;
+  if (parts > 1) one_blas_thread.emplace();
+  pool.parallel_for(parts, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) fn(static_cast<int>(p), parts);
+  });
+}
+
+// Rows of about 8K activations per chunk: small batches stay on one thread.
+int64_t swiglu_min_rows(int64_t F) { return std::max<int64_t>(1, 8192 / F); }
+
+// An uninitialised fp32 scratch buffer: every element is written before it is read, so
+// zero-filling it (as std::vector would) is wasted memory traffic.
+std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(new float[n]); }
+
 }  // namespace
 
 status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
@@ -37,32 +89,44 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
                           const float* w_gate_up, const float* w_down, float* gate_up,
                           float* act, float* out) {
   if (auto st = check_shape("expert_ffn_forward", s, expert_offset); !st) return st;
-  const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim);
-  // One GEMM pair per expert, each multithreaded inside OpenBLAS; experts run in sequence so
-  // two BLAS thread teams never compete for the cores.
-  for (int e = 0; e < s.num_experts; ++e) {
-    const int64_t r0 = expert_offset[e];
-    const int m = static_cast<int>(expert_offset[e + 1] - r0);
-    if (m == 0) continue;
-    const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
-    const float* wd = w_down + static_cast<int64_t>(e) * H * F;
-    float* h = gate_up + r0 * 2 * F;
-    float* a = act + r0 * F;
-    // h [m, 2F] = x_e [m, H] * w_gate_up_e^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, 2 * F, H, 1.0f, x + r0 * H, H, wgu, H,
-                0.0f, h, 2 * F);
-    pool.parallel_for(m, [&](int64_t b, int64_t end) {
-      for (int64_t r = b; r < end; ++r) {
-        const float* g = h + r * 2 * F;
-        const float* u = g + F;
-        float* ar = a + r * F;
-        for (int j = 0; j < F; ++j) ar[j] = g[j] * sigmoid(g[j]) * u[j];
-      }
-    }, std::max(1, 8192 / F));
-    // y_e [m, H] = a_e [m, F] * w_down_e^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, H, F, 1.0f, a, F, wd, F, 0.0f,
-                out + r0 * H, H);
-  }
+  const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
+  const int64_t rows = expert_offset[E];
+  if (rows == 0) return ok_status();
+  // h_e [m, 2F] = x_e [m, H] * w_gate_up_e^T, part p computing columns part_of(2F).
+  for_each_part(pool, [&](int p, int parts) {
+    const span c = part_of(2 * F, parts, p);
+    if (c.size() == 0) return;
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = expert_offset[e];
+      const int m = static_cast<int>(expert_offset[e + 1] - r0);
+      if (m == 0) continue;
+      const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
+      gemm(false, true, m, c.size(), H, x + r0 * H, H, wgu + static_cast<int64_t>(c.begin) * H, H, 0.0f,
+           gate_up + r0 * 2 * F + c.begin, 2 * F);
+    }
+  });
+  // a = silu(h_gate) * h_up over all experts' rows at once.
+  pool.parallel_for(rows, [&](int64_t b, int64_t end) {
+    for (int64_t r = b; r < end; ++r) {
+      const float* g = gate_up + r * 2 * F;
+      const float* u = g + F;
+      float* ar = act + r * F;
+      for (int j = 0; j < F; ++j) ar[j] = g[j] * sigmoid(g[j]) * u[j];
+    }
+  }, swiglu_min_rows(F));
+  // y_e [m, H] = a_e [m, F] * w_down_e^T, part p computing columns part_of(H).
+  for_each_part(pool, [&](int p, int parts) {
+    const span c = part_of(H, parts, p);
+    if (c.size() == 0) return;
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = expert_offset[e];
+      const int m = static_cast<int>(expert_offset[e + 1] - r0);
+      if (m == 0) continue;
+      const float* wd = w_down + static_cast<int64_t>(e) * H * F;
+      gemm(false, true, m, c.size(), F, act + r0 * F, F, wd + static_cast<int64_t>(c.begin) * F, F, 0.0f,
+           out + r0 * H + c.begin, H);
+    }
+  });
   return ok_status();
 }
 
@@ -102,55 +166,74 @@ status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
                            float* grad_w_gate_up, float* grad_w_down,
                            bool accumulate_weight_grads) {
   if (auto st = check_shape("expert_ffn_backward", s, expert_offset); !st) return st;
-  const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim);
+  const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
+  const int64_t rows = expert_offset[E];
   const float beta = accumulate_weight_grads ? 1.0f : 0.0f;
-  std::vector<float> grad_a, grad_h;
-  for (int e = 0; e < s.num_experts; ++e) {
-    const int64_t r0 = expert_offset[e];
-    const int m = static_cast<int>(expert_offset[e + 1] - r0);
-    float* gwgu = grad_w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
-    float* gwd = grad_w_down + static_cast<int64_t>(e) * H * F;
-    if (m == 0) {
-      if (!accumulate_weight_grads) {
-        std::fill(gwgu, gwgu + static_cast<int64_t>(2) * F * H, 0.0f);
-        std::fill(gwd, gwd + static_cast<int64_t>(H) * F, 0.0f);
+  auto grad_a = scratch(rows * F), grad_h = scratch(rows * 2 * F);
+
+  // Phase 1, part p owning columns part_of(F) of grad_a and rows part_of(H) of grad_w_down:
+  //   grad_a_e [m, F] = gy_e [m, H] * w_down_e [H, F]
+  //   SwiGLU backward on its columns (a = silu(g) * u, silu'(g) = sig(g) (1 + g (1 - sig(g)))),
+  //     which fill the same columns of grad_h's gate half and up half
+  //   grad_w_down_e [H, F] (+)= gy_e^T [H, m] * a_e [m, F]
+  for_each_part(pool, [&](int p, int parts) {
+    const span c = part_of(F, parts, p), hr = part_of(H, parts, p);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = expert_offset[e];
+      const int m = static_cast<int>(expert_offset[e + 1] - r0);
+      float* gwd = grad_w_down + static_cast<int64_t>(e) * H * F;
+      if (m == 0) {  // no rows: a zero (or unchanged) gradient
+        if (!accumulate_weight_grads)
+          std::fill(gwd + static_cast<int64_t>(hr.begin) * F, gwd + static_cast<int64_t>(hr.end) * F, 0.0f);
+        continue;
       }
-      continue;
-    }
-    const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
-    const float* wd = w_down + static_cast<int64_t>(e) * H * F;
-    const float* h = gate_up + r0 * 2 * F;
-    const float* a = act + r0 * F;
-    const float* gy = grad_out + r0 * H;
-    grad_a.resize(static_cast<size_t>(m) * F);
-    grad_h.resize(static_cast<size_t>(m) * 2 * F);
-    // grad_a [m, F] = gy [m, H] * w_down_e [H, F]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, F, H, 1.0f, gy, H, wd, F, 0.0f,
-                grad_a.data(), F);
-    // grad_w_down_e [H, F] (+)= gy^T [H, m] * a [m, F]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, F, m, 1.0f, gy, H, a, F, beta, gwd, F);
-    // SwiGLU: a = silu(g) * u, silu'(g) = sig(g) * (1 + g * (1 - sig(g))).
-    pool.parallel_for(m, [&](int64_t b, int64_t end) {
-      for (int64_t r = b; r < end; ++r) {
-        const float* g = h + r * 2 * F;
-        const float* u = g + F;
-        const float* ga = grad_a.data() + r * F;
-        float* gg = grad_h.data() + r * 2 * F;
-        float* gu = gg + F;
-        for (int j = 0; j < F; ++j) {
-          const float sg = sigmoid(g[j]);
-          gg[j] = ga[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
-          gu[j] = ga[j] * g[j] * sg;
+      const float* wd = w_down + static_cast<int64_t>(e) * H * F;
+      const float* gy = grad_out + r0 * H;
+      if (c.size() > 0) {
+        gemm(false, false, m, c.size(), H, gy, H, wd + c.begin, F, 0.0f, grad_a.get() + r0 * F + c.begin, F);
+        for (int64_t r = r0; r < r0 + m; ++r) {
+          const float* g = gate_up + r * 2 * F;
+          const float* u = g + F;
+          const float* ga = grad_a.get() + r * F;
+          float* gg = grad_h.get() + r * 2 * F;
+          float* gu = gg + F;
+          for (int j = c.begin; j < c.end; ++j) {
+            const float sg = sigmoid(g[j]);
+            gg[j] = ga[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+            gu[j] = ga[j] * g[j] * sg;
+          }
         }
       }
-    }, std::max(1, 8192 / F));
-    // grad_x_e [m, H] = grad_h [m, 2F] * w_gate_up_e [2F, H]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, H, 2 * F, 1.0f, grad_h.data(), 2 * F,
-                wgu, H, 0.0f, grad_x + r0 * H, H);
-    // grad_w_gate_up_e [2F, H] (+)= grad_h^T [2F, m] * x_e [m, H]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 2 * F, H, m, 1.0f, grad_h.data(), 2 * F,
-                x + r0 * H, H, beta, gwgu, H);
-  }
+      if (hr.size() > 0)
+        gemm(true, false, hr.size(), F, m, gy + hr.begin, H, act + r0 * F, F, beta,
+             gwd + static_cast<int64_t>(hr.begin) * F, F);
+    }
+  });
+
+  // Phase 2, part p owning columns part_of(H) of grad_x and rows part_of(2F) of
+  // grad_w_gate_up:
+  //   grad_x_e [m, H] = grad_h_e [m, 2F] * w_gate_up_e [2F, H]
+  //   grad_w_gate_up_e [2F, H] (+)= grad_h_e^T [2F, m] * x_e [m, H]
+  for_each_part(pool, [&](int p, int parts) {
+    const span c = part_of(H, parts, p), fr = part_of(2 * F, parts, p);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = expert_offset[e];
+      const int m = static_cast<int>(expert_offset[e + 1] - r0);
+      float* gwgu = grad_w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
+      if (m == 0) {
+        if (!accumulate_weight_grads)
+          std::fill(gwgu + static_cast<int64_t>(fr.begin) * H, gwgu + static_cast<int64_t>(fr.end) * H, 0.0f);
+        continue;
+      }
+      const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
+      const float* gh = grad_h.get() + r0 * 2 * F;
+      if (c.size() > 0)
+        gemm(false, false, m, c.size(), 2 * F, gh, 2 * F, wgu + c.begin, H, 0.0f, grad_x + r0 * H + c.begin, H);
+      if (fr.size() > 0)
+        gemm(true, false, fr.size(), H, m, gh + fr.begin, 2 * F, x + r0 * H, H, beta,
+             gwgu + static_cast<int64_t>(fr.begin) * H, H);
+    }
+  });
   return ok_status();
 }
 
