@@ -26,10 +26,10 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
   std::cerr << "dropped after shard loss: " << dropped.dump() << "\n";
 }
 
-// Disabled: on this shared, heavily loaded 2-core machine the restarted coordinator stopped
-// answering requests in some runs (request timeouts right after recovery), not yet understood.
-// Run it with --gtest_also_run_disabled_tests.
-TEST_F(cluster_test, DISABLED_coordinator_killed_and_restarted_recovers_the_ledger_and_finishes) {
+// Once flaky: nodes asking the restarted coordinator for `nodes` before every shard had
+// re-joined wrote live shards off for good, and consumptions re-sent after the crash were
+// counted as duplicates. Both are fixed (known_gone/look-again in node_roles.cpp, hand-out ids).
+TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_finishes) {
   start({"actors.iterations=5"});
   auto before = c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
   ASSERT_TRUE(before);
