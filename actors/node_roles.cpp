@@ -289,9 +289,13 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   std::optional<std::pair<std::string, messages::sample>> pending;
   uint64_t scored = 0, malformed = 0;
   int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
-  // Shards found gone, by endpoint: later samples for them are dropped at once instead of
-  // each waiting for credit that never comes (which would hold up every other unit's
-  // samples behind them). A replacement shard binds a new endpoint.
+  // Shards found gone, by endpoint -> when to look again: later samples for them are dropped
+  // at once instead of each waiting for credit that never comes (which would hold up every
+  // other unit's samples behind them). Not for ever: right after a coordinator restart a
+  // live shard is missing from `nodes` until it has re-joined, and a shard wrongly written
+  // off would turn every later unit it holds into an expired lease. A replacement shard
+  // binds a new endpoint.
+  constexpr int64_t kLookAgainMs = 5000;
   std::map<std::string, int64_t> gone_shards;
   uint64_t dropped_for_gone = 0;
   while (mailbox_ok(self, *ctx, ms(0))) {
@@ -326,10 +330,13 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       ++scored;
       pending.emplace((*got)->first, std::move(*s));
     }
-    if (gone_shards.count(pending->first)) {
-      ++dropped_for_gone;  // its unit's lease is expired or will be: the unit is re-run
-      pending.reset();
-      continue;
+    if (auto g = gone_shards.find(pending->first); g != gone_shards.end()) {
+      if (steady_ms() < g->second) {
+        ++dropped_for_gone;  // its unit's lease is expired or will be: the unit is re-run
+        pending.reset();
+        continue;
+      }
+      gone_shards.erase(g);  // look again: this sample waits for credit, then is re-checked
     }
     auto& p = ctx->producers[pending->first];
     if (!p) {
@@ -351,9 +358,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       if (steady_ms() - blocked_since > 1000) {
         blocked_since = steady_ms();
         if (known_gone(self, *ctx, "buffer", pending->first)) {
-          log->warn("shard {} is gone: dropping its samples from now on (first: unit {})", pending->first,
-                    pending->second.work_unit);
-          gone_shards[pending->first] = steady_ms();
+          log->warn("shard {} is gone: dropping its samples for {} s (first: unit {})", pending->first,
+                    kLookAgainMs / 1000, pending->second.work_unit);
+          gone_shards[pending->first] = steady_ms() + kLookAgainMs;
           ctx->producers.erase(pending->first);
           pending.reset();
           continue;
