@@ -2,8 +2,6 @@
 
 #include "bench/kernels/bench_random.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "bench/kernels/cuda_bench.h"
+#include "bench/kernels/sgemm_reference.h"
 #include "bench/kernels/timing.h"
 #include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
@@ -66,7 +65,7 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
                                  memcpy_rows_t, 2.0 * copy_bytes, 0));
   src.clear(); src.shrink_to_fit(); dst.clear(); dst.shrink_to_fit();
 
-  nlohmann::json targets, imbalance;
+  nlohmann::json targets, imbalance, ratios;
   double sgemm_gflops = 0;
   nlohmann::json sgemm_shape;
 
@@ -182,7 +181,7 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
       auto x = random_floats(m * H, 6, 1.0f);
       auto wgu = random_floats(local * 2 * F * H, 7, 0.02f);
       auto wd = random_floats(local * H * F, 8, 0.02f);
-      std::vector<float> h(m * 2 * F), a(m * F), y(m * H);
+      std::vector<float> h(m * 2 * F), a(m * F), y(m * H), gx(m * H), gwgu(wgu.size()), gwd(wd.size());
       const bool big = sh->name == "prefill";
       const int runs = big ? opt.gemm_runs : R;
       const int warm = big ? 1 : W;
@@ -192,37 +191,47 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
       ffn_shape["rows"] = m;
       ffn_shape["ffn_dim"] = F;
       ffn_shape["rows_per_expert"] = std::vector<int64_t>(counts.begin(), counts.begin() + local);
-      t = time_runs(warm, runs, [&] {
-        must(k::expert_ffn_forward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
-                                   h.data(), a.data(), y.data()), "expert_ffn_forward");
-      });
-      const double weight_bytes = 4.0 * local * 3 * F * H;
-      auto ffn = result_entry("expert_ffn_forward.fp32" + tag, ffn_shape, t, weight_bytes + 4.0 * m * (2 * H + 3 * F), flops);
-      results.push_back(ffn);
-      // One sgemm with the same FLOPs: [m, H] x [H, 3F].
+      // The reference: one sgemm with the same FLOPs, [m, H] x [H, 3F], on the same pool's
+      // cores both ways (BLAS's threads; the pool's threads with one BLAS thread each); the
+      // faster is the reference, so neither threading choice can flatter the FFN.
       std::vector<float> bmat(H * 3 * F), cmat(m * 3 * F);
       std::copy(wgu.begin(), wgu.begin() + std::min<int64_t>(wgu.size(), bmat.size()), bmat.begin());
-      t = time_runs(warm, runs, [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(3 * F),
-                    static_cast<int>(H), 1.0f, x.data(), static_cast<int>(H), bmat.data(), static_cast<int>(3 * F),
-                    0.0f, cmat.data(), static_cast<int>(3 * F));
-      });
+      const sgemm_problem ref{m, 3 * F, H, x.data(), bmat.data(), cmat.data()};
+      // Forward, backward and both references in turns, so they see the same background load.
+      const auto ts = time_interleaved(warm, runs, {
+          [&] {
+            must(k::expert_ffn_forward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
+                                       h.data(), a.data(), y.data()), "expert_ffn_forward");
+          },
+          [&] {
+            must(k::expert_ffn_backward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
+                                        h.data(), a.data(), y.data(), gx.data(), gwgu.data(), gwd.data()),
+                 "expert_ffn_backward");
+          },
+          [&] { sgemm_blas_threads(ref); },
+          [&] { sgemm_pool_split(pool, ref); }});
+      const double weight_bytes = 4.0 * local * 3 * F * H;
+      auto ffn = result_entry("expert_ffn_forward.fp32" + tag, ffn_shape, ts[0], weight_bytes + 4.0 * m * (2 * H + 3 * F), flops);
+      auto ffn_back = result_entry("expert_ffn_backward.fp32" + tag, ffn_shape, ts[1], 3 * weight_bytes, 2 * flops);
       nlohmann::json gemm_shape = {{"m", m}, {"n", 3 * F}, {"k", H}};
-      auto gemm = result_entry("sgemm_equal_flops" + tag, gemm_shape, t, 4.0 * (m * H + H * 3 * F + m * 3 * F), flops);
+      const double gemm_bytes = 4.0 * (m * H + H * 3 * F + m * 3 * F);
+      auto gemm = result_entry("sgemm_equal_flops" + tag, gemm_shape, ts[2], gemm_bytes, flops);
+      auto gemm_split = result_entry("sgemm_equal_flops_split" + tag, gemm_shape, ts[3], gemm_bytes, flops);
+      results.push_back(ffn);
+      results.push_back(ffn_back);
       results.push_back(gemm);
+      results.push_back(gemm_split);
+      const double ref_gflops = std::max(gemm["gflops"].get<double>(), gemm_split["gflops"].get<double>());
+      // Per round: reference time (faster way) over FFN time, all four measured back to back.
+      std::vector<double> per_run;
+      for (size_t i = 0; i < ts[0].us.size(); ++i)
+        per_run.push_back(std::min(ts[2].us[i], ts[3].us[i]) / ts[0].us[i]);
+      ratios["expert_ffn_vs_sgemm_per_run" + tag] = per_run;
+      ratios["expert_ffn_backward_vs_sgemm" + tag] = ffn_back["gflops"].get<double>() / ref_gflops;
       if (big) {
-        sgemm_gflops = gemm["gflops"].get<double>();
+        sgemm_gflops = ref_gflops;
         sgemm_shape = gemm_shape;
         targets["expert_ffn_vs_sgemm"] = ffn["gflops"].get<double>() / sgemm_gflops;
-      }
-      if (!big) {
-        std::vector<float> gx(m * H), gwgu(wgu.size()), gwd(wd.size());
-        t = time_runs(W, R, [&] {
-          must(k::expert_ffn_backward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
-                                      h.data(), a.data(), y.data(), gx.data(), gwgu.data(), gwd.data()),
-               "expert_ffn_backward");
-        });
-        results.push_back(result_entry("expert_ffn_backward.fp32" + tag, ffn_shape, t, 3 * weight_bytes, 2 * flops));
       }
     }
     imbalance[sh->name] = k::load_imbalance(counts.data(), E);
@@ -236,6 +245,7 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
   report["sgemm_shape"] = sgemm_shape;
   report["targets"] = targets;
   report["load_imbalance"] = imbalance;  // max/mean tokens per expert of the routed batch
+  report["ratios"] = ratios;  // informative FFN figures beside the targets
   report["targets_goal"] = {{"permute_forward_vs_memcpy", 0.6}, {"combine_forward_vs_memcpy", 0.6},
                             {"expert_ffn_vs_sgemm", 0.8}};
   report["config"] = {{"runs", opt.runs}, {"warmup", opt.warmup}, {"gemm_runs_prefill", opt.gemm_runs},
@@ -243,7 +253,9 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
                       {"bytes_model", "bytes read plus bytes written of row data per call, at p50"},
                       {"memcpy_reference", "faster p50 of memcpy (bulk per thread) and memcpy_rows (per row)"},
                       {"note", "prefill-size FFN and its sgemm twin use gemm_runs timed runs (seconds each on "
-                               "a small CPU); every other entry uses runs"}};
+                               "a small CPU); every other entry uses runs"},
+                      {"ffn_reference", "FFN forward, backward, sgemm (BLAS threads) and sgemm_split (pool threads, "
+                                        "one BLAS thread each) timed in turns; sgemm_gflops is the faster sgemm"}};
   report["results"] = results;
   report["provenance"] = collect_provenance();
   return report;

@@ -30,6 +30,23 @@ timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   return summarize(std::move(us));
 }
 
+std::vector<timing> time_interleaved(int warmup, int runs, const std::vector<std::function<void()>>& fns) {
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& fn : fns) fn();
+  std::vector<std::vector<double>> us(fns.size());
+  for (auto& v : us) v.reserve(runs);
+  for (int i = 0; i < runs; ++i)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto start = std::chrono::steady_clock::now();
+      fns[f]();
+      const auto stop = std::chrono::steady_clock::now();
+      us[f].push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    }
+  std::vector<timing> out;
+  for (auto& v : us) out.push_back(summarize(std::move(v)));
+  return out;
+}
+
 timing summarize(std::vector<double> us) {
   timing t;
   t.us = std::move(us);
