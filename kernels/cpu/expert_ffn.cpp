@@ -63,6 +63,24 @@ void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const 
               1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
+// Row-major C [m, n] (leading dimension ldc) = A [m, K] * W [n, K]^T for a weight block W
+// in torch.nn.Linear's layout, computed as C^T = W A^T into t [n, m] and transposed into
+// place. The same products as the direct call, but OpenBLAS then packs W as its column-panel
+// operand (4 weight rows at a time, each read contiguously), which measured 2-5% faster per
+// GEMM at a hundred-odd rows and ~25% faster at decode's handful than packing it as the
+// row-panel operand (16 rows at a time); the transpose is m * n copies against 2 m n K flops.
+void gemm_rows_by_weights(int m, int n, int K, const float* A, const float* W, float* t, float* C,
+                          int64_t ldc) {
+  gemm(false, true, n, m, K, W, K, A, K, 0.0f, t, m);
+  constexpr int B = 16;  // a 16 x 16 tile keeps both sides of the transpose in L1
+  for (int j0 = 0; j0 < n; j0 += B)
+    for (int r0 = 0; r0 < m; r0 += B) {
+      const int j1 = std::min(n, j0 + B), r1 = std::min(m, r0 + B);
+      for (int r = r0; r < r1; ++r)
+        for (int j = j0; j < j1; ++j) C[r * ldc + j] = t[static_cast<int64_t>(j) * m + r];
+    }
+}
+
 // Runs fn(part) for every part of pool.num_threads() on its own pool thread, with BLAS on
 // one thread meanwhile when there is more than one part (see blas_threads.h).
 template <class Fn>
@@ -92,17 +110,20 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
   if (rows == 0) return ok_status();
+  int64_t max_m = 0;
+  for (int e = 0; e < E; ++e) max_m = std::max(max_m, expert_offset[e + 1] - expert_offset[e]);
   // h_e [m, 2F] = x_e [m, H] * w_gate_up_e^T, part p computing columns part_of(2F).
   for_each_part(pool, [&](int p, int parts) {
     const span c = part_of(2 * F, parts, p);
     if (c.size() == 0) return;
+    auto t = scratch(c.size() * max_m);
     for (int e = 0; e < E; ++e) {
       const int64_t r0 = expert_offset[e];
       const int m = static_cast<int>(expert_offset[e + 1] - r0);
       if (m == 0) continue;
       const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
-      gemm(false, true, m, c.size(), H, x + r0 * H, H, wgu + static_cast<int64_t>(c.begin) * H, H, 0.0f,
-           gate_up + r0 * 2 * F + c.begin, 2 * F);
+      gemm_rows_by_weights(m, c.size(), H, x + r0 * H, wgu + static_cast<int64_t>(c.begin) * H, t.get(),
+                           gate_up + r0 * 2 * F + c.begin, 2 * F);
     }
   });
   // a = silu(h_gate) * h_up over all experts' rows at once.
@@ -118,13 +139,14 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
   for_each_part(pool, [&](int p, int parts) {
     const span c = part_of(H, parts, p);
     if (c.size() == 0) return;
+    auto t = scratch(c.size() * max_m);
     for (int e = 0; e < E; ++e) {
       const int64_t r0 = expert_offset[e];
       const int m = static_cast<int>(expert_offset[e + 1] - r0);
       if (m == 0) continue;
       const float* wd = w_down + static_cast<int64_t>(e) * H * F;
-      gemm(false, true, m, c.size(), F, act + r0 * F, F, wd + static_cast<int64_t>(c.begin) * F, F, 0.0f,
-           out + r0 * H + c.begin, H);
+      gemm_rows_by_weights(m, c.size(), F, act + r0 * F, wd + static_cast<int64_t>(c.begin) * F, t.get(),
+                           out + r0 * H + c.begin, H);
     }
   });
   return ok_status();
