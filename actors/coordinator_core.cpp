@@ -34,6 +34,7 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
   o.groups_per_unit = *gpu;
   o.heartbeat_timeout_ms = cfg.get_int("node.heartbeat_interval_ms") * cfg.get_int("actors.heartbeat_misses");
   o.default_notice_ms = cfg.get_int("actors.sigterm_grace_ms");
+  o.rebalance_grace_ms = cfg.get_int("imds.rebalance_grace_ms");
   o.console_token = cfg.get_string("console.token");
   return o;
 }
@@ -442,13 +443,17 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
   } else if (cmd == "inject" || cmd == "drain") {
     std::string what = cmd == "drain" ? "drain" : (req.args.empty() ? "" : req.args[0]);
     std::string who = cmd == "drain" ? (req.args.empty() ? "" : req.args[0]) : (req.args.size() < 2 ? "" : req.args[1]);
-    if (what != "spot" && what != "kill" && what != "sigterm" && what != "drain")
-      return fail(errc::unknown_command, "inject needs one of spot|kill|sigterm, got '" + what + "'");
+    if (what != "spot" && what != "rebalance" && what != "kill" && what != "sigterm" && what != "drain")
+      return fail(errc::unknown_command, "inject needs one of spot|rebalance|kill|sigterm, got '" + what + "'");
     if (who.empty()) return fail(errc::invalid_argument, cmd + " needs a NODE (id, id prefix or name)");
     auto* n = resolve(who);
     if (!n) return fail(errc::unknown_node, "no node '" + who + "' (see `moerl console nodes`)");
-    if (n->state != "running") return fail(errc::shutting_down, "node " + n->name + " is " + n->state);
-    int64_t deadline_ms = opts_.default_notice_ms;
+    // A draining node still takes a notice: a Spot notice after a rebalance recommendation
+    // brings its drain deadline forward (the node keeps the earlier of the two).
+    const bool is_notice = what == "spot" || what == "rebalance" || what == "drain";
+    if (n->state != "running" && !(is_notice && n->state == "draining"))
+      return fail(errc::shutting_down, "node " + n->name + " is " + n->state);
+    int64_t deadline_ms = what == "rebalance" ? opts_.rebalance_grace_ms : opts_.default_notice_ms;
     if (auto d = opt("deadline"); !d.empty()) {
       char* end = nullptr;
       double s = std::strtod(d.c_str(), &end);
@@ -472,12 +477,10 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
       outbound o;
       o.what = outbound::kind::notice;
       o.node = n->id;
-      o.notice = make_notice(n->id, what == "spot" ? messages::interruption_source::simulation
-                                                    : messages::interruption_source::console,
-                             deadline, what == "spot" ? "console inject spot" : "console drain");
+      o.notice = *console_notice(what, n->id, deadline);  // spot, rebalance or drain (checked above)
       out_.push_back(o);
       rec["deadline"] = deadline;
-      pending_notices_[n->id] = rec;
+      pending_notices_.emplace(n->id, rec);  // a later notice to a draining node keeps the first record
     }
     body = {{"node", n->name}, {"id", n->id}, {"action", what}, {"deadline_unix_ms", deadline}};
   } else {

@@ -32,6 +32,7 @@ struct coordinator_options {
   uint32_t groups_per_unit = 2;
   int64_t heartbeat_timeout_ms = 1500;  // node.heartbeat_interval_ms x actors.heartbeat_misses
   int64_t default_notice_ms = 30000;    // deadline of a console drain/inject without --deadline
+  int64_t rebalance_grace_ms = 120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
   std::string console_token;
   std::string task = "modpow";
 

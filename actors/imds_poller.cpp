@@ -106,8 +106,8 @@ result<std::optional<messages::interruption_notice>> imds_client::poll_once() {
     auto j = json::parse(**reb, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("noticeTime"))
       return error(errc::malformed_message, "IMDS rebalance body lacks 'noticeTime': " + **reb);
-    auto n = make_notice("", messages::interruption_source::imds_rebalance,
-                         unix_now_ms() + opts_.rebalance_grace_ms, "rebalance recommendation");
+    auto n = rebalance_notice("", opts_.rebalance_grace_ms,
+                              "rebalance recommendation (IMDS noticeTime " + j["noticeTime"].dump() + ")");
     return std::optional<messages::interruption_notice>(n);
   }
   return std::optional<messages::interruption_notice>();
@@ -130,17 +130,22 @@ imds_poller::~imds_poller() {
 void imds_poller::run() {
   imds_client client(opts_);
   int64_t errors = 0;
+  bool rebalance_delivered = false;
   for (;;) {
     auto r = client.poll_once();
     if (!r) {
       // Off EC2 every poll fails; log the first and then every 60th, not each one.
       if (errors++ % 60 == 0) logger("imds")->warn("poll failed ({} so far): {}", errors, r.err().to_string());
-    } else if (*r) {
+    } else if (*r && !(rebalance_delivered && (*r)->source == messages::interruption_source::imds_rebalance)) {
       logger("imds")->warn("interruption notice from IMDS: {} deadline in {} ms",
                            messages::interruption_source_name((*r)->source),
                            static_cast<int64_t>((*r)->deadline_unix_ms) - unix_now_ms());
       on_notice_(**r);
-      return;
+      // A rebalance recommendation is often followed by the Spot notice itself, whose real
+      // deadline can be earlier than the grace assumed for the recommendation: keep polling
+      // for it (the recommendation document stays up and is not delivered again).
+      if ((*r)->source != messages::interruption_source::imds_rebalance) return;
+      rebalance_delivered = true;
     }
     std::unique_lock<std::mutex> lk(mu_);
     if (cv_.wait_for(lk, std::chrono::milliseconds(opts_.poll_interval_ms), [&] { return stop_; })) return;

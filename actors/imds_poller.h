@@ -57,7 +57,8 @@ class imds_client {
   std::string token_;
 };
 
-// Background poller: calls `on_notice` once, with the first interruption seen, then stops.
+// Background poller: calls `on_notice` with the first rebalance recommendation seen (once)
+// and with the Spot notice (once), then stops; a Spot notice seen first ends it at once.
 // Poll errors are logged (rate-limited) and retried; they never stop the node.
 class imds_poller {
  public:

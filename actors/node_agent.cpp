@@ -106,13 +106,27 @@ void finish(agent_actor* self, int code) {
 void begin_drain(agent_actor* self, const messages::interruption_notice& n) {
   auto& st = self->state;
   auto& ctx = *st.ctx;
-  if (ctx.draining()) return;  // the first notice wins; later ones change nothing
+  int64_t margin = ctx.cfg.get_int("actors.drain_margin_ms");
+  int64_t by = std::max<int64_t>(static_cast<int64_t>(n.deadline_unix_ms) - margin, 1);
+  if (ctx.draining()) {
+    // Already draining: one drain per node. A later notice can only bring the deadline
+    // forward (a rebalance recommendation's assumed grace, then the Spot notice's real,
+    // earlier time); workers read drain_by_ms before each sample, so they adjust.
+    if (by < ctx.drain_by_ms.load()) {
+      ctx.drain_by_ms = by;
+      st.notice.deadline_unix_ms = n.deadline_unix_ms;
+      st.notice.reason += "; then " + n.reason;
+      logger("node")->warn("interruption ({}: {}) while draining: deadline brought forward to {} ms from now",
+                           messages::interruption_source_name(n.source), n.reason,
+                           static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
+    }
+    return;
+  }
   st.notice = n;
   st.drain_started_ms = unix_now_ms();
-  int64_t margin = ctx.cfg.get_int("actors.drain_margin_ms");
-  int64_t by = static_cast<int64_t>(n.deadline_unix_ms) - margin;
-  ctx.drain_by_ms = std::max<int64_t>(by, 1);
-  logger("node")->warn("interruption ({}): deadline in {} ms; draining", messages::interruption_source_name(n.source),
+  ctx.drain_by_ms = by;
+  logger("node")->warn("interruption ({}: {}): deadline in {} ms; draining",
+                       messages::interruption_source_name(n.source), n.reason,
                        static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
   if (auto c = ctx.coordinator())
     self->send(c, heartbeat_atom::value, messages::encode(make_heartbeat(self, "draining")));

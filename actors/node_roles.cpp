@@ -12,6 +12,7 @@
 #include "actors/interruption.h"
 #include "actors/modpow_work.h"
 #include "actors/trainer_check.h"
+#include "actors/wait_clock.h"
 #include "actors/wire_pack.h"
 #include "common/log.h"
 #include "messages/admin.h"
@@ -491,8 +492,13 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
   int64_t last_batch = steady_ms();
   bool flushed = true;
+  // Stall: time with no batch in hand, from wanting one to getting one (`stall_s` in the
+  // stats). Groups a job step holds back for a full iteration do not count as work in
+  // hand: the step cannot train until more arrive. Per incarnation, like the counters.
+  wait_clock stalled;
   while (mailbox_ok(self, *ctx, ms(0))) {
     if (ctx->draining()) return;  // nothing is held between batches: leave
+    stalled.start_waiting(steady_ms());
     if (steady_ms() >= next_refresh) {
       next_refresh = steady_ms() + 1000;
       auto found = discover(self, *ctx, "buffer");
@@ -512,6 +518,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       continue;
     }
     for (auto& [ep, src] : sources) {
+      stalled.start_waiting(steady_ms());  // after the previous source's batch was worked on
       if (!src.outstanding) {
         if (auto st = src.c->request(batch_groups); !st) continue;
         src.outstanding = true;
@@ -521,6 +528,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       src.outstanding = false;
       auto& batch = **b;
       if (batch.samples.empty()) continue;
+      stalled.stop_waiting(steady_ms());
       if (job_step) {
         last_batch = steady_ms();
         flushed = false;
@@ -602,7 +610,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
     if (job_step && !flushed && steady_ms() - last_batch > flush_ms) {
       flushed = true;
+      stalled.stop_waiting(steady_ms());  // training on the held groups is work, not waiting
       auto res = job_step->train({});
+      stalled.start_waiting(steady_ms());
       if (!res) {
         self->fail_state(caf::make_error(caf::sec::runtime_error, "train step (flush): " + res.err().to_string()));
         return;
@@ -619,6 +629,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       last_stats = steady_ms();
       nlohmann::json st{{"batches", batches}, {"groups", total.groups}, {"samples_verified", total.verified},
                         {"samples_bad", total.bad}, {"policy_version", ctx->policy_version.load()},
+                        {"stall_s", stalled.waited_s(steady_ms())},
                         {"mean_abs_advantage", total.verified ? total.sum_abs_advantage / double(total.verified + total.bad) : 0.0}};
       if (job_step) st["job"] = job_step->stats();
       if (auto c = ctx->coordinator()) {

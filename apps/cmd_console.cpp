@@ -47,14 +47,14 @@ void print_human(const std::string& cmd, const nlohmann::json& body) {
 
 void add_console_command(CLI::App& root) {
   auto* cmd = root.add_subcommand(
-      "console", "admin console: status | nodes | inject spot|kill|sigterm NODE [--deadline S] | drain NODE");
+      "console", "admin console: status | nodes | inject spot|rebalance|kill|sigterm NODE [--deadline S] | drain NODE");
   static console_args a;
   cmd->add_option("--connect", a.connect, "coordinator console address (default: console.address, tcp://127.0.0.1:7411)");
   cmd->add_option("--config", a.config_file, "YAML config file (console.token, console.address)");
   cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->add_option("--deadline", a.deadline_s, "seconds until the injected interruption's deadline");
   cmd->add_flag("--json", a.json, "print the reply as JSON");
-  cmd->add_option("command", a.words, "status | nodes | inject spot|kill|sigterm NODE | drain NODE")->required();
+  cmd->add_option("command", a.words, "status | nodes | inject spot|rebalance|kill|sigterm NODE | drain NODE")->required();
   cmd->callback([] {
     auto cfg = config::load(a.config_file, a.overrides);
     if (!cfg) {

@@ -29,6 +29,25 @@ double mean(const std::vector<double>& v) {
 
 nlohmann::json time_or_null(double t) { return t < 0 ? nlohmann::json() : nlohmann::json(t); }
 
+// The share of a watched window spent stalled: the fault run and the baseline watch windows
+// of different lengths, so their totals alone do not compare.
+nlohmann::json share_or_null(double stall_s, double window_s) {
+  return stall_s < 0 || window_s <= 0 ? nlohmann::json() : nlohmann::json(stall_s / window_s);
+}
+
+// "3.20s of 40.0s (8%)", or "(not reported)".
+std::string stall_text(const nlohmann::json& stall, const nlohmann::json& window) {
+  if (!stall.is_number()) return "(not reported)";
+  char buf[96];
+  const double w = window.is_number() ? window.get<double>() : 0.0;
+  if (w > 0) {
+    std::snprintf(buf, sizeof buf, "%.2fs of %.1fs (%.0f%%)", stall.get<double>(), w, 100.0 * stall.get<double>() / w);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2fs", stall.get<double>());
+  }
+  return buf;
+}
+
 std::string fmt_s(const nlohmann::json& t) {
   if (!t.is_number()) return "never";
   char buf[32];
@@ -168,6 +187,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
     if (!f.replacement.empty()) j["replacement"] = f.replacement;
     if (!f.skipped.empty()) j["skipped"] = f.skipped;
     if (!f.note.empty()) j["note"] = f.note;
+    if (f.trainer_stall_s >= 0) j["trainer_stall_s"] = f.trainer_stall_s;
     faults.push_back(j);
   }
   nlohmann::json inv = nlohmann::json::array();
@@ -185,6 +205,12 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"shards", m.shards},
                       {"collateral_losses", m.collateral_losses},
                       {"trainer_stall_s", time_or_null(m.trainer_stall_s)},
+                      {"trainer_stall_fraction", share_or_null(m.trainer_stall_s, m.observed_s)},
+                      {"baseline_trainer_stall_s", time_or_null(m.baseline_trainer_stall_s)},
+                      {"baseline_trainer_stall_fraction",
+                       share_or_null(m.baseline_trainer_stall_s, m.baseline_observed_s)},
+                      {"observed_s", m.observed_s},
+                      {"baseline_observed_s", m.baseline_observed_s},
                       {"trainer_restarts", m.trainer_restarts},
                       {"iteration_s", m.iteration_s},
                       {"baseline_iteration_s", m.baseline_iteration_s},
@@ -243,10 +269,10 @@ std::string human_summary(const nlohmann::json& r) {
                 r.value("mean_iteration_s", 0.0),
                 r.value("baseline_iteration_s", nlohmann::json::array()).size(),
                 r.value("baseline_mean_iteration_s", 0.0));
-  os << line << "trainer stalled "
-     << (r.contains("trainer_stall_s") && r["trainer_stall_s"].is_number()
-             ? fmt_s(r["trainer_stall_s"])
-             : std::string("(not reported)"))
+  os << line << "\n";
+  os << "trainer stalled " << stall_text(r.value("trainer_stall_s", nlohmann::json()), r.value("observed_s", nlohmann::json()))
+     << "; baseline "
+     << stall_text(r.value("baseline_trainer_stall_s", nlohmann::json()), r.value("baseline_observed_s", nlohmann::json()))
      << "\n";
   if (r.contains("baseline_note")) os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
   os << "invariants:\n";

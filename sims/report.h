@@ -25,6 +25,9 @@ struct fault_record {
   std::string replacement;     // name of the node that replaced it, if any
   std::string skipped;         // non-empty: not injected, and why (e.g. no network namespaces)
   std::string note;            // anything else worth a line in the report
+  // How long the trainer waited for data from injection to recovery (to the end of the run
+  // if it never recovered); < 0: not reported or not injected.
+  double trainer_stall_s = -1.0;
 };
 
 struct run_measurements {
@@ -40,7 +43,12 @@ struct run_measurements {
   nlohmann::json accounting;
   // Work-unit outcomes as the coordinator counts them (returned, expired, rerun), if reported.
   nlohmann::json units;
-  double trainer_stall_s = -1.0;  // time the trainer waited for data; < 0: not reported
+  // Time the trainers waited for data while the runner watched (observed_s); < 0: not
+  // reported. The baseline's is over its own, shorter window, hence the fractions.
+  double trainer_stall_s = -1.0;
+  double observed_s = 0.0;
+  double baseline_trainer_stall_s = -1.0;
+  double baseline_observed_s = 0.0;
   std::vector<double> iteration_s;           // duration of each policy iteration, in order
   std::vector<double> baseline_iteration_s;  // the fault-free run of the same scenario and seed
   std::string baseline_note;                 // why there is no baseline, if there is none

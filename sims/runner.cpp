@@ -12,7 +12,7 @@ namespace moerl::sims::detail {
 namespace {
 
 bool is_down_state(const std::string& s) {
-  return s == "draining" || s == "drained" || s == "dead";
+  return s == "draining" || s == "drained" || s == "dead" || s == "unreachable";
 }
 
 std::string seconds_text(double s) {
@@ -87,6 +87,7 @@ void runner::observe() {
     auto parsed = nodes ? parse_nodes(*nodes) : result<std::vector<node_view>>(nodes.err());
     // Between the two calls the coordinator may have died: keep the last good node list.
     o.nodes = parsed ? *parsed : last_.nodes;
+    if (parsed) stall_.observe(o.t, o.nodes);
   } else {
     o.nodes = last_.nodes;
     o.committed = last_.committed;
@@ -127,6 +128,7 @@ void runner::run(double duration_s, double settle_s) {
   duration_s_ = duration_s;
   t0_ = std::chrono::steady_clock::now();
   observe();
+  first_t_ = last_.t;
   for (const auto& n : last_.nodes) {
     if (n.role == "trainer") trainer_restarts_at_start_[n.name] = n.restarts;
   }
@@ -157,7 +159,15 @@ void runner::undo_faults() {
 
 std::vector<fault_record> runner::records() const {
   std::vector<fault_record> out;
-  for (const auto& f : faults_) out.push_back(f.rec);
+  for (const auto& f : faults_) {
+    out.push_back(f.rec);
+    // The trainer's waiting from the injection to the recovery (to the end of the run if it
+    // never recovered).
+    if (f.rec.injected_at >= 0 && stall_.reported()) {
+      out.back().trainer_stall_s =
+          stall_.between(f.rec.injected_at, f.rec.recovered_at >= 0 ? f.rec.recovered_at : last_.t);
+    }
+  }
   return out;
 }
 
@@ -278,11 +288,14 @@ void runner::inject(fault_state& f, const node_view* n) {
       f.deadline_kill_at = t + ev.deadline_s + 1.0;
       break;
     }
-    case fault_kind::rebalance_then_notice:
-      add_note(f.rec, "rebalance recommendation not delivered: the console has no `inject rebalance` "
-                      "(only the IMDS poller reads rebalance); the notice follows on schedule");
+    case fault_kind::rebalance_then_notice: {
+      // No --deadline: a recommendation carries none; the job applies imds.rebalance_grace_ms
+      // exactly as for one read from IMDS.
+      auto r = console_.call("inject", {"rebalance", f.rec.node});
+      if (!r) return fail("console refused the rebalance recommendation: " + r.err().to_string());
       f.notice_at = t + ev.notice_after_s;
       break;
+    }
     case fault_kind::hard_kill:
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
@@ -357,8 +370,11 @@ void runner::track(fault_state& f) {
   // ---- timed actions --------------------------------------------------------------------
   if (f.notice_at >= 0 && t >= f.notice_at) {
     f.notice_at = -1;
-    auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}});
-    if (r) {
+    // After a recommendation the node may have drained and left already (it finished what it
+    // held well within the grace): then there is nobody to notify, as on EC2.
+    if (n && (n->state == "drained" || n->state == "dead")) {
+      add_note(f.rec, "the Spot notice found the node already " + n->state + " (it drained on the rebalance recommendation)");
+    } else if (auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}})) {
       f.deadline_kill_at = t + ev.deadline_s + 1.0;
     } else {
       add_note(f.rec, "console refused the spot notice: " + r.err().message);

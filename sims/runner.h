@@ -19,6 +19,7 @@
 #include "sims/netns_link.h"
 #include "sims/process_control.h"
 #include "sims/report.h"
+#include "sims/stall_meter.h"
 #include "sims/timeline.h"
 
 namespace moerl::sims::detail {
@@ -81,6 +82,10 @@ class runner {
   const std::vector<double>& iteration_s() const { return iteration_s_; }
   const observation& last() const { return last_; }
   int64_t trainer_restarts() const;
+  // The trainers' waiting time while the run was watched (see sims/stall_meter.h).
+  const stall_meter& stall() const { return stall_; }
+  // Seconds from the first poll to the last: the window stall() covers.
+  double observed_s() const { return last_.t - first_t_; }
   // Nodes that ended dead or drained although no fault aimed at them (or their predecessor).
   std::vector<std::string> collateral_losses() const;
   std::vector<pid_t> spawned() const { return spawned_; }
@@ -106,6 +111,8 @@ class runner {
   int poll_ms_;
   std::chrono::steady_clock::time_point t0_;
   observation last_;
+  double first_t_ = 0.0;
+  stall_meter stall_;
   std::map<std::string, uint32_t> trainer_restarts_at_start_;
   std::vector<double> iteration_s_;
   double last_iteration_change_ = 0.0;

@@ -195,21 +195,6 @@ nlohmann::json units_of(job_console& console) {
           {"interruptions", interruptions.size()}};
 }
 
-// The trainer's waiting time, if its stats report one (`stall_s`).
-std::optional<double> trainer_stall(const detail::observation& o) {
-  double total = 0;
-  bool any = false;
-  for (const auto& n : o.nodes) {
-    if (n.role == "trainer" && n.stats.is_object() && n.stats.contains("stall_s") &&
-        n.stats["stall_s"].is_number()) {
-      total += n.stats["stall_s"].get<double>();
-      any = true;
-    }
-  }
-  if (!any) return std::nullopt;
-  return total;
-}
-
 // Refusals of the live shards (status.buffer: shard -> its stats), summed.
 nlohmann::json shard_refusals(const nlohmann::json& status) {
   nlohmann::json out = {{"fenced", 0}, {"duplicate", 0}, {"purged", 0}, {"stale_policy", 0}};
@@ -239,11 +224,9 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
     m.shards = shard_refusals(last.status);
   }
   m.units = units_of(console);
-  if (auto stall = trainer_stall(last)) {
-    m.trainer_stall_s = *stall;
-  } else {
-    m.trainer_stall_s = -1;  // not reported (the report shows null)
-  }
+  // Not reported (old trainers): -1, which the report shows as null.
+  m.trainer_stall_s = r.stall().reported() ? r.stall().total_s() : -1;
+  m.observed_s = r.observed_s();
 }
 
 result<run_measurements> run_local(const scenario& s, const run_options& o, const config& cfg,
@@ -324,6 +307,8 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
       runner b({}, *base->console, job_hooks{}, {}, work_dir + "/baseline-logs", o.poll_ms);
       b.run(std::min(s.duration_s, 15.0), 0.0);
       m.baseline_iteration_s = b.iteration_s();
+      m.baseline_trainer_stall_s = b.stall().reported() ? b.stall().total_s() : -1;
+      m.baseline_observed_s = b.observed_s();
       stop_local(*base, {});
     }
   } else {

@@ -10,11 +10,6 @@
 using namespace moerl::test;
 
 namespace {
-json interruption_of(const json& report, const std::string& node) {
-  for (auto& i : report.value("interruptions", json::array()))
-    if (i.value("node", "") == node) return i;
-  return json::object();
-}
 std::string iso_utc(int64_t unix_s) {
   std::time_t t = unix_s;
   char buf[32];
@@ -81,15 +76,7 @@ TEST_F(cluster_test, console_inject_spot_with_a_short_deadline_returns_what_does
 
 TEST_F(cluster_test, console_cli_rejects_bad_commands_nodes_and_tokens_and_the_coordinator_keeps_running) {
   start();
-  auto run = [&](const std::string& args, std::string* out) {
-    std::string cmd = std::string(MOERL_BINARY) + " console --connect " + c_->console_address() + " --set console.token=" +
-                      c_->token() + " " + args + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char buf[512];
-    out->clear();
-    while (std::fgets(buf, sizeof buf, p)) *out += buf;
-    return ::pclose(p);
-  };
+  auto run = [&](const std::string& args, std::string* out) { return console_cli(args, out); };
   std::string out;
   int st = run("frobnicate", &out);
   EXPECT_NE(WEXITSTATUS(st), 0);

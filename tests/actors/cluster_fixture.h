@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -122,6 +123,23 @@ class cluster_test : public ::testing::Test {
         EXPECT_EQ(n["stats"].value("samples_bad", 1u), 0u) << n.dump();
   }
   static int exit_status(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+  // The report's `interruptions` entry of a node (an empty object if it has none).
+  static json interruption_of(const json& report, const std::string& node) {
+    for (auto& i : report.value("interruptions", json::array()))
+      if (i.value("node", "") == node) return i;
+    return json::object();
+  }
+  // Runs `moerl console ARGS` against the cluster, the way a user would; returns the shell's
+  // wait status, the output (stdout and stderr) in *out.
+  int console_cli(const std::string& args, std::string* out) {
+    std::string cmd = std::string(MOERL_BINARY) + " console --connect " + c_->console_address() +
+                      " --set console.token=" + c_->token() + " " + args + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[512];
+    out->clear();
+    while (std::fgets(buf, sizeof buf, p)) *out += buf;
+    return ::pclose(p);
+  }
 };
 
 }  // namespace moerl::test

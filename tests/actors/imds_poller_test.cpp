@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <vector>
 
 #include "actors/imds_poller.h"
 #include "tests/actors/fake_imds.h"
@@ -99,4 +100,32 @@ TEST(imds_poller, delivers_the_first_notice_once) {
   }
   EXPECT_EQ(calls, 1);
   EXPECT_NE(got.reason.find("stop"), std::string::npos);
+}
+
+TEST(imds_poller, keeps_watching_for_the_spot_notice_after_a_rebalance_recommendation) {
+  fake_imds f;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<moerl::messages::interruption_notice> got;
+  {
+    imds_poller p(opts_for(f), [&](const moerl::messages::interruption_notice& n) {
+      std::lock_guard<std::mutex> g(mu);
+      got.push_back(n);
+      cv.notify_all();
+    });
+    f.set_rebalance("2031-01-01T00:00:00Z");
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return got.size() >= 1; }));
+    }
+    // The recommendation stays published; only the Spot notice may come next.
+    f.set_spot("terminate", "2031-01-01T00:02:00Z");
+    std::unique_lock<std::mutex> lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return got.size() >= 2; }));
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].source, moerl::messages::interruption_source::imds_rebalance);
+  EXPECT_NE(got[0].reason.find("rebalance"), std::string::npos);
+  EXPECT_EQ(got[1].source, moerl::messages::interruption_source::imds_spot);
+  EXPECT_EQ(got[1].deadline_unix_ms, 1924992120000u);
 }

@@ -39,6 +39,10 @@ run_measurements healthy_run() {
   m.iteration_s = {2.0, 3.0, 4.0};
   m.baseline_iteration_s = {2.0, 2.0};
   m.trainer_stall_s = 1.25;
+  m.observed_s = 40.0;
+  m.baseline_trainer_stall_s = 0.5;
+  m.baseline_observed_s = 15.0;
+  m.faults[0].trainer_stall_s = 0.75;
   return m;
 }
 
@@ -213,7 +217,19 @@ TEST(report, unreported_trainer_stall_is_null_not_zero) {
   m.trainer_stall_s = -1;
   const auto r = report_json(m, evaluate_invariants(m), nullptr);
   EXPECT_TRUE(r["trainer_stall_s"].is_null());
+  EXPECT_TRUE(r["trainer_stall_fraction"].is_null());
   EXPECT_NE(human_summary(r).find("trainer stalled (not reported)"), std::string::npos);
+}
+
+TEST(report, trainer_stall_is_reported_per_run_per_baseline_and_per_fault) {
+  const run_measurements m = healthy_run();
+  const auto r = report_json(m, evaluate_invariants(m), nullptr);
+  EXPECT_DOUBLE_EQ(r["trainer_stall_s"].get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(r["trainer_stall_fraction"].get<double>(), 1.25 / 40.0);
+  EXPECT_DOUBLE_EQ(r["baseline_trainer_stall_s"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(r["baseline_trainer_stall_fraction"].get<double>(), 0.5 / 15.0);
+  EXPECT_DOUBLE_EQ(r["faults"][0]["trainer_stall_s"].get<double>(), 0.75);
+  EXPECT_FALSE(r["faults"][1].contains("trainer_stall_s"));  // not measured for that one
 }
 
 TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
@@ -229,8 +245,8 @@ TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
       << text;
   EXPECT_NE(text.find("dropped: stale_attempt=10 stale_policy=2"), std::string::npos) << text;
   EXPECT_NE(text.find("[FAIL] every_fault_recovered"), std::string::npos) << text;
-  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s; trainer stalled 1.25s"),
-            std::string::npos)
+  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s;"), std::string::npos) << text;
+  EXPECT_NE(text.find("trainer stalled 1.25s of 40.0s (3%); baseline 0.50s of 15.0s (3%)"), std::string::npos)
       << text;
 }
 

@@ -42,6 +42,10 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
     EXPECT_TRUE(r.contains(key)) << key;
   }
   EXPECT_EQ(r["scenario"], name);
+  // The trainer reports how long it waited for data, in the fault run and the baseline.
+  EXPECT_TRUE(r["trainer_stall_s"].is_number()) << r["trainer_stall_s"];
+  EXPECT_GE(r.value("trainer_stall_s", -1.0), 0.0);
+  EXPECT_TRUE(r["baseline_trainer_stall_s"].is_number()) << r["baseline_trainer_stall_s"];
   ASSERT_TRUE(r["accounting"].is_object()) << r.dump(2);
   EXPECT_EQ(r["accounting"]["lost"], 0);
   EXPECT_EQ(r["accounting"]["duplicated"], 0);
