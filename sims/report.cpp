@@ -264,7 +264,7 @@ std::string human_summary(const nlohmann::json& r) {
     os << "\n";
   }
   char line[160];
-  std::snprintf(line, sizeof line, "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs; ",
+  std::snprintf(line, sizeof line, "iterations: %zu, mean %.2fs; baseline %zu, mean %.2fs",
                 r.value("iteration_s", nlohmann::json::array()).size(),
                 r.value("mean_iteration_s", 0.0),
                 r.value("baseline_iteration_s", nlohmann::json::array()).size(),

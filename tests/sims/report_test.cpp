@@ -245,7 +245,7 @@ TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
       << text;
   EXPECT_NE(text.find("dropped: stale_attempt=10 stale_policy=2"), std::string::npos) << text;
   EXPECT_NE(text.find("[FAIL] every_fault_recovered"), std::string::npos) << text;
-  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s;"), std::string::npos) << text;
+  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s\n"), std::string::npos) << text;
   EXPECT_NE(text.find("trainer stalled 1.25s of 40.0s (3%); baseline 0.50s of 15.0s (3%)"), std::string::npos)
       << text;
 }
