@@ -61,7 +61,7 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
     auto node = it->second;
     st.by_addr.erase(it);
     st.agents.erase(node);
-    st.core->link_lost(node, "monitor: " + self->system().render(m.reason));
+    st.core->node_down(node, "monitor: " + self->system().render(m.reason));
     deliver(self);
   });
   // A message nobody handles (bad input from a peer) is logged, answered with an error and

@@ -2,10 +2,18 @@
 // runtime publishes it), monitors every registered node agent, runs the core's tick every
 // 100 ms and delivers the core's outbound messages to node agents.
 //
+// Group commit: handlers change the ledger without syncing it; the first one queues a
+// flush_atom behind every request already waiting in the mailbox; the flush syncs the
+// journal once and only then answers all of them (a lease or commit is never answered
+// before it is durable).
+//
 // Control-plane protocol (every payload is an atom, an integer or moerl_messages bytes):
 //   (register_atom, heartbeat bytes, agent actor) -> ""  | error bytes
 //   (heartbeat_atom, heartbeat bytes)
 //   (lease_atom, lease_request bytes)             -> lease bytes | error bytes
+//   (leases_atom, lease_request bytes)            -> lease batch bytes | error bytes
+//        up to min(max_units, actors.lease_batch) leases (actors/lease_batch.h)
+//   (giveback_atom, worker, packed (unit, attempt) pairs) -> "" | error bytes of the first refusal
 //   (report_atom, unit_report bytes)              -> ""  | error bytes
 //   (ack_atom, unit, attempt, shard, packed accepted groups, packed stale groups)
 //   (consumed_atom, unit, attempt, group, num_samples, handout)

@@ -145,17 +145,6 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   flush_ledger();
 }
 
-void coordinator_core::link_lost(const std::string& node, const std::string& reason) {
-  auto it = nodes_.find(node);
-  if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
-  if (shutdown_) return node_down(node, reason);
-  auto& n = it->second;
-  n.state = "unreachable";
-  n.down_reason = reason;
-  n.last_seen_ms = clock_.now_ms();  // the grace runs from here
-  logger("coordinator")->warn("node {} ({}) unreachable: {}; {} ms to re-join", n.name, n.role, reason, kRejoinGraceMs);
-}
-
 void coordinator_core::drained(const std::string& node, const json& record) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
@@ -284,11 +273,6 @@ void coordinator_core::tick() {
   }
   auto ended = ledger_->expire_due();
   if (!ended.empty()) logger("coordinator")->info("{} lease(s) expired", ended.size());
-  for (auto& [id, n] : nodes_)
-    if (n.state == "unreachable" && now - n.last_seen_ms > kRejoinGraceMs) {
-      auto name = id;
-      node_down(name, n.down_reason + "; no re-join within " + std::to_string(kRejoinGraceMs) + " ms");
-    }
   for (auto& [id, n] : nodes_)
     if ((n.state == "running" || n.state == "draining") && now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
       auto name = id;  // node_down mutates the map entry, not the map

@@ -78,12 +78,6 @@ class coordinator_core {
   // touches other nodes: a vanished rollout node does not restart the trainer group.
   // `fence`: the process may still be running (heartbeat silence): tell it to die.
   void node_down(const std::string& node, const std::string& reason, bool fence = false);
-  // The node's CAF link dropped (a monitor's down message). That is also what a blip looks
-  // like (a stalled middleman, a TLS handshake storm): the node is `unreachable` and has
-  // kRejoinGraceMs to re-join before tick() declares it down. Nodes re-join within tens of
-  // ms after a blip, so a live shard is not written off and re-opened behind its back.
-  void link_lost(const std::string& node, const std::string& reason);
-  static constexpr int64_t kRejoinGraceMs = 1000;
   // The node finished its drain: records the interruption, marks it drained.
   void drained(const std::string& node, const nlohmann::json& record);
   void node_stats(const std::string& node, const nlohmann::json& stats);

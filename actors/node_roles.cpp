@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -10,6 +11,7 @@
 
 #include "actors/atoms.h"
 #include "actors/interruption.h"
+#include "actors/lease_batch.h"
 #include "actors/modpow_work.h"
 #include "actors/trainer_check.h"
 #include "actors/wait_clock.h"
@@ -116,33 +118,66 @@ class rollout_worker {
     }
     work_ = std::move(*w);
     reward_ = std::move(*r);
+    lease_batch_ = static_cast<uint32_t>(std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
     int64_t last_err_log = 0;
     while (mailbox_ok(self_, *ctx_, ms(0))) {
-      if (ctx_->draining()) return;  // stop leasing; exit normally (transient: no restart)
-      messages::lease_request req;
-      req.worker = worker_;
-      req.policy_version = ctx_->policy_version.load();
-      auto raw = call_coordinator(self_, *ctx_, lease_atom::value, messages::encode(req));
-      if (!raw) {
-        auto c = raw.err().code;
-        if (c != errc::not_found && c != errc::capacity_exceeded && c != errc::shutting_down &&
-            steady_ms() - last_err_log > 2000) {
-          log_->warn("{}: lease failed: {}", worker_, raw.err().to_string());
-          last_err_log = steady_ms();
+      if (ctx_->draining()) break;  // stop leasing; exit normally (transient: no restart)
+      if (queue_.empty()) {
+        auto got = fetch_leases();
+        if (!got) {
+          auto c = got.err().code;
+          if (c != errc::not_found && c != errc::capacity_exceeded && c != errc::shutting_down &&
+              steady_ms() - last_err_log > 2000) {
+            log_->warn("{}: lease failed: {}", worker_, got.err().to_string());
+            last_err_log = steady_ms();
+          }
+          if (!mailbox_ok(self_, *ctx_, ms(c == errc::not_found ? 20 : 200))) break;  // wait for work
+          continue;
         }
-        if (!mailbox_ok(self_, *ctx_, ms(c == errc::not_found ? 20 : 200))) return;  // wait for work
-        continue;
+        queue_.assign(got->begin(), got->end());
       }
-      auto l = messages::decode<messages::lease>(*raw);
-      if (!l) {
-        log_->error("{}: undecodable lease: {}", worker_, l.err().to_string());
-        continue;
-      }
-      if (!run_unit(*l) && !mailbox_ok(self_, *ctx_, ms(200))) return;  // a failing unit: don't spin
+      messages::lease l = std::move(queue_.front());
+      queue_.pop_front();
+      // Expired while it waited in the queue: the ledger re-opens it (lease_expired) and
+      // fences its attempt, so running it would only make samples the shard refuses.
+      if (static_cast<uint64_t>(unix_now_ms()) >= l.deadline_unix_ms) continue;
+      if (!run_unit(l) && !mailbox_ok(self_, *ctx_, ms(200))) break;  // a failing unit: don't spin
     }
+    give_back_queued();
   }
 
  private:
+  // Leases for this worker: one Cap'n Proto lease per request when actors.lease_batch is 1
+  // (lease_atom), else up to that many in one lease batch (leases_atom, lease_batch.h).
+  result<std::vector<messages::lease>> fetch_leases() {
+    messages::lease_request req;
+    req.worker = worker_;
+    req.policy_version = ctx_->policy_version.load();
+    req.max_units = lease_batch_;
+    if (lease_batch_ == 1) {
+      auto raw = call_coordinator(self_, *ctx_, lease_atom::value, messages::encode(req));
+      if (!raw) return raw.err();
+      auto l = messages::decode<messages::lease>(*raw);
+      if (!l) return error(l.err().code, "undecodable lease: " + l.err().message);
+      return std::vector<messages::lease>{std::move(*l)};
+    }
+    auto raw = call_coordinator(self_, *ctx_, leases_atom::value, messages::encode(req));
+    if (!raw) return raw.err();
+    return decode_lease_batch(*raw);
+  }
+
+  // Leases fetched but not started go back in one message (drain, stop): pending again at
+  // once instead of at their deadline. If the coordinator does not answer they still expire.
+  void give_back_queued() {
+    if (queue_.empty()) return;
+    lease_ids ids;
+    for (const auto& l : queue_) ids.emplace_back(l.unit.id, l.attempt);
+    auto r = call_coordinator(self_, *ctx_, giveback_atom::value, worker_, pack_lease_ids(ids));
+    if (!r) log_->warn("{}: give back of {} unstarted lease(s): {}", worker_, ids.size(), r.err().to_string());
+    if (ctx_->draining()) ctx_->units_returned += static_cast<uint32_t>(ids.size());
+    queue_.clear();
+  }
+
   // False when the unit failed (not merely returned).
   bool run_unit(const messages::lease& l) {
     ++ctx_->active_units;
@@ -274,6 +309,8 @@ class rollout_worker {
   int64_t next_discovery_ = 0;
   bool warned_local_ = false;
   std::map<std::string, std::unique_ptr<ledger::sample_producer>> direct_;
+  uint32_t lease_batch_ = 1;                // actors.lease_batch
+  std::deque<messages::lease> queue_;       // leased, not started; worked in order
 };
 
 // ---- reward -------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ const std::vector<key_spec>& config_schema() {
       {"actors.trainer_flush_ms", t::integer, "1500",
        "a trainer holding a partial iteration steps on it after this long without a batch", ""},
       {"actors.heartbeat_misses", t::integer, "8", "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it dead", ""},
+      {"actors.lease_batch", t::integer, "1",
+       "leases a rollout worker asks for in one request (1: one lease per request); the coordinator grants at most this many per request", ""},
 
       // ---- console (admin plane) --------------------------------------------------
       {"console.address", t::string, "tcp://127.0.0.1:7411",

@@ -701,6 +701,21 @@ result<lease> work_ledger::acquire(const worker_id& worker) {
   return l;
 }
 
+result<std::vector<lease>> work_ledger::acquire_batch(const worker_id& worker, uint32_t max_units) {
+  if (max_units == 0) return error(errc::invalid_argument, "acquire_batch: max_units must be >= 1");
+  std::vector<lease> out;
+  out.reserve(std::min<uint32_t>(max_units, 1024));
+  while (out.size() < max_units) {
+    auto l = acquire(worker);
+    if (!l) {
+      if (out.empty()) return l.err();
+      break;  // queue empty or shards full: the batch is what fit
+    }
+    out.push_back(std::move(*l));
+  }
+  return out;
+}
+
 namespace {
 // errc::not_found / stale_attempt naming the unit when (unit, attempt, worker) is not a
 // current lease.

@@ -100,6 +100,12 @@ class work_ledger {
   // Leases the oldest pending unit to `worker`: new attempt, deadline now + lease timeout.
   // errc::not_found when nothing is pending; errc::capacity_exceeded when no shard lives.
   result<lease> acquire(const worker_id& worker);
+  // Batched leasing: up to `max_units` leases for `worker` in one call, each exactly what
+  // acquire() would give (own attempt and deadline; shard round-robin under
+  // buffer.capacity_samples, so a batch never overfills a shard). Stops at the first unit
+  // that cannot be leased and returns what it got; the error of that first refusal only
+  // when not even one unit was leased. errc::invalid_argument for max_units == 0.
+  result<std::vector<lease>> acquire_batch(const worker_id& worker, uint32_t max_units);
   // Moves the deadline to now + lease timeout. errc::stale_attempt when (unit, attempt) is
   // not the current lease of `worker`; errc::not_found for an unknown unit.
   result<int64_t> renew(unit_id unit, attempt_t attempt, const worker_id& worker);

@@ -1,12 +1,14 @@
-// `moerl bench control --json`: the control plane's costs, printed as JSON with provenance.
-//   lease_rtt_in_process   lease round trip to a coordinator actor in this process
+// `moerl bench control --json`: the control plane's costs, K=1 beside K=batch, printed as JSON
+// with configuration, transport, journal state, load average and provenance.
+//   lease_rtt_in_process     lease round trips to a coordinator actor in this process
 //   lease_rtt_cross_process  the same to a `moerl node --role coordinator` child over TCP
-//   leased_units_per_s     units leased (and handed back) per second through one coordinator
-//                          process by 8 leaser processes, each keeping a window of requests
-//                          in flight; Ray's published 1:1 actor-call rates (~2,000/s sync,
-//                          ~8,700/s async) are printed beside it for comparison.
-// Every lease is made durable before it is answered (the ledger's write-ahead contract); the
-// local store runs without fsync here (store.local_fsync=false), which the JSON states.
+//   leased_units_per_s       units leased (and handed back) per second through that one
+//                            coordinator by `--nodes` leaser processes, each keeping a window
+//                            of lease requests in flight; once with K=1 (one lease per
+//                            request) and once with K=--batch (actors.lease_batch)
+// What a "leased unit" is here: lease_client.h. Every lease and hand-back is made durable
+// before it is answered (the ledger's write-ahead contract, with group commit); the local
+// store runs without fsync unless --fsync, and the JSON says which.
 #pragma once
 
 namespace CLI {

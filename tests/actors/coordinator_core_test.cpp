@@ -219,38 +219,3 @@ TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) 
   EXPECT_TRUE(core->done()) << core->status_json().dump();
   EXPECT_EQ(core->ledger().counters().trained, 16u);
 }
-
-
-// A dropped CAF link is not a death: the node is unreachable for the re-join grace, and a
-// node that re-joins in time keeps its leases and its shard's samples.
-TEST_F(core_fixture, a_link_blip_with_a_quick_rejoin_costs_nothing) {
-  auto l = lease(rollout + "/0");
-  commit(lease(rollout + "/1"));
-  core->link_lost(rollout, "test: link dropped");
-  core->link_lost(shard, "test: link dropped");
-  EXPECT_EQ(core->nodes().at(shard).state, "unreachable");
-  clock.advance(coordinator_core::kRejoinGraceMs / 2);
-  core->tick();
-  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::leased);
-  ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
-  ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
-  clock.advance(coordinator_core::kRejoinGraceMs);  // past the grace (and the lease: it may expire)
-  core->tick();
-  EXPECT_EQ(core->nodes().at(shard).state, "running");
-  EXPECT_EQ(core->nodes().at(rollout).state, "running");
-  EXPECT_EQ(core->ledger().counters().dropped.count("shard_lost"), 0u);
-  EXPECT_EQ(core->ledger().counters().dropped.count("worker_dead"), 0u);
-  EXPECT_TRUE(core->ledger().check_invariant());
-}
-
-TEST_F(core_fixture, an_unreachable_node_that_does_not_rejoin_is_down_after_the_grace) {
-  auto l = lease(rollout + "/0");
-  core->link_lost(rollout, "test: SIGKILL");
-  core->tick();
-  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::leased);
-  clock.advance(coordinator_core::kRejoinGraceMs + 1);
-  core->tick();
-  EXPECT_EQ(core->nodes().at(rollout).state, "dead");
-  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::pending);
-  EXPECT_TRUE(core->ledger().check_invariant());
-}
