@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
+#include "actors/lease_batch.h"
 #include "actors/wire_pack.h"
 #include "common/log.h"
 #include "messages/admin.h"
@@ -15,6 +16,10 @@ struct coordinator_state {
   std::map<std::string, caf::actor> agents;         // node id -> agent
   std::map<caf::actor_addr, std::string> by_addr;   // agent address -> node id
   bool stopping = false;
+  // Group commit: replies whose ledger records are not durable yet, answered by the next
+  // successful flush; flush_atom is in our mailbox iff flush_queued.
+  std::vector<std::pair<caf::typed_response_promise<std::string>, std::string>> waiting;
+  bool flush_queued = false;
 };
 
 using coord_actor = caf::stateful_actor<coordinator_state>;
@@ -51,8 +56,29 @@ void deliver(coord_actor* self) {
   }
 }
 
+// Puts flush_atom at the back of our mailbox (once): every request already queued is
+// handled before it, so one sync() covers all of them (LEDGER.md: group commit).
+void schedule_flush(coord_actor* self) {
+  auto& st = self->state;
+  if (st.flush_queued || (!st.core->flush_due() && st.waiting.empty())) {
+    deliver(self);  // nothing to sync; messages that need no durability go out now
+    return;
+  }
+  st.flush_queued = true;
+  self->send(self, flush_atom::value);
+}
+
+// Answers a request once the ledger records it caused are durable (write-ahead contract).
+caf::result<std::string> reply_durable(coord_actor* self, std::string reply) {
+  auto rp = self->make_response_promise<std::string>();
+  self->state.waiting.emplace_back(rp, std::move(reply));
+  schedule_flush(self);
+  return rp;
+}
+
 caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
   self->state.core = std::move(*init);
+  self->state.core->set_group_commit(true);
   auto log = logger("coordinator");
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
@@ -61,8 +87,8 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
     auto node = it->second;
     st.by_addr.erase(it);
     st.agents.erase(node);
-    st.core->node_down(node, "monitor: " + self->system().render(m.reason));
-    deliver(self);
+    st.core->link_lost(node, "monitor: " + self->system().render(m.reason));
+    schedule_flush(self);
   });
   // A message nobody handles (bad input from a peer) is logged, answered with an error and
   // dropped; by default CAF 0.17 would end the actor with unexpected_message.
@@ -77,7 +103,7 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
   });
   self->send(self, tick_atom::value);
   return {
-      [self](register_atom, const std::string& bytes, caf::actor agent) -> std::string {
+      [self](register_atom, const std::string& bytes, caf::actor agent) -> caf::result<std::string> {
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "register: " + hb.err().message);
         auto st = self->state.core->register_node(*hb);
@@ -89,49 +115,65 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
           s.by_addr[agent.address()] = hb->node;
           self->monitor(agent);
         }
-        deliver(self);
-        return "";
+        return reply_durable(self, "");
       },
       [self](heartbeat_atom, const std::string& bytes) {
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (hb) (void)self->state.core->heartbeat(*hb);
       },
-      [self](lease_atom, const std::string& bytes) -> std::string {
+      [self](lease_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
-        auto out = self->state.core->lease(*req);
-        deliver(self);
-        return out;
+        return reply_durable(self, self->state.core->lease(*req));
       },
-      [self](report_atom, const std::string& bytes) -> std::string {
+      [self](leases_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto req = messages::decode<messages::lease_request>(bytes);
+        if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
+        return reply_durable(self, self->state.core->lease_batch(*req));
+      },
+      [self](giveback_atom, const std::string& worker, const std::string& packed) -> caf::result<std::string> {
+        auto leases = unpack_lease_ids(packed);
+        if (!leases) return encode_error(leases.err().code, leases.err().message);
+        return reply_durable(self, self->state.core->give_back(worker, *leases));
+      },
+      [self](flush_atom) {
+        auto& st = self->state;
+        st.flush_queued = false;
+        if (!st.core->flush()) {
+          // The store failed: the replies wait (their records are not durable) and the next
+          // tick retries; messages that are not ledger events still go out.
+          deliver(self);
+          return;
+        }
+        for (auto& [rp, reply] : st.waiting) rp.deliver(std::move(reply));
+        st.waiting.clear();
+        deliver(self);
+      },
+      [self](report_atom, const std::string& bytes) -> caf::result<std::string> {
         auto rep = messages::decode<messages::unit_report>(bytes);
         if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
-        auto out = self->state.core->report(*rep);
-        deliver(self);
-        return out;
+        return reply_durable(self, self->state.core->report(*rep));
       },
       [self](ack_atom, uint64_t unit, uint32_t attempt, const std::string& shard, const std::string& accepted,
-             const std::string& stale) -> std::string {
+             const std::string& stale) -> caf::result<std::string> {
         auto a = unpack_u64s(accepted), s = unpack_u64s(stale);
         if (!a || !s) return encode_error(errc::malformed_message, "shard ack: " + (!a ? a.err() : s.err()).message);
         ledger::shard_ack ack{unit, attempt, shard, *a, *s};
         auto st = self->state.core->shard_ack(ack);
-        deliver(self);
         if (!st) {
           logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", unit, attempt, st.err().to_string());
-          return encode_error(st.err().code, st.err().message);
+          return reply_durable(self, encode_error(st.err().code, st.err().message));
         }
-        return "";
+        return reply_durable(self, "");
       },
       [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
-             uint64_t handout) -> std::string {
+             uint64_t handout) -> caf::result<std::string> {
         auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
-        deliver(self);
         if (!st) {
           logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
-          return encode_error(st.err().code, st.err().message);
+          return reply_durable(self, encode_error(st.err().code, st.err().message));
         }
-        return "";
+        return reply_durable(self, "");
       },
       [self](stats_atom, const std::string& node, const std::string& text) {
         auto j = nlohmann::json::parse(text, nullptr, false);
@@ -139,9 +181,9 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
       },
       [self](version_atom, uint64_t v, const std::string& manifest) {
         self->state.core->policy_version(v, manifest);
-        deliver(self);
+        schedule_flush(self);
       },
-      [self](drained_atom, const std::string& node, const std::string& record) -> std::string {
+      [self](drained_atom, const std::string& node, const std::string& record) -> caf::result<std::string> {
         auto j = nlohmann::json::parse(record, nullptr, false);
         if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
         auto& s = self->state;
@@ -151,8 +193,7 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
           s.agents.erase(it);
         }
         s.core->drained(node, j);
-        deliver(self);
-        return "";
+        return reply_durable(self, "");
       },
       [self](admin_atom, const std::string& bytes) -> std::string {
         auto req = messages::decode<messages::admin_request>(bytes);
@@ -163,12 +204,12 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
         } else {
           rep = self->state.core->admin(*req);
         }
-        deliver(self);
+        schedule_flush(self);
         return messages::encode(rep);
       },
       [self](tick_atom) {
         self->state.core->tick();
-        deliver(self);
+        schedule_flush(self);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
       },
       [self](shutdown_atom) {

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "actors/interruption.h"
+#include "actors/lease_batch.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -36,6 +37,9 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
   o.default_notice_ms = cfg.get_int("actors.sigterm_grace_ms");
   o.rebalance_grace_ms = cfg.get_int("imds.rebalance_grace_ms");
   o.console_token = cfg.get_string("console.token");
+  auto lb = positive("actors.lease_batch", 4096);
+  if (!lb) return lb.err();
+  o.lease_batch = *lb;
   return o;
 }
 
@@ -145,6 +149,17 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   flush_ledger();
 }
 
+void coordinator_core::link_lost(const std::string& node, const std::string& reason) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
+  if (shutdown_) return node_down(node, reason);
+  auto& n = it->second;
+  n.state = "unreachable";
+  n.down_reason = reason;
+  n.last_seen_ms = clock_.now_ms();  // the grace runs from here
+  logger("coordinator")->warn("node {} ({}) unreachable: {}; {} ms to re-join", n.name, n.role, reason, kRejoinGraceMs);
+}
+
 void coordinator_core::drained(const std::string& node, const json& record) {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
@@ -169,38 +184,86 @@ void coordinator_core::node_stats(const std::string& node, const json& stats) {
 
 // ---- work -------------------------------------------------------------------------------
 
-std::string coordinator_core::lease(const messages::lease_request& req) {
-  auto node = owner_of_worker(req.worker);
-  auto it = nodes_.find(node);
+std::optional<std::string> coordinator_core::refuse_lease(const std::string& worker, node_record** node) {
+  auto it = nodes_.find(owner_of_worker(worker));
   if (it == nodes_.end() || it->second.state == "dead")
-    return encode_error(errc::unknown_node, "lease request from unregistered worker " + req.worker);
+    return encode_error(errc::unknown_node, "lease request from unregistered worker " + worker);
   if (it->second.state != "running")
     return encode_error(errc::shutting_down, "node " + it->second.name + " is " + it->second.state);
   if (shutdown_) return encode_error(errc::shutting_down, "the run is shutting down");
-  auto l = ledger_->acquire(req.worker);
-  if (!l) return encode_error(l.err().code, l.err().message);
-  auto shard = shard_node_.find(l->shard);
+  *node = &it->second;
+  return std::nullopt;
+}
+
+std::optional<messages::lease> coordinator_core::to_wire(const ledger::lease& l, int64_t unix_minus_clock) {
+  auto shard = shard_node_.find(l.shard);
   if (shard == shard_node_.end()) {
     // The ledger knows a shard that has not (re-)joined since a coordinator restart: no one
     // could deliver to it. Hand the unit straight back (accounted as returned).
-    (void)ledger_->give_back(l->unit, l->attempt, req.worker);
-    flush_ledger();
-    return encode_error(errc::capacity_exceeded, "shard " + l->shard + " has not joined yet");
+    (void)ledger_->give_back(l.unit, l.attempt, l.worker);
+    return std::nullopt;
   }
-  flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
   messages::lease m;
-  m.unit.id = l->unit;
-  m.unit.group_ids = l->groups;
-  m.unit.samples_per_group = l->group_size;
+  m.unit.id = l.unit;
+  m.unit.group_ids = l.groups;
+  m.unit.samples_per_group = l.group_size;
   m.unit.task = opts_.task;
-  m.attempt = l->attempt;
-  m.worker = req.worker;
-  m.deadline_unix_ms = static_cast<uint64_t>(unix_now_ms() + (l->deadline_ms - clock_.now_ms()));
+  m.attempt = l.attempt;
+  m.worker = l.worker;
+  m.deadline_unix_ms = static_cast<uint64_t>(l.deadline_ms + unix_minus_clock);
   m.policy_version = policy_version_;
-  m.shard = l->shard;
+  m.shard = l.shard;
   m.shard_endpoint = nodes_[shard->second].endpoint;
-  ++it->second.leases;
-  return messages::encode(m);
+  return m;
+}
+
+std::string coordinator_core::lease(const messages::lease_request& req) {
+  node_record* node = nullptr;
+  if (auto why = refuse_lease(req.worker, &node)) return *why;
+  auto l = ledger_->acquire(req.worker);
+  if (!l) return encode_error(l.err().code, l.err().message);
+  auto m = to_wire(*l, unix_now_ms() - clock_.now_ms());
+  flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
+  if (!m) return encode_error(errc::capacity_exceeded, "shard " + l->shard + " has not joined yet");
+  ++node->leases;
+  return messages::encode(*m);
+}
+
+std::string coordinator_core::lease_batch(const messages::lease_request& req) {
+  node_record* node = nullptr;
+  if (auto why = refuse_lease(req.worker, &node)) return *why;
+  uint32_t k = std::max(1u, std::min(req.max_units, opts_.lease_batch));
+  auto got = ledger_->acquire_batch(req.worker, k);
+  if (!got) return encode_error(got.err().code, got.err().message);
+  const int64_t offset = unix_now_ms() - clock_.now_ms();
+  std::vector<messages::lease> out;
+  out.reserve(got->size());
+  std::string unjoined;
+  for (const auto& l : *got) {
+    if (auto m = to_wire(l, offset)) out.push_back(std::move(*m));
+    else unjoined = l.shard;
+  }
+  flush_ledger();  // as lease(): durable before the worker hears of any of them
+  if (out.empty()) return encode_error(errc::capacity_exceeded, "shard " + unjoined + " has not joined yet");
+  node->leases += static_cast<uint32_t>(out.size());
+  return encode_lease_batch(out);
+}
+
+std::string coordinator_core::give_back(const std::string& worker,
+                                        const std::vector<std::pair<uint64_t, uint32_t>>& leases) {
+  auto it = nodes_.find(owner_of_worker(worker));
+  status first;
+  for (const auto& [unit, attempt] : leases) {
+    auto st = ledger_->give_back(unit, attempt, worker);
+    if (st) {
+      if (it != nodes_.end() && it->second.leases > 0) --it->second.leases;
+    } else if (first) {
+      first = st;
+    }
+  }
+  flush_ledger();
+  if (!first) return encode_error(first.err().code, first.err().message);
+  return "";
 }
 
 std::string coordinator_core::report(const messages::unit_report& rep) {
@@ -274,6 +337,11 @@ void coordinator_core::tick() {
   auto ended = ledger_->expire_due();
   if (!ended.empty()) logger("coordinator")->info("{} lease(s) expired", ended.size());
   for (auto& [id, n] : nodes_)
+    if (n.state == "unreachable" && now - n.last_seen_ms > kRejoinGraceMs) {
+      auto name = id;
+      node_down(name, n.down_reason + "; no re-join within " + std::to_string(kRejoinGraceMs) + " ms");
+    }
+  for (auto& [id, n] : nodes_)
     if ((n.state == "running" || n.state == "draining") && now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
       auto name = id;  // node_down mutates the map entry, not the map
       node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms", true);
@@ -292,11 +360,26 @@ void coordinator_core::tick() {
 }
 
 void coordinator_core::flush_ledger() {
+  if (group_commit_) {
+    flush_due_ = true;  // the owner's flush() syncs once for the whole group
+    return;
+  }
+  (void)sync_and_route();
+}
+
+bool coordinator_core::flush() {
+  flush_due_ = false;
+  if (sync_and_route()) return true;
+  flush_due_ = true;
+  return false;
+}
+
+bool coordinator_core::sync_and_route() {
   auto st = ledger_->sync();
   if (!st) {
     // The tail stays in memory and the next sync retries; events wait for durability.
     logger("coordinator")->error("ledger sync failed (will retry): {}", st.err().to_string());
-    return;
+    return false;
   }
   for (auto& e : ledger_->take_events()) {
     auto it = shard_node_.find(e.shard);
@@ -312,6 +395,7 @@ void coordinator_core::flush_ledger() {
     o.event = std::move(e);
     out_.push_back(std::move(o));
   }
+  return true;
 }
 
 void coordinator_core::record_invariant() {

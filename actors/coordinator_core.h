@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct coordinator_options {
   int64_t rebalance_grace_ms = 120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
   std::string console_token;
   std::string task = "modpow";
+  uint32_t lease_batch = 1;  // actors.lease_batch: most leases one batched request gets
 
   static result<coordinator_options> from_config(const config& cfg);
 };
@@ -78,6 +80,12 @@ class coordinator_core {
   // touches other nodes: a vanished rollout node does not restart the trainer group.
   // `fence`: the process may still be running (heartbeat silence): tell it to die.
   void node_down(const std::string& node, const std::string& reason, bool fence = false);
+  // The node's CAF link dropped (a monitor's down message). That is also what a blip looks
+  // like (a stalled middleman, a TLS handshake storm): the node is `unreachable` and has
+  // kRejoinGraceMs to re-join before tick() declares it down. Nodes re-join within tens of
+  // ms after a blip, so a live shard is not written off and re-opened behind its back.
+  void link_lost(const std::string& node, const std::string& reason);
+  static constexpr int64_t kRejoinGraceMs = 1000;
   // The node finished its drain: records the interruption, marks it drained.
   void drained(const std::string& node, const nlohmann::json& record);
   void node_stats(const std::string& node, const nlohmann::json& stats);
@@ -86,6 +94,14 @@ class coordinator_core {
   // Encoded lease on success, else an encoded moerl::error (not_found: nothing pending;
   // shutting_down: the node drains; unknown_node).
   std::string lease(const messages::lease_request& req);
+  // Batched leasing: up to min(req.max_units, actors.lease_batch) leases in one reply
+  // (encode_lease_batch, actors/lease_batch.h); an encoded error when not even one unit
+  // could be leased. Each lease is what lease() would give: own attempt, deadline, shard.
+  std::string lease_batch(const messages::lease_request& req);
+  // The worker gives back leases it has not started (drain, stop), as (unit, attempt)
+  // pairs: each goes through ledger.give_back (pending again, attempt fenced). "" when all
+  // were accepted, else the encoded error of the first refusal (the others still apply).
+  std::string give_back(const std::string& worker, const std::vector<std::pair<uint64_t, uint32_t>>& leases);
   // finished -> ledger.report; returned/failed -> ledger.give_back. Encoded error or "".
   std::string report(const messages::unit_report& rep);
   status shard_ack(const ledger::shard_ack& ack);
@@ -106,13 +122,30 @@ class coordinator_core {
   bool shutdown_requested() const { return shutdown_; }
 
   std::vector<outbound> take_outbound();
+
+  // ---- group commit (LEDGER.md: one sync for every waiting request) --------------------
+  // On: calls that change the ledger no longer sync it themselves; the owner handles every
+  // waiting request, calls flush() once and replies to all of them only after flush()
+  // returned true. Off (the default): every call syncs before it returns.
+  void set_group_commit(bool on) { group_commit_ = on; }
+  // Syncs the ledger and routes the now-durable events to take_outbound(). False when the
+  // store failed: the tail is kept, nothing may be answered yet, a later flush() retries.
+  bool flush();
+  bool flush_due() const { return flush_due_; }
   const std::map<std::string, node_record>& nodes() const { return nodes_; }
   ledger::work_ledger& ledger() { return *ledger_; }
   uint64_t current_policy_version() const { return policy_version_; }
 
  private:
   const node_record* resolve(const std::string& who) const;  // id, id prefix or name
-  void flush_ledger();   // sync + route events to shards
+  // The encoded refusal when `worker`'s node may not lease now (unknown, dead, draining,
+  // run shutting down); else nullopt and *node is its record.
+  std::optional<std::string> refuse_lease(const std::string& worker, node_record** node);
+  // The lease as a worker receives it; nullopt (and the unit handed back) when its shard
+  // has not joined this coordinator. `unix_minus_clock`: wall clock minus ledger clock.
+  std::optional<messages::lease> to_wire(const ledger::lease& l, int64_t unix_minus_clock);
+  void flush_ledger();   // sync + route events to shards (deferred to flush() under group commit)
+  bool sync_and_route();
   void open_iteration();
   void record_invariant();
   std::string owner_of_worker(const std::string& worker) const;
@@ -135,6 +168,8 @@ class coordinator_core {
   bool shutdown_ = false;
   int64_t started_ms_ = 0;
   bool recovery_checked_ = false;  // shards of a previous incarnation that did not re-join
+  bool group_commit_ = false;
+  bool flush_due_ = false;  // group commit: the ledger changed since the last flush()
 };
 
 // Encodes a moerl::error as the reply bytes of a failed request (messages kind::error).

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <set>
 
 #include "actors/coordinator_core.h"
+#include "actors/lease_batch.h"
 #include "actors/ledger/clock.h"
 
 using namespace moerl;
@@ -218,4 +220,244 @@ TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) 
   core->tick();
   EXPECT_TRUE(core->done()) << core->status_json().dump();
   EXPECT_EQ(core->ledger().counters().trained, 16u);
+}
+
+// ---- batched leasing (actors.lease_batch) and group commit --------------------------------
+
+namespace {
+
+struct batch_fixture : ::testing::Test {
+  ledger::manual_clock clock{1000};
+  std::unique_ptr<coordinator_core> core;
+  const std::string rollout = hex_id('a'), shard = hex_id('b');
+  const std::string worker = rollout + "/0";
+
+  // Units of 2 groups x 2 samples; shard capacity in samples (0: unlimited).
+  void make(uint64_t capacity) {
+    ledger::ledger_options lo;
+    lo.lease_timeout_ms = 1000;
+    lo.group_size = 2;
+    lo.shard_capacity_samples = capacity;
+    auto led = ledger::work_ledger::open(lo, clock, nullptr);
+    ASSERT_TRUE(led) << led.err().to_string();
+    coordinator_options o;
+    o.iterations = 1;
+    o.units_per_iteration = 6;
+    o.groups_per_unit = 2;
+    o.heartbeat_timeout_ms = 5000;
+    o.lease_batch = 4;
+    core = std::make_unique<coordinator_core>(o, std::move(*led), clock);
+    ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
+    ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
+    core->take_outbound();
+  }
+  std::vector<messages::lease> batch(uint32_t max_units) {
+    auto bytes = core->lease_batch(messages::lease_request{worker, max_units, 0});
+    auto b = decode_lease_batch(bytes);
+    EXPECT_TRUE(b) << "not a lease batch: " << (b ? "" : b.err().to_string());
+    return b ? *b : std::vector<messages::lease>{};
+  }
+  size_t shard_events() {
+    size_t n = 0;
+    for (auto& o : core->take_outbound()) n += o.what == outbound::kind::shard_event && o.node == shard;
+    return n;
+  }
+  std::optional<moerl::error> as_error(const std::string& bytes) {
+    if (bytes.empty()) return std::nullopt;
+    auto e = messages::decode<messages::wire_error>(bytes);
+    if (!e) return std::nullopt;
+    return e->value;
+  }
+  void expect_books_balance() {
+    const auto& a = core->ledger().counters();
+    EXPECT_EQ(a.dispatched, a.committed + a.in_flight + a.dropped_total());
+    EXPECT_EQ(a.lost, 0u);
+    EXPECT_EQ(a.duplicated, 0u);
+    EXPECT_TRUE(core->ledger().check_invariant());
+  }
+};
+
+}  // namespace
+
+TEST_F(batch_fixture, batch_reply_carries_up_to_lease_batch_leases_each_complete) {
+  make(0);
+  auto b = batch(100);  // asks for more than actors.lease_batch: gets 4
+  ASSERT_EQ(b.size(), 4u);
+  std::set<uint64_t> units;
+  for (auto& l : b) {
+    units.insert(l.unit.id);
+    EXPECT_EQ(l.worker, worker);
+    EXPECT_EQ(l.shard, "buffer-0");
+    EXPECT_EQ(l.shard_endpoint, "tcp://127.0.0.1:1");
+    EXPECT_EQ(l.unit.group_ids.size(), 2u);
+    EXPECT_EQ(l.unit.samples_per_group, 2u);
+    EXPECT_EQ(l.unit.task, "modpow");
+    EXPECT_GT(l.deadline_unix_ms, 0u);
+    EXPECT_EQ(core->ledger().find(l.unit.id)->attempt, l.attempt);
+  }
+  EXPECT_EQ(units.size(), 4u);
+  EXPECT_EQ(core->nodes().at(rollout).leases, 4u);
+  EXPECT_EQ(shard_events(), 4u) << "the shard hears of every attempt";
+  EXPECT_EQ(batch(2).size(), 2u);
+  auto err = as_error(core->lease_batch(messages::lease_request{worker, 4, 0}));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, errc::not_found);
+  expect_books_balance();
+}
+
+TEST_F(batch_fixture, batch_respects_shard_capacity) {
+  make(8);  // two units of 4 samples fit
+  auto b = batch(4);
+  EXPECT_EQ(b.size(), 2u);
+  auto err = as_error(core->lease_batch(messages::lease_request{worker, 4, 0}));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, errc::capacity_exceeded);
+  EXPECT_EQ(core->ledger().num_pending(), 4u);
+  expect_books_balance();
+}
+
+TEST_F(batch_fixture, rollout_node_dying_with_a_batch_reopens_all_of_it) {
+  make(0);
+  auto b = batch(4);
+  ASSERT_EQ(b.size(), 4u);
+  core->node_down(rollout, "test: SIGKILL");
+  for (auto& l : b) EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::pending);
+  EXPECT_EQ(core->ledger().num_leased(), 0u);
+  EXPECT_EQ(core->ledger().counters().dropped.at("worker_dead"), 16u);
+  expect_books_balance();
+}
+
+TEST_F(batch_fixture, drain_gives_back_unstarted_leases_in_one_message) {
+  make(0);
+  auto b = batch(4);
+  ASSERT_EQ(b.size(), 4u);
+  // The first one was worked and committed; the other three were never started.
+  messages::unit_report rep;
+  rep.unit_id = b[0].unit.id;
+  rep.attempt = b[0].attempt;
+  rep.worker = worker;
+  rep.samples_produced = 4;
+  ASSERT_EQ(core->report(rep), "");
+  ASSERT_TRUE(core->shard_ack({b[0].unit.id, b[0].attempt, "buffer-0", b[0].unit.group_ids, {}}));
+  lease_ids rest;
+  for (size_t i = 1; i < b.size(); ++i) rest.emplace_back(b[i].unit.id, b[i].attempt);
+  auto packed = unpack_lease_ids(pack_lease_ids(rest));
+  ASSERT_TRUE(packed);
+  EXPECT_EQ(core->give_back(worker, *packed), "");
+  for (auto& [unit, attempt] : rest) EXPECT_EQ(core->ledger().find(unit)->state, ledger::unit_state::pending);
+  EXPECT_EQ(core->ledger().counters().dropped.at("returned"), 12u);
+  EXPECT_EQ(core->ledger().counters().committed, 4u);
+  EXPECT_EQ(core->nodes().at(rollout).leases, 0u);
+  // Giving back again (or a lease of another attempt) is refused; the refusal names it.
+  auto err = as_error(core->give_back(worker, {rest[0]}));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, errc::stale_attempt);
+  expect_books_balance();
+}
+
+TEST_F(batch_fixture, draining_or_unknown_worker_gets_no_batch) {
+  make(0);
+  auto err = as_error(core->lease_batch(messages::lease_request{hex_id('9') + "/0", 4, 0}));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, errc::unknown_node);
+  auto h = hb(rollout, "rollout", "rollout-0");
+  h.state = "draining";
+  ASSERT_TRUE(core->heartbeat(h));
+  err = as_error(core->lease_batch(messages::lease_request{worker, 4, 0}));
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->code, errc::shutting_down);
+  EXPECT_EQ(core->ledger().num_leased(), 0u);
+}
+
+TEST_F(batch_fixture, group_commit_holds_shard_events_until_the_one_flush) {
+  make(0);
+  core->set_group_commit(true);
+  auto first = batch(2);
+  auto second = batch(2);
+  ASSERT_EQ(first.size() + second.size(), 4u);
+  EXPECT_TRUE(core->flush_due());
+  EXPECT_EQ(shard_events(), 0u) << "nothing leaves before the records are durable";
+  ASSERT_TRUE(core->flush());
+  EXPECT_FALSE(core->flush_due());
+  EXPECT_EQ(shard_events(), 4u);
+  expect_books_balance();
+}
+
+TEST(lease_batch_codec, round_trips_and_refuses_damaged_input) {
+  std::vector<messages::lease> in(3);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i].unit.id = 10 + i;
+    in[i].unit.group_ids = {100 + i, 200 + i};
+    in[i].unit.samples_per_group = 8;
+    in[i].unit.task = "modpow";
+    in[i].attempt = (1u << 20) | uint32_t(i + 1);
+    in[i].worker = "w/0";
+    in[i].deadline_unix_ms = 1234567 + i;
+    in[i].policy_version = 5;
+    in[i].shard = i == 1 ? "b" : "a";
+    in[i].shard_endpoint = i == 1 ? "tcp://b:1" : "tcp://a:1";
+  }
+  auto bytes = encode_lease_batch(in);
+  auto out = decode_lease_batch(bytes);
+  ASSERT_TRUE(out) << out.err().to_string();
+  ASSERT_EQ(out->size(), 3u);
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ((*out)[i].unit.id, in[i].unit.id);
+    EXPECT_EQ((*out)[i].unit.group_ids, in[i].unit.group_ids);
+    EXPECT_EQ((*out)[i].unit.samples_per_group, 8u);
+    EXPECT_EQ((*out)[i].unit.task, "modpow");
+    EXPECT_EQ((*out)[i].attempt, in[i].attempt);
+    EXPECT_EQ((*out)[i].worker, "w/0");
+    EXPECT_EQ((*out)[i].deadline_unix_ms, in[i].deadline_unix_ms);
+    EXPECT_EQ((*out)[i].policy_version, 5u);
+    EXPECT_EQ((*out)[i].shard, in[i].shard);
+    EXPECT_EQ((*out)[i].shard_endpoint, in[i].shard_endpoint);
+  }
+  // Every truncation is refused with a message, never a crash or a partial batch.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto cut = decode_lease_batch(bytes.substr(0, n));
+    ASSERT_FALSE(cut) << "accepted " << n << " of " << bytes.size() << " bytes";
+    EXPECT_EQ(cut.err().code, errc::malformed_message);
+  }
+  auto trailing = decode_lease_batch(bytes + "x");
+  ASSERT_FALSE(trailing);
+  EXPECT_NE(trailing.err().message.find("trailing"), std::string::npos);
+  auto ids = unpack_lease_ids(std::string(24, '\0'));  // a unit without its attempt
+  ASSERT_FALSE(ids);
+  EXPECT_EQ(ids.err().code, errc::malformed_message);
+}
+
+
+// A dropped CAF link is not a death: the node is unreachable for the re-join grace, and a
+// node that re-joins in time keeps its leases and its shard's samples.
+TEST_F(core_fixture, a_link_blip_with_a_quick_rejoin_costs_nothing) {
+  auto l = lease(rollout + "/0");
+  commit(lease(rollout + "/1"));
+  core->link_lost(rollout, "test: link dropped");
+  core->link_lost(shard, "test: link dropped");
+  EXPECT_EQ(core->nodes().at(shard).state, "unreachable");
+  clock.advance(coordinator_core::kRejoinGraceMs / 2);
+  core->tick();
+  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::leased);
+  ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
+  ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
+  clock.advance(coordinator_core::kRejoinGraceMs);  // past the grace (and the lease: it may expire)
+  core->tick();
+  EXPECT_EQ(core->nodes().at(shard).state, "running");
+  EXPECT_EQ(core->nodes().at(rollout).state, "running");
+  EXPECT_EQ(core->ledger().counters().dropped.count("shard_lost"), 0u);
+  EXPECT_EQ(core->ledger().counters().dropped.count("worker_dead"), 0u);
+  EXPECT_TRUE(core->ledger().check_invariant());
+}
+
+TEST_F(core_fixture, an_unreachable_node_that_does_not_rejoin_is_down_after_the_grace) {
+  auto l = lease(rollout + "/0");
+  core->link_lost(rollout, "test: SIGKILL");
+  core->tick();
+  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::leased);
+  clock.advance(coordinator_core::kRejoinGraceMs + 1);
+  core->tick();
+  EXPECT_EQ(core->nodes().at(rollout).state, "dead");
+  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::pending);
+  EXPECT_TRUE(core->ledger().check_invariant());
 }
