@@ -1,6 +1,9 @@
 // Grouped expert FFN (SwiGLU) over the local experts of one rank, each with its own row
 // count: h = x W_gate_up^T, a = silu(h_gate) * h_up, y = a W_down^T. Forward and backward;
-// GEMMs through BLAS, one pair per expert.
+// GEMMs through BLAS, one pair per expert, each split over the pool's threads. With a pool
+// of more than one thread, OpenBLAS's process-wide thread count is held at 1 for the call
+// (the pool is the parallelism) and restored afterwards; BLAS calls made meanwhile by other
+// code in the process run single-threaded. A pool of one thread leaves BLAS's threads alone.
 #pragma once
 
 #include <cstdint>
