@@ -101,6 +101,12 @@ bool known_gone(caf::blocking_actor* self, node_context& ctx, const std::string&
   return alive && std::find(alive->begin(), alive->end(), endpoint) == alive->end();
 }
 
+// Microseconds since `t0`, saturated to the sample message's 32-bit timing fields.
+uint32_t micros_since(std::chrono::steady_clock::time_point t0) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<uint32_t>(std::clamp<int64_t>(us, 0, UINT32_MAX));
+}
+
 // ---- rollout ------------------------------------------------------------------------------
 
 class rollout_worker {
@@ -202,8 +208,10 @@ class rollout_worker {
             break;
           }
         }
+        const auto t_gen = std::chrono::steady_clock::now();
         auto gs = work_->generate(prompt, gi, i, l.policy_version);
         if (!gs) { fail = gs.err().to_string(); break; }
+        const uint32_t generate_us = micros_since(t_gen);
         messages::sample s;
         s.work_unit = l.unit.id;
         s.attempt = l.attempt;
@@ -215,6 +223,7 @@ class rollout_worker {
         s.tokens = std::move(gs->tokens);
         s.logprobs = std::move(gs->logprobs);
         s.worker = worker_;
+        s.generate_us = generate_us;
         if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) { fail = st.err().to_string(); break; }
         ++seq;
       }
@@ -266,8 +275,10 @@ class rollout_worker {
       log_->warn("{}: no reward node alive: scoring in the rollout process", worker_);
       warned_local_ = true;
     }
+    const auto t_score = std::chrono::steady_clock::now();
     auto score = reward_->score(s.prompt_tokens, s.tokens);
     if (!score) return score.err();
+    s.reward_us = micros_since(t_score);
     s.reward = *score;
     s.rewarded = true;
     auto& p = direct_[shard_ep];
@@ -356,7 +367,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       idle_since = steady_ms();
       auto s = messages::decode<messages::sample>((*got)->second);
       if (!s) { ++malformed; continue; }
+      const auto t_score = std::chrono::steady_clock::now();
       auto r = verifier.score(s->prompt_tokens, s->tokens);
+      s->reward_us = micros_since(t_score);
       if (!r) {
         // Never forwarded: its attempt stays incomplete and the lease expires.
         ++malformed;

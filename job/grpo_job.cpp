@@ -282,6 +282,8 @@ class grpo_trainer final : public actors::trainer_step {
       s.policy_version = m.policy_version;
       groups_in_batch[m.group_id]++;
       pending_.push_back(std::move(s));
+      generate_us_ += m.generate_us;
+      reward_us_ += m.reward_us;
     }
     out.groups = groups_in_batch.size();
     pending_groups_ += groups_in_batch.size();
@@ -348,8 +350,16 @@ class grpo_trainer final : public actors::trainer_step {
       if (auto st = checkpoint(bytes, hash); !st) return st.err();
       t_checkpoint = seconds_since(t0);
     }
+    // t_generate / t_reward: time the rollout and reward nodes spent on this iteration's
+    // samples, summed over samples (worker-seconds: workers run in parallel, so this is work,
+    // not wall time); the per-sample means sit beside them.
+    const double n_samples = double(std::max<size_t>(pending_.size(), 1));
     timings_.push_back({{"iteration", version_}, {"t_buffer", t_wait}, {"t_train", t_train},
-                        {"t_weights", t_weights}, {"t_checkpoint", t_checkpoint}});
+                        {"t_weights", t_weights}, {"t_checkpoint", t_checkpoint},
+                        {"t_generate", double(generate_us_) * 1e-6}, {"t_reward", double(reward_us_) * 1e-6},
+                        {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
+                        {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples}});
+    generate_us_ = reward_us_ = 0;
     pending_.clear();
     pending_groups_ = 0;
     first_batch_.reset();
@@ -435,6 +445,7 @@ class grpo_trainer final : public actors::trainer_step {
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
+  uint64_t generate_us_ = 0, reward_us_ = 0;  // of the samples in pending_
   std::vector<nlohmann::json> curve_, timings_;
 };
 

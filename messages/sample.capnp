@@ -18,6 +18,8 @@ struct Sample {
   reward @9 :Float32;          # scalar reward (valid when rewarded is true)
   rewarded @10 :Bool;          # true once a reward actor scored the sample
   worker @11 :Text;            # node id of the producing rollout worker
+  generateUs @12 :UInt32;      # wall time the rollout worker spent generating it, microseconds
+  rewardUs @13 :UInt32;        # wall time the reward actor spent scoring it, microseconds
 }
 
 struct SampleAck {

@@ -20,6 +20,8 @@ void write_sample(schema::Sample::Builder b, const sample& m) {
   b.setReward(m.reward);
   b.setRewarded(m.rewarded);
   b.setWorker(text(m.worker));
+  b.setGenerateUs(m.generate_us);
+  b.setRewardUs(m.reward_us);
 }
 
 status read_sample(schema::Sample::Reader r, sample& m) {
@@ -35,6 +37,8 @@ status read_sample(schema::Sample::Reader r, sample& m) {
   m.reward = r.getReward();
   m.rewarded = r.getRewarded();
   m.worker = str(r.getWorker());
+  m.generate_us = r.getGenerateUs();
+  m.reward_us = r.getRewardUs();
   if (m.logprobs.size() != m.tokens.size())
     return error{errc::malformed_message, "sample: " + std::to_string(m.logprobs.size()) +
                                               " logprobs for " + std::to_string(m.tokens.size()) +

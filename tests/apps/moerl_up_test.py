@@ -43,8 +43,11 @@ def main(moerl):
         resumable = last_version - last_version % 10  # job.checkpoint_every=10
         assert rep["task"] == "sort" and rep["reward_max"] == 1.0
         for it in rep["iterations"]:
-            for k in ("iteration", "t_buffer", "t_train", "t_weights", "t_checkpoint"):
+            for k in ("iteration", "t_buffer", "t_train", "t_weights", "t_checkpoint", "t_generate", "t_reward"):
                 assert k in it, (k, it)
+            # Generation is real work on every sample; its time travels with the samples.
+            assert it["t_generate"] > 0 and it["generate_ms_per_sample"] > 0, it
+            assert it["t_reward"] >= 0, it
         early, late = sum(curve[:5]) / 5, sum(curve[-5:]) / 5
         print(f"reward: random {rep['reward_random']:.3f}, first 5 iterations {early:.3f}, last 5 {late:.3f}")
         # Learning, not noise: well above the random policy and above where it started.

@@ -27,6 +27,8 @@ TEST(Codec, every_kind_has_an_example_and_round_trips_to_identical_bytes) {
 TEST(Codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
   sample s = examples::make_sample(5);
   s.logprobs = {-0.0f, std::nanf(""), -INFINITY};
+  s.generate_us = 4'000'000'000u;
+  s.reward_us = 17;
   auto back = decode<sample>(encode(s));
   ASSERT_TRUE(back.ok()) << back.err().to_string();
   EXPECT_EQ(back->seq, 5u);
@@ -36,6 +38,8 @@ TEST(Codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
   EXPECT_TRUE(std::isnan(back->logprobs[1]));
   EXPECT_TRUE(std::isinf(back->logprobs[2]));
   EXPECT_EQ(back->worker, "rollout-1");
+  EXPECT_EQ(back->generate_us, 4'000'000'000u);
+  EXPECT_EQ(back->reward_us, 17u);
   EXPECT_EQ(encode(*back), encode(s));
 }
 
