@@ -40,8 +40,9 @@ struct bench_args {
   bool json_out = false;
   int requests = 3000;
   int nodes = 8;
-  int window = 16;
-  uint32_t batch = 64;
+  int window = 16;        // K=1 lease requests in flight per leaser process
+  int batch_window = 4;   // K=batch lease requests in flight per leaser process
+  uint32_t batch = 256;
   double duration_s = 3.0;
   bool fsync = false;
   std::string leaser;  // internal: run as one leaser process against HOST:PORT
@@ -109,7 +110,7 @@ std::string join(caf::scoped_actor& self, const caf::actor& coord, const caf::ac
 // The coordinator's config. The unit pool is large enough that every lease request of the
 // throughput run can be granted in full (2x the units in flight at most).
 std::vector<std::string> bench_overrides(const bench_args& a, const std::string& dir) {
-  uint64_t pool = std::max<uint64_t>(1024, 2ull * a.nodes * a.window * a.batch);
+  uint64_t pool = std::max<uint64_t>(1024, 2ull * a.nodes * std::max<uint64_t>(a.window, uint64_t(a.batch_window) * a.batch));
   return {"store.url=" + dir, std::string("store.local_fsync=") + (a.fsync ? "true" : "false"),
           "actors.iterations=1", "actors.units_per_iteration=" + std::to_string(pool),
           "actors.groups_per_unit=1", "ledger.group_size=1", "ledger.lease_timeout_ms=60000",
@@ -223,12 +224,13 @@ int run_leaser(const bench_args& a) {
 // `nodes` leaser processes against the coordinator at `join_addr`, each asking for K units
 // per request; the sum of the units they were granted per second.
 json throughput(const bench_args& a, const std::string& dir, const std::string& join_addr, uint32_t k) {
+  const int window = k == 1 ? a.window : a.batch_window;
   std::vector<pid_t> kids;
   auto tag = "leaser-k" + std::to_string(k) + "-";
   json load_before = load_average();
   for (int n = 0; n < a.nodes; ++n)
     kids.push_back(spawn_self({"bench", "control", "--leaser", join_addr, "--leaser-k", std::to_string(k), "--duration",
-                               std::to_string(a.duration_s), "--window", std::to_string(a.window)},
+                               std::to_string(a.duration_s), "--window", std::to_string(window)},
                               dir + "/" + tag + std::to_string(n) + ".log"));
   uint64_t units = 0, grants = 0;
   int reported = 0;
@@ -248,7 +250,8 @@ json throughput(const bench_args& a, const std::string& dir, const std::string& 
   json r{{"k", k},
          {"rollout_processes", a.nodes},
          {"processes_reporting", reported},
-         {"window_per_process", a.window},
+         {"window_per_process", window},
+         {"units_in_flight_max", uint64_t(a.nodes) * window * k},
          {"duration_s", a.duration_s},
          {"units", units},
          {"lease_requests_granted", grants},
@@ -303,7 +306,8 @@ json run_all(const bench_args& a, const std::string& dir) {
   json out{{"benchmark", "control"}, {"leased_unit", kLeasedUnit}};
   out["config"] = {{"requests", a.requests},
                    {"nodes", a.nodes},
-                   {"window", a.window},
+                   {"window_k1", a.window},
+                   {"window_batch", a.batch_window},
                    {"batch_k", a.batch},
                    {"duration_s", a.duration_s},
                    {"machine_cpus", std::thread::hardware_concurrency()},
@@ -347,7 +351,7 @@ void print_text(const json& out, const bench_args& a) {
   if (out.contains("leased_units_per_s"))
     for (auto& r : out["leased_units_per_s"])
       std::printf("leased units/s K=%-4u %d procs x window %d: %.0f  (%.2fx Ray async 8,700)\n", r["k"].get<uint32_t>(),
-                  a.nodes, a.window, r.value("units_per_s", 0.0), r.value("x_ray_async_calls", 0.0));
+                  a.nodes, r.value("window_per_process", 0), r.value("units_per_s", 0.0), r.value("x_ray_async_calls", 0.0));
   if (out.contains("error")) std::printf("error: %s\n", out["error"].dump().c_str());
 }
 
@@ -359,7 +363,9 @@ void add_control_bench_command(CLI::App& bench) {
   cmd->add_flag("--json", a.json_out, "print JSON only");
   cmd->add_option("--requests", a.requests, "sequential lease round trips per measurement")->check(CLI::Range(1, 10000000));
   cmd->add_option("--nodes", a.nodes, "leaser processes (rollout nodes) for the throughput runs")->check(CLI::Range(1, 64));
-  cmd->add_option("--window", a.window, "lease requests in flight per leaser process")->check(CLI::Range(1, 1024));
+  cmd->add_option("--window", a.window, "K=1 lease requests in flight per leaser process")->check(CLI::Range(1, 1024));
+  cmd->add_option("--batch-window", a.batch_window, "K=batch lease requests in flight per leaser process")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--batch", a.batch, "K of the batched run: units per lease request (actors.lease_batch)")
       ->check(CLI::Range(2, 4096));
   cmd->add_option("--duration", a.duration_s, "seconds of each throughput run")->check(CLI::Range(0.1, 600.0));
