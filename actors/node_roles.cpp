@@ -146,7 +146,10 @@ class rollout_worker {
       queue_.pop_front();
       // Expired while it waited in the queue: the ledger re-opens it (lease_expired) and
       // fences its attempt, so running it would only make samples the shard refuses.
-      if (static_cast<uint64_t>(unix_now_ms()) >= l.deadline_unix_ms) continue;
+      if (static_cast<uint64_t>(unix_now_ms()) >= l.deadline_unix_ms) {
+        log_->warn("{}: lease of unit {} attempt {} expired in the local queue; skipped", worker_, l.unit.id, l.attempt);
+        continue;
+      }
       if (!run_unit(l) && !mailbox_ok(self_, *ctx_, ms(200))) break;  // a failing unit: don't spin
     }
     give_back_queued();
@@ -178,6 +181,7 @@ class rollout_worker {
     if (queue_.empty()) return;
     lease_ids ids;
     for (const auto& l : queue_) ids.emplace_back(l.unit.id, l.attempt);
+    log_->info("{}: giving back {} unstarted lease(s)", worker_, ids.size());
     auto r = call_coordinator(self_, *ctx_, giveback_atom::value, worker_, pack_lease_ids(ids));
     if (!r) log_->warn("{}: give back of {} unstarted lease(s): {}", worker_, ids.size(), r.err().to_string());
     if (ctx_->draining()) ctx_->units_returned += static_cast<uint32_t>(ids.size());
