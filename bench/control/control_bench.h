@@ -5,7 +5,8 @@
 //   leased_units_per_s       units leased (and handed back) per second through that one
 //                            coordinator by `--nodes` leaser processes, each keeping a window
 //                            of lease requests in flight; once with K=1 (one lease per
-//                            request) and once with K=--batch (actors.lease_batch)
+//                            request) and once with K=--batch (actors.lease_batch), each
+//                            --repeat times interleaved; the median is the figure
 // What a "leased unit" is here: lease_client.h. Every lease and hand-back is made durable
 // before it is answered (the ledger's write-ahead contract, with group commit); the local
 // store runs without fsync unless --fsync, and the JSON says which.
