@@ -26,15 +26,28 @@ using coord_actor = caf::stateful_actor<coordinator_state>;
 
 void deliver(coord_actor* self) {
   auto& st = self->state;
+  // Shard events leave as one message per node (pack_ledger_events); a node's batch is sent
+  // before anything else to that node, so the order each node sees stays the core's order.
+  std::map<std::string, std::vector<ledger::ledger_event>> events;
+  auto send_events = [&](const std::string& node) {
+    auto e = events.find(node);
+    if (e == events.end()) return;
+    if (auto it = st.agents.find(node); it != st.agents.end())
+      self->send(it->second, event_atom::value, pack_ledger_events(e->second));
+    events.erase(e);
+  };
   for (auto& o : st.core->take_outbound()) {
     auto it = st.agents.find(o.node);
     if (it == st.agents.end()) continue;
+    if (o.what == outbound::kind::shard_event) {
+      events[o.node].push_back(std::move(o.event));
+      continue;
+    }
+    send_events(o.node);
     auto& a = it->second;
     switch (o.what) {
       case outbound::kind::shard_event:
-        self->send(a, event_atom::value, static_cast<uint8_t>(o.event.what), o.event.unit, o.event.attempt,
-                   pack_u64s(o.event.groups), o.event.group_size);
-        break;
+        break;  // batched above
       case outbound::kind::policy_version:
         self->send(a, version_atom::value, o.version);
         break;
@@ -49,6 +62,7 @@ void deliver(coord_actor* self) {
         break;
     }
   }
+  while (!events.empty()) send_events(events.begin()->first);
   if (st.core->shutdown_requested() && !st.stopping) {
     st.stopping = true;
     // Give the shutdown messages time to leave before the middleman goes down.

@@ -22,7 +22,7 @@
 //   (drained_atom, node id, JSON record)          -> ""
 //   (admin_atom, admin_request bytes)             -> admin_reply bytes
 // and to node agents:
-//   (event_atom, kind, unit, attempt, packed groups, group_size)   shards only
+//   (event_atom, pack_ledger_events bytes)   shards only: every event one flush released
 //   (version_atom, version)   (notice_atom, interruption_notice bytes)
 //   (kill_atom, signal)       (shutdown_atom)
 #pragma once

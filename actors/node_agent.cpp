@@ -230,18 +230,14 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         logger("node")->info("shutdown requested by the coordinator");
         finish(self, 0);
       },
-      [self](event_atom, uint8_t kind, uint64_t unit, uint32_t attempt, const std::string& groups, uint32_t group_size) {
-        auto g = unpack_u64s(groups);
-        if (!g || kind > 2) return;
-        ledger::ledger_event e;
-        e.what = static_cast<ledger::ledger_event::kind>(kind);
-        e.shard = self->state.ctx->name;
-        e.unit = unit;
-        e.attempt = attempt;
-        e.groups = std::move(*g);
-        e.group_size = group_size;
+      [self](event_atom, const std::string& packed) {
+        auto events = unpack_ledger_events(packed, self->state.ctx->name);
+        if (!events) {
+          logger("node")->error("ledger events refused: {}", events.err().to_string());
+          return;
+        }
         std::lock_guard<std::mutex> lk(self->state.ctx->events_mu);
-        self->state.ctx->events.push_back(std::move(e));
+        for (auto& e : *events) self->state.ctx->events.push_back(std::move(e));
       },
       [self](version_atom, uint64_t v) {
         auto& pv = self->state.ctx->policy_version;

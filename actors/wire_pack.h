@@ -9,11 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "actors/ledger/types.h"
 #include "common/error.h"
 
 namespace moerl::actors {
 
 std::string pack_u64s(const std::vector<uint64_t>& v);
 result<std::vector<uint64_t>> unpack_u64s(const std::string& bytes);
+
+// The ledger events for one shard that one group commit released, in order, as one CAF
+// message: one message per event cost the receiving node as much as the coordinator's whole
+// ledger work (moerl bench control). Per event, little-endian: u8 kind, u64 unit,
+// u32 attempt, u32 group_size, u32 number of groups, that many u64 group ids. `shard` is
+// not sent (the receiver is the shard); unpacking sets it to `shard`. Refuses unknown kinds,
+// truncation and trailing bytes (untrusted input).
+std::string pack_ledger_events(const std::vector<ledger::ledger_event>& events);
+result<std::vector<ledger::ledger_event>> unpack_ledger_events(const std::string& bytes, const std::string& shard);
 
 }  // namespace moerl::actors

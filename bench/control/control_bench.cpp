@@ -227,7 +227,10 @@ int run_leaser(const bench_args& a) {
 json throughput(const bench_args& a, const std::string& dir, const std::string& join_addr, uint32_t k) {
   const int window = k == 1 ? a.window : a.batch_window;
   std::vector<pid_t> kids;
-  auto tag = "leaser-k" + std::to_string(k) + "-";
+  // Each run its own log files: the reader sums every report line it finds, and a file
+  // shared with an earlier repeat would count that repeat's units again.
+  static int run_no = 0;
+  auto tag = "leaser-run" + std::to_string(++run_no) + "-k" + std::to_string(k) + "-";
   json load_before = load_average();
   for (int n = 0; n < a.nodes; ++n)
     kids.push_back(spawn_self({"bench", "control", "--leaser", join_addr, "--leaser-k", std::to_string(k), "--duration",
