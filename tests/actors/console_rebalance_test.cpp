@@ -7,22 +7,14 @@
 #include "actors/coordinator_core.h"
 #include "actors/interruption.h"
 #include "actors/ledger/clock.h"
+#include "tests/actors/core_harness.h"
 
 using namespace moerl;
 using namespace moerl::actors;
 
 namespace {
 
-messages::heartbeat member(const std::string& id, const std::string& role, const std::string& name) {
-  messages::heartbeat h;
-  h.node = id;
-  h.role = role;
-  h.name = name;
-  h.pid = 100;
-  h.state = "running";
-  if (role == "buffer") h.endpoint = "tcp://127.0.0.1:1";
-  return h;
-}
+using moerl::test::member;
 
 struct rebalance_fixture : ::testing::Test {
   ledger::manual_clock clock{1000};
@@ -34,15 +26,12 @@ struct rebalance_fixture : ::testing::Test {
     ledger::ledger_options lo;
     lo.lease_timeout_ms = 1000;
     lo.group_size = 2;
-    auto led = ledger::work_ledger::open(lo, clock, nullptr);
-    ASSERT_TRUE(led) << led.err().to_string();
     coordinator_options o;
     o.console_token = "t0k";
     o.rebalance_grace_ms = kGraceMs;
-    core = std::make_unique<coordinator_core>(o, std::move(*led), clock);
-    ASSERT_TRUE(core->register_node(member(rollout, "rollout", "rollout-0")));
-    ASSERT_TRUE(core->register_node(member(shard, "buffer", "buffer-0")));
-    core->take_outbound();
+    core = moerl::test::make_core(clock, o, lo,
+                                  {member(rollout, "rollout", "rollout-0"), member(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
+    ASSERT_TRUE(core);
   }
   messages::admin_reply inject(std::vector<std::string> args, std::string deadline = "") {
     messages::admin_request r;

@@ -8,25 +8,20 @@
 #include "actors/coordinator_core.h"
 #include "actors/lease_batch.h"
 #include "actors/ledger/clock.h"
+#include "tests/actors/core_harness.h"
 
 using namespace moerl;
 using namespace moerl::actors;
 using nlohmann::json;
+using moerl::test::as_error;
+using moerl::test::hex_id;
 
 namespace {
 
-std::string hex_id(char c) { return std::string(32, c); }
-
+// The registration heartbeat of a member node (shorter to read in the tests below).
 messages::heartbeat hb(const std::string& id, const std::string& role, const std::string& name,
                        const std::string& endpoint = "") {
-  messages::heartbeat h;
-  h.node = id;
-  h.role = role;
-  h.name = name;
-  h.pid = 100;
-  h.state = "running";
-  h.endpoint = endpoint;
-  return h;
+  return moerl::test::member(id, role, name, endpoint);
 }
 
 struct core_fixture : ::testing::Test {
@@ -38,19 +33,16 @@ struct core_fixture : ::testing::Test {
     ledger::ledger_options lo;
     lo.lease_timeout_ms = 1000;
     lo.group_size = 2;
-    auto led = ledger::work_ledger::open(lo, clock, nullptr);
-    ASSERT_TRUE(led) << led.err().to_string();
     coordinator_options o;
     o.iterations = 2;
     o.units_per_iteration = 2;
     o.groups_per_unit = 2;
     o.heartbeat_timeout_ms = 5000;
     o.console_token = "t0k";
-    core = std::make_unique<coordinator_core>(o, std::move(*led), clock);
-    ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
-    ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
-    ASSERT_TRUE(core->register_node(hb(trainer, "trainer", "trainer-0")));
-    core->take_outbound();
+    core = moerl::test::make_core(clock, o, lo,
+                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"),
+                                   hb(trainer, "trainer", "trainer-0")});
+    ASSERT_TRUE(core);
   }
   messages::lease lease(const std::string& worker) {
     messages::lease_request r;
@@ -59,12 +51,6 @@ struct core_fixture : ::testing::Test {
     auto l = messages::decode<messages::lease>(bytes);
     EXPECT_TRUE(l) << "not a lease";
     return l ? *l : messages::lease{};
-  }
-  std::optional<moerl::error> as_error(const std::string& bytes) {
-    if (bytes.empty()) return std::nullopt;
-    auto e = messages::decode<messages::wire_error>(bytes);
-    if (!e) return std::nullopt;
-    return e->value;
   }
   messages::admin_request admin(const std::string& cmd, std::vector<std::string> args = {}) {
     messages::admin_request r;
@@ -238,18 +224,15 @@ struct batch_fixture : ::testing::Test {
     lo.lease_timeout_ms = 1000;
     lo.group_size = 2;
     lo.shard_capacity_samples = capacity;
-    auto led = ledger::work_ledger::open(lo, clock, nullptr);
-    ASSERT_TRUE(led) << led.err().to_string();
     coordinator_options o;
     o.iterations = 1;
     o.units_per_iteration = 6;
     o.groups_per_unit = 2;
     o.heartbeat_timeout_ms = 5000;
     o.lease_batch = 4;
-    core = std::make_unique<coordinator_core>(o, std::move(*led), clock);
-    ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
-    ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
-    core->take_outbound();
+    core = moerl::test::make_core(clock, o, lo,
+                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
+    ASSERT_TRUE(core);
   }
   std::vector<messages::lease> batch(uint32_t max_units) {
     auto bytes = core->lease_batch(messages::lease_request{worker, max_units, 0});
@@ -261,12 +244,6 @@ struct batch_fixture : ::testing::Test {
     size_t n = 0;
     for (auto& o : core->take_outbound()) n += o.what == outbound::kind::shard_event && o.node == shard;
     return n;
-  }
-  std::optional<moerl::error> as_error(const std::string& bytes) {
-    if (bytes.empty()) return std::nullopt;
-    auto e = messages::decode<messages::wire_error>(bytes);
-    if (!e) return std::nullopt;
-    return e->value;
   }
   void expect_books_balance() {
     const auto& a = core->ledger().counters();
