@@ -100,6 +100,27 @@ int64_t swiglu_min_rows(int64_t F) { return std::max<int64_t>(1, 8192 / F); }
 // zero-filling it (as std::vector would) is wasted memory traffic.
 std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(new float[n]); }
 
+// out_e [m, N] = in_e [m, K] * w_e^T for every expert e (rows expert_offset[e].. of in and
+// out; w_e is expert e's [N, K] block), each pool part computing its own columns part_of(N).
+void grouped_gemm_by_column_parts(thread_pool& pool, const int64_t* expert_offset, int E, int N, int K,
+                                  const float* in, const float* w, float* out) {
+  int64_t max_m = 0;
+  for (int e = 0; e < E; ++e) max_m = std::max(max_m, expert_offset[e + 1] - expert_offset[e]);
+  for_each_part(pool, [&](int p, int parts) {
+    const span c = part_of(N, parts, p);
+    if (c.size() == 0) return;
+    auto t = scratch(c.size() * max_m);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = expert_offset[e];
+      const int m = static_cast<int>(expert_offset[e + 1] - r0);
+      if (m == 0) continue;
+      const float* we = w + static_cast<int64_t>(e) * N * K;
+      gemm_rows_by_weights(m, c.size(), K, in + r0 * K, we + static_cast<int64_t>(c.begin) * K, t.get(),
+                           out + r0 * N + c.begin, N);
+    }
+  });
+}
+
 }  // namespace
 
 status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
@@ -110,22 +131,8 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
   if (rows == 0) return ok_status();
-  int64_t max_m = 0;
-  for (int e = 0; e < E; ++e) max_m = std::max(max_m, expert_offset[e + 1] - expert_offset[e]);
-  // h_e [m, 2F] = x_e [m, H] * w_gate_up_e^T, part p computing columns part_of(2F).
-  for_each_part(pool, [&](int p, int parts) {
-    const span c = part_of(2 * F, parts, p);
-    if (c.size() == 0) return;
-    auto t = scratch(c.size() * max_m);
-    for (int e = 0; e < E; ++e) {
-      const int64_t r0 = expert_offset[e];
-      const int m = static_cast<int>(expert_offset[e + 1] - r0);
-      if (m == 0) continue;
-      const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
-      gemm_rows_by_weights(m, c.size(), H, x + r0 * H, wgu + static_cast<int64_t>(c.begin) * H, t.get(),
-                           gate_up + r0 * 2 * F + c.begin, 2 * F);
-    }
-  });
+  // h_e [m, 2F] = x_e [m, H] * w_gate_up_e^T.
+  grouped_gemm_by_column_parts(pool, expert_offset, E, 2 * F, H, x, w_gate_up, gate_up);
   // a = silu(h_gate) * h_up over all experts' rows at once.
   pool.parallel_for(rows, [&](int64_t b, int64_t end) {
     for (int64_t r = b; r < end; ++r) {
@@ -135,20 +142,8 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
       for (int j = 0; j < F; ++j) ar[j] = g[j] * sigmoid(g[j]) * u[j];
     }
   }, swiglu_min_rows(F));
-  // y_e [m, H] = a_e [m, F] * w_down_e^T, part p computing columns part_of(H).
-  for_each_part(pool, [&](int p, int parts) {
-    const span c = part_of(H, parts, p);
-    if (c.size() == 0) return;
-    auto t = scratch(c.size() * max_m);
-    for (int e = 0; e < E; ++e) {
-      const int64_t r0 = expert_offset[e];
-      const int m = static_cast<int>(expert_offset[e + 1] - r0);
-      if (m == 0) continue;
-      const float* wd = w_down + static_cast<int64_t>(e) * H * F;
-      gemm_rows_by_weights(m, c.size(), F, act + r0 * F, wd + static_cast<int64_t>(c.begin) * F, t.get(),
-                           out + r0 * H + c.begin, H);
-    }
-  });
+  // y_e [m, H] = a_e [m, F] * w_down_e^T.
+  grouped_gemm_by_column_parts(pool, expert_offset, E, H, F, act, w_down, out);
   return ok_status();
 }
 
