@@ -1,8 +1,13 @@
 #include "fabric/rdm_endpoint.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -32,6 +37,27 @@ transport_options transport_options::from_config(const config& cfg) {
 }
 
 namespace {
+
+// libfabric's shm provider backs each endpoint with /dev/shm/<pid>:<n>:<n> and removes it on
+// close or on a catchable signal. A process killed with SIGKILL (fault tests, Spot kills)
+// leaves its regions behind, and a later process that reuses the pid then fails fi_enable
+// with EBUSY (seen in CI). Before this process's first endpoint, regions named after our own
+// pid can only be such leftovers: no live process but us holds the pid. Remove them.
+void remove_stale_shm_regions_of_this_pid() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string prefix = std::to_string(::getpid()) + ":";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) != 0) continue;
+      std::error_code rm;
+      std::filesystem::remove(e.path(), rm);
+      logger("fabric")->warn("removed /dev/shm/{} left by a dead process with this pid{}", name,
+                             rm ? " (failed: " + rm.message() + ")" : "");
+    }
+  });
+}
 
 // "tcp" names the RDM stack the tcp provider offers through ofi_rxm.
 std::string canonical_provider(const std::string& name) {
@@ -105,6 +131,8 @@ result<std::unique_ptr<rdm_endpoint>> rdm_endpoint::open(const transport_options
 
 status rdm_endpoint::open_on(fi_info* info) {
   info_ = info;
+  if (info_->fabric_attr->prov_name && std::strcmp(info_->fabric_attr->prov_name, "shm") == 0)
+    remove_stale_shm_regions_of_this_pid();
   FI_CHECK(fi_fabric(info_->fabric_attr, &fabric_, nullptr));
   FI_CHECK(fi_domain(fabric_, info_, &domain_, nullptr));
   fi_cq_attr cq_attr{};
