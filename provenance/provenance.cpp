@@ -1,5 +1,6 @@
 #include "provenance/provenance.h"
 
+#include <fstream>
 #include <thread>
 
 #include <unistd.h>
@@ -83,6 +84,13 @@ nlohmann::json collect_provenance() {
   gethostname(host, sizeof(host) - 1);
   j["host"] = {{"hostname", host}, {"cpus", std::thread::hardware_concurrency()}};
   return j;
+}
+
+std::vector<double> host_load_average() {
+  std::ifstream f("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  f >> a >> b >> c;
+  return {a, b, c};
 }
 
 }  // namespace moerl

@@ -3,6 +3,8 @@
 // embeds it, so a silently selected slow fallback shows up in the evidence.
 #pragma once
 
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 namespace moerl {
@@ -11,5 +13,9 @@ namespace moerl {
 // rma, msg, cq_data_size, msg_order, mr_mode}]}, zeromq, capnp, spdlog, yaml_cpp, cuda,
 // nccl, gpu, blas, host {hostname, cpus}.
 nlohmann::json collect_provenance();
+
+// The host's 1/5/15-minute load averages from /proc/loadavg (zeros where it cannot be read):
+// on a shared box every benchmark figure is noisy, so reports say how loaded it was.
+std::vector<double> host_load_average();
 
 }  // namespace moerl

@@ -27,6 +27,7 @@
 #include "bench/control/lease_client.h"
 #include "common/config.h"
 #include "messages/control.h"
+#include "common/percentile.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
@@ -60,18 +61,13 @@ const char* const kLeasedUnit =
 json percentiles(std::vector<double> us) {
   if (us.empty()) return json::object();
   std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * us.size()))]; };
+  auto at = [&](double q) { return nearest_rank_percentile(us, q * 100); };
   double sum = 0;
   for (double v : us) sum += v;
   return {{"n", us.size()}, {"p50_us", at(0.5)}, {"p99_us", at(0.99)}, {"mean_us", sum / us.size()}, {"max_us", us.back()}};
 }
 
-json load_average() {
-  std::ifstream f("/proc/loadavg");
-  double a = 0, b = 0, c = 0;
-  f >> a >> b >> c;
-  return json::array({a, b, c});
-}
+json load_average() { return host_load_average(); }
 
 std::string heartbeat_bytes(const std::string& id, const std::string& role, const std::string& endpoint) {
   messages::heartbeat hb;

@@ -16,6 +16,7 @@
 #include "fabric/ep_group.h"
 #include "fabric/ep_workload.h"
 #include "fabric/transport.h"
+#include "common/percentile.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
@@ -307,22 +308,12 @@ int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_pa
 nlohmann::json percentiles(std::vector<double> v) {
   if (v.empty()) return {{"p50", nullptr}, {"p99", nullptr}};
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-    return v[std::min(i, v.size() - 1)];
-  };
+  auto at = [&](double q) { return nearest_rank_percentile(v, q * 100); };
   return {{"p50", at(0.50)}, {"p99", at(0.99)}, {"min", v.front()}, {"max", v.back()},
           {"samples", v.size()}};
 }
 
-// The host's 1/5/15-minute load averages: a loaded dev box makes every number here noisy,
-// so the report says how loaded it was.
-std::vector<double> load_average() {
-  std::ifstream f("/proc/loadavg");
-  double a = 0, b = 0, c = 0;
-  f >> a >> b >> c;
-  return {a, b, c};
-}
+std::vector<double> load_average() { return host_load_average(); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;

@@ -1,5 +1,7 @@
 #include "bench/kernels/timing.h"
 
+#include "common/percentile.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,15 +9,6 @@
 
 namespace moerl::bench {
 
-namespace {
-// Nearest-rank percentile of sorted values: with 20 runs p99 is the slowest run, which is
-// what a tail figure over so few samples honestly is.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
-}  // namespace
 
 timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i) fn();
@@ -52,8 +45,8 @@ timing summarize(std::vector<double> us) {
   t.us = std::move(us);
   std::vector<double> sorted = t.us;
   std::sort(sorted.begin(), sorted.end());
-  t.p50_us = percentile(sorted, 50);
-  t.p99_us = percentile(sorted, 99);
+  t.p50_us = nearest_rank_percentile(sorted, 50);
+  t.p99_us = nearest_rank_percentile(sorted, 99);
   t.min_us = sorted.empty() ? 0 : sorted.front();
   t.max_us = sorted.empty() ? 0 : sorted.back();
   return t;

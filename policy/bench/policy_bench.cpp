@@ -12,6 +12,7 @@
 
 #include "policy/dense_ops.h"
 #include "policy/trainer.h"
+#include "common/percentile.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
@@ -23,11 +24,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * double(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 // Process CPU milliseconds: on a shared machine wall time includes waiting for a core, so
 // CPU time is reported beside it.
@@ -45,8 +41,8 @@ nlohmann::json summarize(std::vector<double> ms, double tokens, const std::vecto
   double var = 0;
   for (double v : ms) var += (v - mean) * (v - mean);
   return {{"samples", ms.size()},
-          {"p50_ms", percentile(ms, 50)},
-          {"p99_ms", percentile(ms, 99)},
+          {"p50_ms", nearest_rank_percentile(ms, 50)},
+          {"p99_ms", nearest_rank_percentile(ms, 99)},
           {"mean_ms", mean},
           {"stddev_ms", ms.size() > 1 ? std::sqrt(var / double(ms.size() - 1)) : 0.0},
           {"min_ms", ms.front()},

@@ -11,6 +11,7 @@
 #include "provenance/provenance.h"
 #include "store/checkpoint.h"
 #include "store/object_store.h"
+#include "common/percentile.h"
 #include "store/store_info.h"
 
 namespace moerl::bench {
@@ -23,12 +24,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// Nearest-rank percentile of sorted samples.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
-}
 
 nlohmann::json summarize(const std::string& op, int64_t bytes, std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
@@ -41,8 +36,8 @@ nlohmann::json summarize(const std::string& op, int64_t bytes, std::vector<doubl
   nlohmann::json j = {{"op", op},
                       {"bytes", bytes},
                       {"samples", ms.size()},
-                      {"p50_ms", percentile(ms, 50)},
-                      {"p99_ms", percentile(ms, 99)},
+                      {"p50_ms", nearest_rank_percentile(ms, 50)},
+                      {"p99_ms", nearest_rank_percentile(ms, 99)},
                       {"mean_ms", mean},
                       {"stddev_ms", stddev},
                       {"min_ms", ms.empty() ? 0 : ms.front()},

@@ -11,6 +11,7 @@
 
 #include "actors/ledger/sample_plane.h"
 #include "actors/ledger/work_ledger.h"
+#include "common/percentile.h"
 #include "provenance/provenance.h"
 #include "store/local_store.h"
 
@@ -35,12 +36,7 @@ void need(const status& s, const char* step) {
   if (!s) throw std::runtime_error(std::string(step) + ": " + s.err().to_string());
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
-  return v[i];
-}
+double percentile(std::vector<double> v, double fraction) { return percentile_of(std::move(v), fraction * 100); }
 
 nlohmann::json spread(const std::vector<double>& v) {
   double mn = *std::min_element(v.begin(), v.end());
