@@ -120,6 +120,22 @@ struct ep_group::impl {
   std::vector<float> recv_w;       // normal: [receive-region row, topk]
   std::vector<int64_t> out_pos;    // ll/baseline: row's index inside its source's block
 
+  // Turns rows per local expert (per_expert[1 + j]) into offsets and sizes the step's output
+  // for that many rows; returns the total. Every mode's receive path starts here.
+  int64_t start_output(std::vector<int64_t>& per_expert) {
+    for (int j = 0; j < le; ++j) per_expert[j + 1] += per_expert[j];
+    const int64_t total = per_expert[le];
+    out.seq = seq;
+    out.expert_offset = per_expert;
+    out.num_recv_rows = total;
+    out_x.resize(static_cast<size_t>(std::max<int64_t>(total, 1) * hidden_bytes));
+    out.src_rank.assign(total, 0);
+    out.src_token.assign(total, 0);
+    out.src_k.assign(total, 0);
+    out_pos.assign(total, 0);
+    return total;
+  }
+
   uint32_t& counter(uint32_t step, uint32_t kind, int src, uint32_t fwd = 0) {
     return counters[(((step % proto::step_slots) * 3 + kind) * 2 + fwd) * n + src];
   }
@@ -566,16 +582,7 @@ result<const dispatch_output*> ep_group::impl::dispatch_recv() {
                                                        " which this rank does not hold"});
       ++per_expert[local(m.expert) + 1];
     }
-  for (int j = 0; j < le; ++j) per_expert[j + 1] += per_expert[j];
-  const int64_t total = per_expert[le];
-  out.seq = seq;
-  out.expert_offset = per_expert;
-  out.num_recv_rows = total;
-  out_x.resize(static_cast<size_t>(std::max<int64_t>(total, 1) * hidden_bytes));
-  out.src_rank.assign(total, 0);
-  out.src_token.assign(total, 0);
-  out.src_k.assign(total, 0);
-  out_pos.assign(total, 0);
+  const int64_t total = start_output(per_expert);
   // Pass 2: place rows. Visiting (s, i) in order keeps each expert's rows in that order.
   std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
   for (int s = 0; s < n; ++s)
@@ -703,16 +710,7 @@ result<const dispatch_output*> ep_group::impl::normal_output() {
     if (!any || source < 0 || source >= n)
       return fail(error{errc::malformed_message, "EP: a received row names no expert of this rank or no valid source"});
   }
-  for (int j = 0; j < le; ++j) per_expert[j + 1] += per_expert[j];
-  const int64_t total = per_expert[le];
-  out.seq = seq;
-  out.expert_offset = per_expert;
-  out.num_recv_rows = total;
-  out_x.resize(static_cast<size_t>(std::max<int64_t>(total, 1) * hidden_bytes));
-  out.src_rank.assign(total, 0);
-  out.src_token.assign(total, 0);
-  out.src_k.assign(total, 0);
-  out_pos.assign(total, 0);
+  const int64_t total = start_output(per_expert);
   recv_slot.assign(static_cast<size_t>((n * T + R * F) * topk), -1);
   recv_w.assign(recv_slot.size(), 0.0f);
   std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
