@@ -212,10 +212,21 @@ int run_up(const up_args& a) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // progress print period
   }
+  // "Done" means every committed group was handed to the trainer; the trainer may still hold
+  // the last, short iteration until its flush (actors.trainer_flush_ms) steps on it, and its
+  // stats arrive once a second after announcing a version. Wait for stats sent after done
+  // that show nothing held and the coordinator's version, or the report misses the last step
+  // (and a resume would start past the report's last version).
+  const auto settled_from = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
+  const auto give_up = settled_from + std::chrono::milliseconds(cfg->get_int("actors.trainer_flush_ms") + 8000);
   auto report = c.console("report", {}, {}, 5000);
-  // The trainer reports after announcing a version: give its last figures a moment to land.
-  for (int i = 0; i < 20 && report && report->value("policy_version", 0ul) >
-                                          trainer_job_stats((*report)["nodes"]).value("policy_version", 0ul); ++i) {
+  auto trainer_settled = [&] {
+    auto js = trainer_job_stats((*report)["nodes"]);
+    if (js.is_null() || js.empty()) return true;  // a job without a learning step holds nothing
+    return std::chrono::steady_clock::now() >= settled_from && js.value("pending_groups", 0ul) == 0 &&
+           js.value("policy_version", 0ul) >= report->value("policy_version", 0ul);
+  };
+  while (done && report && !trainer_settled() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     report = c.console("report", {}, {}, 5000);
   }
