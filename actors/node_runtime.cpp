@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -155,9 +156,19 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
                                            });
     wait_for(sys, agent);
     ctx->stopping = true;
+    code = exit_code->load();
+    // The node owes nobody anything now (drained and deregistered, or told to stop). Teardown
+    // takes milliseconds, but a drained rollout node was once seen in CI never to exit (cause
+    // not found): bound it, so a pod cannot outlive its Spot deadline on a library hang.
+    std::thread([code, name = ctx->name] {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      auto log = logger("node");
+      log->error("node {} still tearing down 5 s after it finished: exiting with {}", name, code);
+      log->flush();
+      std::_Exit(code);
+    }).detach();
     relay.set([](int) {});
     imds.reset();
-    code = exit_code->load();
   }
   log->info("node {} exits with {}", ctx->name, code);
   return code;
