@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "actors/ledger/zmq_check.h"
+#include "ledger/zmq_check.h"
 
 namespace moerl::actors {
 

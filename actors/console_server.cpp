@@ -5,7 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/ledger/zmq_check.h"
+#include "ledger/zmq_check.h"
 #include "common/log.h"
 #include "messages/admin.h"
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/ledger/work_ledger.h"
+#include "ledger/work_ledger.h"
 #include "common/error.h"
 #include "messages/admin.h"
 #include "messages/control.h"

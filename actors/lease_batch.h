@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/ledger/byte_codec.h"
+#include "ledger/byte_codec.h"
 #include "actors/wire_pack.h"
 #include "common/error.h"
 #include "messages/work.h"

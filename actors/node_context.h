@@ -18,7 +18,7 @@
 
 #include "actors/caf_setup.h"
 #include "actors/job.h"
-#include "actors/ledger/sample_plane.h"
+#include "ledger/sample_plane.h"
 #include "actors/reward_hop.h"
 #include "common/config.h"
 

@@ -18,7 +18,7 @@
 #include "actors/node_agent.h"
 #include "actors/node_identity.h"
 #include "actors/signal_watch.h"
-#include "actors/ledger/clock.h"
+#include "ledger/clock.h"
 #include "common/log.h"
 #include "store/object_store.h"
 

@@ -3,7 +3,7 @@
 #include <zmq.h>
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
-#include "actors/ledger/zmq_check.h"
+#include "ledger/zmq_check.h"
 
 namespace moerl::actors {
 

@@ -2,7 +2,7 @@
 // the endpoint of the shard its lease names, to the reward nodes (ZeroMQ PUSH, round-robin,
 // bounded by the high-water mark, so a slow reward node blocks producers instead of growing
 // a queue). A reward node pulls them, scores them and forwards them to the shard through
-// the credit-controlled sample_producer (actors/ledger/sample_plane.h).
+// the credit-controlled sample_producer (ledger/sample_plane.h).
 // Frames: [shard endpoint][moerl_messages sample bytes].
 // Threading: each object is owned by one thread at a time (ZeroMQ sockets are not
 // thread-safe); handing one to a restarted actor's thread is fine (a full barrier happens
@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/ledger/sample_plane.h"
+#include "ledger/sample_plane.h"
 #include "common/error.h"
 
 namespace moerl::actors {

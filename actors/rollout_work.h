@@ -1,5 +1,6 @@
-// What a rollout actor does with a leased work unit, kept generic so the RL engineer plugs in
-// the real MoE policy later without touching leasing, fencing or the sample plane.
+// What a rollout actor does with a leased work unit, kept generic so a job (the GRPO job on
+// the MoE policy in job/, or the modpow test job) plugs in its work without touching leasing,
+// fencing or the sample plane.
 //
 // A work unit holds a few prompt groups; for each prompt the work generates `group_size`
 // responses (GRPO needs the whole group to compute group-relative advantages). A reward

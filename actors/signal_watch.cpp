@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/posix_check.h"
 
 namespace moerl::actors {
 
@@ -23,12 +24,26 @@ void on_signal_handler(int sig) {
   errno = saved;
 }
 
-// One check for the POSIX calls here: names the call, errno text, file and line.
-#define MOERL_POSIX_CHECK(call)                                                               \
-  do {                                                                                        \
-    if ((call) != 0)                                                                          \
-      logger("node")->error("{} failed: {} ({}:{})", #call, std::strerror(errno), __FILE__, __LINE__); \
-  } while (0)
+// The self-pipe and the handlers for SIGTERM and SIGINT, unblocked in this thread.
+status install_handlers(int fds[2]) {
+  POSIX_CHECK(::pipe2(fds, O_CLOEXEC), "signal watch pipe");
+  g_pipe_write = fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = on_signal_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  POSIX_CHECK(::sigaction(SIGTERM, &sa, nullptr), "SIGTERM handler");
+  POSIX_CHECK(::sigaction(SIGINT, &sa, nullptr), "SIGINT handler");
+  // A signal mask inherited from the parent (e.g. a test runner) must not hide them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  // pthread_sigmask returns the error number instead of setting errno.
+  if (const int rc = ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr); rc != 0)
+    return ::moerl::detail::posix_error("pthread_sigmask", "SIGTERM/SIGINT", __FILE__, __LINE__, rc);
+  return ok_status();
+}
 }  // namespace
 
 struct signal_watch::impl {
@@ -39,20 +54,9 @@ struct signal_watch::impl {
 
 signal_watch::signal_watch(std::function<void(int)> on_signal) : impl_(new impl) {
   impl_->on_signal = std::move(on_signal);
-  MOERL_POSIX_CHECK(::pipe2(impl_->fds, O_CLOEXEC));
-  g_pipe_write = impl_->fds[1];
-  struct sigaction sa {};
-  sa.sa_handler = on_signal_handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  MOERL_POSIX_CHECK(::sigaction(SIGTERM, &sa, nullptr));
-  MOERL_POSIX_CHECK(::sigaction(SIGINT, &sa, nullptr));
-  // A signal mask inherited from the parent (e.g. a test runner) must not hide them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  MOERL_POSIX_CHECK(::pthread_sigmask(SIG_UNBLOCK, &set, nullptr));
+  // A constructor cannot return the error: it is logged, and the node runs without relay.
+  if (auto st = install_handlers(impl_->fds); !st.ok())
+    logger("node")->error("signal watch: {}", st.err().to_string());
   impl_->watcher = std::thread([p = impl_] {
     for (;;) {
       unsigned char b = 0;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/ledger/types.h"
+#include "ledger/types.h"
 #include "common/error.h"
 
 namespace moerl::actors {

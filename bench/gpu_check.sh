@@ -28,7 +28,7 @@ run_step() {  # run_step NAME TIMEOUT_S CMD...
 run_step gpu_visible 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 run_step configure 90 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DMOERL_ENABLE_CUDA=ON \
   -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
-run_step build 150 ninja -C "$BUILD" -j"$JOBS" kernels_cuda_twins_test moerl_kernels_bench
+run_step build 150 ninja -C "$BUILD" -j"$JOBS" kernels_cuda_twins_test moerl_bench_kernels_main
 if [[ ${step_rc[build]} -eq 0 ]]; then
   run_step cuda_twins_test 60 "$BUILD/tests/kernels_cuda_twins_test" --gtest_color=no \
     --gtest_output=json:"$OUT/cuda_twins_test.json"
@@ -38,7 +38,7 @@ if [[ ${step_rc[build]} -eq 0 ]]; then
     echo "gpu_check: cuda_twins_test was skipped (no GPU visible to it): counted as failed (rc 3)"
   fi
   s=$(date +%s)
-  timeout 120 "$BUILD/bin/moerl_kernels_bench" kernels --cuda --json \
+  timeout 120 "$BUILD/bin/moerl_bench_kernels_main" kernels --cuda --json \
     >"$OUT/kernels_bench_cuda.json" 2>"$OUT/kernels_bench_cuda.log"
   step_rc[bench]=$?
   step_s[bench]=$(($(date +%s) - s))

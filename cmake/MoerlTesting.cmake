@@ -1,9 +1,13 @@
 # moerl_add_test(<name> SOURCES <files...> LIBS <targets...> [LABELS <labels...>] [TIMEOUT s])
-# One executable and one CTest entry per test file, as CAF registers each *.test.cpp.
+# One executable and one CTest entry per test file, as CAF registers each *.test.cpp. The
+# name starts with the test's folder (tests/ledger -> ledger_...), so `ctest -R ^ledger_`
+# runs one component's tests.
 function(moerl_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  moerl_target_options(${name})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${name} COMMAND ${name} --gtest_color=no)
   if(NOT T_TIMEOUT)

@@ -61,7 +61,7 @@ const std::vector<key_spec>& config_schema() {
       {"imds.token_ttl_s", t::integer, "21600", "IMDSv2 session token lifetime requested", ""},
       {"imds.rebalance_grace_ms", t::integer, "120000", "deadline assumed for a rebalance recommendation (it carries none)", ""},
 
-      // ---- ledger (work units, leases, journal; actors/LEDGER.md) ------------------
+      // ---- ledger (work units, leases, journal; ledger/LEDGER.md) ------------------
       {"ledger.lease_timeout_ms", t::integer, "30000",
        "a lease not renewed or committed within this expires and its unit is re-leased", ""},
       {"ledger.group_size", t::integer, "8", "samples generated per prompt group (GRPO group size)", ""},

@@ -6,7 +6,7 @@
 #include "fabric/collectives.h"
 #include "job/param_slicing.h"
 #include "job/rank_threads.h"
-#include "policy/fabric_expert_exchange.h"
+#include "job/fabric_expert_exchange.h"
 
 namespace moerl::job {
 

@@ -1,6 +1,6 @@
 @0xd8877c8c6dbda8bf;
 # Control-plane messages about rollout work: units, leases (fencing), reports.
-# See actors/LEDGER.md for the state machine these messages drive.
+# See ledger/LEDGER.md for the state machine these messages drive.
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("moerl::schema");

@@ -1,4 +1,4 @@
-// Work units, leases and reports (schema: messages/work.capnp; semantics: actors/LEDGER.md).
+// Work units, leases and reports (schema: messages/work.capnp; semantics: ledger/LEDGER.md).
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "policy/dense_ops.h"
-#include "policy/try.h"
+#include "common/status_try.h"
 
 namespace moerl::policy {
 
@@ -26,7 +26,7 @@ result<model_config> model_config::from_config(const config& c) {
   m.aux_loss_coef = static_cast<float>(c.get_double("policy.aux_loss_coef"));
   m.seed = static_cast<uint64_t>(c.get_int("policy.seed"));
   m.num_threads = static_cast<int>(c.get_int("policy.num_threads"));
-  POLICY_TRY(m.validate());
+  STATUS_TRY(m.validate());
   return m;
 }
 
@@ -56,7 +56,7 @@ moe_policy::moe_policy(const model_config& cfg, expert_exchange& exchange)
 
 result<std::unique_ptr<moe_policy>> moe_policy::create(const model_config& cfg,
                                                        expert_exchange& exchange) {
-  POLICY_TRY(cfg.validate());
+  STATUS_TRY(cfg.validate());
   if (cfg.num_experts % exchange.num_ranks() != 0)
     return error{errc::invalid_config,
                  "key 'policy.num_experts': " + std::to_string(cfg.num_experts) +
@@ -188,7 +188,7 @@ status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64
     a.inv2.resize(n);
     rmsnorm_forward(x.data(), p(o.norm2), n, d, a.h2.data(), a.inv2.data());
     std::vector<float> y(n * d);
-    POLICY_TRY(moe_[l].forward(moe_weights_of(l), a.h2.data(), st->mask.data(), n,
+    STATUS_TRY(moe_[l].forward(moe_weights_of(l), a.h2.data(), st->mask.data(), n,
                                exchange_mode::normal, &a.moe, y.data()));
     for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
     st->aux_loss += a.moe.aux_loss;
@@ -224,7 +224,7 @@ status moe_policy::backward(forward_state& st, const std::vector<float>& dlogits
     const auto& o = lo_[l];
     // x_out = x_mid + moe(h2): dx flows to x_mid directly and through the MoE.
     moe_grads mg{g + o.router, g + o.w_gate_up, g + o.w_down};
-    POLICY_TRY(moe_[l].backward(moe_weights_of(l), a.h2.data(), a.moe, dx.data(),
+    STATUS_TRY(moe_[l].backward(moe_weights_of(l), a.h2.data(), a.moe, dx.data(),
                                 exchange_mode::normal, dh2.data(), mg));
     rmsnorm_backward(a.x_mid.data(), p(o.norm2), a.inv2.data(), dh2.data(), n, d, dx.data(),
                      g + o.norm2);
@@ -304,7 +304,7 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
       linear_forward(o.data(), p(lo.wo), B, d, d, proj.data());
       for (int64_t i = 0; i < B * d; ++i) x[i] += proj[i];
       rmsnorm_forward(x.data(), p(lo.norm2), B, d, h.data(), inv.data());
-      POLICY_TRY(moe_[l].forward(moe_weights_of(l), h.data(), active.data(), B,
+      STATUS_TRY(moe_[l].forward(moe_weights_of(l), h.data(), active.data(), B,
                                  exchange_mode::low_latency, &scratch, y.data()));
       for (int64_t i = 0; i < B * d; ++i) x[i] += y[i];
     }

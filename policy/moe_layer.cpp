@@ -9,7 +9,7 @@
 #include "kernels/permute.h"
 #include "kernels/routing.h"
 #include "policy/dense_ops.h"
-#include "policy/try.h"
+#include "common/status_try.h"
 
 namespace moerl::policy {
 
@@ -39,7 +39,7 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   st->scores.resize(n * E);
   st->topk_idx.resize(n * K);
   st->topk_weights.resize(n * K);
-  POLICY_TRY(kernels::route_forward(pool_, routing_of(shape_), logits.data(), nullptr,
+  STATUS_TRY(kernels::route_forward(pool_, routing_of(shape_), logits.data(), nullptr,
                                     token_mask, n, st->scores.data(), st->topk_idx.data(),
                                     st->topk_weights.data()));
 
@@ -60,11 +60,11 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   lo.is_token_in_rank = in_rank.data();
   lo.expert_offset = st->expert_offset.data();
   lo.token_expert_slot = st->slot.data();
-  POLICY_TRY(kernels::get_dispatch_layout(pool_, st->topk_idx.data(), lp, lo));
+  STATUS_TRY(kernels::get_dispatch_layout(pool_, st->topk_idx.data(), lp, lo));
 
   const int64_t rows = st->expert_offset[E];
   std::vector<float> send(rows * d);
-  POLICY_TRY(kernels::permute_forward(pool_, x, st->slot.data(), n, K, d, rows, send.data()));
+  STATUS_TRY(kernels::permute_forward(pool_, x, st->slot.data(), n, K, d, rows, send.data()));
 
   auto handle = exchange_.dispatch(send.data(), st->expert_offset.data(), E, d, mode,
                                    &st->recv_x);
@@ -76,19 +76,19 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   st->act.resize(recv * F);
   std::vector<float> recv_out(recv * d);
   kernels::expert_ffn_shape fs{num_local_experts(), d, F};
-  POLICY_TRY(kernels::expert_ffn_forward(pool_, fs, st->handle.local_expert_offset.data(),
+  STATUS_TRY(kernels::expert_ffn_forward(pool_, fs, st->handle.local_expert_offset.data(),
                                          st->recv_x.data(), w.w_gate_up, w.w_down,
                                          st->gate_up.data(), st->act.data(), recv_out.data()));
 
   st->expert_out.resize(rows * d);
-  POLICY_TRY(exchange_.combine(st->handle, recv_out.data(), d, mode, st->expert_out.data()));
-  POLICY_TRY(kernels::combine_forward(pool_, st->expert_out.data(), st->slot.data(),
+  STATUS_TRY(exchange_.combine(st->handle, recv_out.data(), d, mode, st->expert_out.data()));
+  STATUS_TRY(kernels::combine_forward(pool_, st->expert_out.data(), st->slot.data(),
                                       st->topk_weights.data(), n, K, d, rows, y));
 
   st->aux_loss = 0;
   st->grad_scores_aux.assign(n * E, 0.0f);
   if (shape_.aux_loss_coef > 0)
-    POLICY_TRY(kernels::load_balance_loss(pool_, st->scores.data(), st->topk_idx.data(), n, E,
+    STATUS_TRY(kernels::load_balance_loss(pool_, st->scores.data(), st->topk_idx.data(), n, E,
                                           K, shape_.aux_loss_coef, &st->aux_loss,
                                           st->grad_scores_aux.data()));
   return ok_status();
@@ -102,27 +102,27 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
   const int64_t rows = st.expert_offset[E], recv = st.handle.num_recv_rows;
 
   std::vector<float> grad_expert_out(rows * d), grad_topk_w(n * K);
-  POLICY_TRY(kernels::combine_backward(pool_, dy, st.expert_out.data(), st.slot.data(),
+  STATUS_TRY(kernels::combine_backward(pool_, dy, st.expert_out.data(), st.slot.data(),
                                        st.topk_weights.data(), n, K, d, rows,
                                        grad_expert_out.data(), grad_topk_w.data()));
 
   std::vector<float> grad_recv_out;
-  POLICY_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode,
+  STATUS_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode,
                                        &grad_recv_out));
   std::vector<float> grad_recv_x(recv * d);
   kernels::expert_ffn_shape fs{num_local_experts(), d, F};
-  POLICY_TRY(kernels::expert_ffn_backward(
+  STATUS_TRY(kernels::expert_ffn_backward(
       pool_, fs, st.handle.local_expert_offset.data(), st.recv_x.data(), w.w_gate_up, w.w_down,
       st.gate_up.data(), st.act.data(), grad_recv_out.data(), grad_recv_x.data(), g.w_gate_up,
       g.w_down, /*accumulate_weight_grads=*/true));
 
   std::vector<float> grad_send(rows * d);
-  POLICY_TRY(exchange_.combine(st.handle, grad_recv_x.data(), d, mode, grad_send.data()));
-  POLICY_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows,
+  STATUS_TRY(exchange_.combine(st.handle, grad_recv_x.data(), d, mode, grad_send.data()));
+  STATUS_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows,
                                        dx));
 
   std::vector<float> grad_logits(n * E);
-  POLICY_TRY(kernels::route_backward(pool_, routing_of(shape_), st.scores.data(),
+  STATUS_TRY(kernels::route_backward(pool_, routing_of(shape_), st.scores.data(),
                                      st.topk_idx.data(), grad_topk_w.data(),
                                      shape_.aux_loss_coef > 0 ? st.grad_scores_aux.data()
                                                               : nullptr,

@@ -6,7 +6,7 @@
 
 #include "kernels/load_stats.h"
 #include "policy/dense_ops.h"
-#include "policy/try.h"
+#include "common/status_try.h"
 
 namespace moerl::policy {
 namespace {
@@ -108,7 +108,7 @@ result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
   auto pb = pack(samples);
   if (!pb) return pb.err();
   forward_state st;
-  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
+  STATUS_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
   return gather_logprobs(samples, *pb, st.logits, temperature);
 }
 
@@ -124,7 +124,7 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
   auto pb = pack(samples);
   if (!pb) return pb.err();
   forward_state st;
-  POLICY_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
+  STATUS_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
   auto logp = gather_logprobs(samples, *pb, st.logits, temperature);
 
   std::vector<std::vector<float>> ref_logp;
@@ -159,7 +159,7 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
     us.load_imbalance += kernels::load_imbalance(layer.moe.tokens_per_expert.data(),
                                                  policy.cfg().num_experts);
   us.load_imbalance /= std::max<size_t>(1, st.layers.size());
-  POLICY_TRY(policy.backward(st, dlogits, grads));
+  STATUS_TRY(policy.backward(st, dlogits, grads));
   return us;
 }
 
@@ -207,7 +207,7 @@ result<std::vector<iteration_stats>> train_single_process(
     if (!samples) return samples.err();
     s.t_generate = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
-    POLICY_TRY(score_samples(rm, &*samples));
+    STATUS_TRY(score_samples(rm, &*samples));
     s.t_reward = seconds_since(t0);
     for (const auto& smp : *samples) {
       s.mean_reward += smp.reward;

@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "sims/process_control.h"
-#include "sims/sys_check.h"
-#include "sims/try.h"
+#include "common/posix_check.h"
+#include "common/status_try.h"
 
 namespace moerl::sims {
 
@@ -27,12 +27,12 @@ namespace {
 // Writes a sysctl of this (the host's) namespace through /proc/sys.
 status write_sysctl(const std::string& path, const std::string& value) {
   int fd;
-  SIMS_SYS_CHECK(fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC), path);
+  POSIX_CHECK(fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC), path);
   const ssize_t n = ::write(fd, value.data(), value.size());
   const int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(value.size())) {
-    return detail::sys_error("write", path, __FILE__, __LINE__, n < 0 ? err : EIO);
+    return ::moerl::detail::posix_error("write", path, __FILE__, __LINE__, n < 0 ? err : EIO);
   }
   return ok_status();
 }
@@ -107,7 +107,7 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   for (int i = 0; i < 255 && slot < 0; ++i) {
     const std::string lock = "/tmp/moerl-sim-netns-" + std::to_string(i) + ".lock";
     int fd;
-    SIMS_SYS_CHECK(fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644), lock);
+    POSIX_CHECK(fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644), lock);
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       slot = i;
       l->slot_lock_fd_ = fd;
@@ -122,38 +122,38 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   l->host_mac_ = veth_mac(slot, 1);
   l->ns_mac_ = veth_mac(slot, 2);
 
-  SIMS_TRY(run_tool({"ip", "netns", "add", l->name_}));
+  STATUS_TRY(run_tool({"ip", "netns", "add", l->name_}));
   l->created_ = true;  // from here the destructor cleans up whatever follows
-  SIMS_TRY(run_tool({"ip", "link", "add", l->host_if_, "address", l->host_mac_, "type", "veth",
+  STATUS_TRY(run_tool({"ip", "link", "add", l->host_if_, "address", l->host_mac_, "type", "veth",
                      "peer", "name", ns_if, "address", l->ns_mac_}));
-  SIMS_TRY(run_tool({"ip", "link", "set", ns_if, "netns", l->name_}));
-  SIMS_TRY(run_tool({"ip", "addr", "add", l->host_addr_ + "/30", "dev", l->host_if_}));
-  SIMS_TRY(run_tool({"ip", "link", "set", l->host_if_, "up"}));
-  SIMS_TRY(run_tool({"ip", "-n", l->name_, "addr", "add", l->ns_addr_ + "/30", "dev", ns_if}));
-  SIMS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", ns_if, "up"}));
-  SIMS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", "lo", "up"}));
+  STATUS_TRY(run_tool({"ip", "link", "set", ns_if, "netns", l->name_}));
+  STATUS_TRY(run_tool({"ip", "addr", "add", l->host_addr_ + "/30", "dev", l->host_if_}));
+  STATUS_TRY(run_tool({"ip", "link", "set", l->host_if_, "up"}));
+  STATUS_TRY(run_tool({"ip", "-n", l->name_, "addr", "add", l->ns_addr_ + "/30", "dev", ns_if}));
+  STATUS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", ns_if, "up"}));
+  STATUS_TRY(run_tool({"ip", "-n", l->name_, "link", "set", "lo", "up"}));
   // 127.0.0.0/8 leads to the host (see the header): no local loopback address, a route via
   // the host end, and loopback addresses accepted on both veth ends.
-  SIMS_TRY(run_tool({"ip", "-n", l->name_, "addr", "del", "127.0.0.1/8", "dev", "lo"}));
-  SIMS_TRY(run_tool({"ip", "-n", l->name_, "route", "add", "127.0.0.0/8", "via", l->host_addr_,
+  STATUS_TRY(run_tool({"ip", "-n", l->name_, "addr", "del", "127.0.0.1/8", "dev", "lo"}));
+  STATUS_TRY(run_tool({"ip", "-n", l->name_, "route", "add", "127.0.0.0/8", "via", l->host_addr_,
                      "dev", ns_if}));
-  SIMS_TRY(write_sysctl("/proc/sys/net/ipv4/conf/" + l->host_if_ + "/route_localnet", "1"));
-  SIMS_TRY(run_tool({"ip", "netns", "exec", l->name_, "sysctl", "-q", "-w",
+  STATUS_TRY(write_sysctl("/proc/sys/net/ipv4/conf/" + l->host_if_ + "/route_localnet", "1"));
+  STATUS_TRY(run_tool({"ip", "netns", "exec", l->name_, "sysctl", "-q", "-w",
                      "net.ipv4.conf." + ns_if + ".route_localnet=1",
                      "net.ipv4.conf.all.route_localnet=1"}));
   // No ARP on the link (see the header): a connect tried while it is cut must not leave a
   // FAILED neighbour entry behind that refuses the first connects after heal().
-  SIMS_TRY(l->pin_neighbors());
+  STATUS_TRY(l->pin_neighbors());
   // Return only a link that carries traffic (the host end's queue is activated
   // asynchronously after carrier-on), and say what is broken when it never does.
-  SIMS_TRY(l->probe_connect());
+  STATUS_TRY(l->probe_connect());
   return l;
 }
 
 status netns_link::pin_neighbors() {
-  SIMS_TRY(run_tool({"ip", "neigh", "replace", ns_addr_, "lladdr", ns_mac_, "dev", host_if_,
+  STATUS_TRY(run_tool({"ip", "neigh", "replace", ns_addr_, "lladdr", ns_mac_, "dev", host_if_,
                      "nud", "permanent"}));
-  SIMS_TRY(run_tool({"ip", "-n", name_, "neigh", "replace", host_addr_, "lladdr", host_mac_,
+  STATUS_TRY(run_tool({"ip", "-n", name_, "neigh", "replace", host_addr_, "lladdr", host_mac_,
                      "dev", ns_if_, "nud", "permanent"}));
   return ok_status();
 }
@@ -167,13 +167,13 @@ status netns_link::probe_connect() const {
     sa.sin_family = AF_INET;
     ::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr);
     int lfd;
-    SIMS_SYS_CHECK(lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), "probe listener");
+    POSIX_CHECK(lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), "probe listener");
     socklen_t len = sizeof sa;
     if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(lfd, 4) != 0 ||
         ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
       const int err = errno;
       ::close(lfd);
-      return detail::sys_error("bind/listen", "probe listener on " + addr, __FILE__, __LINE__, err);
+      return ::moerl::detail::posix_error("bind/listen", "probe listener on " + addr, __FILE__, __LINE__, err);
     }
     // A few tries within ~5 s: the first SYN may meet a queue not yet activated.
     int err = 0;
@@ -207,16 +207,16 @@ netns_link::~netns_link() {
 std::vector<std::string> netns_link::exec_prefix() const { return {"ip", "netns", "exec", name_}; }
 
 status netns_link::cut() {
-  SIMS_TRY(run_tool({"ip", "link", "set", host_if_, "down"}));
+  STATUS_TRY(run_tool({"ip", "link", "set", host_if_, "down"}));
   cut_ = true;
   return ok_status();
 }
 
 status netns_link::heal() {
-  SIMS_TRY(run_tool({"ip", "link", "set", host_if_, "up"}));
+  STATUS_TRY(run_tool({"ip", "link", "set", host_if_, "up"}));
   cut_ = false;
   // Taking the host end down flushed its neighbour entries, permanent ones too.
-  SIMS_TRY(pin_neighbors());
+  STATUS_TRY(pin_neighbors());
   return probe_connect();
 }
 

@@ -11,21 +11,13 @@
 #include <sstream>
 #include <thread>
 
-#include "sims/sys_check.h"
+#include "common/posix_check.h"
 
 namespace moerl::sims {
 
-namespace detail {
-error sys_error(const char* call, const std::string& what, const char* file, int line, int err) {
-  const errc code = err == ESRCH || err == ENOENT ? errc::not_found : errc::io_error;
-  return error{code, std::string(call) + " on " + what + " failed: " + std::strerror(err) + " (" +
-                         file + ":" + std::to_string(line) + ")"};
-}
-}  // namespace detail
-
 status send_signal(pid_t pid, int sig) {
   if (pid <= 1) return error{errc::invalid_argument, "refusing to signal pid " + std::to_string(pid)};
-  SIMS_SYS_CHECK(::kill(pid, sig), "pid " + std::to_string(pid));
+  POSIX_CHECK(::kill(pid, sig), "pid " + std::to_string(pid));
   return ok_status();
 }
 
@@ -77,7 +69,7 @@ result<launch_spec> read_launch_spec(pid_t pid) {
   if (env) spec.env = split_nul(*env);
   char cwd[4096];
   ssize_t n;
-  SIMS_SYS_CHECK(n = ::readlink((base + "/cwd").c_str(), cwd, sizeof cwd - 1), base + "/cwd");
+  POSIX_CHECK(n = ::readlink((base + "/cwd").c_str(), cwd, sizeof cwd - 1), base + "/cwd");
   spec.cwd.assign(cwd, static_cast<size_t>(n));
   return spec;
 }
@@ -97,10 +89,10 @@ result<pid_t> spawn_process(const launch_spec& spec, const std::vector<std::stri
   envp.push_back(nullptr);
   const std::string log = log_path.empty() ? "/dev/null" : log_path;
   int fd;
-  SIMS_SYS_CHECK(fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), log);
+  POSIX_CHECK(fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), log);
 
   pid_t pid;
-  SIMS_SYS_CHECK(pid = ::fork(), "fork for " + args[0]);
+  POSIX_CHECK(pid = ::fork(), "fork for " + args[0]);
   if (pid == 0) {
     ::setpgid(0, 0);
     // Signals the runner blocks (for its own watcher threads) must not stay blocked in a node.
@@ -132,7 +124,7 @@ bool reap_if_exited(pid_t pid) {
 status run_tool(const std::vector<std::string>& argv, int timeout_ms) {
   char path[] = "/tmp/moerl-sim-tool-XXXXXX";
   int fd;
-  SIMS_SYS_CHECK(fd = ::mkstemp(path), "a temporary file for " + argv.at(0) + "'s output");
+  POSIX_CHECK(fd = ::mkstemp(path), "a temporary file for " + argv.at(0) + "'s output");
   ::close(fd);
   launch_spec spec;
   spec.argv = argv;
@@ -167,7 +159,7 @@ result<int> wait_exit(pid_t pid, int timeout_ms) {
   for (;;) {
     int st = 0;
     pid_t r;
-    SIMS_SYS_CHECK(r = ::waitpid(pid, &st, WNOHANG), "pid " + std::to_string(pid));
+    POSIX_CHECK(r = ::waitpid(pid, &st, WNOHANG), "pid " + std::to_string(pid));
     if (r == pid) return st;
     if (std::chrono::steady_clock::now() >= end) {
       return error{errc::timeout, "pid " + std::to_string(pid) + " did not exit within " +

@@ -45,11 +45,11 @@ constexpr double kMaxSeconds = 7 * 24 * 3600.0;  // a week: longer is surely a t
 constexpr int64_t kMaxNodes = 1024;
 
 status read_cluster(yaml_fields& f, cluster_spec& c) {
-  SIMS_TRY(f.get_int("rollout", c.rollout, 1, kMaxNodes));
-  SIMS_TRY(f.get_int("reward", c.reward, 0, kMaxNodes));
-  SIMS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
-  SIMS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
-  SIMS_TRY(f.get_string_list("set", c.set));
+  STATUS_TRY(f.get_int("rollout", c.rollout, 1, kMaxNodes));
+  STATUS_TRY(f.get_int("reward", c.reward, 0, kMaxNodes));
+  STATUS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
+  STATUS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
+  STATUS_TRY(f.get_string_list("set", c.set));
   // Each override must be a key moerl knows, with a value of its type: checked here, so a
   // typo fails at validation instead of when the cluster starts.
   config probe = config::defaults();
@@ -67,8 +67,8 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
 }
 
 status read_replacement(yaml_fields& f, replacement_spec& r) {
-  SIMS_TRY(f.get_bool("enabled", r.enabled));
-  SIMS_TRY(f.get_number("delay_s", r.delay_s, 0.0, kMaxSeconds));
+  STATUS_TRY(f.get_bool("enabled", r.enabled));
+  STATUS_TRY(f.get_number("delay_s", r.delay_s, 0.0, kMaxSeconds));
   return f.finish();
 }
 
@@ -81,11 +81,11 @@ status require_mapping(const YAML::Node& n, const std::string& origin, const std
 
 status read_target(yaml_fields& f, fault_spec& fs, const std::string& kind_name) {
   target_spec& t = fs.target;
-  SIMS_TRY(f.get_string("node", t.node));
-  SIMS_TRY(f.get_string("role", t.role));
-  SIMS_TRY(f.get_int("count", t.count, 1, kMaxNodes));
-  SIMS_TRY(f.get_number("fraction", t.fraction, 0.0, 1.0));
-  SIMS_TRY(f.get_number("rate_per_node_hour", t.rate_per_node_hour, 0.0, 1e6));
+  STATUS_TRY(f.get_string("node", t.node));
+  STATUS_TRY(f.get_string("role", t.role));
+  STATUS_TRY(f.get_int("count", t.count, 1, kMaxNodes));
+  STATUS_TRY(f.get_number("fraction", t.fraction, 0.0, 1.0));
+  STATUS_TRY(f.get_number("rate_per_node_hour", t.rate_per_node_hour, 0.0, 1e6));
   if (f.has("fraction") && t.fraction <= 0.0) {
     return f.make_error("fraction", "must be greater than 0");
   }
@@ -100,7 +100,7 @@ status read_target(yaml_fields& f, fault_spec& fs, const std::string& kind_name)
     double v[2];
     for (int i = 0; i < 2; ++i) {
       std::string text;
-      SIMS_TRY(detail::scalar_text(window[i], f.origin(), f.field("window_s"), text));
+      STATUS_TRY(detail::scalar_text(window[i], f.origin(), f.field("window_s"), text));
       char* end = nullptr;
       v[i] = std::strtod(text.c_str(), &end);
       if (text.empty() || *end != '\0' || !std::isfinite(v[i]) || v[i] < 0) {
@@ -144,11 +144,11 @@ status read_target(yaml_fields& f, fault_spec& fs, const std::string& kind_name)
 
 status read_fault(const YAML::Node& n, const std::string& origin, size_t index, fault_spec& fs) {
   const std::string path = "faults[" + std::to_string(index) + "]";
-  SIMS_TRY(require_mapping(n, origin, path));
+  STATUS_TRY(require_mapping(n, origin, path));
   yaml_fields f(n, origin, path);
   fs.line = n.Mark().line + 1;
   std::string kind;
-  SIMS_TRY(f.get_string("kind", kind, /*required=*/true));
+  STATUS_TRY(f.get_string("kind", kind, /*required=*/true));
   const auto k = parse_fault_kind(kind);
   if (!k) {
     std::string names;
@@ -156,16 +156,16 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
     return f.make_error("kind", "unknown fault kind '" + kind + "' (" + names + ")");
   }
   fs.kind = *k;
-  SIMS_TRY(read_target(f, fs, kind));
-  SIMS_TRY(f.get_number("at_s", fs.at_s, 0.0, kMaxSeconds));
-  SIMS_TRY(f.get_number("spread_s", fs.spread_s, 0.0, kMaxSeconds));
+  STATUS_TRY(read_target(f, fs, kind));
+  STATUS_TRY(f.get_number("at_s", fs.at_s, 0.0, kMaxSeconds));
+  STATUS_TRY(f.get_number("spread_s", fs.spread_s, 0.0, kMaxSeconds));
   if (f.has("at_s") && f.has("rate_per_node_hour")) {
     return f.make_error("at_s", "a rate-driven fault takes window_s, not at_s");
   }
   bool replace = false;
   (void)f.child("replace");  // known on every kind (listed in "allowed here")
   if (f.has("replace")) {
-    SIMS_TRY(f.get_bool("replace", replace));
+    STATUS_TRY(f.get_bool("replace", replace));
     fs.replace = replace;
   }
 
@@ -173,33 +173,33 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
   // finish() as an unknown field.
   switch (fs.kind) {
     case fault_kind::spot_notice:
-      SIMS_TRY(f.get_number("deadline_s", fs.deadline_s, 1.0, kMaxSeconds));
+      STATUS_TRY(f.get_number("deadline_s", fs.deadline_s, 1.0, kMaxSeconds));
       break;
     case fault_kind::rebalance_then_notice:
-      SIMS_TRY(f.get_number("deadline_s", fs.deadline_s, 1.0, kMaxSeconds));
-      SIMS_TRY(f.get_number("notice_after_s", fs.notice_after_s, 0.0, kMaxSeconds));
+      STATUS_TRY(f.get_number("deadline_s", fs.deadline_s, 1.0, kMaxSeconds));
+      STATUS_TRY(f.get_number("notice_after_s", fs.notice_after_s, 0.0, kMaxSeconds));
       break;
     case fault_kind::sigterm:
-      SIMS_TRY(f.get_number("grace_s", fs.grace_s, 0.0, kMaxSeconds));
+      STATUS_TRY(f.get_number("grace_s", fs.grace_s, 0.0, kMaxSeconds));
       break;
     case fault_kind::partition:
-      SIMS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
+      STATUS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
       break;
     case fault_kind::slow_node:
-      SIMS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
-      SIMS_TRY(f.get_int("stop_ms", fs.stop_ms, 1, 3600 * 1000));
-      SIMS_TRY(f.get_int("period_ms", fs.period_ms, 2, 3600 * 1000));
+      STATUS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
+      STATUS_TRY(f.get_int("stop_ms", fs.stop_ms, 1, 3600 * 1000));
+      STATUS_TRY(f.get_int("period_ms", fs.period_ms, 2, 3600 * 1000));
       if (fs.stop_ms >= fs.period_ms) {
         return f.make_error("stop_ms", "must be shorter than period_ms (" +
                                            std::to_string(fs.period_ms) + ")");
       }
       break;
     case fault_kind::coordinator_restart:
-      SIMS_TRY(f.get_number("down_s", fs.down_s, 0.0, kMaxSeconds));
+      STATUS_TRY(f.get_number("down_s", fs.down_s, 0.0, kMaxSeconds));
       break;
     case fault_kind::hard_kill: {
       std::string phase = "any";
-      SIMS_TRY(f.get_string("phase", phase));
+      STATUS_TRY(f.get_string("phase", phase));
       if (phase == "any") {
         fs.phase = kill_phase::any;
       } else if (phase == "generation") {
@@ -229,57 +229,57 @@ result<scenario> parse_root(const YAML::Node& root, const std::string& origin) {
   scenario s;
   s.file = origin;
   yaml_fields f(root, origin, "");
-  SIMS_TRY(f.get_string("name", s.name, true));
+  STATUS_TRY(f.get_string("name", s.name, true));
   if (s.name.empty()) return f.make_error("name", "must not be empty");
-  SIMS_TRY(f.get_string("description", s.description));
+  STATUS_TRY(f.get_string("description", s.description));
   int64_t seed = 1;
-  SIMS_TRY(f.get_int("seed", seed, 0, std::numeric_limits<int64_t>::max()));
+  STATUS_TRY(f.get_int("seed", seed, 0, std::numeric_limits<int64_t>::max()));
   s.seed = static_cast<uint64_t>(seed);
-  SIMS_TRY(f.get_number("duration_s", s.duration_s, 0.001, kMaxSeconds, true));
-  SIMS_TRY(f.get_number("settle_s", s.settle_s, 0.0, kMaxSeconds));
+  STATUS_TRY(f.get_number("duration_s", s.duration_s, 0.001, kMaxSeconds, true));
+  STATUS_TRY(f.get_number("settle_s", s.settle_s, 0.0, kMaxSeconds));
 
   if (YAML::Node c = f.child("cluster"); c.IsDefined()) {
-    SIMS_TRY(require_mapping(c, origin, "cluster"));
+    STATUS_TRY(require_mapping(c, origin, "cluster"));
     yaml_fields cf(c, origin, "cluster");
-    SIMS_TRY(read_cluster(cf, s.cluster));
+    STATUS_TRY(read_cluster(cf, s.cluster));
   }
   if (YAML::Node r = f.child("replacement"); r.IsDefined()) {
-    SIMS_TRY(require_mapping(r, origin, "replacement"));
+    STATUS_TRY(require_mapping(r, origin, "replacement"));
     yaml_fields rf(r, origin, "replacement");
-    SIMS_TRY(read_replacement(rf, s.replacement));
+    STATUS_TRY(read_replacement(rf, s.replacement));
   }
   if (YAML::Node sh = f.child("short"); sh.IsDefined()) {
-    SIMS_TRY(require_mapping(sh, origin, "short"));
+    STATUS_TRY(require_mapping(sh, origin, "short"));
     yaml_fields sf(sh, origin, "short");
     if (sf.has("duration_s")) {
       double d = 0;
-      SIMS_TRY(sf.get_number("duration_s", d, 0.001, kMaxSeconds));
+      STATUS_TRY(sf.get_number("duration_s", d, 0.001, kMaxSeconds));
       s.short_run.duration_s = d;
     }
     if (sf.has("settle_s")) {
       double d = 0;
-      SIMS_TRY(sf.get_number("settle_s", d, 0.0, kMaxSeconds));
+      STATUS_TRY(sf.get_number("settle_s", d, 0.0, kMaxSeconds));
       s.short_run.settle_s = d;
     }
-    SIMS_TRY(sf.get_number("time_scale", s.short_run.time_scale, 1e-6, 1.0));
+    STATUS_TRY(sf.get_number("time_scale", s.short_run.time_scale, 1e-6, 1.0));
     if (sf.has("time_scale") && s.short_run.time_scale <= 0.0) {
       return sf.make_error("time_scale", "must be greater than 0");
     }
     if (YAML::Node c = sf.child("cluster"); c.IsDefined()) {
-      SIMS_TRY(require_mapping(c, origin, "short.cluster"));
+      STATUS_TRY(require_mapping(c, origin, "short.cluster"));
       yaml_fields cf(c, origin, "short.cluster");
       cluster_spec cs = s.cluster;  // unset fields keep the long form's
-      SIMS_TRY(read_cluster(cf, cs));
+      STATUS_TRY(read_cluster(cf, cs));
       s.short_run.cluster = cs;
     }
     if (YAML::Node r = sf.child("replacement"); r.IsDefined()) {
-      SIMS_TRY(require_mapping(r, origin, "short.replacement"));
+      STATUS_TRY(require_mapping(r, origin, "short.replacement"));
       yaml_fields rf(r, origin, "short.replacement");
       replacement_spec rs = s.replacement;
-      SIMS_TRY(read_replacement(rf, rs));
+      STATUS_TRY(read_replacement(rf, rs));
       s.short_run.replacement = rs;
     }
-    SIMS_TRY(sf.finish());
+    STATUS_TRY(sf.finish());
   }
 
   YAML::Node faults = f.child("faults");
@@ -289,7 +289,7 @@ result<scenario> parse_root(const YAML::Node& root, const std::string& origin) {
   }
   for (size_t i = 0; i < faults.size(); ++i) {
     fault_spec fs;
-    SIMS_TRY(read_fault(faults[i], origin, i, fs));
+    STATUS_TRY(read_fault(faults[i], origin, i, fs));
     if (fs.at_s >= s.duration_s && fs.target.rate_per_node_hour == 0.0) {
       return detail::field_error(origin, faults[i]["at_s"].Mark(),
                                  "faults[" + std::to_string(i) + "].at_s",
@@ -302,7 +302,7 @@ result<scenario> parse_root(const YAML::Node& root, const std::string& origin) {
     }
     s.faults.push_back(fs);
   }
-  SIMS_TRY(f.finish());
+  STATUS_TRY(f.finish());
   if (s.short_run.duration_s) {
     // An explicit short duration must still hold every (scaled) fault time.
     const scenario sh = apply_short_form(s);

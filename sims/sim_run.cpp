@@ -19,7 +19,7 @@
 #include "sims/process_control.h"
 #include "sims/runner.h"
 #include "sims/timeline.h"
-#include "sims/try.h"
+#include "common/status_try.h"
 
 namespace moerl::sims {
 
@@ -137,7 +137,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   ls.cluster = std::move(*cluster);
   ls.console = std::make_unique<job_console>(co.console, cfg.get_string("console.token"),
                                              static_cast<int>(cfg.get_int("console.timeout_ms")));
-  SIMS_TRY(wait_running(*ls.console, expect, 60000));
+  STATUS_TRY(wait_running(*ls.console, expect, 60000));
 
   int index = 0;
   for (const auto& name : partitioned) {
@@ -162,7 +162,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
     ls.links[name] = std::move(*link);
     expect.insert(name);
   }
-  SIMS_TRY(wait_running(*ls.console, expect, 60000));
+  STATUS_TRY(wait_running(*ls.console, expect, 60000));
   return ls;
 }
 

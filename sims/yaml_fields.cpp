@@ -67,7 +67,7 @@ status yaml_fields::get_bool(const std::string& key, bool& out) {
   YAML::Node n = child(key);
   if (!n.IsDefined()) return ok_status();
   std::string text;
-  SIMS_TRY(scalar_text(n, origin_, field(key), text));
+  STATUS_TRY(scalar_text(n, origin_, field(key), text));
   if (text == "true" || text == "yes" || text == "on") {
     out = true;
   } else if (text == "false" || text == "no" || text == "off") {
@@ -86,7 +86,7 @@ status yaml_fields::get_int(const std::string& key, int64_t& out, int64_t min, i
     return ok_status();
   }
   std::string text;
-  SIMS_TRY(scalar_text(n, origin_, field(key), text));
+  STATUS_TRY(scalar_text(n, origin_, field(key), text));
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
@@ -117,7 +117,7 @@ status yaml_fields::get_number(const std::string& key, double& out, double min, 
     return ok_status();
   }
   std::string text;
-  SIMS_TRY(scalar_text(n, origin_, field(key), text));
+  STATUS_TRY(scalar_text(n, origin_, field(key), text));
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
@@ -138,7 +138,7 @@ status yaml_fields::get_string_list(const std::string& key, std::vector<std::str
   out.clear();
   for (size_t i = 0; i < n.size(); ++i) {
     std::string text;
-    SIMS_TRY(scalar_text(n[i], origin_, field(key) + "[" + std::to_string(i) + "]", text));
+    STATUS_TRY(scalar_text(n[i], origin_, field(key) + "[" + std::to_string(i) + "]", text));
     out.push_back(text);
   }
   return ok_status();

@@ -12,7 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
-#include "sims/try.h"
+#include "common/status_try.h"
 
 namespace moerl::sims::detail {
 

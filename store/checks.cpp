@@ -1,8 +1,7 @@
-// Error construction behind MOERL_POSIX_CHECK and MOERL_CURL_CHECK.
+// Error construction behind MOERL_CURL_CHECK.
 #include <cstring>
 
 #include "store/curl_check.h"
-#include "store/posix_check.h"
 
 namespace moerl::store::detail {
 
@@ -11,12 +10,6 @@ std::string where(const char* file, int line) {
   return std::string(" [") + file + ":" + std::to_string(line) + "]";
 }
 }  // namespace
-
-error posix_error(const char* call, const std::string& what, const char* file, int line,
-                  int err) {
-  const errc code = (err == ENOENT || err == ENOTDIR) ? errc::not_found : errc::io_error;
-  return error(code, what + ": " + call + " failed: " + std::strerror(err) + where(file, line));
-}
 
 error curl_error(const char* call, CURLcode code, const char* detail, const char* file,
                  int line) {

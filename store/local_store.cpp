@@ -10,7 +10,7 @@
 #include <random>
 
 #include "store/key_rules.h"
-#include "store/posix_check.h"
+#include "common/posix_check.h"
 
 namespace moerl::store {
 
@@ -32,7 +32,7 @@ status make_dirs(const std::string& root, const std::string& key) {
   size_t pos = 0;
   while ((pos = key.find('/', pos)) != std::string::npos) {
     const std::string dir = root + "/" + key.substr(0, pos);
-    MOERL_POSIX_CHECK_EXCEPT(::mkdir(dir.c_str(), 0755), EEXIST, "creating directory " + dir);
+    POSIX_CHECK_EXCEPT(::mkdir(dir.c_str(), 0755), EEXIST, "creating directory " + dir);
     ++pos;
   }
   return ok_status();
@@ -42,7 +42,7 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n;
-    MOERL_POSIX_CHECK_EXCEPT(n = ::write(fd, bytes.data() + done, bytes.size() - done), EINTR,
+    POSIX_CHECK_EXCEPT(n = ::write(fd, bytes.data() + done, bytes.size() - done), EINTR,
                              "writing " + path);
     if (n > 0) done += static_cast<size_t>(n);
   }
@@ -51,9 +51,9 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
 
 status fsync_dir(const std::string& dir) {
   fd_guard d;
-  MOERL_POSIX_CHECK(d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+  POSIX_CHECK(d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
                     "opening directory " + dir);
-  MOERL_POSIX_CHECK(::fsync(d.fd), "fsync of directory " + dir);
+  POSIX_CHECK(::fsync(d.fd), "fsync of directory " + dir);
   return ok_status();
 }
 
@@ -93,7 +93,7 @@ status local_store::put(const std::string& key, const std::string& bytes) {
 
   fd_guard f;
   status st = [&]() -> status {
-    MOERL_POSIX_CHECK(f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
+    POSIX_CHECK(f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
                       "creating " + temp);
     return ok_status();
   }();
@@ -105,13 +105,13 @@ status local_store::put(const std::string& key, const std::string& bytes) {
   st = write_all(f.fd, bytes, temp);
   if (st && durable_) {
     st = [&]() -> status {
-      MOERL_POSIX_CHECK(::fsync(f.fd), "fsync of " + temp);
+      POSIX_CHECK(::fsync(f.fd), "fsync of " + temp);
       return ok_status();
     }();
   }
   if (st) {
     st = [&]() -> status {
-      MOERL_POSIX_CHECK(::rename(temp.c_str(), target.c_str()), "renaming " + temp + " to " + target);
+      POSIX_CHECK(::rename(temp.c_str(), target.c_str()), "renaming " + temp + " to " + target);
       return ok_status();
     }();
   }
@@ -129,10 +129,10 @@ result<std::string> local_store::get(const std::string& key) const {
   const std::string path = path_of(key);
   fd_guard f;
   // ENOENT and ENOTDIR come back as errc::not_found.
-  MOERL_POSIX_CHECK(f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC),
+  POSIX_CHECK(f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC),
                     "object '" + key + "' in " + describe());
   struct stat sb {};
-  MOERL_POSIX_CHECK(::fstat(f.fd, &sb), "stat of " + path);
+  POSIX_CHECK(::fstat(f.fd, &sb), "stat of " + path);
   if (S_ISDIR(sb.st_mode))
     return error(errc::not_found, "no object '" + key + "' in " + describe() + " (it is a prefix of other keys)");
   std::string out;
@@ -140,7 +140,7 @@ result<std::string> local_store::get(const std::string& key) const {
   char buf[1 << 16];
   for (;;) {
     ssize_t n;
-    MOERL_POSIX_CHECK_EXCEPT(n = ::read(f.fd, buf, sizeof buf), EINTR, "reading " + path);
+    POSIX_CHECK_EXCEPT(n = ::read(f.fd, buf, sizeof buf), EINTR, "reading " + path);
     if (n == -1) continue;  // interrupted
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
@@ -179,7 +179,7 @@ status local_store::remove(const std::string& key) {
   struct stat sb {};
   if (::lstat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) return ok_status();  // not an object
   status st = [&]() -> status {
-    MOERL_POSIX_CHECK(::unlink(path.c_str()), "removing " + path);
+    POSIX_CHECK(::unlink(path.c_str()), "removing " + path);
     return ok_status();
   }();
   if (!st && st.err().code != errc::not_found) return st;

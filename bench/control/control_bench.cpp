@@ -21,7 +21,7 @@
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
 #include "actors/coordinator.h"
-#include "actors/ledger/clock.h"
+#include "ledger/clock.h"
 #include "actors/local_cluster.h"
 #include "actors/node_identity.h"
 #include "bench/control/lease_client.h"

@@ -445,7 +445,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     out["modes"].push_back(mj);
   }
 
-  // The targets, computed from this run where its modes are present.
+  // The layer's targets (normal over baseline, dispatch over raw RMA, ll over normal on
+  // decode), computed from this run where its modes are present.
   nlohmann::json targets;
   auto find = [&](const std::string& name) -> const nlohmann::json* {
     for (const auto& mj : out["modes"])

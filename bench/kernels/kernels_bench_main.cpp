@@ -1,4 +1,4 @@
-// moerl_kernels_bench: `moerl bench kernels` as its own small binary (same flags), for the
+// moerl_bench_kernels_main: `moerl bench kernels` as its own small binary (same flags), for the
 // GPU check script, which must build and run inside a short device lease.
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-// The plain-sgemm reference the grouped expert FFN is held to (issue: the FFN at >= 80% of
+// The plain-sgemm reference the grouped expert FFN is held to (target: the FFN at >= 80% of
 // the GFLOP/s of one sgemm of equal FLOPs), run the two ways the same cores can run it.
 #pragma once
 

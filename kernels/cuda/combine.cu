@@ -82,7 +82,7 @@ __global__ void grad_weight_kernel(const T* gout, const T* y, const int64_t* slo
 template <class T>
 status combine_fwd(cudaStream_t stream, const T* y, const int64_t* slot, const float* w, int64_t num_tokens, int K,
                    int64_t H, int64_t rows, T* out) {
-  KERNELS_TRY(check_shape("cuda::combine_forward", num_tokens, K, H, rows));
+  STATUS_TRY(check_shape("cuda::combine_forward", num_tokens, K, H, rows));
   if (num_tokens == 0) return ok_status();
   if constexpr (std::is_same_v<T, float>) {
     if (H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
@@ -114,11 +114,11 @@ template <class T>
 status combine_bwd(cudaStream_t stream, const T* grad_out, const T* expert_out, const int64_t* slot, const float* w,
                    int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* grad_expert_out,
                    float* grad_topk_weights) {
-  KERNELS_TRY(check_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
   if (num_rows > 0) {
     detail::scratch<int64_t> row_entry(stream, num_rows);
     CUDA_CHECK(row_entry.error());
-    KERNELS_TRY(detail::build_row_entry(stream, slot, num_tokens * topk, num_rows, row_entry.get()));
+    STATUS_TRY(detail::build_row_entry(stream, slot, num_tokens * topk, num_rows, row_entry.get()));
     scale_rows_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(row_entry.get(), topk, w, grad_out,
                                                                           hidden, grad_expert_out);
     CUDA_CHECK_LAUNCH();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/status_try.h"
 
 #define CUDA_CHECK(call)                                                                  \
   do {                                                                                    \
@@ -30,10 +31,3 @@
 
 // After a kernel launch: launch-configuration errors surface here, not at the next call.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
-
-// Propagates a failed moerl::status from a helper.
-#define KERNELS_TRY(expr)          \
-  do {                             \
-    auto st_ = (expr);             \
-    if (!st_.ok()) return st_;     \
-  } while (0)

@@ -130,7 +130,7 @@ status get_dispatch_layout(cudaStream_t stream, const int64_t* topk_idx,
     CUDA_CHECK_LAUNCH();
   }
   // Expert counts first (slots need the offsets they produce), then slots.
-  KERNELS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, out.num_tokens_per_expert, nullptr, nullptr));
+  STATUS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, out.num_tokens_per_expert, nullptr, nullptr));
   if (out.expert_offset) {
     offsets_kernel<<<1, 1, 0, stream>>>(out.num_tokens_per_expert, E, p.expert_alignment, out.expert_offset);
     CUDA_CHECK_LAUNCH();
@@ -138,10 +138,10 @@ status get_dispatch_layout(cudaStream_t stream, const int64_t* topk_idx,
   if (out.token_expert_slot) {
     detail::scratch<int64_t> totals(stream, E);
     CUDA_CHECK(totals.error());
-    KERNELS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, totals.get(), out.expert_offset,
+    STATUS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, totals.get(), out.expert_offset,
                        out.token_expert_slot));
   }
-  KERNELS_TRY(assign(stream, rank_key{out.is_token_in_rank, R}, T * R, R, out.num_tokens_per_rank, nullptr,
+  STATUS_TRY(assign(stream, rank_key{out.is_token_in_rank, R}, T * R, R, out.num_tokens_per_rank, nullptr,
                      out.token_rank_slot));
   return ok_status();
 }

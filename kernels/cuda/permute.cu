@@ -59,7 +59,7 @@ status gather(cudaStream_t stream, const int64_t* slot, int64_t T_, int K, int64
   if (rows == 0) return ok_status();
   detail::scratch<int64_t> row_entry(stream, rows);
   CUDA_CHECK(row_entry.error());
-  KERNELS_TRY(detail::build_row_entry(stream, slot, T_ * K, rows, row_entry.get()));
+  STATUS_TRY(detail::build_row_entry(stream, slot, T_ * K, rows, row_entry.get()));
   const int64_t row_bytes = H * int64_t(sizeof(T));
   if (vec16_ok(src, dst, row_bytes))
     gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
@@ -74,12 +74,12 @@ status gather(cudaStream_t stream, const int64_t* slot, int64_t T_, int K, int64
 
 status permute_forward(cudaStream_t stream, const float* x, const int64_t* slot, int64_t num_tokens, int topk,
                        int64_t hidden, int64_t num_rows, float* permuted) {
-  KERNELS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
 }
 status permute_forward(cudaStream_t stream, const bf16* x, const int64_t* slot, int64_t num_tokens, int topk,
                        int64_t hidden, int64_t num_rows, bf16* permuted) {
-  KERNELS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
 }
 namespace {
@@ -87,7 +87,7 @@ namespace {
 template <class T>
 status permute_bwd(cudaStream_t stream, const T* grad_permuted, const int64_t* slot, int64_t num_tokens, int topk,
                    int64_t hidden, int64_t num_rows, T* grad_x) {
-  KERNELS_TRY(check_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
   permute_backward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(grad_permuted, slot, topk, hidden,
                                                                                 grad_x);
@@ -98,7 +98,7 @@ status permute_bwd(cudaStream_t stream, const T* grad_permuted, const int64_t* s
 template <class T>
 status unpermute_fwd(cudaStream_t stream, const T* permuted, const int64_t* slot, int64_t num_tokens, int topk,
                      int64_t hidden, int64_t num_rows, T* unpermuted) {
-  KERNELS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
   const int64_t row_bytes = hidden * int64_t(sizeof(T));
   if (vec16_ok(permuted, unpermuted, row_bytes))
@@ -114,7 +114,7 @@ status unpermute_fwd(cudaStream_t stream, const T* permuted, const int64_t* slot
 template <class T>
 status unpermute_bwd(cudaStream_t stream, const T* grad_unpermuted, const int64_t* slot, int64_t num_tokens,
                      int topk, int64_t hidden, int64_t num_rows, T* grad_permuted) {
-  KERNELS_TRY(check_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, grad_unpermuted, 1, grad_permuted);
 }
 

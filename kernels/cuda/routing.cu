@@ -150,7 +150,7 @@ route_args make_args(const routing_params& p) {
 status route_forward(cudaStream_t stream, const routing_params& p, const float* logits,
                      const float* selection_bias, const uint8_t* token_mask, int64_t num_tokens,
                      float* scores, int64_t* topk_idx, float* topk_weights) {
-  KERNELS_TRY(kernels::detail::check_routing_params("cuda::route_forward", p, num_tokens));
+  STATUS_TRY(kernels::detail::check_routing_params("cuda::route_forward", p, num_tokens));
   if (num_tokens == 0) return ok_status();
   detail::scratch<uint8_t> allowed(stream, num_tokens * p.num_experts);
   detail::scratch<float> groups(stream, num_tokens * 2 * p.num_groups);
@@ -166,7 +166,7 @@ status route_forward(cudaStream_t stream, const routing_params& p, const float* 
 status route_backward(cudaStream_t stream, const routing_params& p, const float* scores,
                       const int64_t* topk_idx, const float* grad_topk_weights,
                       const float* grad_scores_extra, int64_t num_tokens, float* grad_logits) {
-  KERNELS_TRY(kernels::detail::check_routing_params("cuda::route_backward", p, num_tokens));
+  STATUS_TRY(kernels::detail::check_routing_params("cuda::route_backward", p, num_tokens));
   if (num_tokens == 0) return ok_status();
   detail::scratch<float> gs(stream, num_tokens * p.num_experts);
   CUDA_CHECK(gs.error());

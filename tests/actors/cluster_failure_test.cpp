@@ -3,8 +3,8 @@
 // at the shards. In each the invariant holds and nothing is lost or duplicated.
 #include <csignal>
 
-#include "actors/ledger/sample_plane.h"
-#include "actors/ledger/types.h"
+#include "ledger/sample_plane.h"
+#include "ledger/types.h"
 #include "actors/modpow_work.h"
 #include "tests/actors/cluster_fixture.h"
 

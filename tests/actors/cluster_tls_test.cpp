@@ -35,8 +35,8 @@ TEST_F(cluster_test, tls_cluster_runs_to_the_end_with_clean_books) {
 // The books are not checked here: while a node from another CA keeps retrying its TLS
 // handshake, the coordinator's requests have been seen to time out (CAF 0.17's openssl
 // handshakes run on the middleman's I/O thread), live nodes are then declared dead and the
-// ledger counts duplicates. That is an open problem (issue 5's closing note), not hidden:
-// this test checks only that the foreign node is refused and never registers.
+// ledger counts duplicates. That is a known open problem of CAF 0.17's TLS transport, not
+// hidden: this test checks only that the foreign node is refused and never registers.
 TEST_F(cluster_test, a_node_with_a_certificate_from_another_ca_cannot_join) {
   std::string pki = dir_ + "/pki";
   std::filesystem::create_directories(pki);

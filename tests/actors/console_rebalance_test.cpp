@@ -6,7 +6,7 @@
 
 #include "actors/coordinator_core.h"
 #include "actors/interruption.h"
-#include "actors/ledger/clock.h"
+#include "ledger/clock.h"
 #include "tests/actors/core_harness.h"
 
 using namespace moerl;

@@ -7,7 +7,7 @@
 
 #include "actors/coordinator_core.h"
 #include "actors/lease_batch.h"
-#include "actors/ledger/clock.h"
+#include "ledger/clock.h"
 #include "tests/actors/core_harness.h"
 
 using namespace moerl;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "actors/coordinator_core.h"
-#include "actors/ledger/clock.h"
+#include "ledger/clock.h"
 
 namespace moerl::test {
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "actors/ledger/buffer_shard.h"
+#include "ledger/buffer_shard.h"
 
 namespace moerl::ledger {
 namespace {

@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "actors/ledger/work_ledger.h"
+#include "ledger/work_ledger.h"
 #include "store/local_store.h"
 
 namespace moerl::ledger {

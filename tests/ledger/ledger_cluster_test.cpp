@@ -7,8 +7,8 @@
 #include <map>
 #include <set>
 
-#include "actors/ledger/buffer_shard.h"
-#include "actors/ledger/work_ledger.h"
+#include "ledger/buffer_shard.h"
+#include "ledger/work_ledger.h"
 
 namespace moerl::ledger {
 namespace {

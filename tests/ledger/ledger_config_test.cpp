@@ -2,8 +2,8 @@
 // sections; bad values are errors naming the key.
 #include <gtest/gtest.h>
 
-#include "actors/ledger/sample_plane.h"
-#include "actors/ledger/work_ledger.h"
+#include "ledger/sample_plane.h"
+#include "ledger/work_ledger.h"
 
 namespace moerl::ledger {
 namespace {

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <random>
 
-#include "actors/ledger/work_ledger.h"
+#include "ledger/work_ledger.h"
 #include "store/local_store.h"
 
 namespace moerl::ledger {

@@ -2,7 +2,7 @@
 // manual clock: no sleeps, no store.
 #include <gtest/gtest.h>
 
-#include "actors/ledger/work_ledger.h"
+#include "ledger/work_ledger.h"
 
 namespace moerl::ledger {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "actors/ledger/sample_plane.h"
+#include "ledger/sample_plane.h"
 #include "messages/codec.h"
 
 namespace moerl::ledger {

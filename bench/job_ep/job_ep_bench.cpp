@@ -1,0 +1,138 @@
+#include "bench/job_ep/job_ep_bench.h"
+
+#include <chrono>
+#include <iostream>
+#include <random>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "job/ep_policy_group.h"
+#include "job/ep_trainer.h"
+#include "policy/reward.h"
+#include "policy/task.h"
+#include "policy/trainer.h"
+#include "provenance/provenance.h"
+
+namespace moerl::bench {
+namespace {
+
+struct options {
+  std::vector<int> ranks{2, 4};
+  int reps = 5;
+};
+
+template <class T>
+T need(result<T> r, const char* what) {
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.err().to_string());
+  return std::move(*r);
+}
+void need(const status& s, const char* what) {
+  if (!s) throw std::runtime_error(std::string(what) + ": " + s.err().to_string());
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+nlohmann::json run(const options& opt, const config& cfg) {
+  auto model = need(policy::model_config::from_config(cfg), "policy config");
+  auto grpo = need(policy::grpo_config::from_config(cfg), "grpo config");
+  grpo.group_size = static_cast<int>(cfg.get_int("ledger.group_size"));
+  auto adam = need(policy::adam_config::from_config(cfg), "adam config");
+  auto task = need(policy::make_task(cfg), "task");
+  auto rm = policy::make_verifier_reward(*task);
+  const float temperature = static_cast<float>(cfg.get_double("policy.temperature"));
+  const int G = grpo.group_size, max_new = task->max_completion_length();
+  const int groups_per_step = static_cast<int>(cfg.get_int("actors.units_per_iteration") * cfg.get_int("actors.groups_per_unit"));
+
+  // A batch of one iteration, from the initial single-rank policy.
+  auto local = policy::make_local_expert_exchange();
+  auto single = need(policy::moe_policy::create(model, *local), "policy");
+  std::mt19937_64 rng(1);
+  auto samples = need(policy::rollout(*single, *task, groups_per_step, G, temperature, rng, 0, 0), "rollout");
+  need(policy::score_samples(*rm, &samples), "reward");
+  const auto adv = policy::group_advantages(samples);
+  auto prompt = task->generate(rng).tokens;
+  const std::string weights = single->serialize();
+
+  nlohmann::json rows = nlohmann::json::array();
+  // ranks 1: the single-rank path the job takes with job.*_ep_ranks = 1.
+  std::vector<int> all{1};
+  all.insert(all.end(), opt.ranks.begin(), opt.ranks.end());
+  for (int n : all) {
+    double gen_s = 0, step_s = 0;
+    if (n == 1) {
+      policy::adam opt1(adam, single->layout().num_floats());
+      std::vector<float> grads;
+      std::vector<std::vector<policy::token_id>> rs(G, prompt);
+      double t0 = now_s();
+      for (int r = 0; r < opt.reps; ++r) need(single->generate(rs, max_new, temperature, rng), "generate");
+      gen_s = (now_s() - t0) / opt.reps;
+      t0 = now_s();
+      for (int r = 0; r < opt.reps; ++r) {
+        need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads), "gradient");
+        need(opt1.step(single->params(), grads), "adam");
+      }
+      step_s = (now_s() - t0) / opt.reps;
+      need(single->load(weights), "reload");
+    } else {
+      job::ep_group_shape shape;
+      shape.num_ranks = n;
+      shape.max_decode_rows = job::rows_of_rank(G, 0, n).count;
+      auto group = need(job::ep_policy_group::create(cfg, model, shape), "EP rollout group");
+      need(group->load(weights), "load");
+      need(group->generate(prompt, G, max_new, temperature, 1), "warm-up");
+      double t0 = now_s();
+      for (int r = 0; r < opt.reps; ++r) need(group->generate(prompt, G, max_new, temperature, r), "EP generate");
+      gen_s = (now_s() - t0) / opt.reps;
+      group.reset();
+      auto trainer = need(job::ep_trainer::create(cfg, model, grpo, adam, temperature, n, int64_t(samples.size())),
+                          "EP trainer");
+      need(trainer->load(weights), "load");
+      t0 = now_s();
+      for (int r = 0; r < opt.reps; ++r) need(trainer->step(samples, adv), "EP step");
+      step_s = (now_s() - t0) / opt.reps;
+    }
+    rows.push_back({{"ranks", n}, {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
+                    {"generate_group_s", gen_s}, {"rows_per_group", G}, {"max_new_tokens", max_new},
+                    {"train_step_s", step_s}, {"samples_per_step", samples.size()}});
+  }
+  return {{"benchmark", "job-ep"},
+          {"what", "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank threads"},
+          {"fabric_provider", cfg.get_string("fabric.provider")},
+          {"reps", opt.reps},
+          {"policy", {{"d_model", model.d_model}, {"num_layers", model.num_layers}, {"num_experts", model.num_experts},
+                      {"top_k", model.top_k}, {"ffn_dim", model.ffn_dim}}},
+          {"results", rows},
+          {"provenance", collect_provenance()}};
+}
+
+}  // namespace
+
+void add_job_ep_bench_command(CLI::App& bench) {
+  static options opt;
+  static std::string config_file;
+  static std::vector<std::string> overrides;
+  auto* cmd = bench.add_subcommand("job-ep", "GRPO job: group generation and trainer step, single-rank vs expert-parallel ranks");
+  cmd->add_option("--config", config_file, "YAML config file");
+  cmd->add_option("--set", overrides, "override key=value (repeatable)");
+  cmd->add_option("--ranks", opt.ranks, "EP rank counts to measure (each divides policy.num_experts)");
+  cmd->add_option("--reps", opt.reps, "timed repetitions per phase");
+  cmd->callback([] {
+    auto cfg = config::load(config_file, overrides);
+    if (!cfg) {
+      std::cerr << "moerl bench job-ep: invalid configuration: " << cfg.err().message << "\n";
+      throw CLI::RuntimeError(2);
+    }
+    try {
+      std::cout << run(opt, *cfg).dump(2) << "\n";
+    } catch (const std::exception& e) {
+      std::cerr << "moerl bench job-ep: " << e.what() << "\n";
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace moerl::bench

@@ -1,0 +1,269 @@
+#include "bench/ledger/ledger_bench.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "ledger/sample_plane.h"
+#include "ledger/work_ledger.h"
+#include "common/percentile.h"
+#include "provenance/provenance.h"
+#include "store/local_store.h"
+
+namespace moerl::bench {
+
+namespace {
+
+using namespace moerl::ledger;
+using clk = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double seconds_since(clk::time_point t0) {
+  return std::chrono::duration<double>(clk::now() - t0).count();
+}
+
+template <class T>
+T need(result<T> r, const char* step) {
+  if (!r) throw std::runtime_error(std::string(step) + ": " + r.err().to_string());
+  return std::move(*r);
+}
+void need(const status& s, const char* step) {
+  if (!s) throw std::runtime_error(std::string(step) + ": " + s.err().to_string());
+}
+
+double percentile(std::vector<double> v, double fraction) { return percentile_of(std::move(v), fraction * 100); }
+
+nlohmann::json spread(const std::vector<double>& v) {
+  double mn = *std::min_element(v.begin(), v.end());
+  double mx = *std::max_element(v.begin(), v.end());
+  return {{"median", percentile(v, 0.5)}, {"min", mn}, {"max", mx}, {"runs", v}};
+}
+
+constexpr uint32_t kGroupSize = 8;
+constexpr uint32_t kGroupsPerUnit = 2;
+
+// One full unit cycle; returns the acquire latency in microseconds.
+double cycle(work_ledger& l, const std::string& worker) {
+  auto t0 = clk::now();
+  auto ls = need(l.acquire(worker), "acquire");
+  double us = seconds_since(t0) * 1e6;
+  (void)need(l.report(ls.unit, ls.attempt, worker, ls.num_samples()), "report");
+  (void)need(l.record_ack({ls.unit, ls.attempt, ls.shard, ls.groups, {}}), "ack");
+  for (auto g : ls.groups) need(l.record_consumed({ls.unit, ls.attempt, g, kGroupSize}), "consumed");
+  (void)l.take_events();
+  return us;
+}
+
+std::unique_ptr<work_ledger> fresh_ledger(const ledger::clock& c, store::object_store* st, int units) {
+  ledger_options o;
+  o.group_size = kGroupSize;
+  o.max_groups_per_unit = kGroupsPerUnit;
+  o.snapshot_every = 1024;
+  auto l = need(work_ledger::open(o, c, st), "open ledger");
+  need(l->add_shard("s0"), "add_shard");
+  need(l->add_shard("s1"), "add_shard");
+  for (int u = 0; u < units; ++u)
+    (void)need(l->add_unit({uint64_t(2 * u), uint64_t(2 * u + 1)}), "add_unit");
+  need(l->sync(), "sync");
+  return l;
+}
+
+nlohmann::json bench_in_memory(const ledger_bench_options& opt) {
+  steady_clock_source c;
+  std::vector<double> rates, p50, p99;
+  for (int r = 0; r < opt.runs; ++r) {
+    auto l = fresh_ledger(c, nullptr, opt.units);
+    std::vector<double> lat;
+    lat.reserve(opt.units);
+    auto t0 = clk::now();
+    for (int u = 0; u < opt.units; ++u) lat.push_back(cycle(*l, "w" + std::to_string(u % 8)));
+    rates.push_back(opt.units / seconds_since(t0));
+    p50.push_back(percentile(lat, 0.5));
+    p99.push_back(percentile(lat, 0.99));
+    need(l->check_invariant(), "invariant");
+  }
+  return {{"units", opt.units}, {"units_per_s", spread(rates)}, {"acquire_p50_us", spread(p50)},
+          {"acquire_p99_us", spread(p99)},
+          {"note", "one unit cycle = acquire + report + ack + 2 consumed, each a journal record"}};
+}
+
+nlohmann::json bench_journaled(const ledger_bench_options& opt, const fs::path& dir, bool fsync) {
+  steady_clock_source c;
+  std::vector<double> rates, sync_p50, sync_p99, recover_s;
+  uint64_t records = 0;
+  for (int r = 0; r < opt.runs; ++r) {
+    fs::remove_all(dir);
+    auto st = need(store::local_store::open(dir.string(), fsync), "open store");
+    auto l = fresh_ledger(c, st.get(), opt.journaled_units);
+    std::vector<double> syncs;
+    auto t0 = clk::now();
+    for (int u = 0; u < opt.journaled_units; ++u) {
+      cycle(*l, "w" + std::to_string(u % 8));
+      auto ts = clk::now();
+      need(l->sync(), "sync");
+      syncs.push_back(seconds_since(ts) * 1e6);
+    }
+    rates.push_back(opt.journaled_units / seconds_since(t0));
+    sync_p50.push_back(percentile(syncs, 0.5));
+    sync_p99.push_back(percentile(syncs, 0.99));
+    l.reset();
+    ledger_options o;
+    o.group_size = kGroupSize;
+    o.max_groups_per_unit = kGroupsPerUnit;
+    o.snapshot_every = 1024;
+    recovery_info info;
+    auto t1 = clk::now();
+    auto back = need(work_ledger::open(o, c, st.get(), &info), "recover");
+    recover_s.push_back(seconds_since(t1));
+    records = info.records_replayed;
+    need(back->check_invariant(), "invariant after recovery");
+  }
+  fs::remove_all(dir);
+  return {{"units", opt.journaled_units},   {"fsync", fsync},
+          {"units_per_s", spread(rates)},   {"sync_p50_us", spread(sync_p50)},
+          {"sync_p99_us", spread(sync_p99)}, {"recovery_s", spread(recover_s)},
+          {"recovery_records_replayed", records},
+          {"note", "sync() after every unit cycle (one journal segment per unit)"}};
+}
+
+nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
+  constexpr uint64_t kCapacity = 4096;
+  std::vector<double> rates, mbps;
+  uint64_t peak = 0, bytes_per_sample = 0;
+  for (int r = 0; r < opt.runs; ++r) {
+    auto ctx = need(zmq_context::create(), "zmq context");
+    shard_options so;
+    so.name = "s0";
+    so.group_size = kGroupSize;
+    so.capacity_samples = kCapacity;
+    sample_plane_options po;
+    po.credits_per_producer = 512;
+    auto svc = need(shard_service::bind(ctx, "tcp://127.0.0.1:*", so, po), "bind");
+    const int per_unit = kGroupSize * kGroupsPerUnit;
+    const int num_units = opt.samples / per_unit;
+    const int total = num_units * per_unit;
+    // The ledger's side is played by the shard thread: every unit's lease is known up
+    // front, and each ack is committed at once.
+    for (int u = 0; u < num_units; ++u)
+      svc->shard().apply({ledger_event::kind::attempt_opened, "s0", uint64_t(u + 1), 1,
+                          {uint64_t(2 * u), uint64_t(2 * u + 1)}, kGroupSize});
+    messages::sample proto;
+    proto.prompt_tokens.assign(64, 7);
+    proto.tokens.assign(256, 11);
+    proto.logprobs.assign(256, -0.5f);
+    proto.worker = "p0";
+    bytes_per_sample = messages::encode(proto).size();
+    std::atomic<bool> failed{false};
+    std::string failure;
+    std::mutex failure_mu;
+    auto fail = [&](const std::string& what) {
+      std::lock_guard<std::mutex> g(failure_mu);
+      failure = what;
+      failed = true;
+    };
+    std::atomic<int> received{0};
+    auto t0 = clk::now();
+    // Producer and trainer each own their socket on their own thread, as in a cluster.
+    std::thread producer([&] {
+      auto prod = sample_producer::connect(ctx, svc->endpoint(), "p0");
+      if (!prod) return fail(prod.err().to_string());
+      if (auto d = (*prod)->declare_backlog(uint32_t(total)); !d) return fail(d.err().to_string());
+      messages::sample s = proto;
+      for (int i = 0; i < total && !failed;) {
+        if (auto p = (*prod)->poll((*prod)->credits() ? 0 : 5); !p) return fail(p.err().to_string());
+        while (i < total && (*prod)->credits() > 0) {
+          s.work_unit = uint64_t(i / per_unit + 1);
+          s.attempt = 1;
+          s.seq = uint32_t(i % per_unit);
+          s.group_id = uint64_t(2 * (i / per_unit) + s.seq / kGroupSize);
+          s.index_in_group = s.seq % kGroupSize;
+          if (auto st = (*prod)->try_send(s); !st) return fail("producer (sent " + std::to_string((*prod)->num_sent()) + ", credits " + std::to_string((*prod)->credits()) + "): " + st.err().to_string());
+          ++i;
+        }
+      }
+      // Linger is 0: closing the socket now would discard samples still queued locally.
+      while (received < total && !failed) (void)(*prod)->poll(5);
+    });
+    std::thread trainer([&] {
+      auto t = batch_consumer::connect(ctx, svc->endpoint(), "t0");
+      if (!t) return fail(t.err().to_string());
+      bool asked = false;
+      while (received < total && !failed) {
+        if (!asked) {
+          if (auto st = (*t)->request(64); !st) return fail("trainer: " + st.err().to_string());
+          asked = true;
+        }
+        auto b = (*t)->poll(5);
+        if (!b) return fail(b.err().to_string());
+        if (*b) {
+          received += int((*b)->samples.size());
+          asked = false;
+        }
+      }
+    });
+    // A benchmark must not hang: no progress for 10 s is a failure with the state.
+    int last_received = -1;
+    auto last_progress = clk::now();
+    while (received < total && !failed) {
+      if (received != last_received) {
+        last_received = received;
+        last_progress = clk::now();
+      } else if (seconds_since(last_progress) > 10) {
+        fail("no progress for 10 s: received " + std::to_string(received) + " of " +
+             std::to_string(total) + ", shard " + svc->shard().stats().to_json().dump() +
+             ", ready groups " + std::to_string(svc->shard().num_ready_groups()) +
+             ", credits outstanding " + std::to_string(svc->credits_outstanding()));
+        break;
+      }
+      auto p = svc->pump(1);
+      if (!p) {
+        fail(p.err().to_string());
+        break;
+      }
+      for (const auto& a : svc->take_acks())
+        svc->shard().apply({ledger_event::kind::unit_committed, "s0", a.unit, a.attempt, {}, 0});
+      (void)svc->take_consumed();
+    }
+    producer.join();
+    trainer.join();
+    if (failed) throw std::runtime_error("sample plane: " + failure);
+    double secs = seconds_since(t0);
+    rates.push_back(total / secs);
+    mbps.push_back(total * double(bytes_per_sample) / secs / 1e6);
+    peak = std::max(peak, svc->shard().stats().peak_samples);
+  }
+  return {{"samples", opt.samples},
+          {"sample_bytes", bytes_per_sample},
+          {"capacity_samples", kCapacity},
+          {"peak_resident_samples", peak},
+          {"samples_per_s", spread(rates)},
+          {"mb_per_s", spread(mbps)},
+          {"transport", "tcp://127.0.0.1; producer, shard and trainer on three threads; "
+                        "trainer asks for 64 groups at a time"}};
+}
+
+}  // namespace
+
+nlohmann::json run_ledger_bench(const ledger_bench_options& opt) {
+  fs::path dir = opt.scratch.empty()
+                     ? fs::temp_directory_path() / ("moerl-ledger-bench-" + std::to_string(::getpid()))
+                     : fs::path(opt.scratch);
+  nlohmann::json out;
+  out["benchmark"] = "ledger";
+  out["config"] = {{"units", opt.units},     {"journaled_units", opt.journaled_units},
+                   {"samples", opt.samples}, {"runs", opt.runs},
+                   {"group_size", kGroupSize}, {"groups_per_unit", kGroupsPerUnit}};
+  out["lease_cycle_in_memory"] = bench_in_memory(opt);
+  out["lease_cycle_journaled_nofsync"] = bench_journaled(opt, dir, false);
+  out["lease_cycle_journaled_fsync"] = bench_journaled(opt, dir, true);
+  out["sample_plane"] = bench_sample_plane(opt);
+  out["provenance"] = collect_provenance();
+  return out;
+}
+
+}  // namespace moerl::bench

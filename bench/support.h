@@ -1,0 +1,54 @@
+// What every benchmark needs and none should write for itself: stopping a run on the first
+// failed step (benchmarks have no caller to return an error to, so a failed step throws and
+// the command reports it), elapsed-time helpers on the steady clock, and the CLI callback
+// that turns a thrown failure into "moerl bench NAME: what failed" and exit status 1.
+// Header-only on purpose: each bench library includes it, nothing links it.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+
+#include "common/error.h"
+
+namespace moerl::bench {
+
+using bench_clock = std::chrono::steady_clock;
+
+inline double seconds_since(bench_clock::time_point t0) {
+  return std::chrono::duration<double>(bench_clock::now() - t0).count();
+}
+inline double ms_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e3; }
+inline double us_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e6; }
+
+// The value of a step that must succeed; a failure throws "<step>: <error>".
+template <class T>
+T need(result<T> r, const std::string& step) {
+  if (!r) throw std::runtime_error(step + ": " + r.err().to_string());
+  return std::move(*r);
+}
+inline void need(const status& s, const std::string& step) {
+  if (!s) throw std::runtime_error(step + ": " + s.err().to_string());
+}
+
+// Runs `body` as the command `moerl bench <name>`: an exception becomes one line on stderr
+// naming the benchmark and exit status 1 (CLI::RuntimeError); CLI11's own exceptions (a
+// handler that chose its exit code, e.g. 2 for a bad configuration) pass through.
+template <class Body>
+void run_bench_command(const std::string& name, Body&& body) {
+  try {
+    body();
+  } catch (const CLI::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::cerr << "moerl bench " << name << ": " << e.what() << "\n";
+    throw CLI::RuntimeError(1);
+  }
+}
+
+}  // namespace moerl::bench

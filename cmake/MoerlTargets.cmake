@@ -1,0 +1,39 @@
+# One place that says how a moerl target is built: its include root, its warnings and the
+# language standard come from here, so no CMakeLists.txt repeats them (in the spirit of
+# abseil's absl_cc_library).
+#
+#   moerl_cc_library(<name> SOURCES <files...> [DEPS <public deps...>]
+#                    [PRIVATE_DEPS <private deps...>] [INCLUDES <extra public include dirs...>])
+#   moerl_cc_binary(<name> SOURCES <files...> [DEPS <deps...>])
+#   moerl_target_options(<target>)   # for targets made otherwise (tests, CUDA libraries)
+#
+# Warnings: -Wall -Wextra on every C++ target; MOERL_WERROR turns them into errors (the test
+# command builds with it on, so CI fails on a new warning).
+
+function(moerl_target_options target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${MOERL_WERROR}>>:-Werror>)
+endfunction()
+
+function(moerl_cc_library name)
+  cmake_parse_arguments(L "" "" "SOURCES;DEPS;PRIVATE_DEPS;INCLUDES" ${ARGN})
+  if(L_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "moerl_cc_library(${name}): unknown arguments ${L_UNPARSED_ARGUMENTS}")
+  endif()
+  add_library(${name} STATIC ${L_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${L_INCLUDES})
+  target_link_libraries(${name} PUBLIC ${L_DEPS} PRIVATE ${L_PRIVATE_DEPS})
+  moerl_target_options(${name})
+endfunction()
+
+function(moerl_cc_binary name)
+  cmake_parse_arguments(B "" "" "SOURCES;DEPS" ${ARGN})
+  if(B_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "moerl_cc_binary(${name}): unknown arguments ${B_UNPARSED_ARGUMENTS}")
+  endif()
+  add_executable(${name} ${B_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE ${B_DEPS})
+  moerl_target_options(${name})
+endfunction()

@@ -1,0 +1,383 @@
+// ZeroMQ through its C API: cppzmq reports failures by throwing, and moerl's convention
+// is errors as values checked by one macro per domain (ZMQ_CHECK). RAII is kept small:
+// each owner closes its socket in its destructor with linger 0, so a dead peer never
+// blocks shutdown.
+#include "ledger/sample_plane.h"
+
+#include <zmq.h>
+
+#include <algorithm>
+
+#include "ledger/zmq_check.h"
+#include "common/log.h"
+#include "messages/codec.h"
+
+namespace moerl::ledger {
+
+namespace {
+
+constexpr size_t kMaxRoutingId = 255;  // ZMQ_ROUTING_ID limit
+
+void close_socket(void*& sock) {
+  if (!sock) return;
+  int zero = 0;
+  zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);  // best effort on teardown
+  zmq_close(sock);
+  sock = nullptr;
+}
+
+// A socket with linger 0, routing id `name` (dealers) and a frame size cap.
+result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t max_frame) {
+  void* sock = zmq_socket(ctx, type);
+  if (!sock)
+    return detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
+  auto setup = [&]() -> status {
+    int zero = 0;
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero));
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame));
+    // Credits bound what is in flight; ZeroMQ's own high-water marks would only add a
+    // second, lagging limit (pipes acknowledge reads in batches of HWM/2) that can refuse
+    // a send the credit allowed.
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero));
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero));
+    if (type == ZMQ_DEALER && !name.empty())
+      ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ROUTING_ID, name.data(), name.size()));
+    if (type == ZMQ_ROUTER) {
+      int one = 1;
+      // A reply to a peer that went away fails (EHOSTUNREACH) instead of vanishing.
+      ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one));
+    }
+    return ok_status();
+  };
+  auto s = setup();
+  if (!s) {
+    close_socket(sock);
+    return s.err();
+  }
+  return sock;
+}
+
+status send_frame(void* sock, const std::string& bytes, int flags) {
+  ZMQ_CHECK(zmq_send(sock, bytes.data(), bytes.size(), flags | ZMQ_DONTWAIT));
+  return ok_status();
+}
+
+// Waits up to timeout_ms for `sock` to become readable. true when it is.
+result<bool> wait_readable(void* sock, int timeout_ms) {
+  zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+  int n = zmq_poll(&item, 1, timeout_ms);
+  if (n == -1) {
+    if (zmq_errno() == EINTR) return false;
+    return detail::zmq_failure("zmq_poll(sock, POLLIN)", zmq_errno(), __FILE__, __LINE__);
+  }
+  return n > 0 && (item.revents & ZMQ_POLLIN);
+}
+
+// Receives one whole multipart message without blocking: its frames, or an empty vector
+// when nothing is waiting.
+result<std::vector<std::string>> recv_message(void* sock) {
+  std::vector<std::string> frames;
+  while (true) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    int rc = zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT);
+    if (rc == -1) {
+      int e = zmq_errno();
+      zmq_msg_close(&msg);
+      if (e == EAGAIN && frames.empty()) return frames;
+      return detail::zmq_failure("zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT)", e, __FILE__, __LINE__);
+    }
+    frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    bool more = zmq_msg_more(&msg);
+    zmq_msg_close(&msg);
+    if (!more) return frames;
+  }
+}
+
+status check_name(const std::string& name, const char* what) {
+  if (name.empty() || name.size() > kMaxRoutingId)
+    return error(errc::invalid_argument, std::string(what) + " name must be 1..255 bytes");
+  return ok_status();
+}
+
+}  // namespace
+
+// ---- context --------------------------------------------------------------------------
+
+result<std::shared_ptr<zmq_context>> zmq_context::create() {
+  void* ctx = zmq_ctx_new();
+  if (!ctx) return detail::zmq_failure("zmq_ctx_new()", zmq_errno(), __FILE__, __LINE__);
+  return std::shared_ptr<zmq_context>(new zmq_context(ctx));
+}
+
+zmq_context::~zmq_context() { zmq_ctx_term(ctx_); }
+
+result<sample_plane_options> sample_plane_options::from_config(const config& cfg) {
+  sample_plane_options o;
+  int64_t credits = cfg.get_int("buffer.credits_per_producer");
+  int64_t frame = cfg.get_int("buffer.max_frame_bytes");
+  if (credits <= 0 || credits > (1 << 20))
+    return error(errc::invalid_config, "buffer.credits_per_producer must be in [1, 1048576]");
+  if (frame < 1024) return error(errc::invalid_config, "buffer.max_frame_bytes must be >= 1024");
+  o.credits_per_producer = uint32_t(credits);
+  o.max_frame_bytes = size_t(frame);
+  return o;
+}
+
+// ---- producer -------------------------------------------------------------------------
+
+result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_ptr<zmq_context> ctx,
+                                                                  const std::string& endpoint,
+                                                                  const std::string& name) {
+  if (auto s = check_name(name, "producer"); !s) return s.err();
+  std::unique_ptr<sample_producer> p(new sample_producer());
+  p->ctx_ = std::move(ctx);
+  p->name_ = name;
+  auto sock = open_socket(p->ctx_->handle(), ZMQ_DEALER, name, 1 << 20);
+  if (!sock) return sock.err();
+  p->sock_ = *sock;
+  auto connect = [&]() -> status {
+    ZMQ_CHECK(zmq_connect(p->sock_, endpoint.c_str()));
+    return ok_status();
+  };
+  if (auto s = connect(); !s) return error(s.err().code, endpoint + ": " + s.err().message);
+  // Hello: a backlog of 0 registers this routing id with the shard.
+  if (auto s = p->declare_backlog(0); !s) return s.err();
+  return p;
+}
+
+sample_producer::~sample_producer() { close_socket(sock_); }
+
+status sample_producer::declare_backlog(uint32_t num_samples) {
+  messages::credit demand;
+  demand.consumer = name_;
+  demand.credits = num_samples;
+  auto s = send_frame(sock_, messages::encode(demand), 0);
+  if (s && num_samples > 0) asked_ = true;
+  return s;
+}
+
+status sample_producer::try_send(const messages::sample& s) {
+  if (credits_ == 0) {
+    if (!asked_) {
+      if (auto d = declare_backlog(1); !d) return d;
+    }
+    return error(errc::capacity_exceeded, "producer " + name_ + ": no credit from the shard");
+  }
+  auto st = send_frame(sock_, messages::encode(s), 0);
+  if (!st) return st;
+  --credits_;
+  ++sent_;
+  return ok_status();
+}
+
+status sample_producer::poll(int timeout_ms) {
+  auto ready = wait_readable(sock_, timeout_ms);
+  if (!ready) return ready.err();
+  while (true) {
+    auto frames = recv_message(sock_);
+    if (!frames) return frames.err();
+    if (frames->empty()) return ok_status();
+    auto c = messages::decode<messages::credit>(frames->back());
+    if (!c) {
+      ++bad_frames_;
+      logger("sample_plane")->warn("producer {}: dropped a bad frame: {}", name_, c.err().to_string());
+      continue;
+    }
+    credits_ += c->credits;
+    if (c->credits > 0) asked_ = false;
+  }
+}
+
+// ---- consumer -------------------------------------------------------------------------
+
+result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<zmq_context> ctx,
+                                                                const std::string& endpoint,
+                                                                const std::string& name) {
+  if (auto s = check_name(name, "trainer"); !s) return s.err();
+  std::unique_ptr<batch_consumer> c(new batch_consumer());
+  c->ctx_ = std::move(ctx);
+  c->name_ = name;
+  auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, name, int64_t(1) << 30);
+  if (!sock) return sock.err();
+  c->sock_ = *sock;
+  auto connect = [&]() -> status {
+    ZMQ_CHECK(zmq_connect(c->sock_, endpoint.c_str()));
+    return ok_status();
+  };
+  if (auto s = connect(); !s) return error(s.err().code, endpoint + ": " + s.err().message);
+  return c;
+}
+
+batch_consumer::~batch_consumer() { close_socket(sock_); }
+
+status batch_consumer::request(uint32_t num_groups) {
+  if (num_groups == 0) return error(errc::invalid_argument, "batch request for 0 groups");
+  messages::batch_request r;
+  r.trainer = name_;
+  r.num_groups = num_groups;
+  return send_frame(sock_, messages::encode(r), 0);
+}
+
+result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
+  auto ready = wait_readable(sock_, timeout_ms);
+  if (!ready) return ready.err();
+  while (true) {
+    auto frames = recv_message(sock_);
+    if (!frames) return frames.err();
+    if (frames->empty()) return std::optional<messages::batch>{};
+    auto b = messages::decode<messages::batch>(frames->back());
+    if (!b) {
+      ++bad_frames_;
+      logger("sample_plane")->warn("trainer {}: dropped a bad frame: {}", name_, b.err().to_string());
+      continue;
+    }
+    return std::optional<messages::batch>(std::move(*b));
+  }
+}
+
+// ---- shard service --------------------------------------------------------------------
+
+result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq_context> ctx,
+                                                           const std::string& endpoint,
+                                                           shard_options shard,
+                                                           sample_plane_options plane) {
+  if (shard.capacity_samples == 0 || shard.group_size == 0)
+    return error(errc::invalid_argument, "shard " + shard.name + ": capacity and group size must be positive");
+  std::unique_ptr<shard_service> s(new shard_service());
+  s->ctx_ = std::move(ctx);
+  s->plane_ = plane;
+  s->shard_ = std::make_unique<buffer_shard>(std::move(shard));
+  auto sock = open_socket(s->ctx_->handle(), ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes));
+  if (!sock) return sock.err();
+  s->sock_ = *sock;
+  auto bind = [&]() -> status {
+    ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
+    char buf[512];
+    size_t len = sizeof buf;
+    ZMQ_CHECK(zmq_getsockopt(s->sock_, ZMQ_LAST_ENDPOINT, buf, &len));
+    s->endpoint_.assign(buf, strnlen(buf, len));
+    return ok_status();
+  };
+  if (auto st = bind(); !st) return error(st.err().code, endpoint + ": " + st.err().message);
+  return s;
+}
+
+shard_service::~shard_service() { close_socket(sock_); }
+
+uint64_t shard_service::credits_outstanding() const {
+  uint64_t n = 0;
+  for (const auto& [id, p] : producers_) n += p.granted > p.received ? p.granted - p.received : 0;
+  return n;
+}
+
+void shard_service::forget_producer(const std::string& name) { producers_.erase(name); }
+
+std::vector<consumption> shard_service::take_consumed() {
+  std::vector<consumption> out;
+  out.swap(consumed_);
+  return out;
+}
+
+result<size_t> shard_service::pump(int timeout_ms) {
+  size_t handled = 0;
+  auto ready = wait_readable(sock_, timeout_ms);
+  if (!ready) return ready.err();
+  while (*ready) {
+    auto frames = recv_message(sock_);
+    if (!frames) return frames.err();
+    if (frames->empty()) break;
+    ++handled;
+    if (frames->size() != 2) {
+      ++bad_frames_;
+      continue;
+    }
+    const std::string& peer = (*frames)[0];
+    const std::string& body = (*frames)[1];
+    auto k = messages::peek_kind(body.data(), body.size());
+    if (!k) {
+      ++bad_frames_;
+      continue;
+    }
+    if (*k == messages::kind::sample) {
+      auto smp = messages::decode<messages::sample>(body);
+      auto it = producers_.find(peer);
+      if (it != producers_.end()) ++it->second.received;
+      if (!smp) {
+        ++bad_frames_;
+        continue;
+      }
+      // Refusals are counted in the shard's stats; the credit is spent either way and is
+      // granted again below, since a refused sample takes no room.
+      (void)shard_->admit(std::move(*smp));
+    } else if (*k == messages::kind::credit) {
+      auto demand = messages::decode<messages::credit>(body);
+      if (!demand) {
+        ++bad_frames_;
+        continue;
+      }
+      // Every sample the producer sent before this declaration has been received (FIFO).
+      auto& p = producers_[peer];
+      p.demand = p.received + demand->credits;
+    } else if (*k == messages::kind::batch_request) {
+      auto req = messages::decode<messages::batch_request>(body);
+      if (!req || req->num_groups == 0) {
+        ++bad_frames_;
+        continue;
+      }
+      waiting_[peer] = req->num_groups;
+    } else {
+      ++bad_frames_;
+    }
+  }
+  if (auto s = serve_waiting(); !s) return s.err();
+  if (auto s = grant_credits(); !s) return s.err();
+  return handled;
+}
+
+status shard_service::serve_waiting() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (shard_->num_ready_groups() == 0) break;
+    served_batch sb = shard_->serve(it->second);
+    auto sent = send_frame(sock_, it->first, ZMQ_SNDMORE);
+    if (sent) sent = send_frame(sock_, messages::encode(sb.batch), 0);
+    // The groups left the shard either way: the ledger hears of them, so a trainer that
+    // vanished mid-send shows up as trained-but-lost rather than silently.
+    for (auto& c : sb.consumed) consumed_.push_back(c);
+    if (!sent) logger("sample_plane")->warn("shard {}: batch to a trainer failed: {}",
+                                            shard_->options().name, sent.err().to_string());
+    it = waiting_.erase(it);
+  }
+  return ok_status();
+}
+
+status shard_service::grant_credits() {
+  uint64_t out = credits_outstanding();
+  uint64_t free = shard_->free_samples();
+  uint64_t budget = free > out ? free - out : 0;
+  if (budget == 0 || producers_.empty()) return ok_status();
+  // Start after the producer served first last time, so that none is starved.
+  auto start = producers_.upper_bound(next_grant_);
+  for (size_t i = 0; i < producers_.size() && budget > 0; ++i, ++start) {
+    if (start == producers_.end()) start = producers_.begin();
+    const std::string& peer = start->first;
+    producer_state& p = start->second;
+    uint64_t held = p.granted > p.received ? p.granted - p.received : 0;
+    uint64_t target = std::min<uint64_t>(p.demand, p.received + plane_.credits_per_producer);
+    uint64_t granted_to = p.received + held;
+    if (target <= granted_to) continue;
+    uint64_t give = std::min<uint64_t>(target - granted_to, budget);
+    messages::credit c;
+    c.consumer = shard_->options().name;
+    c.credits = uint32_t(give);
+    auto s = send_frame(sock_, peer, ZMQ_SNDMORE);
+    if (s) s = send_frame(sock_, messages::encode(c), 0);
+    if (!s) continue;  // peer gone (EHOSTUNREACH); its credit is not counted
+    p.granted = granted_to + give;
+    budget -= give;
+    next_grant_ = peer;
+  }
+  return ok_status();
+}
+
+}  // namespace moerl::ledger

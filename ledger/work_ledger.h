@@ -1,0 +1,173 @@
+// The coordinator's work-unit ledger: leases with fencing, commit on (report N, ack N),
+// exact accounting, and a journal + snapshot on the object store that survives a
+// coordinator restart. ledger/LEDGER.md describes states, records and invariants.
+//
+// Threading: not thread-safe. One owner (the coordinator's ledger actor) calls it; every
+// call is deterministic given the injected clock and the call sequence.
+//
+// Durability contract (write-ahead): every mutating call appends journal records to an
+// in-memory tail and applies them. sync() writes the tail to the store as one journal
+// segment. take_events() releases only events whose records are durable, and a caller
+// must not reply to a worker (a lease, a commit) before the sync() that covers it
+// succeeded. Without a store, sync() is a no-op and everything is released at once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ledger/accounting.h"
+#include "ledger/clock.h"
+#include "ledger/types.h"
+#include "common/config.h"
+#include "common/error.h"
+
+namespace moerl::store {
+class object_store;
+}
+
+namespace moerl::ledger {
+
+struct journal_record;  // private; defined in work_ledger.cpp
+
+struct ledger_options {
+  int64_t lease_timeout_ms = 30000;   // ledger.lease_timeout_ms
+  uint32_t group_size = 8;            // ledger.group_size: samples per prompt group
+  uint32_t max_groups_per_unit = 4;   // ledger.max_groups_per_unit: bounds a unit
+  uint32_t snapshot_every = 1024;     // ledger.snapshot_every: records between snapshots
+  // buffer.capacity_samples: a lease is only granted to a shard whose open slots plus
+  // committed-but-untrained samples leave room for it (0: unlimited). This is what keeps
+  // a shard from filling with partial units that can never commit.
+  uint64_t shard_capacity_samples = 0;
+  std::string store_prefix = "ledger";  // ledger.store_prefix: key prefix in the store
+
+  // From the `ledger` config section; errc::invalid_config naming a bad key.
+  static result<ledger_options> from_config(const config& cfg);
+};
+
+// What open() found in the store.
+struct recovery_info {
+  bool recovered = false;          // false: the store held no ledger, a fresh one started
+  uint32_t epoch = 0;              // incarnation of this coordinator (1 for a fresh ledger)
+  uint64_t snapshot_seq = 0;       // last record covered by the snapshot used (0: none)
+  uint64_t records_replayed = 0;   // journal records applied after the snapshot
+  uint64_t torn_bytes = 0;         // bytes of a torn last journal record that were ignored
+  uint64_t leases_expired = 0;     // leases open at the crash, expired on recovery
+};
+
+// Read-only view of one unit, for status and tests.
+struct unit_view {
+  unit_id unit = 0;
+  unit_state state = unit_state::pending;
+  attempt_t attempt = 0;  // current (or last) attempt; 0 if never leased
+  worker_id worker;       // holder while leased
+  shard_id shard;         // shard of the current/committed attempt
+  int64_t deadline_ms = 0;
+  bool reported = false;  // leased: the worker reported its samples
+  std::vector<group_id> groups;      // every group of the unit, in the order given
+  std::vector<group_id> todo;        // groups the next/current attempt generates
+  std::vector<group_id> committed;   // groups committed and not dropped since
+  std::vector<group_id> trained;     // groups handed to a trainer
+};
+
+class work_ledger {
+ public:
+  // Opens the ledger kept under options.store_prefix in `store`, recovering it from the
+  // latest snapshot plus the journal when one exists; starts a fresh one otherwise.
+  // Leases that were open at the crash are expired on recovery (reason
+  // coordinator_restart) and their units go back to pending; the new epoch fences any
+  // sample of theirs. `store` may be null: an in-memory ledger (tests, benchmarks).
+  // `clock` and `store` must outlive the ledger.
+  static result<std::unique_ptr<work_ledger>> open(const ledger_options& options,
+                                                   const clock& clock,
+                                                   store::object_store* store,
+                                                   recovery_info* info = nullptr);
+  ~work_ledger();
+  work_ledger(const work_ledger&) = delete;
+  work_ledger& operator=(const work_ledger&) = delete;
+
+  // ---- setup ------------------------------------------------------------------------
+  // A new pending unit of 1..max_groups_per_unit distinct prompt group ids.
+  result<unit_id> add_unit(const std::vector<group_id>& groups);
+  // A buffer shard that can receive units; leases go to live shards round-robin.
+  status add_shard(const shard_id& shard);
+
+  // ---- worker side ------------------------------------------------------------------
+  // Leases the oldest pending unit to `worker`: new attempt, deadline now + lease timeout.
+  // errc::not_found when nothing is pending; errc::capacity_exceeded when no shard lives.
+  result<lease> acquire(const worker_id& worker);
+  // Batched leasing: up to `max_units` leases for `worker` in one call, each exactly what
+  // acquire() would give (own attempt and deadline; shard round-robin under
+  // buffer.capacity_samples, so a batch never overfills a shard). Stops at the first unit
+  // that cannot be leased and returns what it got; the error of that first refusal only
+  // when not even one unit was leased. errc::invalid_argument for max_units == 0.
+  result<std::vector<lease>> acquire_batch(const worker_id& worker, uint32_t max_units);
+  // Moves the deadline to now + lease timeout. errc::stale_attempt when (unit, attempt) is
+  // not the current lease of `worker`; errc::not_found for an unknown unit.
+  result<int64_t> renew(unit_id unit, attempt_t attempt, const worker_id& worker);
+  // The worker gives the unit back unfinished (drain): pending again, slots dropped as
+  // `returned`, the attempt fenced.
+  status give_back(unit_id unit, attempt_t attempt, const worker_id& worker);
+  // The worker produced all num_samples samples of the attempt. num_samples must equal the
+  // lease's num_samples() (errc::invalid_argument otherwise). Returns the unit's state
+  // afterwards: committed when the shard's ack was already in.
+  result<unit_state> report(unit_id unit, attempt_t attempt, const worker_id& worker,
+                            uint64_t num_samples);
+
+  // ---- shard side -------------------------------------------------------------------
+  // The shard holds all samples of the attempt. The groups must be exactly the lease's
+  // groups. Commits when the worker's report is also in.
+  result<unit_state> record_ack(const shard_ack& ack);
+  // A trainer received a group. Counts `trained`; a group handed out twice, or handed out
+  // after its shard was declared lost, counts as duplicated (and is an error return).
+  status record_consumed(const consumption& c);
+  // The shard and its unconsumed samples are gone: every committed group it held that no
+  // trainer received is dropped (shard_lost) and its unit re-opened with just those groups;
+  // open leases that target the shard are expired. Returns the re-opened units.
+  result<std::vector<unit_id>> shard_lost(const shard_id& shard);
+
+  // ---- time and failure detection ----------------------------------------------------
+  // Expires every lease whose deadline is <= clock.now_ms().
+  std::vector<ended_lease> expire_due();
+  // The worker is gone (monitor/heartbeat): all of its leases expire now.
+  std::vector<ended_lease> worker_dead(const worker_id& worker);
+
+  // ---- durability and outputs ---------------------------------------------------------
+  // Writes journal records appended since the last sync as one segment, and a snapshot
+  // when snapshot_every records accumulated since the last one. errc::io_error on a store
+  // failure: the tail is kept and the next sync retries it.
+  status sync();
+  // Events for shards whose records are durable, in order.
+  std::vector<ledger_event> take_events();
+
+  // ---- inspection -------------------------------------------------------------------
+  const accounting& counters() const { return acct_; }
+  // Recomputes every bucket from the units and compares with the counters.
+  status check_invariant() const;
+  std::optional<unit_view> find(unit_id unit) const;
+  size_t num_units() const;
+  size_t num_pending() const;
+  size_t num_leased() const;
+  uint32_t epoch() const { return epoch_; }
+  const ledger_options& options() const { return opts_; }
+
+  struct state;  // private; defined in work_ledger.cpp
+
+ private:
+  work_ledger(const ledger_options& options, const clock& clock, store::object_store* store);
+  // Appends a record to the journal tail and applies it.
+  status append(const journal_record& r);
+
+  ledger_options opts_;
+  const clock& clock_;
+  store::object_store* store_;
+  uint32_t epoch_ = 0;
+  accounting acct_;
+  std::unique_ptr<state> st_;
+};
+
+}  // namespace moerl::ledger
