@@ -6,21 +6,11 @@
 
 #include "common/config.h"
 #include "policy/model.h"
+#include "tests/support/tiny_model.h"
 
 namespace moerl::job::testing {
 
-inline policy::model_config small_model(uint64_t seed) {
-  policy::model_config c;
-  c.max_seq_len = 14;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
-  c.seed = seed;
-  return c;
-}
+inline policy::model_config small_model(uint64_t seed) { return ::moerl::testing::tiny_model(seed); }
 
 inline config node_config() {
   auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});

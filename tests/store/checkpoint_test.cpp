@@ -6,7 +6,7 @@
 #include "store/checkpoint.h"
 #include "store/digest.h"
 #include "store/local_store.h"
-#include "temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::store {
 namespace {
@@ -34,7 +34,7 @@ class checkpoint_test : public ::testing::Test {
     return m.ok() ? m->step : ~0ull;
   }
 
-  testing::temp_dir dir_;
+  ::moerl::testing::temp_dir dir_;
   std::unique_ptr<local_store> store_;
   const std::string prefix_ = "runs/r1/ckpt";
 };

@@ -8,13 +8,13 @@
 
 #include "store/local_store.h"
 #include "store/object_store.h"
-#include "temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::store {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::temp_dir;
+using ::moerl::testing::temp_dir;
 
 class local_store_test : public ::testing::Test {
  protected:

@@ -1,17 +1,19 @@
-// A fresh directory under $TMPDIR (or /tmp) per test, removed afterwards.
+// A fresh directory under $TMPDIR (or /tmp) per test, removed afterwards; the one scratch
+// directory every test uses (tests/support/ holds what several test folders share).
 #pragma once
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
-namespace moerl::store::testing {
+namespace moerl::testing {
 
 class temp_dir {
  public:
-  temp_dir() {
+  // `tag` names the directory (moerl-<tag>-XXXXXX) so a leftover says which test made it.
+  explicit temp_dir(const std::string& tag = "test") {
     const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/moerl-store-test-XXXXXX";
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/moerl-" + tag + "-XXXXXX";
     char* made = ::mkdtemp(tmpl.data());
     if (made == nullptr) std::abort();  // no scratch space: nothing below can run
     path_ = made;
@@ -28,4 +30,4 @@ class temp_dir {
   std::string path_;
 };
 
-}  // namespace moerl::store::testing
+}  // namespace moerl::testing
