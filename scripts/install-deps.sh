@@ -4,7 +4,7 @@
 set -euo pipefail
 
 DEBIAN_PACKAGES=(
-  build-essential cmake ninja-build ccache git pkg-config
+  build-essential cmake ninja-build ccache git pkg-config clang-format
   libcaf-dev libssl-dev
   libfabric-dev libfabric-bin
   libzmq3-dev cppzmq-dev
