@@ -31,6 +31,10 @@
 
 namespace moerl::fabric {
 
+namespace detail {
+struct ep_group_impl;  // fabric/ep_group_impl.h, private to fabric/
+}
+
 enum class ep_mode { normal, low_latency, baseline };
 enum class ep_dtype { bf16, fp32 };
 
@@ -118,9 +122,8 @@ class ep_group {
   const ep_step_bytes& last_step_bytes() const;
 
  private:
-  struct impl;
-  explicit ep_group(std::unique_ptr<impl> p);
-  std::unique_ptr<impl> impl_;
+  explicit ep_group(std::unique_ptr<detail::ep_group_impl> impl);
+  std::unique_ptr<detail::ep_group_impl> impl_;
 };
 
 }  // namespace moerl::fabric

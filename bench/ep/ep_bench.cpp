@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bench/support.h"
 #include "fabric/bootstrap.h"
 #include "fabric/ep_group.h"
 #include "fabric/ep_workload.h"
@@ -27,8 +27,6 @@ namespace {
 
 constexpr int kExperts = 256;
 constexpr int kTopk = 8;
-
-double now_us() { return static_cast<double>(now_ns()) / 1000.0; }
 
 workload_params workload_of(const ep_bench_options& o) {
   workload_params p;
@@ -94,7 +92,7 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
     if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
     size_t seen = 0;
     if (b.rank() == 0) {
-      const double t0 = now_us();
+      const auto t0 = bench_clock::now();
       for (size_t i = 0; i < count; ++i)
         if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1], i * message, 1, deadline); !st)
           return st.err();
@@ -109,7 +107,7 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
       }
-      best = std::max(best, static_cast<double>(count * message) / ((now_us() - t0) * 1e3));
+      best = std::max(best, static_cast<double>(count * message) / (us_since(t0) * 1e3));
     } else {
       while (seen < count) {
         imms.clear();
@@ -134,9 +132,9 @@ double memcpy_gbps() {
   std::vector<char> a(n, 1), b(n, 0);
   double best = 0.0;
   for (int rep = 0; rep < 3; ++rep) {
-    const double t0 = now_us();
+    const auto t0 = bench_clock::now();
     std::memcpy(b.data(), a.data(), n);
-    best = std::max(best, static_cast<double>(n) / ((now_us() - t0) * 1e3));
+    best = std::max(best, static_cast<double>(n) / (us_since(t0) * 1e3));
     a[rep] = b[n - 1 - rep];  // keep the copies observable
   }
   return best;
@@ -187,19 +185,19 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   ep_step_bytes bytes;
   for (int it = 0; it < o.warmup + iters; ++it) {
     if (auto st = barrier(b); !st) return st.err();
-    const double t0 = now_us();
+    const auto t0 = bench_clock::now();
     auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
     if (!d) return d.err();
-    const double t1 = now_us();
+    const double dispatch_us = us_since(t0);
     // Identity experts while timing: the expert output is the received rows themselves.
     if (auto st = barrier(b); !st) return st.err();
-    const double t2 = now_us();
+    const auto t2 = bench_clock::now();
     if (auto st = grp.combine(**d, (*d)->recv_x, y.data()); !st) return st.err();
-    const double t3 = now_us();
+    const double combine_us = us_since(t2);
     bytes = grp.last_step_bytes();
     if (it >= o.warmup) {
-      mine.push_back(t1 - t0);
-      mine.push_back(t3 - t2);
+      mine.push_back(dispatch_us);
+      mine.push_back(combine_us);
     }
   }
   // The checked iteration: reference rows, stand-in experts, bitwise combine.

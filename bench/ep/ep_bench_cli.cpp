@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/ep/ep_bench.h"
+#include "bench/support.h"
 
 namespace moerl::bench {
 namespace {
@@ -55,17 +56,13 @@ void add_ep_bench_command(CLI::App& bench) {
         cur += c;
       }
     }
-    nlohmann::json report;
-    try {
-      report = run_ep_bench(opt);
-    } catch (const std::exception& e) {
-      std::cerr << "moerl bench ep: " << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
-    if (as_json)
-      std::cout << report.dump(2) << "\n";
-    else
-      print_table(report);
+    run_bench_command("ep", [] {
+      const nlohmann::json report = run_ep_bench(opt);
+      if (as_json)
+        std::cout << report.dump(2) << "\n";
+      else
+        print_table(report);
+    });
   });
 }
 

@@ -13,6 +13,7 @@
 #include "bench/kernels/bench_random.h"
 #include "bench/kernels/cuda_bench.h"
 #include "bench/kernels/timing.h"
+#include "bench/support.h"
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/dtypes.h"
 #include "kernels/load_stats.h"
@@ -39,10 +40,6 @@ namespace {
       throw std::runtime_error(std::string(#call) + " failed: " + cublasGetStatusString(s_) + " at " + \
                                __FILE__ + ":" + std::to_string(__LINE__));                           \
   } while (0)
-
-void must(const status& st, const char* what) {
-  if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.err().to_string());
-}
 
 template <class T>
 class dbuf {
@@ -132,20 +129,20 @@ nlohmann::json run_kernels_bench_cuda(const kernels_bench_options& opt, const be
         gw(std::vector<float>(T * K, 0.1f)), gl(T * E), gscores(T * E), loss(1);
     dbuf<int64_t> idx(T * K), counts(E);
     auto t = time_gpu(stream, W, R, [&] {
-      must(kc::route_forward(stream, rp, logits.get(), bias.get(), nullptr, T, scores.get(), idx.get(), w.get()),
+      need(kc::route_forward(stream, rp, logits.get(), bias.get(), nullptr, T, scores.get(), idx.get(), w.get()),
            "cuda::route_forward");
     });
     results.push_back(result_entry("route_forward" + tag, shape_json, t, 4.0 * T * E * 2 + 12.0 * T * K, 0));
     t = time_gpu(stream, W, R, [&] {
-      must(kc::route_backward(stream, rp, scores.get(), idx.get(), gw.get(), nullptr, T, gl.get()), "cuda::route_backward");
+      need(kc::route_backward(stream, rp, scores.get(), idx.get(), gw.get(), nullptr, T, gl.get()), "cuda::route_backward");
     });
     results.push_back(result_entry("route_backward" + tag, shape_json, t, 4.0 * T * E * 2 + 12.0 * T * K, 0));
     t = time_gpu(stream, W, R, [&] {
-      must(kc::load_balance_loss(stream, scores.get(), idx.get(), T, E, K, 0.001f, loss.get(), gscores.get()),
+      need(kc::load_balance_loss(stream, scores.get(), idx.get(), T, E, K, 0.001f, loss.get(), gscores.get()),
            "cuda::load_balance_loss");
     });
     results.push_back(result_entry("load_balance_loss" + tag, shape_json, t, 4.0 * T * E * 2 + 8.0 * T * K, 0));
-    must(kc::count_tokens_per_expert(stream, idx.get(), T, K, E, counts.get()), "cuda::count_tokens_per_expert");
+    need(kc::count_tokens_per_expert(stream, idx.get(), T, K, E, counts.get()), "cuda::count_tokens_per_expert");
     BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<int64_t> hcounts = counts.host();
     imbalance[sh->name] = kernels::load_imbalance(hcounts.data(), E);
@@ -155,7 +152,7 @@ nlohmann::json run_kernels_bench_cuda(const kernels_bench_options& opt, const be
     dbuf<uint8_t> in_rank(T * ranks);
     kernels::dispatch_layout_out lo{pe.get(), pr.get(), in_rank.get(), rank_slot.get(), offset.get(), slot.get()};
     t = time_gpu(stream, W, R, [&] {
-      must(kc::get_dispatch_layout(stream, idx.get(), {T, K, E, ranks, 1}, lo), "cuda::get_dispatch_layout");
+      need(kc::get_dispatch_layout(stream, idx.get(), {T, K, E, ranks, 1}, lo), "cuda::get_dispatch_layout");
     });
     results.push_back(result_entry("dispatch_layout" + tag, shape_json, t, 8.0 * T * K * 2 + 9.0 * T * ranks, 0));
     BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -164,21 +161,21 @@ nlohmann::json run_kernels_bench_cuda(const kernels_bench_options& opt, const be
     {
       dbuf<float> x(host_random(T * H, 3, 1.0f)), permuted(rows * H), grad_permuted(rows * H), out(T * H), gwt(T * K);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::permute_forward(stream, x.get(), slot.get(), T, K, H, rows, permuted.get()), "cuda::permute_forward");
+        need(kc::permute_forward(stream, x.get(), slot.get(), T, K, H, rows, permuted.get()), "cuda::permute_forward");
       });
       auto perm = result_entry("permute_forward.fp32" + tag, shape_json, t, row_bytes * rows * 2, 0);
       results.push_back(perm);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::permute_backward(stream, permuted.get(), slot.get(), T, K, H, rows, x.get()), "cuda::permute_backward");
+        need(kc::permute_backward(stream, permuted.get(), slot.get(), T, K, H, rows, x.get()), "cuda::permute_backward");
       });
       results.push_back(result_entry("permute_backward.fp32" + tag, shape_json, t, row_bytes * (rows + T), 0));
       t = time_gpu(stream, W, R, [&] {
-        must(kc::combine_forward(stream, permuted.get(), slot.get(), w.get(), T, K, H, rows, out.get()), "cuda::combine_forward");
+        need(kc::combine_forward(stream, permuted.get(), slot.get(), w.get(), T, K, H, rows, out.get()), "cuda::combine_forward");
       });
       auto comb = result_entry("combine_forward.fp32" + tag, shape_json, t, row_bytes * (rows + T), 0);
       results.push_back(comb);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::combine_backward(stream, out.get(), permuted.get(), slot.get(), w.get(), T, K, H, rows,
+        need(kc::combine_backward(stream, out.get(), permuted.get(), slot.get(), w.get(), T, K, H, rows,
                                   grad_permuted.get(), gwt.get()), "cuda::combine_backward");
       });
       results.push_back(result_entry("combine_backward.fp32" + tag, shape_json, t, row_bytes * (2 * rows + 2 * T), 0));
@@ -190,20 +187,20 @@ nlohmann::json run_kernels_bench_cuda(const kernels_bench_options& opt, const be
     {
       dbuf<kernels::bf16> x(T * H), permuted(rows * H), out(T * H);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::permute_forward(stream, x.get(), slot.get(), T, K, H, rows, permuted.get()), "cuda::permute_forward");
+        need(kc::permute_forward(stream, x.get(), slot.get(), T, K, H, rows, permuted.get()), "cuda::permute_forward");
       });
       results.push_back(result_entry("permute_forward.bf16" + tag, shape_json, t, row_bytes / 2 * rows * 2, 0));
       t = time_gpu(stream, W, R, [&] {
-        must(kc::combine_forward(stream, permuted.get(), slot.get(), w.get(), T, K, H, rows, out.get()), "cuda::combine_forward");
+        need(kc::combine_forward(stream, permuted.get(), slot.get(), w.get(), T, K, H, rows, out.get()), "cuda::combine_forward");
       });
       results.push_back(result_entry("combine_forward.bf16" + tag, shape_json, t, row_bytes / 2 * (rows + T), 0));
     }
     {
       dbuf<float> x(host_random(T * H, 5, 1.0f)), s(T * kernels::fp8_num_blocks(H));
       dbuf<uint8_t> q(T * H);
-      t = time_gpu(stream, W, R, [&] { must(kc::fp8_quantize(stream, x.get(), T, H, q.get(), s.get()), "cuda::fp8_quantize"); });
+      t = time_gpu(stream, W, R, [&] { need(kc::fp8_quantize(stream, x.get(), T, H, q.get(), s.get()), "cuda::fp8_quantize"); });
       results.push_back(result_entry("fp8_quantize" + tag, shape_json, t, 5.0 * T * H, 0));
-      t = time_gpu(stream, W, R, [&] { must(kc::fp8_dequantize(stream, q.get(), s.get(), T, H, x.get()), "cuda::fp8_dequantize"); });
+      t = time_gpu(stream, W, R, [&] { need(kc::fp8_dequantize(stream, q.get(), s.get(), T, H, x.get()), "cuda::fp8_dequantize"); });
       results.push_back(result_entry("fp8_dequantize" + tag, shape_json, t, 5.0 * T * H, 0));
     }
     {
@@ -223,14 +220,14 @@ nlohmann::json run_kernels_bench_cuda(const kernels_bench_options& opt, const be
       ffn_shape["ffn_dim"] = F;
       ffn_shape["rows_per_expert"] = std::vector<int64_t>(hcounts.begin(), hcounts.begin() + local);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::expert_ffn_forward(stream, {local, H, F}, local_offset.data(), x.get(), wgu.get(), wd.get(), h.get(),
+        need(kc::expert_ffn_forward(stream, {local, H, F}, local_offset.data(), x.get(), wgu.get(), wd.get(), h.get(),
                                     a.get(), y.get()), "cuda::expert_ffn_forward");
       });
       const double weight_bytes = 4.0 * local * 3 * F * H;
       auto ffn = result_entry("expert_ffn_forward.fp32" + tag, ffn_shape, t, weight_bytes + 4.0 * m * (2 * H + 3 * F), flops);
       results.push_back(ffn);
       t = time_gpu(stream, W, R, [&] {
-        must(kc::expert_ffn_backward(stream, {local, H, F}, local_offset.data(), x.get(), wgu.get(), wd.get(), h.get(),
+        need(kc::expert_ffn_backward(stream, {local, H, F}, local_offset.data(), x.get(), wgu.get(), wd.get(), h.get(),
                                      a.get(), y.get(), gx.get(), gwgu.get(), gwd.get()), "cuda::expert_ffn_backward");
       });
       results.push_back(result_entry("expert_ffn_backward.fp32" + tag, ffn_shape, t, 3 * weight_bytes, 2 * flops));

@@ -11,6 +11,7 @@
 #include "bench/kernels/cuda_bench.h"
 #include "bench/kernels/sgemm_reference.h"
 #include "bench/kernels/timing.h"
+#include "bench/support.h"
 #include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/dtypes.h"
@@ -23,16 +24,6 @@
 namespace moerl::bench {
 
 namespace k = moerl::kernels;
-
-namespace {
-
-void must(const status& st, const char* what) {
-  if (!st.ok()) throw std::runtime_error(std::string(what) + ": " + st.err().to_string());
-}
-
-using moerl::bench::random_floats;
-
-}  // namespace
 
 nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
   const bench_shapes shapes = bench_shapes::make(opt.quick);
@@ -82,11 +73,11 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
     std::vector<float> scores(T * E), w(T * K), gw(T * K, 0.1f), gl(T * E);
     std::vector<int64_t> idx(T * K);
     auto t = time_runs(W, R, [&] {
-      must(k::route_forward(pool, rp, logits.data(), bias.data(), nullptr, T, scores.data(), idx.data(), w.data()), "route_forward");
+      need(k::route_forward(pool, rp, logits.data(), bias.data(), nullptr, T, scores.data(), idx.data(), w.data()), "route_forward");
     });
     results.push_back(result_entry("route_forward" + tag, shape_json, t, 4.0 * T * E * 2 + 12.0 * T * K, 0));
     t = time_runs(W, R, [&] {
-      must(k::route_backward(pool, rp, scores.data(), idx.data(), gw.data(), nullptr, T, gl.data()), "route_backward");
+      need(k::route_backward(pool, rp, scores.data(), idx.data(), gw.data(), nullptr, T, gl.data()), "route_backward");
     });
     results.push_back(result_entry("route_backward" + tag, shape_json, t, 4.0 * T * E * 2 + 12.0 * T * K, 0));
 
@@ -94,10 +85,10 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
     float loss = 0;
     std::vector<float> gscores(T * E);
     t = time_runs(W, R, [&] {
-      must(k::load_balance_loss(pool, scores.data(), idx.data(), T, E, K, 0.001f, &loss, gscores.data()), "load_balance_loss");
+      need(k::load_balance_loss(pool, scores.data(), idx.data(), T, E, K, 0.001f, &loss, gscores.data()), "load_balance_loss");
     });
     results.push_back(result_entry("load_balance_loss" + tag, shape_json, t, 4.0 * T * E * 2 + 8.0 * T * K, 0));
-    must(k::count_tokens_per_expert(pool, idx.data(), T, K, E, counts.data()), "count_tokens_per_expert");
+    need(k::count_tokens_per_expert(pool, idx.data(), T, K, E, counts.data()), "count_tokens_per_expert");
 
     // ---- dispatch layout ---------------------------------------------------------------
     const int ranks = sh->layout_ranks;
@@ -105,7 +96,7 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
     std::vector<uint8_t> in_rank(T * ranks);
     k::dispatch_layout_out lo{per_expert.data(), per_rank.data(), in_rank.data(), rank_slot.data(), offset.data(), slot.data()};
     t = time_runs(W, R, [&] {
-      must(k::get_dispatch_layout(pool, idx.data(), {T, K, E, ranks, 1}, lo), "get_dispatch_layout");
+      need(k::get_dispatch_layout(pool, idx.data(), {T, K, E, ranks, 1}, lo), "get_dispatch_layout");
     });
     results.push_back(result_entry("dispatch_layout" + tag, shape_json, t, 8.0 * T * K * 2 + 9.0 * T * ranks, 0));
     const int64_t rows = offset[E];
@@ -116,27 +107,27 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
       auto x = random_floats(T * H, 3, 1.0f);
       std::vector<float> permuted(rows * H), grad_permuted(rows * H), out(T * H), gwt(T * K);
       t = time_runs(W, R, [&] {
-        must(k::permute_forward(pool, x.data(), slot.data(), T, K, H, rows, permuted.data()), "permute_forward");
+        need(k::permute_forward(pool, x.data(), slot.data(), T, K, H, rows, permuted.data()), "permute_forward");
       });
       auto perm = result_entry("permute_forward.fp32" + tag, shape_json, t, row_bytes * rows * 2, 0);
       results.push_back(perm);
       t = time_runs(W, R, [&] {
-        must(k::permute_backward(pool, permuted.data(), slot.data(), T, K, H, rows, x.data()), "permute_backward");
+        need(k::permute_backward(pool, permuted.data(), slot.data(), T, K, H, rows, x.data()), "permute_backward");
       });
       results.push_back(result_entry("permute_backward.fp32" + tag, shape_json, t, row_bytes * (rows + T), 0));
       t = time_runs(W, R, [&] {
-        must(k::combine_forward(pool, permuted.data(), slot.data(), w.data(), T, K, H, rows, out.data()), "combine_forward");
+        need(k::combine_forward(pool, permuted.data(), slot.data(), w.data(), T, K, H, rows, out.data()), "combine_forward");
       });
       auto comb = result_entry("combine_forward.fp32" + tag, shape_json, t, row_bytes * (rows + T), 0);
       results.push_back(comb);
       t = time_runs(W, R, [&] {
-        must(k::combine_backward(pool, out.data(), permuted.data(), slot.data(), w.data(), T, K, H, rows,
+        need(k::combine_backward(pool, out.data(), permuted.data(), slot.data(), w.data(), T, K, H, rows,
                                  grad_permuted.data(), gwt.data()), "combine_backward");
       });
       // grad_expert_out written, expert_out read, grad_out read once per pass.
       results.push_back(result_entry("combine_backward.fp32" + tag, shape_json, t, row_bytes * (2 * rows + 2 * T), 0));
       t = time_runs(W, R, [&] {
-        must(k::unpermute_forward(pool, permuted.data(), slot.data(), T, K, H, rows, grad_permuted.data()), "unpermute_forward");
+        need(k::unpermute_forward(pool, permuted.data(), slot.data(), T, K, H, rows, grad_permuted.data()), "unpermute_forward");
       });
       results.push_back(result_entry("unpermute_forward.fp32" + tag, shape_json, t, row_bytes * rows * 2, 0));
       if (sh->name == "prefill") {
@@ -148,14 +139,14 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
     {
       auto xf = random_floats(T * H, 4, 1.0f);
       std::vector<k::bf16> x(T * H), permuted(rows * H), out(T * H);
-      must(k::bf16_from_float(pool, xf.data(), T * H, x.data()), "bf16_from_float");
+      need(k::bf16_from_float(pool, xf.data(), T * H, x.data()), "bf16_from_float");
       xf.clear(); xf.shrink_to_fit();
       t = time_runs(W, R, [&] {
-        must(k::permute_forward(pool, x.data(), slot.data(), T, K, H, rows, permuted.data()), "permute_forward");
+        need(k::permute_forward(pool, x.data(), slot.data(), T, K, H, rows, permuted.data()), "permute_forward");
       });
       results.push_back(result_entry("permute_forward.bf16" + tag, shape_json, t, row_bytes / 2 * rows * 2, 0));
       t = time_runs(W, R, [&] {
-        must(k::combine_forward(pool, permuted.data(), slot.data(), w.data(), T, K, H, rows, out.data()), "combine_forward");
+        need(k::combine_forward(pool, permuted.data(), slot.data(), w.data(), T, K, H, rows, out.data()), "combine_forward");
       });
       results.push_back(result_entry("combine_forward.bf16" + tag, shape_json, t, row_bytes / 2 * (rows + T), 0));
     }
@@ -164,9 +155,9 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
       auto x = random_floats(T * H, 5, 1.0f);
       std::vector<uint8_t> q(T * H);
       std::vector<float> s(T * k::fp8_num_blocks(H));
-      t = time_runs(W, R, [&] { must(k::fp8_quantize(pool, x.data(), T, H, q.data(), s.data()), "fp8_quantize"); });
+      t = time_runs(W, R, [&] { need(k::fp8_quantize(pool, x.data(), T, H, q.data(), s.data()), "fp8_quantize"); });
       results.push_back(result_entry("fp8_quantize" + tag, shape_json, t, 5.0 * T * H, 0));
-      t = time_runs(W, R, [&] { must(k::fp8_dequantize(pool, q.data(), s.data(), T, H, x.data()), "fp8_dequantize"); });
+      t = time_runs(W, R, [&] { need(k::fp8_dequantize(pool, q.data(), s.data(), T, H, x.data()), "fp8_dequantize"); });
       results.push_back(result_entry("fp8_dequantize" + tag, shape_json, t, 5.0 * T * H, 0));
     }
 
@@ -200,11 +191,11 @@ nlohmann::json run_kernels_bench(const kernels_bench_options& opt) {
       // Forward, backward and both references in turns, so they see the same background load.
       const auto ts = time_interleaved(warm, runs, {
           [&] {
-            must(k::expert_ffn_forward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
+            need(k::expert_ffn_forward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
                                        h.data(), a.data(), y.data()), "expert_ffn_forward");
           },
           [&] {
-            must(k::expert_ffn_backward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
+            need(k::expert_ffn_backward(pool, {local, H, F}, local_offset.data(), x.data(), wgu.data(), wd.data(),
                                         h.data(), a.data(), y.data(), gx.data(), gwgu.data(), gwd.data()),
                  "expert_ffn_backward");
           },

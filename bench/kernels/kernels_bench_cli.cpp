@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/kernels/kernels_bench.h"
+#include "bench/support.h"
 
 namespace moerl::bench {
 
@@ -44,17 +45,13 @@ void add_kernels_bench_command(CLI::App& bench) {
   cmd->add_flag("--quick", opt.quick, "shrink every shape: a smoke run, not a result");
   cmd->add_flag("--cuda", opt.cuda, "time the CUDA twins (needs a CUDA build and a GPU)");
   cmd->callback([] {
-    nlohmann::json report;
-    try {
-      report = run_kernels_bench(opt);
-    } catch (const std::exception& e) {
-      std::cerr << "moerl bench kernels: " << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
-    if (as_json)
-      std::cout << report.dump(2) << "\n";
-    else
-      print_table(report);
+    run_bench_command("kernels", [] {
+      const nlohmann::json report = run_kernels_bench(opt);
+      if (as_json)
+        std::cout << report.dump(2) << "\n";
+      else
+        print_table(report);
+    });
   });
 }
 

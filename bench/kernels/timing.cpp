@@ -1,11 +1,11 @@
 #include "bench/kernels/timing.h"
 
-#include "common/percentile.h"
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <utility>
+
+#include "bench/support.h"
+#include "common/percentile.h"
 
 namespace moerl::bench {
 
@@ -15,10 +15,9 @@ timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   std::vector<double> us;
   us.reserve(runs);
   for (int i = 0; i < runs; ++i) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = bench_clock::now();
     fn();
-    const auto stop = std::chrono::steady_clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+    us.push_back(us_since(start));
   }
   return summarize(std::move(us));
 }
@@ -30,10 +29,9 @@ std::vector<timing> time_interleaved(int warmup, int runs, const std::vector<std
   for (auto& v : us) v.reserve(runs);
   for (int i = 0; i < runs; ++i)
     for (size_t f = 0; f < fns.size(); ++f) {
-      const auto start = std::chrono::steady_clock::now();
+      const auto start = bench_clock::now();
       fns[f]();
-      const auto stop = std::chrono::steady_clock::now();
-      us[f].push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+      us[f].push_back(us_since(start));
     }
   std::vector<timing> out;
   for (auto& v : us) out.push_back(summarize(std::move(v)));

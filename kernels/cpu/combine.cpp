@@ -8,22 +8,16 @@
 
 namespace moerl::kernels {
 
-namespace {
+using detail::check_row_shape;
 
-status check_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
-                   int64_t num_rows) {
-  KERNELS_REQUIRE(num_tokens >= 0 && topk >= 1 && hidden >= 1 && num_rows >= 0, fn,
-                  "bad shape num_tokens = ", num_tokens, ", topk = ", topk, ", hidden = ", hidden,
-                  ", num_rows = ", num_rows);
-  return ok_status();
-}
+namespace {
 
 template <class T>
 status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot,
                    const float* w, int64_t num_tokens, int topk, int64_t hidden,
                    int64_t num_rows, T* out) {
   const char* fn = "combine_forward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
   // One token per iteration, k ascending: the documented fixed accumulation order.
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
@@ -48,7 +42,7 @@ status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out,
                    const int64_t* slot, const float* w, int64_t num_tokens, int topk,
                    int64_t hidden, int64_t num_rows, T* grad_expert_out, float* grad_w) {
   const char* fn = "combine_backward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   std::vector<int64_t> row_entry;
   if (auto st = detail::invert_slots(fn, slot, num_tokens, topk, num_rows, &row_entry); !st)
     return st;

@@ -13,6 +13,8 @@
 
 namespace moerl::kernels {
 
+using detail::check_expert_ffn_shape;
+
 // How the GEMMs use the cores. Each expert's GEMM is split into pool.num_threads() parts
 // along its output columns (= weight rows): every pool thread streams and packs a disjoint
 // share of every expert's weights with a single-threaded BLAS call, so no weight is packed
@@ -23,22 +25,6 @@ namespace moerl::kernels {
 // makes one BLAS call per GEMM with whatever threading the process gave BLAS.
 
 namespace {
-
-status check_shape(const char* fn, const expert_ffn_shape& s, const int64_t* offset) {
-  KERNELS_REQUIRE(s.num_experts >= 1 && s.hidden >= 1 && s.ffn_dim >= 1, fn,
-                  "bad shape num_experts = ", s.num_experts, ", hidden = ", s.hidden,
-                  ", ffn_dim = ", s.ffn_dim);
-  KERNELS_REQUIRE(offset != nullptr, fn, "expert_offset is null");
-  KERNELS_REQUIRE(offset[0] == 0, fn, "expert_offset[0] = ", offset[0], " must be 0");
-  for (int e = 0; e < s.num_experts; ++e)
-    KERNELS_REQUIRE(offset[e + 1] >= offset[e], fn, "expert_offset is not non-decreasing at expert ",
-                    e, " (", offset[e], " > ", offset[e + 1], ")");
-  // BLAS dimensions are int: refuse what would overflow them rather than corrupt memory.
-  KERNELS_REQUIRE(offset[s.num_experts] < (int64_t{1} << 31) && 2 * s.ffn_dim < (int64_t{1} << 31) &&
-                      s.hidden < (int64_t{1} << 31),
-                  fn, "a dimension exceeds BLAS's int range");
-  return ok_status();
-}
 
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
@@ -127,7 +113,7 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
                           const int64_t* expert_offset, const float* x,
                           const float* w_gate_up, const float* w_down, float* gate_up,
                           float* act, float* out) {
-  if (auto st = check_shape("expert_ffn_forward", s, expert_offset); !st) return st;
+  if (auto st = check_expert_ffn_shape("expert_ffn_forward", s, expert_offset); !st) return st;
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
   if (rows == 0) return ok_status();
@@ -150,7 +136,7 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
 status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
                           const int64_t* expert_offset, const bf16* x, const bf16* w_gate_up,
                           const bf16* w_down, bf16* out) {
-  if (auto st = check_shape("expert_ffn_forward", s, expert_offset); !st) return st;
+  if (auto st = check_expert_ffn_shape("expert_ffn_forward", s, expert_offset); !st) return st;
   const int64_t H = s.hidden, F = s.ffn_dim;
   // Convert one expert at a time so the fp32 copies stay one expert's worth of weights.
   expert_ffn_shape one = s;
@@ -182,7 +168,7 @@ status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
                            const float* act, const float* grad_out, float* grad_x,
                            float* grad_w_gate_up, float* grad_w_down,
                            bool accumulate_weight_grads) {
-  if (auto st = check_shape("expert_ffn_backward", s, expert_offset); !st) return st;
+  if (auto st = check_expert_ffn_shape("expert_ffn_backward", s, expert_offset); !st) return st;
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
   const float beta = accumulate_weight_grads ? 1.0f : 0.0f;

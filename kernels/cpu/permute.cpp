@@ -8,17 +8,11 @@
 
 namespace moerl::kernels {
 
+using detail::check_row_shape;
+
 namespace {
 
 using detail::row_ops_min_rows;
-
-status check_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
-                   int64_t num_rows) {
-  KERNELS_REQUIRE(num_tokens >= 0 && topk >= 1 && hidden >= 1 && num_rows >= 0, fn,
-                  "bad shape num_tokens = ", num_tokens, ", topk = ", topk, ", hidden = ", hidden,
-                  ", num_rows = ", num_rows);
-  return ok_status();
-}
 
 // Row-parallel gather: dst row r comes from src row pick(row_entry[r]), or is zero.
 template <class T, class Pick>
@@ -39,7 +33,7 @@ template <class T>
 status permute_fwd(thread_pool& pool, const T* x, const int64_t* slot, int64_t num_tokens,
                    int topk, int64_t hidden, int64_t num_rows, T* permuted) {
   const char* fn = "permute_forward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   std::vector<int64_t> row_entry;
   if (auto st = detail::invert_slots(fn, slot, num_tokens, topk, num_rows, &row_entry); !st)
     return st;
@@ -51,7 +45,7 @@ template <class T>
 status permute_bwd(thread_pool& pool, const T* grad_permuted, const int64_t* slot,
                    int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* grad_x) {
   const char* fn = "permute_backward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
   pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
     std::vector<const T*> rows(topk);
@@ -70,7 +64,7 @@ status unpermute_fwd(thread_pool& pool, const T* permuted, const int64_t* slot,
                      int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                      T* unpermuted) {
   const char* fn = "unpermute_forward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
   pool.parallel_for(num_tokens * topk, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
@@ -88,7 +82,7 @@ status unpermute_bwd(thread_pool& pool, const T* grad_unpermuted, const int64_t*
                      int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                      T* grad_permuted) {
   const char* fn = "unpermute_backward";
-  if (auto st = check_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   std::vector<int64_t> row_entry;
   if (auto st = detail::invert_slots(fn, slot, num_tokens, topk, num_rows, &row_entry); !st)
     return st;

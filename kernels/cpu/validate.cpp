@@ -49,6 +49,32 @@ status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t nu
   return ok_status();
 }
 
+status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows) {
+  KERNELS_REQUIRE(num_tokens >= 0 && topk >= 1 && hidden >= 1 && num_rows >= 0, fn,
+                  "bad shape num_tokens = ", num_tokens, ", topk = ", topk, ", hidden = ", hidden,
+                  ", num_rows = ", num_rows);
+  return ok_status();
+}
+
+status check_expert_ffn_shape(const char* fn, const expert_ffn_shape& s, const int64_t* offset) {
+  KERNELS_REQUIRE(s.num_experts >= 1 && s.hidden >= 1 && s.ffn_dim >= 1, fn,
+                  "bad shape num_experts = ", s.num_experts, ", hidden = ", s.hidden,
+                  ", ffn_dim = ", s.ffn_dim);
+  KERNELS_REQUIRE(offset != nullptr, fn, "expert_offset is null");
+  KERNELS_REQUIRE(offset[0] == 0, fn, "expert_offset[0] = ", offset[0], " must be 0");
+  for (int e = 0; e < s.num_experts; ++e)
+    KERNELS_REQUIRE(offset[e + 1] >= offset[e], fn,
+                    "expert_offset is not non-decreasing at expert ", e, " (", offset[e], " > ",
+                    offset[e + 1], ")");
+  // GEMM dimensions are int: refuse what would overflow them rather than corrupt memory.
+  constexpr int64_t int_limit = int64_t{1} << 31;
+  KERNELS_REQUIRE(offset[s.num_experts] < int_limit && 2 * s.ffn_dim < int_limit &&
+                      s.hidden < int_limit,
+                  fn, "a dimension exceeds the int range of BLAS and cuBLAS");
+  return ok_status();
+}
+
 status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
                    int topk, int64_t num_rows) {
   for (int64_t i = 0; i < num_tokens * topk; ++i) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/expert_ffn.h"
 #include "kernels/routing.h"
 
 namespace moerl::kernels::detail {
@@ -39,6 +40,15 @@ status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_token
 // padding row. Fails on a slot outside [-1, num_rows) or a row named twice.
 status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
                     int topk, int64_t num_rows, std::vector<int64_t>* row_entry);
+
+// The shape of a permute or combine: num_tokens >= 0, topk >= 1, hidden >= 1, num_rows >= 0.
+status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows);
+
+// An expert FFN's shape and its expert_offset [num_experts + 1], a host array (the CUDA twins
+// read it on the host too): starts at 0, non-decreasing, and every GEMM dimension fits the
+// int that BLAS and cuBLAS take.
+status check_expert_ffn_shape(const char* fn, const expert_ffn_shape& s, const int64_t* offset);
 
 // Slots are in [-1, num_rows) (no uniqueness check: for gathers that tolerate shared rows).
 status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,

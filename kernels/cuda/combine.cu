@@ -10,13 +10,9 @@
 
 namespace moerl::kernels::cuda {
 
-namespace {
+using kernels::detail::check_row_shape;
 
-status check_shape(const char* fn, int64_t T, int K, int64_t H, int64_t rows) {
-  KERNELS_REQUIRE(T >= 0 && K >= 1 && H >= 1 && rows >= 0, fn, "bad shape num_tokens = ", T, ", topk = ", K,
-                  ", hidden = ", H, ", num_rows = ", rows);
-  return ok_status();
-}
+namespace {
 
 template <class T>
 __global__ void combine_forward_kernel(const T* y, const int64_t* slot, const float* w, int K, int64_t H, T* out) {
@@ -82,7 +78,7 @@ __global__ void grad_weight_kernel(const T* gout, const T* y, const int64_t* slo
 template <class T>
 status combine_fwd(cudaStream_t stream, const T* y, const int64_t* slot, const float* w, int64_t num_tokens, int K,
                    int64_t H, int64_t rows, T* out) {
-  STATUS_TRY(check_shape("cuda::combine_forward", num_tokens, K, H, rows));
+  STATUS_TRY(check_row_shape("cuda::combine_forward", num_tokens, K, H, rows));
   if (num_tokens == 0) return ok_status();
   if constexpr (std::is_same_v<T, float>) {
     if (H % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
@@ -114,7 +110,7 @@ template <class T>
 status combine_bwd(cudaStream_t stream, const T* grad_out, const T* expert_out, const int64_t* slot, const float* w,
                    int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* grad_expert_out,
                    float* grad_topk_weights) {
-  STATUS_TRY(check_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::combine_backward", num_tokens, topk, hidden, num_rows));
   if (num_rows > 0) {
     detail::scratch<int64_t> row_entry(stream, num_rows);
     CUDA_CHECK(row_entry.error());

@@ -8,6 +8,8 @@
 
 namespace moerl::kernels::cuda {
 
+using kernels::detail::check_expert_ffn_shape;
+
 namespace {
 
 // Row-major C[M,N] = op(A) op(B) as cblas_sgemm(CblasRowMajor, ...) writes it, expressed in
@@ -39,24 +41,12 @@ __global__ void swiglu_backward_kernel(const float* h, const float* ga, int64_t 
   }
 }
 
-status check_shape(const char* fn, const expert_ffn_shape& s, const int64_t* offset) {
-  KERNELS_REQUIRE(s.num_experts >= 1 && s.hidden >= 1 && s.ffn_dim >= 1, fn, "bad shape num_experts = ",
-                  s.num_experts, ", hidden = ", s.hidden, ", ffn_dim = ", s.ffn_dim);
-  KERNELS_REQUIRE(offset != nullptr && offset[0] == 0, fn, "expert_offset must be a host array starting at 0");
-  for (int e = 0; e < s.num_experts; ++e)
-    KERNELS_REQUIRE(offset[e + 1] >= offset[e], fn, "expert_offset is not non-decreasing at expert ", e, " (",
-                    offset[e], " > ", offset[e + 1], ")");
-  KERNELS_REQUIRE(offset[s.num_experts] < (int64_t{1} << 31) && 2 * s.ffn_dim < (int64_t{1} << 31), fn,
-                  "a dimension exceeds cuBLAS's int range");
-  return ok_status();
-}
-
 }  // namespace
 
 status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s, const int64_t* expert_offset,
                           const float* x, const float* w_gate_up, const float* w_down, float* gate_up, float* act,
                           float* out) {
-  STATUS_TRY(check_shape("cuda::expert_ffn_forward", s, expert_offset));
+  STATUS_TRY(check_expert_ffn_shape("cuda::expert_ffn_forward", s, expert_offset));
   cublasHandle_t h;
   STATUS_TRY(detail::cublas_handle(stream, &h));
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim);
@@ -76,7 +66,7 @@ status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s, const 
 
 status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s, const int64_t* expert_offset, const bf16* x,
                           const bf16* w_gate_up, const bf16* w_down, bf16* out) {
-  STATUS_TRY(check_shape("cuda::expert_ffn_forward", s, expert_offset));
+  STATUS_TRY(check_expert_ffn_shape("cuda::expert_ffn_forward", s, expert_offset));
   const int64_t rows = expert_offset[s.num_experts], H = s.hidden, F = s.ffn_dim, E = s.num_experts;
   detail::scratch<float> xf(stream, rows * H), wguf(stream, E * 2 * F * H), wdf(stream, E * H * F),
       h(stream, rows * 2 * F), a(stream, rows * F), y(stream, rows * H);
@@ -92,7 +82,7 @@ status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s, const
                            const float* x, const float* w_gate_up, const float* w_down, const float* gate_up,
                            const float* act, const float* grad_out, float* grad_x, float* grad_w_gate_up,
                            float* grad_w_down, bool accumulate_weight_grads) {
-  STATUS_TRY(check_shape("cuda::expert_ffn_backward", s, expert_offset));
+  STATUS_TRY(check_expert_ffn_shape("cuda::expert_ffn_backward", s, expert_offset));
   cublasHandle_t h;
   STATUS_TRY(detail::cublas_handle(stream, &h));
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim);

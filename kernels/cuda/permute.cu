@@ -5,13 +5,9 @@
 
 namespace moerl::kernels::cuda {
 
-namespace {
+using kernels::detail::check_row_shape;
 
-status check_shape(const char* fn, int64_t T, int K, int64_t H, int64_t rows) {
-  KERNELS_REQUIRE(T >= 0 && K >= 1 && H >= 1 && rows >= 0, fn, "bad shape num_tokens = ", T, ", topk = ", K,
-                  ", hidden = ", H, ", num_rows = ", rows);
-  return ok_status();
-}
+namespace {
 
 // dst row r = src row (row_entry[r] / divisor), or zeros for a padding row. Rows move as
 // vectors of V: 16-byte uint4 when rows and base pointers allow it, else single elements.
@@ -74,12 +70,12 @@ status gather(cudaStream_t stream, const int64_t* slot, int64_t T_, int K, int64
 
 status permute_forward(cudaStream_t stream, const float* x, const int64_t* slot, int64_t num_tokens, int topk,
                        int64_t hidden, int64_t num_rows, float* permuted) {
-  STATUS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
 }
 status permute_forward(cudaStream_t stream, const bf16* x, const int64_t* slot, int64_t num_tokens, int topk,
                        int64_t hidden, int64_t num_rows, bf16* permuted) {
-  STATUS_TRY(check_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::permute_forward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, x, topk, permuted);
 }
 namespace {
@@ -87,7 +83,7 @@ namespace {
 template <class T>
 status permute_bwd(cudaStream_t stream, const T* grad_permuted, const int64_t* slot, int64_t num_tokens, int topk,
                    int64_t hidden, int64_t num_rows, T* grad_x) {
-  STATUS_TRY(check_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::permute_backward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
   permute_backward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(grad_permuted, slot, topk, hidden,
                                                                                 grad_x);
@@ -98,7 +94,7 @@ status permute_bwd(cudaStream_t stream, const T* grad_permuted, const int64_t* s
 template <class T>
 status unpermute_fwd(cudaStream_t stream, const T* permuted, const int64_t* slot, int64_t num_tokens, int topk,
                      int64_t hidden, int64_t num_rows, T* unpermuted) {
-  STATUS_TRY(check_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::unpermute_forward", num_tokens, topk, hidden, num_rows));
   if (num_tokens == 0) return ok_status();
   const int64_t row_bytes = hidden * int64_t(sizeof(T));
   if (vec16_ok(permuted, unpermuted, row_bytes))
@@ -114,7 +110,7 @@ status unpermute_fwd(cudaStream_t stream, const T* permuted, const int64_t* slot
 template <class T>
 status unpermute_bwd(cudaStream_t stream, const T* grad_unpermuted, const int64_t* slot, int64_t num_tokens,
                      int topk, int64_t hidden, int64_t num_rows, T* grad_permuted) {
-  STATUS_TRY(check_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
+  STATUS_TRY(check_row_shape("cuda::unpermute_backward", num_tokens, topk, hidden, num_rows));
   return gather(stream, slot, num_tokens, topk, hidden, num_rows, grad_unpermuted, 1, grad_permuted);
 }
 

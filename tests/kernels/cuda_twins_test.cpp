@@ -31,11 +31,15 @@ template <class T>
 class dev {
  public:
   explicit dev(size_t n) : n_(n) {
-    if (n_) EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
-    if (n_) EXPECT_EQ(cudaMemset(p_, 0, n_ * sizeof(T)), cudaSuccess);
+    if (n_) {
+      EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
+      EXPECT_EQ(cudaMemset(p_, 0, n_ * sizeof(T)), cudaSuccess);
+    }
   }
   explicit dev(const std::vector<T>& h) : dev(h.size()) {
-    if (n_) EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    if (n_) {
+      EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    }
   }
   ~dev() {
     if (p_) cudaFree(p_);
@@ -44,7 +48,9 @@ class dev {
   std::vector<T> host() const {
     std::vector<T> h(n_);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (n_) EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    if (n_) {
+      EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return h;
   }
 

@@ -28,8 +28,9 @@ TEST(permute, rows_land_at_their_slots_and_padding_rows_are_zero) {
       ASSERT_EQ(0, std::memcmp(&p[r * H], &x[t * H], H * sizeof(float)));
     }
   for (int64_t r = 0; r < s.num_rows; ++r)
-    if (!named[r])
+    if (!named[r]) {
       for (int64_t j = 0; j < H; ++j) ASSERT_EQ(p[r * H + j], 0.0f);
+    }
 }
 
 TEST(permute, unpermute_after_permute_returns_each_token_per_entry) {

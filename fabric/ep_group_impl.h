@@ -1,0 +1,219 @@
+// The inside of an ep_group, shared by the group (fabric/ep_group.cpp) and its three modes
+// (fabric/ep_mode_*.cpp). Private to fabric/: nobody outside includes it.
+//
+// The group owns the buffers, the bootstrap, the count exchange and the waits; each mode is
+// one table of operations (ep_mode_ops) that the group calls at fixed points of every phase,
+// the way libfabric's EFA provider keeps one file per protocol and NCCL one ncclTransport
+// per transport. fabric/PROTOCOL.md has the buffer layouts and the phases.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "fabric/ep_group.h"
+#include "fabric/ep_protocol.h"
+#include "kernels/thread_pool.h"
+
+namespace moerl::fabric::detail {
+
+// Registered buffers are whole mappings of their own: once a group is destroyed its
+// regions are unmapped, so a late write from a peer of the old group faults at the
+// writer instead of landing in memory the process reuses.
+struct unmap {
+  size_t size;
+  void operator()(char* p) const { ::munmap(p, size); }
+};
+
+// A registered buffer: owned bytes plus their registration.
+struct buffer {
+  std::unique_ptr<char, unmap> bytes{nullptr, unmap{0}};
+  local_region reg;
+  char* data() const { return bytes.get(); }
+};
+
+struct peer_regions {
+  remote_region ctrl, dispatch, combine;
+};
+
+// Where the group is in the dispatch_send, dispatch_recv, combine_send, combine_recv cycle.
+enum class ep_phase { idle, dispatch_sent, dispatched, combine_sent };
+
+// Bytes of the registered regions a mode needs (PROTOCOL.md, "Buffers").
+struct ep_region_sizes {
+  int64_t dispatch_recv = 0, dispatch_send = 0, combine_recv = 0, combine_send = 0;
+};
+
+// The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
+// combine_recv_region[slot[t, j]] (kernels::combine_forward; slot -1 = no term).
+struct combine_terms {
+  std::vector<int64_t> slot;  // [num_tokens, width] row of the combine receive region
+  std::vector<float> ones;    // weights when every term has weight 1 (normal's partials)
+  const float* weight = nullptr;  // [num_tokens, width]
+  int width = 0;
+  int64_t num_region_rows = 0;  // rows of the combine receive region slot may name
+};
+
+struct ep_group_impl;
+
+// One EP mode: what it does at each point of a step that differs between modes. The group
+// validates every call, runs the layout, the count exchange and the waits; between those it
+// calls these, in this order. Every operation that writes records its bytes in step_bytes.
+struct ep_mode_ops {
+  // Sets the mode's geometry (row_bytes, max_rows_per_peer, max_recv_rows_per_source and the
+  // node layout) and returns the sizes of its regions. Runs once, before any buffer exists.
+  ep_region_sizes (*regions_plan)(ep_group_impl& g);
+  // dispatch_send, before the count records: numbers the rows for each destination
+  // (num_rows_to) and packs them into staging. is_token_in_rank is [num_tokens, num_ranks].
+  status (*dispatch_pack)(ep_group_impl& g, const uint8_t* is_token_in_rank);
+  // dispatch_send, after the count records: writes that need not wait for the peers.
+  status (*dispatch_eager_write)(ep_group_impl& g);
+  // dispatch_recv, once every count record arrived: the bulk writes, and how many dispatch
+  // immediates to expect from each source (expected[source], zeroed by the caller).
+  status (*dispatch_bulk_write)(ep_group_impl& g, std::vector<int64_t>& expected);
+  // dispatch_recv, once the data arrived: fills g.output (through start_output).
+  status (*dispatch_output_build)(ep_group_impl& g);
+  // combine_send: returns the expert outputs (rows in dispatch_recv's order) to the sources.
+  status (*combine_write)(ep_group_impl& g, const char* expert_out);
+  // combine_recv: how many combine immediates to expect from each destination of dispatch.
+  void (*combine_completions_expect)(const ep_group_impl& g, std::vector<int64_t>& expected);
+  // combine_recv, once the data arrived: the terms of the final reduction.
+  void (*combine_terms_build)(const ep_group_impl& g, combine_terms& terms);
+};
+
+extern const ep_mode_ops normal_mode_ops;
+extern const ep_mode_ops low_latency_mode_ops;
+extern const ep_mode_ops baseline_mode_ops;
+
+struct ep_group_impl {
+  ep_config cfg;
+  const ep_mode_ops* ops = nullptr;
+  int rank = 0, num_ranks = 0, num_local_experts = 0;
+  int64_t hidden_bytes = 0;
+  int64_t row_bytes = 0;  // a dispatch row: hidden payload, then the mode's metadata, padded
+  // low_latency and baseline: rows a rank may receive from one peer per step (`cap` in
+  // PROTOCOL.md).
+  int64_t max_rows_per_peer = 0;
+  // The most rows a count record may announce (normal: tokens; others: entries).
+  int64_t max_recv_rows_per_source = 0;
+  // normal mode across nodes: ranks per node, nodes, and rows a rank can receive from one
+  // gateway of its node per step (F in PROTOCOL.md); across_nodes when there is more than
+  // one node.
+  int num_ranks_per_node = 1, num_nodes = 1;
+  int64_t max_forwarded_rows_per_gateway = 0;
+  bool across_nodes = false;
+  int node_of(int r) const { return r / num_ranks_per_node; }
+  int local_of(int r) const { return r % num_ranks_per_node; }
+  int gateway_of(int node) const { return node * num_ranks_per_node + local_of(rank); }
+  std::vector<peer_regions> peers;
+  buffer ctrl_recv, ctrl_send, dispatch_recv_region, staging, combine_recv_region;
+  // Declared after the buffers so it is destroyed first: the endpoint and its
+  // registrations close before the memory they cover is unmapped.
+  std::unique_ptr<transport> endpoint;
+  kernels::thread_pool pool{1};
+
+  uint32_t seq = 0;
+  ep_phase phase = ep_phase::idle;
+  int64_t deadline = 0;
+  error broken;
+  bool is_broken = false;
+  // imm_counters[step % 16][kind][forwarded][src]: immediates received, reset when their
+  // step completes.
+  std::vector<uint32_t> imm_counters;
+  std::vector<uint32_t> imm_batch;  // one progress() call's immediates
+  ep_step_bytes step_bytes;
+
+  // The step's inputs and send-side layout.
+  const void* x = nullptr;
+  const int64_t* topk_idx = nullptr;
+  const float* topk_weights = nullptr;
+  int64_t num_tokens = 0;
+  std::vector<int64_t> num_rows_to;      // [num_ranks] rows for each destination
+  std::vector<int64_t> token_rank_slot;  // [num_tokens, num_ranks] (dispatch layout)
+  // normal: [num_tokens, num_ranks] row of the token at destination (a rank of our node, or
+  // a gateway), -1 if none.
+  std::vector<int64_t> dest_slot;
+  // gateway: [num_ranks_per_node] rows forwarded to each rank of the node.
+  std::vector<int64_t> num_forwarded_to;
+  // [num_ranks_per_node] rows forwarded to us by each gateway of the node.
+  std::vector<int64_t> num_forwarded_from;
+  // gateway: [num_ranks * max_tokens, num_ranks_per_node] position of inter-node row (s, i)
+  // in the stream forwarded to local rank l, -1 if none.
+  std::vector<int64_t> gateway_slot;
+  // ll, baseline: [num_tokens, topk] row index of the entry at its destination.
+  std::vector<int64_t> entry_slot;
+  std::vector<int64_t> num_rows_from;  // [num_ranks] rows from each source
+  int64_t num_padded_rows = 0;         // baseline: the step's block size in rows
+
+  // Receive-side handle for combine.
+  dispatch_output output;
+  std::vector<char> output_x;
+  // normal: [receive-region row, topk] output row of each entry, and its weight.
+  std::vector<int64_t> recv_slot;
+  std::vector<float> recv_weight;
+  // Per output row: normal, its receive-region row; ll/baseline, its index inside its
+  // source's block.
+  std::vector<int64_t> output_recv_pos;
+
+  // The local index of global expert e, or -1 when another rank holds it.
+  int64_t local_expert(int64_t e) const {
+    const int64_t first = static_cast<int64_t>(rank) * num_local_experts;
+    return e >= first && e < first + num_local_experts ? e - first : -1;
+  }
+  // Turns rows per local expert (per_expert[1 + j]) into offsets and sizes the step's output
+  // for that many rows. Every mode's receive path starts here.
+  void start_output(std::vector<int64_t>& per_expert);
+  // The step's output is complete: the next call is combine_send.
+  const dispatch_output* finish_output();
+
+  uint32_t& counter(uint32_t step, uint32_t kind, int src, uint32_t fwd = 0) {
+    return imm_counters[(((step % proto::step_slots) * 3 + kind) * 2 + fwd) * num_ranks + src];
+  }
+  int64_t ll_writes(int64_t rows) const {
+    return (rows + cfg.ll_entries_per_write - 1) / cfg.ll_entries_per_write;
+  }
+  int64_t chunks(int64_t num_bytes) const {
+    const auto c = static_cast<int64_t>(cfg.chunk_bytes);
+    return num_bytes == 0 ? 0 : (num_bytes + c - 1) / c;
+  }
+
+  // Breaks the group with its first error and returns e.
+  error fail(error e);
+  status check_usable() const;
+  status progress();
+  // Progresses until counter(seq, kind, r, fwd) == expected[r] for every r and our own writes
+  // completed locally. On the deadline: a timeout naming the ranks still missing.
+  status wait_for(uint32_t kind, const std::vector<int64_t>& expected, const char* what,
+                  uint32_t fwd = 0);
+  // One write of len bytes from staging or ctrl_send, counted in wire/writes.
+  status write(int peer, const char* src, int64_t len, const remote_region& dst, int64_t off,
+               uint32_t kind, uint64_t& wire, uint64_t& writes, uint32_t fwd = 0);
+  // Bulk data in chunks of cfg.chunk_bytes, each with its own immediate.
+  status write_chunked(int peer, const char* src, int64_t len, const remote_region& dst,
+                       int64_t off, uint32_t kind, uint64_t& wire, uint64_t& writes,
+                       uint32_t fwd = 0);
+  const local_region& staging_or_ctrl(const char* p) const;
+
+  status dispatch_send(const void* x_in, const int64_t* idx, const float* weights,
+                       int64_t num_tokens_in);
+  result<const dispatch_output*> dispatch_recv();
+  status combine_send(const dispatch_output& handle, const void* expert_out);
+  status combine_recv(void* y);
+};
+
+// The two per-entry modes (low_latency, baseline) move one row per (token, expert) entry
+// and share these (fabric/ep_mode_entries.cpp).
+ep_region_sizes entry_regions_plan(ep_group_impl& g, int64_t num_dispatch_recv_halves);
+// The dispatch_pack of both (routing alone decides the entries; is_token_in_rank is unused).
+status entry_rows_pack(ep_group_impl& g, const uint8_t* is_token_in_rank);
+// Entries in (source, slot) order, which is (source, token, k) order, grouped by local
+// expert; source s's block starts at row first_row + s * max_rows_per_peer.
+status entry_output_build(ep_group_impl& g, int64_t first_row);
+// Copies each expert output row into staging at the slot its entry came from at its source.
+void entry_outputs_stage(ep_group_impl& g, const char* expert_out);
+void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms);
+
+}  // namespace moerl::fabric::detail

@@ -1,0 +1,123 @@
+// What the two per-entry modes (low_latency, baseline) share: one row per (token, expert)
+// entry, numbered per destination in (token, k) order, in blocks of max_rows_per_peer rows
+// per peer; combine returns each expert output to the slot its entry came from and reduces
+// with the routing weights in k order.
+#include <algorithm>
+#include <cstring>
+
+#include "fabric/ep_group_impl.h"
+
+namespace moerl::fabric::detail {
+
+using proto::entry_meta;
+
+ep_region_sizes entry_regions_plan(ep_group_impl& g, int64_t num_dispatch_recv_halves) {
+  g.row_bytes = proto::align_up(g.hidden_bytes + static_cast<int64_t>(sizeof(entry_meta)), 16);
+  const int64_t worst =
+      g.cfg.max_tokens_per_rank * std::min<int64_t>(g.cfg.topk, g.num_local_experts);
+  g.max_rows_per_peer = g.cfg.rows_per_peer > 0 ? g.cfg.rows_per_peer : worst;
+  g.max_recv_rows_per_source = g.max_rows_per_peer;
+  const int64_t num_block_rows = g.num_ranks * g.max_rows_per_peer;
+  ep_region_sizes sizes;
+  sizes.dispatch_recv = num_dispatch_recv_halves * num_block_rows * g.row_bytes;
+  sizes.dispatch_send = num_block_rows * g.row_bytes;
+  sizes.combine_recv = num_block_rows * g.hidden_bytes;
+  sizes.combine_send = num_block_rows * g.hidden_bytes;
+  return sizes;
+}
+
+status entry_rows_pack(ep_group_impl& g, const uint8_t*) {
+  const int topk = g.cfg.topk;
+  const int64_t num_tokens = g.num_tokens, capacity = g.max_rows_per_peer;
+  g.entry_slot.assign(static_cast<size_t>(num_tokens * topk), -1);
+  for (int64_t tk = 0; tk < num_tokens; ++tk)
+    for (int k = 0; k < topk; ++k) {
+      const int64_t e = g.topk_idx[tk * topk + k];
+      if (e < 0) continue;
+      const int d = static_cast<int>(e / g.num_local_experts);
+      g.entry_slot[tk * topk + k] = g.num_rows_to[d]++;
+    }
+  for (int d = 0; d < g.num_ranks; ++d)
+    if (g.num_rows_to[d] > capacity)
+      return error{errc::capacity_exceeded,
+                   "dispatch_send: " + std::to_string(g.num_rows_to[d]) + " entries for rank " +
+                       std::to_string(d) + " exceed its " + std::to_string(capacity) +
+                       " receive rows (a token names one expert twice, or rows_per_peer is too "
+                       "small)"};
+  const char* x = static_cast<const char*>(g.x);
+  for (int64_t tk = 0; tk < num_tokens; ++tk)
+    for (int k = 0; k < topk; ++k) {
+      const int64_t e = g.topk_idx[tk * topk + k];
+      if (e < 0) continue;
+      const int d = static_cast<int>(e / g.num_local_experts);
+      // staging[d][slot]: entries for d in (token, k) order, the block d receives.
+      const int64_t staging_row = d * capacity + g.entry_slot[tk * topk + k];
+      char* row = g.staging.data() + staging_row * g.row_bytes;
+      std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
+      entry_meta m{static_cast<int32_t>(tk), k, static_cast<int32_t>(e), 0};
+      std::memcpy(row + g.hidden_bytes, &m, sizeof m);
+    }
+  return {};
+}
+
+status entry_output_build(ep_group_impl& g, int64_t first_row) {
+  const int topk = g.cfg.topk;
+  std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
+  auto row_at = [&](int s, int64_t i) -> const char* {
+    return g.dispatch_recv_region.data() +
+           (first_row + s * g.max_rows_per_peer + i) * g.row_bytes;
+  };
+  // Pass 1: rows per local expert, and validation of what arrived.
+  for (int s = 0; s < g.num_ranks; ++s)
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
+      entry_meta m;
+      std::memcpy(&m, row_at(s, i) + g.hidden_bytes, sizeof m);
+      if (g.local_expert(m.expert) < 0 || m.k < 0 || m.k >= topk)
+        return g.fail(error{errc::malformed_message,
+                            "EP: an entry from rank " + std::to_string(s) + " names expert " +
+                                std::to_string(m.expert) + " which this rank does not hold"});
+      ++per_expert[g.local_expert(m.expert) + 1];
+    }
+  g.start_output(per_expert);
+  // Pass 2: place rows. Visiting (s, i) in order keeps each expert's rows in that order.
+  std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
+  for (int s = 0; s < g.num_ranks; ++s)
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
+      const char* row = row_at(s, i);
+      entry_meta m;
+      std::memcpy(&m, row + g.hidden_bytes, sizeof m);
+      const int64_t r = cursor[g.local_expert(m.expert)]++;
+      std::memcpy(g.output_x.data() + r * g.hidden_bytes, row, g.hidden_bytes);
+      g.output.src_rank[r] = s;
+      g.output.src_token[r] = m.token;
+      g.output.src_k[r] = m.k;
+      g.output_recv_pos[r] = i;
+    }
+  return {};
+}
+
+void entry_outputs_stage(ep_group_impl& g, const char* expert_out) {
+  for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
+    std::memcpy(g.staging.data() +
+                    (g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]) *
+                        g.hidden_bytes,
+                expert_out + r * g.hidden_bytes, g.hidden_bytes);
+}
+
+// Term k of token t is the output of its k-th entry, weighted by its routing weight.
+void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
+  const int topk = g.cfg.topk;
+  terms.width = topk;
+  terms.weight = g.topk_weights;
+  terms.slot.assign(static_cast<size_t>(g.num_tokens * topk), -1);
+  for (int64_t tk = 0; tk < g.num_tokens; ++tk)
+    for (int k = 0; k < topk; ++k) {
+      const int64_t e = g.topk_idx[tk * topk + k];
+      if (e < 0) continue;
+      terms.slot[tk * topk + k] =
+          (e / g.num_local_experts) * g.max_rows_per_peer + g.entry_slot[tk * topk + k];
+    }
+  terms.num_region_rows = g.num_ranks * g.max_rows_per_peer;
+}
+
+}  // namespace moerl::fabric::detail

@@ -1,0 +1,380 @@
+// The normal mode (high throughput; DeepEP normal, NCCL EP HT): one row per (token,
+// destination rank) after a count exchange; combine reduces on the expert's rank and returns
+// one partial per rank. Across nodes a token crosses to each node once, to a gateway that
+// forwards it inside the node (PROTOCOL.md, "normal" and "normal across nodes").
+#include <algorithm>
+#include <cstring>
+
+#include "fabric/ep_group_impl.h"
+#include "kernels/combine.h"
+#include "kernels/dtypes.h"
+
+namespace moerl::fabric::detail {
+
+using proto::count_record;
+
+namespace {
+
+// Row metadata (proto::normal_meta_bytes): int32 token, int32 source rank,
+// int32 topk_idx[topk], float topk_weight[topk].
+int32_t meta_token(const char* meta) {
+  int32_t token;
+  std::memcpy(&token, meta, 4);
+  return token;
+}
+int32_t meta_source(const char* meta) {
+  int32_t source;
+  std::memcpy(&source, meta + 4, 4);
+  return source;
+}
+int32_t meta_expert(const char* meta, int k) {
+  int32_t e;
+  std::memcpy(&e, meta + 8 + 4 * k, 4);
+  return e;
+}
+
+// Rows of the dispatch (and combine) regions: [num_ranks][max_tokens] direct (and, across
+// nodes, inter-node) rows, then [num_ranks_per_node][F] forwarded rows.
+int64_t num_region_rows(const ep_group_impl& g) {
+  return g.num_ranks * g.cfg.max_tokens_per_rank +
+         g.num_ranks_per_node * g.max_forwarded_rows_per_gateway;
+}
+// First row of the forwarded rows from (or to) local rank l.
+int64_t forwarded_base(const ep_group_impl& g, int l) {
+  return g.num_ranks * g.cfg.max_tokens_per_rank + l * g.max_forwarded_rows_per_gateway;
+}
+
+// kernels::combine_forward over rows of `in` of the group's dtype, into dst.
+status reduce(ep_group_impl& g, const void* in, const int64_t* slot, const float* weight,
+              int64_t num_rows, int width, int64_t num_in_rows, char* dst) {
+  return g.cfg.dtype == ep_dtype::bf16
+             ? kernels::combine_forward(g.pool, static_cast<const kernels::bf16*>(in), slot,
+                                        weight, num_rows, width, g.cfg.hidden, num_in_rows,
+                                        reinterpret_cast<kernels::bf16*>(dst))
+             : kernels::combine_forward(g.pool, static_cast<const float*>(in), slot, weight,
+                                        num_rows, width, g.cfg.hidden, num_in_rows,
+                                        reinterpret_cast<float*>(dst));
+}
+
+// Source s's partials, staged in staging block s, into s's combine region at our block: in
+// the order s sent the tokens.
+status partials_return(ep_group_impl& g, int s) {
+  const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.hidden_bytes;
+  return g.write_chunked(s, g.staging.data() + s * block_bytes, g.num_rows_from[s] * g.hidden_bytes,
+                         g.peers[s].combine, g.rank * block_bytes, proto::imm_combine,
+                         g.step_bytes.combine_wire, g.step_bytes.combine_writes);
+}
+
+ep_region_sizes normal_regions_plan(ep_group_impl& g) {
+  g.row_bytes = proto::align_up(g.hidden_bytes + proto::normal_meta_bytes(g.cfg.topk), 16);
+  g.max_recv_rows_per_source = g.cfg.max_tokens_per_rank;
+  g.across_nodes = g.num_nodes > 1;
+  g.max_forwarded_rows_per_gateway = (g.num_nodes - 1) * g.cfg.max_tokens_per_rank;
+  const int64_t num_rows = num_region_rows(g);
+  ep_region_sizes sizes;
+  sizes.dispatch_recv = num_rows * g.row_bytes;
+  sizes.dispatch_send = num_rows * g.row_bytes;
+  sizes.combine_recv = num_rows * g.hidden_bytes;
+  sizes.combine_send = num_rows * g.hidden_bytes;
+  return sizes;
+}
+
+status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
+  const int num_ranks = g.num_ranks, topk = g.cfg.topk;
+  const int64_t num_tokens = g.num_tokens;
+  // Destinations: the ranks of our node that hold one of the token's experts, and for
+  // every other node holding one, that node's gateway (its rank with our local index).
+  // Inside one node that is simply every rank the token goes to.
+  g.dest_slot.assign(static_cast<size_t>(num_tokens * num_ranks), -1);
+  for (int64_t tk = 0; tk < num_tokens; ++tk)
+    for (int d = 0; d < num_ranks; ++d) {
+      if (!is_token_in_rank[tk * num_ranks + d]) continue;
+      const bool same_node = !g.across_nodes || g.node_of(d) == g.node_of(g.rank);
+      const int dest = same_node ? d : g.gateway_of(g.node_of(d));
+      int64_t& slot = g.dest_slot[tk * num_ranks + dest];
+      if (slot < 0) slot = g.num_rows_to[dest]++;
+    }
+  // Pack: staging[dest][i] is the i-th token (ascending index) going to dest.
+  const char* x = static_cast<const char*>(g.x);
+  for (int64_t tk = 0; tk < num_tokens; ++tk)
+    for (int d = 0; d < num_ranks; ++d) {
+      const int64_t i = g.dest_slot[tk * num_ranks + d];
+      if (i < 0) continue;
+      char* row = g.staging.data() + (d * g.cfg.max_tokens_per_rank + i) * g.row_bytes;
+      std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
+      char* meta = row + g.hidden_bytes;
+      const int32_t token = static_cast<int32_t>(tk), source = g.rank;
+      std::memcpy(meta, &token, 4);
+      std::memcpy(meta + 4, &source, 4);
+      for (int k = 0; k < topk; ++k) {
+        const auto e = static_cast<int32_t>(g.topk_idx[tk * topk + k]);
+        std::memcpy(meta + 8 + 4 * k, &e, 4);
+      }
+      std::memcpy(meta + 8 + 4 * topk, g.topk_weights + tk * topk, 4 * static_cast<size_t>(topk));
+    }
+  return {};
+}
+
+// Rows are written once every peer announced it is in this step (dispatch_bulk_write).
+status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
+
+status normal_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) {
+  const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
+  for (int d = 0; d < g.num_ranks; ++d)
+    if (auto st = g.write_chunked(d, g.staging.data() + d * block_bytes,
+                                  g.num_rows_to[d] * g.row_bytes, g.peers[d].dispatch,
+                                  g.rank * block_bytes, proto::imm_dispatch,
+                                  g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
+        !st)
+      return st;
+  for (int s = 0; s < g.num_ranks; ++s) expected[s] = g.chunks(g.num_rows_from[s] * g.row_bytes);
+  return {};
+}
+
+// Gateway role (across nodes): every row that arrived from another node goes once to each
+// rank of this node holding one of its experts, then the same count-first,
+// count-the-immediates exchange runs inside the node (immediates flagged `forwarded`).
+status forward_to_node(ep_group_impl& g) {
+  const int num_ranks = g.num_ranks, num_ranks_per_node = g.num_ranks_per_node;
+  const int64_t max_tokens = g.cfg.max_tokens_per_rank;
+  const int topk = g.cfg.topk;
+  const int64_t capacity = g.max_forwarded_rows_per_gateway;
+  const int my_node = g.node_of(g.rank);
+  const uint32_t forwarded = 1;
+  g.num_forwarded_to.assign(num_ranks_per_node, 0);
+  g.gateway_slot.assign(static_cast<size_t>(num_ranks * max_tokens * num_ranks_per_node), -1);
+  for (int s = 0; s < num_ranks; ++s) {
+    if (g.node_of(s) == my_node) continue;
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
+      const char* row = g.dispatch_recv_region.data() + (s * max_tokens + i) * g.row_bytes;
+      const char* meta = row + g.hidden_bytes;
+      for (int l = 0; l < num_ranks_per_node; ++l) {
+        const int64_t first_expert =
+            static_cast<int64_t>(my_node * num_ranks_per_node + l) * g.num_local_experts;
+        bool wanted = false;
+        for (int k = 0; k < topk && !wanted; ++k) {
+          const int32_t e = meta_expert(meta, k);
+          wanted = e >= first_expert && e < first_expert + g.num_local_experts;
+        }
+        if (!wanted) continue;
+        if (g.num_forwarded_to[l] >= capacity)
+          return g.fail(error{errc::malformed_message,
+                              "EP: more rows to forward than the node holds"});
+        const int64_t pos = g.num_forwarded_to[l]++;
+        std::memcpy(g.staging.data() + (forwarded_base(g, l) + pos) * g.row_bytes, row,
+                    g.row_bytes);
+        g.gateway_slot[(s * max_tokens + i) * num_ranks_per_node + l] = pos;
+      }
+    }
+  }
+  auto* rec = reinterpret_cast<count_record*>(g.ctrl_send.data()) + num_ranks;
+  for (int l = 0; l < num_ranks_per_node; ++l) {
+    const int d = my_node * num_ranks_per_node + l;
+    rec[l] = count_record{static_cast<uint64_t>(g.num_forwarded_to[l]), 0};
+    const int64_t off = (2 * num_ranks + (g.seq & 1) * num_ranks + g.rank) *
+                        static_cast<int64_t>(sizeof(count_record));
+    if (auto st = g.write(d, reinterpret_cast<const char*>(&rec[l]), sizeof(count_record),
+                          g.peers[d].ctrl, off, proto::imm_count, g.step_bytes.dispatch_wire,
+                          g.step_bytes.dispatch_writes, forwarded);
+        !st)
+      return st;
+  }
+  for (int l = 0; l < num_ranks_per_node; ++l) {
+    const int d = my_node * num_ranks_per_node + l;
+    if (auto st = g.write_chunked(d, g.staging.data() + forwarded_base(g, l) * g.row_bytes,
+                                  g.num_forwarded_to[l] * g.row_bytes, g.peers[d].dispatch,
+                                  forwarded_base(g, g.local_of(g.rank)) * g.row_bytes,
+                                  proto::imm_dispatch, g.step_bytes.dispatch_wire,
+                                  g.step_bytes.dispatch_writes, forwarded);
+        !st)
+      return st;
+  }
+  std::vector<int64_t> expected(num_ranks, 0);
+  for (int l = 0; l < num_ranks_per_node; ++l) expected[my_node * num_ranks_per_node + l] = 1;
+  if (auto st = g.wait_for(proto::imm_count, expected, "forwarded count exchange", forwarded);
+      !st)
+    return st;
+  const auto* got = reinterpret_cast<const count_record*>(
+      g.ctrl_recv.data() + (2 * num_ranks + (g.seq & 1) * num_ranks) * sizeof(count_record));
+  g.num_forwarded_from.assign(num_ranks_per_node, 0);
+  std::fill(expected.begin(), expected.end(), 0);
+  for (int l = 0; l < num_ranks_per_node; ++l) {
+    const int q = my_node * num_ranks_per_node + l;
+    g.num_forwarded_from[l] = static_cast<int64_t>(got[q].rows);
+    if (g.num_forwarded_from[l] > capacity)
+      return g.fail(error{errc::malformed_message,
+                          "EP: gateway " + std::to_string(q) + " announced " +
+                              std::to_string(g.num_forwarded_from[l]) +
+                              " forwarded rows, over " + std::to_string(capacity)});
+    expected[q] = g.chunks(g.num_forwarded_from[l] * g.row_bytes);
+  }
+  return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
+}
+
+// The expert-major output: every token row that is ours (sent directly by a rank of our
+// node, or forwarded by one of its gateways), in (source rank, token) order, fanned out to
+// each local expert it names.
+status normal_dispatch_output_build(ep_group_impl& g) {
+  if (g.across_nodes)
+    if (auto st = forward_to_node(g); !st) return st;
+  const int num_ranks = g.num_ranks, topk = g.cfg.topk;
+  const int64_t max_tokens = g.cfg.max_tokens_per_rank;
+  auto meta_of = [&](int64_t row) {
+    return g.dispatch_recv_region.data() + row * g.row_bytes + g.hidden_bytes;
+  };
+  std::vector<int64_t> rows;  // receive-region row indices
+  for (int s = 0; s < num_ranks; ++s) {
+    // Inter-node rows were forwarded, they are not ours.
+    if (g.across_nodes && g.node_of(s) != g.node_of(g.rank)) continue;
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i) rows.push_back(s * max_tokens + i);
+  }
+  if (g.across_nodes) {
+    for (int l = 0; l < g.num_ranks_per_node; ++l)
+      for (int64_t p = 0; p < g.num_forwarded_from[l]; ++p)
+        rows.push_back(forwarded_base(g, l) + p);
+    auto key = [&](int64_t row) {
+      return std::make_pair(meta_source(meta_of(row)), meta_token(meta_of(row)));
+    };
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](int64_t a, int64_t b) { return key(a) < key(b); });
+  }
+  std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
+  for (int64_t row : rows) {
+    const char* meta = meta_of(row);
+    bool any = false;
+    for (int k = 0; k < topk; ++k) {
+      const int64_t local = g.local_expert(meta_expert(meta, k));
+      if (local >= 0) {
+        ++per_expert[local + 1];
+        any = true;
+      }
+    }
+    const int32_t source = meta_source(meta);
+    if (!any || source < 0 || source >= num_ranks)
+      return g.fail(error{errc::malformed_message,
+                          "EP: a received row names no expert of this rank or no valid source"});
+  }
+  g.start_output(per_expert);
+  g.recv_slot.assign(static_cast<size_t>(num_region_rows(g) * topk), -1);
+  g.recv_weight.assign(g.recv_slot.size(), 0.0f);
+  std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
+  for (int64_t row : rows) {
+    const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
+    const char* meta = payload + g.hidden_bytes;
+    const int32_t token = meta_token(meta), source = meta_source(meta);
+    for (int k = 0; k < topk; ++k) {
+      const int64_t local = g.local_expert(meta_expert(meta, k));
+      if (local < 0) continue;
+      const int64_t r = cursor[local]++;
+      std::memcpy(g.output_x.data() + r * g.hidden_bytes, payload, g.hidden_bytes);
+      g.output.src_rank[r] = source;
+      g.output.src_token[r] = token;
+      g.output.src_k[r] = k;
+      g.output_recv_pos[r] = row;
+      g.recv_slot[row * topk + k] = r;
+      std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+    }
+  }
+  return {};
+}
+
+// Reduce on this rank: one partial row per received token, sum over its local experts in k
+// order (kernels' combine), then back to whoever sent the token, in its order.
+status normal_combine_write(ep_group_impl& g, const char* expert_out) {
+  const int num_ranks = g.num_ranks, num_ranks_per_node = g.num_ranks_per_node;
+  const int topk = g.cfg.topk;
+  const int64_t max_tokens = g.cfg.max_tokens_per_rank, hidden_bytes = g.hidden_bytes;
+  const int64_t num_out_rows = g.output.num_recv_rows;
+  const uint32_t forwarded = 1;
+  for (int s = 0; s < num_ranks; ++s) {
+    if (g.num_rows_from[s] == 0 || (g.across_nodes && g.node_of(s) != g.node_of(g.rank)))
+      continue;
+    char* dst = g.staging.data() + s * max_tokens * hidden_bytes;
+    const int64_t base = s * max_tokens * topk;
+    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
+                         g.num_rows_from[s], topk, num_out_rows, dst);
+        !st)
+      return st;
+    if (auto st = partials_return(g, s); !st) return st;
+  }
+  if (!g.across_nodes) return {};
+  // Partials of forwarded tokens go back to the gateway that forwarded them ...
+  const int my_node = g.node_of(g.rank);
+  for (int l = 0; l < num_ranks_per_node; ++l) {
+    if (g.num_forwarded_from[l] == 0) continue;
+    const int64_t base = forwarded_base(g, l);
+    const int gateway = my_node * num_ranks_per_node + l;
+    char* dst = g.staging.data() + base * hidden_bytes;
+    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base * topk,
+                         g.recv_weight.data() + base * topk, g.num_forwarded_from[l], topk,
+                         num_out_rows, dst);
+        !st)
+      return st;
+    if (auto st = g.write_chunked(gateway, dst, g.num_forwarded_from[l] * hidden_bytes,
+                                  g.peers[gateway].combine,
+                                  forwarded_base(g, g.local_of(g.rank)) * hidden_bytes,
+                                  proto::imm_combine, g.step_bytes.combine_wire,
+                                  g.step_bytes.combine_writes, forwarded);
+        !st)
+      return st;
+  }
+  // ... which sums them in rank order into one partial per (token, node) for the source.
+  std::vector<int64_t> expected(num_ranks, 0);
+  for (int l = 0; l < num_ranks_per_node; ++l)
+    expected[my_node * num_ranks_per_node + l] = g.chunks(g.num_forwarded_to[l] * hidden_bytes);
+  if (auto st = g.wait_for(proto::imm_combine, expected, "forwarded partials", forwarded); !st)
+    return st;
+  for (int s = 0; s < num_ranks; ++s) {
+    if (g.node_of(s) == my_node || g.num_rows_from[s] == 0) continue;
+    std::vector<int64_t> slot(static_cast<size_t>(g.num_rows_from[s] * num_ranks_per_node), -1);
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i)
+      for (int l = 0; l < num_ranks_per_node; ++l) {
+        const int64_t pos = g.gateway_slot[(s * max_tokens + i) * num_ranks_per_node + l];
+        if (pos >= 0) slot[i * num_ranks_per_node + l] = forwarded_base(g, l) + pos;
+      }
+    const std::vector<float> ones(slot.size(), 1.0f);
+    char* dst = g.staging.data() + s * max_tokens * hidden_bytes;
+    if (auto st = reduce(g, g.combine_recv_region.data(), slot.data(), ones.data(),
+                         g.num_rows_from[s], num_ranks_per_node, num_region_rows(g), dst);
+        !st)
+      return st;
+    if (auto st = partials_return(g, s); !st) return st;
+  }
+  return {};
+}
+
+void normal_combine_completions_expect(const ep_group_impl& g, std::vector<int64_t>& expected) {
+  for (int d = 0; d < g.num_ranks; ++d)
+    expected[d] = g.chunks(g.num_rows_to[d] * g.hidden_bytes);
+}
+
+// One partial per rank, summed in rank order with weight 1 (exact).
+void normal_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
+  const int num_ranks = g.num_ranks;
+  const int64_t max_tokens = g.cfg.max_tokens_per_rank;
+  terms.width = num_ranks;
+  terms.slot.assign(static_cast<size_t>(g.num_tokens * num_ranks), -1);
+  for (int64_t tk = 0; tk < g.num_tokens; ++tk)
+    for (int d = 0; d < num_ranks; ++d) {
+      const int64_t i = g.dest_slot[tk * num_ranks + d];
+      if (i >= 0) terms.slot[tk * num_ranks + d] = d * max_tokens + i;
+    }
+  terms.ones.assign(terms.slot.size(), 1.0f);
+  terms.weight = terms.ones.data();
+  terms.num_region_rows = num_ranks * max_tokens;
+}
+
+}  // namespace
+
+const ep_mode_ops normal_mode_ops = {
+    normal_regions_plan,
+    normal_dispatch_pack,
+    normal_dispatch_eager_write,
+    normal_dispatch_bulk_write,
+    normal_dispatch_output_build,
+    normal_combine_write,
+    normal_combine_completions_expect,
+    normal_combine_terms_build,
+};
+
+}  // namespace moerl::fabric::detail
