@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "ledger/byte_codec.h"
+#include "common/byte_codec.h"
 
 namespace moerl::ledger::detail {
 

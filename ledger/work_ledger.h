@@ -32,7 +32,7 @@ class object_store;
 
 namespace moerl::ledger {
 
-struct journal_record;  // private; defined in work_ledger.cpp
+struct journal_record;  // private; ledger/journal_record.h
 
 struct ledger_options {
   int64_t lease_timeout_ms = 30000;   // ledger.lease_timeout_ms
@@ -155,12 +155,15 @@ class work_ledger {
   uint32_t epoch() const { return epoch_; }
   const ledger_options& options() const { return opts_; }
 
-  struct state;  // private; defined in work_ledger.cpp
+  struct state;  // private; ledger/ledger_state.h
 
  private:
   work_ledger(const ledger_options& options, const clock& clock, store::object_store* store);
   // Appends a record to the journal tail and applies it.
   status append(const journal_record& r);
+  // Ends each of these leases (reason a drop_reason::) and returns those it ended; the
+  // one loop behind expire_due() and worker_dead().
+  std::vector<ended_lease> end_leases(const std::vector<unit_id>& units, const char* reason);
 
   ledger_options opts_;
   const clock& clock_;

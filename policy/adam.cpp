@@ -1,7 +1,8 @@
 #include "policy/adam.h"
 
 #include <cmath>
-#include <cstring>
+
+#include "common/byte_codec.h"
 
 namespace moerl::policy {
 
@@ -45,32 +46,36 @@ result<double> adam::step(std::vector<float>& params, const std::vector<float>& 
   return norm;
 }
 
+namespace {
+constexpr char kMagic[8] = {'M', 'O', 'E', 'R', 'L', 'A', 'D', 'M'};
+constexpr size_t kHeaderBytes = sizeof kMagic + 8 + 8;  // magic, steps, n
+}  // namespace
+
 std::string adam::serialize() const {
-  std::string out("MOERLADM", 8);
-  const uint64_t steps = static_cast<uint64_t>(t_), n = m_.size();
-  out.append(reinterpret_cast<const char*>(&steps), 8);
-  out.append(reinterpret_cast<const char*>(&n), 8);
-  out.append(reinterpret_cast<const char*>(m_.data()), n * sizeof(float));
-  out.append(reinterpret_cast<const char*>(v_.data()), n * sizeof(float));
-  return out;
+  byte_writer w;
+  w.raw(kMagic, sizeof kMagic);
+  w.u64(static_cast<uint64_t>(t_));
+  w.u64(m_.size());
+  w.f32s(m_.data(), m_.size());
+  w.f32s(v_.data(), v_.size());
+  return std::move(w.bytes());
 }
 
 status adam::load(const std::string& bytes) {
-  if (bytes.size() < 24 || bytes.compare(0, 8, "MOERLADM") != 0)
+  if (bytes.size() < kHeaderBytes || bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0)
     return error{errc::malformed_message, "optimiser state: does not start with MOERLADM"};
-  uint64_t steps = 0, n = 0;
-  std::memcpy(&steps, bytes.data() + 8, 8);
-  std::memcpy(&n, bytes.data() + 16, 8);
+  byte_reader r(bytes.data() + sizeof kMagic, bytes.size() - sizeof kMagic);
+  const uint64_t steps = r.u64(), n = r.u64();
   if (n != m_.size())
     return error{errc::invalid_argument, "optimiser state: holds " + std::to_string(n) +
                                              " moments, this model has " +
                                              std::to_string(m_.size()) + " parameters"};
-  if (bytes.size() != 24 + 2 * n * sizeof(float))
+  if (bytes.size() != kHeaderBytes + 2 * n * sizeof(float))
     return error{errc::malformed_message, "optimiser state: " + std::to_string(bytes.size()) +
                                               " bytes, expected " +
-                                              std::to_string(24 + 2 * n * sizeof(float))};
-  std::memcpy(m_.data(), bytes.data() + 24, n * sizeof(float));
-  std::memcpy(v_.data(), bytes.data() + 24 + n * sizeof(float), n * sizeof(float));
+                                              std::to_string(kHeaderBytes + 2 * n * sizeof(float))};
+  r.f32s(m_.data(), m_.size());
+  r.f32s(v_.data(), v_.size());
   t_ = static_cast<int64_t>(steps);
   return ok_status();
 }

@@ -1,7 +1,8 @@
 // A model's parameters: named tensors laid out back to back in one flat fp32 buffer, so a
 // gradient, an Adam moment or a weight version is one more buffer with the same layout.
 //
-// Byte format (little-endian; what weight versions and checkpoints carry):
+// Byte format (little-endian on every host, common/byte_codec.h; what weight versions and
+// checkpoints carry):
 //   "MOERLPAR" | u32 format version (1) | u32 num_tensors
 //   per tensor: u32 name length | name bytes | u32 rank | u64 dims[rank]
 //   u64 num_floats | fp32 data[num_floats]

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/byte_codec.h"
 #include "policy/adam.h"
 #include "policy/params.h"
 #include "policy/reward.h"
@@ -150,13 +151,12 @@ result<double> learned_reward_model::fit(const reward_model& teacher, int num_st
 }
 
 status learned_reward_model::save(const std::string& path) const {
-  std::string out(kMagic, sizeof kMagic);
-  const std::string name = task_.name();
-  const uint32_t len = name.size(), diff = task_.difficulty();
-  out.append(reinterpret_cast<const char*>(&len), 4);
-  out += name;
-  out.append(reinterpret_cast<const char*>(&diff), 4);
-  out += serialize_params(rm_layout(int64_t(num_positions_) * num_vocab, hidden_), params_);
+  byte_writer w;
+  w.raw(kMagic, sizeof kMagic);
+  w.str(task_.name());
+  w.u32(static_cast<uint32_t>(task_.difficulty()));
+  w.raw(serialize_params(rm_layout(int64_t(num_positions_) * num_vocab, hidden_), params_));
+  const std::string& out = w.bytes();
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) return error{errc::io_error, "cannot open '" + path + "' for writing"};
   f.write(out.data(), out.size());
@@ -176,18 +176,18 @@ result<std::unique_ptr<learned_reward_model>> learned_reward_model::load(
   };
   if (bytes.size() < 16 || std::memcmp(bytes.data(), kMagic, 8) != 0)
     return bad("does not start with MOERLRWD");
-  uint32_t len = 0, diff = 0;
-  std::memcpy(&len, bytes.data() + 8, 4);
+  byte_reader r(bytes.data() + sizeof kMagic, bytes.size() - sizeof kMagic);
+  const uint32_t len = r.u32();
   if (len > 64 || bytes.size() < 16 + size_t(len)) return bad("truncated task name");
-  const std::string name = bytes.substr(12, len);
-  std::memcpy(&diff, bytes.data() + 12 + len, 4);
+  const std::string name = r.raw(len);
+  const uint32_t diff = r.u32();
   if (name != t.name() || int(diff) != t.difficulty())
     return error{errc::invalid_argument, "reward model checkpoint '" + path +
                                              "' was trained for task " + name + "/" +
                                              std::to_string(diff) + ", not " + t.name() + "/" +
                                              std::to_string(t.difficulty())};
   param_layout layout;
-  auto data = deserialize_params(bytes.substr(16 + len), nullptr, &layout);
+  auto data = deserialize_params(bytes.substr(bytes.size() - r.remaining()), nullptr, &layout);
   if (!data) return bad(data.err().message);
   const tensor_spec* b1 = layout.find("rm.b1");
   if (!b1 || b1->dims.size() != 1) return bad("has no rm.b1 tensor");

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "bench/support.h"
 #include "ledger/sample_plane.h"
 #include "ledger/work_ledger.h"
 #include "common/percentile.h"
@@ -20,21 +21,8 @@ namespace moerl::bench {
 namespace {
 
 using namespace moerl::ledger;
-using clk = std::chrono::steady_clock;
+using clk = bench_clock;
 namespace fs = std::filesystem;
-
-double seconds_since(clk::time_point t0) {
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
-
-template <class T>
-T need(result<T> r, const char* step) {
-  if (!r) throw std::runtime_error(std::string(step) + ": " + r.err().to_string());
-  return std::move(*r);
-}
-void need(const status& s, const char* step) {
-  if (!s) throw std::runtime_error(std::string(step) + ": " + s.err().to_string());
-}
 
 double percentile(std::vector<double> v, double fraction) { return percentile_of(std::move(v), fraction * 100); }
 
@@ -51,7 +39,7 @@ constexpr uint32_t kGroupsPerUnit = 2;
 double cycle(work_ledger& l, const std::string& worker) {
   auto t0 = clk::now();
   auto ls = need(l.acquire(worker), "acquire");
-  double us = seconds_since(t0) * 1e6;
+  double us = us_since(t0);
   (void)need(l.report(ls.unit, ls.attempt, worker, ls.num_samples()), "report");
   (void)need(l.record_ack({ls.unit, ls.attempt, ls.shard, ls.groups, {}}), "ack");
   for (auto g : ls.groups) need(l.record_consumed({ls.unit, ls.attempt, g, kGroupSize}), "consumed");
@@ -106,7 +94,7 @@ nlohmann::json bench_journaled(const ledger_bench_options& opt, const fs::path& 
       cycle(*l, "w" + std::to_string(u % 8));
       auto ts = clk::now();
       need(l->sync(), "sync");
-      syncs.push_back(seconds_since(ts) * 1e6);
+      syncs.push_back(us_since(ts));
     }
     rates.push_back(opt.journaled_units / seconds_since(t0));
     sync_p50.push_back(percentile(syncs, 0.5));

@@ -1,9 +1,9 @@
 #include <iostream>
-#include <stdexcept>
 
 #include <CLI/CLI.hpp>
 
 #include "bench/ledger/ledger_bench.h"
+#include "bench/support.h"
 
 namespace moerl::bench {
 
@@ -20,12 +20,8 @@ void add_ledger_bench_command(CLI::App& bench) {
   cmd->add_option("--runs", opt.runs, "repetitions of each measurement")->check(CLI::Range(1, 100));
   cmd->add_option("--scratch", opt.scratch, "directory for the journal store (removed afterwards)");
   cmd->callback([] {
-    try {
-      std::cout << run_ledger_bench(opt).dump(as_json ? 2 : 1) << "\n";
-    } catch (const std::exception& e) {
-      std::cerr << "moerl bench ledger: " << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
+    run_bench_command("ledger",
+                      [] { std::cout << run_ledger_bench(opt).dump(as_json ? 2 : 1) << "\n"; });
   });
 }
 

@@ -3,14 +3,13 @@
 // shard capacity, worker death or a give-back. In-memory ledger, manual clock, no sleeps.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
-#include <filesystem>
 #include <map>
 #include <set>
 
 #include "ledger/work_ledger.h"
 #include "store/local_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::ledger {
 namespace {
@@ -196,10 +195,8 @@ TEST_F(LedgerBatch, unstarted_batch_expires_whole_at_its_deadline) {
 }
 
 TEST_F(LedgerBatch, batch_leases_are_journaled_and_expired_by_a_coordinator_restart) {
-  namespace fs = std::filesystem;
-  auto dir = fs::temp_directory_path() / ("moerl-ledger-batch-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  auto store = store::local_store::open(dir.string(), /*durable=*/false);
+  moerl::testing::temp_dir dir("ledger-batch");
+  auto store = store::local_store::open(dir.path(), /*durable=*/false);
   ASSERT_TRUE(store.ok()) << store.err().to_string();
   opts.group_size = 2;
   {
@@ -220,7 +217,6 @@ TEST_F(LedgerBatch, batch_leases_are_journaled_and_expired_by_a_coordinator_rest
   EXPECT_EQ((*l)->num_pending(), 4u);
   EXPECT_EQ((*l)->counters().dropped.at(drop_reason::coordinator_restart), 8u);
   EXPECT_TRUE((*l)->check_invariant().ok());
-  fs::remove_all(dir);
 }
 
 }  // namespace

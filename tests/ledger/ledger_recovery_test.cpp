@@ -3,25 +3,19 @@
 // new epoch, a torn last journal record is ignored, damage elsewhere is an error.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <random>
 
 #include "ledger/work_ledger.h"
 #include "store/local_store.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::ledger {
 namespace {
 
-namespace fs = std::filesystem;
-
 class LedgerRecovery : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() /
-          ("moerl-ledger-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    auto s = store::local_store::open(dir.string(), /*durable=*/false);
+    auto s = store::local_store::open(dir.path(), /*durable=*/false);
     ASSERT_TRUE(s.ok()) << s.err().to_string();
     st = std::move(*s);
     opts.lease_timeout_ms = 1000;
@@ -29,7 +23,6 @@ class LedgerRecovery : public ::testing::Test {
     opts.max_groups_per_unit = 2;
     opts.snapshot_every = 1'000'000;  // tests that want snapshots lower it
   }
-  void TearDown() override { fs::remove_all(dir); }
 
   std::unique_ptr<work_ledger> open(recovery_info* info = nullptr) {
     auto l = work_ledger::open(opts, clk, st.get(), info);
@@ -52,11 +45,12 @@ class LedgerRecovery : public ::testing::Test {
   static void finish(work_ledger& l, const lease& ls, bool train) {
     ASSERT_TRUE(l.report(ls.unit, ls.attempt, ls.worker, ls.num_samples()).ok());
     ASSERT_TRUE(l.record_ack({ls.unit, ls.attempt, ls.shard, ls.groups, {}}).ok());
-    if (train)
+    if (train) {
       for (auto g : ls.groups) ASSERT_TRUE(l.record_consumed({ls.unit, ls.attempt, g, 2}).ok());
+    }
   }
 
-  fs::path dir;
+  moerl::testing::temp_dir dir{"ledger-recovery"};  // before `st`: removed after it closes
   std::unique_ptr<store::object_store> st;
   ledger_options opts;
   manual_clock clk{0};
@@ -223,8 +217,11 @@ TEST_F(LedgerRecovery, a_crash_at_any_byte_of_the_last_segment_recovers_a_consis
     // Start every trial from the same journal: drop what earlier recoveries appended.
     auto now_keys = st->list("ledger/journal/");
     ASSERT_TRUE(now_keys.ok());
-    for (const auto& k : *now_keys)
-      if (k > last_key) ASSERT_TRUE(st->remove(k).ok());
+    for (const auto& k : *now_keys) {
+      if (k > last_key) {
+        ASSERT_TRUE(st->remove(k).ok());
+      }
+    }
     ASSERT_TRUE(st->put(last_key, full.substr(0, cut)).ok());
     recovery_info info;
     auto r = work_ledger::open(opts, clk, st.get(), &info);

@@ -8,21 +8,14 @@
 #include <thread>
 
 #include "policy/trainer.h"
+#include "tests/support/tiny_model.h"
 
 namespace moerl::policy {
 namespace {
 
 model_config ep_config() {
-  model_config c;
-  c.max_seq_len = 12;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
+  model_config c = moerl::testing::tiny_model(/*seed=*/5, /*max_seq_len=*/12);
   c.aux_loss_coef = 0.0f;  // a per-rank statistic; compared separately below
-  c.seed = 5;
   return c;
 }
 

@@ -8,21 +8,14 @@
 
 #include "policy/grpo.h"
 #include "policy/model.h"
+#include "tests/support/tiny_model.h"
 
 namespace moerl::policy {
 namespace {
 
 model_config tiny_config() {
-  model_config c;
-  c.max_seq_len = 8;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
+  model_config c = moerl::testing::tiny_model(/*seed=*/3, /*max_seq_len=*/8);
   c.aux_loss_coef = 0.05f;
-  c.seed = 3;
   return c;
 }
 

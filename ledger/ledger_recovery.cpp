@@ -1,0 +1,126 @@
+// work_ledger::open: a fresh ledger, or the one in the store rebuilt from its newest
+// snapshot plus the journal after it (ledger/LEDGER.md, "Recovery").
+#include <algorithm>
+
+#include "ledger/journal_format.h"
+#include "ledger/ledger_state.h"
+#include "ledger/snapshot_codec.h"
+#include "common/log.h"
+#include "store/object_store.h"
+
+namespace moerl::ledger {
+
+result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& options,
+                                                       const clock& clk,
+                                                       store::object_store* store,
+                                                       recovery_info* info) {
+  if (options.group_size == 0 || options.max_groups_per_unit == 0 || options.lease_timeout_ms <= 0)
+    return error(errc::invalid_argument, "ledger options: group_size, max_groups_per_unit and "
+                                         "lease_timeout_ms must be positive");
+  std::unique_ptr<work_ledger> l(new work_ledger(options, clk, store));
+  recovery_info ri;
+  state& st = *l->st_;
+  const std::string& prefix = options.store_prefix;
+
+  if (store) {
+    // 1. The newest snapshot.
+    auto snaps = store->list(detail::snapshot_dir(prefix));
+    if (!snaps) return snaps.err();
+    std::optional<std::string> snap_key;
+    for (const auto& k : *snaps)
+      if (detail::key_seq(detail::snapshot_dir(prefix), k)) snap_key = k;  // list is sorted
+    if (snap_key) {
+      auto bytes = store->get(*snap_key);
+      if (!bytes) return bytes.err();
+      auto fr = detail::read_frames(*bytes);
+      if (fr.payloads.size() != 1 || fr.torn_bytes != 0)
+        return error(errc::io_error, "ledger snapshot " + *snap_key + " is damaged");
+      uint64_t last = 0;
+      auto s = detail::decode_snapshot(fr.payloads[0], st, l->acct_, l->epoch_, last);
+      if (!s) return error(s.err().code, s.err().message + " (" + *snap_key + ")");
+      ri.snapshot_seq = last;
+      st.snapshot_seq = last;
+      st.next_seq = last + 1;
+      ri.recovered = true;
+    }
+    // 2. Journal segments after it, in order. Only the last segment may end torn.
+    auto segs = store->list(detail::journal_dir(prefix));
+    if (!segs) return segs.err();
+    std::vector<std::pair<uint64_t, std::string>> seg_keys;
+    for (const auto& k : *segs)
+      if (auto seq = detail::key_seq(detail::journal_dir(prefix), k))
+        seg_keys.emplace_back(*seq, k);
+    std::sort(seg_keys.begin(), seg_keys.end());
+    st.replaying = true;
+    for (size_t i = 0; i < seg_keys.size(); ++i) {
+      const auto& key = seg_keys[i].second;
+      auto bytes = store->get(key);
+      if (!bytes) return bytes.err();
+      auto fr = detail::read_frames(*bytes);
+      bool last_segment = i + 1 == seg_keys.size();
+      if (fr.torn_bytes && !last_segment)
+        return error(errc::io_error, "ledger journal " + key + ": damaged record at byte " +
+                                         std::to_string(fr.valid_bytes) +
+                                         " in a segment that is not the last");
+      for (const auto& payload : fr.payloads) {
+        auto r = detail::decode_record(payload);
+        if (!r) return error(errc::io_error, "ledger journal " + key + ": " + r.err().message);
+        if (r->seq < st.next_seq) continue;  // covered by the snapshot
+        if (r->seq != st.next_seq)
+          return error(errc::io_error, "ledger journal " + key + ": record " +
+                                           std::to_string(r->seq) + " where " +
+                                           std::to_string(st.next_seq) + " was expected");
+        auto s = detail::apply_record(st, l->acct_, l->epoch_, options, *r);
+        if (!s) return s.err();
+        st.next_seq = r->seq + 1;
+        ++st.records_since_snapshot;
+        ++ri.records_replayed;
+        ri.recovered = true;
+      }
+      if (fr.torn_bytes) {
+        // Keep only the good prefix, so that a later recovery does not find a torn
+        // segment in the middle of the journal.
+        ri.torn_bytes = fr.torn_bytes;
+        auto put = store->put(key, bytes->substr(0, fr.valid_bytes));
+        if (!put) return put.err();
+        logger("ledger")->warn("journal {}: ignored {} torn bytes at its end", key, fr.torn_bytes);
+      }
+    }
+    st.replaying = false;
+  }
+
+  // 3. A new incarnation: fences every attempt the previous one handed out.
+  if (l->epoch_ + 1 > kMaxEpoch)
+    return error(errc::capacity_exceeded, "ledger: coordinator epochs exhausted");
+  journal_record eb;
+  eb.type = record_type::epoch_begin;
+  eb.epoch = l->epoch_ + 1;
+  auto s = l->append(eb);
+  if (!s) return s.err();
+  if (ri.recovered) {
+    auto all = [](const unit_rec&) { return true; };
+    for (auto id : detail::leased_units_where(st, all)) {
+      journal_record e;
+      e.type = record_type::ended;
+      e.unit = id;
+      e.attempt = st.units[id].attempt;
+      e.reason = detail::drop_reason_code(drop_reason::coordinator_restart);
+      auto es = l->append(e);
+      if (!es) return es.err();
+      ++ri.leases_expired;
+    }
+    // Commits may have been journaled without their events reaching the shards: say
+    // them again (shards apply them idempotently).
+    for (auto& [id, u] : st.units) {
+      if (u.committed.size() > u.trained.size() && st.occupied.count(u.shard))
+        detail::emit(st, {ledger_event::kind::unit_committed, u.shard, u.id, u.attempt, {}, 0});
+    }
+  }
+  auto synced = l->sync();
+  if (!synced) return synced.err();
+  ri.epoch = l->epoch_;
+  if (info) *info = ri;
+  return l;
+}
+
+}  // namespace moerl::ledger

@@ -1,0 +1,79 @@
+// Private to the ledger: its whole state and the one function that changes it. The live
+// path (work_ledger.cpp) and recovery (ledger_recovery.cpp) both go through apply_record(),
+// which makes "survives a coordinator restart" a property of one function instead of two
+// that must agree. The snapshot codec (snapshot_codec.h) writes and reads this state.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "ledger/journal_record.h"
+#include "ledger/work_ledger.h"
+
+namespace moerl::ledger {
+
+struct unit_rec {
+  unit_id id = 0;
+  std::vector<group_id> groups;
+  unit_state state = unit_state::pending;
+  attempt_t attempt = 0;
+  worker_id worker;
+  shard_id shard;
+  int64_t deadline = 0;
+  bool reported = false;
+  bool acked = false;
+  std::vector<group_id> ack_accepted;
+  std::vector<group_id> ack_stale;
+  std::vector<group_id> todo;       // groups of the current/next attempt
+  std::set<group_id> committed;     // committed, not dropped since
+  std::map<group_id, uint64_t> trained;  // handed to a trainer -> the shard's hand-out id
+};
+
+struct work_ledger::state {
+  std::map<unit_id, unit_rec> units;
+  std::deque<unit_id> pending;  // FIFO; an entry is live iff its unit is pending
+  std::vector<shard_id> shards;  // live, in the order added (round-robin)
+  size_t rr = 0;
+  std::map<shard_id, uint64_t> occupied;  // open slots + committed-untrained samples
+  unit_id next_unit = 1;
+  uint64_t next_seq = 1;  // seq of the next record
+  uint64_t snapshot_seq = 0;
+  uint64_t records_since_snapshot = 0;
+  std::vector<journal_record> tail;  // applied, not yet durable
+  std::vector<ledger_event> events_unsynced;
+  std::vector<ledger_event> events_ready;
+  bool replaying = false;  // recovery: state changes, but no event goes out again
+};
+
+namespace detail {
+
+// Sample slots of the unit's current/next attempt.
+inline uint64_t slots(const unit_rec& u, uint32_t group_size) {
+  return uint64_t(u.todo.size()) * group_size;
+}
+
+// Queues an event for the shards (released by take_events() after the covering sync);
+// dropped while replaying, because the events of replayed records went out before.
+void emit(work_ledger::state& st, ledger_event e);
+
+// Applies one record: the only place state and counters change. Records are validated
+// before they are appended (live) or come from a CRC-checked journal (replay), so apply
+// only asserts the state machine's shape and reports a violation as errc::internal.
+status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
+                    const ledger_options& opts, const journal_record& r);
+
+// Ids of the leased units for which `pred(unit_rec)` holds, in unit order. Collected
+// before any lease is ended, because ending one changes the map being walked.
+template <class Pred>
+std::vector<unit_id> leased_units_where(const work_ledger::state& st, Pred pred) {
+  std::vector<unit_id> ids;
+  for (const auto& [id, u] : st.units)
+    if (u.state == unit_state::leased && pred(u)) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace detail
+}  // namespace moerl::ledger

@@ -1,0 +1,173 @@
+#include "ledger/ledger_state.h"
+
+#include <algorithm>
+
+namespace moerl::ledger::detail {
+
+void emit(work_ledger::state& st, ledger_event e) {
+  if (!st.replaying) st.events_unsynced.push_back(std::move(e));
+}
+
+namespace {
+
+void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& opts,
+               unit_rec& u, const char* reason) {
+  uint64_t n = slots(u, opts.group_size);
+  acct.in_flight -= n;
+  acct.dropped[reason] += n;
+  auto occ = st.occupied.find(u.shard);
+  if (occ != st.occupied.end()) occ->second -= n;
+  emit(st, {ledger_event::kind::attempt_fenced, u.shard, u.id, u.attempt, {}, 0});
+  u.state = unit_state::pending;
+  u.worker.clear();
+  u.deadline = 0;
+  u.reported = false;
+  u.acked = false;
+  u.ack_accepted.clear();
+  u.ack_stale.clear();
+  st.pending.push_back(u.id);
+}
+
+void commit(work_ledger::state& st, accounting& acct, const ledger_options& opts, unit_rec& u) {
+  uint64_t g = opts.group_size;
+  acct.in_flight -= slots(u, opts.group_size);
+  acct.committed += u.ack_accepted.size() * g;
+  if (!u.ack_stale.empty()) {
+    acct.dropped[drop_reason::stale_policy] += u.ack_stale.size() * g;
+    auto occ = st.occupied.find(u.shard);
+    if (occ != st.occupied.end()) occ->second -= u.ack_stale.size() * g;
+  }
+  for (auto grp : u.ack_accepted) u.committed.insert(grp);
+  u.state = unit_state::committed;
+  u.worker.clear();
+  u.todo.clear();
+  u.reported = false;
+  u.acked = false;
+  u.ack_accepted.clear();
+  u.ack_stale.clear();
+  emit(st, {ledger_event::kind::unit_committed, u.shard, u.id, u.attempt, {}, 0});
+}
+
+}  // namespace
+
+status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
+                           const ledger_options& opts, const journal_record& r) {
+  auto bug = [&](const std::string& what) {
+    return error(errc::internal, "ledger record " + std::to_string(r.seq) + ": " + what);
+  };
+  if (r.type == record_type::epoch_begin) {
+    epoch = r.epoch;
+    return ok_status();
+  }
+  if (r.type == record_type::shard_added) {
+    if (std::find(st.shards.begin(), st.shards.end(), r.name) == st.shards.end()) {
+      st.shards.push_back(r.name);
+      st.occupied.emplace(r.name, 0);
+    }
+    return ok_status();
+  }
+  if (r.type == record_type::unit_added) {
+    unit_rec u;
+    u.id = r.unit;
+    u.groups = r.groups;
+    u.todo = r.groups;
+    st.next_unit = std::max(st.next_unit, r.unit + 1);
+    st.units.emplace(u.id, std::move(u));
+    st.pending.push_back(r.unit);
+    return ok_status();
+  }
+  if (r.type == record_type::shard_lost) {
+    st.shards.erase(std::remove(st.shards.begin(), st.shards.end(), r.name), st.shards.end());
+    st.occupied.erase(r.name);
+    uint64_t g = opts.group_size;
+    for (auto& [id, u] : st.units) {
+      if (u.shard != r.name) continue;
+      if (u.state == unit_state::leased) {
+        end_lease(st, acct, opts, u, drop_reason::shard_lost);
+        continue;
+      }
+      // Committed groups no trainer received are gone with the shard: drop them and
+      // regenerate exactly those groups under a new attempt.
+      std::vector<group_id> reopen;
+      for (auto grp : u.committed)
+        if (!u.trained.count(grp)) reopen.push_back(grp);
+      if (reopen.empty()) continue;
+      for (auto grp : reopen) u.committed.erase(grp);
+      acct.committed -= reopen.size() * g;
+      acct.dropped[drop_reason::shard_lost] += reopen.size() * g;
+      u.todo = reopen;
+      if (u.state == unit_state::committed) {
+        u.state = unit_state::pending;
+        st.pending.push_back(u.id);
+      }
+    }
+    return ok_status();
+  }
+
+  auto it = st.units.find(r.unit);
+  if (it == st.units.end()) return bug("unknown unit " + std::to_string(r.unit));
+  unit_rec& u = it->second;
+  // Whether the record names the unit's open lease (the records below need it to).
+  const bool current = u.state == unit_state::leased && u.attempt == r.attempt;
+  switch (r.type) {
+    case record_type::leased: {
+      if (u.state != unit_state::pending) return bug("lease of a unit that is not pending");
+      u.state = unit_state::leased;
+      u.attempt = r.attempt;
+      u.worker = r.name;
+      u.shard = r.shard;
+      u.deadline = r.deadline;
+      uint64_t n = slots(u, opts.group_size);
+      acct.dispatched += n;
+      acct.in_flight += n;
+      st.occupied[u.shard] += n;
+      // Round-robin continues after the chosen shard (here, so that replay agrees).
+      auto sh = std::find(st.shards.begin(), st.shards.end(), u.shard);
+      if (sh != st.shards.end()) st.rr = size_t(sh - st.shards.begin() + 1) % st.shards.size();
+      // Lazy FIFO removal: the front entry is this unit (acquire takes the front).
+      auto pos = std::find(st.pending.begin(), st.pending.end(), u.id);
+      if (pos != st.pending.end()) st.pending.erase(pos);
+      emit(st, {ledger_event::kind::attempt_opened, u.shard, u.id, u.attempt, u.todo,
+                opts.group_size});
+      return ok_status();
+    }
+    case record_type::renewed:
+      if (!current) return bug("renew of a dead lease");
+      u.deadline = r.deadline;
+      return ok_status();
+    case record_type::ended:
+      if (!current) return bug("end of a dead lease");
+      end_lease(st, acct, opts, u, drop_reason_name(r.reason));
+      return ok_status();
+    case record_type::reported:
+      if (!current) return bug("report on a dead lease");
+      u.reported = true;
+      if (u.acked) commit(st, acct, opts, u);
+      return ok_status();
+    case record_type::acked:
+      if (!current) return bug("ack on a dead lease");
+      u.acked = true;
+      u.ack_accepted = r.groups;
+      u.ack_stale = r.groups2;
+      if (u.reported) commit(st, acct, opts, u);
+      return ok_status();
+    case record_type::consumed: {
+      group_id grp = r.groups.empty() ? 0 : r.groups[0];
+      uint64_t g = opts.group_size;
+      uint64_t handout = r.groups2.empty() ? 0 : r.groups2[0];
+      if (u.committed.count(grp) && !u.trained.count(grp) && u.attempt == r.attempt) {
+        u.trained.emplace(grp, handout);
+        acct.trained += g;
+        auto occ = st.occupied.find(u.shard);
+        if (occ != st.occupied.end()) occ->second -= g;
+      } else {
+        acct.duplicated += g;
+      }
+      return ok_status();
+    }
+    default:
+      return bug("unexpected record type");
+  }
+}
+
+}  // namespace moerl::ledger::detail

@@ -1,0 +1,128 @@
+#include "ledger/snapshot_codec.h"
+
+#include "common/byte_codec.h"
+
+namespace moerl::ledger::detail {
+
+std::string encode_snapshot(const work_ledger::state& st, const accounting& acct,
+                            uint32_t epoch, uint64_t last_seq) {
+  byte_writer w;
+  w.u32(2);  // snapshot format version (2: hand-out ids of trained groups)
+  w.u64(last_seq);
+  w.u32(epoch);
+  w.u64(st.next_unit);
+  w.u64(st.rr);
+  w.u32(uint32_t(st.shards.size()));
+  for (const auto& s : st.shards) {
+    w.str(s);
+    w.u64(st.occupied.at(s));
+  }
+  w.u64s(std::vector<uint64_t>(st.pending.begin(), st.pending.end()));
+  w.u64(acct.dispatched);
+  w.u64(acct.committed);
+  w.u64(acct.in_flight);
+  w.u64(acct.lost);
+  w.u64(acct.duplicated);
+  w.u64(acct.trained);
+  w.u32(uint32_t(acct.dropped.size()));
+  for (const auto& [reason, n] : acct.dropped) {
+    w.str(reason);
+    w.u64(n);
+  }
+  w.u64(st.units.size());
+  for (const auto& [id, u] : st.units) {
+    w.u64(u.id);
+    w.u64s(u.groups);
+    w.u8(uint8_t(u.state));
+    w.u32(u.attempt);
+    w.str(u.worker);
+    w.str(u.shard);
+    w.i64(u.deadline);
+    w.u8(uint8_t(u.reported) | uint8_t(u.acked) << 1);
+    w.u64s(u.ack_accepted);
+    w.u64s(u.ack_stale);
+    w.u64s(u.todo);
+    w.u64s(std::vector<uint64_t>(u.committed.begin(), u.committed.end()));
+    std::vector<uint64_t> trained, handouts;
+    for (const auto& [grp, handout] : u.trained) {
+      trained.push_back(grp);
+      handouts.push_back(handout);
+    }
+    w.u64s(trained);
+    w.u64s(handouts);
+  }
+  return std::move(w.bytes());
+}
+
+status decode_snapshot(const std::string& bytes, work_ledger::state& st, accounting& acct,
+                       uint32_t& epoch, uint64_t& last_seq) {
+  byte_reader rd(bytes.data(), bytes.size());
+  auto bad = [](const std::string& what) {
+    return error(errc::malformed_message, "ledger snapshot: " + what);
+  };
+  const uint32_t version = rd.u32();
+  if (version != 1 && version != 2) return bad("unknown format version");
+  last_seq = rd.u64();
+  epoch = rd.u32();
+  st.next_unit = rd.u64();
+  st.rr = rd.u64();
+  uint32_t ns = rd.u32();
+  for (uint32_t i = 0; i < ns && rd.ok(); ++i) {
+    std::string s = rd.str();
+    st.occupied[s] = rd.u64();
+    st.shards.push_back(s);
+  }
+  auto pend = rd.u64s();
+  st.pending.assign(pend.begin(), pend.end());
+  acct.dispatched = rd.u64();
+  acct.committed = rd.u64();
+  acct.in_flight = rd.u64();
+  acct.lost = rd.u64();
+  acct.duplicated = rd.u64();
+  acct.trained = rd.u64();
+  uint32_t nd = rd.u32();
+  for (uint32_t i = 0; i < nd && rd.ok(); ++i) {
+    std::string reason = rd.str();
+    acct.dropped[reason] = rd.u64();
+  }
+  uint64_t nu = rd.u64();
+  if (!rd.ok() || nu > rd.remaining()) return bad("truncated header");
+  for (uint64_t i = 0; i < nu && rd.ok(); ++i) {
+    unit_rec u;
+    u.id = rd.u64();
+    u.groups = rd.u64s();
+    uint8_t s = rd.u8();
+    if (s > 2) return bad("unknown unit state");
+    u.state = unit_state(s);
+    u.attempt = rd.u32();
+    u.worker = rd.str();
+    u.shard = rd.str();
+    u.deadline = rd.i64();
+    uint8_t flags = rd.u8();
+    u.reported = flags & 1;
+    u.acked = flags & 2;
+    u.ack_accepted = rd.u64s();
+    u.ack_stale = rd.u64s();
+    u.todo = rd.u64s();
+    auto c = rd.u64s();
+    u.committed.insert(c.begin(), c.end());
+    auto t = rd.u64s();
+    std::vector<uint64_t> handouts = version >= 2 ? rd.u64s() : std::vector<uint64_t>(t.size(), 0);
+    if (handouts.size() != t.size()) return bad("trained groups and hand-out ids differ in number");
+    for (size_t k = 0; k < t.size(); ++k) u.trained.emplace(t[k], handouts[k]);
+    st.units.emplace(u.id, std::move(u));
+  }
+  if (!rd.ok() || !rd.at_end()) return bad("does not decode");
+  // The CRC guards against damage; these guard the rest of the ledger against a snapshot
+  // that decodes but names things that do not exist.
+  for (auto id : st.pending)
+    if (!st.units.count(id)) return bad("pending unit " + std::to_string(id) + " does not exist");
+  for (const auto& [id, u] : st.units) {
+    if (id >= st.next_unit) return bad("unit " + std::to_string(id) + " >= next unit id");
+    if (u.state == unit_state::leased && u.todo.empty())
+      return bad("leased unit " + std::to_string(id) + " has no groups to generate");
+  }
+  return ok_status();
+}
+
+}  // namespace moerl::ledger::detail

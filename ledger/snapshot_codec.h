@@ -1,0 +1,29 @@
+// Private to the ledger: the snapshot, the whole ledger state as one payload, so that
+// recovery replays only the journal after it (ledger/LEDGER.md, "Durability").
+//
+// Format version 2, common/byte_codec.h encoding (version 1 lacks the last field, the
+// hand-out ids of trained groups, and still reads):
+//   u32 version | u64 last_seq | u32 epoch | u64 next_unit | u64 rr
+//   u32 num_shards, per shard: str name | u64 occupied
+//   u64s pending | u64 dispatched, committed, in_flight, lost, duplicated, trained
+//   u32 num_dropped, per reason: str reason | u64 slots
+//   u64 num_units, per unit: u64 id | u64s groups | u8 state | u32 attempt | str worker
+//     | str shard | i64 deadline | u8 flags (1 reported, 2 acked) | u64s ack_accepted
+//     | u64s ack_stale | u64s todo | u64s committed | u64s trained | u64s hand-out ids
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ledger/ledger_state.h"
+
+namespace moerl::ledger::detail {
+
+std::string encode_snapshot(const work_ledger::state& st, const accounting& acct,
+                            uint32_t epoch, uint64_t last_seq);
+// Fills a fresh `st` and `acct`; errc::malformed_message naming what does not decode or
+// names a unit that does not exist.
+status decode_snapshot(const std::string& bytes, work_ledger::state& st, accounting& acct,
+                       uint32_t& epoch, uint64_t& last_seq);
+
+}  // namespace moerl::ledger::detail
