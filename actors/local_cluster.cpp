@@ -1,12 +1,9 @@
 #include "actors/local_cluster.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +12,7 @@
 #include <thread>
 
 #include "actors/console_client.h"
+#include "common/child_process.h"
 #include "common/config.h"
 
 namespace moerl::actors {
@@ -69,8 +67,9 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
 }
 
 local_cluster::~local_cluster() {
-  for (auto& [name, pid] : pids_) ::kill(pid, SIGKILL);
-  for (auto& [name, pid] : pids_) ::waitpid(pid, nullptr, 0);
+  for (auto& [name, pid] : pids_) (void)send_signal(pid, SIGKILL);
+  // A SIGKILLed process exits at once unless stuck in the kernel; do not hang on one that is.
+  for (auto& [name, pid] : pids_) (void)moerl::wait_exit(pid, 10000);
 }
 
 status local_cluster::spawn(const node_spec& spec) {
@@ -87,32 +86,22 @@ status local_cluster::spawn(const node_spec& spec) {
   for (auto& kv : opts_.overrides) add(kv);
   add("node.name=" + spec.name);
   for (auto& kv : spec.overrides) add(kv);
-  std::string log = opts_.log_dir + "/" + spec.name + ".log";
-  pid_t pid = ::fork();
-  if (pid < 0) return error(errc::io_error, std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(opts_.binary.c_str(), args.data());
-    std::fprintf(stderr, "exec %s failed: %s\n", opts_.binary.c_str(), std::strerror(errno));
-    ::_exit(127);
-  }
-  pids_[spec.name] = pid;
+  // The nodes share this process's group, so a Ctrl-C on `moerl up` reaches them too.
+  const auto prefix = exec_prefixes_.find(spec.name);
+  auto pid = spawn_process({argv, "", {}},
+                           prefix == exec_prefixes_.end() ? std::vector<std::string>{}
+                                                          : prefix->second,
+                           opts_.log_dir + "/" + spec.name + ".log", process_group::inherit);
+  if (!pid) return pid.err();
+  pids_[spec.name] = *pid;
   return ok_status();
 }
 
 void local_cluster::reap() {
   for (auto it = pids_.begin(); it != pids_.end();) {
-    int st = 0;
-    if (::waitpid(it->second, &st, WNOHANG) == it->second) {
-      exited_[it->first] = st;
+    auto st = poll_exit(it->second);
+    if (st && st->has_value()) {
+      exited_[it->first] = **st;
       it = pids_.erase(it);
     } else {
       ++it;
@@ -163,7 +152,9 @@ pid_t local_cluster::pid_of(const std::string& name) const {
 status local_cluster::signal(const std::string& name, int sig) {
   auto pid = pid_of(name);
   if (pid < 0) return error(errc::unknown_node, "no running node " + name);
-  if (::kill(pid, sig) != 0) return error(errc::io_error, "kill(" + name + "): " + std::strerror(errno));
+  if (auto st = send_signal(pid, sig); !st) {
+    return error(st.err().code, "signal to " + name + ": " + st.err().message);
+  }
   return ok_status();
 }
 
@@ -175,6 +166,15 @@ int local_cluster::wait_exit(const std::string& name, int64_t timeout_ms) {
     if (std::chrono::steady_clock::now() >= until) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // waitpid poll period
   }
+}
+
+status local_cluster::add_node(const node_spec& spec,
+                               const std::vector<std::string>& exec_prefix) {
+  if (specs_.count(spec.name)) {
+    return error(errc::invalid_argument, "node " + spec.name + " exists");
+  }
+  if (!exec_prefix.empty()) exec_prefixes_[spec.name] = exec_prefix;
+  return spawn(spec);
 }
 
 status local_cluster::restart(const std::string& name) {
@@ -197,7 +197,7 @@ status local_cluster::stop(int64_t timeout_ms) {
   std::string left;
   for (auto& [name, pid] : pids_) {
     left += " " + name;
-    ::kill(pid, SIGKILL);
+    (void)send_signal(pid, SIGKILL);
   }
   reap();
   return error(errc::timeout, "nodes still running after shutdown, killed:" + left);

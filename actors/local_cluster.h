@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,11 @@ class local_cluster {
   // Waits until `pred(status)` holds (polling status every 100 ms) or the timeout passes.
   result<nlohmann::json> wait_status(const std::function<bool(const nlohmann::json&)>& pred, int64_t timeout_ms);
 
+  // Starts one more node (its name must be new) once the cluster is up. `exec_prefix` goes
+  // before its command line, e.g. {"ip", "netns", "exec", "ns"} to start it inside a network
+  // namespace; a restart keeps it.
+  status add_node(const node_spec& spec, const std::vector<std::string>& exec_prefix = {});
+
   pid_t pid_of(const std::string& name) const;
   status signal(const std::string& name, int sig);
   // Waits for the node's process to exit; its wait status (-1 on timeout).
@@ -76,6 +82,7 @@ class local_cluster {
   cluster_options opts_;
   std::string console_, join_, token_;
   std::map<std::string, node_spec> specs_;
+  std::map<std::string, std::vector<std::string>> exec_prefixes_;  // nodes that have one
   std::map<std::string, pid_t> pids_;
   std::map<std::string, int> exited_;
   uint64_t next_request_ = 1;

@@ -5,15 +5,13 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "actors/local_cluster.h"
+#include "actors/local_job.h"
 #include "apps/commands.h"
 #include "common/config.h"
 #include "job/grpo_job.h"
@@ -50,40 +48,46 @@ result<std::string> latest_resumable_run(const config& cfg) {
   return best;
 }
 
-// The trainer's job figures (reward curve, timings) from the coordinator's node view.
-// An empty object when there are none (the modpow test job reports no job figures), so
-// callers can use value() on it.
-nlohmann::json trainer_job_stats(const nlohmann::json& nodes) {
-  if (!nodes.is_array()) return nlohmann::json::object();
-  for (const auto& n : nodes)
-    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job") &&
-        n["stats"]["job"].is_object())
-      return n["stats"]["job"];
-  return nlohmann::json::object();
+// The run's id: the unix time in seconds (so a sorted listing of runs is chronological),
+// then this process's pid.
+std::string new_run_id() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "-" +
+         std::to_string(::getpid());
 }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, n) : std::string("moerl");
+// What the job does to its nodes, in the words of `moerl up`'s output.
+actors::job_events printed_events() {
+  actors::job_events ev;
+  ev.progress = [](const std::string& line) {
+    std::printf("moerl up: %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  ev.spot_notice = [](const std::string& node, int deadline_s, const status& sent) {
+    std::printf("moerl up: >>> injected a Spot interruption notice into %s (deadline %d s)%s; "
+                "disable with --no-interrupt\n",
+                node.c_str(), deadline_s,
+                sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
+  };
+  ev.drained = [](const std::string& node, int wait_status, std::chrono::seconds delay) {
+    std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in %lld s\n",
+                node.c_str(), wait_status, static_cast<long long>(delay.count()));
+  };
+  ev.replaced = [](const std::string& node, const status& started) {
+    std::printf("moerl up: >>> replacement %s %s\n", node.c_str(),
+                started ? "started" : ("FAILED: " + started.err().to_string()).c_str());
+  };
+  return ev;
 }
 
 int run_up(const up_args& a) {
   using nlohmann::json;
-  auto t0 = std::chrono::steady_clock::now();
-  std::string run_id = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                          std::chrono::system_clock::now().time_since_epoch()).count()) +
-                       "-" + std::to_string(::getpid());
-  // A local cluster runs every node process on this machine: one BLAS thread each keeps
-  // them from oversubscribing the cores (an explicit OPENBLAS_NUM_THREADS wins).
-  ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
-  actors::cluster_options o;
-  o.binary = self_exe();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string run_id = new_run_id();
+  actors::local_job_options o;
   o.config_file = a.config_file;
   o.overrides = a.overrides;
-  // Every run gets its own ledger journal in the store, so a run never resumes another's.
-  o.overrides.push_back("ledger.store_prefix=runs/" + run_id + "/ledger");
-  o.overrides.push_back("job.store_prefix=runs/" + run_id + "/job");
+  o.store_prefix = "runs/" + run_id;
   {
     auto pre = config::load(a.config_file, a.overrides);
     if (!pre) {
@@ -91,9 +95,10 @@ int run_up(const up_args& a) {
       return 2;
     }
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
-    int iterations = a.iterations;
-    if (iterations <= 0 && pre->get_string("job.kind") == "grpo") iterations = static_cast<int>(pre->get_int("grpo.iterations"));
-    if (iterations > 0) o.overrides.push_back("actors.iterations=" + std::to_string(iterations));
+    o.iterations = a.iterations;
+    if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo") {
+      o.iterations = pre->get_int("grpo.iterations");
+    }
     if (a.resume) {
       auto from = latest_resumable_run(*pre);
       if (!from) {
@@ -110,139 +115,40 @@ int run_up(const up_args& a) {
   }
   o.console = a.console;
   o.log_dir = a.run_dir + "/" + run_id + "/logs";
+  o.one_blas_thread_per_node = true;
   o.nodes = actors::default_cluster_nodes();
-  auto cfg = config::load(o.config_file, o.overrides);
-  if (!cfg) {
-    std::cerr << "moerl up: invalid configuration: " << cfg.err().message << "\n";
+  const size_t num_nodes = o.nodes.size();
+  const std::string log_dir = o.log_dir;
+  auto job = actors::local_job::configure(std::move(o));
+  if (!job) {
+    std::cerr << "moerl up: invalid configuration: " << job.err().message << "\n";
     return 2;
   }
-  std::printf("moerl up: run %s: coordinator + %zu nodes on loopback; logs in %s\n", run_id.c_str(), o.nodes.size(),
-              o.log_dir.c_str());
-  auto cluster = actors::local_cluster::start(o);
-  if (!cluster) {
-    std::cerr << "moerl up: " << cluster.err().to_string() << "\n";
+  std::printf("moerl up: run %s: coordinator + %zu nodes on loopback; logs in %s\n",
+              run_id.c_str(), num_nodes, log_dir.c_str());
+  auto& j = **job;
+  if (auto st = j.start(); !st) {
+    std::cerr << "moerl up: " << st.err().to_string() << "\n";
     return 1;
   }
-  auto& c = **cluster;
-  std::printf("moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
-              c.coordinator_join().c_str(), c.console_address().c_str(), c.console_address().c_str());
+  std::printf(
+      "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
+      j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
   std::fflush(stdout);
-  bool done = false;
-  bool interrupted = a.no_interrupt;
-  std::string interrupted_node;  // replaced once it has drained and exited
-  std::chrono::steady_clock::time_point replace_at{};
-  std::string last_line;
-  nlohmann::json job_stats;
-  auto last_progress = std::chrono::steady_clock::now();
-  uint64_t last_trained = 0;
-  auto deadline = t0 + std::chrono::seconds(a.timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    for (auto& [name, st] : c.exited()) {
-      // The Spot pool refills: a replacement rollout node joins a few seconds after the
-      // interrupted one has drained and left.
-      if (name == interrupted_node) {
-        if (replace_at == std::chrono::steady_clock::time_point{}) {
-          replace_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-          std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in 5 s\n", name.c_str(), st);
-        } else if (std::chrono::steady_clock::now() >= replace_at) {
-          auto r = c.restart(name);
-          std::printf("moerl up: >>> replacement %s %s\n", name.c_str(), r ? "started" : ("FAILED: " + r.err().to_string()).c_str());
-          interrupted_node.clear();
-        }
-      }
-      if (name == "coordinator") {
-        std::cerr << "moerl up: the coordinator exited (status " << st << "); see its log\n";
-        return 1;
-      }
-    }
-    auto s = c.console("status", {}, {}, 2000);
-    if (s) {
-      auto acct = (*s)["accounting"];
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "iteration %lu/%lu  units %lu  queue %lu  leases %lu  dispatched %lu  committed %lu  trained %lu  "
-                    "lost %lu  duplicated %lu  invariant %s",
-                    s->value("iteration", 0ul), s->value("iterations", 0ul), s->value("units", 0ul),
-                    s->value("queue_depth", 0ul), s->value("leases", 0ul), acct.value("dispatched", 0ul),
-                    acct.value("committed", 0ul), acct.value("trained", 0ul), acct.value("lost", 0ul),
-                    acct.value("duplicated", 0ul), s->value("invariant_ok", false) ? "ok" : "BROKEN");
-      // The learning figures: the trainer's latest iteration, throughput since the last line.
-      if (auto nodes = c.console("nodes", {}, {}, 2000)) {
-        auto js = trainer_job_stats(*nodes);
-        if (!js.is_null()) job_stats = js;
-      }
-      std::string learn;
-      if (!job_stats.is_null() && !job_stats["reward_curve"].empty()) {
-        const auto& last = job_stats["reward_curve"].back();
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count();
-        const uint64_t trained = acct.value("trained", 0ul);
-        char buf[256];
-        std::snprintf(buf, sizeof buf, "  mean_reward %.3f (random %.3f, max %.1f)  samples/s %.0f  staleness %.2f",
-                      last.value("mean_reward", 0.0), job_stats.value("reward_random", 0.0),
-                      job_stats.value("reward_max", 1.0), dt > 0 ? double(trained - last_trained) / dt : 0.0,
-                      last.value("staleness", 0.0));
-        learn = buf;
-        last_progress = std::chrono::steady_clock::now();
-        last_trained = trained;
-      }
-      // One Spot interruption mid-run, as a rollout node on Spot capacity would get.
-      if (!interrupted && s->value("iteration", 0ul) * 3 >= s->value("iterations", 0ul) && s->value("iteration", 0ul) > 0) {
-        if (auto nodes = c.console("nodes", {}, {}, 2000)) {
-          for (const auto& n : *nodes) {
-            if (n.value("role", "") != "rollout" || n.value("state", "") != "running") continue;
-            const std::string name = n.value("name", "");
-            auto r = c.console("inject", {"spot", name}, {{"deadline", "20"}}, 3000);
-            std::printf("moerl up: >>> injected a Spot interruption notice into %s (deadline 20 s)%s; disable with --no-interrupt\n",
-                        name.c_str(), r ? "" : (" FAILED: " + r.err().to_string()).c_str());
-            interrupted = true;
-            if (r) interrupted_node = name;
-            break;
-          }
-        }
-      }
-      if (line != last_line || !learn.empty()) {
-        std::printf("moerl up: %s%s\n", line, learn.c_str());
-        std::fflush(stdout);
-        last_line = line;
-      }
-      if (s->value("done", false)) {
-        done = true;
-        break;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // progress print period
+  actors::run_policy policy;
+  policy.deadline = t0 + std::chrono::seconds(a.timeout_s);
+  policy.spot_interruption = !a.no_interrupt;
+  auto ran = j.run(policy, printed_events());
+  if (!ran) {
+    std::cerr << "moerl up: " << ran.err().message << "\n";
+    return 1;
   }
-  // "Done" means every committed group was handed to the trainer; the trainer may still hold
-  // the last, short iteration until its flush (actors.trainer_flush_ms) steps on it, and its
-  // stats arrive once a second after announcing a version. Wait for stats sent after done
-  // that show nothing held and the coordinator's version, or the report misses the last step
-  // (and a resume would start past the report's last version).
-  const auto settled_from = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
-  const auto give_up = settled_from + std::chrono::milliseconds(cfg->get_int("actors.trainer_flush_ms") + 8000);
-  auto report = c.console("report", {}, {}, 5000);
-  auto trainer_settled = [&] {
-    auto js = trainer_job_stats((*report)["nodes"]);
-    if (js.is_null() || js.empty()) return true;  // a job without a learning step holds nothing
-    return std::chrono::steady_clock::now() >= settled_from && js.value("pending_groups", 0ul) == 0 &&
-           js.value("policy_version", 0ul) >= report->value("policy_version", 0ul);
-  };
-  while (done && report && !trainer_settled() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    report = c.console("report", {}, {}, 5000);
-  }
-  json out = report ? *report : json{{"error", report.err().to_string()}};
-  if (report) {
-    auto js = trainer_job_stats((*report)["nodes"]);
-    if (!js.is_null()) {
-      for (const char* k : {"task", "difficulty", "reward_random", "reward_max", "reward_curve", "iterations", "resumed_from_version"})
-        if (js.contains(k)) out[k] = js[k];
-      out["policy_iterations"] = out["iterations"].size();
-    }
-  }
+  const bool done = *ran;
+  json out = j.settled_report(done);
   out["run_id"] = run_id;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["provenance"] = collect_provenance();
-  auto stopped = c.stop(15000);
+  auto stopped = j.stop(15000);
   if (!stopped) std::cerr << "moerl up: " << stopped.err().message << "\n";
   std::string path = a.report.empty() ? a.run_dir + "/" + run_id + "/report.json" : a.report;
   std::ofstream(path) << out.dump(2) << "\n";

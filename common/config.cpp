@@ -1,12 +1,11 @@
 #include "common/config.h"
 
 #include <cassert>
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
+
+#include "common/yaml_scalar.h"
 
 namespace moerl {
 namespace {
@@ -16,32 +15,6 @@ error config_error(const std::string& origin, const std::string& key, const std:
   if (!key.empty()) msg += ": key '" + key + "'";
   msg += ": " + what;
   return {errc::invalid_config, msg};
-}
-
-bool parse_bool(const std::string& s, bool* out) {
-  if (s == "true" || s == "yes" || s == "on" || s == "1") { *out = true; return true; }
-  if (s == "false" || s == "no" || s == "off" || s == "0") { *out = false; return true; }
-  return false;
-}
-
-bool parse_int(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size()) return false;
-  *out = v;
-  return true;
-}
-
-bool parse_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -59,11 +32,14 @@ std::string origin_of(const std::string& path, const YAML::Mark& mark) {
 
 status load_node(config& cfg, const YAML::Node& node, const std::string& prefix,
                  const std::string& path) {
-  for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string name = it->first.as<std::string>();
+  // Each entry is held by value: `it->first` / `it->second` would reach through the
+  // temporary proxy yaml-cpp's iterator returns from operator->, which dies at the `;`.
+  for (const auto& entry : node) {
+    const YAML::Node key_node = entry.first;
+    const YAML::Node value = entry.second;
+    const std::string name = key_node.as<std::string>();
     const std::string key = prefix.empty() ? name : prefix + "." + name;
-    const YAML::Node& value = it->second;
-    const std::string origin = origin_of(path, it->first.Mark());
+    const std::string origin = origin_of(path, key_node.Mark());
     const key_spec* spec = find_key(key);
     if (value.IsMap()) {
       if (spec) return config_error(origin, key, "expected a value, got a mapping");
@@ -126,16 +102,21 @@ config config::defaults() {
 status config::set(const std::string& key, const std::string& text, const std::string& origin) {
   const key_spec* spec = find_key(key);
   if (!spec) return config_error(origin, key, "unknown key");
-  bool b; int64_t i; double d;
   switch (spec->type) {
     case key_type::boolean:
-      if (!parse_bool(text, &b)) return config_error(origin, key, "expected boolean, got '" + text + "'");
+      if (!parse_yaml_bool(text)) {
+        return config_error(origin, key, "expected boolean, got '" + text + "'");
+      }
       break;
     case key_type::integer:
-      if (!parse_int(text, &i)) return config_error(origin, key, "expected integer, got '" + text + "'");
+      if (!parse_yaml_int(text)) {
+        return config_error(origin, key, "expected integer, got '" + text + "'");
+      }
       break;
     case key_type::number:
-      if (!parse_double(text, &d)) return config_error(origin, key, "expected number, got '" + text + "'");
+      if (!parse_yaml_number(text)) {
+        return config_error(origin, key, "expected number, got '" + text + "'");
+      }
       break;
     case key_type::string:
     case key_type::string_list:
@@ -195,20 +176,15 @@ const std::string& config::raw(const std::string& key, key_type expected) const 
   return values_.at(key);
 }
 
+// set() admitted only values that parse, so these never fall back to the default.
 bool config::get_bool(const std::string& key) const {
-  bool b = false;
-  parse_bool(raw(key, key_type::boolean), &b);
-  return b;
+  return parse_yaml_bool(raw(key, key_type::boolean)).value_or(false);
 }
 int64_t config::get_int(const std::string& key) const {
-  int64_t i = 0;
-  parse_int(raw(key, key_type::integer), &i);
-  return i;
+  return parse_yaml_int(raw(key, key_type::integer)).value_or(0);
 }
 double config::get_double(const std::string& key) const {
-  double d = 0;
-  parse_double(raw(key, key_type::number), &d);
-  return d;
+  return parse_yaml_number(raw(key, key_type::number)).value_or(0.0);
 }
 std::string config::get_string(const std::string& key) const { return raw(key, key_type::string); }
 std::vector<std::string> config::get_list(const std::string& key) const {

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "actors/local_cluster.h"
+#include "actors/local_job.h"
 #include "common/config.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
@@ -27,12 +27,6 @@ namespace {
 
 using detail::job_hooks;
 using detail::runner;
-
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("moerl");
-}
 
 // Roles whose nodes only connect out, so they still work inside a namespace whose
 // 127.0.0.0/8 leads to the host (sims/netns_link.h).
@@ -93,74 +87,61 @@ std::string not_a_local_node(const node_view& n) {
 }
 
 struct local_setup {
-  std::unique_ptr<actors::local_cluster> cluster;
+  std::unique_ptr<actors::local_job> job;
   std::unique_ptr<job_console> console;
   std::map<std::string, std::unique_ptr<netns_link>> links;  // partitioned node -> its link
-  std::vector<pid_t> own_pids;                               // nodes this runner started
 };
 
-// Starts a local cluster of the scenario's shape. Nodes in `partitioned` are started by the
-// runner inside their own namespace from a sibling's command line (actors' local_cluster
-// has no way to prefix a node's command); the rest by local_cluster.
+// Starts a local job of the scenario's shape. Nodes in `partitioned` join once the others
+// run, each inside its own network namespace.
 result<local_setup> start_local(const scenario& s, const run_options& o, const config& cfg,
                                 const std::string& work_dir, const std::set<std::string>& partitioned,
                                 const std::string& tag) {
   local_setup ls;
-  actors::cluster_options co;
-  co.binary = o.binary.empty() ? self_exe() : o.binary;
-  co.config_file = o.config_file;
-  co.overrides = s.cluster.set;
-  co.overrides.insert(co.overrides.end(), o.overrides.begin(), o.overrides.end());
+  actors::local_job_options jo;
+  jo.binary = o.binary;
+  jo.config_file = o.config_file;
+  jo.overrides = s.cluster.set;
+  jo.overrides.insert(jo.overrides.end(), o.overrides.begin(), o.overrides.end());
   // The job must outlive the scenario: iterations are effectively unbounded, the runner ends it.
-  co.overrides.push_back("actors.iterations=1000000");
-  co.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
-  co.overrides.push_back("store.url=" + work_dir + "/store");
-  co.overrides.push_back("ledger.store_prefix=" + tag + "/ledger");
-  co.overrides.push_back("job.store_prefix=" + tag + "/job");
+  jo.iterations = 1000000;
+  jo.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
+  jo.overrides.push_back("store.url=" + work_dir + "/store");
+  jo.store_prefix = tag;
   auto port = actors::free_tcp_port();
   if (!port) return port.err();
-  co.console = "tcp://127.0.0.1:" + std::to_string(*port);
-  co.log_dir = work_dir + "/" + tag + "-logs";
+  jo.console = "tcp://127.0.0.1:" + std::to_string(*port);
+  jo.log_dir = work_dir + "/" + tag + "-logs";
   const roster names = canonical_roster(s.cluster);
+  std::vector<actors::node_spec> namespaced;
   for (const char* role : {"buffer", "weights", "trainer", "reward", "rollout"}) {
     auto it = names.find(role);
     if (it == names.end()) continue;
     for (const auto& name : it->second) {
-      if (!partitioned.count(name)) co.nodes.push_back({role, name, {}});
+      (partitioned.count(name) ? namespaced : jo.nodes).push_back({role, name, {}});
     }
   }
   std::set<std::string> expect;
-  for (const auto& n : co.nodes) expect.insert(n.name);
+  for (const auto& n : jo.nodes) expect.insert(n.name);
+  const std::string console_address = jo.console;
 
-  auto cluster = actors::local_cluster::start(co);
-  if (!cluster) return error{cluster.err().code, "starting the local cluster: " + cluster.err().message};
-  ls.cluster = std::move(*cluster);
-  ls.console = std::make_unique<job_console>(co.console, cfg.get_string("console.token"),
+  auto job = actors::local_job::configure(std::move(jo));
+  if (!job) return error{job.err().code, "starting the local cluster: " + job.err().message};
+  ls.job = std::move(*job);
+  if (auto st = ls.job->start(); !st) {
+    return error{st.err().code, "starting the local cluster: " + st.err().message};
+  }
+  ls.console = std::make_unique<job_console>(console_address, cfg.get_string("console.token"),
                                              static_cast<int>(cfg.get_int("console.timeout_ms")));
   STATUS_TRY(wait_running(*ls.console, expect, 60000));
 
   int index = 0;
-  for (const auto& name : partitioned) {
-    std::string role = name.substr(0, name.rfind('-'));
-    std::string sibling;
-    for (const auto& n : co.nodes) {
-      if (n.role == role) sibling = n.name;
-    }
-    if (sibling.empty()) {
-      return error{errc::invalid_config, "partitioning " + name + " needs another " + role +
-                                             " node to copy its command line from"};
-    }
-    auto spec = read_launch_spec(ls.cluster->pid_of(sibling));
-    if (!spec) return spec.err();
+  for (const auto& node : namespaced) {
     auto link = netns_link::create(index++);
     if (!link) return link.err();
-    launch_spec ns_spec = *spec;
-    ns_spec.argv = detail::with_node_name(ns_spec.argv, name);
-    auto pid = spawn_process(ns_spec, (*link)->exec_prefix(), co.log_dir + "/" + name + ".log");
-    if (!pid) return pid.err();
-    ls.own_pids.push_back(*pid);
-    ls.links[name] = std::move(*link);
-    expect.insert(name);
+    STATUS_TRY(ls.job->add_node(node, (*link)->exec_prefix()));
+    ls.links[node.name] = std::move(*link);
+    expect.insert(node.name);
   }
   STATUS_TRY(wait_running(*ls.console, expect, 60000));
   return ls;
@@ -168,15 +149,13 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
 
 // Ends a local run: shutdown through the console, then SIGKILL whatever the runner started.
 void stop_local(local_setup& ls, const std::vector<pid_t>& spawned) {
-  if (ls.cluster) (void)ls.cluster->stop(15000);
-  std::vector<pid_t> mine = ls.own_pids;
-  mine.insert(mine.end(), spawned.begin(), spawned.end());
-  for (pid_t p : mine) {
+  if (ls.job) (void)ls.job->stop(15000);
+  for (pid_t p : spawned) {
     if (wait_exit(p, 3000).ok()) continue;
     (void)send_signal(p, SIGKILL);
     (void)wait_exit(p, 3000);
   }
-  ls.cluster.reset();
+  ls.job.reset();
   ls.links.clear();
 }
 
@@ -270,7 +249,7 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 
   job_hooks hooks;
   hooks.coordinator_restartable = true;
-  actors::local_cluster* cluster = setup.cluster.get();
+  actors::local_cluster* cluster = &setup.job->cluster();
   hooks.kill_coordinator = [cluster] { return cluster->signal("coordinator", SIGKILL); };
   hooks.restart_coordinator = [cluster] {
     // The killed coordinator must be reaped before local_cluster starts it again.

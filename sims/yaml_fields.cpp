@@ -1,9 +1,8 @@
 #include "sims/yaml_fields.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <sstream>
+
+#include "common/yaml_scalar.h"
 
 namespace moerl::sims::detail {
 
@@ -40,16 +39,16 @@ YAML::Node yaml_fields::child(const std::string& key) {
 }
 
 int yaml_fields::line_of(const std::string& key) const {
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    if (it->first.IsScalar() && it->first.Scalar() == key) return it->first.Mark().line + 1;
+  for (const auto& entry : node_) {
+    if (entry.first.IsScalar() && entry.first.Scalar() == key) return entry.first.Mark().line + 1;
   }
   return node_.Mark().line + 1;
 }
 
 error yaml_fields::make_error(const std::string& key, const std::string& what) const {
   YAML::Mark mark = node_.Mark();
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    if (it->first.IsScalar() && it->first.Scalar() == key) mark = it->second.Mark();
+  for (const auto& entry : node_) {
+    if (entry.first.IsScalar() && entry.first.Scalar() == key) mark = entry.second.Mark();
   }
   return field_error(origin_, mark, field(key), what);
 }
@@ -68,13 +67,9 @@ status yaml_fields::get_bool(const std::string& key, bool& out) {
   if (!n.IsDefined()) return ok_status();
   std::string text;
   STATUS_TRY(scalar_text(n, origin_, field(key), text));
-  if (text == "true" || text == "yes" || text == "on") {
-    out = true;
-  } else if (text == "false" || text == "no" || text == "off") {
-    out = false;
-  } else {
-    return make_error(key, "expected true or false, got '" + text + "'");
-  }
+  const auto value = parse_yaml_bool(text);
+  if (!value) return make_error(key, "expected true or false, got '" + text + "'");
+  out = *value;
   return ok_status();
 }
 
@@ -87,12 +82,9 @@ status yaml_fields::get_int(const std::string& key, int64_t& out, int64_t min, i
   }
   std::string text;
   STATUS_TRY(scalar_text(n, origin_, field(key), text));
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE) {
-    return make_error(key, "expected an integer, got '" + text + "'");
-  }
+  const auto parsed = parse_yaml_int(text);
+  if (!parsed) return make_error(key, "expected an integer, got '" + text + "'");
+  const int64_t v = *parsed;
   if (v < min || v > max) {
     return make_error(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) +
                                "], got " + text);
@@ -118,12 +110,9 @@ status yaml_fields::get_number(const std::string& key, double& out, double min, 
   }
   std::string text;
   STATUS_TRY(scalar_text(n, origin_, field(key), text));
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v)) {
-    return make_error(key, "expected a finite number, got '" + text + "'");
-  }
+  const auto parsed = parse_yaml_number(text);
+  if (!parsed) return make_error(key, "expected a finite number, got '" + text + "'");
+  const double v = *parsed;
   if (v < min || v > max) {
     return make_error(key, "must be in [" + fmt(min) + ", " + fmt(max) + "], got " + text);
   }
@@ -145,12 +134,12 @@ status yaml_fields::get_string_list(const std::string& key, std::vector<std::str
 }
 
 status yaml_fields::finish() const {
-  for (auto it = node_.begin(); it != node_.end(); ++it) {
-    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "?";
     if (!known_.count(key)) {
       std::string allowed;
       for (const auto& k : known_) allowed += (allowed.empty() ? "" : ", ") + k;
-      return field_error(origin_, it->first.Mark(), field(key),
+      return field_error(origin_, entry.first.Mark(), field(key),
                          "unknown field (allowed here: " + allowed + ")");
     }
   }

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <iostream>
 #include <random>
-#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/support.h"
 #include "common/config.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
@@ -22,19 +22,6 @@ struct options {
   std::vector<int> ranks{2, 4};
   int reps = 5;
 };
-
-template <class T>
-T need(result<T> r, const char* what) {
-  if (!r) throw std::runtime_error(std::string(what) + ": " + r.err().to_string());
-  return std::move(*r);
-}
-void need(const status& s, const char* what) {
-  if (!s) throw std::runtime_error(std::string(what) + ": " + s.err().to_string());
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 nlohmann::json run(const options& opt, const config& cfg) {
   auto model = need(policy::model_config::from_config(cfg), "policy config");
@@ -67,15 +54,15 @@ nlohmann::json run(const options& opt, const config& cfg) {
       policy::adam opt1(adam, single->layout().num_floats());
       std::vector<float> grads;
       std::vector<std::vector<policy::token_id>> rs(G, prompt);
-      double t0 = now_s();
+      auto t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) need(single->generate(rs, max_new, temperature, rng), "generate");
-      gen_s = (now_s() - t0) / opt.reps;
-      t0 = now_s();
+      gen_s = seconds_since(t0) / opt.reps;
+      t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) {
         need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads), "gradient");
         need(opt1.step(single->params(), grads), "adam");
       }
-      step_s = (now_s() - t0) / opt.reps;
+      step_s = seconds_since(t0) / opt.reps;
       need(single->load(weights), "reload");
     } else {
       job::ep_group_shape shape;
@@ -84,16 +71,16 @@ nlohmann::json run(const options& opt, const config& cfg) {
       auto group = need(job::ep_policy_group::create(cfg, model, shape), "EP rollout group");
       need(group->load(weights), "load");
       need(group->generate(prompt, G, max_new, temperature, 1), "warm-up");
-      double t0 = now_s();
+      auto t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) need(group->generate(prompt, G, max_new, temperature, r), "EP generate");
-      gen_s = (now_s() - t0) / opt.reps;
+      gen_s = seconds_since(t0) / opt.reps;
       group.reset();
       auto trainer = need(job::ep_trainer::create(cfg, model, grpo, adam, temperature, n, int64_t(samples.size())),
                           "EP trainer");
       need(trainer->load(weights), "load");
-      t0 = now_s();
+      t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) need(trainer->step(samples, adv), "EP step");
-      step_s = (now_s() - t0) / opt.reps;
+      step_s = seconds_since(t0) / opt.reps;
     }
     rows.push_back({{"ranks", n}, {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
                     {"generate_group_s", gen_s}, {"rows_per_group", G}, {"max_new_tokens", max_new},
@@ -126,12 +113,7 @@ void add_job_ep_bench_command(CLI::App& bench) {
       std::cerr << "moerl bench job-ep: invalid configuration: " << cfg.err().message << "\n";
       throw CLI::RuntimeError(2);
     }
-    try {
-      std::cout << run(opt, *cfg).dump(2) << "\n";
-    } catch (const std::exception& e) {
-      std::cerr << "moerl bench job-ep: " << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
+    run_bench_command("job-ep", [&] { std::cout << run(opt, *cfg).dump(2) << "\n"; });
   });
 }
 

@@ -12,18 +12,12 @@
 
 #include "policy/dense_ops.h"
 #include "policy/trainer.h"
+#include "bench/support.h"
 #include "common/percentile.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
 
 // Process CPU milliseconds: on a shared machine wall time includes waiting for a core, so
 // CPU time is reported beside it.
@@ -52,25 +46,19 @@ nlohmann::json summarize(std::vector<double> ms, double tokens, const std::vecto
           {"cpu_mean_ms", cpu_sum / double(cpu.size())}};
 }
 
-template <class T>
-T take(result<T> r, const std::string& what) {
-  if (!r) throw std::runtime_error("policy bench: " + what + ": " + r.err().to_string());
-  return std::move(r).value();
-}
-
 }  // namespace
 
 nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& cfg) {
   using namespace moerl::policy;
   if (opt.reps < 1 || opt.warmup < 0)
-    throw std::runtime_error("policy bench: reps must be >= 1 and warmup >= 0");
+    throw std::runtime_error("reps must be >= 1 and warmup >= 0");
   set_blas_threads(1);  // as `moerl learn` runs: see dense_ops.h
-  auto t = take(make_task(cfg), "task");
-  auto rm = take(make_reward(cfg, *t), "reward");
-  auto mc = take(model_config::from_config(cfg), "policy config");
-  auto tc = take(train_config::from_config(cfg), "train config");
+  auto t = need(make_task(cfg), "task");
+  auto rm = need(make_reward(cfg, *t), "reward");
+  auto mc = need(model_config::from_config(cfg), "policy config");
+  auto tc = need(train_config::from_config(cfg), "train config");
   auto ex = make_local_expert_exchange();
-  auto pol = take(moe_policy::create(mc, *ex), "policy");
+  auto pol = need(moe_policy::create(mc, *ex), "policy");
   adam opt_state(tc.adam, pol->layout().num_floats());
   std::mt19937_64 rng(tc.seed);
   std::vector<double> gen_ms, reward_ms, train_ms, imbalance, gen_cpu, reward_cpu, train_cpu;
@@ -79,22 +67,21 @@ nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& c
   for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
     const bool timed = rep >= opt.warmup;
     double c0 = cpu_ms();
-    auto t0 = clock_type::now();
-    auto samples = take(rollout(*pol, *t, tc.prompts_per_iteration, tc.grpo.group_size,
+    auto t0 = bench_clock::now();
+    auto samples = need(rollout(*pol, *t, tc.prompts_per_iteration, tc.grpo.group_size,
                                 tc.temperature, rng, 0, 0),
                         "rollout");
     const double g = ms_since(t0), g_cpu = cpu_ms() - c0;
     c0 = cpu_ms();
-    t0 = clock_type::now();
-    if (auto st = score_samples(*rm, &samples); !st)
-      throw std::runtime_error("policy bench: score: " + st.err().to_string());
+    t0 = bench_clock::now();
+    need(score_samples(*rm, &samples), "score");
     const double r = ms_since(t0), r_cpu = cpu_ms() - c0;
     c0 = cpu_ms();
-    t0 = clock_type::now();
-    auto us = take(grpo_gradient(*pol, samples, group_advantages(samples), tc.grpo,
+    t0 = bench_clock::now();
+    auto us = need(grpo_gradient(*pol, samples, group_advantages(samples), tc.grpo,
                                  tc.temperature, nullptr, &grads),
                    "grpo gradient");
-    take(opt_state.step(pol->params(), grads), "adam");
+    need(opt_state.step(pol->params(), grads), "adam");
     const double tr = ms_since(t0), tr_cpu = cpu_ms() - c0;
     if (!timed) continue;
     double completion = 0;
@@ -143,12 +130,7 @@ void add_policy_bench_command(CLI::App& bench) {
       std::cerr << "moerl bench policy: invalid configuration: " << cfg.err().message << "\n";
       throw CLI::RuntimeError(2);
     }
-    try {
-      std::cout << run_policy_bench(opt, *cfg).dump(2) << "\n";
-    } catch (const std::exception& e) {
-      std::cerr << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
+    run_bench_command("policy", [&] { std::cout << run_policy_bench(opt, *cfg).dump(2) << "\n"; });
   });
 }
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "bench/support.h"
 #include "provenance/provenance.h"
 #include "store/checkpoint.h"
 #include "store/object_store.h"
@@ -17,13 +18,6 @@
 namespace moerl::bench {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double ms_since(clock_type::time_point t0) {
-  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-}
-
 
 nlohmann::json summarize(const std::string& op, int64_t bytes, std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
@@ -44,10 +38,6 @@ nlohmann::json summarize(const std::string& op, int64_t bytes, std::vector<doubl
                       {"max_ms", ms.empty() ? 0 : ms.back()}};
   if (bytes > 0 && mean > 0) j["mb_per_s"] = static_cast<double>(bytes) / 1e6 / (mean / 1e3);
   return j;
-}
-
-void check(const status& st, const std::string& what) {
-  if (!st) throw std::runtime_error("store bench: " + what + ": " + st.err().to_string());
 }
 
 std::string payload(int64_t size, uint64_t seed) {
@@ -73,41 +63,40 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
               ("moerl-store-bench-" + std::to_string(std::random_device{}()));
     url = scratch.string();
   }
-  auto opened = store::open_store(url, cfg);
-  if (!opened) throw std::runtime_error("store bench: opening '" + url + "': " + opened.err().to_string());
-  auto& s = *opened.value();
+  auto opened = need(store::open_store(url, cfg), "opening '" + url + "'");
+  auto& s = *opened;
   const std::string prefix = "bench/run-" + std::to_string(std::random_device{}());
 
   nlohmann::json results = nlohmann::json::array();
   for (int64_t size : opt.sizes) {
     const std::string base = prefix + "/size-" + std::to_string(size) + "/";
     for (int w = 0; w < opt.warmup; ++w) {
-      check(s.put(base + "warmup", payload(size, 999)), "warmup put");
-      if (!s.get(base + "warmup")) throw std::runtime_error("store bench: warmup get failed");
-      check(s.remove(base + "warmup"), "warmup remove");
+      need(s.put(base + "warmup", payload(size, 999)), "warmup put");
+      if (!s.get(base + "warmup")) throw std::runtime_error("warmup get failed");
+      need(s.remove(base + "warmup"), "warmup remove");
     }
     std::vector<double> put_ms, get_ms, remove_ms;
     for (int i = 0; i < opt.reps; ++i) {
       const std::string bytes = payload(size, static_cast<uint64_t>(i));
-      const auto t0 = clock_type::now();
-      check(s.put(base + std::to_string(i), bytes), "put " + base + std::to_string(i));
+      const auto t0 = bench_clock::now();
+      need(s.put(base + std::to_string(i), bytes), "put " + base + std::to_string(i));
       put_ms.push_back(ms_since(t0));
     }
     for (int i = 0; i < opt.reps; ++i) {
-      const auto t0 = clock_type::now();
+      const auto t0 = bench_clock::now();
       auto r = s.get(base + std::to_string(i));
       get_ms.push_back(ms_since(t0));
       if (!r || static_cast<int64_t>(r->size()) != size)
-        throw std::runtime_error("store bench: get " + base + std::to_string(i) + " failed or was short");
+        throw std::runtime_error("get " + base + std::to_string(i) + " failed or was short");
     }
-    const auto t0 = clock_type::now();
+    const auto t0 = bench_clock::now();
     auto listed = s.list(base);
     const double list_ms = ms_since(t0);
     if (!listed || static_cast<int>(listed->size()) != opt.reps)
-      throw std::runtime_error("store bench: list " + base + " did not return the " + std::to_string(opt.reps) + " objects");
+      throw std::runtime_error("list " + base + " did not return the " + std::to_string(opt.reps) + " objects");
     for (int i = 0; i < opt.reps; ++i) {
-      const auto r0 = clock_type::now();
-      check(s.remove(base + std::to_string(i)), "remove");
+      const auto r0 = bench_clock::now();
+      need(s.remove(base + std::to_string(i)), "remove");
       remove_ms.push_back(ms_since(r0));
     }
     results.push_back(summarize("put", size, put_ms));
@@ -124,26 +113,26 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
       parts.push_back({"experts/" + std::to_string(p) + ".bin", payload(per_part, 1000 + static_cast<uint64_t>(p))});
     std::vector<double> write_ms, find_ms, read_ms;
     for (int rep = 0; rep < opt.checkpoint_reps; ++rep) {
-      auto t0 = clock_type::now();
+      auto t0 = bench_clock::now();
       auto m = store::write_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep), parts);
       write_ms.push_back(ms_since(t0));
-      if (!m) throw std::runtime_error("store bench: write_checkpoint: " + m.err().to_string());
-      t0 = clock_type::now();
+      need(std::move(m), "write_checkpoint");
+      t0 = bench_clock::now();
       auto latest = store::latest_committed(s, ckpt_prefix);
       find_ms.push_back(ms_since(t0));
       if (!latest || latest->step != static_cast<uint64_t>(rep))
-        throw std::runtime_error("store bench: latest_committed did not find the checkpoint just written");
-      t0 = clock_type::now();
+        throw std::runtime_error("latest_committed did not find the checkpoint just written");
+      t0 = bench_clock::now();
       auto back = store::read_checkpoint(s, ckpt_prefix, latest.value());
       read_ms.push_back(ms_since(t0));
-      if (!back) throw std::runtime_error("store bench: read_checkpoint: " + back.err().to_string());
+      need(std::move(back), "read_checkpoint");
     }
     const int64_t total = per_part * opt.checkpoint_parts;
     results.push_back(summarize("checkpoint_write", total, write_ms));
     results.push_back(summarize("checkpoint_find_latest", total, find_ms));
     results.push_back(summarize("checkpoint_read", total, read_ms));
     for (int rep = 0; rep < opt.checkpoint_reps; ++rep)
-      check(store::remove_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep)), "remove_checkpoint");
+      need(store::remove_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep)), "remove_checkpoint");
   }
 
   nlohmann::json config_used = nlohmann::json::object();

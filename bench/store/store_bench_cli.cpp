@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "bench/store/store_bench.h"
+#include "bench/support.h"
 
 namespace moerl::bench {
 
@@ -58,18 +59,14 @@ void add_store_bench_command(CLI::App& bench) {
       std::cerr << "moerl bench store: " << cfg.err().to_string() << "\n";
       throw CLI::RuntimeError(2);
     }
-    nlohmann::json report;
-    try {
-      report = run_store_bench(*opt, cfg.value());
-    } catch (const std::exception& e) {
-      std::cerr << e.what() << "\n";
-      throw CLI::RuntimeError(1);
-    }
-    if (*as_json) {
-      std::cout << report.dump(2) << "\n";
-    } else {
-      print_table(report);
-    }
+    run_bench_command("store", [&] {
+      const nlohmann::json report = run_store_bench(*opt, cfg.value());
+      if (*as_json) {
+        std::cout << report.dump(2) << "\n";
+      } else {
+        print_table(report);
+      }
+    });
   });
 }
 
