@@ -36,8 +36,13 @@ enum class kind : uint16_t {
   admin_reply = 14,
   metrics_snapshot = 15,
   error = 16,
+  lease_batch = 17,
+  lease_give_back = 18,
+  prompt = 19,
+  ledger_events = 20,
+  shard_ack = 21,
 };
-constexpr uint16_t kMaxKind = 16;
+constexpr uint16_t kMaxKind = 21;
 
 const char* kind_name(kind k);
 
