@@ -3,8 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/lease_batch.h"
-#include "actors/wire_pack.h"
+#include "actors/ledger_messages.h"
 #include "common/log.h"
 #include "messages/admin.h"
 
@@ -24,16 +23,24 @@ struct coordinator_state {
 
 using coord_actor = caf::stateful_actor<coordinator_state>;
 
+// The core's typed results as reply bytes, at the edge: the message or "" on success, else
+// the encoded moerl::error.
+template <class T>
+std::string reply_bytes(const result<T>& r) {
+  return r ? messages::encode(*r) : encode_error(r.err().code, r.err().message);
+}
+std::string reply_bytes(const status& st) { return st ? std::string() : encode_error(st.err().code, st.err().message); }
+
 void deliver(coord_actor* self) {
   auto& st = self->state;
-  // Shard events leave as one message per node (pack_ledger_events); a node's batch is sent
+  // Shard events leave as one message per node (encode_ledger_events); a node's batch is sent
   // before anything else to that node, so the order each node sees stays the core's order.
   std::map<std::string, std::vector<ledger::ledger_event>> events;
   auto send_events = [&](const std::string& node) {
     auto e = events.find(node);
     if (e == events.end()) return;
     if (auto it = st.agents.find(node); it != st.agents.end())
-      self->send(it->second, event_atom::value, pack_ledger_events(e->second));
+      self->send(it->second, event_atom::value, encode_ledger_events(e->second));
     events.erase(e);
   };
   for (auto& o : st.core->take_outbound()) {
@@ -138,17 +145,17 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
       [self](lease_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
-        return reply_durable(self, self->state.core->lease(*req));
+        return reply_durable(self, reply_bytes(self->state.core->lease(*req)));
       },
       [self](leases_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
-        return reply_durable(self, self->state.core->lease_batch(*req));
+        return reply_durable(self, reply_bytes(self->state.core->lease_batch(*req)));
       },
-      [self](giveback_atom, const std::string& worker, const std::string& packed) -> caf::result<std::string> {
-        auto leases = unpack_lease_ids(packed);
-        if (!leases) return encode_error(leases.err().code, leases.err().message);
-        return reply_durable(self, self->state.core->give_back(worker, *leases));
+      [self](giveback_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto back = messages::decode<messages::lease_give_back>(bytes);
+        if (!back) return encode_error(back.err().code, "give back: " + back.err().message);
+        return reply_durable(self, reply_bytes(self->state.core->give_back(*back)));
       },
       [self](flush_atom) {
         auto& st = self->state;
@@ -166,28 +173,22 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
       [self](report_atom, const std::string& bytes) -> caf::result<std::string> {
         auto rep = messages::decode<messages::unit_report>(bytes);
         if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
-        return reply_durable(self, self->state.core->report(*rep));
+        return reply_durable(self, reply_bytes(self->state.core->report(*rep)));
       },
-      [self](ack_atom, uint64_t unit, uint32_t attempt, const std::string& shard, const std::string& accepted,
-             const std::string& stale) -> caf::result<std::string> {
-        auto a = unpack_u64s(accepted), s = unpack_u64s(stale);
-        if (!a || !s) return encode_error(errc::malformed_message, "shard ack: " + (!a ? a.err() : s.err()).message);
-        ledger::shard_ack ack{unit, attempt, shard, *a, *s};
-        auto st = self->state.core->shard_ack(ack);
-        if (!st) {
-          logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", unit, attempt, st.err().to_string());
-          return reply_durable(self, encode_error(st.err().code, st.err().message));
-        }
-        return reply_durable(self, "");
+      [self](ack_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto ack = decode_shard_ack(bytes);
+        if (!ack) return encode_error(ack.err().code, "shard ack: " + ack.err().message);
+        auto st = self->state.core->shard_ack(*ack);
+        if (!st)
+          logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", ack->unit, ack->attempt,
+                                      st.err().to_string());
+        return reply_durable(self, reply_bytes(st));
       },
       [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
              uint64_t handout) -> caf::result<std::string> {
         auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
-        if (!st) {
-          logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
-          return reply_durable(self, encode_error(st.err().code, st.err().message));
-        }
-        return reply_durable(self, "");
+        if (!st) logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
+        return reply_durable(self, reply_bytes(st));
       },
       [self](stats_atom, const std::string& node, const std::string& text) {
         auto j = nlohmann::json::parse(text, nullptr, false);

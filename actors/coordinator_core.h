@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/node_role.h"
 #include "ledger/work_ledger.h"
 #include "common/error.h"
 #include "messages/admin.h"
@@ -44,7 +45,7 @@ struct coordinator_options {
 struct node_record {
   std::string id;        // moerl's random 128-bit node id (hex)
   std::string name;
-  std::string role;
+  node_role role = node_role::rollout;
   std::string endpoint;  // buffer shards: sample-plane endpoint
   std::string state;     // running | draining | drained | dead
   std::string down_reason;
@@ -91,19 +92,20 @@ class coordinator_core {
   void node_stats(const std::string& node, const nlohmann::json& stats);
 
   // ---- work -------------------------------------------------------------------------
-  // Encoded lease on success, else an encoded moerl::error (not_found: nothing pending;
-  // shutting_down: the node drains; unknown_node).
-  std::string lease(const messages::lease_request& req);
-  // Batched leasing: up to min(req.max_units, actors.lease_batch) leases in one reply
-  // (encode_lease_batch, actors/lease_batch.h); an encoded error when not even one unit
-  // could be leased. Each lease is what lease() would give: own attempt, deadline, shard.
-  std::string lease_batch(const messages::lease_request& req);
-  // The worker gives back leases it has not started (drain, stop), as (unit, attempt)
-  // pairs: each goes through ledger.give_back (pending again, attempt fenced). "" when all
-  // were accepted, else the encoded error of the first refusal (the others still apply).
-  std::string give_back(const std::string& worker, const std::vector<std::pair<uint64_t, uint32_t>>& leases);
-  // finished -> ledger.report; returned/failed -> ledger.give_back. Encoded error or "".
-  std::string report(const messages::unit_report& rep);
+  // Results are values; the actor (coordinator.cpp) encodes them for the wire.
+  // A lease, or why not (not_found: nothing pending; capacity_exceeded: the shard is full or
+  // has not joined; shutting_down: the node drains or the run ends; unknown_node).
+  result<messages::lease> lease(const messages::lease_request& req);
+  // Batched leasing: up to min(req.max_units, actors.lease_batch) leases in one reply; an
+  // error when not even one unit could be leased. Each lease is what lease() would give:
+  // own attempt, deadline, shard.
+  result<messages::lease_batch> lease_batch(const messages::lease_request& req);
+  // The worker gives back leases it has not started (drain, stop): each goes through
+  // ledger.give_back (pending again, attempt fenced). The first refusal, if any (the
+  // others still apply).
+  status give_back(const messages::lease_give_back& back);
+  // finished -> ledger.report; returned/failed -> ledger.give_back.
+  status report(const messages::unit_report& rep);
   status shard_ack(const ledger::shard_ack& ack);
   status consumed(const ledger::consumption& c);
   // The trainer published a new policy version (after an iteration's worth of groups).
@@ -138,9 +140,9 @@ class coordinator_core {
 
  private:
   const node_record* resolve(const std::string& who) const;  // id, id prefix or name
-  // The encoded refusal when `worker`'s node may not lease now (unknown, dead, draining,
-  // run shutting down); else nullopt and *node is its record.
-  std::optional<std::string> refuse_lease(const std::string& worker, node_record** node);
+  // Why `worker`'s node may not lease now (unknown, dead, draining, run shutting down); else
+  // nullopt and *node is its record.
+  std::optional<error> refuse_lease(const std::string& worker, node_record** node);
   // The lease as a worker receives it; nullopt (and the unit handed back) when its shard
   // has not joined this coordinator. `unix_minus_clock`: wall clock minus ledger clock.
   std::optional<messages::lease> to_wire(const ledger::lease& l, int64_t unix_minus_clock);

@@ -11,7 +11,7 @@
 #include "actors/atoms.h"
 #include "actors/interruption.h"
 #include "actors/node_roles.h"
-#include "actors/wire_pack.h"
+#include "actors/ledger_messages.h"
 #include "common/log.h"
 
 namespace moerl::actors {
@@ -36,7 +36,7 @@ messages::heartbeat make_heartbeat(agent_actor* self, const std::string& state) 
   auto& ctx = *self->state.ctx;
   messages::heartbeat hb;
   hb.node = ctx.id;
-  hb.role = ctx.role;
+  hb.role = to_string(ctx.role);
   hb.pid = static_cast<uint32_t>(::getpid());
   hb.seq = ++self->state.hb_seq;
   hb.sent_unix_ms = static_cast<uint64_t>(unix_now_ms());
@@ -164,7 +164,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
     return {};
   }
   supervisor_options so;
-  so.name = ctx->role + "-supervisor";
+  so.name = std::string(to_string(ctx->role)) + "-supervisor";
   so.strategy = role_strategy(ctx->role);
   so.intensity = ctx->cfg.get_int("actors.restart_intensity");
   so.period_ms = ctx->cfg.get_int("actors.restart_period_ms");
@@ -230,8 +230,8 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         logger("node")->info("shutdown requested by the coordinator");
         finish(self, 0);
       },
-      [self](event_atom, const std::string& packed) {
-        auto events = unpack_ledger_events(packed, self->state.ctx->name);
+      [self](event_atom, const std::string& bytes) {
+        auto events = decode_ledger_events(bytes, self->state.ctx->name);
         if (!events) {
           logger("node")->error("ledger events refused: {}", events.err().to_string());
           return;

@@ -18,16 +18,19 @@
 
 #include "actors/caf_setup.h"
 #include "actors/job.h"
+#include "actors/node_role.h"
 #include "ledger/sample_plane.h"
 #include "actors/reward_hop.h"
 #include "common/config.h"
 
 namespace moerl::actors {
 
+class rank_pool;  // trainer_role.cpp
+
 struct node_context {
   std::string id;    // random 128-bit hex id (node_identity.h)
   std::string name;  // display name
-  std::string role;
+  node_role role = node_role::rollout;
   config cfg;
   control_plane_options cp;
   std::string coord_host;
@@ -72,7 +75,10 @@ struct node_context {
   std::mutex ranks_mu;
   std::map<uint32_t, caf::actor> ranks;
   std::atomic<uint64_t> trained_groups{0};  // survives a one_for_all restart of the ranks
-  std::shared_ptr<trainer_step> trainer_state;  // the job's learning step (null: built-in check)
+  // The ranks as the job's step reaches them, and the step; both survive a one_for_all
+  // restart of the ranks (declared in this order: the step refers to the pool).
+  std::shared_ptr<rank_pool> trainer_rank_pool;
+  std::shared_ptr<trainer_step> trainer_state;
 
  private:
   std::mutex mu;

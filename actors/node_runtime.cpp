@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <iostream>
-#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -53,8 +52,8 @@ int wait_for(caf::actor_system& sys, const caf::actor& a) {
   return 0;
 }
 
-int run_coordinator(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
-                    const std::string& host, uint16_t port, const std::string& node_id) {
+int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay, const std::string& host,
+                    uint16_t port, const std::string& node_id) {
   auto log = logger("node");
   auto copts = coordinator_options::from_config(cfg);
   if (!copts) { log->error("{}", copts.err().to_string()); return 2; }
@@ -98,29 +97,25 @@ int run_coordinator(node_args const& args, config& cfg, control_plane_options& c
   return 0;
 }
 
-int run_member(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
-               const std::string& host, uint16_t port, const std::string& node_id) {
+int run_member(node_args const& args, node_role role, config& cfg, control_plane_options& cp,
+               signal_relay& relay, const std::string& host, uint16_t port, const std::string& node_id) {
   auto log = logger("node");
   auto ctx = std::make_shared<node_context>();
   ctx->id = node_id;
-  ctx->role = args.role;
-  ctx->name = cfg.get_string("node.name").empty() ? default_node_name(args.role, node_id) : cfg.get_string("node.name");
+  ctx->role = role;
+  ctx->name = cfg.get_string("node.name").empty() ? default_node_name(role, node_id) : cfg.get_string("node.name");
   ctx->cfg = cfg;
   ctx->cp = cp;
   ctx->coord_host = host;
   ctx->coord_port = port;
-  if (args.make_job) {
-    auto j = args.make_job(cfg, args.role);
-    if (!j) { log->error("job: {}", j.err().to_string()); return 2; }
-    ctx->running_job = std::move(*j);
-  } else {
-    ctx->running_job = make_modpow_job(cfg);
-  }
+  auto j = args.make_job(cfg, role);
+  if (!j) { log->error("job: {}", j.err().to_string()); return 2; }
+  ctx->running_job = std::move(*j);
   auto z = ledger::zmq_context::create();
   if (!z) { log->error("{}", z.err().to_string()); return 2; }
   ctx->zmq = *z;
   std::string bind_ep = "tcp://" + cfg.get_string("node.host") + ":*";
-  if (args.role == "buffer") {
+  if (role == node_role::buffer) {
     auto so = ledger::shard_options::from_config(cfg, ctx->name);
     auto po = ledger::sample_plane_options::from_config(cfg);
     if (!so || !po) { log->error("{}", (!so ? so.err() : po.err()).to_string()); return 2; }
@@ -128,7 +123,7 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
     if (!svc) { log->error("shard: {}", svc.err().to_string()); return 2; }
     ctx->endpoint = (*svc)->endpoint();
     ctx->shard = std::move(*svc);
-  } else if (args.role == "reward") {
+  } else if (role == node_role::reward) {
     auto pull = reward_pull::bind(ctx->zmq, bind_ep);
     if (!pull) { log->error("reward: {}", pull.err().to_string()); return 2; }
     ctx->endpoint = (*pull)->endpoint();
@@ -177,9 +172,13 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
 }  // namespace
 
 int run_node(const node_args& args) {
-  static const std::set<std::string> roles{"coordinator", "rollout", "reward", "env", "buffer", "trainer", "weights"};
-  if (!roles.count(args.role)) {
-    std::cerr << "moerl node: unknown role '" << args.role << "' (coordinator|rollout|reward|env|buffer|trainer|weights)\n";
+  auto role = parse_role(args.role);
+  if (!role) {
+    std::cerr << "moerl node: " << role.err().message << "\n";
+    return 2;
+  }
+  if (!args.make_job) {  // a bug in the caller, not bad input: every caller passes job::make_job
+    std::cerr << "moerl node: no job factory given (node_args.make_job)\n";
     return 2;
   }
   auto hp = parse_host_port(args.join);
@@ -206,8 +205,8 @@ int run_node(const node_args& args) {
   signal_watch watch([&relay](int sig) { relay.deliver(sig); });
   std::string id = make_node_id();
   init_logging(short_node_id(id), args.role, cfg->get_string("log.level"));
-  if (args.role == "coordinator") return run_coordinator(args, *cfg, *cp, relay, hp->first, hp->second, id);
-  return run_member(args, *cfg, *cp, relay, hp->first, hp->second, id);
+  if (*role == node_role::coordinator) return run_coordinator(*cfg, *cp, relay, hp->first, hp->second, id);
+  return run_member(args, *role, *cfg, *cp, relay, hp->first, hp->second, id);
 }
 
 }  // namespace moerl::actors

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
+#include "job/modpow_job.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -471,7 +472,7 @@ class grpo_job final : public actors::job {
     if (!rm) return rm.err();
     return std::unique_ptr<actors::reward_function>(new policy_reward(s_, std::move(*rm)));
   }
-  result<std::unique_ptr<actors::trainer_step>> make_trainer() override {
+  result<std::unique_ptr<actors::trainer_step>> make_trainer(actors::trainer_ranks&) override {
     auto t = std::make_unique<grpo_trainer>(s_);
     if (auto st = t->init(); !st) return st.err();
     return std::unique_ptr<actors::trainer_step>(std::move(t));
@@ -488,10 +489,10 @@ std::string weights_key(const std::string& prefix, uint64_t version) {
 }
 std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
 
-result<std::shared_ptr<actors::job>> make_job(const config& cfg, const std::string& role) {
+result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role) {
   (void)role;
   const std::string kind = cfg.get_string("job.kind");
-  if (kind == "modpow") return actors::make_modpow_job(cfg);
+  if (kind == "modpow") return make_modpow_job(cfg);
   auto s = job_setup::create(cfg);
   if (!s) return s.err();
   return std::shared_ptr<actors::job>(std::make_shared<grpo_job>(*s));

@@ -25,17 +25,18 @@
 #include "actors/local_cluster.h"
 #include "actors/node_identity.h"
 #include "bench/control/lease_client.h"
+#include "bench/support.h"
 #include "common/config.h"
 #include "messages/control.h"
 #include "common/percentile.h"
 #include "provenance/provenance.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::bench {
 namespace {
 
 using namespace moerl::actors;
 using nlohmann::json;
-using clk = std::chrono::steady_clock;
 
 struct bench_args {
   bool json_out = false;
@@ -139,14 +140,14 @@ json rtt_pair(caf::scoped_actor& self, const caf::actor& coord, const std::strin
 }
 
 json in_process(const bench_args& a, const std::string& dir) {
-  auto cfg = config::load("", bench_overrides(a, dir));
-  auto lo = ledger::ledger_options::from_config(*cfg);
+  auto cfg = need(config::load("", bench_overrides(a, dir)), "coordinator config");
+  auto lo = need(ledger::ledger_options::from_config(cfg), "ledger options");
   static ledger::steady_clock_source clock;
-  auto led = ledger::work_ledger::open(*lo, clock, nullptr);
-  auto co = coordinator_options::from_config(*cfg);
+  auto led = need(ledger::work_ledger::open(lo, clock, nullptr), "in-memory ledger");
+  auto co = need(coordinator_options::from_config(cfg), "coordinator options");
   caf::actor_system_config sc;
   caf::actor_system sys{sc};
-  auto coord = spawn_coordinator(sys, std::make_unique<coordinator_core>(*co, std::move(*led), clock));
+  auto coord = spawn_coordinator(sys, std::make_unique<coordinator_core>(co, std::move(led), clock));
   auto agent = sys.spawn(sink);
   caf::scoped_actor self{sys};
   self->monitor(coord);
@@ -204,7 +205,8 @@ int run_leaser(const bench_args& a) {
   register_node(self, *coord, id, "rollout", "", agent);
   auto units = std::make_shared<std::atomic<uint64_t>>(0);
   auto grants = std::make_shared<std::atomic<uint64_t>>(0);
-  auto until = clk::now() + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(a.duration_s));
+  auto until = bench_clock::now() +
+               std::chrono::duration_cast<bench_clock::duration>(std::chrono::duration<double>(a.duration_s));
   auto driver = spawn_lease_driver(sys, *coord, id + "/0", a.leaser_k, a.window, until.time_since_epoch().count(),
                                    [=](uint64_t n) {
                                      *units += n;
@@ -407,13 +409,13 @@ void add_control_bench_command(CLI::App& bench) {
       if (rc) throw CLI::RuntimeError(rc);
       return;
     }
-    char tmpl[] = "/tmp/moerl-bench-control-XXXXXX";
-    std::string dir = ::mkdtemp(tmpl);
-    json out = run_all(a, dir);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (a.json_out) std::cout << out.dump(2) << "\n";
-    else print_text(out, a);
+    run_bench_command("control", [] {
+      // The run's journal and leaser logs, removed however the run ends.
+      moerl::testing::temp_dir dir("bench-control");
+      json out = run_all(a, dir.path());
+      if (a.json_out) std::cout << out.dump(2) << "\n";
+      else print_text(out, a);
+    });
   });
 }
 

@@ -2,7 +2,7 @@
 //   K = 1: (lease_atom, lease_request) -> one Cap'n Proto lease; handed back with
 //          (report_atom, unit_report{returned}).
 //   K > 1: (leases_atom, lease_request{max_units = K}) -> one lease batch of up to K
-//          (actors/lease_batch.h); all handed back with one (giveback_atom, worker, pairs).
+//          (a Cap'n Proto LeaseBatch); all handed back with one (giveback_atom, LeaseGiveBack).
 // A "leased unit" in the bench is one unit that went through the ledger's lease (journaled
 // `leased` record, own fencing attempt and deadline, attempt_opened event to its shard) and
 // back (journaled `ended(returned)` record, attempt_fenced event). No samples are generated

@@ -71,7 +71,9 @@ TEST_F(cluster_test, console_inject_spot_with_a_short_deadline_returns_what_does
   EXPECT_EQ(i.value("source", ""), "simulation") << report["interruptions"].dump();
   auto returned = i.value("units_returned", 0u), finished = i.value("units_finished", 0u);
   EXPECT_GE(returned + finished, 1u) << i.dump();
-  if (returned > 0) EXPECT_GT(report["accounting"]["dropped"].value("returned", 0u), 0u);
+  if (returned > 0) {
+    EXPECT_GT(report["accounting"]["dropped"].value("returned", 0u), 0u);
+  }
 }
 
 TEST_F(cluster_test, console_cli_rejects_bad_commands_nodes_and_tokens_and_the_coordinator_keeps_running) {

@@ -5,7 +5,7 @@
 
 #include "ledger/sample_plane.h"
 #include "ledger/types.h"
-#include "actors/modpow_work.h"
+#include "job/modpow_work.h"
 #include "tests/actors/cluster_fixture.h"
 
 using namespace moerl::test;
@@ -28,7 +28,7 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
 
 // Once flaky: nodes asking the restarted coordinator for `nodes` before every shard had
 // re-joined wrote live shards off for good, and consumptions re-sent after the crash were
-// counted as duplicates. Both are fixed (known_gone/look-again in node_roles.cpp, hand-out ids).
+// counted as duplicates. Both are fixed (known_gone/look-again in service_roles.cpp, hand-out ids).
 TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_finishes) {
   start({"actors.iterations=5"});
   auto before = c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
@@ -68,7 +68,7 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
   // of epoch 0 (a stale attempt from before the ledger's first epoch) at both shards.
   auto zmq = ledger::zmq_context::create();
   ASSERT_TRUE(zmq);
-  actors::modpow_work work;
+  job::modpow_work work;
   int sent = 0;
   for (auto* name : {"buffer-0", "buffer-1"}) {
     std::string ep;
@@ -79,7 +79,7 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
     for (uint32_t attempt : {(1u << ledger::kAttemptCounterBits) | 1u, 1u}) {
       for (uint32_t seq = 0; seq < 4; ++seq) {
         uint64_t group = 1 + seq / 8;
-        auto g = work.generate(actors::modpow_prompt(group, 0, 1500), 0, seq % 8, 0);
+        auto g = work.generate(job::modpow_prompt(group, 0, 1500), 0, seq % 8, 0);
         ASSERT_TRUE(g);
         messages::sample s;
         s.work_unit = 1;

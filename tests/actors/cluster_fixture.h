@@ -119,8 +119,9 @@ class cluster_test : public ::testing::Test {
     for (auto& [k, v] : dropped_map.items()) dropped += v.get<uint64_t>();
     EXPECT_EQ(a.value("dispatched", 0u), a.value("committed", 0u) + dropped) << a.dump();
     for (auto& n : report.value("nodes", json::array()))
-      if (n.value("role", "") == "trainer" && n.contains("stats"))
+      if (n.value("role", "") == "trainer" && n.contains("stats")) {
         EXPECT_EQ(n["stats"].value("samples_bad", 1u), 0u) << n.dump();
+      }
   }
   static int exit_status(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
   // The report's `interruptions` entry of a node (an empty object if it has none).

@@ -11,9 +11,10 @@ namespace {
 // Makes <dir>/<name>.key + <name>.pem signed by <ca>.pem/<ca>.key (creating the CA if new).
 void make_cert(const std::string& dir, const std::string& ca, const std::string& name) {
   std::string q = "cd '" + dir + "' && ";
-  if (!std::filesystem::exists(dir + "/" + ca + ".pem"))
+  if (!std::filesystem::exists(dir + "/" + ca + ".pem")) {
     ASSERT_EQ(std::system((q + "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + ca + ".key -out " + ca +
                            ".pem -days 1 -subj /CN=" + ca + " >/dev/null 2>&1").c_str()), 0);
+  }
   ASSERT_EQ(std::system((q + "openssl req -newkey rsa:2048 -nodes -keyout " + name + ".key -out " + name +
                          ".csr -subj /CN=" + name + " >/dev/null 2>&1 && openssl x509 -req -in " + name +
                          ".csr -CA " + ca + ".pem -CAkey " + ca + ".key -CAcreateserial -out " + name +

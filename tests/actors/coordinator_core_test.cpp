@@ -6,7 +6,6 @@
 #include <set>
 
 #include "actors/coordinator_core.h"
-#include "actors/lease_batch.h"
 #include "ledger/clock.h"
 #include "tests/actors/core_harness.h"
 
@@ -47,8 +46,7 @@ struct core_fixture : ::testing::Test {
   messages::lease lease(const std::string& worker) {
     messages::lease_request r;
     r.worker = worker;
-    auto bytes = core->lease(r);
-    auto l = messages::decode<messages::lease>(bytes);
+    auto l = core->lease(r);
     EXPECT_TRUE(l) << "not a lease";
     return l ? *l : messages::lease{};
   }
@@ -65,7 +63,7 @@ struct core_fixture : ::testing::Test {
     rep.attempt = l.attempt;
     rep.worker = l.worker;
     rep.samples_produced = static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
-    ASSERT_EQ(core->report(rep), "");
+    ASSERT_TRUE(core->report(rep));
     ledger::shard_ack ack{l.unit.id, l.attempt, l.shard, l.unit.group_ids, {}};
     ASSERT_TRUE(core->shard_ack(ack));
   }
@@ -235,10 +233,9 @@ struct batch_fixture : ::testing::Test {
     ASSERT_TRUE(core);
   }
   std::vector<messages::lease> batch(uint32_t max_units) {
-    auto bytes = core->lease_batch(messages::lease_request{worker, max_units, 0});
-    auto b = decode_lease_batch(bytes);
+    auto b = core->lease_batch(messages::lease_request{worker, max_units, 0});
     EXPECT_TRUE(b) << "not a lease batch: " << (b ? "" : b.err().to_string());
-    return b ? *b : std::vector<messages::lease>{};
+    return b ? b->leases : std::vector<messages::lease>{};
   }
   size_t shard_events() {
     size_t n = 0;
@@ -314,19 +311,19 @@ TEST_F(batch_fixture, drain_gives_back_unstarted_leases_in_one_message) {
   rep.attempt = b[0].attempt;
   rep.worker = worker;
   rep.samples_produced = 4;
-  ASSERT_EQ(core->report(rep), "");
+  ASSERT_TRUE(core->report(rep));
   ASSERT_TRUE(core->shard_ack({b[0].unit.id, b[0].attempt, "buffer-0", b[0].unit.group_ids, {}}));
-  lease_ids rest;
-  for (size_t i = 1; i < b.size(); ++i) rest.emplace_back(b[i].unit.id, b[i].attempt);
-  auto packed = unpack_lease_ids(pack_lease_ids(rest));
+  messages::lease_give_back rest{worker, {}};
+  for (size_t i = 1; i < b.size(); ++i) rest.leases.push_back({b[i].unit.id, b[i].attempt});
+  auto packed = messages::decode<messages::lease_give_back>(messages::encode(rest));
   ASSERT_TRUE(packed);
-  EXPECT_EQ(core->give_back(worker, *packed), "");
-  for (auto& [unit, attempt] : rest) EXPECT_EQ(core->ledger().find(unit)->state, ledger::unit_state::pending);
+  EXPECT_TRUE(core->give_back(*packed));
+  for (auto& l : rest.leases) EXPECT_EQ(core->ledger().find(l.unit)->state, ledger::unit_state::pending);
   EXPECT_EQ(core->ledger().counters().dropped.at("returned"), 12u);
   EXPECT_EQ(core->ledger().counters().committed, 4u);
   EXPECT_EQ(core->nodes().at(rollout).leases, 0u);
   // Giving back again (or a lease of another attempt) is refused; the refusal names it.
-  auto err = as_error(core->give_back(worker, {rest[0]}));
+  auto err = as_error(core->give_back({worker, {rest.leases[0]}}));
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, errc::stale_attempt);
   expect_books_balance();
@@ -359,51 +356,6 @@ TEST_F(batch_fixture, group_commit_holds_shard_events_until_the_one_flush) {
   EXPECT_EQ(shard_events(), 4u);
   expect_books_balance();
 }
-
-TEST(lease_batch_codec, round_trips_and_refuses_damaged_input) {
-  std::vector<messages::lease> in(3);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i].unit.id = 10 + i;
-    in[i].unit.group_ids = {100 + i, 200 + i};
-    in[i].unit.samples_per_group = 8;
-    in[i].unit.task = "modpow";
-    in[i].attempt = (1u << 20) | uint32_t(i + 1);
-    in[i].worker = "w/0";
-    in[i].deadline_unix_ms = 1234567 + i;
-    in[i].policy_version = 5;
-    in[i].shard = i == 1 ? "b" : "a";
-    in[i].shard_endpoint = i == 1 ? "tcp://b:1" : "tcp://a:1";
-  }
-  auto bytes = encode_lease_batch(in);
-  auto out = decode_lease_batch(bytes);
-  ASSERT_TRUE(out) << out.err().to_string();
-  ASSERT_EQ(out->size(), 3u);
-  for (size_t i = 0; i < in.size(); ++i) {
-    EXPECT_EQ((*out)[i].unit.id, in[i].unit.id);
-    EXPECT_EQ((*out)[i].unit.group_ids, in[i].unit.group_ids);
-    EXPECT_EQ((*out)[i].unit.samples_per_group, 8u);
-    EXPECT_EQ((*out)[i].unit.task, "modpow");
-    EXPECT_EQ((*out)[i].attempt, in[i].attempt);
-    EXPECT_EQ((*out)[i].worker, "w/0");
-    EXPECT_EQ((*out)[i].deadline_unix_ms, in[i].deadline_unix_ms);
-    EXPECT_EQ((*out)[i].policy_version, 5u);
-    EXPECT_EQ((*out)[i].shard, in[i].shard);
-    EXPECT_EQ((*out)[i].shard_endpoint, in[i].shard_endpoint);
-  }
-  // Every truncation is refused with a message, never a crash or a partial batch.
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    auto cut = decode_lease_batch(bytes.substr(0, n));
-    ASSERT_FALSE(cut) << "accepted " << n << " of " << bytes.size() << " bytes";
-    EXPECT_EQ(cut.err().code, errc::malformed_message);
-  }
-  auto trailing = decode_lease_batch(bytes + "x");
-  ASSERT_FALSE(trailing);
-  EXPECT_NE(trailing.err().message.find("trailing"), std::string::npos);
-  auto ids = unpack_lease_ids(std::string(24, '\0'));  // a unit without its attempt
-  ASSERT_FALSE(ids);
-  EXPECT_EQ(ids.err().code, errc::malformed_message);
-}
-
 
 // A dropped CAF link is not a death: the node is unreachable for the re-join grace, and a
 // node that re-joins in time keeps its leases and its shard's samples.

@@ -49,12 +49,11 @@ inline std::unique_ptr<actors::coordinator_core> make_core(ledger::manual_clock&
   return core;
 }
 
-// The moerl::error an encoded reply carries, if it is one.
-inline std::optional<moerl::error> as_error(const std::string& bytes) {
-  if (bytes.empty()) return std::nullopt;
-  auto e = messages::decode<messages::wire_error>(bytes);
-  if (!e) return std::nullopt;
-  return e->value;
+// The moerl::error a result of the core carries, if it is one.
+template <class T>
+std::optional<moerl::error> as_error(const result<T>& r) {
+  if (r) return std::nullopt;
+  return r.err();
 }
 
 }  // namespace moerl::test

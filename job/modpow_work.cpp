@@ -1,6 +1,8 @@
-#include "actors/modpow_work.h"
+#include "job/modpow_work.h"
 
-namespace moerl::actors {
+namespace moerl::job {
+
+using actors::generated_sample;
 namespace {
 
 uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a cheap, well-spread hash
@@ -89,4 +91,4 @@ bool modpow_check(const generated_sample& s, uint64_t policy_version) {
   return again && again->tokens == s.tokens && again->logprobs == s.logprobs;
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl::job

@@ -1,5 +1,5 @@
-// What a trainer rank does with its share of a batch until the real GRPO update lands:
-// verify every sample against the test work's checker (the prompt belongs to its group,
+// What the modpow test job's trainer ranks do with their share of a batch: verify every
+// sample against the test work's checker (the prompt belongs to its group,
 // the tokens and log-probabilities are exactly what that prompt, index and policy version
 // generate, the reward is what the verifier gives) and compute group-relative advantages
 // (reward minus the group mean, divided by the group's standard deviation).
@@ -10,7 +10,7 @@
 
 #include "messages/sample.h"
 
-namespace moerl::actors {
+namespace moerl::job {
 
 struct check_totals {
   uint64_t verified = 0;      // samples that passed every check
@@ -21,4 +21,4 @@ struct check_totals {
 
 check_totals check_and_score(const std::vector<messages::sample>& samples, uint32_t rounds);
 
-}  // namespace moerl::actors
+}  // namespace moerl::job
