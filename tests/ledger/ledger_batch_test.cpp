@@ -3,7 +3,6 @@
 // shard capacity, worker death or a give-back. In-memory ledger, manual clock, no sleeps.
 #include <gtest/gtest.h>
 
-
 #include <map>
 #include <set>
 
@@ -68,7 +67,8 @@ TEST_F(LedgerBatch, batch_is_k_distinct_fifo_leases_each_with_its_attempt_deadli
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, batch_larger_than_the_queue_gets_what_is_pending_and_an_empty_queue_is_not_found) {
+TEST_F(LedgerBatch,
+       batch_larger_than_the_queue_gets_what_is_pending_and_an_empty_queue_is_not_found) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(2);
@@ -160,8 +160,10 @@ TEST_F(LedgerBatch, drain_gives_back_the_unstarted_leases_of_a_batch_and_commits
   ASSERT_EQ(b->size(), 4u);
   const lease& done = (*b)[0];
   ASSERT_TRUE(led->report(done.unit, done.attempt, "w1", 4).ok());
-  ASSERT_EQ(*led->record_ack({done.unit, done.attempt, done.shard, done.groups, {}}), unit_state::committed);
-  for (size_t i = 1; i < b->size(); ++i) ASSERT_TRUE(led->give_back((*b)[i].unit, (*b)[i].attempt, "w1").ok());
+  ASSERT_EQ(*led->record_ack({done.unit, done.attempt, done.shard, done.groups, {}}),
+            unit_state::committed);
+  for (size_t i = 1; i < b->size(); ++i)
+    ASSERT_TRUE(led->give_back((*b)[i].unit, (*b)[i].attempt, "w1").ok());
   EXPECT_EQ(led->num_pending(), 3u);
   EXPECT_EQ(led->num_leased(), 0u);
   EXPECT_EQ(led->counters().committed, 4u);

@@ -149,15 +149,17 @@ TEST(LedgerCluster, losing_a_shard_reopens_its_unconsumed_groups_and_nothing_is_
   bool partial = false;
   for (auto u : *reopened) {
     auto v = c.led->find(u);
-    if (!v->trained.empty() && v->todo.size() + v->trained.size() == v->groups.size()) partial = true;
+    if (!v->trained.empty() && v->todo.size() + v->trained.size() == v->groups.size())
+      partial = true;
   }
   EXPECT_TRUE(partial) << "a unit half-trained before the loss regenerates only the rest";
   c.route();
   EXPECT_LT(c.led->counters().committed, committed_before);
   EXPECT_GT(c.led->counters().dropped.at("shard_lost"), 0u);
   // The worker whose lease pointed at s1 is fenced.
-  EXPECT_EQ(c.led->report(open_on_s1->unit, open_on_s1->attempt, "w9",
-                          open_on_s1->num_samples()).err().code,
+  EXPECT_EQ(c.led->report(open_on_s1->unit, open_on_s1->attempt, "w9", open_on_s1->num_samples())
+                .err()
+                .code,
             errc::stale_attempt);
   // Later leases only go to s0 (once the trainer made room in it).
   c.train(20);

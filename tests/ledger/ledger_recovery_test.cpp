@@ -96,8 +96,7 @@ TEST_F(LedgerRecovery, state_survives_a_crash_and_open_leases_expire_fenced_by_t
   EXPECT_EQ(r->counters().committed, 8u);
   EXPECT_EQ(r->counters().trained, 4u);
   // The old holder of c is fenced; the unit is leased again under epoch 2.
-  EXPECT_EQ(r->record_ack({c.unit, c.attempt, "s0", c.groups, {}}).err().code,
-            errc::stale_attempt);
+  EXPECT_EQ(r->record_ack({c.unit, c.attempt, "s0", c.groups, {}}).err().code, errc::stale_attempt);
   // The events say: fence c's attempt; b's commit again (a was fully trained).
   auto ev = r->take_events();
   ASSERT_EQ(ev.size(), 2u);
@@ -270,7 +269,10 @@ TEST_F(LedgerRecovery, snapshot_plus_journal_rebuild_the_same_ledger_and_old_seg
       case 0: finish(*l, *ls, true); break;
       case 1: finish(*l, *ls, false); break;
       case 2: ASSERT_TRUE(l->give_back(ls->unit, ls->attempt, ls->worker).ok()); break;
-      case 3: clk.advance(2000); l->expire_due(); break;
+      case 3:
+        clk.advance(2000);
+        l->expire_due();
+        break;
     }
     ASSERT_TRUE(l->sync().ok());
   }

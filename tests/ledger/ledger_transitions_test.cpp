@@ -23,9 +23,7 @@ class LedgerTransitions : public ::testing::Test {
     EXPECT_TRUE(l.ok()) << l.err().to_string();
     return l.ok() ? *l : lease{};
   }
-  shard_ack ack_all(const lease& l) {
-    return shard_ack{l.unit, l.attempt, l.shard, l.groups, {}};
-  }
+  shard_ack ack_all(const lease& l) { return shard_ack{l.unit, l.attempt, l.shard, l.groups, {}}; }
   void expect_invariant() {
     auto s = led->check_invariant();
     EXPECT_TRUE(s.ok()) << s.err().to_string();
@@ -262,8 +260,8 @@ TEST_F(LedgerTransitions, accounting_serialises_to_the_report_shape) {
   lease l = take("w1");
   ASSERT_TRUE(led->give_back(l.unit, l.attempt, "w1").ok());
   auto j = led->counters().to_json();
-  for (const char* k : {"dispatched", "committed", "in_flight", "dropped", "lost", "duplicated",
-                        "trained"})
+  for (const char* k :
+       {"dispatched", "committed", "in_flight", "dropped", "lost", "duplicated", "trained"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["dispatched"], 4);
   EXPECT_EQ(j["dropped"]["returned"], 4);
