@@ -36,7 +36,8 @@ void add_config_command(CLI::App& root) {
       std::cout << k.key << " = " << k.default_value << "    # " << k.meaning << "\n";
   });
 
-  auto* check = cmd->add_subcommand("check", "validate a config file; exit 2 naming file, line and key");
+  auto* check =
+      cmd->add_subcommand("check", "validate a config file; exit 2 naming file, line and key");
   static std::string file;
   static std::vector<std::string> overrides;
   check->add_option("file", file, "YAML config file")->required();

@@ -3,8 +3,8 @@
 // (stdout or --report FILE) with the reward curve, per-iteration timings, the effective
 // configuration and provenance.
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 
@@ -43,8 +43,9 @@ int fit_reward(const config& cfg, const policy::task& t, const std::string& path
     std::cerr << "moerl learn: " << st.err().to_string() << "\n";
     return 1;
   }
-  std::printf("learned reward model for %s/%d saved to %s; held-out MSE against the verifier %.4f\n",
-              t.name().c_str(), t.difficulty(), path.c_str(), *mse);
+  std::printf(
+      "learned reward model for %s/%d saved to %s; held-out MSE against the verifier %.4f\n",
+      t.name().c_str(), t.difficulty(), path.c_str(), *mse);
   return 0;
 }
 
@@ -133,9 +134,10 @@ int run_learn(const learn_options& o) {
   double last = 0;
   const size_t w = std::min<size_t>(10, curve->size());
   for (size_t i = curve->size() - w; i < curve->size(); ++i) last += (*curve)[i].mean_reward / w;
-  std::printf("done: %zu iterations in %.1fs; mean reward of the last %zu: %.3f (random %.3f, "
-              "max %.3f); 10-iteration mean first >= 90%% of max at iteration %d (%.1fs)\n",
-              curve->size(), wall, w, last, random, rmax, it_reach, t_reach);
+  std::printf(
+      "done: %zu iterations in %.1fs; mean reward of the last %zu: %.3f (random %.3f, "
+      "max %.3f); 10-iteration mean first >= 90%% of max at iteration %d (%.1fs)\n",
+      curve->size(), wall, w, last, random, rmax, it_reach, t_reach);
   if (!o.report.empty()) {
     std::ofstream f(o.report);
     f << j.dump(2) << "\n";

@@ -51,19 +51,16 @@ void validate(const sim_flags& f) {
     throw CLI::RuntimeError(2);
   }
   if (f.json) {
-    std::cout << nlohmann::json{{"scenario", s.name},
-                                {"seed", s.seed},
-                                {"short", f.short_form},
-                                {"duration_s", s.duration_s},
-                                {"settle_s", s.settle_s},
-                                {"timeline", sims::timeline_json(*t)}}
+    std::cout << nlohmann::json{{"scenario", s.name},     {"seed", s.seed},
+                                {"short", f.short_form},  {"duration_s", s.duration_s},
+                                {"settle_s", s.settle_s}, {"timeline", sims::timeline_json(*t)}}
                      .dump(2)
               << "\n";
     return;
   }
   std::cout << s.file << ": valid; scenario " << s.name << ", seed " << s.seed
-            << (f.short_form ? ", short form" : "") << ", " << s.duration_s << " s + "
-            << s.settle_s << " s settle, " << t->size() << " fault(s) on a local cluster:\n";
+            << (f.short_form ? ", short form" : "") << ", " << s.duration_s << " s + " << s.settle_s
+            << " s settle, " << t->size() << " fault(s) on a local cluster:\n";
   for (const auto& e : *t) std::cout << "  " << sims::to_json(e).dump() << "\n";
 }
 
@@ -78,7 +75,8 @@ void run(const sim_flags& f) {
   auto r = sims::run_scenario(s, opts);
   if (!r) {
     std::cerr << "moerl sim: " << r.err().to_string() << "\n";
-    const bool bad_input = r.err().code == errc::invalid_config || r.err().code == errc::invalid_argument;
+    const bool bad_input =
+        r.err().code == errc::invalid_config || r.err().code == errc::invalid_argument;
     throw CLI::RuntimeError(bad_input ? 2 : 3);
   }
   const auto verdicts = sims::evaluate_invariants(*r);
@@ -115,24 +113,29 @@ void add_sim_command(CLI::App& root) {
   static sim_flags flags;
 
   auto* v = cmd->add_subcommand("validate", "check a scenario file and print its fault timeline");
-  v->add_option("scenario", flags.scenario_path, "scenario YAML (sims/scenarios/*.yaml)")->required();
+  v->add_option("scenario", flags.scenario_path, "scenario YAML (sims/scenarios/*.yaml)")
+      ->required();
   v->add_option("--seed", flags.seed, "override the scenario's seed");
   v->add_flag("--short", flags.short_form, "the CI form (short: section)");
   v->add_flag("--json", flags.json, "print the expanded timeline as JSON");
   v->callback([] { validate(flags); });
 
   auto* r = cmd->add_subcommand("run", "run a scenario and report what the faults cost");
-  r->add_option("scenario", flags.scenario_path, "scenario YAML (sims/scenarios/*.yaml)")->required();
-  r->add_option("--against", flags.against,
-                "attach to a running job's console (HOST:PORT) instead of starting a local cluster");
+  r->add_option("scenario", flags.scenario_path, "scenario YAML (sims/scenarios/*.yaml)")
+      ->required();
+  r->add_option(
+      "--against", flags.against,
+      "attach to a running job's console (HOST:PORT) instead of starting a local cluster");
   r->add_option("--report", flags.report_path, "also write the JSON report to this file");
   r->add_option("--seed", flags.seed, "override the scenario's seed");
   r->add_flag("--json", flags.json, "print the JSON report instead of the summary");
   r->add_flag("--short", flags.short_form, "the CI form (short: section)");
   r->add_flag("--no-baseline", flags.no_baseline, "skip the fault-free baseline run");
   r->add_flag("--keep", flags.keep, "keep the logs and ledger of a passing run too");
-  r->add_option("--config", flags.config_file, "YAML config for the cluster's nodes (and console.token)");
-  r->add_option("--set", flags.overrides, "config override key=value (repeatable), after the scenario's");
+  r->add_option("--config", flags.config_file,
+                "YAML config for the cluster's nodes (and console.token)");
+  r->add_option("--set", flags.overrides,
+                "config override key=value (repeatable), after the scenario's");
   r->callback([] { run(flags); });
 }
 

@@ -38,7 +38,8 @@ std::unique_ptr<store::object_store> open_from(const store_cli& o) {
   return std::move(s.value());
 }
 
-CLI::App* add_verb(CLI::App* cmd, const char* name, const char* help, const std::shared_ptr<store_cli>& o) {
+CLI::App* add_verb(CLI::App* cmd, const char* name, const char* help,
+                   const std::shared_ptr<store_cli>& o) {
   auto* v = cmd->add_subcommand(name, help);
   v->add_option("--url", o->url, "store URL (default: store.url from the config)");
   v->add_option("--config", o->config_file, "YAML config file");
@@ -80,7 +81,8 @@ void add_store_command(CLI::App& root) {
     if (!in.good() && !in.eof()) fail(error(errc::io_error, "cannot read " + o->arg2));
     auto s = open_from(*o);
     if (auto st = s->put(o->arg1, bytes); !st) fail(st.err());
-    std::cout << "stored " << bytes.size() << " bytes as " << o->arg1 << " in " << s->describe() << "\n";
+    std::cout << "stored " << bytes.size() << " bytes as " << o->arg1 << " in " << s->describe()
+              << "\n";
   });
 
   auto* rm = add_verb(cmd, "rm", "remove an object (a missing key is not an error)", o);
@@ -90,7 +92,8 @@ void add_store_command(CLI::App& root) {
     if (auto st = s->remove(o->arg1); !st) fail(st.err());
   });
 
-  auto* ck = add_verb(cmd, "checkpoints", "committed checkpoint steps and the one a resume would use", o);
+  auto* ck =
+      add_verb(cmd, "checkpoints", "committed checkpoint steps and the one a resume would use", o);
   ck->add_option("prefix", o->arg1, "checkpoint prefix, e.g. runs/r1/ckpt")->required();
   ck->add_flag("--json", o->as_json, "print as JSON");
   ck->callback([o] {
@@ -100,10 +103,13 @@ void add_store_command(CLI::App& root) {
     auto latest = store::latest_committed(*s, o->arg1);
     if (!latest && latest.err().code != errc::not_found) fail(latest.err());
     if (o->as_json) {
-      nlohmann::json j = {{"store", s->describe()}, {"prefix", o->arg1}, {"committed_steps", steps.value()}};
+      nlohmann::json j = {
+          {"store", s->describe()}, {"prefix", o->arg1}, {"committed_steps", steps.value()}};
       if (latest) {
-        j["latest"] = {{"step", latest->step}, {"content_hash", latest->content_hash},
-                       {"parts", latest->parts.size()}, {"meta", latest->meta}};
+        j["latest"] = {{"step", latest->step},
+                       {"content_hash", latest->content_hash},
+                       {"parts", latest->parts.size()},
+                       {"meta", latest->meta}};
       } else {
         j["latest"] = nullptr;
       }
@@ -114,8 +120,8 @@ void add_store_command(CLI::App& root) {
     for (auto st : steps.value()) std::cout << " " << st;
     std::cout << "\n";
     if (latest) {
-      std::cout << "latest intact: step " << latest->step << ", " << latest->parts.size() << " parts, content "
-                << latest->content_hash << "\n";
+      std::cout << "latest intact: step " << latest->step << ", " << latest->parts.size()
+                << " parts, content " << latest->content_hash << "\n";
     } else {
       std::cout << "latest intact: none\n";
     }

@@ -41,9 +41,12 @@ result<std::string> latest_resumable_run(const config& cfg) {
   std::string best;
   for (const auto& k : *keys) {
     auto pos = k.find("/job/checkpoints/");
-    if (pos == std::string::npos || k.size() < 10 || k.compare(k.size() - 10, 10, "/COMMITTED") != 0) continue;
+    if (pos == std::string::npos || k.size() < 10 ||
+        k.compare(k.size() - 10, 10, "/COMMITTED") != 0)
+      continue;
     std::string prefix = k.substr(0, pos + 4);
-    if (prefix > best && store::latest_committed(**st, job::checkpoint_prefix(prefix))) best = prefix;
+    if (prefix > best && store::latest_committed(**st, job::checkpoint_prefix(prefix)))
+      best = prefix;
   }
   return best;
 }
@@ -64,10 +67,10 @@ actors::job_events printed_events() {
     std::fflush(stdout);
   };
   ev.spot_notice = [](const std::string& node, int deadline_s, const status& sent) {
-    std::printf("moerl up: >>> injected a Spot interruption notice into %s (deadline %d s)%s; "
-                "disable with --no-interrupt\n",
-                node.c_str(), deadline_s,
-                sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
+    std::printf(
+        "moerl up: >>> injected a Spot interruption notice into %s (deadline %d s)%s; "
+        "disable with --no-interrupt\n",
+        node.c_str(), deadline_s, sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
   };
   ev.drained = [](const std::string& node, int wait_status, std::chrono::seconds delay) {
     std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in %lld s\n",
@@ -106,7 +109,8 @@ int run_up(const up_args& a) {
         return 1;
       }
       if (from->empty()) {
-        std::cerr << "moerl up: --resume: no earlier run has a committed checkpoint in " << pre->get_string("store.url") << "\n";
+        std::cerr << "moerl up: --resume: no earlier run has a committed checkpoint in "
+                  << pre->get_string("store.url") << "\n";
         return 2;
       }
       std::printf("moerl up: resuming from the last committed checkpoint of %s\n", from->c_str());
@@ -124,8 +128,8 @@ int run_up(const up_args& a) {
     std::cerr << "moerl up: invalid configuration: " << job.err().message << "\n";
     return 2;
   }
-  std::printf("moerl up: run %s: coordinator + %zu nodes on loopback; logs in %s\n",
-              run_id.c_str(), num_nodes, log_dir.c_str());
+  std::printf("moerl up: run %s: coordinator + %zu nodes on loopback; logs in %s\n", run_id.c_str(),
+              num_nodes, log_dir.c_str());
   auto& j = **job;
   if (auto st = j.start(); !st) {
     std::cerr << "moerl up: " << st.err().to_string() << "\n";
@@ -153,8 +157,9 @@ int run_up(const up_args& a) {
   std::string path = a.report.empty() ? a.run_dir + "/" + run_id + "/report.json" : a.report;
   std::ofstream(path) << out.dump(2) << "\n";
   auto acct = out.value("accounting", json::object());
-  std::printf("moerl up: %s after %.1f s; accounting %s; report in %s\n", done ? "finished" : "TIMED OUT",
-              out["wall_s"].get<double>(), acct.dump().c_str(), path.c_str());
+  std::printf("moerl up: %s after %.1f s; accounting %s; report in %s\n",
+              done ? "finished" : "TIMED OUT", out["wall_s"].get<double>(), acct.dump().c_str(),
+              path.c_str());
   bool clean = done && acct.value("lost", 1ul) == 0 && acct.value("duplicated", 1ul) == 0 &&
                acct.value("invariant_ok", false);
   return clean ? 0 : 1;
@@ -163,17 +168,23 @@ int run_up(const up_args& a) {
 }  // namespace
 
 void add_up_command(CLI::App& root) {
-  auto* cmd = root.add_subcommand("up", "start a whole local cluster (one process per node on loopback) and run it");
+  auto* cmd = root.add_subcommand(
+      "up", "start a whole local cluster (one process per node on loopback) and run it");
   static up_args a;
   cmd->add_option("--config", a.config_file, "YAML config file");
   cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
-  cmd->add_option("--iterations", a.iterations, "policy iterations to run (default: actors.iterations)");
-  cmd->add_option("--console", a.console, "console address (default: console.address, tcp://127.0.0.1:7411)");
-  cmd->add_option("--report", a.report, "write the run report JSON here (default: <run dir>/report.json)");
+  cmd->add_option("--iterations", a.iterations,
+                  "policy iterations to run (default: actors.iterations)");
+  cmd->add_option("--console", a.console,
+                  "console address (default: console.address, tcp://127.0.0.1:7411)");
+  cmd->add_option("--report", a.report,
+                  "write the run report JSON here (default: <run dir>/report.json)");
   cmd->add_option("--run-dir", a.run_dir, "where run logs and reports go");
   cmd->add_option("--timeout", a.timeout_s, "give up after this many seconds");
-  cmd->add_flag("--no-interrupt", a.no_interrupt, "do not inject the default mid-run Spot interruption into a rollout node");
-  cmd->add_flag("--resume", a.resume, "continue from the newest committed checkpoint of an earlier run in the store");
+  cmd->add_flag("--no-interrupt", a.no_interrupt,
+                "do not inject the default mid-run Spot interruption into a rollout node");
+  cmd->add_flag("--resume", a.resume,
+                "continue from the newest committed checkpoint of an earlier run in the store");
   cmd->callback([] {
     int rc = run_up(a);
     if (rc != 0) throw CLI::RuntimeError(rc);

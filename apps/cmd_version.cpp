@@ -25,7 +25,8 @@ void add_version_command(CLI::App& root) {
               << prov["zeromq"].get<std::string>() << ", capnp " << prov["capnp"].get<std::string>()
               << "\n  cuda " << prov["cuda"].dump() << ", nccl " << prov["nccl"].dump() << ", gpu "
               << prov["gpu"].dump() << "\n  fabric providers:";
-    for (const auto& p : prov["libfabric"]["providers"]) std::cout << " " << p["name"].get<std::string>();
+    for (const auto& p : prov["libfabric"]["providers"])
+      std::cout << " " << p["name"].get<std::string>();
     std::cout << "\n";
   });
 }

@@ -11,12 +11,15 @@ namespace moerl::apps {
 
 void add_version_command(CLI::App& root);  // moerl version [--json]
 void add_config_command(CLI::App& root);   // moerl config keys|check
-void add_bench_command(CLI::App& root);    // moerl bench <kernels|ep|control|ledger|store|policy|job-ep> ...
-void add_store_command(CLI::App& root);    // moerl store ls|cat|put|rm|checkpoints
-void add_node_command(CLI::App& root);     // moerl node --role R --join HOST:PORT [--config F]
-void add_up_command(CLI::App& root);       // moerl up [--config F] [--iterations N] [--console A] [--report F]
-void add_console_command(CLI::App& root);  // moerl console [--connect A] <status|nodes|inject|drain> [--json]
-void add_learn_command(CLI::App& root);    // moerl learn [--config F] [--set k=v] [--report F]
-void add_sim_command(CLI::App& root);      // moerl sim run|validate SCENARIO [--short] [--json] ...
+void add_bench_command(
+    CLI::App& root);  // moerl bench <kernels|ep|control|ledger|store|policy|job-ep> ...
+void add_store_command(CLI::App& root);  // moerl store ls|cat|put|rm|checkpoints
+void add_node_command(CLI::App& root);   // moerl node --role R --join HOST:PORT [--config F]
+void add_up_command(
+    CLI::App& root);  // moerl up [--config F] [--iterations N] [--console A] [--report F]
+void add_console_command(
+    CLI::App& root);  // moerl console [--connect A] <status|nodes|inject|drain> [--json]
+void add_learn_command(CLI::App& root);  // moerl learn [--config F] [--set k=v] [--report F]
+void add_sim_command(CLI::App& root);    // moerl sim run|validate SCENARIO [--short] [--json] ...
 
 }  // namespace moerl::apps

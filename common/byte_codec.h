@@ -103,8 +103,7 @@ class byte_reader {
       return 0;
     }
     uint64_t v = 0;
-    for (int i = 0; i < num_bytes; ++i)
-      v |= uint64_t(static_cast<unsigned char>(p_[i])) << (8 * i);
+    for (int i = 0; i < num_bytes; ++i) v |= uint64_t(static_cast<unsigned char>(p_[i])) << (8 * i);
     p_ += num_bytes;
     return v;
   }

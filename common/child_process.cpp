@@ -35,8 +35,7 @@ result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::str
   if (pid == -1) {
     const int fork_errno = errno;
     ::close(fd);
-    return detail::posix_error("::fork()", "fork for " + args[0], __FILE__, __LINE__,
-                               fork_errno);
+    return detail::posix_error("::fork()", "fork for " + args[0], __FILE__, __LINE__, fork_errno);
   }
   if (pid == 0) {
     if (group == process_group::own) ::setpgid(0, 0);
@@ -55,8 +54,8 @@ result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::str
       ::execvpe(argv[0], argv.data(), envp.data());
     }
     // The log says why the node never started; the return value has nobody to go to.
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, exec_failed.data(),
-                                               exec_failed.size());
+    [[maybe_unused]] const ssize_t n =
+        ::write(STDERR_FILENO, exec_failed.data(), exec_failed.size());
     _exit(127);
   }
   ::close(fd);
@@ -64,7 +63,8 @@ result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::str
 }
 
 status send_signal(pid_t pid, int sig) {
-  if (pid <= 1) return error{errc::invalid_argument, "refusing to signal pid " + std::to_string(pid)};
+  if (pid <= 1)
+    return error{errc::invalid_argument, "refusing to signal pid " + std::to_string(pid)};
   POSIX_CHECK(::kill(pid, sig), "pid " + std::to_string(pid));
   return ok_status();
 }

@@ -34,8 +34,7 @@ enum class process_group { own, inherit };
 // signal blocked. When exec fails, the child writes why to the log and exits 127 (126 when
 // the working directory is unusable). Reap the child with poll_exit() or wait_exit().
 result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::string>& prefix,
-                            const std::string& log_path,
-                            process_group group = process_group::own);
+                            const std::string& log_path, process_group group = process_group::own);
 
 // kill(pid, sig); errc::not_found when the process no longer exists, errc::invalid_argument
 // for pid <= 1 (which would signal a group or init).

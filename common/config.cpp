@@ -46,7 +46,10 @@ status load_node(config& cfg, const YAML::Node& node, const std::string& prefix,
       // A section: it must be the prefix of at least one declared key.
       bool known_section = false;
       for (const auto& k : config_schema())
-        if (std::string(k.key).rfind(key + ".", 0) == 0) { known_section = true; break; }
+        if (std::string(k.key).rfind(key + ".", 0) == 0) {
+          known_section = true;
+          break;
+        }
       if (!known_section) return config_error(origin, key, "unknown section");
       if (auto st = load_node(cfg, value, key, path); !st) return st;
       continue;
@@ -55,7 +58,8 @@ status load_node(config& cfg, const YAML::Node& node, const std::string& prefix,
     std::string text;
     if (value.IsSequence()) {
       if (spec->type != key_type::string_list)
-        return config_error(origin, key, std::string("expected ") + key_type_name(spec->type) + ", got a list");
+        return config_error(origin, key,
+                            std::string("expected ") + key_type_name(spec->type) + ", got a list");
       for (size_t i = 0; i < value.size(); ++i) {
         if (!value[i].IsScalar()) return config_error(origin, key, "list items must be scalars");
         std::string item = value[i].as<std::string>();
@@ -119,17 +123,16 @@ status config::set(const std::string& key, const std::string& text, const std::s
       }
       break;
     case key_type::string:
-    case key_type::string_list:
-      break;
+    case key_type::string_list: break;
   }
   if (spec->choices && *spec->choices) {
     const auto choices = split(spec->choices, '|');
-    const auto items = spec->type == key_type::string_list ? split(text, ',') : std::vector<std::string>{text};
+    const auto items =
+        spec->type == key_type::string_list ? split(text, ',') : std::vector<std::string>{text};
     for (const auto& item : items) {
       bool found = false;
       for (const auto& c : choices) found = found || c == item;
-      if (!found)
-        return config_error(origin, key, "'" + item + "' is not one of " + spec->choices);
+      if (!found) return config_error(origin, key, "'" + item + "' is not one of " + spec->choices);
     }
   }
   values_[key] = text;
@@ -150,7 +153,8 @@ result<config> config::load(const std::string& path, const std::vector<std::stri
     }
     if (!root.IsNull()) {
       if (!root.IsMap())
-        return error{errc::invalid_config, path + ":1: the top level must be a mapping of sections"};
+        return error{errc::invalid_config,
+                     path + ":1: the top level must be a mapping of sections"};
       try {
         if (auto st = load_node(cfg, root, "", path); !st) return st.err();
       } catch (const YAML::Exception& e) {
@@ -172,7 +176,8 @@ const std::string& config::raw(const std::string& key, key_type expected) const 
   const key_spec* spec = find_key(key);
   assert(spec && "config key used in code is not declared in config_schema.cpp");
   assert(spec->type == expected && "config key read with the wrong type");
-  (void)spec; (void)expected;
+  (void)spec;
+  (void)expected;
   return values_.at(key);
 }
 

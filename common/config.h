@@ -16,7 +16,7 @@ namespace moerl {
 enum class key_type { boolean, integer, number, string, string_list };
 
 struct key_spec {
-  const char* key;            // dotted path, e.g. "fabric.provider"
+  const char* key;  // dotted path, e.g. "fabric.provider"
   key_type type;
   const char* default_value;  // text form; lists are comma-separated
   const char* meaning;        // one line, shown in `moerl config keys` and the README
@@ -33,8 +33,7 @@ class config {
   // All keys at their defaults.
   static config defaults();
   // Defaults, then the YAML file (if path is non-empty), then each "key=value" override.
-  static result<config> load(const std::string& path,
-                             const std::vector<std::string>& overrides);
+  static result<config> load(const std::string& path, const std::vector<std::string>& overrides);
 
   // Validates `text` against the key's type and stores it. `origin` names where the value
   // came from ("file.yaml:12", "--set") for error messages.

@@ -30,8 +30,6 @@ const char* errc_name(errc code) {
   return "unknown_error_code";
 }
 
-std::string error::to_string() const {
-  return std::string(errc_name(code)) + ": " + message;
-}
+std::string error::to_string() const { return std::string(errc_name(code)) + ": " + message; }
 
 }  // namespace moerl

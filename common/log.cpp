@@ -14,8 +14,7 @@ spdlog::level::level_enum g_level = spdlog::level::info;
 
 }  // namespace
 
-void init_logging(const std::string& node_id, const std::string& role,
-                  const std::string& level) {
+void init_logging(const std::string& node_id, const std::string& role, const std::string& level) {
   std::lock_guard<std::mutex> lock(g_mu);
   std::string lvl = level;
   if (const char* env = std::getenv("MOERL_LOG_LEVEL"); env && *env) lvl = env;

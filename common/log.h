@@ -11,8 +11,7 @@ namespace moerl {
 
 // Call once per process, before any component logs. Safe to call again (e.g. after the
 // node learns its id); later calls re-format every registered logger.
-void init_logging(const std::string& node_id, const std::string& role,
-                  const std::string& level);
+void init_logging(const std::string& node_id, const std::string& role, const std::string& level);
 
 // A logger named after its component ("ledger", "fabric", ...). Safe from any thread.
 std::shared_ptr<spdlog::logger> logger(const std::string& component);

@@ -12,7 +12,8 @@ namespace moerl {
 // The nearest-rank `percent` percentile (0-100) of values sorted ascending; 0 when empty.
 inline double nearest_rank_percentile(const std::vector<double>& sorted, double percent) {
   if (sorted.empty()) return 0;
-  const auto rank = static_cast<size_t>(std::ceil(percent / 100.0 * static_cast<double>(sorted.size())));
+  const auto rank =
+      static_cast<size_t>(std::ceil(percent / 100.0 * static_cast<double>(sorted.size())));
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 

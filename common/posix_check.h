@@ -16,8 +16,7 @@
 namespace moerl::detail {
 
 errc errc_from_errno(int err);
-error posix_error(const char* call, const std::string& what, const char* file, int line,
-                  int err);
+error posix_error(const char* call, const std::string& what, const char* file, int line, int err);
 
 }  // namespace moerl::detail
 
@@ -28,11 +27,10 @@ error posix_error(const char* call, const std::string& what, const char* file, i
 #define POSIX_CHECK_EXCEPT(call, tolerated, what) POSIX_CHECK_IMPL(call, #call, tolerated, what)
 
 // `text` is the call as written (stringified before its macros, e.g. O_RDONLY, expand).
-#define POSIX_CHECK_IMPL(call, text, tolerated, what)                                 \
-  do {                                                                                \
-    if ((call) == -1 && errno != (tolerated)) {                                       \
-      const int posix_check_errno_ = errno;                                           \
-      return ::moerl::detail::posix_error(text, (what), __FILE__, __LINE__,           \
-                                          posix_check_errno_);                        \
-    }                                                                                 \
+#define POSIX_CHECK_IMPL(call, text, tolerated, what)                                            \
+  do {                                                                                           \
+    if ((call) == -1 && errno != (tolerated)) {                                                  \
+      const int posix_check_errno_ = errno;                                                      \
+      return ::moerl::detail::posix_error(text, (what), __FILE__, __LINE__, posix_check_errno_); \
+    }                                                                                            \
   } while (0)

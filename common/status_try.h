@@ -16,12 +16,11 @@ inline std::string status_try_step(const char* expr) {
 }
 }  // namespace moerl::detail
 
-#define STATUS_TRY(expr)                                                                \
-  do {                                                                                  \
-    ::moerl::status status_try_st_ = (expr);                                            \
-    if (!status_try_st_.ok())                                                           \
-      return ::moerl::error{status_try_st_.err().code,                                  \
-                            ::moerl::detail::status_try_step(#expr) + " (" + __FILE__ + \
-                                ":" + std::to_string(__LINE__) +                        \
-                                "): " + status_try_st_.err().message};                  \
+#define STATUS_TRY(expr)                                                                          \
+  do {                                                                                            \
+    ::moerl::status status_try_st_ = (expr);                                                      \
+    if (!status_try_st_.ok())                                                                     \
+      return ::moerl::error{status_try_st_.err().code,                                            \
+                            ::moerl::detail::status_try_step(#expr) + " (" + __FILE__ + ":" +     \
+                                std::to_string(__LINE__) + "): " + status_try_st_.err().message}; \
   } while (0)

@@ -41,7 +41,8 @@ status check_members(const std::vector<int>& members, int self, int size) {
       std::adjacent_find(members.begin(), members.end()) != members.end())
     return error{errc::invalid_argument, "bootstrap members must be sorted and unique"};
   if (!std::binary_search(members.begin(), members.end(), self))
-    return error{errc::invalid_argument, "bootstrap members do not include rank " + std::to_string(self)};
+    return error{errc::invalid_argument,
+                 "bootstrap members do not include rank " + std::to_string(self)};
   if (members.front() < 0 || members.back() >= size)
     return error{errc::invalid_argument, "bootstrap member outside 0.." + std::to_string(size - 1)};
   return {};
@@ -100,22 +101,21 @@ class thread_bootstrap final : public bootstrap {
   int size() const override { return size_; }
 
   result<std::vector<std::string>> allgather(const std::vector<int>& members,
-                                             const std::string& mine,
-                                             int64_t timeout_ms) override {
+                                             const std::string& mine, int64_t timeout_ms) override {
     if (auto st = check_members(members, rank_, size_); !st) return st.err();
     const std::string key = round_key(members, rounds_[members]++);
     std::unique_lock<std::mutex> lock(hub_->mu);
     if (hub_->table.any_dead(members))
-      return error{errc::peer_dead, "bootstrap members dead: " + dead_list(hub_->table.dead, members)};
+      return error{errc::peer_dead,
+                   "bootstrap members dead: " + dead_list(hub_->table.dead, members)};
     std::vector<std::string> all;
     if (hub_->table.submit(key, members, rank_, mine, all)) {
       hub_->done[key] = {std::move(all), members.size()};
       hub_->cv.notify_all();
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    const bool ready = hub_->cv.wait_until(lock, deadline, [&] {
-      return hub_->done.count(key) > 0 || hub_->table.any_dead(members);
-    });
+    const bool ready = hub_->cv.wait_until(
+        lock, deadline, [&] { return hub_->done.count(key) > 0 || hub_->table.any_dead(members); });
     auto it = hub_->done.find(key);
     if (it != hub_->done.end()) {
       std::vector<std::string> out = it->second.all;
@@ -123,7 +123,8 @@ class thread_bootstrap final : public bootstrap {
       return out;
     }
     if (ready)
-      return error{errc::peer_dead, "bootstrap members dead: " + dead_list(hub_->table.dead, members)};
+      return error{errc::peer_dead,
+                   "bootstrap members dead: " + dead_list(hub_->table.dead, members)};
     return error{errc::timeout, "bootstrap round " + key + " incomplete after " +
                                     std::to_string(timeout_ms) + " ms"};
   }
@@ -205,8 +206,7 @@ class socket_bootstrap final : public bootstrap {
   int size() const override { return size_; }
 
   result<std::vector<std::string>> allgather(const std::vector<int>& members,
-                                             const std::string& mine,
-                                             int64_t timeout_ms) override {
+                                             const std::string& mine, int64_t timeout_ms) override {
     if (auto st = check_members(members, rank_, size_); !st) return st.err();
     const std::string key = round_key(members, rounds_[members]++);
     std::string req;
@@ -230,7 +230,8 @@ class socket_bootstrap final : public bootstrap {
     }
     std::vector<std::string> all(members.size());
     for (auto& s : all)
-      if (!get_string(reply, pos, s)) return error{errc::malformed_message, "bootstrap reply truncated"};
+      if (!get_string(reply, pos, s))
+        return error{errc::malformed_message, "bootstrap reply truncated"};
     return all;
   }
 
@@ -243,7 +244,9 @@ class socket_bootstrap final : public bootstrap {
 class process_hub {
  public:
   process_hub(std::vector<int> fds, std::vector<pid_t> pids)
-      : fds_(std::move(fds)), pids_(std::move(pids)), codes_(pids_.size(), 0),
+      : fds_(std::move(fds)),
+        pids_(std::move(pids)),
+        codes_(pids_.size(), 0),
         reaped_(pids_.size(), false) {}
 
   launch_report run(int64_t timeout_ms) {
@@ -257,8 +260,10 @@ class process_hub {
           pfds.push_back({fds_[r], POLLIN, 0});
           ranks.push_back(static_cast<int>(r));
         }
-      if (!pfds.empty()) ::poll(pfds.data(), pfds.size(), 50);
-      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!pfds.empty())
+        ::poll(pfds.data(), pfds.size(), 50);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       for (size_t i = 0; i < pfds.size(); ++i)
         if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) serve(ranks[i]);
       reap();

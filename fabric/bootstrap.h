@@ -46,8 +46,7 @@ struct launch_report {
 // rendezvous and reaps them. The child's return value is its exit code. Ranks still running
 // after `timeout_ms` are killed (the report shows -SIGKILL). Call it from a process without
 // other threads running (fork copies only the calling thread).
-result<launch_report> launch_processes(int num_ranks,
-                                       const std::function<int(bootstrap&)>& body,
+result<launch_report> launch_processes(int num_ranks, const std::function<int(bootstrap&)>& body,
                                        int64_t timeout_ms);
 
 // Runs `body` on `num_ranks` threads of this process, sharing an in-process rendezvous.

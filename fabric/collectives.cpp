@@ -19,7 +19,9 @@ namespace {
 // A rank cannot finish a round before every rank contributed to it (ring), or before every
 // receiver acknowledged it (broadcast), so ranks are at most one round apart and the
 // receive region is double-buffered by round parity; see PROTOCOL.md for the argument.
-constexpr uint32_t make_imm(uint32_t round, uint32_t step) { return ((round % 16) << 28) | (step << 14); }
+constexpr uint32_t make_imm(uint32_t round, uint32_t step) {
+  return ((round % 16) << 28) | (step << 14);
+}
 
 struct unmap {
   size_t size;
@@ -71,25 +73,31 @@ struct collective_group::impl {
       for (uint32_t v : imms) ++seen[v];
       if (imms.empty()) sched_yield();
       if (fabric::now_ns() > deadline)
-        return fail(error{errc::timeout, std::string("collective round ") + std::to_string(round) + ": " +
-                                             what + " incomplete after " + std::to_string(cfg.op_timeout_ms) +
-                                             " ms (" + std::to_string(seen[imm]) + "/" + std::to_string(want) +
-                                             " writes arrived)"});
+        return fail(error{errc::timeout, std::string("collective round ") + std::to_string(round) +
+                                             ": " + what + " incomplete after " +
+                                             std::to_string(cfg.op_timeout_ms) + " ms (" +
+                                             std::to_string(seen[imm]) + "/" +
+                                             std::to_string(want) + " writes arrived)"});
     }
     if (seen[imm] != want)
-      return fail(error{errc::malformed_message, std::string("collective: more writes than expected in ") + what});
+      return fail(error{errc::malformed_message,
+                        std::string("collective: more writes than expected in ") + what});
     seen.erase(imm);
     return {};
   }
   status write(int peer, const char* src, size_t len, size_t dst_off, uint32_t imm) {
     for (size_t done = 0; done < len; done += cfg.chunk_bytes) {
       const size_t c = std::min(cfg.chunk_bytes, len - done);
-      if (auto st = t->write(peer, work_reg, src + done, c, peer_recv[peer], dst_off + done, imm, deadline); !st)
+      if (auto st = t->write(peer, work_reg, src + done, c, peer_recv[peer], dst_off + done, imm,
+                             deadline);
+          !st)
         return fail(st.err());
     }
     return {};
   }
-  char* slot(size_t parity, size_t index) { return recv.get() + parity * half_bytes + index * seg_cap; }
+  char* slot(size_t parity, size_t index) {
+    return recv.get() + parity * half_bytes + index * seg_cap;
+  }
 
   status ring_round(char* data, size_t count, coll_dtype dt);
   status broadcast_round(char* data, size_t bytes, int root);
@@ -100,17 +108,21 @@ result<std::unique_ptr<collective_group>> collective_group::create(const transpo
                                                                    const std::vector<int>& members,
                                                                    const collective_config& cfg) {
   auto pos = std::find(members.begin(), members.end(), boot.rank());
-  if (pos == members.end()) return error{errc::invalid_argument, "collective members do not include this rank"};
+  if (pos == members.end())
+    return error{errc::invalid_argument, "collective members do not include this rank"};
   if (cfg.max_bytes < 4096 || cfg.chunk_bytes < 64 || cfg.op_timeout_ms < 1)
-    return error{errc::invalid_argument, "collective config: max_bytes >= 4096, chunk_bytes >= 64, op_timeout_ms >= 1"};
+    return error{errc::invalid_argument,
+                 "collective config: max_bytes >= 4096, chunk_bytes >= 64, op_timeout_ms >= 1"};
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
   p->n = static_cast<int>(members.size());
   p->rank = static_cast<int>(pos - members.begin());
-  if (p->n > 8192) return error{errc::invalid_argument, "collective groups hold at most 8192 ranks"};
+  if (p->n > 8192)
+    return error{errc::invalid_argument, "collective groups hold at most 8192 ranks"};
   // Ring slots: 2(n-1) steps of one segment (max_bytes / n, rounded up to 64 bytes).
   p->seg_cap = (cfg.max_bytes / p->n + 64 + 63) / 64 * 64;
-  p->half_bytes = std::max(cfg.max_bytes + 64, 2 * static_cast<size_t>(std::max(p->n - 1, 1)) * p->seg_cap);
+  p->half_bytes =
+      std::max(cfg.max_bytes + 64, 2 * static_cast<size_t>(std::max(p->n - 1, 1)) * p->seg_cap);
   auto map = [](size_t size) -> char* {
     void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return m == MAP_FAILED ? nullptr : static_cast<char*>(m);
@@ -134,7 +146,8 @@ result<std::unique_ptr<collective_group>> collective_group::create(const transpo
   if (!all) return all.err();
   std::vector<std::string> addrs;
   for (const std::string& e : *all) {
-    if (e.size() <= sizeof(remote_region)) return error{errc::malformed_message, "collective: short bootstrap record"};
+    if (e.size() <= sizeof(remote_region))
+      return error{errc::malformed_message, "collective: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - sizeof(remote_region)));
     remote_region rr;
     std::memcpy(&rr, e.data() + e.size() - sizeof(remote_region), sizeof rr);
@@ -169,7 +182,8 @@ void add_into(char* dst, const char* src, size_t count, coll_dtype dt) {
     kernels::bf16 a, b;
     std::memcpy(&a.bits, dst + 2 * i, 2);
     std::memcpy(&b.bits, src + 2 * i, 2);
-    const kernels::bf16 r = kernels::float_to_bf16(kernels::bf16_to_float(a) + kernels::bf16_to_float(b));
+    const kernels::bf16 r =
+        kernels::float_to_bf16(kernels::bf16_to_float(a) + kernels::bf16_to_float(b));
     std::memcpy(dst + 2 * i, &r.bits, 2);
   }
 }
@@ -198,7 +212,9 @@ status collective_group::impl::ring_round(char* data, size_t count, coll_dtype d
                         parity * half_bytes + static_cast<size_t>(step) * seg_cap, imm);
         !st)
       return st;
-    if (auto st = wait(imm, chunks(len(recv_seg) * elt), reducing ? "reduce-scatter" : "all-gather"); !st)
+    if (auto st =
+            wait(imm, chunks(len(recv_seg) * elt), reducing ? "reduce-scatter" : "all-gather");
+        !st)
       return st;
     char* dst = work.get() + first(recv_seg) * elt;
     if (reducing)
@@ -226,20 +242,24 @@ status collective_group::impl::broadcast_round(char* data, size_t bytes, int roo
   if (auto st = wait(data_imm, chunks(bytes), "broadcast data"); !st) return st;
   std::memcpy(data, recv.get() + parity * half_bytes, bytes);
   // The acknowledgement lands past the data in the root's slot; its bytes mean nothing.
-  if (auto st = t->write(root, work_reg, work.get(), 8, peer_recv[root], parity * half_bytes + cfg.max_bytes, ack_imm,
-                         deadline);
+  if (auto st = t->write(root, work_reg, work.get(), 8, peer_recv[root],
+                         parity * half_bytes + cfg.max_bytes, ack_imm, deadline);
       !st)
     return fail(st.err());
   return wait(ack_imm, 0, "acknowledgement write");
 }
 
-status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dtype, memory_kind where) {
+status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dtype,
+                                        memory_kind where) {
   impl& p = *impl_;
-  if (p.is_broken) return error{p.broken.code, "collective group unusable after earlier error: " + p.broken.message};
+  if (p.is_broken)
+    return error{p.broken.code,
+                 "collective group unusable after earlier error: " + p.broken.message};
   if (count > 0 && !data) return error{errc::invalid_argument, "all_reduce_sum: null data"};
   if (where == memory_kind::cuda) {
     if (!p.nccl)
-      return error{errc::invalid_argument, "all_reduce_sum: GPU buffer but this group has no NCCL communicator"};
+      return error{errc::invalid_argument,
+                   "all_reduce_sum: GPU buffer but this group has no NCCL communicator"};
     p.backend = "nccl";
     auto st = p.nccl->all_reduce_sum(data, count, dtype == coll_dtype::bf16);
     if (!st) return p.fail(st.err());
@@ -251,18 +271,24 @@ status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dty
   const size_t per_round = p.cfg.max_bytes / elt;
   auto* bytes = static_cast<char*>(data);
   for (size_t off = 0; off < count; off += per_round)
-    if (auto st = p.ring_round(bytes + off * elt, std::min(per_round, count - off), dtype); !st) return st;
+    if (auto st = p.ring_round(bytes + off * elt, std::min(per_round, count - off), dtype); !st)
+      return st;
   return {};
 }
 
 status collective_group::broadcast(void* data, size_t bytes, int root, memory_kind where) {
   impl& p = *impl_;
-  if (p.is_broken) return error{p.broken.code, "collective group unusable after earlier error: " + p.broken.message};
+  if (p.is_broken)
+    return error{p.broken.code,
+                 "collective group unusable after earlier error: " + p.broken.message};
   if (root < 0 || root >= p.n)
-    return error{errc::invalid_argument, "broadcast: root " + std::to_string(root) + " outside the group"};
+    return error{errc::invalid_argument,
+                 "broadcast: root " + std::to_string(root) + " outside the group"};
   if (bytes > 0 && !data) return error{errc::invalid_argument, "broadcast: null data"};
   if (where == memory_kind::cuda) {
-    if (!p.nccl) return error{errc::invalid_argument, "broadcast: GPU buffer but this group has no NCCL communicator"};
+    if (!p.nccl)
+      return error{errc::invalid_argument,
+                   "broadcast: GPU buffer but this group has no NCCL communicator"};
     p.backend = "nccl";
     auto st = p.nccl->broadcast(data, bytes, root);
     if (!st) return p.fail(st.err());
@@ -272,7 +298,8 @@ status collective_group::broadcast(void* data, size_t bytes, int root, memory_ki
   if (p.n == 1) return {};
   auto* b = static_cast<char*>(data);
   for (size_t off = 0; off < bytes; off += p.cfg.max_bytes)
-    if (auto st = p.broadcast_round(b + off, std::min(p.cfg.max_bytes, bytes - off), root); !st) return st;
+    if (auto st = p.broadcast_round(b + off, std::min(p.cfg.max_bytes, bytes - off), root); !st)
+      return st;
   return {};
 }
 

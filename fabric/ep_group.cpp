@@ -87,10 +87,9 @@ status ep_group_impl::progress() {
     const uint32_t kind = proto::imm_kind_of(imm), src = proto::imm_src_of(imm);
     if (kind == proto::imm_reserved || src >= static_cast<uint32_t>(num_ranks) ||
         proto::imm_reserved_bits(imm) != 0)
-      return fail(error{errc::malformed_message,
-                        "EP: unexpected immediate " + std::to_string(imm)});
-    ++counter(proto::imm_step_of(imm), kind, static_cast<int>(src),
-              proto::imm_forwarded_of(imm));
+      return fail(
+          error{errc::malformed_message, "EP: unexpected immediate " + std::to_string(imm)});
+    ++counter(proto::imm_step_of(imm), kind, static_cast<int>(src), proto::imm_forwarded_of(imm));
   }
   return {};
 }
@@ -190,14 +189,12 @@ result<detail::buffer> make_buffer(transport& t, int64_t size) {
 }
 
 status validate(const ep_config& c, int num_ranks) {
-  auto bad = [](const std::string& m) {
-    return error{errc::invalid_argument, "EP config: " + m};
-  };
+  auto bad = [](const std::string& m) { return error{errc::invalid_argument, "EP config: " + m}; };
   if (num_ranks < 1 || num_ranks > proto::max_ranks) return bad("group size must be 1..4096");
   if (c.num_experts < num_ranks || c.num_experts % num_ranks != 0)
     return bad("num_experts (" + std::to_string(c.num_experts) +
-               ") must be a positive multiple of the group size (" +
-               std::to_string(num_ranks) + ")");
+               ") must be a positive multiple of the group size (" + std::to_string(num_ranks) +
+               ")");
   if (c.hidden < 1) return bad("hidden must be >= 1");
   if (c.topk < 1 || c.topk > c.num_experts) return bad("topk must be 1..num_experts");
   if (c.max_tokens_per_rank < 1) return bad("max_tokens_per_rank must be >= 1");
@@ -213,8 +210,7 @@ status validate(const ep_config& c, int num_ranks) {
 
 }  // namespace
 
-result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt,
-                                                   bootstrap& boot,
+result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt, bootstrap& boot,
                                                    const std::vector<int>& members,
                                                    const ep_config& cfg) {
   auto pos = std::find(members.begin(), members.end(), boot.rank());
@@ -246,10 +242,8 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   // Dispatch's writes complete locally before dispatch_recv returns, so dispatch and
   // combine share one send staging buffer.
   // Count records: [step parity][source], then the forwarding phase's [step parity][source].
-  if (auto st = alloc(g->ctrl_recv, 4 * num_ranks * sizeof(count_record)); !st)
-    return st.err();
-  if (auto st = alloc(g->ctrl_send, 2 * num_ranks * sizeof(count_record)); !st)
-    return st.err();
+  if (auto st = alloc(g->ctrl_recv, 4 * num_ranks * sizeof(count_record)); !st) return st.err();
+  if (auto st = alloc(g->ctrl_send, 2 * num_ranks * sizeof(count_record)); !st) return st.err();
   if (auto st = alloc(g->dispatch_recv_region, sizes.dispatch_recv); !st) return st.err();
   if (auto st = alloc(g->staging, std::max(sizes.dispatch_send, sizes.combine_send)); !st)
     return st.err();
@@ -297,12 +291,11 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
                                     int64_t num_tokens_in) {
   if (auto st = check_usable(); !st) return st;
   if (phase != ep_phase::idle)
-    return error{errc::invalid_argument,
-                 "dispatch_send: the previous step has not been combined"};
+    return error{errc::invalid_argument, "dispatch_send: the previous step has not been combined"};
   if (num_tokens_in < 0 || num_tokens_in > cfg.max_tokens_per_rank)
-    return error{errc::invalid_argument,
-                 "dispatch_send: num_tokens " + std::to_string(num_tokens_in) + " outside 0.." +
-                     std::to_string(cfg.max_tokens_per_rank)};
+    return error{errc::invalid_argument, "dispatch_send: num_tokens " +
+                                             std::to_string(num_tokens_in) + " outside 0.." +
+                                             std::to_string(cfg.max_tokens_per_rank)};
   if (num_tokens_in > 0 && (!x_in || !idx || !weights))
     return error{errc::invalid_argument, "dispatch_send: null input"};
   std::vector<int64_t> per_expert(cfg.num_experts), per_rank(num_ranks);
@@ -318,8 +311,7 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
   lo.num_tokens_per_rank = per_rank.data();
   lo.is_token_in_rank = in_rank.data();
   lo.token_rank_slot = token_rank_slot.data();
-  if (auto st = kernels::get_dispatch_layout(pool, num_tokens_in > 0 ? idx : nullptr, lp, lo);
-      !st)
+  if (auto st = kernels::get_dispatch_layout(pool, num_tokens_in > 0 ? idx : nullptr, lp, lo); !st)
     return st;
 
   ++seq;
@@ -336,13 +328,11 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
   const int64_t max_rows = *std::max_element(num_rows_to.begin(), num_rows_to.end());
   auto* rec = reinterpret_cast<count_record*>(ctrl_send.data());
   for (int d = 0; d < num_ranks; ++d) {
-    rec[d] = count_record{static_cast<uint64_t>(num_rows_to[d]),
-                          static_cast<uint64_t>(max_rows)};
-    const int64_t off =
-        ((seq & 1) * num_ranks + rank) * static_cast<int64_t>(sizeof(count_record));
-    if (auto st = write(d, reinterpret_cast<const char*>(&rec[d]), sizeof(count_record),
-                        peers[d].ctrl, off, proto::imm_count, step_bytes.dispatch_wire,
-                        step_bytes.dispatch_writes);
+    rec[d] = count_record{static_cast<uint64_t>(num_rows_to[d]), static_cast<uint64_t>(max_rows)};
+    const int64_t off = ((seq & 1) * num_ranks + rank) * static_cast<int64_t>(sizeof(count_record));
+    if (auto st =
+            write(d, reinterpret_cast<const char*>(&rec[d]), sizeof(count_record), peers[d].ctrl,
+                  off, proto::imm_count, step_bytes.dispatch_wire, step_bytes.dispatch_writes);
         !st)
       return st;
   }
@@ -368,10 +358,10 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
     num_padded_rows = std::max<int64_t>(num_padded_rows, static_cast<int64_t>(rec[s].max_rows));
     const int64_t limit = max_recv_rows_per_source;
     if (num_rows_from[s] > limit || static_cast<int64_t>(rec[s].max_rows) > limit)
-      return fail(error{errc::malformed_message,
-                        "EP: rank " + std::to_string(s) + " announced " +
-                            std::to_string(rec[s].rows) + " rows, over the " +
-                            std::to_string(limit) + " this group holds"});
+      return fail(error{errc::malformed_message, "EP: rank " + std::to_string(s) + " announced " +
+                                                     std::to_string(rec[s].rows) +
+                                                     " rows, over the " + std::to_string(limit) +
+                                                     " this group holds"});
   }
 
   // Phase 2: the mode's bulk data (normal, baseline), now that every peer has announced it
@@ -417,10 +407,9 @@ status ep_group_impl::combine_recv(void* y) {
                                         terms.slot.data(), terms.weight, num_tokens, terms.width,
                                         cfg.hidden, terms.num_region_rows,
                                         static_cast<kernels::bf16*>(y))
-             : kernels::combine_forward(pool, reinterpret_cast<const float*>(in),
-                                        terms.slot.data(), terms.weight, num_tokens, terms.width,
-                                        cfg.hidden, terms.num_region_rows,
-                                        static_cast<float*>(y));
+             : kernels::combine_forward(pool, reinterpret_cast<const float*>(in), terms.slot.data(),
+                                        terms.weight, num_tokens, terms.width, cfg.hidden,
+                                        terms.num_region_rows, static_cast<float*>(y));
   }
   phase = ep_phase::idle;
   return st;

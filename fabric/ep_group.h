@@ -44,16 +44,16 @@ size_t ep_dtype_size(ep_dtype d);
 
 struct ep_config {
   ep_mode mode = ep_mode::normal;
-  int num_experts = 0;               // divisible by the number of ranks
-  int64_t hidden = 0;                // elements per token row
+  int num_experts = 0;  // divisible by the number of ranks
+  int64_t hidden = 0;   // elements per token row
   int topk = 0;
-  int64_t max_tokens_per_rank = 0;   // upper bound on num_tokens of any dispatch
+  int64_t max_tokens_per_rank = 0;  // upper bound on num_tokens of any dispatch
   ep_dtype dtype = ep_dtype::bf16;
   // low_latency and baseline: (token, expert) entries a rank can receive from one peer per
   // step. 0: the worst case, max_tokens_per_rank * min(topk, experts per rank); a caller
   // that knows its routing bound (the benchmark does) saves memory with a smaller value.
   int64_t rows_per_peer = 0;
-  size_t chunk_bytes = 1 << 20;      // normal/baseline bulk writes are cut into chunks of this
+  size_t chunk_bytes = 1 << 20;  // normal/baseline bulk writes are cut into chunks of this
   // low_latency only: how many adjacent receive slots (entries bound for one rank) one
   // write may fill. 1 is DeepEP's one write per (token, expert).
   int64_t ll_entries_per_write = 1;
@@ -61,7 +61,7 @@ struct ep_config {
   // to each destination node once, to the rank there with the sender's local index,
   // which forwards it to the node's ranks that need it (and reduces on the way back).
   int ranks_per_node = 0;
-  int64_t op_timeout_ms = 10000;     // a step not complete within this fails
+  int64_t op_timeout_ms = 10000;  // a step not complete within this fails
 };
 
 // Takes fabric.op_timeout_ms from the node's configuration.

@@ -50,8 +50,8 @@ struct ep_region_sizes {
 // The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
 // combine_recv_region[slot[t, j]] (kernels::combine_forward; slot -1 = no term).
 struct combine_terms {
-  std::vector<int64_t> slot;  // [num_tokens, width] row of the combine receive region
-  std::vector<float> ones;    // weights when every term has weight 1 (normal's partials)
+  std::vector<int64_t> slot;      // [num_tokens, width] row of the combine receive region
+  std::vector<float> ones;        // weights when every term has weight 1 (normal's partials)
   const float* weight = nullptr;  // [num_tokens, width]
   int width = 0;
   int64_t num_region_rows = 0;  // rows of the combine receive region slot may name

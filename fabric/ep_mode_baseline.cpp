@@ -15,14 +15,13 @@ status baseline_dispatch_eager_write(ep_group_impl&) { return {}; }
 
 // To every rank its staging block, num_padded_rows rows of row_bytes, into our block of its
 // region; dispatch and combine alike.
-status padded_blocks_write(ep_group_impl& g, int64_t row_bytes,
-                           remote_region peer_regions::*region, proto::imm_kind kind,
-                           uint64_t& wire, uint64_t& writes) {
+status padded_blocks_write(ep_group_impl& g, int64_t row_bytes, remote_region peer_regions::*region,
+                           proto::imm_kind kind, uint64_t& wire, uint64_t& writes) {
   const int64_t block_bytes = g.max_rows_per_peer * row_bytes;
   for (int d = 0; d < g.num_ranks; ++d)
-    if (auto st = g.write_chunked(d, g.staging.data() + d * block_bytes,
-                                  g.num_padded_rows * row_bytes, g.peers[d].*region,
-                                  g.rank * block_bytes, kind, wire, writes);
+    if (auto st =
+            g.write_chunked(d, g.staging.data() + d * block_bytes, g.num_padded_rows * row_bytes,
+                            g.peers[d].*region, g.rank * block_bytes, kind, wire, writes);
         !st)
       return st;
   return {};
@@ -46,8 +45,7 @@ status baseline_combine_write(ep_group_impl& g, const char* expert_out) {
                              g.step_bytes.combine_wire, g.step_bytes.combine_writes);
 }
 
-void baseline_combine_completions_expect(const ep_group_impl& g,
-                                         std::vector<int64_t>& expected) {
+void baseline_combine_completions_expect(const ep_group_impl& g, std::vector<int64_t>& expected) {
   for (int d = 0; d < g.num_ranks; ++d) expected[d] = g.chunks(g.num_padded_rows * g.hidden_bytes);
 }
 

@@ -64,8 +64,7 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
   const int topk = g.cfg.topk;
   std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
   auto row_at = [&](int s, int64_t i) -> const char* {
-    return g.dispatch_recv_region.data() +
-           (first_row + s * g.max_rows_per_peer + i) * g.row_bytes;
+    return g.dispatch_recv_region.data() + (first_row + s * g.max_rows_per_peer + i) * g.row_bytes;
   };
   // Pass 1: rows per local expert, and validation of what arrived.
   for (int s = 0; s < g.num_ranks; ++s)
@@ -98,10 +97,10 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
 
 void entry_outputs_stage(ep_group_impl& g, const char* expert_out) {
   for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
-    std::memcpy(g.staging.data() +
-                    (g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]) *
-                        g.hidden_bytes,
-                expert_out + r * g.hidden_bytes, g.hidden_bytes);
+    std::memcpy(
+        g.staging.data() +
+            (g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]) * g.hidden_bytes,
+        expert_out + r * g.hidden_bytes, g.hidden_bytes);
 }
 
 // Term k of token t is the output of its k-th entry, weighted by its routing weight.

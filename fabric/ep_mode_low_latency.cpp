@@ -27,8 +27,7 @@ status ll_dispatch_eager_write(ep_group_impl& g) {
     for (int64_t i = 0; i < g.num_rows_to[d]; i += entries_per_write)
       if (auto st = g.write(d, g.staging.data() + (d * capacity + i) * g.row_bytes,
                             std::min(entries_per_write, g.num_rows_to[d] - i) * g.row_bytes,
-                            g.peers[d].dispatch,
-                            (first_row + g.rank * capacity + i) * g.row_bytes,
+                            g.peers[d].dispatch, (first_row + g.rank * capacity + i) * g.row_bytes,
                             proto::imm_dispatch, g.step_bytes.dispatch_wire,
                             g.step_bytes.dispatch_writes);
           !st)
@@ -53,11 +52,11 @@ status ll_combine_write(ep_group_impl& g, const char* expert_out) {
   const int64_t capacity = g.max_rows_per_peer, entries_per_write = g.cfg.ll_entries_per_write;
   for (int s = 0; s < g.num_ranks; ++s)
     for (int64_t i = 0; i < g.num_rows_from[s]; i += entries_per_write)
-      if (auto st = g.write(s, g.staging.data() + (s * capacity + i) * g.hidden_bytes,
-                            std::min(entries_per_write, g.num_rows_from[s] - i) * g.hidden_bytes,
-                            g.peers[s].combine, (g.rank * capacity + i) * g.hidden_bytes,
-                            proto::imm_combine, g.step_bytes.combine_wire,
-                            g.step_bytes.combine_writes);
+      if (auto st =
+              g.write(s, g.staging.data() + (s * capacity + i) * g.hidden_bytes,
+                      std::min(entries_per_write, g.num_rows_from[s] - i) * g.hidden_bytes,
+                      g.peers[s].combine, (g.rank * capacity + i) * g.hidden_bytes,
+                      proto::imm_combine, g.step_bytes.combine_wire, g.step_bytes.combine_writes);
           !st)
         return st;
   return {};

@@ -48,8 +48,8 @@ int64_t forwarded_base(const ep_group_impl& g, int l) {
 status reduce(ep_group_impl& g, const void* in, const int64_t* slot, const float* weight,
               int64_t num_rows, int width, int64_t num_in_rows, char* dst) {
   return g.cfg.dtype == ep_dtype::bf16
-             ? kernels::combine_forward(g.pool, static_cast<const kernels::bf16*>(in), slot,
-                                        weight, num_rows, width, g.cfg.hidden, num_in_rows,
+             ? kernels::combine_forward(g.pool, static_cast<const kernels::bf16*>(in), slot, weight,
+                                        num_rows, width, g.cfg.hidden, num_in_rows,
                                         reinterpret_cast<kernels::bf16*>(dst))
              : kernels::combine_forward(g.pool, static_cast<const float*>(in), slot, weight,
                                         num_rows, width, g.cfg.hidden, num_in_rows,
@@ -121,10 +121,10 @@ status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 status normal_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) {
   const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
   for (int d = 0; d < g.num_ranks; ++d)
-    if (auto st = g.write_chunked(d, g.staging.data() + d * block_bytes,
-                                  g.num_rows_to[d] * g.row_bytes, g.peers[d].dispatch,
-                                  g.rank * block_bytes, proto::imm_dispatch,
-                                  g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
+    if (auto st =
+            g.write_chunked(d, g.staging.data() + d * block_bytes, g.num_rows_to[d] * g.row_bytes,
+                            g.peers[d].dispatch, g.rank * block_bytes, proto::imm_dispatch,
+                            g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
         !st)
       return st;
   for (int s = 0; s < g.num_ranks; ++s) expected[s] = g.chunks(g.num_rows_from[s] * g.row_bytes);
@@ -158,8 +158,8 @@ status forward_to_node(ep_group_impl& g) {
         }
         if (!wanted) continue;
         if (g.num_forwarded_to[l] >= capacity)
-          return g.fail(error{errc::malformed_message,
-                              "EP: more rows to forward than the node holds"});
+          return g.fail(
+              error{errc::malformed_message, "EP: more rows to forward than the node holds"});
         const int64_t pos = g.num_forwarded_to[l]++;
         std::memcpy(g.staging.data() + (forwarded_base(g, l) + pos) * g.row_bytes, row,
                     g.row_bytes);
@@ -191,8 +191,7 @@ status forward_to_node(ep_group_impl& g) {
   }
   std::vector<int64_t> expected(num_ranks, 0);
   for (int l = 0; l < num_ranks_per_node; ++l) expected[my_node * num_ranks_per_node + l] = 1;
-  if (auto st = g.wait_for(proto::imm_count, expected, "forwarded count exchange", forwarded);
-      !st)
+  if (auto st = g.wait_for(proto::imm_count, expected, "forwarded count exchange", forwarded); !st)
     return st;
   const auto* got = reinterpret_cast<const count_record*>(
       g.ctrl_recv.data() + (2 * num_ranks + (g.seq & 1) * num_ranks) * sizeof(count_record));
@@ -202,10 +201,10 @@ status forward_to_node(ep_group_impl& g) {
     const int q = my_node * num_ranks_per_node + l;
     g.num_forwarded_from[l] = static_cast<int64_t>(got[q].rows);
     if (g.num_forwarded_from[l] > capacity)
-      return g.fail(error{errc::malformed_message,
-                          "EP: gateway " + std::to_string(q) + " announced " +
-                              std::to_string(g.num_forwarded_from[l]) +
-                              " forwarded rows, over " + std::to_string(capacity)});
+      return g.fail(
+          error{errc::malformed_message, "EP: gateway " + std::to_string(q) + " announced " +
+                                             std::to_string(g.num_forwarded_from[l]) +
+                                             " forwarded rows, over " + std::to_string(capacity)});
     expected[q] = g.chunks(g.num_forwarded_from[l] * g.row_bytes);
   }
   return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
@@ -287,8 +286,7 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
   const int64_t num_out_rows = g.output.num_recv_rows;
   const uint32_t forwarded = 1;
   for (int s = 0; s < num_ranks; ++s) {
-    if (g.num_rows_from[s] == 0 || (g.across_nodes && g.node_of(s) != g.node_of(g.rank)))
-      continue;
+    if (g.num_rows_from[s] == 0 || (g.across_nodes && g.node_of(s) != g.node_of(g.rank))) continue;
     char* dst = g.staging.data() + s * max_tokens * hidden_bytes;
     const int64_t base = s * max_tokens * topk;
     if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
@@ -310,11 +308,10 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
                          num_out_rows, dst);
         !st)
       return st;
-    if (auto st = g.write_chunked(gateway, dst, g.num_forwarded_from[l] * hidden_bytes,
-                                  g.peers[gateway].combine,
-                                  forwarded_base(g, g.local_of(g.rank)) * hidden_bytes,
-                                  proto::imm_combine, g.step_bytes.combine_wire,
-                                  g.step_bytes.combine_writes, forwarded);
+    if (auto st = g.write_chunked(
+            gateway, dst, g.num_forwarded_from[l] * hidden_bytes, g.peers[gateway].combine,
+            forwarded_base(g, g.local_of(g.rank)) * hidden_bytes, proto::imm_combine,
+            g.step_bytes.combine_wire, g.step_bytes.combine_writes, forwarded);
         !st)
       return st;
   }
@@ -344,8 +341,7 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
 }
 
 void normal_combine_completions_expect(const ep_group_impl& g, std::vector<int64_t>& expected) {
-  for (int d = 0; d < g.num_ranks; ++d)
-    expected[d] = g.chunks(g.num_rows_to[d] * g.hidden_bytes);
+  for (int d = 0; d < g.num_ranks; ++d) expected[d] = g.chunks(g.num_rows_to[d] * g.hidden_bytes);
 }
 
 // One partial per rank, summed in rank order with weight 1 (exact).

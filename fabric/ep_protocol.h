@@ -33,8 +33,8 @@ constexpr uint32_t imm_reserved_bits(uint32_t imm) { return imm & 0x1fff; }
 
 // What each rank writes into every peer's ctrl region at the start of a dispatch.
 struct count_record {
-  uint64_t rows;          // rows (normal: tokens; ll/baseline: (token, expert) entries) for you
-  uint64_t max_rows;      // the largest `rows` this sender has for any rank (baseline padding)
+  uint64_t rows;      // rows (normal: tokens; ll/baseline: (token, expert) entries) for you
+  uint64_t max_rows;  // the largest `rows` this sender has for any rank (baseline padding)
 };
 
 // Metadata after the hidden payload of a normal-mode dispatch row.

@@ -92,7 +92,8 @@ rank_inputs make_rank_inputs(const workload_params& p, int rank) {
       chosen.assign(local.begin(), local.begin() + std::min(le, p.topk));
     }
     for (int tries = 0; static_cast<int>(chosen.size()) < p.topk; ++tries) {
-      const int64_t e = tries < 64 * p.topk ? pick(rng) : static_cast<int64_t>(rng() % p.num_experts);
+      const int64_t e =
+          tries < 64 * p.topk ? pick(rng) : static_cast<int64_t>(rng() % p.num_experts);
       if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
     }
     for (int k = 0; k < p.topk; ++k) {
@@ -134,7 +135,8 @@ status check_dispatch(const workload_params& p, const std::vector<rank_inputs>& 
         const int64_t e = all[s].topk_idx[t * p.topk + k];
         if (e >= first && e < first + le) want[e - first].emplace_back(s, t, k);
       }
-  if (d.expert_offset.size() != static_cast<size_t>(le + 1)) return bad("expert_offset has wrong size");
+  if (d.expert_offset.size() != static_cast<size_t>(le + 1))
+    return bad("expert_offset has wrong size");
   for (int j = 0; j < le; ++j) {
     const int64_t got_n = d.expert_offset[j + 1] - d.expert_offset[j];
     if (got_n != static_cast<int64_t>(want[j].size()))
@@ -156,7 +158,8 @@ status check_dispatch(const workload_params& p, const std::vector<rank_inputs>& 
       got.emplace_back(s, t, d.src_k[r]);
     }
     std::sort(got.begin(), got.end());
-    if (got != want[j]) return bad("expert " + std::to_string(first + j) + " received another set of rows");
+    if (got != want[j])
+      return bad("expert " + std::to_string(first + j) + " received another set of rows");
   }
   return {};
 }
@@ -186,7 +189,8 @@ std::vector<char> reference_combine(const workload_params& p, const std::vector<
           if (e < 0 || e / le != d) continue;
           any = true;
           const float w = in.topk_weights[t * p.topk + k];
-          for (int64_t h = 0; h < H; ++h) pr[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
+          for (int64_t h = 0; h < H; ++h)
+            pr[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
         }
         if (!any) continue;
         for (int64_t h = 0; h < H; ++h) pr[h] = round_dtype(p, pr[h]);
@@ -215,7 +219,8 @@ std::vector<char> reference_combine(const workload_params& p, const std::vector<
         const int64_t e = in.topk_idx[t * p.topk + k];
         if (e < 0) continue;
         const float w = in.topk_weights[t * p.topk + k];
-        for (int64_t h = 0; h < H; ++h) acc[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
+        for (int64_t h = 0; h < H; ++h)
+          acc[h] += w * round_dtype(p, load(p, x, h) * expert_scale(e));
       }
     }
     for (int64_t h = 0; h < H; ++h) store(p, y.data() + t * H * elt, h, acc[h]);

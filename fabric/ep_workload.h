@@ -20,21 +20,22 @@ struct workload_params {
   int topk = 0;
   ep_dtype dtype = ep_dtype::bf16;
   int64_t tokens_per_rank = 0;
-  std::string routing = "uniform";  // uniform | zipf | one_rank (all of a token's experts on one rank)
-  double zipf_s = 1.2;              // zipf exponent over expert popularity
-  double mask_fraction = 0.0;       // share of (token, k) entries set to -1
-  bool vary_tokens = false;         // ranks get different token counts (rank r: fewer)
-  int zero_tokens_rank = -1;        // this rank dispatches zero tokens
+  std::string routing =
+      "uniform";               // uniform | zipf | one_rank (all of a token's experts on one rank)
+  double zipf_s = 1.2;         // zipf exponent over expert popularity
+  double mask_fraction = 0.0;  // share of (token, k) entries set to -1
+  bool vary_tokens = false;    // ranks get different token counts (rank r: fewer)
+  int zero_tokens_rank = -1;   // this rank dispatches zero tokens
   uint64_t seed = 1;
-  int ranks_per_node = 0;           // normal mode's node grouping (0: one node); sets the
-                                    // reference combine's summation order
+  int ranks_per_node = 0;  // normal mode's node grouping (0: one node); sets the
+                           // reference combine's summation order
 };
 
 struct rank_inputs {
   int64_t num_tokens = 0;
-  std::vector<char> x;             // [num_tokens, hidden] of dtype; row encodes (rank, token)
-  std::vector<int64_t> topk_idx;   // [num_tokens, topk]
-  std::vector<float> topk_weights; // [num_tokens, topk]
+  std::vector<char> x;              // [num_tokens, hidden] of dtype; row encodes (rank, token)
+  std::vector<int64_t> topk_idx;    // [num_tokens, topk]
+  std::vector<float> topk_weights;  // [num_tokens, topk]
 };
 
 rank_inputs make_rank_inputs(const workload_params& p, int rank);

@@ -14,17 +14,17 @@
 namespace moerl::fabric::detail {
 
 inline error fi_call_error(const char* call, int rc, const char* file, int line) {
-  return error{errc::fabric_error, std::string(call) + " failed: " + fi_strerror(rc < 0 ? -rc : rc) +
-                                       " (rc=" + std::to_string(rc) + ") at " + file + ":" +
-                                       std::to_string(line)};
+  return error{errc::fabric_error,
+               std::string(call) + " failed: " + fi_strerror(rc < 0 ? -rc : rc) +
+                   " (rc=" + std::to_string(rc) + ") at " + file + ":" + std::to_string(line)};
 }
 
 }  // namespace moerl::fabric::detail
 
 // Evaluates `call` once; any negative return leaves the enclosing function with an error.
-#define FI_CHECK(call)                                                                   \
-  do {                                                                                   \
-    const int fi_check_rc_ = static_cast<int>(call);                                     \
-    if (fi_check_rc_ < 0)                                                                \
+#define FI_CHECK(call)                                                                        \
+  do {                                                                                        \
+    const int fi_check_rc_ = static_cast<int>(call);                                          \
+    if (fi_check_rc_ < 0)                                                                     \
       return ::moerl::fabric::detail::fi_call_error(#call, fi_check_rc_, __FILE__, __LINE__); \
   } while (0)

@@ -15,25 +15,25 @@ namespace moerl::fabric {
 namespace {
 
 error nccl_error(const char* call, ncclResult_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " + file + ":" +
-                                     std::to_string(line)};
+  return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " +
+                                     file + ":" + std::to_string(line)};
 }
 error cuda_error(const char* call, cudaError_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorString(rc) + " at " + file + ":" +
-                                     std::to_string(line)};
+  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorString(rc) + " at " +
+                                     file + ":" + std::to_string(line)};
 }
 
 }  // namespace
 
 // One macro per domain: the call, its message, file and line.
-#define NCCL_CHECK(call)                                                   \
-  do {                                                                     \
-    const ncclResult_t nccl_rc_ = (call);                                  \
+#define NCCL_CHECK(call)                                                                 \
+  do {                                                                                   \
+    const ncclResult_t nccl_rc_ = (call);                                                \
     if (nccl_rc_ != ncclSuccess) return nccl_error(#call, nccl_rc_, __FILE__, __LINE__); \
   } while (0)
-#define CUDA_CHECK(call)                                                   \
-  do {                                                                     \
-    const cudaError_t cuda_rc_ = (call);                                   \
+#define CUDA_CHECK(call)                                                                 \
+  do {                                                                                   \
+    const cudaError_t cuda_rc_ = (call);                                                 \
     if (cuda_rc_ != cudaSuccess) return cuda_error(#call, cuda_rc_, __FILE__, __LINE__); \
   } while (0)
 
@@ -51,7 +51,8 @@ class nccl_impl final : public nccl_backend {
     return {};
   }
   status all_reduce_sum(void* data, size_t count, bool bf16) override {
-    NCCL_CHECK(ncclAllReduce(data, data, count, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, comm_, stream_));
+    NCCL_CHECK(ncclAllReduce(data, data, count, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, comm_,
+                             stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return {};
   }
@@ -73,13 +74,16 @@ bool nccl_backend::available() {
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 }
 
-result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot, const std::vector<int>& members,
+result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot,
+                                                           const std::vector<int>& members,
                                                            int rank, int64_t timeout_ms) {
   ncclUniqueId id{};
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  auto all = boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id), timeout_ms);
+  auto all = boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id),
+                            timeout_ms);
   if (!all) return all.err();
-  if ((*all)[0].size() != sizeof id) return error{errc::malformed_message, "NCCL unique id has the wrong size"};
+  if ((*all)[0].size() != sizeof id)
+    return error{errc::malformed_message, "NCCL unique id has the wrong size"};
   std::memcpy(&id, (*all)[0].data(), sizeof id);
   auto impl = std::make_unique<nccl_impl>();
   if (auto st = impl->init(id, static_cast<int>(members.size()), rank); !st) return st.err();
@@ -90,7 +94,8 @@ result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot, cons
 
 bool nccl_backend::available() { return false; }
 
-result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap&, const std::vector<int>&, int, int64_t) {
+result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap&, const std::vector<int>&, int,
+                                                           int64_t) {
   return error{errc::invalid_argument, "moerl was built without NCCL (MOERL_HAVE_NCCL off)"};
 }
 

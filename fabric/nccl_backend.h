@@ -16,8 +16,9 @@ class nccl_backend {
   static bool available();
   // Rank 0 creates the NCCL unique id; the bootstrap carries it to the others. Uses the
   // current CUDA device and a stream of its own.
-  static result<std::unique_ptr<nccl_backend>> create(bootstrap& boot, const std::vector<int>& members,
-                                                      int rank, int64_t timeout_ms);
+  static result<std::unique_ptr<nccl_backend>> create(bootstrap& boot,
+                                                      const std::vector<int>& members, int rank,
+                                                      int64_t timeout_ms);
   virtual ~nccl_backend() = default;
   // Synchronous: return after the stream finished. `data` is device memory.
   virtual status all_reduce_sum(void* data, size_t count, bool bf16) = 0;

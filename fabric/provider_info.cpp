@@ -21,11 +21,16 @@ std::vector<std::string> order_names(uint64_t bits) {
 }  // namespace
 
 std::string mr_mode_names(int mode) {
-  static const std::pair<int, const char*> kModes[] = {
-      {FI_MR_LOCAL, "LOCAL"}, {FI_MR_VIRT_ADDR, "VIRT_ADDR"}, {FI_MR_ALLOCATED, "ALLOCATED"},
-      {FI_MR_PROV_KEY, "PROV_KEY"}, {FI_MR_ENDPOINT, "ENDPOINT"}, {FI_MR_HMEM, "HMEM"},
-      {FI_MR_RAW, "RAW"}, {FI_MR_MMU_NOTIFY, "MMU_NOTIFY"}, {FI_MR_RMA_EVENT, "RMA_EVENT"},
-      {FI_MR_COLLECTIVE, "COLLECTIVE"}};
+  static const std::pair<int, const char*> kModes[] = {{FI_MR_LOCAL, "LOCAL"},
+                                                       {FI_MR_VIRT_ADDR, "VIRT_ADDR"},
+                                                       {FI_MR_ALLOCATED, "ALLOCATED"},
+                                                       {FI_MR_PROV_KEY, "PROV_KEY"},
+                                                       {FI_MR_ENDPOINT, "ENDPOINT"},
+                                                       {FI_MR_HMEM, "HMEM"},
+                                                       {FI_MR_RAW, "RAW"},
+                                                       {FI_MR_MMU_NOTIFY, "MMU_NOTIFY"},
+                                                       {FI_MR_RMA_EVENT, "RMA_EVENT"},
+                                                       {FI_MR_COLLECTIVE, "COLLECTIVE"}};
   std::string out;
   for (const auto& [bit, name] : kModes)
     if (mode & bit) out += (out.empty() ? "" : "|") + std::string(name);
@@ -56,8 +61,8 @@ status query_providers(uint64_t caps, std::vector<provider_info>& out) {
   if (rc != 0) return error{errc::fabric_error, std::string("fi_getinfo: ") + fi_strerror(-rc)};
   for (fi_info* cur = info; cur; cur = cur->next) {
     const std::string name = cur->fabric_attr->prov_name ? cur->fabric_attr->prov_name : "?";
-    const bool listed = std::any_of(out.begin(), out.end(),
-                                    [&](const provider_info& p) { return p.name == name; });
+    const bool listed =
+        std::any_of(out.begin(), out.end(), [&](const provider_info& p) { return p.name == name; });
     if (listed) continue;
     provider_info p;
     p.name = name;

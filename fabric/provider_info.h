@@ -11,12 +11,12 @@
 namespace moerl::fabric {
 
 struct provider_info {
-  std::string name;            // e.g. "shm", "tcp;ofi_rxm", "efa"
-  bool rma = false;            // FI_RMA capability with remote writes
-  bool msg = false;            // FI_MSG capability
-  size_t cq_data_size = 0;     // bytes of remote CQ data (immediate) a write can carry
+  std::string name;                    // e.g. "shm", "tcp;ofi_rxm", "efa"
+  bool rma = false;                    // FI_RMA capability with remote writes
+  bool msg = false;                    // FI_MSG capability
+  size_t cq_data_size = 0;             // bytes of remote CQ data (immediate) a write can carry
   std::vector<std::string> msg_order;  // FI_ORDER_* bits the provider reports, e.g. "RAW"
-  std::string mr_mode;         // memory-registration mode bits, e.g. "LOCAL|VIRT_ADDR|PROV_KEY"
+  std::string mr_mode;  // memory-registration mode bits, e.g. "LOCAL|VIRT_ADDR|PROV_KEY"
 };
 
 // Memory-registration mode bits as text, e.g. "LOCAL|VIRT_ADDR|PROV_KEY" ("none" for 0).

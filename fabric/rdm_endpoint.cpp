@@ -178,8 +178,8 @@ status rdm_endpoint::set_peers(const std::vector<std::string>& addresses) {
   for (size_t i = 0; i < addresses.size(); ++i) {
     const int n = fi_av_insert(av_, addresses[i].data(), 1, &peers_[i], 0, nullptr);
     if (n != 1) {
-      return error{errc::fabric_error, "fi_av_insert of peer " + std::to_string(i) +
-                                           " inserted " + std::to_string(n) + " addresses"};
+      return error{errc::fabric_error, "fi_av_insert of peer " + std::to_string(i) + " inserted " +
+                                           std::to_string(n) + " addresses"};
     }
   }
   return {};

@@ -15,9 +15,11 @@ status reorder_shim::write(int peer, const local_region& src_region, const void*
                            int64_t deadline_ns) {
   if (len == 0) return error{errc::invalid_argument, "zero-length write"};
   if (offset + len > dst.size)
-    return error{errc::invalid_argument, "write overruns peer " + std::to_string(peer) + "'s region"};
-  pending_write w{peer, src_region, static_cast<const char*>(src), dst, offset, imm, deadline_ns,
-                  static_cast<int>(rng_() % 6), 0, {}, 0};
+    return error{errc::invalid_argument,
+                 "write overruns peer " + std::to_string(peer) + "'s region"};
+  pending_write w{peer, src_region,  static_cast<const char*>(src), dst, offset,
+                  imm,  deadline_ns, static_cast<int>(rng_() % 6),  0,   {},
+                  0};
   // Random cut points; a piece is at least one byte.
   const size_t max_pieces = std::min<size_t>(4, len);
   const size_t num_pieces = 1 + rng_() % max_pieces;

@@ -53,10 +53,10 @@ class reorder_shim final : public transport {
     uint64_t dst_offset;
     uint32_t imm;
     int64_t deadline_ns;
-    int delay;               // progress calls left before anything is posted
-    size_t carrier;          // index of the piece that carries the immediate
+    int delay;       // progress calls left before anything is posted
+    size_t carrier;  // index of the piece that carries the immediate
     std::vector<piece> pieces;
-    size_t inflight = 0;     // posted pieces (copies included) without a local completion
+    size_t inflight = 0;  // posted pieces (copies included) without a local completion
   };
 
   status step();
@@ -66,7 +66,7 @@ class reorder_shim final : public transport {
   std::mt19937_64 rng_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, pending_write> pending_;  // by write id
-  std::vector<uint32_t> held_imms_;                       // received, not yet handed out
+  std::vector<uint32_t> held_imms_;                      // received, not yet handed out
   transport_description description_;
 };
 

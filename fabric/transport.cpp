@@ -1,7 +1,7 @@
 #include "fabric/transport.h"
 
-#include "fabric/reorder_shim.h"
 #include "fabric/rdm_endpoint.h"
+#include "fabric/reorder_shim.h"
 
 namespace moerl::fabric {
 

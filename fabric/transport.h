@@ -48,9 +48,9 @@ struct transport_options {
 
 // The chosen provider and what it reported, for provenance and benchmark output.
 struct transport_description {
-  std::string provider;       // fabric_attr->prov_name, e.g. "tcp;ofi_rxm"
-  std::string fabric;         // fabric_attr->name
-  std::string domain;         // domain_attr->name
+  std::string provider;  // fabric_attr->prov_name, e.g. "tcp;ofi_rxm"
+  std::string fabric;    // fabric_attr->name
+  std::string domain;    // domain_attr->name
   std::string libfabric_version;
   uint32_t provider_version = 0;
   size_t cq_data_size = 0;

@@ -4,9 +4,9 @@
 
 #include "fabric/bootstrap.h"
 #include "fabric/collectives.h"
+#include "job/fabric_expert_exchange.h"
 #include "job/param_slicing.h"
 #include "job/rank_threads.h"
-#include "job/fabric_expert_exchange.h"
 
 namespace moerl::job {
 
@@ -49,11 +49,15 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
                                                                  const policy::model_config& model,
                                                                  const ep_group_shape& shape) {
   if (shape.num_ranks < 1)
-    return error{errc::invalid_config, "expert-parallel ranks must be >= 1, got " + std::to_string(shape.num_ranks)};
+    return error{errc::invalid_config,
+                 "expert-parallel ranks must be >= 1, got " + std::to_string(shape.num_ranks)};
   if (model.num_experts % shape.num_ranks != 0)
     return error{errc::invalid_config, "policy.num_experts " + std::to_string(model.num_experts) +
-                                           " does not split over " + std::to_string(shape.num_ranks) + " expert-parallel ranks"};
-  auto opt = policy::fabric_exchange_options_from_config(cfg, shape.max_train_tokens, shape.max_decode_rows);
+                                           " does not split over " +
+                                           std::to_string(shape.num_ranks) +
+                                           " expert-parallel ranks"};
+  auto opt = policy::fabric_exchange_options_from_config(cfg, shape.max_train_tokens,
+                                                         shape.max_decode_rows);
   if (!opt) return opt.err();
   // Ranks are threads of this process: shared memory unless the config names a provider.
   if (opt->transport.provider == "auto") opt->transport.provider = "shm";
@@ -91,7 +95,8 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
     if (raw->dense_collectives) {
       fabric::collective_config cc;
       cc.op_timeout_ms = raw->options.op_timeout_ms;
-      auto d = fabric::collective_group::create(raw->options.transport, b, fabric::all_members(b), cc);
+      auto d =
+          fabric::collective_group::create(raw->options.transport, b, fabric::all_members(b), cc);
       if (!d) return d.err();
       rs.dense = std::move(*d);
     }
@@ -139,8 +144,9 @@ result<policy::generation> ep_policy_group::generate(const std::vector<policy::t
                                                      uint64_t base_seed) {
   const int n = num_ranks();
   if (num_rows < n)
-    return error{errc::invalid_argument, std::to_string(num_rows) + " rows cannot keep " + std::to_string(n) +
-                                             " expert-parallel ranks busy (each needs at least one)"};
+    return error{errc::invalid_argument,
+                 std::to_string(num_rows) + " rows cannot keep " + std::to_string(n) +
+                     " expert-parallel ranks busy (each needs at least one)"};
   std::vector<policy::generation> parts(n);
   auto st = impl_->threads->run([&](int rank) -> status {
     const row_range rr = rows_of_rank(num_rows, rank, n);

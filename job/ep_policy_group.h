@@ -32,8 +32,8 @@ namespace moerl::job {
 
 struct ep_group_shape {
   int num_ranks = 2;
-  int64_t max_decode_rows = 0;    // sequences one rank generates at once (low-latency group)
-  int64_t max_train_tokens = 0;   // tokens one rank runs through a training forward (0: none)
+  int64_t max_decode_rows = 0;     // sequences one rank generates at once (low-latency group)
+  int64_t max_train_tokens = 0;    // tokens one rank runs through a training forward (0: none)
   bool dense_collectives = false;  // also a fabric::collective_group per rank (trainers)
 };
 

@@ -32,13 +32,16 @@ struct ep_trainer::impl {
 ep_trainer::ep_trainer(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 ep_trainer::~ep_trainer() = default;
 
-result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg, const policy::model_config& model,
+result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg,
+                                                       const policy::model_config& model,
                                                        const policy::grpo_config& grpo,
-                                                       const policy::adam_config& adam, float temperature,
-                                                       int num_ranks, int64_t max_samples_per_step) {
+                                                       const policy::adam_config& adam,
+                                                       float temperature, int num_ranks,
+                                                       int64_t max_samples_per_step) {
   if (grpo.kl_coef > 0)
-    return error{errc::invalid_config, "job.trainer_ep_ranks > 1 does not support grpo.kl_coef > 0 yet "
-                                       "(the frozen reference would need its own expert-parallel shares)"};
+    return error{errc::invalid_config,
+                 "job.trainer_ep_ranks > 1 does not support grpo.kl_coef > 0 yet "
+                 "(the frozen reference would need its own expert-parallel shares)"};
   auto p = std::make_unique<impl>();
   p->grpo = grpo;
   p->adam = adam;
@@ -66,7 +69,8 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg, const 
   // Adam without its own clipping: step() clips by the global norm first.
   policy::adam_config unclipped = adam;
   unclipped.grad_clip = 0;
-  for (auto& r : p->ranks) r.opt = std::make_unique<policy::adam>(unclipped, p->group->rank_layout().num_floats());
+  for (auto& r : p->ranks)
+    r.opt = std::make_unique<policy::adam>(unclipped, p->group->rank_layout().num_floats());
   return std::unique_ptr<ep_trainer>(new ep_trainer(std::move(p)));
 }
 
@@ -77,7 +81,8 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
     // The shares and moments live on this side of the rank threads: take them over.
     auto params = serialize();
     auto moments = serialize_adam();
-    if (!params || !moments) return error{errc::internal, "trainer group broken and its state unreadable"};
+    if (!params || !moments)
+      return error{errc::internal, "trainer group broken and its state unreadable"};
     m.group.reset();
     auto g = ep_policy_group::create(m.cfg, m.rank_model, m.shape);
     if (!g) return error{g.err().code, "rebuilding the broken trainer group: " + g.err().message};
@@ -90,7 +95,8 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
   if (advantages.size() != samples.size())
     return error{errc::invalid_argument, "ep_trainer: one advantage per sample needed"};
   if (total < n)
-    return error{errc::invalid_argument, std::to_string(total) + " samples cannot keep " + std::to_string(n) +
+    return error{errc::invalid_argument, std::to_string(total) + " samples cannot keep " +
+                                             std::to_string(n) +
                                              " trainer ranks busy (each needs at least one)"};
   // Everything a rank's grpo_gradient would refuse is refused here, before any rank starts:
   // one rank failing alone would leave its peers waiting in a collective until the timeout
@@ -101,22 +107,27 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
     if (s.prompt.size() != samples[0].prompt.size() || s.prompt.empty())
       return error{errc::invalid_argument, which + "prompts are empty or differ in length"};
     if (s.completion.empty() || s.behaviour_logprobs.size() != s.completion.size())
-      return error{errc::invalid_argument, which + "no completion, or a logprob count that differs from its token count"};
+      return error{errc::invalid_argument,
+                   which + "no completion, or a logprob count that differs from its token count"};
     if (int64_t(s.prompt.size() + s.completion.size()) > m.max_seq_len)
-      return error{errc::invalid_argument, which + "longer than policy.max_seq_len " + std::to_string(m.max_seq_len)};
+      return error{errc::invalid_argument,
+                   which + "longer than policy.max_seq_len " + std::to_string(m.max_seq_len)};
     for (const auto* part : {&s.prompt, &s.completion})
       for (policy::token_id t : *part)
         if (t < 0 || t >= policy::num_vocab)
-          return error{errc::invalid_argument, which + "token id " + std::to_string(t) + " is outside the vocabulary"};
+          return error{errc::invalid_argument,
+                       which + "token id " + std::to_string(t) + " is outside the vocabulary"};
   }
   for (int r = 0; r < n; ++r) {
     const auto rr = rows_of_rank(total, r, n);
     int64_t len = 0;
     for (int64_t i = rr.first; i < rr.first + rr.count; ++i)
-      len = std::max<int64_t>(len, int64_t(samples[i].prompt.size() + samples[i].completion.size()));
+      len =
+          std::max<int64_t>(len, int64_t(samples[i].prompt.size() + samples[i].completion.size()));
     if (rr.count * len > m.max_tokens_per_rank)
       return error{errc::invalid_argument, "trainer rank " + std::to_string(r) + " would run " +
-                                               std::to_string(rr.count * len) + " tokens, over its bound " +
+                                               std::to_string(rr.count * len) +
+                                               " tokens, over its bound " +
                                                std::to_string(m.max_tokens_per_rank)};
   }
   std::vector<ep_step_result> per_rank(n);
@@ -124,8 +135,10 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
     auto& rs = m.ranks[ctx.rank];
     const auto rr = rows_of_rank(total, ctx.rank, n);
     const double share = double(rr.count) / double(total);
-    std::vector<policy::sample> mine(samples.begin() + rr.first, samples.begin() + rr.first + rr.count);
-    std::vector<double> adv(advantages.begin() + rr.first, advantages.begin() + rr.first + rr.count);
+    std::vector<policy::sample> mine(samples.begin() + rr.first,
+                                     samples.begin() + rr.first + rr.count);
+    std::vector<double> adv(advantages.begin() + rr.first,
+                            advantages.begin() + rr.first + rr.count);
     for (auto& a : adv) a *= share;  // see the header: the ranks' losses sum to the full mean
     policy::grpo_config g = m.grpo;
     g.kl_coef *= share;
@@ -151,7 +164,9 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
         add(next, rs.grads.size());
       }
       rs.reduce_buf[k] = float(expert_sq);
-      if (auto s = ctx.dense->all_reduce_sum(rs.reduce_buf.data(), rs.reduce_buf.size(), fabric::coll_dtype::fp32); !s)
+      if (auto s = ctx.dense->all_reduce_sum(rs.reduce_buf.data(), rs.reduce_buf.size(),
+                                             fabric::coll_dtype::fp32);
+          !s)
         return error{s.err().code, "dense gradient all-reduce: " + s.err().message};
       k = 0;
       double dense_sq = 0;
@@ -162,7 +177,8 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
         }
       // Identical on every rank (the same reduced floats), so every rank takes the same branch.
       const double norm = std::sqrt(dense_sq + double(rs.reduce_buf[k]));
-      if (!std::isfinite(norm)) return error{errc::invalid_argument, "gradient is not finite; step skipped"};
+      if (!std::isfinite(norm))
+        return error{errc::invalid_argument, "gradient is not finite; step skipped"};
       const double clip = m.adam.grad_clip;
       if (clip > 0 && norm > clip) {
         const double scale = clip / norm;
@@ -197,7 +213,8 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
 status ep_trainer::break_group_for_test() {
   const int last = impl_->group->num_ranks() - 1;
   return impl_->group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
-    if (ctx.rank == last) return error{errc::peer_dead, "rank " + std::to_string(last) + " left (test)"};
+    if (ctx.rank == last)
+      return error{errc::peer_dead, "rank " + std::to_string(last) + " left (test)"};
     float x = 1.0f;
     return ctx.dense->all_reduce_sum(&x, 1, fabric::coll_dtype::fp32);
   });
@@ -221,7 +238,8 @@ status ep_trainer::load_adam(const std::string& bytes) {
   const int n = impl_->group->num_ranks();
   std::vector<std::string> parts;
   for (int r = 0; r < n; ++r) {
-    auto s = slice_adam_state(bytes, impl_->group->full_layout(), impl_->group->rank_layout(), r, n);
+    auto s =
+        slice_adam_state(bytes, impl_->group->full_layout(), impl_->group->rank_layout(), r, n);
     if (!s) return s.err();
     parts.push_back(std::move(*s));
   }

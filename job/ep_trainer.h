@@ -40,10 +40,12 @@ struct ep_step_result {
 class ep_trainer {
  public:
   // max_samples_per_step bounds one step's batch (sizes the normal group's buffers).
-  static result<std::unique_ptr<ep_trainer>> create(const config& cfg, const policy::model_config& model,
+  static result<std::unique_ptr<ep_trainer>> create(const config& cfg,
+                                                    const policy::model_config& model,
                                                     const policy::grpo_config& grpo,
-                                                    const policy::adam_config& adam, float temperature,
-                                                    int num_ranks, int64_t max_samples_per_step);
+                                                    const policy::adam_config& adam,
+                                                    float temperature, int num_ranks,
+                                                    int64_t max_samples_per_step);
   ~ep_trainer();
 
   // grpo.epochs passes over the batch; at least num_ranks samples. A step that failed

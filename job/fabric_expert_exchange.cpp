@@ -60,7 +60,9 @@ struct mode_group {
 class fabric_exchange_impl final : public fabric_expert_exchange {
  public:
   explicit fabric_exchange_impl(const fabric_exchange_options& opt)
-      : opt_(opt), registry_(std::make_shared<handle_registry>()), shuffle_rng_(opt.test_shuffle_seed) {}
+      : opt_(opt),
+        registry_(std::make_shared<handle_registry>()),
+        shuffle_rng_(opt.test_shuffle_seed) {}
 
   status init(fabric::bootstrap& boot) {
     if (opt_.num_experts < 1) return bad("num_experts must be >= 1");
@@ -78,7 +80,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     if (opt_.low_latency_group) {
       low_latency_.mode = exchange_mode::low_latency;
       low_latency_.max_rows = opt_.max_decode_rows_per_rank > 0 ? opt_.max_decode_rows_per_rank
-                                                                 : opt_.max_rows_per_rank;
+                                                                : opt_.max_rows_per_rank;
       if (auto st = create(boot, members, fabric::ep_mode::low_latency, low_latency_); !st)
         return st;
     }
@@ -88,9 +90,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
 
   int rank() const override { return normal_.g->rank(); }
   int num_ranks() const override { return normal_.g->num_ranks(); }
-  const fabric::transport_description& describe() const override {
-    return normal_.g->describe();
-  }
+  const fabric::transport_description& describe() const override { return normal_.g->describe(); }
   int64_t reordered_dispatches() const override { return reordered_; }
   int64_t extra_steps() const override { return extra_steps_; }
 
@@ -306,8 +306,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
     const std::vector<int64_t>& off = out.expert_offset;
     if (static_cast<int64_t>(out.src_rank.size()) != n ||
         static_cast<int64_t>(out.src_token.size()) != n || off.empty() || off.back() != n)
-      return error{errc::internal, "fabric expert exchange: the group's attribution does not "
-                                   "cover its received rows"};
+      return error{errc::internal,
+                   "fabric expert exchange: the group's attribution does not "
+                   "cover its received rows"};
     order.resize(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     if (opt_.test_shuffle_seed != 0)
@@ -328,8 +329,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
       for (size_t j = 0; j + 1 < off.size(); ++j)
         for (int64_t r = off[j] + 1; r < off[j + 1]; ++r)
           if (!before(order[r - 1], order[r]))
-            return error{errc::internal, "fabric expert exchange: the group delivered two rows "
-                                         "attributed to the same source row"};
+            return error{errc::internal,
+                         "fabric expert exchange: the group delivered two rows "
+                         "attributed to the same source row"};
     }
     // Rows presented in the contract's order are copied as they are. (A sorted shuffle maps
     // back onto the group's own rows, so after a test shuffle `order` holds the identity —
@@ -343,7 +345,7 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   mode_group normal_, low_latency_;
   uint64_t next_id_ = 0;
   std::mt19937_64 shuffle_rng_;  // test_shuffle_seed's sequence
-  std::vector<float> ones_;     // the routing weight of every row
+  std::vector<float> ones_;      // the routing weight of every row
   // Scratch: expert outputs in the group's order, a closing combine's zero outputs and
   // discarded result, a re-dispatch's unneeded received rows.
   std::vector<float> scratch_, zero_out_, discard_, unused_recv_;
@@ -356,8 +358,9 @@ int64_t fabric_exchange_rows_bound(int64_t max_tokens_per_rank, int top_k) {
   return max_tokens_per_rank * top_k;
 }
 
-result<fabric_exchange_options> fabric_exchange_options_from_config(
-    const moerl::config& cfg, int64_t max_train_tokens, int64_t max_decode_sequences) {
+result<fabric_exchange_options> fabric_exchange_options_from_config(const moerl::config& cfg,
+                                                                    int64_t max_train_tokens,
+                                                                    int64_t max_decode_sequences) {
   if (max_train_tokens < 0 || max_decode_sequences < 0 ||
       (max_train_tokens == 0 && max_decode_sequences == 0))
     return bad("options: max_train_tokens (" + std::to_string(max_train_tokens) +

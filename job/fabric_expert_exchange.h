@@ -70,7 +70,7 @@ struct fabric_exchange_options {
   // Normal group only: members per node (0: one node). > 0 sends each row across the node
   // boundary once, to a gateway rank that forwards it inside the node (fabric/PROTOCOL.md).
   int ranks_per_node = 0;
-  size_t chunk_bytes = 1 << 20;   // normal-mode bulk writes are cut into chunks of this
+  size_t chunk_bytes = 1 << 20;  // normal-mode bulk writes are cut into chunks of this
   // Tests only (0: off): shuffle each expert's received rows before the order check, as a
   // group that delivered another order would, so the sort and the combine's un-sort run.
   uint64_t test_shuffle_seed = 0;
@@ -86,8 +86,9 @@ int64_t fabric_exchange_rows_bound(int64_t max_tokens_per_rank, int top_k);
 // group) and generate() over max_decode_sequences rows per rank (low_latency group: it
 // steps every row one token at a time, prompt included). Either count 0: that group is
 // sized like the other; both 0 is invalid_argument.
-result<fabric_exchange_options> fabric_exchange_options_from_config(
-    const moerl::config& cfg, int64_t max_train_tokens, int64_t max_decode_sequences);
+result<fabric_exchange_options> fabric_exchange_options_from_config(const moerl::config& cfg,
+                                                                    int64_t max_train_tokens,
+                                                                    int64_t max_decode_sequences);
 
 class fabric_expert_exchange : public expert_exchange {
  public:

@@ -15,14 +15,16 @@ result<share> classify(const policy::tensor_spec& full, const policy::tensor_spe
   const bool same_tail = full.dims.size() == mine.dims.size() && !full.dims.empty() &&
                          std::equal(full.dims.begin() + 1, full.dims.end(), mine.dims.begin() + 1);
   if (same_tail && mine.dims[0] * num_ranks == full.dims[0]) return share::expert_block;
-  return error{errc::invalid_argument, "tensor " + mine.name + " of a rank's layout is neither the full tensor nor a " +
-                                           std::to_string(num_ranks) + "-way split of its leading dimension"};
+  return error{errc::invalid_argument,
+               "tensor " + mine.name + " of a rank's layout is neither the full tensor nor a " +
+                   std::to_string(num_ranks) + "-way split of its leading dimension"};
 }
 
 status check_sizes(const policy::param_layout& layout, size_t n, const char* what) {
   if (layout.num_floats() != n)
     return error{errc::invalid_argument, std::string(what) + " holds " + std::to_string(n) +
-                                             " floats, its layout " + std::to_string(layout.num_floats())};
+                                             " floats, its layout " +
+                                             std::to_string(layout.num_floats())};
   return ok_status();
 }
 
@@ -33,12 +35,15 @@ result<std::vector<float>> slice_params(const policy::param_layout& full_layout,
                                         const policy::param_layout& rank_layout, int rank,
                                         int num_ranks) {
   if (num_ranks < 1 || rank < 0 || rank >= num_ranks)
-    return error{errc::invalid_argument, "rank " + std::to_string(rank) + " of " + std::to_string(num_ranks)};
-  if (auto st = check_sizes(full_layout, full.size(), "the full parameter set"); !st) return st.err();
+    return error{errc::invalid_argument,
+                 "rank " + std::to_string(rank) + " of " + std::to_string(num_ranks)};
+  if (auto st = check_sizes(full_layout, full.size(), "the full parameter set"); !st)
+    return st.err();
   std::vector<float> out(rank_layout.num_floats());
   for (const auto& mine : rank_layout.tensors()) {
     const policy::tensor_spec* f = full_layout.find(mine.name);
-    if (!f) return error{errc::invalid_argument, "the full parameter set has no tensor " + mine.name};
+    if (!f)
+      return error{errc::invalid_argument, "the full parameter set has no tensor " + mine.name};
     auto kind = classify(*f, mine, num_ranks);
     if (!kind) return kind.err();
     // An expert block is contiguous in the full tensor: rows of the leading dimension.
@@ -54,7 +59,8 @@ result<std::vector<float>> assemble_params(const policy::param_layout& full_layo
   const int num_ranks = static_cast<int>(rank_params.size());
   if (num_ranks < 1) return error{errc::invalid_argument, "no rank parameters to assemble"};
   for (const auto& p : rank_params)
-    if (auto st = check_sizes(rank_layout, p.size(), "a rank's parameter share"); !st) return st.err();
+    if (auto st = check_sizes(rank_layout, p.size(), "a rank's parameter share"); !st)
+      return st.err();
   std::vector<float> out(full_layout.num_floats());
   size_t covered = 0;
   for (const auto& mine : rank_layout.tensors()) {
@@ -66,12 +72,14 @@ result<std::vector<float>> assemble_params(const policy::param_layout& full_layo
       std::copy_n(rank_params[0].begin() + mine.offset, mine.size(), out.begin() + f->offset);
     } else {
       for (int r = 0; r < num_ranks; ++r)
-        std::copy_n(rank_params[r].begin() + mine.offset, mine.size(), out.begin() + f->offset + size_t(r) * mine.size());
+        std::copy_n(rank_params[r].begin() + mine.offset, mine.size(),
+                    out.begin() + f->offset + size_t(r) * mine.size());
     }
     covered += f->size();
   }
   if (covered != full_layout.num_floats())
-    return error{errc::invalid_argument, "the rank layout covers " + std::to_string(covered) + " of the full layout's " +
+    return error{errc::invalid_argument, "the rank layout covers " + std::to_string(covered) +
+                                             " of the full layout's " +
                                              std::to_string(full_layout.num_floats()) + " floats"};
   return out;
 }
@@ -107,8 +115,9 @@ result<adam_state> parse_adam(const std::string& b) {
   std::memcpy(&s.steps, b.data() + 8, 8);
   std::memcpy(&n, b.data() + 16, 8);
   if (n > (b.size() - 24) / 8 || b.size() != 24 + n * 8)
-    return error{errc::malformed_message, "Adam state: " + std::to_string(b.size()) + " bytes do not hold 2 x " +
-                                              std::to_string(n) + " moments"};
+    return error{errc::malformed_message, "Adam state: " + std::to_string(b.size()) +
+                                              " bytes do not hold 2 x " + std::to_string(n) +
+                                              " moments"};
   s.m.resize(n);
   s.v.resize(n);
   std::memcpy(s.m.data(), b.data() + 24, n * 4);
@@ -128,8 +137,10 @@ std::string write_adam(const adam_state& s) {
 
 }  // namespace
 
-result<std::string> slice_adam_state(const std::string& full_bytes, const policy::param_layout& full_layout,
-                                     const policy::param_layout& rank_layout, int rank, int num_ranks) {
+result<std::string> slice_adam_state(const std::string& full_bytes,
+                                     const policy::param_layout& full_layout,
+                                     const policy::param_layout& rank_layout, int rank,
+                                     int num_ranks) {
   auto full = parse_adam(full_bytes);
   if (!full) return full.err();
   adam_state mine;

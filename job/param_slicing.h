@@ -40,8 +40,10 @@ result<std::vector<std::pair<size_t, size_t>>> dense_ranges(const policy::param_
 // The same two moves for Adam's state, in policy/adam.h's documented checkpoint format
 // ("MOERLADM" | u64 steps | u64 n | fp32 m[n] | fp32 v[n]): a checkpoint holds the full
 // moments; each trainer rank's optimiser holds its share's.
-result<std::string> slice_adam_state(const std::string& full_bytes, const policy::param_layout& full_layout,
-                                     const policy::param_layout& rank_layout, int rank, int num_ranks);
+result<std::string> slice_adam_state(const std::string& full_bytes,
+                                     const policy::param_layout& full_layout,
+                                     const policy::param_layout& rank_layout, int rank,
+                                     int num_ranks);
 result<std::string> assemble_adam_state(const std::vector<std::string>& rank_bytes,
                                         const policy::param_layout& full_layout,
                                         const policy::param_layout& rank_layout);

@@ -18,11 +18,11 @@ struct rank_threads::impl {
   std::vector<status> setup_status;  // [rank]
   uint64_t task_generation = 0;      // bumped by run(); each rank runs each generation once
   std::function<status(int)> task;
-  int num_finished = 0;              // ranks done with the current generation
-  std::vector<status> task_status;   // [rank]
+  int num_finished = 0;             // ranks done with the current generation
+  std::vector<status> task_status;  // [rank]
   bool stop = false;
   bool broken = false;
-  std::thread launcher;              // runs fabric::launch_threads, which blocks
+  std::thread launcher;  // runs fabric::launch_threads, which blocks
 
   int rank_body(fabric::bootstrap& b) {
     const int rank = b.rank();
@@ -76,7 +76,8 @@ result<std::unique_ptr<rank_threads>> rank_threads::start(
   p->task_status.resize(num_ranks);
   impl* raw = p.get();
   p->launcher = std::thread([raw] {
-    fabric::launch_threads(raw->num_ranks, [raw](fabric::bootstrap& b) { return raw->rank_body(b); });
+    fabric::launch_threads(raw->num_ranks,
+                           [raw](fabric::bootstrap& b) { return raw->rank_body(b); });
   });
   {
     std::unique_lock<std::mutex> g(raw->mu);

@@ -22,14 +22,12 @@ namespace moerl::kernels {
 // entries gets zeros), rounded to the storage type once at the end. Every output row is
 // computed by one thread in that order, so results are bitwise identical run to run and
 // for any pool size.
-status combine_forward(thread_pool& pool, const float* expert_out,
-                       const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       float* out);
-status combine_forward(thread_pool& pool, const bf16* expert_out,
-                       const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       bf16* out);
+status combine_forward(thread_pool& pool, const float* expert_out, const int64_t* token_expert_slot,
+                       const float* topk_weights, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows, float* out);
+status combine_forward(thread_pool& pool, const bf16* expert_out, const int64_t* token_expert_slot,
+                       const float* topk_weights, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows, bf16* out);
 
 // Slots outside [-1, num_rows) are invalid_argument errors; combine_backward, which writes
 // rows by slot, also refuses a row named by two entries.

@@ -55,9 +55,9 @@ status bf16_to_float(thread_pool& pool, const bf16* x, int64_t n, float* y);
 //   q      [num_rows, hidden] e4m3fn bits
 //   scales [num_rows, fp8_num_blocks(hidden)] fp32: x ~= e4m3_to_float(q) * scale; the scale
 //          of a block is amax/448 (1 for an all-zero block), so no element saturates.
-status fp8_quantize(thread_pool& pool, const float* x, int64_t num_rows, int64_t hidden,
-                    uint8_t* q, float* scales);
-status fp8_dequantize(thread_pool& pool, const uint8_t* q, const float* scales,
-                      int64_t num_rows, int64_t hidden, float* x);
+status fp8_quantize(thread_pool& pool, const float* x, int64_t num_rows, int64_t hidden, uint8_t* q,
+                    float* scales);
+status fp8_dequantize(thread_pool& pool, const uint8_t* q, const float* scales, int64_t num_rows,
+                      int64_t hidden, float* x);
 
 }  // namespace moerl::kernels

@@ -34,9 +34,8 @@ struct expert_ffn_shape {
 };
 
 status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
-                          const int64_t* expert_offset, const float* x,
-                          const float* w_gate_up, const float* w_down, float* gate_up,
-                          float* act, float* out);
+                          const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                          const float* w_down, float* gate_up, float* act, float* out);
 
 // bf16 storage for x, weights and out; fp32 GEMMs and activations inside (converted per
 // expert), so results match the fp32 path up to bf16 rounding of inputs and output.
@@ -52,10 +51,9 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
 // true (gradient accumulation over micro-batches). An expert with zero rows gets a zero
 // (or unchanged) weight gradient.
 status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
-                           const int64_t* expert_offset, const float* x,
-                           const float* w_gate_up, const float* w_down, const float* gate_up,
-                           const float* act, const float* grad_out, float* grad_x,
-                           float* grad_w_gate_up, float* grad_w_down,
-                           bool accumulate_weight_grads = false);
+                           const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                           const float* w_down, const float* gate_up, const float* act,
+                           const float* grad_out, float* grad_x, float* grad_w_gate_up,
+                           float* grad_w_down, bool accumulate_weight_grads = false);
 
 }  // namespace moerl::kernels

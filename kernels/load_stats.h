@@ -28,7 +28,7 @@ double load_imbalance(const int64_t* tokens_per_expert, int num_experts);
 //               padding rows; feed it to route_backward's grad_scores_extra
 // loss is 0 (and the gradient all zero) when N == 0.
 status load_balance_loss(thread_pool& pool, const float* scores, const int64_t* topk_idx,
-                         int64_t num_tokens, int num_experts, int topk, float coeff,
-                         float* loss, float* grad_scores);
+                         int64_t num_tokens, int num_experts, int topk, float coeff, float* loss,
+                         float* grad_scores);
 
 }  // namespace moerl::kernels

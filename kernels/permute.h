@@ -39,12 +39,12 @@ status permute_backward(thread_pool& pool, const bf16* grad_permuted,
                         int64_t hidden, int64_t num_rows, bf16* grad_x);
 
 // unpermuted[t, k] = permuted[slot[t, k]], or zeros for a masked entry.
-status unpermute_forward(thread_pool& pool, const float* permuted,
-                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
-                         int64_t hidden, int64_t num_rows, float* unpermuted);
-status unpermute_forward(thread_pool& pool, const bf16* permuted,
-                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
-                         int64_t hidden, int64_t num_rows, bf16* unpermuted);
+status unpermute_forward(thread_pool& pool, const float* permuted, const int64_t* token_expert_slot,
+                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                         float* unpermuted);
+status unpermute_forward(thread_pool& pool, const bf16* permuted, const int64_t* token_expert_slot,
+                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                         bf16* unpermuted);
 
 // grad_permuted[slot[t, k]] = grad_unpermuted[t, k]; padding rows are set to zero.
 status unpermute_backward(thread_pool& pool, const float* grad_unpermuted,

@@ -14,7 +14,7 @@ enum class score_function { softmax, sigmoid };
 
 struct routing_params {
   int num_experts = 0;
-  int topk = 0;                       // 1 <= topk <= num_experts
+  int topk = 0;  // 1 <= topk <= num_experts
   score_function scoring = score_function::softmax;
   // Group-limited routing: experts are split into num_groups contiguous groups; a token
   // first keeps its topk_groups best groups (group score = sum of its two best selection
@@ -39,9 +39,8 @@ struct routing_params {
 //   topk_idx       [num_tokens, topk] out: chosen experts, best first (ties: lower index)
 //   topk_weights   [num_tokens, topk] out: combine weights
 status route_forward(thread_pool& pool, const routing_params& p, const float* logits,
-                     const float* selection_bias, const uint8_t* token_mask,
-                     int64_t num_tokens, float* scores, int64_t* topk_idx,
-                     float* topk_weights);
+                     const float* selection_bias, const uint8_t* token_mask, int64_t num_tokens,
+                     float* scores, int64_t* topk_idx, float* topk_weights);
 
 // Backward: gradient of the loss with respect to the logits.
 //   scores, topk_idx  from route_forward (-1 entries contribute nothing)
@@ -52,7 +51,6 @@ status route_forward(thread_pool& pool, const routing_params& p, const float* lo
 // The choice of experts is not differentiable (as torch.topk's indices are not).
 status route_backward(thread_pool& pool, const routing_params& p, const float* scores,
                       const int64_t* topk_idx, const float* grad_topk_weights,
-                      const float* grad_scores_extra, int64_t num_tokens,
-                      float* grad_logits);
+                      const float* grad_scores_extra, int64_t num_tokens, float* grad_logits);
 
 }  // namespace moerl::kernels

@@ -13,8 +13,12 @@ uint64_t accounting::dropped_total() const {
 nlohmann::json accounting::to_json() const {
   nlohmann::json d = nlohmann::json::object();
   for (const auto& [reason, count] : dropped) d[reason] = count;
-  return {{"dispatched", dispatched}, {"committed", committed}, {"in_flight", in_flight},
-          {"dropped", d},           {"lost", lost},           {"duplicated", duplicated},
+  return {{"dispatched", dispatched},
+          {"committed", committed},
+          {"in_flight", in_flight},
+          {"dropped", d},
+          {"lost", lost},
+          {"duplicated", duplicated},
           {"trained", trained}};
 }
 
@@ -23,8 +27,8 @@ status accounting::check() const {
   if (accounted != dispatched) {
     return error(errc::internal, "accounting: dispatched " + std::to_string(dispatched) +
                                      " != committed " + std::to_string(committed) +
-                                     " + in_flight " + std::to_string(in_flight) +
-                                     " + dropped " + std::to_string(dropped_total()));
+                                     " + in_flight " + std::to_string(in_flight) + " + dropped " +
+                                     std::to_string(dropped_total()));
   }
   if (lost != 0) return error(errc::internal, "accounting: lost = " + std::to_string(lost));
   if (duplicated != 0)

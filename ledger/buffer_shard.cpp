@@ -9,8 +9,8 @@ namespace moerl::ledger {
 
 namespace {
 std::string sample_name(const messages::sample& s) {
-  return "sample (unit " + std::to_string(s.work_unit) + ", attempt " +
-         std::to_string(s.attempt) + ", seq " + std::to_string(s.seq) + ")";
+  return "sample (unit " + std::to_string(s.work_unit) + ", attempt " + std::to_string(s.attempt) +
+         ", seq " + std::to_string(s.seq) + ")";
 }
 }  // namespace
 
@@ -21,13 +21,20 @@ uint64_t sample_bytes(const messages::sample& s) {
 }
 
 nlohmann::json shard_stats::to_json() const {
-  return {{"received", received},       {"staged", staged},
-          {"fenced", fenced},           {"duplicate", duplicate},
-          {"stale_policy", stale_policy}, {"rejected_full", rejected_full},
-          {"invalid", invalid},         {"purged", purged},
-          {"served_groups", served_groups}, {"served_samples", served_samples},
-          {"batches", batches},         {"resident_samples", resident_samples},
-          {"resident_bytes", resident_bytes}, {"peak_samples", peak_samples},
+  return {{"received", received},
+          {"staged", staged},
+          {"fenced", fenced},
+          {"duplicate", duplicate},
+          {"stale_policy", stale_policy},
+          {"rejected_full", rejected_full},
+          {"invalid", invalid},
+          {"purged", purged},
+          {"served_groups", served_groups},
+          {"served_samples", served_samples},
+          {"batches", batches},
+          {"resident_samples", resident_samples},
+          {"resident_bytes", resident_bytes},
+          {"peak_samples", peak_samples},
           {"peak_bytes", peak_bytes}};
 }
 
@@ -42,8 +49,8 @@ result<shard_options> shard_options::from_config(const config& cfg, const shard_
   if (gs <= 0) return error(errc::invalid_config, "ledger.group_size must be positive");
   if (cap < gs)
     return error(errc::invalid_config, "buffer.capacity_samples (" + std::to_string(cap) +
-                                           ") must hold at least one group (" +
-                                           std::to_string(gs) + ")");
+                                           ") must hold at least one group (" + std::to_string(gs) +
+                                           ")");
   if (bytes <= 0) return error(errc::invalid_config, "buffer.capacity_bytes must be positive");
   if (stale < 0) return error(errc::invalid_config, "buffer.max_staleness must be >= 0");
   o.group_size = uint32_t(gs);
@@ -55,9 +62,9 @@ result<shard_options> shard_options::from_config(const config& cfg, const shard_
 
 // What the shard knows about one unit.
 struct buffer_shard::unit_slot {
-  attempt_t floor = 0;        // attempts below this are fenced
-  attempt_t attempt = 0;      // attempt being staged (0: none yet)
-  bool opened = false;        // the ledger told us the attempt's groups
+  attempt_t floor = 0;    // attempts below this are fenced
+  attempt_t attempt = 0;  // attempt being staged (0: none yet)
+  bool opened = false;    // the ledger told us the attempt's groups
   bool acked = false;
   bool committed = false;
   std::vector<group_id> groups;  // of the opened attempt
@@ -65,7 +72,7 @@ struct buffer_shard::unit_slot {
   // group -> its samples (staged or ready); index_in_group slots taken.
   std::map<group_id, std::vector<messages::sample>> samples;
   std::map<group_id, std::set<uint32_t>> slots;
-  std::set<group_id> stale;      // a sample of the group was too old
+  std::set<group_id> stale;  // a sample of the group was too old
   std::map<group_id, uint64_t> group_bytes;
 };
 
@@ -133,8 +140,8 @@ status buffer_shard::admit(messages::sample s) {
   if (u.opened) {
     if (std::find(u.groups.begin(), u.groups.end(), s.group_id) == u.groups.end()) {
       ++stats_.invalid;
-      return error(errc::invalid_argument,
-                   sample_name(s) + ": group " + std::to_string(s.group_id) + " is not in the lease");
+      return error(errc::invalid_argument, sample_name(s) + ": group " +
+                                               std::to_string(s.group_id) + " is not in the lease");
     }
     if (s.seq >= u.groups.size() * opts_.group_size) {
       ++stats_.invalid;
@@ -163,10 +170,10 @@ status buffer_shard::admit(messages::sample s) {
     // the whole group is dropped at ack time, since a group must stay whole.
     ++stats_.stale_policy;
     u.stale.insert(g);
-    result = error(errc::stale_policy,
-                   sample_name(s) + ": policy version " + std::to_string(s.policy_version) +
-                       " is older than " + std::to_string(policy_version_) + " - max_staleness " +
-                       std::to_string(opts_.max_staleness));
+    result = error(errc::stale_policy, sample_name(s) + ": policy version " +
+                                           std::to_string(s.policy_version) + " is older than " +
+                                           std::to_string(policy_version_) + " - max_staleness " +
+                                           std::to_string(opts_.max_staleness));
   } else {
     ++stats_.staged;
     stats_.resident_samples += 1;

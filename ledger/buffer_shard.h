@@ -17,19 +17,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ledger/types.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "ledger/types.h"
 #include "messages/sample.h"
 
 namespace moerl::ledger {
 
 struct shard_options {
-  shard_id name;                          // this shard's id (as the ledger knows it)
-  uint32_t group_size = 8;                // ledger.group_size
-  uint64_t capacity_samples = 4096;       // buffer.capacity_samples: staged + ready
-  uint64_t capacity_bytes = 256u << 20;   // buffer.capacity_bytes: estimated payload bytes
-  uint64_t max_staleness = 1;             // buffer.max_staleness, in policy versions
+  shard_id name;                         // this shard's id (as the ledger knows it)
+  uint32_t group_size = 8;               // ledger.group_size
+  uint64_t capacity_samples = 4096;      // buffer.capacity_samples: staged + ready
+  uint64_t capacity_bytes = 256u << 20;  // buffer.capacity_bytes: estimated payload bytes
+  uint64_t max_staleness = 1;            // buffer.max_staleness, in policy versions
 
   static result<shard_options> from_config(const config& cfg, const shard_id& name);
 };
@@ -38,28 +38,28 @@ struct shard_options {
 // are extra copies, not dispatched slots, so they live here rather than in the ledger's
 // accounting (LEDGER.md explains).
 struct shard_stats {
-  uint64_t received = 0;        // admit() calls
-  uint64_t staged = 0;          // samples admitted into staging
-  uint64_t fenced = 0;          // refused: attempt older than the unit's current one
-  uint64_t duplicate = 0;       // refused: (unit, attempt, seq) or its group slot seen before
-  uint64_t stale_policy = 0;    // samples older than max_staleness (their group is dropped)
-  uint64_t rejected_full = 0;   // refused: shard at capacity (producer must wait for credit)
-  uint64_t invalid = 0;         // refused: index or group outside the lease
-  uint64_t purged = 0;          // staged samples thrown away when their attempt was fenced
+  uint64_t received = 0;       // admit() calls
+  uint64_t staged = 0;         // samples admitted into staging
+  uint64_t fenced = 0;         // refused: attempt older than the unit's current one
+  uint64_t duplicate = 0;      // refused: (unit, attempt, seq) or its group slot seen before
+  uint64_t stale_policy = 0;   // samples older than max_staleness (their group is dropped)
+  uint64_t rejected_full = 0;  // refused: shard at capacity (producer must wait for credit)
+  uint64_t invalid = 0;        // refused: index or group outside the lease
+  uint64_t purged = 0;         // staged samples thrown away when their attempt was fenced
   uint64_t served_groups = 0;
   uint64_t served_samples = 0;
   uint64_t batches = 0;
   uint64_t resident_samples = 0;  // now: staged + ready
   uint64_t resident_bytes = 0;
-  uint64_t peak_samples = 0;      // high-water marks (bounded-memory evidence)
+  uint64_t peak_samples = 0;  // high-water marks (bounded-memory evidence)
   uint64_t peak_bytes = 0;
   nlohmann::json to_json() const;
 };
 
 // A batch for a trainer plus what the ledger must be told about it.
 struct served_batch {
-  messages::batch batch;                 // whole groups; batch_id unique per shard
-  std::vector<consumption> consumed;     // one per group: forward to work_ledger
+  messages::batch batch;              // whole groups; batch_id unique per shard
+  std::vector<consumption> consumed;  // one per group: forward to work_ledger
 };
 
 class buffer_shard {
@@ -93,7 +93,7 @@ class buffer_shard {
   // batch when none is ready.
   served_batch serve(uint32_t max_groups);
 
-  uint64_t free_samples() const;   // capacity left, in samples (credits to grant)
+  uint64_t free_samples() const;  // capacity left, in samples (credits to grant)
   size_t num_ready_groups() const;
   const shard_stats& stats() const { return stats_; }
   const shard_options& options() const { return opts_; }
@@ -108,7 +108,8 @@ class buffer_shard {
   shard_options opts_;
   uint64_t policy_version_ = 0;
   uint64_t next_batch_id_ = 1;
-  uint64_t next_handout_ = 1;  // consumption::handout; a group's attempt tells shard incarnations apart
+  uint64_t next_handout_ =
+      1;  // consumption::handout; a group's attempt tells shard incarnations apart
   shard_stats stats_;
   std::map<unit_id, std::unique_ptr<unit_slot>> units_;
   struct ready_group {

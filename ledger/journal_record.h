@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ledger/types.h"
 #include "common/error.h"
+#include "ledger/types.h"
 
 namespace moerl::ledger {
 

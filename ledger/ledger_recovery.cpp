@@ -2,21 +2,21 @@
 // snapshot plus the journal after it (ledger/LEDGER.md, "Recovery").
 #include <algorithm>
 
+#include "common/log.h"
 #include "ledger/journal_format.h"
 #include "ledger/ledger_state.h"
 #include "ledger/snapshot_codec.h"
-#include "common/log.h"
 #include "store/object_store.h"
 
 namespace moerl::ledger {
 
 result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& options,
-                                                       const clock& clk,
-                                                       store::object_store* store,
+                                                       const clock& clk, store::object_store* store,
                                                        recovery_info* info) {
   if (options.group_size == 0 || options.max_groups_per_unit == 0 || options.lease_timeout_ms <= 0)
-    return error(errc::invalid_argument, "ledger options: group_size, max_groups_per_unit and "
-                                         "lease_timeout_ms must be positive");
+    return error(errc::invalid_argument,
+                 "ledger options: group_size, max_groups_per_unit and "
+                 "lease_timeout_ms must be positive");
   std::unique_ptr<work_ledger> l(new work_ledger(options, clk, store));
   recovery_info ri;
   state& st = *l->st_;

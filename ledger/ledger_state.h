@@ -27,14 +27,14 @@ struct unit_rec {
   bool acked = false;
   std::vector<group_id> ack_accepted;
   std::vector<group_id> ack_stale;
-  std::vector<group_id> todo;       // groups of the current/next attempt
-  std::set<group_id> committed;     // committed, not dropped since
+  std::vector<group_id> todo;            // groups of the current/next attempt
+  std::set<group_id> committed;          // committed, not dropped since
   std::map<group_id, uint64_t> trained;  // handed to a trainer -> the shard's hand-out id
 };
 
 struct work_ledger::state {
   std::map<unit_id, unit_rec> units;
-  std::deque<unit_id> pending;  // FIFO; an entry is live iff its unit is pending
+  std::deque<unit_id> pending;   // FIFO; an entry is live iff its unit is pending
   std::vector<shard_id> shards;  // live, in the order added (round-robin)
   size_t rr = 0;
   std::map<shard_id, uint64_t> occupied;  // open slots + committed-untrained samples

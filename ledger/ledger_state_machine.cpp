@@ -10,8 +10,8 @@ void emit(work_ledger::state& st, ledger_event e) {
 
 namespace {
 
-void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& opts,
-               unit_rec& u, const char* reason) {
+void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& opts, unit_rec& u,
+               const char* reason) {
   uint64_t n = slots(u, opts.group_size);
   acct.in_flight -= n;
   acct.dropped[reason] += n;
@@ -51,7 +51,7 @@ void commit(work_ledger::state& st, accounting& acct, const ledger_options& opts
 }  // namespace
 
 status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
-                           const ledger_options& opts, const journal_record& r) {
+                    const ledger_options& opts, const journal_record& r) {
   auto bug = [&](const std::string& what) {
     return error(errc::internal, "ledger record " + std::to_string(r.seq) + ": " + what);
   };
@@ -127,8 +127,8 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       // Lazy FIFO removal: the front entry is this unit (acquire takes the front).
       auto pos = std::find(st.pending.begin(), st.pending.end(), u.id);
       if (pos != st.pending.end()) st.pending.erase(pos);
-      emit(st, {ledger_event::kind::attempt_opened, u.shard, u.id, u.attempt, u.todo,
-                opts.group_size});
+      emit(st,
+           {ledger_event::kind::attempt_opened, u.shard, u.id, u.attempt, u.todo, opts.group_size});
       return ok_status();
     }
     case record_type::renewed:
@@ -165,8 +165,7 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       }
       return ok_status();
     }
-    default:
-      return bug("unexpected record type");
+    default: return bug("unexpected record type");
   }
 }
 

@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "ledger/zmq_check.h"
 #include "common/log.h"
+#include "ledger/zmq_check.h"
 #include "messages/codec.h"
 
 namespace moerl::ledger {
@@ -29,8 +29,7 @@ void close_socket(void*& sock) {
 // A socket with linger 0, routing id `name` (dealers) and a frame size cap.
 result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t max_frame) {
   void* sock = zmq_socket(ctx, type);
-  if (!sock)
-    return detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
+  if (!sock) return detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
   auto setup = [&]() -> status {
     int zero = 0;
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero));
@@ -181,7 +180,8 @@ status sample_producer::poll(int timeout_ms) {
     auto c = messages::decode<messages::credit>(frames->back());
     if (!c) {
       ++bad_frames_;
-      logger("sample_plane")->warn("producer {}: dropped a bad frame: {}", name_, c.err().to_string());
+      logger("sample_plane")
+          ->warn("producer {}: dropped a bad frame: {}", name_, c.err().to_string());
       continue;
     }
     credits_ += c->credits;
@@ -229,7 +229,8 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
     auto b = messages::decode<messages::batch>(frames->back());
     if (!b) {
       ++bad_frames_;
-      logger("sample_plane")->warn("trainer {}: dropped a bad frame: {}", name_, b.err().to_string());
+      logger("sample_plane")
+          ->warn("trainer {}: dropped a bad frame: {}", name_, b.err().to_string());
       continue;
     }
     return std::optional<messages::batch>(std::move(*b));
@@ -243,7 +244,8 @@ result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq_c
                                                            shard_options shard,
                                                            sample_plane_options plane) {
   if (shard.capacity_samples == 0 || shard.group_size == 0)
-    return error(errc::invalid_argument, "shard " + shard.name + ": capacity and group size must be positive");
+    return error(errc::invalid_argument,
+                 "shard " + shard.name + ": capacity and group size must be positive");
   std::unique_ptr<shard_service> s(new shard_service());
   s->ctx_ = std::move(ctx);
   s->plane_ = plane;
@@ -344,8 +346,10 @@ status shard_service::serve_waiting() {
     // The groups left the shard either way: the ledger hears of them, so a trainer that
     // vanished mid-send shows up as trained-but-lost rather than silently.
     for (auto& c : sb.consumed) consumed_.push_back(c);
-    if (!sent) logger("sample_plane")->warn("shard {}: batch to a trainer failed: {}",
-                                            shard_->options().name, sent.err().to_string());
+    if (!sent)
+      logger("sample_plane")
+          ->warn("shard {}: batch to a trainer failed: {}", shard_->options().name,
+                 sent.err().to_string());
     it = waiting_.erase(it);
   }
   return ok_status();

@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "ledger/buffer_shard.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "ledger/buffer_shard.h"
 #include "messages/sample.h"
 
 namespace moerl::ledger {
@@ -157,8 +157,8 @@ class shard_service {
     uint64_t demand = 0;    // received + its last declared backlog
   };
   std::map<std::string, producer_state> producers_;  // by routing id
-  std::string next_grant_;  // rotation: grants start at this producer
-  std::map<std::string, uint32_t> waiting_;      // trainer routing id -> groups asked for
+  std::string next_grant_;                           // rotation: grants start at this producer
+  std::map<std::string, uint32_t> waiting_;          // trainer routing id -> groups asked for
   std::vector<consumption> consumed_;
   uint64_t bad_frames_ = 0;
 };

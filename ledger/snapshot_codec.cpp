@@ -4,8 +4,8 @@
 
 namespace moerl::ledger::detail {
 
-std::string encode_snapshot(const work_ledger::state& st, const accounting& acct,
-                            uint32_t epoch, uint64_t last_seq) {
+std::string encode_snapshot(const work_ledger::state& st, const accounting& acct, uint32_t epoch,
+                            uint64_t last_seq) {
   byte_writer w;
   w.u32(2);  // snapshot format version (2: hand-out ids of trained groups)
   w.u64(last_seq);

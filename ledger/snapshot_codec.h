@@ -19,8 +19,8 @@
 
 namespace moerl::ledger::detail {
 
-std::string encode_snapshot(const work_ledger::state& st, const accounting& acct,
-                            uint32_t epoch, uint64_t last_seq);
+std::string encode_snapshot(const work_ledger::state& st, const accounting& acct, uint32_t epoch,
+                            uint64_t last_seq);
 // Fills a fresh `st` and `acct`; errc::malformed_message naming what does not decode or
 // names a unit that does not exist.
 status decode_snapshot(const std::string& bytes, work_ledger::state& st, accounting& acct,

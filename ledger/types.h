@@ -9,9 +9,9 @@
 
 namespace moerl::ledger {
 
-using unit_id = uint64_t;     // assigned by the ledger, starts at 1, never reused
-using attempt_t = uint32_t;   // fencing token (messages carry it as UInt32); see below
-using group_id = uint64_t;    // prompt group id (messages: groupId); unique inside a unit
+using unit_id = uint64_t;       // assigned by the ledger, starts at 1, never reused
+using attempt_t = uint32_t;     // fencing token (messages carry it as UInt32); see below
+using group_id = uint64_t;      // prompt group id (messages: groupId); unique inside a unit
 using worker_id = std::string;  // node/actor name of a rollout worker
 using shard_id = std::string;   // name of a buffer shard
 
@@ -43,8 +43,9 @@ inline constexpr const char* returned = "returned";            // worker gave th
 inline constexpr const char* lease_expired = "lease_expired";  // deadline passed
 inline constexpr const char* worker_dead = "worker_dead";      // worker declared dead
 inline constexpr const char* coordinator_restart = "coordinator_restart";  // lease open at a crash
-inline constexpr const char* stale_policy = "stale_policy";    // shard refused: older than max_staleness
-inline constexpr const char* shard_lost = "shard_lost";        // committed, untrained, on a lost shard
+inline constexpr const char* stale_policy =
+    "stale_policy";                                      // shard refused: older than max_staleness
+inline constexpr const char* shard_lost = "shard_lost";  // committed, untrained, on a lost shard
 }  // namespace drop_reason
 
 // What a worker receives when it leases a unit. Samples it produces carry
@@ -54,10 +55,10 @@ struct lease {
   unit_id unit = 0;
   attempt_t attempt = 0;
   worker_id worker;
-  shard_id shard;             // the buffer shard that must receive every sample
-  int64_t deadline_ms = 0;    // on the ledger's clock
-  std::vector<group_id> groups;   // groups to generate (a re-opened unit has fewer)
-  uint32_t group_size = 0;        // samples per group
+  shard_id shard;                // the buffer shard that must receive every sample
+  int64_t deadline_ms = 0;       // on the ledger's clock
+  std::vector<group_id> groups;  // groups to generate (a re-opened unit has fewer)
+  uint32_t group_size = 0;       // samples per group
   uint64_t num_samples() const { return uint64_t(groups.size()) * group_size; }
 };
 

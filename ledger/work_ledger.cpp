@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "ledger/ledger_state.h"
 #include "common/log.h"
+#include "ledger/ledger_state.h"
 
 namespace moerl::ledger {
 
@@ -85,8 +85,8 @@ status work_ledger::append(const journal_record& in) {
   uint64_t accounted = acct_.committed + acct_.in_flight + acct_.dropped_total();
   if (accounted != acct_.dispatched) {
     acct_.lost = acct_.dispatched > accounted ? acct_.dispatched - accounted : 0;
-    logger("ledger")->error("record {}: dispatched {} != accounted {}", r.seq,
-                            acct_.dispatched, accounted);
+    logger("ledger")->error("record {}: dispatched {} != accounted {}", r.seq, acct_.dispatched,
+                            accounted);
   }
   return ok_status();
 }
@@ -142,8 +142,8 @@ result<lease> work_ledger::acquire(const worker_id& worker) {
                  "acquire: every buffer shard is full (waiting for trainers to consume)");
   uint32_t counter = attempt_epoch(u.attempt) == epoch_ ? attempt_counter(u.attempt) + 1 : 1;
   if (counter > kMaxAttemptCounter)
-    return error(errc::capacity_exceeded, "acquire: unit " + std::to_string(u.id) +
-                                              " exhausted its attempts in this epoch");
+    return error(errc::capacity_exceeded,
+                 "acquire: unit " + std::to_string(u.id) + " exhausted its attempts in this epoch");
   journal_record r;
   r.type = record_type::leased;
   r.unit = u.id;
@@ -189,11 +189,10 @@ status check_lease(const work_ledger::state& st, unit_id unit, attempt_t attempt
     return error(errc::not_found, std::string(op) + ": unknown unit " + std::to_string(unit));
   const unit_rec& u = it->second;
   if (u.state != unit_state::leased || u.attempt != attempt)
-    return error(errc::stale_attempt,
-                 std::string(op) + ": unit " + std::to_string(unit) + " attempt " +
-                     std::to_string(attempt) + " is fenced (unit is " +
-                     unit_state_name(u.state) + ", current attempt " +
-                     std::to_string(u.attempt) + ")");
+    return error(errc::stale_attempt, std::string(op) + ": unit " + std::to_string(unit) +
+                                          " attempt " + std::to_string(attempt) +
+                                          " is fenced (unit is " + unit_state_name(u.state) +
+                                          ", current attempt " + std::to_string(u.attempt) + ")");
   if (worker && u.worker != *worker)
     return error(errc::stale_attempt, std::string(op) + ": unit " + std::to_string(unit) +
                                           " is leased to " + u.worker + ", not " + *worker);
@@ -264,10 +263,9 @@ result<unit_state> work_ledger::record_ack(const shard_ack& ack) {
   std::vector<group_id> want = u.todo;
   std::sort(want.begin(), want.end());
   if (all != want)
-    return error(errc::invalid_argument, "shard ack: unit " + std::to_string(ack.unit) +
-                                             " groups {" + join_groups(all) +
-                                             "} are not the lease's groups {" +
-                                             join_groups(want) + "}");
+    return error(errc::invalid_argument,
+                 "shard ack: unit " + std::to_string(ack.unit) + " groups {" + join_groups(all) +
+                     "} are not the lease's groups {" + join_groups(want) + "}");
   journal_record r;
   r.type = record_type::acked;
   r.unit = ack.unit;
@@ -292,7 +290,8 @@ status work_ledger::record_consumed(const consumption& cons) {
                                              std::to_string(opts_.group_size) + " samples, got " +
                                              std::to_string(cons.num_samples));
   auto tr = u.trained.find(cons.group);
-  if (tr != u.trained.end() && cons.handout != 0 && tr->second == cons.handout && u.attempt == cons.attempt)
+  if (tr != u.trained.end() && cons.handout != 0 && tr->second == cons.handout &&
+      u.attempt == cons.attempt)
     return ok_status();  // the same hand-out again (its reply was lost): already recorded
   bool fresh = u.committed.count(cons.group) && tr == u.trained.end() && u.attempt == cons.attempt;
   journal_record r;

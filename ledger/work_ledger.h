@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "ledger/accounting.h"
 #include "ledger/clock.h"
 #include "ledger/types.h"
-#include "common/config.h"
-#include "common/error.h"
 
 namespace moerl::store {
 class object_store;
@@ -35,10 +35,10 @@ namespace moerl::ledger {
 struct journal_record;  // private; ledger/journal_record.h
 
 struct ledger_options {
-  int64_t lease_timeout_ms = 30000;   // ledger.lease_timeout_ms
-  uint32_t group_size = 8;            // ledger.group_size: samples per prompt group
-  uint32_t max_groups_per_unit = 4;   // ledger.max_groups_per_unit: bounds a unit
-  uint32_t snapshot_every = 1024;     // ledger.snapshot_every: records between snapshots
+  int64_t lease_timeout_ms = 30000;  // ledger.lease_timeout_ms
+  uint32_t group_size = 8;           // ledger.group_size: samples per prompt group
+  uint32_t max_groups_per_unit = 4;  // ledger.max_groups_per_unit: bounds a unit
+  uint32_t snapshot_every = 1024;    // ledger.snapshot_every: records between snapshots
   // buffer.capacity_samples: a lease is only granted to a shard whose open slots plus
   // committed-but-untrained samples leave room for it (0: unlimited). This is what keeps
   // a shard from filling with partial units that can never commit.
@@ -51,12 +51,12 @@ struct ledger_options {
 
 // What open() found in the store.
 struct recovery_info {
-  bool recovered = false;          // false: the store held no ledger, a fresh one started
-  uint32_t epoch = 0;              // incarnation of this coordinator (1 for a fresh ledger)
-  uint64_t snapshot_seq = 0;       // last record covered by the snapshot used (0: none)
-  uint64_t records_replayed = 0;   // journal records applied after the snapshot
-  uint64_t torn_bytes = 0;         // bytes of a torn last journal record that were ignored
-  uint64_t leases_expired = 0;     // leases open at the crash, expired on recovery
+  bool recovered = false;         // false: the store held no ledger, a fresh one started
+  uint32_t epoch = 0;             // incarnation of this coordinator (1 for a fresh ledger)
+  uint64_t snapshot_seq = 0;      // last record covered by the snapshot used (0: none)
+  uint64_t records_replayed = 0;  // journal records applied after the snapshot
+  uint64_t torn_bytes = 0;        // bytes of a torn last journal record that were ignored
+  uint64_t leases_expired = 0;    // leases open at the crash, expired on recovery
 };
 
 // Read-only view of one unit, for status and tests.
@@ -67,11 +67,11 @@ struct unit_view {
   worker_id worker;       // holder while leased
   shard_id shard;         // shard of the current/committed attempt
   int64_t deadline_ms = 0;
-  bool reported = false;  // leased: the worker reported its samples
-  std::vector<group_id> groups;      // every group of the unit, in the order given
-  std::vector<group_id> todo;        // groups the next/current attempt generates
-  std::vector<group_id> committed;   // groups committed and not dropped since
-  std::vector<group_id> trained;     // groups handed to a trainer
+  bool reported = false;            // leased: the worker reported its samples
+  std::vector<group_id> groups;     // every group of the unit, in the order given
+  std::vector<group_id> todo;       // groups the next/current attempt generates
+  std::vector<group_id> committed;  // groups committed and not dropped since
+  std::vector<group_id> trained;    // groups handed to a trainer
 };
 
 class work_ledger {
@@ -83,8 +83,7 @@ class work_ledger {
   // sample of theirs. `store` may be null: an in-memory ledger (tests, benchmarks).
   // `clock` and `store` must outlive the ledger.
   static result<std::unique_ptr<work_ledger>> open(const ledger_options& options,
-                                                   const clock& clock,
-                                                   store::object_store* store,
+                                                   const clock& clock, store::object_store* store,
                                                    recovery_info* info = nullptr);
   ~work_ledger();
   work_ledger(const work_ledger&) = delete;

@@ -12,10 +12,14 @@ result<adam_config> adam_config::from_config(const config& c) {
   a.beta1 = c.get_double("policy.adam_beta1");
   a.beta2 = c.get_double("policy.adam_beta2");
   a.grad_clip = c.get_double("policy.grad_clip");
-  if (!(a.learning_rate > 0)) return error{errc::invalid_config, "key 'policy.learning_rate': must be > 0"};
-  if (!(a.beta1 >= 0 && a.beta1 < 1)) return error{errc::invalid_config, "key 'policy.adam_beta1': must be in [0, 1)"};
-  if (!(a.beta2 >= 0 && a.beta2 < 1)) return error{errc::invalid_config, "key 'policy.adam_beta2': must be in [0, 1)"};
-  if (!(a.grad_clip >= 0)) return error{errc::invalid_config, "key 'policy.grad_clip': must be >= 0"};
+  if (!(a.learning_rate > 0))
+    return error{errc::invalid_config, "key 'policy.learning_rate': must be > 0"};
+  if (!(a.beta1 >= 0 && a.beta1 < 1))
+    return error{errc::invalid_config, "key 'policy.adam_beta1': must be in [0, 1)"};
+  if (!(a.beta2 >= 0 && a.beta2 < 1))
+    return error{errc::invalid_config, "key 'policy.adam_beta2': must be in [0, 1)"};
+  if (!(a.grad_clip >= 0))
+    return error{errc::invalid_config, "key 'policy.grad_clip': must be >= 0"};
   return a;
 }
 
@@ -23,8 +27,8 @@ adam::adam(const adam_config& cfg, size_t n) : cfg_(cfg), m_(n, 0.0f), v_(n, 0.0
 
 result<double> adam::step(std::vector<float>& params, const std::vector<float>& grads) {
   if (params.size() != m_.size() || grads.size() != m_.size())
-    return error{errc::invalid_argument, "adam: " + std::to_string(params.size()) +
-                                             " params / " + std::to_string(grads.size()) +
+    return error{errc::invalid_argument, "adam: " + std::to_string(params.size()) + " params / " +
+                                             std::to_string(grads.size()) +
                                              " grads, optimiser built for " +
                                              std::to_string(m_.size())};
   double sq = 0;

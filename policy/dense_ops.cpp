@@ -11,18 +11,18 @@ namespace moerl::policy {
 void linear_forward(const float* x, const float* w, int64_t n, int64_t d_in, int64_t d_out,
                     float* y) {
   if (n == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_out, d_in, 1.0f, x, d_in, w,
-              d_out, 0.0f, y, d_out);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_out, d_in, 1.0f, x, d_in, w, d_out,
+              0.0f, y, d_out);
 }
 
 void linear_backward(const float* x, const float* w, const float* dy, int64_t n, int64_t d_in,
                      int64_t d_out, float* dx, float* dw) {
   if (n == 0) return;
   if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_in, d_out, 1.0f, dy, d_out, w,
-                d_out, 0.0f, dx, d_in);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_in, d_out, n, 1.0f, x, d_in, dy,
-              d_out, 1.0f, dw, d_out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_in, d_out, 1.0f, dy, d_out, w, d_out,
+                0.0f, dx, d_in);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_in, d_out, n, 1.0f, x, d_in, dy, d_out,
+              1.0f, dw, d_out);
 }
 
 void rmsnorm_forward(const float* x, const float* g, int64_t n, int64_t d, float* y,

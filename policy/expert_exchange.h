@@ -54,9 +54,8 @@ class expert_exchange {
                                            int num_experts, int64_t hidden, exchange_mode mode,
                                            std::vector<float>* recv_rows) = 0;
   // Same movement as the dispatch that produced `h`, for other rows of the same shape.
-  virtual status dispatch_cached(const exchange_handle& h, const float* send_rows,
-                                 int64_t hidden, exchange_mode mode,
-                                 std::vector<float>* recv_rows) = 0;
+  virtual status dispatch_cached(const exchange_handle& h, const float* send_rows, int64_t hidden,
+                                 exchange_mode mode, std::vector<float>* recv_rows) = 0;
   // Reverse movement: recv-shaped rows [h.num_recv_rows, hidden] go back to the rank and row
   // they were dispatched from; send_rows [h.num_send_rows, hidden] is overwritten.
   virtual status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden,

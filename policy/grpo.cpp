@@ -12,7 +12,8 @@ result<grpo_config> grpo_config::from_config(const config& c) {
   g.kl_coef = c.get_double("grpo.kl_coef");
   g.epochs = static_cast<int>(c.get_int("grpo.epochs"));
   if (g.group_size < 2 || g.group_size > 4096)
-    return error{errc::invalid_config, "key 'grpo.group_size': must be in 2..4096 (a group of one has no baseline)"};
+    return error{errc::invalid_config,
+                 "key 'grpo.group_size': must be in 2..4096 (a group of one has no baseline)"};
   if (!(g.clip_eps > 0 && g.clip_eps < 1))
     return error{errc::invalid_config, "key 'grpo.clip_eps': must be in (0, 1)"};
   if (!(g.kl_coef >= 0)) return error{errc::invalid_config, "key 'grpo.kl_coef': must be >= 0"};

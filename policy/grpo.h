@@ -26,10 +26,10 @@
 namespace moerl::policy {
 
 struct grpo_config {
-  int group_size = 8;          // G samples per prompt
+  int group_size = 8;  // G samples per prompt
   double clip_eps = 0.2;
-  double kl_coef = 0.0;        // 0: no reference policy needed
-  int epochs = 1;              // optimiser passes over each batch
+  double kl_coef = 0.0;  // 0: no reference policy needed
+  int epochs = 1;        // optimiser passes over each batch
   // From keys grpo.group_size, grpo.clip_eps, grpo.kl_coef, grpo.epochs.
   static result<grpo_config> from_config(const config& cfg);
 };

@@ -52,10 +52,9 @@ class inprocess_exchange final : public expert_exchange {
                                    int num_experts, int64_t hidden, exchange_mode,
                                    std::vector<float>* recv_rows) override {
     if (num_experts % num_ranks() != 0)
-      return error{errc::invalid_argument, "in-process expert group: " +
-                                               std::to_string(num_experts) +
-                                               " experts do not split over " +
-                                               std::to_string(num_ranks()) + " ranks"};
+      return error{errc::invalid_argument,
+                   "in-process expert group: " + std::to_string(num_experts) +
+                       " experts do not split over " + std::to_string(num_ranks()) + " ranks"};
     g_->posted_offsets[rank_].assign(expert_offset, expert_offset + num_experts + 1);
     g_->barrier();
     auto table = std::make_shared<routing_table>();
@@ -99,8 +98,8 @@ class inprocess_exchange final : public expert_exchange {
     return ok_status();
   }
 
-  status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden,
-                 exchange_mode, float* send_rows) override {
+  status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden, exchange_mode,
+                 float* send_rows) override {
     const auto& table = *static_cast<const routing_table*>(h.impl.get());
     g_->posted[rank_] = recv_rows;
     g_->barrier();
@@ -112,8 +111,8 @@ class inprocess_exchange final : public expert_exchange {
       for (int e2 = owner * local; e2 < e; ++e2)
         for (int src = 0; src < num_ranks(); ++src) start += table.count(e2, src);
       for (int src = 0; src < rank_; ++src) start += table.count(e, src);
-      std::memcpy(send_rows + table.offsets[rank_][e] * hidden,
-                  g_->posted[owner] + start * hidden, table.count(e, rank_) * hidden * sizeof(float));
+      std::memcpy(send_rows + table.offsets[rank_][e] * hidden, g_->posted[owner] + start * hidden,
+                  table.count(e, rank_) * hidden * sizeof(float));
     }
     g_->barrier();
     return ok_status();

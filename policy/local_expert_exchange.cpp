@@ -31,8 +31,8 @@ class local_expert_exchange final : public expert_exchange {
     return ok_status();
   }
 
-  status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden,
-                 exchange_mode, float* send_rows) override {
+  status combine(const exchange_handle& h, const float* recv_rows, int64_t hidden, exchange_mode,
+                 float* send_rows) override {
     std::copy(recv_rows, recv_rows + h.num_recv_rows * hidden, send_rows);
     return ok_status();
   }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "policy/dense_ops.h"
 #include "common/status_try.h"
+#include "policy/dense_ops.h"
 
 namespace moerl::policy {
 
@@ -36,12 +36,12 @@ status model_config::validate() const {
   if (!in(d_model, 1, 8192)) return bad_key("policy.d_model", "must be in 1..8192");
   if (!in(num_layers, 1, 256)) return bad_key("policy.num_layers", "must be in 1..256");
   if (num_heads < 1 || d_model % num_heads != 0)
-    return bad_key("policy.num_heads", "must be >= 1 and divide policy.d_model (" +
-                                           std::to_string(d_model) + ")");
+    return bad_key("policy.num_heads",
+                   "must be >= 1 and divide policy.d_model (" + std::to_string(d_model) + ")");
   if (!in(num_experts, 1, 4096)) return bad_key("policy.num_experts", "must be in 1..4096");
   if (!in(top_k, 1, num_experts))
-    return bad_key("policy.top_k", "must be in 1..policy.num_experts (" +
-                                       std::to_string(num_experts) + ")");
+    return bad_key("policy.top_k",
+                   "must be in 1..policy.num_experts (" + std::to_string(num_experts) + ")");
   if (!in(ffn_dim, 1, 65536)) return bad_key("policy.ffn_dim", "must be in 1..65536");
   if (!(aux_loss_coef >= 0)) return bad_key("policy.aux_loss_coef", "must be >= 0");
   if (!in(num_threads, 0, 256)) return bad_key("policy.num_threads", "must be in 0..256");
@@ -60,8 +60,8 @@ result<std::unique_ptr<moe_policy>> moe_policy::create(const model_config& cfg,
   if (cfg.num_experts % exchange.num_ranks() != 0)
     return error{errc::invalid_config,
                  "key 'policy.num_experts': " + std::to_string(cfg.num_experts) +
-                     " experts do not split evenly over " +
-                     std::to_string(exchange.num_ranks()) + " expert-parallel ranks"};
+                     " experts do not split evenly over " + std::to_string(exchange.num_ranks()) +
+                     " expert-parallel ranks"};
   std::unique_ptr<moe_policy> m(new moe_policy(cfg, exchange));
   m->build_layout();
   m->init_params();
@@ -96,7 +96,8 @@ void moe_policy::init_params() {
   const int local = cfg_.num_experts / exchange_.num_ranks();
   const int first_expert = exchange_.rank() * local;
   auto fill = [&](size_t off, size_t n, float stddev, const std::string& name, uint64_t salt) {
-    std::mt19937_64 rng(fnv1a64(name.data(), name.size(), cfg_.seed * 0x9e3779b97f4a7c15ull + salt));
+    std::mt19937_64 rng(
+        fnv1a64(name.data(), name.size(), cfg_.seed * 0x9e3779b97f4a7c15ull + salt));
     std::normal_distribution<float> dist(0.0f, stddev);
     for (size_t i = 0; i < n; ++i) params_[off + i] = dist(rng);
   };
@@ -141,16 +142,16 @@ status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64
   const int64_t d = cfg_.d_model, n = b * t;
   if (b < 1 || t < 1 || static_cast<int64_t>(tokens.size()) != n)
     return error{errc::invalid_argument, "policy forward: " + std::to_string(tokens.size()) +
-                                             " tokens do not form a [" + std::to_string(b) +
-                                             ", " + std::to_string(t) + "] batch"};
+                                             " tokens do not form a [" + std::to_string(b) + ", " +
+                                             std::to_string(t) + "] batch"};
   if (t > cfg_.max_seq_len)
-    return error{errc::invalid_argument, "policy forward: sequence length " +
-                                             std::to_string(t) + " exceeds policy.max_seq_len " +
+    return error{errc::invalid_argument, "policy forward: sequence length " + std::to_string(t) +
+                                             " exceeds policy.max_seq_len " +
                                              std::to_string(cfg_.max_seq_len)};
   for (token_id tok : tokens)
     if (tok < 0 || tok >= num_vocab)
-      return error{errc::invalid_argument,
-                   "policy forward: token id " + std::to_string(tok) + " is outside the vocabulary"};
+      return error{errc::invalid_argument, "policy forward: token id " + std::to_string(tok) +
+                                               " is outside the vocabulary"};
   st->batch = b;
   st->seq_len = t;
   st->tokens = tokens;
@@ -215,8 +216,8 @@ status moe_policy::backward(forward_state& st, const std::vector<float>& dlogits
   std::vector<float> dh(n * d), dx(n * d, 0.0f);
   linear_backward(st.h_final.data(), p(head_), dlogits.data(), n, d, num_vocab, dh.data(),
                   g + head_);
-  rmsnorm_backward(st.x_final.data(), p(norm_f_), st.inv_final.data(), dh.data(), n, d,
-                   dx.data(), g + norm_f_);
+  rmsnorm_backward(st.x_final.data(), p(norm_f_), st.inv_final.data(), dh.data(), n, d, dx.data(),
+                   g + norm_f_);
 
   std::vector<float> dh2(n * d), dattn(n * d), dqkv(n * 3 * d), dh1(n * d);
   for (int l = cfg_.num_layers - 1; l >= 0; --l) {
@@ -258,16 +259,15 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
                    "generate: prompts must be non-empty and of equal length"};
     for (token_id tok : pr)
       if (tok < 0 || tok >= num_vocab)
-        return error{errc::invalid_argument, "generate: prompt token id " +
-                                                 std::to_string(tok) + " is outside the vocabulary"};
+        return error{errc::invalid_argument, "generate: prompt token id " + std::to_string(tok) +
+                                                 " is outside the vocabulary"};
   }
   if (max_new < 1 || P + max_new > cfg_.max_seq_len)
     return error{errc::invalid_argument,
                  "generate: prompt length " + std::to_string(P) + " + max_new " +
                      std::to_string(max_new) + " must be within policy.max_seq_len " +
                      std::to_string(cfg_.max_seq_len) + " and max_new >= 1"};
-  if (!(temperature > 0))
-    return error{errc::invalid_argument, "generate: temperature must be > 0"};
+  if (!(temperature > 0)) return error{errc::invalid_argument, "generate: temperature must be > 0"};
 
   const int64_t T = P + max_new;
   std::vector<std::vector<float>> k_cache(cfg_.num_layers, std::vector<float>(B * T * d)),
@@ -277,8 +277,8 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
   out.logprobs.resize(B);
   std::vector<uint8_t> active(B, 1);
   std::vector<token_id> input(B);
-  std::vector<float> x(B * d), h(B * d), inv(B), qkv(B * 3 * d), q(B * d), o(B * d),
-      proj(B * d), y(B * d), logits(B * num_vocab), logp(num_vocab);
+  std::vector<float> x(B * d), h(B * d), inv(B), qkv(B * 3 * d), q(B * d), o(B * d), proj(B * d),
+      y(B * d), logits(B * num_vocab), logp(num_vocab);
   moe_state scratch;
   std::uniform_real_distribution<double> uni(0.0, 1.0);
 
@@ -299,8 +299,8 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
         std::copy_n(&qkv[r * 3 * d + d], d, &k_cache[l][(r * T + pos) * d]);
         std::copy_n(&qkv[r * 3 * d + 2 * d], d, &v_cache[l][(r * T + pos) * d]);
       }
-      attention_decode(q.data(), k_cache[l].data(), v_cache[l].data(), B, T, pos,
-                       cfg_.num_heads, d / cfg_.num_heads, o.data());
+      attention_decode(q.data(), k_cache[l].data(), v_cache[l].data(), B, T, pos, cfg_.num_heads,
+                       d / cfg_.num_heads, o.data());
       linear_forward(o.data(), p(lo.wo), B, d, d, proj.data());
       for (int64_t i = 0; i < B * d; ++i) x[i] += proj[i];
       rmsnorm_forward(x.data(), p(lo.norm2), B, d, h.data(), inv.data());
@@ -326,8 +326,7 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
       }
       out.completions[r].push_back(pick);
       out.logprobs[r].push_back(logp[pick]);
-      if (pick == tok_eos || static_cast<int>(out.completions[r].size()) >= max_new)
-        active[r] = 0;
+      if (pick == tok_eos || static_cast<int>(out.completions[r].size()) >= max_new) active[r] = 0;
       any = any || active[r];
     }
     // With several ranks every rank must keep stepping (the exchange is collective, and

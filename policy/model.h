@@ -34,16 +34,16 @@
 namespace moerl::policy {
 
 struct model_config {
-  int max_seq_len = 32;   // prompt + completion tokens the position table covers
+  int max_seq_len = 32;  // prompt + completion tokens the position table covers
   int d_model = 64;
   int num_layers = 2;
-  int num_heads = 4;      // d_model % num_heads == 0
+  int num_heads = 4;  // d_model % num_heads == 0
   int num_experts = 4;
   int top_k = 2;
-  int ffn_dim = 64;       // each expert's SwiGLU width
+  int ffn_dim = 64;  // each expert's SwiGLU width
   float aux_loss_coef = 0.01f;
   uint64_t seed = 1;
-  int num_threads = 1;    // kernels' CPU pool
+  int num_threads = 1;  // kernels' CPU pool
 
   // From keys policy.*; errc::invalid_config names the offending key.
   static result<model_config> from_config(const config& cfg);
@@ -53,16 +53,16 @@ struct model_config {
 // Activations of one training forward, kept for backward.
 struct forward_state {
   int64_t batch = 0, seq_len = 0;
-  std::vector<token_id> tokens;     // [b, t]
-  std::vector<uint8_t> mask;        // [b*t]: 0 for padding (no expert visits it)
+  std::vector<token_id> tokens;  // [b, t]
+  std::vector<uint8_t> mask;     // [b*t]: 0 for padding (no expert visits it)
   struct layer_acts {
     std::vector<float> x_in, h1, inv1, qkv, probs, attn, x_mid, h2, inv2;
     moe_state moe;
   };
   std::vector<layer_acts> layers;
   std::vector<float> x_final, h_final, inv_final;
-  std::vector<float> logits;        // [b*t, num_vocab]
-  float aux_loss = 0;               // sum over layers, coefficient applied
+  std::vector<float> logits;  // [b*t, num_vocab]
+  float aux_loss = 0;         // sum over layers, coefficient applied
 };
 
 // Output of generate(): one entry per prompt row.
@@ -97,8 +97,7 @@ class moe_policy {
                  const std::vector<uint8_t>& mask = {});
   // dlogits [b*t, num_vocab]; adds d(loss + st.aux_loss)/d(params) into grads
   // (resized to layout().num_floats() if smaller).
-  status backward(forward_state& st, const std::vector<float>& dlogits,
-                  std::vector<float>* grads);
+  status backward(forward_state& st, const std::vector<float>& dlogits, std::vector<float>* grads);
 
   // Autoregressive sampling, one token per step for every row, each step through the
   // exchange in low-latency mode; a KV cache per layer keeps steps O(position). All prompts

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/status_try.h"
 #include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/expert_ffn.h"
@@ -9,12 +10,10 @@
 #include "kernels/permute.h"
 #include "kernels/routing.h"
 #include "policy/dense_ops.h"
-#include "common/status_try.h"
 
 namespace moerl::policy {
 
-moe_layer::moe_layer(const moe_shape& shape, kernels::thread_pool& pool,
-                     expert_exchange& exchange)
+moe_layer::moe_layer(const moe_shape& shape, kernels::thread_pool& pool, expert_exchange& exchange)
     : shape_(shape), pool_(pool), exchange_(exchange) {}
 
 namespace {
@@ -39,8 +38,8 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   st->scores.resize(n * E);
   st->topk_idx.resize(n * K);
   st->topk_weights.resize(n * K);
-  STATUS_TRY(kernels::route_forward(pool_, routing_of(shape_), logits.data(), nullptr,
-                                    token_mask, n, st->scores.data(), st->topk_idx.data(),
+  STATUS_TRY(kernels::route_forward(pool_, routing_of(shape_), logits.data(), nullptr, token_mask,
+                                    n, st->scores.data(), st->topk_idx.data(),
                                     st->topk_weights.data()));
 
   kernels::dispatch_layout_params lp;
@@ -66,8 +65,7 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   std::vector<float> send(rows * d);
   STATUS_TRY(kernels::permute_forward(pool_, x, st->slot.data(), n, K, d, rows, send.data()));
 
-  auto handle = exchange_.dispatch(send.data(), st->expert_offset.data(), E, d, mode,
-                                   &st->recv_x);
+  auto handle = exchange_.dispatch(send.data(), st->expert_offset.data(), E, d, mode, &st->recv_x);
   if (!handle) return handle.err();
   st->handle = std::move(*handle);
 
@@ -88,15 +86,14 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
   st->aux_loss = 0;
   st->grad_scores_aux.assign(n * E, 0.0f);
   if (shape_.aux_loss_coef > 0)
-    STATUS_TRY(kernels::load_balance_loss(pool_, st->scores.data(), st->topk_idx.data(), n, E,
-                                          K, shape_.aux_loss_coef, &st->aux_loss,
+    STATUS_TRY(kernels::load_balance_loss(pool_, st->scores.data(), st->topk_idx.data(), n, E, K,
+                                          shape_.aux_loss_coef, &st->aux_loss,
                                           st->grad_scores_aux.data()));
   return ok_status();
 }
 
 status moe_layer::backward(const moe_weights& w, const float* x, const moe_state& st,
-                           const float* dy, exchange_mode mode, float* dx,
-                           const moe_grads& g) {
+                           const float* dy, exchange_mode mode, float* dx, const moe_grads& g) {
   const int E = shape_.num_experts, K = shape_.top_k;
   const int64_t d = shape_.hidden, F = shape_.ffn_dim, n = st.num_tokens;
   const int64_t rows = st.expert_offset[E], recv = st.handle.num_recv_rows;
@@ -107,8 +104,7 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
                                        grad_expert_out.data(), grad_topk_w.data()));
 
   std::vector<float> grad_recv_out;
-  STATUS_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode,
-                                       &grad_recv_out));
+  STATUS_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode, &grad_recv_out));
   std::vector<float> grad_recv_x(recv * d);
   kernels::expert_ffn_shape fs{num_local_experts(), d, F};
   STATUS_TRY(kernels::expert_ffn_backward(
@@ -118,15 +114,12 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
 
   std::vector<float> grad_send(rows * d);
   STATUS_TRY(exchange_.combine(st.handle, grad_recv_x.data(), d, mode, grad_send.data()));
-  STATUS_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows,
-                                       dx));
+  STATUS_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows, dx));
 
   std::vector<float> grad_logits(n * E);
-  STATUS_TRY(kernels::route_backward(pool_, routing_of(shape_), st.scores.data(),
-                                     st.topk_idx.data(), grad_topk_w.data(),
-                                     shape_.aux_loss_coef > 0 ? st.grad_scores_aux.data()
-                                                              : nullptr,
-                                     n, grad_logits.data()));
+  STATUS_TRY(kernels::route_backward(
+      pool_, routing_of(shape_), st.scores.data(), st.topk_idx.data(), grad_topk_w.data(),
+      shape_.aux_loss_coef > 0 ? st.grad_scores_aux.data() : nullptr, n, grad_logits.data()));
   // dx += dlogits * router^T; router grad += x^T * dlogits
   std::vector<float> dx_router(n * d);
   linear_backward(x, w.router, grad_logits.data(), n, d, E, dx_router.data(), g.router);

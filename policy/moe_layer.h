@@ -14,7 +14,7 @@
 namespace moerl::policy {
 
 struct moe_shape {
-  int num_experts = 0;      // global count; this rank holds num_experts / num_ranks of them
+  int num_experts = 0;  // global count; this rank holds num_experts / num_ranks of them
   int top_k = 0;
   int64_t hidden = 0;
   int64_t ffn_dim = 0;
@@ -36,19 +36,19 @@ struct moe_grads {  // accumulated into, same layouts as moe_weights
 // Everything forward keeps for backward, and the layer's load statistics.
 struct moe_state {
   int64_t num_tokens = 0;
-  std::vector<float> scores;            // [n, E] routing scores
-  std::vector<int64_t> topk_idx;        // [n, k]
-  std::vector<float> topk_weights;      // [n, k]
-  std::vector<int64_t> expert_offset;   // [E + 1] rows per global expert in the send buffer
-  std::vector<int64_t> slot;            // [n, k] row of (token, k) in the send buffer
+  std::vector<float> scores;               // [n, E] routing scores
+  std::vector<int64_t> topk_idx;           // [n, k]
+  std::vector<float> topk_weights;         // [n, k]
+  std::vector<int64_t> expert_offset;      // [E + 1] rows per global expert in the send buffer
+  std::vector<int64_t> slot;               // [n, k] row of (token, k) in the send buffer
   std::vector<int64_t> tokens_per_expert;  // [E]
   exchange_handle handle;
-  std::vector<float> recv_x;            // [recv rows, hidden] FFN input on this rank
-  std::vector<float> gate_up;           // [recv rows, 2F]
-  std::vector<float> act;               // [recv rows, F]
-  std::vector<float> expert_out;        // [send rows, hidden] expert outputs, send layout
-  float aux_loss = 0;                   // coefficient already applied
-  std::vector<float> grad_scores_aux;   // [n, E] d(aux_loss)/d(scores)
+  std::vector<float> recv_x;           // [recv rows, hidden] FFN input on this rank
+  std::vector<float> gate_up;          // [recv rows, 2F]
+  std::vector<float> act;              // [recv rows, F]
+  std::vector<float> expert_out;       // [send rows, hidden] expert outputs, send layout
+  float aux_loss = 0;                  // coefficient already applied
+  std::vector<float> grad_scores_aux;  // [n, E] d(aux_loss)/d(scores)
 };
 
 class moe_layer {

@@ -43,8 +43,7 @@ class learned_reward_model final : public reward_model {
   static std::unique_ptr<learned_reward_model> create(const task& t, int hidden, uint64_t seed);
   // errc::io_error when the file cannot be read; errc::malformed_message when its bytes are
   // not a reward-model checkpoint; errc::invalid_argument when it belongs to another task.
-  static result<std::unique_ptr<learned_reward_model>> load(const task& t,
-                                                            const std::string& path);
+  static result<std::unique_ptr<learned_reward_model>> load(const task& t, const std::string& path);
   status save(const std::string& path) const;
 
   std::string kind() const override { return "learned"; }

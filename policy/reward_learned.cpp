@@ -95,8 +95,8 @@ std::vector<token_id> learned_reward_model::perturbed_completion(const task_prom
   return c;
 }
 
-result<double> learned_reward_model::fit(const reward_model& teacher, int num_steps,
-                                         int batch_size, double learning_rate, uint64_t seed) {
+result<double> learned_reward_model::fit(const reward_model& teacher, int num_steps, int batch_size,
+                                         double learning_rate, uint64_t seed) {
   if (num_steps < 1 || batch_size < 1 || !(learning_rate > 0))
     return error{errc::invalid_argument, "reward model fit: steps, batch and rate must be > 0"};
   std::mt19937_64 rng(seed);
@@ -164,8 +164,8 @@ status learned_reward_model::save(const std::string& path) const {
   return ok_status();
 }
 
-result<std::unique_ptr<learned_reward_model>> learned_reward_model::load(
-    const task& t, const std::string& path) {
+result<std::unique_ptr<learned_reward_model>> learned_reward_model::load(const task& t,
+                                                                         const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return error{errc::io_error, "cannot open reward model checkpoint '" + path + "'"};
   std::stringstream ss;

@@ -28,8 +28,9 @@ result<std::unique_ptr<reward_model>> make_reward(const config& cfg, const task&
   if (kind == "learned") {
     const std::string path = cfg.get_string("task.reward_model_path");
     if (path.empty())
-      return error{errc::invalid_config,
-                   "key 'task.reward_model_path': must name a checkpoint when task.reward is learned"};
+      return error{
+          errc::invalid_config,
+          "key 'task.reward_model_path': must name a checkpoint when task.reward is learned"};
     auto m = learned_reward_model::load(t, path);
     if (!m) return m.err();
     return std::unique_ptr<reward_model>(std::move(*m));

@@ -35,9 +35,8 @@ result<std::unique_ptr<task>> make_task(const std::string& name, int64_t difficu
   // Upper bounds keep prompts inside the policy's position table (policy.max_seq_len).
   if (name == "sort") {
     if (difficulty < 1 || difficulty > 16)
-      return error{errc::invalid_config,
-                   "task.difficulty " + std::to_string(difficulty) +
-                       " is outside 1..16 (digits to sort) for task 'sort'"};
+      return error{errc::invalid_config, "task.difficulty " + std::to_string(difficulty) +
+                                             " is outside 1..16 (digits to sort) for task 'sort'"};
     return make_sort_task(static_cast<int>(difficulty));
   }
   if (name == "add") {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 
+#include "common/status_try.h"
 #include "kernels/load_stats.h"
 #include "policy/dense_ops.h"
-#include "common/status_try.h"
 
 namespace moerl::policy {
 namespace {
@@ -113,9 +113,8 @@ result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
 }
 
 result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>& samples,
-                                   const std::vector<double>& advantages,
-                                   const grpo_config& cfg, float temperature, moe_policy* ref,
-                                   std::vector<float>* grads) {
+                                   const std::vector<double>& advantages, const grpo_config& cfg,
+                                   float temperature, moe_policy* ref, std::vector<float>* grads) {
   grads->assign(policy.layout().num_floats(), 0.0f);
   update_stats us;
   if (samples.empty()) return us;
@@ -129,7 +128,8 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
 
   std::vector<std::vector<float>> ref_logp;
   if (cfg.kl_coef > 0) {
-    if (!ref) return error{errc::invalid_argument, "grpo_gradient: kl_coef > 0 needs a reference policy"};
+    if (!ref)
+      return error{errc::invalid_argument, "grpo_gradient: kl_coef > 0 needs a reference policy"};
     auto r = completion_logprobs(*ref, samples, temperature);
     if (!r) return r.err();
     ref_logp = std::move(*r);
@@ -156,8 +156,8 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
             g * ((v == samples[i].completion[j] ? 1.0f : 0.0f) - std::exp(lp[v]));
     }
   for (const auto& layer : st.layers)
-    us.load_imbalance += kernels::load_imbalance(layer.moe.tokens_per_expert.data(),
-                                                 policy.cfg().num_experts);
+    us.load_imbalance +=
+        kernels::load_imbalance(layer.moe.tokens_per_expert.data(), policy.cfg().num_experts);
   us.load_imbalance /= std::max<size_t>(1, st.layers.size());
   STATUS_TRY(policy.backward(st, dlogits, grads));
   return us;
@@ -172,7 +172,8 @@ result<train_config> train_config::from_config(const config& c) {
   if (t.iterations < 0) return error{errc::invalid_config, "key 'grpo.iterations': must be >= 0"};
   if (t.prompts_per_iteration < 1)
     return error{errc::invalid_config, "key 'grpo.prompts_per_iteration': must be >= 1"};
-  if (!(t.temperature > 0)) return error{errc::invalid_config, "key 'policy.temperature': must be > 0"};
+  if (!(t.temperature > 0))
+    return error{errc::invalid_config, "key 'policy.temperature': must be > 0"};
   auto g = grpo_config::from_config(c);
   if (!g) return g.err();
   t.grpo = *g;
@@ -202,8 +203,9 @@ result<std::vector<iteration_stats>> train_single_process(
     iteration_stats s;
     s.iteration = it;
     auto t0 = std::chrono::steady_clock::now();
-    auto samples = rollout(policy, t, cfg.prompts_per_iteration, cfg.grpo.group_size,
-                           cfg.temperature, rng, uint64_t(it), int64_t(it) * cfg.prompts_per_iteration);
+    auto samples =
+        rollout(policy, t, cfg.prompts_per_iteration, cfg.grpo.group_size, cfg.temperature, rng,
+                uint64_t(it), int64_t(it) * cfg.prompts_per_iteration);
     if (!samples) return samples.err();
     s.t_generate = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();

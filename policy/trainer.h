@@ -31,17 +31,16 @@ status score_samples(const reward_model& rm, std::vector<sample>* samples);
 
 struct update_stats {
   grpo_loss_stats grpo;
-  double aux_loss = 0;         // load-balance loss summed over layers
-  double load_imbalance = 0;   // max/mean expert load, mean over layers
+  double aux_loss = 0;        // load-balance loss summed over layers
+  double load_imbalance = 0;  // max/mean expert load, mean over layers
 };
 
 // Gradient of the GRPO loss (+ the MoE aux loss) over `samples` into *grads (zeroed first,
 // sized to the policy's layout). `advantages` from group_advantages(samples). `ref` is the
 // frozen reference policy when cfg.kl_coef > 0 (else may be null).
 result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>& samples,
-                                   const std::vector<double>& advantages,
-                                   const grpo_config& cfg, float temperature, moe_policy* ref,
-                                   std::vector<float>* grads);
+                                   const std::vector<double>& advantages, const grpo_config& cfg,
+                                   float temperature, moe_policy* ref, std::vector<float>* grads);
 
 // Per-token logprobs of each sample's completion under `policy` (no gradient).
 result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
@@ -62,12 +61,12 @@ struct train_config {
 
 struct iteration_stats {
   int iteration = 0;
-  double mean_reward = 0;      // over the iteration's samples, before its update
-  double exact_fraction = 0;   // samples the task verifier scores reward_max
+  double mean_reward = 0;     // over the iteration's samples, before its update
+  double exact_fraction = 0;  // samples the task verifier scores reward_max
   // The task verifier's mean score of the same samples: equals mean_reward under the
   // verifier reward; under a learned reward model it shows what the policy really learned.
   double mean_task_score = 0;
-  update_stats update;         // of the last epoch
+  update_stats update;  // of the last epoch
   double grad_norm = 0;
   double t_generate = 0, t_reward = 0, t_train = 0;  // seconds
 };

@@ -14,13 +14,13 @@ namespace moerl::policy {
 using token_id = int32_t;
 
 enum : token_id {
-  tok_pad = 0,     // '_' fills sequences after EOS inside a batch; never sampled on purpose
-  tok_bos = 1,     // '^' starts every prompt
-  tok_eos = 2,     // '$' ends every completion
-  tok_digit0 = 3,  // '0'..'9' are tok_digit0 + value
-  tok_plus = 13,   // '+' separates the operands of the add task
-  tok_equals = 14, // '=' ends every prompt: the completion starts after it
-  tok_sort = 15,   // 's' names the sort task
+  tok_pad = 0,      // '_' fills sequences after EOS inside a batch; never sampled on purpose
+  tok_bos = 1,      // '^' starts every prompt
+  tok_eos = 2,      // '$' ends every completion
+  tok_digit0 = 3,   // '0'..'9' are tok_digit0 + value
+  tok_plus = 13,    // '+' separates the operands of the add task
+  tok_equals = 14,  // '=' ends every prompt: the completion starts after it
+  tok_sort = 15,    // 's' names the sort task
 };
 constexpr int num_vocab = 16;
 

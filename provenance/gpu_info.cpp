@@ -24,8 +24,9 @@ gpu_report probe_gpu() {
     for (int i = 0; i < count; ++i) {
       cudaDeviceProp prop{};
       if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-      r.gpu.push_back({{"name", prop.name},
-                       {"compute_capability", std::to_string(prop.major) + "." + std::to_string(prop.minor)}});
+      r.gpu.push_back(
+          {{"name", prop.name},
+           {"compute_capability", std::to_string(prop.major) + "." + std::to_string(prop.minor)}});
     }
   } else {
     cudaGetLastError();  // clear the "no device" error so later CUDA calls start clean
@@ -34,8 +35,8 @@ gpu_report probe_gpu() {
 #ifdef MOERL_HAVE_NCCL
   int nccl_version = 0;
   if (ncclGetVersion(&nccl_version) == ncclSuccess) {
-    r.nccl = std::to_string(nccl_version / 10000) + "." + std::to_string((nccl_version / 100) % 100) +
-             "." + std::to_string(nccl_version % 100);
+    r.nccl = std::to_string(nccl_version / 10000) + "." +
+             std::to_string((nccl_version / 100) % 100) + "." + std::to_string(nccl_version % 100);
   }
 #endif
   return r;

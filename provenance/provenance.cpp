@@ -5,11 +5,11 @@
 
 #include <unistd.h>
 
-#include <caf/config.hpp>
 #include <capnp/common.h>
 #include <cblas.h>
 #include <spdlog/version.h>
 #include <zmq.h>
+#include <caf/config.hpp>
 
 #include "fabric/provider_info.h"
 #include "moerl_commit.h"  // generated at build time: MOERL_GIT_COMMIT
@@ -78,8 +78,8 @@ nlohmann::json collect_provenance() {
   j["cuda"] = gpu.cuda;
   j["nccl"] = gpu.nccl;
   j["gpu"] = gpu.gpu;
-  j["blas"] = std::string("OpenBLAS ") + openblas_get_config() + " threads=" +
-              std::to_string(openblas_get_num_threads());
+  j["blas"] = std::string("OpenBLAS ") + openblas_get_config() +
+              " threads=" + std::to_string(openblas_get_num_threads());
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   j["host"] = {{"hostname", host}, {"cpus", std::thread::hardware_concurrency()}};

@@ -6,9 +6,9 @@
 
 namespace moerl::sims {
 
-result<nlohmann::json> job_console::call(const std::string& command,
-                                         const std::vector<std::string>& args,
-                                         const std::vector<std::pair<std::string, std::string>>& options) {
+result<nlohmann::json> job_console::call(
+    const std::string& command, const std::vector<std::string>& args,
+    const std::vector<std::pair<std::string, std::string>>& options) {
   messages::admin_request req;
   req.request_id = next_id_++;
   req.token = token_;
@@ -31,7 +31,8 @@ result<std::vector<node_view>> parse_nodes(const nlohmann::json& body) {
   for (const auto& n : body) {
     if (!n.is_object() || !n.contains("name") || !n.contains("role") || !n.contains("state") ||
         !n["name"].is_string() || !n["role"].is_string() || !n["state"].is_string()) {
-      return error{errc::malformed_message, "nodes reply entry lacks name, role or state: " + n.dump()};
+      return error{errc::malformed_message,
+                   "nodes reply entry lacks name, role or state: " + n.dump()};
     }
     node_view v;
     v.id = n.value("id", std::string());

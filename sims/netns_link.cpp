@@ -16,9 +16,9 @@
 #include <cstring>
 #include <thread>
 
-#include "sims/process_control.h"
 #include "common/posix_check.h"
 #include "common/status_try.h"
+#include "sims/process_control.h"
 
 namespace moerl::sims {
 
@@ -76,8 +76,9 @@ std::string veth_mac(int slot, int end) {
 }  // namespace
 
 std::string netns_link::unavailable_reason() {
-  if (::geteuid() != 0) return "network namespaces need root (CAP_NET_ADMIN); running as uid " +
-                               std::to_string(::geteuid());
+  if (::geteuid() != 0)
+    return "network namespaces need root (CAP_NET_ADMIN); running as uid " +
+           std::to_string(::geteuid());
   if (::access("/usr/sbin/ip", X_OK) != 0 && ::access("/sbin/ip", X_OK) != 0 &&
       ::access("/usr/bin/ip", X_OK) != 0) {
     return "the `ip` tool (iproute2) is not installed";
@@ -94,7 +95,8 @@ std::string netns_link::unavailable_reason() {
 
 result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   if (index < 0 || index > 255) {
-    return error{errc::invalid_argument, "netns index " + std::to_string(index) + " not in [0, 255]"};
+    return error{errc::invalid_argument,
+                 "netns index " + std::to_string(index) + " not in [0, 255]"};
   }
   std::unique_ptr<netns_link> l(new netns_link);
   const std::string tag = std::to_string(::getpid() % 100000) + "-" + std::to_string(index);
@@ -125,7 +127,7 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   STATUS_TRY(run_tool({"ip", "netns", "add", l->name_}));
   l->created_ = true;  // from here the destructor cleans up whatever follows
   STATUS_TRY(run_tool({"ip", "link", "add", l->host_if_, "address", l->host_mac_, "type", "veth",
-                     "peer", "name", ns_if, "address", l->ns_mac_}));
+                       "peer", "name", ns_if, "address", l->ns_mac_}));
   STATUS_TRY(run_tool({"ip", "link", "set", ns_if, "netns", l->name_}));
   STATUS_TRY(run_tool({"ip", "addr", "add", l->host_addr_ + "/30", "dev", l->host_if_}));
   STATUS_TRY(run_tool({"ip", "link", "set", l->host_if_, "up"}));
@@ -135,12 +137,12 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
   // 127.0.0.0/8 leads to the host (see the header): no local loopback address, a route via
   // the host end, and loopback addresses accepted on both veth ends.
   STATUS_TRY(run_tool({"ip", "-n", l->name_, "addr", "del", "127.0.0.1/8", "dev", "lo"}));
-  STATUS_TRY(run_tool({"ip", "-n", l->name_, "route", "add", "127.0.0.0/8", "via", l->host_addr_,
-                     "dev", ns_if}));
+  STATUS_TRY(run_tool(
+      {"ip", "-n", l->name_, "route", "add", "127.0.0.0/8", "via", l->host_addr_, "dev", ns_if}));
   STATUS_TRY(write_sysctl("/proc/sys/net/ipv4/conf/" + l->host_if_ + "/route_localnet", "1"));
   STATUS_TRY(run_tool({"ip", "netns", "exec", l->name_, "sysctl", "-q", "-w",
-                     "net.ipv4.conf." + ns_if + ".route_localnet=1",
-                     "net.ipv4.conf.all.route_localnet=1"}));
+                       "net.ipv4.conf." + ns_if + ".route_localnet=1",
+                       "net.ipv4.conf.all.route_localnet=1"}));
   // No ARP on the link (see the header): a connect tried while it is cut must not leave a
   // FAILED neighbour entry behind that refuses the first connects after heal().
   STATUS_TRY(l->pin_neighbors());
@@ -152,9 +154,9 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
 
 status netns_link::pin_neighbors() {
   STATUS_TRY(run_tool({"ip", "neigh", "replace", ns_addr_, "lladdr", ns_mac_, "dev", host_if_,
-                     "nud", "permanent"}));
+                       "nud", "permanent"}));
   STATUS_TRY(run_tool({"ip", "-n", name_, "neigh", "replace", host_addr_, "lladdr", host_mac_,
-                     "dev", ns_if_, "nud", "permanent"}));
+                       "dev", ns_if_, "nud", "permanent"}));
   return ok_status();
 }
 
@@ -173,7 +175,8 @@ status netns_link::probe_connect() const {
         ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
       const int err = errno;
       ::close(lfd);
-      return ::moerl::detail::posix_error("bind/listen", "probe listener on " + addr, __FILE__, __LINE__, err);
+      return ::moerl::detail::posix_error("bind/listen", "probe listener on " + addr, __FILE__,
+                                          __LINE__, err);
     }
     // A few tries within ~5 s: the first SYN may meet a queue not yet activated.
     int err = 0;
@@ -185,9 +188,11 @@ status netns_link::probe_connect() const {
     } while (std::chrono::steady_clock::now() < end);
     ::close(lfd);
     if (err != 0) {
-      return error{errc::io_error, "partition link " + name_ + ": a TCP connect from inside the "
-                                   "namespace to " + addr + ":" + std::to_string(ntohs(sa.sin_port)) +
-                                   " (via " + host_if_ + ") fails: " + std::strerror(err)};
+      return error{errc::io_error, "partition link " + name_ +
+                                       ": a TCP connect from inside the "
+                                       "namespace to " +
+                                       addr + ":" + std::to_string(ntohs(sa.sin_port)) + " (via " +
+                                       host_if_ + ") fails: " + std::strerror(err)};
     }
   }
   return ok_status();

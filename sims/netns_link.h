@@ -61,7 +61,7 @@ class netns_link {
 
  private:
   netns_link() = default;
-  status pin_neighbors();      // permanent ARP entries on both ends
+  status pin_neighbors();        // permanent ARP entries on both ends
   status probe_connect() const;  // TCP connects from inside to host end and 127.0.0.1
   std::string name_;
   std::string host_if_;

@@ -41,7 +41,8 @@ std::string stall_text(const nlohmann::json& stall, const nlohmann::json& window
   char buf[96];
   const double w = window.is_number() ? window.get<double>() : 0.0;
   if (w > 0) {
-    std::snprintf(buf, sizeof buf, "%.2fs of %.1fs (%.0f%%)", stall.get<double>(), w, 100.0 * stall.get<double>() / w);
+    std::snprintf(buf, sizeof buf, "%.2fs of %.1fs (%.0f%%)", stall.get<double>(), w,
+                  100.0 * stall.get<double>() / w);
   } else {
     std::snprintf(buf, sizeof buf, "%.2fs", stall.get<double>());
   }
@@ -82,10 +83,10 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
   } else if (why.empty()) {
     why = "accounting has no 'dropped' object";
   }
-  const bool complete = dispatched && committed && in_flight && lost && duplicated && trained &&
-                        dropped_ok;
-  out.push_back({"accounting_reported", complete,
-                 complete ? "the coordinator reported every counter" : why});
+  const bool complete =
+      dispatched && committed && in_flight && lost && duplicated && trained && dropped_ok;
+  out.push_back(
+      {"accounting_reported", complete, complete ? "the coordinator reported every counter" : why});
 
   auto counted = [&](const char* name, const std::optional<uint64_t>& v) {
     if (!v) {
@@ -100,12 +101,14 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
   if (complete) {
     const uint64_t rhs = *committed + *in_flight + dropped;
     out.push_back({"accounting_balances", *dispatched == rhs,
-                   "dispatched " + std::to_string(*dispatched) + " vs committed + in_flight + "
-                   "dropped = " + std::to_string(*committed) + " + " + std::to_string(*in_flight) +
-                   " + " + std::to_string(dropped) + " = " + std::to_string(rhs)});
-    out.push_back({"trained_at_most_committed", *trained <= *committed,
-                   "trained " + std::to_string(*trained) + ", committed " +
-                       std::to_string(*committed)});
+                   "dispatched " + std::to_string(*dispatched) +
+                       " vs committed + in_flight + "
+                       "dropped = " +
+                       std::to_string(*committed) + " + " + std::to_string(*in_flight) + " + " +
+                       std::to_string(dropped) + " = " + std::to_string(rhs)});
+    out.push_back(
+        {"trained_at_most_committed", *trained <= *committed,
+         "trained " + std::to_string(*trained) + ", committed " + std::to_string(*committed)});
     // Guards against a vacuous pass: a job that did nothing trivially loses nothing.
     out.push_back({"job_made_progress", *committed > 0,
                    "committed " + std::to_string(*committed) + " sample slots"});
@@ -140,10 +143,12 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
     ++injected;
     // A slow node keeps heartbeating between stops, so detection is not required of it.
     if (f.planned.kind != fault_kind::slow_node && f.detected_at < 0) {
-      if (!undetected++) first_undetected = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
+      if (!undetected++)
+        first_undetected = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
     }
     if (f.recovered_at < 0) {
-      if (!unrecovered++) first_unrecovered = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
+      if (!unrecovered++)
+        first_unrecovered = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
     }
   }
   out.push_back({"every_fault_detected", undetected == 0,
@@ -228,8 +233,7 @@ std::string human_summary(const nlohmann::json& r) {
   std::ostringstream os;
   os << "scenario " << r.value("scenario", std::string("?")) << " (seed " << r.value("seed", 0)
      << (r.value("short", false) ? ", short form" : "") << ") against "
-     << r.value("target", std::string("?")) << ": " << r.value("verdict", std::string("?"))
-     << "\n";
+     << r.value("target", std::string("?")) << ": " << r.value("verdict", std::string("?")) << "\n";
   os << "faults:\n";
   for (const auto& f : r.value("faults", nlohmann::json::array())) {
     os << "  " << f.value("kind", std::string("?")) << " " << f.value("node", std::string("?"));
@@ -246,9 +250,9 @@ std::string human_summary(const nlohmann::json& r) {
   const auto& acc = r["accounting"];
   if (acc.is_object()) {
     os << "accounting: dispatched " << acc.value("dispatched", 0) << ", committed "
-       << acc.value("committed", 0) << ", in flight " << acc.value("in_flight", 0)
-       << ", trained " << acc.value("trained", 0) << ", lost " << acc.value("lost", 0)
-       << ", duplicated " << acc.value("duplicated", 0) << "\n";
+       << acc.value("committed", 0) << ", in flight " << acc.value("in_flight", 0) << ", trained "
+       << acc.value("trained", 0) << ", lost " << acc.value("lost", 0) << ", duplicated "
+       << acc.value("duplicated", 0) << "\n";
     if (acc.contains("dropped") && acc["dropped"].is_object()) {
       os << "dropped:";
       if (acc["dropped"].empty()) os << " none";
@@ -270,15 +274,19 @@ std::string human_summary(const nlohmann::json& r) {
                 r.value("baseline_iteration_s", nlohmann::json::array()).size(),
                 r.value("baseline_mean_iteration_s", 0.0));
   os << line << "\n";
-  os << "trainer stalled " << stall_text(r.value("trainer_stall_s", nlohmann::json()), r.value("observed_s", nlohmann::json()))
+  os << "trainer stalled "
+     << stall_text(r.value("trainer_stall_s", nlohmann::json()),
+                   r.value("observed_s", nlohmann::json()))
      << "; baseline "
-     << stall_text(r.value("baseline_trainer_stall_s", nlohmann::json()), r.value("baseline_observed_s", nlohmann::json()))
+     << stall_text(r.value("baseline_trainer_stall_s", nlohmann::json()),
+                   r.value("baseline_observed_s", nlohmann::json()))
      << "\n";
-  if (r.contains("baseline_note")) os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
+  if (r.contains("baseline_note"))
+    os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
   os << "invariants:\n";
   for (const auto& x : r.value("invariants", nlohmann::json::array())) {
-    os << "  [" << (x.value("ok", false) ? "ok  " : "FAIL") << "] " << x.value("name", std::string("?"))
-       << ": " << x.value("detail", std::string()) << "\n";
+    os << "  [" << (x.value("ok", false) ? "ok  " : "FAIL") << "] "
+       << x.value("name", std::string("?")) << ": " << x.value("detail", std::string()) << "\n";
   }
   return os.str();
 }

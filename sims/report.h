@@ -17,8 +17,8 @@
 namespace moerl::sims {
 
 struct fault_record {
-  fault_event planned;       // what the timeline said
-  std::string node;          // the node actually hit (a replacement if the planned one was gone)
+  fault_event planned;  // what the timeline said
+  std::string node;     // the node actually hit (a replacement if the planned one was gone)
   double injected_at = -1.0;
   double detected_at = -1.0;   // the coordinator saw the node leave, drain or go silent
   double recovered_at = -1.0;  // a replacement (or the node itself) was productive again

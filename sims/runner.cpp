@@ -240,22 +240,23 @@ void runner::step(fault_state& f) {
     }
     case fault_state::phase::arming: {
       const node_view* n = last_.find(f.rec.node);
-      if (!n || n->state != "running") return skip("node " + f.rec.node + " went away before the phase came");
-      const bool in_phase = ev.phase == kill_phase::generation ? last_.leases > 0
-                                                                : last_.iteration > f.iteration_at_arm;
+      if (!n || n->state != "running")
+        return skip("node " + f.rec.node + " went away before the phase came");
+      const bool in_phase = ev.phase == kill_phase::generation
+                                ? last_.leases > 0
+                                : last_.iteration > f.iteration_at_arm;
       // Bounded wait: a job that never shows the phase still gets its fault, with a note.
       constexpr double kMaxArm_s = 30.0;
       if (in_phase) return inject(f, n);
       if (now() - ev.at_s > kMaxArm_s) {
-        add_note(f.rec, std::string("phase ") + kill_phase_name(ev.phase) + " not observed within 30 s");
+        add_note(f.rec,
+                 std::string("phase ") + kill_phase_name(ev.phase) + " not observed within 30 s");
         return inject(f, n);
       }
       return;
     }
-    case fault_state::phase::active:
-      return track(f);
-    case fault_state::phase::settled:
-      return;
+    case fault_state::phase::active: return track(f);
+    case fault_state::phase::settled: return;
   }
 }
 
@@ -282,7 +283,8 @@ void runner::inject(fault_state& f, const node_view* n) {
   };
   switch (ev.kind) {
     case fault_kind::spot_notice: {
-      auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}});
+      auto r = console_.call("inject", {"spot", f.rec.node},
+                             {{"deadline", seconds_text(ev.deadline_s)}});
       if (!r) return fail("console refused the spot notice: " + r.err().to_string());
       // At the deadline Spot reclaims the instance, drained or not.
       f.deadline_kill_at = t + ev.deadline_s + 1.0;
@@ -373,8 +375,10 @@ void runner::track(fault_state& f) {
     // After a recommendation the node may have drained and left already (it finished what it
     // held well within the grace): then there is nobody to notify, as on EC2.
     if (n && (n->state == "drained" || n->state == "dead")) {
-      add_note(f.rec, "the Spot notice found the node already " + n->state + " (it drained on the rebalance recommendation)");
-    } else if (auto r = console_.call("inject", {"spot", f.rec.node}, {{"deadline", seconds_text(ev.deadline_s)}})) {
+      add_note(f.rec, "the Spot notice found the node already " + n->state +
+                          " (it drained on the rebalance recommendation)");
+    } else if (auto r = console_.call("inject", {"spot", f.rec.node},
+                                      {{"deadline", seconds_text(ev.deadline_s)}})) {
       f.deadline_kill_at = t + ev.deadline_s + 1.0;
     } else {
       add_note(f.rec, "console refused the spot notice: " + r.err().message);
@@ -383,9 +387,10 @@ void runner::track(fault_state& f) {
   if (f.deadline_kill_at >= 0 && t >= f.deadline_kill_at) {
     f.deadline_kill_at = -1;
     if (f.pid > 0 && process_alive(f.pid) && send_signal(f.pid, SIGKILL).ok()) {
-      add_note(f.rec, ev.kind == fault_kind::sigterm
-                          ? "still alive after the grace period: SIGKILLed, as the kubelet does"
-                          : "still alive at the deadline: SIGKILLed, as Spot reclaims the instance");
+      add_note(f.rec,
+               ev.kind == fault_kind::sigterm
+                   ? "still alive after the grace period: SIGKILLed, as the kubelet does"
+                   : "still alive at the deadline: SIGKILLed, as Spot reclaims the instance");
     }
   }
   if (ev.kind == fault_kind::slow_node && !f.ended) {
@@ -422,7 +427,7 @@ void runner::track(fault_state& f) {
   // ---- detection ------------------------------------------------------------------------
   if (f.rec.detected_at < 0) {
     const bool seen = ev.kind == fault_kind::coordinator_restart ? !last_.console_ok
-                                                                  : (!n || is_down_state(n->state));
+                                                                 : (!n || is_down_state(n->state));
     if (seen && (ev.kind == fault_kind::coordinator_restart || last_.console_ok)) {
       f.rec.detected_at = last_.t;
       if (!f.ref_set && ev.kind != fault_kind::slow_node) {
@@ -434,7 +439,8 @@ void runner::track(fault_state& f) {
 
   // ---- the node's process is gone: schedule its replacement -------------------------------
   if (removes_node(ev.kind) && f.gone_at < 0) {
-    const bool gone = f.pid > 0 ? !process_alive(f.pid) : (n && (n->state == "dead" || n->state == "drained"));
+    const bool gone =
+        f.pid > 0 ? !process_alive(f.pid) : (n && (n->state == "dead" || n->state == "drained"));
     if (gone) {
       f.gone_at = t;
       if (ev.replace) f.replace_at = t + ev.replace_delay_s;
@@ -461,10 +467,11 @@ void runner::track(fault_state& f) {
   }
 
   // ---- settled: recovered and nothing left to do ------------------------------------------
-  const bool pending_actions = f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
-                               ((ev.kind == fault_kind::slow_node || ev.kind == fault_kind::partition ||
-                                 ev.kind == fault_kind::coordinator_restart) &&
-                                !f.ended);
+  const bool pending_actions =
+      f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
+      ((ev.kind == fault_kind::slow_node || ev.kind == fault_kind::partition ||
+        ev.kind == fault_kind::coordinator_restart) &&
+       !f.ended);
   if (f.rec.recovered_at >= 0 && !pending_actions) f.step = fault_state::phase::settled;
 }
 

@@ -55,16 +55,16 @@ struct fault_state {
   enum class phase { pending, arming, active, settled } step = phase::pending;
   pid_t pid = 0;
   uint64_t iteration_at_arm = 0;
-  double gone_at = -1.0;          // the node's process is gone
-  double replace_at = -1.0;       // when to start the replacement
+  double gone_at = -1.0;     // the node's process is gone
+  double replace_at = -1.0;  // when to start the replacement
   double replacement_up_at = -1.0;
-  uint64_t committed_ref = 0;     // committed count that recovery must exceed
+  uint64_t committed_ref = 0;  // committed count that recovery must exceed
   bool ref_set = false;
   double deadline_kill_at = -1.0;  // spot reclaim / SIGTERM grace end: SIGKILL if still alive
-  double notice_at = -1.0;        // rebalance_then_notice: when the notice goes out
-  double end_at = -1.0;           // partition heal / slowdown end / coordinator restart
+  double notice_at = -1.0;         // rebalance_then_notice: when the notice goes out
+  double end_at = -1.0;            // partition heal / slowdown end / coordinator restart
   bool ended = false;
-  double next_toggle = -1.0;      // slow node duty cycle
+  double next_toggle = -1.0;  // slow node duty cycle
   bool stopped = false;
 };
 

@@ -37,7 +37,7 @@ constexpr kind_entry kKinds[] = {
 
 const std::set<std::string>& known_roles() {
   static const std::set<std::string> roles = {"coordinator", "rollout", "reward", "env",
-                                               "buffer",      "trainer", "weights"};
+                                              "buffer",      "trainer", "weights"};
   return roles;
 }
 
@@ -56,8 +56,8 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   for (size_t i = 0; i < c.set.size(); ++i) {
     const auto eq = c.set[i].find('=');
     if (eq == std::string::npos || eq == 0) {
-      return f.make_error("set", "entry " + std::to_string(i) + " '" + c.set[i] +
-                                     "' is not key=value");
+      return f.make_error("set",
+                          "entry " + std::to_string(i) + " '" + c.set[i] + "' is not key=value");
     }
     if (auto st = probe.set(c.set[i].substr(0, eq), c.set[i].substr(eq + 1), "set"); !st) {
       return f.make_error("set", "entry " + std::to_string(i) + ": " + st.err().message);
@@ -190,8 +190,8 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
       STATUS_TRY(f.get_int("stop_ms", fs.stop_ms, 1, 3600 * 1000));
       STATUS_TRY(f.get_int("period_ms", fs.period_ms, 2, 3600 * 1000));
       if (fs.stop_ms >= fs.period_ms) {
-        return f.make_error("stop_ms", "must be shorter than period_ms (" +
-                                           std::to_string(fs.period_ms) + ")");
+        return f.make_error(
+            "stop_ms", "must be shorter than period_ms (" + std::to_string(fs.period_ms) + ")");
       }
       break;
     case fault_kind::coordinator_restart:
@@ -212,11 +212,11 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
       break;
     }
     case fault_kind::reward_crash:
-    case fault_kind::shard_loss:
-      break;
+    case fault_kind::shard_loss: break;
   }
   if (!removes_node(fs.kind) && fs.replace.value_or(false)) {
-    return f.make_error("replace", std::string(kind) + " leaves its node running; nothing to replace");
+    return f.make_error("replace",
+                        std::string(kind) + " leaves its node running; nothing to replace");
   }
   return f.finish();
 }
@@ -394,8 +394,10 @@ scenario apply_short_form(const scenario& s) {
   scenario out = s;
   const double k = s.short_run.time_scale;
   if (s.short_run.cluster) out.cluster = *s.short_run.cluster;
-  if (s.short_run.replacement) out.replacement = *s.short_run.replacement;
-  else out.replacement.delay_s *= k;
+  if (s.short_run.replacement)
+    out.replacement = *s.short_run.replacement;
+  else
+    out.replacement.delay_s *= k;
   out.duration_s = s.short_run.duration_s.value_or(s.duration_s * k);
   out.settle_s = s.short_run.settle_s.value_or(s.settle_s * k);
   for (auto& f : out.faults) {

@@ -59,15 +59,15 @@ struct fault_spec {
   double at_s = 0.0;      // first injection time, seconds after the run starts
   double spread_s = 0.0;  // each chosen node gets at_s + uniform[0, spread_s)
   // Kind parameters; only those of the kind may appear in the file.
-  double deadline_s = 120.0;     // spot_notice, rebalance_then_notice
-  double notice_after_s = 30.0;  // rebalance_then_notice
-  double grace_s = 30.0;         // sigterm
-  double duration_s = 0.0;       // partition, slow_node (required there)
-  int64_t stop_ms = 300;         // slow_node
-  int64_t period_ms = 1000;      // slow_node
-  double down_s = 2.0;           // coordinator_restart
+  double deadline_s = 120.0;           // spot_notice, rebalance_then_notice
+  double notice_after_s = 30.0;        // rebalance_then_notice
+  double grace_s = 30.0;               // sigterm
+  double duration_s = 0.0;             // partition, slow_node (required there)
+  int64_t stop_ms = 300;               // slow_node
+  int64_t period_ms = 1000;            // slow_node
+  double down_s = 2.0;                 // coordinator_restart
   kill_phase phase = kill_phase::any;  // hard_kill
-  std::optional<bool> replace;   // overrides replacement.enabled for this fault
+  std::optional<bool> replace;         // overrides replacement.enabled for this fault
 };
 
 struct cluster_spec {

@@ -13,7 +13,8 @@ class sim_rng {
  public:
   // Streams keyed by (seed, stream): adding a fault to a scenario must not change the random
   // choices of the faults before it, so each fault draws from its own stream.
-  sim_rng(uint64_t seed, uint64_t stream) : state_(mix(seed ^ mix(stream + 0x9e3779b97f4a7c15ULL))) {}
+  sim_rng(uint64_t seed, uint64_t stream)
+      : state_(mix(seed ^ mix(stream + 0x9e3779b97f4a7c15ULL))) {}
 
   uint64_t next() {
     state_ += 0x9e3779b97f4a7c15ULL;

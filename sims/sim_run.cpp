@@ -14,12 +14,12 @@
 
 #include "actors/local_job.h"
 #include "common/config.h"
+#include "common/status_try.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
 #include "sims/process_control.h"
 #include "sims/runner.h"
 #include "sims/timeline.h"
-#include "common/status_try.h"
 
 namespace moerl::sims {
 
@@ -51,9 +51,9 @@ status wait_running(job_console& console, const std::set<std::string>& names, in
     }
     if (missing.empty()) return ok_status();
     if (std::chrono::steady_clock::now() >= until) {
-      return error{errc::timeout, "nodes not running after " + std::to_string(timeout_ms) +
-                                      " ms:" + missing +
-                                      (nodes ? std::string() : " (console: " + nodes.err().message + ")")};
+      return error{errc::timeout,
+                   "nodes not running after " + std::to_string(timeout_ms) + " ms:" + missing +
+                       (nodes ? std::string() : " (console: " + nodes.err().message + ")")};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -77,11 +77,14 @@ std::map<std::string, launch_spec> read_specs(job_console& console) {
 std::string not_a_local_node(const node_view& n) {
   if (n.pid <= 1) return "node " + n.name + " reports no usable pid";
   auto spec = read_launch_spec(n.pid);
-  if (!spec) return "node " + n.name + "'s pid " + std::to_string(n.pid) + " is not a process on this host";
+  if (!spec)
+    return "node " + n.name + "'s pid " + std::to_string(n.pid) + " is not a process on this host";
   bool is_node = false;
-  for (size_t i = 0; i + 1 < spec->argv.size(); ++i) is_node = is_node || spec->argv[i + 1] == "node";
+  for (size_t i = 0; i + 1 < spec->argv.size(); ++i)
+    is_node = is_node || spec->argv[i + 1] == "node";
   if (spec->argv.empty() || spec->argv[0].find("moerl") == std::string::npos || !is_node) {
-    return "pid " + std::to_string(n.pid) + " on this host is not a `moerl node` process (another host's pid?)";
+    return "pid " + std::to_string(n.pid) +
+           " on this host is not a `moerl node` process (another host's pid?)";
   }
   return "";
 }
@@ -95,8 +98,8 @@ struct local_setup {
 // Starts a local job of the scenario's shape. Nodes in `partitioned` join once the others
 // run, each inside its own network namespace.
 result<local_setup> start_local(const scenario& s, const run_options& o, const config& cfg,
-                                const std::string& work_dir, const std::set<std::string>& partitioned,
-                                const std::string& tag) {
+                                const std::string& work_dir,
+                                const std::set<std::string>& partitioned, const std::string& tag) {
   local_setup ls;
   actors::local_job_options jo;
   jo.binary = o.binary;
@@ -166,8 +169,10 @@ nlohmann::json units_of(job_console& console) {
   uint64_t returned = 0, finished = 0;
   const auto interruptions = rep->value("interruptions", nlohmann::json::array());
   for (const auto& i : interruptions) {
-    if (i.contains("units_returned") && i["units_returned"].is_number_unsigned()) returned += i["units_returned"].get<uint64_t>();
-    if (i.contains("units_finished") && i["units_finished"].is_number_unsigned()) finished += i["units_finished"].get<uint64_t>();
+    if (i.contains("units_returned") && i["units_returned"].is_number_unsigned())
+      returned += i["units_returned"].get<uint64_t>();
+    if (i.contains("units_finished") && i["units_finished"].is_number_unsigned())
+      finished += i["units_finished"].get<uint64_t>();
   }
   return {{"returned_by_drains", returned},
           {"finished_in_drains", finished},
@@ -182,7 +187,8 @@ nlohmann::json shard_refusals(const nlohmann::json& status) {
   for (const auto& [shard, st] : buffers.items()) {
     if (!st.is_object()) continue;
     for (auto& [key, total] : out.items()) {
-      if (st.contains(key) && st[key].is_number_unsigned()) total = total.get<uint64_t>() + st[key].get<uint64_t>();
+      if (st.contains(key) && st[key].is_number_unsigned())
+        total = total.get<uint64_t>() + st[key].get<uint64_t>();
     }
   }
   return out;
@@ -194,7 +200,8 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
   m.iteration_s = r.iteration_s();
   m.trainer_restarts = r.trainer_restarts();
   const auto& last = r.last();
-  m.accounting = last.console_ok ? last.status.value("accounting", nlohmann::json()) : nlohmann::json();
+  m.accounting =
+      last.console_ok ? last.status.value("accounting", nlohmann::json()) : nlohmann::json();
   // The final word: one more status after the faults settled.
   if (auto st = console.call("status")) {
     m.accounting = st->value("accounting", nlohmann::json());
@@ -227,7 +234,8 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
     if (!netns_why.empty()) {
       partition_skip[e.node] = "partition unavailable: " + netns_why;
     } else if (!partitionable_role(e.role)) {
-      partition_skip[e.node] = "a " + e.role + " node listens on 127.0.0.1, which a namespaced node "
+      partition_skip[e.node] = "a " + e.role +
+                               " node listens on 127.0.0.1, which a namespaced node "
                                "cannot share with the host; partitions cover rollout, trainer, "
                                "weights and env nodes";
     } else {
@@ -261,7 +269,8 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
   };
   hooks.why_not_partitionable = [&](const std::string& name) -> std::string {
     if (auto it = partition_skip.find(name); it != partition_skip.end()) return it->second;
-    if (!setup.links.count(name)) return "node " + name + " was not started inside a network namespace";
+    if (!setup.links.count(name))
+      return "node " + name + " was not started inside a network namespace";
     return "";
   };
   hooks.link_of = [&](const std::string& name) -> netns_link* {
@@ -332,7 +341,8 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
   // the fault-free reference.
   double first_fault = -1;
   for (const auto& f : m.faults) {
-    if (f.injected_at >= 0 && (first_fault < 0 || f.injected_at < first_fault)) first_fault = f.injected_at;
+    if (f.injected_at >= 0 && (first_fault < 0 || f.injected_at < first_fault))
+      first_fault = f.injected_at;
   }
   double t = 0;
   std::vector<double> before, after;
@@ -359,7 +369,8 @@ result<run_measurements> run_scenario(const scenario& s, const run_options& o) {
   m.short_form = o.short_form;
   m.target = o.against.empty() ? "local cluster" : o.against;
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = o.against.empty() ? run_local(s, o, *cfg, std::move(m)) : run_attached(s, o, *cfg, std::move(m));
+  auto r = o.against.empty() ? run_local(s, o, *cfg, std::move(m))
+                             : run_attached(s, o, *cfg, std::move(m));
   if (r) r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -29,15 +29,15 @@
 namespace moerl::sims {
 
 struct run_options {
-  std::string against;       // console HOST:PORT of a running job; empty: start a local cluster
-  bool short_form = false;   // for the report only; the scenario is already shortened
-  bool baseline = true;      // also run the fault-free baseline (local mode)
-  std::string config_file;   // for every node of a local cluster, and the console token
+  std::string against;      // console HOST:PORT of a running job; empty: start a local cluster
+  bool short_form = false;  // for the report only; the scenario is already shortened
+  bool baseline = true;     // also run the fault-free baseline (local mode)
+  std::string config_file;  // for every node of a local cluster, and the console token
   std::vector<std::string> overrides;  // key=value, after the scenario's cluster.set
-  std::string binary;        // the moerl executable; empty: this process's own
-  std::string work_dir;      // logs and the ledger store; empty: a fresh /tmp directory
-  bool keep_work_dir = false;  // keep it even when the run passes
-  int poll_ms = 200;         // console poll period
+  std::string binary;                  // the moerl executable; empty: this process's own
+  std::string work_dir;                // logs and the ledger store; empty: a fresh /tmp directory
+  bool keep_work_dir = false;          // keep it even when the run passes
+  int poll_ms = 200;                   // console poll period
 };
 
 result<run_measurements> run_scenario(const scenario& s, const run_options& o);

@@ -16,7 +16,8 @@ void stall_meter::observe(double t, const std::vector<node_view>& nodes) {
   for (const auto& n : nodes) {
     if (n.role != "trainer") continue;
     if (first_) listed_at_start_.insert(n.id);
-    if (!n.stats.is_object() || !n.stats.contains("stall_s") || !n.stats["stall_s"].is_number()) continue;
+    if (!n.stats.is_object() || !n.stats.contains("stall_s") || !n.stats["stall_s"].is_number())
+      continue;
     const double v = n.stats["stall_s"].get<double>();
     reported_ = true;
     auto it = last_.find(n.id);

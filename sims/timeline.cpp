@@ -70,8 +70,9 @@ result<std::vector<fault_event>> expand(const scenario& s, const roster& nodes_i
         return entry_error(s, f, i, "node '" + f.target.node + "' is not in the cluster");
       }
       if (f.kind == fault_kind::coordinator_restart && role != "coordinator") {
-        return entry_error(s, f, i, "coordinator_restart names '" + f.target.node +
-                                        "', which is a " + role + " node");
+        return entry_error(
+            s, f, i,
+            "coordinator_restart names '" + f.target.node + "', which is a " + role + " node");
       }
       fault_event e = base;
       e.node = f.target.node;
@@ -110,9 +111,9 @@ result<std::vector<fault_event>> expand(const scenario& s, const roster& nodes_i
       want = static_cast<size_t>(std::ceil(f.target.fraction * names.size() - 1e-9));
     }
     if (want > names.size()) {
-      return entry_error(s, f, i, "wants " + std::to_string(want) + " " + f.target.role +
-                                      " node(s) but the cluster has " +
-                                      std::to_string(names.size()));
+      return entry_error(s, f, i,
+                         "wants " + std::to_string(want) + " " + f.target.role +
+                             " node(s) but the cluster has " + std::to_string(names.size()));
     }
     // Partial Fisher-Yates over the sorted names: the first `want` are the choice.
     std::vector<std::string> pool = names;
@@ -135,12 +136,8 @@ result<std::vector<fault_event>> expand(const scenario& s, const roster& nodes_i
 }
 
 nlohmann::json to_json(const fault_event& e) {
-  nlohmann::json j = {{"at_s", e.at_s},
-                      {"kind", fault_kind_name(e.kind)},
-                      {"node", e.node},
-                      {"role", e.role},
-                      {"fault_index", e.fault_index},
-                      {"line", e.line}};
+  nlohmann::json j = {{"at_s", e.at_s}, {"kind", fault_kind_name(e.kind)}, {"node", e.node},
+                      {"role", e.role}, {"fault_index", e.fault_index},    {"line", e.line}};
   switch (e.kind) {
     case fault_kind::spot_notice: j["deadline_s"] = e.deadline_s; break;
     case fault_kind::rebalance_then_notice:

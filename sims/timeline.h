@@ -25,9 +25,9 @@ roster canonical_roster(const cluster_spec& c);
 
 // One fault against one node at one time.
 struct fault_event {
-  double at_s = 0.0;       // seconds after the run starts
+  double at_s = 0.0;  // seconds after the run starts
   fault_kind kind = fault_kind::hard_kill;
-  std::string node;        // the node hit (if replaced before at_s, its replacement)
+  std::string node;  // the node hit (if replaced before at_s, its replacement)
   std::string role;
   size_t fault_index = 0;  // which entry of scenario.faults produced it
   int line = 0;            // that entry's line in the file

@@ -17,8 +17,9 @@ error field_error(const std::string& origin, const YAML::Mark& mark, const std::
 status scalar_text(const YAML::Node& n, const std::string& origin, const std::string& field,
                    std::string& out) {
   if (!n.IsScalar()) {
-    return field_error(origin, n.Mark(), field,
-                       n.IsNull() ? "has no value" : "expected a single value, not a list or mapping");
+    return field_error(
+        origin, n.Mark(), field,
+        n.IsNull() ? "has no value" : "expected a single value, not a list or mapping");
   }
   out = n.Scalar();
   return ok_status();
@@ -86,8 +87,8 @@ status yaml_fields::get_int(const std::string& key, int64_t& out, int64_t min, i
   if (!parsed) return make_error(key, "expected an integer, got '" + text + "'");
   const int64_t v = *parsed;
   if (v < min || v > max) {
-    return make_error(key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) +
-                               "], got " + text);
+    return make_error(
+        key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + text);
   }
   out = v;
   return ok_status();

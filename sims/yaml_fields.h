@@ -26,7 +26,7 @@ class yaml_fields {
   yaml_fields(const YAML::Node& node, std::string origin, std::string path);
 
   bool has(const std::string& key) const;
-  YAML::Node child(const std::string& key);  // marks the key as known
+  YAML::Node child(const std::string& key);   // marks the key as known
   int line_of(const std::string& key) const;  // 1-based; the mapping's line if absent
 
   status get_string(const std::string& key, std::string& out, bool required = false);

@@ -23,7 +23,8 @@ std::string join(const std::string& prefix, const std::string& rest) {
 
 std::string content_hash_of(const std::vector<manifest_entry>& parts) {
   std::string listing;
-  for (const auto& p : parts) listing += p.name + "\n" + std::to_string(p.size) + "\n" + p.sha256 + "\n";
+  for (const auto& p : parts)
+    listing += p.name + "\n" + std::to_string(p.size) + "\n" + p.sha256 + "\n";
   return sha256_hex(listing);
 }
 
@@ -33,15 +34,17 @@ error torn(const std::string& dir, const std::string& why) {
 
 nlohmann::json to_json(const checkpoint_manifest& m) {
   nlohmann::json parts = nlohmann::json::array();
-  for (const auto& p : m.parts) parts.push_back({{"name", p.name}, {"size", p.size}, {"sha256", p.sha256}});
-  return {{"format", format_name}, {"version", m.version},  {"step", m.step},
+  for (const auto& p : m.parts)
+    parts.push_back({{"name", p.name}, {"size", p.size}, {"sha256", p.sha256}});
+  return {{"format", format_name}, {"version", m.version},           {"step", m.step},
           {"parts", parts},        {"content_hash", m.content_hash}, {"meta", m.meta}};
 }
 
 result<checkpoint_manifest> parse_manifest(const std::string& dir, const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return torn(dir, "manifest.json is not a JSON object");
-  if (j.value("format", "") != format_name) return torn(dir, "manifest.json has no format \"moerl-checkpoint\"");
+  if (j.value("format", "") != format_name)
+    return torn(dir, "manifest.json has no format \"moerl-checkpoint\"");
   checkpoint_manifest m;
   const auto& v = j["version"];
   if (!v.is_number_integer() || v.get<int>() != checkpoint_manifest::current_version)
@@ -50,12 +53,16 @@ result<checkpoint_manifest> parse_manifest(const std::string& dir, const std::st
   m.step = j["step"].get<uint64_t>();
   if (!j["content_hash"].is_string()) return torn(dir, "manifest.json has no \"content_hash\"");
   m.content_hash = j["content_hash"].get<std::string>();
-  if (!j["parts"].is_array() || j["parts"].empty()) return torn(dir, "manifest.json has no \"parts\"");
+  if (!j["parts"].is_array() || j["parts"].empty())
+    return torn(dir, "manifest.json has no \"parts\"");
   for (const auto& p : j["parts"]) {
-    if (!p.is_object() || !p["name"].is_string() || !p["size"].is_number_unsigned() || !p["sha256"].is_string())
+    if (!p.is_object() || !p["name"].is_string() || !p["size"].is_number_unsigned() ||
+        !p["sha256"].is_string())
       return torn(dir, "manifest.json has a part without name/size/sha256: " + p.dump());
-    manifest_entry e{p["name"].get<std::string>(), p["size"].get<uint64_t>(), p["sha256"].get<std::string>()};
-    if (auto st = validate_key(e.name); !st) return torn(dir, "manifest.json part: " + st.err().message);
+    manifest_entry e{p["name"].get<std::string>(), p["size"].get<uint64_t>(),
+                     p["sha256"].get<std::string>()};
+    if (auto st = validate_key(e.name); !st)
+      return torn(dir, "manifest.json part: " + st.err().message);
     m.parts.push_back(std::move(e));
   }
   if (j.contains("meta")) m.meta = j["meta"];
@@ -82,10 +89,12 @@ std::string checkpoint_dir(const std::string& prefix, uint64_t step) {
 }
 
 result<checkpoint_manifest> write_checkpoint(object_store& store, const std::string& prefix,
-                                             uint64_t step, const std::vector<checkpoint_part>& parts,
+                                             uint64_t step,
+                                             const std::vector<checkpoint_part>& parts,
                                              const nlohmann::json& meta) {
   const std::string dir = checkpoint_dir(prefix, step);
-  if (parts.empty()) return error(errc::invalid_argument, "checkpoint " + dir + ": no parts to write");
+  if (parts.empty())
+    return error(errc::invalid_argument, "checkpoint " + dir + ": no parts to write");
   std::set<std::string> names;
   checkpoint_manifest m;
   m.step = step;
@@ -94,7 +103,8 @@ result<checkpoint_manifest> write_checkpoint(object_store& store, const std::str
     if (auto st = validate_key(p.name); !st)
       return error(errc::invalid_argument, "checkpoint " + dir + " part name: " + st.err().message);
     if (!names.insert(p.name).second)
-      return error(errc::invalid_argument, "checkpoint " + dir + ": part '" + p.name + "' given twice");
+      return error(errc::invalid_argument,
+                   "checkpoint " + dir + ": part '" + p.name + "' given twice");
     m.parts.push_back({p.name, p.bytes.size(), sha256_hex(p.bytes)});
   }
   std::sort(m.parts.begin(), m.parts.end(),
@@ -117,24 +127,27 @@ namespace {
 
 // verify_checkpoint's work; with `keep`, the verified parts' bytes are handed back so a
 // loader does not read them twice.
-result<checkpoint_manifest> verify_step(const object_store& store, const std::string& prefix, uint64_t step,
-                                        std::vector<checkpoint_part>* keep) {
+result<checkpoint_manifest> verify_step(const object_store& store, const std::string& prefix,
+                                        uint64_t step, std::vector<checkpoint_part>* keep) {
   const std::string dir = checkpoint_dir(prefix, step);
   auto marker = store.get(join(dir, marker_name));
   if (!marker) {
     if (marker.err().code == errc::not_found)
-      return error(errc::not_found, "checkpoint " + dir + " is not committed (no COMMITTED marker)");
+      return error(errc::not_found,
+                   "checkpoint " + dir + " is not committed (no COMMITTED marker)");
     return marker.err();
   }
   auto text = store.get(join(dir, manifest_name));
   if (!text) {
-    if (text.err().code == errc::not_found) return torn(dir, "COMMITTED but manifest.json is missing");
+    if (text.err().code == errc::not_found)
+      return torn(dir, "COMMITTED but manifest.json is missing");
     return text.err();
   }
   auto m = parse_manifest(dir, text.value());
   if (!m) return m.err();
   if (m->step != step)
-    return torn(dir, "manifest.json names step " + std::to_string(m->step) + ", not " + std::to_string(step));
+    return torn(dir, "manifest.json names step " + std::to_string(m->step) + ", not " +
+                         std::to_string(step));
   if (content_hash_of(m->parts) != m->content_hash)
     return torn(dir, "manifest.json's content_hash does not match its parts listing");
   if (marker.value() != m->content_hash)
@@ -147,9 +160,10 @@ result<checkpoint_manifest> verify_step(const object_store& store, const std::st
       return bytes.err();
     }
     if (bytes->size() != p.size)
-      return torn(dir, "part '" + p.name + "' has " + std::to_string(bytes->size()) + " bytes, manifest says " +
-                           std::to_string(p.size));
-    if (sha256_hex(bytes.value()) != p.sha256) return torn(dir, "part '" + p.name + "' does not match its sha256");
+      return torn(dir, "part '" + p.name + "' has " + std::to_string(bytes->size()) +
+                           " bytes, manifest says " + std::to_string(p.size));
+    if (sha256_hex(bytes.value()) != p.sha256)
+      return torn(dir, "part '" + p.name + "' does not match its sha256");
     if (keep != nullptr) keep->push_back({p.name, std::move(bytes.value())});
   }
   return m;
@@ -171,7 +185,8 @@ result<checkpoint_manifest> newest_intact(const object_store& store, const std::
     log->warn("skipping checkpoint: {}", m.err().message);
   }
   if (keep != nullptr) keep->clear();
-  return error(errc::not_found, "no committed checkpoint under '" + prefix + "' in " + store.describe());
+  return error(errc::not_found,
+               "no committed checkpoint under '" + prefix + "' in " + store.describe());
 }
 
 }  // namespace
@@ -181,7 +196,8 @@ result<checkpoint_manifest> verify_checkpoint(const object_store& store, const s
   return verify_step(store, prefix, step, nullptr);
 }
 
-result<std::vector<uint64_t>> committed_steps(const object_store& store, const std::string& prefix) {
+result<std::vector<uint64_t>> committed_steps(const object_store& store,
+                                              const std::string& prefix) {
   auto keys = store.list(join(prefix, step_tag));
   if (!keys) return keys.err();
   const std::string base = prefix.empty() ? "" : prefix + "/";
@@ -202,7 +218,8 @@ result<checkpoint_manifest> latest_committed(const object_store& store, const st
   return newest_intact(store, prefix, nullptr);
 }
 
-result<loaded_checkpoint> load_latest_committed(const object_store& store, const std::string& prefix) {
+result<loaded_checkpoint> load_latest_committed(const object_store& store,
+                                                const std::string& prefix) {
   loaded_checkpoint out;
   auto m = newest_intact(store, prefix, &out.parts);
   if (!m) return m.err();
@@ -210,7 +227,8 @@ result<loaded_checkpoint> load_latest_committed(const object_store& store, const
   return out;
 }
 
-result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store, const std::string& prefix,
+result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,
+                                                     const std::string& prefix,
                                                      const checkpoint_manifest& manifest) {
   const std::string dir = checkpoint_dir(prefix, manifest.step);
   std::vector<checkpoint_part> out;

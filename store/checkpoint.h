@@ -26,7 +26,7 @@
 namespace moerl::store {
 
 struct checkpoint_part {
-  std::string name;   // a valid store key (segments, no "..")
+  std::string name;  // a valid store key (segments, no "..")
   std::string bytes;
 };
 
@@ -52,7 +52,8 @@ std::string checkpoint_dir(const std::string& prefix, uint64_t step);
 // its marker, so a crash mid-rewrite leaves it uncommitted rather than torn. Part names
 // must be valid keys and distinct; at least one part. Returns the manifest written.
 result<checkpoint_manifest> write_checkpoint(object_store& store, const std::string& prefix,
-                                             uint64_t step, const std::vector<checkpoint_part>& parts,
+                                             uint64_t step,
+                                             const std::vector<checkpoint_part>& parts,
                                              const nlohmann::json& meta = nlohmann::json::object());
 
 // Checks one step: manifest parses and names this step, its content hash is consistent,
@@ -72,7 +73,8 @@ struct loaded_checkpoint {
   checkpoint_manifest manifest;
   std::vector<checkpoint_part> parts;
 };
-result<loaded_checkpoint> load_latest_committed(const object_store& store, const std::string& prefix);
+result<loaded_checkpoint> load_latest_committed(const object_store& store,
+                                                const std::string& prefix);
 
 // Reads a verified checkpoint's parts (in manifest order), re-checking each part's hash.
 result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,

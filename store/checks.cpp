@@ -11,8 +11,7 @@ std::string where(const char* file, int line) {
 }
 }  // namespace
 
-error curl_error(const char* call, CURLcode code, const char* detail, const char* file,
-                 int line) {
+error curl_error(const char* call, CURLcode code, const char* detail, const char* file, int line) {
   std::string msg = std::string(call) + " failed: " + curl_easy_strerror(code);
   if (detail != nullptr && detail[0] != '\0') msg += std::string(" (") + detail + ")";
   return error(errc::io_error, msg + where(file, line));

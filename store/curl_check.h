@@ -11,17 +11,16 @@
 
 namespace moerl::store::detail {
 
-error curl_error(const char* call, CURLcode code, const char* detail, const char* file,
-                 int line);
+error curl_error(const char* call, CURLcode code, const char* detail, const char* file, int line);
 
 }  // namespace moerl::store::detail
 
 // `errtext` is curl's CURLOPT_ERRORBUFFER (or nullptr / "" when there is none).
-#define MOERL_CURL_CHECK(call, errtext)                                                \
-  do {                                                                                \
-    const CURLcode moerl_curl_rc_ = (call);                                           \
-    if (moerl_curl_rc_ != CURLE_OK) {                                                 \
-      return ::moerl::store::detail::curl_error(#call, moerl_curl_rc_, (errtext),      \
-                                                __FILE__, __LINE__);                  \
-    }                                                                                 \
+#define MOERL_CURL_CHECK(call, errtext)                                                     \
+  do {                                                                                      \
+    const CURLcode moerl_curl_rc_ = (call);                                                 \
+    if (moerl_curl_rc_ != CURLE_OK) {                                                       \
+      return ::moerl::store::detail::curl_error(#call, moerl_curl_rc_, (errtext), __FILE__, \
+                                                __LINE__);                                  \
+    }                                                                                       \
   } while (0)

@@ -11,8 +11,7 @@ error bad(const std::string& what, const std::string& text, const std::string& w
 }
 
 // Checks every complete segment of `path` (all of it: `path` holds no partial segment).
-status check_segments(const std::string& what, const std::string& text,
-                      const std::string& path) {
+status check_segments(const std::string& what, const std::string& text, const std::string& path) {
   size_t begin = 0;
   while (begin <= path.size()) {
     size_t end = path.find('/', begin);
@@ -21,8 +20,9 @@ status check_segments(const std::string& what, const std::string& text,
     if (seg.empty()) return bad(what, text, "empty path segment (leading, trailing or double '/')");
     if (seg == "." || seg == "..") return bad(what, text, "'" + seg + "' segments are not allowed");
     if (seg.rfind(reserved_segment_prefix, 0) == 0)
-      return bad(what, text, std::string("segments starting with '") + reserved_segment_prefix +
-                                 "' are reserved for the store's temporary files");
+      return bad(what, text,
+                 std::string("segments starting with '") + reserved_segment_prefix +
+                     "' are reserved for the store's temporary files");
     begin = end + 1;
   }
   return ok_status();

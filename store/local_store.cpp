@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <random>
 
-#include "store/key_rules.h"
 #include "common/posix_check.h"
+#include "store/key_rules.h"
 
 namespace moerl::store {
 
@@ -43,7 +43,7 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
   while (done < bytes.size()) {
     ssize_t n;
     POSIX_CHECK_EXCEPT(n = ::write(fd, bytes.data() + done, bytes.size() - done), EINTR,
-                             "writing " + path);
+                       "writing " + path);
     if (n > 0) done += static_cast<size_t>(n);
   }
   return ok_status();
@@ -52,7 +52,7 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
 status fsync_dir(const std::string& dir) {
   fd_guard d;
   POSIX_CHECK(d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
-                    "opening directory " + dir);
+              "opening directory " + dir);
   POSIX_CHECK(::fsync(d.fd), "fsync of directory " + dir);
   return ok_status();
 }
@@ -67,17 +67,19 @@ std::string temp_name() {
 
 }  // namespace
 
-result<std::unique_ptr<local_store>> local_store::open(const std::string& root,
-                                                       bool durable) {
+result<std::unique_ptr<local_store>> local_store::open(const std::string& root, bool durable) {
   if (root.empty()) return error(errc::invalid_argument, "local store: empty directory path");
   std::error_code ec;
   fs::path abs = fs::absolute(root, ec);
-  if (ec) return error(errc::io_error, "local store: cannot resolve '" + root + "': " + ec.message());
+  if (ec)
+    return error(errc::io_error, "local store: cannot resolve '" + root + "': " + ec.message());
   abs = abs.lexically_normal();
   std::string text = abs.string();
   while (text.size() > 1 && text.back() == '/') text.pop_back();
   fs::create_directories(text, ec);
-  if (ec) return error(errc::io_error, "local store: cannot create directory " + text + ": " + ec.message());
+  if (ec)
+    return error(errc::io_error,
+                 "local store: cannot create directory " + text + ": " + ec.message());
   if (!fs::is_directory(text, ec))
     return error(errc::io_error, "local store: " + text + " exists and is not a directory");
   return std::unique_ptr<local_store>(new local_store(text, durable));
@@ -94,7 +96,7 @@ status local_store::put(const std::string& key, const std::string& bytes) {
   fd_guard f;
   status st = [&]() -> status {
     POSIX_CHECK(f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
-                      "creating " + temp);
+                "creating " + temp);
     return ok_status();
   }();
   if (!st && st.err().code == errc::not_found)
@@ -130,11 +132,12 @@ result<std::string> local_store::get(const std::string& key) const {
   fd_guard f;
   // ENOENT and ENOTDIR come back as errc::not_found.
   POSIX_CHECK(f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC),
-                    "object '" + key + "' in " + describe());
+              "object '" + key + "' in " + describe());
   struct stat sb {};
   POSIX_CHECK(::fstat(f.fd, &sb), "stat of " + path);
   if (S_ISDIR(sb.st_mode))
-    return error(errc::not_found, "no object '" + key + "' in " + describe() + " (it is a prefix of other keys)");
+    return error(errc::not_found,
+                 "no object '" + key + "' in " + describe() + " (it is a prefix of other keys)");
   std::string out;
   out.reserve(static_cast<size_t>(sb.st_size));
   char buf[1 << 16];
@@ -152,7 +155,8 @@ result<std::vector<std::string>> local_store::list(const std::string& prefix) co
   if (auto st = validate_prefix(prefix); !st) return st.err();
   // Walk only the directory the prefix pins down; the rest of the tree cannot match.
   const size_t slash = prefix.rfind('/');
-  const std::string start = slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
+  const std::string start =
+      slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
   std::vector<std::string> keys;
   std::error_code ec;
   if (!fs::is_directory(start, ec)) return keys;

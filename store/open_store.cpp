@@ -19,9 +19,12 @@ result<std::unique_ptr<object_store>> open_store(const std::string& url, const c
   if (url.rfind("file://", 0) == 0) {
     path = url.substr(7);
     if (path.empty() || path[0] != '/')
-      return error(errc::invalid_config, "store URL '" + url + "': file:// needs an absolute path (file:///dir)");
+      return error(errc::invalid_config,
+                   "store URL '" + url + "': file:// needs an absolute path (file:///dir)");
   } else if (url.find("://") != std::string::npos) {
-    return error(errc::invalid_config, "store URL '" + url + "': unknown scheme (use a path, file:///dir or s3://bucket/prefix)");
+    return error(
+        errc::invalid_config,
+        "store URL '" + url + "': unknown scheme (use a path, file:///dir or s3://bucket/prefix)");
   }
   auto s = local_store::open(path, cfg.get_bool("store.local_fsync"));
   if (!s) return s.err();

@@ -45,7 +45,8 @@ size_t on_header(char* data, size_t size, size_t nmemb, void* user) {
     if (match) {
       std::string_view v = line.substr(name.size());
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
+        v.remove_suffix(1);
       *static_cast<std::string*>(user) = std::string(v);
     }
   }
@@ -78,9 +79,7 @@ std::string s3_encode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-s3_client::s3_client(s3_settings settings) : settings_(std::move(settings)) {
-  curl_global_once();
-}
+s3_client::s3_client(s3_settings settings) : settings_(std::move(settings)) { curl_global_once(); }
 
 result<s3_response> s3_client::send(const s3_request& req) const {
   auto log = logger("store");
@@ -91,8 +90,8 @@ result<s3_response> s3_client::send(const s3_request& req) const {
     if ((!retry_status && !retry_error) || attempt >= settings_.max_retries) return res;
     const auto backoff = std::chrono::milliseconds(std::min<int64_t>(5000, 100ll << attempt));
     log->warn("S3 {} {}: {}; retry {}/{} in {} ms", req.method, req.path,
-              res.ok() ? "HTTP " + std::to_string(res->status) : res.err().to_string(),
-              attempt + 1, settings_.max_retries, backoff.count());
+              res.ok() ? "HTTP " + std::to_string(res->status) : res.err().to_string(), attempt + 1,
+              settings_.max_retries, backoff.count());
     std::this_thread::sleep_for(backoff);
   }
 }
@@ -104,10 +103,12 @@ result<s3_response> s3_client::send_once(const s3_request& req) const {
   char errbuf[CURL_ERROR_SIZE] = {0};
   s3_response resp;
 
-  const std::string url = settings_.endpoint + req.path + (req.query.empty() ? "" : "?" + req.query);
+  const std::string url =
+      settings_.endpoint + req.path + (req.query.empty() ? "" : "?" + req.query);
   // libcurl derives the signing scope from this: provider "aws", header prefix "amz".
   const std::string sigv4 = "aws:amz:" + settings_.region + ":s3";
-  const std::string payload_hash = req.body.empty() ? std::string(empty_sha256_hex) : sha256_hex(req.body);
+  const std::string payload_hash =
+      req.body.empty() ? std::string(empty_sha256_hex) : sha256_hex(req.body);
 
   std::unique_ptr<curl_slist, slist_deleter> headers;
   auto add_header = [&](const std::string& line) -> status {
@@ -118,10 +119,14 @@ result<s3_response> s3_client::send_once(const s3_request& req) const {
     return ok_status();
   };
   status st = add_header("x-amz-content-sha256: " + payload_hash);
-  if (st && !settings_.session_token.empty()) st = add_header("x-amz-security-token: " + settings_.session_token);
-  const bool has_body = std::string_view(req.method) == "PUT" || std::string_view(req.method) == "POST";
+  if (st && !settings_.session_token.empty())
+    st = add_header("x-amz-security-token: " + settings_.session_token);
+  const bool has_body =
+      std::string_view(req.method) == "PUT" || std::string_view(req.method) == "POST";
   if (st && has_body)
-    st = add_header("Content-Type: " + (req.content_type.empty() ? std::string("application/octet-stream") : req.content_type));
+    st = add_header("Content-Type: " + (req.content_type.empty()
+                                            ? std::string("application/octet-stream")
+                                            : req.content_type));
   // Every header given here is signed. So no "Expect:" line to switch off libcurl's
   // 100-continue: libcurl 7.88 signs such a removal line as an empty header it never
   // sends, and S3 then refuses the signature. (100-continue lets S3 refuse before the
@@ -132,12 +137,17 @@ result<s3_response> s3_client::send_once(const s3_request& req) const {
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_URL, url.c_str()), errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https"), errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L), errbuf);
-  MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(settings_.request_timeout_ms)), errbuf);
-  MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                                    static_cast<long>(std::min<int64_t>(10000, settings_.request_timeout_ms))), errbuf);
+  MOERL_CURL_CHECK(
+      curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(settings_.request_timeout_ms)),
+      errbuf);
+  MOERL_CURL_CHECK(
+      curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                       static_cast<long>(std::min<int64_t>(10000, settings_.request_timeout_ms))),
+      errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str()), errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_USERNAME, settings_.access_key_id.c_str()), errbuf);
-  MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_PASSWORD, settings_.secret_access_key.c_str()), errbuf);
+  MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_PASSWORD, settings_.secret_access_key.c_str()),
+                   errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get()), errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body), errbuf);
   MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp.body), errbuf);
@@ -148,16 +158,21 @@ result<s3_response> s3_client::send_once(const s3_request& req) const {
     // then overridden for PUT. A null pointer would make libcurl read stdin instead.
     static const char empty[] = "";
     MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_POST, 1L), errbuf);
-    MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size())), errbuf);
-    MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? empty : req.body.data()), errbuf);
+    MOERL_CURL_CHECK(
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size())),
+        errbuf);
+    MOERL_CURL_CHECK(
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.empty() ? empty : req.body.data()),
+        errbuf);
   }
   if (std::string_view(req.method) != "GET" && std::string_view(req.method) != "POST") {
     MOERL_CURL_CHECK(curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method), errbuf);
   }
   MOERL_CURL_CHECK(curl_easy_perform(h), errbuf);
   MOERL_CURL_CHECK(curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status), errbuf);
-  logger("store")->debug("S3 {} {}{}{} -> HTTP {} ({} bytes sent, {} received)", req.method, req.path,
-                         req.query.empty() ? "" : "?", req.query, resp.status, req.body.size(), resp.body.size());
+  logger("store")->debug("S3 {} {}{}{} -> HTTP {} ({} bytes sent, {} received)", req.method,
+                         req.path, req.query.empty() ? "" : "?", req.query, resp.status,
+                         req.body.size(), resp.body.size());
   return resp;
 }
 

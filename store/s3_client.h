@@ -20,14 +20,14 @@ struct s3_request {
   // Canonical query: parameters sorted by name, names and values percent-encoded,
   // "a=1&b=2". SigV4 signs the query as sent; sending it canonical keeps both equal.
   std::string query;
-  std::string_view body;       // the payload; must outlive the call
-  std::string content_type;    // for requests with a body; empty: application/octet-stream
+  std::string_view body;     // the payload; must outlive the call
+  std::string content_type;  // for requests with a body; empty: application/octet-stream
 };
 
 struct s3_response {
-  long status = 0;       // HTTP status
+  long status = 0;  // HTTP status
   std::string body;
-  std::string etag;      // the ETag response header, quotes included (UploadPart needs it)
+  std::string etag;  // the ETag response header, quotes included (UploadPart needs it)
 };
 
 // Percent-encodes per SigV4/S3: unreserved characters (A-Z a-z 0-9 - _ . ~) stay, every

@@ -50,7 +50,8 @@ status validate(const s3_settings& s) {
   if (s.multipart_threshold_bytes < 1)
     return bad("store.multipart_threshold_bytes must be positive");
   if (s.upload_concurrency < 1 || s.upload_concurrency > 64)
-    return bad("store.s3_upload_concurrency = " + std::to_string(s.upload_concurrency) + " is outside 1..64");
+    return bad("store.s3_upload_concurrency = " + std::to_string(s.upload_concurrency) +
+               " is outside 1..64");
   if (s.request_timeout_ms < 1) return bad("store.s3_timeout_ms must be positive");
   if (s.max_retries < 0) return bad("store.s3_max_retries must not be negative");
   return ok_status();

@@ -61,7 +61,8 @@ error s3_store::response_error(const char* op, const std::string& target,
 
 int64_t s3_store::part_bytes_for(int64_t size) const {
   // Every part but the last has exactly this size, which S3 requires to be >= 5 MiB.
-  return std::max(client_.settings().multipart_part_bytes, (size + s3_max_parts - 1) / s3_max_parts);
+  return std::max(client_.settings().multipart_part_bytes,
+                  (size + s3_max_parts - 1) / s3_max_parts);
 }
 
 int64_t s3_store::parts_for(int64_t size) const {
@@ -101,8 +102,8 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
   if (r->status != 200) return response_error("CreateMultipartUpload", name, *r);
   const auto upload_id = xml_first(r->body, "UploadId");
   if (!upload_id || upload_id->empty())
-    return error(errc::io_error, "S3 CreateMultipartUpload " + name + ": response has no UploadId: " +
-                                     r->body.substr(0, 200));
+    return error(errc::io_error, "S3 CreateMultipartUpload " + name +
+                                     ": response has no UploadId: " + r->body.substr(0, 200));
   const std::string id_query = "uploadId=" + s3_encode(*upload_id, false);
 
   // Every failure after initiation aborts, so the parts do not linger in the bucket.
@@ -113,8 +114,9 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
     abort.query = id_query;
     auto a = client_.send(abort);
     if (!a || (a->status != 204 && a->status != 200))
-      log->warn("S3 AbortMultipartUpload {} (upload {}) failed too: {}", name, *upload_id,
-                a ? response_error("AbortMultipartUpload", name, *a).to_string() : a.err().to_string());
+      log->warn(
+          "S3 AbortMultipartUpload {} (upload {}) failed too: {}", name, *upload_id,
+          a ? response_error("AbortMultipartUpload", name, *a).to_string() : a.err().to_string());
     return e;
   };
 
@@ -142,9 +144,11 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
       part.path = path;
       // Parameters in canonical (sorted) order: partNumber < uploadId.
       part.query = "partNumber=" + std::to_string(i + 1) + "&" + id_query;
-      part.body = std::string_view(bytes).substr(static_cast<size_t>(begin), static_cast<size_t>(len));
+      part.body =
+          std::string_view(bytes).substr(static_cast<size_t>(begin), static_cast<size_t>(len));
       auto p = client_.send(part);
-      const std::string what = name + " part " + std::to_string(i + 1) + "/" + std::to_string(num_parts);
+      const std::string what =
+          name + " part " + std::to_string(i + 1) + "/" + std::to_string(num_parts);
       std::optional<error> e;
       if (!p) {
         e = error(p.err().code, "S3 UploadPart " + what + ": " + p.err().message);
@@ -184,7 +188,9 @@ status s3_store::put_multipart(const std::string& key, const std::string& bytes)
   done.body = complete;
   done.content_type = "application/xml";
   auto c = client_.send(done);
-  if (!c) return abort_with(error(c.err().code, "S3 CompleteMultipartUpload " + name + ": " + c.err().message));
+  if (!c)
+    return abort_with(
+        error(c.err().code, "S3 CompleteMultipartUpload " + name + ": " + c.err().message));
   // S3 may answer 200 and still report a failure in the body.
   if (c->status != 200 || c->body.find("<Error>") != std::string::npos)
     return abort_with(response_error("CompleteMultipartUpload", name, *c));

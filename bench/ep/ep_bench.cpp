@@ -12,11 +12,11 @@
 #include <stdexcept>
 
 #include "bench/support.h"
+#include "common/percentile.h"
 #include "fabric/bootstrap.h"
 #include "fabric/ep_group.h"
 #include "fabric/ep_workload.h"
 #include "fabric/transport.h"
-#include "common/percentile.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
@@ -94,7 +94,9 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
     if (b.rank() == 0) {
       const auto t0 = bench_clock::now();
       for (size_t i = 0; i < count; ++i)
-        if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1], i * message, 1, deadline); !st)
+        if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1],
+                                  i * message, 1, deadline);
+            !st)
           return st.err();
       while (seen < 1) {  // the acknowledgement
         imms.clear();
@@ -116,7 +118,8 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
         seen += imms.size();
         if (now_ns() > deadline) return error{errc::timeout, "raw RMA: writes missing"};
       }
-      if (auto st = (*t)->write(0, *reg, buf.data(), 64, regions[0], total, 2, deadline); !st) return st.err();
+      if (auto st = (*t)->write(0, *reg, buf.data(), 64, regions[0], total, 2, deadline); !st)
+        return st.err();
       while ((*t)->outstanding() > 0) {
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
@@ -273,14 +276,16 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
 // One process start: every rank runs every mode; rank 0 writes the records to `out_path`.
 int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_path) {
   auto fail = [&](const std::string& what, const error& e) {
-    std::fprintf(stderr, "moerl bench ep: rank %d: %s: %s\n", b.rank(), what.c_str(), e.to_string().c_str());
+    std::fprintf(stderr, "moerl bench ep: rank %d: %s: %s\n", b.rank(), what.c_str(),
+                 e.to_string().c_str());
     return 1;
   };
   const workload_params p = workload_of(o);
   std::vector<rank_inputs> all;
   for (int r = 0; r < o.ranks; ++r) all.push_back(make_rank_inputs(p, r));
   nlohmann::json start;
-  auto raw = raw_rma_gbps(b, o, o.chunk_bytes, std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20));
+  auto raw =
+      raw_rma_gbps(b, o, o.chunk_bytes, std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20));
   if (!raw) return fail("raw RMA", raw.err());
   const size_t row = static_cast<size_t>(p.hidden) * 2;
   auto raw_row = raw_rma_gbps(b, o, row, row * 4096);
@@ -307,7 +312,10 @@ nlohmann::json percentiles(std::vector<double> v) {
   if (v.empty()) return {{"p50", nullptr}, {"p99", nullptr}};
   std::sort(v.begin(), v.end());
   auto at = [&](double q) { return nearest_rank_percentile(v, q * 100); };
-  return {{"p50", at(0.50)}, {"p99", at(0.99)}, {"min", v.front()}, {"max", v.back()},
+  return {{"p50", at(0.50)},
+          {"p99", at(0.99)},
+          {"min", v.front()},
+          {"max", v.back()},
           {"samples", v.size()}};
 }
 
@@ -331,7 +339,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   if (o.routing != "zipf" && o.routing != "uniform")
     throw std::runtime_error("--routing must be zipf or uniform");
   for (const auto& m : o.modes)
-    if (!parse_ep_mode(m)) throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
+    if (!parse_ep_mode(m))
+      throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
   const workload_params p = workload_of(o);
 
   const std::vector<double> load_before = load_average();
@@ -341,8 +350,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     const int fd = ::mkstemp(path);
     if (fd < 0) throw std::runtime_error("mkstemp failed");
     ::close(fd);
-    auto report = launch_processes(o.ranks, [&](bootstrap& b) { return run_start(b, o, path); },
-                                   o.op_timeout_ms * 20);
+    auto report = launch_processes(
+        o.ranks, [&](bootstrap& b) { return run_start(b, o, path); }, o.op_timeout_ms * 20);
     std::ifstream f(path);
     std::stringstream text;
     text << f.rdbuf();
@@ -351,7 +360,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     if (!report->all_ok()) {
       std::string codes;
       for (int c : report->exit_codes) codes += std::to_string(c) + " ";
-      throw std::runtime_error("a rank failed on process start " + std::to_string(s) + " (exit codes " + codes + ")");
+      throw std::runtime_error("a rank failed on process start " + std::to_string(s) +
+                               " (exit codes " + codes + ")");
     }
     starts.push_back(nlohmann::json::parse(text.str()));
   }
@@ -366,12 +376,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["benchmark"] = "ep";
   out["provider"] = o.provider;
   out["ranks"] = o.ranks;
-  out["shape"] = {{"name", o.shape},
-                  {"tokens_per_rank", p.tokens_per_rank},
-                  {"hidden", p.hidden},
-                  {"topk", p.topk},
-                  {"experts", p.num_experts},
-                  {"dtype", "bf16"}};
+  out["shape"] = {{"name", o.shape},          {"tokens_per_rank", p.tokens_per_rank},
+                  {"hidden", p.hidden},       {"topk", p.topk},
+                  {"experts", p.num_experts}, {"dtype", "bf16"}};
   if (p.hidden != 7168) out["shape"]["note"] = "hidden reduced from 7168 by --hidden";
   out["routing"] = o.routing;
   out["reorder_shim"] = o.reorder;
@@ -393,9 +400,12 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["raw_rma_message_bytes"] = o.chunk_bytes;
   out["raw_rma_row_gbps"] = median(raw_row);
   out["raw_rma_row_message_bytes"] = p.hidden * 2;
-  out["raw_rma_definition"] = "rank 0 -> rank 1 RMA writes with CQ data, one direction, best of 3 per start, median over starts";
+  out["raw_rma_definition"] =
+      "rank 0 -> rank 1 RMA writes with CQ data, one direction, best of 3 per start, median over "
+      "starts";
   out["memcpy_gbps"] = median(mem);
-  out["memcpy_definition"] = "single-thread memcpy of 256 MiB, bytes copied per second, best of 3, median over starts";
+  out["memcpy_definition"] =
+      "single-thread memcpy of 256 MiB, bytes copied per second, best of 3, median over starts";
 
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::vector<double> d, c, t;
@@ -435,7 +445,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     const double dp50 = mj["dispatch_us"]["p50"].get<double>();
     auto gbps = [&](uint64_t bytes) { return static_cast<double>(bytes) / o.ranks / (dp50 * 1e3); };
     mj["dispatch_gbps"] = gbps(wb.logical);
-    mj["dispatch_gbps_numerator"] = "logical_bytes / ranks (hidden bytes per (token, destination rank))";
+    mj["dispatch_gbps_numerator"] =
+        "logical_bytes / ranks (hidden bytes per (token, destination rank))";
     mj["dispatch_selection_gbps"] = gbps(wb.selection);
     mj["dispatch_wire_gbps"] = gbps(dwire);
     const double tp50 = mj["total_us"]["p50"].get<double>();

@@ -18,18 +18,18 @@ class App;
 namespace moerl::bench {
 
 struct ep_bench_options {
-  std::string provider = "shm";        // shm | tcp
+  std::string provider = "shm";  // shm | tcp
   int ranks = 4;
   std::vector<std::string> modes = {"normal", "ll", "baseline"};
-  std::string shape = "decode";        // decode | prefill
-  std::string routing = "zipf";        // zipf | uniform
-  bool reorder = false;                // route writes through the reorder shim
-  int starts = 5;                      // process starts (each: fresh ranks, fresh groups)
-  int iterations = 0;                  // timed iterations per start and mode; 0: 20 decode, 4 prefill
-  int warmup = 2;                      // untimed iterations first
+  std::string shape = "decode";  // decode | prefill
+  std::string routing = "zipf";  // zipf | uniform
+  bool reorder = false;          // route writes through the reorder shim
+  int starts = 5;                // process starts (each: fresh ranks, fresh groups)
+  int iterations = 0;            // timed iterations per start and mode; 0: 20 decode, 4 prefill
+  int warmup = 2;                // untimed iterations first
   int64_t hidden = 7168;
   size_t chunk_bytes = 1 << 20;
-  int64_t ll_entries_per_write = 1;    // 1: one write per (token, expert), as DeepEP LL
+  int64_t ll_entries_per_write = 1;  // 1: one write per (token, expert), as DeepEP LL
   int64_t op_timeout_ms = 60000;
 };
 

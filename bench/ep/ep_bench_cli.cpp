@@ -23,26 +23,33 @@ void print_table(const nlohmann::json& r) {
 }  // namespace
 
 void add_ep_bench_command(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("ep", "EP dispatch/combine (normal, ll, baseline) over libfabric");
+  auto* cmd =
+      bench.add_subcommand("ep", "EP dispatch/combine (normal, ll, baseline) over libfabric");
   static ep_bench_options opt;
   static bool as_json = false;
   static std::string modes = "normal,ll,baseline";
   cmd->add_option("--provider", opt.provider, "libfabric provider: shm | tcp");
-  cmd->add_option("--ranks", opt.ranks, "ranks (processes) to launch; must divide 256")->check(CLI::Range(2, 256));
+  cmd->add_option("--ranks", opt.ranks, "ranks (processes) to launch; must divide 256")
+      ->check(CLI::Range(2, 256));
   cmd->add_option("--mode", modes, "comma-separated modes: normal, ll, baseline");
   cmd->add_option("--shape", opt.shape, "decode (128 tokens/rank) | prefill (4096 tokens/rank)");
   cmd->add_option("--routing", opt.routing, "zipf | uniform expert popularity");
   cmd->add_flag("--reorder", opt.reorder, "route writes through the reorder/delay/split shim");
-  cmd->add_option("--starts", opt.starts, "process starts (>= 5 for a result)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--iterations", opt.iterations, "timed iterations per start and mode (0: 20 decode, 4 prefill)")
+  cmd->add_option("--starts", opt.starts, "process starts (>= 5 for a result)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--iterations", opt.iterations,
+                  "timed iterations per start and mode (0: 20 decode, 4 prefill)")
       ->check(CLI::Range(0, 100000));
-  cmd->add_option("--warmup", opt.warmup, "untimed iterations per start and mode")->check(CLI::Range(0, 1000));
-  cmd->add_option("--hidden", opt.hidden, "hidden size (7168; smaller only if memory forbids, stated in the output)")
+  cmd->add_option("--warmup", opt.warmup, "untimed iterations per start and mode")
+      ->check(CLI::Range(0, 1000));
+  cmd->add_option("--hidden", opt.hidden,
+                  "hidden size (7168; smaller only if memory forbids, stated in the output)")
       ->check(CLI::Range(int64_t(3), int64_t(1) << 20));
   cmd->add_option("--chunk-bytes", opt.chunk_bytes, "bulk write size of normal/baseline modes")
       ->check(CLI::Range(size_t(4096), size_t(1) << 30));
-  cmd->add_option("--ll-entries-per-write", opt.ll_entries_per_write,
-                  "low-latency mode: adjacent slots one write may fill (1: one write per (token, expert))")
+  cmd->add_option(
+         "--ll-entries-per-write", opt.ll_entries_per_write,
+         "low-latency mode: adjacent slots one write may fill (1: one write per (token, expert))")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {

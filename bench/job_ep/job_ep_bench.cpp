@@ -32,13 +32,15 @@ nlohmann::json run(const options& opt, const config& cfg) {
   auto rm = policy::make_verifier_reward(*task);
   const float temperature = static_cast<float>(cfg.get_double("policy.temperature"));
   const int G = grpo.group_size, max_new = task->max_completion_length();
-  const int groups_per_step = static_cast<int>(cfg.get_int("actors.units_per_iteration") * cfg.get_int("actors.groups_per_unit"));
+  const int groups_per_step = static_cast<int>(cfg.get_int("actors.units_per_iteration") *
+                                               cfg.get_int("actors.groups_per_unit"));
 
   // A batch of one iteration, from the initial single-rank policy.
   auto local = policy::make_local_expert_exchange();
   auto single = need(policy::moe_policy::create(model, *local), "policy");
   std::mt19937_64 rng(1);
-  auto samples = need(policy::rollout(*single, *task, groups_per_step, G, temperature, rng, 0, 0), "rollout");
+  auto samples =
+      need(policy::rollout(*single, *task, groups_per_step, G, temperature, rng, 0, 0), "rollout");
   need(policy::score_samples(*rm, &samples), "reward");
   const auto adv = policy::group_advantages(samples);
   auto prompt = task->generate(rng).tokens;
@@ -55,11 +57,13 @@ nlohmann::json run(const options& opt, const config& cfg) {
       std::vector<float> grads;
       std::vector<std::vector<policy::token_id>> rs(G, prompt);
       auto t0 = bench_clock::now();
-      for (int r = 0; r < opt.reps; ++r) need(single->generate(rs, max_new, temperature, rng), "generate");
+      for (int r = 0; r < opt.reps; ++r)
+        need(single->generate(rs, max_new, temperature, rng), "generate");
       gen_s = seconds_since(t0) / opt.reps;
       t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) {
-        need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads), "gradient");
+        need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads),
+             "gradient");
         need(opt1.step(single->params(), grads), "adam");
       }
       step_s = seconds_since(t0) / opt.reps;
@@ -72,26 +76,38 @@ nlohmann::json run(const options& opt, const config& cfg) {
       need(group->load(weights), "load");
       need(group->generate(prompt, G, max_new, temperature, 1), "warm-up");
       auto t0 = bench_clock::now();
-      for (int r = 0; r < opt.reps; ++r) need(group->generate(prompt, G, max_new, temperature, r), "EP generate");
+      for (int r = 0; r < opt.reps; ++r)
+        need(group->generate(prompt, G, max_new, temperature, r), "EP generate");
       gen_s = seconds_since(t0) / opt.reps;
       group.reset();
-      auto trainer = need(job::ep_trainer::create(cfg, model, grpo, adam, temperature, n, int64_t(samples.size())),
-                          "EP trainer");
+      auto trainer = need(
+          job::ep_trainer::create(cfg, model, grpo, adam, temperature, n, int64_t(samples.size())),
+          "EP trainer");
       need(trainer->load(weights), "load");
       t0 = bench_clock::now();
       for (int r = 0; r < opt.reps; ++r) need(trainer->step(samples, adv), "EP step");
       step_s = seconds_since(t0) / opt.reps;
     }
-    rows.push_back({{"ranks", n}, {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
-                    {"generate_group_s", gen_s}, {"rows_per_group", G}, {"max_new_tokens", max_new},
-                    {"train_step_s", step_s}, {"samples_per_step", samples.size()}});
+    rows.push_back({{"ranks", n},
+                    {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
+                    {"generate_group_s", gen_s},
+                    {"rows_per_group", G},
+                    {"max_new_tokens", max_new},
+                    {"train_step_s", step_s},
+                    {"samples_per_step", samples.size()}});
   }
   return {{"benchmark", "job-ep"},
-          {"what", "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank threads"},
+          {"what",
+           "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank "
+           "threads"},
           {"fabric_provider", cfg.get_string("fabric.provider")},
           {"reps", opt.reps},
-          {"policy", {{"d_model", model.d_model}, {"num_layers", model.num_layers}, {"num_experts", model.num_experts},
-                      {"top_k", model.top_k}, {"ffn_dim", model.ffn_dim}}},
+          {"policy",
+           {{"d_model", model.d_model},
+            {"num_layers", model.num_layers},
+            {"num_experts", model.num_experts},
+            {"top_k", model.top_k},
+            {"ffn_dim", model.ffn_dim}}},
           {"results", rows},
           {"provenance", collect_provenance()}};
 }
@@ -102,10 +118,13 @@ void add_job_ep_bench_command(CLI::App& bench) {
   static options opt;
   static std::string config_file;
   static std::vector<std::string> overrides;
-  auto* cmd = bench.add_subcommand("job-ep", "GRPO job: group generation and trainer step, single-rank vs expert-parallel ranks");
+  auto* cmd = bench.add_subcommand(
+      "job-ep",
+      "GRPO job: group generation and trainer step, single-rank vs expert-parallel ranks");
   cmd->add_option("--config", config_file, "YAML config file");
   cmd->add_option("--set", overrides, "override key=value (repeatable)");
-  cmd->add_option("--ranks", opt.ranks, "EP rank counts to measure (each divides policy.num_experts)");
+  cmd->add_option("--ranks", opt.ranks,
+                  "EP rank counts to measure (each divides policy.num_experts)");
   cmd->add_option("--reps", opt.reps, "timed repetitions per phase");
   cmd->callback([] {
     auto cfg = config::load(config_file, overrides);

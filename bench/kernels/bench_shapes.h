@@ -11,16 +11,16 @@
 namespace moerl::bench {
 
 struct bench_shape {
-  std::string name;         // "prefill" or "decode"
+  std::string name;  // "prefill" or "decode"
   int64_t num_tokens = 0;
   int64_t hidden = 0;
   int num_experts = 0;
   int topk = 0;
-  int num_groups = 1;       // DeepSeek-V3: 8 groups, tokens keep the best 4
+  int num_groups = 1;  // DeepSeek-V3: 8 groups, tokens keep the best 4
   int topk_groups = 1;
-  int layout_ranks = 1;     // EP ranks for the dispatch layout
-  int ffn_ranks = 1;        // EP ranks splitting the experts for the grouped FFN (one rank timed)
-  int64_t ffn_dim = 0;      // expert intermediate size
+  int layout_ranks = 1;  // EP ranks for the dispatch layout
+  int ffn_ranks = 1;     // EP ranks splitting the experts for the grouped FFN (one rank timed)
+  int64_t ffn_dim = 0;   // expert intermediate size
 
   kernels::routing_params routing() const {
     kernels::routing_params p;
@@ -35,9 +35,14 @@ struct bench_shape {
   }
 
   nlohmann::json to_json() const {
-    return {{"shape", name}, {"num_tokens", num_tokens}, {"hidden", hidden},
-            {"num_experts", num_experts}, {"topk", topk}, {"num_groups", num_groups},
-            {"topk_groups", topk_groups}, {"layout_ranks", layout_ranks}};
+    return {{"shape", name},
+            {"num_tokens", num_tokens},
+            {"hidden", hidden},
+            {"num_experts", num_experts},
+            {"topk", topk},
+            {"num_groups", num_groups},
+            {"topk_groups", topk_groups},
+            {"layout_ranks", layout_ranks}};
   }
 };
 

@@ -6,9 +6,9 @@ namespace moerl::bench {
 
 namespace {
 void sgemm_columns(const sgemm_problem& p, int64_t c0, int64_t c1) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(p.m), static_cast<int>(c1 - c0),
-              static_cast<int>(p.k), 1.0f, p.a, static_cast<int>(p.k), p.b + c0, static_cast<int>(p.n), 0.0f,
-              p.c + c0, static_cast<int>(p.n));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(p.m),
+              static_cast<int>(c1 - c0), static_cast<int>(p.k), 1.0f, p.a, static_cast<int>(p.k),
+              p.b + c0, static_cast<int>(p.n), 0.0f, p.c + c0, static_cast<int>(p.n));
 }
 }  // namespace
 

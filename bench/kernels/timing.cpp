@@ -9,7 +9,6 @@
 
 namespace moerl::bench {
 
-
 timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> us;
@@ -22,7 +21,8 @@ timing time_runs(int warmup, int runs, const std::function<void()>& fn) {
   return summarize(std::move(us));
 }
 
-std::vector<timing> time_interleaved(int warmup, int runs, const std::vector<std::function<void()>>& fns) {
+std::vector<timing> time_interleaved(int warmup, int runs,
+                                     const std::vector<std::function<void()>>& fns) {
   for (int i = 0; i < warmup; ++i)
     for (const auto& fn : fns) fn();
   std::vector<std::vector<double>> us(fns.size());
@@ -50,8 +50,8 @@ timing summarize(std::vector<double> us) {
   return t;
 }
 
-nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape,
-                            const timing& t, double bytes, double flops) {
+nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape, const timing& t,
+                            double bytes, double flops) {
   nlohmann::json j;
   j["name"] = name;
   j["shape"] = shape;
@@ -62,7 +62,8 @@ nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape
   j["max_us"] = t.max_us;
   j["bytes"] = bytes;
   j["gbps"] = t.p50_us > 0 ? bytes / (t.p50_us * 1e3) : 0.0;
-  j["gflops"] = flops > 0 && t.p50_us > 0 ? nlohmann::json(flops / (t.p50_us * 1e3)) : nlohmann::json(nullptr);
+  j["gflops"] = flops > 0 && t.p50_us > 0 ? nlohmann::json(flops / (t.p50_us * 1e3))
+                                          : nlohmann::json(nullptr);
   return j;
 }
 

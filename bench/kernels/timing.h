@@ -28,12 +28,13 @@ timing time_runs(int warmup, int runs, const std::function<void()>& fn);
 // rounds untimed, then runs timed rounds; entry i summarises fns[i]. Operations that are
 // compared with each other (a kernel and its reference) see the same background load this
 // way, where timing one after the other would credit a load change to one of them.
-std::vector<timing> time_interleaved(int warmup, int runs, const std::vector<std::function<void()>>& fns);
+std::vector<timing> time_interleaved(int warmup, int runs,
+                                     const std::vector<std::function<void()>>& fns);
 
 // One entry of the benchmark's "results" list. bytes: bytes read plus bytes written by one
 // call; flops: floating-point operations of one call (0 for data movement), so gbps and
 // gflops are computed at the median time.
-nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape,
-                            const timing& t, double bytes, double flops);
+nlohmann::json result_entry(const std::string& name, const nlohmann::json& shape, const timing& t,
+                            double bytes, double flops);
 
 }  // namespace moerl::bench

@@ -1,18 +1,18 @@
 #include "bench/ledger/ledger_bench.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
-#include <mutex>
-#include <thread>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
-#include <unistd.h>
+#include <thread>
 
 #include "bench/support.h"
+#include "common/percentile.h"
 #include "ledger/sample_plane.h"
 #include "ledger/work_ledger.h"
-#include "common/percentile.h"
 #include "provenance/provenance.h"
 #include "store/local_store.h"
 
@@ -24,7 +24,9 @@ using namespace moerl::ledger;
 using clk = bench_clock;
 namespace fs = std::filesystem;
 
-double percentile(std::vector<double> v, double fraction) { return percentile_of(std::move(v), fraction * 100); }
+double percentile(std::vector<double> v, double fraction) {
+  return percentile_of(std::move(v), fraction * 100);
+}
 
 nlohmann::json spread(const std::vector<double>& v) {
   double mn = *std::min_element(v.begin(), v.end());
@@ -42,12 +44,14 @@ double cycle(work_ledger& l, const std::string& worker) {
   double us = us_since(t0);
   (void)need(l.report(ls.unit, ls.attempt, worker, ls.num_samples()), "report");
   (void)need(l.record_ack({ls.unit, ls.attempt, ls.shard, ls.groups, {}}), "ack");
-  for (auto g : ls.groups) need(l.record_consumed({ls.unit, ls.attempt, g, kGroupSize}), "consumed");
+  for (auto g : ls.groups)
+    need(l.record_consumed({ls.unit, ls.attempt, g, kGroupSize}), "consumed");
   (void)l.take_events();
   return us;
 }
 
-std::unique_ptr<work_ledger> fresh_ledger(const ledger::clock& c, store::object_store* st, int units) {
+std::unique_ptr<work_ledger> fresh_ledger(const ledger::clock& c, store::object_store* st,
+                                          int units) {
   ledger_options o;
   o.group_size = kGroupSize;
   o.max_groups_per_unit = kGroupsPerUnit;
@@ -75,7 +79,9 @@ nlohmann::json bench_in_memory(const ledger_bench_options& opt) {
     p99.push_back(percentile(lat, 0.99));
     need(l->check_invariant(), "invariant");
   }
-  return {{"units", opt.units}, {"units_per_s", spread(rates)}, {"acquire_p50_us", spread(p50)},
+  return {{"units", opt.units},
+          {"units_per_s", spread(rates)},
+          {"acquire_p50_us", spread(p50)},
           {"acquire_p99_us", spread(p99)},
           {"note", "one unit cycle = acquire + report + ack + 2 consumed, each a journal record"}};
 }
@@ -112,9 +118,12 @@ nlohmann::json bench_journaled(const ledger_bench_options& opt, const fs::path& 
     need(back->check_invariant(), "invariant after recovery");
   }
   fs::remove_all(dir);
-  return {{"units", opt.journaled_units},   {"fsync", fsync},
-          {"units_per_s", spread(rates)},   {"sync_p50_us", spread(sync_p50)},
-          {"sync_p99_us", spread(sync_p99)}, {"recovery_s", spread(recover_s)},
+  return {{"units", opt.journaled_units},
+          {"fsync", fsync},
+          {"units_per_s", spread(rates)},
+          {"sync_p50_us", spread(sync_p50)},
+          {"sync_p99_us", spread(sync_p99)},
+          {"recovery_s", spread(recover_s)},
           {"recovery_records_replayed", records},
           {"note", "sync() after every unit cycle (one journal segment per unit)"}};
 }
@@ -138,8 +147,12 @@ nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
     // The ledger's side is played by the shard thread: every unit's lease is known up
     // front, and each ack is committed at once.
     for (int u = 0; u < num_units; ++u)
-      svc->shard().apply({ledger_event::kind::attempt_opened, "s0", uint64_t(u + 1), 1,
-                          {uint64_t(2 * u), uint64_t(2 * u + 1)}, kGroupSize});
+      svc->shard().apply({ledger_event::kind::attempt_opened,
+                          "s0",
+                          uint64_t(u + 1),
+                          1,
+                          {uint64_t(2 * u), uint64_t(2 * u + 1)},
+                          kGroupSize});
     messages::sample proto;
     proto.prompt_tokens.assign(64, 7);
     proto.tokens.assign(256, 11);
@@ -163,14 +176,17 @@ nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
       if (auto d = (*prod)->declare_backlog(uint32_t(total)); !d) return fail(d.err().to_string());
       messages::sample s = proto;
       for (int i = 0; i < total && !failed;) {
-        if (auto p = (*prod)->poll((*prod)->credits() ? 0 : 5); !p) return fail(p.err().to_string());
+        if (auto p = (*prod)->poll((*prod)->credits() ? 0 : 5); !p)
+          return fail(p.err().to_string());
         while (i < total && (*prod)->credits() > 0) {
           s.work_unit = uint64_t(i / per_unit + 1);
           s.attempt = 1;
           s.seq = uint32_t(i % per_unit);
           s.group_id = uint64_t(2 * (i / per_unit) + s.seq / kGroupSize);
           s.index_in_group = s.seq % kGroupSize;
-          if (auto st = (*prod)->try_send(s); !st) return fail("producer (sent " + std::to_string((*prod)->num_sent()) + ", credits " + std::to_string((*prod)->credits()) + "): " + st.err().to_string());
+          if (auto st = (*prod)->try_send(s); !st)
+            return fail("producer (sent " + std::to_string((*prod)->num_sent()) + ", credits " +
+                        std::to_string((*prod)->credits()) + "): " + st.err().to_string());
           ++i;
         }
       }
@@ -231,20 +247,21 @@ nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
           {"peak_resident_samples", peak},
           {"samples_per_s", spread(rates)},
           {"mb_per_s", spread(mbps)},
-          {"transport", "tcp://127.0.0.1; producer, shard and trainer on three threads; "
-                        "trainer asks for 64 groups at a time"}};
+          {"transport",
+           "tcp://127.0.0.1; producer, shard and trainer on three threads; "
+           "trainer asks for 64 groups at a time"}};
 }
 
 }  // namespace
 
 nlohmann::json run_ledger_bench(const ledger_bench_options& opt) {
-  fs::path dir = opt.scratch.empty()
-                     ? fs::temp_directory_path() / ("moerl-ledger-bench-" + std::to_string(::getpid()))
-                     : fs::path(opt.scratch);
+  fs::path dir = opt.scratch.empty() ? fs::temp_directory_path() /
+                                           ("moerl-ledger-bench-" + std::to_string(::getpid()))
+                                     : fs::path(opt.scratch);
   nlohmann::json out;
   out["benchmark"] = "ledger";
-  out["config"] = {{"units", opt.units},     {"journaled_units", opt.journaled_units},
-                   {"samples", opt.samples}, {"runs", opt.runs},
+  out["config"] = {{"units", opt.units},       {"journaled_units", opt.journaled_units},
+                   {"samples", opt.samples},   {"runs", opt.runs},
                    {"group_size", kGroupSize}, {"groups_per_unit", kGroupsPerUnit}};
   out["lease_cycle_in_memory"] = bench_in_memory(opt);
   out["lease_cycle_journaled_nofsync"] = bench_journaled(opt, dir, false);

@@ -1,5 +1,5 @@
-// Standalone `moerl_bench_ledger_main ledger [--json] ...`: the same benchmark as `moerl bench ledger`,
-// without linking every other component into the binary.
+// Standalone `moerl_bench_ledger_main ledger [--json] ...`: the same benchmark as `moerl bench
+// ledger`, without linking every other component into the binary.
 #include <CLI/CLI.hpp>
 
 #include "bench/ledger/ledger_bench.h"

@@ -10,10 +10,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "policy/dense_ops.h"
-#include "policy/trainer.h"
 #include "bench/support.h"
 #include "common/percentile.h"
+#include "policy/dense_ops.h"
+#include "policy/trainer.h"
 #include "provenance/provenance.h"
 
 namespace moerl::bench {
@@ -50,8 +50,7 @@ nlohmann::json summarize(std::vector<double> ms, double tokens, const std::vecto
 
 nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& cfg) {
   using namespace moerl::policy;
-  if (opt.reps < 1 || opt.warmup < 0)
-    throw std::runtime_error("reps must be >= 1 and warmup >= 0");
+  if (opt.reps < 1 || opt.warmup < 0) throw std::runtime_error("reps must be >= 1 and warmup >= 0");
   set_blas_threads(1);  // as `moerl learn` runs: see dense_ops.h
   auto t = need(make_task(cfg), "task");
   auto rm = need(make_reward(cfg, *t), "reward");
@@ -68,9 +67,9 @@ nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& c
     const bool timed = rep >= opt.warmup;
     double c0 = cpu_ms();
     auto t0 = bench_clock::now();
-    auto samples = need(rollout(*pol, *t, tc.prompts_per_iteration, tc.grpo.group_size,
-                                tc.temperature, rng, 0, 0),
-                        "rollout");
+    auto samples = need(
+        rollout(*pol, *t, tc.prompts_per_iteration, tc.grpo.group_size, tc.temperature, rng, 0, 0),
+        "rollout");
     const double g = ms_since(t0), g_cpu = cpu_ms() - c0;
     c0 = cpu_ms();
     t0 = bench_clock::now();
@@ -78,8 +77,8 @@ nlohmann::json run_policy_bench(const policy_bench_options& opt, const config& c
     const double r = ms_since(t0), r_cpu = cpu_ms() - c0;
     c0 = cpu_ms();
     t0 = bench_clock::now();
-    auto us = need(grpo_gradient(*pol, samples, group_advantages(samples), tc.grpo,
-                                 tc.temperature, nullptr, &grads),
+    auto us = need(grpo_gradient(*pol, samples, group_advantages(samples), tc.grpo, tc.temperature,
+                                 nullptr, &grads),
                    "grpo gradient");
     need(opt_state.step(pol->params(), grads), "adam");
     const double tr = ms_since(t0), tr_cpu = cpu_ms() - c0;

@@ -9,10 +9,10 @@
 #include <stdexcept>
 
 #include "bench/support.h"
+#include "common/percentile.h"
 #include "provenance/provenance.h"
 #include "store/checkpoint.h"
 #include "store/object_store.h"
-#include "common/percentile.h"
 #include "store/store_info.h"
 
 namespace moerl::bench {
@@ -93,7 +93,8 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
     auto listed = s.list(base);
     const double list_ms = ms_since(t0);
     if (!listed || static_cast<int>(listed->size()) != opt.reps)
-      throw std::runtime_error("list " + base + " did not return the " + std::to_string(opt.reps) + " objects");
+      throw std::runtime_error("list " + base + " did not return the " + std::to_string(opt.reps) +
+                               " objects");
     for (int i = 0; i < opt.reps; ++i) {
       const auto r0 = bench_clock::now();
       need(s.remove(base + std::to_string(i)), "remove");
@@ -110,7 +111,8 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
     const int64_t per_part = opt.checkpoint_bytes / opt.checkpoint_parts;
     std::vector<store::checkpoint_part> parts;
     for (int p = 0; p < opt.checkpoint_parts; ++p)
-      parts.push_back({"experts/" + std::to_string(p) + ".bin", payload(per_part, 1000 + static_cast<uint64_t>(p))});
+      parts.push_back({"experts/" + std::to_string(p) + ".bin",
+                       payload(per_part, 1000 + static_cast<uint64_t>(p))});
     std::vector<double> write_ms, find_ms, read_ms;
     for (int rep = 0; rep < opt.checkpoint_reps; ++rep) {
       auto t0 = bench_clock::now();
@@ -132,7 +134,8 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
     results.push_back(summarize("checkpoint_find_latest", total, find_ms));
     results.push_back(summarize("checkpoint_read", total, read_ms));
     for (int rep = 0; rep < opt.checkpoint_reps; ++rep)
-      need(store::remove_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep)), "remove_checkpoint");
+      need(store::remove_checkpoint(s, ckpt_prefix, static_cast<uint64_t>(rep)),
+           "remove_checkpoint");
   }
 
   nlohmann::json config_used = nlohmann::json::object();
@@ -141,10 +144,14 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
   nlohmann::json report = {
       {"benchmark", "store"},
       {"durable_plane", store::durable_plane_info(s)},
-      {"options", {{"url", scratch.empty() ? url : "(temporary directory)"},
-                   {"sizes", opt.sizes}, {"reps", opt.reps}, {"warmup", opt.warmup},
-                   {"checkpoint_bytes", opt.checkpoint_bytes}, {"checkpoint_parts", opt.checkpoint_parts},
-                   {"checkpoint_reps", opt.checkpoint_reps}}},
+      {"options",
+       {{"url", scratch.empty() ? url : "(temporary directory)"},
+        {"sizes", opt.sizes},
+        {"reps", opt.reps},
+        {"warmup", opt.warmup},
+        {"checkpoint_bytes", opt.checkpoint_bytes},
+        {"checkpoint_parts", opt.checkpoint_parts},
+        {"checkpoint_reps", opt.checkpoint_reps}}},
       {"config", config_used},
       {"results", results},
       {"provenance", collect_provenance()},

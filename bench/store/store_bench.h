@@ -23,8 +23,8 @@ struct store_bench_options {
   // Empty: store.url when the config sets it, else a fresh temporary directory (removed).
   std::string url;
   std::vector<int64_t> sizes = {4096, 1 << 20, 16 << 20};  // bytes per object
-  int reps = 10;    // timed objects per size
-  int warmup = 1;   // untimed put/get pairs per size first
+  int reps = 10;                                           // timed objects per size
+  int warmup = 1;                                          // untimed put/get pairs per size first
   // A checkpoint of this many bytes in checkpoint_parts parts is written, found by
   // latest_committed (which re-reads and hashes every part) and read back, checkpoint_reps
   // times; 0 bytes skips it.

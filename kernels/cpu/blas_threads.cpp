@@ -8,8 +8,8 @@ namespace moerl::kernels::detail {
 
 namespace {
 std::mutex g_mutex;
-int g_holders = 0;      // live blas_single_thread objects
-int g_saved = 1;        // OpenBLAS's thread count before the first of them
+int g_holders = 0;  // live blas_single_thread objects
+int g_saved = 1;    // OpenBLAS's thread count before the first of them
 }  // namespace
 
 blas_single_thread::blas_single_thread() {

@@ -13,34 +13,36 @@ using detail::check_row_shape;
 namespace {
 
 template <class T>
-status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot,
-                   const float* w, int64_t num_tokens, int topk, int64_t hidden,
-                   int64_t num_rows, T* out) {
+status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot, const float* w,
+                   int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* out) {
   const char* fn = "combine_forward";
   if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
   // One token per iteration, k ascending: the documented fixed accumulation order.
-  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    std::vector<const T*> rows(topk);
-    std::vector<float> weights(topk);
-    for (int64_t t = b; t < e; ++t) {
-      int n = 0;
-      for (int k = 0; k < topk; ++k) {
-        const int64_t s = slot[t * topk + k];
-        if (s < 0) continue;
-        rows[n] = expert_out + s * hidden;
-        weights[n++] = w[t * topk + k];
-      }
-      detail::reduce_rows<true>(rows.data(), weights.data(), n, hidden, out + t * hidden);
-    }
-  }, detail::row_ops_min_rows(hidden) / topk + 1);
+  pool.parallel_for(
+      num_tokens,
+      [&](int64_t b, int64_t e) {
+        std::vector<const T*> rows(topk);
+        std::vector<float> weights(topk);
+        for (int64_t t = b; t < e; ++t) {
+          int n = 0;
+          for (int k = 0; k < topk; ++k) {
+            const int64_t s = slot[t * topk + k];
+            if (s < 0) continue;
+            rows[n] = expert_out + s * hidden;
+            weights[n++] = w[t * topk + k];
+          }
+          detail::reduce_rows<true>(rows.data(), weights.data(), n, hidden, out + t * hidden);
+        }
+      },
+      detail::row_ops_min_rows(hidden) / topk + 1);
   return ok_status();
 }
 
 template <class T>
-status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out,
-                   const int64_t* slot, const float* w, int64_t num_tokens, int topk,
-                   int64_t hidden, int64_t num_rows, T* grad_expert_out, float* grad_w) {
+status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out, const int64_t* slot,
+                   const float* w, int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                   T* grad_expert_out, float* grad_w) {
   const char* fn = "combine_backward";
   if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   std::vector<int64_t> row_entry;
@@ -49,41 +51,45 @@ status combine_bwd(thread_pool& pool, const T* grad_out, const T* expert_out,
   // One pass per token: its gradient row is read once while still in cache for both the
   // weight gradients (dot products) and its top-k rows of grad_expert_out. Slots are unique
   // (checked above), so tokens write disjoint rows.
-  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const T* g = grad_out + t * hidden;
-      for (int k = 0; k < topk; ++k) {
-        const int64_t i = t * topk + k, s = slot[i];
-        if (s < 0) {
-          grad_w[i] = 0.0f;
-          continue;
+  pool.parallel_for(
+      num_tokens,
+      [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const T* g = grad_out + t * hidden;
+          for (int k = 0; k < topk; ++k) {
+            const int64_t i = t * topk + k, s = slot[i];
+            if (s < 0) {
+              grad_w[i] = 0.0f;
+              continue;
+            }
+            grad_w[i] = detail::dot_row(g, expert_out + s * hidden, hidden);
+            detail::scale_row(grad_expert_out + s * hidden, w[i], g, hidden);
+          }
         }
-        grad_w[i] = detail::dot_row(g, expert_out + s * hidden, hidden);
-        detail::scale_row(grad_expert_out + s * hidden, w[i], g, hidden);
-      }
-    }
-  }, detail::row_ops_min_rows(hidden) / topk + 1);
+      },
+      detail::row_ops_min_rows(hidden) / topk + 1);
   // Padding rows (expert alignment) receive no gradient.
-  pool.parallel_for(num_rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r)
-      if (row_entry[r] < 0) detail::zero_row(grad_expert_out + r * hidden, hidden);
-  }, 1024);
+  pool.parallel_for(
+      num_rows,
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+          if (row_entry[r] < 0) detail::zero_row(grad_expert_out + r * hidden, hidden);
+      },
+      1024);
   return ok_status();
 }
 
 }  // namespace
 
-status combine_forward(thread_pool& pool, const float* expert_out,
-                       const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       float* out) {
+status combine_forward(thread_pool& pool, const float* expert_out, const int64_t* token_expert_slot,
+                       const float* topk_weights, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows, float* out) {
   return combine_fwd(pool, expert_out, token_expert_slot, topk_weights, num_tokens, topk, hidden,
                      num_rows, out);
 }
-status combine_forward(thread_pool& pool, const bf16* expert_out,
-                       const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       bf16* out) {
+status combine_forward(thread_pool& pool, const bf16* expert_out, const int64_t* token_expert_slot,
+                       const float* topk_weights, int64_t num_tokens, int topk, int64_t hidden,
+                       int64_t num_rows, bf16* out) {
   return combine_fwd(pool, expert_out, token_expert_slot, topk_weights, num_tokens, topk, hidden,
                      num_rows, out);
 }
@@ -91,15 +97,15 @@ status combine_backward(thread_pool& pool, const float* grad_out, const float* e
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                         float* grad_expert_out, float* grad_topk_weights) {
-  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens,
-                     topk, hidden, num_rows, grad_expert_out, grad_topk_weights);
+  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens, topk,
+                     hidden, num_rows, grad_expert_out, grad_topk_weights);
 }
 status combine_backward(thread_pool& pool, const bf16* grad_out, const bf16* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
                         bf16* grad_expert_out, float* grad_topk_weights) {
-  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens,
-                     topk, hidden, num_rows, grad_expert_out, grad_topk_weights);
+  return combine_bwd(pool, grad_out, expert_out, token_expert_slot, topk_weights, num_tokens, topk,
+                     hidden, num_rows, grad_expert_out, grad_topk_weights);
 }
 
 }  // namespace moerl::kernels

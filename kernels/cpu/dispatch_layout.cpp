@@ -12,9 +12,9 @@ status get_dispatch_layout(thread_pool& pool, const int64_t* topk_idx,
   const char* fn = "get_dispatch_layout";
   KERNELS_REQUIRE(p.num_tokens >= 0, fn, "num_tokens = ", p.num_tokens, " is negative");
   KERNELS_REQUIRE(p.topk >= 1, fn, "topk = ", p.topk, " must be >= 1");
-  KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0,
-                  fn, "num_experts = ", p.num_experts, " must be a positive multiple of num_ranks = ",
-                  p.num_ranks);
+  KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0, fn,
+                  "num_experts = ", p.num_experts,
+                  " must be a positive multiple of num_ranks = ", p.num_ranks);
   KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment,
                   " must be >= 1");
   KERNELS_REQUIRE(out.num_tokens_per_expert && out.num_tokens_per_rank, fn,
@@ -31,16 +31,19 @@ status get_dispatch_layout(thread_pool& pool, const int64_t* topk_idx,
   const int experts_per_rank = E / R;
 
   // Token-parallel: each token owns its row of is_token_in_rank.
-  pool.parallel_for(T, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      uint8_t* row = out.is_token_in_rank + t * R;
-      std::fill(row, row + R, 0);
-      for (int k = 0; k < K; ++k) {
-        const int64_t x = topk_idx[t * K + k];
-        if (x >= 0) row[x / experts_per_rank] = 1;
-      }
-    }
-  }, 256);
+  pool.parallel_for(
+      T,
+      [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          uint8_t* row = out.is_token_in_rank + t * R;
+          std::fill(row, row + R, 0);
+          for (int k = 0; k < K; ++k) {
+            const int64_t x = topk_idx[t * K + k];
+            if (x >= 0) row[x / experts_per_rank] = 1;
+          }
+        }
+      },
+      256);
 
   // The remaining passes are serial in token order: they are O(T * (topk + ranks)) integer
   // work, and token order is what makes the slot maps deterministic.
@@ -52,7 +55,8 @@ status get_dispatch_layout(thread_pool& pool, const int64_t* topk_idx,
   for (int64_t t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) {
       const bool in = out.is_token_in_rank[t * R + r] != 0;
-      if (out.token_rank_slot) out.token_rank_slot[t * R + r] = in ? out.num_tokens_per_rank[r] : -1;
+      if (out.token_rank_slot)
+        out.token_rank_slot[t * R + r] = in ? out.num_tokens_per_rank[r] : -1;
       out.num_tokens_per_rank[r] += in;
     }
 

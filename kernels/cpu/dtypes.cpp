@@ -90,53 +90,65 @@ float e4m3_to_float(uint8_t bits) {
 
 status bf16_from_float(thread_pool& pool, const float* x, int64_t n, bf16* y) {
   KERNELS_REQUIRE(n >= 0, "bf16_from_float", "n = ", n, " is negative");
-  pool.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = float_to_bf16(x[i]);
-  }, 1 << 14);
+  pool.parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y[i] = float_to_bf16(x[i]);
+      },
+      1 << 14);
   return ok_status();
 }
 
 status bf16_to_float(thread_pool& pool, const bf16* x, int64_t n, float* y) {
   KERNELS_REQUIRE(n >= 0, "bf16_to_float", "n = ", n, " is negative");
-  pool.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = bf16_to_float(x[i]);
-  }, 1 << 14);
+  pool.parallel_for(
+      n,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y[i] = bf16_to_float(x[i]);
+      },
+      1 << 14);
   return ok_status();
 }
 
-status fp8_quantize(thread_pool& pool, const float* x, int64_t num_rows, int64_t hidden,
-                    uint8_t* q, float* scales) {
-  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "fp8_quantize", "bad shape num_rows = ",
-                  num_rows, ", hidden = ", hidden);
+status fp8_quantize(thread_pool& pool, const float* x, int64_t num_rows, int64_t hidden, uint8_t* q,
+                    float* scales) {
+  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "fp8_quantize", "bad shape num_rows = ", num_rows,
+                  ", hidden = ", hidden);
   const int64_t nb = fp8_num_blocks(hidden);
-  pool.parallel_for(num_rows * nb, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t row = i / nb, blk = i % nb;
-      const int64_t lo = blk * fp8_block, hi = std::min(hidden, lo + fp8_block);
-      const float* src = x + row * hidden;
-      const float amax = abs_max(src + lo, hi - lo);
-      // amax / 448 maps the block's largest magnitude onto e4m3's largest finite value.
-      const float scale = amax > 0.0f ? amax / fp8_e4m3_max : 1.0f;
-      scales[i] = scale;
-      encode_e4m3_span(src + lo, scale, hi - lo, q + row * hidden + lo);
-    }
-  }, 64);
+  pool.parallel_for(
+      num_rows * nb,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const int64_t row = i / nb, blk = i % nb;
+          const int64_t lo = blk * fp8_block, hi = std::min(hidden, lo + fp8_block);
+          const float* src = x + row * hidden;
+          const float amax = abs_max(src + lo, hi - lo);
+          // amax / 448 maps the block's largest magnitude onto e4m3's largest finite value.
+          const float scale = amax > 0.0f ? amax / fp8_e4m3_max : 1.0f;
+          scales[i] = scale;
+          encode_e4m3_span(src + lo, scale, hi - lo, q + row * hidden + lo);
+        }
+      },
+      64);
   return ok_status();
 }
 
-status fp8_dequantize(thread_pool& pool, const uint8_t* q, const float* scales,
-                      int64_t num_rows, int64_t hidden, float* x) {
-  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "fp8_dequantize", "bad shape num_rows = ",
-                  num_rows, ", hidden = ", hidden);
+status fp8_dequantize(thread_pool& pool, const uint8_t* q, const float* scales, int64_t num_rows,
+                      int64_t hidden, float* x) {
+  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "fp8_dequantize", "bad shape num_rows = ", num_rows,
+                  ", hidden = ", hidden);
   const int64_t nb = fp8_num_blocks(hidden);
   // All 256 codes decoded once; the loop is then a table lookup and a multiply.
   float table[256];
   for (int c = 0; c < 256; ++c) table[c] = e4m3_to_float(static_cast<uint8_t>(c));
-  pool.parallel_for(num_rows, [&](int64_t b, int64_t e) {
-    for (int64_t row = b; row < e; ++row)
-      for (int64_t j = 0; j < hidden; ++j)
-        x[row * hidden + j] = table[q[row * hidden + j]] * scales[row * nb + j / fp8_block];
-  }, 16);
+  pool.parallel_for(
+      num_rows,
+      [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row)
+          for (int64_t j = 0; j < hidden; ++j)
+            x[row * hidden + j] = table[q[row * hidden + j]] * scales[row * nb + j / fp8_block];
+      },
+      16);
   return ok_status();
 }
 

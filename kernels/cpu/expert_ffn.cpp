@@ -45,8 +45,8 @@ span part_of(int n, int parts, int p) {
 // Row-major C[M, N] = alpha op(A) op(B) + beta C.
 void gemm(bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
           float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
-              1.0f, A, lda, B, ldb, beta, C, ldc);
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Row-major C [m, n] (leading dimension ldc) = A [m, K] * W [n, K]^T for a weight block W
@@ -88,8 +88,8 @@ std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(ne
 
 // out_e [m, N] = in_e [m, K] * w_e^T for every expert e (rows expert_offset[e].. of in and
 // out; w_e is expert e's [N, K] block), each pool part computing its own columns part_of(N).
-void grouped_gemm_by_column_parts(thread_pool& pool, const int64_t* expert_offset, int E, int N, int K,
-                                  const float* in, const float* w, float* out) {
+void grouped_gemm_by_column_parts(thread_pool& pool, const int64_t* expert_offset, int E, int N,
+                                  int K, const float* in, const float* w, float* out) {
   int64_t max_m = 0;
   for (int e = 0; e < E; ++e) max_m = std::max(max_m, expert_offset[e + 1] - expert_offset[e]);
   for_each_part(pool, [&](int p, int parts) {
@@ -101,8 +101,8 @@ void grouped_gemm_by_column_parts(thread_pool& pool, const int64_t* expert_offse
       const int m = static_cast<int>(expert_offset[e + 1] - r0);
       if (m == 0) continue;
       const float* we = w + static_cast<int64_t>(e) * N * K;
-      gemm_rows_by_weights(m, c.size(), K, in + r0 * K, we + static_cast<int64_t>(c.begin) * K, t.get(),
-                           out + r0 * N + c.begin, N);
+      gemm_rows_by_weights(m, c.size(), K, in + r0 * K, we + static_cast<int64_t>(c.begin) * K,
+                           t.get(), out + r0 * N + c.begin, N);
     }
   });
 }
@@ -110,9 +110,8 @@ void grouped_gemm_by_column_parts(thread_pool& pool, const int64_t* expert_offse
 }  // namespace
 
 status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
-                          const int64_t* expert_offset, const float* x,
-                          const float* w_gate_up, const float* w_down, float* gate_up,
-                          float* act, float* out) {
+                          const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                          const float* w_down, float* gate_up, float* act, float* out) {
   if (auto st = check_expert_ffn_shape("expert_ffn_forward", s, expert_offset); !st) return st;
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
@@ -120,14 +119,17 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
   // h_e [m, 2F] = x_e [m, H] * w_gate_up_e^T.
   grouped_gemm_by_column_parts(pool, expert_offset, E, 2 * F, H, x, w_gate_up, gate_up);
   // a = silu(h_gate) * h_up over all experts' rows at once.
-  pool.parallel_for(rows, [&](int64_t b, int64_t end) {
-    for (int64_t r = b; r < end; ++r) {
-      const float* g = gate_up + r * 2 * F;
-      const float* u = g + F;
-      float* ar = act + r * F;
-      for (int j = 0; j < F; ++j) ar[j] = g[j] * sigmoid(g[j]) * u[j];
-    }
-  }, swiglu_min_rows(F));
+  pool.parallel_for(
+      rows,
+      [&](int64_t b, int64_t end) {
+        for (int64_t r = b; r < end; ++r) {
+          const float* g = gate_up + r * 2 * F;
+          const float* u = g + F;
+          float* ar = act + r * F;
+          for (int j = 0; j < F; ++j) ar[j] = g[j] * sigmoid(g[j]) * u[j];
+        }
+      },
+      swiglu_min_rows(F));
   // y_e [m, H] = a_e [m, F] * w_down_e^T.
   grouped_gemm_by_column_parts(pool, expert_offset, E, H, F, act, w_down, out);
   return ok_status();
@@ -163,11 +165,10 @@ status expert_ffn_forward(thread_pool& pool, const expert_ffn_shape& s,
 }
 
 status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
-                           const int64_t* expert_offset, const float* x,
-                           const float* w_gate_up, const float* w_down, const float* gate_up,
-                           const float* act, const float* grad_out, float* grad_x,
-                           float* grad_w_gate_up, float* grad_w_down,
-                           bool accumulate_weight_grads) {
+                           const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                           const float* w_down, const float* gate_up, const float* act,
+                           const float* grad_out, float* grad_x, float* grad_w_gate_up,
+                           float* grad_w_down, bool accumulate_weight_grads) {
   if (auto st = check_expert_ffn_shape("expert_ffn_backward", s, expert_offset); !st) return st;
   const int H = static_cast<int>(s.hidden), F = static_cast<int>(s.ffn_dim), E = s.num_experts;
   const int64_t rows = expert_offset[E];
@@ -187,13 +188,15 @@ status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
       float* gwd = grad_w_down + static_cast<int64_t>(e) * H * F;
       if (m == 0) {  // no rows: a zero (or unchanged) gradient
         if (!accumulate_weight_grads)
-          std::fill(gwd + static_cast<int64_t>(hr.begin) * F, gwd + static_cast<int64_t>(hr.end) * F, 0.0f);
+          std::fill(gwd + static_cast<int64_t>(hr.begin) * F,
+                    gwd + static_cast<int64_t>(hr.end) * F, 0.0f);
         continue;
       }
       const float* wd = w_down + static_cast<int64_t>(e) * H * F;
       const float* gy = grad_out + r0 * H;
       if (c.size() > 0) {
-        gemm(false, false, m, c.size(), H, gy, H, wd + c.begin, F, 0.0f, grad_a.get() + r0 * F + c.begin, F);
+        gemm(false, false, m, c.size(), H, gy, H, wd + c.begin, F, 0.0f,
+             grad_a.get() + r0 * F + c.begin, F);
         for (int64_t r = r0; r < r0 + m; ++r) {
           const float* g = gate_up + r * 2 * F;
           const float* u = g + F;
@@ -225,13 +228,15 @@ status expert_ffn_backward(thread_pool& pool, const expert_ffn_shape& s,
       float* gwgu = grad_w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
       if (m == 0) {
         if (!accumulate_weight_grads)
-          std::fill(gwgu + static_cast<int64_t>(fr.begin) * H, gwgu + static_cast<int64_t>(fr.end) * H, 0.0f);
+          std::fill(gwgu + static_cast<int64_t>(fr.begin) * H,
+                    gwgu + static_cast<int64_t>(fr.end) * H, 0.0f);
         continue;
       }
       const float* wgu = w_gate_up + static_cast<int64_t>(e) * 2 * F * H;
       const float* gh = grad_h.get() + r0 * 2 * F;
       if (c.size() > 0)
-        gemm(false, false, m, c.size(), 2 * F, gh, 2 * F, wgu + c.begin, H, 0.0f, grad_x + r0 * H + c.begin, H);
+        gemm(false, false, m, c.size(), 2 * F, gh, 2 * F, wgu + c.begin, H, 0.0f,
+             grad_x + r0 * H + c.begin, H);
       if (fr.size() > 0)
         gemm(true, false, fr.size(), H, m, gh + fr.begin, 2 * F, x + r0 * H, H, beta,
              gwgu + static_cast<int64_t>(fr.begin) * H, H);

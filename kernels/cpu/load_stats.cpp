@@ -35,11 +35,11 @@ double load_imbalance(const int64_t* tokens_per_expert, int num_experts) {
 }
 
 status load_balance_loss(thread_pool& pool, const float* scores, const int64_t* topk_idx,
-                         int64_t num_tokens, int num_experts, int topk, float coeff,
-                         float* loss, float* grad_scores) {
+                         int64_t num_tokens, int num_experts, int topk, float coeff, float* loss,
+                         float* grad_scores) {
   std::vector<int64_t> counts(num_experts > 0 ? num_experts : 0);
-  if (auto st = count_tokens_per_expert(pool, topk_idx, num_tokens, topk, num_experts,
-                                        counts.data());
+  if (auto st =
+          count_tokens_per_expert(pool, topk_idx, num_tokens, topk, num_experts, counts.data());
       !st)
     return st;
   const int E = num_experts;
@@ -69,10 +69,14 @@ status load_balance_loss(thread_pool& pool, const float* scores, const int64_t* 
   }
   *loss = static_cast<float>(coeff * E * acc);
   if (grad_scores) {
-    pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t)
-        for (int x = 0; x < E; ++x) grad_scores[t * E + x] = routed[t] ? grad_per_expert[x] : 0.0f;
-    }, 64);
+    pool.parallel_for(
+        num_tokens,
+        [&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t)
+            for (int x = 0; x < E; ++x)
+              grad_scores[t * E + x] = routed[t] ? grad_per_expert[x] : 0.0f;
+        },
+        64);
   }
   return ok_status();
 }

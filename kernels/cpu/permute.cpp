@@ -18,20 +18,23 @@ using detail::row_ops_min_rows;
 template <class T, class Pick>
 void gather_rows(thread_pool& pool, const std::vector<int64_t>& row_entry, const T* src,
                  int64_t hidden, T* dst, Pick pick) {
-  pool.parallel_for(static_cast<int64_t>(row_entry.size()), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t entry = row_entry[r];
-      if (entry >= 0)
-        detail::copy_row(dst + r * hidden, src + pick(entry) * hidden, hidden);
-      else
-        detail::zero_row(dst + r * hidden, hidden);
-    }
-  }, row_ops_min_rows(hidden));
+  pool.parallel_for(
+      static_cast<int64_t>(row_entry.size()),
+      [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t entry = row_entry[r];
+          if (entry >= 0)
+            detail::copy_row(dst + r * hidden, src + pick(entry) * hidden, hidden);
+          else
+            detail::zero_row(dst + r * hidden, hidden);
+        }
+      },
+      row_ops_min_rows(hidden));
 }
 
 template <class T>
-status permute_fwd(thread_pool& pool, const T* x, const int64_t* slot, int64_t num_tokens,
-                   int topk, int64_t hidden, int64_t num_rows, T* permuted) {
+status permute_fwd(thread_pool& pool, const T* x, const int64_t* slot, int64_t num_tokens, int topk,
+                   int64_t hidden, int64_t num_rows, T* permuted) {
   const char* fn = "permute_forward";
   if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   std::vector<int64_t> row_entry;
@@ -47,33 +50,38 @@ status permute_bwd(thread_pool& pool, const T* grad_permuted, const int64_t* slo
   const char* fn = "permute_backward";
   if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  pool.parallel_for(num_tokens, [&](int64_t b, int64_t e) {
-    std::vector<const T*> rows(topk);
-    for (int64_t t = b; t < e; ++t) {
-      int n = 0;
-      for (int k = 0; k < topk; ++k)
-        if (slot[t * topk + k] >= 0) rows[n++] = grad_permuted + slot[t * topk + k] * hidden;
-      detail::reduce_rows<false>(rows.data(), nullptr, n, hidden, grad_x + t * hidden);
-    }
-  }, row_ops_min_rows(hidden));
+  pool.parallel_for(
+      num_tokens,
+      [&](int64_t b, int64_t e) {
+        std::vector<const T*> rows(topk);
+        for (int64_t t = b; t < e; ++t) {
+          int n = 0;
+          for (int k = 0; k < topk; ++k)
+            if (slot[t * topk + k] >= 0) rows[n++] = grad_permuted + slot[t * topk + k] * hidden;
+          detail::reduce_rows<false>(rows.data(), nullptr, n, hidden, grad_x + t * hidden);
+        }
+      },
+      row_ops_min_rows(hidden));
   return ok_status();
 }
 
 template <class T>
-status unpermute_fwd(thread_pool& pool, const T* permuted, const int64_t* slot,
-                     int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                     T* unpermuted) {
+status unpermute_fwd(thread_pool& pool, const T* permuted, const int64_t* slot, int64_t num_tokens,
+                     int topk, int64_t hidden, int64_t num_rows, T* unpermuted) {
   const char* fn = "unpermute_forward";
   if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
   if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  pool.parallel_for(num_tokens * topk, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      if (slot[i] >= 0)
-        detail::copy_row(unpermuted + i * hidden, permuted + slot[i] * hidden, hidden);
-      else
-        detail::zero_row(unpermuted + i * hidden, hidden);
-    }
-  }, row_ops_min_rows(hidden));
+  pool.parallel_for(
+      num_tokens * topk,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          if (slot[i] >= 0)
+            detail::copy_row(unpermuted + i * hidden, permuted + slot[i] * hidden, hidden);
+          else
+            detail::zero_row(unpermuted + i * hidden, hidden);
+        }
+      },
+      row_ops_min_rows(hidden));
   return ok_status();
 }
 
@@ -115,29 +123,29 @@ status permute_backward(thread_pool& pool, const bf16* grad_permuted,
   return permute_bwd(pool, grad_permuted, token_expert_slot, num_tokens, topk, hidden, num_rows,
                      grad_x);
 }
-status unpermute_forward(thread_pool& pool, const float* permuted,
-                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
-                         int64_t hidden, int64_t num_rows, float* unpermuted) {
+status unpermute_forward(thread_pool& pool, const float* permuted, const int64_t* token_expert_slot,
+                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                         float* unpermuted) {
   return unpermute_fwd(pool, permuted, token_expert_slot, num_tokens, topk, hidden, num_rows,
                        unpermuted);
 }
-status unpermute_forward(thread_pool& pool, const bf16* permuted,
-                         const int64_t* token_expert_slot, int64_t num_tokens, int topk,
-                         int64_t hidden, int64_t num_rows, bf16* unpermuted) {
+status unpermute_forward(thread_pool& pool, const bf16* permuted, const int64_t* token_expert_slot,
+                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
+                         bf16* unpermuted) {
   return unpermute_fwd(pool, permuted, token_expert_slot, num_tokens, topk, hidden, num_rows,
                        unpermuted);
 }
 status unpermute_backward(thread_pool& pool, const float* grad_unpermuted,
                           const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                           int64_t hidden, int64_t num_rows, float* grad_permuted) {
-  return unpermute_bwd(pool, grad_unpermuted, token_expert_slot, num_tokens, topk, hidden,
-                       num_rows, grad_permuted);
+  return unpermute_bwd(pool, grad_unpermuted, token_expert_slot, num_tokens, topk, hidden, num_rows,
+                       grad_permuted);
 }
 status unpermute_backward(thread_pool& pool, const bf16* grad_unpermuted,
                           const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                           int64_t hidden, int64_t num_rows, bf16* grad_permuted) {
-  return unpermute_bwd(pool, grad_unpermuted, token_expert_slot, num_tokens, topk, hidden,
-                       num_rows, grad_permuted);
+  return unpermute_bwd(pool, grad_unpermuted, token_expert_slot, num_tokens, topk, hidden, num_rows,
+                       grad_permuted);
 }
 
 }  // namespace moerl::kernels

@@ -10,10 +10,16 @@
 
 namespace moerl::kernels::detail {
 
-inline void copy_row(float* dst, const float* src, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
-inline void copy_row(bf16* dst, const bf16* src, int64_t n) { std::memcpy(dst, src, n * sizeof(bf16)); }
+inline void copy_row(float* dst, const float* src, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+inline void copy_row(bf16* dst, const bf16* src, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(bf16));
+}
 template <class T>
-inline void zero_row(T* dst, int64_t n) { std::memset(static_cast<void*>(dst), 0, n * sizeof(T)); }
+inline void zero_row(T* dst, int64_t n) {
+  std::memset(static_cast<void*>(dst), 0, n * sizeof(T));
+}
 
 inline float to_f32(float v) { return v; }
 inline float to_f32(bf16 v) { return bf16_to_float(v); }
@@ -56,23 +62,28 @@ inline void narrow4(v4f32 f, bf16* p) {
 
 // reduce_rows for bf16 sources and output: the same per-element sequence of fp32 roundings.
 template <bool Weighted>
-inline void reduce_rows_bf16(const bf16* const* src, const float* w, int n, int64_t len, bf16* out) {
+inline void reduce_rows_bf16(const bf16* const* src, const float* w, int n, int64_t len,
+                             bf16* out) {
   int64_t i = 0;
   for (; i + 16 <= len; i += 16) {
     v4f32 acc[4] = {};
     for (int j = 0; j < n; ++j)
       for (int q = 0; q < 4; ++q) {
         const v4f32 v = widen4(src[j] + i + 4 * q);
-        if constexpr (Weighted) acc[q] += w[j] * v;
-        else acc[q] += v;
+        if constexpr (Weighted)
+          acc[q] += w[j] * v;
+        else
+          acc[q] += v;
       }
     for (int q = 0; q < 4; ++q) narrow4(acc[q], out + i + 4 * q);
   }
   for (; i < len; ++i) {
     float a = 0.0f;
     for (int j = 0; j < n; ++j) {
-      if constexpr (Weighted) a += w[j] * to_f32(src[j][i]);
-      else a += to_f32(src[j][i]);
+      if constexpr (Weighted)
+        a += w[j] * to_f32(src[j][i]);
+      else
+        a += to_f32(src[j][i]);
     }
     from_f32(a, out + i);
   }
@@ -107,8 +118,10 @@ inline void reduce_rows(const T* const* src, const float* w, int n, int64_t len,
     for (; i < len; ++i) {
       float a = 0.0f;
       for (int j = 0; j < n; ++j) {
-        if constexpr (Weighted) a += w[j] * to_f32(src[j][i]);
-        else a += to_f32(src[j][i]);
+        if constexpr (Weighted)
+          a += w[j] * to_f32(src[j][i]);
+        else
+          a += to_f32(src[j][i]);
       }
       from_f32(a, out + i);
     }

@@ -11,13 +11,13 @@ status check_routing_params(const char* fn, const routing_params& p, int64_t num
                   " must be in [1, num_experts = ", p.num_experts, "]");
   KERNELS_REQUIRE(p.num_groups >= 1 && p.num_experts % p.num_groups == 0, fn,
                   "num_groups = ", p.num_groups, " must divide num_experts = ", p.num_experts);
-  KERNELS_REQUIRE(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, fn, "topk_groups = ",
-                  p.topk_groups, " must be in [1, num_groups = ", p.num_groups, "]");
-  KERNELS_REQUIRE(
-      p.num_groups == 1 ||
-          p.topk <= static_cast<int64_t>(p.topk_groups) * (p.num_experts / p.num_groups),
-      fn, "topk = ", p.topk, " exceeds the experts in topk_groups = ", p.topk_groups,
-      " groups of ", p.num_experts / p.num_groups);
+  KERNELS_REQUIRE(p.topk_groups >= 1 && p.topk_groups <= p.num_groups, fn,
+                  "topk_groups = ", p.topk_groups, " must be in [1, num_groups = ", p.num_groups,
+                  "]");
+  KERNELS_REQUIRE(p.num_groups == 1 || p.topk <= static_cast<int64_t>(p.topk_groups) *
+                                                     (p.num_experts / p.num_groups),
+                  fn, "topk = ", p.topk, " exceeds the experts in topk_groups = ", p.topk_groups,
+                  " groups of ", p.num_experts / p.num_groups);
   KERNELS_REQUIRE(std::isfinite(p.route_scale), fn, "route_scale is not finite");
   return ok_status();
 }
@@ -33,17 +33,17 @@ status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_token
   return ok_status();
 }
 
-status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
-                    int topk, int64_t num_rows, std::vector<int64_t>* row_entry) {
+status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                    int64_t num_rows, std::vector<int64_t>* row_entry) {
   row_entry->assign(static_cast<size_t>(num_rows), -1);
   for (int64_t i = 0; i < num_tokens * topk; ++i) {
     const int64_t s = token_expert_slot[i];
     if (s == -1) continue;
-    KERNELS_REQUIRE(s >= 0 && s < num_rows, fn, "token_expert_slot[", i / topk, ", ",
-                    i % topk, "] = ", s, " is outside [-1, num_rows = ", num_rows, ")");
+    KERNELS_REQUIRE(s >= 0 && s < num_rows, fn, "token_expert_slot[", i / topk, ", ", i % topk,
+                    "] = ", s, " is outside [-1, num_rows = ", num_rows, ")");
     KERNELS_REQUIRE((*row_entry)[s] == -1, fn, "row ", s, " is named by entries (",
-                    (*row_entry)[s] / topk, ", ", (*row_entry)[s] % topk, ") and (", i / topk,
-                    ", ", i % topk, ")");
+                    (*row_entry)[s] / topk, ", ", (*row_entry)[s] % topk, ") and (", i / topk, ", ",
+                    i % topk, ")");
     (*row_entry)[s] = i;
   }
   return ok_status();
@@ -69,18 +69,18 @@ status check_expert_ffn_shape(const char* fn, const expert_ffn_shape& s, const i
                     offset[e + 1], ")");
   // GEMM dimensions are int: refuse what would overflow them rather than corrupt memory.
   constexpr int64_t int_limit = int64_t{1} << 31;
-  KERNELS_REQUIRE(offset[s.num_experts] < int_limit && 2 * s.ffn_dim < int_limit &&
-                      s.hidden < int_limit,
-                  fn, "a dimension exceeds the int range of BLAS and cuBLAS");
+  KERNELS_REQUIRE(
+      offset[s.num_experts] < int_limit && 2 * s.ffn_dim < int_limit && s.hidden < int_limit, fn,
+      "a dimension exceeds the int range of BLAS and cuBLAS");
   return ok_status();
 }
 
-status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
-                   int topk, int64_t num_rows) {
+status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                   int64_t num_rows) {
   for (int64_t i = 0; i < num_tokens * topk; ++i) {
     const int64_t s = token_expert_slot[i];
-    KERNELS_REQUIRE(s >= -1 && s < num_rows, fn, "token_expert_slot[", i / topk, ", ",
-                    i % topk, "] = ", s, " is outside [-1, num_rows = ", num_rows, ")");
+    KERNELS_REQUIRE(s >= -1 && s < num_rows, fn, "token_expert_slot[", i / topk, ", ", i % topk,
+                    "] = ", s, " is outside [-1, num_rows = ", num_rows, ")");
   }
   return ok_status();
 }

@@ -22,10 +22,10 @@ std::string concat(const Args&... args) {
 }
 
 // Returns invalid_argument "<fn>: <message>" from the enclosing function when cond fails.
-#define KERNELS_REQUIRE(cond, fn, ...)                                                  \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      return ::moerl::error(::moerl::errc::invalid_argument,                           \
+#define KERNELS_REQUIRE(cond, fn, ...)                                                \
+  do {                                                                                \
+    if (!(cond))                                                                      \
+      return ::moerl::error(::moerl::errc::invalid_argument,                          \
                             ::moerl::kernels::detail::concat(fn, ": ", __VA_ARGS__)); \
   } while (0)
 
@@ -38,8 +38,8 @@ status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_token
 
 // Builds row_entry [num_rows]: the entry t * topk + k whose slot names the row, or -1 for a
 // padding row. Fails on a slot outside [-1, num_rows) or a row named twice.
-status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
-                    int topk, int64_t num_rows, std::vector<int64_t>* row_entry);
+status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                    int64_t num_rows, std::vector<int64_t>* row_entry);
 
 // The shape of a permute or combine: num_tokens >= 0, topk >= 1, hidden >= 1, num_rows >= 0.
 status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
@@ -51,7 +51,7 @@ status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hid
 status check_expert_ffn_shape(const char* fn, const expert_ffn_shape& s, const int64_t* offset);
 
 // Slots are in [-1, num_rows) (no uniqueness check: for gathers that tolerate shared rows).
-status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens,
-                   int topk, int64_t num_rows);
+status check_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
+                   int64_t num_rows);
 
 }  // namespace moerl::kernels::detail

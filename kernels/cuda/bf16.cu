@@ -8,12 +8,14 @@ namespace moerl::kernels::cuda {
 namespace {
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, bf16* y) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     y[i] = detail::f32_to_bf16(x[i]);
 }
 
 __global__ void from_bf16_kernel(const bf16* x, int64_t n, float* y) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     y[i] = detail::bf16_to_f32(x[i]);
 }
 

@@ -11,22 +11,22 @@
 #include "common/error.h"
 #include "common/status_try.h"
 
-#define CUDA_CHECK(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess)                                                              \
-      return ::moerl::error(::moerl::errc::cuda_error,                                   \
-                            std::string(#call) + " failed: " + cudaGetErrorString(err_) + \
-                                " at " + __FILE__ + ":" + std::to_string(__LINE__));     \
+#define CUDA_CHECK(call)                                                                           \
+  do {                                                                                             \
+    const cudaError_t err_ = (call);                                                               \
+    if (err_ != cudaSuccess)                                                                       \
+      return ::moerl::error(::moerl::errc::cuda_error,                                             \
+                            std::string(#call) + " failed: " + cudaGetErrorString(err_) + " at " + \
+                                __FILE__ + ":" + std::to_string(__LINE__));                        \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                                \
-  do {                                                                                    \
-    const cublasStatus_t st_ = (call);                                                    \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      return ::moerl::error(::moerl::errc::cuda_error,                                   \
+#define CUBLAS_CHECK(call)                                                                  \
+  do {                                                                                      \
+    const cublasStatus_t st_ = (call);                                                      \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      return ::moerl::error(::moerl::errc::cuda_error,                                      \
                             std::string(#call) + " failed: " + cublasGetStatusString(st_) + \
-                                " at " + __FILE__ + ":" + std::to_string(__LINE__));     \
+                                " at " + __FILE__ + ":" + std::to_string(__LINE__));        \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next call.

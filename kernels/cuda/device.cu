@@ -22,9 +22,11 @@ __global__ void scatter_row_entry(const int64_t* slot, int64_t num_entries, int6
 
 status build_row_entry(cudaStream_t stream, const int64_t* slot, int64_t num_entries,
                        int64_t num_rows, int64_t* row_entry) {
-  if (num_rows > 0) CUDA_CHECK(cudaMemsetAsync(row_entry, 0xff, num_rows * sizeof(int64_t), stream));
+  if (num_rows > 0)
+    CUDA_CHECK(cudaMemsetAsync(row_entry, 0xff, num_rows * sizeof(int64_t), stream));
   if (num_entries > 0) {
-    scatter_row_entry<<<blocks_for(num_entries, 256), 256, 0, stream>>>(slot, num_entries, row_entry);
+    scatter_row_entry<<<blocks_for(num_entries, 256), 256, 0, stream>>>(slot, num_entries,
+                                                                        row_entry);
     CUDA_CHECK_LAUNCH();
   }
   return ok_status();

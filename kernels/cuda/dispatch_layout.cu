@@ -38,7 +38,8 @@ __global__ void chunk_count_kernel(Key key, int64_t n, int B, int* chunk_counts)
     if (b >= 0) atomicAdd(&local[b], 1);
   }
   __syncthreads();
-  for (int b = threadIdx.x; b < B; b += blockDim.x) chunk_counts[int64_t(blockIdx.x) * B + b] = local[b];
+  for (int b = threadIdx.x; b < B; b += blockDim.x)
+    chunk_counts[int64_t(blockIdx.x) * B + b] = local[b];
 }
 
 // Per bucket: exclusive scan of its chunk counts (in place) and its total.
@@ -70,7 +71,8 @@ __global__ void chunk_assign_kernel(Key key, int64_t n, int B, const int* chunk_
   }
 }
 
-__global__ void in_rank_kernel(const int64_t* idx, int64_t T, int K, int E, int R, uint8_t* in_rank) {
+__global__ void in_rank_kernel(const int64_t* idx, int64_t T, int K, int E, int R,
+                               uint8_t* in_rank) {
   const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (t >= T) return;
   const int per_rank = E / R;
@@ -83,7 +85,8 @@ __global__ void in_rank_kernel(const int64_t* idx, int64_t T, int K, int E, int 
 
 __global__ void offsets_kernel(const int64_t* per_expert, int E, int align, int64_t* offset) {
   offset[0] = 0;
-  for (int e = 0; e < E; ++e) offset[e + 1] = offset[e] + (per_expert[e] + align - 1) / align * align;
+  for (int e = 0; e < E; ++e)
+    offset[e + 1] = offset[e] + (per_expert[e] + align - 1) / align * align;
 }
 
 // Ordered bucket assignment of n entries into B buckets: totals[b] = entries in bucket b;
@@ -98,9 +101,11 @@ status assign(cudaStream_t stream, Key key, int64_t n, int B, int64_t* totals,
   }
   detail::scratch<int> counts(stream, num_chunks * B);
   CUDA_CHECK(counts.error());
-  chunk_count_kernel<<<static_cast<unsigned>(num_chunks), 256, B * sizeof(int), stream>>>(key, n, B, counts.get());
+  chunk_count_kernel<<<static_cast<unsigned>(num_chunks), 256, B * sizeof(int), stream>>>(
+      key, n, B, counts.get());
   CUDA_CHECK_LAUNCH();
-  chunk_scan_kernel<<<detail::blocks_for(B, 128), 128, 0, stream>>>(counts.get(), num_chunks, B, totals);
+  chunk_scan_kernel<<<detail::blocks_for(B, 128), 128, 0, stream>>>(counts.get(), num_chunks, B,
+                                                                    totals);
   CUDA_CHECK_LAUNCH();
   if (slot) {
     chunk_assign_kernel<<<static_cast<unsigned>(num_chunks), 128, B * sizeof(int64_t), stream>>>(
@@ -115,34 +120,41 @@ status assign(cudaStream_t stream, Key key, int64_t n, int B, int64_t* totals,
 status get_dispatch_layout(cudaStream_t stream, const int64_t* topk_idx,
                            const dispatch_layout_params& p, const dispatch_layout_out& out) {
   const char* fn = "cuda::get_dispatch_layout";
-  KERNELS_REQUIRE(p.num_tokens >= 0 && p.topk >= 1, fn, "bad shape num_tokens = ", p.num_tokens, ", topk = ", p.topk);
+  KERNELS_REQUIRE(p.num_tokens >= 0 && p.topk >= 1, fn, "bad shape num_tokens = ", p.num_tokens,
+                  ", topk = ", p.topk);
   KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0, fn,
-                  "num_experts = ", p.num_experts, " must be a positive multiple of num_ranks = ", p.num_ranks);
-  KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment, " must be >= 1");
+                  "num_experts = ", p.num_experts,
+                  " must be a positive multiple of num_ranks = ", p.num_ranks);
+  KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment,
+                  " must be >= 1");
   KERNELS_REQUIRE(out.num_tokens_per_expert && out.num_tokens_per_rank, fn,
                   "num_tokens_per_expert and num_tokens_per_rank are required");
   KERNELS_REQUIRE(p.num_tokens == 0 || out.is_token_in_rank, fn, "is_token_in_rank is required");
-  KERNELS_REQUIRE(!out.token_expert_slot || out.expert_offset, fn, "token_expert_slot needs expert_offset");
+  KERNELS_REQUIRE(!out.token_expert_slot || out.expert_offset, fn,
+                  "token_expert_slot needs expert_offset");
   const int64_t T = p.num_tokens;
   const int K = p.topk, E = p.num_experts, R = p.num_ranks;
   if (T > 0) {
-    in_rank_kernel<<<detail::blocks_for(T, 128, INT32_MAX), 128, 0, stream>>>(topk_idx, T, K, E, R, out.is_token_in_rank);
+    in_rank_kernel<<<detail::blocks_for(T, 128, INT32_MAX), 128, 0, stream>>>(topk_idx, T, K, E, R,
+                                                                              out.is_token_in_rank);
     CUDA_CHECK_LAUNCH();
   }
   // Expert counts first (slots need the offsets they produce), then slots.
-  STATUS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, out.num_tokens_per_expert, nullptr, nullptr));
+  STATUS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, out.num_tokens_per_expert, nullptr,
+                    nullptr));
   if (out.expert_offset) {
-    offsets_kernel<<<1, 1, 0, stream>>>(out.num_tokens_per_expert, E, p.expert_alignment, out.expert_offset);
+    offsets_kernel<<<1, 1, 0, stream>>>(out.num_tokens_per_expert, E, p.expert_alignment,
+                                        out.expert_offset);
     CUDA_CHECK_LAUNCH();
   }
   if (out.token_expert_slot) {
     detail::scratch<int64_t> totals(stream, E);
     CUDA_CHECK(totals.error());
     STATUS_TRY(assign(stream, expert_key{topk_idx, E}, T * K, E, totals.get(), out.expert_offset,
-                       out.token_expert_slot));
+                      out.token_expert_slot));
   }
-  STATUS_TRY(assign(stream, rank_key{out.is_token_in_rank, R}, T * R, R, out.num_tokens_per_rank, nullptr,
-                     out.token_rank_slot));
+  STATUS_TRY(assign(stream, rank_key{out.is_token_in_rank, R}, T * R, R, out.num_tokens_per_rank,
+                    nullptr, out.token_rank_slot));
   return ok_status();
 }
 

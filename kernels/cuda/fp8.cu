@@ -46,28 +46,31 @@ __global__ void quantize_kernel(const float* x, int64_t H, int64_t nb, uint8_t* 
   if (j < H) q[row * H + j] = encode_e4m3(__fdiv_rn(v, scale));
 }
 
-__global__ void dequantize_kernel(const uint8_t* q, const float* scales, int64_t R, int64_t H, int64_t nb, float* x) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * H; i += int64_t(gridDim.x) * blockDim.x)
+__global__ void dequantize_kernel(const uint8_t* q, const float* scales, int64_t R, int64_t H,
+                                  int64_t nb, float* x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * H;
+       i += int64_t(gridDim.x) * blockDim.x)
     x[i] = decode_e4m3(q[i]) * scales[(i / H) * nb + (i % H) / 128];
 }
 
 }  // namespace
 
-status fp8_quantize(cudaStream_t stream, const float* x, int64_t num_rows, int64_t hidden, uint8_t* q,
-                    float* scales) {
-  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "cuda::fp8_quantize", "bad shape num_rows = ", num_rows,
-                  ", hidden = ", hidden);
+status fp8_quantize(cudaStream_t stream, const float* x, int64_t num_rows, int64_t hidden,
+                    uint8_t* q, float* scales) {
+  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "cuda::fp8_quantize",
+                  "bad shape num_rows = ", num_rows, ", hidden = ", hidden);
   const int64_t nb = fp8_num_blocks(hidden);
   if (num_rows == 0) return ok_status();
-  quantize_kernel<<<static_cast<unsigned>(num_rows * nb), 128, 0, stream>>>(x, hidden, nb, q, scales);
+  quantize_kernel<<<static_cast<unsigned>(num_rows * nb), 128, 0, stream>>>(x, hidden, nb, q,
+                                                                            scales);
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }
 
-status fp8_dequantize(cudaStream_t stream, const uint8_t* q, const float* scales, int64_t num_rows, int64_t hidden,
-                      float* x) {
-  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "cuda::fp8_dequantize", "bad shape num_rows = ", num_rows,
-                  ", hidden = ", hidden);
+status fp8_dequantize(cudaStream_t stream, const uint8_t* q, const float* scales, int64_t num_rows,
+                      int64_t hidden, float* x) {
+  KERNELS_REQUIRE(num_rows >= 0 && hidden > 0, "cuda::fp8_dequantize",
+                  "bad shape num_rows = ", num_rows, ", hidden = ", hidden);
   if (num_rows == 0) return ok_status();
   dequantize_kernel<<<detail::blocks_for(num_rows * hidden, 256), 256, 0, stream>>>(
       q, scales, num_rows, hidden, fp8_num_blocks(hidden), x);

@@ -28,20 +28,18 @@ namespace moerl::kernels::cuda {
 bool device_available();
 
 status route_forward(cudaStream_t stream, const routing_params& p, const float* logits,
-                     const float* selection_bias, const uint8_t* token_mask,
-                     int64_t num_tokens, float* scores, int64_t* topk_idx,
-                     float* topk_weights);
+                     const float* selection_bias, const uint8_t* token_mask, int64_t num_tokens,
+                     float* scores, int64_t* topk_idx, float* topk_weights);
 status route_backward(cudaStream_t stream, const routing_params& p, const float* scores,
                       const int64_t* topk_idx, const float* grad_topk_weights,
                       const float* grad_scores_extra, int64_t num_tokens, float* grad_logits);
 
-status count_tokens_per_expert(cudaStream_t stream, const int64_t* topk_idx,
-                               int64_t num_tokens, int topk, int num_experts,
-                               int64_t* tokens_per_expert);
+status count_tokens_per_expert(cudaStream_t stream, const int64_t* topk_idx, int64_t num_tokens,
+                               int topk, int num_experts, int64_t* tokens_per_expert);
 // loss: device pointer to one float. Synchronises nothing; read it after the stream.
 status load_balance_loss(cudaStream_t stream, const float* scores, const int64_t* topk_idx,
-                         int64_t num_tokens, int num_experts, int topk, float coeff,
-                         float* loss, float* grad_scores);
+                         int64_t num_tokens, int num_experts, int topk, float coeff, float* loss,
+                         float* grad_scores);
 
 status get_dispatch_layout(cudaStream_t stream, const int64_t* topk_idx,
                            const dispatch_layout_params& p, const dispatch_layout_out& out);
@@ -73,12 +71,10 @@ status unpermute_backward(cudaStream_t stream, const bf16* grad_unpermuted,
 
 status combine_forward(cudaStream_t stream, const float* expert_out,
                        const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       float* out);
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, float* out);
 status combine_forward(cudaStream_t stream, const bf16* expert_out,
                        const int64_t* token_expert_slot, const float* topk_weights,
-                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
-                       bf16* out);
+                       int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, bf16* out);
 status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
@@ -90,26 +86,24 @@ status combine_backward(cudaStream_t stream, const bf16* grad_out, const bf16* e
 
 // expert_offset is a HOST array here: GEMM sizes are needed on the host to enqueue cuBLAS.
 status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s,
-                          const int64_t* expert_offset, const float* x,
-                          const float* w_gate_up, const float* w_down, float* gate_up,
-                          float* act, float* out);
+                          const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                          const float* w_down, float* gate_up, float* act, float* out);
 // bf16 storage, fp32 inside: converts to fp32 scratch (whole tensors, stream-ordered), runs
 // the fp32 path, rounds the output once.
 status expert_ffn_forward(cudaStream_t stream, const expert_ffn_shape& s,
                           const int64_t* expert_offset, const bf16* x, const bf16* w_gate_up,
                           const bf16* w_down, bf16* out);
 status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s,
-                           const int64_t* expert_offset, const float* x,
-                           const float* w_gate_up, const float* w_down, const float* gate_up,
-                           const float* act, const float* grad_out, float* grad_x,
-                           float* grad_w_gate_up, float* grad_w_down,
-                           bool accumulate_weight_grads = false);
+                           const int64_t* expert_offset, const float* x, const float* w_gate_up,
+                           const float* w_down, const float* gate_up, const float* act,
+                           const float* grad_out, float* grad_x, float* grad_w_gate_up,
+                           float* grad_w_down, bool accumulate_weight_grads = false);
 
 status bf16_from_float(cudaStream_t stream, const float* x, int64_t n, bf16* y);
 status bf16_to_float(cudaStream_t stream, const bf16* x, int64_t n, float* y);
 status fp8_quantize(cudaStream_t stream, const float* x, int64_t num_rows, int64_t hidden,
                     uint8_t* q, float* scales);
-status fp8_dequantize(cudaStream_t stream, const uint8_t* q, const float* scales,
-                      int64_t num_rows, int64_t hidden, float* x);
+status fp8_dequantize(cudaStream_t stream, const uint8_t* q, const float* scales, int64_t num_rows,
+                      int64_t hidden, float* x);
 
 }  // namespace moerl::kernels::cuda

@@ -141,8 +141,14 @@ __global__ void route_backward_kernel(route_args a, const float* scores, const i
 }
 
 route_args make_args(const routing_params& p) {
-  return {p.num_experts, p.topk, p.num_groups, p.topk_groups, p.num_experts / p.num_groups,
-          p.scoring == score_function::softmax, p.renormalize, p.route_scale};
+  return {p.num_experts,
+          p.topk,
+          p.num_groups,
+          p.topk_groups,
+          p.num_experts / p.num_groups,
+          p.scoring == score_function::softmax,
+          p.renormalize,
+          p.route_scale};
 }
 
 }  // namespace
@@ -171,8 +177,8 @@ status route_backward(cudaStream_t stream, const routing_params& p, const float*
   detail::scratch<float> gs(stream, num_tokens * p.num_experts);
   CUDA_CHECK(gs.error());
   route_backward_kernel<<<detail::blocks_for(num_tokens, 128, INT32_MAX), 128, 0, stream>>>(
-      make_args(p), scores, topk_idx, grad_topk_weights, grad_scores_extra, num_tokens,
-      grad_logits, gs.get());
+      make_args(p), scores, topk_idx, grad_topk_weights, grad_scores_extra, num_tokens, grad_logits,
+      gs.get());
   CUDA_CHECK_LAUNCH();
   return ok_status();
 }

@@ -54,7 +54,8 @@ int run_collectives(bootstrap& b, const coll_case& c) {
       if (f[i] != static_cast<float>(i % 97) * ranks_sum) return 3;
     // bf16: small integers stay exact through every partial sum.
     std::vector<kernels::bf16> h(count);
-    for (size_t i = 0; i < count; ++i) h[i] = kernels::float_to_bf16(static_cast<float>((i % 5) + r));
+    for (size_t i = 0; i < count; ++i)
+      h[i] = kernels::float_to_bf16(static_cast<float>((i % 5) + r));
     if (auto st = (*g)->all_reduce_sum(h.data(), count, coll_dtype::bf16); !st) return 4;
     for (size_t i = 0; i < count; ++i) {
       const float want = static_cast<float>((i % 5) * n + n * (n - 1) / 2);
@@ -63,12 +64,14 @@ int run_collectives(bootstrap& b, const coll_case& c) {
   }
   for (int root = 0; root < n; ++root) {
     std::vector<char> data(20000);
-    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(r == root ? (i * 13 + root) : 0);
+    for (size_t i = 0; i < data.size(); ++i)
+      data[i] = static_cast<char>(r == root ? (i * 13 + root) : 0);
     if (auto st = (*g)->broadcast(data.data(), data.size(), root); !st) return 6;
     for (size_t i = 0; i < data.size(); ++i)
       if (data[i] != static_cast<char>(i * 13 + root)) return 7;
   }
-  if (auto st = (*g)->broadcast(nullptr, 0, n); st || st.err().code != errc::invalid_argument) return 8;
+  if (auto st = (*g)->broadcast(nullptr, 0, n); st || st.err().code != errc::invalid_argument)
+    return 8;
   if (auto st = (*g)->all_reduce_sum(nullptr, 0, coll_dtype::fp32, memory_kind::cuda); st) return 9;
   if (auto done = b.allgather(all_members(b), "", 20000); !done) return 10;
   return 0;
@@ -78,9 +81,11 @@ class collectives : public ::testing::TestWithParam<coll_case> {};
 
 TEST_P(collectives, all_reduce_and_broadcast_give_every_rank_the_exact_result) {
   const coll_case c = GetParam();
-  auto report = launch_processes(c.ranks, [&](bootstrap& b) { return run_collectives(b, c); }, 120000);
+  auto report = launch_processes(
+      c.ranks, [&](bootstrap& b) { return run_collectives(b, c); }, 120000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
-  for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
+  for (size_t r = 0; r < report->exit_codes.size(); ++r)
+    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(providers, collectives,
@@ -89,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(providers, collectives,
                                            coll_case{"tcp", true, 3}),
                          [](const auto& info) {
                            return std::string(info.param.provider == "shm" ? "shm" : "tcp") +
-                                  (info.param.shim ? "_shim_" : "_") + std::to_string(info.param.ranks) + "ranks";
+                                  (info.param.shim ? "_shim_" : "_") +
+                                  std::to_string(info.param.ranks) + "ranks";
                          });
 
 TEST(collectives_faults, a_rank_that_never_joins_the_all_reduce_makes_the_others_fail) {

@@ -43,7 +43,8 @@ TEST_P(ep_processes, every_rank_receives_the_reference_rows_and_combines_bitwise
   c.provider = k.provider;
   c.shim = k.shim;
   c.mode = k.mode;
-  auto report = launch_processes(k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
+  auto report = launch_processes(
+      k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
   for (size_t r = 0; r < report->exit_codes.size(); ++r)
     EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
@@ -61,7 +62,8 @@ TEST_P(ep_threads, ranks_as_threads_of_one_process_get_the_same_results) {
   c.mode = k.mode;
   c.steps = 6;
   auto report = launch_threads(k.ranks, [&](bootstrap& b) { return run_rank(b, c); });
-  for (size_t r = 0; r < report.exit_codes.size(); ++r) EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
+  for (size_t r = 0; r < report.exit_codes.size(); ++r)
+    EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(modes, ep_threads,
@@ -89,9 +91,11 @@ TEST_P(ep_nodes, tokens_cross_to_each_node_once_and_fan_out_inside_it) {
   c.mode = ep_mode::normal;
   c.ranks_per_node = k.ranks_per_node;
   c.steps = 12;
-  auto report = launch_processes(k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
+  auto report = launch_processes(
+      k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
-  for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
+  for (size_t r = 0; r < report->exit_codes.size(); ++r)
+    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(nodes, ep_nodes,
@@ -111,7 +115,8 @@ TEST(ep_ll_batched, low_latency_writes_filling_several_slots_still_match_the_ref
     c.mode = ep_mode::low_latency;
     c.shim = true;
     c.ll_entries_per_write = 5;
-    auto report = launch_processes(4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
+    auto report = launch_processes(
+        4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
     ASSERT_TRUE(report.ok()) << report.err().to_string();
     EXPECT_TRUE(report->all_ok()) << prov;
   }
@@ -124,7 +129,8 @@ TEST(ep_dtypes, fp32_rows_and_combine_match_the_reference_in_every_mode) {
     c.shim = true;
     c.dtype = ep_dtype::fp32;
     c.steps = 5;
-    auto report = launch_processes(4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
+    auto report = launch_processes(
+        4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
     ASSERT_TRUE(report.ok()) << report.err().to_string();
     EXPECT_TRUE(report->all_ok()) << ep_mode_name(m);
   }

@@ -40,7 +40,8 @@ int run_with_fault(bootstrap& b, const fault_case& f) {
   const rank_inputs in = make_rank_inputs(p, (*g)->rank());
   if (b.rank() == kLost) {
     // Mid-step: counts (and, in low-latency mode, data) are on their way; nothing more follows.
-    if (!(*g)->dispatch_send(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens))
+    if (!(*g)->dispatch_send(in.x.data(), in.topk_idx.data(), in.topk_weights.data(),
+                             in.num_tokens))
       return 20;
     if (f.kind == fault::killed) ::raise(SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(4 * cfg.op_timeout_ms));
@@ -61,7 +62,8 @@ int run_with_fault(bootstrap& b, const fault_case& f) {
   if (step_error.code != errc::timeout && step_error.code != errc::peer_dead)
     return report(b.rank(), "unexpected error kind", step_error);
   // The broken group refuses further steps with the original error.
-  auto again = (*g)->dispatch_send(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+  auto again =
+      (*g)->dispatch_send(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
   if (again || again.err().message.find("unusable") == std::string::npos) return 22;
 
   // Rebuild without the lost rank; group ranks renumber to 0..2.
@@ -71,7 +73,8 @@ int run_with_fault(bootstrap& b, const fault_case& f) {
   if (!g2) return report(b.rank(), "rebuild", g2.err());
   for (int s = 0; s < 3; ++s)
     if (int rc = run_step(**g2, step_workload(c, 3, 10 + s), b.rank()); rc != 0) return rc;
-  if (auto done = b.allgather(survivors, "", 20000); !done) return report(b.rank(), "barrier", done.err());
+  if (auto done = b.allgather(survivors, "", 20000); !done)
+    return report(b.rank(), "barrier", done.err());
   return 0;
 }
 
@@ -79,7 +82,8 @@ class ep_faults : public ::testing::TestWithParam<fault_case> {};
 
 TEST_P(ep_faults, a_lost_rank_fails_the_step_everywhere_and_survivors_rebuild) {
   const fault_case f = GetParam();
-  auto report = launch_processes(4, [&](bootstrap& b) { return run_with_fault(b, f); }, 60000);
+  auto report = launch_processes(
+      4, [&](bootstrap& b) { return run_with_fault(b, f); }, 60000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
   for (int r = 0; r < 4; ++r) {
     if (r == kLost)
@@ -89,18 +93,18 @@ TEST_P(ep_faults, a_lost_rank_fails_the_step_everywhere_and_survivors_rebuild) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    faults, ep_faults,
-    ::testing::Values(fault_case{"shm", ep_mode::normal, fault::killed},
-                      fault_case{"shm", ep_mode::low_latency, fault::killed},
-                      fault_case{"tcp", ep_mode::normal, fault::killed},
-                      fault_case{"tcp", ep_mode::low_latency, fault::killed},
-                      fault_case{"shm", ep_mode::baseline, fault::stalled},
-                      fault_case{"tcp", ep_mode::normal, fault::stalled}),
-    [](const auto& info) {
-      return std::string(info.param.provider == "shm" ? "shm" : "tcp") + "_" +
-             ep_mode_name(info.param.mode) + (info.param.kind == fault::killed ? "_killed" : "_stalled");
-    });
+INSTANTIATE_TEST_SUITE_P(faults, ep_faults,
+                         ::testing::Values(fault_case{"shm", ep_mode::normal, fault::killed},
+                                           fault_case{"shm", ep_mode::low_latency, fault::killed},
+                                           fault_case{"tcp", ep_mode::normal, fault::killed},
+                                           fault_case{"tcp", ep_mode::low_latency, fault::killed},
+                                           fault_case{"shm", ep_mode::baseline, fault::stalled},
+                                           fault_case{"tcp", ep_mode::normal, fault::stalled}),
+                         [](const auto& info) {
+                           return std::string(info.param.provider == "shm" ? "shm" : "tcp") + "_" +
+                                  ep_mode_name(info.param.mode) +
+                                  (info.param.kind == fault::killed ? "_killed" : "_stalled");
+                         });
 
 }  // namespace
 }  // namespace moerl::fabric::test

@@ -40,10 +40,16 @@ inline workload_params step_workload(const ep_case& c, int num_ranks, int step) 
   p.ranks_per_node = c.ranks_per_node;
   switch (step % 5) {
     case 0: p.routing = "uniform"; break;
-    case 1: p.routing = "zipf"; break;                  // skewed expert load
-    case 2: p.routing = "one_rank"; break;              // a token routed to one rank k times
-    case 3: p.mask_fraction = 0.3; p.vary_tokens = true; break;  // -1 entries, uneven counts
-    case 4: p.zero_tokens_rank = num_ranks - 1; p.routing = "zipf"; break;  // a rank sends nothing
+    case 1: p.routing = "zipf"; break;      // skewed expert load
+    case 2: p.routing = "one_rank"; break;  // a token routed to one rank k times
+    case 3:
+      p.mask_fraction = 0.3;
+      p.vary_tokens = true;
+      break;  // -1 entries, uneven counts
+    case 4:
+      p.zero_tokens_rank = num_ranks - 1;
+      p.routing = "zipf";
+      break;  // a rank sends nothing
   }
   return p;
 }
@@ -60,7 +66,8 @@ inline int run_step(ep_group& g, const workload_params& p, int boot_rank) {
   const rank_inputs& in = all[g.rank()];
   auto d = g.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
   if (!d) return report(boot_rank, "dispatch", d.err());
-  if (auto st = check_dispatch(p, all, g.rank(), **d); !st) return report(boot_rank, "check", st.err());
+  if (auto st = check_dispatch(p, all, g.rank(), **d); !st)
+    return report(boot_rank, "check", st.err());
   std::vector<char> expert_out;
   apply_experts(p, g.rank() * g.num_local_experts(), **d, expert_out);
   std::vector<char> y(std::max<size_t>(in.x.size(), 1));
@@ -104,7 +111,8 @@ inline int run_rank(bootstrap& b, const ep_case& c) {
   for (int s = 0; s < c.steps; ++s)
     if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank()); rc != 0) return rc;
   // Stay until everyone is done: peers may still be waiting on our last writes' partners.
-  if (auto done = b.allgather(all_members(b), "", 20000); !done) return report(b.rank(), "final barrier", done.err());
+  if (auto done = b.allgather(all_members(b), "", 20000); !done)
+    return report(b.rank(), "final barrier", done.err());
   return 0;
 }
 

@@ -29,7 +29,8 @@ int exchange_blocks(bootstrap& b, const params& p, int num_writes, size_t block)
   if (!t) return 10;
   const int n = b.size();
   std::vector<char> src(num_writes * block), dst(n * num_writes * block, 0);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>((i * 31 + b.rank() * 7) & 0x7f);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<char>((i * 31 + b.rank() * 7) & 0x7f);
   auto s = (*t)->register_memory(src.data(), src.size());
   auto d = (*t)->register_memory(dst.data(), dst.size());
   if (!s || !d) return 11;
@@ -81,8 +82,8 @@ TEST_P(transport_test, every_write_lands_and_every_immediate_arrives_once_betwee
 
 TEST_P(transport_test, every_write_lands_and_every_immediate_arrives_once_between_processes) {
   const params p = GetParam();
-  auto report = launch_processes(4, [&](bootstrap& b) { return exchange_blocks(b, p, 8, 70000); },
-                                 60000);
+  auto report = launch_processes(
+      4, [&](bootstrap& b) { return exchange_blocks(b, p, 8, 70000); }, 60000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
   for (int c : report->exit_codes) EXPECT_EQ(c, 0);
 }
@@ -128,7 +129,9 @@ TEST(reorder_shim, completions_arrive_out_of_posting_order_but_each_covers_its_b
     std::vector<uint32_t> imms;
     if (b.rank() == 0) {
       for (int w = 0; w < kWrites; ++w)
-        if (!(*t)->write(1, *reg, buf.data() + w * kBlock, kBlock, regions[1], w * kBlock, w, deadline)) return 14;
+        if (!(*t)->write(1, *reg, buf.data() + w * kBlock, kBlock, regions[1], w * kBlock, w,
+                         deadline))
+          return 14;
       while ((*t)->outstanding() > 0 && now_ns() < deadline)
         if (!(*t)->progress(imms)) return 15;
       return b.allgather(all_members(b), "", 20000).ok() ? 0 : 16;

@@ -10,10 +10,13 @@
 
 namespace moerl::job::testing {
 
-inline policy::model_config small_model(uint64_t seed) { return ::moerl::testing::tiny_model(seed); }
+inline policy::model_config small_model(uint64_t seed) {
+  return ::moerl::testing::tiny_model(seed);
+}
 
 inline config node_config() {
-  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});
+  auto cfg = config::load(
+      "", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});
   EXPECT_TRUE(cfg.ok()) << cfg.err().to_string();
   return *cfg;
 }

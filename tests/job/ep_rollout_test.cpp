@@ -13,8 +13,8 @@
 #include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/param_slicing.h"
-#include "tests/job/ep_fixture.h"
 #include "policy/model.h"
+#include "tests/job/ep_fixture.h"
 
 namespace moerl::job {
 namespace {
@@ -99,8 +99,9 @@ TEST(rows_of_rank, splits_contiguously_and_covers_every_row_once) {
 
 // The single-rank reference of an EP generation: rank r's rows generated alone, with rank
 // r's rng stream, by a policy that owns every expert.
-policy::generation single_rank_reference(policy::moe_policy& pol, const std::vector<token_id>& prompt,
-                                         int num_rows, int num_ranks, int max_new, float temperature,
+policy::generation single_rank_reference(policy::moe_policy& pol,
+                                         const std::vector<token_id>& prompt, int num_rows,
+                                         int num_ranks, int max_new, float temperature,
                                          uint64_t base) {
   policy::generation out;
   for (int r = 0; r < num_ranks; ++r) {
@@ -138,14 +139,16 @@ TEST_P(ep_rollout, rows_and_logprobs_equal_the_single_rank_policy_with_the_same_
   for (uint64_t base : {17ull, 18ull, 19ull}) {
     auto got = (*group)->generate(prompt, num_rows, max_new, temperature, base);
     ASSERT_TRUE(got.ok()) << got.err().to_string();
-    auto want = single_rank_reference(*full, prompt, num_rows, num_ranks, max_new, temperature, base);
+    auto want =
+        single_rank_reference(*full, prompt, num_rows, num_ranks, max_new, temperature, base);
     ASSERT_EQ(got->completions.size(), size_t(num_rows));
     ASSERT_EQ(want.completions.size(), size_t(num_rows));
     for (int i = 0; i < num_rows; ++i) {
       EXPECT_EQ(got->completions[i], want.completions[i]) << "seed " << base << " row " << i;
       ASSERT_EQ(got->logprobs[i].size(), want.logprobs[i].size());
       for (size_t j = 0; j < want.logprobs[i].size(); ++j)
-        EXPECT_NEAR(got->logprobs[i][j], want.logprobs[i][j], 1e-5f) << "seed " << base << " row " << i << " token " << j;
+        EXPECT_NEAR(got->logprobs[i][j], want.logprobs[i][j], 1e-5f)
+            << "seed " << base << " row " << i << " token " << j;
       tokens += want.logprobs[i].size();
     }
   }
@@ -162,7 +165,9 @@ TEST_P(ep_rollout, rows_and_logprobs_equal_the_single_rank_policy_with_the_same_
 }
 
 INSTANTIATE_TEST_SUITE_P(ranks, ep_rollout, ::testing::Values(2, 4),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::to_string(i.param) + "ranks"; });
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::to_string(i.param) + "ranks";
+                         });
 
 TEST(ep_rollout_errors, experts_that_do_not_split_over_the_ranks_are_refused) {
   ep_group_shape shape;
@@ -202,7 +207,8 @@ TEST(ep_rollout_errors, bad_weights_and_too_few_rows_are_refused_and_the_group_k
 }
 
 TEST(ep_rollout_errors, a_rank_that_dies_mid_step_breaks_the_group_with_an_error_not_a_hang) {
-  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
+  auto cfg = config::load(
+      "", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
   ASSERT_TRUE(cfg.ok());
   ep_group_shape shape;
   shape.num_ranks = 2;

@@ -13,8 +13,8 @@
 #include "job/ep_trainer.h"
 #include "policy/reward.h"
 #include "policy/task.h"
-#include "tests/job/ep_fixture.h"
 #include "policy/trainer.h"
+#include "tests/job/ep_fixture.h"
 
 namespace moerl::job {
 namespace {
@@ -111,7 +111,8 @@ TEST(ep_trainer, a_step_on_two_ranks_gives_the_single_rank_parameters) {
     }
   }
   EXPECT_GT(max_change, 2e-3);  // the steps moved the weights by a fair part of the learning rate
-  std::printf("max parameter change %.3g, max EP vs single-rank difference %.3g\n", max_change, max_diff);
+  std::printf("max parameter change %.3g, max EP vs single-rank difference %.3g\n", max_change,
+              max_diff);
   EXPECT_LT(max_diff, max_change * 1e-2);
 
   // The assembled Adam state equals the single-rank optimiser's.
@@ -121,19 +122,22 @@ TEST(ep_trainer, a_step_on_two_ranks_gives_the_single_rank_parameters) {
   ASSERT_EQ(a->size(), want_adam.size());
   EXPECT_EQ(a->substr(0, 24), want_adam.substr(0, 24));  // header and step count
   const auto gm = moments_of(*a), wm = moments_of(want_adam);
-  for (size_t i = 0; i < wm.size(); ++i) ASSERT_NEAR(gm[i], wm[i], 1e-4 + 1e-3 * std::fabs(wm[i])) << i;
+  for (size_t i = 0; i < wm.size(); ++i)
+    ASSERT_NEAR(gm[i], wm[i], 1e-4 + 1e-3 * std::fabs(wm[i])) << i;
   // And loads back (a resumed trainer).
   EXPECT_TRUE((*ep)->load_adam(*a).ok());
 }
 
-TEST(ep_trainer, a_group_broken_by_a_dead_rank_is_rebuilt_and_the_step_still_equals_the_single_rank_one) {
+TEST(ep_trainer,
+     a_group_broken_by_a_dead_rank_is_rebuilt_and_the_step_still_equals_the_single_rank_one) {
   const policy::model_config model = small_model();
   policy::grpo_config grpo;
   grpo.group_size = 4;
   auto local = policy::make_local_expert_exchange();
   auto single = policy::moe_policy::create(model, *local);
   ASSERT_TRUE(single.ok());
-  auto cfg = config::load("", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
+  auto cfg = config::load(
+      "", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=1000"});
   ASSERT_TRUE(cfg.ok());
   auto ep = ep_trainer::create(*cfg, model, grpo, adam_cfg(), 1.0f, 2, 16);
   ASSERT_TRUE(ep.ok()) << ep.err().to_string();
@@ -147,7 +151,8 @@ TEST(ep_trainer, a_group_broken_by_a_dead_rank_is_rebuilt_and_the_step_still_equ
     }
     auto b = make_batch(**single, 2, 4, 200 + step, 0);
     std::vector<float> grads;
-    ASSERT_TRUE(policy::grpo_gradient(**single, b.samples, b.advantages, grpo, 1.0f, nullptr, &grads).ok());
+    ASSERT_TRUE(
+        policy::grpo_gradient(**single, b.samples, b.advantages, grpo, 1.0f, nullptr, &grads).ok());
     ASSERT_TRUE(opt.step((*single)->params(), grads).ok());
     auto r = (*ep)->step(b.samples, b.advantages);
     ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.err().to_string();
@@ -156,7 +161,8 @@ TEST(ep_trainer, a_group_broken_by_a_dead_rank_is_rebuilt_and_the_step_still_equ
   ASSERT_TRUE(bytes.ok());
   auto got = policy::deserialize_params(*bytes, &(*single)->layout());
   ASSERT_TRUE(got.ok());
-  for (size_t i = 0; i < got->size(); ++i) ASSERT_NEAR((*got)[i], (*single)->params()[i], 2e-5) << i;
+  for (size_t i = 0; i < got->size(); ++i)
+    ASSERT_NEAR((*got)[i], (*single)->params()[i], 2e-5) << i;
 }
 
 TEST(ep_trainer, bad_batches_and_configs_are_refused_by_name) {

@@ -7,8 +7,8 @@
 // Bad input (shapes, over-bound steps, foreign handles) is an error naming the problem.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -45,17 +45,17 @@ const exchange_mode N = exchange_mode::normal, LL = exchange_mode::low_latency;
 // steps, so fabric's 4-bit step field wraps inside one script.
 std::vector<op> script() {
   return {
-      {op_kind::dispatch, 0, N}, {op_kind::combine, 0, N},  // forward, layer 0
-      {op_kind::dispatch, 1, N}, {op_kind::combine, 1, N},  // forward, layer 1
-      {op_kind::cached, 1, N},   {op_kind::combine, 1, N},  // backward, layer 1
-      {op_kind::cached, 0, N},   {op_kind::combine, 0, N},  // backward, layer 0 (old handle)
+      {op_kind::dispatch, 0, N},  {op_kind::combine, 0, N},   // forward, layer 0
+      {op_kind::dispatch, 1, N},  {op_kind::combine, 1, N},   // forward, layer 1
+      {op_kind::cached, 1, N},    {op_kind::combine, 1, N},   // backward, layer 1
+      {op_kind::cached, 0, N},    {op_kind::combine, 0, N},   // backward, layer 0 (old handle)
       {op_kind::dispatch, 2, LL}, {op_kind::combine, 2, LL},  // decode steps
-      {op_kind::dispatch, 3, LL}, {op_kind::combine, 3, LL},
-      {op_kind::dispatch, 4, N}, {op_kind::dispatch, 5, N},  // two dispatches, then
-      {op_kind::combine, 4, N},  {op_kind::combine, 5, N},   // their combines
-      {op_kind::cached, 4, LL},  {op_kind::combine, 4, LL},  // a handle on the other group
-      {op_kind::dispatch, 6, LL}, {op_kind::cached, 6, LL}, {op_kind::combine, 6, LL},
-      {op_kind::dispatch, 7, N}, {op_kind::combine, 7, N},
+      {op_kind::dispatch, 3, LL}, {op_kind::combine, 3, LL}, {op_kind::dispatch, 4, N},
+      {op_kind::dispatch, 5, N},                              // two dispatches, then
+      {op_kind::combine, 4, N},   {op_kind::combine, 5, N},   // their combines
+      {op_kind::cached, 4, LL},   {op_kind::combine, 4, LL},  // a handle on the other group
+      {op_kind::dispatch, 6, LL}, {op_kind::cached, 6, LL},  {op_kind::combine, 6, LL},
+      {op_kind::dispatch, 7, N},  {op_kind::combine, 7, N},
   };
 }
 
@@ -126,10 +126,10 @@ std::string compare(const trace& got, const trace& want) {
   if (got.rows.size() != want.rows.size()) return "number of outputs differs";
   for (size_t i = 0; i < want.rows.size(); ++i) {
     if (got.rows[i].size() != want.rows[i].size())
-      return "op " + std::to_string(i) + ": " + std::to_string(got.rows[i].size()) + " floats, want " +
-             std::to_string(want.rows[i].size());
-    if (!want.rows[i].empty() &&
-        std::memcmp(got.rows[i].data(), want.rows[i].data(), want.rows[i].size() * sizeof(float)) != 0)
+      return "op " + std::to_string(i) + ": " + std::to_string(got.rows[i].size()) +
+             " floats, want " + std::to_string(want.rows[i].size());
+    if (!want.rows[i].empty() && std::memcmp(got.rows[i].data(), want.rows[i].data(),
+                                             want.rows[i].size() * sizeof(float)) != 0)
       return "op " + std::to_string(i) + ": rows differ bitwise";
   }
   return "";
@@ -141,14 +141,15 @@ std::vector<trace> reference_traces(int num_ranks) {
   std::vector<trace> out(num_ranks);
   std::vector<status> st(num_ranks);
   std::vector<std::thread> th;
-  for (int r = 0; r < num_ranks; ++r) th.emplace_back([&, r] { st[r] = run_script(*group[r], &out[r]); });
+  for (int r = 0; r < num_ranks; ++r)
+    th.emplace_back([&, r] { st[r] = run_script(*group[r], &out[r]); });
   for (auto& t : th) t.join();
   for (int r = 0; r < num_ranks; ++r) EXPECT_TRUE(st[r].ok()) << st[r].err().to_string();
   return out;
 }
 
-fabric_exchange_options options(const std::string& provider, bool shim, int rank, bool shuffle = false,
-                                int ranks_per_node = 0) {
+fabric_exchange_options options(const std::string& provider, bool shim, int rank,
+                                bool shuffle = false, int ranks_per_node = 0) {
   fabric_exchange_options o;
   o.transport.provider = provider;
   o.transport.require_provider = true;
@@ -172,14 +173,16 @@ int fail(int rank, const std::string& what) {
 // A rank of a fabric group: run the script, compare with the reference, wait for the others.
 int script_rank(bootstrap& b, const std::string& provider, bool shim, bool shuffle,
                 int ranks_per_node, const std::vector<trace>& want) {
-  auto ex = make_fabric_expert_exchange(b, options(provider, shim, b.rank(), shuffle, ranks_per_node));
+  auto ex =
+      make_fabric_expert_exchange(b, options(provider, shim, b.rank(), shuffle, ranks_per_node));
   if (!ex) return fail(b.rank(), "create: " + ex.err().to_string());
   trace got;
   if (auto st = run_script(**ex, &got); !st) return fail(b.rank(), st.err().to_string());
   if (auto diff = compare(got, want[b.rank()]); !diff.empty()) return fail(b.rank(), diff);
   // ep_group keeps its documented order; the shuffle makes the exchange restore it.
   if (((*ex)->reordered_dispatches() > 0) != shuffle)
-    return fail(b.rank(), "reordered " + std::to_string((*ex)->reordered_dispatches()) + " dispatches");
+    return fail(b.rank(),
+                "reordered " + std::to_string((*ex)->reordered_dispatches()) + " dispatches");
   // Closing handle 4's step for 5, closing 5's and re-dispatching 4 for combine(4),
   // re-dispatching 5 for combine(5), closing 6's step for cached(6).
   if ((*ex)->extra_steps() != 5)
@@ -194,7 +197,7 @@ struct combo {
   std::string provider;
   bool shim;
   int ranks;
-  bool shuffle = false;  // present the received rows shuffled (the exchange must sort)
+  bool shuffle = false;    // present the received rows shuffled (the exchange must sort)
   int ranks_per_node = 0;  // > 0: the normal group's two-level (node gateway) path
 };
 
@@ -206,24 +209,26 @@ TEST_P(fabric_exchange_threads, rows_equal_the_in_process_group_bit_for_bit) {
   auto report = fabric::launch_threads(c.ranks, [&](bootstrap& b) {
     return script_rank(b, c.provider, c.shim, c.shuffle, c.ranks_per_node, want);
   });
-  for (size_t r = 0; r < report.exit_codes.size(); ++r) EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
+  for (size_t r = 0; r < report.exit_codes.size(); ++r)
+    EXPECT_EQ(report.exit_codes[r], 0) << "rank " << r;
 }
 
 std::string combo_name(const ::testing::TestParamInfo<combo>& info) {
   return (info.param.provider == "shm" ? std::string("shm") : std::string("tcp")) +
          (info.param.shim ? "_shim_" : "_") + std::to_string(info.param.ranks) + "ranks" +
          (info.param.shuffle ? "_shuffled" : "") +
-         (info.param.ranks_per_node > 0 ? "_" + std::to_string(info.param.ranks_per_node) + "per_node" : "");
+         (info.param.ranks_per_node > 0
+              ? "_" + std::to_string(info.param.ranks_per_node) + "per_node"
+              : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_threads,
-                         ::testing::Values(combo{"shm", false, 2}, combo{"shm", true, 2},
-                                           combo{"shm", false, 4}, combo{"shm", true, 4},
-                                           combo{"tcp", false, 2}, combo{"tcp", true, 2},
-                                           combo{"tcp", false, 4}, combo{"tcp", true, 4},
-                                           combo{"shm", true, 4, true}, combo{"tcp", false, 2, true},
-                                           combo{"shm", true, 4, false, 2}),
-                         combo_name);
+INSTANTIATE_TEST_SUITE_P(
+    providers, fabric_exchange_threads,
+    ::testing::Values(combo{"shm", false, 2}, combo{"shm", true, 2}, combo{"shm", false, 4},
+                      combo{"shm", true, 4}, combo{"tcp", false, 2}, combo{"tcp", true, 2},
+                      combo{"tcp", false, 4}, combo{"tcp", true, 4}, combo{"shm", true, 4, true},
+                      combo{"tcp", false, 2, true}, combo{"shm", true, 4, false, 2}),
+    combo_name);
 
 class fabric_exchange_processes : public ::testing::TestWithParam<combo> {};
 
@@ -232,10 +237,13 @@ TEST_P(fabric_exchange_processes, ranks_as_processes_equal_the_in_process_group)
   const auto want = reference_traces(c.ranks);  // its threads are joined before the fork
   auto report = fabric::launch_processes(
       c.ranks,
-      [&](bootstrap& b) { return script_rank(b, c.provider, c.shim, c.shuffle, c.ranks_per_node, want); },
+      [&](bootstrap& b) {
+        return script_rank(b, c.provider, c.shim, c.shuffle, c.ranks_per_node, want);
+      },
       60000);
   ASSERT_TRUE(report.ok()) << report.err().to_string();
-  for (size_t r = 0; r < report->exit_codes.size(); ++r) EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
+  for (size_t r = 0; r < report->exit_codes.size(); ++r)
+    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(providers, fabric_exchange_processes,
@@ -275,7 +283,8 @@ TEST(fabric_exchange_errors, bad_calls_are_refused_and_the_exchange_keeps_workin
     std::vector<int64_t> off(num_experts + 1, 0);
     for (int e = 0; e < num_experts; ++e) off[e + 1] = off[e] + (e == 0 ? max_rows + 1 : 0);
     auto big = random_rows(max_rows + 1, 1);
-    if (!says(x.dispatch(big.data(), off.data(), num_experts, hidden, N, &recv), "max_rows_per_rank"))
+    if (!says(x.dispatch(big.data(), off.data(), num_experts, hidden, N, &recv),
+              "max_rows_per_rank"))
       return fail(b.rank(), "over-bound dispatch not refused");
     for (int e = 0; e < num_experts; ++e) off[e + 1] = off[e] + (e == 0 ? 9 : 0);
     if (!says(x.dispatch(big.data(), off.data(), num_experts, hidden, LL, &recv),
@@ -435,7 +444,8 @@ void expect_same_run(const policy_run& got, const policy_run& want, int rank) {
   ASSERT_TRUE(got.error.empty()) << "rank " << rank << ": " << got.error;
   ASSERT_TRUE(want.error.empty()) << "reference rank " << rank << ": " << want.error;
   ASSERT_EQ(got.logits.size(), want.logits.size());
-  EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0)
+  EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)),
+            0)
       << "logits of rank " << rank;
   ASSERT_EQ(got.grads.size(), want.grads.size());
   EXPECT_EQ(std::memcmp(got.grads.data(), want.grads.data(), want.grads.size() * sizeof(float)), 0)
@@ -443,7 +453,8 @@ void expect_same_run(const policy_run& got, const policy_run& want, int rank) {
   ASSERT_EQ(got.samples.size(), want.samples.size());
   for (size_t i = 0; i < want.samples.size(); ++i) {
     EXPECT_EQ(got.samples[i].completion, want.samples[i].completion) << rank << "/" << i;
-    EXPECT_EQ(got.samples[i].behaviour_logprobs, want.samples[i].behaviour_logprobs) << rank << "/" << i;
+    EXPECT_EQ(got.samples[i].behaviour_logprobs, want.samples[i].behaviour_logprobs)
+        << rank << "/" << i;
   }
 }
 

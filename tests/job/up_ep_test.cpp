@@ -36,7 +36,8 @@ TEST(moerl_up, a_short_grpo_run_on_expert_parallel_ranks_loses_nothing_and_learn
   ASSERT_TRUE(port.ok()) << port.err().to_string();
   const int iterations = 20;
   const fs::path report = dir / "report.json";
-  const std::string cmd = std::string(MOERL_BINARY) + " up --no-interrupt --iterations " + std::to_string(iterations) +
+  const std::string cmd = std::string(MOERL_BINARY) + " up --no-interrupt --iterations " +
+                          std::to_string(iterations) +
                           " --timeout 240 --console tcp://127.0.0.1:" + std::to_string(*port) +
                           " --run-dir " + (dir / "runs").string() + " --report " + report.string() +
                           " --set store.url=" + (dir / "store").string() +
@@ -71,7 +72,9 @@ TEST(moerl_up, a_short_grpo_run_on_expert_parallel_ranks_loses_nothing_and_learn
   EXPECT_TRUE(trainer_ep) << "the trainer did not report 2 EP ranks";
   int rollout_groups = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir / "runs"))
-    if (e.is_regular_file() && read_all(e.path()).find("expert-parallel rollout group of 2 ranks ready") != std::string::npos)
+    if (e.is_regular_file() &&
+        read_all(e.path()).find("expert-parallel rollout group of 2 ranks ready") !=
+            std::string::npos)
       ++rollout_groups;
   EXPECT_GT(rollout_groups, 0) << "no rollout log names an expert-parallel group";
   if (!HasFailure()) fs::remove_all(dir);

@@ -35,20 +35,23 @@ TEST(kernels_bench, a_quick_run_reports_every_primitive_with_rates_and_provenanc
     EXPECT_EQ(e["runs"].get<int>(), prefill_gemm ? opt.gemm_runs : opt.runs) << name;
     names.insert(name);
   }
-  for (const char* want : {"route_forward.prefill", "route_backward.decode", "dispatch_layout.prefill",
-                           "permute_forward.fp32.prefill", "permute_backward.fp32.prefill",
-                           "combine_forward.fp32.prefill", "combine_backward.fp32.decode",
-                           "combine_forward.bf16.prefill", "fp8_quantize.prefill",
-                           "expert_ffn_forward.fp32.prefill", "sgemm_equal_flops.prefill",
-                           "expert_ffn_backward.fp32.prefill", "sgemm_equal_flops_split.prefill",
-                           "load_balance_loss.decode"})
+  for (const char* want :
+       {"route_forward.prefill", "route_backward.decode", "dispatch_layout.prefill",
+        "permute_forward.fp32.prefill", "permute_backward.fp32.prefill",
+        "combine_forward.fp32.prefill", "combine_backward.fp32.decode",
+        "combine_forward.bf16.prefill", "fp8_quantize.prefill", "expert_ffn_forward.fp32.prefill",
+        "sgemm_equal_flops.prefill", "expert_ffn_backward.fp32.prefill",
+        "sgemm_equal_flops_split.prefill", "load_balance_loss.decode"})
     EXPECT_TRUE(names.count(want)) << want;
-  for (const char* t : {"permute_forward_vs_memcpy", "combine_forward_vs_memcpy", "expert_ffn_vs_sgemm"})
+  for (const char* t :
+       {"permute_forward_vs_memcpy", "combine_forward_vs_memcpy", "expert_ffn_vs_sgemm"})
     EXPECT_TRUE(r["targets"].contains(t)) << t;
   // The FFN and its references are timed in turns: one paired ratio per timed round.
   ASSERT_TRUE(r["ratios"].contains("expert_ffn_vs_sgemm_per_run.prefill"));
-  EXPECT_EQ(r["ratios"]["expert_ffn_vs_sgemm_per_run.prefill"].size(), static_cast<size_t>(opt.gemm_runs));
-  EXPECT_EQ(r["ratios"]["expert_ffn_vs_sgemm_per_run.decode"].size(), static_cast<size_t>(opt.runs));
+  EXPECT_EQ(r["ratios"]["expert_ffn_vs_sgemm_per_run.prefill"].size(),
+            static_cast<size_t>(opt.gemm_runs));
+  EXPECT_EQ(r["ratios"]["expert_ffn_vs_sgemm_per_run.decode"].size(),
+            static_cast<size_t>(opt.runs));
   EXPECT_TRUE(r["ratios"].contains("expert_ffn_backward_vs_sgemm.prefill"));
 }
 

@@ -21,9 +21,10 @@ using namespace moerl::kernels::testing;
 
 namespace {
 
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device visible: CUDA twins not checked"; \
+#define REQUIRE_GPU()                                                   \
+  do {                                                                  \
+    if (!cuda::device_available())                                      \
+      GTEST_SKIP() << "no CUDA device visible: CUDA twins not checked"; \
   } while (0)
 
 // A device copy of a host vector (or zeroed storage), copied back with host().
@@ -59,12 +60,14 @@ class dev {
   size_t n_;
 };
 
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rtol, const char* what) {
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rtol,
+                  const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   double scale = 0;
   for (float v : cpu) scale = std::max(scale, std::fabs(double(v)));
   for (size_t i = 0; i < cpu.size(); ++i)
-    ASSERT_LE(std::fabs(double(gpu[i]) - cpu[i]), rtol * (std::fabs(double(cpu[i])) + scale)) << what << " at " << i;
+    ASSERT_LE(std::fabs(double(gpu[i]) - cpu[i]), rtol * (std::fabs(double(cpu[i])) + scale))
+        << what << " at " << i;
 }
 
 }  // namespace
@@ -88,13 +91,20 @@ TEST(cuda_twins, routing_forward_and_backward_match_the_cpu) {
     mask[7] = 0;
     std::vector<float> s(T * 64), w(T * 6), gl(T * 64);
     std::vector<int64_t> idx(T * 6);
-    ASSERT_TRUE(route_forward(pool, p, logits.data(), bias.data(), mask.data(), T, s.data(), idx.data(), w.data()).ok());
-    ASSERT_TRUE(route_backward(pool, p, s.data(), idx.data(), gw.data(), nullptr, T, gl.data()).ok());
+    ASSERT_TRUE(route_forward(pool, p, logits.data(), bias.data(), mask.data(), T, s.data(),
+                              idx.data(), w.data())
+                    .ok());
+    ASSERT_TRUE(
+        route_backward(pool, p, s.data(), idx.data(), gw.data(), nullptr, T, gl.data()).ok());
     dev<float> dl(logits), db(bias), ds(T * 64), dw(T * 6), dgw(gw), dgl(T * 64);
     dev<uint8_t> dm(mask);
     dev<int64_t> di(T * 6);
-    ASSERT_TRUE(cuda::route_forward(nullptr, p, dl.get(), db.get(), dm.get(), T, ds.get(), di.get(), dw.get()).ok());
-    ASSERT_TRUE(cuda::route_backward(nullptr, p, ds.get(), di.get(), dgw.get(), nullptr, T, dgl.get()).ok());
+    ASSERT_TRUE(cuda::route_forward(nullptr, p, dl.get(), db.get(), dm.get(), T, ds.get(), di.get(),
+                                    dw.get())
+                    .ok());
+    ASSERT_TRUE(
+        cuda::route_backward(nullptr, p, ds.get(), di.get(), dgw.get(), nullptr, T, dgl.get())
+            .ok());
     EXPECT_EQ(di.host(), idx);
     expect_close(ds.host(), s, 1e-5, "scores");
     expect_close(dw.host(), w, 1e-5, "weights");
@@ -113,11 +123,14 @@ TEST(cuda_twins, load_statistics_match_the_cpu) {
   std::vector<float> grad(T * E);
   float loss = 0;
   ASSERT_TRUE(count_tokens_per_expert(pool, idx.data(), T, K, E, counts.data()).ok());
-  ASSERT_TRUE(load_balance_loss(pool, scores.data(), idx.data(), T, E, K, 0.01f, &loss, grad.data()).ok());
+  ASSERT_TRUE(
+      load_balance_loss(pool, scores.data(), idx.data(), T, E, K, 0.01f, &loss, grad.data()).ok());
   dev<int64_t> di(idx), dc(E);
   dev<float> dsc(scores), dg(T * E), dloss(1);
   ASSERT_TRUE(cuda::count_tokens_per_expert(nullptr, di.get(), T, K, E, dc.get()).ok());
-  ASSERT_TRUE(cuda::load_balance_loss(nullptr, dsc.get(), di.get(), T, E, K, 0.01f, dloss.get(), dg.get()).ok());
+  ASSERT_TRUE(
+      cuda::load_balance_loss(nullptr, dsc.get(), di.get(), T, E, K, 0.01f, dloss.get(), dg.get())
+          .ok());
   EXPECT_EQ(dc.host(), counts);
   EXPECT_EQ(dloss.host()[0], loss);
   EXPECT_EQ(dg.host(), grad);
@@ -126,17 +139,28 @@ TEST(cuda_twins, load_statistics_match_the_cpu) {
 TEST(cuda_twins, dispatch_layout_is_identical_to_the_cpu_including_edge_cases) {
   REQUIRE_GPU();
   thread_pool pool(2);
-  struct c { int64_t T; int K, E, R, align; double masked; };
-  for (auto cs : {c{3000, 8, 256, 32, 1, 0.0}, c{77, 4, 16, 4, 8, 0.3}, c{0, 8, 16, 4, 1, 0.0}, c{64, 8, 8, 2, 1, 0.0}}) {
+  struct c {
+    int64_t T;
+    int K, E, R, align;
+    double masked;
+  };
+  for (auto cs : {c{3000, 8, 256, 32, 1, 0.0}, c{77, 4, 16, 4, 8, 0.3}, c{0, 8, 16, 4, 1, 0.0},
+                  c{64, 8, 8, 2, 1, 0.0}}) {
     auto idx = random_topk_idx(cs.T, cs.K, cs.E, 9, cs.masked);
     std::vector<int64_t> pe(cs.E), pr(cs.R), rs(cs.T * cs.R), off(cs.E + 1), slot(cs.T * cs.K);
     std::vector<uint8_t> ir(cs.T * cs.R);
     dispatch_layout_params p{cs.T, cs.K, cs.E, cs.R, cs.align};
-    ASSERT_TRUE(get_dispatch_layout(pool, idx.data(), p, {pe.data(), pr.data(), ir.data(), rs.data(), off.data(), slot.data()}).ok());
-    dev<int64_t> di(idx), dpe(cs.E), dpr(cs.R), drs(cs.T * cs.R), doff(cs.E + 1), dslot(cs.T * cs.K);
+    ASSERT_TRUE(
+        get_dispatch_layout(pool, idx.data(), p,
+                            {pe.data(), pr.data(), ir.data(), rs.data(), off.data(), slot.data()})
+            .ok());
+    dev<int64_t> di(idx), dpe(cs.E), dpr(cs.R), drs(cs.T * cs.R), doff(cs.E + 1),
+        dslot(cs.T * cs.K);
     dev<uint8_t> dir(cs.T * cs.R);
-    ASSERT_TRUE(cuda::get_dispatch_layout(nullptr, di.get(), p,
-                                          {dpe.get(), dpr.get(), dir.get(), drs.get(), doff.get(), dslot.get()}).ok());
+    ASSERT_TRUE(cuda::get_dispatch_layout(
+                    nullptr, di.get(), p,
+                    {dpe.get(), dpr.get(), dir.get(), drs.get(), doff.get(), dslot.get()})
+                    .ok());
     EXPECT_EQ(dpe.host(), pe) << cs.T;
     EXPECT_EQ(dpr.host(), pr) << cs.T;
     EXPECT_EQ(dir.host(), ir) << cs.T;
@@ -159,24 +183,35 @@ TEST(cuda_twins, permute_unpermute_and_combine_match_the_cpu_for_vector_and_scal
     auto x = random_floats(T * H, 12);
     auto w = random_floats(T * K, 13, 0, 1);
     auto gout = random_floats(T * H, 14);
-    std::vector<float> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H), gw(T * K);
+    std::vector<float> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H),
+        gw(T * K);
     ASSERT_TRUE(permute_forward(pool, x.data(), s.slot.data(), T, K, H, R, p.data()).ok());
     ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
     ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
     ASSERT_TRUE(unpermute_backward(pool, u.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
-    ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
-    ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
+    ASSERT_TRUE(
+        combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
+    ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R,
+                                 gy.data(), gw.data())
+                    .ok());
 
-    dev<float> dx(x), dw(w), dgout(gout), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dout2(T * H),
-        dgy(R * H), dgw(T * K);
+    dev<float> dx(x), dw(w), dgout(gout), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H),
+        dout(T * H), dout2(T * H), dgy(R * H), dgw(T * K);
     dev<int64_t> dslot(s.slot);
     ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
     ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
     ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
-    ASSERT_TRUE(cuda::unpermute_backward(nullptr, du.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
-    ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
-    ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout2.get()).ok());
-    ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
+    ASSERT_TRUE(
+        cuda::unpermute_backward(nullptr, du.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
+    ASSERT_TRUE(
+        cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get())
+            .ok());
+    ASSERT_TRUE(
+        cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout2.get())
+            .ok());
+    ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K,
+                                       H, R, dgy.get(), dgw.get())
+                    .ok());
     EXPECT_EQ(dp.host(), p);
     expect_close(dgx.host(), gx, 1e-6, "permute_backward");
     EXPECT_EQ(du.host(), u);
@@ -200,14 +235,21 @@ TEST(cuda_twins, grouped_expert_ffn_matches_the_cpu) {
   auto wd = random_floats(E * H * F, 23, -0.1f, 0.1f);
   auto gy = random_floats(R * H, 24);
   std::vector<float> h(R * 2 * F), a(R * F), y(R * H), gx(R * H), gwgu(wgu.size()), gwd(wd.size());
-  ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(), y.data()).ok());
-  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(),
-                                  gy.data(), gx.data(), gwgu.data(), gwd.data()).ok());
-  dev<float> dx(x), dwgu(wgu), dwd(wd), dgy(gy), dh(R * 2 * F), da(R * F), dy(R * H), dgx(R * H), dgwgu(wgu.size()),
-      dgwd(wd.size());
-  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(), dwd.get(), dh.get(), da.get(), dy.get()).ok());
-  ASSERT_TRUE(cuda::expert_ffn_backward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(), dwd.get(), dh.get(),
-                                        da.get(), dgy.get(), dgx.get(), dgwgu.get(), dgwd.get()).ok());
+  ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                 h.data(), a.data(), y.data())
+                  .ok());
+  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                  h.data(), a.data(), gy.data(), gx.data(), gwgu.data(), gwd.data())
+                  .ok());
+  dev<float> dx(x), dwgu(wgu), dwd(wd), dgy(gy), dh(R * 2 * F), da(R * F), dy(R * H), dgx(R * H),
+      dgwgu(wgu.size()), dgwd(wd.size());
+  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(),
+                                       dwd.get(), dh.get(), da.get(), dy.get())
+                  .ok());
+  ASSERT_TRUE(cuda::expert_ffn_backward(nullptr, {E, H, F}, offset.data(), dx.get(), dwgu.get(),
+                                        dwd.get(), dh.get(), da.get(), dgy.get(), dgx.get(),
+                                        dgwgu.get(), dgwd.get())
+                  .ok());
   expect_close(dy.host(), y, 1e-5, "ffn out");
   expect_close(dgx.host(), gx, 1e-5, "ffn grad_x");
   expect_close(dgwgu.host(), gwgu, 1e-5, "ffn grad_w_gate_up");
@@ -253,7 +295,8 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
     return b;
   };
   const auto xf = random_floats(T * H, 42);
-  const auto x = to_bf16(xf), gout = to_bf16(random_floats(T * H, 43)), gu = to_bf16(random_floats(T * K * H, 44));
+  const auto x = to_bf16(xf), gout = to_bf16(random_floats(T * H, 43)),
+             gu = to_bf16(random_floats(T * K * H, 44));
   const auto w = random_floats(T * K, 45, 0, 1);
   std::vector<bf16> p(R * H), gx(T * H), u(T * K * H), gp(R * H), out(T * H), gy(R * H);
   std::vector<float> gw(T * K);
@@ -261,11 +304,14 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
   ASSERT_TRUE(permute_backward(pool, p.data(), s.slot.data(), T, K, H, R, gx.data()).ok());
   ASSERT_TRUE(unpermute_forward(pool, p.data(), s.slot.data(), T, K, H, R, u.data()).ok());
   ASSERT_TRUE(unpermute_backward(pool, gu.data(), s.slot.data(), T, K, H, R, gp.data()).ok());
-  ASSERT_TRUE(combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
-  ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R, gy.data(), gw.data()).ok());
+  ASSERT_TRUE(
+      combine_forward(pool, p.data(), s.slot.data(), w.data(), T, K, H, R, out.data()).ok());
+  ASSERT_TRUE(combine_backward(pool, gout.data(), p.data(), s.slot.data(), w.data(), T, K, H, R,
+                               gy.data(), gw.data())
+                  .ok());
 
-  dev<bf16> dx(x), dgout(gout), dgu(gu), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H), dout(T * H), dgy(R * H),
-      dxb(T * H);
+  dev<bf16> dx(x), dgout(gout), dgu(gu), dp(R * H), dgx(T * H), du(T * K * H), dgp(R * H),
+      dout(T * H), dgy(R * H), dxb(T * H);
   dev<float> dw(w), dgw(T * K), dxf(xf), dback(T * H);
   dev<int64_t> dslot(s.slot);
   ASSERT_TRUE(cuda::bf16_from_float(nullptr, dxf.get(), T * H, dxb.get()).ok());
@@ -273,9 +319,13 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
   ASSERT_TRUE(cuda::permute_forward(nullptr, dx.get(), dslot.get(), T, K, H, R, dp.get()).ok());
   ASSERT_TRUE(cuda::permute_backward(nullptr, dp.get(), dslot.get(), T, K, H, R, dgx.get()).ok());
   ASSERT_TRUE(cuda::unpermute_forward(nullptr, dp.get(), dslot.get(), T, K, H, R, du.get()).ok());
-  ASSERT_TRUE(cuda::unpermute_backward(nullptr, dgu.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
-  ASSERT_TRUE(cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
-  ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H, R, dgy.get(), dgw.get()).ok());
+  ASSERT_TRUE(
+      cuda::unpermute_backward(nullptr, dgu.get(), dslot.get(), T, K, H, R, dgp.get()).ok());
+  ASSERT_TRUE(
+      cuda::combine_forward(nullptr, dp.get(), dslot.get(), dw.get(), T, K, H, R, dout.get()).ok());
+  ASSERT_TRUE(cuda::combine_backward(nullptr, dgout.get(), dp.get(), dslot.get(), dw.get(), T, K, H,
+                                     R, dgy.get(), dgw.get())
+                  .ok());
   EXPECT_EQ(bits(dxb.host()), bits(x));
   std::vector<float> back(T * H);
   ASSERT_TRUE(bf16_to_float(pool, x.data(), T * H, back.data()).ok());
@@ -292,12 +342,17 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
   const int FE = 3;
   const int64_t FH = 128, FF = 64;
   const std::vector<int64_t> offset = {0, 20, 20, 45};
-  const auto fx = to_bf16(random_floats(45 * FH, 46)), fwgu = to_bf16(random_floats(FE * 2 * FF * FH, 47, -0.1f, 0.1f)),
+  const auto fx = to_bf16(random_floats(45 * FH, 46)),
+             fwgu = to_bf16(random_floats(FE * 2 * FF * FH, 47, -0.1f, 0.1f)),
              fwd = to_bf16(random_floats(FE * FH * FF, 48, -0.1f, 0.1f));
   std::vector<bf16> fy(45 * FH);
-  ASSERT_TRUE(expert_ffn_forward(pool, {FE, FH, FF}, offset.data(), fx.data(), fwgu.data(), fwd.data(), fy.data()).ok());
+  ASSERT_TRUE(expert_ffn_forward(pool, {FE, FH, FF}, offset.data(), fx.data(), fwgu.data(),
+                                 fwd.data(), fy.data())
+                  .ok());
   dev<bf16> dfx(fx), dfwgu(fwgu), dfwd(fwd), dfy(45 * FH);
-  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {FE, FH, FF}, offset.data(), dfx.get(), dfwgu.get(), dfwd.get(), dfy.get()).ok());
+  ASSERT_TRUE(cuda::expert_ffn_forward(nullptr, {FE, FH, FF}, offset.data(), dfx.get(), dfwgu.get(),
+                                       dfwd.get(), dfy.get())
+                  .ok());
   std::vector<float> cpu_y(45 * FH), gpu_y(45 * FH);
   const auto gy_bf16 = dfy.host();
   ASSERT_TRUE(bf16_to_float(pool, fy.data(), 45 * FH, cpu_y.data()).ok());

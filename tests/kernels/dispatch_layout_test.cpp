@@ -24,7 +24,7 @@ layout run(thread_pool& pool, const std::vector<int64_t>& idx, int64_t T, int K,
   l.slot.assign(T * K, -7);
   dispatch_layout_params p{T, K, E, R, align};
   dispatch_layout_out out{l.per_expert.data(), l.per_rank.data(), l.in_rank.data(),
-                          l.rank_slot.data(), l.offset.data(), l.slot.data()};
+                          l.rank_slot.data(),  l.offset.data(),   l.slot.data()};
   auto st = get_dispatch_layout(pool, idx.data(), p, out);
   EXPECT_TRUE(st.ok()) << st.err().to_string();
   return l;

@@ -81,7 +81,8 @@ TEST(dtypes, the_vectorised_block_encoder_agrees_with_the_scalar_encoder_on_ever
   ASSERT_TRUE(fp8_quantize(pool, x.data(), 1, H, q.data(), scales.data()).ok());
   for (int64_t b = 0; b < fp8_num_blocks(H); ++b) {
     float amax = 0;
-    for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j) amax = std::max(amax, std::fabs(x[j]));
+    for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j)
+      amax = std::max(amax, std::fabs(x[j]));
     ASSERT_EQ(scales[b], amax / 448.0f);
     for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j)
       ASSERT_EQ(q[j], float_to_e4m3(x[j] / scales[b])) << "value " << x[j];

@@ -32,13 +32,16 @@ ffn_result run(int threads, const std::vector<int64_t>& offset, int64_t H, int64
   auto wd = random_floats(E * H * F, 33, -0.1f, 0.1f);
   auto gy = random_floats(rows * H, 34);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  ffn_result r{std::vector<float>(rows * 2 * F), std::vector<float>(rows * F), std::vector<float>(rows * H),
-               std::vector<float>(rows * H, nan), std::vector<float>(wgu.size(), nan),
-               std::vector<float>(wd.size(), nan)};
-  EXPECT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), r.h.data(),
-                                 r.a.data(), r.y.data()).ok());
-  EXPECT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), r.h.data(),
-                                  r.a.data(), gy.data(), r.gx.data(), r.gwgu.data(), r.gwd.data()).ok());
+  ffn_result r{std::vector<float>(rows * 2 * F),    std::vector<float>(rows * F),
+               std::vector<float>(rows * H),        std::vector<float>(rows * H, nan),
+               std::vector<float>(wgu.size(), nan), std::vector<float>(wd.size(), nan)};
+  EXPECT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                 r.h.data(), r.a.data(), r.y.data())
+                  .ok());
+  EXPECT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                  r.h.data(), r.a.data(), gy.data(), r.gx.data(), r.gwgu.data(),
+                                  r.gwd.data())
+                  .ok());
   return r;
 }
 

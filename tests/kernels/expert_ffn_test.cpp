@@ -42,12 +42,14 @@ TEST(expert_ffn, forward_matches_a_double_reference_with_empty_and_uneven_expert
   auto wd = random_floats(E * H * F, 3, -0.1f, 0.1f);
   std::vector<float> h(rows * 2 * F), a(rows * F), y(rows * H);
   ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
-                                 h.data(), a.data(), y.data()).ok());
+                                 h.data(), a.data(), y.data())
+                  .ok());
   std::vector<double> ref;
   for (int e = 0; e < E; ++e)
     for (int64_t r = offset[e]; r < offset[e + 1]; ++r) {
       reference_row(&x[r * H], &wgu[e * 2 * F * H], &wd[e * H * F], H, F, &ref);
-      for (int64_t i = 0; i < H; ++i) ASSERT_NEAR(y[r * H + i], ref[i], 1e-5 + 1e-4 * std::fabs(ref[i]));
+      for (int64_t i = 0; i < H; ++i)
+        ASSERT_NEAR(y[r * H + i], ref[i], 1e-5 + 1e-4 * std::fabs(ref[i]));
     }
 }
 
@@ -61,20 +63,24 @@ TEST(expert_ffn, backward_matches_finite_differences_for_inputs_and_weights) {
   auto wgu = random_floats(E * 2 * F * H, 12);
   auto wd = random_floats(E * H * F, 13);
   auto gy = random_floats(rows * H, 14);
-  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& g, const std::vector<float>& d) {
+  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& g,
+                  const std::vector<float>& d) {
     std::vector<float> h(rows * 2 * F), a(rows * F), y(rows * H);
     EXPECT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), xx.data(), g.data(), d.data(),
-                                   h.data(), a.data(), y.data()).ok());
+                                   h.data(), a.data(), y.data())
+                    .ok());
     double l = 0;
     for (int64_t i = 0; i < rows * H; ++i) l += double(y[i]) * gy[i];
     return l;
   };
   std::vector<float> h(rows * 2 * F), a(rows * F), y(rows * H);
   ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
-                                 h.data(), a.data(), y.data()).ok());
+                                 h.data(), a.data(), y.data())
+                  .ok());
   std::vector<float> gx(rows * H), gwgu(wgu.size(), 9.0f), gwd(wd.size(), 9.0f);
   ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
-                                  h.data(), a.data(), gy.data(), gx.data(), gwgu.data(), gwd.data()).ok());
+                                  h.data(), a.data(), gy.data(), gx.data(), gwgu.data(), gwd.data())
+                  .ok());
   const float eps = 1e-2f;
   for (size_t i = 0; i < x.size(); ++i) {
     auto p = x, m = x;
@@ -108,12 +114,19 @@ TEST(expert_ffn, accumulate_adds_weight_gradients_of_a_second_micro_batch) {
   auto wd = random_floats(H * F, 23);
   auto gy = random_floats(rows * H, 24);
   std::vector<float> h(rows * 2 * F), a(rows * F), y(rows * H), gx(rows * H);
-  ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(), y.data()).ok());
+  ASSERT_TRUE(expert_ffn_forward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                 h.data(), a.data(), y.data())
+                  .ok());
   std::vector<float> g1(wgu.size()), d1(wd.size()), g2(wgu.size()), d2(wd.size());
-  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(), gy.data(), gx.data(), g1.data(), d1.data()).ok());
+  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                  h.data(), a.data(), gy.data(), gx.data(), g1.data(), d1.data())
+                  .ok());
   g2 = g1;
   d2 = d1;
-  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(), a.data(), gy.data(), gx.data(), g2.data(), d2.data(), true).ok());
+  ASSERT_TRUE(expert_ffn_backward(pool, {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                                  h.data(), a.data(), gy.data(), gx.data(), g2.data(), d2.data(),
+                                  true)
+                  .ok());
   for (size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g2[i], 2 * g1[i], 1e-5);
   for (size_t i = 0; i < d1.size(); ++i) EXPECT_NEAR(d2[i], 2 * d1[i], 1e-5);
 }
@@ -122,7 +135,9 @@ TEST(expert_ffn, a_decreasing_offset_table_is_an_error) {
   thread_pool pool(1);
   const std::vector<int64_t> offset = {0, 4, 2};
   float dummy[64];
-  auto st = expert_ffn_forward(pool, {2, 4, 4}, offset.data(), dummy, dummy, dummy, dummy, dummy, dummy);
+  auto st =
+      expert_ffn_forward(pool, {2, 4, 4}, offset.data(), dummy, dummy, dummy, dummy, dummy, dummy);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.err().message.find("non-decreasing at expert 1"), std::string::npos) << st.err().message;
+  EXPECT_NE(st.err().message.find("non-decreasing at expert 1"), std::string::npos)
+      << st.err().message;
 }

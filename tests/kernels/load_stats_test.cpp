@@ -34,7 +34,8 @@ TEST(load_stats, aux_loss_is_one_times_coeff_for_perfectly_uniform_routing) {
   const std::vector<int64_t> idx = {0, 1, 2, 3};
   std::vector<float> scores(16, 0.25f), grad(16);
   float loss = 0;
-  ASSERT_TRUE(load_balance_loss(pool, scores.data(), idx.data(), 4, 4, 1, 0.01f, &loss, grad.data()).ok());
+  ASSERT_TRUE(
+      load_balance_loss(pool, scores.data(), idx.data(), 4, 4, 1, 0.01f, &loss, grad.data()).ok());
   EXPECT_NEAR(loss, 0.01f, 1e-8);
   // d loss / d scores[t,e] = coeff * E * f_e / N = 0.01 * 4 * 0.25 / 4
   for (float g : grad) EXPECT_NEAR(g, 0.0025f, 1e-9);
@@ -46,7 +47,8 @@ TEST(load_stats, aux_loss_ignores_padding_tokens_and_all_to_one_expert_is_maxima
   std::vector<float> scores = {0, 0, 1, 0, 0, 1, 0.5f, 0.5f, 0};
   std::vector<float> grad(9);
   float loss = 0;
-  ASSERT_TRUE(load_balance_loss(pool, scores.data(), idx.data(), 3, 3, 1, 1.0f, &loss, grad.data()).ok());
+  ASSERT_TRUE(
+      load_balance_loss(pool, scores.data(), idx.data(), 3, 3, 1, 1.0f, &loss, grad.data()).ok());
   EXPECT_NEAR(loss, 3.0f, 1e-6);  // E * f_2 * P_2 = 3 * 1 * 1
   for (int e = 0; e < 3; ++e) EXPECT_EQ(grad[6 + e], 0.0f);
   float none = -1;

@@ -88,7 +88,9 @@ TEST(combine, weighted_sum_matches_a_reference_and_masked_tokens_get_zero) {
   auto y = random_floats(s.num_rows * H, 8);
   auto w = random_floats(T * K, 9, 0.0f, 1.0f);
   std::vector<float> out(T * H, 5.0f);
-  ASSERT_TRUE(combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, out.data()).ok());
+  ASSERT_TRUE(
+      combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, out.data())
+          .ok());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < H; ++j) {
       float want = 0.0f;
@@ -108,9 +110,14 @@ TEST(combine, results_are_bitwise_identical_for_any_pool_size_and_repeat) {
   auto y = random_floats(s.num_rows * H, 12, -100.0f, 100.0f);
   auto w = random_floats(T * K, 13, 0.0f, 1.0f);
   std::vector<float> a(T * H), b(T * H), c(T * H);
-  ASSERT_TRUE(combine_forward(one, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, a.data()).ok());
-  ASSERT_TRUE(combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, b.data()).ok());
-  ASSERT_TRUE(combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, c.data()).ok());
+  ASSERT_TRUE(
+      combine_forward(one, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, a.data()).ok());
+  ASSERT_TRUE(
+      combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, b.data())
+          .ok());
+  ASSERT_TRUE(
+      combine_forward(three, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, c.data())
+          .ok());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
   EXPECT_EQ(0, std::memcmp(b.data(), c.data(), b.size() * 4));
 }
@@ -127,14 +134,17 @@ TEST(combine, backward_matches_finite_differences_of_a_scalar_loss) {
   // loss = sum(out * gout), so dloss/dout = gout.
   auto loss = [&](const std::vector<float>& yy, const std::vector<float>& ww) {
     std::vector<float> out(T * H);
-    EXPECT_TRUE(combine_forward(pool, yy.data(), s.slot.data(), ww.data(), T, K, H, s.num_rows, out.data()).ok());
+    EXPECT_TRUE(
+        combine_forward(pool, yy.data(), s.slot.data(), ww.data(), T, K, H, s.num_rows, out.data())
+            .ok());
     double l = 0;
     for (int64_t i = 0; i < T * H; ++i) l += double(out[i]) * gout[i];
     return l;
   };
   std::vector<float> gy(s.num_rows * H), gw(T * K);
   ASSERT_TRUE(combine_backward(pool, gout.data(), y.data(), s.slot.data(), w.data(), T, K, H,
-                               s.num_rows, gy.data(), gw.data()).ok());
+                               s.num_rows, gy.data(), gw.data())
+                  .ok());
   const float eps = 1e-2f;
   for (int64_t i = 0; i < T * K; ++i) {
     auto wp = w, wm = w;
@@ -164,8 +174,12 @@ TEST(combine, bf16_storage_matches_fp32_within_bf16_rounding) {
     y[i] = bf16_to_float(yb[i]);  // fp32 reference on the same (rounded) inputs
   }
   std::vector<float> of(T * H);
-  ASSERT_TRUE(combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, of.data()).ok());
-  ASSERT_TRUE(combine_forward(pool, yb.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, ob.data()).ok());
+  ASSERT_TRUE(
+      combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, of.data())
+          .ok());
+  ASSERT_TRUE(
+      combine_forward(pool, yb.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, ob.data())
+          .ok());
   for (int64_t i = 0; i < T * H; ++i) EXPECT_EQ(ob[i].bits, float_to_bf16(of[i]).bits);
 }
 
@@ -176,9 +190,11 @@ TEST(combine, backward_refuses_a_row_named_twice_and_forward_an_out_of_range_slo
   const int64_t dup[2] = {2, 2};
   auto st = combine_backward(pool, g.data(), y.data(), dup, w, 2, 1, 3, 4, gy.data(), gw.data());
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.err().message.find("combine_backward: row 2 is named"), std::string::npos) << st.err().message;
+  EXPECT_NE(st.err().message.find("combine_backward: row 2 is named"), std::string::npos)
+      << st.err().message;
   const int64_t far[2] = {0, -2};
   st = combine_forward(pool, y.data(), far, w, 2, 1, 3, 4, out.data());
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.err().message.find("token_expert_slot[1, 0] = -2"), std::string::npos) << st.err().message;
+  EXPECT_NE(st.err().message.find("token_expert_slot[1, 0] = -2"), std::string::npos)
+      << st.err().message;
 }

@@ -112,13 +112,19 @@ TEST(routing, backward_matches_finite_differences_for_softmax_and_sigmoid) {
       auto extra = random_floats(T * 6, 43);
       std::vector<float> scores(T * 6), w(T * 3), gl(T * 6);
       std::vector<int64_t> idx(T * 3);
-      ASSERT_TRUE(route_forward(pool, p, logits.data(), nullptr, nullptr, T, scores.data(), idx.data(), w.data()).ok());
-      ASSERT_TRUE(route_backward(pool, p, scores.data(), idx.data(), gw.data(), extra.data(), T, gl.data()).ok());
+      ASSERT_TRUE(route_forward(pool, p, logits.data(), nullptr, nullptr, T, scores.data(),
+                                idx.data(), w.data())
+                      .ok());
+      ASSERT_TRUE(
+          route_backward(pool, p, scores.data(), idx.data(), gw.data(), extra.data(), T, gl.data())
+              .ok());
       // loss = sum(w * gw) + sum(scores * extra), with the chosen experts frozen.
       auto loss = [&](const std::vector<float>& z) {
         std::vector<float> s(T * 6), ww(T * 3);
         std::vector<int64_t> ii(T * 3);
-        EXPECT_TRUE(route_forward(pool, p, z.data(), nullptr, nullptr, T, s.data(), ii.data(), ww.data()).ok());
+        EXPECT_TRUE(
+            route_forward(pool, p, z.data(), nullptr, nullptr, T, s.data(), ii.data(), ww.data())
+                .ok());
         EXPECT_EQ(ii, idx);
         double l = 0;
         for (int i = 0; i < T * 3; ++i) l += double(ww[i]) * gw[i];

@@ -12,7 +12,8 @@
 
 namespace moerl::kernels::testing {
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> d(lo, hi);
   std::vector<float> v(n);
@@ -30,7 +31,8 @@ inline std::vector<int64_t> random_topk_idx(int64_t T, int K, int E, uint32_t se
     for (int e = 0; e < E; ++e) perm[e] = e;
     std::shuffle(perm.begin(), perm.end(), gen);
     for (int k = 0; k < K; ++k)
-      idx[t * K + k] = std::uniform_real_distribution<double>(0, 1)(gen) < masked_fraction ? -1 : perm[k];
+      idx[t * K + k] =
+          std::uniform_real_distribution<double>(0, 1)(gen) < masked_fraction ? -1 : perm[k];
   }
   return idx;
 }
@@ -40,8 +42,8 @@ struct slots {
   int64_t num_rows = 0;
 };
 
-inline slots make_slots(thread_pool& pool, const std::vector<int64_t>& idx, int64_t T, int K,
-                        int E, int align = 1) {
+inline slots make_slots(thread_pool& pool, const std::vector<int64_t>& idx, int64_t T, int K, int E,
+                        int align = 1) {
   slots s;
   s.slot.resize(T * K);
   s.offset.resize(E + 1);

@@ -16,7 +16,8 @@ TEST(thread_pool, every_index_is_visited_exactly_once_for_any_pool_size) {
       pool.parallel_for(n, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) seen[i]++;
       });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "threads " << threads << " n " << n;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(seen[i].load(), 1) << "threads " << threads << " n " << n;
     }
   }
 }
@@ -24,11 +25,14 @@ TEST(thread_pool, every_index_is_visited_exactly_once_for_any_pool_size) {
 TEST(thread_pool, chunks_respect_min_chunk_so_small_loops_stay_on_one_call) {
   thread_pool pool(4);
   std::atomic<int> calls{0};
-  pool.parallel_for(10, [&](int64_t b, int64_t e) {
-    EXPECT_EQ(b, 0);
-    EXPECT_EQ(e, 10);
-    calls++;
-  }, 100);
+  pool.parallel_for(
+      10,
+      [&](int64_t b, int64_t e) {
+        EXPECT_EQ(b, 0);
+        EXPECT_EQ(e, 10);
+        calls++;
+      },
+      100);
   EXPECT_EQ(calls.load(), 1);
 }
 

@@ -46,7 +46,7 @@ inline bool run_format_fixture(store::object_store& store) {
   if (!ok || !c || !l.renew(c->unit, c->attempt, "w3").ok()) return false;
   if (l.worker_dead("w3").size() != 1 || !l.sync().ok()) return false;
   if (!l.shard_lost("s1").ok()) return false;  // b's committed groups are re-opened
-  auto d = l.acquire("w4");  // still open at the crash
+  auto d = l.acquire("w4");                    // still open at the crash
   return d.ok() && l.sync().ok();
 }
 

@@ -102,8 +102,9 @@ TEST_F(plane, a_slow_trainer_slows_producers_and_memory_stays_bounded) {
     ASSERT_TRUE(svc->pump(1).ok());
     for (const auto& ack : svc->take_acks())
       svc->shard().apply({ledger_event::kind::unit_committed, "s0", ack.unit, ack.attempt, {}, 0});
-    max_resident_plus_credit = std::max(
-        max_resident_plus_credit, svc->shard().stats().resident_samples + svc->credits_outstanding());
+    max_resident_plus_credit =
+        std::max(max_resident_plus_credit,
+                 svc->shard().stats().resident_samples + svc->credits_outstanding());
     if (!asked && round % 4 == 0) {
       ASSERT_TRUE((*trainer)->request(1).ok());
       asked = true;
@@ -167,7 +168,8 @@ TEST_F(plane, credits_are_shared_so_many_producers_cannot_overfill_the_shard) {
       svc->shard().apply({ledger_event::kind::unit_committed, "s0", ack.unit, ack.attempt, {}, 0});
     uint64_t granted_not_used = 0;
     for (auto& pr : prods) granted_not_used += pr->credits();
-    max_bound = std::max(max_bound, svc->shard().stats().resident_samples + svc->credits_outstanding());
+    max_bound =
+        std::max(max_bound, svc->shard().stats().resident_samples + svc->credits_outstanding());
     ASSERT_LE(svc->shard().stats().resident_samples + granted_not_used, kCapacity);
     if (!asked && round % 8 == 0) {
       ASSERT_TRUE((*trainer)->request(1).ok());

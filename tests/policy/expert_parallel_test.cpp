@@ -41,7 +41,8 @@ TEST(expert_parallel, two_rank_group_matches_the_single_rank_policy) {
   auto single = std::move(moe_policy::create(ep_config(), *single_ex)).value();
   auto group = make_inprocess_expert_group(R);
   std::vector<std::unique_ptr<moe_policy>> ranks;
-  for (int r = 0; r < R; ++r) ranks.push_back(std::move(moe_policy::create(ep_config(), *group[r])).value());
+  for (int r = 0; r < R; ++r)
+    ranks.push_back(std::move(moe_policy::create(ep_config(), *group[r])).value());
   // Shards start as slices of the single-rank weights (seeded per global expert).
   for (int r = 0; r < R; ++r)
     for (const auto& t : ranks[r]->layout().tensors()) {
@@ -116,7 +117,8 @@ TEST(expert_parallel, ranks_generate_what_the_single_rank_policy_generates) {
   auto single = std::move(moe_policy::create(ep_config(), *single_ex)).value();
   auto group = make_inprocess_expert_group(R);
   std::vector<std::unique_ptr<moe_policy>> ranks;
-  for (int r = 0; r < R; ++r) ranks.push_back(std::move(moe_policy::create(ep_config(), *group[r])).value());
+  for (int r = 0; r < R; ++r)
+    ranks.push_back(std::move(moe_policy::create(ep_config(), *group[r])).value());
   auto t = make_sort_task(3);
   std::vector<result<std::vector<sample>>> got(R, std::vector<sample>{});
   std::vector<std::thread> th;

@@ -108,7 +108,8 @@ TEST(grpo_loss, gradient_matches_finite_differences_with_clipping_and_kl) {
   std::vector<double> adv = {1.0, -1.0, 0.5, -0.25};
   auto build = [&]() {
     std::vector<grpo_token_inputs> in(n);
-    for (int i = 0; i < n; ++i) in[i] = {lp[i].data(), bl[i].data(), rl[i].data(), len - i % 2, adv[i]};
+    for (int i = 0; i < n; ++i)
+      in[i] = {lp[i].data(), bl[i].data(), rl[i].data(), len - i % 2, adv[i]};
     return in;
   };
   std::vector<std::vector<float>> d, dummy;

@@ -45,7 +45,8 @@ TEST(grpo_off_policy, ratio_is_taken_against_the_generating_versions_logprobs) {
   for (int v = 1; v <= 5; ++v) {
     auto fresh = std::move(rollout(*pol, *t, 8, 4, 1.0f, rng, v, v * 8)).value();
     ASSERT_TRUE(score_samples(*rm, &fresh).ok());
-    ASSERT_TRUE(grpo_gradient(*pol, fresh, group_advantages(fresh), gc, 1.0f, nullptr, &grads).ok());
+    ASSERT_TRUE(
+        grpo_gradient(*pol, fresh, group_advantages(fresh), gc, 1.0f, nullptr, &grads).ok());
     ASSERT_TRUE(opt.step(pol->params(), grads).ok());
   }
   auto now = std::move(completion_logprobs(*pol, stale, 1.0f)).value();

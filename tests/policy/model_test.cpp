@@ -119,10 +119,10 @@ TEST(policy_generation, bad_prompts_and_budgets_are_errors) {
   auto ex = make_local_expert_exchange();
   auto pol = make(*ex);
   std::mt19937_64 rng(1);
-  EXPECT_FALSE(pol->generate({{1, 2}, {1}}, 3, 1.0f, rng).ok());           // ragged
-  EXPECT_FALSE(pol->generate({{1, 99}}, 3, 1.0f, rng).ok());               // unknown id
-  EXPECT_FALSE(pol->generate({{1, 2}}, 15, 1.0f, rng).ok());               // past max_seq_len
-  EXPECT_FALSE(pol->generate({{1, 2}}, 3, 0.0f, rng).ok());                // temperature
+  EXPECT_FALSE(pol->generate({{1, 2}, {1}}, 3, 1.0f, rng).ok());  // ragged
+  EXPECT_FALSE(pol->generate({{1, 99}}, 3, 1.0f, rng).ok());      // unknown id
+  EXPECT_FALSE(pol->generate({{1, 2}}, 15, 1.0f, rng).ok());      // past max_seq_len
+  EXPECT_FALSE(pol->generate({{1, 2}}, 3, 0.0f, rng).ok());       // temperature
   forward_state st;
   EXPECT_FALSE(pol->forward({1, 2, 3}, 2, 2, &st).ok());
 }

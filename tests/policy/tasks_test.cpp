@@ -33,13 +33,13 @@ TEST(sort_task, exact_answer_scores_one_and_partial_answers_score_by_position) {
   auto t = make_sort_task(3);
   auto p = enc("^s312=");
   EXPECT_DOUBLE_EQ(*t->verify(p, enc("123$")), 1.0);
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("133$")), 0.75);   // one digit wrong
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("123")), 0.75);    // missing EOS
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("12$")), 0.5);     // early EOS: position 2 wrong, EOS missing
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("")), 0.0);        // empty completion
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("$123$")), 0.0);   // nothing after the first EOS counts
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("133$")), 0.75);  // one digit wrong
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("123")), 0.75);   // missing EOS
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("12$")), 0.5);    // early EOS: position 2 wrong, EOS missing
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("")), 0.0);       // empty completion
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("$123$")), 0.0);  // nothing after the first EOS counts
   EXPECT_DOUBLE_EQ(*t->verify(p, enc("123$9999")), 1.0);  // tokens past the target ignored
-  EXPECT_DOUBLE_EQ(*t->verify(p, enc("321$")), 0.5);    // reverse order: middle digit and EOS
+  EXPECT_DOUBLE_EQ(*t->verify(p, enc("321$")), 0.5);      // reverse order: middle digit and EOS
 }
 
 TEST(sort_task, repeated_digits_and_all_equal_digits_sort_stably) {

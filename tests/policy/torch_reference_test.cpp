@@ -47,9 +47,12 @@ TEST(policy_vs_torch, logits_aux_loss_and_every_gradient_agree_with_pytorch) {
   ASSERT_TRUE(pol->backward(st, r, &grads).ok());
 
   nlohmann::json fx;
-  fx["config"] = {{"d_model", c.d_model},       {"num_heads", c.num_heads},
-                  {"num_layers", c.num_layers}, {"num_experts", c.num_experts},
-                  {"top_k", c.top_k},           {"ffn_dim", c.ffn_dim},
+  fx["config"] = {{"d_model", c.d_model},
+                  {"num_heads", c.num_heads},
+                  {"num_layers", c.num_layers},
+                  {"num_experts", c.num_experts},
+                  {"top_k", c.top_k},
+                  {"ffn_dim", c.ffn_dim},
                   {"aux_loss_coef", c.aux_loss_coef}};
   for (const auto& ts : pol->layout().tensors()) {
     auto b0 = pol->params().begin() + ts.offset;

@@ -42,8 +42,8 @@ TEST(policy_training, grpo_lifts_mean_reward_well_above_the_random_policy) {
     first += (*curve)[i].mean_reward / w;
     last += (*curve)[n - w + i].mean_reward / w;
   }
-  std::printf("reward_random %.3f, first %zu iterations %.3f, last %zu iterations %.3f\n",
-              random, w, first, w, last);
+  std::printf("reward_random %.3f, first %zu iterations %.3f, last %zu iterations %.3f\n", random,
+              w, first, w, last);
   EXPECT_NEAR(first, random, 0.1) << "an untrained policy should score near random";
   EXPECT_GT(last, random + 0.25) << "GRPO did not lift the reward";
 }

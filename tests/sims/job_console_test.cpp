@@ -24,7 +24,8 @@ TEST(job_console, nodes_reply_is_parsed_and_malformed_entries_are_refused) {
   EXPECT_EQ((*nodes)[1].pid, 0);  // absent: never signalled
   EXPECT_EQ((*nodes)[1].state, "dead");
 
-  auto bad = parse_nodes(nlohmann::json::parse(R"([{"name": "x", "role": 3, "state": "running"}])"));
+  auto bad =
+      parse_nodes(nlohmann::json::parse(R"([{"name": "x", "role": 3, "state": "running"}])"));
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.err().code, errc::malformed_message);
   EXPECT_NE(bad.err().message.find("\"role\":3"), std::string::npos) << bad.err().message;
@@ -42,9 +43,11 @@ TEST(job_console, against_address_must_be_host_and_port) {
 }
 
 TEST(job_console, replacement_command_line_changes_only_the_node_name) {
-  const std::vector<std::string> argv = {"/bin/moerl", "node", "--role", "rollout", "--join",
-                                         "127.0.0.1:4000", "--set", "node.name=rollout-1",
-                                         "--set", "ledger.lease_timeout_ms=3000"};
+  const std::vector<std::string> argv = {"/bin/moerl", "node",
+                                         "--role",     "rollout",
+                                         "--join",     "127.0.0.1:4000",
+                                         "--set",      "node.name=rollout-1",
+                                         "--set",      "ledger.lease_timeout_ms=3000"};
   auto out = detail::with_node_name(argv, "rollout-1-r1");
   std::vector<std::string> want = argv;
   want[7] = "node.name=rollout-1-r1";

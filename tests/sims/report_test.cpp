@@ -9,9 +9,10 @@ namespace {
 
 nlohmann::json balanced_accounting() {
   // 100 = 80 + 8 + (10 + 2)
-  return {{"dispatched", 100}, {"committed", 80}, {"in_flight", 8},
-          {"dropped", {{"stale_attempt", 10}, {"stale_policy", 2}}},
-          {"lost", 0}, {"duplicated", 0}, {"trained", 64}};
+  return {{"dispatched", 100}, {"committed", 80},
+          {"in_flight", 8},    {"dropped", {{"stale_attempt", 10}, {"stale_policy", 2}}},
+          {"lost", 0},         {"duplicated", 0},
+          {"trained", 64}};
 }
 
 fault_record fault(fault_kind k, const std::string& node, double inj, double det, double rec) {
@@ -153,8 +154,9 @@ TEST(report, missing_or_malformed_accounting_fails_instead_of_passing_vacuously)
 
 TEST(report, a_job_that_committed_nothing_does_not_pass) {
   run_measurements m = healthy_run();
-  m.accounting = {{"dispatched", 0}, {"committed", 0}, {"in_flight", 0}, {"dropped", nlohmann::json::object()},
-                  {"lost", 0}, {"duplicated", 0}, {"trained", 0}};
+  m.accounting = {
+      {"dispatched", 0}, {"committed", 0},  {"in_flight", 0}, {"dropped", nlohmann::json::object()},
+      {"lost", 0},       {"duplicated", 0}, {"trained", 0}};
   EXPECT_FALSE(find(evaluate_invariants(m), "job_made_progress").ok);
 }
 
@@ -236,17 +238,23 @@ TEST(report, human_summary_shows_verdict_faults_accounting_and_invariants) {
   run_measurements m = healthy_run();
   m.faults[0].recovered_at = -1;
   const std::string text = human_summary(report_json(m, evaluate_invariants(m), nullptr));
-  EXPECT_NE(text.find("scenario unit (seed 3) against local cluster: fail"), std::string::npos) << text;
-  EXPECT_NE(text.find("hard_kill rollout-1: injected 5.00s, detected 6.50s, recovered never by rollout-1r"),
-            std::string::npos)
+  EXPECT_NE(text.find("scenario unit (seed 3) against local cluster: fail"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("dispatched 100, committed 80, in flight 8, trained 64, lost 0, duplicated 0"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "hard_kill rollout-1: injected 5.00s, detected 6.50s, recovered never by rollout-1r"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("dispatched 100, committed 80, in flight 8, trained 64, lost 0, duplicated 0"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("dropped: stale_attempt=10 stale_policy=2"), std::string::npos) << text;
   EXPECT_NE(text.find("[FAIL] every_fault_recovered"), std::string::npos) << text;
-  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("trainer stalled 1.25s of 40.0s (3%); baseline 0.50s of 15.0s (3%)"), std::string::npos)
+  EXPECT_NE(text.find("iterations: 3, mean 3.00s; baseline 2, mean 2.00s\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("trainer stalled 1.25s of 40.0s (3%); baseline 0.50s of 15.0s (3%)"),
+            std::string::npos)
       << text;
 }
 

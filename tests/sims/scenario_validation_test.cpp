@@ -78,27 +78,35 @@ TEST(scenario_validation, wrong_types_and_ranges_name_the_field) {
   EXPECT_NE(refusal("name: x\nduration_s: soon\nfaults: [{kind: hard_kill}]\n")
                 .find("bad.yaml:2: duration_s: expected a finite number, got 'soon'"),
             std::string::npos);
-  EXPECT_NE(refusal("name: x\nduration_s: 10\ncluster:\n  rollout: 0\nfaults: [{kind: hard_kill}]\n")
-                .find("bad.yaml:4: cluster.rollout: must be in [1, 1024], got 0"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal("name: x\nduration_s: 10\ncluster:\n  rollout: 0\nfaults: [{kind: hard_kill}]\n")
+          .find("bad.yaml:4: cluster.rollout: must be in [1, 1024], got 0"),
+      std::string::npos);
   EXPECT_NE(refusal("name: x\nduration_s: 10\nfaults:\n  - kind: partition\n")
                 .find("bad.yaml:4: faults[0].duration_s: is required"),
             std::string::npos);
   EXPECT_NE(refusal("name: x\nduration_s: 10\nfaults:\n  - kind: hard_kill\n    fraction: 1.5\n")
                 .find("bad.yaml:5: faults[0].fraction: must be in [0, 1], got 1.5"),
             std::string::npos);
-  EXPECT_NE(refusal("name: x\nduration_s: 10\nreplacement:\n  enabled: maybe\nfaults: [{kind: hard_kill}]\n")
-                .find("bad.yaml:4: replacement.enabled: expected true or false"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(
+          "name: x\nduration_s: 10\nreplacement:\n  enabled: maybe\nfaults: [{kind: hard_kill}]\n")
+          .find("bad.yaml:4: replacement.enabled: expected true or false"),
+      std::string::npos);
 }
 
 TEST(scenario_validation, cluster_overrides_must_be_known_keys_of_the_right_type) {
-  std::string msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timout_ms=3000]\nfaults: [{kind: hard_kill}]\n");
+  std::string msg = refusal(
+      "name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timout_ms=3000]\nfaults: [{kind: "
+      "hard_kill}]\n");
   EXPECT_NE(msg.find("bad.yaml:4: cluster.set: entry 0:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ledger.lease_timout_ms"), std::string::npos) << msg;
-  msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timeout_ms=soon]\nfaults: [{kind: hard_kill}]\n");
+  msg = refusal(
+      "name: x\nduration_s: 9\ncluster:\n  set: [ledger.lease_timeout_ms=soon]\nfaults: [{kind: "
+      "hard_kill}]\n");
   EXPECT_NE(msg.find("cluster.set: entry 0:"), std::string::npos) << msg;
-  msg = refusal("name: x\nduration_s: 9\ncluster:\n  set: [novalue]\nfaults: [{kind: hard_kill}]\n");
+  msg =
+      refusal("name: x\nduration_s: 9\ncluster:\n  set: [novalue]\nfaults: [{kind: hard_kill}]\n");
   EXPECT_NE(msg.find("entry 0 'novalue' is not key=value"), std::string::npos) << msg;
 }
 
@@ -110,9 +118,11 @@ faults:
     count: 2
     rate_per_node_hour: 10
 )");
-  EXPECT_NE(msg.find("give only one of node, count, fraction, rate_per_node_hour"), std::string::npos)
+  EXPECT_NE(msg.find("give only one of node, count, fraction, rate_per_node_hour"),
+            std::string::npos)
       << msg;
-  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    node: rollout-1\n    role: rollout\n")
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    node: rollout-1\n  "
+                    "  role: rollout\n")
                 .find("bad.yaml:6: faults[0].role: a named node already has a role"),
             std::string::npos);
   EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    role: gpu\n")
@@ -124,7 +134,8 @@ TEST(scenario_validation, fault_times_must_fall_inside_the_run) {
   EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    at_s: 60\n")
                 .find("faults[0].at_s: is not before duration_s"),
             std::string::npos);
-  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    rate_per_node_hour: 5\n    window_s: [10, 90]\n")
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    "
+                    "rate_per_node_hour: 5\n    window_s: [10, 90]\n")
                 .find("faults[0].window_s: ends after duration_s"),
             std::string::npos);
   // An explicit short duration must still hold the scaled fault times.
@@ -141,21 +152,24 @@ faults:
 }
 
 TEST(scenario_validation, slow_node_stop_must_be_shorter_than_period) {
-  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: slow_node\n    duration_s: 5\n    stop_ms: 500\n    period_ms: 500\n")
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: slow_node\n    duration_s: 5\n    "
+                    "stop_ms: 500\n    period_ms: 500\n")
                 .find("faults[0].stop_ms: must be shorter than period_ms (500)"),
             std::string::npos);
 }
 
 TEST(scenario_validation, replace_on_a_fault_that_keeps_its_node_is_refused) {
-  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: partition\n    duration_s: 5\n    replace: true\n")
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: partition\n    duration_s: 5\n    "
+                    "replace: true\n")
                 .find("faults[0].replace: partition leaves its node running"),
             std::string::npos);
 }
 
 TEST(scenario_validation, missing_and_empty_sections_are_named) {
   EXPECT_NE(refusal("name: x\nduration_s: 60\n").find("faults: is required"), std::string::npos);
-  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults: []\n").find("faults: expected a non-empty list"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal("name: x\nduration_s: 60\nfaults: []\n").find("faults: expected a non-empty list"),
+      std::string::npos);
   EXPECT_NE(refusal("duration_s: 60\nfaults: [{kind: hard_kill}]\n").find("name: is required"),
             std::string::npos);
   EXPECT_NE(refusal("- just\n- a list\n").find("(top level)"), std::string::npos);

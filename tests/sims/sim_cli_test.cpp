@@ -32,7 +32,8 @@ outcome run(const std::string& args) {
 const std::string kDir = MOERL_SCENARIO_DIR;
 
 TEST(sim_cli, validate_accepts_every_shipped_scenario_in_both_forms) {
-  for (const char* s : {"spot-storm", "hard-kills", "partition", "shard-loss", "coordinator-restart", "mixed"}) {
+  for (const char* s :
+       {"spot-storm", "hard-kills", "partition", "shard-loss", "coordinator-restart", "mixed"}) {
     for (const char* form : {"", " --short"}) {
       const auto o = run("sim validate " + kDir + "/" + s + ".yaml" + form);
       EXPECT_EQ(o.exit_code, 0) << s << form << ": " << o.output;
@@ -46,7 +47,8 @@ TEST(sim_cli, bad_scenario_exits_2_naming_file_line_and_field) {
   std::ofstream(path) << "name: bad\nduration_s: 30\nfaults:\n  - kind: sigterm\n    grace: 5\n";
   const auto o = run("sim validate " + path);
   EXPECT_EQ(o.exit_code, 2) << o.output;
-  EXPECT_NE(o.output.find(path + ":5: faults[0].grace: unknown field"), std::string::npos) << o.output;
+  EXPECT_NE(o.output.find(path + ":5: faults[0].grace: unknown field"), std::string::npos)
+      << o.output;
   const auto r = run("sim run " + path + " --short");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   std::remove(path.c_str());

@@ -8,7 +8,8 @@
 namespace moerl::sims {
 namespace {
 
-node_view trainer(const std::string& id, const std::string& name, double stall_s, const std::string& state = "running") {
+node_view trainer(const std::string& id, const std::string& name, double stall_s,
+                  const std::string& state = "running") {
   node_view n;
   n.id = id;
   n.name = name;

@@ -58,7 +58,8 @@ TEST(timeline, expansion_is_pinned_for_a_fixed_seed) {
   auto t = expand(s, six_rollouts());
   ASSERT_TRUE(t.ok());
   std::string got;
-  for (const auto& e : *t) got += e.node + "@" + std::to_string(static_cast<int>(e.at_s * 1000)) + " ";
+  for (const auto& e : *t)
+    got += e.node + "@" + std::to_string(static_cast<int>(e.at_s * 1000)) + " ";
   EXPECT_EQ(got, "rollout-1@15417 rollout-2@44567 rollout-3@50000 rollout-4@50000 ");
 }
 
@@ -94,12 +95,14 @@ TEST(timeline, count_and_fraction_pick_distinct_nodes_of_the_role_inside_the_spr
   }
   EXPECT_EQ(noticed.size(), 2u);  // ceil(0.333 * 6)
   EXPECT_EQ(killed.size(), 2u);
-  EXPECT_TRUE(std::is_sorted(t->begin(), t->end(),
-                             [](const fault_event& a, const fault_event& b) { return a.at_s < b.at_s; }));
+  EXPECT_TRUE(std::is_sorted(t->begin(), t->end(), [](const fault_event& a, const fault_event& b) {
+    return a.at_s < b.at_s;
+  }));
 }
 
 TEST(timeline, fraction_rounds_up_so_a_small_cluster_still_gets_a_fault) {
-  const scenario s = parse("name: x\nduration_s: 60\nfaults:\n  - kind: spot_notice\n    fraction: 0.2\n");
+  const scenario s =
+      parse("name: x\nduration_s: 60\nfaults:\n  - kind: spot_notice\n    fraction: 0.2\n");
   cluster_spec c;
   c.rollout = 2;
   auto t = expand(s, canonical_roster(c));
@@ -112,8 +115,9 @@ TEST(timeline, adding_a_fault_keeps_the_earlier_faults_choices) {
   scenario two = parse(std::string(kStorm) + "  - kind: shard_loss\n    at_s: 30\n");
   std::vector<fault_event> a = *expand(one, six_rollouts());
   std::vector<fault_event> b = *expand(two, six_rollouts());
-  b.erase(std::remove_if(b.begin(), b.end(), [](const fault_event& e) { return e.fault_index == 2; }),
-          b.end());
+  b.erase(
+      std::remove_if(b.begin(), b.end(), [](const fault_event& e) { return e.fault_index == 2; }),
+      b.end());
   EXPECT_EQ(timeline_json(a), timeline_json(b));
 }
 
@@ -140,7 +144,8 @@ faults:
 }
 
 TEST(timeline, poisson_window_defaults_to_the_whole_run) {
-  const scenario s = parse("name: p\nduration_s: 100\nfaults:\n  - kind: sigterm\n    rate_per_node_hour: 360\n");
+  const scenario s =
+      parse("name: p\nduration_s: 100\nfaults:\n  - kind: sigterm\n    rate_per_node_hour: 360\n");
   auto t = expand(s, six_rollouts());
   ASSERT_TRUE(t.ok());
   ASSERT_FALSE(t->empty());
@@ -151,7 +156,8 @@ TEST(timeline, poisson_window_defaults_to_the_whole_run) {
 }
 
 TEST(timeline, named_node_missing_from_the_cluster_is_an_error_naming_the_line) {
-  const scenario s = parse("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    node: rollout-9\n");
+  const scenario s =
+      parse("name: x\nduration_s: 60\nfaults:\n  - kind: hard_kill\n    node: rollout-9\n");
   auto t = expand(s, six_rollouts());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.err().code, errc::invalid_config);
@@ -161,7 +167,8 @@ TEST(timeline, named_node_missing_from_the_cluster_is_an_error_naming_the_line) 
 }
 
 TEST(timeline, count_larger_than_the_role_is_an_error) {
-  const scenario s = parse("name: x\nduration_s: 60\nfaults:\n  - kind: shard_loss\n    count: 3\n");
+  const scenario s =
+      parse("name: x\nduration_s: 60\nfaults:\n  - kind: shard_loss\n    count: 3\n");
   auto t = expand(s, six_rollouts());  // two buffer nodes
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.err().message.find("wants 3 buffer node(s) but the cluster has 2"), std::string::npos)
@@ -184,8 +191,14 @@ faults:
   ASSERT_EQ(t->size(), 4u);
   for (const auto& e : *t) {
     switch (e.kind) {
-      case fault_kind::reward_crash: EXPECT_EQ(e.role, "reward"); EXPECT_TRUE(e.replace); break;
-      case fault_kind::shard_loss: EXPECT_EQ(e.role, "buffer"); EXPECT_TRUE(e.replace); break;
+      case fault_kind::reward_crash:
+        EXPECT_EQ(e.role, "reward");
+        EXPECT_TRUE(e.replace);
+        break;
+      case fault_kind::shard_loss:
+        EXPECT_EQ(e.role, "buffer");
+        EXPECT_TRUE(e.replace);
+        break;
       case fault_kind::coordinator_restart:
         EXPECT_EQ(e.node, "coordinator");
         EXPECT_FALSE(e.replace);

@@ -42,8 +42,8 @@ TEST(yaml_bool_agreement, config_and_scenario_read_every_word_alike) {
   const struct {
     const char* word;
     std::optional<bool> meaning;
-  } cases[] = {{"true", true},      {"false", false},       {"True", true},
-               {"False", false},    {"TRUE", true},         {"FALSE", false},
+  } cases[] = {{"true", true},        {"false", false},     {"True", true},
+               {"False", false},      {"TRUE", true},       {"FALSE", false},
                {"yes", std::nullopt}, {"no", std::nullopt}, {"on", std::nullopt},
                {"off", std::nullopt}, {"1", std::nullopt},  {"0", std::nullopt}};
   for (const auto& c : cases) {

@@ -27,7 +27,9 @@ class checkpoint_test : public ::testing::Test {
     auto m = write_checkpoint(*store_, prefix_, step, parts_for(step), {{"iteration", step}});
     ASSERT_TRUE(m.ok()) << m.err().to_string();
   }
-  std::string key(uint64_t step, const std::string& rest) { return checkpoint_dir(prefix_, step) + "/" + rest; }
+  std::string key(uint64_t step, const std::string& rest) {
+    return checkpoint_dir(prefix_, step) + "/" + rest;
+  }
   uint64_t latest_step() {
     auto m = latest_committed(*store_, prefix_);
     EXPECT_TRUE(m.ok()) << m.err().to_string();
@@ -43,8 +45,9 @@ TEST_F(checkpoint_test, written_checkpoint_has_parts_manifest_and_marker_and_rea
   auto m = write_checkpoint(*store_, prefix_, 7, parts_for(7), {{"policy_version", 3}});
   ASSERT_TRUE(m.ok()) << m.err().to_string();
   EXPECT_EQ(store_->list(checkpoint_dir(prefix_, 7) + "/").value(),
-            (std::vector<std::string>{key(7, "COMMITTED"), key(7, "manifest.json"), key(7, "parts/dense.bin"),
-                                      key(7, "parts/experts/0.bin"), key(7, "parts/optimizer/state")}));
+            (std::vector<std::string>{key(7, "COMMITTED"), key(7, "manifest.json"),
+                                      key(7, "parts/dense.bin"), key(7, "parts/experts/0.bin"),
+                                      key(7, "parts/optimizer/state")}));
   EXPECT_EQ(store_->get(key(7, "COMMITTED")).value(), m->content_hash);
   ASSERT_EQ(m->parts.size(), 3u);
   EXPECT_EQ(m->parts[0].name, "dense.bin");  // sorted by name
@@ -60,7 +63,8 @@ TEST_F(checkpoint_test, written_checkpoint_has_parts_manifest_and_marker_and_rea
   const auto want = parts_for(7);
   ASSERT_EQ(parts->size(), 3u);
   for (const auto& w : want) {
-    auto it = std::find_if(parts->begin(), parts->end(), [&](const checkpoint_part& p) { return p.name == w.name; });
+    auto it = std::find_if(parts->begin(), parts->end(),
+                           [&](const checkpoint_part& p) { return p.name == w.name; });
     ASSERT_NE(it, parts->end()) << w.name;
     EXPECT_EQ(it->bytes, w.bytes) << w.name;
   }
@@ -108,7 +112,8 @@ TEST_F(checkpoint_test, no_checkpoint_is_not_found) {
 TEST_F(checkpoint_test, parts_without_manifest_or_marker_are_ignored) {
   write(1);
   // A writer that died after its parts: no manifest, no marker.
-  for (const auto& p : parts_for(2)) ASSERT_TRUE(store_->put(key(2, "parts/" + p.name), p.bytes).ok());
+  for (const auto& p : parts_for(2))
+    ASSERT_TRUE(store_->put(key(2, "parts/" + p.name), p.bytes).ok());
   EXPECT_EQ(latest_step(), 1u);
   // ... and one that died after the manifest, before the marker.
   write(3);
@@ -125,7 +130,8 @@ TEST_F(checkpoint_test, a_missing_part_makes_a_committed_checkpoint_torn) {
   auto v = verify_checkpoint(*store_, prefix_, 2);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.err().code, errc::malformed_message);
-  EXPECT_NE(v.err().message.find("part 'experts/0.bin' is missing"), std::string::npos) << v.err().message;
+  EXPECT_NE(v.err().message.find("part 'experts/0.bin' is missing"), std::string::npos)
+      << v.err().message;
 }
 
 TEST_F(checkpoint_test, a_corrupted_part_of_the_same_size_is_detected) {
@@ -151,15 +157,19 @@ TEST_F(checkpoint_test, a_truncated_part_is_detected_by_size) {
 TEST_F(checkpoint_test, a_broken_or_missing_manifest_is_torn) {
   write(1);
   write(2);
-  ASSERT_TRUE(store_->put(key(2, "manifest.json"), "{\"format\": \"moerl-checkpoint\", \"vers").ok());
+  ASSERT_TRUE(
+      store_->put(key(2, "manifest.json"), "{\"format\": \"moerl-checkpoint\", \"vers").ok());
   EXPECT_EQ(latest_step(), 1u);
-  EXPECT_NE(verify_checkpoint(*store_, prefix_, 2).err().message.find("not a JSON object"), std::string::npos);
+  EXPECT_NE(verify_checkpoint(*store_, prefix_, 2).err().message.find("not a JSON object"),
+            std::string::npos);
   write(3);
   ASSERT_TRUE(store_->remove(key(3, "manifest.json")).ok());
   EXPECT_EQ(latest_step(), 1u);
   write(5);
-  ASSERT_TRUE(store_->put(key(5, "manifest.json"), R"({"format":"moerl-checkpoint","version":2})").ok());
-  EXPECT_NE(verify_checkpoint(*store_, prefix_, 5).err().message.find("version 2"), std::string::npos);
+  ASSERT_TRUE(
+      store_->put(key(5, "manifest.json"), R"({"format":"moerl-checkpoint","version":2})").ok());
+  EXPECT_NE(verify_checkpoint(*store_, prefix_, 5).err().message.find("version 2"),
+            std::string::npos);
   EXPECT_EQ(latest_step(), 1u);
 }
 
@@ -175,8 +185,8 @@ TEST_F(checkpoint_test, a_manifest_edited_to_match_changed_parts_still_fails_the
     if (p["name"] == "dense.bin") p["size"] = 9, p["sha256"] = sha256_hex("different");
   std::string listing;
   for (auto& p : j["parts"])
-    listing += p["name"].get<std::string>() + "\n" + std::to_string(p["size"].get<uint64_t>()) + "\n" +
-               p["sha256"].get<std::string>() + "\n";
+    listing += p["name"].get<std::string>() + "\n" + std::to_string(p["size"].get<uint64_t>()) +
+               "\n" + p["sha256"].get<std::string>() + "\n";
   j["content_hash"] = sha256_hex(listing);
   ASSERT_TRUE(store_->put(key(2, "manifest.json"), j.dump()).ok());
   auto v = verify_checkpoint(*store_, prefix_, 2);
@@ -188,9 +198,11 @@ TEST_F(checkpoint_test, a_manifest_edited_to_match_changed_parts_still_fails_the
 TEST_F(checkpoint_test, a_manifest_in_the_wrong_step_directory_is_torn) {
   write(1);
   write(2);
-  ASSERT_TRUE(store_->put(key(2, "manifest.json"), store_->get(key(1, "manifest.json")).value()).ok());
+  ASSERT_TRUE(
+      store_->put(key(2, "manifest.json"), store_->get(key(1, "manifest.json")).value()).ok());
   ASSERT_TRUE(store_->put(key(2, "COMMITTED"), store_->get(key(1, "COMMITTED")).value()).ok());
-  EXPECT_NE(verify_checkpoint(*store_, prefix_, 2).err().message.find("names step 1"), std::string::npos);
+  EXPECT_NE(verify_checkpoint(*store_, prefix_, 2).err().message.find("names step 1"),
+            std::string::npos);
   EXPECT_EQ(latest_step(), 1u);
 }
 
@@ -207,7 +219,8 @@ TEST_F(checkpoint_test, rewriting_a_step_replaces_it_whole) {
 
 TEST_F(checkpoint_test, bad_part_lists_are_refused_before_anything_is_written) {
   EXPECT_EQ(write_checkpoint(*store_, prefix_, 1, {}).err().code, errc::invalid_argument);
-  EXPECT_EQ(write_checkpoint(*store_, prefix_, 1, {{"../x", "a"}}).err().code, errc::invalid_argument);
+  EXPECT_EQ(write_checkpoint(*store_, prefix_, 1, {{"../x", "a"}}).err().code,
+            errc::invalid_argument);
   auto dup = write_checkpoint(*store_, prefix_, 1, {{"a", "1"}, {"a", "2"}});
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.err().message.find("given twice"), std::string::npos);

@@ -78,7 +78,8 @@ std::string between(const std::string& s, const std::string& from, const std::st
   const size_t b = s.find(from);
   if (b == std::string::npos) return {};
   const size_t e = s.find(to, b + from.size());
-  return s.substr(b + from.size(), e == std::string::npos ? std::string::npos : e - b - from.size());
+  return s.substr(b + from.size(),
+                  e == std::string::npos ? std::string::npos : e - b - from.size());
 }
 
 // The Authorization header the oracle computes for the request as received.
@@ -113,7 +114,8 @@ void expect_signature_matches_oracle(const recorded& r, const s3_settings& s) {
   const std::string signed_headers = between(auth, "SignedHeaders=", ",");
   EXPECT_NE((signed_headers + ";").find("x-amz-content-sha256;"), std::string::npos)
       << "the payload hash is not signed: " << auth;
-  EXPECT_EQ(header(r, "x-amz-content-sha256"), sha256_hex(r.body)) << "payload hash is not the body's";
+  EXPECT_EQ(header(r, "x-amz-content-sha256"), sha256_hex(r.body))
+      << "payload hash is not the body's";
   EXPECT_EQ(oracle_authorization(r, s), auth);
 }
 

@@ -112,7 +112,8 @@ TEST_F(local_store_test, an_object_cannot_also_be_a_directory_and_the_error_says
   auto st = store_->put("a/b", "x");
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.err().code, errc::io_error);
-  EXPECT_NE(st.err().message.find("leading part of the key is an existing object"), std::string::npos)
+  EXPECT_NE(st.err().message.find("leading part of the key is an existing object"),
+            std::string::npos)
       << st.err().message;
   EXPECT_EQ(store_->get("a").value(), "file");
 }
@@ -158,7 +159,8 @@ TEST(store_open, malformed_urls_are_clear_errors) {
   auto r = open_store("gs://bucket/x", cfg);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.err().message.find("unknown scheme"), std::string::npos) << r.err().message;
-  EXPECT_NE(open_store("file://relative/dir", cfg).err().message.find("absolute"), std::string::npos);
+  EXPECT_NE(open_store("file://relative/dir", cfg).err().message.find("absolute"),
+            std::string::npos);
 }
 
 TEST(store_open, a_directory_path_that_is_a_file_is_an_error) {
@@ -184,7 +186,8 @@ TEST(store_open, s3_without_credentials_or_with_a_tiny_part_size_is_refused) {
   ASSERT_TRUE(cfg.set("store.multipart_part_bytes", "1024", "test").ok());
   r = open_store("s3://my-bucket/prefix", cfg);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.err().message.find("store.multipart_part_bytes"), std::string::npos) << r.err().message;
+  EXPECT_NE(r.err().message.find("store.multipart_part_bytes"), std::string::npos)
+      << r.err().message;
 
   EXPECT_NE(open_store("s3://Bad_Bucket", config::defaults()).err().message.find("bucket"),
             std::string::npos);
@@ -193,14 +196,17 @@ TEST(store_open, s3_without_credentials_or_with_a_tiny_part_size_is_refused) {
   EXPECT_NE(traversal.err().message.find("'..'"), std::string::npos) << traversal.err().message;
   auto bad_region = config::defaults();
   ASSERT_TRUE(bad_region.set("store.s3_region", "us-east-1:evil", "test").ok());
-  EXPECT_NE(open_store("s3://my-bucket", bad_region).err().message.find("store.s3_region"), std::string::npos);
+  EXPECT_NE(open_store("s3://my-bucket", bad_region).err().message.find("store.s3_region"),
+            std::string::npos);
   auto endpoint = config::defaults();
   ASSERT_TRUE(endpoint.set("store.s3_endpoint", "ftp://host", "test").ok());
-  EXPECT_NE(open_store("s3://my-bucket", endpoint).err().message.find("http://"), std::string::npos);
+  EXPECT_NE(open_store("s3://my-bucket", endpoint).err().message.find("http://"),
+            std::string::npos);
   auto ok = open_store("s3://my-bucket/some/prefix/", config::defaults());
   ASSERT_TRUE(ok.ok()) << ok.err().to_string();
-  EXPECT_EQ((*ok)->describe(),
-            "s3://my-bucket/some/prefix (endpoint https://s3.us-east-1.amazonaws.com, region us-east-1)");
+  EXPECT_EQ(
+      (*ok)->describe(),
+      "s3://my-bucket/some/prefix (endpoint https://s3.us-east-1.amazonaws.com, region us-east-1)");
   ::unsetenv("AWS_ACCESS_KEY_ID");
   ::unsetenv("AWS_SECRET_ACCESS_KEY");
 }

@@ -48,8 +48,7 @@ bool python_has_moto() {
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return false;
   int status = 0;
-  while (waitpid(pid, &status, 0) == -1 && errno == EINTR) {
-  }
+  while (waitpid(pid, &status, 0) == -1 && errno == EINTR) {}
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -86,7 +85,8 @@ result<std::unique_ptr<moto_server>> moto_server::start(const std::string& scrip
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (line.find('\n') == std::string::npos) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) break;
     pollfd p{out_pipe[0], POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;

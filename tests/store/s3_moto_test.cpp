@@ -41,7 +41,8 @@ class s3_moto_test : public ::testing::Test {
 
   void SetUp() override {
     if (server_ != nullptr) return;
-    if (start_error_ != nullptr) FAIL() << "moto is installed but its server did not start: " << *start_error_;
+    if (start_error_ != nullptr)
+      FAIL() << "moto is installed but its server did not start: " << *start_error_;
     const char* required = std::getenv("MOERL_REQUIRE_S3_TESTS");
     if (required != nullptr && *required != '\0' && std::string(required) != "0")
       FAIL() << "MOERL_REQUIRE_S3_TESTS is set but /usr/bin/python3 cannot import moto; install it "
@@ -176,8 +177,10 @@ TEST_F(s3_moto_test, a_multipart_upload_that_fails_to_complete_is_aborted_and_le
   ASSERT_TRUE(store->put("obj", "old version").ok());
   auto st = store->put("obj", pseudo_random_bytes(11 << 20));
   ASSERT_FALSE(st.ok()) << "the server accepted parts below its minimum size";
-  EXPECT_NE(st.err().message.find("CompleteMultipartUpload"), std::string::npos) << st.err().message;
-  EXPECT_NE(st.err().message.find("HTTP 400 EntityTooSmall"), std::string::npos) << st.err().message;
+  EXPECT_NE(st.err().message.find("CompleteMultipartUpload"), std::string::npos)
+      << st.err().message;
+  EXPECT_NE(st.err().message.find("HTTP 400 EntityTooSmall"), std::string::npos)
+      << st.err().message;
   EXPECT_TRUE(open_uploads(s, "mp-abort/").empty()) << "the failed upload was not aborted";
   EXPECT_EQ(store->get("obj").value(), "old version");  // the failed put left the object alone
 }
@@ -267,7 +270,8 @@ TEST_F(s3_moto_test, a_missing_bucket_is_a_clear_error) {
   // Not errc::not_found: "no such object" would let a resume start from scratch silently.
   EXPECT_EQ(r.err().code, errc::invalid_config);
   EXPECT_NE(r.err().message.find("NoSuchBucket"), std::string::npos) << r.err().message;
-  EXPECT_NE(r.err().message.find("s3://no-such-bucket-here/k"), std::string::npos) << r.err().message;
+  EXPECT_NE(r.err().message.find("s3://no-such-bucket-here/k"), std::string::npos)
+      << r.err().message;
   EXPECT_EQ(store->list("").err().code, errc::invalid_config);
   EXPECT_EQ(store->remove("k").err().code, errc::invalid_config);
   EXPECT_EQ(latest_committed(*store, "ckpt").err().code, errc::invalid_config);

@@ -25,7 +25,8 @@ TEST(store_s3_xml, error_code_and_message_are_found) {
       "<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated "
       "does not match</Message><RequestId>1</RequestId></Error>";
   EXPECT_EQ(xml_first(doc, "Code").value(), "SignatureDoesNotMatch");
-  EXPECT_EQ(xml_first(doc, "Message").value(), "The request signature we calculated does not match");
+  EXPECT_EQ(xml_first(doc, "Message").value(),
+            "The request signature we calculated does not match");
 }
 
 TEST(store_s3_xml, malformed_input_does_not_crash_and_keeps_unknown_entities) {

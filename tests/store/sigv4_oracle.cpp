@@ -42,8 +42,8 @@ sigv4_output sigv4_sign(const sigv4_input& in) {
   // Task 2: what gets signed: algorithm, time, scope, hash of the canonical request.
   const std::string date = in.amz_date.substr(0, 8);
   const std::string scope = date + "/" + in.region + "/" + in.service + "/aws4_request";
-  out.string_to_sign = "AWS4-HMAC-SHA256\n" + in.amz_date + "\n" + scope + "\n" +
-                       sha256_hex(out.canonical_request);
+  out.string_to_sign =
+      "AWS4-HMAC-SHA256\n" + in.amz_date + "\n" + scope + "\n" + sha256_hex(out.canonical_request);
   // Task 3: the signing key is derived from the secret through the scope's parts.
   std::string key = hmac_sha256("AWS4" + in.secret_access_key, date);
   key = hmac_sha256(key, in.region);

@@ -10,13 +10,13 @@
 namespace moerl::store::testing {
 
 struct sigv4_input {
-  std::string method;          // "GET"
-  std::string canonical_uri;   // already encoded, e.g. "/" or "/bucket/key"
-  std::string canonical_query; // sorted and encoded, "" when none
+  std::string method;           // "GET"
+  std::string canonical_uri;    // already encoded, e.g. "/" or "/bucket/key"
+  std::string canonical_query;  // sorted and encoded, "" when none
   // Signed headers: lower-case name -> value (trimmed). Sorted by the map.
   std::map<std::string, std::string> headers;
-  std::string payload_hash;    // hex SHA-256 of the body (or what x-amz-content-sha256 says)
-  std::string amz_date;        // "20150830T123600Z"
+  std::string payload_hash;  // hex SHA-256 of the body (or what x-amz-content-sha256 says)
+  std::string amz_date;      // "20150830T123600Z"
   std::string region;
   std::string service;
   std::string access_key_id;

@@ -43,9 +43,12 @@ routing_params make_params(int num_experts, int topk, const std::string& scoring
   routing_params p;
   p.num_experts = num_experts;
   p.topk = topk;
-  if (scoring == "softmax") p.scoring = score_function::softmax;
-  else if (scoring == "sigmoid") p.scoring = score_function::sigmoid;
-  else throw py::value_error("scoring must be softmax or sigmoid, not " + scoring);
+  if (scoring == "softmax")
+    p.scoring = score_function::softmax;
+  else if (scoring == "sigmoid")
+    p.scoring = score_function::sigmoid;
+  else
+    throw py::value_error("scoring must be softmax or sigmoid, not " + scoring);
   p.num_groups = num_groups;
   p.topk_groups = topk_groups;
   p.renormalize = renormalize;
@@ -97,7 +100,8 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
     check(load_balance_loss(pool(), scores.data(), idx.data(), T, E, static_cast<int>(idx.shape(1)),
                             coeff, &loss, g.mutable_data()));
     std::vector<int64_t> counts(E);
-    check(count_tokens_per_expert(pool(), idx.data(), T, static_cast<int>(idx.shape(1)), E, counts.data()));
+    check(count_tokens_per_expert(pool(), idx.data(), T, static_cast<int>(idx.shape(1)), E,
+                                  counts.data()));
     return py::make_tuple(loss, g, counts, load_imbalance(counts.data(), E));
   });
 
@@ -110,7 +114,7 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
     auto rank_slot = empty<int64_t>({T, num_ranks});
     auto offset = empty<int64_t>({num_experts + 1});
     auto slot = empty<int64_t>({T, K});
-    dispatch_layout_out out{pe.mutable_data(), pr.mutable_data(), in_rank.mutable_data(),
+    dispatch_layout_out out{pe.mutable_data(),        pr.mutable_data(),     in_rank.mutable_data(),
                             rank_slot.mutable_data(), offset.mutable_data(), slot.mutable_data()};
     check(get_dispatch_layout(pool(), idx.data(), {T, K, num_experts, num_ranks, alignment}, out));
     py::dict d;
@@ -126,28 +130,29 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
   // Row-layout primitives, fp32 ("f32") and bf16 ("bf16") storage.
   m.def("permute_forward", [](arr<float> x, arr<int64_t> slot, int64_t num_rows) {
     auto out = empty<float>({num_rows, x.shape(1)});
-    check(permute_forward(pool(), x.data(), slot.data(), x.shape(0), static_cast<int>(slot.shape(1)),
-                          x.shape(1), num_rows, out.mutable_data()));
+    check(permute_forward(pool(), x.data(), slot.data(), x.shape(0),
+                          static_cast<int>(slot.shape(1)), x.shape(1), num_rows,
+                          out.mutable_data()));
     return out;
   });
   m.def("permute_forward_bf16", [](arr<uint16_t> x, arr<int64_t> slot, int64_t num_rows) {
     auto out = empty<uint16_t>({num_rows, x.shape(1)});
-    check(permute_forward(pool(), as_bf16(x), slot.data(), x.shape(0), static_cast<int>(slot.shape(1)),
-                          x.shape(1), num_rows, as_bf16(out)));
+    check(permute_forward(pool(), as_bf16(x), slot.data(), x.shape(0),
+                          static_cast<int>(slot.shape(1)), x.shape(1), num_rows, as_bf16(out)));
     return out;
   });
   m.def("permute_backward", [](arr<float> g, arr<int64_t> slot) {
     const int64_t T = slot.shape(0);
     auto gx = empty<float>({T, g.shape(1)});
-    check(permute_backward(pool(), g.data(), slot.data(), T, static_cast<int>(slot.shape(1)), g.shape(1),
-                           g.shape(0), gx.mutable_data()));
+    check(permute_backward(pool(), g.data(), slot.data(), T, static_cast<int>(slot.shape(1)),
+                           g.shape(1), g.shape(0), gx.mutable_data()));
     return gx;
   });
   m.def("unpermute_forward", [](arr<float> p, arr<int64_t> slot) {
     const int64_t T = slot.shape(0), K = slot.shape(1);
     auto u = empty<float>({T, K, p.shape(1)});
-    check(unpermute_forward(pool(), p.data(), slot.data(), T, static_cast<int>(K), p.shape(1), p.shape(0),
-                            u.mutable_data()));
+    check(unpermute_forward(pool(), p.data(), slot.data(), T, static_cast<int>(K), p.shape(1),
+                            p.shape(0), u.mutable_data()));
     return u;
   });
   m.def("unpermute_backward", [](arr<float> gu, arr<int64_t> slot, int64_t num_rows) {
@@ -160,33 +165,37 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
   m.def("combine_forward", [](arr<float> y, arr<int64_t> slot, arr<float> w) {
     const int64_t T = slot.shape(0);
     auto out = empty<float>({T, y.shape(1)});
-    check(combine_forward(pool(), y.data(), slot.data(), w.data(), T, static_cast<int>(slot.shape(1)),
-                          y.shape(1), y.shape(0), out.mutable_data()));
+    check(combine_forward(pool(), y.data(), slot.data(), w.data(), T,
+                          static_cast<int>(slot.shape(1)), y.shape(1), y.shape(0),
+                          out.mutable_data()));
     return out;
   });
   m.def("combine_forward_bf16", [](arr<uint16_t> y, arr<int64_t> slot, arr<float> w) {
     const int64_t T = slot.shape(0);
     auto out = empty<uint16_t>({T, y.shape(1)});
-    check(combine_forward(pool(), as_bf16(y), slot.data(), w.data(), T, static_cast<int>(slot.shape(1)),
-                          y.shape(1), y.shape(0), as_bf16(out)));
+    check(combine_forward(pool(), as_bf16(y), slot.data(), w.data(), T,
+                          static_cast<int>(slot.shape(1)), y.shape(1), y.shape(0), as_bf16(out)));
     return out;
   });
   m.def("combine_backward", [](arr<float> gout, arr<float> y, arr<int64_t> slot, arr<float> w) {
     const int64_t T = slot.shape(0), K = slot.shape(1);
     auto gy = empty<float>({y.shape(0), y.shape(1)});
     auto gw = empty<float>({T, K});
-    check(combine_backward(pool(), gout.data(), y.data(), slot.data(), w.data(), T, static_cast<int>(K),
-                           y.shape(1), y.shape(0), gy.mutable_data(), gw.mutable_data()));
+    check(combine_backward(pool(), gout.data(), y.data(), slot.data(), w.data(), T,
+                           static_cast<int>(K), y.shape(1), y.shape(0), gy.mutable_data(),
+                           gw.mutable_data()));
     return py::make_tuple(gy, gw);
   });
-  m.def("combine_backward_bf16", [](arr<uint16_t> gout, arr<uint16_t> y, arr<int64_t> slot, arr<float> w) {
-    const int64_t T = slot.shape(0), K = slot.shape(1);
-    auto gy = empty<uint16_t>({y.shape(0), y.shape(1)});
-    auto gw = empty<float>({T, K});
-    check(combine_backward(pool(), as_bf16(gout), as_bf16(y), slot.data(), w.data(), T, static_cast<int>(K),
-                           y.shape(1), y.shape(0), as_bf16(gy), gw.mutable_data()));
-    return py::make_tuple(gy, gw);
-  });
+  m.def("combine_backward_bf16",
+        [](arr<uint16_t> gout, arr<uint16_t> y, arr<int64_t> slot, arr<float> w) {
+          const int64_t T = slot.shape(0), K = slot.shape(1);
+          auto gy = empty<uint16_t>({y.shape(0), y.shape(1)});
+          auto gw = empty<float>({T, K});
+          check(combine_backward(pool(), as_bf16(gout), as_bf16(y), slot.data(), w.data(), T,
+                                 static_cast<int>(K), y.shape(1), y.shape(0), as_bf16(gy),
+                                 gw.mutable_data()));
+          return py::make_tuple(gy, gw);
+        });
 
   m.def("expert_ffn_forward", [](arr<float> x, arr<int64_t> offset, arr<float> wgu, arr<float> wd) {
     const int E = static_cast<int>(wgu.shape(0));
@@ -198,14 +207,15 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
                              h.mutable_data(), a.mutable_data(), y.mutable_data()));
     return py::make_tuple(y, h, a);
   });
-  m.def("expert_ffn_forward_bf16", [](arr<uint16_t> x, arr<int64_t> offset, arr<uint16_t> wgu, arr<uint16_t> wd) {
-    const int E = static_cast<int>(wgu.shape(0));
-    const int64_t F = wgu.shape(1) / 2, H = wgu.shape(2), R = x.shape(0);
-    auto y = empty<uint16_t>({R, H});
-    check(expert_ffn_forward(pool(), {E, H, F}, offset.data(), as_bf16(x), as_bf16(wgu), as_bf16(wd),
-                             as_bf16(y)));
-    return y;
-  });
+  m.def("expert_ffn_forward_bf16",
+        [](arr<uint16_t> x, arr<int64_t> offset, arr<uint16_t> wgu, arr<uint16_t> wd) {
+          const int E = static_cast<int>(wgu.shape(0));
+          const int64_t F = wgu.shape(1) / 2, H = wgu.shape(2), R = x.shape(0);
+          auto y = empty<uint16_t>({R, H});
+          check(expert_ffn_forward(pool(), {E, H, F}, offset.data(), as_bf16(x), as_bf16(wgu),
+                                   as_bf16(wd), as_bf16(y)));
+          return y;
+        });
   m.def("expert_ffn_backward", [](arr<float> x, arr<int64_t> offset, arr<float> wgu, arr<float> wd,
                                   arr<float> h, arr<float> a, arr<float> gy) {
     const int E = static_cast<int>(wgu.shape(0));
@@ -213,8 +223,8 @@ PYBIND11_MODULE(moerl_kernels_py, m) {
     auto gx = empty<float>({R, H});
     auto gwgu = empty<float>({E, 2 * F, H});
     auto gwd = empty<float>({E, H, F});
-    check(expert_ffn_backward(pool(), {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(), h.data(),
-                              a.data(), gy.data(), gx.mutable_data(), gwgu.mutable_data(),
+    check(expert_ffn_backward(pool(), {E, H, F}, offset.data(), x.data(), wgu.data(), wd.data(),
+                              h.data(), a.data(), gy.data(), gx.mutable_data(), gwgu.mutable_data(),
                               gwd.mutable_data()));
     return py::make_tuple(gx, gwgu, gwd);
   });
