@@ -17,12 +17,14 @@ struct zmq_sock_deleter {
 };
 }  // namespace
 
-result<messages::admin_reply> console_call(const std::string& address, const messages::admin_request& req,
-                                           int timeout_ms) {
+result<messages::admin_reply> console_call(const std::string& address,
+                                           const messages::admin_request& req, int timeout_ms) {
   std::unique_ptr<void, zmq_ctx_deleter> ctx(zmq_ctx_new());
   if (!ctx) return error(errc::io_error, "zmq_ctx_new failed");
   std::unique_ptr<void, zmq_sock_deleter> sock(zmq_socket(ctx.get(), ZMQ_REQ));
-  if (!sock) return error(errc::io_error, std::string("zmq_socket(REQ) failed: ") + zmq_strerror(zmq_errno()));
+  if (!sock)
+    return error(errc::io_error,
+                 std::string("zmq_socket(REQ) failed: ") + zmq_strerror(zmq_errno()));
   auto call = [&]() -> result<std::string> {
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(sock.get(), ZMQ_LINGER, &linger, sizeof linger));
@@ -33,8 +35,8 @@ result<messages::admin_reply> console_call(const std::string& address, const mes
     int n = zmq_poll(&item, 1, timeout_ms);
     ZMQ_CHECK(n);
     if (n == 0)
-      return error(errc::timeout, "no reply from the coordinator console at " + address + " within " +
-                                      std::to_string(timeout_ms) + " ms");
+      return error(errc::timeout, "no reply from the coordinator console at " + address +
+                                      " within " + std::to_string(timeout_ms) + " ms");
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     if (zmq_msg_recv(&msg, sock.get(), 0) == -1) {

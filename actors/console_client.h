@@ -10,7 +10,7 @@
 
 namespace moerl::actors {
 
-result<messages::admin_reply> console_call(const std::string& address, const messages::admin_request& req,
-                                           int timeout_ms);
+result<messages::admin_reply> console_call(const std::string& address,
+                                           const messages::admin_request& req, int timeout_ms);
 
 }  // namespace moerl::actors

@@ -12,8 +12,8 @@ namespace {
 
 struct coordinator_state {
   std::unique_ptr<coordinator_core> core;
-  std::map<std::string, caf::actor> agents;         // node id -> agent
-  std::map<caf::actor_addr, std::string> by_addr;   // agent address -> node id
+  std::map<std::string, caf::actor> agents;        // node id -> agent
+  std::map<caf::actor_addr, std::string> by_addr;  // agent address -> node id
   bool stopping = false;
   // Group commit: replies whose ledger records are not durable yet, answered by the next
   // successful flush; flush_atom is in our mailbox iff flush_queued.
@@ -29,7 +29,9 @@ template <class T>
 std::string reply_bytes(const result<T>& r) {
   return r ? messages::encode(*r) : encode_error(r.err().code, r.err().message);
 }
-std::string reply_bytes(const status& st) { return st ? std::string() : encode_error(st.err().code, st.err().message); }
+std::string reply_bytes(const status& st) {
+  return st ? std::string() : encode_error(st.err().code, st.err().message);
+}
 
 void deliver(coord_actor* self) {
   auto& st = self->state;
@@ -53,20 +55,15 @@ void deliver(coord_actor* self) {
     send_events(o.node);
     auto& a = it->second;
     switch (o.what) {
-      case outbound::kind::shard_event:
-        break;  // batched above
-      case outbound::kind::policy_version:
-        self->send(a, version_atom::value, o.version);
-        break;
+      case outbound::kind::shard_event: break;  // batched above
+      case outbound::kind::policy_version: self->send(a, version_atom::value, o.version); break;
       case outbound::kind::notice:
         self->send(a, notice_atom::value, messages::encode(o.notice));
         break;
       case outbound::kind::signal:
         self->send(a, kill_atom::value, static_cast<int32_t>(o.signal));
         break;
-      case outbound::kind::shutdown:
-        self->send(a, shutdown_atom::value);
-        break;
+      case outbound::kind::shutdown: self->send(a, shutdown_atom::value); break;
     }
   }
   while (!events.empty()) send_events(events.begin()->first);
@@ -97,7 +94,8 @@ caf::result<std::string> reply_durable(coord_actor* self, std::string reply) {
   return rp;
 }
 
-caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
+caf::behavior coordinator_impl(coord_actor* self,
+                               std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
   self->state.core = std::move(*init);
   self->state.core->set_group_commit(true);
   auto log = logger("coordinator");
@@ -118,20 +116,24 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
   self->set_error_handler([](caf::error& e) {
     logger("coordinator")->warn("a peer sent an error: {}", caf::to_string(e));
   });
-  self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    logger("coordinator")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
+  self->set_default_handler([](caf::scheduled_actor*,
+                               caf::message_view& x) -> caf::result<caf::message> {
+    logger("coordinator")
+        ->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
     return caf::sec::unexpected_message;
   });
   self->send(self, tick_atom::value);
   return {
-      [self](register_atom, const std::string& bytes, caf::actor agent) -> caf::result<std::string> {
+      [self](register_atom, const std::string& bytes,
+             caf::actor agent) -> caf::result<std::string> {
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "register: " + hb.err().message);
         auto st = self->state.core->register_node(*hb);
         if (!st) return encode_error(st.err().code, st.err().message);
         if (agent) {
           auto& s = self->state;
-          if (auto old = s.agents.find(hb->node); old != s.agents.end()) s.by_addr.erase(old->second.address());
+          if (auto old = s.agents.find(hb->node); old != s.agents.end())
+            s.by_addr.erase(old->second.address());
           s.agents[hb->node] = agent;
           s.by_addr[agent.address()] = hb->node;
           self->monitor(agent);
@@ -180,14 +182,17 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
         if (!ack) return encode_error(ack.err().code, "shard ack: " + ack.err().message);
         auto st = self->state.core->shard_ack(*ack);
         if (!st)
-          logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", ack->unit, ack->attempt,
-                                      st.err().to_string());
+          logger("coordinator")
+              ->warn("shard ack of unit {} attempt {}: {}", ack->unit, ack->attempt,
+                     st.err().to_string());
         return reply_durable(self, reply_bytes(st));
       },
       [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
              uint64_t handout) -> caf::result<std::string> {
         auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
-        if (!st) logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
+        if (!st)
+          logger("coordinator")
+              ->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
         return reply_durable(self, reply_bytes(st));
       },
       [self](stats_atom, const std::string& node, const std::string& text) {
@@ -198,7 +203,8 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
         self->state.core->policy_version(v, manifest);
         schedule_flush(self);
       },
-      [self](drained_atom, const std::string& node, const std::string& record) -> caf::result<std::string> {
+      [self](drained_atom, const std::string& node,
+             const std::string& record) -> caf::result<std::string> {
         auto j = nlohmann::json::parse(record, nullptr, false);
         if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
         auto& s = self->state;

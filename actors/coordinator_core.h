@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/node_role.h"
-#include "ledger/work_ledger.h"
 #include "common/error.h"
+#include "ledger/work_ledger.h"
 #include "messages/admin.h"
 #include "messages/control.h"
 #include "messages/work.h"
@@ -34,7 +34,8 @@ struct coordinator_options {
   uint32_t groups_per_unit = 2;
   int64_t heartbeat_timeout_ms = 1500;  // node.heartbeat_interval_ms x actors.heartbeat_misses
   int64_t default_notice_ms = 30000;    // deadline of a console drain/inject without --deadline
-  int64_t rebalance_grace_ms = 120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
+  int64_t rebalance_grace_ms =
+      120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
   std::string console_token;
   std::string task = "modpow";
   uint32_t lease_batch = 1;  // actors.lease_batch: most leases one batched request gets
@@ -43,7 +44,7 @@ struct coordinator_options {
 };
 
 struct node_record {
-  std::string id;        // moerl's random 128-bit node id (hex)
+  std::string id;  // moerl's random 128-bit node id (hex)
   std::string name;
   node_role role = node_role::rollout;
   std::string endpoint;  // buffer shards: sample-plane endpoint
@@ -51,7 +52,7 @@ struct node_record {
   std::string down_reason;
   uint32_t pid = 0;
   uint32_t restarts = 0;
-  uint32_t leases = 0;   // leases held (ledger view for rollouts)
+  uint32_t leases = 0;  // leases held (ledger view for rollouts)
   int64_t last_seen_ms = 0;
   nlohmann::json stats;  // last stats the node sent (buffer fill, trainer checks)
 };
@@ -61,10 +62,10 @@ struct outbound {
   enum class kind { shard_event, policy_version, notice, signal, shutdown };
   kind what = kind::shard_event;
   std::string node;
-  ledger::ledger_event event;          // shard_event
-  uint64_t version = 0;                // policy_version
+  ledger::ledger_event event;            // shard_event
+  uint64_t version = 0;                  // policy_version
   messages::interruption_notice notice;  // notice
-  int signal = 0;                      // signal (SIGTERM, SIGKILL)
+  int signal = 0;                        // signal (SIGTERM, SIGKILL)
 };
 
 class coordinator_core {
@@ -120,7 +121,7 @@ class coordinator_core {
   nlohmann::json status_json() const;
   nlohmann::json nodes_json() const;
   nlohmann::json report_json() const;
-  bool done() const;              // every iteration's units committed or dropped, all trained
+  bool done() const;  // every iteration's units committed or dropped, all trained
   bool shutdown_requested() const { return shutdown_; }
 
   std::vector<outbound> take_outbound();
@@ -146,7 +147,7 @@ class coordinator_core {
   // The lease as a worker receives it; nullopt (and the unit handed back) when its shard
   // has not joined this coordinator. `unix_minus_clock`: wall clock minus ledger clock.
   std::optional<messages::lease> to_wire(const ledger::lease& l, int64_t unix_minus_clock);
-  void flush_ledger();   // sync + route events to shards (deferred to flush() under group commit)
+  void flush_ledger();  // sync + route events to shards (deferred to flush() under group commit)
   bool sync_and_route();
   void open_iteration();
   void record_invariant();
@@ -156,7 +157,7 @@ class coordinator_core {
   std::unique_ptr<ledger::work_ledger> ledger_;
   const ledger::clock& clock_;
   std::map<std::string, node_record> nodes_;
-  std::map<std::string, std::string> shard_node_;  // shard name -> node id
+  std::map<std::string, std::string> shard_node_;                         // shard name -> node id
   std::map<std::string, std::vector<ledger::ledger_event>> undelivered_;  // shard name -> events
   std::vector<outbound> out_;
   uint32_t iterations_opened_ = 0;

@@ -23,11 +23,11 @@
 namespace moerl::actors {
 
 struct train_result {
-  uint64_t groups = 0;                  // groups this call consumed
-  uint64_t bad = 0;                     // samples refused (malformed; counted, not trained)
-  bool new_version = false;             // the call produced a new policy version
-  messages::weight_manifest manifest;   // the new version (when new_version)
-  double sum_abs_advantage = 0;         // sum of |advantage| over the samples (0: not computed)
+  uint64_t groups = 0;                 // groups this call consumed
+  uint64_t bad = 0;                    // samples refused (malformed; counted, not trained)
+  bool new_version = false;            // the call produced a new policy version
+  messages::weight_manifest manifest;  // the new version (when new_version)
+  double sum_abs_advantage = 0;        // sum of |advantage| over the samples (0: not computed)
 };
 
 // The ranks of a trainer node (actors.trainer_ranks, each its own supervised actor), for a

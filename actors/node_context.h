@@ -19,9 +19,9 @@
 #include "actors/caf_setup.h"
 #include "actors/job.h"
 #include "actors/node_role.h"
-#include "ledger/sample_plane.h"
 #include "actors/reward_hop.h"
 #include "common/config.h"
+#include "ledger/sample_plane.h"
 
 namespace moerl::actors {
 
@@ -36,7 +36,7 @@ struct node_context {
   std::string coord_host;
   uint16_t coord_port = 0;
   std::shared_ptr<ledger::zmq_context> zmq;
-  std::string endpoint;  // reward: pull socket; buffer: shard socket
+  std::string endpoint;              // reward: pull socket; buffer: shard socket
   std::shared_ptr<job> running_job;  // what the role actors run (set before they start)
 
   // The coordinator's handle; replaced when the coordinator restarts.
@@ -55,8 +55,8 @@ struct node_context {
   bool draining() const { return drain_by_ms.load() != 0; }
   std::atomic<bool> stopping{false};  // shutdown: leave loops now
 
-  std::atomic<uint32_t> units_finished{0};   // during drain
-  std::atomic<uint32_t> units_returned{0};   // during drain
+  std::atomic<uint32_t> units_finished{0};  // during drain
+  std::atomic<uint32_t> units_returned{0};  // during drain
   std::atomic<uint32_t> active_units{0};
   std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
   std::atomic<uint32_t> restarts{0};

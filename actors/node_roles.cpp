@@ -24,8 +24,7 @@ uint32_t micros_since(steady_clock::time_point t0) {
 
 bool mailbox_ok(caf::blocking_actor* self, node_context& ctx, int64_t wait_ms) {
   bool keep = true;
-  self->receive([&](shutdown_atom) { keep = false; },
-                caf::after(milliseconds(wait_ms)) >> [] {});
+  self->receive([&](shutdown_atom) { keep = false; }, caf::after(milliseconds(wait_ms)) >> [] {});
   return keep && !ctx.stopping.load();
 }
 
@@ -82,8 +81,7 @@ void fail_actor(caf::blocking_actor* self, const std::string& why) {
 }
 
 restart_strategy role_strategy(node_role role) {
-  return role == node_role::trainer ? restart_strategy::one_for_all
-                                    : restart_strategy::one_for_one;
+  return role == node_role::trainer ? restart_strategy::one_for_all : restart_strategy::one_for_one;
 }
 
 namespace {
@@ -104,30 +102,24 @@ std::vector<child_spec> role_children(const std::shared_ptr<node_context>& ctx) 
   std::vector<child_spec> kids;
   switch (ctx->role) {
     case node_role::rollout: {
-      auto n = static_cast<uint32_t>(std::max<int64_t>(1, ctx->cfg.get_int("actors.rollout_workers")));
+      auto n =
+          static_cast<uint32_t>(std::max<int64_t>(1, ctx->cfg.get_int("actors.rollout_workers")));
       for (uint32_t k = 0; k < n; ++k)
         kids.push_back(loop_child("rollout-" + std::to_string(k), rollout_loop, ctx, k));
       break;
     }
-    case node_role::reward:
-      kids.push_back(loop_child("scorer", reward_loop, ctx));
-      break;
-    case node_role::buffer:
-      kids.push_back(loop_child("shard", shard_loop, ctx));
-      break;
+    case node_role::reward: kids.push_back(loop_child("scorer", reward_loop, ctx)); break;
+    case node_role::buffer: kids.push_back(loop_child("shard", shard_loop, ctx)); break;
     case node_role::trainer: {
-      auto n = static_cast<uint32_t>(std::max<int64_t>(1, ctx->cfg.get_int("actors.trainer_ranks")));
+      auto n =
+          static_cast<uint32_t>(std::max<int64_t>(1, ctx->cfg.get_int("actors.trainer_ranks")));
       kids.push_back(loop_child("rank-0", trainer_driver_loop, ctx, n));
       for (uint32_t r = 1; r < n; ++r)
         kids.push_back(loop_child("rank-" + std::to_string(r), trainer_rank_loop, ctx, r));
       break;
     }
-    case node_role::weights:
-      kids.push_back(loop_child("versions", weights_loop, ctx));
-      break;
-    case node_role::env:
-      kids.push_back(loop_child("prompts", env_loop, ctx));
-      break;
+    case node_role::weights: kids.push_back(loop_child("versions", weights_loop, ctx)); break;
+    case node_role::env: kids.push_back(loop_child("prompts", env_loop, ctx)); break;
     case node_role::coordinator:
       break;  // the coordinator runs no role children (node_runtime.cpp runs it)
   }

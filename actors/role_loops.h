@@ -28,8 +28,7 @@ void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
 void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                          uint32_t num_ranks);
 // Ranks 1..: run the work the step spreads over the ranks (trainer_ranks in job.h).
-void trainer_rank_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
-                       uint32_t rank);
+void trainer_rank_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t rank);
 
 // ---- shared by the loops ------------------------------------------------------------------
 

@@ -21,7 +21,10 @@ namespace {
 class rollout_worker {
  public:
   rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k)
-      : self_(self), ctx_(std::move(ctx)), worker_(ctx_->id + "/" + std::to_string(k)), log_(logger("rollout")) {}
+      : self_(self),
+        ctx_(std::move(ctx)),
+        worker_(ctx_->id + "/" + std::to_string(k)),
+        log_(logger("rollout")) {}
 
   void run() {
     running_guard g(ctx_->workers_running);
@@ -33,7 +36,8 @@ class rollout_worker {
     }
     work_ = std::move(*w);
     reward_ = std::move(*r);
-    lease_batch_ = static_cast<uint32_t>(std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
+    lease_batch_ = static_cast<uint32_t>(
+        std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
     int64_t last_err_log = 0;
     while (mailbox_ok(self_, *ctx_, 0)) {
       if (ctx_->draining()) break;  // stop leasing; exit normally (transient: no restart)
@@ -56,7 +60,8 @@ class rollout_worker {
       // Expired while it waited in the queue: the ledger re-opens it (lease_expired) and
       // fences its attempt, so running it would only make samples the shard refuses.
       if (static_cast<uint64_t>(unix_now_ms()) >= l.deadline_unix_ms) {
-        log_->warn("{}: lease of unit {} attempt {} expired in the local queue; skipped", worker_, l.unit.id, l.attempt);
+        log_->warn("{}: lease of unit {} attempt {} expired in the local queue; skipped", worker_,
+                   l.unit.id, l.attempt);
         continue;
       }
       if (!run_unit(l) && !mailbox_ok(self_, *ctx_, 200)) break;  // a failing unit: don't spin
@@ -73,13 +78,15 @@ class rollout_worker {
     req.policy_version = ctx_->policy_version.load();
     req.max_units = lease_batch_;
     if (lease_batch_ == 1) {
-      auto raw = call_coordinator(self_, *ctx_, caf::make_message(lease_atom::value, messages::encode(req)));
+      auto raw = call_coordinator(self_, *ctx_,
+                                  caf::make_message(lease_atom::value, messages::encode(req)));
       if (!raw) return raw.err();
       auto l = messages::decode<messages::lease>(*raw);
       if (!l) return error(l.err().code, "undecodable lease: " + l.err().message);
       return std::vector<messages::lease>{std::move(*l)};
     }
-    auto raw = call_coordinator(self_, *ctx_, caf::make_message(leases_atom::value, messages::encode(req)));
+    auto raw = call_coordinator(self_, *ctx_,
+                                caf::make_message(leases_atom::value, messages::encode(req)));
     if (!raw) return raw.err();
     auto batch = messages::decode<messages::lease_batch>(*raw);
     if (!batch) return error(batch.err().code, "undecodable lease batch: " + batch.err().message);
@@ -95,8 +102,10 @@ class rollout_worker {
     for (const auto& l : queue_) back.leases.push_back({l.unit.id, l.attempt});
     const size_t n = back.leases.size();
     log_->info("{}: giving back {} unstarted lease(s)", worker_, n);
-    auto r = call_coordinator(self_, *ctx_, caf::make_message(giveback_atom::value, messages::encode(back)));
-    if (!r) log_->warn("{}: give back of {} unstarted lease(s): {}", worker_, n, r.err().to_string());
+    auto r = call_coordinator(self_, *ctx_,
+                              caf::make_message(giveback_atom::value, messages::encode(back)));
+    if (!r)
+      log_->warn("{}: give back of {} unstarted lease(s): {}", worker_, n, r.err().to_string());
     if (ctx_->draining()) ctx_->units_returned += static_cast<uint32_t>(n);
     queue_.clear();
   }
@@ -112,10 +121,16 @@ class rollout_worker {
     int64_t t0 = steady_ms();
     for (uint32_t gi = 0; gi < l.unit.group_ids.size() && fail.empty() && !returned; ++gi) {
       auto prompt_or = ctx_->running_job->prompt(l.unit.group_ids[gi]);
-      if (!prompt_or) { fail = prompt_or.err().to_string(); break; }
+      if (!prompt_or) {
+        fail = prompt_or.err().to_string();
+        break;
+      }
       const auto& prompt = *prompt_or;
       for (uint32_t i = 0; i < G; ++i) {
-        if (ctx_->stopping) { returned = true; break; }
+        if (ctx_->stopping) {
+          returned = true;
+          break;
+        }
         if (ctx_->draining()) {
           // Finish the unit only if it fits before the drain deadline, judged by this
           // worker's measured cost per sample; otherwise give it back now.
@@ -127,7 +142,10 @@ class rollout_worker {
         }
         const auto t_gen = std::chrono::steady_clock::now();
         auto gs = work_->generate(prompt, gi, i, l.policy_version);
-        if (!gs) { fail = gs.err().to_string(); break; }
+        if (!gs) {
+          fail = gs.err().to_string();
+          break;
+        }
         const uint32_t generate_us = micros_since(t_gen);
         messages::sample s;
         s.work_unit = l.unit.id;
@@ -141,7 +159,10 @@ class rollout_worker {
         s.logprobs = std::move(gs->logprobs);
         s.worker = worker_;
         s.generate_us = generate_us;
-        if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) { fail = st.err().to_string(); break; }
+        if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) {
+          fail = st.err().to_string();
+          break;
+        }
         ++seq;
       }
     }
@@ -158,15 +179,20 @@ class rollout_worker {
       rep.reason = fail.empty() ? "drain: does not fit before the deadline" : fail;
       if (!fail.empty()) log_->warn("{}: unit {} failed: {}", worker_, l.unit.id, fail);
     }
-    auto r = call_coordinator(self_, *ctx_, caf::make_message(report_atom::value, messages::encode(rep)));
-    if (!r) log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt, r.err().to_string());
-    if (ctx_->draining()) (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
+    auto r = call_coordinator(self_, *ctx_,
+                              caf::make_message(report_atom::value, messages::encode(rep)));
+    if (!r)
+      log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt,
+                 r.err().to_string());
+    if (ctx_->draining())
+      (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
     --ctx_->active_units;
     return fail.empty();
   }
 
   // Through a reward node when one is alive; otherwise scored here and sent to the shard.
-  status deliver(messages::sample& s, const std::string& shard_ep, uint64_t lease_deadline_unix_ms) {
+  status deliver(messages::sample& s, const std::string& shard_ep,
+                 uint64_t lease_deadline_unix_ms) {
     if (steady_ms() >= next_discovery_) {
       auto found = discover(self_, *ctx_, node_role::reward);
       next_discovery_ = steady_ms() + 2000;
@@ -176,15 +202,18 @@ class rollout_worker {
         push_.reset();
         if (!eps.empty()) {
           auto p = reward_push::connect(ctx_->zmq, eps, 1000);
-          if (p) push_ = std::move(*p);
-          else log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
+          if (p)
+            push_ = std::move(*p);
+          else
+            log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
         }
       }
     }
     if (push_) {
       auto st = push_->send(shard_ep, messages::encode(s));
       if (st) return st;
-      log_->warn("{}: no reward node took a sample ({}); scoring locally", worker_, st.err().message);
+      log_->warn("{}: no reward node took a sample ({}); scoring locally", worker_,
+                 st.err().message);
       push_.reset();
       reward_eps_.clear();
       next_discovery_ = steady_ms() + 2000;
@@ -213,7 +242,8 @@ class rollout_worker {
       // No credit: a slow trainer (wait) or a dead shard (give up; the ledger has expired
       // the lease and re-opens the unit). A dead peer never answers, so ask the coordinator.
       if (static_cast<uint64_t>(unix_now_ms()) > lease_deadline_unix_ms)
-        return error(errc::timeout, "no credit from shard " + shard_ep + " before the lease deadline");
+        return error(errc::timeout,
+                     "no credit from shard " + shard_ep + " before the lease deadline");
       if (steady_ms() > next_check) {
         next_check = steady_ms() + 1000;
         if (known_gone(self_, *ctx_, node_role::buffer, shard_ep)) {
@@ -237,8 +267,8 @@ class rollout_worker {
   int64_t next_discovery_ = 0;
   bool warned_local_ = false;
   std::map<std::string, std::unique_ptr<ledger::sample_producer>> direct_;
-  uint32_t lease_batch_ = 1;                // actors.lease_batch
-  std::deque<messages::lease> queue_;       // leased, not started; worked in order
+  uint32_t lease_batch_ = 1;           // actors.lease_batch
+  std::deque<messages::lease> queue_;  // leased, not started; worked in order
 };
 
 }  // namespace

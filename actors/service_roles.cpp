@@ -44,7 +44,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   while (mailbox_ok(self, *ctx, 0)) {
     if (steady_ms() - last_stats > 1000) {
       last_stats = steady_ms();
-      nlohmann::json st{{"scored", scored}, {"malformed", malformed}, {"bad_frames", ctx->pull->num_bad_frames()},
+      nlohmann::json st{{"scored", scored},
+                        {"malformed", malformed},
+                        {"bad_frames", ctx->pull->num_bad_frames()},
                         {"dropped_for_gone_shards", dropped_for_gone}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
@@ -60,14 +62,18 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       }
       idle_since = steady_ms();
       auto s = messages::decode<messages::sample>((*got)->second);
-      if (!s) { ++malformed; continue; }
+      if (!s) {
+        ++malformed;
+        continue;
+      }
       const auto t_score = std::chrono::steady_clock::now();
       auto r = verifier.score(s->prompt_tokens, s->tokens);
       s->reward_us = micros_since(t_score);
       if (!r) {
         // Never forwarded: its attempt stays incomplete and the lease expires.
         ++malformed;
-        log->warn("sample of unit {} seq {} not scorable: {}", s->work_unit, s->seq, r.err().message);
+        log->warn("sample of unit {} seq {} not scorable: {}", s->work_unit, s->seq,
+                  r.err().message);
         continue;
       }
       s->reward = *r;
@@ -103,8 +109,8 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       if (steady_ms() - blocked_since > 1000) {
         blocked_since = steady_ms();
         if (known_gone(self, *ctx, node_role::buffer, pending->first)) {
-          log->warn("shard {} is gone: dropping its samples for {} s (first: unit {})", pending->first,
-                    kLookAgainMs / 1000, pending->second.work_unit);
+          log->warn("shard {} is gone: dropping its samples for {} s (first: unit {})",
+                    pending->first, kLookAgainMs / 1000, pending->second.work_unit);
           gone_shards[pending->first] = steady_ms() + kLookAgainMs;
           ctx->producers.erase(pending->first);
           pending.reset();
@@ -134,7 +140,8 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       for (auto& e : ctx->events) svc.shard().apply(e);
       ctx->events.clear();
     }
-    if (ctx->policy_version > svc.shard().policy_version()) svc.shard().set_policy_version(ctx->policy_version);
+    if (ctx->policy_version > svc.shard().policy_version())
+      svc.shard().set_policy_version(ctx->policy_version);
     auto r = svc.pump(10);
     if (!r && steady_ms() - last_err > 2000) {
       log->error("shard pump: {}", r.err().to_string());
@@ -145,17 +152,22 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     // Acks and consumption must reach the ledger: keep them until the coordinator answered.
     while (!acks.empty()) {
       auto& a = acks.front();
-      auto res = call_coordinator(self, *ctx, caf::make_message(ack_atom::value, encode_shard_ack(a)));
+      auto res =
+          call_coordinator(self, *ctx, caf::make_message(ack_atom::value, encode_shard_ack(a)));
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
-      if (!res) log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
+      if (!res)
+        log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
       acks.pop_front();
     }
     while (!consumed.empty()) {
       auto& c = consumed.front();
-      auto res = call_coordinator(self, *ctx, caf::make_message(consumed_atom::value, c.unit, c.attempt,
-                                                                c.group, c.num_samples, c.handout));
+      auto res = call_coordinator(self, *ctx,
+                                  caf::make_message(consumed_atom::value, c.unit, c.attempt,
+                                                    c.group, c.num_samples, c.handout));
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
-      if (!res) log->error("consumption of unit {} group {} refused: {}", c.unit, c.group, res.err().message);
+      if (!res)
+        log->error("consumption of unit {} group {} refused: {}", c.unit, c.group,
+                   res.err().message);
       consumed.pop_front();
     }
     if (steady_ms() - last_stats > 500) {
@@ -174,7 +186,6 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
 }
 
 // ---- weights and env ----------------------------------------------------------------------
-
 
 void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);

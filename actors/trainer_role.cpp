@@ -39,7 +39,8 @@ class rank_pool final : public trainer_ranks {
   status run_on_ranks(const std::vector<std::function<void()>>& work) override {
     if (work.size() != num_ranks_)
       return error(errc::invalid_argument, "run_on_ranks: " + std::to_string(work.size()) +
-                                               " tasks for " + std::to_string(num_ranks_) + " ranks");
+                                               " tasks for " + std::to_string(num_ranks_) +
+                                               " ranks");
     work[0]();
     for (uint32_t r = 1; r < num_ranks_; ++r) {
       caf::actor rank;
@@ -49,8 +50,9 @@ class rank_pool final : public trainer_ranks {
       }
       bool ok = false;
       if (rank)
-        driver_->request(rank, std::chrono::seconds(10), work_atom::value,
-                         std::make_shared<const rank_task>(rank_task{work[r]}))
+        driver_
+            ->request(rank, std::chrono::seconds(10), work_atom::value,
+                      std::make_shared<const rank_task>(rank_task{work[r]}))
             .receive([&](bool) { ok = true; }, [&](caf::error&) {});
       if (!ok)
         return error(errc::peer_dead, "trainer rank " + std::to_string(r) + " did not answer");
@@ -136,7 +138,8 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       ctx->policy_version = ctx->trainer_state->version();
       messages::weight_manifest m;
       m.version = ctx->policy_version;
-      if (auto c = ctx->coordinator()) self->send(c, version_atom::value, m.version, messages::encode(m));
+      if (auto c = ctx->coordinator())
+        self->send(c, version_atom::value, m.version, messages::encode(m));
     }
   }
   trainer_step& step = *ctx->trainer_state;
@@ -158,11 +161,14 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       for (auto& e : eps)
         if (!sources.count(e)) {
           auto c = ledger::batch_consumer::connect(ctx->zmq, e, ctx->name);
-          if (c) sources[e].c = std::move(*c);
-          else log->warn("trainer cannot reach shard {}: {}", e, c.err().to_string());
+          if (c)
+            sources[e].c = std::move(*c);
+          else
+            log->warn("trainer cannot reach shard {}: {}", e, c.err().to_string());
         }
       for (auto it = sources.begin(); it != sources.end();)  // shards that left
-        it = std::find(eps.begin(), eps.end(), it->first) == eps.end() ? sources.erase(it) : std::next(it);
+        it = std::find(eps.begin(), eps.end(), it->first) == eps.end() ? sources.erase(it)
+                                                                       : std::next(it);
     }
     if (sources.empty()) {
       if (!mailbox_ok(self, *ctx, 100)) return;
@@ -195,7 +201,8 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       total.sum_abs_advantage += res->sum_abs_advantage;
       ctx->trained_groups += res->groups;
       if (announce(self, *ctx, *res)) {
-        log->info("policy version {} (content hash {})", res->manifest.version, res->manifest.content_hash);
+        log->info("policy version {} (content hash {})", res->manifest.version,
+                  res->manifest.content_hash);
         last_stats = 0;  // report the new version's figures now, not at the next tick
       }
     }

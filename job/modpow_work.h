@@ -23,7 +23,8 @@ class modpow_work final : public actors::rollout_work {
  public:
   std::string name() const override { return "modpow"; }
   result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
-                                    uint32_t index_in_group, uint64_t policy_version) override;
+                                            uint32_t index_in_group,
+                                            uint64_t policy_version) override;
 };
 
 class modpow_reward final : public actors::reward_function {

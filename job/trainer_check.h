@@ -13,8 +13,8 @@
 namespace moerl::job {
 
 struct check_totals {
-  uint64_t verified = 0;      // samples that passed every check
-  uint64_t bad = 0;           // samples that failed one (a bug or corruption upstream)
+  uint64_t verified = 0;  // samples that passed every check
+  uint64_t bad = 0;       // samples that failed one (a bug or corruption upstream)
   uint64_t groups = 0;
   double sum_abs_advantage = 0;
 };

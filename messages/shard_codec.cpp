@@ -8,8 +8,7 @@ using namespace detail;
 template <>
 std::string encode(const ledger_events& m) {
   capnp::MallocMessageBuilder b;
-  auto list =
-      b.initRoot<schema::LedgerEvents>().initEvents(static_cast<unsigned>(m.events.size()));
+  auto list = b.initRoot<schema::LedgerEvents>().initEvents(static_cast<unsigned>(m.events.size()));
   for (unsigned i = 0; i < m.events.size(); ++i) {
     const ledger_event& e = m.events[i];
     auto w = list[i];

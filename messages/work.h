@@ -20,12 +20,12 @@ struct work_unit {
 
 struct lease {
   work_unit unit;
-  uint32_t attempt = 0;         // fencing token
+  uint32_t attempt = 0;  // fencing token
   std::string worker;
   uint64_t deadline_unix_ms = 0;
   uint64_t policy_version = 0;
-  std::string shard;            // buffer shard that must receive every sample (its name)
-  std::string shard_endpoint;   // ZeroMQ endpoint of that shard's sample socket
+  std::string shard;           // buffer shard that must receive every sample (its name)
+  std::string shard_endpoint;  // ZeroMQ endpoint of that shard's sample socket
 };
 
 struct lease_request {

@@ -52,17 +52,18 @@ std::string encode(const lease& m) {
 }
 template <>
 result<lease> decode(const void* data, size_t size, const decode_limits& lim) {
-  return decode_frame<schema::Lease, lease>(
-      kind::lease, data, size, lim, [](schema::Lease::Reader r, lease& m) -> status {
-        if (auto st = read_unit(r.getUnit(), m.unit); !st) return st;
-        m.attempt = r.getAttempt();
-        m.worker = str(r.getWorker());
-        m.deadline_unix_ms = r.getDeadlineUnixMs();
-        m.policy_version = r.getPolicyVersion();
-        m.shard = str(r.getShard());
-        m.shard_endpoint = str(r.getShardEndpoint());
-        return {};
-      });
+  return decode_frame<schema::Lease, lease>(kind::lease, data, size, lim,
+                                            [](schema::Lease::Reader r, lease& m) -> status {
+                                              if (auto st = read_unit(r.getUnit(), m.unit); !st)
+                                                return st;
+                                              m.attempt = r.getAttempt();
+                                              m.worker = str(r.getWorker());
+                                              m.deadline_unix_ms = r.getDeadlineUnixMs();
+                                              m.policy_version = r.getPolicyVersion();
+                                              m.shard = str(r.getShard());
+                                              m.shard_endpoint = str(r.getShardEndpoint());
+                                              return {};
+                                            });
 }
 
 template <>
@@ -132,7 +133,8 @@ std::string encode(const lease_batch& m) {
     index[i] = s;
     words += 5 + m.leases[i].unit.group_ids.size();  // entry, its group list
   }
-  if (!m.leases.empty()) words += (m.leases[0].worker.size() + m.leases[0].unit.task.size()) / 8 + 2;
+  if (!m.leases.empty())
+    words += (m.leases[0].worker.size() + m.leases[0].unit.task.size()) / 8 + 2;
   // One segment sized for the whole reply: hundreds of leases would otherwise grow through
   // several segments (more copying, and a segment table on the wire).
   capnp::MallocMessageBuilder b(static_cast<unsigned>(words));
@@ -184,8 +186,8 @@ result<lease_batch> decode(const void* data, size_t size, const decode_limits& l
           auto e = entries[i];
           const uint32_t s = e.getShard();
           if (s >= shards.size())
-            return bad("lease " + std::to_string(i) + " names shard " + std::to_string(s) +
-                       " of " + std::to_string(shards.size()));
+            return bad("lease " + std::to_string(i) + " names shard " + std::to_string(s) + " of " +
+                       std::to_string(shards.size()));
           if (e.getGroupIds().size() == 0)
             return bad("lease " + std::to_string(i) + " has no groups");
           lease l = common;
@@ -235,12 +237,12 @@ std::string encode(const prompt& m) {
 }
 template <>
 result<prompt> decode(const void* data, size_t size, const decode_limits& lim) {
-  return decode_frame<schema::Prompt, prompt>(
-      kind::prompt, data, size, lim, [](schema::Prompt::Reader r, prompt& m) -> status {
-        m.group_id = r.getGroupId();
-        copy(m.tokens, r.getTokens());
-        return {};
-      });
+  return decode_frame<schema::Prompt, prompt>(kind::prompt, data, size, lim,
+                                              [](schema::Prompt::Reader r, prompt& m) -> status {
+                                                m.group_id = r.getGroupId();
+                                                copy(m.tokens, r.getTokens());
+                                                return {};
+                                              });
 }
 
 }  // namespace moerl::messages

@@ -64,7 +64,8 @@ caf::message hand_back(const std::string& worker, uint32_t k, const lease_grant&
 }
 
 caf::message lease_message(const std::string& request, uint32_t k) {
-  return k == 1 ? caf::make_message(lease_atom::value, request) : caf::make_message(leases_atom::value, request);
+  return k == 1 ? caf::make_message(lease_atom::value, request)
+                : caf::make_message(leases_atom::value, request);
 }
 
 }  // namespace
@@ -99,8 +100,8 @@ std::vector<double> timed_lease_round_trips(caf::scoped_actor& self, const caf::
   return us;
 }
 
-caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord, const std::string& worker,
-                              uint32_t k, int window, int64_t until_ns,
+caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord,
+                              const std::string& worker, uint32_t k, int window, int64_t until_ns,
                               std::function<void(uint64_t units)> granted) {
   return sys.spawn([=](caf::event_based_actor* s) -> caf::behavior {
     const auto request = lease_message(lease_request_bytes(worker, k), k);

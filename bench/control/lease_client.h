@@ -39,8 +39,8 @@ std::vector<double> timed_lease_round_trips(caf::scoped_actor& self, const caf::
 
 // Event-based driver: `window` lease cycles of `k` units in flight until `until_ns`
 // (steady clock); calls `granted(n)` for every grant. Returns the driver actor.
-caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord, const std::string& worker,
-                              uint32_t k, int window, int64_t until_ns,
+caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord,
+                              const std::string& worker, uint32_t k, int window, int64_t until_ns,
                               std::function<void(uint64_t units)> granted);
 
 }  // namespace moerl::bench

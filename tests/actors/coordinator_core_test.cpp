@@ -11,9 +11,9 @@
 
 using namespace moerl;
 using namespace moerl::actors;
-using nlohmann::json;
 using moerl::test::as_error;
 using moerl::test::hex_id;
+using nlohmann::json;
 
 namespace {
 
@@ -38,9 +38,10 @@ struct core_fixture : ::testing::Test {
     o.groups_per_unit = 2;
     o.heartbeat_timeout_ms = 5000;
     o.console_token = "t0k";
-    core = moerl::test::make_core(clock, o, lo,
-                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"),
-                                   hb(trainer, "trainer", "trainer-0")});
+    core = moerl::test::make_core(
+        clock, o, lo,
+        {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"),
+         hb(trainer, "trainer", "trainer-0")});
     ASSERT_TRUE(core);
   }
   messages::lease lease(const std::string& worker) {
@@ -62,7 +63,8 @@ struct core_fixture : ::testing::Test {
     rep.unit_id = l.unit.id;
     rep.attempt = l.attempt;
     rep.worker = l.worker;
-    rep.samples_produced = static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
+    rep.samples_produced =
+        static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
     ASSERT_TRUE(core->report(rep));
     ledger::shard_ack ack{l.unit.id, l.attempt, l.shard, l.unit.group_ids, {}};
     ASSERT_TRUE(core->shard_ack(ack));
@@ -120,7 +122,8 @@ TEST_F(core_fixture, dead_rollout_node_expires_its_leases_and_leaves_the_trainer
   auto v = core->ledger().find(l.unit.id);
   EXPECT_EQ(v->state, ledger::unit_state::pending);
   EXPECT_EQ(core->ledger().counters().dropped.at("worker_dead"), 4u);
-  for (auto& o : core->take_outbound()) EXPECT_NE(o.node, trainer) << "the trainer group was touched";
+  for (auto& o : core->take_outbound())
+    EXPECT_NE(o.node, trainer) << "the trainer group was touched";
   EXPECT_EQ(core->nodes().at(trainer).state, "running");
   // A dead node cannot lease any more.
   auto err = as_error(core->lease(messages::lease_request{rollout + "/0", 1, 0}));
@@ -189,7 +192,8 @@ TEST_F(core_fixture, admin_errors_name_the_problem_and_inject_targets_one_node) 
 TEST_F(core_fixture, registration_refuses_bad_ids_roles_and_shards_without_endpoint) {
   EXPECT_EQ(core->register_node(hb("xyz", "rollout", "r")).err().code, errc::invalid_argument);
   EXPECT_EQ(core->register_node(hb(hex_id('d'), "wizard", "w")).err().code, errc::invalid_argument);
-  EXPECT_EQ(core->register_node(hb(hex_id('e'), "buffer", "b2")).err().code, errc::invalid_argument);
+  EXPECT_EQ(core->register_node(hb(hex_id('e'), "buffer", "b2")).err().code,
+            errc::invalid_argument);
 }
 
 TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) {
@@ -229,7 +233,8 @@ struct batch_fixture : ::testing::Test {
     o.heartbeat_timeout_ms = 5000;
     o.lease_batch = 4;
     core = moerl::test::make_core(clock, o, lo,
-                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
+                                  {hb(rollout, "rollout", "rollout-0"),
+                                   hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
     ASSERT_TRUE(core);
   }
   std::vector<messages::lease> batch(uint32_t max_units) {
@@ -239,7 +244,8 @@ struct batch_fixture : ::testing::Test {
   }
   size_t shard_events() {
     size_t n = 0;
-    for (auto& o : core->take_outbound()) n += o.what == outbound::kind::shard_event && o.node == shard;
+    for (auto& o : core->take_outbound())
+      n += o.what == outbound::kind::shard_event && o.node == shard;
     return n;
   }
   void expect_books_balance() {
@@ -318,7 +324,8 @@ TEST_F(batch_fixture, drain_gives_back_unstarted_leases_in_one_message) {
   auto packed = messages::decode<messages::lease_give_back>(messages::encode(rest));
   ASSERT_TRUE(packed);
   EXPECT_TRUE(core->give_back(*packed));
-  for (auto& l : rest.leases) EXPECT_EQ(core->ledger().find(l.unit)->state, ledger::unit_state::pending);
+  for (auto& l : rest.leases)
+    EXPECT_EQ(core->ledger().find(l.unit)->state, ledger::unit_state::pending);
   EXPECT_EQ(core->ledger().counters().dropped.at("returned"), 12u);
   EXPECT_EQ(core->ledger().counters().committed, 4u);
   EXPECT_EQ(core->nodes().at(rollout).leases, 0u);

@@ -151,7 +151,8 @@ TEST_F(ledger_batch, worker_dying_with_a_batch_reopens_every_unit_and_fences_eve
   expect_invariant();
 }
 
-TEST_F(ledger_batch, drain_gives_back_the_unstarted_leases_of_a_batch_and_commits_the_finished_one) {
+TEST_F(ledger_batch,
+       drain_gives_back_the_unstarted_leases_of_a_batch_and_commits_the_finished_one) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(4);

@@ -39,8 +39,14 @@ std::vector<lease> three_leases() {
 std::string frame_of(kind k, capnp::MessageBuilder& b) {
   auto words = capnp::messageToFlatArray(b);
   auto bytes = words.asBytes();
-  std::string out = {'M', 'O', 'E', 1, static_cast<char>(static_cast<uint16_t>(k) & 0xff),
-                     static_cast<char>(static_cast<uint16_t>(k) >> 8), 0, 0};
+  std::string out = {'M',
+                     'O',
+                     'E',
+                     1,
+                     static_cast<char>(static_cast<uint16_t>(k) & 0xff),
+                     static_cast<char>(static_cast<uint16_t>(k) >> 8),
+                     0,
+                     0};
   out.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
   return out;
 }
@@ -76,7 +82,8 @@ TEST(LeaseBatchCodec, every_truncation_and_trailing_words_are_refused) {
     auto cut = decode<lease_batch>(bytes.substr(0, n));
     ASSERT_FALSE(cut) << "accepted " << n << " of " << bytes.size() << " bytes";
     const errc c = cut.err().code;
-    EXPECT_TRUE(c == errc::truncated_message || c == errc::malformed_message) << cut.err().to_string();
+    EXPECT_TRUE(c == errc::truncated_message || c == errc::malformed_message)
+        << cut.err().to_string();
   }
   auto trailing = decode<lease_batch>(bytes + std::string(8, '\0'));
   ASSERT_FALSE(trailing);
@@ -123,10 +130,10 @@ TEST(LeaseGiveBackCodec, pairs_round_trip_in_order) {
 }
 
 TEST(LedgerEventsCodec, events_round_trip_in_order) {
-  ledger_events in{{{ledger_event_kind::attempt_opened, 1ull << 40, (3u << 20) | 7u, 8,
-                     {11, 12, ~0ull}},
-                    {ledger_event_kind::attempt_fenced, 2, 1, 0, {}},
-                    {ledger_event_kind::unit_committed, 3, 0xffffffffu, 0, {}}}};
+  ledger_events in{
+      {{ledger_event_kind::attempt_opened, 1ull << 40, (3u << 20) | 7u, 8, {11, 12, ~0ull}},
+       {ledger_event_kind::attempt_fenced, 2, 1, 0, {}},
+       {ledger_event_kind::unit_committed, 3, 0xffffffffu, 0, {}}}};
   auto out = decode<ledger_events>(encode(in));
   ASSERT_TRUE(out) << out.err().to_string();
   ASSERT_EQ(out->events.size(), in.events.size());

@@ -78,7 +78,8 @@ inline std::vector<example> all_examples() {
       make_example(b),
       make_example(wm),
       make_example(heartbeat{"n1", "rollout", 123, 5, 999, "running", 2, 1, "rollout-n1", ""}),
-      make_example(interruption_notice{"n1", interruption_source::imds_spot, 2000, 1000, "terminate"}),
+      make_example(
+          interruption_notice{"n1", interruption_source::imds_spot, 2000, 1000, "terminate"}),
       make_example(req),
       make_example(rep),
       make_example(ms),
