@@ -53,7 +53,7 @@ int wait_for(caf::actor_system& sys, const caf::actor& a) {
   return 0;
 }
 
-int run_coordinator(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
+int run_coordinator(node_args const& /*args*/, config& cfg, control_plane_options& cp, signal_relay& relay,
                     const std::string& host, uint16_t port, const std::string& node_id) {
   auto log = logger("node");
   auto copts = coordinator_options::from_config(cfg);
