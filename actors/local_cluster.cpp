@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "actors/console_client.h"
@@ -43,14 +45,65 @@ result<uint16_t> free_tcp_port() {
   return ntohs(a.sin_port);
 }
 
+bool console_address_free(const std::string& zmq_address) {
+  const std::string scheme = "tcp://";
+  const size_t colon = zmq_address.rfind(':');
+  if (zmq_address.compare(0, scheme.size(), scheme) != 0 || colon == std::string::npos ||
+      colon < scheme.size()) {
+    return true;
+  }
+  const std::string host = zmq_address.substr(scheme.size(), colon - scheme.size());
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (host == "*") {
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    return true;
+  }
+  const long port = std::strtol(zmq_address.c_str() + colon + 1, nullptr, 10);
+  if (port <= 0 || port > 65535) return true;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  // As ZeroMQ binds: SO_REUSEADDR, so a port with only TIME_WAIT connections left by an
+  // earlier run counts as free, and one another process listens on does not.
+  const int one = 1;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return free;
+}
+
+namespace {
+
+// The console address of a new run (see cluster_options::console): never one another job's
+// coordinator answers on, or this run would report (and inject into) that job.
+result<std::string> own_console_address(const cluster_options& o, const config& cfg) {
+  const std::string wanted = o.console.empty() ? cfg.get_string("console.address") : o.console;
+  if (console_address_free(wanted)) return wanted;
+  const bool is_default = o.console.empty() && wanted == find_key("console.address")->default_value;
+  if (!is_default) {
+    return error(errc::invalid_argument, "the console address " + wanted +
+                                             " is in use (another moerl up?); give a free one "
+                                             "with --console or console.address");
+  }
+  auto port = free_tcp_port();
+  if (!port) return port.err();
+  return "tcp://127.0.0.1:" + std::to_string(*port);
+}
+
+}  // namespace
+
 result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts) {
   std::unique_ptr<local_cluster> c(new local_cluster);
   c->opts_ = std::move(opts);
   auto cfg = config::load(c->opts_.config_file, c->opts_.overrides);
   if (!cfg) return cfg.err();
-  c->console_ = c->opts_.console.empty() ? cfg->get_string("console.address") : c->opts_.console;
+  auto console = own_console_address(c->opts_, *cfg);
+  if (!console) return console.err();
+  c->console_ = *console;
   c->token_ = cfg->get_string("console.token");
-  if (!c->opts_.console.empty()) c->opts_.overrides.push_back("console.address=" + c->console_);
+  c->opts_.overrides.push_back("console.address=" + c->console_);
   auto port = free_tcp_port();
   if (!port) return port.err();
   c->join_ = "127.0.0.1:" + std::to_string(*port);
@@ -59,12 +112,31 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   if (ec)
     return error(errc::io_error, "cannot create log dir " + c->opts_.log_dir + ": " + ec.message());
   if (auto st = c->spawn({"coordinator", "coordinator", {}}); !st) return st.err();
-  // The console answers once the coordinator is up.
-  auto up = c->wait_status([](const json&) { return true; }, c->opts_.start_timeout_ms);
-  if (!up) return error(up.err().code, "coordinator did not come up: " + up.err().message);
+  if (auto st = c->wait_coordinator_up(); !st) return st.err();
   for (auto& n : c->opts_.nodes)
     if (auto st = c->spawn(n); !st) return st.err();
   return c;
+}
+
+status local_cluster::wait_coordinator_up() {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.start_timeout_ms);
+  for (;;) {
+    // Exited first: its console never answered (or another process's did, which is not ours).
+    if (const int st = wait_exit("coordinator", 0); st != -1) {
+      return error(errc::peer_dead, "the coordinator exited (" + wait_status_text(st) +
+                                        ") before its console answered; its log ends:\n" +
+                                        log_tail("coordinator", 5));
+    }
+    auto s = console("status", {}, {}, 1000);
+    if (s) return ok_status();
+    if (std::chrono::steady_clock::now() >= until) {
+      return error(errc::timeout, "coordinator did not come up within " +
+                                      std::to_string(opts_.start_timeout_ms) +
+                                      " ms: " + s.err().to_string());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // status poll period
+  }
 }
 
 local_cluster::~local_cluster() {
@@ -186,6 +258,40 @@ status local_cluster::restart(const std::string& name) {
   if (pids_.count(name)) return error(errc::invalid_argument, name + " is still running");
   exited_.erase(name);
   return spawn(it->second);
+}
+
+status local_cluster::replace(const std::string& name, const std::string& new_name) {
+  auto it = specs_.find(name);
+  if (it == specs_.end()) return error(errc::unknown_node, "no node spec " + name);
+  reap();
+  if (pids_.count(name)) return error(errc::invalid_argument, name + " is still running");
+  if (specs_.count(new_name)) return error(errc::invalid_argument, "node " + new_name + " exists");
+  node_spec spec = it->second;
+  spec.name = new_name;
+  specs_.erase(it);
+  exited_.erase(name);
+  if (auto p = exec_prefixes_.extract(name)) {
+    p.key() = new_name;
+    exec_prefixes_.insert(std::move(p));
+  }
+  return spawn(spec);
+}
+
+std::string local_cluster::role_of(const std::string& name) const {
+  auto it = specs_.find(name);
+  return it == specs_.end() ? std::string() : it->second.role;
+}
+
+std::string local_cluster::log_tail(const std::string& name, size_t num_lines) const {
+  std::ifstream in(opts_.log_dir + "/" + name + ".log");
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > num_lines) lines.pop_front();
+  }
+  std::string out;
+  for (const auto& l : lines) out += "  " + l + "\n";
+  return out;
 }
 
 status local_cluster::stop(int64_t timeout_ms) {

@@ -30,7 +30,10 @@ struct cluster_options {
   std::string binary;                  // the moerl executable
   std::string config_file;             // passed to every node ("" for none)
   std::vector<std::string> overrides;  // passed to every node
-  std::string console;                 // console.address; "" keeps the config's
+  // console.address. "" keeps the config's, or a free port on 127.0.0.1 when that is the
+  // default and another job holds it; an address given here or in the config that another
+  // process holds is an error (the run's console is its own).
+  std::string console;
   std::string log_dir;
   std::vector<node_spec> nodes;  // not counting the coordinator (always first)
   int64_t start_timeout_ms = 20000;
@@ -42,8 +45,14 @@ std::vector<node_spec> default_cluster_nodes();
 // Picks a free TCP port on 127.0.0.1 (bind to 0, read it, close).
 result<uint16_t> free_tcp_port();
 
+// Whether a listener could bind tcp://HOST:PORT now (HOST numeric IPv4 or "*"); true for
+// addresses it cannot check (other transports, host names).
+bool console_address_free(const std::string& zmq_address);
+
 class local_cluster {
  public:
+  // Starts the coordinator, waits for its console (an error with the coordinator's exit
+  // status and log tail when it exits first), then every node.
   static result<std::unique_ptr<local_cluster>> start(cluster_options opts);
   ~local_cluster();
 
@@ -66,6 +75,13 @@ class local_cluster {
   int wait_exit(const std::string& name, int64_t timeout_ms);
   // Starts the node again from its spec (same name and overrides): a coordinator restart.
   status restart(const std::string& name);
+  // Starts `new_name` from the spec of `name`, which exited (a new pod of its Deployment);
+  // `name` is forgotten.
+  status replace(const std::string& name, const std::string& new_name);
+  // The node's role ("" for a name never started).
+  std::string role_of(const std::string& name) const;
+  // The last `num_lines` lines of the node's log, for a diagnosis.
+  std::string log_tail(const std::string& name, size_t num_lines) const;
   // Console shutdown, then waits up to timeout for every child; SIGKILLs the rest.
   status stop(int64_t timeout_ms);
   // Names whose processes exited, with their wait status.
@@ -78,6 +94,8 @@ class local_cluster {
  private:
   local_cluster() = default;
   status spawn(const node_spec& spec);
+  // Waits for the coordinator's console to answer; an error when the coordinator exits first.
+  status wait_coordinator_up();
   void reap();
 
   cluster_options opts_;

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/child_process.h"
+#include "common/log.h"
+
 namespace moerl::actors {
 namespace {
 
@@ -24,12 +27,17 @@ std::string self_exe() {
 // The trainer's job figures (reward curve, timings) from the coordinator's node view.
 // An empty object when there are none (the modpow test job reports no job figures), so
 // callers can use value() on it.
+// A recreated trainer is listed next to its dead predecessor: the running one's figures win.
 json trainer_job_stats(const json& nodes) {
   if (!nodes.is_array()) return json::object();
-  for (const auto& n : nodes)
-    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job") &&
-        n["stats"]["job"].is_object())
-      return n["stats"]["job"];
+  for (const bool running_only : {true, false}) {
+    for (const auto& n : nodes) {
+      if (running_only && n.value("state", "") != "running") continue;
+      if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job") &&
+          n["stats"]["job"].is_object())
+        return n["stats"]["job"];
+    }
+  }
   return json::object();
 }
 
@@ -52,9 +60,10 @@ std::string status_line(const json& s) {
 // trainer reports a reward curve.
 std::string learning_figures(const json& job_stats, uint64_t trained, uint64_t& last_trained,
                              clock::time_point& last_at) {
-  // const json: operator[] on a missing key is undefined behaviour, so look before reading.
-  if (!job_stats.is_object() || !job_stats.contains("reward_curve")) return "";
-  const json& curve = job_stats.at("reward_curve");
+  // value(), not operator[]: on a const json a missing key is undefined behaviour, and stats
+  // sent before the first step carry no curve.
+  if (!job_stats.is_object()) return "";
+  const json curve = job_stats.value("reward_curve", json::array());
   if (!curve.is_array() || curve.empty() || !curve.back().is_object()) return "";
   const json& last = curve.back();
   const double dt = std::chrono::duration<double>(clock::now() - last_at).count();
@@ -86,12 +95,15 @@ result<std::unique_ptr<local_job>> local_job::configure(local_job_options o) {
   co.nodes = std::move(o.nodes);
   auto cfg = config::load(co.config_file, co.overrides);
   if (!cfg) return cfg.err();
+  auto limits = restart_limits::from_config(*cfg);
+  if (!limits) return limits.err();
   // The children inherit this process's environment; 0: an explicit setting wins.
   if (o.one_blas_thread_per_node) ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
-  return std::unique_ptr<local_job>(new local_job(std::move(co), std::move(*cfg)));
+  return std::unique_ptr<local_job>(new local_job(std::move(co), std::move(*cfg), *limits));
 }
 
 status local_job::start() {
+  started_at_ = clock::now();
   auto cluster = local_cluster::start(cluster_opts_);
   if (!cluster) return cluster.err();
   cluster_ = std::move(*cluster);
@@ -102,32 +114,70 @@ status local_job::add_node(const node_spec& spec, const std::vector<std::string>
   return cluster_->add_node(spec, exec_prefix);
 }
 
-void local_job::replace_after_drain(const std::string& name, std::chrono::seconds delay) {
-  replacements_[name] = {delay, {}};
-}
-
 status local_job::stop(int64_t timeout_ms) {
   if (!cluster_) return ok_status();
   return cluster_->stop(timeout_ms);
 }
 
+status local_job::schedule_replacement(const std::string& name, int wait_status,
+                                       const job_events& events) {
+  const std::string cause = wait_status_text(wait_status);
+  const std::string role = cluster_->role_of(name);
+  auto diagnosis = [&](const std::string& why) {
+    return error(errc::peer_dead, name + " (" + role + ") " + cause + ": " + why +
+                                      "; its log ends:\n" + cluster_->log_tail(name, 8));
+  };
+  if (auto why = gave_up(wait_status)) return diagnosis(*why);
+  const std::string& first = lineage_.try_emplace(name, name).first->second;
+  const int64_t num_done = num_replaced_[first];
+  if (num_done >= limits_.max_restarts) {
+    return diagnosis("replaced " + std::to_string(num_done) +
+                     " time(s) already (cluster.max_restarts); the job cannot make progress");
+  }
+  const auto delay = limits_.delay_after(num_done);
+  pending_[name] = {cause, delay, clock::now() + delay};
+  logger("local_job")
+      ->warn("{} ({}) {}: {} in {} ms", name, role, cause,
+             controller_of(role) == pod_controller::stateful_set ? "recreated" : "replaced",
+             delay.count());
+  if (events.exited) events.exited(name, cause, delay);
+  return ok_status();
+}
+
 status local_job::supervise(const job_events& events) {
-  for (auto& [name, wait_status] : cluster_->exited()) {
-    if (name == "coordinator") {
-      return error(errc::internal, "the coordinator exited (status " + std::to_string(wait_status) +
-                                       "); see its log");
+  for (const auto& [name, wait_status] : cluster_->exited()) {
+    if (!pending_.count(name)) {
+      if (auto st = schedule_replacement(name, wait_status, events); !st) return st;
+      continue;
     }
-    auto it = replacements_.find(name);
-    if (it == replacements_.end()) continue;
-    pending_replacement& r = it->second;
-    if (r.due == clock::time_point{}) {
-      // Seen exited for the first time: the replacement joins after the delay.
-      r.due = clock::now() + r.delay;
-      if (events.drained) events.drained(name, wait_status, r.delay);
-    } else if (clock::now() >= r.due) {
-      const status started = cluster_->restart(name);
-      if (events.replaced) events.replaced(name, started);
-      replacements_.erase(it);
+    const pending_replacement due = pending_[name];
+    if (clock::now() < due.due) continue;
+    pending_.erase(name);
+    const std::string first = lineage_[name];
+    const int64_t n = ++num_replaced_[first];
+    replacement_record r;
+    r.node = name;
+    r.role = cluster_->role_of(name);
+    r.cause = due.cause;
+    r.delay_ms = due.delay.count();
+    r.at_s = std::chrono::duration<double>(clock::now() - started_at_).count();
+    status started = ok_status();
+    if (controller_of(r.role) == pod_controller::stateful_set) {
+      r.replacement = name;
+      started = cluster_->restart(name);
+    } else {
+      // A new pod of the Deployment: a new name, as Kubernetes gives it a new suffix.
+      r.replacement = first + "-r" + std::to_string(n);
+      started = cluster_->replace(name, r.replacement);
+      lineage_.erase(name);
+    }
+    lineage_[r.replacement] = first;
+    if (!started) r.error = started.err().to_string();
+    replacements_.push_back(r);
+    if (events.replaced) events.replaced(r);
+    if (!started) {
+      return error(started.err().code,
+                   "replacing " + name + " (" + r.role + ", " + r.cause + ") failed: " + r.error);
     }
   }
   return ok_status();
@@ -139,26 +189,33 @@ void local_job::interrupt_a_rollout(const run_policy& policy, const job_events& 
   for (const auto& n : *nodes) {
     if (n.value("role", "") != "rollout" || n.value("state", "") != "running") continue;
     const std::string name = n.value("name", "");
+    // Only a node this job started and that still runs under the pid the coordinator knows.
+    const pid_t pid = cluster_->pid_of(name);
+    if (pid <= 0 || n.value("pid", 0L) != static_cast<long>(pid)) continue;
     auto sent = cluster_->console("inject", {"spot", name},
                                   {{"deadline", std::to_string(policy.spot_deadline_s)}}, 3000);
     if (events.spot_notice) {
       events.spot_notice(name, policy.spot_deadline_s, sent ? ok_status() : status(sent.err()));
     }
-    if (sent) replace_after_drain(name, policy.replacement_delay);
     return;
   }
 }
 
-result<bool> local_job::run(const run_policy& policy, const job_events& events) {
+run_outcome local_job::run(const run_policy& policy, const job_events& events) {
   bool interrupted = !policy.spot_interruption;
   std::string last_line;
   json job_stats;
   auto last_progress = clock::now();
   uint64_t last_trained = 0;
   while (clock::now() < policy.deadline) {
-    if (auto st = supervise(events); !st) return st.err();
+    if (auto st = supervise(events); !st) {
+      failure_ = st.err().message;
+      return run_outcome::failed;
+    }
+    // While the coordinator restarts its console does not answer: keep polling.
     auto s = cluster_->console("status", {}, {}, kConsoleTimeoutMs);
     if (s) {
+      last_status_ = *s;
       const std::string line = status_line(*s);
       if (auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs)) {
         auto js = trainer_job_stats(*nodes);
@@ -174,11 +231,11 @@ result<bool> local_job::run(const run_policy& policy, const job_events& events) 
       }
       if ((line != last_line || !learn.empty()) && events.progress) events.progress(line + learn);
       last_line = line;
-      if (s->value("done", false)) return true;
+      if (s->value("done", false)) return run_outcome::done;
     }
     std::this_thread::sleep_for(kPollPeriod);
   }
-  return false;
+  return run_outcome::timed_out;
 }
 
 json local_job::settled_report(bool done) {
@@ -201,8 +258,25 @@ json local_job::settled_report(bool done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     report = cluster_->console("report", {}, {}, 5000);
   }
-  if (!report) return json{{"error", report.err().to_string()}};
-  json out = *report;
+  json out;
+  if (report) {
+    out = *report;
+  } else {
+    // The accounting as it stood when the console last answered.
+    out = json{{"error", report.err().to_string()}};
+    if (last_status_.is_object()) {
+      out["accounting"] = last_status_.value("accounting", json::object());
+      out["accounting"]["invariant_ok"] = last_status_.value("invariant_ok", false);
+      out["accounting_from"] = "the last status the console answered";
+    }
+  }
+  json replaced = json::array();
+  for (const auto& r : replacements_) replaced.push_back(r.to_json());
+  out["replacements"] = replaced;
+  out["num_replacements"] = replacements_.size();
+  out["restart_policy"] = restart_policy_json();
+  if (!failure_.empty()) out["failure"] = failure_;
+  if (!report) return out;
   auto js = trainer_job_stats((*report)["nodes"]);
   if (!js.is_null()) {
     for (const char* k : {"task", "difficulty", "reward_random", "reward_max", "reward_curve",

@@ -1,13 +1,16 @@
 // A job on this machine: the one owner of the local cluster's nodes and their lifecycle
-// (starting them, adding one, replacing a drained one, stopping them all) and of the job's
+// (starting them, adding one, replacing one that ended, stopping them all) and of the job's
 // progress and report. `moerl up` (apps/cmd_up.cpp) runs a job to its end with it; the local
 // mode of `moerl sim run` (sims/sim_run.cpp) starts and stops its jobs with it and drives the
 // faults itself.
 //
 // Lifecycle: configure() checks the configuration and starts nothing; start() starts the
 // coordinator, waits for its console, then every node; stop() (or the destructor) ends them.
-// A node marked with replace_after_drain() is started again from its spec a while after it
-// exited; a coordinator that exits ends run() with an error.
+// While run() drives the job it is also every node's pod controller (actors/pod_policy.h):
+// a node that dies, drains or exits is replaced after a delay with backoff, the coordinator
+// restarted from its journal, and a node that gave up, or one replaced cluster.max_restarts
+// times, ends the job as failed. The sims' local mode drives faults and replacements itself
+// and never calls run().
 // Not thread-safe (one driver, like local_cluster).
 #pragma once
 
@@ -22,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/local_cluster.h"
+#include "actors/pod_policy.h"
 #include "common/config.h"
 #include "common/error.h"
 
@@ -31,7 +35,7 @@ struct local_job_options {
   std::string binary;                  // the moerl executable; "" : this process's own
   std::string config_file;             // passed to every node ("" for none)
   std::vector<std::string> overrides;  // key=value for every node, before the job's own below
-  std::string console;                 // console.address; "" keeps the config's
+  std::string console;                 // console.address (see cluster_options::console)
   std::string log_dir;                 // <log_dir>/<node>.log
   // The run's place in the store: its ledger journal under <store_prefix>/ledger and its
   // weights and checkpoints under <store_prefix>/job, so a run never resumes another's.
@@ -51,7 +55,13 @@ struct run_policy {
   // are done, as a node on Spot capacity would get; the node is replaced after it drained.
   bool spot_interruption = true;
   int spot_deadline_s = 20;
-  std::chrono::seconds replacement_delay{5};  // the Spot pool refilling
+};
+
+// How run() ended.
+enum class run_outcome {
+  done,       // the coordinator reported the job done
+  timed_out,  // the policy's deadline passed first
+  failed,     // the job cannot make progress: local_job::failure() says why
 };
 
 // What run() tells its driver as it happens; every member may be empty.
@@ -61,10 +71,13 @@ struct job_events {
   std::function<void(const std::string& line)> progress;
   // A Spot interruption notice was sent to `node` (`sent` says why not when it failed).
   std::function<void(const std::string& node, int deadline_s, const status& sent)> spot_notice;
-  // A node marked by replace_after_drain() exited; its replacement starts after `delay`.
-  std::function<void(const std::string& node, int wait_status, std::chrono::seconds delay)> drained;
-  // The replacement of `node` was started (`started` says why not when it failed).
-  std::function<void(const std::string& node, const status& started)> replaced;
+  // A node exited (`cause`: "exit code 0", "killed by SIGKILL"); its replacement starts
+  // after `delay`.
+  std::function<void(const std::string& node, const std::string& cause,
+                     std::chrono::milliseconds delay)>
+      exited;
+  // A replacement was started (or failed to start: record.error).
+  std::function<void(const replacement_record& record)> replaced;
 };
 
 class local_job {
@@ -82,43 +95,55 @@ class local_job {
   const std::string& coordinator_join() const { return cluster_->coordinator_join(); }
   // One more node, e.g. inside a network namespace (see local_cluster::add_node).
   status add_node(const node_spec& spec, const std::vector<std::string>& exec_prefix = {});
-  // Once `name` has drained and exited, start it again from its spec after `delay`.
-  void replace_after_drain(const std::string& name, std::chrono::seconds delay);
   // Console shutdown, then SIGKILL for whatever still runs after timeout_ms.
   status stop(int64_t timeout_ms);
 
   // ---- progress and report -----------------------------------------------------------------
-  // Polls the job until it is done (true) or the policy's deadline passes (false), reporting
-  // progress and interrupting / replacing a rollout node as the policy says. An error when
-  // the coordinator exited.
-  result<bool> run(const run_policy& policy, const job_events& events);
+  // Polls the job until it is done, the policy's deadline passes or it fails, reporting
+  // progress, interrupting a rollout node as the policy says and replacing every node that
+  // ends.
+  run_outcome run(const run_policy& policy, const job_events& events);
+  // Why the job failed ("" unless run() returned run_outcome::failed).
+  const std::string& failure() const { return failure_; }
   // The coordinator's report once the trainer has stepped on everything it was handed (when
-  // the job is done), with the trainer's learning figures; {"error": ...} when the console
-  // does not answer.
+  // the job is done), with the trainer's learning figures, the replacements, the restart
+  // policy and the failure if any. When the console does not answer: {"error": ...} with the
+  // accounting of the last status seen.
   nlohmann::json settled_report(bool done);
 
   // The configuration every node runs with.
   const config& node_config() const { return config_; }
 
  private:
-  explicit local_job(cluster_options cluster_opts, config cfg)
-      : cluster_opts_(std::move(cluster_opts)), config_(std::move(cfg)) {}
-  // Reaps exited nodes and starts the replacements that are due; an error when the
-  // coordinator exited.
+  local_job(cluster_options cluster_opts, config cfg, restart_limits limits)
+      : cluster_opts_(std::move(cluster_opts)), config_(std::move(cfg)), limits_(limits) {}
+  // Reaps exited nodes and starts the replacements that are due; an error naming the cause
+  // when the job cannot go on (a node gave up or reached cluster.max_restarts).
   status supervise(const job_events& events);
-  // Sends the policy's Spot notice to the first running rollout node.
+  // A node seen exited for the first time: schedules its replacement, or says why not.
+  status schedule_replacement(const std::string& name, int wait_status, const job_events& events);
+  // Sends the policy's Spot notice to the first running rollout node of this job.
   void interrupt_a_rollout(const run_policy& policy, const job_events& events);
 
-  // A node to start again after it drained; `due` is set once its exit was seen.
+  // A node that exited, waiting for its replacement.
   struct pending_replacement {
-    std::chrono::seconds delay;
-    std::chrono::steady_clock::time_point due{};
+    std::string cause;
+    std::chrono::milliseconds delay;
+    std::chrono::steady_clock::time_point due;
   };
 
   cluster_options cluster_opts_;
   config config_;
+  restart_limits limits_;
   std::unique_ptr<local_cluster> cluster_;
-  std::map<std::string, pending_replacement> replacements_;
+  std::chrono::steady_clock::time_point started_at_;
+  std::map<std::string, pending_replacement> pending_;  // node name -> its replacement
+  // A node's lineage: the name it was first started under, which its replacements count on.
+  std::map<std::string, std::string> lineage_;   // current name -> first name
+  std::map<std::string, int64_t> num_replaced_;  // first name -> replacements so far
+  std::vector<replacement_record> replacements_;
+  std::string failure_;
+  nlohmann::json last_status_;  // the last status the console answered, for a failed report
 };
 
 }  // namespace moerl::actors

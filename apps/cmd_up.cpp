@@ -72,13 +72,20 @@ actors::job_events printed_events() {
         "disable with --no-interrupt\n",
         node.c_str(), deadline_s, sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
   };
-  ev.drained = [](const std::string& node, int wait_status, std::chrono::seconds delay) {
-    std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in %lld s\n",
-                node.c_str(), wait_status, static_cast<long long>(delay.count()));
+  ev.exited = [](const std::string& node, const std::string& cause,
+                 std::chrono::milliseconds delay) {
+    std::printf("moerl up: >>> %s exited (%s); its replacement starts in %.1f s\n", node.c_str(),
+                cause.c_str(), static_cast<double>(delay.count()) / 1000.0);
+    std::fflush(stdout);
   };
-  ev.replaced = [](const std::string& node, const status& started) {
-    std::printf("moerl up: >>> replacement %s %s\n", node.c_str(),
-                started ? "started" : ("FAILED: " + started.err().to_string()).c_str());
+  ev.replaced = [](const actors::replacement_record& r) {
+    const std::string what = r.replacement == r.node
+                                 ? "recreated " + r.node
+                                 : "replaced " + r.node + " by " + r.replacement;
+    std::printf("moerl up: >>> %s (%s, %s)%s\n", what.c_str(), r.role.c_str(),
+                actors::controller_name(actors::controller_of(r.role)),
+                r.error.empty() ? "" : (" FAILED: " + r.error).c_str());
+    std::fflush(stdout);
   };
   return ev;
 }
@@ -142,24 +149,25 @@ int run_up(const up_args& a) {
   actors::run_policy policy;
   policy.deadline = t0 + std::chrono::seconds(a.timeout_s);
   policy.spot_interruption = !a.no_interrupt;
-  auto ran = j.run(policy, printed_events());
-  if (!ran) {
-    std::cerr << "moerl up: " << ran.err().message << "\n";
-    return 1;
+  const actors::run_outcome ran = j.run(policy, printed_events());
+  const bool done = ran == actors::run_outcome::done;
+  if (ran == actors::run_outcome::failed) {
+    std::fprintf(stderr, "moerl up: the job cannot go on: %s\n", j.failure().c_str());
   }
-  const bool done = *ran;
   json out = j.settled_report(done);
   out["run_id"] = run_id;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["provenance"] = collect_provenance();
-  auto stopped = j.stop(15000);
+  // A failed run has nothing left to finish: its nodes get less time to stop.
+  auto stopped = j.stop(ran == actors::run_outcome::failed ? 5000 : 15000);
   if (!stopped) std::cerr << "moerl up: " << stopped.err().message << "\n";
   std::string path = a.report.empty() ? a.run_dir + "/" + run_id + "/report.json" : a.report;
   std::ofstream(path) << out.dump(2) << "\n";
   auto acct = out.value("accounting", json::object());
-  std::printf("moerl up: %s after %.1f s; accounting %s; report in %s\n",
-              done ? "finished" : "TIMED OUT", out["wall_s"].get<double>(), acct.dump().c_str(),
-              path.c_str());
+  const char* how = done ? "finished" : ran == actors::run_outcome::failed ? "FAILED" : "TIMED OUT";
+  std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n", how,
+              out["wall_s"].get<double>(), out.value("replacements", json::array()).size(),
+              acct.dump().c_str(), path.c_str());
   bool clean = done && acct.value("lost", 1ul) == 0 && acct.value("duplicated", 1ul) == 0 &&
                acct.value("invariant_ok", false);
   return clean ? 0 : 1;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "common/posix_check.h"
@@ -89,6 +90,16 @@ result<int> wait_exit(pid_t pid, int timeout_ms) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // waitpid poll period
   }
+}
+
+std::string wait_status_text(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const int sig = WTERMSIG(wait_status);
+    const char* abbrev = ::sigabbrev_np(sig);  // "KILL"; null for a number without a name
+    return "killed by " + (abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig));
+  }
+  return "wait status " + std::to_string(wait_status);
 }
 
 }  // namespace moerl

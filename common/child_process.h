@@ -47,4 +47,8 @@ result<std::optional<int>> poll_exit(pid_t pid);
 // Waits up to timeout_ms for `pid` (a child) to exit; its raw wait status, or errc::timeout.
 result<int> wait_exit(pid_t pid, int timeout_ms);
 
+// A raw wait status in words: "exit code 2", "killed by SIGKILL" (as an operator reads a
+// pod's termination reason, not "status 512").
+std::string wait_status_text(int wait_status);
+
 }  // namespace moerl

@@ -75,6 +75,16 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"console.timeout_ms", t::integer, "5000", "how long `moerl console` waits for a reply", ""},
 
+      // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
+      {"cluster.restart_delay_ms", t::integer, "1000",
+       "`moerl up` replaces a node that exited after this long; doubles per replacement of the "
+       "same node",
+       ""},
+      {"cluster.restart_backoff_max_ms", t::integer, "8000",
+       "upper bound of cluster.restart_delay_ms's doubling", ""},
+      {"cluster.max_restarts", t::integer, "5",
+       "replacements of one node before `moerl up` ends the job as failed", ""},
+
       // ---- imds (EC2 interruption notices) ------------------------------------------
       {"imds.enabled", t::boolean, "false", "poll EC2 IMDSv2 for spot/rebalance notices", ""},
       {"imds.endpoint", t::string, "http://169.254.169.254",

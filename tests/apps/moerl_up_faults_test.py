@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""`moerl up` under failure (issue 11): the local cluster replaces the nodes killed under it the
+way deploy/'s pod controllers would, restarts the coordinator from its journal, and the run
+still finishes its iterations with nothing lost or duplicated; two runs on one machine keep
+their own consoles. One case per invocation:
+
+  moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
+  moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
+  moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
+
+Every wait below is a liveness bound (the run must get there at all), not a timing check."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# A small GRPO job: a tiny policy, a few short iterations.
+SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
+         "--set", "grpo.prompts_per_iteration=8"]
+BOUND_S = 240  # liveness bound of every wait
+
+
+class up_run:
+    """One `moerl up` in the background, its stdout collected line by line."""
+
+    def __init__(self, moerl, cwd, name, *args):
+        self.moerl, self.name = moerl, name
+        self.report = os.path.join(cwd, name + ".json")
+        self.cmd = [moerl, "up", "--timeout", str(BOUND_S), "--report", self.report,
+                    "--run-dir", os.path.join(cwd, name + "-runs"), *SMALL, *args]
+        self.p = subprocess.Popen(self.cmd, cwd=cwd, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        self.lines, self.err = [], ""
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self):
+        return "\n".join(self.lines[-60:]) + "\n--- stderr ---\n" + self.err[-3000:]
+
+    def wait_line(self, pattern, after=0):
+        """The first line (index >= after) matching `pattern`; fails the test past the bound."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline:
+            for i in range(after, len(self.lines)):
+                m = re.search(pattern, self.lines[i])
+                if m:
+                    return i, m
+            if self.p.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: no line matching {pattern!r}\n{self.output()}")
+
+    def wait_iteration(self, at_least, after=0):
+        while True:
+            i, m = self.wait_line(r"iteration (\d+)/", after)
+            if int(m.group(1)) >= at_least:
+                return i
+            after = i + 1
+
+    def console_address(self):
+        return self.wait_line(r"console at (\S+) ")[1].group(1)
+
+    def nodes(self):
+        r = subprocess.run([self.moerl, "console", "--connect", self.console_address(), "nodes",
+                            "--json"], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def pid_of(self, name):
+        """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
+        if name == "coordinator":
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    argv = open(f"/proc/{pid}/cmdline").read().split("\0")
+                    ppid = re.search(r"PPid:\s+(\d+)", open(f"/proc/{pid}/status").read())
+                except OSError:
+                    continue
+                if int(ppid.group(1)) == self.p.pid and "coordinator" in argv and "node" in argv:
+                    return int(pid)
+            sys.exit(f"FAIL [{self.name}]: no coordinator process under moerl up")
+        for n in self.nodes():
+            if n["name"] == name and n["state"] == "running":
+                return n["pid"]
+        sys.exit(f"FAIL [{self.name}]: {name} is not running: {self.nodes()}")
+
+    def kill(self, name, sig):
+        pid = self.pid_of(name)
+        print(f"[{self.name}] {signal.Signals(sig).name} -> {name} (pid {pid})", flush=True)
+        os.kill(pid, sig)
+
+    def finish(self, check=True):
+        try:
+            _, self.err = self.p.communicate(timeout=BOUND_S + 60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            _, self.err = self.p.communicate()
+        self.reader.join()
+        print(self.output())
+        if check and self.p.returncode != 0:
+            sys.exit(f"FAIL [{self.name}]: moerl up exited {self.p.returncode}")
+        return json.load(open(self.report)) if os.path.exists(self.report) else None
+
+
+def check_safety(rep):
+    a = rep["accounting"]
+    assert a["lost"] == 0 and a["duplicated"] == 0, a
+    assert a["invariant_ok"], a
+    assert rep["done"], rep.get("failure")
+
+
+def replaced(rep, node, cause):
+    """The report's replacement of `node` with `cause` (fails when it lists none)."""
+    for r in rep["replacements"]:
+        if r["node"] == node and r["cause"] == cause and "error" not in r:
+            return r
+    sys.exit(f"FAIL: no replacement of {node} ({cause}) in {rep['replacements']}")
+
+
+def in_turn(moerl, tmp):
+    """SIGKILL the trainer (a StatefulSet: recreated as trainer-0), the reward node (a
+    Deployment: replaced by a new name) and the coordinator (restarted from its journal), each
+    once the previous replacement runs and the job moved on."""
+    run = up_run(moerl, tmp, "in-turn", "--no-interrupt", "--iterations", "60")
+    i = run.wait_iteration(3)
+    run.kill("trainer-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
+    i = run.wait_iteration(6, i)
+    run.kill("reward-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> replaced reward-0 by reward-0-r1 ", i)
+    i = run.wait_iteration(9, i)
+    run.kill("coordinator", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated coordinator ", i)
+    rep = run.finish()
+    check_safety(rep)
+    trainer = replaced(rep, "trainer-0", "killed by SIGKILL")
+    assert trainer["replacement"] == "trainer-0", trainer
+    replaced(rep, "reward-0", "killed by SIGKILL")
+    replaced(rep, "coordinator", "killed by SIGKILL")
+    assert rep["num_replacements"] == len(rep["replacements"]) >= 3, rep["replacements"]
+    assert rep["restart_policy"]["trainer"].startswith("StatefulSet"), rep["restart_policy"]
+
+
+def case3(moerl, tmp):
+    """Issue 11 case 3: both rollout nodes and the reward node go at once."""
+    run = up_run(moerl, tmp, "case3", "--no-interrupt", "--iterations", "16",
+                 "--set", "actors.sigterm_grace_ms=8000")
+    run.wait_iteration(3)
+    run.kill("rollout-0", signal.SIGKILL)
+    run.kill("rollout-1", signal.SIGTERM)
+    run.kill("reward-0", signal.SIGKILL)
+    rep = run.finish()
+    check_safety(rep)
+    assert replaced(rep, "rollout-0", "killed by SIGKILL")["replacement"] == "rollout-0-r1"
+    replaced(rep, "rollout-1", "exit code 0")  # it drained on SIGTERM and left
+    replaced(rep, "reward-0", "killed by SIGKILL")
+
+
+def two_jobs(moerl, tmp):
+    """Issue 11 case 7: a second run while the first holds its console talks only to its own
+    job; an explicitly given console address that is taken is refused before anything starts."""
+    first = up_run(moerl, tmp, "first", "--no-interrupt", "--iterations", "30")
+    first.wait_iteration(1)
+    taken = first.console_address()
+    r = subprocess.run([moerl, "up", "--console", taken, "--iterations", "1", "--run-dir",
+                        os.path.join(tmp, "refused-runs")], cwd=tmp, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "is in use" in r.stderr, (r.returncode, r.stderr[-2000:])
+    # The second run keeps its mid-run Spot notice: it must land on its own rollout node.
+    second = up_run(moerl, tmp, "second", "--iterations", "9")
+    own = second.console_address()
+    assert own != taken, (own, taken)
+    rep2 = second.finish()
+    rep1 = first.finish()
+    for rep in (rep1, rep2):
+        check_safety(rep)
+    assert rep1["interruptions"] == [], rep1["interruptions"]
+    assert len(rep2["interruptions"]) == 1, rep2["interruptions"]
+    assert rep1["run_id"] != rep2["run_id"]
+
+
+def main(moerl, case):
+    with tempfile.TemporaryDirectory() as tmp:
+        {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs}[case](moerl, tmp)
+    print(f"moerl up {case} checks passed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
