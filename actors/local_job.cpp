@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/child_process.h"
+
 namespace moerl::actors {
 namespace {
 
@@ -111,8 +113,7 @@ status local_job::stop(int64_t timeout_ms) {
 status local_job::supervise(const job_events& events) {
   for (auto& [name, wait_status] : cluster_->exited()) {
     if (name == "coordinator") {
-      return error(errc::internal, "the coordinator exited (status " +
-                                       std::to_string(wait_status) + "); see its log");
+      return error(errc::internal, "the coordinator exited (" + describe_wait_status(wait_status) + "); see its log");
     }
     auto it = replacements_.find(name);
     if (it == replacements_.end()) continue;

@@ -13,6 +13,7 @@
 
 #include "actors/local_job.h"
 #include "apps/commands.h"
+#include "common/child_process.h"
 #include "common/config.h"
 #include "job/grpo_job.h"
 #include "provenance/provenance.h"
@@ -73,8 +74,9 @@ actors::job_events printed_events() {
         node.c_str(), deadline_s, sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
   };
   ev.drained = [](const std::string& node, int wait_status, std::chrono::seconds delay) {
-    std::printf("moerl up: >>> %s drained and exited (status %d); a replacement joins in %lld s\n",
-                node.c_str(), wait_status, static_cast<long long>(delay.count()));
+    std::printf("moerl up: >>> %s drained and exited (%s); a replacement joins in %lld s\n",
+                node.c_str(), describe_wait_status(wait_status).c_str(),
+                static_cast<long long>(delay.count()));
   };
   ev.replaced = [](const std::string& node, const status& started) {
     std::printf("moerl up: >>> replacement %s %s\n", node.c_str(),
