@@ -7,29 +7,29 @@
 
 namespace moerl::actors {
 
-using register_atom = caf::atom_constant<caf::atom("register")>;   // node -> coordinator
-using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>; // node -> coordinator
-using lease_atom = caf::atom_constant<caf::atom("lease")>;         // worker -> coordinator
-using report_atom = caf::atom_constant<caf::atom("report")>;       // worker -> coordinator
-using leases_atom = caf::atom_constant<caf::atom("leases")>;       // worker -> coordinator: batch
-using giveback_atom = caf::atom_constant<caf::atom("giveback")>;   // worker -> coordinator: batch
-using flush_atom = caf::atom_constant<caf::atom("flush")>;         // coordinator: group commit
-using ack_atom = caf::atom_constant<caf::atom("ack")>;             // shard -> coordinator
-using consumed_atom = caf::atom_constant<caf::atom("consumed")>;   // shard -> coordinator
-using event_atom = caf::atom_constant<caf::atom("event")>;         // coordinator -> shard
-using notice_atom = caf::atom_constant<caf::atom("notice")>;       // anyone -> node agent
-using drain_atom = caf::atom_constant<caf::atom("drain")>;         // agent -> workers
-using drained_atom = caf::atom_constant<caf::atom("drained")>;     // node -> coordinator
-using admin_atom = caf::atom_constant<caf::atom("admin")>;         // console -> coordinator
-using kill_atom = caf::atom_constant<caf::atom("kill")>;           // coordinator -> node agent
-using tick_atom = caf::atom_constant<caf::atom("tick")>;           // self timer
-using work_atom = caf::atom_constant<caf::atom("work")>;           // worker self-drive
-using restart_atom = caf::atom_constant<caf::atom("restart")>;     // supervisor timer
-using restarted_atom = caf::atom_constant<caf::atom("restarted")>; // supervisor -> observer
-using stats_atom = caf::atom_constant<caf::atom("stats")>;         // query of counters
-using crash_atom = caf::atom_constant<caf::atom("crash")>;         // tests: fail on purpose
+using register_atom = caf::atom_constant<caf::atom("register")>;    // node -> coordinator
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;  // node -> coordinator
+using lease_atom = caf::atom_constant<caf::atom("lease")>;          // worker -> coordinator
+using report_atom = caf::atom_constant<caf::atom("report")>;        // worker -> coordinator
+using leases_atom = caf::atom_constant<caf::atom("leases")>;        // worker -> coordinator: batch
+using giveback_atom = caf::atom_constant<caf::atom("giveback")>;    // worker -> coordinator: batch
+using flush_atom = caf::atom_constant<caf::atom("flush")>;          // coordinator: group commit
+using ack_atom = caf::atom_constant<caf::atom("ack")>;              // shard -> coordinator
+using consumed_atom = caf::atom_constant<caf::atom("consumed")>;    // shard -> coordinator
+using event_atom = caf::atom_constant<caf::atom("event")>;          // coordinator -> shard
+using notice_atom = caf::atom_constant<caf::atom("notice")>;        // anyone -> node agent
+using drain_atom = caf::atom_constant<caf::atom("drain")>;          // agent -> workers
+using drained_atom = caf::atom_constant<caf::atom("drained")>;      // node -> coordinator
+using admin_atom = caf::atom_constant<caf::atom("admin")>;          // console -> coordinator
+using kill_atom = caf::atom_constant<caf::atom("kill")>;            // coordinator -> node agent
+using tick_atom = caf::atom_constant<caf::atom("tick")>;            // self timer
+using work_atom = caf::atom_constant<caf::atom("work")>;            // worker self-drive
+using restart_atom = caf::atom_constant<caf::atom("restart")>;      // supervisor timer
+using restarted_atom = caf::atom_constant<caf::atom("restarted")>;  // supervisor -> observer
+using stats_atom = caf::atom_constant<caf::atom("stats")>;          // query of counters
+using crash_atom = caf::atom_constant<caf::atom("crash")>;          // tests: fail on purpose
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
-using version_atom = caf::atom_constant<caf::atom("version")>;     // policy version
+using version_atom = caf::atom_constant<caf::atom("version")>;  // policy version
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 }  // namespace moerl::actors

@@ -22,18 +22,23 @@ result<control_plane_options> control_plane_options::from_config(const config& c
   o.tls_key = cfg.get_string("node.tls_key");
   o.tls_ca = cfg.get_string("node.tls_ca");
   if (o.heartbeat_interval_ms <= 0)
-    return error(errc::invalid_config, "node.heartbeat_interval_ms must be > 0 (0 disables failure detection)");
+    return error(errc::invalid_config,
+                 "node.heartbeat_interval_ms must be > 0 (0 disables failure detection)");
   if (o.connection_timeout_ms <= o.heartbeat_interval_ms)
-    return error(errc::invalid_config, "node.connection_timeout_ms must exceed node.heartbeat_interval_ms");
+    return error(errc::invalid_config,
+                 "node.connection_timeout_ms must exceed node.heartbeat_interval_ms");
   if (o.request_timeout_ms <= 0)
-    return error(errc::invalid_config, "node.request_timeout_ms must be > 0 (no infinite remote requests)");
+    return error(errc::invalid_config,
+                 "node.request_timeout_ms must be > 0 (no infinite remote requests)");
   if (o.tls) {
     for (auto* kv : {&o.tls_certificate, &o.tls_key, &o.tls_ca}) {
       const char* key = kv == &o.tls_certificate ? "node.tls_certificate"
                         : kv == &o.tls_key       ? "node.tls_key"
                                                  : "node.tls_ca";
-      if (kv->empty()) return error(errc::invalid_config, std::string(key) + " is required when node.tls is true");
-      if (!std::ifstream(*kv)) return error(errc::invalid_config, std::string(key) + ": cannot read '" + *kv + "'");
+      if (kv->empty())
+        return error(errc::invalid_config, std::string(key) + " is required when node.tls is true");
+      if (!std::ifstream(*kv))
+        return error(errc::invalid_config, std::string(key) + ": cannot read '" + *kv + "'");
     }
   }
   return o;
@@ -49,8 +54,10 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
     openssl_key = o.tls_key;
     openssl_cafile = o.tls_ca;
   }
-  set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
-  set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+  set("middleman.heartbeat-interval",
+      caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
+  set("middleman.connection-timeout",
+      caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
   // Eight processes share two cores in `moerl up`: a small scheduler per node avoids
   // oversubscription (CAF defaults to one worker per core and more).
   set("scheduler.max-threads", static_cast<size_t>(2));
@@ -90,7 +97,8 @@ result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
     return error(errc::invalid_argument, "'" + text + "' is not HOST:PORT");
   std::string host = text.substr(0, colon), p = text.substr(colon + 1);
-  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5 || std::stoul(p) > 65535)
+  if (p.find_first_not_of("0123456789") != std::string::npos || p.size() > 5 ||
+      std::stoul(p) > 65535)
     return error(errc::invalid_argument, "'" + text + "': port must be 0..65535");
   return std::make_pair(host, static_cast<uint16_t>(std::stoul(p)));
 }

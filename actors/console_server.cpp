@@ -5,14 +5,16 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "ledger/zmq_check.h"
 #include "common/log.h"
+#include "ledger/zmq_check.h"
 #include "messages/admin.h"
 
 namespace moerl::actors {
 
-result<std::unique_ptr<console_server>> console_server::start(caf::actor_system& sys, caf::actor coordinator,
-                                                              const std::string& address, int request_timeout_ms) {
+result<std::unique_ptr<console_server>> console_server::start(caf::actor_system& sys,
+                                                              caf::actor coordinator,
+                                                              const std::string& address,
+                                                              int request_timeout_ms) {
   std::unique_ptr<console_server> s(new console_server);
   s->sys_ = &sys;
   s->coordinator_ = std::move(coordinator);
@@ -20,7 +22,8 @@ result<std::unique_ptr<console_server>> console_server::start(caf::actor_system&
   s->zctx_ = zmq_ctx_new();
   if (!s->zctx_) return error(errc::io_error, "zmq_ctx_new failed");
   s->sock_ = zmq_socket(s->zctx_, ZMQ_REP);
-  if (!s->sock_) return error(errc::io_error, std::string("zmq_socket(REP): ") + zmq_strerror(zmq_errno()));
+  if (!s->sock_)
+    return error(errc::io_error, std::string("zmq_socket(REP): ") + zmq_strerror(zmq_errno()));
   auto init = [&]() -> status {
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
@@ -31,7 +34,8 @@ result<std::unique_ptr<console_server>> console_server::start(caf::actor_system&
     s->address_ = buf;
     return ok_status();
   };
-  if (auto st = init(); !st) return error(st.err().code, "console cannot listen on " + address + ": " + st.err().message);
+  if (auto st = init(); !st)
+    return error(st.err().code, "console cannot listen on " + address + ": " + st.err().message);
   s->thread_ = std::thread([p = s.get()] { p->serve(); });
   return s;
 }
@@ -74,7 +78,8 @@ void console_server::serve() {
                    [&](caf::error& e) {
                      messages::admin_reply r;
                      r.request_id = decoded->request_id;
-                     r.err = moerl::error(errc::timeout, "coordinator did not answer: " + sys_->render(e));
+                     r.err = moerl::error(errc::timeout,
+                                          "coordinator did not answer: " + sys_->render(e));
                      reply = messages::encode(r);
                    });
     }

@@ -20,8 +20,10 @@ namespace moerl::actors {
 class console_server {
  public:
   // Binds `address` now (so a bind failure is reported at start), then serves.
-  static result<std::unique_ptr<console_server>> start(caf::actor_system& sys, caf::actor coordinator,
-                                                       const std::string& address, int request_timeout_ms);
+  static result<std::unique_ptr<console_server>> start(caf::actor_system& sys,
+                                                       caf::actor coordinator,
+                                                       const std::string& address,
+                                                       int request_timeout_ms);
   ~console_server();
   void stop();
   const std::string& address() const { return address_; }

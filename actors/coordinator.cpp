@@ -3,8 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/lease_batch.h"
-#include "actors/wire_pack.h"
+#include "actors/ledger_messages.h"
 #include "common/log.h"
 #include "messages/admin.h"
 
@@ -13,8 +12,8 @@ namespace {
 
 struct coordinator_state {
   std::unique_ptr<coordinator_core> core;
-  std::map<std::string, caf::actor> agents;         // node id -> agent
-  std::map<caf::actor_addr, std::string> by_addr;   // agent address -> node id
+  std::map<std::string, caf::actor> agents;        // node id -> agent
+  std::map<caf::actor_addr, std::string> by_addr;  // agent address -> node id
   bool stopping = false;
   // Group commit: replies whose ledger records are not durable yet, answered by the next
   // successful flush; flush_atom is in our mailbox iff flush_queued.
@@ -24,16 +23,26 @@ struct coordinator_state {
 
 using coord_actor = caf::stateful_actor<coordinator_state>;
 
+// The core's typed results as reply bytes, at the edge: the message or "" on success, else
+// the encoded moerl::error.
+template <class T>
+std::string reply_bytes(const result<T>& r) {
+  return r ? messages::encode(*r) : encode_error(r.err().code, r.err().message);
+}
+std::string reply_bytes(const status& st) {
+  return st ? std::string() : encode_error(st.err().code, st.err().message);
+}
+
 void deliver(coord_actor* self) {
   auto& st = self->state;
-  // Shard events leave as one message per node (pack_ledger_events); a node's batch is sent
+  // Shard events leave as one message per node (encode_ledger_events); a node's batch is sent
   // before anything else to that node, so the order each node sees stays the core's order.
   std::map<std::string, std::vector<ledger::ledger_event>> events;
   auto send_events = [&](const std::string& node) {
     auto e = events.find(node);
     if (e == events.end()) return;
     if (auto it = st.agents.find(node); it != st.agents.end())
-      self->send(it->second, event_atom::value, pack_ledger_events(e->second));
+      self->send(it->second, event_atom::value, encode_ledger_events(e->second));
     events.erase(e);
   };
   for (auto& o : st.core->take_outbound()) {
@@ -46,20 +55,15 @@ void deliver(coord_actor* self) {
     send_events(o.node);
     auto& a = it->second;
     switch (o.what) {
-      case outbound::kind::shard_event:
-        break;  // batched above
-      case outbound::kind::policy_version:
-        self->send(a, version_atom::value, o.version);
-        break;
+      case outbound::kind::shard_event: break;  // batched above
+      case outbound::kind::policy_version: self->send(a, version_atom::value, o.version); break;
       case outbound::kind::notice:
         self->send(a, notice_atom::value, messages::encode(o.notice));
         break;
       case outbound::kind::signal:
         self->send(a, kill_atom::value, static_cast<int32_t>(o.signal));
         break;
-      case outbound::kind::shutdown:
-        self->send(a, shutdown_atom::value);
-        break;
+      case outbound::kind::shutdown: self->send(a, shutdown_atom::value); break;
     }
   }
   while (!events.empty()) send_events(events.begin()->first);
@@ -90,7 +94,8 @@ caf::result<std::string> reply_durable(coord_actor* self, std::string reply) {
   return rp;
 }
 
-caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
+caf::behavior coordinator_impl(coord_actor* self,
+                               std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
   self->state.core = std::move(*init);
   self->state.core->set_group_commit(true);
   auto log = logger("coordinator");
@@ -111,20 +116,24 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
   self->set_error_handler([](caf::error& e) {
     logger("coordinator")->warn("a peer sent an error: {}", caf::to_string(e));
   });
-  self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    logger("coordinator")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
+  self->set_default_handler([](caf::scheduled_actor*,
+                               caf::message_view& x) -> caf::result<caf::message> {
+    logger("coordinator")
+        ->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
     return caf::sec::unexpected_message;
   });
   self->send(self, tick_atom::value);
   return {
-      [self](register_atom, const std::string& bytes, caf::actor agent) -> caf::result<std::string> {
+      [self](register_atom, const std::string& bytes,
+             caf::actor agent) -> caf::result<std::string> {
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "register: " + hb.err().message);
         auto st = self->state.core->register_node(*hb);
         if (!st) return encode_error(st.err().code, st.err().message);
         if (agent) {
           auto& s = self->state;
-          if (auto old = s.agents.find(hb->node); old != s.agents.end()) s.by_addr.erase(old->second.address());
+          if (auto old = s.agents.find(hb->node); old != s.agents.end())
+            s.by_addr.erase(old->second.address());
           s.agents[hb->node] = agent;
           s.by_addr[agent.address()] = hb->node;
           self->monitor(agent);
@@ -138,17 +147,17 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
       [self](lease_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
-        return reply_durable(self, self->state.core->lease(*req));
+        return reply_durable(self, reply_bytes(self->state.core->lease(*req)));
       },
       [self](leases_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
-        return reply_durable(self, self->state.core->lease_batch(*req));
+        return reply_durable(self, reply_bytes(self->state.core->lease_batch(*req)));
       },
-      [self](giveback_atom, const std::string& worker, const std::string& packed) -> caf::result<std::string> {
-        auto leases = unpack_lease_ids(packed);
-        if (!leases) return encode_error(leases.err().code, leases.err().message);
-        return reply_durable(self, self->state.core->give_back(worker, *leases));
+      [self](giveback_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto back = messages::decode<messages::lease_give_back>(bytes);
+        if (!back) return encode_error(back.err().code, "give back: " + back.err().message);
+        return reply_durable(self, reply_bytes(self->state.core->give_back(*back)));
       },
       [self](flush_atom) {
         auto& st = self->state;
@@ -166,28 +175,25 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
       [self](report_atom, const std::string& bytes) -> caf::result<std::string> {
         auto rep = messages::decode<messages::unit_report>(bytes);
         if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
-        return reply_durable(self, self->state.core->report(*rep));
+        return reply_durable(self, reply_bytes(self->state.core->report(*rep)));
       },
-      [self](ack_atom, uint64_t unit, uint32_t attempt, const std::string& shard, const std::string& accepted,
-             const std::string& stale) -> caf::result<std::string> {
-        auto a = unpack_u64s(accepted), s = unpack_u64s(stale);
-        if (!a || !s) return encode_error(errc::malformed_message, "shard ack: " + (!a ? a.err() : s.err()).message);
-        ledger::shard_ack ack{unit, attempt, shard, *a, *s};
-        auto st = self->state.core->shard_ack(ack);
-        if (!st) {
-          logger("coordinator")->warn("shard ack of unit {} attempt {}: {}", unit, attempt, st.err().to_string());
-          return reply_durable(self, encode_error(st.err().code, st.err().message));
-        }
-        return reply_durable(self, "");
+      [self](ack_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto ack = decode_shard_ack(bytes);
+        if (!ack) return encode_error(ack.err().code, "shard ack: " + ack.err().message);
+        auto st = self->state.core->shard_ack(*ack);
+        if (!st)
+          logger("coordinator")
+              ->warn("shard ack of unit {} attempt {}: {}", ack->unit, ack->attempt,
+                     st.err().to_string());
+        return reply_durable(self, reply_bytes(st));
       },
       [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
              uint64_t handout) -> caf::result<std::string> {
         auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
-        if (!st) {
-          logger("coordinator")->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
-          return reply_durable(self, encode_error(st.err().code, st.err().message));
-        }
-        return reply_durable(self, "");
+        if (!st)
+          logger("coordinator")
+              ->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
+        return reply_durable(self, reply_bytes(st));
       },
       [self](stats_atom, const std::string& node, const std::string& text) {
         auto j = nlohmann::json::parse(text, nullptr, false);
@@ -197,7 +203,8 @@ caf::behavior coordinator_impl(coord_actor* self, std::shared_ptr<std::unique_pt
         self->state.core->policy_version(v, manifest);
         schedule_flush(self);
       },
-      [self](drained_atom, const std::string& node, const std::string& record) -> caf::result<std::string> {
+      [self](drained_atom, const std::string& node,
+             const std::string& record) -> caf::result<std::string> {
         auto j = nlohmann::json::parse(record, nullptr, false);
         if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
         auto& s = self->state;

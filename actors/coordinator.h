@@ -7,22 +7,23 @@
 // journal once and only then answers all of them (a lease or commit is never answered
 // before it is durable).
 //
-// Control-plane protocol (every payload is an atom, an integer or moerl_messages bytes):
+// Control-plane protocol (every payload is an atom, an integer or moerl_messages bytes; the
+// core's typed results are encoded here, at the edge):
 //   (register_atom, heartbeat bytes, agent actor) -> ""  | error bytes
 //   (heartbeat_atom, heartbeat bytes)
 //   (lease_atom, lease_request bytes)             -> lease bytes | error bytes
-//   (leases_atom, lease_request bytes)            -> lease batch bytes | error bytes
-//        up to min(max_units, actors.lease_batch) leases (actors/lease_batch.h)
-//   (giveback_atom, worker, packed (unit, attempt) pairs) -> "" | error bytes of the first refusal
+//   (leases_atom, lease_request bytes)            -> lease_batch bytes | error bytes
+//        up to min(max_units, actors.lease_batch) leases
+//   (giveback_atom, lease_give_back bytes)        -> "" | error bytes of the first refusal
 //   (report_atom, unit_report bytes)              -> ""  | error bytes
-//   (ack_atom, unit, attempt, shard, packed accepted groups, packed stale groups)
+//   (ack_atom, shard_ack bytes)                   -> ""  | error bytes
 //   (consumed_atom, unit, attempt, group, num_samples, handout)
 //   (stats_atom, node id, JSON text)
 //   (version_atom, version, weight_manifest bytes)
 //   (drained_atom, node id, JSON record)          -> ""
 //   (admin_atom, admin_request bytes)             -> admin_reply bytes
 // and to node agents:
-//   (event_atom, pack_ledger_events bytes)   shards only: every event one flush released
+//   (event_atom, ledger_events bytes)   shards only: every event one flush released
 //   (version_atom, version)   (notice_atom, interruption_notice bytes)
 //   (kill_atom, signal)       (shutdown_atom)
 #pragma once

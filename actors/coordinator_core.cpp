@@ -3,7 +3,6 @@
 #include <csignal>
 
 #include "actors/interruption.h"
-#include "actors/lease_batch.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -20,8 +19,8 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
   auto positive = [&](const char* key, int64_t max) -> result<uint32_t> {
     int64_t v = cfg.get_int(key);
     if (v < 1 || v > max)
-      return error(errc::invalid_config, std::string(key) + " must be in 1.." + std::to_string(max) +
-                                             ", got " + std::to_string(v));
+      return error(errc::invalid_config, std::string(key) + " must be in 1.." +
+                                             std::to_string(max) + ", got " + std::to_string(v));
     return static_cast<uint32_t>(v);
   };
   auto it = positive("actors.iterations", 1000000);
@@ -33,7 +32,8 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
   o.iterations = *it;
   o.units_per_iteration = *upi;
   o.groups_per_unit = *gpu;
-  o.heartbeat_timeout_ms = cfg.get_int("node.heartbeat_interval_ms") * cfg.get_int("actors.heartbeat_misses");
+  o.heartbeat_timeout_ms =
+      cfg.get_int("node.heartbeat_interval_ms") * cfg.get_int("actors.heartbeat_misses");
   o.default_notice_ms = cfg.get_int("actors.sigterm_grace_ms");
   o.rebalance_grace_ms = cfg.get_int("imds.rebalance_grace_ms");
   o.console_token = cfg.get_string("console.token");
@@ -43,15 +43,16 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
   return o;
 }
 
-coordinator_core::coordinator_core(coordinator_options opts, std::unique_ptr<ledger::work_ledger> ledger,
+coordinator_core::coordinator_core(coordinator_options opts,
+                                   std::unique_ptr<ledger::work_ledger> ledger,
                                    const ledger::clock& clock)
     : opts_(std::move(opts)), ledger_(std::move(ledger)), clock_(clock) {
   started_ms_ = clock_.now_ms();
   // A recovered ledger already holds units: continue numbering groups after them and
   // count the iterations they cover as opened.
   size_t units = ledger_->num_units();
-  iterations_opened_ = static_cast<uint32_t>(
-      (units + opts_.units_per_iteration - 1) / opts_.units_per_iteration);
+  iterations_opened_ =
+      static_cast<uint32_t>((units + opts_.units_per_iteration - 1) / opts_.units_per_iteration);
   next_group_ = 1 + units * opts_.groups_per_unit;
   if (iterations_opened_ == 0) open_iteration();
 }
@@ -61,20 +62,23 @@ coordinator_core::coordinator_core(coordinator_options opts, std::unique_ptr<led
 status coordinator_core::register_node(const messages::heartbeat& hb) {
   if (hb.node.size() != 32 || hb.node.find_first_not_of("0123456789abcdef") != std::string::npos)
     return error(errc::invalid_argument, "node id '" + hb.node + "' is not 32 hex digits");
-  static const std::set<std::string> roles{"rollout", "reward", "env", "buffer", "trainer", "weights"};
-  if (!roles.count(hb.role)) return error(errc::invalid_argument, "unknown role '" + hb.role + "'");
+  auto role = parse_role(hb.role);
+  if (!role || *role == node_role::coordinator)
+    return error(errc::invalid_argument, "unknown role '" + hb.role + "'");
   auto& n = nodes_[hb.node];
   bool rejoin = !n.id.empty();
   n.id = hb.node;
   n.name = hb.name.empty() ? hb.role + "-" + hb.node.substr(0, 6) : hb.name;
-  n.role = hb.role;
+  n.role = *role;
   n.pid = hb.pid;
   n.endpoint = hb.endpoint;
   n.state = hb.state.empty() ? "running" : hb.state;
   n.restarts = hb.restarts;
   n.last_seen_ms = clock_.now_ms();
-  if (hb.role == "buffer") {
-    if (hb.endpoint.empty()) return error(errc::invalid_argument, "buffer node " + n.name + " registered without an endpoint");
+  if (n.role == node_role::buffer) {
+    if (hb.endpoint.empty())
+      return error(errc::invalid_argument,
+                   "buffer node " + n.name + " registered without an endpoint");
     shard_node_[n.name] = n.id;
     if (auto u = undelivered_.find(n.name); u != undelivered_.end()) {
       for (auto& e : u->second) {
@@ -91,8 +95,9 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
       logger("coordinator")->warn("add_shard({}): {}", n.name, st.err().to_string());
   }
   out_.push_back(outbound{outbound::kind::policy_version, n.id, {}, policy_version_, {}, 0});
-  logger("coordinator")->info("node {} joined: role={} pid={} id={}{}", n.name, n.role, n.pid, n.id.substr(0, 8),
-                              rejoin ? " (re-join)" : "");
+  logger("coordinator")
+      ->info("node {} joined: role={} pid={} id={}{}", n.name, to_string(n.role), n.pid,
+             n.id.substr(0, 8), rejoin ? " (re-join)" : "");
   return ok_status();
 }
 
@@ -126,8 +131,8 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   n.down_reason = reason;
   n.leases = 0;
   auto log = logger("coordinator");
-  log->warn("node {} ({}) is down: {}", n.name, n.role, reason);
-  if (n.role == "rollout") {
+  log->warn("node {} ({}) is down: {}", n.name, to_string(n.role), reason);
+  if (n.role == node_role::rollout) {
     // Workers are named "<node id>/<k>": expire every lease any of them holds.
     std::set<std::string> workers;
     for (size_t u = 1; u <= ledger_->num_units(); ++u) {
@@ -139,10 +144,12 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
       auto ended = ledger_->worker_dead(w);
       log->info("expired {} lease(s) of dead worker {}", ended.size(), w);
     }
-  } else if (n.role == "buffer") {
+  } else if (n.role == node_role::buffer) {
     auto reopened = ledger_->shard_lost(n.name);
-    if (reopened) log->warn("shard {} lost: re-opened {} unit(s)", n.name, reopened->size());
-    else log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
+    if (reopened)
+      log->warn("shard {} lost: re-opened {} unit(s)", n.name, reopened->size());
+    else
+      log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
     shard_node_.erase(n.name);
     undelivered_.erase(n.name);
   }
@@ -157,7 +164,9 @@ void coordinator_core::link_lost(const std::string& node, const std::string& rea
   n.state = "unreachable";
   n.down_reason = reason;
   n.last_seen_ms = clock_.now_ms();  // the grace runs from here
-  logger("coordinator")->warn("node {} ({}) unreachable: {}; {} ms to re-join", n.name, n.role, reason, kRejoinGraceMs);
+  logger("coordinator")
+      ->warn("node {} ({}) unreachable: {}; {} ms to re-join", n.name, to_string(n.role), reason,
+             kRejoinGraceMs);
 }
 
 void coordinator_core::drained(const std::string& node, const json& record) {
@@ -172,7 +181,7 @@ void coordinator_core::drained(const std::string& node, const json& record) {
   }
   interruptions_.push_back(r);
   // A drained buffer shard takes its unconsumed samples with it: re-open their units.
-  bool was_buffer = it->second.role == "buffer";
+  bool was_buffer = it->second.role == node_role::buffer;
   node_down(node, "drained after " + r.value("source", std::string("notice")));
   it->second.state = "drained";
   (void)was_buffer;
@@ -184,18 +193,19 @@ void coordinator_core::node_stats(const std::string& node, const json& stats) {
 
 // ---- work -------------------------------------------------------------------------------
 
-std::optional<std::string> coordinator_core::refuse_lease(const std::string& worker, node_record** node) {
+std::optional<error> coordinator_core::refuse_lease(const std::string& worker, node_record** node) {
   auto it = nodes_.find(owner_of_worker(worker));
   if (it == nodes_.end() || it->second.state == "dead")
-    return encode_error(errc::unknown_node, "lease request from unregistered worker " + worker);
+    return error(errc::unknown_node, "lease request from unregistered worker " + worker);
   if (it->second.state != "running")
-    return encode_error(errc::shutting_down, "node " + it->second.name + " is " + it->second.state);
-  if (shutdown_) return encode_error(errc::shutting_down, "the run is shutting down");
+    return error(errc::shutting_down, "node " + it->second.name + " is " + it->second.state);
+  if (shutdown_) return error(errc::shutting_down, "the run is shutting down");
   *node = &it->second;
   return std::nullopt;
 }
 
-std::optional<messages::lease> coordinator_core::to_wire(const ledger::lease& l, int64_t unix_minus_clock) {
+std::optional<messages::lease> coordinator_core::to_wire(const ledger::lease& l,
+                                                         int64_t unix_minus_clock) {
   auto shard = shard_node_.find(l.shard);
   if (shard == shard_node_.end()) {
     // The ledger knows a shard that has not (re-)joined since a coordinator restart: no one
@@ -217,44 +227,46 @@ std::optional<messages::lease> coordinator_core::to_wire(const ledger::lease& l,
   return m;
 }
 
-std::string coordinator_core::lease(const messages::lease_request& req) {
+result<messages::lease> coordinator_core::lease(const messages::lease_request& req) {
   node_record* node = nullptr;
   if (auto why = refuse_lease(req.worker, &node)) return *why;
   auto l = ledger_->acquire(req.worker);
-  if (!l) return encode_error(l.err().code, l.err().message);
+  if (!l) return l.err();
   auto m = to_wire(*l, unix_now_ms() - clock_.now_ms());
   flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
-  if (!m) return encode_error(errc::capacity_exceeded, "shard " + l->shard + " has not joined yet");
+  if (!m) return error(errc::capacity_exceeded, "shard " + l->shard + " has not joined yet");
   ++node->leases;
-  return messages::encode(*m);
+  return std::move(*m);
 }
 
-std::string coordinator_core::lease_batch(const messages::lease_request& req) {
+result<messages::lease_batch> coordinator_core::lease_batch(const messages::lease_request& req) {
   node_record* node = nullptr;
   if (auto why = refuse_lease(req.worker, &node)) return *why;
   uint32_t k = std::max(1u, std::min(req.max_units, opts_.lease_batch));
   auto got = ledger_->acquire_batch(req.worker, k);
-  if (!got) return encode_error(got.err().code, got.err().message);
+  if (!got) return got.err();
   const int64_t offset = unix_now_ms() - clock_.now_ms();
-  std::vector<messages::lease> out;
-  out.reserve(got->size());
+  messages::lease_batch out;
+  out.leases.reserve(got->size());
   std::string unjoined;
   for (const auto& l : *got) {
-    if (auto m = to_wire(l, offset)) out.push_back(std::move(*m));
-    else unjoined = l.shard;
+    if (auto m = to_wire(l, offset))
+      out.leases.push_back(std::move(*m));
+    else
+      unjoined = l.shard;
   }
   flush_ledger();  // as lease(): durable before the worker hears of any of them
-  if (out.empty()) return encode_error(errc::capacity_exceeded, "shard " + unjoined + " has not joined yet");
-  node->leases += static_cast<uint32_t>(out.size());
-  return encode_lease_batch(out);
+  if (out.leases.empty())
+    return error(errc::capacity_exceeded, "shard " + unjoined + " has not joined yet");
+  node->leases += static_cast<uint32_t>(out.leases.size());
+  return out;
 }
 
-std::string coordinator_core::give_back(const std::string& worker,
-                                        const std::vector<std::pair<uint64_t, uint32_t>>& leases) {
-  auto it = nodes_.find(owner_of_worker(worker));
+status coordinator_core::give_back(const messages::lease_give_back& back) {
+  auto it = nodes_.find(owner_of_worker(back.worker));
   status first;
-  for (const auto& [unit, attempt] : leases) {
-    auto st = ledger_->give_back(unit, attempt, worker);
+  for (const auto& l : back.leases) {
+    auto st = ledger_->give_back(l.unit, l.attempt, back.worker);
     if (st) {
       if (it != nodes_.end() && it->second.leases > 0) --it->second.leases;
     } else if (first) {
@@ -262,11 +274,10 @@ std::string coordinator_core::give_back(const std::string& worker,
     }
   }
   flush_ledger();
-  if (!first) return encode_error(first.err().code, first.err().message);
-  return "";
+  return first;
 }
 
-std::string coordinator_core::report(const messages::unit_report& rep) {
+status coordinator_core::report(const messages::unit_report& rep) {
   auto node = owner_of_worker(rep.worker);
   auto it = nodes_.find(node);
   if (it != nodes_.end() && it->second.leases > 0) --it->second.leases;
@@ -278,8 +289,7 @@ std::string coordinator_core::report(const messages::unit_report& rep) {
     st = ledger_->give_back(rep.unit_id, rep.attempt, rep.worker);
   }
   flush_ledger();
-  if (!st) return encode_error(st.err().code, st.err().message);
-  return "";
+  return st;
 }
 
 status coordinator_core::shard_ack(const ledger::shard_ack& ack) {
@@ -321,7 +331,8 @@ void coordinator_core::tick() {
   auto now = clock_.now_ms();
   // After a restart the ledger still names the shards of the previous incarnation. One that
   // has not re-joined within the heartbeat timeout is gone: re-open what it held.
-  if (!recovery_checked_ && ledger_->epoch() > 1 && now - started_ms_ > 2 * opts_.heartbeat_timeout_ms) {
+  if (!recovery_checked_ && ledger_->epoch() > 1 &&
+      now - started_ms_ > 2 * opts_.heartbeat_timeout_ms) {
     recovery_checked_ = true;
     std::set<std::string> known;
     for (size_t u = 1; u <= ledger_->num_units(); ++u)
@@ -329,8 +340,9 @@ void coordinator_core::tick() {
     for (auto& shard : known)
       if (!shard_node_.count(shard)) {
         auto r = ledger_->shard_lost(shard);
-        logger("coordinator")->warn("shard {} did not re-join after the restart: {}", shard,
-                                    r ? "re-opened " + std::to_string(r->size()) + " unit(s)" : r.err().to_string());
+        logger("coordinator")
+            ->warn("shard {} did not re-join after the restart: {}", shard,
+                   r ? "re-opened " + std::to_string(r->size()) + " unit(s)" : r.err().to_string());
         undelivered_.erase(shard);
       }
   }
@@ -339,10 +351,12 @@ void coordinator_core::tick() {
   for (auto& [id, n] : nodes_)
     if (n.state == "unreachable" && now - n.last_seen_ms > kRejoinGraceMs) {
       auto name = id;
-      node_down(name, n.down_reason + "; no re-join within " + std::to_string(kRejoinGraceMs) + " ms");
+      node_down(name,
+                n.down_reason + "; no re-join within " + std::to_string(kRejoinGraceMs) + " ms");
     }
   for (auto& [id, n] : nodes_)
-    if ((n.state == "running" || n.state == "draining") && now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
+    if ((n.state == "running" || n.state == "draining") &&
+        now - n.last_seen_ms > opts_.heartbeat_timeout_ms) {
       auto name = id;  // node_down mutates the map entry, not the map
       node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms", true);
     }
@@ -439,7 +453,7 @@ json coordinator_core::status_json() const {
   const auto& a = ledger_->counters();
   json shards = json::object();
   for (auto& [id, n] : nodes_)
-    if (n.role == "buffer" && !n.stats.is_null()) shards[n.name] = n.stats;
+    if (n.role == node_role::buffer && !n.stats.is_null()) shards[n.name] = n.stats;
   size_t alive = 0;
   for (auto& [id, n] : nodes_) alive += (n.state == "running" || n.state == "draining");
   return json{{"iteration", policy_version_},
@@ -462,13 +476,14 @@ json coordinator_core::nodes_json() const {
   json arr = json::array();
   for (auto& [id, n] : nodes_) {
     uint32_t leases = 0;
-    if (n.role == "rollout")
+    if (n.role == node_role::rollout)
       for (size_t u = 1; u <= ledger_->num_units(); ++u) {
         auto v = ledger_->find(u);
         leases += v && v->state == ledger::unit_state::leased && owner_of_worker(v->worker) == id;
       }
-    json j{{"id", id}, {"name", n.name}, {"role", n.role}, {"pid", n.pid}, {"state", n.state},
-           {"restarts", n.restarts}, {"leases", leases}, {"endpoint", n.endpoint}};
+    json j{{"id", id},         {"name", n.name},        {"role", to_string(n.role)},
+           {"pid", n.pid},     {"state", n.state},      {"restarts", n.restarts},
+           {"leases", leases}, {"endpoint", n.endpoint}};
     if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
     if (!n.stats.is_null()) j["stats"] = n.stats;
     arr.push_back(j);
@@ -504,7 +519,8 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     rep.err = moerl::error(c, std::move(m));
     return rep;
   };
-  if (req.token != opts_.console_token) return fail(errc::unauthorized, "wrong or missing console token (console.token)");
+  if (req.token != opts_.console_token)
+    return fail(errc::unauthorized, "wrong or missing console token (console.token)");
   auto opt = [&](const std::string& k) -> std::string {
     for (auto& [n, v] : req.options)
       if (n == k) return v;
@@ -526,10 +542,14 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     body = {{"shutdown", true}};
   } else if (cmd == "inject" || cmd == "drain") {
     std::string what = cmd == "drain" ? "drain" : (req.args.empty() ? "" : req.args[0]);
-    std::string who = cmd == "drain" ? (req.args.empty() ? "" : req.args[0]) : (req.args.size() < 2 ? "" : req.args[1]);
-    if (what != "spot" && what != "rebalance" && what != "kill" && what != "sigterm" && what != "drain")
-      return fail(errc::unknown_command, "inject needs one of spot|rebalance|kill|sigterm, got '" + what + "'");
-    if (who.empty()) return fail(errc::invalid_argument, cmd + " needs a NODE (id, id prefix or name)");
+    std::string who = cmd == "drain" ? (req.args.empty() ? "" : req.args[0])
+                                     : (req.args.size() < 2 ? "" : req.args[1]);
+    if (what != "spot" && what != "rebalance" && what != "kill" && what != "sigterm" &&
+        what != "drain")
+      return fail(errc::unknown_command,
+                  "inject needs one of spot|rebalance|kill|sigterm, got '" + what + "'");
+    if (who.empty())
+      return fail(errc::invalid_argument, cmd + " needs a NODE (id, id prefix or name)");
     auto* n = resolve(who);
     if (!n) return fail(errc::unknown_node, "no node '" + who + "' (see `moerl console nodes`)");
     // A draining node still takes a notice: a Spot notice after a rebalance recommendation
@@ -541,7 +561,9 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     if (auto d = opt("deadline"); !d.empty()) {
       char* end = nullptr;
       double s = std::strtod(d.c_str(), &end);
-      if (!end || *end || !(s > 0) || s > 86400) return fail(errc::invalid_argument, "--deadline must be seconds in (0, 86400], got '" + d + "'");
+      if (!end || *end || !(s > 0) || s > 86400)
+        return fail(errc::invalid_argument,
+                    "--deadline must be seconds in (0, 86400], got '" + d + "'");
       deadline_ms = static_cast<int64_t>(s * 1000);
     }
     int64_t deadline = unix_now_ms() + deadline_ms;
@@ -561,14 +583,17 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
       outbound o;
       o.what = outbound::kind::notice;
       o.node = n->id;
-      o.notice = *console_notice(what, n->id, deadline);  // spot, rebalance or drain (checked above)
+      o.notice =
+          *console_notice(what, n->id, deadline);  // spot, rebalance or drain (checked above)
       out_.push_back(o);
       rec["deadline"] = deadline;
-      pending_notices_.emplace(n->id, rec);  // a later notice to a draining node keeps the first record
+      pending_notices_.emplace(n->id,
+                               rec);  // a later notice to a draining node keeps the first record
     }
     body = {{"node", n->name}, {"id", n->id}, {"action", what}, {"deadline_unix_ms", deadline}};
   } else {
-    return fail(errc::unknown_command, "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
+    return fail(errc::unknown_command,
+                "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
   }
   rep.ok = true;
   rep.body_json = body.dump();

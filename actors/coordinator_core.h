@@ -19,8 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ledger/work_ledger.h"
+#include "actors/node_role.h"
 #include "common/error.h"
+#include "ledger/work_ledger.h"
 #include "messages/admin.h"
 #include "messages/control.h"
 #include "messages/work.h"
@@ -33,7 +34,8 @@ struct coordinator_options {
   uint32_t groups_per_unit = 2;
   int64_t heartbeat_timeout_ms = 1500;  // node.heartbeat_interval_ms x actors.heartbeat_misses
   int64_t default_notice_ms = 30000;    // deadline of a console drain/inject without --deadline
-  int64_t rebalance_grace_ms = 120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
+  int64_t rebalance_grace_ms =
+      120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
   std::string console_token;
   std::string task = "modpow";
   uint32_t lease_batch = 1;  // actors.lease_batch: most leases one batched request gets
@@ -42,15 +44,15 @@ struct coordinator_options {
 };
 
 struct node_record {
-  std::string id;        // moerl's random 128-bit node id (hex)
+  std::string id;  // moerl's random 128-bit node id (hex)
   std::string name;
-  std::string role;
+  node_role role = node_role::rollout;
   std::string endpoint;  // buffer shards: sample-plane endpoint
   std::string state;     // running | draining | drained | dead
   std::string down_reason;
   uint32_t pid = 0;
   uint32_t restarts = 0;
-  uint32_t leases = 0;   // leases held (ledger view for rollouts)
+  uint32_t leases = 0;  // leases held (ledger view for rollouts)
   int64_t last_seen_ms = 0;
   nlohmann::json stats;  // last stats the node sent (buffer fill, trainer checks)
 };
@@ -60,10 +62,10 @@ struct outbound {
   enum class kind { shard_event, policy_version, notice, signal, shutdown };
   kind what = kind::shard_event;
   std::string node;
-  ledger::ledger_event event;          // shard_event
-  uint64_t version = 0;                // policy_version
+  ledger::ledger_event event;            // shard_event
+  uint64_t version = 0;                  // policy_version
   messages::interruption_notice notice;  // notice
-  int signal = 0;                      // signal (SIGTERM, SIGKILL)
+  int signal = 0;                        // signal (SIGTERM, SIGKILL)
 };
 
 class coordinator_core {
@@ -91,19 +93,20 @@ class coordinator_core {
   void node_stats(const std::string& node, const nlohmann::json& stats);
 
   // ---- work -------------------------------------------------------------------------
-  // Encoded lease on success, else an encoded moerl::error (not_found: nothing pending;
-  // shutting_down: the node drains; unknown_node).
-  std::string lease(const messages::lease_request& req);
-  // Batched leasing: up to min(req.max_units, actors.lease_batch) leases in one reply
-  // (encode_lease_batch, actors/lease_batch.h); an encoded error when not even one unit
-  // could be leased. Each lease is what lease() would give: own attempt, deadline, shard.
-  std::string lease_batch(const messages::lease_request& req);
-  // The worker gives back leases it has not started (drain, stop), as (unit, attempt)
-  // pairs: each goes through ledger.give_back (pending again, attempt fenced). "" when all
-  // were accepted, else the encoded error of the first refusal (the others still apply).
-  std::string give_back(const std::string& worker, const std::vector<std::pair<uint64_t, uint32_t>>& leases);
-  // finished -> ledger.report; returned/failed -> ledger.give_back. Encoded error or "".
-  std::string report(const messages::unit_report& rep);
+  // Results are values; the actor (coordinator.cpp) encodes them for the wire.
+  // A lease, or why not (not_found: nothing pending; capacity_exceeded: the shard is full or
+  // has not joined; shutting_down: the node drains or the run ends; unknown_node).
+  result<messages::lease> lease(const messages::lease_request& req);
+  // Batched leasing: up to min(req.max_units, actors.lease_batch) leases in one reply; an
+  // error when not even one unit could be leased. Each lease is what lease() would give:
+  // own attempt, deadline, shard.
+  result<messages::lease_batch> lease_batch(const messages::lease_request& req);
+  // The worker gives back leases it has not started (drain, stop): each goes through
+  // ledger.give_back (pending again, attempt fenced). The first refusal, if any (the
+  // others still apply).
+  status give_back(const messages::lease_give_back& back);
+  // finished -> ledger.report; returned/failed -> ledger.give_back.
+  status report(const messages::unit_report& rep);
   status shard_ack(const ledger::shard_ack& ack);
   status consumed(const ledger::consumption& c);
   // The trainer published a new policy version (after an iteration's worth of groups).
@@ -118,7 +121,7 @@ class coordinator_core {
   nlohmann::json status_json() const;
   nlohmann::json nodes_json() const;
   nlohmann::json report_json() const;
-  bool done() const;              // every iteration's units committed or dropped, all trained
+  bool done() const;  // every iteration's units committed or dropped, all trained
   bool shutdown_requested() const { return shutdown_; }
 
   std::vector<outbound> take_outbound();
@@ -138,13 +141,13 @@ class coordinator_core {
 
  private:
   const node_record* resolve(const std::string& who) const;  // id, id prefix or name
-  // The encoded refusal when `worker`'s node may not lease now (unknown, dead, draining,
-  // run shutting down); else nullopt and *node is its record.
-  std::optional<std::string> refuse_lease(const std::string& worker, node_record** node);
+  // Why `worker`'s node may not lease now (unknown, dead, draining, run shutting down); else
+  // nullopt and *node is its record.
+  std::optional<error> refuse_lease(const std::string& worker, node_record** node);
   // The lease as a worker receives it; nullopt (and the unit handed back) when its shard
   // has not joined this coordinator. `unix_minus_clock`: wall clock minus ledger clock.
   std::optional<messages::lease> to_wire(const ledger::lease& l, int64_t unix_minus_clock);
-  void flush_ledger();   // sync + route events to shards (deferred to flush() under group commit)
+  void flush_ledger();  // sync + route events to shards (deferred to flush() under group commit)
   bool sync_and_route();
   void open_iteration();
   void record_invariant();
@@ -154,7 +157,7 @@ class coordinator_core {
   std::unique_ptr<ledger::work_ledger> ledger_;
   const ledger::clock& clock_;
   std::map<std::string, node_record> nodes_;
-  std::map<std::string, std::string> shard_node_;  // shard name -> node id
+  std::map<std::string, std::string> shard_node_;                         // shard name -> node id
   std::map<std::string, std::vector<ledger::ledger_event>> undelivered_;  // shard name -> events
   std::vector<outbound> out_;
   uint32_t iterations_opened_ = 0;

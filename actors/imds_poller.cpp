@@ -57,8 +57,8 @@ status imds_client::refresh_token() {
     return error(errc::io_error, "IMDS PUT " + opts_.endpoint + "/latest/api/token failed: " +
                                      httplib::to_string(res.error()));
   if (res->status != 200 || res->body.empty())
-    return error(errc::io_error, "IMDS PUT /latest/api/token answered HTTP " +
-                                     std::to_string(res->status));
+    return error(errc::io_error,
+                 "IMDS PUT /latest/api/token answered HTTP " + std::to_string(res->status));
   token_ = res->body;
   return ok_status();
 }
@@ -72,15 +72,16 @@ result<std::optional<std::string>> imds_client::get(const std::string& path) {
     auto c = make_client(opts_);
     auto res = c.Get(path, httplib::Headers{{"X-aws-ec2-metadata-token", token_}});
     if (!res)
-      return error(errc::io_error, "IMDS GET " + opts_.endpoint + path + " failed: " +
-                                       httplib::to_string(res.error()));
+      return error(errc::io_error, "IMDS GET " + opts_.endpoint + path +
+                                       " failed: " + httplib::to_string(res.error()));
     if (res->status == 200) return std::optional<std::string>(res->body);
     if (res->status == 404) return std::optional<std::string>();
     if (res->status == 401) {  // token expired or revoked: get a new one, once
       token_.clear();
       continue;
     }
-    return error(errc::io_error, "IMDS GET " + path + " answered HTTP " + std::to_string(res->status));
+    return error(errc::io_error,
+                 "IMDS GET " + path + " answered HTTP " + std::to_string(res->status));
   }
   return error(errc::unauthorized, "IMDS GET " + path + " refused a freshly issued token");
 }
@@ -92,8 +93,8 @@ result<std::optional<messages::interruption_notice>> imds_client::poll_once() {
   if (*spot) {
     auto j = json::parse(**spot, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("time") || !j["time"].is_string())
-      return error(errc::malformed_message, "IMDS spot/instance-action body lacks a string 'time': " +
-                                                **spot);
+      return error(errc::malformed_message,
+                   "IMDS spot/instance-action body lacks a string 'time': " + **spot);
     auto t = parse_imds_time(j["time"].get<std::string>());
     if (!t) return t.err();
     auto n = make_notice("", messages::interruption_source::imds_spot, *t,
@@ -106,14 +107,16 @@ result<std::optional<messages::interruption_notice>> imds_client::poll_once() {
     auto j = json::parse(**reb, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("noticeTime"))
       return error(errc::malformed_message, "IMDS rebalance body lacks 'noticeTime': " + **reb);
-    auto n = rebalance_notice("", opts_.rebalance_grace_ms,
-                              "rebalance recommendation (IMDS noticeTime " + j["noticeTime"].dump() + ")");
+    auto n = rebalance_notice(
+        "", opts_.rebalance_grace_ms,
+        "rebalance recommendation (IMDS noticeTime " + j["noticeTime"].dump() + ")");
     return std::optional<messages::interruption_notice>(n);
   }
   return std::optional<messages::interruption_notice>();
 }
 
-imds_poller::imds_poller(imds_options opts, std::function<void(const messages::interruption_notice&)> on_notice)
+imds_poller::imds_poller(imds_options opts,
+                         std::function<void(const messages::interruption_notice&)> on_notice)
     : opts_(std::move(opts)), on_notice_(std::move(on_notice)) {
   thread_ = std::thread([this] { run(); });
 }
@@ -135,8 +138,10 @@ void imds_poller::run() {
     auto r = client.poll_once();
     if (!r) {
       // Off EC2 every poll fails; log the first and then every 60th, not each one.
-      if (errors++ % 60 == 0) logger("imds")->warn("poll failed ({} so far): {}", errors, r.err().to_string());
-    } else if (*r && !(rebalance_delivered && (*r)->source == messages::interruption_source::imds_rebalance)) {
+      if (errors++ % 60 == 0)
+        logger("imds")->warn("poll failed ({} so far): {}", errors, r.err().to_string());
+    } else if (*r && !(rebalance_delivered &&
+                       (*r)->source == messages::interruption_source::imds_rebalance)) {
       logger("imds")->warn("interruption notice from IMDS: {} deadline in {} ms",
                            messages::interruption_source_name((*r)->source),
                            static_cast<int64_t>((*r)->deadline_unix_ms) - unix_now_ms());
@@ -148,7 +153,8 @@ void imds_poller::run() {
       rebalance_delivered = true;
     }
     std::unique_lock<std::mutex> lk(mu_);
-    if (cv_.wait_for(lk, std::chrono::milliseconds(opts_.poll_interval_ms), [&] { return stop_; })) return;
+    if (cv_.wait_for(lk, std::chrono::milliseconds(opts_.poll_interval_ms), [&] { return stop_; }))
+      return;
   }
 }
 

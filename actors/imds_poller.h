@@ -9,10 +9,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <condition_variable>
 #include <optional>
 #include <string>
 #include <thread>
@@ -40,8 +40,8 @@ struct imds_options {
 // Parses "2026-11-29T12:00:00Z" (the format IMDS uses) into Unix milliseconds.
 result<int64_t> parse_imds_time(const std::string& text);
 
-// One poll, synchronously: returns the notice (node field left empty) if IMDS reports one, nothing if both
-// documents are 404, or an error naming the HTTP call that failed. Stateless except for the
+// One poll, synchronously: returns the notice (node field left empty) if IMDS reports one, nothing
+// if both documents are 404, or an error naming the HTTP call that failed. Stateless except for the
 // token cache passed in (refreshed when empty or on 401).
 class imds_client {
  public:
@@ -62,7 +62,8 @@ class imds_client {
 // Poll errors are logged (rate-limited) and retried; they never stop the node.
 class imds_poller {
  public:
-  imds_poller(imds_options opts, std::function<void(const messages::interruption_notice&)> on_notice);
+  imds_poller(imds_options opts,
+              std::function<void(const messages::interruption_notice&)> on_notice);
   ~imds_poller();
   imds_poller(const imds_poller&) = delete;
   imds_poller& operator=(const imds_poller&) = delete;

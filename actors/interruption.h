@@ -23,13 +23,15 @@ messages::interruption_notice make_notice(const std::string& node,
 // risk of interruption), so the node assumes `grace_ms` from now. IMDS and
 // `moerl console inject rebalance` both build it here, so a node cannot tell them apart
 // except by `reason`: one mechanism, one drain.
-messages::interruption_notice rebalance_notice(const std::string& node, int64_t grace_ms, std::string reason);
+messages::interruption_notice rebalance_notice(const std::string& node, int64_t grace_ms,
+                                               std::string reason);
 
 // The notice a console command sends to a node: `inject spot` (a simulated Spot notice),
 // `inject rebalance` (a simulated rebalance recommendation) or `drain`, with its deadline
 // already chosen. errc::unknown_command for anything else (kill and sigterm are signals,
 // not notices).
-result<messages::interruption_notice> console_notice(const std::string& what, const std::string& node,
+result<messages::interruption_notice> console_notice(const std::string& what,
+                                                     const std::string& node,
                                                      int64_t deadline_unix_ms);
 
 }  // namespace moerl::actors

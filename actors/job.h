@@ -1,8 +1,8 @@
 // What a job plugs into the generic runtime: the prompts, the rollout work, the reward and
 // the trainer's step. Leasing, fencing, the sample plane and supervision never look inside.
-// The default is the deterministic modpow test job (actors/modpow_job.cpp); the GRPO job
-// on the MoE policy lives in job/ and is selected by `job.kind` (apps/ passes its factory
-// to the node runtime, so actors/ does not depend on the policy).
+// The jobs live in job/ (GRPO on the MoE policy, and the deterministic modpow test job),
+// selected by `job.kind` in job::make_job; apps/ passes that factory to the node runtime,
+// so actors/ depends on no job.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/node_role.h"
 #include "actors/rollout_work.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -22,10 +23,25 @@
 namespace moerl::actors {
 
 struct train_result {
-  uint64_t groups = 0;                  // groups this call consumed
-  uint64_t bad = 0;                     // samples refused (malformed; counted, not trained)
-  bool new_version = false;             // the call produced a new policy version
-  messages::weight_manifest manifest;   // the new version (when new_version)
+  uint64_t groups = 0;                 // groups this call consumed
+  uint64_t bad = 0;                    // samples refused (malformed; counted, not trained)
+  bool new_version = false;            // the call produced a new policy version
+  messages::weight_manifest manifest;  // the new version (when new_version)
+  double sum_abs_advantage = 0;        // sum of |advantage| over the samples (0: not computed)
+};
+
+// The ranks of a trainer node (actors.trainer_ranks, each its own supervised actor), for a
+// step that spreads its work over them. Owned by the runtime; it outlives the step, also
+// across a restart of the trainer group. Call it only from the thread that calls the step.
+class trainer_ranks {
+ public:
+  virtual ~trainer_ranks() = default;
+  virtual uint32_t num_ranks() const = 0;
+  // Runs work[r] on rank r for every r < num_ranks() (work[0] on the calling thread), one
+  // rank after another, and returns when all are done. An error when a rank did not answer:
+  // the step should fail with it, so the whole trainer group restarts (one_for_all) rather
+  // than go on with a missing rank.
+  virtual status run_on_ranks(const std::vector<std::function<void()>>& work) = 0;
 };
 
 // Trainer rank 0's learning step. Called from one thread, one batch at a time; a batch is
@@ -51,15 +67,12 @@ class job {
   // One per rollout worker (each used by one thread).
   virtual result<std::unique_ptr<rollout_work>> make_rollout_work() = 0;
   virtual result<std::unique_ptr<reward_function>> make_reward() = 0;
-  // Trainer rank 0's step; nullptr: the runtime's built-in verification step
-  // (actors/trainer_check.h), spread over the trainer ranks.
-  virtual result<std::unique_ptr<trainer_step>> make_trainer() = 0;
+  // Trainer rank 0's step (never null). `ranks` stays valid for the step's whole life; a
+  // step that does all its work on rank 0 may ignore it.
+  virtual result<std::unique_ptr<trainer_step>> make_trainer(trainer_ranks& ranks) = 0;
 };
 
 // Builds the job a node runs, from its config and role.
-using job_factory = std::function<result<std::shared_ptr<job>>(const config& cfg, const std::string& role)>;
-
-// The deterministic test job: modpow work, its verifier, trainer_check.
-std::shared_ptr<job> make_modpow_job(const config& cfg);
+using job_factory = std::function<result<std::shared_ptr<job>>(const config& cfg, node_role role)>;
 
 }  // namespace moerl::actors

@@ -20,8 +20,8 @@ namespace moerl::actors {
 using nlohmann::json;
 
 std::vector<node_spec> default_cluster_nodes() {
-  return {{"buffer", "buffer-0", {}},  {"buffer", "buffer-1", {}},   {"weights", "weights-0", {}},
-          {"trainer", "trainer-0", {}}, {"reward", "reward-0", {}},  {"rollout", "rollout-0", {}},
+  return {{"buffer", "buffer-0", {}},   {"buffer", "buffer-1", {}}, {"weights", "weights-0", {}},
+          {"trainer", "trainer-0", {}}, {"reward", "reward-0", {}}, {"rollout", "rollout-0", {}},
           {"rollout", "rollout-1", {}}};
 }
 
@@ -56,7 +56,8 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   c->join_ = "127.0.0.1:" + std::to_string(*port);
   std::error_code ec;
   std::filesystem::create_directories(c->opts_.log_dir, ec);
-  if (ec) return error(errc::io_error, "cannot create log dir " + c->opts_.log_dir + ": " + ec.message());
+  if (ec)
+    return error(errc::io_error, "cannot create log dir " + c->opts_.log_dir + ": " + ec.message());
   if (auto st = c->spawn({"coordinator", "coordinator", {}}); !st) return st.err();
   // The console answers once the coordinator is up.
   auto up = c->wait_status([](const json&) { return true; }, c->opts_.start_timeout_ms);
@@ -88,10 +89,9 @@ status local_cluster::spawn(const node_spec& spec) {
   for (auto& kv : spec.overrides) add(kv);
   // The nodes share this process's group, so a Ctrl-C on `moerl up` reaches them too.
   const auto prefix = exec_prefixes_.find(spec.name);
-  auto pid = spawn_process({argv, "", {}},
-                           prefix == exec_prefixes_.end() ? std::vector<std::string>{}
-                                                          : prefix->second,
-                           opts_.log_dir + "/" + spec.name + ".log", process_group::inherit);
+  auto pid = spawn_process(
+      {argv, "", {}}, prefix == exec_prefixes_.end() ? std::vector<std::string>{} : prefix->second,
+      opts_.log_dir + "/" + spec.name + ".log", process_group::inherit);
   if (!pid) return pid.err();
   pids_[spec.name] = *pid;
   return ok_status();
@@ -114,8 +114,10 @@ std::map<std::string, int> local_cluster::exited() {
   return exited_;
 }
 
-result<json> local_cluster::console(const std::string& command, const std::vector<std::string>& args,
-                                    const std::vector<std::pair<std::string, std::string>>& options, int timeout_ms) {
+result<json> local_cluster::console(const std::string& command,
+                                    const std::vector<std::string>& args,
+                                    const std::vector<std::pair<std::string, std::string>>& options,
+                                    int timeout_ms) {
   messages::admin_request req;
   req.request_id = next_request_++;
   req.token = token_;
@@ -130,7 +132,8 @@ result<json> local_cluster::console(const std::string& command, const std::vecto
   return j;
 }
 
-result<json> local_cluster::wait_status(const std::function<bool(const json&)>& pred, int64_t timeout_ms) {
+result<json> local_cluster::wait_status(const std::function<bool(const json&)>& pred,
+                                        int64_t timeout_ms) {
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   moerl::error last(errc::timeout, "status never matched");
   for (;;) {
@@ -138,8 +141,8 @@ result<json> local_cluster::wait_status(const std::function<bool(const json&)>& 
     if (s && pred(*s)) return s;
     if (!s) last = s.err();
     if (std::chrono::steady_clock::now() >= until)
-      return error(errc::timeout, "waited " + std::to_string(timeout_ms) + " ms; last: " +
-                                      (s ? s->dump() : last.to_string()));
+      return error(errc::timeout, "waited " + std::to_string(timeout_ms) +
+                                      " ms; last: " + (s ? s->dump() : last.to_string()));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // status poll period
   }
 }
@@ -168,8 +171,7 @@ int local_cluster::wait_exit(const std::string& name, int64_t timeout_ms) {
   }
 }
 
-status local_cluster::add_node(const node_spec& spec,
-                               const std::vector<std::string>& exec_prefix) {
+status local_cluster::add_node(const node_spec& spec, const std::vector<std::string>& exec_prefix) {
   if (specs_.count(spec.name)) {
     return error(errc::invalid_argument, "node " + spec.name + " exists");
   }

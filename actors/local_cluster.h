@@ -32,7 +32,7 @@ struct cluster_options {
   std::vector<std::string> overrides;  // passed to every node
   std::string console;                 // console.address; "" keeps the config's
   std::string log_dir;
-  std::vector<node_spec> nodes;        // not counting the coordinator (always first)
+  std::vector<node_spec> nodes;  // not counting the coordinator (always first)
   int64_t start_timeout_ms = 20000;
 };
 
@@ -48,11 +48,12 @@ class local_cluster {
   ~local_cluster();
 
   // One console command; the reply's body as JSON, or its error.
-  result<nlohmann::json> console(const std::string& command, const std::vector<std::string>& args = {},
-                                 const std::vector<std::pair<std::string, std::string>>& options = {},
-                                 int timeout_ms = 5000);
+  result<nlohmann::json> console(
+      const std::string& command, const std::vector<std::string>& args = {},
+      const std::vector<std::pair<std::string, std::string>>& options = {}, int timeout_ms = 5000);
   // Waits until `pred(status)` holds (polling status every 100 ms) or the timeout passes.
-  result<nlohmann::json> wait_status(const std::function<bool(const nlohmann::json&)>& pred, int64_t timeout_ms);
+  result<nlohmann::json> wait_status(const std::function<bool(const nlohmann::json&)>& pred,
+                                     int64_t timeout_ms);
 
   // Starts one more node (its name must be new) once the cluster is up. `exec_prefix` goes
   // before its command line, e.g. {"ip", "netns", "exec", "ns"} to start it inside a network

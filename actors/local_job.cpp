@@ -37,7 +37,7 @@ json trainer_job_stats(const json& nodes) {
 
 // The coordinator's status as one line: where the job is and its work accounting.
 std::string status_line(const json& s) {
-  const auto acct = s["accounting"];
+  const json acct = s.value("accounting", json::object());
   char line[512];
   std::snprintf(line, sizeof line,
                 "iteration %lu/%lu  units %lu  queue %lu  leases %lu  dispatched %lu  "
@@ -54,8 +54,11 @@ std::string status_line(const json& s) {
 // trainer reports a reward curve.
 std::string learning_figures(const json& job_stats, uint64_t trained, uint64_t& last_trained,
                              clock::time_point& last_at) {
-  if (job_stats.is_null() || job_stats["reward_curve"].empty()) return "";
-  const auto& last = job_stats["reward_curve"].back();
+  // const json: operator[] on a missing key is undefined behaviour, so look before reading.
+  if (!job_stats.is_object() || !job_stats.contains("reward_curve")) return "";
+  const json& curve = job_stats.at("reward_curve");
+  if (!curve.is_array() || curve.empty() || !curve.back().is_object()) return "";
+  const json& last = curve.back();
   const double dt = std::chrono::duration<double>(clock::now() - last_at).count();
   char buf[256];
   std::snprintf(buf, sizeof buf,
@@ -113,7 +116,8 @@ status local_job::stop(int64_t timeout_ms) {
 status local_job::supervise(const job_events& events) {
   for (auto& [name, wait_status] : cluster_->exited()) {
     if (name == "coordinator") {
-      return error(errc::internal, "the coordinator exited (" + describe_wait_status(wait_status) + "); see its log");
+      return error(errc::internal, "the coordinator exited (" + describe_wait_status(wait_status) +
+                                       "); see its log");
     }
     auto it = replacements_.find(name);
     if (it == replacements_.end()) continue;

@@ -37,11 +37,11 @@ struct local_job_options {
   // weights and checkpoints under <store_prefix>/job, so a run never resumes another's.
   // "" keeps the config's ledger.store_prefix and job.store_prefix.
   std::string store_prefix;
-  int64_t iterations = 0;              // actors.iterations when > 0
+  int64_t iterations = 0;  // actors.iterations when > 0
   // Every node on one BLAS thread (unless OPENBLAS_NUM_THREADS is set already), so the
   // nodes sharing this machine's cores do not oversubscribe them.
   bool one_blas_thread_per_node = false;
-  std::vector<node_spec> nodes;        // not counting the coordinator (always first)
+  std::vector<node_spec> nodes;  // not counting the coordinator (always first)
 };
 
 // How run() drives the job to its end.
@@ -62,8 +62,7 @@ struct job_events {
   // A Spot interruption notice was sent to `node` (`sent` says why not when it failed).
   std::function<void(const std::string& node, int deadline_s, const status& sent)> spot_notice;
   // A node marked by replace_after_drain() exited; its replacement starts after `delay`.
-  std::function<void(const std::string& node, int wait_status, std::chrono::seconds delay)>
-      drained;
+  std::function<void(const std::string& node, int wait_status, std::chrono::seconds delay)> drained;
   // The replacement of `node` was started (`started` says why not when it failed).
   std::function<void(const std::string& node, const status& started)> replaced;
 };

@@ -10,8 +10,8 @@
 
 #include "actors/atoms.h"
 #include "actors/interruption.h"
+#include "actors/ledger_messages.h"
 #include "actors/node_roles.h"
-#include "actors/wire_pack.h"
 #include "common/log.h"
 
 namespace moerl::actors {
@@ -36,7 +36,7 @@ messages::heartbeat make_heartbeat(agent_actor* self, const std::string& state) 
   auto& ctx = *self->state.ctx;
   messages::heartbeat hb;
   hb.node = ctx.id;
-  hb.role = ctx.role;
+  hb.role = to_string(ctx.role);
   hb.pid = static_cast<uint32_t>(::getpid());
   hb.seq = ++self->state.hb_seq;
   hb.sent_unix_ms = static_cast<uint64_t>(unix_now_ms());
@@ -80,12 +80,20 @@ bool register_once(agent_actor* self, int64_t give_up) {
   std::string why;
   auto bytes = messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running"));
   caf::scoped_actor blocking{self->system()};
-  blocking->request(*coord, ms(ctx.cp.request_timeout_ms), register_atom::value, bytes,
-                    caf::actor_cast<caf::actor>(self))
-      .receive([&](std::string& r) { ok = r.empty(); why = ok ? "" : "refused"; },
-               [&](caf::error& e) { why = self->system().render(e); });
-  if (!ok) log->error("registration with the coordinator failed: {}", why);
-  else log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port, ctx.name, ctx.id);
+  blocking
+      ->request(*coord, ms(ctx.cp.request_timeout_ms), register_atom::value, bytes,
+                caf::actor_cast<caf::actor>(self))
+      .receive(
+          [&](std::string& r) {
+            ok = r.empty();
+            why = ok ? "" : "refused";
+          },
+          [&](caf::error& e) { why = self->system().render(e); });
+  if (!ok)
+    log->error("registration with the coordinator failed: {}", why);
+  else
+    log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port,
+              ctx.name, ctx.id);
   st.registered = ok;
   return ok;
 }
@@ -116,9 +124,10 @@ void begin_drain(agent_actor* self, const messages::interruption_notice& n) {
       ctx.drain_by_ms = by;
       st.notice.deadline_unix_ms = n.deadline_unix_ms;
       st.notice.reason += "; then " + n.reason;
-      logger("node")->warn("interruption ({}: {}) while draining: deadline brought forward to {} ms from now",
-                           messages::interruption_source_name(n.source), n.reason,
-                           static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
+      logger("node")->warn(
+          "interruption ({}: {}) while draining: deadline brought forward to {} ms from now",
+          messages::interruption_source_name(n.source), n.reason,
+          static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
     }
     return;
   }
@@ -146,7 +155,8 @@ void complete_drain(agent_actor* self) {
   if (auto c = ctx.coordinator()) {
     // Deregistration: wait (bounded) for the coordinator to record it, then exit 0.
     self->request(c, ms(ctx.cp.request_timeout_ms), drained_atom::value, ctx.id, rec.dump())
-        .then([self](const std::string&) { finish(self, 0); }, [self](caf::error&) { finish(self, 0); });
+        .then([self](const std::string&) { finish(self, 0); },
+              [self](caf::error&) { finish(self, 0); });
   } else {
     finish(self, 0);
   }
@@ -164,7 +174,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
     return {};
   }
   supervisor_options so;
-  so.name = ctx->role + "-supervisor";
+  so.name = std::string(to_string(ctx->role)) + "-supervisor";
   so.strategy = role_strategy(ctx->role);
   so.intensity = ctx->cfg.get_int("actors.restart_intensity");
   so.period_ms = ctx->cfg.get_int("actors.restart_period_ms");
@@ -184,7 +194,8 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
     if (st.finishing || m.source != st.ctx->coordinator().address()) return;
-    logger("node")->warn("lost the coordinator ({}); reconnecting", self->system().render(m.reason));
+    logger("node")->warn("lost the coordinator ({}); reconnecting",
+                         self->system().render(m.reason));
     st.ctx->set_coordinator(nullptr);
     st.registered = false;
     if (!connect_and_register(self)) finish(self, 3);
@@ -193,13 +204,14 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   // dropped; by default CAF 0.17 would end the actor with unexpected_message.
   // An error sent to us as a plain message (e.g. a peer answering one of our messages with
   // unexpected_message) is logged; by default CAF 0.17 would end the actor with it.
-  self->set_error_handler([](caf::error& e) {
-    logger("node")->warn("a peer sent an error: {}", caf::to_string(e));
-  });
-  self->set_default_handler([](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    logger("node")->warn("dropped an unexpected message: {}", caf::to_string(x.copy_content_to_message()));
-    return caf::sec::unexpected_message;
-  });
+  self->set_error_handler(
+      [](caf::error& e) { logger("node")->warn("a peer sent an error: {}", caf::to_string(e)); });
+  self->set_default_handler(
+      [](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+        logger("node")->warn("dropped an unexpected message: {}",
+                             caf::to_string(x.copy_content_to_message()));
+        return caf::sec::unexpected_message;
+      });
   self->send(self, tick_atom::value);
   return {
       [self](tick_atom) {
@@ -207,12 +219,15 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         auto& ctx = *st.ctx;
         if (st.finishing) return;
         if (auto c = ctx.coordinator())
-          self->send(c, heartbeat_atom::value, messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running")));
+          self->send(
+              c, heartbeat_atom::value,
+              messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running")));
         if (ctx.draining() && ctx.workers_running.load() == 0 && ctx.active_units.load() == 0) {
           complete_drain(self);
           return;
         }
-        self->delayed_send(self, ms(ctx.draining() ? 50 : ctx.cp.heartbeat_interval_ms), tick_atom::value);
+        self->delayed_send(self, ms(ctx.draining() ? 50 : ctx.cp.heartbeat_interval_ms),
+                           tick_atom::value);
       },
       [self](notice_atom, const std::string& bytes) {
         auto n = messages::decode<messages::interruption_notice>(bytes);
@@ -230,8 +245,8 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         logger("node")->info("shutdown requested by the coordinator");
         finish(self, 0);
       },
-      [self](event_atom, const std::string& packed) {
-        auto events = unpack_ledger_events(packed, self->state.ctx->name);
+      [self](event_atom, const std::string& bytes) {
+        auto events = decode_ledger_events(bytes, self->state.ctx->name);
         if (!events) {
           logger("node")->error("ledger events refused: {}", events.err().to_string());
           return;

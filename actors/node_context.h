@@ -18,22 +18,25 @@
 
 #include "actors/caf_setup.h"
 #include "actors/job.h"
-#include "ledger/sample_plane.h"
+#include "actors/node_role.h"
 #include "actors/reward_hop.h"
 #include "common/config.h"
+#include "ledger/sample_plane.h"
 
 namespace moerl::actors {
+
+class rank_pool;  // trainer_role.cpp
 
 struct node_context {
   std::string id;    // random 128-bit hex id (node_identity.h)
   std::string name;  // display name
-  std::string role;
+  node_role role = node_role::rollout;
   config cfg;
   control_plane_options cp;
   std::string coord_host;
   uint16_t coord_port = 0;
   std::shared_ptr<ledger::zmq_context> zmq;
-  std::string endpoint;  // reward: pull socket; buffer: shard socket
+  std::string endpoint;              // reward: pull socket; buffer: shard socket
   std::shared_ptr<job> running_job;  // what the role actors run (set before they start)
 
   // The coordinator's handle; replaced when the coordinator restarts.
@@ -52,8 +55,8 @@ struct node_context {
   bool draining() const { return drain_by_ms.load() != 0; }
   std::atomic<bool> stopping{false};  // shutdown: leave loops now
 
-  std::atomic<uint32_t> units_finished{0};   // during drain
-  std::atomic<uint32_t> units_returned{0};   // during drain
+  std::atomic<uint32_t> units_finished{0};  // during drain
+  std::atomic<uint32_t> units_returned{0};  // during drain
   std::atomic<uint32_t> active_units{0};
   std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
   std::atomic<uint32_t> restarts{0};
@@ -72,7 +75,10 @@ struct node_context {
   std::mutex ranks_mu;
   std::map<uint32_t, caf::actor> ranks;
   std::atomic<uint64_t> trained_groups{0};  // survives a one_for_all restart of the ranks
-  std::shared_ptr<trainer_step> trainer_state;  // the job's learning step (null: built-in check)
+  // The ranks as the job's step reaches them, and the step; both survive a one_for_all
+  // restart of the ranks (declared in this order: the step refers to the pool).
+  std::shared_ptr<rank_pool> trainer_rank_pool;
+  std::shared_ptr<trainer_step> trainer_state;
 
  private:
   std::mutex mu;

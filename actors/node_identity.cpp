@@ -19,8 +19,8 @@ std::string make_node_id() {
 
 std::string short_node_id(const std::string& id) { return id.substr(0, 8); }
 
-std::string default_node_name(const std::string& role, const std::string& id) {
-  return role + "-" + id.substr(0, 6);
+std::string default_node_name(node_role role, const std::string& id) {
+  return std::string(to_string(role)) + "-" + id.substr(0, 6);
 }
 
 }  // namespace moerl::actors

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "actors/node_role.h"
+
 namespace moerl::actors {
 
 // 32 lower-case hex digits from the OS entropy source (std::random_device reads
@@ -16,6 +18,6 @@ std::string make_node_id();
 std::string short_node_id(const std::string& id);
 
 // Default display name: "<role>-<first 6 hex digits of the id>".
-std::string default_node_name(const std::string& role, const std::string& id);
+std::string default_node_name(node_role role, const std::string& id);
 
 }  // namespace moerl::actors

@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <iostream>
-#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -18,8 +17,8 @@
 #include "actors/node_agent.h"
 #include "actors/node_identity.h"
 #include "actors/signal_watch.h"
-#include "ledger/clock.h"
 #include "common/log.h"
+#include "ledger/clock.h"
 #include "store/object_store.h"
 
 namespace moerl::actors {
@@ -30,8 +29,10 @@ class signal_relay {
  public:
   void deliver(int sig) {
     std::lock_guard<std::mutex> g(mu_);
-    if (fn_) fn_(sig);
-    else early_.push_back(sig);
+    if (fn_)
+      fn_(sig);
+    else
+      early_.push_back(sig);
   }
   void set(std::function<void(int)> fn) {
     std::lock_guard<std::mutex> g(mu_);
@@ -53,21 +54,34 @@ int wait_for(caf::actor_system& sys, const caf::actor& a) {
   return 0;
 }
 
-int run_coordinator(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
+int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
                     const std::string& host, uint16_t port, const std::string& node_id) {
   auto log = logger("node");
   auto copts = coordinator_options::from_config(cfg);
-  if (!copts) { log->error("{}", copts.err().to_string()); return 2; }
+  if (!copts) {
+    log->error("{}", copts.err().to_string());
+    return 2;
+  }
   auto lopts = ledger::ledger_options::from_config(cfg);
-  if (!lopts) { log->error("{}", lopts.err().to_string()); return 2; }
+  if (!lopts) {
+    log->error("{}", lopts.err().to_string());
+    return 2;
+  }
   auto store = store::open_store(cfg.get_string("store.url"), cfg);
-  if (!store) { log->error("ledger store: {}", store.err().to_string()); return 2; }
+  if (!store) {
+    log->error("ledger store: {}", store.err().to_string());
+    return 2;
+  }
   static ledger::steady_clock_source clock;
   ledger::recovery_info info;
   auto led = ledger::work_ledger::open(*lopts, clock, store->get(), &info);
-  if (!led) { log->error("ledger: {}", led.err().to_string()); return 2; }
-  log->info("ledger at {} epoch {} ({}; {} records replayed, {} leases expired)", (*store)->describe(), info.epoch,
-            info.recovered ? "recovered" : "fresh", info.records_replayed, info.leases_expired);
+  if (!led) {
+    log->error("ledger: {}", led.err().to_string());
+    return 2;
+  }
+  log->info("ledger at {} epoch {} ({}; {} records replayed, {} leases expired)",
+            (*store)->describe(), info.epoch, info.recovered ? "recovered" : "fresh",
+            info.records_replayed, info.leases_expired);
   auto core = std::make_unique<coordinator_core>(*copts, std::move(*led), clock);
 
   node_caf_config ccfg(cp);
@@ -79,7 +93,8 @@ int run_coordinator(node_args const& args, config& cfg, control_plane_options& c
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 2;
   }
-  log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound, cp.tls ? " (TLS)" : "");
+  log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound,
+            cp.tls ? " (TLS)" : "");
   auto console = console_server::start(sys, coord, cfg.get_string("console.address"),
                                        static_cast<int>(cp.request_timeout_ms));
   if (!console) {
@@ -89,7 +104,8 @@ int run_coordinator(node_args const& args, config& cfg, control_plane_options& c
   }
   log->info("console on {}", (*console)->address());
   relay.set([coord](int sig) {
-    logger("node")->warn("signal {}: coordinator stops (the ledger is durable; a restart recovers it)", sig);
+    logger("node")->warn(
+        "signal {}: coordinator stops (the ledger is durable; a restart recovers it)", sig);
     caf::anon_send(coord, shutdown_atom::value);
   });
   wait_for(sys, coord);
@@ -98,39 +114,52 @@ int run_coordinator(node_args const& args, config& cfg, control_plane_options& c
   return 0;
 }
 
-int run_member(node_args const& args, config& cfg, control_plane_options& cp, signal_relay& relay,
-               const std::string& host, uint16_t port, const std::string& node_id) {
+int run_member(node_args const& args, node_role role, config& cfg, control_plane_options& cp,
+               signal_relay& relay, const std::string& host, uint16_t port,
+               const std::string& node_id) {
   auto log = logger("node");
   auto ctx = std::make_shared<node_context>();
   ctx->id = node_id;
-  ctx->role = args.role;
-  ctx->name = cfg.get_string("node.name").empty() ? default_node_name(args.role, node_id) : cfg.get_string("node.name");
+  ctx->role = role;
+  ctx->name = cfg.get_string("node.name").empty() ? default_node_name(role, node_id)
+                                                  : cfg.get_string("node.name");
   ctx->cfg = cfg;
   ctx->cp = cp;
   ctx->coord_host = host;
   ctx->coord_port = port;
-  if (args.make_job) {
-    auto j = args.make_job(cfg, args.role);
-    if (!j) { log->error("job: {}", j.err().to_string()); return 2; }
-    ctx->running_job = std::move(*j);
-  } else {
-    ctx->running_job = make_modpow_job(cfg);
+  auto j = args.make_job(cfg, role);
+  if (!j) {
+    log->error("job: {}", j.err().to_string());
+    return 2;
   }
+  ctx->running_job = std::move(*j);
   auto z = ledger::zmq_context::create();
-  if (!z) { log->error("{}", z.err().to_string()); return 2; }
+  if (!z) {
+    log->error("{}", z.err().to_string());
+    return 2;
+  }
   ctx->zmq = *z;
   std::string bind_ep = "tcp://" + cfg.get_string("node.host") + ":*";
-  if (args.role == "buffer") {
+  if (role == node_role::buffer) {
     auto so = ledger::shard_options::from_config(cfg, ctx->name);
     auto po = ledger::sample_plane_options::from_config(cfg);
-    if (!so || !po) { log->error("{}", (!so ? so.err() : po.err()).to_string()); return 2; }
+    if (!so || !po) {
+      log->error("{}", (!so ? so.err() : po.err()).to_string());
+      return 2;
+    }
     auto svc = ledger::shard_service::bind(ctx->zmq, bind_ep, *so, *po);
-    if (!svc) { log->error("shard: {}", svc.err().to_string()); return 2; }
+    if (!svc) {
+      log->error("shard: {}", svc.err().to_string());
+      return 2;
+    }
     ctx->endpoint = (*svc)->endpoint();
     ctx->shard = std::move(*svc);
-  } else if (args.role == "reward") {
+  } else if (role == node_role::reward) {
     auto pull = reward_pull::bind(ctx->zmq, bind_ep);
-    if (!pull) { log->error("reward: {}", pull.err().to_string()); return 2; }
+    if (!pull) {
+      log->error("reward: {}", pull.err().to_string());
+      return 2;
+    }
     ctx->endpoint = (*pull)->endpoint();
     ctx->pull = std::move(*pull);
   }
@@ -148,12 +177,12 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
     });
     std::unique_ptr<imds_poller> imds;
     if (cfg.get_bool("imds.enabled"))
-      imds = std::make_unique<imds_poller>(imds_options::from_config(cfg),
-                                           [agent, ctx](const messages::interruption_notice& n) {
-                                             auto m = n;
-                                             m.node = ctx->id;
-                                             caf::anon_send(agent, notice_atom::value, messages::encode(m));
-                                           });
+      imds = std::make_unique<imds_poller>(
+          imds_options::from_config(cfg), [agent, ctx](const messages::interruption_notice& n) {
+            auto m = n;
+            m.node = ctx->id;
+            caf::anon_send(agent, notice_atom::value, messages::encode(m));
+          });
     wait_for(sys, agent);
     ctx->stopping = true;
     code = exit_code->load();
@@ -177,9 +206,13 @@ int run_member(node_args const& args, config& cfg, control_plane_options& cp, si
 }  // namespace
 
 int run_node(const node_args& args) {
-  static const std::set<std::string> roles{"coordinator", "rollout", "reward", "env", "buffer", "trainer", "weights"};
-  if (!roles.count(args.role)) {
-    std::cerr << "moerl node: unknown role '" << args.role << "' (coordinator|rollout|reward|env|buffer|trainer|weights)\n";
+  auto role = parse_role(args.role);
+  if (!role) {
+    std::cerr << "moerl node: " << role.err().message << "\n";
+    return 2;
+  }
+  if (!args.make_job) {  // a bug in the caller, not bad input: every caller passes job::make_job
+    std::cerr << "moerl node: no job factory given (node_args.make_job)\n";
     return 2;
   }
   auto hp = parse_host_port(args.join);
@@ -206,8 +239,9 @@ int run_node(const node_args& args) {
   signal_watch watch([&relay](int sig) { relay.deliver(sig); });
   std::string id = make_node_id();
   init_logging(short_node_id(id), args.role, cfg->get_string("log.level"));
-  if (args.role == "coordinator") return run_coordinator(args, *cfg, *cp, relay, hp->first, hp->second, id);
-  return run_member(args, *cfg, *cp, relay, hp->first, hp->second, id);
+  if (*role == node_role::coordinator)
+    return run_coordinator(*cfg, *cp, relay, hp->first, hp->second, id);
+  return run_member(args, *role, *cfg, *cp, relay, hp->first, hp->second, id);
 }
 
 }  // namespace moerl::actors

@@ -14,11 +14,11 @@
 namespace moerl::actors {
 
 struct node_args {
-  std::string role;                    // coordinator|rollout|reward|env|buffer|trainer|weights
+  std::string role;                    // as given on the command line (parse_role, node_role.h)
   std::string join;                    // HOST:PORT of the coordinator (its listen address)
   std::string config_file;             // optional YAML
   std::vector<std::string> overrides;  // key=value
-  job_factory make_job;                // empty: the modpow test job
+  job_factory make_job;                // required: job::make_job (job.kind picks the job)
 };
 
 int run_node(const node_args& args);

@@ -13,7 +13,9 @@ result<std::unique_ptr<reward_push>> reward_push::connect(std::shared_ptr<ledger
   std::unique_ptr<reward_push> p(new reward_push);
   p->ctx_ = std::move(ctx);
   p->sock_ = zmq_socket(p->ctx_->handle(), ZMQ_PUSH);
-  if (!p->sock_) return error(errc::io_error, std::string("zmq_socket(PUSH) failed: ") + zmq_strerror(zmq_errno()));
+  if (!p->sock_)
+    return error(errc::io_error,
+                 std::string("zmq_socket(PUSH) failed: ") + zmq_strerror(zmq_errno()));
   auto init = [&]() -> status {
     int linger = 0, hwm = 256;
     ZMQ_CHECK(zmq_setsockopt(p->sock_, ZMQ_LINGER, &linger, sizeof linger));
@@ -41,7 +43,9 @@ result<std::unique_ptr<reward_pull>> reward_pull::bind(std::shared_ptr<ledger::z
   std::unique_ptr<reward_pull> p(new reward_pull);
   p->ctx_ = std::move(ctx);
   p->sock_ = zmq_socket(p->ctx_->handle(), ZMQ_PULL);
-  if (!p->sock_) return error(errc::io_error, std::string("zmq_socket(PULL) failed: ") + zmq_strerror(zmq_errno()));
+  if (!p->sock_)
+    return error(errc::io_error,
+                 std::string("zmq_socket(PULL) failed: ") + zmq_strerror(zmq_errno()));
   auto init = [&]() -> status {
     int linger = 0, hwm = 256;
     ZMQ_CHECK(zmq_setsockopt(p->sock_, ZMQ_LINGER, &linger, sizeof linger));

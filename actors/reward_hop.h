@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "ledger/sample_plane.h"
 #include "common/error.h"
+#include "ledger/sample_plane.h"
 
 namespace moerl::actors {
 

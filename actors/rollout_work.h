@@ -18,11 +18,11 @@
 namespace moerl::actors {
 
 struct generated_sample {
-  uint32_t group = 0;             // index of the prompt group inside the unit
-  uint32_t index_in_group = 0;    // 0 .. group_size-1
-  std::vector<uint32_t> prompt;    // prompt tokens
-  std::vector<uint32_t> tokens;    // generated tokens
-  std::vector<float> logprobs;    // one per generated token
+  uint32_t group = 0;            // index of the prompt group inside the unit
+  uint32_t index_in_group = 0;   // 0 .. group_size-1
+  std::vector<uint32_t> prompt;  // prompt tokens
+  std::vector<uint32_t> tokens;  // generated tokens
+  std::vector<float> logprobs;   // one per generated token
 };
 
 class rollout_work {

@@ -41,7 +41,8 @@ status install_handlers(int fds[2]) {
   sigaddset(&set, SIGINT);
   // pthread_sigmask returns the error number instead of setting errno.
   if (const int rc = ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr); rc != 0)
-    return ::moerl::detail::posix_error("pthread_sigmask", "SIGTERM/SIGINT", __FILE__, __LINE__, rc);
+    return ::moerl::detail::posix_error("pthread_sigmask", "SIGTERM/SIGINT", __FILE__, __LINE__,
+                                        rc);
   return ok_status();
 }
 }  // namespace
@@ -61,9 +62,12 @@ signal_watch::signal_watch(std::function<void(int)> on_signal) : impl_(new impl)
     for (;;) {
       unsigned char b = 0;
       ssize_t n = ::read(p->fds[0], &b, 1);
-      if (n == 1 && b != 0) p->on_signal(b);
-      else if (n == 1 && b == 0) return;  // our own stop request
-      else if (n == 0 || (n < 0 && errno != EINTR)) return;
+      if (n == 1 && b != 0)
+        p->on_signal(b);
+      else if (n == 1 && b == 0)
+        return;  // our own stop request
+      else if (n == 0 || (n < 0 && errno != EINTR))
+        return;
     }
   });
 }

@@ -91,10 +91,11 @@ caf::behavior supervisor_impl(sup_actor* self, supervisor_options opts,
       log->error("{}: child {} exited ({}); more than {} restarts in {} ms, giving up",
                  st.opts.name, k.spec.id, reason, st.opts.intensity, st.opts.period_ms);
       st.giving_up = true;
-      for (size_t j = st.kids.size(); j-- > 0;) stop_child(self, j, caf::exit_reason::user_shutdown);
+      for (size_t j = st.kids.size(); j-- > 0;)
+        stop_child(self, j, caf::exit_reason::user_shutdown);
       self->quit(caf::make_error(caf::sec::runtime_error,
-                                 st.opts.name + ": max restart intensity reached after " + k.spec.id +
-                                     " exited with " + reason));
+                                 st.opts.name + ": max restart intensity reached after " +
+                                     k.spec.id + " exited with " + reason));
       return;
     }
     size_t first = i, last = i + 1;
@@ -140,14 +141,16 @@ caf::behavior supervisor_impl(sup_actor* self, supervisor_options opts,
             if (static_cast<unsigned char>(c) >= 0x20) reason += c;
           }
           out += (i ? ",\"" : "\"") + k.spec.id + "\":{\"restarts\":" + std::to_string(k.restarts) +
-                 ",\"running\":" + (k.hdl ? "true" : "false") + ",\"last_reason\":\"" + reason + "\"}";
+                 ",\"running\":" + (k.hdl ? "true" : "false") + ",\"last_reason\":\"" + reason +
+                 "\"}";
         }
         return out + "}}";
       },
       [self](crash_atom, const std::string& id) -> bool {
         for (auto& k : self->state.kids)
           if (k.spec.id == id && k.hdl) {
-            self->send_exit(k.hdl, caf::make_error(caf::sec::runtime_error, "killed on request: " + id));
+            self->send_exit(k.hdl,
+                            caf::make_error(caf::sec::runtime_error, "killed on request: " + id));
             return true;
           }
         return false;

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include <caf/fwd.hpp>
 #include <caf/actor.hpp>
+#include <caf/fwd.hpp>
 
 namespace moerl::actors {
 
@@ -35,11 +35,11 @@ struct child_spec {
 struct supervisor_options {
   std::string name = "supervisor";
   restart_strategy strategy = restart_strategy::one_for_one;
-  int64_t intensity = 5;        // restarts allowed within period_ms
+  int64_t intensity = 5;  // restarts allowed within period_ms
   int64_t period_ms = 10000;
-  int64_t backoff_ms = 100;     // first restart delay
+  int64_t backoff_ms = 100;  // first restart delay
   int64_t backoff_max_ms = 5000;
-  caf::actor observer;          // optional: receives restarted_atom notifications
+  caf::actor observer;  // optional: receives restarted_atom notifications
 };
 
 // Spawns the supervisor and its children (in list order). Ask it (stats_atom) for a JSON

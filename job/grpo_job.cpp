@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
+#include "job/modpow_job.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -69,19 +70,25 @@ struct job_setup {
     s->prefix = cfg.get_string("job.store_prefix");
     s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
     s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
-    for (auto [key, n] : {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
-                          std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
-      if (n < 1) return error{errc::invalid_config, std::string(key) + " must be >= 1, got " + std::to_string(n)};
+    for (auto [key, n] :
+         {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
+          std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
+      if (n < 1)
+        return error{errc::invalid_config,
+                     std::string(key) + " must be >= 1, got " + std::to_string(n)};
       if (s->model.num_experts % n != 0)
-        return error{errc::invalid_config, std::string(key) + " " + std::to_string(n) + " does not divide policy.num_experts " +
+        return error{errc::invalid_config, std::string(key) + " " + std::to_string(n) +
+                                               " does not divide policy.num_experts " +
                                                std::to_string(s->model.num_experts)};
     }
     if (s->rollout_ep_ranks > s->grpo.group_size)
-      return error{errc::invalid_config, "job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) +
-                                             " exceeds ledger.group_size " + std::to_string(s->grpo.group_size) +
-                                             " (every rank generates at least one row of a group)"};
+      return error{errc::invalid_config,
+                   "job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) +
+                       " exceeds ledger.group_size " + std::to_string(s->grpo.group_size) +
+                       " (every rank generates at least one row of a group)"};
     if (s->model.max_seq_len < s->task->prompt_length() + s->task->max_completion_length())
-      return error{errc::invalid_config, "policy.max_seq_len " + std::to_string(s->model.max_seq_len) +
+      return error{errc::invalid_config, "policy.max_seq_len " +
+                                             std::to_string(s->model.max_seq_len) +
                                              " is shorter than the task's prompt + completion"};
     auto st = store::open_store(cfg.get_string("store.url"), cfg);
     if (!st) return st.err();
@@ -94,7 +101,8 @@ struct job_setup {
 
 class policy_rollout final : public actors::rollout_work {
  public:
-  explicit policy_rollout(std::shared_ptr<job_setup> setup) : s_(std::move(setup)), rng_(std::random_device{}()) {}
+  explicit policy_rollout(std::shared_ptr<job_setup> setup)
+      : s_(std::move(setup)), rng_(std::random_device{}()) {}
 
   status init() {
     if (s_->rollout_ep_ranks > 1) return start_ep_group();
@@ -105,12 +113,15 @@ class policy_rollout final : public actors::rollout_work {
     return {};
   }
 
-  std::string name() const override { return s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep" : "grpo-rollout"; }
+  std::string name() const override {
+    return s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep" : "grpo-rollout";
+  }
 
   // Generates the whole group on its first sample (one batched, KV-cached generation of G
   // rows) and hands out its rows one by one.
   result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
-                                            uint32_t index_in_group, uint64_t policy_version) override {
+                                            uint32_t index_in_group,
+                                            uint64_t policy_version) override {
     if (auto st = use_version(policy_version); !st) return st.err();
     if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
         index_in_group >= cached_.completions.size() || index_in_group == 0) {
@@ -123,12 +134,14 @@ class policy_rollout final : public actors::rollout_work {
     }
     if (index_in_group >= cached_.completions.size())
       return error{errc::invalid_argument, "index_in_group " + std::to_string(index_in_group) +
-                                               " is not below the group size " + std::to_string(cached_.completions.size())};
+                                               " is not below the group size " +
+                                               std::to_string(cached_.completions.size())};
     actors::generated_sample out;
     out.group = group;
     out.index_in_group = index_in_group;
     out.prompt = prompt;
-    out.tokens.assign(cached_.completions[index_in_group].begin(), cached_.completions[index_in_group].end());
+    out.tokens.assign(cached_.completions[index_in_group].begin(),
+                      cached_.completions[index_in_group].end());
     out.logprobs = cached_.logprobs[index_in_group];
     return out;
   }
@@ -144,8 +157,8 @@ class policy_rollout final : public actors::rollout_work {
     if (!g) return g.err();
     ep_ = std::move(*g);
     loaded_version_ = 0;
-    logger("rollout")->info("expert-parallel rollout group of {} ranks ready ({} experts each)", shape.num_ranks,
-                            s_->model.num_experts / shape.num_ranks);
+    logger("rollout")->info("expert-parallel rollout group of {} ranks ready ({} experts each)",
+                            shape.num_ranks, s_->model.num_experts / shape.num_ranks);
     return {};
   }
 
@@ -165,7 +178,8 @@ class policy_rollout final : public actors::rollout_work {
     // scratch; it starts at version 0 and loads `version` below.
     if (ep_ && ep_->broken()) {
       ep_.reset();
-      logger("rollout")->warn("expert-parallel rollout group broken by an earlier failure: rebuilding it");
+      logger("rollout")->warn(
+          "expert-parallel rollout group broken by an earlier failure: rebuilding it");
       if (auto st = start_ep_group(); !st) return st;
     }
     if (version == loaded_version_) return {};
@@ -182,7 +196,9 @@ class policy_rollout final : public actors::rollout_work {
       return {};
     }
     auto bytes = s_->store->get(weights_key(s_->prefix, version));
-    if (!bytes) return error{bytes.err().code, "weights of policy version " + std::to_string(version) + ": " + bytes.err().message};
+    if (!bytes)
+      return error{bytes.err().code, "weights of policy version " + std::to_string(version) + ": " +
+                                         bytes.err().message};
     auto hash = s_->store->get(weights_key(s_->prefix, version) + ".hash");
     if (!hash) return hash.err();
     if (policy::content_hash(*bytes) != *hash)
@@ -212,7 +228,8 @@ class policy_reward final : public actors::reward_function {
  public:
   policy_reward(std::shared_ptr<job_setup> s, std::unique_ptr<policy::reward_model> rm)
       : s_(std::move(s)), rm_(std::move(rm)) {}
-  result<float> score(const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& tokens) const override {
+  result<float> score(const std::vector<uint32_t>& prompt,
+                      const std::vector<uint32_t>& tokens) const override {
     auto r = rm_->score(std::vector<token_id>(prompt.begin(), prompt.end()),
                         std::vector<token_id>(tokens.begin(), tokens.end()));
     if (!r) return r.err();
@@ -232,14 +249,15 @@ class grpo_trainer final : public actors::trainer_step {
 
   status init() {
     const auto& cfg = s_->cfg;
-    groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") * cfg.get_int("actors.groups_per_unit"));
+    groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
+                                           cfg.get_int("actors.groups_per_unit"));
     checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
     if (s_->trainer_ep_ranks > 1) {
       // Batches arrive a work unit at a time, so a step may hold up to one unit more than
       // an iteration; twice an iteration's samples bounds it with room to spare.
       const int64_t max_samples = 2 * int64_t(groups_per_step_) * s_->grpo.group_size;
-      auto t = ep_trainer::create(cfg, s_->model, s_->grpo, s_->adam, s_->temperature, s_->trainer_ep_ranks,
-                                  max_samples);
+      auto t = ep_trainer::create(cfg, s_->model, s_->grpo, s_->adam, s_->temperature,
+                                  s_->trainer_ep_ranks, max_samples);
       if (!t) return t.err();
       ep_ = std::move(*t);
       const std::string resume = cfg.get_string("job.resume_from");
@@ -312,7 +330,8 @@ class grpo_trainer final : public actors::trainer_step {
       grad_norm = r->grad_norm;
     }
     for (int e = 0; !ep_ && e < s_->grpo.epochs; ++e) {
-      auto u = policy::grpo_gradient(*policy_, pending_, adv, s_->grpo, s_->temperature, ref_.get(), &grads_);
+      auto u = policy::grpo_gradient(*policy_, pending_, adv, s_->grpo, s_->temperature, ref_.get(),
+                                     &grads_);
       if (!u) return u.err();
       us = *u;
       auto norm = opt_->step(policy_->params(), grads_);
@@ -330,7 +349,8 @@ class grpo_trainer final : public actors::trainer_step {
     // Weights before the hash object, and both before the announcement: a rollout that
     // hears of version v always finds it complete.
     if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st.err();
-    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", hash); !st) return st.err();
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", hash); !st)
+      return st.err();
     // Older versions go once no admissible sample can still be generated from them (a lease
     // names at most the version current when it was granted).
     const uint64_t keep = static_cast<uint64_t>(s_->cfg.get_int("buffer.max_staleness")) + 3;
@@ -340,9 +360,13 @@ class grpo_trainer final : public actors::trainer_step {
     }
     const double t_weights = seconds_since(t0);
 
-    curve_.push_back({{"iteration", version_}, {"mean_reward", mean_reward}, {"samples", pending_.size()},
-                      {"groups", pending_groups_}, {"staleness", staleness},
-                      {"clip_fraction", us.grpo.clip_fraction}, {"grad_norm", grad_norm},
+    curve_.push_back({{"iteration", version_},
+                      {"mean_reward", mean_reward},
+                      {"samples", pending_.size()},
+                      {"groups", pending_groups_},
+                      {"staleness", staleness},
+                      {"clip_fraction", us.grpo.clip_fraction},
+                      {"grad_norm", grad_norm},
                       {"load_imbalance", us.load_imbalance}});
     double t_checkpoint = 0;
     if (checkpoint_every_ > 0 && version_ % checkpoint_every_ == 0) {
@@ -354,9 +378,13 @@ class grpo_trainer final : public actors::trainer_step {
     // samples, summed over samples (worker-seconds: workers run in parallel, so this is work,
     // not wall time); the per-sample means sit beside them.
     const double n_samples = double(std::max<size_t>(pending_.size(), 1));
-    timings_.push_back({{"iteration", version_}, {"t_buffer", t_wait}, {"t_train", t_train},
-                        {"t_weights", t_weights}, {"t_checkpoint", t_checkpoint},
-                        {"t_generate", double(generate_us_) * 1e-6}, {"t_reward", double(reward_us_) * 1e-6},
+    timings_.push_back({{"iteration", version_},
+                        {"t_buffer", t_wait},
+                        {"t_train", t_train},
+                        {"t_weights", t_weights},
+                        {"t_checkpoint", t_checkpoint},
+                        {"t_generate", double(generate_us_) * 1e-6},
+                        {"t_reward", double(reward_us_) * 1e-6},
                         {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
                         {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples}});
     generate_us_ = reward_us_ = 0;
@@ -369,8 +397,10 @@ class grpo_trainer final : public actors::trainer_step {
     out.manifest.content_hash = hash;
     out.manifest.total_bytes = bytes.size();
     out.manifest.parts.push_back({weights_key(s_->prefix, version_), 0, bytes.size(), hash});
-    out.manifest.created_unix_ms = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    out.manifest.created_unix_ms =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
     return out;
   }
 
@@ -396,14 +426,18 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   status checkpoint(const std::string& param_bytes, const std::string& hash) {
-    nlohmann::json meta{{"policy_version", version_}, {"content_hash", hash}, {"reward_curve", curve_},
-                        {"task", s_->task->name()}, {"difficulty", s_->task->difficulty()}};
+    nlohmann::json meta{{"policy_version", version_},
+                        {"content_hash", hash},
+                        {"reward_curve", curve_},
+                        {"task", s_->task->name()},
+                        {"difficulty", s_->task->difficulty()}};
     auto adam_bytes = ep_ ? ep_->serialize_adam() : result<std::string>(opt_->serialize());
     if (!adam_bytes) return adam_bytes.err();
     auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
                                      {{"params", param_bytes}, {"adam", *adam_bytes}}, meta);
     if (!m) return m.err();
-    logger("trainer")->info("checkpoint of policy version {} committed ({})", version_, m->content_hash);
+    logger("trainer")->info("checkpoint of policy version {} committed ({})", version_,
+                            m->content_hash);
     return {};
   }
 
@@ -421,13 +455,17 @@ class grpo_trainer final : public actors::trainer_step {
     }
     version_ = m->step;
     resumed_from_ = version_;
-    if (m->meta.contains("reward_curve")) curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
+    if (m->meta.contains("reward_curve"))
+      curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
     // Republish the resumed weights under this run's prefix so rollouts can load them.
     auto serialized = serialize_params();
     if (!serialized) return serialized.err();
     const std::string bytes = std::move(*serialized);
     if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st;
-    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", policy::content_hash(bytes)); !st) return st;
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash",
+                                 policy::content_hash(bytes));
+        !st)
+      return st;
     logger("trainer")->info("resumed from {} at policy version {}", prefix, version_);
     return {};
   }
@@ -471,7 +509,7 @@ class grpo_job final : public actors::job {
     if (!rm) return rm.err();
     return std::unique_ptr<actors::reward_function>(new policy_reward(s_, std::move(*rm)));
   }
-  result<std::unique_ptr<actors::trainer_step>> make_trainer() override {
+  result<std::unique_ptr<actors::trainer_step>> make_trainer(actors::trainer_ranks&) override {
     auto t = std::make_unique<grpo_trainer>(s_);
     if (auto st = t->init(); !st) return st.err();
     return std::unique_ptr<actors::trainer_step>(std::move(t));
@@ -488,10 +526,10 @@ std::string weights_key(const std::string& prefix, uint64_t version) {
 }
 std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
 
-result<std::shared_ptr<actors::job>> make_job(const config& cfg, const std::string& role) {
+result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role) {
   (void)role;
   const std::string kind = cfg.get_string("job.kind");
-  if (kind == "modpow") return actors::make_modpow_job(cfg);
+  if (kind == "modpow") return make_modpow_job(cfg);
   auto s = job_setup::create(cfg);
   if (!s) return s.err();
   return std::shared_ptr<actors::job>(std::make_shared<grpo_job>(*s));

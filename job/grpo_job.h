@@ -1,6 +1,6 @@
 // The main job: GRPO on the MoE policy (policy/) plugged into the generic runtime
 // (actors/job.h). Which job a node runs is `job.kind`: "grpo" (default) or "modpow" (the
-// deterministic test work of actors/).
+// deterministic test job, job/modpow_job.h).
 //
 // How the pieces meet:
 //   prompts   a pure function of (grpo.seed, group id), so any node rebuilds them;
@@ -25,7 +25,7 @@
 namespace moerl::job {
 
 // The job.kind a node runs. errc::invalid_config names a bad key.
-result<std::shared_ptr<actors::job>> make_job(const config& cfg, const std::string& role);
+result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role);
 
 // Store keys (exposed for tests and `moerl up --resume`).
 std::string weights_key(const std::string& prefix, uint64_t version);

@@ -67,7 +67,8 @@ std::string encode(const admin_reply& m) {
 template <>
 result<admin_reply> decode(const void* data, size_t size, const decode_limits& lim) {
   return decode_frame<schema::AdminReply, admin_reply>(
-      kind::admin_reply, data, size, lim, [](schema::AdminReply::Reader r, admin_reply& m) -> status {
+      kind::admin_reply, data, size, lim,
+      [](schema::AdminReply::Reader r, admin_reply& m) -> status {
         m.request_id = r.getRequestId();
         m.ok = r.getOk();
         if (auto st = read_error(r.getError(), m.err); !st) return st;

@@ -6,5 +6,6 @@
 #include "messages/control.h"
 #include "messages/metrics.h"
 #include "messages/sample.h"
+#include "messages/shard.h"
 #include "messages/weights.h"
 #include "messages/work.h"

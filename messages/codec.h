@@ -36,15 +36,20 @@ enum class kind : uint16_t {
   admin_reply = 14,
   metrics_snapshot = 15,
   error = 16,
+  lease_batch = 17,
+  lease_give_back = 18,
+  prompt = 19,
+  ledger_events = 20,
+  shard_ack = 21,
 };
-constexpr uint16_t kMaxKind = 16;
+constexpr uint16_t kMaxKind = 21;
 
 const char* kind_name(kind k);
 
 struct decode_limits {
-  size_t max_bytes = 64u << 20;            // whole frame, header included
-  uint64_t traversal_limit_words = 0;      // 0: derived from the frame size (4x its words)
-  int nesting_limit = 16;                  // our schemas nest at most 4 deep
+  size_t max_bytes = 64u << 20;        // whole frame, header included
+  uint64_t traversal_limit_words = 0;  // 0: derived from the frame size (4x its words)
+  int nesting_limit = 16;              // our schemas nest at most 4 deep
 };
 
 // The kind named in a frame's header, after checking magic, version and size bounds.
@@ -68,8 +73,8 @@ struct kind_of;
 
 }  // namespace moerl::messages
 
-#define MOERL_MESSAGE_KIND(type, k)                       \
-  template <>                                             \
-  struct kind_of<type> {                                  \
-    static constexpr ::moerl::messages::kind value = k;   \
+#define MOERL_MESSAGE_KIND(type, k)                     \
+  template <>                                           \
+  struct kind_of<type> {                                \
+    static constexpr ::moerl::messages::kind value = k; \
   }

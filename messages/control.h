@@ -16,9 +16,9 @@ struct heartbeat {
   uint64_t sent_unix_ms = 0;
   std::string state;
   uint32_t leases = 0;
-  uint32_t restarts = 0;   // actor restarts made by this node's supervisor so far
-  std::string name;        // display name
-  std::string endpoint;    // sample-plane endpoint (buffer shards), else empty
+  uint32_t restarts = 0;  // actor restarts made by this node's supervisor so far
+  std::string name;       // display name
+  std::string endpoint;   // sample-plane endpoint (buffer shards), else empty
 };
 
 enum class interruption_source : uint8_t {

@@ -20,6 +20,11 @@ const char* kind_name(kind k) {
     case kind::admin_reply: return "admin_reply";
     case kind::metrics_snapshot: return "metrics_snapshot";
     case kind::error: return "error";
+    case kind::lease_batch: return "lease_batch";
+    case kind::lease_give_back: return "lease_give_back";
+    case kind::prompt: return "prompt";
+    case kind::ledger_events: return "ledger_events";
+    case kind::shard_ack: return "shard_ack";
   }
   return "unknown";
 }

@@ -95,12 +95,12 @@ std::string encode(const credit& m) {
 }
 template <>
 result<credit> decode(const void* data, size_t size, const decode_limits& lim) {
-  return decode_frame<schema::Credit, credit>(
-      kind::credit, data, size, lim, [](schema::Credit::Reader r, credit& m) -> status {
-        m.consumer = str(r.getConsumer());
-        m.credits = r.getCredits();
-        return {};
-      });
+  return decode_frame<schema::Credit, credit>(kind::credit, data, size, lim,
+                                              [](schema::Credit::Reader r, credit& m) -> status {
+                                                m.consumer = str(r.getConsumer());
+                                                m.credits = r.getCredits();
+                                                return {};
+                                              });
 }
 
 template <>

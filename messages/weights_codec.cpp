@@ -41,9 +41,9 @@ result<weight_manifest> decode(const void* data, size_t size, const decode_limit
           m.parts.push_back(std::move(part));
         }
         if (sum != m.total_bytes)
-          return error{errc::malformed_message, "weight_manifest: parts add up to " +
-                                                    std::to_string(sum) + " bytes, total_bytes is " +
-                                                    std::to_string(m.total_bytes)};
+          return error{errc::malformed_message,
+                       "weight_manifest: parts add up to " + std::to_string(sum) +
+                           " bytes, total_bytes is " + std::to_string(m.total_bytes)};
         m.created_unix_ms = r.getCreatedUnixMs();
         return {};
       });

@@ -42,3 +42,43 @@ struct UnitReport {
   samplesProduced @4 :UInt32;  # N samples sent for this attempt (commit needs shard acks of N)
   reason @5 :Text;             # free text for returned/failed
 }
+
+struct LeaseBatch {
+  # The reply to a batched lease request (actors.lease_batch > 1): up to that many leases in
+  # one message. Every lease of one reply has the same worker, policy version, task and group
+  # size, and names one of a handful of shards: those are stated once, not per lease.
+  struct Shard {
+    name @0 :Text;             # buffer shard's name (Lease.shard of the leases that name it)
+    endpoint @1 :Text;         # ZeroMQ endpoint of its sample socket (Lease.shardEndpoint)
+  }
+  struct Entry {
+    unit @0 :UInt64;           # WorkUnit.id of the leased unit
+    attempt @1 :UInt32;        # fencing token of this lease (Lease.attempt)
+    deadlineUnixMs @2 :UInt64; # lease expires at this wall-clock time (Lease.deadlineUnixMs)
+    shard @3 :UInt32;          # index into `shards` of the shard that receives its samples
+    groupIds @4 :List(UInt64); # prompt groups of the unit (WorkUnit.groupIds), never empty
+  }
+  worker @0 :Text;             # node id/worker index of the leaseholder, for every lease
+  policyVersion @1 :UInt64;    # newest policy version at lease time, for every lease
+  task @2 :Text;               # task name of every unit (WorkUnit.task)
+  samplesPerGroup @3 :UInt32;  # G of every unit (WorkUnit.samplesPerGroup); > 0 when leases exist
+  shards @4 :List(Shard);      # the shards the leases name, each once
+  leases @5 :List(Entry);      # the leases, in the order the ledger granted them
+}
+
+struct LeaseGiveBack {
+  # Leases a worker fetched but never started, handed back in one message (drain, stop):
+  # each unit is pending again at once instead of at its lease deadline.
+  struct Lease {
+    unit @0 :UInt64;           # WorkUnit.id of the unit handed back
+    attempt @1 :UInt32;        # the attempt the worker holds (a stale one is refused)
+  }
+  worker @0 :Text;             # the leaseholder giving them back (node id/worker index)
+  leases @1 :List(Lease);      # the leases handed back, each applied on its own
+}
+
+struct Prompt {
+  # The prompt of one prompt group, as the env role serves it.
+  groupId @0 :UInt64;          # the group asked for
+  tokens @1 :List(UInt32);     # its prompt tokens (a pure function of the group id)
+}

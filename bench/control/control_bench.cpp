@@ -21,28 +21,29 @@
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
 #include "actors/coordinator.h"
-#include "ledger/clock.h"
 #include "actors/local_cluster.h"
 #include "actors/node_identity.h"
 #include "bench/control/lease_client.h"
+#include "bench/support.h"
 #include "common/config.h"
-#include "messages/control.h"
 #include "common/percentile.h"
+#include "ledger/clock.h"
+#include "messages/control.h"
 #include "provenance/provenance.h"
+#include "tests/support/temp_dir.h"
 
 namespace moerl::bench {
 namespace {
 
 using namespace moerl::actors;
 using nlohmann::json;
-using clk = std::chrono::steady_clock;
 
 struct bench_args {
   bool json_out = false;
   int requests = 3000;
   int nodes = 8;
-  int window = 16;        // K=1 lease requests in flight per leaser process
-  int batch_window = 4;   // K=batch lease requests in flight per leaser process
+  int window = 16;       // K=1 lease requests in flight per leaser process
+  int batch_window = 4;  // K=batch lease requests in flight per leaser process
   uint32_t batch = 256;
   double duration_s = 3.0;
   int repeat = 3;  // throughput runs per K, interleaved (K=1, K=batch, K=1, ...)
@@ -64,12 +65,17 @@ json percentiles(std::vector<double> us) {
   auto at = [&](double q) { return nearest_rank_percentile(us, q * 100); };
   double sum = 0;
   for (double v : us) sum += v;
-  return {{"n", us.size()}, {"p50_us", at(0.5)}, {"p99_us", at(0.99)}, {"mean_us", sum / us.size()}, {"max_us", us.back()}};
+  return {{"n", us.size()},
+          {"p50_us", at(0.5)},
+          {"p99_us", at(0.99)},
+          {"mean_us", sum / us.size()},
+          {"max_us", us.back()}};
 }
 
 json load_average() { return host_load_average(); }
 
-std::string heartbeat_bytes(const std::string& id, const std::string& role, const std::string& endpoint) {
+std::string heartbeat_bytes(const std::string& id, const std::string& role,
+                            const std::string& endpoint) {
   messages::heartbeat hb;
   hb.node = id;
   hb.role = role;
@@ -84,15 +90,17 @@ std::string heartbeat_bytes(const std::string& id, const std::string& role, cons
 // Its default handler answers with an empty message: caf::drop would answer the
 // coordinator's messages with an unexpected_message error, which ends the coordinator.
 caf::behavior sink(caf::event_based_actor* self) {
-  self->set_default_handler([](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-    return caf::message{};
-  });
+  self->set_default_handler(
+      [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+        return caf::message{};
+      });
   return {[](shutdown_atom) {}};
 }
 
-void register_node(caf::scoped_actor& self, const caf::actor& coord, const std::string& id, const std::string& role,
-                   const std::string& endpoint, const caf::actor& agent) {
-  self->request(coord, std::chrono::seconds(5), register_atom::value, heartbeat_bytes(id, role, endpoint), agent)
+void register_node(caf::scoped_actor& self, const caf::actor& coord, const std::string& id,
+                   const std::string& role, const std::string& endpoint, const caf::actor& agent) {
+  self->request(coord, std::chrono::seconds(5), register_atom::value,
+                heartbeat_bytes(id, role, endpoint), agent)
       .receive([](std::string&) {}, [](caf::error&) {});
 }
 
@@ -107,7 +115,8 @@ std::string join(caf::scoped_actor& self, const caf::actor& coord, const caf::ac
 // The coordinator's config. The unit pool is large enough that every lease request of the
 // throughput run can be granted in full (2x the units in flight at most).
 std::vector<std::string> bench_overrides(const bench_args& a, const std::string& dir) {
-  uint64_t pool = std::max<uint64_t>(1024, 2ull * a.nodes * std::max<uint64_t>(a.window, uint64_t(a.batch_window) * a.batch));
+  uint64_t pool = std::max<uint64_t>(
+      1024, 2ull * a.nodes * std::max<uint64_t>(a.window, uint64_t(a.batch_window) * a.batch));
   return {"store.url=" + dir, std::string("store.local_fsync=") + (a.fsync ? "true" : "false"),
           "actors.iterations=1", "actors.units_per_iteration=" + std::to_string(pool),
           "actors.groups_per_unit=1", "ledger.group_size=1", "ledger.lease_timeout_ms=60000",
@@ -120,7 +129,8 @@ std::vector<std::string> bench_overrides(const bench_args& a, const std::string&
 }
 
 // Round trips of K=1 and K=batch lease requests, one request in flight.
-json rtt_pair(caf::scoped_actor& self, const caf::actor& coord, const std::string& worker, const bench_args& a) {
+json rtt_pair(caf::scoped_actor& self, const caf::actor& coord, const std::string& worker,
+              const bench_args& a) {
   json out = json::array();
   for (uint32_t k : {1u, a.batch}) {
     uint64_t units = 0;
@@ -139,14 +149,15 @@ json rtt_pair(caf::scoped_actor& self, const caf::actor& coord, const std::strin
 }
 
 json in_process(const bench_args& a, const std::string& dir) {
-  auto cfg = config::load("", bench_overrides(a, dir));
-  auto lo = ledger::ledger_options::from_config(*cfg);
+  auto cfg = need(config::load("", bench_overrides(a, dir)), "coordinator config");
+  auto lo = need(ledger::ledger_options::from_config(cfg), "ledger options");
   static ledger::steady_clock_source clock;
-  auto led = ledger::work_ledger::open(*lo, clock, nullptr);
-  auto co = coordinator_options::from_config(*cfg);
+  auto led = need(ledger::work_ledger::open(lo, clock, nullptr), "in-memory ledger");
+  auto co = need(coordinator_options::from_config(cfg), "coordinator options");
   caf::actor_system_config sc;
   caf::actor_system sys{sc};
-  auto coord = spawn_coordinator(sys, std::make_unique<coordinator_core>(*co, std::move(*led), clock));
+  auto coord =
+      spawn_coordinator(sys, std::make_unique<coordinator_core>(co, std::move(led), clock));
   auto agent = sys.spawn(sink);
   caf::scoped_actor self{sys};
   self->monitor(coord);
@@ -156,7 +167,8 @@ json in_process(const bench_args& a, const std::string& dir) {
          {"journal", "none: in-memory ledger (sync() is a no-op)"},
          {"runs", rtt_pair(self, coord, id + "/0", a)}};
   std::string down;
-  self->receive([&](caf::down_msg& d) { down = sys.render(d.reason); }, caf::after(std::chrono::milliseconds(0)) >> [] {});
+  self->receive([&](caf::down_msg& d) { down = sys.render(d.reason); },
+                caf::after(std::chrono::milliseconds(0)) >> [] {});
   if (!down.empty()) r["coordinator_down"] = down;
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
@@ -204,13 +216,15 @@ int run_leaser(const bench_args& a) {
   register_node(self, *coord, id, "rollout", "", agent);
   auto units = std::make_shared<std::atomic<uint64_t>>(0);
   auto grants = std::make_shared<std::atomic<uint64_t>>(0);
-  auto until = clk::now() + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(a.duration_s));
-  auto driver = spawn_lease_driver(sys, *coord, id + "/0", a.leaser_k, a.window, until.time_since_epoch().count(),
-                                   [=](uint64_t n) {
+  auto until = bench_clock::now() + std::chrono::duration_cast<bench_clock::duration>(
+                                        std::chrono::duration<double>(a.duration_s));
+  auto driver = spawn_lease_driver(sys, *coord, id + "/0", a.leaser_k, a.window,
+                                   until.time_since_epoch().count(), [=](uint64_t n) {
                                      *units += n;
                                      ++*grants;
                                    });
-  std::this_thread::sleep_until(until + std::chrono::milliseconds(500));  // let the last replies land
+  std::this_thread::sleep_until(until +
+                                std::chrono::milliseconds(500));  // let the last replies land
   std::printf("{\"units\": %lu, \"grants\": %lu}\n", units->load(), grants->load());
   std::fflush(stdout);
   caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
@@ -220,7 +234,8 @@ int run_leaser(const bench_args& a) {
 
 // `nodes` leaser processes against the coordinator at `join_addr`, each asking for K units
 // per request; the sum of the units they were granted per second.
-json throughput(const bench_args& a, const std::string& dir, const std::string& join_addr, uint32_t k) {
+json throughput(const bench_args& a, const std::string& dir, const std::string& join_addr,
+                uint32_t k) {
   const int window = k == 1 ? a.window : a.batch_window;
   std::vector<pid_t> kids;
   // Each run its own log files: the reader sums every report line it finds, and a file
@@ -229,9 +244,10 @@ json throughput(const bench_args& a, const std::string& dir, const std::string& 
   auto tag = "leaser-run" + std::to_string(++run_no) + "-k" + std::to_string(k) + "-";
   json load_before = load_average();
   for (int n = 0; n < a.nodes; ++n)
-    kids.push_back(spawn_self({"bench", "control", "--leaser", join_addr, "--leaser-k", std::to_string(k), "--duration",
-                               std::to_string(a.duration_s), "--window", std::to_string(window)},
-                              dir + "/" + tag + std::to_string(n) + ".log"));
+    kids.push_back(
+        spawn_self({"bench", "control", "--leaser", join_addr, "--leaser-k", std::to_string(k),
+                    "--duration", std::to_string(a.duration_s), "--window", std::to_string(window)},
+                   dir + "/" + tag + std::to_string(n) + ".log"));
   uint64_t units = 0, grants = 0;
   int reported = 0;
   for (size_t n = 0; n < kids.size(); ++n) {
@@ -337,11 +353,15 @@ json run_all(const bench_args& a, const std::string& dir) {
                    {"repeat", a.repeat},
                    {"machine_cpus", std::thread::hardware_concurrency()},
                    {"coordinator_overrides", bench_overrides(a, dir)}};
-  out["transport"] = "in-process: CAF 0.17.6 local mailboxes; cross-process: CAF 0.17.6 middleman (BASP) over loopback "
-                     "TCP 127.0.0.1, no TLS; the coordinator is one actor in its own process (`moerl node --role coordinator`)";
+  out["transport"] =
+      "in-process: CAF 0.17.6 local mailboxes; cross-process: CAF 0.17.6 middleman (BASP) over "
+      "loopback "
+      "TCP 127.0.0.1, no TLS; the coordinator is one actor in its own process (`moerl node --role "
+      "coordinator`)";
   out["journal"] = {{"in_process", "off (in-memory ledger)"},
-                    {"cross_process", "on: every lease and hand-back journaled to the local object store before "
-                                      "it is answered, group commit (one sync per batch of waiting requests)"},
+                    {"cross_process",
+                     "on: every lease and hand-back journaled to the local object store before "
+                     "it is answered, group commit (one sync per batch of waiting requests)"},
                     {"fsync", a.fsync}};
   out["load_average_start"] = load_average();
   out["lease_rtt_in_process"] = in_process(a, dir);
@@ -355,8 +375,9 @@ json run_all(const bench_args& a, const std::string& dir) {
                      {"k1_over_ray_async_8700", k1 / 8700.0},
                      {"batch_over_ray_async_8700", kb / 8700.0},
                      {"target_ratio_over_ray_async", 10.0},
-                     {"ray_reference", "Ray's published 1:1 actor calls/s: ~2,000 sync, ~8,700 async (other "
-                                       "hardware; a call is not a journaled lease)"}};
+                     {"ray_reference",
+                      "Ray's published 1:1 actor calls/s: ~2,000 sync, ~8,700 async (other "
+                      "hardware; a call is not a journaled lease)"}};
   }
   out["load_average_end"] = load_average();
   out["provenance"] = collect_provenance();
@@ -367,53 +388,68 @@ void print_text(const json& out, const bench_args& a) {
   auto rtt = [&](const char* where, const json& runs) {
     for (auto& r : runs) {
       auto& p = r["lease_rtt"];
-      std::printf("lease rtt %-14s K=%-4u p50 %8.1f us  p99 %8.1f us  units/reply %.1f  (n=%lu)\n", where,
-                  r["k"].get<uint32_t>(), p.value("p50_us", 0.0), p.value("p99_us", 0.0),
+      std::printf("lease rtt %-14s K=%-4u p50 %8.1f us  p99 %8.1f us  units/reply %.1f  (n=%lu)\n",
+                  where, r["k"].get<uint32_t>(), p.value("p50_us", 0.0), p.value("p99_us", 0.0),
                   r.value("units_per_reply", 0.0), p.value("n", 0ul));
     }
   };
   rtt("in-process", out["lease_rtt_in_process"]["runs"]);
-  if (out.contains("lease_rtt_cross_process")) rtt("cross-process", out["lease_rtt_cross_process"]["runs"]);
+  if (out.contains("lease_rtt_cross_process"))
+    rtt("cross-process", out["lease_rtt_cross_process"]["runs"]);
   if (out.contains("leased_units_per_s"))
     for (auto& r : out["leased_units_per_s"])
-      std::printf("leased units/s K=%-4u %d procs x window %d: median %.0f (min %.0f, max %.0f, %d runs)  %.2fx Ray async 8,700\n",
-                  r["k"].get<uint32_t>(), a.nodes, r.value("window_per_process", 0), r.value("units_per_s", 0.0),
-                  r.value("units_per_s_min", 0.0), r.value("units_per_s_max", 0.0), a.repeat,
-                  r.value("x_ray_async_calls", 0.0));
+      std::printf(
+          "leased units/s K=%-4u %d procs x window %d: median %.0f (min %.0f, max %.0f, %d runs)  "
+          "%.2fx Ray async 8,700\n",
+          r["k"].get<uint32_t>(), a.nodes, r.value("window_per_process", 0),
+          r.value("units_per_s", 0.0), r.value("units_per_s_min", 0.0),
+          r.value("units_per_s_max", 0.0), a.repeat, r.value("x_ray_async_calls", 0.0));
   if (out.contains("error")) std::printf("error: %s\n", out["error"].dump().c_str());
 }
 
 }  // namespace
 
 void add_control_bench_command(CLI::App& bench) {
-  auto* cmd = bench.add_subcommand("control", "control plane: lease round trips and leased units/s, K=1 and K=batch");
+  auto* cmd = bench.add_subcommand(
+      "control", "control plane: lease round trips and leased units/s, K=1 and K=batch");
   static bench_args a;
   cmd->add_flag("--json", a.json_out, "print JSON only");
-  cmd->add_option("--requests", a.requests, "sequential lease round trips per measurement")->check(CLI::Range(1, 10000000));
-  cmd->add_option("--nodes", a.nodes, "leaser processes (rollout nodes) for the throughput runs")->check(CLI::Range(1, 64));
-  cmd->add_option("--window", a.window, "K=1 lease requests in flight per leaser process")->check(CLI::Range(1, 1024));
-  cmd->add_option("--batch-window", a.batch_window, "K=batch lease requests in flight per leaser process")
+  cmd->add_option("--requests", a.requests, "sequential lease round trips per measurement")
+      ->check(CLI::Range(1, 10000000));
+  cmd->add_option("--nodes", a.nodes, "leaser processes (rollout nodes) for the throughput runs")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--window", a.window, "K=1 lease requests in flight per leaser process")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--batch", a.batch, "K of the batched run: units per lease request (actors.lease_batch)")
+  cmd->add_option("--batch-window", a.batch_window,
+                  "K=batch lease requests in flight per leaser process")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--batch", a.batch,
+                  "K of the batched run: units per lease request (actors.lease_batch)")
       ->check(CLI::Range(2, 4096));
-  cmd->add_option("--duration", a.duration_s, "seconds of each throughput run")->check(CLI::Range(0.1, 600.0));
-  cmd->add_option("--repeat", a.repeat, "throughput runs per K (the median is reported)")->check(CLI::Range(1, 100));
+  cmd->add_option("--duration", a.duration_s, "seconds of each throughput run")
+      ->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--repeat", a.repeat, "throughput runs per K (the median is reported)")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--fsync", a.fsync, "journal with fsync (store.local_fsync=true)");
-  cmd->add_option("--leaser", a.leaser, "internal: run as one leaser process against HOST:PORT")->group("");
-  cmd->add_option("--leaser-k", a.leaser_k, "internal: units per lease request of a leaser process")->group("");
+  cmd->add_option("--leaser", a.leaser, "internal: run as one leaser process against HOST:PORT")
+      ->group("");
+  cmd->add_option("--leaser-k", a.leaser_k, "internal: units per lease request of a leaser process")
+      ->group("");
   cmd->callback([] {
     if (!a.leaser.empty()) {
       int rc = run_leaser(a);
       if (rc) throw CLI::RuntimeError(rc);
       return;
     }
-    char tmpl[] = "/tmp/moerl-bench-control-XXXXXX";
-    std::string dir = ::mkdtemp(tmpl);
-    json out = run_all(a, dir);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (a.json_out) std::cout << out.dump(2) << "\n";
-    else print_text(out, a);
+    run_bench_command("control", [] {
+      // The run's journal and leaser logs, removed however the run ends.
+      moerl::testing::temp_dir dir("bench-control");
+      json out = run_all(a, dir.path());
+      if (a.json_out)
+        std::cout << out.dump(2) << "\n";
+      else
+        print_text(out, a);
+    });
   });
 }
 

@@ -6,14 +6,13 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/lease_batch.h"
+#include "bench/support.h"
 #include "messages/all.h"
 #include "messages/work.h"
 
 namespace moerl::bench {
 
 using namespace moerl::actors;
-using clk = std::chrono::steady_clock;
 
 std::string lease_request_bytes(const std::string& worker, uint32_t k) {
   messages::lease_request req;
@@ -24,13 +23,14 @@ std::string lease_request_bytes(const std::string& worker, uint32_t k) {
 
 lease_grant decode_grant(const std::string& reply, uint32_t k) {
   lease_grant g;
-  if (k > 1 && is_lease_batch(reply)) {
-    auto b = decode_lease_batch(reply);
+  auto kind = messages::peek_kind(reply.data(), reply.size());
+  if (k > 1 && kind && *kind == messages::kind::lease_batch) {
+    auto b = messages::decode<messages::lease_batch>(reply);
     if (!b) {
       g.refusal = b.err().to_string();
       return g;
     }
-    for (const auto& l : *b) g.leases.emplace_back(l.unit.id, l.attempt);
+    for (const auto& l : b->leases) g.leases.emplace_back(l.unit.id, l.attempt);
     return g;
   }
   if (k == 1) {
@@ -58,11 +58,14 @@ caf::message hand_back(const std::string& worker, uint32_t k, const lease_grant&
     rep.status = messages::unit_status::returned;
     return caf::make_message(report_atom::value, messages::encode(rep));
   }
-  return caf::make_message(giveback_atom::value, worker, pack_lease_ids(g.leases));
+  messages::lease_give_back back{worker, {}};
+  for (const auto& [unit, attempt] : g.leases) back.leases.push_back({unit, attempt});
+  return caf::make_message(giveback_atom::value, messages::encode(back));
 }
 
 caf::message lease_message(const std::string& request, uint32_t k) {
-  return k == 1 ? caf::make_message(lease_atom::value, request) : caf::make_message(leases_atom::value, request);
+  return k == 1 ? caf::make_message(lease_atom::value, request)
+                : caf::make_message(leases_atom::value, request);
 }
 
 }  // namespace
@@ -75,20 +78,21 @@ std::vector<double> timed_lease_round_trips(caf::scoped_actor& self, const caf::
   int timeouts = 0;
   for (int i = 0; i < n && timeouts < 3; ++i) {
     std::string reply;
-    auto t0 = clk::now();
+    auto t0 = bench_clock::now();
+    double elapsed_us = 0;
     self->request(coord, std::chrono::seconds(2), request)
         .receive([&](std::string& r) { reply = std::move(r); },
                  [&](caf::error& e) {
                    ++timeouts;
                    if (first_refusal.empty()) first_refusal = self->system().render(e);
                  });
-    auto t1 = clk::now();
+    elapsed_us = us_since(t0);
     auto g = decode_grant(reply, k);
     if (g.leases.empty()) {  // refused (or no reply: 3 of those end the run)
       if (first_refusal.empty()) first_refusal = g.refusal;
       continue;
     }
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    us.push_back(elapsed_us);
     units += g.leases.size();
     self->request(coord, std::chrono::seconds(5), hand_back(worker, k, g))
         .receive([](std::string&) {}, [](caf::error&) {});
@@ -96,8 +100,8 @@ std::vector<double> timed_lease_round_trips(caf::scoped_actor& self, const caf::
   return us;
 }
 
-caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord, const std::string& worker,
-                              uint32_t k, int window, int64_t until_ns,
+caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord,
+                              const std::string& worker, uint32_t k, int window, int64_t until_ns,
                               std::function<void(uint64_t units)> granted) {
   return sys.spawn([=](caf::event_based_actor* s) -> caf::behavior {
     const auto request = lease_message(lease_request_bytes(worker, k), k);
@@ -105,7 +109,7 @@ caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord, c
     // `window` chains keeps exactly one request in flight.
     auto next = std::make_shared<std::function<void()>>();
     *next = [=] {
-      if (clk::now().time_since_epoch().count() >= until_ns) return;
+      if (bench_clock::now().time_since_epoch().count() >= until_ns) return;
       s->request(coord, std::chrono::seconds(5), request)
           .then(
               [=](const std::string& reply) {

@@ -2,7 +2,7 @@
 //   K = 1: (lease_atom, lease_request) -> one Cap'n Proto lease; handed back with
 //          (report_atom, unit_report{returned}).
 //   K > 1: (leases_atom, lease_request{max_units = K}) -> one lease batch of up to K
-//          (actors/lease_batch.h); all handed back with one (giveback_atom, worker, pairs).
+//          (a Cap'n Proto LeaseBatch); all handed back with one (giveback_atom, LeaseGiveBack).
 // A "leased unit" in the bench is one unit that went through the ledger's lease (journaled
 // `leased` record, own fencing attempt and deadline, attempt_opened event to its shard) and
 // back (journaled `ended(returned)` record, attempt_fenced event). No samples are generated
@@ -39,8 +39,8 @@ std::vector<double> timed_lease_round_trips(caf::scoped_actor& self, const caf::
 
 // Event-based driver: `window` lease cycles of `k` units in flight until `until_ns`
 // (steady clock); calls `granted(n)` for every grant. Returns the driver actor.
-caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord, const std::string& worker,
-                              uint32_t k, int window, int64_t until_ns,
+caf::actor spawn_lease_driver(caf::actor_system& sys, const caf::actor& coord,
+                              const std::string& worker, uint32_t k, int window, int64_t until_ns,
                               std::function<void(uint64_t units)> granted);
 
 }  // namespace moerl::bench

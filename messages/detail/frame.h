@@ -49,9 +49,10 @@ result<T> decode_frame(kind expected, const void* data, size_t size, const decod
   try {
     const size_t expected_words = capnp::expectedSizeInWordsFromPrefix(words.asPtr());
     if (expected_words > words.size())
-      return error{errc::truncated_message, std::string(kind_name(expected)) + ": segment table declares " +
-                                                std::to_string(expected_words) + " words, frame has " +
-                                                std::to_string(words.size())};
+      return error{errc::truncated_message,
+                   std::string(kind_name(expected)) + ": segment table declares " +
+                       std::to_string(expected_words) + " words, frame has " +
+                       std::to_string(words.size())};
     if (expected_words < words.size())
       return error{errc::malformed_message, std::string(kind_name(expected)) + ": " +
                                                 std::to_string(words.size() - expected_words) +

@@ -41,7 +41,8 @@ TEST_F(cluster_test, imds_spot_notice_from_a_local_server_drains_the_node) {
   auto nodes = moerl::actors::default_cluster_nodes();
   for (auto& n : nodes)
     if (n.name == "rollout-1")
-      n.overrides = {"imds.enabled=true", "imds.endpoint=" + imds.endpoint(), "imds.poll_interval_ms=100"};
+      n.overrides = {"imds.enabled=true", "imds.endpoint=" + imds.endpoint(),
+                     "imds.poll_interval_ms=100"};
   start({}, nodes);
   wait_leases("rollout-1");
   int64_t deadline_s = std::time(nullptr) + 20;
@@ -71,10 +72,13 @@ TEST_F(cluster_test, console_inject_spot_with_a_short_deadline_returns_what_does
   EXPECT_EQ(i.value("source", ""), "simulation") << report["interruptions"].dump();
   auto returned = i.value("units_returned", 0u), finished = i.value("units_finished", 0u);
   EXPECT_GE(returned + finished, 1u) << i.dump();
-  if (returned > 0) EXPECT_GT(report["accounting"]["dropped"].value("returned", 0u), 0u);
+  if (returned > 0) {
+    EXPECT_GT(report["accounting"]["dropped"].value("returned", 0u), 0u);
+  }
 }
 
-TEST_F(cluster_test, console_cli_rejects_bad_commands_nodes_and_tokens_and_the_coordinator_keeps_running) {
+TEST_F(cluster_test,
+       console_cli_rejects_bad_commands_nodes_and_tokens_and_the_coordinator_keeps_running) {
   start();
   auto run = [&](const std::string& args, std::string* out) { return console_cli(args, out); };
   std::string out;
@@ -93,6 +97,7 @@ TEST_F(cluster_test, console_cli_rejects_bad_commands_nodes_and_tokens_and_the_c
   ASSERT_TRUE(nodes.is_array()) << out;
   EXPECT_EQ(nodes.size(), 7u);
   for (auto& n : nodes)
-    for (auto* k : {"id", "role", "pid", "state", "restarts", "leases"}) EXPECT_TRUE(n.contains(k)) << n.dump();
+    for (auto* k : {"id", "role", "pid", "state", "restarts", "leases"})
+      EXPECT_TRUE(n.contains(k)) << n.dump();
   expect_clean_books(wait_done());
 }

@@ -3,9 +3,9 @@
 // at the shards. In each the invariant holds and nothing is lost or duplicated.
 #include <csignal>
 
+#include "job/modpow_work.h"
 #include "ledger/sample_plane.h"
 #include "ledger/types.h"
-#include "actors/modpow_work.h"
 #include "tests/actors/cluster_fixture.h"
 
 using namespace moerl::test;
@@ -13,7 +13,8 @@ using namespace moerl;
 
 TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_nothing) {
   start();
-  c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 32; }, 30000);
+  c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 32; },
+                  30000);
   ASSERT_TRUE(c_->signal("buffer-0", SIGKILL));
   ASSERT_TRUE(WIFSIGNALED(c_->wait_exit("buffer-0", 5000)));
   auto report = wait_done(60000);
@@ -28,18 +29,21 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
 
 // Once flaky: nodes asking the restarted coordinator for `nodes` before every shard had
 // re-joined wrote live shards off for good, and consumptions re-sent after the crash were
-// counted as duplicates. Both are fixed (known_gone/look-again in node_roles.cpp, hand-out ids).
+// counted as duplicates. Both are fixed (known_gone/look-again in service_roles.cpp, hand-out ids).
 TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_finishes) {
   start({"actors.iterations=5"});
-  auto before = c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
+  auto before = c_->wait_status(
+      [](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
   ASSERT_TRUE(before);
   ASSERT_TRUE(c_->signal("coordinator", SIGKILL));
   ASSERT_TRUE(WIFSIGNALED(c_->wait_exit("coordinator", 5000)));
   ASSERT_TRUE(c_->restart("coordinator"));
-  auto after = c_->wait_status([](const json& s) { return s.value("ledger_epoch", 0u) >= 2; }, 20000);
+  auto after =
+      c_->wait_status([](const json& s) { return s.value("ledger_epoch", 0u) >= 2; }, 20000);
   ASSERT_TRUE(after) << after.err().to_string();
   // What was committed before the crash is still committed (or trained) after recovery.
-  EXPECT_GE((*after)["accounting"].value("committed", 0u), (*before)["accounting"].value("committed", 0u));
+  EXPECT_GE((*after)["accounting"].value("committed", 0u),
+            (*before)["accounting"].value("committed", 0u));
   auto report = wait_done(60000);
   expect_clean_books(report);
   EXPECT_EQ(report["nodes"].size(), 7u) << "every node re-joined the restarted coordinator";
@@ -48,7 +52,8 @@ TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_fi
 
 TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refused) {
   start();
-  c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
+  c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; },
+                  30000);
   auto refused = [&] {
     uint64_t n = 0;
     for (auto* name : {"buffer-0", "buffer-1"}) {
@@ -59,7 +64,8 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
   };
   auto received = [&] {
     uint64_t n = 0;
-    for (auto* name : {"buffer-0", "buffer-1"}) n += node(name).value("stats", json::object()).value("received", 0ull);
+    for (auto* name : {"buffer-0", "buffer-1"})
+      n += node(name).value("stats", json::object()).value("received", 0ull);
     return n;
   };
   uint64_t received_before = received();
@@ -68,18 +74,19 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
   // of epoch 0 (a stale attempt from before the ledger's first epoch) at both shards.
   auto zmq = ledger::zmq_context::create();
   ASSERT_TRUE(zmq);
-  actors::modpow_work work;
+  job::modpow_work work;
   int sent = 0;
   for (auto* name : {"buffer-0", "buffer-1"}) {
     std::string ep;
-    for (int i = 0; i < 50 && ep.empty(); ++i) ep = node(name).value("endpoint", "");  // console may be slow
+    for (int i = 0; i < 50 && ep.empty(); ++i)
+      ep = node(name).value("endpoint", "");  // console may be slow
     ASSERT_FALSE(ep.empty()) << name << " has no endpoint";
     auto p = ledger::sample_producer::connect(*zmq, ep, "replayer");
     ASSERT_TRUE(p) << p.err().to_string();
     for (uint32_t attempt : {(1u << ledger::kAttemptCounterBits) | 1u, 1u}) {
       for (uint32_t seq = 0; seq < 4; ++seq) {
         uint64_t group = 1 + seq / 8;
-        auto g = work.generate(actors::modpow_prompt(group, 0, 1500), 0, seq % 8, 0);
+        auto g = work.generate(job::modpow_prompt(group, 0, 1500), 0, seq % 8, 0);
         ASSERT_TRUE(g);
         messages::sample s;
         s.work_unit = 1;
@@ -94,7 +101,10 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
         s.worker = "replayer";
         for (int tries = 0; tries < 200; ++tries) {
           auto st = (*p)->try_send(s);
-          if (st) { ++sent; break; }
+          if (st) {
+            ++sent;
+            break;
+          }
           ASSERT_EQ(st.err().code, errc::capacity_exceeded) << st.err().to_string();
           ASSERT_TRUE((*p)->poll(50));
         }

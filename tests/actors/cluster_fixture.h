@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/local_cluster.h"
@@ -44,24 +44,37 @@ class cluster_test : public ::testing::Test {
       std::vector<std::string> lines;
       for (std::string l; std::getline(in, l);) lines.push_back(l);
       std::cerr << "==== " << e.path().filename().string() << " (last 25 lines)\n";
-      for (size_t i = lines.size() > 25 ? lines.size() - 25 : 0; i < lines.size(); ++i) std::cerr << lines[i] << "\n";
+      for (size_t i = lines.size() > 25 ? lines.size() - 25 : 0; i < lines.size(); ++i)
+        std::cerr << lines[i] << "\n";
     }
   }
   // Small, quick units with fast failure detection.
   std::vector<std::string> base_overrides() {
     auto port = actors::free_tcp_port();
-    std::vector<std::string> o = {"node.heartbeat_interval_ms=200", "node.connection_timeout_ms=1000", "node.request_timeout_ms=3000", "actors.heartbeat_misses=10",
-            "actors.iterations=4", "actors.units_per_iteration=6", "actors.groups_per_unit=2",
-            "actors.work_rounds=1500", "ledger.group_size=8", "ledger.lease_timeout_ms=8000",
-            "actors.sigterm_grace_ms=8000", "actors.drain_margin_ms=500", "store.url=" + dir_ + "/store",
-            "store.local_fsync=false", "ledger.store_prefix=run/ledger",
-            "console.address=tcp://127.0.0.1:" + std::to_string(port ? *port : 17499)};
+    std::vector<std::string> o = {
+        "node.heartbeat_interval_ms=200",
+        "node.connection_timeout_ms=1000",
+        "node.request_timeout_ms=3000",
+        "actors.heartbeat_misses=10",
+        "actors.iterations=4",
+        "actors.units_per_iteration=6",
+        "actors.groups_per_unit=2",
+        "actors.work_rounds=1500",
+        "ledger.group_size=8",
+        "ledger.lease_timeout_ms=8000",
+        "actors.sigterm_grace_ms=8000",
+        "actors.drain_margin_ms=500",
+        "store.url=" + dir_ + "/store",
+        "store.local_fsync=false",
+        "ledger.store_prefix=run/ledger",
+        "console.address=tcp://127.0.0.1:" + std::to_string(port ? *port : 17499)};
     // These tests check every sample with the deterministic test work's checker: pin that
     // job where the build also has others (job.kind).
     if (moerl::find_key("job.kind")) o.push_back("job.kind=modpow");
     return o;
   }
-  void start(std::vector<std::string> extra = {}, std::vector<actors::node_spec> nodes = actors::default_cluster_nodes()) {
+  void start(std::vector<std::string> extra = {},
+             std::vector<actors::node_spec> nodes = actors::default_cluster_nodes()) {
     actors::cluster_options o;
     o.binary = MOERL_BINARY;
     o.overrides = base_overrides();
@@ -104,7 +117,8 @@ class cluster_test : public ::testing::Test {
     try {
       check_books(report);
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "report is not what the run report must be (" << e.what() << "): " << report.dump();
+      ADD_FAILURE() << "report is not what the run report must be (" << e.what()
+                    << "): " << report.dump();
     }
   }
   void check_books(const json& report) {
@@ -119,10 +133,13 @@ class cluster_test : public ::testing::Test {
     for (auto& [k, v] : dropped_map.items()) dropped += v.get<uint64_t>();
     EXPECT_EQ(a.value("dispatched", 0u), a.value("committed", 0u) + dropped) << a.dump();
     for (auto& n : report.value("nodes", json::array()))
-      if (n.value("role", "") == "trainer" && n.contains("stats"))
+      if (n.value("role", "") == "trainer" && n.contains("stats")) {
         EXPECT_EQ(n["stats"].value("samples_bad", 1u), 0u) << n.dump();
+      }
   }
-  static int exit_status(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+  static int exit_status(int wait_status) {
+    return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  }
   // The report's `interruptions` entry of a node (an empty object if it has none).
   static json interruption_of(const json& report, const std::string& node) {
     for (auto& i : report.value("interruptions", json::array()))

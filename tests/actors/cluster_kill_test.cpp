@@ -14,9 +14,11 @@ TEST_F(cluster_test, sigkill_of_a_rollout_node_mid_unit_loses_nothing) {
   auto report = wait_done();
   expect_clean_books(report);
   auto dropped = report["accounting"]["dropped"];
-  EXPECT_GT(dropped.value("worker_dead", 0u) + dropped.value("lease_expired", 0u), 0u) << dropped.dump();
+  EXPECT_GT(dropped.value("worker_dead", 0u) + dropped.value("lease_expired", 0u), 0u)
+      << dropped.dump();
   EXPECT_EQ(node("rollout-0").value("state", ""), "dead");
-  EXPECT_EQ(node("trainer-0").value("restarts", 1u), 0u);  // a vanished rollout does not touch the trainer
+  EXPECT_EQ(node("trainer-0").value("restarts", 1u),
+            0u);  // a vanished rollout does not touch the trainer
 }
 
 TEST_F(cluster_test, console_kill_injection_is_a_death_without_notice) {
@@ -29,6 +31,7 @@ TEST_F(cluster_test, console_kill_injection_is_a_death_without_notice) {
   auto report = wait_done();
   expect_clean_books(report);
   bool recorded = false;
-  for (auto& i : report["interruptions"]) recorded |= i.value("node", "") == "rollout-1" && i.value("source", "") == "kill";
+  for (auto& i : report["interruptions"])
+    recorded |= i.value("node", "") == "rollout-1" && i.value("source", "") == "kill";
   EXPECT_TRUE(recorded) << report["interruptions"].dump();
 }

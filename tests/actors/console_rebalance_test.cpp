@@ -30,7 +30,8 @@ struct rebalance_fixture : ::testing::Test {
     o.console_token = "t0k";
     o.rebalance_grace_ms = kGraceMs;
     core = moerl::test::make_core(clock, o, lo,
-                                  {member(rollout, "rollout", "rollout-0"), member(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
+                                  {member(rollout, "rollout", "rollout-0"),
+                                   member(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
     ASSERT_TRUE(core);
   }
   messages::admin_reply inject(std::vector<std::string> args, std::string deadline = "") {

@@ -6,15 +6,14 @@
 #include <set>
 
 #include "actors/coordinator_core.h"
-#include "actors/lease_batch.h"
 #include "ledger/clock.h"
 #include "tests/actors/core_harness.h"
 
 using namespace moerl;
 using namespace moerl::actors;
-using nlohmann::json;
 using moerl::test::as_error;
 using moerl::test::hex_id;
+using nlohmann::json;
 
 namespace {
 
@@ -39,16 +38,16 @@ struct core_fixture : ::testing::Test {
     o.groups_per_unit = 2;
     o.heartbeat_timeout_ms = 5000;
     o.console_token = "t0k";
-    core = moerl::test::make_core(clock, o, lo,
-                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"),
-                                   hb(trainer, "trainer", "trainer-0")});
+    core = moerl::test::make_core(
+        clock, o, lo,
+        {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"),
+         hb(trainer, "trainer", "trainer-0")});
     ASSERT_TRUE(core);
   }
   messages::lease lease(const std::string& worker) {
     messages::lease_request r;
     r.worker = worker;
-    auto bytes = core->lease(r);
-    auto l = messages::decode<messages::lease>(bytes);
+    auto l = core->lease(r);
     EXPECT_TRUE(l) << "not a lease";
     return l ? *l : messages::lease{};
   }
@@ -64,8 +63,9 @@ struct core_fixture : ::testing::Test {
     rep.unit_id = l.unit.id;
     rep.attempt = l.attempt;
     rep.worker = l.worker;
-    rep.samples_produced = static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
-    ASSERT_EQ(core->report(rep), "");
+    rep.samples_produced =
+        static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
+    ASSERT_TRUE(core->report(rep));
     ledger::shard_ack ack{l.unit.id, l.attempt, l.shard, l.unit.group_ids, {}};
     ASSERT_TRUE(core->shard_ack(ack));
   }
@@ -122,7 +122,8 @@ TEST_F(core_fixture, dead_rollout_node_expires_its_leases_and_leaves_the_trainer
   auto v = core->ledger().find(l.unit.id);
   EXPECT_EQ(v->state, ledger::unit_state::pending);
   EXPECT_EQ(core->ledger().counters().dropped.at("worker_dead"), 4u);
-  for (auto& o : core->take_outbound()) EXPECT_NE(o.node, trainer) << "the trainer group was touched";
+  for (auto& o : core->take_outbound())
+    EXPECT_NE(o.node, trainer) << "the trainer group was touched";
   EXPECT_EQ(core->nodes().at(trainer).state, "running");
   // A dead node cannot lease any more.
   auto err = as_error(core->lease(messages::lease_request{rollout + "/0", 1, 0}));
@@ -191,7 +192,8 @@ TEST_F(core_fixture, admin_errors_name_the_problem_and_inject_targets_one_node) 
 TEST_F(core_fixture, registration_refuses_bad_ids_roles_and_shards_without_endpoint) {
   EXPECT_EQ(core->register_node(hb("xyz", "rollout", "r")).err().code, errc::invalid_argument);
   EXPECT_EQ(core->register_node(hb(hex_id('d'), "wizard", "w")).err().code, errc::invalid_argument);
-  EXPECT_EQ(core->register_node(hb(hex_id('e'), "buffer", "b2")).err().code, errc::invalid_argument);
+  EXPECT_EQ(core->register_node(hb(hex_id('e'), "buffer", "b2")).err().code,
+            errc::invalid_argument);
 }
 
 TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) {
@@ -231,18 +233,19 @@ struct batch_fixture : ::testing::Test {
     o.heartbeat_timeout_ms = 5000;
     o.lease_batch = 4;
     core = moerl::test::make_core(clock, o, lo,
-                                  {hb(rollout, "rollout", "rollout-0"), hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
+                                  {hb(rollout, "rollout", "rollout-0"),
+                                   hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")});
     ASSERT_TRUE(core);
   }
   std::vector<messages::lease> batch(uint32_t max_units) {
-    auto bytes = core->lease_batch(messages::lease_request{worker, max_units, 0});
-    auto b = decode_lease_batch(bytes);
+    auto b = core->lease_batch(messages::lease_request{worker, max_units, 0});
     EXPECT_TRUE(b) << "not a lease batch: " << (b ? "" : b.err().to_string());
-    return b ? *b : std::vector<messages::lease>{};
+    return b ? b->leases : std::vector<messages::lease>{};
   }
   size_t shard_events() {
     size_t n = 0;
-    for (auto& o : core->take_outbound()) n += o.what == outbound::kind::shard_event && o.node == shard;
+    for (auto& o : core->take_outbound())
+      n += o.what == outbound::kind::shard_event && o.node == shard;
     return n;
   }
   void expect_books_balance() {
@@ -314,19 +317,20 @@ TEST_F(batch_fixture, drain_gives_back_unstarted_leases_in_one_message) {
   rep.attempt = b[0].attempt;
   rep.worker = worker;
   rep.samples_produced = 4;
-  ASSERT_EQ(core->report(rep), "");
+  ASSERT_TRUE(core->report(rep));
   ASSERT_TRUE(core->shard_ack({b[0].unit.id, b[0].attempt, "buffer-0", b[0].unit.group_ids, {}}));
-  lease_ids rest;
-  for (size_t i = 1; i < b.size(); ++i) rest.emplace_back(b[i].unit.id, b[i].attempt);
-  auto packed = unpack_lease_ids(pack_lease_ids(rest));
+  messages::lease_give_back rest{worker, {}};
+  for (size_t i = 1; i < b.size(); ++i) rest.leases.push_back({b[i].unit.id, b[i].attempt});
+  auto packed = messages::decode<messages::lease_give_back>(messages::encode(rest));
   ASSERT_TRUE(packed);
-  EXPECT_EQ(core->give_back(worker, *packed), "");
-  for (auto& [unit, attempt] : rest) EXPECT_EQ(core->ledger().find(unit)->state, ledger::unit_state::pending);
+  EXPECT_TRUE(core->give_back(*packed));
+  for (auto& l : rest.leases)
+    EXPECT_EQ(core->ledger().find(l.unit)->state, ledger::unit_state::pending);
   EXPECT_EQ(core->ledger().counters().dropped.at("returned"), 12u);
   EXPECT_EQ(core->ledger().counters().committed, 4u);
   EXPECT_EQ(core->nodes().at(rollout).leases, 0u);
   // Giving back again (or a lease of another attempt) is refused; the refusal names it.
-  auto err = as_error(core->give_back(worker, {rest[0]}));
+  auto err = as_error(core->give_back({worker, {rest.leases[0]}}));
   ASSERT_TRUE(err);
   EXPECT_EQ(err->code, errc::stale_attempt);
   expect_books_balance();
@@ -359,51 +363,6 @@ TEST_F(batch_fixture, group_commit_holds_shard_events_until_the_one_flush) {
   EXPECT_EQ(shard_events(), 4u);
   expect_books_balance();
 }
-
-TEST(lease_batch_codec, round_trips_and_refuses_damaged_input) {
-  std::vector<messages::lease> in(3);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i].unit.id = 10 + i;
-    in[i].unit.group_ids = {100 + i, 200 + i};
-    in[i].unit.samples_per_group = 8;
-    in[i].unit.task = "modpow";
-    in[i].attempt = (1u << 20) | uint32_t(i + 1);
-    in[i].worker = "w/0";
-    in[i].deadline_unix_ms = 1234567 + i;
-    in[i].policy_version = 5;
-    in[i].shard = i == 1 ? "b" : "a";
-    in[i].shard_endpoint = i == 1 ? "tcp://b:1" : "tcp://a:1";
-  }
-  auto bytes = encode_lease_batch(in);
-  auto out = decode_lease_batch(bytes);
-  ASSERT_TRUE(out) << out.err().to_string();
-  ASSERT_EQ(out->size(), 3u);
-  for (size_t i = 0; i < in.size(); ++i) {
-    EXPECT_EQ((*out)[i].unit.id, in[i].unit.id);
-    EXPECT_EQ((*out)[i].unit.group_ids, in[i].unit.group_ids);
-    EXPECT_EQ((*out)[i].unit.samples_per_group, 8u);
-    EXPECT_EQ((*out)[i].unit.task, "modpow");
-    EXPECT_EQ((*out)[i].attempt, in[i].attempt);
-    EXPECT_EQ((*out)[i].worker, "w/0");
-    EXPECT_EQ((*out)[i].deadline_unix_ms, in[i].deadline_unix_ms);
-    EXPECT_EQ((*out)[i].policy_version, 5u);
-    EXPECT_EQ((*out)[i].shard, in[i].shard);
-    EXPECT_EQ((*out)[i].shard_endpoint, in[i].shard_endpoint);
-  }
-  // Every truncation is refused with a message, never a crash or a partial batch.
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    auto cut = decode_lease_batch(bytes.substr(0, n));
-    ASSERT_FALSE(cut) << "accepted " << n << " of " << bytes.size() << " bytes";
-    EXPECT_EQ(cut.err().code, errc::malformed_message);
-  }
-  auto trailing = decode_lease_batch(bytes + "x");
-  ASSERT_FALSE(trailing);
-  EXPECT_NE(trailing.err().message.find("trailing"), std::string::npos);
-  auto ids = unpack_lease_ids(std::string(24, '\0'));  // a unit without its attempt
-  ASSERT_FALSE(ids);
-  EXPECT_EQ(ids.err().code, errc::malformed_message);
-}
-
 
 // A dropped CAF link is not a death: the node is unreachable for the re-join grace, and a
 // node that re-joins in time keeps its leases and its shard's samples.

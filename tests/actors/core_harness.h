@@ -19,8 +19,8 @@ namespace moerl::test {
 inline std::string hex_id(char c) { return std::string(32, c); }
 
 // The registration heartbeat of a running member node.
-inline messages::heartbeat member(const std::string& id, const std::string& role, const std::string& name,
-                                  const std::string& endpoint = "") {
+inline messages::heartbeat member(const std::string& id, const std::string& role,
+                                  const std::string& name, const std::string& endpoint = "") {
   messages::heartbeat h;
   h.node = id;
   h.role = role;
@@ -31,10 +31,9 @@ inline messages::heartbeat member(const std::string& id, const std::string& role
   return h;
 }
 
-inline std::unique_ptr<actors::coordinator_core> make_core(ledger::manual_clock& clock,
-                                                           const actors::coordinator_options& options,
-                                                           const ledger::ledger_options& ledger_options,
-                                                           const std::vector<messages::heartbeat>& members) {
+inline std::unique_ptr<actors::coordinator_core> make_core(
+    ledger::manual_clock& clock, const actors::coordinator_options& options,
+    const ledger::ledger_options& ledger_options, const std::vector<messages::heartbeat>& members) {
   auto led = ledger::work_ledger::open(ledger_options, clock, nullptr);
   if (!led) {
     ADD_FAILURE() << led.err().to_string();
@@ -49,12 +48,11 @@ inline std::unique_ptr<actors::coordinator_core> make_core(ledger::manual_clock&
   return core;
 }
 
-// The moerl::error an encoded reply carries, if it is one.
-inline std::optional<moerl::error> as_error(const std::string& bytes) {
-  if (bytes.empty()) return std::nullopt;
-  auto e = messages::decode<messages::wire_error>(bytes);
-  if (!e) return std::nullopt;
-  return e->value;
+// The moerl::error a result of the core carries, if it is one.
+template <class T>
+std::optional<moerl::error> as_error(const result<T>& r) {
+  if (r) return std::nullopt;
+  return r.err();
 }
 
 }  // namespace moerl::test

@@ -26,10 +26,13 @@ class fake_imds {
       token_ = "tok-" + std::to_string(token_requests_);
       res.set_content(token_, "text/plain");
     });
-    srv_.Get("/latest/meta-data/spot/instance-action",
-             [this](const httplib::Request& req, httplib::Response& res) { serve(req, res, spot_); });
+    srv_.Get(
+        "/latest/meta-data/spot/instance-action",
+        [this](const httplib::Request& req, httplib::Response& res) { serve(req, res, spot_); });
     srv_.Get("/latest/meta-data/events/recommendations/rebalance",
-             [this](const httplib::Request& req, httplib::Response& res) { serve(req, res, rebalance_); });
+             [this](const httplib::Request& req, httplib::Response& res) {
+               serve(req, res, rebalance_);
+             });
     port_ = srv_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { srv_.listen_after_bind(); });
     // bind_to_any_port already listens: early clients queue in the backlog until accept.
@@ -54,13 +57,17 @@ class fake_imds {
     std::lock_guard<std::mutex> g(mu_);
     token_ = "revoked";
   }
-  int token_requests() const { std::lock_guard<std::mutex> g(mu_); return token_requests_; }
+  int token_requests() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return token_requests_;
+  }
   int unauthorized() const { return unauthorized_.load(); }
 
  private:
   void serve(const httplib::Request& req, httplib::Response& res, const std::string& doc) {
     std::lock_guard<std::mutex> g(mu_);
-    if (req.get_header_value("X-aws-ec2-metadata-token") != token_ || token_.empty() || token_ == "revoked") {
+    if (req.get_header_value("X-aws-ec2-metadata-token") != token_ || token_.empty() ||
+        token_ == "revoked") {
       ++unauthorized_;
       res.status = 401;
       return;

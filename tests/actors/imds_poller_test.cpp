@@ -51,7 +51,8 @@ TEST(imds_client, rebalance_recommendation_gets_the_configured_grace) {
   auto r = c.poll_once();
   ASSERT_TRUE(r && *r);
   EXPECT_EQ((*r)->source, moerl::messages::interruption_source::imds_rebalance);
-  auto grace = static_cast<int64_t>((*r)->deadline_unix_ms) - static_cast<int64_t>((*r)->issued_unix_ms);
+  auto grace =
+      static_cast<int64_t>((*r)->deadline_unix_ms) - static_cast<int64_t>((*r)->issued_unix_ms);
   EXPECT_EQ(grace, 90000);
 }
 

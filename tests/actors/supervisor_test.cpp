@@ -18,7 +18,9 @@ namespace {
 caf::behavior child_impl(caf::event_based_actor* self, int incarnation) {
   return {
       [=](ping_atom) { return incarnation; },
-      [=](crash_atom) { self->quit(caf::make_error(caf::sec::runtime_error, "crashed on purpose")); },
+      [=](crash_atom) {
+        self->quit(caf::make_error(caf::sec::runtime_error, "crashed on purpose"));
+      },
       [=](shutdown_atom) { self->quit(); },  // a normal exit
   };
 }
@@ -30,24 +32,30 @@ struct fixture : ::testing::Test {
   void SetUp() override { sys = std::make_unique<caf::actor_system>(cfg); }
 
   child_spec spec(const std::string& id, std::atomic<int>& counter, restart_policy p) {
-    return child_spec{id, [&counter](caf::actor_system& s) { return s.spawn(child_impl, ++counter); }, p};
+    return child_spec{
+        id, [&counter](caf::actor_system& s) { return s.spawn(child_impl, ++counter); }, p};
   }
   std::vector<caf::actor> kids(caf::scoped_actor& self, const caf::actor& sup) {
     std::vector<caf::actor> out;
-    self->request(sup, 5s, ping_atom::value).receive([&](std::vector<caf::actor>& v) { out = v; },
-                                                      [&](caf::error& e) { ADD_FAILURE() << sys->render(e); });
+    self->request(sup, 5s, ping_atom::value)
+        .receive([&](std::vector<caf::actor>& v) { out = v; },
+                 [&](caf::error& e) { ADD_FAILURE() << sys->render(e); });
     return out;
   }
   int incarnation(caf::scoped_actor& self, const caf::actor& child) {
     int got = -1;
-    self->request(child, 5s, ping_atom::value).receive([&](int i) { got = i; }, [&](caf::error&) {});
+    self->request(child, 5s, ping_atom::value)
+        .receive([&](int i) { got = i; }, [&](caf::error&) {});
     return got;
   }
   // Waits for the supervisor to report a restart; returns (child, reason).
   std::pair<std::string, std::string> next_restart(caf::scoped_actor& self) {
     std::pair<std::string, std::string> r;
-    self->receive([&](restarted_atom, const std::string& id, const std::string& why, uint64_t) { r = {id, why}; },
-                  caf::after(10s) >> [&] { ADD_FAILURE() << "no restart reported"; });
+    self->receive(
+        [&](restarted_atom, const std::string& id, const std::string& why, uint64_t) {
+          r = {id, why};
+        },
+        caf::after(10s) >> [&] { ADD_FAILURE() << "no restart reported"; });
     return r;
   }
   // Waits until slot i runs a child again (the restart happens after the backoff).
@@ -68,8 +76,9 @@ TEST_F(fixture, one_for_one_restarts_only_the_crashed_child_and_counts_the_reaso
   supervisor_options o;
   o.backoff_ms = 1;
   o.observer = self;
-  auto sup = spawn_supervisor(*sys, o, {spec("a", starts_a, restart_policy::permanent),
-                                        spec("b", starts_b, restart_policy::permanent)});
+  auto sup = spawn_supervisor(*sys, o,
+                              {spec("a", starts_a, restart_policy::permanent),
+                               spec("b", starts_b, restart_policy::permanent)});
   auto k = kids(self, sup);
   ASSERT_EQ(k.size(), 2u);
   self->send(k[0], crash_atom::value);
@@ -82,7 +91,8 @@ TEST_F(fixture, one_for_one_restarts_only_the_crashed_child_and_counts_the_reaso
   EXPECT_EQ(incarnation(self, k[1]), 1);  // b untouched
   EXPECT_EQ(starts_b.load(), 1);
   std::string stats;
-  self->request(sup, 5s, stats_atom::value).receive([&](std::string& s) { stats = s; }, [](caf::error&) {});
+  self->request(sup, 5s, stats_atom::value)
+      .receive([&](std::string& s) { stats = s; }, [](caf::error&) {});
   EXPECT_NE(stats.find("\"restarts\":1"), std::string::npos) << stats;
   self->send_exit(sup, caf::exit_reason::user_shutdown);
 }
@@ -93,8 +103,9 @@ TEST_F(fixture, one_for_all_restarts_every_rank_when_one_dies) {
   o.strategy = restart_strategy::one_for_all;
   o.backoff_ms = 1;
   o.observer = self;
-  auto sup = spawn_supervisor(*sys, o, {spec("rank0", starts_a, restart_policy::permanent),
-                                        spec("rank1", starts_b, restart_policy::permanent)});
+  auto sup = spawn_supervisor(*sys, o,
+                              {spec("rank0", starts_a, restart_policy::permanent),
+                               spec("rank1", starts_b, restart_policy::permanent)});
   auto k = kids(self, sup);
   self->send(k[1], crash_atom::value);
   std::set<std::string> restarted;
@@ -113,8 +124,9 @@ TEST_F(fixture, transient_child_exiting_normally_is_not_restarted_temporary_neve
   supervisor_options o;
   o.backoff_ms = 1;
   o.observer = self;
-  auto sup = spawn_supervisor(*sys, o, {spec("t", starts_a, restart_policy::transient),
-                                        spec("tmp", starts_b, restart_policy::temporary)});
+  auto sup = spawn_supervisor(*sys, o,
+                              {spec("t", starts_a, restart_policy::transient),
+                               spec("tmp", starts_b, restart_policy::temporary)});
   auto k = kids(self, sup);
   // Monitor before the children end: monitoring an already dead actor yields a down message
   // at once, possibly before the supervisor has handled that child's exit.

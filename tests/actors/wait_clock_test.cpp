@@ -10,7 +10,7 @@ TEST(wait_clock, counts_only_the_time_between_wanting_input_and_getting_it) {
   EXPECT_FALSE(c.waiting());
   EXPECT_DOUBLE_EQ(c.waited_s(5000), 0.0);
   c.start_waiting(1000);
-  c.start_waiting(1500);  // still the same wait: its start does not move
+  c.start_waiting(1500);                    // still the same wait: its start does not move
   EXPECT_DOUBLE_EQ(c.waited_s(1800), 0.8);  // an open wait is reported as it grows
   c.stop_waiting(2000);                     // a batch arrived: 1 s waited
   EXPECT_FALSE(c.waiting());

@@ -18,6 +18,7 @@
 #include "fabric/bootstrap.h"
 #include "job/fabric_expert_exchange.h"
 #include "policy/trainer.h"
+#include "tests/support/tiny_model.h"
 
 namespace moerl::policy {
 namespace {
@@ -379,16 +380,8 @@ TEST(fabric_exchange_options, bounds_come_from_the_role_and_the_shape_from_the_c
 // ---- the policy over the fabric exchange -------------------------------------------------
 
 model_config policy_config() {
-  model_config c;
-  c.max_seq_len = 12;
-  c.d_model = 16;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.num_experts = 4;
-  c.top_k = 2;
-  c.ffn_dim = 8;
+  model_config c = ::moerl::testing::tiny_model(/*seed=*/5, /*max_seq_len=*/12);
   c.aux_loss_coef = 0.01f;
-  c.seed = 5;
   return c;
 }
 

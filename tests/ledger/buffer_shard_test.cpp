@@ -44,7 +44,7 @@ void send_all(buffer_shard& sh, unit_id u, attempt_t a, const std::vector<group_
     for (uint32_t i = 0; i < kG; ++i) (void)sh.admit(make(u, a, seq++, g, i, version));
 }
 
-class BufferShard : public ::testing::Test {
+class buffer_shard_test : public ::testing::Test {
  protected:
   shard_options opts() {
     shard_options o;
@@ -57,7 +57,7 @@ class BufferShard : public ::testing::Test {
   buffer_shard sh{opts()};
 };
 
-TEST_F(BufferShard, samples_are_staged_until_commit_then_served_as_whole_groups_once) {
+TEST_F(buffer_shard_test, samples_are_staged_until_commit_then_served_as_whole_groups_once) {
   sh.apply(opened(1, 7, {10, 11}));
   send_all(sh, 1, 7, {10, 11});
   auto acks = sh.take_acks();
@@ -84,14 +84,14 @@ TEST_F(BufferShard, samples_are_staged_until_commit_then_served_as_whole_groups_
   EXPECT_TRUE(sh.serve(5).consumed.empty());
 }
 
-TEST_F(BufferShard, samples_arriving_before_the_lease_event_are_acked_once_it_arrives) {
+TEST_F(buffer_shard_test, samples_arriving_before_the_lease_event_are_acked_once_it_arrives) {
   send_all(sh, 4, 2, {1});
   EXPECT_TRUE(sh.take_acks().empty());
   sh.apply(opened(4, 2, {1}));
   EXPECT_EQ(sh.take_acks().size(), 1u);
 }
 
-TEST_F(BufferShard, late_samples_of_a_fenced_attempt_are_dropped_and_counted) {
+TEST_F(buffer_shard_test, late_samples_of_a_fenced_attempt_are_dropped_and_counted) {
   sh.apply(opened(1, 1, {10}));
   ASSERT_TRUE(sh.admit(make(1, 1, 0, 10, 0)).ok());
   sh.apply(fenced(1, 1));
@@ -108,7 +108,7 @@ TEST_F(BufferShard, late_samples_of_a_fenced_attempt_are_dropped_and_counted) {
   EXPECT_EQ(sh.stats().fenced, 2u);
 }
 
-TEST_F(BufferShard, a_sample_of_a_newer_attempt_fences_the_staged_older_one) {
+TEST_F(buffer_shard_test, a_sample_of_a_newer_attempt_fences_the_staged_older_one) {
   ASSERT_TRUE(sh.admit(make(3, 1, 0, 10, 0)).ok());
   ASSERT_TRUE(sh.admit(make(3, 2, 0, 10, 0)).ok());
   EXPECT_EQ(sh.stats().purged, 1u);
@@ -118,7 +118,7 @@ TEST_F(BufferShard, a_sample_of_a_newer_attempt_fences_the_staged_older_one) {
   EXPECT_TRUE(sh.take_acks().empty());
 }
 
-TEST_F(BufferShard, replayed_duplicates_are_dropped_before_and_after_commit) {
+TEST_F(buffer_shard_test, replayed_duplicates_are_dropped_before_and_after_commit) {
   sh.apply(opened(1, 1, {10}));
   ASSERT_TRUE(sh.admit(make(1, 1, 0, 10, 0)).ok());
   EXPECT_EQ(sh.admit(make(1, 1, 0, 10, 0)).err().code, errc::duplicate);  // same seq
@@ -136,7 +136,7 @@ TEST_F(BufferShard, replayed_duplicates_are_dropped_before_and_after_commit) {
   EXPECT_TRUE(sh.take_acks().empty()) << "no second ack";
 }
 
-TEST_F(BufferShard, stale_samples_drop_their_whole_group_with_a_reason) {
+TEST_F(buffer_shard_test, stale_samples_drop_their_whole_group_with_a_reason) {
   sh.set_policy_version(10);
   sh.apply(opened(1, 1, {10, 11}));
   uint32_t seq = 0;
@@ -158,7 +158,7 @@ TEST_F(BufferShard, stale_samples_drop_their_whole_group_with_a_reason) {
   EXPECT_EQ(b.consumed[0].group, 10u);
 }
 
-TEST_F(BufferShard, samples_outside_the_lease_are_refused) {
+TEST_F(buffer_shard_test, samples_outside_the_lease_are_refused) {
   sh.apply(opened(1, 1, {10}));
   EXPECT_EQ(sh.admit(make(1, 1, 0, 99, 0)).err().code, errc::invalid_argument);
   EXPECT_EQ(sh.admit(make(1, 1, 0, 10, kG)).err().code, errc::invalid_argument);
@@ -170,7 +170,7 @@ TEST_F(BufferShard, samples_outside_the_lease_are_refused) {
   EXPECT_EQ(sh.stats().invalid, 4u);
 }
 
-TEST_F(BufferShard, capacity_bounds_resident_samples_and_frees_on_serve) {
+TEST_F(buffer_shard_test, capacity_bounds_resident_samples_and_frees_on_serve) {
   shard_options o = opts();
   o.capacity_samples = 2 * kG;
   buffer_shard small(o);
@@ -188,7 +188,7 @@ TEST_F(BufferShard, capacity_bounds_resident_samples_and_frees_on_serve) {
   EXPECT_EQ(small.stats().peak_samples, 2 * kG);
 }
 
-TEST_F(BufferShard, events_for_other_shards_are_ignored) {
+TEST_F(buffer_shard_test, events_for_other_shards_are_ignored) {
   sh.apply({ledger_event::kind::attempt_opened, "other", 1, 1, {10}, kG});
   send_all(sh, 1, 1, {10});
   EXPECT_TRUE(sh.take_acks().empty());

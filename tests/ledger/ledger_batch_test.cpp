@@ -13,7 +13,7 @@
 namespace moerl::ledger {
 namespace {
 
-class LedgerBatch : public ::testing::Test {
+class ledger_batch : public ::testing::Test {
  protected:
   void open_ledger(uint64_t capacity = 0) {
     opts.lease_timeout_ms = 1000;
@@ -42,7 +42,7 @@ class LedgerBatch : public ::testing::Test {
   group_id next_group = 1;
 };
 
-TEST_F(LedgerBatch, batch_is_k_distinct_fifo_leases_each_with_its_attempt_deadline_and_event) {
+TEST_F(ledger_batch, batch_is_k_distinct_fifo_leases_each_with_its_attempt_deadline_and_event) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(5);
@@ -67,7 +67,7 @@ TEST_F(LedgerBatch, batch_is_k_distinct_fifo_leases_each_with_its_attempt_deadli
   expect_invariant();
 }
 
-TEST_F(LedgerBatch,
+TEST_F(ledger_batch,
        batch_larger_than_the_queue_gets_what_is_pending_and_an_empty_queue_is_not_found) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
@@ -84,7 +84,7 @@ TEST_F(LedgerBatch,
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, batch_respects_shard_capacity_and_spreads_round_robin) {
+TEST_F(ledger_batch, batch_respects_shard_capacity_and_spreads_round_robin) {
   // Units of 4 samples, shards of 8: at most 2 open units per shard, 4 in all.
   open_ledger(8);
   ASSERT_TRUE(led->add_shard("s0").ok());
@@ -113,7 +113,7 @@ TEST_F(LedgerBatch, batch_respects_shard_capacity_and_spreads_round_robin) {
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, worker_dying_with_a_batch_reopens_every_unit_and_fences_every_attempt) {
+TEST_F(ledger_batch, worker_dying_with_a_batch_reopens_every_unit_and_fences_every_attempt) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(6);
@@ -151,7 +151,8 @@ TEST_F(LedgerBatch, worker_dying_with_a_batch_reopens_every_unit_and_fences_ever
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, drain_gives_back_the_unstarted_leases_of_a_batch_and_commits_the_finished_one) {
+TEST_F(ledger_batch,
+       drain_gives_back_the_unstarted_leases_of_a_batch_and_commits_the_finished_one) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(4);
@@ -181,7 +182,7 @@ TEST_F(LedgerBatch, drain_gives_back_the_unstarted_leases_of_a_batch_and_commits
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, unstarted_batch_expires_whole_at_its_deadline) {
+TEST_F(ledger_batch, unstarted_batch_expires_whole_at_its_deadline) {
   open_ledger();
   ASSERT_TRUE(led->add_shard("s0").ok());
   add_units(3);
@@ -196,7 +197,7 @@ TEST_F(LedgerBatch, unstarted_batch_expires_whole_at_its_deadline) {
   expect_invariant();
 }
 
-TEST_F(LedgerBatch, batch_leases_are_journaled_and_expired_by_a_coordinator_restart) {
+TEST_F(ledger_batch, batch_leases_are_journaled_and_expired_by_a_coordinator_restart) {
   moerl::testing::temp_dir dir("ledger-batch");
   auto store = store::local_store::open(dir.path(), /*durable=*/false);
   ASSERT_TRUE(store.ok()) << store.err().to_string();

@@ -115,7 +115,7 @@ struct cluster {
   }
 };
 
-TEST(LedgerCluster, losing_a_shard_reopens_its_unconsumed_groups_and_nothing_is_lost) {
+TEST(ledger_cluster, losing_a_shard_reopens_its_unconsumed_groups_and_nothing_is_lost) {
   cluster c({"s0", "s1"}, 48);
   std::set<std::pair<unit_id, group_id>> all;
   for (unit_id u = 1; u <= 24; ++u) {
@@ -196,7 +196,7 @@ TEST(LedgerCluster, losing_a_shard_reopens_its_unconsumed_groups_and_nothing_is_
   EXPECT_EQ(got, all);
 }
 
-TEST(LedgerCluster, an_expired_worker_keeps_sending_and_its_samples_are_fenced) {
+TEST(ledger_cluster, an_expired_worker_keeps_sending_and_its_samples_are_fenced) {
   cluster c({"s0"}, 64);
   ASSERT_TRUE(c.led->add_unit({7, 8}).ok());
   auto slow = c.led->acquire("slow");
@@ -222,7 +222,7 @@ TEST(LedgerCluster, an_expired_worker_keeps_sending_and_its_samples_are_fenced) 
   EXPECT_TRUE(c.led->check_invariant().ok());
 }
 
-TEST(LedgerCluster, stale_samples_are_dropped_with_a_reason_and_accounted) {
+TEST(ledger_cluster, stale_samples_are_dropped_with_a_reason_and_accounted) {
   cluster c({"s0"}, 64);
   ASSERT_TRUE(c.led->add_unit({1}).ok());
   ASSERT_TRUE(c.led->add_unit({2}).ok());

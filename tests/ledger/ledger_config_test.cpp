@@ -8,7 +8,7 @@
 namespace moerl::ledger {
 namespace {
 
-TEST(LedgerConfig, defaults_come_from_the_schema) {
+TEST(ledger_config, defaults_come_from_the_schema) {
   auto cfg = config::defaults();
   auto lo = ledger_options::from_config(cfg);
   ASSERT_TRUE(lo.ok()) << lo.err().to_string();
@@ -26,7 +26,7 @@ TEST(LedgerConfig, defaults_come_from_the_schema) {
   EXPECT_EQ(po->credits_per_producer, 64u);
 }
 
-TEST(LedgerConfig, out_of_range_values_are_refused_by_the_schema_naming_their_key) {
+TEST(ledger_config, out_of_range_values_are_refused_by_the_schema_naming_their_key) {
   // The ranges are the schema's (common/config_schema.cpp): a config never holds them.
   for (const char* ov : {"ledger.group_size=0", "buffer.credits_per_producer=0"}) {
     auto cfg = config::load("", {ov});

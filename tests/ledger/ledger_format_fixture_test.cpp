@@ -29,7 +29,7 @@ std::map<std::string, std::string> files_under(const fs::path& root) {
   return out;
 }
 
-TEST(LedgerFormatFixture, the_same_run_writes_the_same_journal_and_snapshot_bytes) {
+TEST(ledger_format_fixture, the_same_run_writes_the_same_journal_and_snapshot_bytes) {
   moerl::testing::temp_dir dir("ledger-format");
   auto st = store::local_store::open(dir.path(), /*durable=*/false);
   ASSERT_TRUE(st.ok()) << st.err().to_string();
@@ -44,7 +44,7 @@ TEST(LedgerFormatFixture, the_same_run_writes_the_same_journal_and_snapshot_byte
   }
 }
 
-TEST(LedgerFormatFixture, a_store_written_by_the_earlier_version_recovers) {
+TEST(ledger_format_fixture, a_store_written_by_the_earlier_version_recovers) {
   moerl::testing::temp_dir dir("ledger-format");
   // Recovery appends to the store: work on a copy.
   fs::copy(MOERL_LEDGER_FORMAT_FIXTURE, dir.path(), fs::copy_options::recursive);

@@ -12,7 +12,7 @@
 namespace moerl::ledger {
 namespace {
 
-class LedgerRecovery : public ::testing::Test {
+class ledger_recovery : public ::testing::Test {
  protected:
   void SetUp() override {
     auto s = store::local_store::open(dir.path(), /*durable=*/false);
@@ -56,7 +56,7 @@ class LedgerRecovery : public ::testing::Test {
   manual_clock clk{0};
 };
 
-TEST_F(LedgerRecovery, a_fresh_store_starts_epoch_one_and_a_restart_bumps_it) {
+TEST_F(ledger_recovery, a_fresh_store_starts_epoch_one_and_a_restart_bumps_it) {
   recovery_info info;
   auto l = open(&info);
   EXPECT_FALSE(info.recovered);
@@ -68,7 +68,7 @@ TEST_F(LedgerRecovery, a_fresh_store_starts_epoch_one_and_a_restart_bumps_it) {
   EXPECT_EQ(l2->epoch(), 2u);
 }
 
-TEST_F(LedgerRecovery, state_survives_a_crash_and_open_leases_expire_fenced_by_the_new_epoch) {
+TEST_F(ledger_recovery, state_survives_a_crash_and_open_leases_expire_fenced_by_the_new_epoch) {
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());
   for (group_id g = 1; g <= 4; ++g) ASSERT_TRUE(l->add_unit({g * 10, g * 10 + 1}).ok());
@@ -115,7 +115,7 @@ TEST_F(LedgerRecovery, state_survives_a_crash_and_open_leases_expire_fenced_by_t
   (void)before;
 }
 
-TEST_F(LedgerRecovery, a_lease_whose_record_never_became_durable_is_still_fenced) {
+TEST_F(ledger_recovery, a_lease_whose_record_never_became_durable_is_still_fenced) {
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());
   ASSERT_TRUE(l->add_unit({1}).ok());
@@ -131,7 +131,7 @@ TEST_F(LedgerRecovery, a_lease_whose_record_never_became_durable_is_still_fenced
   EXPECT_TRUE(r->check_invariant().ok());
 }
 
-TEST_F(LedgerRecovery, a_torn_last_journal_record_is_ignored_and_the_journal_repaired) {
+TEST_F(ledger_recovery, a_torn_last_journal_record_is_ignored_and_the_journal_repaired) {
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());
   ASSERT_TRUE(l->add_unit({1}).ok());
@@ -169,7 +169,7 @@ TEST_F(LedgerRecovery, a_torn_last_journal_record_is_ignored_and_the_journal_rep
 // The coordinator journals a consumption and dies before its reply reaches the shard; the
 // shard sends it again to the recovered coordinator. Through the journal and through a
 // snapshot, the re-sent hand-out is recognised and not counted twice.
-TEST_F(LedgerRecovery, a_consumption_re_sent_after_a_restart_is_not_a_duplicate) {
+TEST_F(ledger_recovery, a_consumption_re_sent_after_a_restart_is_not_a_duplicate) {
   for (bool snapshot : {false, true}) {
     SCOPED_TRACE(snapshot ? "through a snapshot" : "through the journal");
     auto old_keys = st->list("ledger/");
@@ -194,7 +194,7 @@ TEST_F(LedgerRecovery, a_consumption_re_sent_after_a_restart_is_not_a_duplicate)
   }
 }
 
-TEST_F(LedgerRecovery, a_crash_at_any_byte_of_the_last_segment_recovers_a_consistent_prefix) {
+TEST_F(ledger_recovery, a_crash_at_any_byte_of_the_last_segment_recovers_a_consistent_prefix) {
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());
   ASSERT_TRUE(l->add_unit({1, 2}).ok());
@@ -235,7 +235,7 @@ TEST_F(LedgerRecovery, a_crash_at_any_byte_of_the_last_segment_recovers_a_consis
   EXPECT_EQ(last_trained, 2u);
 }
 
-TEST_F(LedgerRecovery, damage_in_a_segment_that_is_not_the_last_is_an_error) {
+TEST_F(ledger_recovery, damage_in_a_segment_that_is_not_the_last_is_an_error) {
   auto l = open();
   ASSERT_TRUE(l->add_unit({1}).ok());
   ASSERT_TRUE(l->sync().ok());
@@ -253,7 +253,7 @@ TEST_F(LedgerRecovery, damage_in_a_segment_that_is_not_the_last_is_an_error) {
   EXPECT_NE(r.err().message.find(keys[1]), std::string::npos) << r.err().message;
 }
 
-TEST_F(LedgerRecovery, snapshot_plus_journal_rebuild_the_same_ledger_and_old_segments_go) {
+TEST_F(ledger_recovery, snapshot_plus_journal_rebuild_the_same_ledger_and_old_segments_go) {
   opts.snapshot_every = 7;
   auto l = open();
   ASSERT_TRUE(l->add_shard("s0").ok());
@@ -293,7 +293,7 @@ TEST_F(LedgerRecovery, snapshot_plus_journal_rebuild_the_same_ledger_and_old_seg
   EXPECT_TRUE(r->check_invariant().ok());
 }
 
-TEST_F(LedgerRecovery, a_foreign_or_garbage_snapshot_is_refused_with_its_key) {
+TEST_F(ledger_recovery, a_foreign_or_garbage_snapshot_is_refused_with_its_key) {
   ASSERT_TRUE(st->put("ledger/snapshot/0000000000000009", "not a snapshot").ok());
   auto r = work_ledger::open(opts, clk, st.get());
   ASSERT_FALSE(r.ok());

@@ -7,7 +7,7 @@
 namespace moerl::ledger {
 namespace {
 
-class LedgerTransitions : public ::testing::Test {
+class ledger_transitions : public ::testing::Test {
  protected:
   void SetUp() override {
     opts.lease_timeout_ms = 1000;
@@ -34,7 +34,7 @@ class LedgerTransitions : public ::testing::Test {
   std::unique_ptr<work_ledger> led;
 };
 
-TEST_F(LedgerTransitions, pending_unit_is_leased_with_deadline_groups_and_shard) {
+TEST_F(ledger_transitions, pending_unit_is_leased_with_deadline_groups_and_shard) {
   auto u = led->add_unit({11, 12});
   ASSERT_TRUE(u.ok());
   clk.set(500);
@@ -53,7 +53,7 @@ TEST_F(LedgerTransitions, pending_unit_is_leased_with_deadline_groups_and_shard)
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, unit_commits_only_when_report_and_ack_are_both_in_either_order) {
+TEST_F(ledger_transitions, unit_commits_only_when_report_and_ack_are_both_in_either_order) {
   ASSERT_TRUE(led->add_unit({1}).ok());
   ASSERT_TRUE(led->add_unit({2}).ok());
   lease a = take("w1");
@@ -74,7 +74,7 @@ TEST_F(LedgerTransitions, unit_commits_only_when_report_and_ack_are_both_in_eith
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, acquire_with_nothing_pending_is_not_found_and_without_shard_is_refused) {
+TEST_F(ledger_transitions, acquire_with_nothing_pending_is_not_found_and_without_shard_is_refused) {
   auto none = led->acquire("w1");
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.err().code, errc::not_found);
@@ -85,7 +85,7 @@ TEST_F(LedgerTransitions, acquire_with_nothing_pending_is_not_found_and_without_
   EXPECT_EQ(noshard.err().code, errc::capacity_exceeded);
 }
 
-TEST_F(LedgerTransitions, bad_units_are_refused_with_a_reason) {
+TEST_F(ledger_transitions, bad_units_are_refused_with_a_reason) {
   EXPECT_EQ(led->add_unit({}).err().code, errc::invalid_argument);
   EXPECT_EQ(led->add_unit({1, 2, 3, 4}).err().code, errc::invalid_argument);
   auto rep = led->add_unit({7, 7});
@@ -94,7 +94,7 @@ TEST_F(LedgerTransitions, bad_units_are_refused_with_a_reason) {
   EXPECT_EQ(led->num_units(), 0u);
 }
 
-TEST_F(LedgerTransitions, renew_moves_the_deadline_and_only_the_holder_may_renew) {
+TEST_F(ledger_transitions, renew_moves_the_deadline_and_only_the_holder_may_renew) {
   ASSERT_TRUE(led->add_unit({1}).ok());
   lease l = take("w1");
   clk.set(900);
@@ -108,7 +108,7 @@ TEST_F(LedgerTransitions, renew_moves_the_deadline_and_only_the_holder_may_renew
   EXPECT_TRUE(led->expire_due().empty());
 }
 
-TEST_F(LedgerTransitions, expiry_on_deadline_returns_the_unit_with_a_new_fencing_token) {
+TEST_F(ledger_transitions, expiry_on_deadline_returns_the_unit_with_a_new_fencing_token) {
   ASSERT_TRUE(led->add_unit({1, 2}).ok());
   lease l = take("w1");
   clk.set(999);
@@ -133,7 +133,7 @@ TEST_F(LedgerTransitions, expiry_on_deadline_returns_the_unit_with_a_new_fencing
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, give_back_returns_the_unit_and_fences_the_attempt) {
+TEST_F(ledger_transitions, give_back_returns_the_unit_and_fences_the_attempt) {
   ASSERT_TRUE(led->add_unit({1}).ok());
   lease l = take("w1");
   led->take_events();
@@ -148,7 +148,7 @@ TEST_F(LedgerTransitions, give_back_returns_the_unit_and_fences_the_attempt) {
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, worker_death_expires_all_of_its_leases_and_no_others) {
+TEST_F(ledger_transitions, worker_death_expires_all_of_its_leases_and_no_others) {
   for (group_id g = 1; g <= 3; ++g) ASSERT_TRUE(led->add_unit({g}).ok());
   lease a = take("w1");
   lease b = take("w2");
@@ -163,7 +163,7 @@ TEST_F(LedgerTransitions, worker_death_expires_all_of_its_leases_and_no_others) 
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, illegal_reports_and_acks_are_refused_and_change_nothing) {
+TEST_F(ledger_transitions, illegal_reports_and_acks_are_refused_and_change_nothing) {
   ASSERT_TRUE(led->add_unit({1, 2}).ok());
   lease l = take("w1");
   auto before = led->counters().to_json();
@@ -187,7 +187,7 @@ TEST_F(LedgerTransitions, illegal_reports_and_acks_are_refused_and_change_nothin
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, stale_groups_are_dropped_with_a_reason_and_never_served) {
+TEST_F(ledger_transitions, stale_groups_are_dropped_with_a_reason_and_never_served) {
   ASSERT_TRUE(led->add_unit({1, 2, 3}).ok());
   lease l = take("w1");
   ASSERT_TRUE(led->report(l.unit, l.attempt, "w1", 12).ok());
@@ -198,7 +198,7 @@ TEST_F(LedgerTransitions, stale_groups_are_dropped_with_a_reason_and_never_serve
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, consumption_counts_trained_once_and_flags_a_second_hand_out) {
+TEST_F(ledger_transitions, consumption_counts_trained_once_and_flags_a_second_hand_out) {
   ASSERT_TRUE(led->add_unit({1, 2}).ok());
   lease l = take("w1");
   ASSERT_TRUE(led->report(l.unit, l.attempt, "w1", 8).ok());
@@ -214,7 +214,7 @@ TEST_F(LedgerTransitions, consumption_counts_trained_once_and_flags_a_second_han
   EXPECT_EQ(led->record_consumed({l.unit, l.attempt, 2, 3}).err().code, errc::invalid_argument);
 }
 
-TEST_F(LedgerTransitions, a_re_sent_consumption_with_the_same_hand_out_id_is_accepted_once) {
+TEST_F(ledger_transitions, a_re_sent_consumption_with_the_same_hand_out_id_is_accepted_once) {
   ASSERT_TRUE(led->add_unit({1, 2}).ok());
   lease l = take("w1");
   ASSERT_TRUE(led->report(l.unit, l.attempt, "w1", 8).ok());
@@ -230,7 +230,7 @@ TEST_F(LedgerTransitions, a_re_sent_consumption_with_the_same_hand_out_id_is_acc
   EXPECT_EQ(led->counters().duplicated, 4u);
 }
 
-TEST_F(LedgerTransitions, leases_go_round_robin_and_respect_shard_capacity) {
+TEST_F(ledger_transitions, leases_go_round_robin_and_respect_shard_capacity) {
   opts.shard_capacity_samples = 8;  // two one-group units per shard
   led = std::move(*work_ledger::open(opts, clk, nullptr));
   ASSERT_TRUE(led->add_shard("a").ok());
@@ -255,7 +255,7 @@ TEST_F(LedgerTransitions, leases_go_round_robin_and_respect_shard_capacity) {
   expect_invariant();
 }
 
-TEST_F(LedgerTransitions, accounting_serialises_to_the_report_shape) {
+TEST_F(ledger_transitions, accounting_serialises_to_the_report_shape) {
   ASSERT_TRUE(led->add_unit({1}).ok());
   lease l = take("w1");
   ASSERT_TRUE(led->give_back(l.unit, l.attempt, "w1").ok());

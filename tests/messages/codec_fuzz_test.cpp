@@ -14,7 +14,8 @@ using namespace moerl::messages;
 namespace {
 
 size_t iterations_per_kind() {
-  if (const char* env = std::getenv("MOERL_FUZZ_ITERATIONS")) return std::strtoull(env, nullptr, 10);
+  if (const char* env = std::getenv("MOERL_FUZZ_ITERATIONS"))
+    return std::strtoull(env, nullptr, 10);
   return 100000;
 }
 
@@ -24,7 +25,8 @@ std::string mutate(const std::string& valid, std::mt19937_64& rng) {
   auto pos = [&](size_t n) { return n ? rng() % n : 0; };
   switch (op) {
     case 0:  // flip a few bits
-      for (int i = 0, n = 1 + rng() % 4; i < n && !s.empty(); ++i) s[pos(s.size())] ^= char(1u << (rng() % 8));
+      for (int i = 0, n = 1 + rng() % 4; i < n && !s.empty(); ++i)
+        s[pos(s.size())] ^= char(1u << (rng() % 8));
       break;
     case 1:  // overwrite a byte with a boundary value
       if (!s.empty()) s[pos(s.size())] = "\x00\x01\x7f\x80\xff"[rng() % 5];
@@ -36,7 +38,9 @@ std::string mutate(const std::string& valid, std::mt19937_64& rng) {
       for (int i = 0, n = 1 + rng() % 32; i < n; ++i) s.push_back(char(rng()));
       break;
     case 4:  // corrupt the segment table (first words after the 8-byte header)
-      if (s.size() >= 16) for (int i = 8; i < 16; ++i) if (rng() % 3 == 0) s[i] = char(rng());
+      if (s.size() >= 16)
+        for (int i = 8; i < 16; ++i)
+          if (rng() % 3 == 0) s[i] = char(rng());
       break;
     case 5:  // corrupt a 64-bit pointer-sized word with random bits
       if (s.size() >= 16) {
@@ -45,10 +49,16 @@ std::string mutate(const std::string& valid, std::mt19937_64& rng) {
       }
       break;
     case 6:  // swap the kind in the header
-      if (s.size() >= 6) { s[4] = char(rng() % 20); s[5] = char(rng() % 2 ? 0 : rng()); }
+      if (s.size() >= 6) {
+        s[4] = char(rng() % 20);
+        s[5] = char(rng() % 2 ? 0 : rng());
+      }
       break;
     default:  // duplicate a chunk
-      if (!s.empty()) { size_t a = pos(s.size()); s.insert(a, s.substr(a, 1 + rng() % 16)); }
+      if (!s.empty()) {
+        size_t a = pos(s.size());
+        s.insert(a, s.substr(a, 1 + rng() % 16));
+      }
       break;
   }
   return s;
@@ -56,7 +66,8 @@ std::string mutate(const std::string& valid, std::mt19937_64& rng) {
 
 bool is_clean_decode_error(const moerl::error& e) {
   return (e.code == errc::malformed_message || e.code == errc::truncated_message ||
-          e.code == errc::message_too_large) && !e.message.empty();
+          e.code == errc::message_too_large) &&
+         !e.message.empty();
 }
 
 }  // namespace
@@ -86,6 +97,7 @@ TEST(CodecFuzz, random_and_mutated_inputs_yield_values_or_clean_errors) {
     }
     EXPECT_EQ(ok + failed, n);
     EXPECT_GT(failed, 0u) << kind_name(ex.k);
-    std::printf("fuzz %-20s %zu inputs: %zu decoded, %zu refused cleanly\n", kind_name(ex.k), n, ok, failed);
+    std::printf("fuzz %-20s %zu inputs: %zu decoded, %zu refused cleanly\n", kind_name(ex.k), n, ok,
+                failed);
   }
 }

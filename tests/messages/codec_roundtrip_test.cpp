@@ -44,7 +44,7 @@ TEST(Codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
 }
 
 TEST(Codec, lease_keeps_its_fencing_token_and_unit) {
-  lease l{{17, {1, 2}, 4, 99, "add"}, 6, "rollout-3", 5555, 12};
+  lease l{{17, {1, 2}, 4, 99, "add"}, 6, "rollout-3", 5555, 12, "buffer-1", "tcp://10.0.0.7:5601"};
   auto back = decode<lease>(encode(l));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->attempt, 6u);

@@ -44,7 +44,7 @@ example make_example(const T& msg) {
 
 inline std::vector<example> all_examples() {
   work_unit u{17, {1, 2, 3}, 4, 99, "sort"};
-  lease l{u, 2, "rollout-0", 1234567, 5};
+  lease l{u, 2, "rollout-0", 1234567, 5, "buffer-0", "tcp://10.0.0.7:5601"};
   batch b;
   b.batch_id = 8;
   b.shard = "buffer-0";
@@ -52,6 +52,19 @@ inline std::vector<example> all_examples() {
   weight_manifest wm{3, "ab12", 300, {{"p0", 0, 100, "aa"}, {"p1", 100, 200, "bb"}}, 55};
   admin_request req{9, "secret", "inject", {"spot", "rollout-1"}, {{"deadline", "30"}}};
   admin_reply rep{9, false, moerl::error{errc::unknown_node, "no node rollout-9"}, "{}"};
+  lease_batch lb;
+  for (uint64_t i = 0; i < 3; ++i) {
+    lease x = l;
+    x.unit.id = 17 + i;
+    x.unit.task_seed = 0;  // a batch does not carry it
+    x.attempt = 2 + static_cast<uint32_t>(i);
+    x.shard = i == 1 ? "buffer-1" : "buffer-0";
+    x.shard_endpoint = i == 1 ? "tcp://10.0.0.8:5601" : "tcp://10.0.0.7:5601";
+    lb.leases.push_back(x);
+  }
+  ledger_events ev{{{ledger_event_kind::attempt_opened, 17, 2, 4, {1, 2, 3}},
+                    {ledger_event_kind::attempt_fenced, 18, 1, 0, {}},
+                    {ledger_event_kind::unit_committed, 17, 2, 0, {}}}};
   metrics_snapshot ms{"coordinator", 77, {{"moerl_samples_total", 12.5, {{"role", "rollout"}}}}};
   return {
       make_example(u),
@@ -64,12 +77,18 @@ inline std::vector<example> all_examples() {
       make_example(batch_request{"trainer-0", 4, 3}),
       make_example(b),
       make_example(wm),
-      make_example(heartbeat{"n1", "rollout", 123, 5, 999, "running", 2}),
-      make_example(interruption_notice{"n1", interruption_source::imds_spot, 2000, 1000, "terminate"}),
+      make_example(heartbeat{"n1", "rollout", 123, 5, 999, "running", 2, 1, "rollout-n1", ""}),
+      make_example(
+          interruption_notice{"n1", interruption_source::imds_spot, 2000, 1000, "terminate"}),
       make_example(req),
       make_example(rep),
       make_example(ms),
       make_example(wire_error{moerl::error{errc::timeout, "lease request timed out"}}),
+      make_example(lb),
+      make_example(lease_give_back{"rollout-0/1", {{17, 2}, {19, 4}}}),
+      make_example(prompt{1001, {5, 65537, 1000003, 8}}),
+      make_example(ev),
+      make_example(shard_ack{17, 2, "buffer-0", {1, 2}, {3}}),
   };
 }
 

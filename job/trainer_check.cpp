@@ -1,18 +1,18 @@
-#include "actors/trainer_check.h"
+#include "job/trainer_check.h"
 
 #include <cmath>
 #include <map>
 
-#include "actors/modpow_work.h"
+#include "job/modpow_work.h"
 
-namespace moerl::actors {
+namespace moerl::job {
 
 check_totals check_and_score(const std::vector<messages::sample>& samples, uint32_t rounds) {
   check_totals t;
   modpow_reward verifier;
   std::map<uint64_t, std::vector<float>> rewards;
   for (const auto& s : samples) {
-    generated_sample g;
+    actors::generated_sample g;
     g.index_in_group = s.index_in_group;
     g.prompt = s.prompt_tokens;
     g.tokens = s.tokens;
@@ -38,4 +38,4 @@ check_totals check_and_score(const std::vector<messages::sample>& samples, uint3
   return t;
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl::job

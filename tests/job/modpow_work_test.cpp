@@ -2,9 +2,9 @@
 // generation were faked, non-deterministic, or if the checker accepted altered samples.
 #include <gtest/gtest.h>
 
-#include "actors/modpow_work.h"
+#include "job/modpow_work.h"
 
-using namespace moerl::actors;
+using namespace moerl::job;
 
 TEST(modpow_work, same_prompt_index_and_version_generate_identical_samples) {
   modpow_work w;

@@ -1,6 +1,8 @@
-#include "actors/modpow_work.h"
+#include "job/modpow_work.h"
 
-namespace moerl::actors {
+namespace moerl::job {
+
+using actors::generated_sample;
 namespace {
 
 uint64_t mix(uint64_t x) {  // splitmix64 finalizer: a cheap, well-spread hash
@@ -30,9 +32,12 @@ uint64_t pow_right_to_left(uint64_t base, uint64_t exp, uint64_t mod) {
 }
 
 status check_prompt(const std::vector<uint32_t>& p) {
-  if (p.size() != 4) return error(errc::invalid_argument, "modpow prompt needs 4 tokens, got " + std::to_string(p.size()));
+  if (p.size() != 4)
+    return error(errc::invalid_argument,
+                 "modpow prompt needs 4 tokens, got " + std::to_string(p.size()));
   if (p[2] < 2 || p[2] > 0x7fffffffu || p[3] < 1 || p[3] > 4096)
-    return error(errc::invalid_argument, "modpow prompt out of range (modulus >= 2, 1 <= rounds <= 4096)");
+    return error(errc::invalid_argument,
+                 "modpow prompt out of range (modulus >= 2, 1 <= rounds <= 4096)");
   return ok_status();
 }
 
@@ -76,7 +81,8 @@ result<float> modpow_reward::score(const std::vector<uint32_t>& prompt,
   if (auto st = check_prompt(prompt); !st) return st.err();
   if (tokens.size() != static_cast<size_t>(prompt[3]))
     return error(errc::invalid_argument, "modpow response has " + std::to_string(tokens.size()) +
-                                             " tokens, prompt asks for " + std::to_string(prompt[3]));
+                                             " tokens, prompt asks for " +
+                                             std::to_string(prompt[3]));
   uint64_t x = static_cast<uint64_t>(prompt[0]);
   for (uint32_t r = 0; r < prompt[3]; ++r)
     x = pow_right_to_left(x, static_cast<uint64_t>(prompt[1]), static_cast<uint64_t>(prompt[2]));
@@ -89,4 +95,4 @@ bool modpow_check(const generated_sample& s, uint64_t policy_version) {
   return again && again->tokens == s.tokens && again->logprobs == s.logprobs;
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl::job

@@ -13,26 +13,27 @@
 
 #include "actors/rollout_work.h"
 
-namespace moerl::actors {
+namespace moerl::job {
 
 // Prompt of unit `unit`, group `group`: fixed by those two numbers, so the coordinator only
 // needs to hand out unit ids. `rounds` sets the cost (and the response length).
 std::vector<uint32_t> modpow_prompt(uint64_t unit, uint32_t group, uint32_t rounds);
 
-class modpow_work final : public rollout_work {
+class modpow_work final : public actors::rollout_work {
  public:
   std::string name() const override { return "modpow"; }
-  result<generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
-                                    uint32_t index_in_group, uint64_t policy_version) override;
+  result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
+                                            uint32_t index_in_group,
+                                            uint64_t policy_version) override;
 };
 
-class modpow_reward final : public reward_function {
+class modpow_reward final : public actors::reward_function {
  public:
   result<float> score(const std::vector<uint32_t>& prompt,
                       const std::vector<uint32_t>& tokens) const override;
 };
 
 // True when `s` is exactly what modpow_work generates for its prompt, index and version.
-bool modpow_check(const generated_sample& s, uint64_t policy_version);
+bool modpow_check(const actors::generated_sample& s, uint64_t policy_version);
 
-}  // namespace moerl::actors
+}  // namespace moerl::job

@@ -1,0 +1,281 @@
+// The rollout role: actors.rollout_workers workers, each leasing units from the coordinator
+// (one per request, or a batch of actors.lease_batch), generating their samples with the
+// job's rollout_work and delivering them through a reward node (or, with none alive,
+// scoring them here and sending them to the unit's shard), then reporting the unit.
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+
+#include <caf/all.hpp>
+
+#include "actors/atoms.h"
+#include "actors/interruption.h"
+#include "actors/role_loops.h"
+#include "common/log.h"
+#include "messages/work.h"
+
+namespace moerl::actors {
+namespace {
+
+class rollout_worker {
+ public:
+  rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k)
+      : self_(self),
+        ctx_(std::move(ctx)),
+        worker_(ctx_->id + "/" + std::to_string(k)),
+        log_(logger("rollout")) {}
+
+  void run() {
+    running_guard g(ctx_->workers_running);
+    auto w = ctx_->running_job->make_rollout_work();
+    auto r = ctx_->running_job->make_reward();
+    if (!w || !r) {
+      fail_actor(self_, (!w ? w.err() : r.err()).to_string());
+      return;
+    }
+    work_ = std::move(*w);
+    reward_ = std::move(*r);
+    lease_batch_ = static_cast<uint32_t>(
+        std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
+    int64_t last_err_log = 0;
+    while (mailbox_ok(self_, *ctx_, 0)) {
+      if (ctx_->draining()) break;  // stop leasing; exit normally (transient: no restart)
+      if (queue_.empty()) {
+        auto got = fetch_leases();
+        if (!got) {
+          auto c = got.err().code;
+          if (c != errc::not_found && c != errc::capacity_exceeded && c != errc::shutting_down &&
+              steady_ms() - last_err_log > 2000) {
+            log_->warn("{}: lease failed: {}", worker_, got.err().to_string());
+            last_err_log = steady_ms();
+          }
+          if (!mailbox_ok(self_, *ctx_, c == errc::not_found ? 20 : 200)) break;  // wait for work
+          continue;
+        }
+        queue_.assign(got->begin(), got->end());
+      }
+      messages::lease l = std::move(queue_.front());
+      queue_.pop_front();
+      // Expired while it waited in the queue: the ledger re-opens it (lease_expired) and
+      // fences its attempt, so running it would only make samples the shard refuses.
+      if (static_cast<uint64_t>(unix_now_ms()) >= l.deadline_unix_ms) {
+        log_->warn("{}: lease of unit {} attempt {} expired in the local queue; skipped", worker_,
+                   l.unit.id, l.attempt);
+        continue;
+      }
+      if (!run_unit(l) && !mailbox_ok(self_, *ctx_, 200)) break;  // a failing unit: don't spin
+    }
+    give_back_queued();
+  }
+
+ private:
+  // Leases for this worker: one lease per request when actors.lease_batch is 1 (lease_atom),
+  // else up to that many in one lease batch (leases_atom, messages::lease_batch).
+  result<std::vector<messages::lease>> fetch_leases() {
+    messages::lease_request req;
+    req.worker = worker_;
+    req.policy_version = ctx_->policy_version.load();
+    req.max_units = lease_batch_;
+    if (lease_batch_ == 1) {
+      auto raw = call_coordinator(self_, *ctx_,
+                                  caf::make_message(lease_atom::value, messages::encode(req)));
+      if (!raw) return raw.err();
+      auto l = messages::decode<messages::lease>(*raw);
+      if (!l) return error(l.err().code, "undecodable lease: " + l.err().message);
+      return std::vector<messages::lease>{std::move(*l)};
+    }
+    auto raw = call_coordinator(self_, *ctx_,
+                                caf::make_message(leases_atom::value, messages::encode(req)));
+    if (!raw) return raw.err();
+    auto batch = messages::decode<messages::lease_batch>(*raw);
+    if (!batch) return error(batch.err().code, "undecodable lease batch: " + batch.err().message);
+    return std::move(batch->leases);
+  }
+
+  // Leases fetched but not started go back in one message (drain, stop): pending again at
+  // once instead of at their deadline. If the coordinator does not answer they still expire.
+  void give_back_queued() {
+    if (queue_.empty()) return;
+    messages::lease_give_back back;
+    back.worker = worker_;
+    for (const auto& l : queue_) back.leases.push_back({l.unit.id, l.attempt});
+    const size_t n = back.leases.size();
+    log_->info("{}: giving back {} unstarted lease(s)", worker_, n);
+    auto r = call_coordinator(self_, *ctx_,
+                              caf::make_message(giveback_atom::value, messages::encode(back)));
+    if (!r)
+      log_->warn("{}: give back of {} unstarted lease(s): {}", worker_, n, r.err().to_string());
+    if (ctx_->draining()) ctx_->units_returned += static_cast<uint32_t>(n);
+    queue_.clear();
+  }
+
+  // False when the unit failed (not merely returned).
+  bool run_unit(const messages::lease& l) {
+    ++ctx_->active_units;
+    const uint32_t G = l.unit.samples_per_group;
+    const uint32_t n = static_cast<uint32_t>(l.unit.group_ids.size()) * G;
+    uint32_t seq = 0;
+    std::string fail;
+    bool returned = false;
+    int64_t t0 = steady_ms();
+    for (uint32_t gi = 0; gi < l.unit.group_ids.size() && fail.empty() && !returned; ++gi) {
+      auto prompt_or = ctx_->running_job->prompt(l.unit.group_ids[gi]);
+      if (!prompt_or) {
+        fail = prompt_or.err().to_string();
+        break;
+      }
+      const auto& prompt = *prompt_or;
+      for (uint32_t i = 0; i < G; ++i) {
+        if (ctx_->stopping) {
+          returned = true;
+          break;
+        }
+        if (ctx_->draining()) {
+          // Finish the unit only if it fits before the drain deadline, judged by this
+          // worker's measured cost per sample; otherwise give it back now.
+          double per = seq ? double(steady_ms() - t0) / seq : avg_sample_ms_;
+          if (unix_now_ms() + static_cast<int64_t>(per * (n - seq)) > ctx_->drain_by_ms.load()) {
+            returned = true;
+            break;
+          }
+        }
+        const auto t_gen = std::chrono::steady_clock::now();
+        auto gs = work_->generate(prompt, gi, i, l.policy_version);
+        if (!gs) {
+          fail = gs.err().to_string();
+          break;
+        }
+        const uint32_t generate_us = micros_since(t_gen);
+        messages::sample s;
+        s.work_unit = l.unit.id;
+        s.attempt = l.attempt;
+        s.seq = seq;
+        s.policy_version = l.policy_version;
+        s.group_id = l.unit.group_ids[gi];
+        s.index_in_group = i;
+        s.prompt_tokens = std::move(gs->prompt);
+        s.tokens = std::move(gs->tokens);
+        s.logprobs = std::move(gs->logprobs);
+        s.worker = worker_;
+        s.generate_us = generate_us;
+        if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) {
+          fail = st.err().to_string();
+          break;
+        }
+        ++seq;
+      }
+    }
+    if (seq) avg_sample_ms_ = 0.7 * avg_sample_ms_ + 0.3 * double(steady_ms() - t0) / seq;
+    messages::unit_report rep;
+    rep.unit_id = l.unit.id;
+    rep.attempt = l.attempt;
+    rep.worker = worker_;
+    rep.samples_produced = seq;
+    if (fail.empty() && !returned) {
+      rep.status = messages::unit_status::finished;
+    } else {
+      rep.status = fail.empty() ? messages::unit_status::returned : messages::unit_status::failed;
+      rep.reason = fail.empty() ? "drain: does not fit before the deadline" : fail;
+      if (!fail.empty()) log_->warn("{}: unit {} failed: {}", worker_, l.unit.id, fail);
+    }
+    auto r = call_coordinator(self_, *ctx_,
+                              caf::make_message(report_atom::value, messages::encode(rep)));
+    if (!r)
+      log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt,
+                 r.err().to_string());
+    if (ctx_->draining())
+      (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
+    --ctx_->active_units;
+    return fail.empty();
+  }
+
+  // Through a reward node when one is alive; otherwise scored here and sent to the shard.
+  status deliver(messages::sample& s, const std::string& shard_ep,
+                 uint64_t lease_deadline_unix_ms) {
+    if (steady_ms() >= next_discovery_) {
+      auto found = discover(self_, *ctx_, node_role::reward);
+      next_discovery_ = steady_ms() + 2000;
+      if (found && *found != reward_eps_) {
+        const auto& eps = *found;
+        reward_eps_ = eps;
+        push_.reset();
+        if (!eps.empty()) {
+          auto p = reward_push::connect(ctx_->zmq, eps, 1000);
+          if (p)
+            push_ = std::move(*p);
+          else
+            log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
+        }
+      }
+    }
+    if (push_) {
+      auto st = push_->send(shard_ep, messages::encode(s));
+      if (st) return st;
+      log_->warn("{}: no reward node took a sample ({}); scoring locally", worker_,
+                 st.err().message);
+      push_.reset();
+      reward_eps_.clear();
+      next_discovery_ = steady_ms() + 2000;
+    } else if (!warned_local_) {
+      log_->warn("{}: no reward node alive: scoring in the rollout process", worker_);
+      warned_local_ = true;
+    }
+    const auto t_score = std::chrono::steady_clock::now();
+    auto score = reward_->score(s.prompt_tokens, s.tokens);
+    if (!score) return score.err();
+    s.reward_us = micros_since(t_score);
+    s.reward = *score;
+    s.rewarded = true;
+    auto& p = direct_[shard_ep];
+    if (!p) {
+      auto c = ledger::sample_producer::connect(ctx_->zmq, shard_ep, worker_);
+      if (!c) return c.err();
+      p = std::move(*c);
+    }
+    int64_t next_check = steady_ms() + 1000;
+    for (;;) {
+      auto st = p->try_send(s);
+      if (st) return st;
+      if (st.err().code != errc::capacity_exceeded) return st;
+      if (ctx_->stopping) return error(errc::shutting_down, "node stopping");
+      // No credit: a slow trainer (wait) or a dead shard (give up; the ledger has expired
+      // the lease and re-opens the unit). A dead peer never answers, so ask the coordinator.
+      if (static_cast<uint64_t>(unix_now_ms()) > lease_deadline_unix_ms)
+        return error(errc::timeout,
+                     "no credit from shard " + shard_ep + " before the lease deadline");
+      if (steady_ms() > next_check) {
+        next_check = steady_ms() + 1000;
+        if (known_gone(self_, *ctx_, node_role::buffer, shard_ep)) {
+          direct_.erase(shard_ep);
+          return error(errc::peer_dead, "shard " + shard_ep + " is gone");
+        }
+      }
+      if (auto pst = p->poll(50); !pst) return pst;  // wait for the shard's credit
+    }
+  }
+
+  caf::blocking_actor* self_;
+  std::shared_ptr<node_context> ctx_;
+  std::string worker_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<rollout_work> work_;
+  std::unique_ptr<reward_function> reward_;
+  double avg_sample_ms_ = 1.0;
+  std::unique_ptr<reward_push> push_;
+  std::vector<std::string> reward_eps_;
+  int64_t next_discovery_ = 0;
+  bool warned_local_ = false;
+  std::map<std::string, std::unique_ptr<ledger::sample_producer>> direct_;
+  uint32_t lease_batch_ = 1;           // actors.lease_batch
+  std::deque<messages::lease> queue_;  // leased, not started; worked in order
+};
+
+}  // namespace
+
+void rollout_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
+                  uint32_t worker_index) {
+  rollout_worker(self, std::move(ctx), worker_index).run();
+}
+
+}  // namespace moerl::actors

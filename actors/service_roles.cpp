@@ -1,0 +1,222 @@
+// The small roles, one actor each: reward (score samples from the rollout nodes and forward
+// them to their shards), buffer (the shard loop between the sample plane and the ledger),
+// weights (track the published policy versions) and env (serve prompts).
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/atoms.h"
+#include "actors/interruption.h"
+#include "actors/ledger_messages.h"
+#include "actors/role_loops.h"
+#include "common/log.h"
+#include "messages/work.h"
+
+namespace moerl::actors {
+
+// ---- reward -------------------------------------------------------------------------------
+
+void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
+  running_guard g(ctx->workers_running);
+  auto log = logger("reward");
+  auto verifier_or = ctx->running_job->make_reward();
+  if (!verifier_or) {
+    fail_actor(self, verifier_or.err().to_string());
+    return;
+  }
+  const reward_function& verifier = **verifier_or;
+  std::optional<std::pair<std::string, messages::sample>> pending;
+  uint64_t scored = 0, malformed = 0;
+  int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
+  // Shards found gone, by endpoint -> when to look again: later samples for them are dropped
+  // at once instead of each waiting for credit that never comes (which would hold up every
+  // other unit's samples behind them). Not for ever: right after a coordinator restart a
+  // live shard is missing from `nodes` until it has re-joined, and a shard wrongly written
+  // off would turn every later unit it holds into an expired lease. A replacement shard
+  // binds a new endpoint.
+  constexpr int64_t kLookAgainMs = 5000;
+  std::map<std::string, int64_t> gone_shards;
+  uint64_t dropped_for_gone = 0;
+  while (mailbox_ok(self, *ctx, 0)) {
+    if (steady_ms() - last_stats > 1000) {
+      last_stats = steady_ms();
+      nlohmann::json st{{"scored", scored},
+                        {"malformed", malformed},
+                        {"bad_frames", ctx->pull->num_bad_frames()},
+                        {"dropped_for_gone_shards", dropped_for_gone}};
+      if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
+    }
+    if (!pending) {
+      auto got = ctx->pull->poll(20);
+      if (!got) {
+        log->error("reward pull: {}", got.err().to_string());
+        continue;
+      }
+      if (!*got) {
+        if (ctx->draining() && steady_ms() - idle_since > 300) return;  // flushed
+        continue;
+      }
+      idle_since = steady_ms();
+      auto s = messages::decode<messages::sample>((*got)->second);
+      if (!s) {
+        ++malformed;
+        continue;
+      }
+      const auto t_score = std::chrono::steady_clock::now();
+      auto r = verifier.score(s->prompt_tokens, s->tokens);
+      s->reward_us = micros_since(t_score);
+      if (!r) {
+        // Never forwarded: its attempt stays incomplete and the lease expires.
+        ++malformed;
+        log->warn("sample of unit {} seq {} not scorable: {}", s->work_unit, s->seq,
+                  r.err().message);
+        continue;
+      }
+      s->reward = *r;
+      s->rewarded = true;
+      ++scored;
+      pending.emplace((*got)->first, std::move(*s));
+    }
+    if (auto g = gone_shards.find(pending->first); g != gone_shards.end()) {
+      if (steady_ms() < g->second) {
+        ++dropped_for_gone;  // its unit's lease is expired or will be: the unit is re-run
+        pending.reset();
+        continue;
+      }
+      gone_shards.erase(g);  // look again: this sample waits for credit, then is re-checked
+    }
+    auto& p = ctx->producers[pending->first];
+    if (!p) {
+      auto c = ledger::sample_producer::connect(ctx->zmq, pending->first, ctx->name);
+      if (!c) {
+        log->error("connect to shard {}: {}", pending->first, c.err().to_string());
+        pending.reset();
+        continue;
+      }
+      p = std::move(*c);
+    }
+    auto st = p->try_send(pending->second);
+    if (st) {
+      pending.reset();
+      blocked_since = 0;
+    } else if (st.err().code == errc::capacity_exceeded) {
+      // Wait for credit, but not on a dead shard: its unit's lease is expired anyway.
+      if (!blocked_since) blocked_since = steady_ms();
+      if (steady_ms() - blocked_since > 1000) {
+        blocked_since = steady_ms();
+        if (known_gone(self, *ctx, node_role::buffer, pending->first)) {
+          log->warn("shard {} is gone: dropping its samples for {} s (first: unit {})",
+                    pending->first, kLookAgainMs / 1000, pending->second.work_unit);
+          gone_shards[pending->first] = steady_ms() + kLookAgainMs;
+          ctx->producers.erase(pending->first);
+          pending.reset();
+          continue;
+        }
+      }
+      (void)p->poll(20);
+    } else {
+      log->error("forward to {}: {}", pending->first, st.err().to_string());
+      pending.reset();
+    }
+  }
+}
+
+// ---- buffer shard -------------------------------------------------------------------------
+
+void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
+  running_guard g(ctx->workers_running);
+  auto log = logger("buffer");
+  auto& svc = *ctx->shard;
+  std::deque<ledger::shard_ack> acks;
+  std::deque<ledger::consumption> consumed;
+  int64_t last_stats = 0, last_err = 0;
+  while (mailbox_ok(self, *ctx, 0)) {
+    {
+      std::lock_guard<std::mutex> lk(ctx->events_mu);
+      for (auto& e : ctx->events) svc.shard().apply(e);
+      ctx->events.clear();
+    }
+    if (ctx->policy_version > svc.shard().policy_version())
+      svc.shard().set_policy_version(ctx->policy_version);
+    auto r = svc.pump(10);
+    if (!r && steady_ms() - last_err > 2000) {
+      log->error("shard pump: {}", r.err().to_string());
+      last_err = steady_ms();
+    }
+    for (auto& a : svc.take_acks()) acks.push_back(std::move(a));
+    for (auto& c : svc.take_consumed()) consumed.push_back(c);
+    // Acks and consumption must reach the ledger: keep them until the coordinator answered.
+    while (!acks.empty()) {
+      auto& a = acks.front();
+      auto res =
+          call_coordinator(self, *ctx, caf::make_message(ack_atom::value, encode_shard_ack(a)));
+      if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
+      if (!res)
+        log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
+      acks.pop_front();
+    }
+    while (!consumed.empty()) {
+      auto& c = consumed.front();
+      auto res = call_coordinator(self, *ctx,
+                                  caf::make_message(consumed_atom::value, c.unit, c.attempt,
+                                                    c.group, c.num_samples, c.handout));
+      if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
+      if (!res)
+        log->error("consumption of unit {} group {} refused: {}", c.unit, c.group,
+                   res.err().message);
+      consumed.pop_front();
+    }
+    if (steady_ms() - last_stats > 500) {
+      last_stats = steady_ms();
+      auto st = svc.shard().stats().to_json();
+      st["ready_groups"] = svc.shard().num_ready_groups();
+      st["free_samples"] = svc.shard().free_samples();
+      st["capacity_samples"] = svc.shard().options().capacity_samples;
+      st["credits_outstanding"] = svc.credits_outstanding();
+      if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
+    }
+    if (ctx->draining() && acks.empty() && consumed.empty() &&
+        (svc.shard().stats().resident_samples == 0 || unix_now_ms() > ctx->drain_by_ms.load()))
+      return;  // flushed (or out of time: the coordinator re-opens what this shard held)
+  }
+}
+
+// ---- weights and env ----------------------------------------------------------------------
+
+void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
+  running_guard g(ctx->workers_running);
+  uint64_t served = 0, seen = 0;
+  bool keep = true;
+  while (keep && !ctx->stopping && !ctx->draining()) {
+    self->receive([&](shutdown_atom) { keep = false; },
+                  [&](version_atom) -> uint64_t { return ctx->policy_version.load(); },
+                  caf::after(std::chrono::milliseconds(200)) >> [] {});
+    if (ctx->policy_version != seen) {
+      seen = ctx->policy_version;
+      ++served;
+      logger("weights")->info("serving policy version {}", seen);
+      nlohmann::json st{{"version", seen}, {"versions_seen", served}};
+      if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
+    }
+  }
+}
+
+void env_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
+  running_guard g(ctx->workers_running);
+  bool keep = true;
+  while (keep && !ctx->stopping && !ctx->draining()) {
+    self->receive([&](shutdown_atom) { keep = false; },
+                  [&](work_atom, uint64_t group) -> std::string {
+                    auto p = ctx->running_job->prompt(group);
+                    if (!p) return std::string();
+                    return messages::encode(messages::prompt{group, std::move(*p)});
+                  },
+                  caf::after(std::chrono::milliseconds(200)) >> [] {});
+  }
+}
+
+}  // namespace moerl::actors

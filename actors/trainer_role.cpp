@@ -1,0 +1,248 @@
+// The trainer role: actors.trainer_ranks ranks under one_for_all. Rank 0 pulls batches of
+// whole prompt groups from every shard and hands them to the job's trainer_step, which may
+// spread its work over the other ranks (trainer_ranks, job.h); it publishes each new policy
+// version the step makes. Ranks 1.. run what the step hands them.
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/atoms.h"
+#include "actors/role_loops.h"
+#include "actors/wait_clock.h"
+#include "common/log.h"
+#include "messages/weights.h"
+
+namespace moerl::actors {
+struct rank_task {
+  std::function<void()> run;
+};
+}  // namespace moerl::actors
+
+// A rank's task only travels between the ranks of one process, never over the network.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moerl::actors::rank_task>)
+
+namespace moerl::actors {
+
+// The ranks as the job's step sees them. Lives in the node context (it outlives the step);
+// each incarnation of rank 0 binds itself, since the requests to the ranks are its own.
+class rank_pool final : public trainer_ranks {
+ public:
+  rank_pool(node_context& ctx, uint32_t num_ranks) : ctx_(ctx), num_ranks_(num_ranks) {}
+
+  void bind(caf::blocking_actor* driver) { driver_ = driver; }
+  uint32_t num_ranks() const override { return num_ranks_; }
+
+  status run_on_ranks(const std::vector<std::function<void()>>& work) override {
+    if (work.size() != num_ranks_)
+      return error(errc::invalid_argument, "run_on_ranks: " + std::to_string(work.size()) +
+                                               " tasks for " + std::to_string(num_ranks_) +
+                                               " ranks");
+    work[0]();
+    for (uint32_t r = 1; r < num_ranks_; ++r) {
+      caf::actor rank;
+      {
+        std::lock_guard<std::mutex> lk(ctx_.ranks_mu);
+        if (auto it = ctx_.ranks.find(r); it != ctx_.ranks.end()) rank = it->second;
+      }
+      bool ok = false;
+      if (rank)
+        driver_
+            ->request(rank, std::chrono::seconds(10), work_atom::value,
+                      std::make_shared<const rank_task>(rank_task{work[r]}))
+            .receive([&](bool) { ok = true; }, [&](caf::error&) {});
+      if (!ok)
+        return error(errc::peer_dead, "trainer rank " + std::to_string(r) + " did not answer");
+    }
+    return ok_status();
+  }
+
+ private:
+  node_context& ctx_;
+  const uint32_t num_ranks_;
+  caf::blocking_actor* driver_ = nullptr;
+};
+
+namespace {
+
+void register_rank(node_context& ctx, uint32_t r, caf::actor a) {
+  std::lock_guard<std::mutex> g(ctx.ranks_mu);
+  ctx.ranks[r] = std::move(a);
+}
+
+// Publishes the version a step made, if it is newer than the node's; true when it did.
+bool announce(caf::blocking_actor* self, node_context& ctx, const train_result& res) {
+  if (!res.new_version || res.manifest.version <= ctx.policy_version) return false;
+  ctx.policy_version = res.manifest.version;
+  if (auto c = ctx.coordinator())
+    self->send(c, version_atom::value, res.manifest.version, messages::encode(res.manifest));
+  return true;
+}
+
+}  // namespace
+
+void trainer_rank_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
+                       uint32_t rank) {
+  running_guard g(ctx->workers_running);
+  register_rank(*ctx, rank, caf::actor_cast<caf::actor>(self));
+  bool keep = true;
+  while (keep && !ctx->stopping && !ctx->draining()) {
+    self->receive([&](shutdown_atom) { keep = false; },
+                  [&](work_atom, std::shared_ptr<const rank_task> task) -> bool {
+                    task->run();
+                    return true;
+                  },
+                  caf::after(std::chrono::milliseconds(100)) >> [] {});
+  }
+}
+
+void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
+                         uint32_t num_ranks) {
+  running_guard g(ctx->workers_running);
+  register_rank(*ctx, 0, caf::actor_cast<caf::actor>(self));
+  auto log = logger("trainer");
+  auto batch_groups = static_cast<uint32_t>(ctx->cfg.get_int("actors.trainer_batch_groups"));
+  struct source {
+    std::unique_ptr<ledger::batch_consumer> c;
+    bool outstanding = false;
+  };
+  std::map<std::string, source> sources;
+  int64_t next_refresh = 0, last_stats = 0;
+  struct {
+    uint64_t verified = 0, bad = 0, groups = 0;
+    double sum_abs_advantage = 0;
+  } total;  // per incarnation, like the batch count
+  uint64_t batches = 0;
+  if (!ctx->trainer_rank_pool)
+    ctx->trainer_rank_pool = std::make_shared<rank_pool>(*ctx, num_ranks);
+  ctx->trainer_rank_pool->bind(self);
+  // The job's learning step lives in the node context, so a one_for_all restart of the
+  // ranks keeps the optimiser state and the groups it holds.
+  if (!ctx->trainer_state) {
+    auto made = ctx->running_job->make_trainer(*ctx->trainer_rank_pool);
+    if (!made) {
+      fail_actor(self, made.err().to_string());
+      return;
+    }
+    if (!*made) {
+      fail_actor(self, "job " + ctx->running_job->name() + " made no trainer step");
+      return;
+    }
+    ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
+    // A step resumed from a checkpoint starts at its version: announce it before any
+    // rollout generates with the initial weights.
+    if (ctx->trainer_state->version() > ctx->policy_version) {
+      ctx->policy_version = ctx->trainer_state->version();
+      messages::weight_manifest m;
+      m.version = ctx->policy_version;
+      if (auto c = ctx->coordinator())
+        self->send(c, version_atom::value, m.version, messages::encode(m));
+    }
+  }
+  trainer_step& step = *ctx->trainer_state;
+  const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
+  int64_t last_batch = steady_ms();
+  bool flushed = true;
+  // Stall: time with no batch in hand, from wanting one to getting one (`stall_s` in the
+  // stats). Groups a job step holds back for a full iteration do not count as work in
+  // hand: the step cannot train until more arrive. Per incarnation, like the counters.
+  wait_clock stalled;
+  while (mailbox_ok(self, *ctx, 0)) {
+    if (ctx->draining()) return;  // nothing is held between batches: leave
+    stalled.start_waiting(steady_ms());
+    if (steady_ms() >= next_refresh) {
+      next_refresh = steady_ms() + 1000;
+      auto found = discover(self, *ctx, node_role::buffer);
+      if (!found) continue;  // the coordinator did not answer: keep the shards we have
+      const auto& eps = *found;
+      for (auto& e : eps)
+        if (!sources.count(e)) {
+          auto c = ledger::batch_consumer::connect(ctx->zmq, e, ctx->name);
+          if (c)
+            sources[e].c = std::move(*c);
+          else
+            log->warn("trainer cannot reach shard {}: {}", e, c.err().to_string());
+        }
+      for (auto it = sources.begin(); it != sources.end();)  // shards that left
+        it = std::find(eps.begin(), eps.end(), it->first) == eps.end() ? sources.erase(it)
+                                                                       : std::next(it);
+    }
+    if (sources.empty()) {
+      if (!mailbox_ok(self, *ctx, 100)) return;
+      continue;
+    }
+    for (auto& [ep, src] : sources) {
+      stalled.start_waiting(steady_ms());  // after the previous source's batch was worked on
+      if (!src.outstanding) {
+        if (auto st = src.c->request(batch_groups); !st) continue;
+        src.outstanding = true;
+      }
+      auto b = src.c->poll(static_cast<int>(10 / sources.size()) + 1);
+      if (!b || !*b) continue;
+      src.outstanding = false;
+      auto& batch = **b;
+      if (batch.samples.empty()) continue;
+      stalled.stop_waiting(steady_ms());
+      last_batch = steady_ms();
+      flushed = false;
+      auto res = step.train(batch.samples);
+      if (!res) {
+        // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
+        fail_actor(self, "train step: " + res.err().to_string());
+        return;
+      }
+      ++batches;
+      total.groups += res->groups;
+      total.bad += res->bad;
+      total.verified += batch.samples.size() - res->bad;
+      total.sum_abs_advantage += res->sum_abs_advantage;
+      ctx->trained_groups += res->groups;
+      if (announce(self, *ctx, *res)) {
+        log->info("policy version {} (content hash {})", res->manifest.version,
+                  res->manifest.content_hash);
+        last_stats = 0;  // report the new version's figures now, not at the next tick
+      }
+    }
+    if (!flushed && steady_ms() - last_batch > flush_ms) {
+      flushed = true;
+      stalled.stop_waiting(steady_ms());  // training on the held groups is work, not waiting
+      auto res = step.train({});
+      stalled.start_waiting(steady_ms());
+      if (!res) {
+        fail_actor(self, "train step (flush): " + res.err().to_string());
+        return;
+      }
+      if (announce(self, *ctx, *res)) {
+        log->info("policy version {} from a flush of held groups", res->manifest.version);
+        last_stats = 0;
+      }
+    }
+    if (steady_ms() - last_stats > 1000) {
+      last_stats = steady_ms();
+      const double mean_abs_advantage =
+          total.verified ? total.sum_abs_advantage / double(total.verified + total.bad) : 0.0;
+      nlohmann::json st{{"batches", batches},
+                        {"groups", total.groups},
+                        {"samples_verified", total.verified},
+                        {"samples_bad", total.bad},
+                        {"policy_version", ctx->policy_version.load()},
+                        {"stall_s", stalled.waited_s(steady_ms())},
+                        {"mean_abs_advantage", mean_abs_advantage},
+                        {"job", step.stats()}};
+      if (auto c = ctx->coordinator()) {
+        self->send(c, stats_atom::value, ctx->id, st.dump());
+        // Re-announced each time: a restarted coordinator learns the version again.
+        if (ctx->policy_version > 0) {
+          messages::weight_manifest m;
+          m.version = ctx->policy_version;
+          self->send(c, version_atom::value, m.version, messages::encode(m));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace moerl::actors

@@ -1,0 +1,36 @@
+@0x946325bfa8fa6d7e;
+# What the coordinator and a buffer shard tell each other about the ledger: the events a
+# group commit released for one shard, and the shard's acknowledgement of an attempt's
+# groups. See ledger/LEDGER.md for what each event does to the shard.
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("moerl::schema");
+
+struct LedgerEvent {
+  enum Kind {
+    attemptOpened @0;          # expect groups x groupSize samples of (unit, attempt)
+    attemptFenced @1;          # purge staged samples of (unit, attempt) and refuse later ones
+    unitCommitted @2;          # staged samples of (unit, attempt) become servable
+  }
+  kind @0 :Kind;               # what happened
+  unit @1 :UInt64;             # the work unit it concerns
+  attempt @2 :UInt32;          # the attempt (fencing token) it concerns
+  groupSize @3 :UInt32;        # attemptOpened: samples expected per group; else 0
+  groups @4 :List(UInt64);     # attemptOpened: the unit's prompt groups; else empty
+}
+
+struct LedgerEvents {
+  # Every event one flush of the ledger released for one shard, as one CAF message: one
+  # message per event cost the receiving node as much as the coordinator's whole ledger work
+  # (moerl bench control). The receiver is the shard, so the shard is not named.
+  events @0 :List(LedgerEvent);  # in the ledger's order
+}
+
+struct ShardAck {
+  # A shard admitted every sample of an attempt: the coordinator's ledger may commit it.
+  unit @0 :UInt64;             # the work unit
+  attempt @1 :UInt32;          # the attempt whose samples were admitted
+  shard @2 :Text;              # the acknowledging shard's name
+  acceptedGroups @3 :List(UInt64);  # groups admitted whole; servable once the unit commits
+  staleGroups @4 :List(UInt64);     # groups with a sample older than max_staleness: dropped
+}

@@ -1,0 +1,45 @@
+// What the coordinator and a buffer shard tell each other about the ledger (schema:
+// messages/shard.capnp): the events one ledger flush released for the shard, and the shard's
+// acknowledgement of an attempt's groups. These mirror moerl::ledger's ledger_event and
+// shard_ack; messages/ does not depend on the ledger, so actors/ converts at the edge.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/codec.h"
+
+namespace moerl::messages {
+
+enum class ledger_event_kind : uint8_t {
+  attempt_opened = 0,  // expect groups x group_size samples of (unit, attempt)
+  attempt_fenced = 1,  // purge staged samples of (unit, attempt) and refuse later ones
+  unit_committed = 2,  // staged samples of (unit, attempt) become servable
+};
+
+struct ledger_event {
+  ledger_event_kind what = ledger_event_kind::attempt_opened;
+  uint64_t unit = 0;
+  uint32_t attempt = 0;
+  uint32_t group_size = 0;       // attempt_opened only
+  std::vector<uint64_t> groups;  // attempt_opened only
+};
+
+// Every event one ledger flush released for one shard, in order; the receiver is the shard.
+struct ledger_events {
+  std::vector<ledger_event> events;
+};
+
+struct shard_ack {
+  uint64_t unit = 0;
+  uint32_t attempt = 0;
+  std::string shard;
+  std::vector<uint64_t> accepted_groups;  // admitted whole; servable once the unit commits
+  std::vector<uint64_t> stale_groups;     // a sample was older than max_staleness: dropped
+};
+
+MOERL_MESSAGE_KIND(ledger_events, kind::ledger_events);
+MOERL_MESSAGE_KIND(shard_ack, kind::shard_ack);
+
+}  // namespace moerl::messages
