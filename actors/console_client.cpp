@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "common/yaml_scalar.h"
 #include "ledger/zmq_check.h"
 
 namespace moerl::actors {
@@ -17,8 +18,62 @@ struct zmq_sock_deleter {
 };
 }  // namespace
 
+result<double> parse_console_deadline(const std::string& text) {
+  const auto s = parse_yaml_number(text);
+  if (!s || !(*s > 0) || *s > kMaxConsoleDeadlineS)
+    return error(errc::invalid_argument,
+                 "--deadline must be seconds in (0, " +
+                     std::to_string(static_cast<int>(kMaxConsoleDeadlineS)) + "], got '" + text +
+                     "'");
+  return *s;
+}
+
+status check_console_request(const messages::admin_request& req) {
+  const std::string& cmd = req.command;
+  const auto& args = req.args;
+  auto no_args = [&]() -> status {
+    if (!args.empty())
+      return error(errc::invalid_argument, cmd + " takes no arguments, got '" + args[0] + "'");
+    return ok_status();
+  };
+  auto one_node = [](const std::string& what, size_t num_nodes) -> status {
+    if (num_nodes == 0)
+      return error(errc::invalid_argument, what + " needs a NODE (id, id prefix or name)");
+    if (num_nodes > 1)
+      return error(errc::invalid_argument,
+                   what + " takes one NODE, got " + std::to_string(num_nodes));
+    return ok_status();
+  };
+  bool takes_deadline = false;
+  if (cmd == "status" || cmd == "nodes" || cmd == "report" || cmd == "shutdown") {
+    if (auto st = no_args(); !st) return st;
+  } else if (cmd == "inject") {
+    const std::string kind = args.empty() ? "" : args[0];
+    if (kind != "spot" && kind != "rebalance" && kind != "kill" && kind != "sigterm")
+      return error(errc::unknown_command,
+                   "inject needs one of spot|rebalance|kill|sigterm, got '" + kind + "'");
+    if (auto st = one_node("inject " + kind, args.size() - 1); !st) return st;
+    takes_deadline = kind == "spot" || kind == "rebalance";
+  } else if (cmd == "drain") {
+    if (auto st = one_node("drain", args.size()); !st) return st;
+    takes_deadline = true;
+  } else {
+    return error(errc::unknown_command,
+                 "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
+  }
+  for (const auto& [name, value] : req.options) {
+    if (name != "deadline") return error(errc::invalid_argument, "unknown option '" + name + "'");
+    if (!takes_deadline)
+      return error(errc::invalid_argument,
+                   "--deadline applies to inject spot|rebalance and drain only");
+    if (auto d = parse_console_deadline(value); !d) return d.err();
+  }
+  return ok_status();
+}
+
 result<messages::admin_reply> console_call(const std::string& address,
                                            const messages::admin_request& req, int timeout_ms) {
+  if (auto st = check_console_request(req); !st) return st.err();
   std::unique_ptr<void, zmq_ctx_deleter> ctx(zmq_ctx_new());
   if (!ctx) return error(errc::io_error, "zmq_ctx_new failed");
   std::unique_ptr<void, zmq_sock_deleter> sock(zmq_socket(ctx.get(), ZMQ_REQ));

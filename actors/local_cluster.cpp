@@ -124,7 +124,7 @@ status local_cluster::wait_coordinator_up() {
   for (;;) {
     // Exited first: its console never answered (or another process's did, which is not ours).
     if (const int st = wait_exit("coordinator", 0); st != -1) {
-      return error(errc::peer_dead, "the coordinator exited (" + wait_status_text(st) +
+      return error(errc::peer_dead, "the coordinator exited (" + describe_wait_status(st) +
                                         ") before its console answered; its log ends:\n" +
                                         log_tail("coordinator", 5));
     }

@@ -121,7 +121,7 @@ status local_job::stop(int64_t timeout_ms) {
 
 status local_job::schedule_replacement(const std::string& name, int wait_status,
                                        const job_events& events) {
-  const std::string cause = wait_status_text(wait_status);
+  const std::string cause = describe_wait_status(wait_status);
   const std::string role = cluster_->role_of(name);
   auto diagnosis = [&](const std::string& why) {
     return error(errc::peer_dead, name + " (" + role + ") " + cause + ": " + why +

@@ -8,16 +8,32 @@
 namespace moerl::apps {
 namespace {
 
+// What a key accepts beyond its type, in words: its choices, or its range and every rule
+// that constrains it ("in 1..4096; <= ledger.max_groups_per_unit"); "" when anything goes.
+std::string allowed_values(const key_spec& k) {
+  if (k.choices && *k.choices) return k.choices;
+  std::string text = k.range.bounded() ? k.range.describe(k.type) : "";
+  for (const auto& r : config_rules())
+    if (std::string(r.key) == k.key) text += (text.empty() ? "" : "; ") + describe_rule(r);
+  return text;
+}
+
 void print_keys_markdown() {
-  std::cout << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  std::cout << "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : config_schema()) {
-    std::string type = key_type_name(k.type);
-    if (k.choices && *k.choices) type += " (" + std::string(k.choices) + ")";
     // '|' inside a table cell must be escaped for Markdown.
-    std::string escaped;
-    for (char c : type) escaped += (c == '|') ? std::string("\\|") : std::string(1, c);
-    std::cout << "| `" << k.key << "` | " << escaped << " | `" << k.default_value << "` | "
-              << k.meaning << " |\n";
+    std::string allowed;
+    for (char c : allowed_values(k)) allowed += (c == '|') ? std::string("\\|") : std::string(1, c);
+    std::cout << "| `" << k.key << "` | " << key_type_name(k.type) << " | `" << k.default_value
+              << "` | " << allowed << " | " << k.meaning << " |\n";
+  }
+}
+
+void print_keys() {
+  for (const auto& k : config_schema()) {
+    const std::string allowed = allowed_values(k);
+    std::cout << k.key << " = " << k.default_value << "    # " << k.meaning
+              << (allowed.empty() ? "" : " (" + allowed + ")") << "\n";
   }
 }
 
@@ -32,8 +48,7 @@ void add_config_command(CLI::App& root) {
   keys->add_flag("--markdown", markdown, "print as the README's Markdown table");
   keys->callback([] {
     if (markdown) return print_keys_markdown();
-    for (const auto& k : config_schema())
-      std::cout << k.key << " = " << k.default_value << "    # " << k.meaning << "\n";
+    print_keys();
   });
 
   auto* check =

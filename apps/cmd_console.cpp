@@ -15,7 +15,7 @@ struct console_args {
   std::string connect, config_file;
   std::vector<std::string> overrides;
   std::vector<std::string> words;  // command and its arguments
-  double deadline_s = 0;
+  std::string deadline;            // --deadline as given; checked before connecting
   bool json = false;
 };
 
@@ -58,7 +58,8 @@ void add_console_command(CLI::App& root) {
                   "coordinator console address (default: console.address, tcp://127.0.0.1:7411)");
   cmd->add_option("--config", a.config_file, "YAML config file (console.token, console.address)");
   cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
-  cmd->add_option("--deadline", a.deadline_s, "seconds until the injected interruption's deadline");
+  cmd->add_option("--deadline", a.deadline,
+                  "seconds until the injected interruption's deadline, in (0, 86400]");
   cmd->add_flag("--json", a.json, "print the reply as JSON");
   cmd->add_option("command", a.words,
                   "status | nodes | inject spot|rebalance|kill|sigterm NODE | drain NODE")
@@ -76,7 +77,12 @@ void add_console_command(CLI::App& root) {
     req.token = cfg->get_string("console.token");
     req.command = a.words[0];
     req.args.assign(a.words.begin() + 1, a.words.end());
-    if (a.deadline_s > 0) req.options.push_back({"deadline", std::to_string(a.deadline_s)});
+    if (!a.deadline.empty()) req.options.push_back({"deadline", a.deadline});
+    // Refused here, before connecting: the same exit 1 the coordinator's refusal would give.
+    if (auto st = actors::check_console_request(req); !st) {
+      std::cerr << "moerl console: " << st.err().to_string() << "\n";
+      throw CLI::RuntimeError(1);
+    }
     auto rep =
         actors::console_call(address, req, static_cast<int>(cfg->get_int("console.timeout_ms")));
     if (!rep) {

@@ -13,6 +13,7 @@
 
 #include "actors/local_job.h"
 #include "apps/commands.h"
+#include "common/child_process.h"
 #include "common/config.h"
 #include "job/grpo_job.h"
 #include "provenance/provenance.h"

@@ -92,13 +92,17 @@ result<int> wait_exit(pid_t pid, int timeout_ms) {
   }
 }
 
-std::string wait_status_text(int wait_status) {
+std::string describe_wait_status(int wait_status) {
+  // sigabbrev_np (glibc 2.32) gives "KILL" for SIGKILL and nullptr for a number it has no name for.
+  auto signal_name = [](int sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    return abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig);
+  };
   if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) {
-    const int sig = WTERMSIG(wait_status);
-    const char* abbrev = ::sigabbrev_np(sig);  // "KILL"; null for a number without a name
-    return "killed by " + (abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(sig));
-  }
+  if (WIFSIGNALED(wait_status))
+    return "killed by " + signal_name(WTERMSIG(wait_status)) +
+           (WCOREDUMP(wait_status) ? " (core dumped)" : "");
+  if (WIFSTOPPED(wait_status)) return "stopped by " + signal_name(WSTOPSIG(wait_status));
   return "wait status " + std::to_string(wait_status);
 }
 

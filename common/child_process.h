@@ -47,8 +47,9 @@ result<std::optional<int>> poll_exit(pid_t pid);
 // Waits up to timeout_ms for `pid` (a child) to exit; its raw wait status, or errc::timeout.
 result<int> wait_exit(pid_t pid, int timeout_ms);
 
-// A raw wait status in words: "exit code 2", "killed by SIGKILL" (as an operator reads a
-// pod's termination reason, not "status 512").
-std::string wait_status_text(int wait_status);
+// A raw wait status (poll_exit, wait_exit, waitpid) in words: "exit code 2",
+// "killed by SIGKILL", "killed by SIGSEGV (core dumped)". The one place a wait status
+// becomes text, so every message about a process's end reads the same.
+std::string describe_wait_status(int wait_status);
 
 }  // namespace moerl

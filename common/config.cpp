@@ -1,10 +1,12 @@
 #include "common/config.h"
 
 #include <cassert>
+#include <optional>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/config_text.h"
 #include "common/yaml_scalar.h"
 
 namespace moerl {
@@ -12,7 +14,7 @@ namespace {
 
 error config_error(const std::string& origin, const std::string& key, const std::string& what) {
   std::string msg = origin;
-  if (!key.empty()) msg += ": key '" + key + "'";
+  if (!key.empty()) msg += ": key '" + printable_excerpt(key) + "'";
   msg += ": " + what;
   return {errc::invalid_config, msg};
 }
@@ -106,25 +108,34 @@ config config::defaults() {
 status config::set(const std::string& key, const std::string& text, const std::string& origin) {
   const key_spec* spec = find_key(key);
   if (!spec) return config_error(origin, key, "unknown key");
+  auto expected = [&] {
+    return config_error(origin, key,
+                        std::string("expected ") + key_type_name(spec->type) + ", got '" +
+                            printable_excerpt(text) + "'");
+  };
+  std::optional<double> number;  // the value, for the range check
   switch (spec->type) {
     case key_type::boolean:
-      if (!parse_yaml_bool(text)) {
-        return config_error(origin, key, "expected boolean, got '" + text + "'");
-      }
+      if (!parse_yaml_bool(text)) return expected();
       break;
     case key_type::integer:
-      if (!parse_yaml_int(text)) {
-        return config_error(origin, key, "expected integer, got '" + text + "'");
+      if (auto v = parse_yaml_int(text)) {
+        number = static_cast<double>(*v);
+      } else {
+        return expected();
       }
       break;
     case key_type::number:
-      if (!parse_yaml_number(text)) {
-        return config_error(origin, key, "expected number, got '" + text + "'");
-      }
+      number = parse_yaml_number(text);
+      if (!number) return expected();
       break;
     case key_type::string:
     case key_type::string_list: break;
   }
+  if (number && !spec->range.contains(*number))
+    return config_error(
+        origin, key,
+        "must be " + spec->range.describe(spec->type) + ", got " + printable_excerpt(text));
   if (spec->choices && *spec->choices) {
     const auto choices = split(spec->choices, '|');
     const auto items =
@@ -132,21 +143,26 @@ status config::set(const std::string& key, const std::string& text, const std::s
     for (const auto& item : items) {
       bool found = false;
       for (const auto& c : choices) found = found || c == item;
-      if (!found) return config_error(origin, key, "'" + item + "' is not one of " + spec->choices);
+      if (!found)
+        return config_error(origin, key,
+                            "'" + printable_excerpt(item) + "' is not one of " + spec->choices);
     }
   }
   values_[key] = text;
+  origins_[key] = origin;
   return {};
 }
 
 result<config> config::load(const std::string& path, const std::vector<std::string>& overrides) {
   config cfg = defaults();
   if (!path.empty()) {
+    // Read and vetted as text first: a binary or huge file is refused at once, naming the
+    // offending byte, instead of being echoed back or parsed for seconds.
+    auto text = read_config_text(path);
+    if (!text) return text.err();
     YAML::Node root;
     try {
-      root = YAML::LoadFile(path);
-    } catch (const YAML::BadFile&) {
-      return error{errc::invalid_config, path + ": cannot open config file"};
+      root = YAML::Load(*text);
     } catch (const YAML::ParserException& e) {
       return error{errc::invalid_config,
                    path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg};
@@ -166,9 +182,11 @@ result<config> config::load(const std::string& path, const std::vector<std::stri
   for (const auto& ov : overrides) {
     const auto eq = ov.find('=');
     if (eq == std::string::npos || eq == 0)
-      return error{errc::invalid_config, "--set '" + ov + "': expected key=value"};
+      return error{errc::invalid_config,
+                   "--set '" + printable_excerpt(ov) + "': expected key=value"};
     if (auto st = cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set"); !st) return st.err();
   }
+  if (auto st = cfg.check_rules(); !st) return st.err();
   return cfg;
 }
 

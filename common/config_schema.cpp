@@ -1,4 +1,8 @@
-// Every configuration key moerl understands, declared once: type, default, meaning.
+// Every configuration key moerl understands, declared once: type, default, meaning and the
+// range a component enforces on it; then the rules between keys. config::set and
+// config::load check both, so `moerl config check`, `moerl up` and every node refuse a bad
+// value the same way (exit 2, naming file, line and key). A component that reads a key may
+// check it again, but a range it enforces belongs here first.
 // Keys have exactly two levels, "section.name". README's configuration reference is
 // printed from this table by `moerl config keys --markdown` (a test checks it is current).
 // Components add their keys to their own section below; keep sections together.
@@ -8,6 +12,7 @@ namespace moerl {
 
 const std::vector<key_spec>& config_schema() {
   using t = key_type;
+  using r = key_range;
   static const std::vector<key_spec> schema = {
       // ---- log ------------------------------------------------------------------
       {"log.level", t::string, "info", "log level; MOERL_LOG_LEVEL overrides it",
@@ -18,12 +23,15 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"node.host", t::string, "127.0.0.1", "address this node listens on for the control plane",
        ""},
-      {"node.port", t::integer, "0", "control-plane port of this node (0: pick a free port)", ""},
+      {"node.port", t::integer, "0", "control-plane port of this node (0: pick a free port)", "",
+       r::closed(0, 65535)},
       {"node.heartbeat_interval_ms", t::integer, "500",
-       "CAF middleman heartbeat interval (middleman.heartbeat-interval); 0 is refused", ""},
+       "CAF middleman heartbeat interval (middleman.heartbeat-interval)", "", r::at_least(1)},
       {"node.connection_timeout_ms", t::integer, "3000",
-       "CAF middleman connection timeout: a silent peer is declared down after this", ""},
-      {"node.request_timeout_ms", t::integer, "5000", "timeout on every remote request", ""},
+       "CAF middleman connection timeout: a silent peer is declared down after this", "",
+       r::at_least(1)},
+      {"node.request_timeout_ms", t::integer, "5000", "timeout on every remote request", "",
+       r::at_least(1)},
       {"node.tls", t::boolean, "false", "TLS (caf_openssl) on the control plane", ""},
       {"node.tls_certificate", t::string, "", "PEM certificate of this node (node.tls)", ""},
       {"node.tls_key", t::string, "", "PEM private key of this node (node.tls)", ""},
@@ -31,40 +39,44 @@ const std::vector<key_spec>& config_schema() {
 
       // ---- actors (runtime: work, supervision, drain) ----------------------------
       {"actors.iterations", t::integer, "3",
-       "policy iterations a run makes before the coordinator reports done", ""},
+       "policy iterations a run makes before the coordinator reports done", "",
+       r::closed(1, 1000000)},
       {"actors.units_per_iteration", t::integer, "8",
-       "work units the coordinator opens per iteration", ""},
+       "work units the coordinator opens per iteration", "", r::closed(1, 1000000)},
       {"actors.groups_per_unit", t::integer, "2",
-       "prompt groups in one work unit (<= ledger.max_groups_per_unit)", ""},
+       "prompt groups in one work unit (<= ledger.max_groups_per_unit)", "", r::closed(1, 4096)},
       {"actors.work_rounds", t::integer, "400",
-       "rounds of the test work per response (its cost and length)", ""},
+       "rounds of the test work per response (its cost and length)", "", r::closed(1, 4096)},
       {"actors.rollout_workers", t::integer, "2",
-       "rollout actors per rollout node (supervised one-for-one)", ""},
+       "rollout actors per rollout node (supervised one-for-one)", "", r::at_least(1)},
       {"actors.trainer_ranks", t::integer, "2",
-       "ranks of the trainer group (supervised one-for-all)", ""},
+       "ranks of the trainer group (supervised one-for-all)", "", r::at_least(1)},
       {"actors.restart_intensity", t::integer, "5",
-       "restarts allowed within actors.restart_period_ms before a supervisor gives up", ""},
+       "restarts allowed within actors.restart_period_ms before a supervisor gives up", "",
+       r::at_least(0)},
       {"actors.restart_period_ms", t::integer, "10000",
-       "sliding window of the restart intensity limit", ""},
+       "sliding window of the restart intensity limit", "", r::at_least(1)},
       {"actors.restart_backoff_ms", t::integer, "100",
-       "first restart delay; doubles per restart in the window", ""},
-      {"actors.restart_backoff_max_ms", t::integer, "5000", "upper bound of the restart delay", ""},
+       "first restart delay; doubles per restart in the window", "", r::at_least(0)},
+      {"actors.restart_backoff_max_ms", t::integer, "5000", "upper bound of the restart delay", "",
+       r::at_least(0)},
       {"actors.drain_margin_ms", t::integer, "2000",
-       "drain finishes units only if they end this long before the deadline", ""},
+       "drain finishes units only if they end this long before the deadline", "", r::at_least(0)},
       {"actors.sigterm_grace_ms", t::integer, "30000",
-       "deadline a SIGTERM implies (the kubelet's default grace period)", ""},
+       "deadline a SIGTERM implies (the kubelet's default grace period)", "", r::at_least(0)},
       {"actors.trainer_batch_groups", t::integer, "2",
-       "prompt groups per trainer batch (one policy version step each)", ""},
+       "prompt groups per trainer batch (one policy version step each)", "", r::at_least(1)},
       {"actors.trainer_flush_ms", t::integer, "1500",
-       "a trainer holding a partial iteration steps on it after this long without a batch", ""},
+       "a trainer holding a partial iteration steps on it after this long without a batch", "",
+       r::at_least(0)},
       {"actors.heartbeat_misses", t::integer, "8",
        "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it "
        "dead",
-       ""},
+       "", r::at_least(1)},
       {"actors.lease_batch", t::integer, "1",
        "leases a rollout worker asks for in one request (1: one lease per request); the "
        "coordinator grants at most this many per request",
-       ""},
+       "", r::closed(1, 4096)},
 
       // ---- console (admin plane) --------------------------------------------------
       {"console.address", t::string, "tcp://127.0.0.1:7411",
@@ -73,7 +85,8 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"console.token", t::string, "moerl-local", "shared token every console request must carry",
        ""},
-      {"console.timeout_ms", t::integer, "5000", "how long `moerl console` waits for a reply", ""},
+      {"console.timeout_ms", t::integer, "5000", "how long `moerl console` waits for a reply", "",
+       r::closed(1, 86400000)},
 
       // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
       {"cluster.restart_delay_ms", t::integer, "1000",
@@ -89,36 +102,43 @@ const std::vector<key_spec>& config_schema() {
       {"imds.enabled", t::boolean, "false", "poll EC2 IMDSv2 for spot/rebalance notices", ""},
       {"imds.endpoint", t::string, "http://169.254.169.254",
        "IMDS base URL (tests point it at a local server)", ""},
-      {"imds.poll_interval_ms", t::integer, "1000", "IMDS poll period", ""},
-      {"imds.request_timeout_ms", t::integer, "1000", "timeout of one IMDS HTTP call", ""},
-      {"imds.token_ttl_s", t::integer, "21600", "IMDSv2 session token lifetime requested", ""},
+      {"imds.poll_interval_ms", t::integer, "1000", "IMDS poll period", "", r::at_least(1)},
+      {"imds.request_timeout_ms", t::integer, "1000", "timeout of one IMDS HTTP call", "",
+       r::at_least(1)},
+      {"imds.token_ttl_s", t::integer, "21600", "IMDSv2 session token lifetime requested", "",
+       r::closed(1, 21600)},
       {"imds.rebalance_grace_ms", t::integer, "120000",
-       "deadline assumed for a rebalance recommendation (it carries none)", ""},
+       "deadline assumed for a rebalance recommendation (it carries none)", "", r::at_least(0)},
 
       // ---- ledger (work units, leases, journal; ledger/LEDGER.md) ------------------
       {"ledger.lease_timeout_ms", t::integer, "30000",
-       "a lease not renewed or committed within this expires and its unit is re-leased", ""},
+       "a lease not renewed or committed within this expires and its unit is re-leased", "",
+       r::closed(1, 1099511627776)},
       {"ledger.group_size", t::integer, "8", "samples generated per prompt group (GRPO group size)",
-       ""},
+       "", r::closed(1, 65536)},
       {"ledger.max_groups_per_unit", t::integer, "4",
-       "upper bound on prompt groups in one work unit (keeps a unit inside a Spot notice)", ""},
+       "upper bound on prompt groups in one work unit (keeps a unit inside a Spot notice)", "",
+       r::closed(1, 4096)},
       {"ledger.snapshot_every", t::integer, "1024",
-       "journal records between two ledger snapshots in the object store", ""},
+       "journal records between two ledger snapshots in the object store", "",
+       r::closed(1, 1073741824)},
       {"ledger.store_prefix", t::string, "ledger",
        "object-store key prefix of the ledger journal and snapshots", ""},
 
       // ---- buffer (experience-buffer shards and the sample plane) -----------------
       {"buffer.capacity_samples", t::integer, "4096",
-       "samples one buffer shard holds (staged + ready); leases and credits respect it", ""},
+       "samples one buffer shard holds (staged + ready); leases and credits respect it", "",
+       r::at_least(1)},
       {"buffer.capacity_bytes", t::integer, "268435456",
-       "estimated sample bytes one buffer shard holds", ""},
+       "estimated sample bytes one buffer shard holds", "", r::at_least(1)},
       {"buffer.max_staleness", t::integer, "1",
        "a sample more than this many policy versions old is dropped at admission (stale_policy)",
-       ""},
+       "", r::at_least(0)},
       {"buffer.credits_per_producer", t::integer, "64",
-       "sample-plane credits a shard grants one producer at most (in-transit bound)", ""},
+       "sample-plane credits a shard grants one producer at most (in-transit bound)", "",
+       r::closed(1, 1048576)},
       {"buffer.max_frame_bytes", t::integer, "16777216",
-       "sample-plane frames larger than this are dropped", ""},
+       "sample-plane frames larger than this are dropped", "", r::at_least(1024)},
 
       // ---- fabric (expert plane) ------------------------------------------------
       {"fabric.provider", t::string, "auto",
@@ -127,36 +147,41 @@ const std::vector<key_spec>& config_schema() {
       {"fabric.require_provider", t::boolean, "false",
        "fail at start when fabric.provider is not available instead of falling back", ""},
       {"fabric.op_timeout_ms", t::integer, "10000",
-       "an EP operation or collective that does not complete within this fails on every rank", ""},
+       "an EP operation or collective that does not complete within this fails on every rank", "",
+       r::at_least(1)},
       {"fabric.reorder_shim", t::boolean, "false",
        "route writes through the reorder/delay/split/re-deliver shim (testing)", ""},
 
       // ---- policy (the MoE network, its optimiser and sampling) -------------------
-      {"policy.d_model", t::integer, "64", "width of the residual stream", ""},
-      {"policy.num_layers", t::integer, "2", "number of attention + MoE blocks", ""},
-      {"policy.num_heads", t::integer, "4", "attention heads; must divide policy.d_model", ""},
+      {"policy.d_model", t::integer, "64", "width of the residual stream", "", r::closed(1, 8192)},
+      {"policy.num_layers", t::integer, "2", "number of attention + MoE blocks", "",
+       r::closed(1, 256)},
+      {"policy.num_heads", t::integer, "4", "attention heads; must divide policy.d_model", "",
+       r::closed(1, 8192)},
       {"policy.num_experts", t::integer, "4",
-       "experts per MoE layer (split over expert-parallel ranks)", ""},
-      {"policy.top_k", t::integer, "2", "experts each token visits", ""},
-      {"policy.ffn_dim", t::integer, "64", "hidden width of each expert's SwiGLU FFN", ""},
+       "experts per MoE layer (split over expert-parallel ranks)", "", r::closed(1, 4096)},
+      {"policy.top_k", t::integer, "2", "experts each token visits", "", r::closed(1, 4096)},
+      {"policy.ffn_dim", t::integer, "64", "hidden width of each expert's SwiGLU FFN", "",
+       r::closed(1, 65536)},
       {"policy.max_seq_len", t::integer, "32", "longest prompt + completion (position table size)",
-       ""},
+       "", r::closed(2, 4096)},
       {"policy.aux_loss_coef", t::number, "0.01", "weight of the Switch load-balance loss (0: off)",
-       ""},
+       "", r::at_least(0)},
       {"policy.seed", t::integer, "1", "seed of the initial weights", ""},
       {"policy.num_threads", t::integer, "1", "CPU threads of the kernels' pool (0: one per core)",
-       ""},
+       "", r::closed(0, 256)},
       {"policy.temperature", t::number, "1.0", "sampling temperature; logprobs are taken at it too",
-       ""},
-      {"policy.learning_rate", t::number, "0.001", "Adam learning rate", ""},
-      {"policy.adam_beta1", t::number, "0.9", "Adam first-moment decay", ""},
-      {"policy.adam_beta2", t::number, "0.99", "Adam second-moment decay", ""},
-      {"policy.grad_clip", t::number, "1.0", "max global gradient L2 norm (0: no clipping)", ""},
+       "", r::above(0)},
+      {"policy.learning_rate", t::number, "0.001", "Adam learning rate", "", r::above(0)},
+      {"policy.adam_beta1", t::number, "0.9", "Adam first-moment decay", "", r::half_open(0, 1)},
+      {"policy.adam_beta2", t::number, "0.99", "Adam second-moment decay", "", r::half_open(0, 1)},
+      {"policy.grad_clip", t::number, "1.0", "max global gradient L2 norm (0: no clipping)", "",
+       r::at_least(0)},
 
       // ---- task (what the policy learns and how it is rewarded) --------------------
       {"task.name", t::string, "sort", "verifiable task", "sort|add"},
       {"task.difficulty", t::integer, "3",
-       "sort: digits to sort (1..16); add: digits per operand (1..8)", ""},
+       "sort: digits to sort (1..16); add: digits per operand (1..8)", "", r::closed(1, 16)},
       {"task.reward", t::string, "verifier",
        "reward source: the task's verifier or a learned reward model", "verifier|learned"},
       {"task.reward_model_path", t::string, "",
@@ -164,14 +189,16 @@ const std::vector<key_spec>& config_schema() {
 
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8",
-       "samples per prompt (G); advantages are normalised inside a group", ""},
+       "samples per prompt (G); advantages are normalised inside a group", "", r::closed(2, 4096)},
       {"grpo.prompts_per_iteration", t::integer, "16",
-       "prompts per policy iteration (batch = this x G samples)", ""},
-      {"grpo.iterations", t::integer, "800", "policy iterations of a run", ""},
-      {"grpo.epochs", t::integer, "1", "optimiser passes over each iteration's batch", ""},
-      {"grpo.clip_eps", t::number, "0.2", "PPO clip range of the importance ratio", ""},
+       "prompts per policy iteration (batch = this x G samples)", "", r::at_least(1)},
+      {"grpo.iterations", t::integer, "800", "policy iterations of a run", "", r::at_least(0)},
+      {"grpo.epochs", t::integer, "1", "optimiser passes over each iteration's batch", "",
+       r::closed(1, 64)},
+      {"grpo.clip_eps", t::number, "0.2", "PPO clip range of the importance ratio", "",
+       r::open(0, 1)},
       {"grpo.kl_coef", t::number, "0.0",
-       "weight of the KL penalty to the initial (reference) policy; 0: off", ""},
+       "weight of the KL penalty to the initial (reference) policy; 0: off", "", r::at_least(0)},
       {"grpo.seed", t::integer, "1", "seed of prompt generation and sampling", ""},
 
       // ---- job (the main job: what the runtime runs) -------------------------------
@@ -182,16 +209,16 @@ const std::vector<key_spec>& config_schema() {
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",
        ""},
       {"job.checkpoint_every", t::integer, "10",
-       "durable checkpoint every this many policy versions (0: never)", ""},
+       "durable checkpoint every this many policy versions (0: never)", "", r::at_least(0)},
       {"job.resume_from", t::string, "",
        "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
       {"job.rollout_ep_ranks", t::integer, "2",
        "expert-parallel rank threads per rollout worker (fabric EP group; 1: single-rank replica)",
-       ""},
+       "", r::at_least(1)},
       {"job.trainer_ep_ranks", t::integer, "2",
        "expert-parallel rank threads of the trainer (fabric EP group + dense all-reduce; 1: single "
        "rank)",
-       ""},
+       "", r::at_least(1)},
 
       // ---- store (durable plane) ------------------------------------------------
       {"store.url", t::string, "./moerl-data",
@@ -205,18 +232,43 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"store.s3_region", t::string, "us-east-1", "S3 signing region (SigV4 scope)", ""},
       {"store.multipart_threshold_bytes", t::integer, "67108864",
-       "S3 objects larger than this are uploaded as multipart uploads", ""},
+       "S3 objects larger than this are uploaded as multipart uploads", "", r::at_least(1)},
       {"store.multipart_part_bytes", t::integer, "16777216",
        "S3 multipart part size, at least 5242880; grows if an object would need over 10000 parts",
-       ""},
+       "", r::at_least(5242880)},
       {"store.s3_upload_concurrency", t::integer, "4",
-       "parts of one S3 multipart upload sent at once, each on its own connection (1..64)", ""},
+       "parts of one S3 multipart upload sent at once, each on its own connection (1..64)", "",
+       r::closed(1, 64)},
       {"store.s3_timeout_ms", t::integer, "120000",
-       "limit on one S3 HTTP request, transfer included", ""},
+       "limit on one S3 HTTP request, transfer included", "", r::at_least(1)},
       {"store.s3_max_retries", t::integer, "3",
-       "retries of an S3 request after a network error or HTTP 5xx, with exponential backoff", ""},
+       "retries of an S3 request after a network error or HTTP 5xx, with exponential backoff", "",
+       r::at_least(0)},
   };
   return schema;
+}
+
+const std::vector<key_rule>& config_rules() {
+  using rel = key_relation;
+  static const std::vector<key_rule> rules = {
+      // The middleman must hear at least one heartbeat before it calls a peer silent.
+      {"node.connection_timeout_ms", rel::greater_than, "node.heartbeat_interval_ms", ""},
+      // The coordinator: a unit never exceeds what the ledger admits.
+      {"actors.groups_per_unit", rel::at_most, "ledger.max_groups_per_unit", ""},
+      // A buffer shard holds at least one whole group.
+      {"buffer.capacity_samples", rel::at_least, "ledger.group_size", ""},
+      // The model: heads split the residual stream, a token visits distinct experts.
+      {"policy.num_heads", rel::divides, "policy.d_model", ""},
+      {"policy.top_k", rel::at_most, "policy.num_experts", ""},
+      // The add task's operands are at most 8 digits (sort takes up to 16).
+      {"task.difficulty", rel::within, "", "task.name=add", key_range::closed(1, 8)},
+      // The GRPO job: experts split evenly over the EP ranks, and every rollout rank
+      // generates at least one row of a group.
+      {"job.rollout_ep_ranks", rel::divides, "policy.num_experts", "job.kind=grpo"},
+      {"job.trainer_ep_ranks", rel::divides, "policy.num_experts", "job.kind=grpo"},
+      {"job.rollout_ep_ranks", rel::at_most, "ledger.group_size", "job.kind=grpo"},
+  };
+  return rules;
 }
 
 }  // namespace moerl

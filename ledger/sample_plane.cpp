@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "common/config_text.h"
 #include "common/log.h"
 #include "ledger/zmq_check.h"
 #include "messages/codec.h"
@@ -93,6 +94,12 @@ result<std::vector<std::string>> recv_message(void* sock) {
   }
 }
 
+// The rate-limited log of what `what` drops ("shard buffer-0: dropped a frame").
+std::unique_ptr<rate_limited_log> drop_log(const std::string& what, spdlog::level::level_enum lvl) {
+  return std::make_unique<rate_limited_log>(
+      what, [lvl](const std::string& line) { logger("sample_plane")->log(lvl, "{}", line); });
+}
+
 status check_name(const std::string& name, const char* what) {
   if (name.empty() || name.size() > kMaxRoutingId)
     return error(errc::invalid_argument, std::string(what) + " name must be 1..255 bytes");
@@ -132,6 +139,7 @@ result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_pt
   std::unique_ptr<sample_producer> p(new sample_producer());
   p->ctx_ = std::move(ctx);
   p->name_ = name;
+  p->drops_ = drop_log("producer " + name + ": dropped a frame", spdlog::level::warn);
   auto sock = open_socket(p->ctx_->handle(), ZMQ_DEALER, name, 1 << 20);
   if (!sock) return sock.err();
   p->sock_ = *sock;
@@ -180,8 +188,7 @@ status sample_producer::poll(int timeout_ms) {
     auto c = messages::decode<messages::credit>(frames->back());
     if (!c) {
       ++bad_frames_;
-      logger("sample_plane")
-          ->warn("producer {}: dropped a bad frame: {}", name_, c.err().to_string());
+      drops_->note("not a credit", c.err().to_string());
       continue;
     }
     credits_ += c->credits;
@@ -198,6 +205,7 @@ result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<
   std::unique_ptr<batch_consumer> c(new batch_consumer());
   c->ctx_ = std::move(ctx);
   c->name_ = name;
+  c->drops_ = drop_log("trainer " + name + ": dropped a frame", spdlog::level::warn);
   auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, name, int64_t(1) << 30);
   if (!sock) return sock.err();
   c->sock_ = *sock;
@@ -229,8 +237,7 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
     auto b = messages::decode<messages::batch>(frames->back());
     if (!b) {
       ++bad_frames_;
-      logger("sample_plane")
-          ->warn("trainer {}: dropped a bad frame: {}", name_, b.err().to_string());
+      drops_->note("not a batch", b.err().to_string());
       continue;
     }
     return std::optional<messages::batch>(std::move(*b));
@@ -249,6 +256,9 @@ result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq_c
   std::unique_ptr<shard_service> s(new shard_service());
   s->ctx_ = std::move(ctx);
   s->plane_ = plane;
+  s->drops_ = drop_log("shard " + shard.name + ": dropped a frame", spdlog::level::warn);
+  // Refusals are routine (a fenced attempt's late samples): info, not warn.
+  s->refused_ = drop_log("shard " + shard.name + ": refused a sample", spdlog::level::info);
   s->shard_ = std::make_unique<buffer_shard>(std::move(shard));
   auto sock = open_socket(s->ctx_->handle(), ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes));
   if (!sock) return sock.err();
@@ -285,20 +295,27 @@ result<size_t> shard_service::pump(int timeout_ms) {
   size_t handled = 0;
   auto ready = wait_readable(sock_, timeout_ms);
   if (!ready) return ready.err();
+  // Every frame that is not used is counted and its reason logged (rate-limited).
+  auto drop = [&](const std::string& reason, const std::string& detail) {
+    ++bad_frames_;
+    drops_->note(reason, detail);
+  };
   while (*ready) {
     auto frames = recv_message(sock_);
     if (!frames) return frames.err();
     if (frames->empty()) break;
     ++handled;
+    // Peers name themselves with their routing id; one that did not has a binary one.
+    auto from = [&] { return " from " + printable_excerpt((*frames)[0]); };
     if (frames->size() != 2) {
-      ++bad_frames_;
+      drop("a multipart message", std::to_string(frames->size() - 1) + " body frames" + from());
       continue;
     }
     const std::string& peer = (*frames)[0];
     const std::string& body = (*frames)[1];
     auto k = messages::peek_kind(body.data(), body.size());
     if (!k) {
-      ++bad_frames_;
+      drop("not a moerl message", k.err().message + from());
       continue;
     }
     if (*k == messages::kind::sample) {
@@ -306,16 +323,17 @@ result<size_t> shard_service::pump(int timeout_ms) {
       auto it = producers_.find(peer);
       if (it != producers_.end()) ++it->second.received;
       if (!smp) {
-        ++bad_frames_;
+        drop("an undecodable sample", smp.err().message + from());
         continue;
       }
       // Refusals are counted in the shard's stats; the credit is spent either way and is
       // granted again below, since a refused sample takes no room.
-      (void)shard_->admit(std::move(*smp));
+      if (auto admitted = shard_->admit(std::move(*smp)); !admitted)
+        refused_->note(errc_name(admitted.err().code), admitted.err().message + from());
     } else if (*k == messages::kind::credit) {
       auto demand = messages::decode<messages::credit>(body);
       if (!demand) {
-        ++bad_frames_;
+        drop("an undecodable credit", demand.err().message + from());
         continue;
       }
       // Every sample the producer sent before this declaration has been received (FIFO).
@@ -324,12 +342,13 @@ result<size_t> shard_service::pump(int timeout_ms) {
     } else if (*k == messages::kind::batch_request) {
       auto req = messages::decode<messages::batch_request>(body);
       if (!req || req->num_groups == 0) {
-        ++bad_frames_;
+        drop("a bad batch request", (req ? "0 groups" : req.err().message) + from());
         continue;
       }
       waiting_[peer] = req->num_groups;
     } else {
-      ++bad_frames_;
+      drop("a message the shard does not take",
+           "kind " + std::to_string(static_cast<int>(*k)) + from());
     }
   }
   if (auto s = serve_waiting(); !s) return s.err();

@@ -19,7 +19,8 @@
 // timer with timeout 0; nothing spawns a thread. A zmq_context may be shared by objects
 // owned by different threads.
 // Errors: every libzmq call is checked by ZMQ_CHECK (call, file, line in the message);
-// bytes from peers are decoded as untrusted input and a bad frame is counted and dropped.
+// bytes from peers are decoded as untrusted input and a bad frame is counted, dropped and
+// logged (rate-limited: one line per reason per second, with the count since the last).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/rate_limited_log.h"
 #include "ledger/buffer_shard.h"
 #include "messages/sample.h"
 
@@ -82,6 +84,7 @@ class sample_producer {
   bool asked_ = false;  // a declaration is waiting for its grant
   uint64_t sent_ = 0;
   uint64_t bad_frames_ = 0;
+  std::unique_ptr<rate_limited_log> drops_;
 };
 
 // Trainer side: asks a shard for batches of whole groups.
@@ -104,6 +107,7 @@ class batch_consumer {
   void* sock_ = nullptr;
   std::string name_;
   uint64_t bad_frames_ = 0;
+  std::unique_ptr<rate_limited_log> drops_;
 };
 
 struct sample_plane_options {
@@ -161,6 +165,8 @@ class shard_service {
   std::map<std::string, uint32_t> waiting_;          // trainer routing id -> groups asked for
   std::vector<consumption> consumed_;
   uint64_t bad_frames_ = 0;
+  std::unique_ptr<rate_limited_log> drops_;    // frames dropped (garbage), by reason
+  std::unique_ptr<rate_limited_log> refused_;  // samples admission refused, by errc
 };
 
 }  // namespace moerl::ledger

@@ -90,10 +90,7 @@ status run_tool(const std::vector<std::string>& argv, int timeout_ms) {
   if (!st) return error{st.err().code, cmd + ": " + st.err().message};
   if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
     while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-    return error{errc::io_error, cmd + " failed (" +
-                                     (WIFEXITED(*st) ? "exit " + std::to_string(WEXITSTATUS(*st))
-                                                     : "signal " + std::to_string(WTERMSIG(*st))) +
-                                     "): " + output};
+    return error{errc::io_error, cmd + " failed (" + describe_wait_status(*st) + "): " + output};
   }
   return ok_status();
 }

@@ -120,7 +120,7 @@ std::vector<std::string> bench_overrides(const bench_args& a, const std::string&
   return {"store.url=" + dir, std::string("store.local_fsync=") + (a.fsync ? "true" : "false"),
           "actors.iterations=1", "actors.units_per_iteration=" + std::to_string(pool),
           "actors.groups_per_unit=1", "ledger.group_size=1", "ledger.lease_timeout_ms=60000",
-          "actors.lease_batch=" + std::to_string(a.batch), "buffer.capacity_samples=0",
+          "actors.lease_batch=" + std::to_string(a.batch), "buffer.capacity_samples=1099511627776",
           "node.heartbeat_interval_ms=500", "node.connection_timeout_ms=5000", "log.level=warn",
           "ledger.snapshot_every=100000",
           // The bench's stand-in nodes send no heartbeats; keep the coordinator from

@@ -72,9 +72,9 @@ TEST(pod_policy, a_node_gives_up_with_exit_code_2_or_4_only) {
 }
 
 TEST(pod_policy, exit_statuses_read_as_an_operator_reads_them) {
-  EXPECT_EQ(wait_status_text(wait_status_of(2)), "exit code 2");
-  EXPECT_EQ(wait_status_text(wait_status_of(-SIGKILL)), "killed by SIGKILL");
-  EXPECT_EQ(wait_status_text(wait_status_of(-SIGTERM)), "killed by SIGTERM");
+  EXPECT_EQ(describe_wait_status(wait_status_of(2)), "exit code 2");
+  EXPECT_EQ(describe_wait_status(wait_status_of(-SIGKILL)), "killed by SIGKILL");
+  EXPECT_EQ(describe_wait_status(wait_status_of(-SIGTERM)), "killed by SIGTERM");
 }
 
 }  // namespace

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# CLI contract checks of the moerl binary: provenance JSON keys, config error exit codes,
+# CLI contract checks of the moerl binary: provenance JSON keys, config error exit codes
+# (ranges included, for config check and moerl up alike), console refusals before connecting,
 # and that the README's configuration reference matches the schema.
 set -euo pipefail
 moerl="$1"; readme="$2"
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# exits WANT COMMAND...: runs it with stdout/stderr in $tmp/out and $tmp/err; fails unless it
+# exited WANT.
+exits() {
+  local want="$1"; shift
+  set +e
+  "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || fail "$* exited $rc, want $want: $(cat "$tmp/err")"
+}
 
 "$moerl" version --json > "$tmp/v.json"
 /usr/bin/python3 - "$tmp/v.json" <<'PY'
@@ -34,6 +44,52 @@ grep -q "fabric.bogus_key" "$tmp/err" || fail "error does not name the key: $(ca
 
 printf 'fabric:\n  op_timeout_ms: 250\n' > "$tmp/good.yaml"
 "$moerl" config check "$tmp/good.yaml" | grep -q "op_timeout_ms: 250" || fail "valid config not echoed"
+
+# Out-of-range values (issue 11, case 6): exit 2 naming file, line and key.
+for kv in "ledger lease_timeout_ms -1" "actors units_per_iteration 0" "ledger group_size 0" \
+          "actors groups_per_unit 9" "node heartbeat_interval_ms 0" "buffer capacity_samples 1"; do
+  set -- $kv
+  printf 'log:\n  level: info\n%s:\n  %s: %s\n' "$1" "$2" "$3" > "$tmp/range.yaml"
+  exits 2 "$moerl" config check "$tmp/range.yaml"
+  grep -qF "range.yaml:4: key '$1.$2': must be" "$tmp/err" || fail "range error lacks file:line and key: $(cat "$tmp/err")"
+done
+"$moerl" config keys > "$tmp/keys.txt"
+grep -F "actors.groups_per_unit = 2 " "$tmp/keys.txt" | grep -qF "(in 1..4096; <= ledger.max_groups_per_unit)" \
+  || fail "config keys does not show the range and rule: $(grep groups_per_unit "$tmp/keys.txt")"
+
+# moerl up refuses the same values before starting any node (issue 11, case 5: it hung).
+for kv in actors.units_per_iteration=0 ledger.lease_timeout_ms=-1 node.heartbeat_interval_ms=0; do
+  exits 2 timeout 60 "$moerl" up --timeout 15 --run-dir "$tmp/runs" --set "$kv"
+  grep -qF "moerl up: invalid configuration: --set: key '${kv%%=*}': must be" "$tmp/err" \
+    || fail "moerl up --set $kv: unexpected message: $(cat "$tmp/err")"
+  [ ! -e "$tmp/runs" ] || fail "moerl up --set $kv started a run: $(ls -R "$tmp/runs")"
+done
+
+# A binary file is refused by offset and line without echoing its bytes; a huge one at once.
+printf 'log:\n  level: info\n\x89PNG\r\n\x1a\n\x00\x00' > "$tmp/weights.bin"
+exits 2 "$moerl" config check "$tmp/weights.bin"
+grep -qF "weights.bin:3: not YAML text: byte 0x89 at offset 19" "$tmp/err" || fail "binary file error: $(cat "$tmp/err")"
+LC_ALL=C grep -q '[^[:print:]]' "$tmp/err" && fail "binary file error echoes raw bytes"
+/usr/bin/python3 -c 'import sys; open(sys.argv[1], "w").write("".join("k%07d: 1\n" % i for i in range(900000)))' "$tmp/huge.yaml"
+exits 2 "$moerl" config check "$tmp/huge.yaml"
+grep -qF "larger than" "$tmp/err" || fail "10 MB file error: $(cat "$tmp/err")"
+
+# The console refuses impossible arguments before connecting: exit 1 (3 would mean it tried
+# to reach the coordinator; nothing listens on port 1).
+console_refuses() {  # expected message, then console words
+  local want="$1"; shift
+  exits 1 "$moerl" console --connect tcp://127.0.0.1:1 --set console.timeout_ms=2000 "$@"
+  grep -qF -- "$want" "$tmp/err" || fail "console $*: unexpected message: $(cat "$tmp/err")"
+}
+for d in -5 0 nan inf 86401 soon; do
+  console_refuses "--deadline must be seconds in (0, 86400], got '$d'" inject spot rollout-0 --deadline "$d"
+done
+console_refuses "unknown command 'frobnicate'" frobnicate
+console_refuses "inject needs one of spot|rebalance|kill|sigterm, got 'meteor'" inject meteor rollout-0
+console_refuses "inject spot needs a NODE" inject spot
+console_refuses "drain takes one NODE, got 2" drain rollout-0 rollout-1
+console_refuses "status takes no arguments" status now
+console_refuses "--deadline applies to inject spot|rebalance and drain only" inject kill rollout-0 --deadline 5
 
 "$moerl" config keys --markdown > "$tmp/keys.md"
 while IFS= read -r line; do
