@@ -92,11 +92,12 @@ const std::vector<key_spec>& config_schema() {
       {"cluster.restart_delay_ms", t::integer, "1000",
        "`moerl up` replaces a node that exited after this long; doubles per replacement of the "
        "same node",
-       ""},
+       "", r::closed(0, 600000)},
       {"cluster.restart_backoff_max_ms", t::integer, "8000",
-       "upper bound of cluster.restart_delay_ms's doubling", ""},
+       "upper bound of cluster.restart_delay_ms's doubling", "", r::closed(0, 3600000)},
       {"cluster.max_restarts", t::integer, "5",
-       "replacements of one node before `moerl up` ends the job as failed", ""},
+       "replacements of one node before `moerl up` ends the job as failed", "",
+       r::closed(0, 1000000)},
 
       // ---- imds (EC2 interruption notices) ------------------------------------------
       {"imds.enabled", t::boolean, "false", "poll EC2 IMDSv2 for spot/rebalance notices", ""},
@@ -267,6 +268,8 @@ const std::vector<key_rule>& config_rules() {
       {"job.rollout_ep_ranks", rel::divides, "policy.num_experts", "job.kind=grpo"},
       {"job.trainer_ep_ranks", rel::divides, "policy.num_experts", "job.kind=grpo"},
       {"job.rollout_ep_ranks", rel::at_most, "ledger.group_size", "job.kind=grpo"},
+      // The local cluster's backoff starts below its ceiling.
+      {"cluster.restart_delay_ms", rel::at_most, "cluster.restart_backoff_max_ms", ""},
   };
   return rules;
 }
