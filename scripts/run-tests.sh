@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/moerl-ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
+source scripts/blas-env.sh
 
 echo "== format (.clang-format)"
 format_rc=0
