@@ -20,7 +20,8 @@ main_rc=0
 echo "== sanitizer build (build-asan/): message codecs under address,undefined"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMOERL_SANITIZE=address,undefined -DMOERL_ENABLE_CUDA=OFF -DMOERL_WERROR=ON > /dev/null
-cmake --build build-asan -j "$(nproc)" --target messages_codec_roundtrip_test messages_codec_fuzz_test
+cmake --build build-asan -j "$(nproc)" --target messages_codec_roundtrip_test messages_codec_fuzz_test \
+  messages_lease_and_shard_codec_test
 asan_rc=0
 (cd build-asan && ctest -L messages --output-on-failure) || asan_rc=$?
 

@@ -152,12 +152,16 @@ def in_turn(moerl, tmp):
 
 def case3(moerl, tmp):
     """Issue 11 case 3: both rollout nodes and the reward node go at once."""
-    run = up_run(moerl, tmp, "case3", "--no-interrupt", "--iterations", "16",
+    # Enough iterations that the job still has work when the replacements are due: a run that
+    # ends first stops supervising (seen with 16 iterations, killed late under load).
+    run = up_run(moerl, tmp, "case3", "--no-interrupt", "--iterations", "80",
                  "--set", "actors.sigterm_grace_ms=8000")
-    run.wait_iteration(3)
+    i = run.wait_iteration(3)
     run.kill("rollout-0", signal.SIGKILL)
     run.kill("rollout-1", signal.SIGTERM)
     run.kill("reward-0", signal.SIGKILL)
+    for node in ("rollout-0", "rollout-1", "reward-0"):
+        run.wait_line(rf">>> replaced {node} by {node}-r1 ", i)
     rep = run.finish()
     check_safety(rep)
     assert replaced(rep, "rollout-0", "killed by SIGKILL")["replacement"] == "rollout-0-r1"
