@@ -14,6 +14,7 @@
 
 #include "actors/local_job.h"
 #include "common/config.h"
+#include "common/posix_check.h"
 #include "common/status_try.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
@@ -24,6 +25,15 @@
 namespace moerl::sims {
 
 namespace {
+
+// A fresh work directory for one simulation run (node logs, reports) under /tmp.
+result<std::string> make_work_dir() {
+  char tmpl[] = "/tmp/moerl-sim-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr)
+    return ::moerl::detail::posix_error("mkdtemp", "a work directory in /tmp", __FILE__, __LINE__,
+                                        errno);
+  return std::string(tmpl);
+}
 
 using detail::job_hooks;
 using detail::runner;
@@ -245,9 +255,9 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 
   std::string work_dir = o.work_dir;
   if (work_dir.empty()) {
-    char tmpl[] = "/tmp/moerl-sim-XXXXXX";
-    if (!::mkdtemp(tmpl)) return error{errc::io_error, "cannot create a work directory in /tmp"};
-    work_dir = tmpl;
+    auto made = make_work_dir();
+    if (!made) return made.err();
+    work_dir = *made;
   }
   m.work_dir = work_dir;
 
@@ -330,9 +340,9 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
     return "attach mode: " + name + " was not started inside a network namespace by this runner";
   };
   hooks.link_of = [](const std::string&) -> netns_link* { return nullptr; };
-  char tmpl[] = "/tmp/moerl-sim-XXXXXX";
-  if (!::mkdtemp(tmpl)) return error{errc::io_error, "cannot create a work directory in /tmp"};
-  m.work_dir = tmpl;
+  auto made = make_work_dir();
+  if (!made) return made.err();
+  m.work_dir = *made;
   runner r(*timeline, console, hooks, read_specs(console), m.work_dir, o.poll_ms);
   r.run(s.duration_s, s.settle_s);
   r.undo_faults();
