@@ -43,9 +43,16 @@ namespace {
 // leaves its regions behind, and a later process that reuses the pid then fails fi_enable
 // with EBUSY (seen in CI). Before this process's first endpoint, regions named after our own
 // pid can only be such leftovers: no live process but us holds the pid. Remove them.
+// Once per pid, not once per program image: a rank forked by launch_processes() inherits the
+// parent's "done" state but has a pid of its own, whose leftovers it must still remove (seen:
+// a forked rank failed fi_enable with EBUSY after its parent had cleaned up for itself).
 void remove_stale_shm_regions_of_this_pid() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static std::mutex mu;
+  static pid_t cleaned_for = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cleaned_for == ::getpid()) return;
+  cleaned_for = ::getpid();
+  {
     const std::string prefix = std::to_string(::getpid()) + ":";
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
@@ -56,7 +63,7 @@ void remove_stale_shm_regions_of_this_pid() {
       logger("fabric")->warn("removed /dev/shm/{} left by a dead process with this pid{}", name,
                              rm ? " (failed: " + rm.message() + ")" : "");
     }
-  });
+  }
 }
 
 // "tcp" names the RDM stack the tcp provider offers through ofi_rxm.
