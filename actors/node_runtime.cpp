@@ -17,6 +17,7 @@
 #include "actors/node_agent.h"
 #include "actors/node_identity.h"
 #include "actors/signal_watch.h"
+#include "common/advertised_endpoint.h"
 #include "common/log.h"
 #include "ledger/clock.h"
 #include "store/object_store.h"
@@ -152,7 +153,12 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
       log->error("shard: {}", svc.err().to_string());
       return 2;
     }
-    ctx->endpoint = (*svc)->endpoint();
+    auto ep = advertised_endpoint((*svc)->endpoint());
+    if (!ep) {
+      log->error("shard: {}", ep.err().to_string());
+      return 2;
+    }
+    ctx->endpoint = *ep;
     ctx->shard = std::move(*svc);
   } else if (role == node_role::reward) {
     auto pull = reward_pull::bind(ctx->zmq, bind_ep);
@@ -160,7 +166,12 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
       log->error("reward: {}", pull.err().to_string());
       return 2;
     }
-    ctx->endpoint = (*pull)->endpoint();
+    auto ep = advertised_endpoint((*pull)->endpoint());
+    if (!ep) {
+      log->error("reward: {}", ep.err().to_string());
+      return 2;
+    }
+    ctx->endpoint = *ep;
     ctx->pull = std::move(*pull);
   }
   auto exit_code = std::make_shared<std::atomic<int>>(0);

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs every package moerl needs on Debian 12, idempotently (run as root).
 # Only Debian's packages and PyPI are used. Skips apt entirely when all are present.
+# `--pods` also installs POD_PACKAGES (the container engine of scripts/pods.sh); the build
+# and the test suite never need them.
 set -euo pipefail
+
+with_pods=0
+case "${1:-}" in
+  "") ;;
+  --pods) with_pods=1 ;;
+  *) echo "usage: scripts/install-deps.sh [--pods]" >&2; exit 2 ;;
+esac
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config clang-format
@@ -15,6 +24,15 @@ DEBIAN_PACKAGES=(
   python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml
   openssl iproute2 procps
 )
+
+# Only for scripts/pods.sh (the rendered deploy/ manifests played as pods, issue 17): the
+# engine (podman; runc because crun refuses hybrid cgroup layouts; netavark and aardvark-dns
+# for the bridge network and names between pods), buildah for the image, debootstrap for the
+# Debian 12 base image (no registry can be pulled from), tini for that base's pid 1.
+POD_PACKAGES=(
+  podman buildah runc netavark aardvark-dns iptables catatonit debootstrap tini
+)
+((with_pods)) && DEBIAN_PACKAGES+=("${POD_PACKAGES[@]}")
 
 # Python packages from PyPI, installed for Debian's /usr/bin/python3.
 PYPI_PACKAGES=(
