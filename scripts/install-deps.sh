@@ -5,12 +5,17 @@
 # and the test suite never need them.
 set -euo pipefail
 
+# `--no-pypi` skips PYPI_PACKAGES (test-only; deploy/image/Dockerfile builds without tests,
+# and PyPI may not be reachable from inside an image build).
 with_pods=0
-case "${1:-}" in
-  "") ;;
-  --pods) with_pods=1 ;;
-  *) echo "usage: scripts/install-deps.sh [--pods]" >&2; exit 2 ;;
-esac
+with_pypi=1
+for arg in "$@"; do
+  case "$arg" in
+    --pods) with_pods=1 ;;
+    --no-pypi) with_pypi=0 ;;
+    *) echo "usage: scripts/install-deps.sh [--pods] [--no-pypi]" >&2; exit 2 ;;
+  esac
+done
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config clang-format
@@ -50,7 +55,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ((${#PYPI_PACKAGES[@]})); then
+if ((with_pypi)) && ((${#PYPI_PACKAGES[@]})); then
   for spec in "${PYPI_PACKAGES[@]}"; do
     mod="${spec%%[*}"; mod="${mod%%=*}"
     /usr/bin/python3 -c "import ${mod//-/_}" 2>/dev/null && continue
