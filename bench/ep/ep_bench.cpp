@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bench/ep/mpi_peer_run.h"
 #include "bench/support.h"
 #include "common/percentile.h"
 #include "fabric/bootstrap.h"
@@ -327,6 +329,17 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Spread over process starts: each start's p50, and their coefficient of variation.
+nlohmann::json per_start_spread(const std::vector<std::vector<double>>& per_start) {
+  std::vector<double> p50s;
+  for (const auto& v : per_start)
+    if (!v.empty()) p50s.push_back(percentiles(v)["p50"].get<double>());
+  double mean = 0, var = 0;
+  for (double x : p50s) mean += x / static_cast<double>(p50s.size());
+  for (double x : p50s) var += (x - mean) * (x - mean) / static_cast<double>(p50s.size());
+  return {{"p50_per_start", p50s}, {"cv", mean > 0 ? std::sqrt(var) / mean : 0.0}};
+}
+
 }  // namespace
 
 nlohmann::json run_ep_bench(const ep_bench_options& o) {
@@ -338,13 +351,18 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     throw std::runtime_error("--ranks must be >= 2 and divide 256");
   if (o.routing != "zipf" && o.routing != "uniform")
     throw std::runtime_error("--routing must be zipf or uniform");
+  if (o.peer != "mpi" && o.peer != "none")
+    throw std::runtime_error("--peer must be mpi or none, not '" + o.peer + "'");
   for (const auto& m : o.modes)
     if (!parse_ep_mode(m))
       throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
   const workload_params p = workload_of(o);
 
   const std::vector<double> load_before = load_average();
-  std::vector<nlohmann::json> starts;
+  std::vector<nlohmann::json> starts, mpi_starts;
+  std::string mpi_why_not;
+  const bool run_mpi = o.peer == "mpi" && mpi_peer_built(mpi_why_not);
+  if (o.peer == "none") mpi_why_not = "not asked for (--peer none)";
   for (int s = 0; s < o.starts; ++s) {
     char path[] = "/tmp/moerl-bench-ep-XXXXXX";
     const int fd = ::mkstemp(path);
@@ -364,6 +382,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
                                " (exit codes " + codes + ")");
     }
     starts.push_back(nlohmann::json::parse(text.str()));
+    if (run_mpi)
+      mpi_starts.push_back(
+          need(run_mpi_peer_start(o, p.tokens_per_rank, iterations_of(o)), "MPI_Alltoallv peer"));
   }
 
   // Byte numerators of one dispatch, summed over ranks.
@@ -409,6 +430,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
 
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::vector<double> d, c, t;
+    std::vector<std::vector<double>> t_per_start;
     uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0;
     std::string check = "pass", detail;
     for (const auto& s : starts) {
@@ -416,6 +438,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
       for (double v : rec["dispatch_us"]) d.push_back(v);
       for (double v : rec["combine_us"]) c.push_back(v);
       for (double v : rec["total_us"]) t.push_back(v);
+      t_per_start.push_back(rec["total_us"].get<std::vector<double>>());
       dwire = rec["dispatch_wire_bytes"];
       cwire = rec["combine_wire_bytes"];
       dwrites = rec["dispatch_writes"];
@@ -451,7 +474,53 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     mj["dispatch_wire_gbps"] = gbps(dwire);
     const double tp50 = mj["total_us"]["p50"].get<double>();
     mj["tokens_per_s"] = static_cast<double>(p.tokens_per_rank) * o.ranks / (tp50 * 1e-6);
+    mj["logical_gbps"] = 2.0 * static_cast<double>(wb.logical) / (tp50 * 1e3);
+    mj["total_us_spread"] = per_start_spread(t_per_start);
+    mj["transport_mix"] = starts.front()["modes"][m].value("transport_mix", nlohmann::json());
     out["modes"].push_back(mj);
+  }
+  if (run_mpi) {
+    std::vector<double> d, c, t, v;
+    std::vector<std::vector<double>> t_per_start;
+    for (const auto& s : mpi_starts) {
+      const auto sd = s["dispatch_us"].get<std::vector<double>>();
+      const auto sc = s["combine_us"].get<std::vector<double>>();
+      std::vector<double> st;
+      for (size_t i = 0; i < sd.size(); ++i) st.push_back(sd[i] + sc[i]);
+      d.insert(d.end(), sd.begin(), sd.end());
+      c.insert(c.end(), sc.begin(), sc.end());
+      t.insert(t.end(), st.begin(), st.end());
+      for (double x : s["alltoallv_us"]) v.push_back(x);
+      t_per_start.push_back(st);
+    }
+    nlohmann::json mj;
+    mj["mode"] = "mpi_alltoallv";
+    mj["check"] =
+        "not checked (the peer computes the same exchange; moerl's data checks do not run in it)";
+    mj["dispatch_us"] = percentiles(d);
+    mj["combine_us"] = percentiles(c);
+    mj["total_us"] = percentiles(t);
+    mj["alltoallv_us"] = percentiles(v);
+    mj["alltoallv_us_definition"] =
+        "time inside MPI_Alltoallv alone (both phases), slowest rank per iteration";
+    mj["exchange"] =
+        "one row per (token, destination rank), normal mode's row layout; dispatch = pack from "
+        "the tokens + MPI_Alltoall of counts + MPI_Alltoallv + expert-major fan-out; combine = "
+        "local-expert reduction + MPI_Alltoallv back + rank-order sum";
+    mj["selection_bytes"] = wb.selection;
+    mj["logical_bytes"] = wb.logical;
+    const double dp50 = mj["dispatch_us"]["p50"].get<double>();
+    const double tp50 = mj["total_us"]["p50"].get<double>();
+    mj["dispatch_gbps"] = static_cast<double>(wb.logical) / o.ranks / (dp50 * 1e3);
+    mj["tokens_per_s"] = static_cast<double>(p.tokens_per_rank) * o.ranks / (tp50 * 1e-6);
+    mj["logical_gbps"] = 2.0 * static_cast<double>(wb.logical) / (tp50 * 1e3);
+    mj["total_us_spread"] = per_start_spread(t_per_start);
+    mj["transport_mix"] = {{"all_pairs", "openmpi btl self,vader (shared memory)"}};
+    mj["mpi_library"] = mpi_starts.front()["mpi_library"];
+    mj["command"] = mpi_starts.front()["command"];
+    out["modes"].push_back(mj);
+  } else {
+    out["mpi_alltoallv"] = {{"available", false}, {"reason", mpi_why_not}};
   }
 
   // The layer's targets (normal over baseline, dispatch over raw RMA, ll over normal on
@@ -474,6 +543,12 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   if (nm && ll)
     targets["ll_total_p50_over_normal"] =
         ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
+  if (const auto* mpi = find("mpi_alltoallv"); mpi && nm)
+    targets["normal_logical_gbps_over_mpi_alltoallv"] =
+        nm->at("logical_gbps").get<double>() / mpi->at("logical_gbps").get<double>();
+  if (const auto* mpi = find("mpi_alltoallv"); mpi && ll)
+    targets["ll_logical_gbps_over_mpi_alltoallv"] =
+        ll->at("logical_gbps").get<double>() / mpi->at("logical_gbps").get<double>();
   out["targets"] = targets;
   out["host_load_average"] = {{"before", load_before}, {"after", load_average()}};
   out["provenance"] = collect_provenance();

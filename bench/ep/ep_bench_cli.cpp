@@ -51,6 +51,8 @@ void add_ep_bench_command(CLI::App& bench) {
          "--ll-entries-per-write", opt.ll_entries_per_write,
          "low-latency mode: adjacent slots one write may fill (1: one write per (token, expert))")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option("--peer", opt.peer,
+                  "generic all-to-all run on the same exchange: mpi (MPI_Alltoallv) | none");
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();
