@@ -48,8 +48,10 @@ int iterations_of(const ep_bench_options& o) {
   return o.shape == "prefill" ? 4 : 20;
 }
 
-transport_options transport_of(const ep_bench_options& o, int rank, bool shim) {
+transport_options transport_of(const ep_bench_options& o, int rank, bool shim,
+                               const std::string& paths) {
   transport_options t;
+  t.paths = paths;
   t.provider = o.provider;
   t.require_provider = true;
   t.reorder_shim = shim;
@@ -63,16 +65,19 @@ status barrier(bootstrap& b) {
   return {};
 }
 
-// Raw RMA-write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message`
-// bytes, each with an immediate; rank 1 acknowledges once it counted them all.
-result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total) {
+// Raw write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message` bytes,
+// each with an immediate; rank 1 acknowledges once it counted them all. paths "fabric":
+// libfabric RMA writes; "auto": the same-host path (a copy into the peer's mapping).
+result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total,
+                            const std::string& paths = "fabric") {
   const std::vector<int> pair = {0, 1};
   if (b.rank() > 1) return 0.0;
-  auto t = open_transport(transport_of(o, b.rank(), false));
+  auto t = open_transport(transport_of(o, b.rank(), false, paths));
   if (!t) return t.err();
-  std::vector<char> buf(total + 64, 1);
-  auto reg = (*t)->register_memory(buf.data(), buf.size());
+  auto reg = (*t)->allocate_region(total + 64);
   if (!reg) return reg.err();
+  char* data = static_cast<char*>(reg->ptr);
+  std::memset(data, 1, total + 64);
   std::string mine = (*t)->address();
   mine.append(reinterpret_cast<const char*>(&reg->remote), sizeof(remote_region));
   auto all = b.allgather(pair, mine, 60000);
@@ -96,14 +101,14 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
     if (b.rank() == 0) {
       const auto t0 = bench_clock::now();
       for (size_t i = 0; i < count; ++i)
-        if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1],
-                                  i * message, 1, deadline);
+        if (auto st = (*t)->write(1, *reg, data + i * message, message, regions[1], i * message, 1,
+                                  deadline);
             !st)
           return st.err();
       while (seen < 1) {  // the acknowledgement
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) sched_yield();
+        if (imms.empty()) (*t)->idle_wait(1000000);
         seen += imms.size();
         if (now_ns() > deadline) return error{errc::timeout, "raw RMA: no acknowledgement"};
       }
@@ -116,11 +121,11 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
       while (seen < count) {
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) sched_yield();
+        if (imms.empty()) (*t)->idle_wait(1000000);
         seen += imms.size();
         if (now_ns() > deadline) return error{errc::timeout, "raw RMA: writes missing"};
       }
-      if (auto st = (*t)->write(0, *reg, buf.data(), 64, regions[0], total, 2, deadline); !st)
+      if (auto st = (*t)->write(0, *reg, data, 64, regions[0], total, 2, deadline); !st)
         return st.err();
       while ((*t)->outstanding() > 0) {
         imms.clear();
@@ -180,7 +185,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   // Receive slots sized to this workload's largest (source, destination) entry count:
   // the worst case (every token on every rank) does not fit in a dev box's memory.
   if (mode != ep_mode::normal) cfg.rows_per_peer = max_pair_entries(p, all);
-  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder), b, all_members(b), cfg);
+  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder, o.paths), b, all_members(b), cfg);
   if (!g) return g.err();
   ep_group& grp = **g;
   const rank_inputs& in = all[grp.rank()];
@@ -231,7 +236,8 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                            {"dispatch_writes", bytes.dispatch_writes},
                            {"combine_writes", bytes.combine_writes},
                            {"check", check},
-                           {"detail", detail}};
+                           {"detail", detail},
+                           {"paths", grp.describe().peer_paths}};
   auto gathered = b.allgather(all_members(b), mine_j.dump(), 600000);
   if (!gathered) return gathered.err();
   nlohmann::json rec;
@@ -245,8 +251,17 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   std::vector<double> disp(iters, 0.0), comb(iters, 0.0), total(iters, 0.0);
   uint64_t dw = 0, cw = 0, dn = 0, cn = 0;
   std::string all_check = "pass", all_detail;
-  for (const std::string& s : *gathered) {
-    const auto j = nlohmann::json::parse(s);
+  nlohmann::json mix = nlohmann::json::object(), mix_count = nlohmann::json::object();
+  for (size_t src = 0; src < gathered->size(); ++src) {
+    const auto j = nlohmann::json::parse((*gathered)[src]);
+    const auto paths = j["paths"].get<std::vector<std::string>>();
+    for (size_t dst = 0; dst < paths.size(); ++dst) {
+      const std::string path =
+          paths[dst] == "network" ? "network (" + grp.describe().provider + ")" : paths[dst];
+      mix[std::to_string(src) + "->" + std::to_string(dst)] = path;
+      mix_count[path] = mix_count.value(path, 0) + 1;
+    }
+    if (paths.empty()) mix_count["network (" + grp.describe().provider + ")"] = gathered->size();
     const auto t = j["t"].get<std::vector<double>>();
     for (int i = 0; i < iters; ++i) {
       disp[i] = std::max(disp[i], t[2 * i]);
@@ -272,6 +287,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   rec["check"] = all_check;
   if (!all_detail.empty()) rec["check_detail"] = all_detail;
   rec["rows_per_peer"] = cfg.rows_per_peer;
+  rec["transport_mix"] = {{"pairs", mix}, {"count", mix_count}};
   return rec;
 }
 
@@ -292,6 +308,10 @@ int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_pa
   const size_t row = static_cast<size_t>(p.hidden) * 2;
   auto raw_row = raw_rma_gbps(b, o, row, row * 4096);
   if (!raw_row) return fail("raw RMA (row)", raw_row.err());
+  auto raw_host = raw_rma_gbps(b, o, o.chunk_bytes,
+                               std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20), "auto");
+  if (!raw_host) return fail("raw same-host copy", raw_host.err());
+  start["raw_host_copy_gbps"] = *raw_host;
   start["raw_rma_gbps"] = *raw;
   start["raw_rma_row_gbps"] = *raw_row;
   if (b.rank() == 0) start["memcpy_gbps"] = memcpy_gbps();
@@ -351,6 +371,8 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     throw std::runtime_error("--ranks must be >= 2 and divide 256");
   if (o.routing != "zipf" && o.routing != "uniform")
     throw std::runtime_error("--routing must be zipf or uniform");
+  if (o.paths != "auto" && o.paths != "fabric")
+    throw std::runtime_error("--paths must be auto or fabric, not '" + o.paths + "'");
   if (o.peer != "mpi" && o.peer != "none")
     throw std::runtime_error("--peer must be mpi or none, not '" + o.peer + "'");
   for (const auto& m : o.modes)
@@ -411,8 +433,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
-  std::vector<double> raw, raw_row, mem;
+  std::vector<double> raw, raw_row, mem, raw_host;
   for (const auto& s : starts) {
+    raw_host.push_back(s["raw_host_copy_gbps"]);
     raw.push_back(s["raw_rma_gbps"]);
     raw_row.push_back(s["raw_rma_row_gbps"]);
     mem.push_back(s["memcpy_gbps"]);
@@ -424,6 +447,12 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["raw_rma_definition"] =
       "rank 0 -> rank 1 RMA writes with CQ data, one direction, best of 3 per start, median over "
       "starts";
+  out["raw_host_copy_gbps"] = median(raw_host);
+  out["raw_host_copy_definition"] =
+      "rank 0 -> rank 1 over the same-host path (one copy into the peer's shared mapping, one "
+      "inbox immediate per message of raw_rma_message_bytes), best of 3 per start, median over "
+      "starts";
+  out["paths"] = o.paths;
   out["memcpy_gbps"] = median(mem);
   out["memcpy_definition"] =
       "single-thread memcpy of 256 MiB, bytes copied per second, best of 3, median over starts";
@@ -540,6 +569,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   if (nm)
     targets["normal_dispatch_over_raw_rma"] =
         nm->at("dispatch_gbps").get<double>() / out["raw_rma_gbps"].get<double>();
+  if (nm)
+    targets["normal_dispatch_over_raw_host_copy"] =
+        nm->at("dispatch_gbps").get<double>() / out["raw_host_copy_gbps"].get<double>();
   if (nm && ll)
     targets["ll_total_p50_over_normal"] =
         ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
