@@ -107,13 +107,13 @@ status ep_group_impl::wait_for(uint32_t kind, const std::vector<int64_t>& expect
       std::string missing;
       for (int r = 0; r < num_ranks; ++r)
         if (counter(seq, kind, r, fwd) < expected[r])
-          missing += (missing.empty() ? "" : ",") + std::to_string(r) + "(" +
+          missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(r) + " (" +
                      std::to_string(counter(seq, kind, r, fwd)) + "/" +
                      std::to_string(expected[r]) + ")";
       return fail(error{errc::timeout,
                         std::string("EP step ") + std::to_string(seq) + ": " + what +
                             " incomplete after " + std::to_string(cfg.op_timeout_ms) +
-                            " ms; missing from ranks " + (missing.empty() ? "none" : missing) +
+                            " ms; missing from " + (missing.empty() ? "no rank" : missing) +
                             (endpoint->outstanding() ? "; own writes still outstanding" : "")});
     }
   }
