@@ -152,6 +152,10 @@ const std::vector<key_spec>& config_schema() {
        r::at_least(1)},
       {"fabric.reorder_shim", t::boolean, "false",
        "route writes through the reorder/delay/split/re-deliver shim (testing)", ""},
+      {"fabric.paths", t::string, "auto",
+       "auto: a transport per distance (same process, same host: shared memory; other hosts: "
+       "libfabric); fabric: every peer through libfabric",
+       "auto|fabric"},
 
       // ---- policy (the MoE network, its optimiser and sampling) -------------------
       {"policy.d_model", t::integer, "64", "width of the residual stream", "", r::closed(1, 8192)},

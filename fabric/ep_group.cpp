@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <sched.h>
-
 #include "common/config.h"
 #include "fabric/ep_group_impl.h"
 #include "kernels/combine.h"
@@ -102,19 +100,20 @@ status ep_group_impl::wait_for(uint32_t kind, const std::vector<int64_t>& expect
       if (counter(seq, kind, r, fwd) < expected[r]) done = false;
     if (done) break;
     if (auto st = progress(); !st) return st;
-    // Ranks may outnumber cores (a dev box): give the CPU to the peer we wait for.
-    if (imm_batch.empty()) sched_yield();
+    // Ranks may outnumber cores (a dev box): give the CPU to the peer we wait for (on the
+    // same-host path, sleep on our inbox's doorbell until a peer rings it).
+    if (imm_batch.empty()) endpoint->idle_wait(std::min<int64_t>(1000000, deadline - now_ns()));
     if (now_ns() > deadline) {
       std::string missing;
       for (int r = 0; r < num_ranks; ++r)
         if (counter(seq, kind, r, fwd) < expected[r])
-          missing += (missing.empty() ? "" : ",") + std::to_string(r) + "(" +
+          missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(r) + " (" +
                      std::to_string(counter(seq, kind, r, fwd)) + "/" +
                      std::to_string(expected[r]) + ")";
       return fail(error{errc::timeout,
                         std::string("EP step ") + std::to_string(seq) + ": " + what +
                             " incomplete after " + std::to_string(cfg.op_timeout_ms) +
-                            " ms; missing from ranks " + (missing.empty() ? "none" : missing) +
+                            " ms; missing from " + (missing.empty() ? "no rank" : missing) +
                             (endpoint->outstanding() ? "; own writes still outstanding" : "")});
     }
   }
@@ -138,6 +137,16 @@ status ep_group_impl::write(int peer, const char* src, int64_t len, const remote
     return fail(st.err());
   wire += static_cast<uint64_t>(len);
   ++writes;
+  return {};
+}
+
+status ep_group_impl::notify(int peer, int64_t len, int64_t num_writes, uint32_t kind,
+                             uint64_t& wire, uint64_t& writes, uint32_t fwd) {
+  const uint32_t imm = proto::make_imm(static_cast<proto::imm_kind>(kind), seq, rank, fwd);
+  for (int64_t i = 0; i < num_writes; ++i)
+    if (auto st = endpoint->notify(peer, imm, deadline); !st) return fail(st.err());
+  wire += static_cast<uint64_t>(len);
+  writes += static_cast<uint64_t>(num_writes);
   return {};
 }
 
@@ -175,15 +184,8 @@ const detail::ep_mode_ops& mode_ops_of(ep_mode m) {
 
 result<detail::buffer> make_buffer(transport& t, int64_t size) {
   detail::buffer b;
-  size = std::max<int64_t>(size, 64);
-  void* p = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED)
-    return error{errc::capacity_exceeded, "EP: cannot map " + std::to_string(size) + " bytes"};
-  b.bytes = std::unique_ptr<char, detail::unmap>(static_cast<char*>(p),
-                                                 detail::unmap{static_cast<size_t>(size)});
-  auto reg = t.register_memory(b.bytes.get(), static_cast<size_t>(size));
-  if (!reg) return reg.err();
+  auto reg = t.allocate_region(static_cast<size_t>(std::max<int64_t>(size, 64)));
+  if (!reg) return error{reg.err().code, "EP: " + reg.err().message};
   b.reg = *reg;
   return b;
 }

@@ -12,27 +12,19 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "fabric/ep_group.h"
 #include "fabric/ep_protocol.h"
 #include "kernels/thread_pool.h"
 
 namespace moerl::fabric::detail {
 
-// Registered buffers are whole mappings of their own: once a group is destroyed its
-// regions are unmapped, so a late write from a peer of the old group faults at the
-// writer instead of landing in memory the process reuses.
-struct unmap {
-  size_t size;
-  void operator()(char* p) const { ::munmap(p, size); }
-};
-
-// A registered buffer: owned bytes plus their registration.
+// A registered buffer: a region the transport allocated and owns (transport::allocate_region),
+// shared with same-host peers. Once a group is destroyed its transport unmaps the regions, so
+// a late write from a peer of the old group faults at the writer instead of landing in
+// memory the process reuses.
 struct buffer {
-  std::unique_ptr<char, unmap> bytes{nullptr, unmap{0}};
   local_region reg;
-  char* data() const { return bytes.get(); }
+  char* data() const { return static_cast<char*>(reg.ptr); }
 };
 
 struct peer_regions {
@@ -110,8 +102,7 @@ struct ep_group_impl {
   int gateway_of(int node) const { return node * num_ranks_per_node + local_of(rank); }
   std::vector<peer_regions> peers;
   buffer ctrl_recv, ctrl_send, dispatch_recv_region, staging, combine_recv_region;
-  // Declared after the buffers so it is destroyed first: the endpoint and its
-  // registrations close before the memory they cover is unmapped.
+  // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
   kernels::thread_pool pool{1};
 
@@ -147,6 +138,8 @@ struct ep_group_impl {
   std::vector<int64_t> entry_slot;
   std::vector<int64_t> num_rows_from;  // [num_ranks] rows from each source
   int64_t num_padded_rows = 0;         // baseline: the step's block size in rows
+  // ll: [num_ranks] peers whose rows this phase were stored in place (mapped here).
+  std::vector<char> direct_peers;
 
   // Receive-side handle for combine.
   dispatch_output output;
@@ -196,6 +189,15 @@ struct ep_group_impl {
                        int64_t off, uint32_t kind, uint64_t& wire, uint64_t& writes,
                        uint32_t fwd = 0);
   const local_region& staging_or_ctrl(const char* p) const;
+  // Where bytes [off, off+len) of peer's region are mapped here (same process or same host),
+  // or nullptr: then the bytes go through staging and write().
+  char* peer_memory(int peer, const remote_region& dst, int64_t off, int64_t len) {
+    return endpoint->mapped(peer, dst, static_cast<uint64_t>(off), static_cast<size_t>(len));
+  }
+  // For len bytes already stored through peer_memory: the immediates the receiver counts for
+  // them, num_writes of them (as many as write()/write_chunked() would have sent).
+  status notify(int peer, int64_t len, int64_t num_writes, uint32_t kind, uint64_t& wire,
+                uint64_t& writes, uint32_t fwd = 0);
 
   status dispatch_send(const void* x_in, const int64_t* idx, const float* weights,
                        int64_t num_tokens_in);
@@ -207,13 +209,22 @@ struct ep_group_impl {
 // The two per-entry modes (low_latency, baseline) move one row per (token, expert) entry
 // and share these (fabric/ep_mode_entries.cpp).
 ep_region_sizes entry_regions_plan(ep_group_impl& g, int64_t num_dispatch_recv_halves);
-// The dispatch_pack of both (routing alone decides the entries; is_token_in_rank is unused).
+// The dispatch_pack of both (routing alone decides the entries; is_token_in_rank is unused):
+// numbers the entries per destination and packs them into staging.
 status entry_rows_pack(ep_group_impl& g, const uint8_t* is_token_in_rank);
+// The same, except that a destination whose dispatch region is mapped here gets its rows
+// packed straight into our block of it, from row direct_first_row + rank * max_rows_per_peer
+// (low-latency's slots, which need no wait for the peer); direct[d] says which did.
+status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
+                              std::vector<char>& direct);
 // Entries in (source, slot) order, which is (source, token, k) order, grouped by local
 // expert; source s's block starts at row first_row + s * max_rows_per_peer.
 status entry_output_build(ep_group_impl& g, int64_t first_row);
-// Copies each expert output row into staging at the slot its entry came from at its source.
-void entry_outputs_stage(ep_group_impl& g, const char* expert_out);
+// Copies each expert output row into staging at the slot its entry came from at its source;
+// with `direct`, sources whose combine region is mapped here get it there instead
+// (direct[s] says which did).
+void entry_outputs_stage(ep_group_impl& g, const char* expert_out,
+                         std::vector<char>* direct = nullptr);
 void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms);
 
 }  // namespace moerl::fabric::detail

@@ -27,6 +27,12 @@ ep_region_sizes entry_regions_plan(ep_group_impl& g, int64_t num_dispatch_recv_h
 }
 
 status entry_rows_pack(ep_group_impl& g, const uint8_t*) {
+  std::vector<char> none;
+  return entry_rows_pack_direct(g, -1, none);
+}
+
+status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
+                              std::vector<char>& direct) {
   const int topk = g.cfg.topk;
   const int64_t num_tokens = g.num_tokens, capacity = g.max_rows_per_peer;
   g.entry_slot.assign(static_cast<size_t>(num_tokens * topk), -1);
@@ -44,15 +50,26 @@ status entry_rows_pack(ep_group_impl& g, const uint8_t*) {
                        std::to_string(d) + " exceed its " + std::to_string(capacity) +
                        " receive rows (a token names one expert twice, or rows_per_peer is too "
                        "small)"};
+  // Where each destination's block starts: our block of its region when it is mapped here,
+  // else staging[d] (entries for d in (token, k) order, the block d receives).
+  std::vector<char*> block(g.num_ranks);
+  direct.assign(g.num_ranks, 0);
+  for (int d = 0; d < g.num_ranks; ++d) {
+    char* mapped = direct_first_row < 0
+                       ? nullptr
+                       : g.peer_memory(d, g.peers[d].dispatch,
+                                       (direct_first_row + g.rank * capacity) * g.row_bytes,
+                                       capacity * g.row_bytes);
+    direct[d] = mapped != nullptr;
+    block[d] = mapped ? mapped : g.staging.data() + d * capacity * g.row_bytes;
+  }
   const char* x = static_cast<const char*>(g.x);
   for (int64_t tk = 0; tk < num_tokens; ++tk)
     for (int k = 0; k < topk; ++k) {
       const int64_t e = g.topk_idx[tk * topk + k];
       if (e < 0) continue;
       const int d = static_cast<int>(e / g.num_local_experts);
-      // staging[d][slot]: entries for d in (token, k) order, the block d receives.
-      const int64_t staging_row = d * capacity + g.entry_slot[tk * topk + k];
-      char* row = g.staging.data() + staging_row * g.row_bytes;
+      char* row = block[d] + g.entry_slot[tk * topk + k] * g.row_bytes;
       std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
       entry_meta m{static_cast<int32_t>(tk), k, static_cast<int32_t>(e), 0};
       std::memcpy(row + g.hidden_bytes, &m, sizeof m);
@@ -95,12 +112,20 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
   return {};
 }
 
-void entry_outputs_stage(ep_group_impl& g, const char* expert_out) {
+void entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<char>* direct) {
+  const int64_t capacity = g.max_rows_per_peer;
+  std::vector<char*> block(g.num_ranks);
+  if (direct) direct->assign(g.num_ranks, 0);
+  for (int s = 0; s < g.num_ranks; ++s) {
+    char* mapped = direct ? g.peer_memory(s, g.peers[s].combine, g.rank * capacity * g.hidden_bytes,
+                                          capacity * g.hidden_bytes)
+                          : nullptr;
+    if (direct) (*direct)[s] = mapped != nullptr;
+    block[s] = mapped ? mapped : g.staging.data() + s * capacity * g.hidden_bytes;
+  }
   for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
-    std::memcpy(
-        g.staging.data() +
-            (g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]) * g.hidden_bytes,
-        expert_out + r * g.hidden_bytes, g.hidden_bytes);
+    std::memcpy(block[g.output.src_rank[r]] + g.output_recv_pos[r] * g.hidden_bytes,
+                expert_out + r * g.hidden_bytes, g.hidden_bytes);
 }
 
 // Term k of token t is the output of its k-th entry, weighted by its routing weight.

@@ -65,6 +65,27 @@ status partials_return(ep_group_impl& g, int s) {
                          g.step_bytes.combine_wire, g.step_bytes.combine_writes);
 }
 
+// One dispatch row of token tk at `row`: its hidden payload, then the metadata.
+void pack_row(const ep_group_impl& g, int64_t tk, char* row) {
+  const int topk = g.cfg.topk;
+  std::memcpy(row, static_cast<const char*>(g.x) + tk * g.hidden_bytes, g.hidden_bytes);
+  char* meta = row + g.hidden_bytes;
+  const int32_t token = static_cast<int32_t>(tk), source = g.rank;
+  std::memcpy(meta, &token, 4);
+  std::memcpy(meta + 4, &source, 4);
+  for (int k = 0; k < topk; ++k) {
+    const auto e = static_cast<int32_t>(g.topk_idx[tk * topk + k]);
+    std::memcpy(meta + 8 + 4 * k, &e, 4);
+  }
+  std::memcpy(meta + 8 + 4 * topk, g.topk_weights + tk * topk, 4 * static_cast<size_t>(topk));
+}
+
+// Our block of d's dispatch receive region when it is mapped here (same process or host).
+char* direct_dispatch_block(ep_group_impl& g, int d) {
+  const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
+  return g.peer_memory(d, g.peers[d].dispatch, g.rank * block_bytes, block_bytes);
+}
+
 ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   g.row_bytes = proto::align_up(g.hidden_bytes + proto::normal_meta_bytes(g.cfg.topk), 16);
   g.max_recv_rows_per_source = g.cfg.max_tokens_per_rank;
@@ -80,7 +101,7 @@ ep_region_sizes normal_regions_plan(ep_group_impl& g) {
 }
 
 status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
-  const int num_ranks = g.num_ranks, topk = g.cfg.topk;
+  const int num_ranks = g.num_ranks;
   const int64_t num_tokens = g.num_tokens;
   // Destinations: the ranks of our node that hold one of the token's experts, and for
   // every other node holding one, that node's gateway (its rank with our local index).
@@ -94,23 +115,15 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
       int64_t& slot = g.dest_slot[tk * num_ranks + dest];
       if (slot < 0) slot = g.num_rows_to[dest]++;
     }
-  // Pack: staging[dest][i] is the i-th token (ascending index) going to dest.
-  const char* x = static_cast<const char*>(g.x);
+  // Pack: staging[dest][i] is the i-th token (ascending index) going to dest. Destinations
+  // mapped here are packed later, straight into their receive region (dispatch_bulk_write).
+  std::vector<char> direct(num_ranks, 0);
+  for (int d = 0; d < num_ranks; ++d) direct[d] = direct_dispatch_block(g, d) != nullptr;
   for (int64_t tk = 0; tk < num_tokens; ++tk)
     for (int d = 0; d < num_ranks; ++d) {
       const int64_t i = g.dest_slot[tk * num_ranks + d];
-      if (i < 0) continue;
-      char* row = g.staging.data() + (d * g.cfg.max_tokens_per_rank + i) * g.row_bytes;
-      std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
-      char* meta = row + g.hidden_bytes;
-      const int32_t token = static_cast<int32_t>(tk), source = g.rank;
-      std::memcpy(meta, &token, 4);
-      std::memcpy(meta + 4, &source, 4);
-      for (int k = 0; k < topk; ++k) {
-        const auto e = static_cast<int32_t>(g.topk_idx[tk * topk + k]);
-        std::memcpy(meta + 8 + 4 * k, &e, 4);
-      }
-      std::memcpy(meta + 8 + 4 * topk, g.topk_weights + tk * topk, 4 * static_cast<size_t>(topk));
+      if (i < 0 || direct[d]) continue;
+      pack_row(g, tk, g.staging.data() + (d * g.cfg.max_tokens_per_rank + i) * g.row_bytes);
     }
   return {};
 }
@@ -120,13 +133,27 @@ status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 
 status normal_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) {
   const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
-  for (int d = 0; d < g.num_ranks; ++d)
+  for (int d = 0; d < g.num_ranks; ++d) {
+    // Mapped here: every peer announced it is in this step (done reading the previous one),
+    // so pack the rows straight from the tokens into its region, one copy.
+    if (char* block = direct_dispatch_block(g, d)) {
+      for (int64_t tk = 0; tk < g.num_tokens; ++tk)
+        if (const int64_t i = g.dest_slot[tk * g.num_ranks + d]; i >= 0)
+          pack_row(g, tk, block + i * g.row_bytes);
+      const int64_t len = g.num_rows_to[d] * g.row_bytes;
+      if (auto st = g.notify(d, len, g.chunks(len), proto::imm_dispatch, g.step_bytes.dispatch_wire,
+                             g.step_bytes.dispatch_writes);
+          !st)
+        return st;
+      continue;
+    }
     if (auto st =
             g.write_chunked(d, g.staging.data() + d * block_bytes, g.num_rows_to[d] * g.row_bytes,
                             g.peers[d].dispatch, g.rank * block_bytes, proto::imm_dispatch,
                             g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
         !st)
       return st;
+  }
   for (int s = 0; s < g.num_ranks; ++s) expected[s] = g.chunks(g.num_rows_from[s] * g.row_bytes);
   return {};
 }
@@ -287,13 +314,21 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
   const uint32_t forwarded = 1;
   for (int s = 0; s < num_ranks; ++s) {
     if (g.num_rows_from[s] == 0 || (g.across_nodes && g.node_of(s) != g.node_of(g.rank))) continue;
-    char* dst = g.staging.data() + s * max_tokens * hidden_bytes;
+    // Mapped here: reduce straight into our block of s's combine region (s waits in
+    // combine_recv for this step; it read the previous step's before dispatching this one).
+    const int64_t len = g.num_rows_from[s] * hidden_bytes;
+    char* direct = g.peer_memory(s, g.peers[s].combine, g.rank * max_tokens * hidden_bytes, len);
+    char* dst = direct ? direct : g.staging.data() + s * max_tokens * hidden_bytes;
     const int64_t base = s * max_tokens * topk;
     if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
                          g.num_rows_from[s], topk, num_out_rows, dst);
         !st)
       return st;
-    if (auto st = partials_return(g, s); !st) return st;
+    if (auto st = direct ? g.notify(s, len, g.chunks(len), proto::imm_combine,
+                                    g.step_bytes.combine_wire, g.step_bytes.combine_writes)
+                         : partials_return(g, s);
+        !st)
+      return st;
   }
   if (!g.across_nodes) return {};
   // Partials of forwarded tokens go back to the gateway that forwarded them ...

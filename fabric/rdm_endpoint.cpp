@@ -32,6 +32,7 @@ transport_options transport_options::from_config(const config& cfg) {
   o.provider = cfg.get_string("fabric.provider");
   o.require_provider = cfg.get_bool("fabric.require_provider");
   o.reorder_shim = cfg.get_bool("fabric.reorder_shim");
+  o.paths = cfg.get_string("fabric.paths");
   if (const char* env = std::getenv("MOERL_FABRIC_PROVIDER"); env && *env) o.provider = env;
   return o;
 }

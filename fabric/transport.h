@@ -1,7 +1,9 @@
-// The expert plane's transport: one libfabric RDM endpoint per rank that writes into
-// peers' registered memory with 32-bit immediate data, and reports the immediates it
-// receives. Everything above it (EP group, collectives) completes operations only by
-// counting those immediates: no ordering of writes is assumed (see PROTOCOL.md).
+// The expert plane's transport: writes into peers' registered memory with 32-bit immediate
+// data, and reports the immediates it receives. Everything above it (EP group, collectives)
+// completes operations only by counting those immediates: no ordering of writes is assumed
+// (see PROTOCOL.md). One interface, one transport per distance (fabric/distance_transport.h):
+// peers in this process are written directly, peers on this host through shared-memory
+// mappings, peers on other hosts through a libfabric RDM endpoint (efa, tcp).
 //
 // Threading: a transport is used by one thread at a time (the rank's EP thread).
 #pragma once
@@ -25,7 +27,16 @@ struct remote_region {
   uint64_t base = 0;  // address to use for byte 0 of the region (VA or 0 when offset-based)
   uint64_t key = 0;   // remote protection key
   uint64_t size = 0;  // bytes
+  // Same-host peers (fabric/distance_transport.h): the owner's address of byte 0 and its
+  // memfd, which a peer on this host maps; host_fd -1: the region is not shared (written
+  // through the fabric only).
+  uint64_t host_addr = 0;
+  int64_t host_fd = -1;
 };
+
+// How far a peer is, which decides the transport that carries its writes.
+enum class peer_distance { same_process, same_host, network };
+const char* peer_distance_name(peer_distance d);  // "same_process", "same_host", "network"
 
 // A locally registered region. Owned by the transport that registered it.
 struct local_region {
@@ -40,9 +51,15 @@ struct transport_options {
   bool require_provider = false;  // fail instead of falling back when `provider` is absent
   bool reorder_shim = false;      // wrap writes in the reorder/delay/split/re-deliver shim
   uint64_t shim_seed = 1;         // the shim's random sequence (reproducible failures)
+  // auto: a transport per distance (same process, same host, network); fabric: every peer
+  // through the libfabric endpoint, as on a fabric (what the reorder shim tests).
+  std::string paths = "auto";
+  // Which host this rank says it is on; "" is this host's identity (boot id, network and pid
+  // namespaces). Tests give ranks of one box different ids to build a mix of distances.
+  std::string host_id;
 
-  // fabric.provider, fabric.require_provider, fabric.reorder_shim; MOERL_FABRIC_PROVIDER
-  // overrides fabric.provider.
+  // fabric.provider, fabric.require_provider, fabric.reorder_shim, fabric.paths;
+  // MOERL_FABRIC_PROVIDER overrides fabric.provider.
   static transport_options from_config(const config& cfg);
 };
 
@@ -56,20 +73,41 @@ struct transport_description {
   size_t cq_data_size = 0;
   std::string mr_mode;
   bool reorder_shim = false;
+  // Per peer (index = peer): "same_process", "same_host" or "network" (distance_transport;
+  // empty for a bare endpoint, where every peer is "network").
+  std::vector<std::string> peer_paths;
 };
 
 // A table of operations, so the reorder shim can stand between the EP layer and the endpoint.
 class transport {
  public:
-  virtual ~transport() = default;
-
   // Our address, to be exchanged through a bootstrap.
   virtual std::string address() const = 0;
   // Installs peers' addresses; peer i of later calls is addresses[i].
   virtual status set_peers(const std::vector<std::string>& addresses) = 0;
   // Registers [ptr, ptr+size) for local use and remote writes. The memory must outlive
-  // the transport.
+  // the transport. Same-host peers write such a region through the fabric.
   virtual result<local_region> register_memory(void* ptr, size_t size) = 0;
+  // A zeroed region of `size` bytes owned by the transport, registered, and shared with
+  // same-host peers where the transport has them. Unmapped when the transport is destroyed,
+  // so a late write from a peer of an old group faults at the writer instead of landing in
+  // reused memory. The default: a private anonymous mapping, registered.
+  virtual result<local_region> allocate_region(size_t size);
+
+  // Which transport carries writes to `peer` (valid after set_peers).
+  virtual peer_distance distance(int /*peer*/) const { return peer_distance::network; }
+  // Where bytes [offset, offset+len) of peer's region `dst` are mapped in this process, or
+  // nullptr (a network peer, or a region not shared). Bytes stored there are announced with
+  // notify(), which orders them before the immediate (PROTOCOL.md, "Same host").
+  virtual char* mapped(int /*peer*/, const remote_region& /*dst*/, uint64_t /*offset*/,
+                       size_t /*len*/) {
+    return nullptr;
+  }
+  // Delivers `imm` to peer for bytes already stored through mapped().
+  virtual status notify(int peer, uint32_t imm, int64_t deadline_ns);
+  // Nothing arrived: give the CPU away for at most max_ns (a doorbell where the transport has
+  // one, so peers that outnumber cores are not starved by polling).
+  virtual void idle_wait(int64_t max_ns);
 
   // Posts a write of [src, src+len) (inside `src_region`) to peer's region at `offset`.
   // The peer sees `imm` as one completion once all bytes are placed. Never blocks for
@@ -87,11 +125,30 @@ class transport {
   virtual size_t outstanding() const = 0;
 
   virtual const transport_description& describe() const = 0;
+
+ private:
+  // allocate_region's default mappings, unmapped after the derived transport closed.
+  struct mapping {
+    void* ptr;
+    size_t size;
+  };
+  std::vector<mapping> owned_;
+
+ public:
+  transport() = default;
+  transport(const transport&) = delete;
+  transport& operator=(const transport&) = delete;
+  // Unmaps the default allocate_region's mappings (derived transports closed theirs first).
+  virtual ~transport();
 };
 
 // Opens an endpoint on the provider chosen by `options` (preference efa > shm > tcp;ofi_rxm
-// for "auto"), wrapped in the reorder shim when asked.
+// for "auto"), wrapped in the reorder shim when asked; with paths "auto" behind a
+// distance_transport that carries same-process and same-host peers itself.
 result<std::unique_ptr<transport>> open_transport(const transport_options& options);
+
+// The libfabric endpoint alone (wrapped in the reorder shim when asked), whatever `paths`.
+result<std::unique_ptr<transport>> open_fabric_transport(const transport_options& options);
 
 // Which provider `options` selects on this host and what it reports, by opening (and
 // closing) an endpoint: what a node puts in its provenance for the expert plane.

@@ -21,6 +21,8 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache git pkg-config clang-format
   libcaf-dev libssl-dev
   libfabric-dev libfabric-bin
+  libopenmpi-dev openmpi-bin  # bench/ep: the MPI_Alltoallv peer (optional in CMake)
+  linux-perf  # profiling the expert plane (bench/ep)
   libzmq3-dev cppzmq-dev
   capnproto libcapnp-dev
   libspdlog-dev libgtest-dev libgmock-dev

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "bench/ep/mpi_peer_run.h"
 #include "bench/support.h"
 #include "common/percentile.h"
 #include "fabric/bootstrap.h"
@@ -46,8 +48,10 @@ int iterations_of(const ep_bench_options& o) {
   return o.shape == "prefill" ? 4 : 20;
 }
 
-transport_options transport_of(const ep_bench_options& o, int rank, bool shim) {
+transport_options transport_of(const ep_bench_options& o, int rank, bool shim,
+                               const std::string& paths) {
   transport_options t;
+  t.paths = paths;
   t.provider = o.provider;
   t.require_provider = true;
   t.reorder_shim = shim;
@@ -61,16 +65,19 @@ status barrier(bootstrap& b) {
   return {};
 }
 
-// Raw RMA-write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message`
-// bytes, each with an immediate; rank 1 acknowledges once it counted them all.
-result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total) {
+// Raw write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message` bytes,
+// each with an immediate; rank 1 acknowledges once it counted them all. paths "fabric":
+// libfabric RMA writes; "auto": the same-host path (a copy into the peer's mapping).
+result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total,
+                            const std::string& paths = "fabric") {
   const std::vector<int> pair = {0, 1};
   if (b.rank() > 1) return 0.0;
-  auto t = open_transport(transport_of(o, b.rank(), false));
+  auto t = open_transport(transport_of(o, b.rank(), false, paths));
   if (!t) return t.err();
-  std::vector<char> buf(total + 64, 1);
-  auto reg = (*t)->register_memory(buf.data(), buf.size());
+  auto reg = (*t)->allocate_region(total + 64);
   if (!reg) return reg.err();
+  char* data = static_cast<char*>(reg->ptr);
+  std::memset(data, 1, total + 64);
   std::string mine = (*t)->address();
   mine.append(reinterpret_cast<const char*>(&reg->remote), sizeof(remote_region));
   auto all = b.allgather(pair, mine, 60000);
@@ -94,14 +101,14 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
     if (b.rank() == 0) {
       const auto t0 = bench_clock::now();
       for (size_t i = 0; i < count; ++i)
-        if (auto st = (*t)->write(1, *reg, buf.data() + i * message, message, regions[1],
-                                  i * message, 1, deadline);
+        if (auto st = (*t)->write(1, *reg, data + i * message, message, regions[1], i * message, 1,
+                                  deadline);
             !st)
           return st.err();
       while (seen < 1) {  // the acknowledgement
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) sched_yield();
+        if (imms.empty()) (*t)->idle_wait(1000000);
         seen += imms.size();
         if (now_ns() > deadline) return error{errc::timeout, "raw RMA: no acknowledgement"};
       }
@@ -114,11 +121,11 @@ result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t mess
       while (seen < count) {
         imms.clear();
         if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) sched_yield();
+        if (imms.empty()) (*t)->idle_wait(1000000);
         seen += imms.size();
         if (now_ns() > deadline) return error{errc::timeout, "raw RMA: writes missing"};
       }
-      if (auto st = (*t)->write(0, *reg, buf.data(), 64, regions[0], total, 2, deadline); !st)
+      if (auto st = (*t)->write(0, *reg, data, 64, regions[0], total, 2, deadline); !st)
         return st.err();
       while ((*t)->outstanding() > 0) {
         imms.clear();
@@ -178,7 +185,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   // Receive slots sized to this workload's largest (source, destination) entry count:
   // the worst case (every token on every rank) does not fit in a dev box's memory.
   if (mode != ep_mode::normal) cfg.rows_per_peer = max_pair_entries(p, all);
-  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder), b, all_members(b), cfg);
+  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder, o.paths), b, all_members(b), cfg);
   if (!g) return g.err();
   ep_group& grp = **g;
   const rank_inputs& in = all[grp.rank()];
@@ -229,7 +236,8 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                            {"dispatch_writes", bytes.dispatch_writes},
                            {"combine_writes", bytes.combine_writes},
                            {"check", check},
-                           {"detail", detail}};
+                           {"detail", detail},
+                           {"paths", grp.describe().peer_paths}};
   auto gathered = b.allgather(all_members(b), mine_j.dump(), 600000);
   if (!gathered) return gathered.err();
   nlohmann::json rec;
@@ -243,8 +251,17 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   std::vector<double> disp(iters, 0.0), comb(iters, 0.0), total(iters, 0.0);
   uint64_t dw = 0, cw = 0, dn = 0, cn = 0;
   std::string all_check = "pass", all_detail;
-  for (const std::string& s : *gathered) {
-    const auto j = nlohmann::json::parse(s);
+  nlohmann::json mix = nlohmann::json::object(), mix_count = nlohmann::json::object();
+  for (size_t src = 0; src < gathered->size(); ++src) {
+    const auto j = nlohmann::json::parse((*gathered)[src]);
+    const auto paths = j["paths"].get<std::vector<std::string>>();
+    for (size_t dst = 0; dst < paths.size(); ++dst) {
+      const std::string path =
+          paths[dst] == "network" ? "network (" + grp.describe().provider + ")" : paths[dst];
+      mix[std::to_string(src) + "->" + std::to_string(dst)] = path;
+      mix_count[path] = mix_count.value(path, 0) + 1;
+    }
+    if (paths.empty()) mix_count["network (" + grp.describe().provider + ")"] = gathered->size();
     const auto t = j["t"].get<std::vector<double>>();
     for (int i = 0; i < iters; ++i) {
       disp[i] = std::max(disp[i], t[2 * i]);
@@ -270,6 +287,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   rec["check"] = all_check;
   if (!all_detail.empty()) rec["check_detail"] = all_detail;
   rec["rows_per_peer"] = cfg.rows_per_peer;
+  rec["transport_mix"] = {{"pairs", mix}, {"count", mix_count}};
   return rec;
 }
 
@@ -290,6 +308,10 @@ int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_pa
   const size_t row = static_cast<size_t>(p.hidden) * 2;
   auto raw_row = raw_rma_gbps(b, o, row, row * 4096);
   if (!raw_row) return fail("raw RMA (row)", raw_row.err());
+  auto raw_host = raw_rma_gbps(b, o, o.chunk_bytes,
+                               std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20), "auto");
+  if (!raw_host) return fail("raw same-host copy", raw_host.err());
+  start["raw_host_copy_gbps"] = *raw_host;
   start["raw_rma_gbps"] = *raw;
   start["raw_rma_row_gbps"] = *raw_row;
   if (b.rank() == 0) start["memcpy_gbps"] = memcpy_gbps();
@@ -327,6 +349,17 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Spread over process starts: each start's p50, and their coefficient of variation.
+nlohmann::json per_start_spread(const std::vector<std::vector<double>>& per_start) {
+  std::vector<double> p50s;
+  for (const auto& v : per_start)
+    if (!v.empty()) p50s.push_back(percentiles(v)["p50"].get<double>());
+  double mean = 0, var = 0;
+  for (double x : p50s) mean += x / static_cast<double>(p50s.size());
+  for (double x : p50s) var += (x - mean) * (x - mean) / static_cast<double>(p50s.size());
+  return {{"p50_per_start", p50s}, {"cv", mean > 0 ? std::sqrt(var) / mean : 0.0}};
+}
+
 }  // namespace
 
 nlohmann::json run_ep_bench(const ep_bench_options& o) {
@@ -338,13 +371,20 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     throw std::runtime_error("--ranks must be >= 2 and divide 256");
   if (o.routing != "zipf" && o.routing != "uniform")
     throw std::runtime_error("--routing must be zipf or uniform");
+  if (o.paths != "auto" && o.paths != "fabric")
+    throw std::runtime_error("--paths must be auto or fabric, not '" + o.paths + "'");
+  if (o.peer != "mpi" && o.peer != "none")
+    throw std::runtime_error("--peer must be mpi or none, not '" + o.peer + "'");
   for (const auto& m : o.modes)
     if (!parse_ep_mode(m))
       throw std::runtime_error("unknown --mode '" + m + "' (normal|ll|baseline)");
   const workload_params p = workload_of(o);
 
   const std::vector<double> load_before = load_average();
-  std::vector<nlohmann::json> starts;
+  std::vector<nlohmann::json> starts, mpi_starts;
+  std::string mpi_why_not;
+  const bool run_mpi = o.peer == "mpi" && mpi_peer_built(mpi_why_not);
+  if (o.peer == "none") mpi_why_not = "not asked for (--peer none)";
   for (int s = 0; s < o.starts; ++s) {
     char path[] = "/tmp/moerl-bench-ep-XXXXXX";
     const int fd = ::mkstemp(path);
@@ -364,6 +404,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
                                " (exit codes " + codes + ")");
     }
     starts.push_back(nlohmann::json::parse(text.str()));
+    if (run_mpi)
+      mpi_starts.push_back(
+          need(run_mpi_peer_start(o, p.tokens_per_rank, iterations_of(o)), "MPI_Alltoallv peer"));
   }
 
   // Byte numerators of one dispatch, summed over ranks.
@@ -390,8 +433,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
-  std::vector<double> raw, raw_row, mem;
+  std::vector<double> raw, raw_row, mem, raw_host;
   for (const auto& s : starts) {
+    raw_host.push_back(s["raw_host_copy_gbps"]);
     raw.push_back(s["raw_rma_gbps"]);
     raw_row.push_back(s["raw_rma_row_gbps"]);
     mem.push_back(s["memcpy_gbps"]);
@@ -403,12 +447,19 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["raw_rma_definition"] =
       "rank 0 -> rank 1 RMA writes with CQ data, one direction, best of 3 per start, median over "
       "starts";
+  out["raw_host_copy_gbps"] = median(raw_host);
+  out["raw_host_copy_definition"] =
+      "rank 0 -> rank 1 over the same-host path (one copy into the peer's shared mapping, one "
+      "inbox immediate per message of raw_rma_message_bytes), best of 3 per start, median over "
+      "starts";
+  out["paths"] = o.paths;
   out["memcpy_gbps"] = median(mem);
   out["memcpy_definition"] =
       "single-thread memcpy of 256 MiB, bytes copied per second, best of 3, median over starts";
 
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::vector<double> d, c, t;
+    std::vector<std::vector<double>> t_per_start;
     uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0;
     std::string check = "pass", detail;
     for (const auto& s : starts) {
@@ -416,6 +467,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
       for (double v : rec["dispatch_us"]) d.push_back(v);
       for (double v : rec["combine_us"]) c.push_back(v);
       for (double v : rec["total_us"]) t.push_back(v);
+      t_per_start.push_back(rec["total_us"].get<std::vector<double>>());
       dwire = rec["dispatch_wire_bytes"];
       cwire = rec["combine_wire_bytes"];
       dwrites = rec["dispatch_writes"];
@@ -451,7 +503,53 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     mj["dispatch_wire_gbps"] = gbps(dwire);
     const double tp50 = mj["total_us"]["p50"].get<double>();
     mj["tokens_per_s"] = static_cast<double>(p.tokens_per_rank) * o.ranks / (tp50 * 1e-6);
+    mj["logical_gbps"] = 2.0 * static_cast<double>(wb.logical) / (tp50 * 1e3);
+    mj["total_us_spread"] = per_start_spread(t_per_start);
+    mj["transport_mix"] = starts.front()["modes"][m].value("transport_mix", nlohmann::json());
     out["modes"].push_back(mj);
+  }
+  if (run_mpi) {
+    std::vector<double> d, c, t, v;
+    std::vector<std::vector<double>> t_per_start;
+    for (const auto& s : mpi_starts) {
+      const auto sd = s["dispatch_us"].get<std::vector<double>>();
+      const auto sc = s["combine_us"].get<std::vector<double>>();
+      std::vector<double> st;
+      for (size_t i = 0; i < sd.size(); ++i) st.push_back(sd[i] + sc[i]);
+      d.insert(d.end(), sd.begin(), sd.end());
+      c.insert(c.end(), sc.begin(), sc.end());
+      t.insert(t.end(), st.begin(), st.end());
+      for (double x : s["alltoallv_us"]) v.push_back(x);
+      t_per_start.push_back(st);
+    }
+    nlohmann::json mj;
+    mj["mode"] = "mpi_alltoallv";
+    mj["check"] =
+        "not checked (the peer computes the same exchange; moerl's data checks do not run in it)";
+    mj["dispatch_us"] = percentiles(d);
+    mj["combine_us"] = percentiles(c);
+    mj["total_us"] = percentiles(t);
+    mj["alltoallv_us"] = percentiles(v);
+    mj["alltoallv_us_definition"] =
+        "time inside MPI_Alltoallv alone (both phases), slowest rank per iteration";
+    mj["exchange"] =
+        "one row per (token, destination rank), normal mode's row layout; dispatch = pack from "
+        "the tokens + MPI_Alltoall of counts + MPI_Alltoallv + expert-major fan-out; combine = "
+        "local-expert reduction + MPI_Alltoallv back + rank-order sum";
+    mj["selection_bytes"] = wb.selection;
+    mj["logical_bytes"] = wb.logical;
+    const double dp50 = mj["dispatch_us"]["p50"].get<double>();
+    const double tp50 = mj["total_us"]["p50"].get<double>();
+    mj["dispatch_gbps"] = static_cast<double>(wb.logical) / o.ranks / (dp50 * 1e3);
+    mj["tokens_per_s"] = static_cast<double>(p.tokens_per_rank) * o.ranks / (tp50 * 1e-6);
+    mj["logical_gbps"] = 2.0 * static_cast<double>(wb.logical) / (tp50 * 1e3);
+    mj["total_us_spread"] = per_start_spread(t_per_start);
+    mj["transport_mix"] = {{"all_pairs", "openmpi btl self,vader (shared memory)"}};
+    mj["mpi_library"] = mpi_starts.front()["mpi_library"];
+    mj["command"] = mpi_starts.front()["command"];
+    out["modes"].push_back(mj);
+  } else {
+    out["mpi_alltoallv"] = {{"available", false}, {"reason", mpi_why_not}};
   }
 
   // The layer's targets (normal over baseline, dispatch over raw RMA, ll over normal on
@@ -471,9 +569,18 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   if (nm)
     targets["normal_dispatch_over_raw_rma"] =
         nm->at("dispatch_gbps").get<double>() / out["raw_rma_gbps"].get<double>();
+  if (nm)
+    targets["normal_dispatch_over_raw_host_copy"] =
+        nm->at("dispatch_gbps").get<double>() / out["raw_host_copy_gbps"].get<double>();
   if (nm && ll)
     targets["ll_total_p50_over_normal"] =
         ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();
+  if (const auto* mpi = find("mpi_alltoallv"); mpi && nm)
+    targets["normal_logical_gbps_over_mpi_alltoallv"] =
+        nm->at("logical_gbps").get<double>() / mpi->at("logical_gbps").get<double>();
+  if (const auto* mpi = find("mpi_alltoallv"); mpi && ll)
+    targets["ll_logical_gbps_over_mpi_alltoallv"] =
+        ll->at("logical_gbps").get<double>() / mpi->at("logical_gbps").get<double>();
   out["targets"] = targets;
   out["host_load_average"] = {{"before", load_before}, {"after", load_average()}};
   out["provenance"] = collect_provenance();

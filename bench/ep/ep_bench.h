@@ -31,6 +31,8 @@ struct ep_bench_options {
   size_t chunk_bytes = 1 << 20;
   int64_t ll_entries_per_write = 1;  // 1: one write per (token, expert), as DeepEP LL
   int64_t op_timeout_ms = 60000;
+  std::string paths = "auto";  // auto: a transport per distance; fabric: all through libfabric
+  std::string peer = "mpi";    // mpi: run MPI_Alltoallv on the same exchange; none: skip it
 };
 
 // Runs the benchmark; throws std::runtime_error naming what failed (a rank that exited

@@ -12,7 +12,8 @@ namespace {
 void print_table(const nlohmann::json& r) {
   std::cout << "ep bench: provider " << r["provider"].get<std::string>() << ", " << r["ranks"]
             << " ranks, shape " << r["shape"]["name"].get<std::string>() << ", raw RMA "
-            << r["raw_rma_gbps"] << " GB/s, memcpy " << r["memcpy_gbps"] << " GB/s\n";
+            << r["raw_rma_gbps"] << " GB/s, raw same-host copy " << r["raw_host_copy_gbps"]
+            << " GB/s, memcpy " << r["memcpy_gbps"] << " GB/s\n";
   for (const auto& m : r["modes"])
     std::cout << "  " << m["mode"].get<std::string>() << ": check " << m["check"].get<std::string>()
               << ", dispatch p50 " << m["dispatch_us"]["p50"] << " us, combine p50 "
@@ -51,6 +52,11 @@ void add_ep_bench_command(CLI::App& bench) {
          "--ll-entries-per-write", opt.ll_entries_per_write,
          "low-latency mode: adjacent slots one write may fill (1: one write per (token, expert))")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option(
+      "--paths", opt.paths,
+      "auto (same host: shared memory, other hosts: libfabric) | fabric (all libfabric)");
+  cmd->add_option("--peer", opt.peer,
+                  "generic all-to-all run on the same exchange: mpi (MPI_Alltoallv) | none");
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();

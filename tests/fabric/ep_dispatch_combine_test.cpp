@@ -108,6 +108,50 @@ INSTANTIATE_TEST_SUITE_P(nodes, ep_nodes,
                                   std::to_string(info.param.ranks_per_node) + "per_node";
                          });
 
+// A transport per distance: ranks of one process (same_process), processes of one host
+// (same_host, shared-memory mappings), and a mix where two "hosts" of two ranks each talk
+// through libfabric (tcp or shm, under the reorder shim) while ranks of one host share memory.
+struct paths_case {
+  std::string name;
+  std::string provider;
+  int ranks, ranks_per_host;
+  bool threads;
+};
+
+class ep_paths : public ::testing::TestWithParam<paths_case> {};
+
+TEST_P(ep_paths, every_mix_of_distances_receives_the_reference_rows_and_combines_bitwise) {
+  const paths_case& k = GetParam();
+  for (ep_mode m : {ep_mode::normal, ep_mode::low_latency, ep_mode::baseline}) {
+    ep_case c;
+    c.provider = k.provider;
+    c.shim = true;  // covers the network pairs of the mix
+    c.mode = m;
+    c.paths = "auto";
+    c.ranks_per_host = k.ranks_per_host;
+    c.threads = k.threads;
+    c.steps = 18;
+    if (k.threads) {
+      auto report = launch_threads(k.ranks, [&](bootstrap& b) { return run_rank(b, c); });
+      EXPECT_TRUE(report.all_ok()) << ep_mode_name(m);
+    } else {
+      auto report = launch_processes(
+          k.ranks, [&](bootstrap& b) { return run_rank(b, c); }, 120000);
+      ASSERT_TRUE(report.ok()) << report.err().to_string();
+      EXPECT_TRUE(report->all_ok()) << ep_mode_name(m);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(mixes, ep_paths,
+                         ::testing::Values(paths_case{"same_process", "shm", 4, 0, true},
+                                           paths_case{"same_host", "shm", 4, 0, false},
+                                           paths_case{"same_host_8ranks", "shm", 8, 0, false},
+                                           paths_case{"two_hosts_tcp", "tcp", 4, 2, false},
+                                           paths_case{"two_hosts_shm_fabric", "shm", 4, 2, false},
+                                           paths_case{"two_hosts_threads_tcp", "tcp", 4, 2, true}),
+                         [](const auto& info) { return info.param.name; });
+
 TEST(ep_ll_batched, low_latency_writes_filling_several_slots_still_match_the_reference) {
   for (const char* prov : {"shm", "tcp"}) {
     ep_case c;

@@ -25,6 +25,13 @@ struct ep_case {
   int steps = 18;  // more than 16, so the step field of the immediates wraps around
   int64_t ll_entries_per_write = 1;
   int ranks_per_node = 0;  // normal mode: > 0 splits the ranks into nodes (two-level path)
+  // transport_options::paths: "fabric" (every pair through libfabric, the shim's ground) or
+  // "auto" (a transport per distance).
+  std::string paths = "fabric";
+  // With paths "auto": > 0 gives every ranks_per_host consecutive ranks their own host id,
+  // so one box holds same-host and network pairs at once.
+  int ranks_per_host = 0;
+  bool threads = false;  // ranks are threads of one process (expect same_process pairs)
 };
 
 // The workload of step `step`: cycles through the edge cases the EP layer must survive.
@@ -87,7 +94,17 @@ inline transport_options options_for(const ep_case& c, int rank) {
   o.require_provider = true;
   o.reorder_shim = c.shim;
   o.shim_seed = 1234 + static_cast<uint64_t>(rank);
+  o.paths = c.paths;
+  if (c.ranks_per_host > 0) o.host_id = "test-host-" + std::to_string(rank / c.ranks_per_host);
   return o;
+}
+
+// The distance each pair must have taken: "" when the case does not say (paths "fabric").
+inline std::string expected_path(const ep_case& c, int rank, int peer) {
+  if (c.paths != "auto") return "";
+  if (rank == peer) return "same_process";
+  if (c.ranks_per_host > 0 && rank / c.ranks_per_host != peer / c.ranks_per_host) return "network";
+  return c.threads ? "same_process" : "same_host";
 }
 
 inline ep_config config_for(const ep_case& c) {
@@ -108,6 +125,17 @@ inline ep_config config_for(const ep_case& c) {
 inline int run_rank(bootstrap& b, const ep_case& c) {
   auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
   if (!g) return report(b.rank(), "create", g.err());
+  // No silent fallback: every pair took the transport its distance allows.
+  for (int peer = 0; peer < b.size(); ++peer) {
+    const std::string want = expected_path(c, b.rank(), peer);
+    const auto& paths = (*g)->describe().peer_paths;
+    if (!want.empty() && (paths.size() != static_cast<size_t>(b.size()) || paths[peer] != want)) {
+      std::fprintf(stderr, "rank %d: peer %d went %s, expected %s\n", b.rank(), peer,
+                   paths.size() > static_cast<size_t>(peer) ? paths[peer].c_str() : "?",
+                   want.c_str());
+      return 1;
+    }
+  }
   for (int s = 0; s < c.steps; ++s)
     if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank()); rc != 0) return rc;
   // Stay until everyone is done: peers may still be waiting on our last writes' partners.
