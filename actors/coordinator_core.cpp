@@ -124,6 +124,11 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
   auto& n = it->second;
+  // Its group's waits end either way (an orderly stop too: a member must not wait for it).
+  for (const auto& other : groups_.member_lost(node, reason, clock_.now_ms(), shutdown_))
+    logger("coordinator")
+        ->warn("group member {} stops: its group lost {}",
+               nodes_.count(other) ? nodes_.at(other).name : other, n.name);
   if (shutdown_) {  // an orderly end of the run, not a failure: nothing to re-open
     n.state = "stopped";
     return;
@@ -135,11 +140,6 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   n.down_reason = reason;
   n.leases = 0;
   auto log = logger("coordinator");
-  // A group member's loss breaks its group (one-for-all across the group's nodes): the others
-  // see their incarnation end and join again (node_group_core.h). No other node is touched.
-  for (const auto& other : groups_.member_lost(node, reason, clock_.now_ms()))
-    log->warn("group member {} stops: its group lost {}",
-              nodes_.count(other) ? nodes_.at(other).name : other, n.name);
   log->warn("node {} ({}) is down: {}", n.name, to_string(n.role), reason);
   if (n.role == node_role::rollout) {
     // Workers are named "<node id>/<k>": expire every lease any of them holds.

@@ -118,7 +118,8 @@ std::optional<group_view> node_group_core::view(const std::string& node_id) cons
 }
 
 std::vector<std::string> node_group_core::dissolve(group_state& g, const std::string& lost,
-                                                   const std::string& cause, int64_t now_ms) {
+                                                   const std::string& cause, int64_t now_ms,
+                                                   bool orderly) {
   const std::string name = g.names.count(lost) ? g.names.at(lost) : lost;
   const std::string why = "group " + g.name + " broke: member " + name + " " + cause;
   for (auto& [key, r] : g.rounds)
@@ -131,18 +132,20 @@ std::vector<std::string> node_group_core::dissolve(group_state& g, const std::st
   // Everyone joins again; the lost node leaves the group (its replacement joins afresh).
   for (const auto& id : g.members) member_group_.erase(id);
   g.members.clear();
-  g.state = "forming";
+  g.state = orderly ? "stopped" : "forming";
   g.forming_since_ms = now_ms;
   g.last_missing_log_ms = 0;
-  g.reformed.push_back({now_ms, -1, name + " " + cause});
+  if (!orderly) g.reformed.push_back({now_ms, -1, name + " " + cause});
   return others;
 }
 
 std::vector<std::string> node_group_core::member_lost(const std::string& node_id,
-                                                      const std::string& cause, int64_t now_ms) {
+                                                      const std::string& cause, int64_t now_ms,
+                                                      bool orderly) {
   group_state* g = group_of(node_id);
   if (!g) return {};
-  if (g->state == "forming") {  // not formed yet: it just leaves the forming set
+  if (g->state !=
+      "formed") {  // not formed: it just leaves the forming set: it just leaves the forming set
     g->joining.erase(node_id);
     member_group_.erase(node_id);
     return {};
@@ -152,7 +155,7 @@ std::vector<std::string> node_group_core::member_lost(const std::string& node_id
     member_group_.erase(node_id);
     return {};
   }
-  return dissolve(*g, node_id, cause, now_ms);
+  return dissolve(*g, node_id, cause, now_ms, orderly);
 }
 
 std::vector<std::string> node_group_core::member_failed(const std::string& node_id,
@@ -160,7 +163,7 @@ std::vector<std::string> node_group_core::member_failed(const std::string& node_
                                                         const std::string& cause, int64_t now_ms) {
   group_state* g = group_of(node_id);
   if (!g || g->state != "formed" || g->incarnation != incarnation) return {};
-  auto others = dissolve(*g, node_id, cause, now_ms);
+  auto others = dissolve(*g, node_id, cause, now_ms, false);
   // The reporter is alive and rejoins like the others; it gets no stop message.
   return others;
 }

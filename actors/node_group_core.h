@@ -84,8 +84,9 @@ class node_group_core {
   // The node is gone or its group operation failed: breaks the group it is a member of (a
   // no-op for other nodes). `cause` is recorded in the re-formation entry. Returns the node
   // ids of the other members, which must stop their group work.
+  // `orderly`: the run is ending; the group stops (no re-formation is recorded).
   std::vector<std::string> member_lost(const std::string& node_id, const std::string& cause,
-                                       int64_t now_ms);
+                                       int64_t now_ms, bool orderly = false);
   // A member reports that its incarnation's group work failed (a peer timed out mid-step):
   // the same as member_lost for that incarnation; stale reports (an older incarnation) are
   // ignored.
@@ -133,7 +134,7 @@ class node_group_core {
     std::string name, role;
     uint32_t group_size = 0, ranks_per_node = 1;
     group_fingerprint fingerprint;
-    std::string state = "forming";  // forming | formed
+    std::string state = "forming";  // forming | formed | stopped (the run ended)
     uint64_t incarnation = 0;
     std::vector<std::string> members;            // node ids by member index (formed)
     std::map<std::string, std::string> joining;  // node id -> name (forming)
@@ -149,7 +150,7 @@ class node_group_core {
   const group_state* group_of(const std::string& node_id) const;
   void form(group_state& g, int64_t now_ms);
   std::vector<std::string> dissolve(group_state& g, const std::string& lost,
-                                    const std::string& cause, int64_t now_ms);
+                                    const std::string& cause, int64_t now_ms, bool orderly);
 
   int64_t form_timeout_ms_;
   std::map<std::string, group_state> groups_;
