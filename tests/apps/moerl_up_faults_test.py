@@ -219,6 +219,7 @@ def trainer_group(moerl, tmp):
     assert g["members"] == ["trainer-0", "trainer-1"], g
     assert len(g["reformed"]) == 1, g["reformed"]
     r = g["reformed"][0]
+    print("trainer group re-formed:", json.dumps(r), flush=True)
     assert "trainer-1" in r["cause"] and r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
     touched = [x["node"] for x in rep["replacements"]]
