@@ -30,6 +30,12 @@ using stats_atom = caf::atom_constant<caf::atom("stats")>;          // query of 
 using crash_atom = caf::atom_constant<caf::atom("crash")>;          // tests: fail on purpose
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
 using version_atom = caf::atom_constant<caf::atom("version")>;  // policy version
+// Groups across nodes (node_group_core.h), member node -> coordinator.
+using gjoin_atom = caf::atom_constant<caf::atom("gjoin")>;      // join the node's group
+using gview_atom = caf::atom_constant<caf::atom("gview")>;      // the formed group's view
+using ggather_atom = caf::atom_constant<caf::atom("ggather")>;  // one all-gather call
+using gfailed_atom = caf::atom_constant<caf::atom("gfailed")>;  // the member's group work failed
+using grestored_atom = caf::atom_constant<caf::atom("grestored")>;  // rank 0 restored a version
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 }  // namespace moerl::actors

@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
+#include "actors/coordinator_groups.h"
 #include "actors/ledger_messages.h"
 #include "common/log.h"
 #include "messages/admin.h"
@@ -19,6 +20,7 @@ struct coordinator_state {
   // successful flush; flush_atom is in our mailbox iff flush_queued.
   std::vector<std::pair<caf::typed_response_promise<std::string>, std::string>> waiting;
   bool flush_queued = false;
+  group_gathers gathers;  // group all-gathers waiting for their round (coordinator_groups.h)
 };
 
 using coord_actor = caf::stateful_actor<coordinator_state>;
@@ -228,8 +230,36 @@ caf::behavior coordinator_impl(coord_actor* self,
         schedule_flush(self);
         return messages::encode(rep);
       },
+      // ---- groups across nodes (coordinator_groups.h) ----
+      [self](gjoin_atom, const std::string& node, const std::string& group, const std::string& role,
+             uint32_t size, uint32_t ranks_per_node, const std::string& shape,
+             const std::string& hash, const std::string& version) -> std::string {
+        return group_join(*self->state.core, node, group, role, size, ranks_per_node, shape, hash,
+                          version);
+      },
+      [self](gview_atom, const std::string& node) {
+        return group_view_reply(*self->state.core, node);
+      },
+      [self](ggather_atom, const std::string& node, uint64_t incarnation,
+             const std::string& channel, const std::string& participants, int32_t rank,
+             std::string& payload) {
+        auto rp = self->make_response_promise();
+        group_gather(*self->state.core, self->state.gathers, rp, node, incarnation, channel,
+                     participants, rank, std::move(payload));
+        return rp;
+      },
+      [self](gfailed_atom, const std::string& node, uint64_t incarnation,
+             const std::string& cause) {
+        auto& core = *self->state.core;
+        core.groups().member_failed(node, incarnation, cause, core.now_ms());
+        answer_failed_gathers(core, self->state.gathers);
+      },
+      [self](grestored_atom, const std::string& node, uint64_t incarnation, uint64_t version) {
+        self->state.core->groups().restored(node, incarnation, version);
+      },
       [self](tick_atom) {
         self->state.core->tick();
+        answer_failed_gathers(*self->state.core, self->state.gathers);
         schedule_flush(self);
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
       },

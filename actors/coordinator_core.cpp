@@ -36,6 +36,7 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
       cfg.get_int("node.heartbeat_interval_ms") * cfg.get_int("actors.heartbeat_misses");
   o.default_notice_ms = cfg.get_int("actors.sigterm_grace_ms");
   o.rebalance_grace_ms = cfg.get_int("imds.rebalance_grace_ms");
+  o.group_form_timeout_ms = cfg.get_int("trainer.group_form_timeout_ms");
   o.console_token = cfg.get_string("console.token");
   auto lb = positive("actors.lease_batch", 4096);
   if (!lb) return lb.err();
@@ -46,7 +47,10 @@ result<coordinator_options> coordinator_options::from_config(const config& cfg) 
 coordinator_core::coordinator_core(coordinator_options opts,
                                    std::unique_ptr<ledger::work_ledger> ledger,
                                    const ledger::clock& clock)
-    : opts_(std::move(opts)), ledger_(std::move(ledger)), clock_(clock) {
+    : opts_(std::move(opts)),
+      ledger_(std::move(ledger)),
+      clock_(clock),
+      groups_(opts_.group_form_timeout_ms) {
   started_ms_ = clock_.now_ms();
   // A recovered ledger already holds units: continue numbering groups after them and
   // count the iterations they cover as opened.
@@ -120,6 +124,11 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
   auto it = nodes_.find(node);
   if (it == nodes_.end() || it->second.state == "dead" || it->second.state == "drained") return;
   auto& n = it->second;
+  // Its group's waits end either way (an orderly stop too: a member must not wait for it).
+  for (const auto& other : groups_.member_lost(node, reason, clock_.now_ms(), shutdown_))
+    logger("coordinator")
+        ->warn("group member {} stops: its group lost {}",
+               nodes_.count(other) ? nodes_.at(other).name : other, n.name);
   if (shutdown_) {  // an orderly end of the run, not a failure: nothing to re-open
     n.state = "stopped";
     return;
@@ -329,6 +338,7 @@ void coordinator_core::open_iteration() {
 
 void coordinator_core::tick() {
   auto now = clock_.now_ms();
+  for (const auto& line : groups_.tick(now)) logger("coordinator")->warn("{}", line);
   // After a restart the ledger still names the shards of the previous incarnation. One that
   // has not re-joined within the heartbeat timeout is gone: re-open what it held.
   if (!recovery_checked_ && ledger_->epoch() > 1 &&
@@ -485,6 +495,10 @@ json coordinator_core::nodes_json() const {
            {"pid", n.pid},     {"state", n.state},      {"restarts", n.restarts},
            {"leases", leases}, {"endpoint", n.endpoint}};
     if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
+    auto g = groups_.node_json(id);
+    j["group"] = g.is_null() ? json("") : g["group"];
+    j["rank"] = g.is_null() ? json("") : g["rank"];
+    if (!g.is_null()) j["group_ranks"] = g.value("ranks", json::array());
     if (!n.stats.is_null()) j["stats"] = n.stats;
     arr.push_back(j);
   }
@@ -506,6 +520,7 @@ json coordinator_core::report_json() const {
               {"interruptions", interruptions_},
               {"restarts", {{"total", total}, {"by_node", restarts}}},
               {"nodes", nodes_json()},
+              {"groups", groups_.groups_json()},
               {"iterations", opts_.iterations},
               {"policy_version", policy_version_},
               {"done", done()}};

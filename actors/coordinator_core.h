@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/node_group_core.h"
 #include "actors/node_role.h"
 #include "common/error.h"
 #include "ledger/work_ledger.h"
@@ -32,8 +33,9 @@ struct coordinator_options {
   uint32_t iterations = 3;
   uint32_t units_per_iteration = 8;
   uint32_t groups_per_unit = 2;
-  int64_t heartbeat_timeout_ms = 1500;  // node.heartbeat_interval_ms x actors.heartbeat_misses
-  int64_t default_notice_ms = 30000;    // deadline of a console drain/inject without --deadline
+  int64_t heartbeat_timeout_ms = 1500;    // node.heartbeat_interval_ms x actors.heartbeat_misses
+  int64_t default_notice_ms = 30000;      // deadline of a console drain/inject without --deadline
+  int64_t group_form_timeout_ms = 30000;  // trainer.group_form_timeout_ms
   int64_t rebalance_grace_ms =
       120000;  // `inject rebalance` without --deadline (imds.rebalance_grace_ms)
   std::string console_token;
@@ -137,6 +139,10 @@ class coordinator_core {
   bool flush_due() const { return flush_due_; }
   const std::map<std::string, node_record>& nodes() const { return nodes_; }
   ledger::work_ledger& ledger() { return *ledger_; }
+  // Groups that span nodes (node_group_core.h); a node's loss breaks its group.
+  node_group_core& groups() { return groups_; }
+  const node_group_core& groups() const { return groups_; }
+  int64_t now_ms() const { return clock_.now_ms(); }
   uint64_t current_policy_version() const { return policy_version_; }
 
  private:
@@ -171,6 +177,7 @@ class coordinator_core {
   bool shutdown_ = false;
   int64_t started_ms_ = 0;
   bool recovery_checked_ = false;  // shards of a previous incarnation that did not re-join
+  node_group_core groups_;
   bool group_commit_ = false;
   bool flush_due_ = false;  // group commit: the ledger changed since the last flush()
 };

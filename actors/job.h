@@ -30,6 +30,26 @@ struct train_result {
   double sum_abs_advantage = 0;        // sum of |advantage| over the samples (0: not computed)
 };
 
+// A trainer group that spans node processes (trainer.group_size > 1), as a member sees it:
+// its member index, the group's incarnation and an all-gather among the members' processes
+// carried by the control plane (the coordinator's node_group_core). The job uses it to run
+// its step across the members (rank 0's process drives, the others follow) and, on the
+// "fabric" channel, as the fabric bootstrap of one EP group over every member's ranks.
+class trainer_group {
+ public:
+  virtual ~trainer_group() = default;
+  virtual uint32_t member_index() const = 0;
+  virtual uint32_t num_members() const = 0;
+  virtual uint32_t ranks_per_member() const = 0;  // global ranks of member k: k * this + [0, this)
+  virtual uint64_t incarnation() const = 0;       // 1, +1 per re-formation
+  // channel "members": participants are member indices; "fabric": global ranks. Rounds among
+  // the same participants are matched by call order. Fails (peer_dead) when the group broke.
+  virtual result<std::vector<std::string>> allgather(const std::string& channel,
+                                                     const std::vector<int>& participants, int self,
+                                                     const std::string& mine,
+                                                     int64_t timeout_ms) = 0;
+};
+
 // The ranks of a trainer node (actors.trainer_ranks, each its own supervised actor), for a
 // step that spreads its work over them. Owned by the runtime; it outlives the step, also
 // across a restart of the trainer group. Call it only from the thread that calls the step.
@@ -42,6 +62,8 @@ class trainer_ranks {
   // the step should fail with it, so the whole trainer group restarts (one_for_all) rather
   // than go on with a missing rank.
   virtual status run_on_ranks(const std::vector<std::function<void()>>& work) = 0;
+  // The trainer group this node is a member of; null when the trainer is one process.
+  virtual trainer_group* group() { return nullptr; }
 };
 
 // Trainer rank 0's learning step. Called from one thread, one batch at a time; a batch is
@@ -56,6 +78,9 @@ class trainer_step {
   virtual uint64_t version() const = 0;
   // Job figures for progress and the report (reward curve, timings), as JSON.
   virtual nlohmann::json stats() const = 0;
+  // The step replaces `previous` (a trainer group re-formed around a surviving rank 0): take
+  // over the groups it held back and had not trained yet, so they are trained, not lost.
+  virtual void adopt_held(trainer_step& previous) { (void)previous; }
 };
 
 class job {
@@ -70,6 +95,14 @@ class job {
   // Trainer rank 0's step (never null). `ranks` stays valid for the step's whole life; a
   // step that does all its work on rank 0 may ignore it.
   virtual result<std::unique_ptr<trainer_step>> make_trainer(trainer_ranks& ranks) = 0;
+  // A trainer group member other than rank 0's: takes its part in every step rank 0's
+  // process drives, until the group breaks or stops (the error says why). ranks.group() is
+  // not null.
+  virtual status serve_trainer_member(trainer_ranks& ranks) {
+    (void)ranks;
+    return error(errc::invalid_config,
+                 "job " + name() + " cannot run a trainer group across nodes");
+  }
 };
 
 // Builds the job a node runs, from its config and role.

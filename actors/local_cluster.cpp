@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -21,10 +22,15 @@ namespace moerl::actors {
 
 using nlohmann::json;
 
-std::vector<node_spec> default_cluster_nodes() {
-  return {{"buffer", "buffer-0", {}},   {"buffer", "buffer-1", {}}, {"weights", "weights-0", {}},
-          {"trainer", "trainer-0", {}}, {"reward", "reward-0", {}}, {"rollout", "rollout-0", {}},
-          {"rollout", "rollout-1", {}}};
+std::vector<node_spec> default_cluster_nodes(uint32_t trainer_members) {
+  std::vector<node_spec> nodes{
+      {"buffer", "buffer-0", {}}, {"buffer", "buffer-1", {}}, {"weights", "weights-0", {}}};
+  for (uint32_t k = 0; k < std::max<uint32_t>(1, trainer_members); ++k)
+    nodes.push_back({"trainer", "trainer-" + std::to_string(k), {}});
+  nodes.push_back({"reward", "reward-0", {}});
+  nodes.push_back({"rollout", "rollout-0", {}});
+  nodes.push_back({"rollout", "rollout-1", {}});
+  return nodes;
 }
 
 result<uint16_t> free_tcp_port() {

@@ -40,7 +40,8 @@ struct cluster_options {
 };
 
 // The default cluster of `moerl up`: 2 buffer shards, weights, trainer, reward, 2 rollouts.
-std::vector<node_spec> default_cluster_nodes();
+// trainer_members > 1: that many trainer nodes (trainer-0..), one trainer group across them.
+std::vector<node_spec> default_cluster_nodes(uint32_t trainer_members = 1);
 
 // Picks a free TCP port on 127.0.0.1 (bind to 0, read it, close).
 result<uint16_t> free_tcp_port();

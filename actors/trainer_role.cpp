@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/node_group_member.h"
 #include "actors/role_loops.h"
 #include "actors/wait_clock.h"
 #include "common/log.h"
@@ -35,6 +36,12 @@ class rank_pool final : public trainer_ranks {
 
   void bind(caf::blocking_actor* driver) { driver_ = driver; }
   uint32_t num_ranks() const override { return num_ranks_; }
+  // The trainer group across nodes this node is a member of (trainer.group_size > 1); the
+  // pool owns the member's link so it outlives the step built on it (node_context order).
+  trainer_group* group() override { return link_.get(); }
+  group_member_link* link() { return link_.get(); }
+  void set_link(std::unique_ptr<group_member_link> l) { link_ = std::move(l); }
+  std::unique_ptr<group_member_link> take_link() { return std::move(link_); }
 
   status run_on_ranks(const std::vector<std::function<void()>>& work) override {
     if (work.size() != num_ranks_)
@@ -64,6 +71,7 @@ class rank_pool final : public trainer_ranks {
   node_context& ctx_;
   const uint32_t num_ranks_;
   caf::blocking_actor* driver_ = nullptr;
+  std::unique_ptr<group_member_link> link_;
 };
 
 namespace {
@@ -119,6 +127,32 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   if (!ctx->trainer_rank_pool)
     ctx->trainer_rank_pool = std::make_shared<rank_pool>(*ctx, num_ranks);
   ctx->trainer_rank_pool->bind(self);
+  rank_pool& pool = *ctx->trainer_rank_pool;
+  // A trainer group across nodes: every start of the driver (also the supervisor's restart
+  // after the group broke) joins the group's next incarnation with a fresh step, which takes
+  // over the groups the old step held; then the old step's rank threads leave.
+  const bool in_group = ctx->cfg.get_int("trainer.group_size") > 1;
+  // The broken group's step (its held groups carry over) and the link it still uses; declared
+  // in this order so the step goes first.
+  std::unique_ptr<group_member_link> previous_link;
+  std::shared_ptr<trainer_step> previous;
+  if (in_group) {
+    previous_link = pool.take_link();
+    previous = std::move(ctx->trainer_state);
+    auto view = join_trainer_group(self, *ctx);
+    if (!view) return;  // stopping or draining
+    log->info("member {} of trainer group {} (incarnation {}, members {})", view->member_index,
+              view->group, view->incarnation, nlohmann::json(view->members).dump());
+    pool.set_link(std::make_unique<group_member_link>(self->system(), ctx, *view));
+    if (view->member_index != 0) {
+      auto st = ctx->running_job->serve_trainer_member(pool);
+      if (ctx->stopping || ctx->draining()) return;
+      const std::string why = st ? "rank 0 left the group" : st.err().to_string();
+      pool.link()->report_failure(why);
+      fail_actor(self, "trainer group member: " + why);
+      return;
+    }
+  }
   // The job's learning step lives in the node context, so a one_for_all restart of the
   // ranks keeps the optimiser state and the groups it holds.
   if (!ctx->trainer_state) {
@@ -132,6 +166,12 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       return;
     }
     ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
+    if (previous) {
+      ctx->trainer_state->adopt_held(*previous);
+      previous.reset();  // the old group's rank threads leave (their incarnation is over)
+      previous_link.reset();
+    }
+    if (pool.link()) pool.link()->report_restored(ctx->trainer_state->version());
     // A step resumed from a checkpoint starts at its version: announce it before any
     // rollout generates with the initial weights.
     if (ctx->trainer_state->version() > ctx->policy_version) {
@@ -150,8 +190,16 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   // stats). Groups a job step holds back for a full iteration do not count as work in
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.
   wait_clock stalled;
+  int64_t next_group_check = 0;
   while (mailbox_ok(self, *ctx, 0)) {
     if (ctx->draining()) return;  // nothing is held between batches: leave
+    if (pool.link() && steady_ms() >= next_group_check) {
+      next_group_check = steady_ms() + 250;
+      if (!pool.link()->still_current()) {  // a member was lost: the group re-forms
+        fail_actor(self, "trainer group " + pool.link()->view().group + " broke");
+        return;
+      }
+    }
     stalled.start_waiting(steady_ms());
     if (steady_ms() >= next_refresh) {
       next_refresh = steady_ms() + 1000;
@@ -191,6 +239,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       auto res = step.train(batch.samples);
       if (!res) {
         // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
+        if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
         fail_actor(self, "train step: " + res.err().to_string());
         return;
       }
@@ -212,6 +261,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       auto res = step.train({});
       stalled.start_waiting(steady_ms());
       if (!res) {
+        if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
         fail_actor(self, "train step (flush): " + res.err().to_string());
         return;
       }

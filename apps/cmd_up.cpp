@@ -91,11 +91,33 @@ actors::job_events printed_events() {
   return ev;
 }
 
+// `moerl up` runs its GRPO trainer as a group of 2 node processes unless the config file or
+// an override sets trainer.group_size; each member then holds job.trainer_ep_ranks = 1 rank
+// unless that is set too, so the group's EP step has the 2 ranks the one-process trainer had.
+// Adds the overrides it implies; returns the number of trainer nodes to start.
+uint32_t default_trainer_members(const config& pre, const std::string& config_file,
+                                 std::vector<std::string>& overrides) {
+  auto named = [&](const std::string& key) {
+    for (const auto& o : overrides)
+      if (o.rfind(key + "=", 0) == 0) return true;
+    std::ifstream in(config_file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return !config_file.empty() &&
+           text.find(key.substr(key.find('.') + 1) + ":") != std::string::npos;
+  };
+  if (pre.get_string("job.kind") != "grpo" || named("trainer.group_size"))
+    return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  overrides.insert(overrides.begin(), "trainer.group_size=2");
+  if (!named("job.trainer_ep_ranks")) overrides.insert(overrides.begin(), "job.trainer_ep_ranks=1");
+  return 2;
+}
+
 int run_up(const up_args& a) {
   using nlohmann::json;
   const auto t0 = std::chrono::steady_clock::now();
   const std::string run_id = new_run_id();
   actors::local_job_options o;
+  uint32_t trainer_members = 1;
   o.config_file = a.config_file;
   o.overrides = a.overrides;
   o.store_prefix = "runs/" + run_id;
@@ -110,6 +132,7 @@ int run_up(const up_args& a) {
     if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo") {
       o.iterations = pre->get_int("grpo.iterations");
     }
+    trainer_members = default_trainer_members(*pre, a.config_file, o.overrides);
     if (a.resume) {
       auto from = latest_resumable_run(*pre);
       if (!from) {
@@ -128,7 +151,7 @@ int run_up(const up_args& a) {
   o.console = a.console;
   o.log_dir = a.run_dir + "/" + run_id + "/logs";
   o.one_blas_thread_per_node = true;
-  o.nodes = actors::default_cluster_nodes();
+  o.nodes = actors::default_cluster_nodes(trainer_members);
   const size_t num_nodes = o.nodes.size();
   const std::string log_dir = o.log_dir;
   auto job = actors::local_job::configure(std::move(o));

@@ -69,6 +69,16 @@ const std::vector<key_spec>& config_schema() {
       {"actors.trainer_flush_ms", t::integer, "1500",
        "a trainer holding a partial iteration steps on it after this long without a batch", "",
        r::at_least(0)},
+      // ---- trainer group across node processes (actors/node_group_core.h) ------------
+      {"trainer.group", t::string, "trainer",
+       "name of the trainer group the trainer nodes join (trainer.group_size > 1)", ""},
+      {"trainer.group_size", t::integer, "1",
+       "trainer node processes forming one trainer group, each with job.trainer_ep_ranks ranks "
+       "(1: the trainer is one process)",
+       "", r::closed(1, 1024)},
+      {"trainer.group_form_timeout_ms", t::integer, "30000",
+       "a trainer group still missing members after this long reports which (and keeps waiting)",
+       "", r::at_least(1)},
       {"actors.heartbeat_misses", t::integer, "8",
        "heartbeats (node.heartbeat_interval_ms) a node may miss before the coordinator declares it "
        "dead",

@@ -37,7 +37,8 @@ struct ep_policy_group::impl {
     std::unique_ptr<fabric::collective_group> dense;
     std::vector<float> init_params;  // the share initialised from policy.seed (version 0)
   };
-  std::vector<rank_state> ranks;
+  std::vector<rank_state> ranks;  // [global rank]; only the local ones are set up
+  int first_rank = 0, num_local = 0;
   std::unique_ptr<rank_threads> threads;
 };
 
@@ -74,6 +75,14 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
   p->options = *opt;
   p->ranks.resize(shape.num_ranks);
   p->dense_collectives = shape.dense_collectives;
+  p->first_rank = shape.make_bootstrap ? shape.first_rank : 0;
+  p->num_local =
+      shape.make_bootstrap && shape.num_local_ranks > 0 ? shape.num_local_ranks : shape.num_ranks;
+  if (p->first_rank < 0 || p->first_rank + p->num_local > shape.num_ranks)
+    return error{errc::invalid_config, "expert-parallel ranks " + std::to_string(p->first_rank) +
+                                           ".." + std::to_string(p->first_rank + p->num_local - 1) +
+                                           " are outside the group of " +
+                                           std::to_string(shape.num_ranks)};
   // A trainer never decodes: no low-latency group (one endpoint fewer per rank).
   if (shape.max_decode_rows == 0) p->options.low_latency_group = false;
   {  // The full layout (every expert), from a single-rank policy's.
@@ -107,10 +116,11 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
     raw->ranks[rank].policy.reset();
     raw->ranks[rank].exchange.reset();
   };
-  auto threads = rank_threads::start(shape.num_ranks, setup, teardown);
+  auto threads =
+      rank_threads::start(p->num_local, setup, teardown, p->first_rank, shape.make_bootstrap);
   if (!threads) return error{threads.err().code, "expert-parallel group: " + threads.err().message};
   p->threads = std::move(*threads);
-  p->rank_layout = p->ranks[0].policy->layout();
+  p->rank_layout = p->ranks[p->first_rank].policy->layout();
   return std::unique_ptr<ep_policy_group>(new ep_policy_group(std::move(p)));
 }
 
@@ -178,7 +188,15 @@ status ep_policy_group::run_on_ranks(const std::function<status(rank_context&)>&
 
 const policy::param_layout& ep_policy_group::rank_layout() const { return impl_->rank_layout; }
 
+int ep_policy_group::first_local_rank() const { return impl_->first_rank; }
+int ep_policy_group::num_local_ranks() const { return impl_->num_local; }
+const std::vector<float>& ep_policy_group::share(int rank) const {
+  return impl_->ranks.at(rank).policy->params();
+}
+
 result<std::vector<float>> ep_policy_group::full_params() const {
+  if (impl_->num_local != num_ranks())
+    return error{errc::internal, "full_params: the group's ranks are not all in this process"};
   std::vector<std::vector<float>> shares;
   for (const auto& r : impl_->ranks) shares.push_back(r.policy->params());
   return assemble_params(impl_->full_layout, impl_->rank_layout, shares);

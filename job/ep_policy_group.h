@@ -25,8 +25,9 @@
 #include "policy/model.h"
 
 namespace moerl::fabric {
+class bootstrap;
 class collective_group;
-}
+}  // namespace moerl::fabric
 
 namespace moerl::job {
 
@@ -35,6 +36,12 @@ struct ep_group_shape {
   int64_t max_decode_rows = 0;     // sequences one rank generates at once (low-latency group)
   int64_t max_train_tokens = 0;    // tokens one rank runs through a training forward (0: none)
   bool dense_collectives = false;  // also a fabric::collective_group per rank (trainers)
+  // A group spanning processes: this process holds ranks [first_rank, first_rank +
+  // num_local_ranks) and reaches the others through make_bootstrap (rank_threads.h). Empty
+  // make_bootstrap: every rank is a thread here.
+  int first_rank = 0;
+  int num_local_ranks = 0;  // 0: num_ranks
+  std::function<std::unique_ptr<fabric::bootstrap>(int rank)> make_bootstrap;
 };
 
 // Contiguous split of n rows over num_ranks: rank r's [first, first + count).
@@ -82,8 +89,13 @@ class ep_policy_group {
   status run_on_ranks(const std::function<status(rank_context&)>& fn);
   // Every rank's share has this layout (dense tensors + num_experts / num_ranks experts).
   const policy::param_layout& rank_layout() const;
-  // The full parameter set assembled from the ranks' shares (owner thread, between calls).
+  // The full parameter set assembled from the ranks' shares (owner thread, between calls);
+  // only when every rank is local.
   result<std::vector<float>> full_params() const;
+  // The ranks this process holds, and one's share (owner thread, between calls).
+  int first_local_rank() const;
+  int num_local_ranks() const;
+  const std::vector<float>& share(int rank) const;
 
  private:
   struct impl;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
+#include "fabric/bootstrap.h"
 #include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/param_slicing.h"
@@ -26,18 +29,120 @@ struct ep_trainer::impl {
     std::unique_ptr<policy::adam> opt;
     std::vector<float> grads, reduce_buf;
   };
-  std::vector<rank_state> ranks;
+  std::vector<rank_state> ranks;  // [global rank]; only this process's are used
+  // A group spanning processes (ep_trainer.h); member 0 sends, the others serve().
+  bool spanning = false;
+  ep_trainer_span span;
+  int64_t op_timeout_ms = 30000;
+  bool members_stopped = false;
+
+  bool leads() const { return spanning && span.member_index == 0 && span.num_members > 1; }
+  int first_local() const { return group->first_local_rank(); }
+  int num_local() const { return group->num_local_ranks(); }
+  // Member 0: the command every other member's serve() takes its part of.
+  status command(const nlohmann::json& cmd) {
+    if (!leads()) return ok_status();
+    auto bytes = nlohmann::json::to_cbor(cmd);
+    auto r = span.members_allgather(std::string(bytes.begin(), bytes.end()), op_timeout_ms);
+    if (!r)
+      return error{r.err().code,
+                   "trainer group command " + cmd.value("op", "") + ": " + r.err().message};
+    return ok_status();
+  }
+  // One contribution per member (a gather command's answer round).
+  result<std::vector<std::string>> round(const nlohmann::json& mine, int64_t timeout_ms) {
+    auto bytes = nlohmann::json::to_cbor(mine);
+    return span.members_allgather(std::string(bytes.begin(), bytes.end()), timeout_ms);
+  }
+  result<ep_step_result> run_step(const std::vector<policy::sample>& samples,
+                                  const std::vector<double>& advantages);
+  nlohmann::json local_shares() const;  // {rank: params.h bytes of its share}
+  nlohmann::json local_adam() const;    // {rank: adam.h bytes of its moments}
+  status load_local_adam(const std::string& bytes);
 };
 
-ep_trainer::ep_trainer(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
-ep_trainer::~ep_trainer() = default;
+namespace {
 
-result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg,
-                                                       const policy::model_config& model,
-                                                       const policy::grpo_config& grpo,
-                                                       const policy::adam_config& adam,
-                                                       float temperature, int num_ranks,
-                                                       int64_t max_samples_per_step) {
+nlohmann::json::binary_t as_binary(const std::string& s) {
+  return nlohmann::json::binary_t(std::vector<uint8_t>(s.begin(), s.end()));
+}
+std::string from_binary(const nlohmann::json& j) {
+  const auto& b = j.get_binary();
+  return std::string(b.begin(), b.end());
+}
+
+nlohmann::json encode_batch(const std::vector<policy::sample>& samples,
+                            const std::vector<double>& advantages) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& s : samples)
+    arr.push_back({{"prompt", s.prompt},
+                   {"completion", s.completion},
+                   {"logprobs", s.behaviour_logprobs},
+                   {"reward", s.reward},
+                   {"group", s.group},
+                   {"version", s.policy_version}});
+  return {{"op", "step"}, {"samples", arr}, {"advantages", advantages}};
+}
+
+result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch(
+    const nlohmann::json& cmd) {
+  try {
+    std::vector<policy::sample> samples;
+    for (const auto& j : cmd.at("samples")) {
+      policy::sample s;
+      j.at("prompt").get_to(s.prompt);
+      j.at("completion").get_to(s.completion);
+      j.at("logprobs").get_to(s.behaviour_logprobs);
+      s.reward = j.at("reward").get<double>();
+      s.group = j.at("group").get<int64_t>();
+      s.policy_version = j.at("version").get<uint64_t>();
+      samples.push_back(std::move(s));
+    }
+    return std::make_pair(std::move(samples), cmd.at("advantages").get<std::vector<double>>());
+  } catch (const nlohmann::json::exception& e) {
+    return error{errc::malformed_message, std::string("trainer group step command: ") + e.what()};
+  }
+}
+
+}  // namespace
+
+nlohmann::json ep_trainer::impl::local_shares() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (int r = first_local(); r < first_local() + num_local(); ++r)
+    out[std::to_string(r)] =
+        as_binary(policy::serialize_params(group->rank_layout(), group->share(r)));
+  return out;
+}
+
+nlohmann::json ep_trainer::impl::local_adam() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (int r = first_local(); r < first_local() + num_local(); ++r)
+    out[std::to_string(r)] = as_binary(ranks[r].opt->serialize());
+  return out;
+}
+
+status ep_trainer::impl::load_local_adam(const std::string& bytes) {
+  const int n = group->num_ranks();
+  std::vector<std::string> parts;
+  for (int r = first_local(); r < first_local() + num_local(); ++r) {
+    auto s = slice_adam_state(bytes, group->full_layout(), group->rank_layout(), r, n);
+    if (!s) return s.err();
+    parts.push_back(std::move(*s));
+  }
+  for (int k = 0; k < num_local(); ++k)
+    if (auto st = ranks[first_local() + k].opt->load(parts[k]); !st) return st;
+  return ok_status();
+}
+
+ep_trainer::ep_trainer(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+ep_trainer::~ep_trainer() {
+  if (impl_) stop_members();
+}
+
+result<std::unique_ptr<ep_trainer>> ep_trainer::create(
+    const config& cfg, const policy::model_config& model, const policy::grpo_config& grpo,
+    const policy::adam_config& adam, float temperature, int num_ranks, int64_t max_samples_per_step,
+    const ep_trainer_span* span) {
   if (grpo.kl_coef > 0)
     return error{errc::invalid_config,
                  "job.trainer_ep_ranks > 1 does not support grpo.kl_coef > 0 yet "
@@ -55,6 +160,21 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg,
   shape.num_ranks = num_ranks;
   shape.max_train_tokens = p->max_tokens_per_rank;
   shape.dense_collectives = true;
+  if (span) {
+    if (span->num_members * span->ranks_per_member != num_ranks || span->member_index < 0 ||
+        span->member_index >= span->num_members)
+      return error{errc::invalid_config,
+                   "trainer group: " + std::to_string(span->num_members) + " members x " +
+                       std::to_string(span->ranks_per_member) + " ranks is not " +
+                       std::to_string(num_ranks) + " ranks, or member " +
+                       std::to_string(span->member_index) + " is outside it"};
+    p->spanning = true;
+    p->span = *span;
+    shape.first_rank = span->member_index * span->ranks_per_member;
+    shape.num_local_ranks = span->ranks_per_member;
+    shape.make_bootstrap = span->make_bootstrap;
+  }
+  p->op_timeout_ms = cfg.get_int("fabric.op_timeout_ms");
   p->cfg = cfg;
   p->rank_model = rank_model;
   p->shape = shape;
@@ -77,6 +197,8 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(const config& cfg,
 result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& samples,
                                         const std::vector<double>& advantages) {
   impl& m = *impl_;
+  if (m.group->broken() && m.spanning)
+    return error{errc::peer_dead, "the trainer group across nodes is broken; it re-forms"};
   if (m.group->broken()) {
     // The shares and moments live on this side of the rank threads: take them over.
     auto params = serialize();
@@ -130,6 +252,15 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
                                                " tokens, over its bound " +
                                                std::to_string(m.max_tokens_per_rank)};
   }
+  if (auto st = m.command(encode_batch(samples, advantages)); !st) return st.err();
+  return m.run_step(samples, advantages);
+}
+
+result<ep_step_result> ep_trainer::impl::run_step(const std::vector<policy::sample>& samples,
+                                                  const std::vector<double>& advantages) {
+  impl& m = *this;
+  const int n = m.group->num_ranks();
+  const int64_t total = static_cast<int64_t>(samples.size());
   std::vector<ep_step_result> per_rank(n);
   auto st = m.group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
     auto& rs = m.ranks[ctx.rank];
@@ -191,16 +322,19 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
     return ok_status();
   });
   if (!st) return st.err();
+  // Figures of this process's ranks (a spanning group's other members keep theirs); the
+  // gradient norm is global.
   ep_step_result out;
-  out.grad_norm = per_rank[0].grad_norm;
+  out.grad_norm = per_rank[first_local()].grad_norm;
   int64_t tokens = 0;
-  for (const auto& r : per_rank) {
+  for (int k = first_local(); k < first_local() + num_local(); ++k) {
+    const auto& r = per_rank[k];
     out.update.grpo.clip_fraction += r.update.grpo.clip_fraction * double(r.update.grpo.num_tokens);
     out.update.grpo.mean_ratio += r.update.grpo.mean_ratio * double(r.update.grpo.num_tokens);
     out.update.grpo.loss += r.update.grpo.loss;  // the ranks' losses sum to the full loss
     tokens += r.update.grpo.num_tokens;
     out.update.aux_loss += r.update.aux_loss;
-    out.update.load_imbalance += r.update.load_imbalance / n;
+    out.update.load_imbalance += r.update.load_imbalance / num_local();
   }
   if (tokens > 0) {
     out.update.grpo.clip_fraction /= double(tokens);
@@ -220,32 +354,119 @@ status ep_trainer::break_group_for_test() {
   });
 }
 
-result<std::string> ep_trainer::serialize() const {
-  auto full = impl_->group->full_params();
-  if (!full) return full.err();
-  return policy::serialize_params(impl_->group->full_layout(), *full);
+namespace {
+
+// Every rank's bytes from the members' {rank: bytes} contributions.
+result<std::vector<std::string>> per_rank_bytes(const std::vector<std::string>& contributions,
+                                                int num_ranks) {
+  std::vector<std::string> out(num_ranks);
+  std::vector<bool> seen(num_ranks, false);
+  for (const auto& c : contributions) {
+    auto j = nlohmann::json::from_cbor(c, true, false);
+    if (!j.is_object())
+      return error{errc::malformed_message, "a trainer group member's shares did not decode"};
+    for (auto& [k, v] : j.items()) {
+      const int r = std::atoi(k.c_str());
+      if (r < 0 || r >= num_ranks || !v.is_binary() || seen[r])
+        return error{errc::malformed_message, "trainer group share of rank " + k + " is malformed"};
+      seen[r] = true;
+      out[r] = from_binary(v);
+    }
+  }
+  for (int r = 0; r < num_ranks; ++r)
+    if (!seen[r])
+      return error{errc::peer_dead, "trainer group: no share of rank " + std::to_string(r)};
+  return out;
 }
 
-status ep_trainer::load(const std::string& bytes) { return impl_->group->load(bytes); }
+}  // namespace
+
+result<std::string> ep_trainer::serialize() const {
+  impl& m = *impl_;
+  if (!m.leads()) {
+    auto full = m.group->full_params();
+    if (!full) return full.err();
+    return policy::serialize_params(m.group->full_layout(), *full);
+  }
+  if (auto st = m.command({{"op", "params"}}); !st) return st.err();
+  auto all = m.round(m.local_shares(), m.op_timeout_ms);
+  if (!all) return all.err();
+  auto bytes = per_rank_bytes(*all, m.group->num_ranks());
+  if (!bytes) return bytes.err();
+  std::vector<std::vector<float>> shares;
+  for (const auto& b : *bytes) {
+    auto f = policy::deserialize_params(b, &m.group->rank_layout());
+    if (!f) return f.err();
+    shares.push_back(std::move(*f));
+  }
+  auto full = assemble_params(m.group->full_layout(), m.group->rank_layout(), shares);
+  if (!full) return full.err();
+  return policy::serialize_params(m.group->full_layout(), *full);
+}
+
+status ep_trainer::load(const std::string& bytes) {
+  if (auto st = impl_->command({{"op", "load"}, {"bytes", as_binary(bytes)}}); !st) return st;
+  return impl_->group->load(bytes);
+}
 
 result<std::string> ep_trainer::serialize_adam() const {
+  impl& m = *impl_;
   std::vector<std::string> parts;
-  for (const auto& r : impl_->ranks) parts.push_back(r.opt->serialize());
-  return assemble_adam_state(parts, impl_->group->full_layout(), impl_->group->rank_layout());
+  if (!m.leads()) {
+    for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r)
+      parts.push_back(m.ranks[r].opt->serialize());
+  } else {
+    if (auto st = m.command({{"op", "adam"}}); !st) return st.err();
+    auto all = m.round(m.local_adam(), m.op_timeout_ms);
+    if (!all) return all.err();
+    auto bytes = per_rank_bytes(*all, m.group->num_ranks());
+    if (!bytes) return bytes.err();
+    parts = std::move(*bytes);
+  }
+  return assemble_adam_state(parts, m.group->full_layout(), m.group->rank_layout());
 }
 
 status ep_trainer::load_adam(const std::string& bytes) {
-  const int n = impl_->group->num_ranks();
-  std::vector<std::string> parts;
-  for (int r = 0; r < n; ++r) {
-    auto s =
-        slice_adam_state(bytes, impl_->group->full_layout(), impl_->group->rank_layout(), r, n);
-    if (!s) return s.err();
-    parts.push_back(std::move(*s));
+  if (auto st = impl_->command({{"op", "load_adam"}, {"bytes", as_binary(bytes)}}); !st) return st;
+  return impl_->load_local_adam(bytes);
+}
+
+void ep_trainer::stop_members() {
+  if (!impl_->leads() || impl_->members_stopped || impl_->group->broken()) return;
+  impl_->members_stopped = true;
+  (void)impl_->command({{"op", "stop"}});
+}
+
+status ep_trainer::serve() {
+  impl& m = *impl_;
+  if (!m.spanning || m.span.member_index == 0)
+    return error{errc::internal, "ep_trainer::serve: only a trainer group's members 1.. serve"};
+  // A member waits for commands as long as rank 0 waits for batches; the group's breaking
+  // (a member lost) ends the wait at once (the coordinator fails the round).
+  constexpr int64_t kCommandWaitMs = 3600 * 1000;
+  for (;;) {
+    auto r = m.round(nullptr, kCommandWaitMs);
+    if (!r) return r.err();
+    if (r->empty()) return error{errc::internal, "trainer group command round without rank 0"};
+    auto cmd = nlohmann::json::from_cbor((*r)[0], true, false);
+    const std::string op = cmd.is_object() ? cmd.value("op", "") : "";
+    if (op == "stop") return ok_status();
+    if (op == "step") {
+      auto batch = decode_batch(cmd);
+      if (!batch) return batch.err();
+      if (auto st = m.run_step(batch->first, batch->second); !st) return st.err();
+    } else if (op == "params" || op == "adam") {
+      auto all = m.round(op == "params" ? m.local_shares() : m.local_adam(), m.op_timeout_ms);
+      if (!all) return all.err();
+    } else if (op == "load" || op == "load_adam") {
+      if (!cmd.contains("bytes") || !cmd["bytes"].is_binary())
+        return error{errc::malformed_message, "trainer group " + op + " command without bytes"};
+      const std::string bytes = from_binary(cmd["bytes"]);
+      if (auto st = op == "load" ? m.group->load(bytes) : m.load_local_adam(bytes); !st) return st;
+    } else {
+      return error{errc::malformed_message, "trainer group: unknown command '" + op + "'"};
+    }
   }
-  for (int r = 0; r < n; ++r)
-    if (auto st = impl_->ranks[r].opt->load(parts[r]); !st) return st;
-  return ok_status();
 }
 
 }  // namespace moerl::job

@@ -19,6 +19,7 @@
 // Threading: one owner thread (the trainer actor).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@
 #include "policy/model.h"
 #include "policy/trainer.h"
 
+namespace moerl::fabric {
+class bootstrap;
+}
+
 namespace moerl::job {
 
 struct ep_step_result {
@@ -37,15 +42,29 @@ struct ep_step_result {
   double grad_norm = 0;         // global, before clipping
 };
 
+// The trainer's EP group spanning node processes (a trainer group across nodes, actors/job.h
+// trainer_group): member k's process holds global ranks k * ranks_per_member + [0,
+// ranks_per_member). Member 0's process drives: before each group operation it sends the
+// command (a step's batch, a parameter or optimiser gather, a load) to the other members
+// over members_allgather; they run serve(), which takes their part of each command.
+struct ep_trainer_span {
+  int member_index = 0;
+  int num_members = 1;
+  int ranks_per_member = 1;
+  // The fabric bootstrap of a global rank (the control plane's).
+  std::function<std::unique_ptr<fabric::bootstrap>(int rank)> make_bootstrap;
+  // All-gather of one contribution per member process, in member order.
+  std::function<result<std::vector<std::string>>(const std::string& mine, int64_t timeout_ms)>
+      members_allgather;
+};
+
 class ep_trainer {
  public:
   // max_samples_per_step bounds one step's batch (sizes the normal group's buffers).
-  static result<std::unique_ptr<ep_trainer>> create(const config& cfg,
-                                                    const policy::model_config& model,
-                                                    const policy::grpo_config& grpo,
-                                                    const policy::adam_config& adam,
-                                                    float temperature, int num_ranks,
-                                                    int64_t max_samples_per_step);
+  static result<std::unique_ptr<ep_trainer>> create(
+      const config& cfg, const policy::model_config& model, const policy::grpo_config& grpo,
+      const policy::adam_config& adam, float temperature, int num_ranks,
+      int64_t max_samples_per_step, const ep_trainer_span* span = nullptr);
   ~ep_trainer();
 
   // grpo.epochs passes over the batch; at least num_ranks samples. A step that failed
@@ -55,6 +74,12 @@ class ep_trainer {
   // the state before the failed step).
   result<ep_step_result> step(const std::vector<policy::sample>& samples,
                               const std::vector<double>& advantages);
+
+  // A member other than member 0 of a spanning group: takes its part in every command member
+  // 0 sends, until it sends stop (ok) or the group breaks (the error).
+  status serve();
+  // Member 0: tells the other members to leave serve() (the destructor does it too).
+  void stop_members();
 
   // Tests only: breaks the group the way a dying peer does (the last rank fails while the
   // others wait in a dense all-reduce until fabric.op_timeout_ms); returns that failure.

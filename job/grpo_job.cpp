@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
+#include "job/group_bootstrap.h"
 #include "job/modpow_job.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
@@ -243,23 +244,45 @@ class policy_reward final : public actors::reward_function {
 
 // ---- trainer ------------------------------------------------------------------------------
 
+// The EP trainer of job.trainer_ep_ranks rank threads, or this member's part of the trainer
+// group across nodes (group.num_members() x job.trainer_ep_ranks ranks).
+result<std::unique_ptr<ep_trainer>> make_ep_trainer(const std::shared_ptr<job_setup>& s,
+                                                    actors::trainer_group* group) {
+  // Batches arrive a work unit at a time, so a step may hold up to one unit more than an
+  // iteration; twice an iteration's samples bounds it with room to spare.
+  const int64_t max_samples = 2 * s->cfg.get_int("actors.units_per_iteration") *
+                              s->cfg.get_int("actors.groups_per_unit") * s->grpo.group_size;
+  if (!group)
+    return ep_trainer::create(s->cfg, s->model, s->grpo, s->adam, s->temperature,
+                              s->trainer_ep_ranks, max_samples);
+  const auto span = trainer_span_of(*group);
+  return ep_trainer::create(s->cfg, s->model, s->grpo, s->adam, s->temperature,
+                            span.num_members * span.ranks_per_member, max_samples, &span);
+}
+
 class grpo_trainer final : public actors::trainer_step {
  public:
   explicit grpo_trainer(std::shared_ptr<job_setup> s) : s_(std::move(s)) {}
 
-  status init() {
+  // `group`: the trainer group across nodes this member drives (member 0), or null.
+  status init(actors::trainer_group* group) {
     const auto& cfg = s_->cfg;
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
     checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
-    if (s_->trainer_ep_ranks > 1) {
-      // Batches arrive a work unit at a time, so a step may hold up to one unit more than
-      // an iteration; twice an iteration's samples bounds it with room to spare.
-      const int64_t max_samples = 2 * int64_t(groups_per_step_) * s_->grpo.group_size;
-      auto t = ep_trainer::create(cfg, s_->model, s_->grpo, s_->adam, s_->temperature,
-                                  s_->trainer_ep_ranks, max_samples);
+    if (s_->trainer_ep_ranks > 1 || group) {
+      auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
       ep_ = std::move(*t);
+      if (group) {
+        // A trainer group checkpoints every version it publishes, and a (re-)formed group
+        // restores the newest one: the last published weights plus the optimiser state
+        // (RUNTIME.md, "Groups across nodes").
+        checkpoint_every_ = 1;
+        auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
+        if (have) return resume_from(s_->prefix);
+        if (have.err().code != errc::not_found) return have.err();
+      }
       const std::string resume = cfg.get_string("job.resume_from");
       if (!resume.empty()) return resume_from(resume);
       return {};
@@ -281,6 +304,20 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   uint64_t version() const override { return version_; }
+
+  void adopt_held(actors::trainer_step& previous) override {
+    auto* prev = dynamic_cast<grpo_trainer*>(&previous);
+    if (!prev || prev->pending_.empty()) return;
+    logger("trainer")->info("took over {} held group(s) of the previous trainer group",
+                            prev->pending_groups_);
+    pending_ = std::move(prev->pending_);
+    pending_groups_ = prev->pending_groups_;
+    generate_us_ = prev->generate_us_;
+    reward_us_ = prev->reward_us_;
+    first_batch_ = prev->first_batch_;
+    prev->pending_.clear();
+    prev->pending_groups_ = 0;
+  }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
     actors::train_result out;
@@ -509,10 +546,17 @@ class grpo_job final : public actors::job {
     if (!rm) return rm.err();
     return std::unique_ptr<actors::reward_function>(new policy_reward(s_, std::move(*rm)));
   }
-  result<std::unique_ptr<actors::trainer_step>> make_trainer(actors::trainer_ranks&) override {
+  result<std::unique_ptr<actors::trainer_step>> make_trainer(
+      actors::trainer_ranks& ranks) override {
     auto t = std::make_unique<grpo_trainer>(s_);
-    if (auto st = t->init(); !st) return st.err();
+    if (auto st = t->init(ranks.group()); !st) return st.err();
     return std::unique_ptr<actors::trainer_step>(std::move(t));
+  }
+  status serve_trainer_member(actors::trainer_ranks& ranks) override {
+    if (!ranks.group()) return error{errc::internal, "serve_trainer_member without a group"};
+    auto t = make_ep_trainer(s_, ranks.group());
+    if (!t) return t.err();
+    return (*t)->serve();
   }
 
  private:

@@ -8,7 +8,8 @@
 namespace moerl::job {
 
 struct rank_threads::impl {
-  int num_ranks = 0;
+  int num_ranks = 0;   // ranks this process runs
+  int first_rank = 0;  // the global rank of the first
   std::function<status(fabric::bootstrap&)> setup;
   std::function<void(int)> teardown;
 
@@ -22,10 +23,16 @@ struct rank_threads::impl {
   std::vector<status> task_status;  // [rank]
   bool stop = false;
   bool broken = false;
-  std::thread launcher;  // runs fabric::launch_threads, which blocks
+  std::thread launcher;              // runs fabric::launch_threads, which blocks
+  std::vector<std::thread> spanned;  // or: one thread per rank of a group across processes
+
+  void join_threads() {
+    if (launcher.joinable()) launcher.join();
+    for (auto& t : spanned) t.join();
+  }
 
   int rank_body(fabric::bootstrap& b) {
-    const int rank = b.rank();
+    const int rank = b.rank() - first_rank;  // this process's index of the rank
     status st = setup(b);
     {
       std::lock_guard<std::mutex> g(mu);
@@ -34,7 +41,7 @@ struct rank_threads::impl {
     }
     cv.notify_all();
     if (!st) {
-      teardown(rank);
+      teardown(b.rank());
       return 1;
     }
     uint64_t seen = 0;
@@ -47,7 +54,7 @@ struct rank_threads::impl {
         seen = task_generation;
         fn = task;
       }
-      status s = fn(rank);
+      status s = fn(b.rank());
       {
         std::lock_guard<std::mutex> g(mu);
         task_status[rank] = s;
@@ -57,7 +64,7 @@ struct rank_threads::impl {
     }
     // Leave together: a peer may still be writing into this rank's buffers.
     auto done = b.allgather(fabric::all_members(b), "", 30000);
-    teardown(rank);
+    teardown(b.rank());
     return done ? 0 : 1;
   }
 };
@@ -66,19 +73,26 @@ rank_threads::rank_threads(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 result<std::unique_ptr<rank_threads>> rank_threads::start(
     int num_ranks, std::function<status(fabric::bootstrap&)> setup,
-    std::function<void(int rank)> teardown) {
+    std::function<void(int rank)> teardown, int first_rank, bootstrap_maker make_bootstrap) {
   if (num_ranks < 1) return error{errc::invalid_argument, "rank_threads: num_ranks must be >= 1"};
   auto p = std::make_unique<impl>();
   p->num_ranks = num_ranks;
+  p->first_rank = first_rank;
   p->setup = std::move(setup);
   p->teardown = std::move(teardown);
   p->setup_status.resize(num_ranks);
   p->task_status.resize(num_ranks);
   impl* raw = p.get();
-  p->launcher = std::thread([raw] {
-    fabric::launch_threads(raw->num_ranks,
-                           [raw](fabric::bootstrap& b) { return raw->rank_body(b); });
-  });
+  if (make_bootstrap) {
+    for (int r = 0; r < num_ranks; ++r)
+      p->spanned.emplace_back([raw, b = std::shared_ptr<fabric::bootstrap>(
+                                        make_bootstrap(first_rank + r))] { raw->rank_body(*b); });
+  } else {
+    p->launcher = std::thread([raw] {
+      fabric::launch_threads(raw->num_ranks,
+                             [raw](fabric::bootstrap& b) { return raw->rank_body(b); });
+    });
+  }
   {
     std::unique_lock<std::mutex> g(raw->mu);
     raw->cv.wait(g, [&] { return raw->num_set_up == raw->num_ranks; });
@@ -91,8 +105,8 @@ result<std::unique_ptr<rank_threads>> rank_threads::start(
         raw->stop = true;
       }
       raw->cv.notify_all();
-      raw->launcher.join();
-      return error{e.code, "rank " + std::to_string(r) + " setup: " + e.message};
+      raw->join_threads();
+      return error{e.code, "rank " + std::to_string(first_rank + r) + " setup: " + e.message};
     }
   }
   return std::unique_ptr<rank_threads>(new rank_threads(std::move(p)));
@@ -104,7 +118,7 @@ rank_threads::~rank_threads() {
     impl_->stop = true;
   }
   impl_->cv.notify_all();
-  impl_->launcher.join();
+  impl_->join_threads();
 }
 
 int rank_threads::num_ranks() const { return impl_->num_ranks; }
@@ -126,7 +140,7 @@ status rank_threads::run(const std::function<status(int rank)>& task) {
     if (!impl_->task_status[r]) {
       impl_->broken = true;
       const error& e = impl_->task_status[r].err();
-      return error{e.code, "rank " + std::to_string(r) + ": " + e.message};
+      return error{e.code, "rank " + std::to_string(impl_->first_rank + r) + ": " + e.message};
     }
   }
   return ok_status();

@@ -25,9 +25,17 @@ class rank_threads {
  public:
   // Starts num_ranks threads and waits until every setup returned. A failed setup (any
   // rank) is the error of the lowest failing rank; the threads are gone by then.
+  //
+  // A group spanning processes (a trainer group across nodes): this process runs the
+  // num_ranks ranks first_rank.. of a larger group, each thread with the bootstrap
+  // make_bootstrap(rank) gives (the control plane's, actors/node_group_member.h); setup,
+  // teardown and every task see global ranks. Without make_bootstrap the ranks are the
+  // whole group (fabric::launch_threads).
+  using bootstrap_maker = std::function<std::unique_ptr<fabric::bootstrap>(int rank)>;
   static result<std::unique_ptr<rank_threads>> start(
       int num_ranks, std::function<status(fabric::bootstrap&)> setup,
-      std::function<void(int rank)> teardown);
+      std::function<void(int rank)> teardown, int first_rank = 0,
+      bootstrap_maker make_bootstrap = nullptr);
   ~rank_threads();
 
   int num_ranks() const;

@@ -1,0 +1,155 @@
+#include "actors/node_group_member.h"
+
+#include <chrono>
+#include <sstream>
+
+#include <caf/all.hpp>
+
+#include "actors/atoms.h"
+#include "actors/role_loops.h"
+#include "common/log.h"
+#include "common/rate_limited_log.h"
+
+namespace moerl::actors {
+
+group_fingerprint trainer_group_fingerprint(const config& cfg) {
+  group_fingerprint f;
+  for (const char* k :
+       {"policy.d_model", "policy.num_layers", "policy.num_heads", "policy.num_experts",
+        "policy.top_k", "policy.ffn_dim", "policy.max_seq_len"})
+    f.model_shape += std::string(f.model_shape.empty() ? "" : " ") + (k + 7) + "=" +
+                     std::to_string(cfg.get_int(k));
+  // FNV-1a over the keys every member must share (node.* and the like may differ).
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [key, value] : cfg.values()) {
+    bool shared = false;
+    for (const char* prefix : {"policy.", "job.", "grpo.", "trainer.", "actors.trainer"})
+      shared = shared || key.rfind(prefix, 0) == 0;
+    if (!shared) continue;
+    for (char c : key + "=" + value + "\n")
+      h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  std::ostringstream hex;
+  hex << std::hex << h;
+  f.config_hash = hex.str();
+  f.version = MOERL_VERSION;
+  return f;
+}
+
+namespace {
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// The coordinator's view reply: [] while forming, else [group, incarnation, member index,
+// size, ranks per node, member names...].
+std::optional<group_view> parse_view(const std::vector<std::string>& r) {
+  if (r.size() < 5) return std::nullopt;
+  group_view v;
+  v.group = r[0];
+  v.incarnation = std::stoull(r[1]);
+  v.member_index = static_cast<uint32_t>(std::stoul(r[2]));
+  v.group_size = static_cast<uint32_t>(std::stoul(r[3]));
+  v.ranks_per_node = static_cast<uint32_t>(std::stoul(r[4]));
+  v.members.assign(r.begin() + 5, r.end());
+  return v;
+}
+
+std::optional<group_view> ask_view(caf::blocking_actor* self, node_context& ctx, bool* answered) {
+  std::optional<group_view> out;
+  *answered = false;
+  auto c = ctx.coordinator();
+  if (!c) return out;
+  self->request(c, std::chrono::milliseconds(ctx.cp.request_timeout_ms), gview_atom::value, ctx.id)
+      .receive(
+          [&](const std::vector<std::string>& r) {
+            *answered = true;
+            out = parse_view(r);
+          },
+          [&](caf::error&) {});
+  return out;
+}
+
+}  // namespace
+
+std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_context& ctx) {
+  auto log = logger("trainer");
+  rate_limited_log refusals(
+      "trainer group " + ctx.cfg.get_string("trainer.group"),
+      [log](const std::string& line) { log->warn("{}", line); }, std::chrono::seconds(5));
+  const auto fp = trainer_group_fingerprint(ctx.cfg);
+  const auto size = static_cast<uint32_t>(ctx.cfg.get_int("trainer.group_size"));
+  const auto rpn = static_cast<uint32_t>(ctx.cfg.get_int("job.trainer_ep_ranks"));
+  bool joined = false;
+  while (mailbox_ok(self, ctx, joined ? 100 : 0)) {
+    if (ctx.draining()) return std::nullopt;
+    if (!joined) {
+      auto st = call_coordinator(
+          self, ctx,
+          caf::make_message(gjoin_atom::value, ctx.id, ctx.cfg.get_string("trainer.group"),
+                            std::string(to_string(ctx.role)), size, rpn, fp.model_shape,
+                            fp.config_hash, fp.version));
+      if (!st) {
+        refusals.note("join refused", st.err().message);
+        if (!mailbox_ok(self, ctx, 500)) return std::nullopt;
+        continue;
+      }
+      joined = true;
+    }
+    bool answered = false;
+    if (auto v = ask_view(self, ctx, &answered)) return v;
+  }
+  return std::nullopt;
+}
+
+group_member_link::group_member_link(caf::actor_system& sys, std::shared_ptr<node_context> ctx,
+                                     group_view v)
+    : sys_(sys), ctx_(std::move(ctx)), view_(std::move(v)) {}
+
+result<std::vector<std::string>> group_member_link::allgather(const std::string& channel,
+                                                              const std::vector<int>& participants,
+                                                              int self, const std::string& mine,
+                                                              int64_t timeout_ms) {
+  auto c = ctx_->coordinator();
+  if (!c) return error{errc::peer_dead, "group all-gather: not connected to the coordinator"};
+  caf::scoped_actor me{sys_};
+  result<std::vector<std::string>> out =
+      error{errc::timeout, "group " + view_.group + " all-gather on " + channel +
+                               " got no reply in " + std::to_string(timeout_ms) + " ms"};
+  me->request(c, std::chrono::milliseconds(timeout_ms), ggather_atom::value, ctx_->id,
+              view_.incarnation, channel, join_ints(participants), static_cast<int32_t>(self), mine)
+      .receive(
+          [&](std::vector<std::string>& all) { out = std::move(all); },
+          [&](caf::error& e) {
+            if (e == caf::sec::request_timeout) return;
+            out = error{errc::peer_dead, "group " + view_.group + " all-gather: " + sys_.render(e)};
+          });
+  return out;
+}
+
+bool group_member_link::still_current() {
+  caf::scoped_actor me{sys_};
+  bool answered = false;
+  auto v = ask_view(me.ptr(), *ctx_, &answered);
+  if (!answered) return true;
+  return v && v->incarnation == view_.incarnation;
+}
+
+void group_member_link::report_failure(const std::string& cause) {
+  if (auto c = ctx_->coordinator()) {
+    caf::scoped_actor me{sys_};
+    me->send(c, gfailed_atom::value, ctx_->id, view_.incarnation, cause);
+  }
+}
+
+void group_member_link::report_restored(uint64_t version) {
+  if (auto c = ctx_->coordinator()) {
+    caf::scoped_actor me{sys_};
+    me->send(c, grestored_atom::value, ctx_->id, view_.incarnation, version);
+  }
+}
+
+}  // namespace moerl::actors

@@ -1,0 +1,57 @@
+// A node's side of a group that spans node processes (node_group_core.h is the coordinator's):
+// joining the node's trainer group and waiting for it to form, and the member's link, which
+// carries the group's all-gathers (the fabric bootstrap, the members' step commands) to the
+// coordinator. Each call is its own scoped actor, so rank threads (not actors) call it too.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <caf/fwd.hpp>
+
+#include "actors/job.h"
+#include "actors/node_context.h"
+#include "actors/node_group_core.h"
+
+namespace moerl::actors {
+
+// What the members of a trainer group must agree on, from the node's config: the policy's
+// dimensions, a hash of the policy / job / grpo / trainer keys, and moerl's version.
+group_fingerprint trainer_group_fingerprint(const config& cfg);
+
+// Joins the node's trainer group (trainer.group, trainer.group_size x job.trainer_ep_ranks)
+// and waits until it formed. A refusal (a differing member, a formed group still running)
+// is logged and retried every 500 ms: the group keeps waiting for a good member, and a
+// replacement waits for the group to break. nullopt when the loop must end (stop, drain).
+std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_context& ctx);
+
+class group_member_link final : public trainer_group {
+ public:
+  group_member_link(caf::actor_system& sys, std::shared_ptr<node_context> ctx, group_view v);
+
+  uint32_t member_index() const override { return view_.member_index; }
+  uint32_t num_members() const override { return view_.group_size; }
+  uint32_t ranks_per_member() const override { return view_.ranks_per_node; }
+  uint64_t incarnation() const override { return view_.incarnation; }
+  result<std::vector<std::string>> allgather(const std::string& channel,
+                                             const std::vector<int>& participants, int self,
+                                             const std::string& mine, int64_t timeout_ms) override;
+
+  const group_view& view() const { return view_; }
+  // False once the coordinator's group has moved past this incarnation (a member was lost);
+  // true also when the coordinator did not answer (its loss is the node agent's business).
+  bool still_current();
+  // This member's group work failed (e.g. a peer timed out mid-step): the coordinator breaks
+  // the incarnation, so every member stops and the group re-forms.
+  void report_failure(const std::string& cause);
+  // Rank 0 restored the re-formed group's state at `version` (the report's restored_version).
+  void report_restored(uint64_t version);
+
+ private:
+  caf::actor_system& sys_;
+  std::shared_ptr<node_context> ctx_;
+  group_view view_;
+};
+
+}  // namespace moerl::actors

@@ -1,0 +1,42 @@
+#include "job/group_bootstrap.h"
+
+namespace moerl::job {
+namespace {
+
+class group_bootstrap final : public fabric::bootstrap {
+ public:
+  group_bootstrap(actors::trainer_group& g, int rank) : g_(g), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(g_.num_members() * g_.ranks_per_member()); }
+  result<std::vector<std::string>> allgather(const std::vector<int>& members,
+                                             const std::string& mine, int64_t timeout_ms) override {
+    return g_.allgather("fabric", members, rank_, mine, timeout_ms);
+  }
+
+ private:
+  actors::trainer_group& g_;
+  const int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<fabric::bootstrap> make_group_bootstrap(actors::trainer_group& group, int rank) {
+  return std::make_unique<group_bootstrap>(group, rank);
+}
+
+ep_trainer_span trainer_span_of(actors::trainer_group& group) {
+  ep_trainer_span s;
+  s.member_index = static_cast<int>(group.member_index());
+  s.num_members = static_cast<int>(group.num_members());
+  s.ranks_per_member = static_cast<int>(group.ranks_per_member());
+  s.make_bootstrap = [&group](int rank) { return make_group_bootstrap(group, rank); };
+  std::vector<int> members;
+  for (int m = 0; m < s.num_members; ++m) members.push_back(m);
+  s.members_allgather = [&group, members](const std::string& mine, int64_t timeout_ms) {
+    return group.allgather("members", members, static_cast<int>(group.member_index()), mine,
+                           timeout_ms);
+  };
+  return s;
+}
+
+}  // namespace moerl::job

@@ -1,0 +1,20 @@
+// The trainer group across nodes (actors/job.h trainer_group) as the EP trainer uses it: the
+// fabric bootstrap of one global rank over the group's "fabric" all-gather channel (the
+// control plane carries the address exchange), and the span of ranks this member holds.
+#pragma once
+
+#include <memory>
+
+#include "actors/job.h"
+#include "fabric/bootstrap.h"
+#include "job/ep_trainer.h"
+
+namespace moerl::job {
+
+// Rank `rank`'s bootstrap among all the group's ranks (num_members x ranks_per_member).
+std::unique_ptr<fabric::bootstrap> make_group_bootstrap(actors::trainer_group& group, int rank);
+
+// Member group.member_index()'s span; the group must outlive the trainer built from it.
+ep_trainer_span trainer_span_of(actors::trainer_group& group);
+
+}  // namespace moerl::job
