@@ -137,6 +137,9 @@ class coordinator_core {
   bool flush_due() const { return flush_due_; }
   const std::map<std::string, node_record>& nodes() const { return nodes_; }
   ledger::work_ledger& ledger() { return *ledger_; }
+  const ledger::work_ledger& ledger() const { return *ledger_; }
+  // Every interruption recorded so far (the report's and the console's interruption log).
+  const nlohmann::json& interruptions() const { return interruptions_; }
   uint64_t current_policy_version() const { return policy_version_; }
 
  private:

@@ -92,6 +92,21 @@ result<std::string> own_console_address(const cluster_options& o, const config& 
   return "tcp://127.0.0.1:" + std::to_string(*port);
 }
 
+// The HTTP console address of a new run, by the same rule: the config's when free; a free
+// port on 127.0.0.1 when the config's is the default and taken; else an error. "" (off) stays.
+result<std::string> own_http_address(const config& cfg) {
+  const std::string wanted = cfg.get_string("console.http_address");
+  if (wanted.empty() || console_address_free("tcp://" + wanted)) return wanted;
+  if (wanted != find_key("console.http_address")->default_value) {
+    return error(errc::invalid_argument, "the HTTP console address " + wanted +
+                                             " is in use (another moerl up?); give a free one "
+                                             "with --set console.http_address=HOST:PORT");
+  }
+  auto port = free_tcp_port();
+  if (!port) return port.err();
+  return "127.0.0.1:" + std::to_string(*port);
+}
+
 }  // namespace
 
 result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts) {
@@ -104,6 +119,10 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   c->console_ = *console;
   c->token_ = cfg->get_string("console.token");
   c->opts_.overrides.push_back("console.address=" + c->console_);
+  auto http = own_http_address(*cfg);
+  if (!http) return http.err();
+  c->http_ = *http;
+  c->opts_.overrides.push_back("console.http_address=" + c->http_);
   auto port = free_tcp_port();
   if (!port) return port.err();
   c->join_ = "127.0.0.1:" + std::to_string(*port);

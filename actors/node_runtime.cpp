@@ -12,6 +12,7 @@
 #include "actors/atoms.h"
 #include "actors/console_server.h"
 #include "actors/coordinator.h"
+#include "actors/http_console.h"
 #include "actors/imds_poller.h"
 #include "actors/interruption.h"
 #include "actors/node_agent.h"
@@ -103,12 +104,19 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
     return 2;
   }
   log->info("console on {}", (*console)->address());
+  auto http = start_http_console(sys, coord, cfg, static_cast<int>(cp.request_timeout_ms));
+  if (!http) {
+    log->error("{}", http.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
   relay.set([coord](int sig) {
     logger("node")->warn(
         "signal {}: coordinator stops (the ledger is durable; a restart recovers it)", sig);
     caf::anon_send(coord, shutdown_atom::value);
   });
   wait_for(sys, coord);
+  if (*http) (*http)->stop();
   (*console)->stop();
   relay.set([](int) {});
   return 0;

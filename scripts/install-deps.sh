@@ -14,6 +14,7 @@ DEBIAN_PACKAGES=(
   libopenblas-dev libcurl4-openssl-dev
   python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml
   openssl iproute2 procps
+  prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
 )
 
 # Python packages from PyPI, installed for Debian's /usr/bin/python3.
