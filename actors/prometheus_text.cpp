@@ -106,7 +106,8 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
         "samples handed to a trainer more than once (must be 0)", num(acct, "duplicated"));
   w.family("moerl_samples_dropped_total", "counter",
            "dispatched sample slots that ended uncommitted, by reason");
-  for (const auto& [reason, n] : acct.value("dropped", json::object()).items())
+  const json dropped = acct.value("dropped", json::object());  // items() must not outlive it
+  for (const auto& [reason, n] : dropped.items())
     w.sample(n.is_number() ? n.get<double>() : 0.0, {{"reason", reason}});
   w.one("moerl_accounting_invariant_ok", "gauge", "1 while the accounting invariant holds",
         status.value("invariant_ok", false) ? 1 : 0);
@@ -175,7 +176,8 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
   // The autoscaling signal (RUNTIME.md).
   const json in = autoscale.value("inputs", json::object());
   w.family("moerl_desired_replicas", "gauge", "replicas the autoscaling signal asks for, by role");
-  for (const auto& [role, n] : autoscale.value("desired_replicas", json::object()).items())
+  const json desired = autoscale.value("desired_replicas", json::object());
+  for (const auto& [role, n] : desired.items())
     w.sample(n.is_number() ? n.get<double>() : 0.0, {{"role", role}});
   w.one("moerl_replacement_seconds", "gauge",
         "mean time from a node's loss to its replacement being productive (-1: none yet)",
