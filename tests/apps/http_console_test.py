@@ -72,12 +72,12 @@ def expect_error(h, code, path, token=VIEWER, **kw):
 
 
 class up_run:
-    def __init__(self, moerl, cwd):
+    def __init__(self, moerl, cwd, run_dir):
         # Its own session: the nodes inherit its process group, so the end of the test can
         # stop the whole cluster with one killpg.
         self.p = subprocess.Popen(
             [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", "900",
-             "--run-dir", os.path.join(cwd, "runs"), *SMALL],
+             "--run-dir", run_dir, *SMALL],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
         self.lines = []
@@ -337,7 +337,10 @@ def main(moerl, artifacts):
     for tool in ("promtool", "chromium"):
         assert shutil.which(tool), f"{tool} missing: run scripts/install-deps.sh"
     with tempfile.TemporaryDirectory() as tmp:
-        up = up_run(moerl, tmp)
+        # The run's logs stay with the screenshots (a failure's evidence).
+        run_dir = os.path.join(artifacts, "runs")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        up = up_run(moerl, tmp, run_dir)
         try:
             dash = wait_for("the dashboard line", lambda: up.find(r"dashboard at http://([^/]+)/"))
             zmq = wait_for("the console line", lambda: up.find(r"console at (tcp://\S+)")).group(1)
