@@ -199,7 +199,7 @@ json http_console::autoscale(const json& snapshot) {
   return autoscale_json(snapshot, tracker_, now);
 }
 
-// Watches the nodes twice a second for the autoscaling signal's replacement times (a request
+// Watches the nodes once a second for the autoscaling signal's replacement times (a request
 // for /metrics or /api/v1/autoscale also looks, so a scrape is never older than its reply).
 void http_console::sample() {
   while (!stop_) {
@@ -277,6 +277,16 @@ void http_console::routes() {
     auto [code, snap] = ask("snapshot");
     if (code != 200) return send_json(res, code, snap);
     send_json(res, 200, autoscale(snap));
+  });
+  // The page's one poll: the snapshot with the signal and the trace made from it, so a
+  // refresh costs the coordinator one request, not three.
+  srv.Get("/api/v1/dashboard", [this, viewer](const httplib::Request& req, httplib::Response& res) {
+    if (!viewer(req, res)) return;
+    auto [code, snap] = ask("snapshot");
+    if (code != 200) return send_json(res, code, snap);
+    json out{{"autoscale", autoscale(snap)}, {"trace", chrome_trace(snap)}};
+    out["snapshot"] = std::move(snap);
+    send_json(res, 200, out);
   });
   srv.Get("/api/v1/trace", [this, viewer](const httplib::Request& req, httplib::Response& res) {
     if (!viewer(req, res)) return;

@@ -254,7 +254,8 @@ function drawLedger(l) {
 async function poll() {
   const live = $("live");
   try {
-    const [snap, scale, trace] = await Promise.all([api("/api/v1/snapshot"), api("/api/v1/autoscale"), api("/api/v1/trace")]);
+    const d = await api("/api/v1/dashboard");
+    const snap = d.snapshot, scale = d.autoscale, trace = d.trace;
     drawOverview(snap, scale);
     drawNodes(snap.nodes);
     drawTimeline(trace);

@@ -120,11 +120,11 @@ def check_api(h, zmq, moerl):
     for path, kind in (("/", "text/html"), ("/app.js", "javascript"), ("/style.css", "text/css")):
         got, headers, raw = h.call(path)
         assert got == 200 and kind in headers["Content-Type"] and raw, (path, got)
-    assert b"/api/v1/snapshot" in h.call("/app.js")[2]
+    assert b"/api/v1/dashboard" in h.call("/app.js")[2]
 
     views = {}
     for v in ("status", "nodes", "report", "iterations", "interruptions", "ledger", "snapshot",
-              "autoscale", "trace", "planes", "whoami"):
+              "autoscale", "trace", "planes", "whoami", "dashboard"):
         code, views[v] = h.json("/api/v1/" + v)
         assert code == 200, (v, code, views[v])
     assert h.json("/api/v1/whoami", OPERATOR)[1] == {"role": "operator"}
@@ -144,18 +144,21 @@ def check_api(h, zmq, moerl):
     assert sum(led["by_state"].values()) == led["num_units"] > 0, led["by_state"]
     snap = views["snapshot"]
     assert set(snap) == {"status", "nodes", "iterations", "interruptions", "ledger"}, snap.keys()
+    assert set(views["dashboard"]) == {"snapshot", "autoscale", "trace"}, views["dashboard"].keys()
     scale = views["autoscale"]
     assert scale["desired_replicas"]["rollout"] >= 1 and "formula" in scale, scale
 
     # The ZeroMQ console's verbs agree: same views, and the iteration it saw lies between two
     # HTTP reads of it.
     for verb in ("status", "nodes", "iterations", "interruptions", "ledger", "snapshot"):
-        before = h.json("/api/v1/" + verb)[1]
+        code, before = h.json("/api/v1/" + verb)
+        assert code == 200, (verb, code, before)
         r = subprocess.run([moerl, "console", "--connect", zmq, verb, "--json"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (verb, r.stdout, r.stderr)
         z = json.loads(r.stdout)
-        after = h.json("/api/v1/" + verb)[1]
+        code, after = h.json("/api/v1/" + verb)
+        assert code == 200, (verb, code, after)
         if isinstance(z, dict):
             assert set(z) == set(before) == set(after), (verb, set(z) ^ set(before))
         else:
