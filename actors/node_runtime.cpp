@@ -96,6 +96,13 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
   }
   log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound,
             cp.tls ? " (TLS)" : "");
+  // The HTTP console first: whoever sees the ZeroMQ console answer (moerl up) finds it bound.
+  auto http = start_http_console(sys, coord, cfg, static_cast<int>(cp.request_timeout_ms));
+  if (!http) {
+    log->error("{}", http.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
   auto console = console_server::start(sys, coord, cfg.get_string("console.address"),
                                        static_cast<int>(cp.request_timeout_ms));
   if (!console) {
@@ -104,12 +111,6 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
     return 2;
   }
   log->info("console on {}", (*console)->address());
-  auto http = start_http_console(sys, coord, cfg, static_cast<int>(cp.request_timeout_ms));
-  if (!http) {
-    log->error("{}", http.err().to_string());
-    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-    return 2;
-  }
   relay.set([coord](int sig) {
     logger("node")->warn(
         "signal {}: coordinator stops (the ledger is durable; a restart recovers it)", sig);
