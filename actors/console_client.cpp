@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "actors/status_snapshot.h"
 #include "common/yaml_scalar.h"
 #include "ledger/zmq_check.h"
 
@@ -45,7 +46,7 @@ status check_console_request(const messages::admin_request& req) {
     return ok_status();
   };
   bool takes_deadline = false;
-  if (cmd == "status" || cmd == "nodes" || cmd == "report" || cmd == "shutdown") {
+  if (is_view_verb(cmd) || cmd == "shutdown") {
     if (auto st = no_args(); !st) return st;
   } else if (cmd == "inject") {
     const std::string kind = args.empty() ? "" : args[0];
@@ -58,8 +59,7 @@ status check_console_request(const messages::admin_request& req) {
     if (auto st = one_node("drain", args.size()); !st) return st;
     takes_deadline = true;
   } else {
-    return error(errc::unknown_command,
-                 "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
+    return error(errc::unknown_command, "unknown command '" + cmd + "' (" + kConsoleVerbs + ")");
   }
   for (const auto& [name, value] : req.options) {
     if (name != "deadline") return error(errc::invalid_argument, "unknown option '" + name + "'");

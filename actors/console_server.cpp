@@ -4,7 +4,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/atoms.h"
+#include "actors/admin_call.h"
 #include "common/log.h"
 #include "ledger/zmq_check.h"
 #include "messages/admin.h"
@@ -73,15 +73,7 @@ void console_server::serve() {
       r.err = moerl::error(decoded.err().code, "console request: " + decoded.err().message);
       reply = messages::encode(r);
     } else {
-      self->request(coordinator_, std::chrono::milliseconds(timeout_ms_), admin_atom::value, req)
-          .receive([&](std::string& r) { reply = std::move(r); },
-                   [&](caf::error& e) {
-                     messages::admin_reply r;
-                     r.request_id = decoded->request_id;
-                     r.err = moerl::error(errc::timeout,
-                                          "coordinator did not answer: " + sys_->render(e));
-                     reply = messages::encode(r);
-                   });
+      reply = ask_coordinator(self, coordinator_, req, decoded->request_id, timeout_ms_);
     }
     if (zmq_send(sock_, reply.data(), reply.size(), 0) == -1)
       log->warn("console reply not sent: {}", zmq_strerror(zmq_errno()));

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "actors/interruption.h"
+#include "actors/status_snapshot.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -606,9 +607,10 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
                                rec);  // a later notice to a draining node keeps the first record
     }
     body = {{"node", n->name}, {"id", n->id}, {"action", what}, {"deadline_unix_ms", deadline}};
+  } else if (auto view = snapshot_view(*this, cmd)) {
+    body = std::move(*view);  // iterations | interruptions | ledger | snapshot
   } else {
-    return fail(errc::unknown_command,
-                "unknown command '" + cmd + "' (status|nodes|inject|drain|report|shutdown)");
+    return fail(errc::unknown_command, "unknown command '" + cmd + "' (" + kConsoleVerbs + ")");
   }
   rep.ok = true;
   rep.body_json = body.dump();

@@ -143,6 +143,9 @@ class coordinator_core {
   node_group_core& groups() { return groups_; }
   const node_group_core& groups() const { return groups_; }
   int64_t now_ms() const { return clock_.now_ms(); }
+  const ledger::work_ledger& ledger() const { return *ledger_; }
+  // Every interruption recorded so far (the report's and the console's interruption log).
+  const nlohmann::json& interruptions() const { return interruptions_; }
   uint64_t current_policy_version() const { return policy_version_; }
 
  private:

@@ -82,20 +82,45 @@ bool console_address_free(const std::string& zmq_address) {
 
 namespace {
 
-// The console address of a new run (see cluster_options::console): never one another job's
-// coordinator answers on, or this run would report (and inject into) that job.
-result<std::string> own_console_address(const cluster_options& o, const config& cfg) {
-  const std::string wanted = o.console.empty() ? cfg.get_string("console.address") : o.console;
+// `wanted` (a ZeroMQ tcp:// address) when nothing listens there; else, when it is the
+// built-in default, a free port on 127.0.0.1; else an error naming `what` and `how` to give
+// another. A run's consoles are its own: never ones another job's coordinator answers on, or
+// this run would report (and inject into) that job.
+result<std::string> own_address(const std::string& wanted, bool is_default, const std::string& what,
+                                const std::string& how) {
   if (console_address_free(wanted)) return wanted;
-  const bool is_default = o.console.empty() && wanted == find_key("console.address")->default_value;
   if (!is_default) {
-    return error(errc::invalid_argument, "the console address " + wanted +
+    return error(errc::invalid_argument, "the " + what + " address " + wanted +
                                              " is in use (another moerl up?); give a free one "
-                                             "with --console or console.address");
+                                             "with " +
+                                             how);
   }
   auto port = free_tcp_port();
   if (!port) return port.err();
   return "tcp://127.0.0.1:" + std::to_string(*port);
+}
+
+// The console address of a new run (see cluster_options::console).
+result<std::string> own_console_address(const cluster_options& o, const config& cfg) {
+  const std::string wanted = o.console.empty() ? cfg.get_string("console.address") : o.console;
+  const bool is_default = o.console.empty() && wanted == find_key("console.address")->default_value;
+  return own_address(wanted, is_default, "console", "--console or console.address");
+}
+
+// The HTTP console's HOST:PORT of a new run, by the same rule ("" (off) stays off).
+result<std::string> own_http_address(const config& cfg) {
+  const std::string wanted = cfg.get_string("console.http_address");
+  if (wanted.empty()) return wanted;
+  if (wanted.size() > 2 && wanted.compare(wanted.size() - 2, 2, ":0") == 0) {
+    // Port 0: choose it here, so the address `moerl up` prints is the one that serves.
+    auto port = free_tcp_port();
+    if (!port) return port.err();
+    return wanted.substr(0, wanted.size() - 1) + std::to_string(*port);
+  }
+  auto a = own_address("tcp://" + wanted, wanted == find_key("console.http_address")->default_value,
+                       "HTTP console", "--set console.http_address=HOST:PORT");
+  if (!a) return a.err();
+  return a->substr(std::string("tcp://").size());
 }
 
 }  // namespace
@@ -110,6 +135,10 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   c->console_ = *console;
   c->token_ = cfg->get_string("console.token");
   c->opts_.overrides.push_back("console.address=" + c->console_);
+  auto http = own_http_address(*cfg);
+  if (!http) return http.err();
+  c->http_ = *http;
+  c->opts_.overrides.push_back("console.http_address=" + c->http_);
   auto port = free_tcp_port();
   if (!port) return port.err();
   c->join_ = "127.0.0.1:" + std::to_string(*port);

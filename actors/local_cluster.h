@@ -89,6 +89,8 @@ class local_cluster {
   std::map<std::string, int> exited();
 
   const std::string& console_address() const { return console_; }
+  // HOST:PORT of the coordinator's HTTP console ("" when console.http_address is off).
+  const std::string& http_address() const { return http_; }
   const std::string& coordinator_join() const { return join_; }
   std::string token() const { return token_; }
 
@@ -100,7 +102,7 @@ class local_cluster {
   void reap();
 
   cluster_options opts_;
-  std::string console_, join_, token_;
+  std::string console_, join_, token_, http_;
   std::map<std::string, node_spec> specs_;
   std::map<std::string, std::vector<std::string>> exec_prefixes_;  // nodes that have one
   std::map<std::string, pid_t> pids_;

@@ -92,6 +92,7 @@ class local_job {
   // ---- nodes and their lifecycle (after start()) -------------------------------------------
   local_cluster& cluster() { return *cluster_; }
   const std::string& console_address() const { return cluster_->console_address(); }
+  const std::string& http_address() const { return cluster_->http_address(); }
   const std::string& coordinator_join() const { return cluster_->coordinator_join(); }
   // One more node, e.g. inside a network namespace (see local_cluster::add_node).
   status add_node(const node_spec& spec, const std::vector<std::string>& exec_prefix = {});

@@ -12,6 +12,7 @@
 #include "actors/atoms.h"
 #include "actors/console_server.h"
 #include "actors/coordinator.h"
+#include "actors/http_console.h"
 #include "actors/imds_poller.h"
 #include "actors/interruption.h"
 #include "actors/node_agent.h"
@@ -96,6 +97,13 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
   }
   log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound,
             cp.tls ? " (TLS)" : "");
+  // The HTTP console first: whoever sees the ZeroMQ console answer (moerl up) finds it bound.
+  auto http = start_http_console(sys, coord, cfg, static_cast<int>(cp.request_timeout_ms));
+  if (!http) {
+    log->error("{}", http.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
   auto console = console_server::start(sys, coord, cfg.get_string("console.address"),
                                        static_cast<int>(cp.request_timeout_ms));
   if (!console) {
@@ -110,6 +118,7 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
     caf::anon_send(coord, shutdown_atom::value);
   });
   wait_for(sys, coord);
+  if (*http) (*http)->stop();
   (*console)->stop();
   relay.set([](int) {});
   return 0;

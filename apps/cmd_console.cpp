@@ -51,7 +51,8 @@ void print_human(const std::string& cmd, const nlohmann::json& body) {
 
 void add_console_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("console",
-                                  "admin console: status | nodes | inject "
+                                  "admin console: status | nodes | iterations | interruptions | "
+                                  "ledger | snapshot | report | inject "
                                   "spot|rebalance|kill|sigterm NODE [--deadline S] | drain NODE");
   static console_args a;
   cmd->add_option("--connect", a.connect,

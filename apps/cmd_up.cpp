@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/chrome_trace.h"
 #include "actors/local_job.h"
 #include "apps/commands.h"
 #include "common/child_process.h"
@@ -24,7 +25,7 @@ namespace moerl::apps {
 namespace {
 
 struct up_args {
-  std::string config_file, console, report, run_dir = "moerl-runs";
+  std::string config_file, console, report, trace, run_dir = "moerl-runs";
   std::vector<std::string> overrides;
   int iterations = 0;
   int timeout_s = 900;
@@ -169,6 +170,10 @@ int run_up(const up_args& a) {
   std::printf(
       "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
       j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
+  if (!j.http_address().empty())
+    std::printf("moerl up: dashboard at http://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+                j.http_address().c_str(),
+                j.node_config().get_string("console.operator_token").c_str());
   std::fflush(stdout);
   actors::run_policy policy;
   policy.deadline = t0 + std::chrono::seconds(a.timeout_s);
@@ -179,6 +184,16 @@ int run_up(const up_args& a) {
     std::fprintf(stderr, "moerl up: the job cannot go on: %s\n", j.failure().c_str());
   }
   json out = j.settled_report(done);
+  if (!a.trace.empty()) {
+    // The same trace /api/v1/trace serves, from the coordinator's snapshot view.
+    auto snap = j.cluster().console("snapshot", {}, {}, 5000);
+    if (snap) {
+      std::ofstream(a.trace) << actors::chrome_trace(*snap).dump() << "\n";
+      std::printf("moerl up: trace in %s (open it in https://ui.perfetto.dev)\n", a.trace.c_str());
+    } else {
+      std::cerr << "moerl up: --trace: " << snap.err().to_string() << "\n";
+    }
+  }
   out["run_id"] = run_id;
   out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out["provenance"] = collect_provenance();
@@ -212,6 +227,8 @@ void add_up_command(CLI::App& root) {
   cmd->add_option("--report", a.report,
                   "write the run report JSON here (default: <run dir>/report.json)");
   cmd->add_option("--run-dir", a.run_dir, "where run logs and reports go");
+  cmd->add_option("--trace", a.trace,
+                  "write the iterations as Chrome trace JSON (Perfetto) here at the end");
   cmd->add_option("--timeout", a.timeout_s, "give up after this many seconds");
   cmd->add_flag("--no-interrupt", a.no_interrupt,
                 "do not inject the default mid-run Spot interruption into a rollout node");

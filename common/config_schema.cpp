@@ -97,6 +97,17 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"console.timeout_ms", t::integer, "5000", "how long `moerl console` waits for a reply", "",
        r::closed(1, 86400000)},
+      {"console.http_address", t::string, "127.0.0.1:7412",
+       "HOST:PORT the coordinator's HTTP console (dashboard, /api/v1/, /metrics) listens on; "
+       "\"\" turns it off",
+       ""},
+      {"console.viewer_token", t::string, "moerl-viewer",
+       "bearer token for the HTTP console's reads (dashboard, /api/v1/ GETs, /metrics)", ""},
+      {"console.operator_token", t::string, "moerl-operator",
+       "bearer token for the HTTP console's actions (POST /api/v1/actions); also reads", ""},
+      {"console.http_max_body_bytes", t::integer, "65536",
+       "largest request body the HTTP console reads; a larger one gets 413", "",
+       r::closed(1, 16777216)},
 
       // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
       {"cluster.restart_delay_ms", t::integer, "1000",

@@ -423,7 +423,12 @@ class grpo_trainer final : public actors::trainer_step {
                         {"t_generate", double(generate_us_) * 1e-6},
                         {"t_reward", double(reward_us_) * 1e-6},
                         {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
-                        {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples}});
+                        {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples},
+                        // Wall clock at the step's end: the console's timeline and trace place
+                        // each iteration's phases backwards from it.
+                        {"end_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count()}});
     generate_us_ = reward_us_ = 0;
     pending_.clear();
     pending_groups_ = 0;

@@ -30,6 +30,7 @@ DEBIAN_PACKAGES=(
   libopenblas-dev libcurl4-openssl-dev
   python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml
   openssl iproute2 procps
+  prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
 )
 
 # Only for scripts/pods.sh (the rendered deploy/ manifests played as pods, issue 17): the

@@ -1,0 +1,20 @@
+// The dashboard's files (actors/web/), compiled into the binary by actors/CMakeLists.txt
+// (cmake/EmbedFiles.cmake writes them as byte arrays), so the page needs no network.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace moerl::actors {
+
+struct web_asset {
+  const char* path;          // URL path: "/" for index.html, else "/<file name>"
+  const char* content_type;  // from the file's extension
+  const unsigned char* data;
+  size_t size;
+};
+
+// The asset served at `path`, or nullptr.
+const web_asset* find_web_asset(const std::string& path);
+
+}  // namespace moerl::actors

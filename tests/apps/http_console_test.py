@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""The coordinator's HTTP console (issue 15) during a real `moerl up`: every /api/v1/ route,
+auth (no/wrong token 401, viewer acting 403), agreement with the ZeroMQ console, bad input
+(unknown path, wrong method, bad JSON, a huge body, garbage, a slow client) answered with a
+JSON 4xx while the job keeps its accounting, /metrics clean under `promtool check metrics`,
+the Chrome trace's format, and the dashboard in headless Chromium (DevTools protocol): it shows
+the live iteration and the accounting, an operator's inject click lands in the interruption
+log, a viewer's is refused. Screenshots go to ARTIFACTS (argv[2]).
+
+    http_console_test.py MOERL ARTIFACTS_DIR
+
+Every wait is a liveness bound (the run must get there at all), not a timing check."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import websocket  # Debian python3-websocket
+
+SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
+         "--set", "grpo.prompts_per_iteration=8"]
+BOUND_S = 120
+VIEWER, OPERATOR = "moerl-viewer", "moerl-operator"  # console.*_token built-in defaults
+
+
+def wait_for(what, fn):
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.2)
+    sys.exit(f"FAIL: no {what} within {BOUND_S} s")
+
+
+class http:
+    def __init__(self, address):
+        self.base = "http://" + address
+
+    def call(self, path, token=None, method="GET", body=None, headers=None):
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = "Bearer " + token
+        data = body.encode() if isinstance(body, str) else body
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def json(self, path, token=VIEWER, **kw):
+        code, _, raw = self.call(path, token, **kw)
+        return code, json.loads(raw)
+
+
+def expect_error(h, code, path, token=VIEWER, **kw):
+    got, headers, raw = h.call(path, token, **kw)
+    assert got == code, (path, kw.get("method"), got, raw[:300])
+    body = json.loads(raw)
+    assert "error" in body and body["error"]["message"], body
+    return body["error"]
+
+
+class up_run:
+    def __init__(self, moerl, cwd, run_dir):
+        # Its own session: the nodes inherit its process group, so the end of the test can
+        # stop the whole cluster with one killpg.
+        self.p = subprocess.Popen(
+            [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", "900",
+             "--run-dir", run_dir, *SMALL],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+        self.lines = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def find(self, pattern):
+        for line in list(self.lines):
+            m = re.search(pattern, line)
+            if m:
+                return m
+        if self.p.poll() is not None:
+            sys.exit("FAIL: moerl up exited early:\n" + "\n".join(self.lines[-40:]))
+        return None
+
+    def stop(self):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.p.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def check_api(h, zmq, moerl):
+    # Auth: every data route needs a token; a wrong one is the same as none.
+    for path in ("/api/v1/status", "/metrics", "/api/v1/trace"):
+        got, headers, _ = h.call(path)
+        assert got == 401 and "Bearer" in headers.get("WWW-Authenticate", ""), (path, got)
+        expect_error(h, 401, path, token="wrong")
+    expect_error(h, 403, "/api/v1/actions", token=VIEWER, method="POST",
+                 body='{"action":"drain","node":"rollout-0"}')
+    # The page's files need none and are the embedded ones.
+    for path, kind in (("/", "text/html"), ("/app.js", "javascript"), ("/style.css", "text/css")):
+        got, headers, raw = h.call(path)
+        assert got == 200 and kind in headers["Content-Type"] and raw, (path, got)
+    assert b"/api/v1/dashboard" in h.call("/app.js")[2]
+
+    views = {}
+    for v in ("status", "nodes", "report", "iterations", "interruptions", "ledger", "snapshot",
+              "autoscale", "trace", "planes", "whoami", "dashboard"):
+        code, views[v] = h.json("/api/v1/" + v)
+        assert code == 200, (v, code, views[v])
+    assert h.json("/api/v1/whoami", OPERATOR)[1] == {"role": "operator"}
+    assert views["whoami"] == {"role": "viewer"}
+    st = views["status"]
+    for k in ("iteration", "iterations", "queue_depth", "leases", "accounting", "invariant_ok"):
+        assert k in st, k
+    roles = {n["role"] for n in views["nodes"]}
+    assert {"trainer", "rollout", "buffer", "reward", "weights"} <= roles, roles
+    it = views["iterations"]
+    assert it["task"] == "sort" and "reward_random" in it and it["iterations"], it.keys()
+    last = it["iterations"][-1]
+    for k in ("iteration", "mean_reward", "staleness", "t_generate", "t_reward", "t_buffer",
+              "t_train", "t_weights", "t_checkpoint", "end_unix_ms"):
+        assert k in last, (k, last)
+    led = views["ledger"]
+    assert sum(led["by_state"].values()) == led["num_units"] > 0, led["by_state"]
+    snap = views["snapshot"]
+    assert set(snap) == {"status", "nodes", "iterations", "interruptions", "ledger"}, snap.keys()
+    assert set(views["dashboard"]) == {"snapshot", "autoscale", "trace"}, views["dashboard"].keys()
+    scale = views["autoscale"]
+    assert scale["desired_replicas"]["rollout"] >= 1 and "formula" in scale, scale
+
+    # The ZeroMQ console's verbs agree: same views, and the iteration it saw lies between two
+    # HTTP reads of it.
+    for verb in ("status", "nodes", "iterations", "interruptions", "ledger", "snapshot"):
+        code, before = h.json("/api/v1/" + verb)
+        assert code == 200, (verb, code, before)
+        r = subprocess.run([moerl, "console", "--connect", zmq, verb, "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (verb, r.stdout, r.stderr)
+        z = json.loads(r.stdout)
+        code, after = h.json("/api/v1/" + verb)
+        assert code == 200, (verb, code, after)
+        if isinstance(z, dict):
+            assert set(z) == set(before) == set(after), (verb, set(z) ^ set(before))
+        else:
+            assert isinstance(before, list) and isinstance(after, list), verb
+    a, b = h.json("/api/v1/status")[1], None
+    z = json.loads(subprocess.run([moerl, "console", "--connect", zmq, "status", "--json"],
+                                  capture_output=True, text=True, timeout=60).stdout)
+    b = h.json("/api/v1/status")[1]
+    assert a["accounting"]["trained"] <= z["accounting"]["trained"] <= b["accounting"]["trained"]
+
+    # Trace: Chrome trace-event JSON as Perfetto reads it.
+    tr = views["trace"]
+    ev = tr["traceEvents"]
+    lanes = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert len(lanes) == len(views["nodes"]), (lanes, len(views["nodes"]))
+    xs = [e for e in ev if e["ph"] == "X"]
+    assert xs and {"buffer", "train", "generate"} <= {e["name"] for e in xs}, {e["name"] for e in xs}
+    for e in xs:
+        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)), e
+        assert e["dur"] >= 0 and e["pid"] == 1 and e["tid"] in lanes, e
+    trainer_lane = [t for t, n in lanes.items() if "(trainer)" in n]
+    assert any(e["tid"] in trainer_lane and e["name"] == "train" for e in xs)
+    json.dumps(tr)  # serialisable as-is
+
+
+def check_bad_requests(h):
+    expect_error(h, 404, "/api/v1/nope")
+    expect_error(h, 404, "/nothing/here")
+    expect_error(h, 405, "/api/v1/status", method="POST", body="{}")
+    expect_error(h, 405, "/api/v1/actions", method="DELETE")
+    expect_error(h, 405, "/metrics", method="PUT", body="x")
+    for body in ("not json", "[1,2]", '{"action": 5}', ""):
+        expect_error(h, 400, "/api/v1/actions", token=OPERATOR, method="POST", body=body)
+    e = expect_error(h, 400, "/api/v1/actions", token=OPERATOR, method="POST",
+                     body='{"action":"inject","kind":"meteor","node":"rollout-0"}')
+    assert "spot|rebalance|kill|sigterm" in e["message"], e
+    e = expect_error(h, 400, "/api/v1/actions", token=OPERATOR, method="POST", body='{"action":"drain"}')
+    assert "NODE" in e["message"], e
+    e = expect_error(h, 404, "/api/v1/actions", token=OPERATOR, method="POST",
+                     body='{"action":"drain","node":"no-such-node"}')
+    assert "no-such-node" in e["message"], e
+    e = expect_error(h, 400, "/api/v1/actions", token=OPERATOR, method="POST",
+                     body='{"action":"drain","node":"rollout-0","deadline_s":-3}')
+    assert "deadline" in e["message"], e
+    e = expect_error(h, 413, "/api/v1/actions", token=OPERATOR, method="POST", body="x" * (1 << 20))
+    assert "too large" in e["message"], e
+    # Garbage on the socket and a client that never finishes its request: the first gets a
+    # 400, the second holds only its own connection while others are served.
+    host, port = h.base[len("http://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"\x16\x03\x01 garbage that is not HTTP\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 400"), "garbage request"
+    slow = socket.create_connection((host, int(port)), timeout=30)
+    slow.sendall(b"GET /api/v1/status HTTP/1.1\r\nHost: x\r\n")  # headers never end
+    assert h.json("/api/v1/status")[0] == 200
+    slow.close()
+
+
+def check_metrics(h):
+    code, headers, raw = h.call("/metrics", VIEWER)
+    assert code == 200 and headers["Content-Type"].startswith("text/plain"), code
+    text = raw.decode()
+    for name in ("moerl_iteration", "moerl_samples_dispatched_total", "moerl_samples_trained_total",
+                 "moerl_samples_duplicated_total", "moerl_accounting_invariant_ok", "moerl_queue_depth_units",
+                 "moerl_leases", "moerl_buffer_resident_samples", "moerl_nodes", "moerl_iteration_phase_seconds",
+                 "moerl_node_restarts_total", "moerl_samples_per_second", "moerl_desired_replicas",
+                 "moerl_weights_versions_served_total", "moerl_interruptions_total", "moerl_reward_mean"):
+        assert re.search(r"^# TYPE %s " % name, text, re.M), name
+    assert re.search(r'^moerl_desired_replicas\{role="rollout"\} \d', text, re.M)
+    assert re.search(r'^moerl_nodes\{role="trainer",state="running"\} 1$', text, re.M)
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr)
+
+
+class browser:
+    """Headless Chromium driven over the DevTools protocol (one page)."""
+
+    def __init__(self, profile):
+        self.p = subprocess.Popen(
+            ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-extensions", "--disable-background-networking", "--remote-debugging-port=0",
+             "--user-data-dir=" + profile, "--window-size=1280,2200", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file = os.path.join(profile, "DevToolsActivePort")
+        wait_for("DevToolsActivePort", lambda: os.path.exists(port_file) and open(port_file).read().count("\n") >= 1)
+        port = open(port_file).read().split()[0]
+        targets = wait_for("a page target", lambda: [t for t in json.load(
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10)) if t["type"] == "page"])
+        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=60)
+        self.next_id = 0
+
+    def cmd(self, method, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            m = json.loads(self.ws.recv())
+            if m.get("id") == self.next_id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m["result"]
+
+    def eval(self, js):
+        r = self.cmd("Runtime.evaluate", expression=js, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{js}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def load(self, url):
+        # Through about:blank: a URL that differs only in its fragment would not reload.
+        self.cmd("Page.navigate", url="about:blank")
+        wait_for("about:blank", lambda: self.eval("location.href") == "about:blank")
+        self.cmd("Page.navigate", url=url)
+        wait_for("the page", lambda: self.eval("!!document.getElementById('live')"))
+
+    def screenshot(self, path):
+        import base64
+        data = self.cmd("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def close(self):
+        self.ws.close()
+        self.p.kill()
+        self.p.wait()
+
+
+def check_page(h, artifacts, tmp):
+    b = browser(os.path.join(tmp, "chromium"))
+    try:
+        b.cmd("Page.enable")
+        b.load(h.base + "/#token=" + OPERATOR)
+        polls = lambda: b.eval("+(document.getElementById('live') || {dataset: {}}).dataset.polls || 0")
+        wait_for("two page polls", lambda: polls() >= 2)
+        assert b.eval("document.getElementById('role').textContent") == "operator"
+        assert b.eval("location.hash") == "", "the token stays out of the address bar"
+        shown = int(b.eval("document.getElementById('iteration').textContent").split("/")[0])
+        now = h.json("/api/v1/status")[1]["iteration"]
+        assert 0 < shown <= now, (shown, now)
+        # Live: the shown iteration moves on without a reload.
+        wait_for("the page's iteration to advance", lambda: int(
+            b.eval("document.getElementById('iteration').textContent").split("/")[0]) > shown)
+        trained = int(b.eval("document.querySelector('#accounting-trained td:last-child').textContent"))
+        assert trained > 0
+        assert b.eval("document.getElementById('invariant').textContent") == "invariant holds"
+        num_nodes = len(h.json("/api/v1/nodes")[1])
+        assert b.eval("document.querySelectorAll('#nodes-table tbody tr').length") == num_nodes
+        assert b.eval("document.querySelectorAll('#timeline-svg rect').length") > 0
+        b.screenshot(os.path.join(artifacts, "dashboard-operator.png"))
+        # An operator's click: a Spot notice to a rollout node shows in the interruption log.
+        target = b.eval("document.querySelector(\"#nodes-table tr[data-node^='rollout'] button[data-action='spot']\").dataset.node")
+        b.eval(f"document.querySelector(\"#nodes-table tr[data-node='{target}'] button[data-action='spot']\").click()")
+        wait_for("the action's answer", lambda: "sent to" in b.eval("document.getElementById('action-result').textContent"))
+        wait_for("the interruption in the page's log", lambda: b.eval(
+            f"[...document.querySelectorAll('#interruptions-table tbody tr')].some(r => r.cells[0].textContent === '{target}')"))
+        recs = h.json("/api/v1/interruptions")[1]
+        assert any(r["node"] == target for r in recs), recs
+        b.screenshot(os.path.join(artifacts, "dashboard-after-inject.png"))
+        # A viewer sees no action buttons, and an action sent anyway is refused (403).
+        b.eval("sessionStorage.clear()")
+        b.load(h.base + "/#token=" + VIEWER)
+        wait_for("the viewer's page", lambda: b.eval("document.getElementById('role').textContent") == "viewer" and polls() >= 1)
+        assert b.eval("document.querySelectorAll('#nodes-table td.op button').length") == 0 or \
+            b.eval("getComputedStyle(document.querySelector('#nodes-table td.op')).display") == "none"
+        assert not b.eval("document.body.classList.contains('operator')")
+        b.eval(f"act({{action: 'drain', node: '{target}'}})")
+        wait_for("the viewer's refusal", lambda: b.eval("document.getElementById('action-result').textContent").startswith("refused: 403"))
+        b.screenshot(os.path.join(artifacts, "dashboard-viewer.png"))
+        # A wrong token: the page asks for one.
+        b.eval("sessionStorage.clear()")
+        b.load(h.base + "/#token=wrong")
+        wait_for("the login form", lambda: b.eval("!document.getElementById('login').hidden"))
+        assert "refused" in b.eval("document.getElementById('login-error').textContent")
+    finally:
+        b.close()
+
+
+def main(moerl, artifacts):
+    os.makedirs(artifacts, exist_ok=True)
+    for tool in ("promtool", "chromium"):
+        assert shutil.which(tool), f"{tool} missing: run scripts/install-deps.sh"
+    with tempfile.TemporaryDirectory() as tmp:
+        # The run's logs stay with the screenshots (a failure's evidence).
+        run_dir = os.path.join(artifacts, "runs")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        up = up_run(moerl, tmp, run_dir)
+        try:
+            dash = wait_for("the dashboard line", lambda: up.find(r"dashboard at http://([^/]+)/"))
+            zmq = wait_for("the console line", lambda: up.find(r"console at (tcp://\S+)")).group(1)
+            h = http(dash.group(1))
+            wait_for("three iterations", lambda: h.json("/api/v1/status")[1].get("iteration", 0) >= 3)
+            check_api(h, zmq, moerl)
+            trained_before = h.json("/api/v1/status")[1]["accounting"]["trained"]
+            check_bad_requests(h)
+            check_metrics(h)
+            check_page(h, artifacts, tmp)
+            # The job went on through all of it with its accounting intact.
+            wait_for("more training", lambda: h.json("/api/v1/status")[1]["accounting"]["trained"] > trained_before)
+            st = h.json("/api/v1/status")[1]
+            a = st["accounting"]
+            assert st["invariant_ok"] and st["invariant_violations"] == 0, st
+            assert a["lost"] == 0 and a["duplicated"] == 0, a
+            assert a["dispatched"] == a["committed"] + a["in_flight"] + sum(a["dropped"].values()), a
+        finally:
+            up.stop()
+    print("http console checks passed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
