@@ -29,7 +29,9 @@ using restarted_atom = caf::atom_constant<caf::atom("restarted")>;  // superviso
 using stats_atom = caf::atom_constant<caf::atom("stats")>;          // query of counters
 using crash_atom = caf::atom_constant<caf::atom("crash")>;          // tests: fail on purpose
 using ping_atom = caf::atom_constant<caf::atom("ping")>;
-using version_atom = caf::atom_constant<caf::atom("version")>;  // policy version
+using version_atom = caf::atom_constant<caf::atom("version")>;     // policy version
+using env_atom = caf::atom_constant<caf::atom("envreq")>;          // env router -> environment
+using env_reply_atom = caf::atom_constant<caf::atom("envreply")>;  // environment -> env router
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 }  // namespace moerl::actors

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/env_api.h"
 #include "actors/node_role.h"
 #include "actors/rollout_work.h"
 #include "common/config.h"
@@ -70,6 +71,12 @@ class job {
   // Trainer rank 0's step (never null). `ranks` stays valid for the step's whole life; a
   // step that does all its work on rank 0 may ignore it.
   virtual result<std::unique_ptr<trainer_step>> make_trainer(trainer_ranks& ranks) = 0;
+  // An env node's environment for one episode of `task` (actors/ENV.md). A job whose tasks
+  // are single-turn has none.
+  virtual result<std::unique_ptr<environment>> make_environment(const std::string& task) {
+    return error(errc::invalid_argument,
+                 "job " + name() + " has no environment for task '" + task + "'");
+  }
 };
 
 // Builds the job a node runs, from its config and role.
