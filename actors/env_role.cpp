@@ -132,6 +132,12 @@ void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
         },
         caf::after(std::chrono::milliseconds(200)) >> [] {});
   }
+  if (crashed) {
+    // Unregistered first, so the router answers this actor's sessions at once ("unknown
+    // session") instead of sending them into a dead mailbox until the restart registers.
+    std::lock_guard<std::mutex> lk(ctx->env_mu);
+    ctx->env_workers.erase(index);
+  }
   if (crashed) fail_actor(self, "environment crashed (env.crash_every_steps)");
 }
 
@@ -215,7 +221,12 @@ void env_router_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
           if (auto it = ctx->env_workers.find(w); it != ctx->env_workers.end()) worker = it->second;
         }
         if (routed && !worker) {
-          refuse("environment " + std::to_string(w) + " is not running");
+          // Its episode died with the environment actor holding it (a reset: none yet).
+          --num_sessions_of[w];
+          session_worker.erase(session);
+          refuse(op == "reset" ? "environment " + std::to_string(w) + " is restarting"
+                               : "unknown session " + std::to_string(session) + " (environment " +
+                                     std::to_string(w) + " is restarting)");
         } else if (routed) {
           self->send(worker, env_atom::value, client, (*got)->second, session);
         }
