@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/env_api.h"
 #include "actors/node_role.h"
 #include "actors/rollout_work.h"
 #include "common/config.h"
@@ -102,6 +103,12 @@ class job {
     (void)ranks;
     return error(errc::invalid_config,
                  "job " + name() + " cannot run a trainer group across nodes");
+  }
+  // An env node's environment for one episode of `task` (actors/ENV.md). A job whose tasks
+  // are single-turn has none.
+  virtual result<std::unique_ptr<environment>> make_environment(const std::string& task) {
+    return error(errc::invalid_argument,
+                 "job " + name() + " has no environment for task '" + task + "'");
   }
 };
 

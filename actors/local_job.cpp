@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "actors/env_client.h"
 #include "common/child_process.h"
 #include "common/log.h"
 
@@ -97,6 +98,9 @@ result<std::unique_ptr<local_job>> local_job::configure(local_job_options o) {
   if (!cfg) return cfg.err();
   auto limits = restart_limits::from_config(*cfg);
   if (!limits) return limits.err();
+  // The environment plane (actors/ENV.md): env nodes when the config asks for them.
+  for (int64_t k = 0; k < cfg->get_int("env.nodes"); ++k)
+    co.nodes.push_back({"env", "env-" + std::to_string(k), {}});
   // The children inherit this process's environment; 0: an explicit setting wins.
   if (o.one_blas_thread_per_node) ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   return std::unique_ptr<local_job>(new local_job(std::move(co), std::move(*cfg), *limits));
@@ -279,10 +283,12 @@ json local_job::settled_report(bool done) {
   if (!report) return out;
   auto js = trainer_job_stats((*report)["nodes"]);
   if (!js.is_null()) {
-    for (const char* k : {"task", "difficulty", "reward_random", "reward_max", "reward_curve",
-                          "iterations", "resumed_from_version"})
+    for (const char* k :
+         {"task", "difficulty", "reward_random", "reward_max", "reward_curve", "iterations",
+          "resumed_from_version", "reward_single_turn_bound", "reward_open_loop_bound"})
       if (js.contains(k)) out[k] = js[k];
     out["policy_iterations"] = out["iterations"].size();
+    if (js.contains("env")) out["env"] = env_report(js["env"], (*report)["nodes"]);
   }
   return out;
 }

@@ -25,7 +25,9 @@
 
 namespace moerl::actors {
 
-class rank_pool;  // trainer_role.cpp
+class rank_pool;           // trainer_role.cpp
+class env_server;          // env_server.h
+struct env_link_counters;  // env_client.h
 
 struct node_context {
   std::string id;    // random 128-bit hex id (node_identity.h)
@@ -70,6 +72,14 @@ struct node_context {
   // reward role
   std::unique_ptr<reward_pull> pull;
   std::map<std::string, std::unique_ptr<ledger::sample_producer>> producers;  // by shard endpoint
+
+  // env role: the bound socket (kept across a router restart) and the environment actors,
+  // registered by index so the router reaches each one's current incarnation
+  std::shared_ptr<env_server> env;
+  std::mutex env_mu;
+  std::map<uint32_t, caf::actor> env_workers;
+  // rollout role: what its workers' env links saw (set once, under env_mu)
+  std::shared_ptr<env_link_counters> env_counters;
 
   // trainer role: rank actors register here so rank 0 can hand them their share of a batch
   std::mutex ranks_mu;

@@ -119,7 +119,13 @@ std::vector<child_spec> role_children(const std::shared_ptr<node_context>& ctx) 
       break;
     }
     case node_role::weights: kids.push_back(loop_child("versions", weights_loop, ctx)); break;
-    case node_role::env: kids.push_back(loop_child("prompts", env_loop, ctx)); break;
+    case node_role::env: {
+      kids.push_back(loop_child("env-router", env_router_loop, ctx));
+      auto n = static_cast<uint32_t>(std::max<int64_t>(1, ctx->cfg.get_int("env.workers")));
+      for (uint32_t k = 0; k < n; ++k)
+        kids.push_back(loop_child("env-" + std::to_string(k), env_worker_loop, ctx, k));
+      break;
+    }
     case node_role::coordinator:
       break;  // the coordinator runs no role children (node_runtime.cpp runs it)
   }

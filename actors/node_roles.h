@@ -4,12 +4,13 @@
 //            with no reward node alive, score locally and send to the shard), report.
 //            (rollout_role.cpp)
 //   reward   one scorer, one_for_one: pull, score (reward_function), forward with credits.
-//   env      one prompt server, one_for_one: answers (work_atom, group) with the prompt
-//            (messages::prompt bytes).
+//   env      a router and env.workers environment actors, one_for_one: the router owns the
+//            node's ROUTER socket and gives each session to one environment actor, which
+//            runs its episode's reset and steps (env_role.cpp, actors/ENV.md).
 //   buffer   one shard loop: pumps the shard_service, applies ledger events, reports
 //            acks/consumption/stats to the coordinator (with retries: they must arrive).
 //   weights  one version store, one_for_one: tracks the published policy versions.
-//            (reward, env, buffer, weights: service_roles.cpp)
+//            (reward, buffer, weights: service_roles.cpp)
 //   trainer  R ranks (actors.trainer_ranks), one_for_all: rank 0 pulls batches from every
 //            shard and runs the job's trainer_step on them, which may spread its work over
 //            the ranks (trainer_ranks, job.h); rank 0 publishes each new policy version the

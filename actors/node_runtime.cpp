@@ -13,6 +13,7 @@
 #include "actors/console_server.h"
 #include "actors/coordinator.h"
 #include "actors/http_console.h"
+#include "actors/env_server.h"
 #include "actors/imds_poller.h"
 #include "actors/interruption.h"
 #include "actors/node_agent.h"
@@ -182,6 +183,14 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     }
     ctx->endpoint = *ep;
     ctx->pull = std::move(*pull);
+  } else if (role == node_role::env) {
+    auto server = env_server::bind(ctx->zmq, bind_ep);
+    if (!server) {
+      log->error("env: {}", server.err().to_string());
+      return 2;
+    }
+    ctx->endpoint = (*server)->endpoint();
+    ctx->env = std::move(*server);
   }
   auto exit_code = std::make_shared<std::atomic<int>>(0);
   int code = 0;

@@ -22,7 +22,10 @@ void rollout_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                   uint32_t worker_index);
 void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
 void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
-void env_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
+// The env role (env_role.cpp): the router owning the node's socket, and the environment
+// actors it hands sessions to.
+void env_router_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
+void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t index);
 void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
 // Rank 0 of the trainer group: pulls batches from every shard and runs the job's step.
 void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,

@@ -8,8 +8,10 @@
 #include <map>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/env_client.h"
 #include "actors/interruption.h"
 #include "actors/role_loops.h"
 #include "common/log.h"
@@ -21,7 +23,8 @@ namespace {
 class rollout_worker {
  public:
   rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k)
-      : self_(self),
+      : worker_index_(k),
+        self_(self),
         ctx_(std::move(ctx)),
         worker_(ctx_->id + "/" + std::to_string(k)),
         log_(logger("rollout")) {}
@@ -36,10 +39,17 @@ class rollout_worker {
     }
     work_ = std::move(*w);
     reward_ = std::move(*r);
+    {
+      std::lock_guard<std::mutex> lk(ctx_->env_mu);
+      if (!ctx_->env_counters) ctx_->env_counters = std::make_shared<env_link_counters>();
+    }
+    env_ = make_env_client(self_, ctx_, ctx_->env_counters);
+    work_->use_environments(env_.get());
     lease_batch_ = static_cast<uint32_t>(
         std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
     int64_t last_err_log = 0;
     while (mailbox_ok(self_, *ctx_, 0)) {
+      if (worker_index_ == 0) send_env_stats();
       if (ctx_->draining()) break;  // stop leasing; exit normally (transient: no restart)
       if (queue_.empty()) {
         auto got = fetch_leases();
@@ -126,6 +136,7 @@ class rollout_worker {
         break;
       }
       const auto& prompt = *prompt_or;
+      work_->begin_group(l.unit.group_ids[gi]);
       for (uint32_t i = 0; i < G; ++i) {
         if (ctx_->stopping) {
           returned = true;
@@ -159,6 +170,11 @@ class rollout_worker {
         s.logprobs = std::move(gs->logprobs);
         s.worker = worker_;
         s.generate_us = generate_us;
+        s.rewarded = gs->rewarded;  // a multi-turn episode's reward comes from its environment
+        s.reward = gs->reward;
+        s.from_env = std::move(gs->from_env);
+        s.env_us = gs->env_us;
+        s.env_steps = gs->env_steps;
         if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) {
           fail = st.err().to_string();
           break;
@@ -193,6 +209,7 @@ class rollout_worker {
   // Through a reward node when one is alive; otherwise scored here and sent to the shard.
   status deliver(messages::sample& s, const std::string& shard_ep,
                  uint64_t lease_deadline_unix_ms) {
+    if (s.rewarded) return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
     if (steady_ms() >= next_discovery_) {
       auto found = discover(self_, *ctx_, node_role::reward);
       next_discovery_ = steady_ms() + 2000;
@@ -227,6 +244,12 @@ class rollout_worker {
     s.reward_us = micros_since(t_score);
     s.reward = *score;
     s.rewarded = true;
+    return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
+  }
+
+  // A scored sample straight to its shard, waiting for credit up to the lease deadline.
+  status send_to_shard(const messages::sample& s, const std::string& shard_ep,
+                       uint64_t lease_deadline_unix_ms) {
     auto& p = direct_[shard_ep];
     if (!p) {
       auto c = ledger::sample_producer::connect(ctx_->zmq, shard_ep, worker_);
@@ -255,6 +278,25 @@ class rollout_worker {
     }
   }
 
+  // The node's env-link counters in its stats (episodes, steps, failures by reason).
+  void send_env_stats() {
+    if (steady_ms() - last_env_stats_ < 1000 || !ctx_->env_counters) return;
+    last_env_stats_ = steady_ms();
+    nlohmann::json env;
+    {
+      std::lock_guard<std::mutex> lk(ctx_->env_counters->mu);
+      if (ctx_->env_counters->num_episodes == 0) return;
+      env = {{"episodes", ctx_->env_counters->num_episodes},
+             {"steps", ctx_->env_counters->num_steps},
+             {"episodes_failed", ctx_->env_counters->episodes_failed}};
+    }
+    if (auto c = ctx_->coordinator())
+      self_->send(c, stats_atom::value, ctx_->id, nlohmann::json{{"env", env}}.dump());
+  }
+
+  uint32_t worker_index_;
+  int64_t last_env_stats_ = 0;
+  std::unique_ptr<env_link> env_;
   caf::blocking_actor* self_;
   std::shared_ptr<node_context> ctx_;
   std::string worker_;

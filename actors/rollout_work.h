@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/env_api.h"
 #include "common/error.h"
 
 namespace moerl::actors {
@@ -23,6 +24,14 @@ struct generated_sample {
   std::vector<uint32_t> prompt;  // prompt tokens
   std::vector<uint32_t> tokens;  // generated tokens
   std::vector<float> logprobs;   // one per generated token
+  // Multi-turn episodes (the work ran them on env nodes through an env_link): the reward
+  // the environment gave, 1 per token of `tokens` that is an environment reply, and the
+  // time and steps spent on the environment. Single-turn: rewarded false, the rest empty.
+  bool rewarded = false;
+  float reward = 0;
+  std::vector<uint8_t> from_env;
+  uint32_t env_us = 0;
+  uint32_t env_steps = 0;
 };
 
 class rollout_work {
@@ -33,6 +42,12 @@ class rollout_work {
   // policy samples, but still returns one generated_sample per (group, index).
   virtual result<generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
                                             uint32_t index_in_group, uint64_t policy_version) = 0;
+  // The environment plane, for work whose episodes are multi-turn; the rollout worker owns
+  // the link and it outlives the work. Single-turn work ignores it.
+  virtual void use_environments(env_link* link) { (void)link; }
+  // Called before a prompt group's samples with its group id (multi-turn work seeds the
+  // group's episodes from it, so every attempt of a unit replays the same episodes' state).
+  virtual void begin_group(uint64_t group_id) { (void)group_id; }
 };
 
 class reward_function {

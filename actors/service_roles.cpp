@@ -1,6 +1,6 @@
 // The small roles, one actor each: reward (score samples from the rollout nodes and forward
 // them to their shards), buffer (the shard loop between the sample plane and the ledger),
-// weights (track the published policy versions) and env (serve prompts).
+// weights (track the published policy versions). The env role is env_role.cpp.
 #include <chrono>
 #include <deque>
 #include <map>
@@ -66,8 +66,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         ++malformed;
         continue;
       }
+      // A multi-turn episode arrives scored by its environment (actors/ENV.md).
       const auto t_score = std::chrono::steady_clock::now();
-      auto r = verifier.score(s->prompt_tokens, s->tokens);
+      auto r = s->rewarded ? result<float>(s->reward) : verifier.score(s->prompt_tokens, s->tokens);
       s->reward_us = micros_since(t_score);
       if (!r) {
         // Never forwarded: its attempt stays incomplete and the lease expires.
@@ -185,7 +186,7 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   }
 }
 
-// ---- weights and env ----------------------------------------------------------------------
+// ---- weights -------------------------------------------------------------------------
 
 void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
@@ -202,20 +203,6 @@ void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) 
       nlohmann::json st{{"version", seen}, {"versions_seen", served}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
-  }
-}
-
-void env_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
-  running_guard g(ctx->workers_running);
-  bool keep = true;
-  while (keep && !ctx->stopping && !ctx->draining()) {
-    self->receive([&](shutdown_atom) { keep = false; },
-                  [&](work_atom, uint64_t group) -> std::string {
-                    auto p = ctx->running_job->prompt(group);
-                    if (!p) return std::string();
-                    return messages::encode(messages::prompt{group, std::move(*p)});
-                  },
-                  caf::after(std::chrono::milliseconds(200)) >> [] {});
   }
 }
 

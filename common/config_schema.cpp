@@ -205,13 +205,36 @@ const std::vector<key_spec>& config_schema() {
        r::at_least(0)},
 
       // ---- task (what the policy learns and how it is rewarded) --------------------
-      {"task.name", t::string, "sort", "verifiable task", "sort|add"},
+      {"task.name", t::string, "sort",
+       "verifiable task (guess: multi-turn, its episodes run on env nodes)", "sort|add|guess"},
       {"task.difficulty", t::integer, "3",
-       "sort: digits to sort (1..16); add: digits per operand (1..8)", "", r::closed(1, 16)},
+       "sort: digits to sort (1..16); add: digits per operand (1..8); guess: turn budget (1..9)",
+       "", r::closed(1, 16)},
       {"task.reward", t::string, "verifier",
        "reward source: the task's verifier or a learned reward model", "verifier|learned"},
       {"task.reward_model_path", t::string, "",
        "learned reward model checkpoint file (task.reward=learned)", ""},
+
+      // ---- env (the environment plane: env nodes run multi-turn episodes) ----------
+      {"env.nodes", t::integer, "0",
+       "env nodes `moerl up` starts (a multi-turn task needs at least one)", "", r::closed(0, 64)},
+      {"env.workers", t::integer, "4",
+       "environment actors per env node (supervised one-for-one; sessions spread over them)", "",
+       r::closed(1, 256)},
+      {"env.max_sessions", t::integer, "4096",
+       "open sessions an env node holds at most; resets past it are refused", "", r::at_least(1)},
+      {"env.step_timeout_ms", t::integer, "5000",
+       "limit on one reset or step round trip; past it the episode fails (reason timeout)", "",
+       r::at_least(1)},
+      {"env.step_latency_ms", t::number, "0",
+       "emulated environment time per step, mean (a slow simulator or tool call)", "",
+       r::at_least(0)},
+      {"env.step_latency_dist", t::string, "fixed",
+       "distribution of the emulated step time around env.step_latency_ms",
+       "fixed|uniform|exponential"},
+      {"env.crash_every_steps", t::integer, "0",
+       "fault injection: an environment actor crashes after this many steps (0: never)", "",
+       r::at_least(0)},
 
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8",
@@ -288,6 +311,8 @@ const std::vector<key_rule>& config_rules() {
       {"policy.top_k", rel::at_most, "policy.num_experts", ""},
       // The add task's operands are at most 8 digits (sort takes up to 16).
       {"task.difficulty", rel::within, "", "task.name=add", key_range::closed(1, 8)},
+      // The guess task's turn budget is one digit of its prompt.
+      {"task.difficulty", rel::within, "", "task.name=guess", key_range::closed(1, 9)},
       // The GRPO job: experts split evenly over the EP ranks, and every rollout rank
       // generates at least one row of a group.
       {"job.rollout_ep_ranks", rel::divides, "policy.num_experts", "job.kind=grpo"},

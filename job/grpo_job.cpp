@@ -7,15 +7,18 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/percentile.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
 #include "job/group_bootstrap.h"
 #include "job/modpow_job.h"
+#include "job/multi_turn.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
 #include "policy/reward.h"
 #include "policy/task.h"
+#include "policy/tasks/guess.h"
 #include "policy/trainer.h"
 #include "store/checkpoint.h"
 #include "store/object_store.h"
@@ -39,7 +42,8 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: decorrelates seeds built fr
 // What every part of the job shares, built once per node from its config.
 struct job_setup {
   config cfg;
-  std::unique_ptr<policy::task> task;
+  std::unique_ptr<policy::task> task;  // a single-turn task; null for a multi-turn one
+  int guess_turns = 0;                 // task.name=guess: the turn budget (multi-turn)
   policy::model_config model;
   policy::grpo_config grpo;
   policy::adam_config adam;
@@ -53,9 +57,16 @@ struct job_setup {
   static result<std::shared_ptr<job_setup>> create(const config& cfg) {
     auto s = std::make_shared<job_setup>();
     s->cfg = cfg;
-    auto t = policy::make_task(cfg);
-    if (!t) return t.err();
-    s->task = std::move(*t);
+    if (cfg.get_string("task.name") == "guess") {
+      s->guess_turns = static_cast<int>(cfg.get_int("task.difficulty"));
+      if (s->guess_turns < 1 || s->guess_turns > policy::guess_max_turns)
+        return error{errc::invalid_config, "task.difficulty " + std::to_string(s->guess_turns) +
+                                               " is outside 1..9 (turns) for task 'guess'"};
+    } else {
+      auto t = policy::make_task(cfg);
+      if (!t) return t.err();
+      s->task = std::move(*t);
+    }
     auto m = policy::model_config::from_config(cfg);
     if (!m) return m.err();
     s->model = *m;
@@ -87,7 +98,12 @@ struct job_setup {
                    "job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) +
                        " exceeds ledger.group_size " + std::to_string(s->grpo.group_size) +
                        " (every rank generates at least one row of a group)"};
-    if (s->model.max_seq_len < s->task->prompt_length() + s->task->max_completion_length())
+    if (s->guess_turns > 0 && s->rollout_ep_ranks > 1)
+      return error{errc::invalid_config,
+                   "task 'guess' (multi-turn) runs on one rollout rank: job.rollout_ep_ranks must "
+                   "be 1, got " +
+                       std::to_string(s->rollout_ep_ranks)};
+    if (s->model.max_seq_len < s->prompt_length() + s->max_completion_length())
       return error{errc::invalid_config, "policy.max_seq_len " +
                                              std::to_string(s->model.max_seq_len) +
                                              " is shorter than the task's prompt + completion"};
@@ -95,6 +111,16 @@ struct job_setup {
     if (!st) return st.err();
     s->store = std::shared_ptr<store::object_store>(std::move(*st));
     return s;
+  }
+
+  bool multi_turn() const { return guess_turns > 0; }
+  std::string task_name() const { return multi_turn() ? "guess" : task->name(); }
+  int prompt_length() const {
+    return multi_turn() ? int(policy::guess_prompt(guess_turns).size()) : task->prompt_length();
+  }
+  // Multi-turn: every guess and every reply but the last.
+  int max_completion_length() const {
+    return multi_turn() ? 2 * guess_turns - 1 : task->max_completion_length();
   }
 };
 
@@ -118,12 +144,16 @@ class policy_rollout final : public actors::rollout_work {
     return s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep" : "grpo-rollout";
   }
 
+  void use_environments(actors::env_link* link) override { env_ = link; }
+  void begin_group(uint64_t group_id) override { group_id_ = group_id; }
+
   // Generates the whole group on its first sample (one batched, KV-cached generation of G
   // rows) and hands out its rows one by one.
   result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
                                             uint32_t index_in_group,
                                             uint64_t policy_version) override {
     if (auto st = use_version(policy_version); !st) return st.err();
+    if (s_->multi_turn()) return episode(group, index_in_group, policy_version);
     if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
         index_in_group >= cached_.completions.size() || index_in_group == 0) {
       auto g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()));
@@ -148,6 +178,34 @@ class policy_rollout final : public actors::rollout_work {
   }
 
  private:
+  // A multi-turn group: its G episodes run together on the env nodes at the group's first
+  // sample; the rows are handed out one by one.
+  result<actors::generated_sample> episode(uint32_t group, uint32_t index_in_group,
+                                           uint64_t policy_version) {
+    if (!env_) return error{errc::internal, "multi-turn work without an env link"};
+    if (index_in_group == 0 || group != cached_group_ || policy_version != cached_version_ ||
+        group_id_ != cached_group_id_ || index_in_group >= episodes_.rows.size()) {
+      episode_options o;
+      o.task = s_->task_name();
+      o.episode_seed = mix(s_->seed ^ mix(group_id_ ^ 0x6775657373ull));  // "guess"
+      o.group_size = s_->grpo.group_size;
+      o.max_turns = s_->guess_turns;
+      o.temperature = s_->temperature;
+      auto g = run_episodes(*policy_, *env_, o, rng_);
+      if (!g) return g.err();
+      episodes_ = std::move(*g);
+      cached_group_ = group;
+      cached_version_ = policy_version;
+      cached_group_id_ = group_id_;
+    }
+    if (index_in_group >= episodes_.rows.size())
+      return error{errc::invalid_argument, "index_in_group " + std::to_string(index_in_group) +
+                                               " is not below the group size"};
+    actors::generated_sample out = episodes_.rows[index_in_group];
+    out.group = group;
+    return out;
+  }
+
   // The expert-parallel group: job.rollout_ep_ranks rank threads, each generating its
   // share of a group's rows with only its experts (job/ep_policy_group.h).
   status start_ep_group() {
@@ -164,7 +222,7 @@ class policy_rollout final : public actors::rollout_work {
   }
 
   result<policy::generation> generate_group(const std::vector<token_id>& prompt) {
-    const int max_new = s_->task->max_completion_length();
+    const int max_new = s_->max_completion_length();
     if (!ep_) {
       std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size), prompt);
       return policy_->generate(rows, max_new, s_->temperature, rng_);
@@ -221,6 +279,10 @@ class policy_rollout final : public actors::rollout_work {
   std::vector<uint32_t> cached_prompt_;
   uint64_t cached_version_ = ~0ull;
   uint32_t cached_group_ = ~0u;
+  actors::env_link* env_ = nullptr;  // owned by the rollout worker
+  uint64_t group_id_ = 0;            // of the group being generated (begin_group)
+  uint64_t cached_group_id_ = ~0ull;
+  episode_group episodes_;
 };
 
 // ---- reward -------------------------------------------------------------------------------
@@ -240,6 +302,22 @@ class policy_reward final : public actors::reward_function {
  private:
   std::shared_ptr<job_setup> s_;  // the reward model refers to its task
   std::unique_ptr<policy::reward_model> rm_;
+};
+
+// A multi-turn sample is scored by its environment on the env node; one that arrives
+// unscored cannot be scored here (the prompt and trajectory alone do not fix the reward).
+class environment_reward final : public actors::reward_function {
+ public:
+  explicit environment_reward(std::string task) : task_(std::move(task)) {}
+  result<float> score(const std::vector<uint32_t>&, const std::vector<uint32_t>&) const override {
+    return error{errc::invalid_argument,
+                 "task '" + task_ +
+                     "' is multi-turn: its reward comes from the environment, "
+                     "and this sample carries none"};
+  }
+
+ private:
+  std::string task_;
 };
 
 // ---- trainer ------------------------------------------------------------------------------
@@ -335,10 +413,18 @@ class grpo_trainer final : public actors::trainer_step {
       s.reward = m.reward;
       s.group = static_cast<int64_t>(m.group_id);
       s.policy_version = m.policy_version;
+      s.from_env.assign(m.from_env.begin(), m.from_env.end());
       groups_in_batch[m.group_id]++;
       pending_.push_back(std::move(s));
       generate_us_ += m.generate_us;
       reward_us_ += m.reward_us;
+      env_us_ += m.env_us;
+      env_steps_ += m.env_steps;
+      if (m.env_steps > 0) {
+        ++num_episodes_;
+        num_env_steps_total_ += m.env_steps;
+        episode_step_ms_.push_back(double(m.env_us) * 1e-3 / m.env_steps);
+      }
     }
     out.groups = groups_in_batch.size();
     pending_groups_ += groups_in_batch.size();
@@ -415,21 +501,24 @@ class grpo_trainer final : public actors::trainer_step {
     // samples, summed over samples (worker-seconds: workers run in parallel, so this is work,
     // not wall time); the per-sample means sit beside them.
     const double n_samples = double(std::max<size_t>(pending_.size(), 1));
-    timings_.push_back({{"iteration", version_},
-                        {"t_buffer", t_wait},
-                        {"t_train", t_train},
-                        {"t_weights", t_weights},
-                        {"t_checkpoint", t_checkpoint},
-                        {"t_generate", double(generate_us_) * 1e-6},
-                        {"t_reward", double(reward_us_) * 1e-6},
-                        {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
-                        {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples},
-                        // Wall clock at the step's end: the console's timeline and trace place
-                        // each iteration's phases backwards from it.
-                        {"end_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            std::chrono::system_clock::now().time_since_epoch())
-                                            .count()}});
-    generate_us_ = reward_us_ = 0;
+    timings_.push_back(
+        {{"iteration", version_},
+         {"t_buffer", t_wait},
+         {"t_train", t_train},
+         {"t_weights", t_weights},
+         {"t_checkpoint", t_checkpoint},
+         {"t_generate", double(generate_us_) * 1e-6},
+         {"t_reward", double(reward_us_) * 1e-6},
+         {"t_env", double(env_us_) * 1e-6},
+         {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
+         {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples},
+         {"env_ms_per_step", env_steps_ ? double(env_us_) * 1e-3 / env_steps_ : 0.0},
+         // Wall clock at the step's end: the console's timeline and trace place each
+         // iteration's phases backwards from it.
+         {"end_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count()}});
+    generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;
     pending_.clear();
     pending_groups_ = 0;
     first_batch_.reset();
@@ -447,11 +536,34 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   nlohmann::json stats() const override {
+    nlohmann::json out = stats_common();
+    if (!s_->multi_turn()) return out;
+    const int t = s_->guess_turns;
+    out["reward_single_turn_bound"] = policy::guess_single_turn_bound();
+    out["reward_open_loop_bound"] = policy::guess_open_loop_bound(t);
+    // Over the episodes trained so far; a step's latency is its round trip from the rollout
+    // worker, emulated environment time (env.step_latency_ms) included. Percentiles are of
+    // each episode's mean step time (samples carry per-episode sums, not every step).
+    out["env"] = {{"steps", num_env_steps_total_},
+                  {"episodes", num_episodes_},
+                  {"step_latency_ms",
+                   {{"p50", percentile_of(episode_step_ms_, 50)},
+                    {"p99", percentile_of(episode_step_ms_, 99)}}},
+                  {"turns_per_episode_mean",
+                   num_episodes_ ? double(num_env_steps_total_) / double(num_episodes_) : 0.0}};
+    return out;
+  }
+
+ private:
+  nlohmann::json stats_common() const {
+    const bool mt = s_->multi_turn();
     return {{"kind", "grpo"},
-            {"task", s_->task->name()},
-            {"difficulty", s_->task->difficulty()},
-            {"reward_random", s_->task->reward_random()},
-            {"reward_max", s_->task->reward_max()},
+            {"task", s_->task_name()},
+            {"difficulty", mt ? s_->guess_turns : s_->task->difficulty()},
+            {"reward_random",
+             mt ? policy::guess_reward_random(s_->guess_turns) : s_->task->reward_random()},
+            {"reward_max",
+             mt ? policy::guess_closed_loop_bound(s_->guess_turns) : s_->task->reward_max()},
             {"policy_version", version_},
             {"trainer_ep_ranks", s_->trainer_ep_ranks},
             {"resumed_from_version", resumed_from_},
@@ -468,11 +580,12 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   status checkpoint(const std::string& param_bytes, const std::string& hash) {
-    nlohmann::json meta{{"policy_version", version_},
-                        {"content_hash", hash},
-                        {"reward_curve", curve_},
-                        {"task", s_->task->name()},
-                        {"difficulty", s_->task->difficulty()}};
+    nlohmann::json meta{
+        {"policy_version", version_},
+        {"content_hash", hash},
+        {"reward_curve", curve_},
+        {"task", s_->task_name()},
+        {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()}};
     auto adam_bytes = ep_ ? ep_->serialize_adam() : result<std::string>(opt_->serialize());
     if (!adam_bytes) return adam_bytes.err();
     auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
@@ -525,7 +638,11 @@ class grpo_trainer final : public actors::trainer_step {
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
-  uint64_t generate_us_ = 0, reward_us_ = 0;  // of the samples in pending_
+  uint64_t generate_us_ = 0, reward_us_ = 0;             // of the samples in pending_
+  uint64_t env_us_ = 0, env_steps_ = 0;                  // of the samples in pending_ (multi-turn)
+  uint64_t num_episodes_ = 0, num_env_steps_total_ = 0;  // every multi-turn sample trained
+  // Each episode's mean step time, ms. Bounded by what a run trains (one double a sample).
+  std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
 };
 
@@ -537,6 +654,10 @@ class grpo_job final : public actors::job {
   std::string name() const override { return "grpo"; }
 
   result<std::vector<uint32_t>> prompt(uint64_t group_id) const override {
+    if (s_->multi_turn()) {  // the env node's reset gives the same; every group has one
+      auto p = policy::guess_prompt(s_->guess_turns);
+      return std::vector<uint32_t>(p.begin(), p.end());
+    }
     std::mt19937_64 rng(mix(s_->seed ^ mix(group_id)));
     auto p = s_->task->generate(rng);
     return std::vector<uint32_t>(p.tokens.begin(), p.tokens.end());
@@ -547,6 +668,8 @@ class grpo_job final : public actors::job {
     return std::unique_ptr<actors::rollout_work>(std::move(w));
   }
   result<std::unique_ptr<actors::reward_function>> make_reward() override {
+    if (s_->multi_turn())
+      return std::unique_ptr<actors::reward_function>(new environment_reward(s_->task_name()));
     auto rm = policy::make_reward(s_->cfg, *s_->task);
     if (!rm) return rm.err();
     return std::unique_ptr<actors::reward_function>(new policy_reward(s_, std::move(*rm)));
@@ -562,6 +685,11 @@ class grpo_job final : public actors::job {
     auto t = make_ep_trainer(s_, ranks.group());
     if (!t) return t.err();
     return (*t)->serve();
+  }
+  result<std::unique_ptr<actors::environment>> make_environment(const std::string& task) override {
+    if (task == "guess" && s_->multi_turn()) return make_guess_environment(s_->guess_turns);
+    return error{errc::invalid_argument, "unknown task '" + task + "': this job's env nodes run " +
+                                             (s_->multi_turn() ? "'guess'" : "no environment")};
   }
 
  private:

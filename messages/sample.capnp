@@ -20,6 +20,10 @@ struct Sample {
   worker @11 :Text;            # node id of the producing rollout worker
   generateUs @12 :UInt32;      # wall time the rollout worker spent generating it, microseconds
   rewardUs @13 :UInt32;        # wall time the reward actor spent scoring it, microseconds
+  fromEnv @14 :List(UInt8);    # multi-turn: 1 where tokens[i] is an environment reply (never
+                               # trained on), 0 where the policy sampled it; empty: all policy
+  envUs @15 :UInt32;           # wall time the rollout waited on environment steps, microseconds
+  envSteps @16 :UInt32;        # environment steps (reset excluded) of the episode
 }
 
 struct SampleAck {

@@ -27,6 +27,12 @@ struct sample {
   // iteration. Saturates at ~71 minutes.
   uint32_t generate_us = 0;
   uint32_t reward_us = 0;
+  // Multi-turn episodes (actors/ENV.md): 1 where tokens[i] came from the environment (its
+  // logprob is 0 and the trainer skips it), 0 where the policy sampled it. Empty for a
+  // single-turn sample: every token is the policy's. Decode enforces one entry per token.
+  std::vector<uint8_t> from_env;
+  uint32_t env_us = 0;     // time the rollout waited on the episode's environment steps
+  uint32_t env_steps = 0;  // steps of the episode (0: single-turn)
 };
 
 struct sample_ack {

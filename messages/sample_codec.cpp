@@ -22,6 +22,9 @@ void write_sample(schema::Sample::Builder b, const sample& m) {
   b.setWorker(text(m.worker));
   b.setGenerateUs(m.generate_us);
   b.setRewardUs(m.reward_us);
+  fill(b.initFromEnv(m.from_env.size()), m.from_env);
+  b.setEnvUs(m.env_us);
+  b.setEnvSteps(m.env_steps);
 }
 
 status read_sample(schema::Sample::Reader r, sample& m) {
@@ -39,6 +42,13 @@ status read_sample(schema::Sample::Reader r, sample& m) {
   m.worker = str(r.getWorker());
   m.generate_us = r.getGenerateUs();
   m.reward_us = r.getRewardUs();
+  copy(m.from_env, r.getFromEnv());
+  m.env_us = r.getEnvUs();
+  m.env_steps = r.getEnvSteps();
+  if (!m.from_env.empty() && m.from_env.size() != m.tokens.size())
+    return error{errc::malformed_message, "sample: " + std::to_string(m.from_env.size()) +
+                                              " from_env flags for " +
+                                              std::to_string(m.tokens.size()) + " tokens"};
   if (m.logprobs.size() != m.tokens.size())
     return error{errc::malformed_message, "sample: " + std::to_string(m.logprobs.size()) +
                                               " logprobs for " + std::to_string(m.tokens.size()) +

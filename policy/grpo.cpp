@@ -54,9 +54,13 @@ grpo_loss_stats grpo_loss(const std::vector<grpo_token_inputs>& batch, const grp
     const auto& s = batch[i];
     auto& d = (*dlogprobs)[i];
     d.assign(s.len, 0.0f);
-    if (s.len == 0) continue;
-    const double w = inv_n / s.len;  // token mean inside the sample, mean over samples
+    int num_policy_tokens = 0;
+    for (int j = 0; j < s.len; ++j) num_policy_tokens += !(s.from_env && s.from_env[j]);
+    if (num_policy_tokens == 0) continue;
+    // Token mean inside the sample (over the tokens the policy sampled), mean over samples.
+    const double w = inv_n / num_policy_tokens;
     for (int j = 0; j < s.len; ++j) {
+      if (s.from_env && s.from_env[j]) continue;  // an environment reply: d stays 0
       const double ratio = std::exp(double(s.logprobs[j]) - s.behaviour_logprobs[j]);
       const double lo = 1.0 - cfg.clip_eps, hi = 1.0 + cfg.clip_eps;
       const double clipped_ratio = std::min(std::max(ratio, lo), hi);

@@ -42,6 +42,10 @@ struct sample {
   double reward = 0;
   int64_t group = 0;            // samples of one prompt share a group id
   uint64_t policy_version = 0;  // weight version that generated it
+  // Multi-turn episodes: 1 where completion[j] is an environment reply the policy conditions
+  // on but did not sample (no loss on it; its behaviour logprob is ignored). Empty: every
+  // completion token is the policy's.
+  std::vector<uint8_t> from_env;
 };
 
 // Advantages per sample: rewards normalised inside each group (samples with equal
@@ -55,6 +59,7 @@ struct grpo_token_inputs {
   const float* ref_logprobs;        // [len] or nullptr (kl_coef == 0)
   int len;
   double advantage;
+  const uint8_t* from_env = nullptr;  // [len] or nullptr: tokens with 1 carry no loss
 };
 
 struct grpo_loss_stats {
@@ -65,7 +70,7 @@ struct grpo_loss_stats {
   int64_t num_tokens = 0;
 };
 
-// Loss over a batch (mean over samples of the per-sample token mean) and, into
+// Loss over a batch (mean over samples of the per-sample mean over its policy tokens) and, into
 // dlogprobs[i][j], its derivative with respect to logprobs of sample i, token j.
 grpo_loss_stats grpo_loss(const std::vector<grpo_token_inputs>& batch, const grpo_config& cfg,
                           std::vector<std::vector<float>>* dlogprobs);

@@ -34,6 +34,9 @@ result<packed_batch> pack(const std::vector<sample>& samples) {
       return error{errc::invalid_argument,
                    "training batch: a sample has no completion or a logprob count that differs "
                    "from its token count"};
+    if (!s.from_env.empty() && s.from_env.size() != s.completion.size())
+      return error{errc::invalid_argument,
+                   "training batch: a sample's from_env flags differ in count from its tokens"};
     c = std::max(c, s.completion.size());
   }
   pb.t = p + c;
@@ -136,9 +139,12 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
   }
   std::vector<grpo_token_inputs> in(samples.size());
   for (size_t i = 0; i < samples.size(); ++i)
-    in[i] = {logp[i].data(), samples[i].behaviour_logprobs.data(),
+    in[i] = {logp[i].data(),
+             samples[i].behaviour_logprobs.data(),
              ref_logp.empty() ? nullptr : ref_logp[i].data(),
-             static_cast<int>(samples[i].completion.size()), advantages[i]};
+             static_cast<int>(samples[i].completion.size()),
+             advantages[i],
+             samples[i].from_env.empty() ? nullptr : samples[i].from_env.data()};
   std::vector<std::vector<float>> dlogp;
   us.grpo = grpo_loss(in, cfg, &dlogp);
   us.aux_loss = st.aux_loss;

@@ -28,7 +28,7 @@ DEBIAN_PACKAGES=(
   libspdlog-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libcurl4-openssl-dev
-  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml
+  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   openssl iproute2 procps
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
 )

@@ -1,0 +1,39 @@
+// An env node's socket: a ZeroMQ ROUTER that rollout workers' DEALERs connect to
+// (actors/ENV.md). Frames in: [client identity][request]; out: [client identity][reply].
+// Threading: owned by one thread at a time (the env router actor's current incarnation);
+// it lives in the node context so a restarted router keeps the bound endpoint.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "common/error.h"
+#include "ledger/sample_plane.h"
+
+namespace moerl::actors {
+
+class env_server {
+ public:
+  // Binds `endpoint` ("tcp://127.0.0.1:*" picks a port; endpoint() tells which).
+  static result<std::unique_ptr<env_server>> bind(std::shared_ptr<ledger::zmq_context> ctx,
+                                                  const std::string& endpoint);
+  ~env_server();
+  // One (client identity, request bytes) if one arrives within timeout_ms. A frame that is
+  // not two parts is dropped and counted.
+  result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms);
+  // A reply to a client that is gone is dropped by ZeroMQ (ROUTER_MANDATORY is off).
+  status reply(const std::string& client, const std::string& bytes);
+  const std::string& endpoint() const { return endpoint_; }
+  uint64_t num_bad_frames() const { return num_bad_frames_; }
+
+ private:
+  env_server() = default;
+  std::shared_ptr<ledger::zmq_context> ctx_;
+  void* sock_ = nullptr;
+  std::string endpoint_;
+  uint64_t num_bad_frames_ = 0;
+};
+
+}  // namespace moerl::actors
