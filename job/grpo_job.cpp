@@ -281,6 +281,7 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   uint64_t version() const override { return version_; }
+  uint64_t num_held_groups() const override { return pending_groups_; }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
     actors::train_result out;
