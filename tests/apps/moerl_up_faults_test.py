@@ -162,7 +162,7 @@ def trainer_handed(moerl, tmp):
     """Issue 11 case 1: the trainer dies holding groups its shards handed it. They are not
     lost: the recreated trainer (a new incarnation of the same consumer) is served them again
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
-    run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "24")
+    run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
     i = run.wait_iteration(2)
     # A progress line that shows groups handed to the trainer and not yet confirmed.
     i, m = run.wait_line(r"handed ([1-9]\d*) ", i)
