@@ -190,11 +190,17 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, reply_bytes(st));
       },
       [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
-             uint64_t handout) -> caf::result<std::string> {
-        auto st = self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout});
+             uint64_t handout, uint32_t step) -> caf::result<std::string> {
+        if (step > static_cast<uint32_t>(ledger::handout_step::dropped))
+          return encode_error(errc::malformed_message,
+                              "consumed: unknown hand-out step " + std::to_string(step));
+        const auto what = static_cast<ledger::handout_step>(step);
+        auto st =
+            self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout, what});
         if (!st)
           logger("coordinator")
-              ->error("consumed unit {} group {}: {}", unit, group, st.err().to_string());
+              ->error("{} unit {} group {}: {}", ledger::handout_step_name(what), unit, group,
+                      st.err().to_string());
         return reply_durable(self, reply_bytes(st));
       },
       [self](stats_atom, const std::string& node, const std::string& text) {

@@ -17,7 +17,8 @@
 //   (giveback_atom, lease_give_back bytes)        -> "" | error bytes of the first refusal
 //   (report_atom, unit_report bytes)              -> ""  | error bytes
 //   (ack_atom, shard_ack bytes)                   -> ""  | error bytes
-//   (consumed_atom, unit, attempt, group, num_samples, handout)
+//   (consumed_atom, unit, attempt, group, num_samples, handout, step) -> "" | error bytes
+//        step: ledger::handout_step (consumed, handed, trained, returned, dropped)
 //   (stats_atom, node id, JSON text)
 //   (version_atom, version, weight_manifest bytes)
 //   (drained_atom, node id, JSON record)          -> ""

@@ -310,7 +310,7 @@ status coordinator_core::shard_ack(const ledger::shard_ack& ack) {
 }
 
 status coordinator_core::consumed(const ledger::consumption& c) {
-  auto st = ledger_->record_consumed(c);
+  auto st = ledger_->record_handout(c);
   flush_ledger();
   return st;
 }

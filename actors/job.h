@@ -77,6 +77,10 @@ class trainer_step {
   virtual result<train_result> train(const std::vector<messages::sample>& samples) = 0;
   // The policy version the step's weights are at (non-zero after a resume from a checkpoint).
   virtual uint64_t version() const = 0;
+  // Groups train() took that no policy version includes yet. When it is 0, every batch the
+  // step was given is in its weights: the runtime confirms them to their shards (until then
+  // they stay handed there, and a new trainer incarnation is served them again).
+  virtual uint64_t num_held_groups() const = 0;
   // Job figures for progress and the report (reward curve, timings), as JSON.
   virtual nlohmann::json stats() const = 0;
   // The step replaces `previous` (a trainer group re-formed around a surviving rank 0): take

@@ -48,11 +48,13 @@ std::string status_line(const json& s) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "iteration %lu/%lu  units %lu  queue %lu  leases %lu  dispatched %lu  "
-                "committed %lu  trained %lu  lost %lu  duplicated %lu  invariant %s",
+                "committed %lu = trained %lu + handed %lu + buffered %lu  lost %lu  "
+                "duplicated %lu  invariant %s",
                 s.value("iteration", 0ul), s.value("iterations", 0ul), s.value("units", 0ul),
                 s.value("queue_depth", 0ul), s.value("leases", 0ul), acct.value("dispatched", 0ul),
-                acct.value("committed", 0ul), acct.value("trained", 0ul), acct.value("lost", 0ul),
-                acct.value("duplicated", 0ul), s.value("invariant_ok", false) ? "ok" : "BROKEN");
+                acct.value("committed", 0ul), acct.value("trained", 0ul), acct.value("handed", 0ul),
+                acct.value("buffered", 0ul), acct.value("lost", 0ul), acct.value("duplicated", 0ul),
+                s.value("invariant_ok", false) ? "ok" : "BROKEN");
   return line;
 }
 

@@ -89,6 +89,12 @@ struct node_context {
   // restart of the ranks (declared in this order: the step refers to the pool).
   std::shared_ptr<rank_pool> trainer_rank_pool;
   std::shared_ptr<trainer_step> trainer_state;
+  // The step's incarnation as the buffer shards know this trainer consumer (ledger/LEDGER.md,
+  // "Handed to a trainer"), set when the step is made, and the batches handed to the step
+  // that no policy version includes yet, by shard endpoint. Like the step, they survive a
+  // restart of the ranks: the step still holds those groups. Rank 0's thread only.
+  uint64_t trainer_incarnation = 0;
+  std::map<std::string, std::vector<uint64_t>> unconfirmed_batches;
 
  private:
   std::mutex mu;

@@ -162,9 +162,10 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     }
     while (!consumed.empty()) {
       auto& c = consumed.front();
-      auto res = call_coordinator(self, *ctx,
-                                  caf::make_message(consumed_atom::value, c.unit, c.attempt,
-                                                    c.group, c.num_samples, c.handout));
+      auto res = call_coordinator(
+          self, *ctx,
+          caf::make_message(consumed_atom::value, c.unit, c.attempt, c.group, c.num_samples,
+                            c.handout, static_cast<uint32_t>(c.step)));
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
       if (!res)
         log->error("consumption of unit {} group {} refused: {}", c.unit, c.group,

@@ -81,6 +81,16 @@ void register_rank(node_context& ctx, uint32_t r, caf::actor a) {
   ctx.ranks[r] = std::move(a);
 }
 
+// A new incarnation for a new trainer step: the wall clock in microseconds, so that the
+// step of a recreated trainer node (the same consumer name) is higher than its
+// predecessor's and the shards serve it what the predecessor held (LEDGER.md).
+uint64_t new_incarnation() {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return std::max<uint64_t>(1, static_cast<uint64_t>(us));
+}
+
 // Publishes the version a step made, if it is newer than the node's; true when it did.
 bool announce(caf::blocking_actor* self, node_context& ctx, const train_result& res) {
   if (!res.new_version || res.manifest.version <= ctx.policy_version) return false;
@@ -167,9 +177,15 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
     ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
     if (previous) {
+      // Same process, same consumer incarnation: the new step takes over the groups the
+      // broken group's step held, and the shards keep them handed to this incarnation (a new
+      // incarnation would make them serve those groups again, beside the adopted ones).
       ctx->trainer_state->adopt_held(*previous);
       previous.reset();  // the old group's rank threads leave (their incarnation is over)
       previous_link.reset();
+    } else {
+      ctx->trainer_incarnation = new_incarnation();
+      ctx->unconfirmed_batches.clear();
     }
     if (pool.link()) pool.link()->report_restored(ctx->trainer_state->version());
     // A step resumed from a checkpoint starts at its version: announce it before any
@@ -183,6 +199,25 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
   }
   trainer_step& step = *ctx->trainer_state;
+  // Once the step holds nothing, every batch it was given is in a policy version it made
+  // (and announced): confirm them, so their shards count them trained and let them go.
+  auto confirm_trained = [&] {
+    if (step.num_held_groups() != 0) return;
+    for (auto it = ctx->unconfirmed_batches.begin(); it != ctx->unconfirmed_batches.end();) {
+      auto src = sources.find(it->first);
+      if (src == sources.end()) {
+        ++it;  // no consumer for it yet after a restart of rank 0: confirmed next time
+        continue;
+      }
+      if (auto st = src->second.c->confirm(it->second); !st) {
+        log->warn("confirming {} batch(es) to shard {}: {}", it->second.size(), it->first,
+                  st.err().to_string());
+        ++it;
+        continue;
+      }
+      it = ctx->unconfirmed_batches.erase(it);
+    }
+  };
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
   int64_t last_batch = steady_ms();
   bool flushed = true;
@@ -208,15 +243,22 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       const auto& eps = *found;
       for (auto& e : eps)
         if (!sources.count(e)) {
-          auto c = ledger::batch_consumer::connect(ctx->zmq, e, ctx->name);
+          auto c =
+              ledger::batch_consumer::connect(ctx->zmq, e, ctx->name, ctx->trainer_incarnation);
           if (c)
             sources[e].c = std::move(*c);
           else
             log->warn("trainer cannot reach shard {}: {}", e, c.err().to_string());
         }
-      for (auto it = sources.begin(); it != sources.end();)  // shards that left
-        it = std::find(eps.begin(), eps.end(), it->first) == eps.end() ? sources.erase(it)
-                                                                       : std::next(it);
+      for (auto it = sources.begin(); it != sources.end();) {  // shards that left
+        if (std::find(eps.begin(), eps.end(), it->first) != eps.end()) {
+          ++it;
+          continue;
+        }
+        ctx->unconfirmed_batches.erase(it->first);  // the ledger re-opened what it held
+        it = sources.erase(it);
+      }
+      confirm_trained();  // what a restart of rank 0 left unconfirmed
     }
     if (sources.empty()) {
       if (!mailbox_ok(self, *ctx, 100)) return;
@@ -236,6 +278,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       stalled.stop_waiting(steady_ms());
       last_batch = steady_ms();
       flushed = false;
+      // Before the step: a step that fails may still hold the batch's groups (a flush after
+      // the restart of the ranks steps on them).
+      ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
       auto res = step.train(batch.samples);
       if (!res) {
         // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
@@ -254,6 +299,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
                   res->manifest.content_hash);
         last_stats = 0;  // report the new version's figures now, not at the next tick
       }
+      confirm_trained();
     }
     if (!flushed && steady_ms() - last_batch > flush_ms) {
       flushed = true;
@@ -269,6 +315,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         log->info("policy version {} from a flush of held groups", res->manifest.version);
         last_stats = 0;
       }
+      confirm_trained();
     }
     if (steady_ms() - last_stats > 1000) {
       last_stats = steady_ms();
@@ -279,6 +326,13 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
                         {"samples_verified", total.verified},
                         {"samples_bad", total.bad},
                         {"policy_version", ctx->policy_version.load()},
+                        {"incarnation", ctx->trainer_incarnation},
+                        {"unconfirmed_batches",
+                         [&] {
+                           size_t n = 0;
+                           for (const auto& [ep, ids] : ctx->unconfirmed_batches) n += ids.size();
+                           return n;
+                         }()},
                         {"stall_s", stalled.waited_s(steady_ms())},
                         {"mean_abs_advantage", mean_abs_advantage},
                         {"job", step.stats()}};

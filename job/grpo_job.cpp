@@ -382,6 +382,7 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   uint64_t version() const override { return version_; }
+  uint64_t num_held_groups() const override { return pending_groups_; }
 
   void adopt_held(actors::trainer_step& previous) override {
     auto* prev = dynamic_cast<grpo_trainer*>(&previous);
@@ -392,6 +393,8 @@ class grpo_trainer final : public actors::trainer_step {
     pending_groups_ = prev->pending_groups_;
     generate_us_ = prev->generate_us_;
     reward_us_ = prev->reward_us_;
+    env_us_ = prev->env_us_;
+    env_steps_ = prev->env_steps_;
     first_batch_ = prev->first_batch_;
     prev->pending_.clear();
     prev->pending_groups_ = 0;

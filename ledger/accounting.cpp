@@ -10,6 +10,10 @@ uint64_t accounting::dropped_total() const {
   return n;
 }
 
+uint64_t accounting::buffered() const {
+  return committed >= trained + handed ? committed - trained - handed : 0;
+}
+
 nlohmann::json accounting::to_json() const {
   nlohmann::json d = nlohmann::json::object();
   for (const auto& [reason, count] : dropped) d[reason] = count;
@@ -19,7 +23,9 @@ nlohmann::json accounting::to_json() const {
           {"dropped", d},
           {"lost", lost},
           {"duplicated", duplicated},
-          {"trained", trained}};
+          {"trained", trained},
+          {"handed", handed},
+          {"buffered", buffered()}};
 }
 
 status accounting::check() const {
@@ -33,9 +39,10 @@ status accounting::check() const {
   if (lost != 0) return error(errc::internal, "accounting: lost = " + std::to_string(lost));
   if (duplicated != 0)
     return error(errc::internal, "accounting: duplicated = " + std::to_string(duplicated));
-  if (trained > committed)
-    return error(errc::internal, "accounting: trained " + std::to_string(trained) +
-                                     " > committed " + std::to_string(committed));
+  if (trained + handed > committed)
+    return error(errc::internal, "accounting: committed " + std::to_string(committed) +
+                                     " < trained " + std::to_string(trained) + " + handed " +
+                                     std::to_string(handed) + " (buffered cannot be negative)");
   return ok_status();
 }
 

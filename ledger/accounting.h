@@ -1,7 +1,8 @@
 // Exact sample accounting, in sample slots: a lease of a unit dispatches
 // groups x group_size slots, and every slot ends in exactly one bucket.
 //   dispatched = committed + in_flight + sum(dropped)      (checked after every change)
-//   lost = 0, duplicated = 0, trained <= committed
+//   committed  = trained + handed + buffered               (so committed - trained is explained)
+//   lost = 0, duplicated = 0
 #pragma once
 
 #include <cstdint>
@@ -21,11 +22,15 @@ struct accounting {
   std::map<std::string, uint64_t> dropped;  // reason (ledger/types.h drop_reason) -> slots
   uint64_t lost = 0;        // slots the ledger can no longer place in any bucket; must be 0
   uint64_t duplicated = 0;  // samples handed to a trainer more than once; must be 0
-  uint64_t trained = 0;     // committed samples handed to a trainer
+  uint64_t trained = 0;     // committed samples a trainer confirmed (its step made a version)
+  uint64_t handed = 0;      // committed samples served to a trainer, not confirmed yet
+
+  // Committed samples a shard holds that no trainer has: committed - trained - handed.
+  uint64_t buffered() const;
 
   uint64_t dropped_total() const;
   // The report's `accounting` object: {dispatched, committed, in_flight,
-  // dropped: {reason: n}, lost, duplicated, trained}.
+  // dropped: {reason: n}, lost, duplicated, trained, handed, buffered}.
   nlohmann::json to_json() const;
   // errc::internal naming the broken equation when the invariant does not hold.
   status check() const;

@@ -32,6 +32,11 @@ nlohmann::json shard_stats::to_json() const {
           {"served_groups", served_groups},
           {"served_samples", served_samples},
           {"batches", batches},
+          {"handed_groups", handed_groups},
+          {"confirmed_groups", confirmed_groups},
+          {"reserved_groups", reserved_groups},
+          {"trainer_lost_stale", trainer_lost_stale},
+          {"fenced_consumers", fenced_consumers},
           {"resident_samples", resident_samples},
           {"resident_bytes", resident_bytes},
           {"peak_samples", peak_samples},
@@ -276,9 +281,12 @@ std::vector<shard_ack> buffer_shard::take_acks() {
   return out;
 }
 
-served_batch buffer_shard::serve(uint32_t max_groups) {
+served_batch buffer_shard::serve(uint32_t max_groups, const consumer_ref& to) {
   served_batch out;
   out.batch.shard = opts_.name;
+  const bool confirming = to.incarnation != 0;
+  const uint64_t batch_id = next_batch_id_;
+  handed_batch handed{to, {}};
   while (!ready_.empty() && out.consumed.size() < max_groups) {
     ready_group rg = ready_.front();
     ready_.pop_front();
@@ -291,18 +299,102 @@ served_batch buffer_shard::serve(uint32_t max_groups) {
     // Samples of a group leave in index order: trainers compute group statistics.
     std::sort(v.begin(), v.end(),
               [](const auto& a, const auto& b) { return a.index_in_group < b.index_in_group; });
-    out.consumed.push_back({rg.unit, rg.attempt, rg.group, uint32_t(v.size()), next_handout_++});
-    release(v.size(), u.group_bytes[rg.group]);
+    consumption c{rg.unit,         rg.attempt,
+                  rg.group,        uint32_t(v.size()),
+                  next_handout_++, confirming ? handout_step::handed : handout_step::consumed};
+    out.consumed.push_back(c);
     stats_.served_samples += v.size();
     ++stats_.served_groups;
-    for (auto& smp : v) out.batch.samples.push_back(std::move(smp));
+    const uint64_t bytes = u.group_bytes[rg.group];
+    if (confirming) {
+      // Kept until confirmed: a lost trainer's groups are served again from here.
+      out.batch.samples.insert(out.batch.samples.end(), v.begin(), v.end());
+      handed.groups.push_back({c, std::move(v), bytes});
+      ++stats_.handed_groups;
+    } else {
+      release(v.size(), bytes);
+      for (auto& smp : v) out.batch.samples.push_back(std::move(smp));
+    }
     u.samples.erase(git);
     u.group_bytes.erase(rg.group);
   }
   if (!out.consumed.empty()) {
     out.batch.batch_id = next_batch_id_++;
     ++stats_.batches;
+    if (confirming) handed_.emplace(batch_id, std::move(handed));
   }
+  return out;
+}
+
+result<std::vector<consumption>> buffer_shard::consumer_seen(const consumer_ref& c) {
+  if (c.incarnation == 0) return std::vector<consumption>{};
+  auto [it, fresh] = incarnations_.emplace(c.name, c.incarnation);
+  if (fresh || it->second == c.incarnation) return std::vector<consumption>{};
+  if (c.incarnation < it->second) {
+    ++stats_.fenced_consumers;
+    return error(errc::stale_attempt, "trainer " + c.name + " incarnation " +
+                                          std::to_string(c.incarnation) + " is fenced (current " +
+                                          std::to_string(it->second) + ")");
+  }
+  const uint64_t lost = it->second;
+  it->second = c.incarnation;
+  return consumer_lost(c.name, lost);
+}
+
+result<std::vector<consumption>> buffer_shard::confirm(const consumer_ref& by, uint64_t batch_id) {
+  auto it = handed_.find(batch_id);
+  if (it == handed_.end() || it->second.to.name != by.name ||
+      it->second.to.incarnation != by.incarnation) {
+    ++stats_.fenced_consumers;
+    return error(errc::stale_attempt, "shard " + opts_.name + ": batch " +
+                                          std::to_string(batch_id) + " is not handed to trainer " +
+                                          by.name + " incarnation " +
+                                          std::to_string(by.incarnation));
+  }
+  std::vector<consumption> out;
+  for (auto& g : it->second.groups) {
+    release(g.samples.size(), g.bytes);
+    g.step.step = handout_step::trained;
+    out.push_back(g.step);
+  }
+  stats_.handed_groups -= it->second.groups.size();
+  stats_.confirmed_groups += it->second.groups.size();
+  handed_.erase(it);
+  return out;
+}
+
+std::vector<consumption> buffer_shard::consumer_lost(const std::string& name,
+                                                     uint64_t incarnation) {
+  std::vector<consumption> out;
+  std::vector<ready_group> again;  // oldest hand-out first
+  for (auto it = handed_.begin(); it != handed_.end();) {
+    if (it->second.to.name != name || it->second.to.incarnation > incarnation) {
+      ++it;
+      continue;
+    }
+    for (auto& g : it->second.groups) {
+      --stats_.handed_groups;
+      bool stale = false;
+      for (const auto& smp : g.samples)
+        stale = stale || smp.policy_version + opts_.max_staleness < policy_version_;
+      auto uit = units_.find(g.step.unit);
+      if (stale || uit == units_.end()) {
+        release(g.samples.size(), g.bytes);
+        ++stats_.trainer_lost_stale;
+        g.step.step = handout_step::dropped;
+      } else {
+        unit_slot& u = *uit->second;
+        u.samples[g.step.group] = std::move(g.samples);
+        u.group_bytes[g.step.group] = g.bytes;
+        again.push_back({g.step.unit, g.step.attempt, g.step.group});
+        ++stats_.reserved_groups;
+        g.step.step = handout_step::returned;
+      }
+      out.push_back(g.step);
+    }
+    it = handed_.erase(it);
+  }
+  ready_.insert(ready_.begin(), again.begin(), again.end());
   return out;
 }
 

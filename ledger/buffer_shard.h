@@ -49,7 +49,14 @@ struct shard_stats {
   uint64_t served_groups = 0;
   uint64_t served_samples = 0;
   uint64_t batches = 0;
-  uint64_t resident_samples = 0;  // now: staged + ready
+  // Handed to a trainer (LEDGER.md, "Handed to a trainer"): groups served and not confirmed
+  // now, and what became of the others.
+  uint64_t handed_groups = 0;       // now
+  uint64_t confirmed_groups = 0;    // its trainer confirmed them
+  uint64_t reserved_groups = 0;     // its trainer incarnation was lost: queued to serve again
+  uint64_t trainer_lost_stale = 0;  // lost, and too stale to serve again: dropped
+  uint64_t fenced_consumers = 0;    // requests and confirmations of a lost incarnation, refused
+  uint64_t resident_samples = 0;    // now: staged + ready
   uint64_t resident_bytes = 0;
   uint64_t peak_samples = 0;  // high-water marks (bounded-memory evidence)
   uint64_t peak_bytes = 0;
@@ -60,6 +67,15 @@ struct shard_stats {
 struct served_batch {
   messages::batch batch;              // whole groups; batch_id unique per shard
   std::vector<consumption> consumed;  // one per group: forward to work_ledger
+};
+
+// Who a batch is served to: a trainer consumer's name (one per trainer node or trainer
+// group, the same across its restarts) and its incarnation (a new one per trainer state:
+// higher means newer). Incarnation 0 is a consumer that never confirms: its groups are
+// `consumed` (handed and trained at once) as they leave.
+struct consumer_ref {
+  std::string name;
+  uint64_t incarnation = 0;
 };
 
 class buffer_shard {
@@ -89,12 +105,29 @@ class buffer_shard {
   // Acks for attempts whose samples are all here (once per attempt), for the ledger.
   std::vector<shard_ack> take_acks();
 
-  // Up to max_groups committed groups, oldest commit first, each exactly once. An empty
-  // batch when none is ready.
-  served_batch serve(uint32_t max_groups);
+  // Up to max_groups committed groups, oldest commit first (groups served again after
+  // their trainer was lost first of all), each exactly once. An empty batch when none is
+  // ready. For a confirming consumer (incarnation > 0) the groups stay here, `handed`, until
+  // confirm() or their consumer's loss; call consumer_seen() for `to` first.
+  served_batch serve(uint32_t max_groups, const consumer_ref& to = {});
+
+  // A request or confirmation from `c`. An incarnation newer than the one known for c.name
+  // means the older one is lost: its handed groups are released (see consumer_lost) and
+  // their steps returned. errc::stale_attempt (counted in fenced_consumers) when c is older
+  // than the incarnation known: a lost incarnation is fenced and gets nothing.
+  result<std::vector<consumption>> consumer_seen(const consumer_ref& c);
+  // The consumer's step made a policy version with batch `batch_id`: its groups are trained
+  // (one `trained` step each) and leave the shard. errc::stale_attempt (counted) when the
+  // batch is not handed to exactly this incarnation (a late confirmation from a lost one).
+  result<std::vector<consumption>> confirm(const consumer_ref& by, uint64_t batch_id);
+  // Every incarnation of `name` up to `incarnation` is lost: each group handed to one goes
+  // back to the front of the queue (`returned`, served again), or is dropped
+  // (`dropped`: trainer_lost_stale) when a sample of it is older than max_staleness now.
+  std::vector<consumption> consumer_lost(const std::string& name, uint64_t incarnation);
 
   uint64_t free_samples() const;  // capacity left, in samples (credits to grant)
   size_t num_ready_groups() const;
+  size_t num_handed_groups() const { return size_t(stats_.handed_groups); }
   const shard_stats& stats() const { return stats_; }
   const shard_options& options() const { return opts_; }
 
@@ -119,6 +152,18 @@ class buffer_shard {
   };
   std::deque<ready_group> ready_;
   std::vector<shard_ack> acks_;
+  // Batches served to a confirming consumer and not confirmed: their samples stay resident.
+  struct handed_group {
+    consumption step;  // as handed
+    std::vector<messages::sample> samples;
+    uint64_t bytes = 0;
+  };
+  struct handed_batch {
+    consumer_ref to;
+    std::vector<handed_group> groups;
+  };
+  std::map<uint64_t, handed_batch> handed_;       // by batch id
+  std::map<std::string, uint64_t> incarnations_;  // consumer name -> newest incarnation seen
 };
 
 // Estimated payload bytes of a sample, for capacity_bytes.

@@ -22,8 +22,15 @@ enum class record_type : uint8_t {
   ended = 6,        // unit, attempt, reason: the lease ended without a commit
   reported = 7,     // unit, attempt
   acked = 8,        // unit, attempt, groups = accepted, groups2 = stale
-  consumed = 9,     // unit, attempt, group (groups[0]), hand-out id (groups2[0]; absent = 0)
+  consumed = 9,     // unit, attempt, group (groups[0]), hand-out id (groups2[0]; absent = 0):
+                    // handed and trained at once (a trainer that does not confirm)
   shard_lost = 10,  // name = shard
+  // A group's steps with a trainer that confirms (LEDGER.md, "Handed to a trainer"); each
+  // has unit, attempt, group (groups[0]) and hand-out id (groups2[0]).
+  handed = 11,          // served: committed -> handed
+  trained = 12,         // confirmed: handed -> trained
+  handed_back = 13,     // its trainer incarnation was lost: handed -> buffered (served again)
+  handed_dropped = 14,  // lost and too stale: handed -> dropped[reason]
 };
 
 // Every record has every field; a type uses the ones its comment above names.

@@ -7,11 +7,12 @@ namespace moerl::ledger::detail {
 
 namespace {
 // Drop reasons by on-disk code. Values are on disk: never renumber.
-const char* const kReasons[] = {drop_reason::returned,     drop_reason::lease_expired,
-                                drop_reason::worker_dead,  drop_reason::coordinator_restart,
-                                drop_reason::stale_policy, drop_reason::shard_lost};
+const char* const kReasons[] = {drop_reason::returned,          drop_reason::lease_expired,
+                                drop_reason::worker_dead,       drop_reason::coordinator_restart,
+                                drop_reason::stale_policy,      drop_reason::shard_lost,
+                                drop_reason::trainer_lost_stale};
 constexpr uint8_t kFirstType = uint8_t(record_type::epoch_begin);
-constexpr uint8_t kLastType = uint8_t(record_type::shard_lost);
+constexpr uint8_t kLastType = uint8_t(record_type::handed_dropped);
 }  // namespace
 
 uint8_t drop_reason_code(const char* reason) {

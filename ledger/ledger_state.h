@@ -29,7 +29,8 @@ struct unit_rec {
   std::vector<group_id> ack_stale;
   std::vector<group_id> todo;            // groups of the current/next attempt
   std::set<group_id> committed;          // committed, not dropped since
-  std::map<group_id, uint64_t> trained;  // handed to a trainer -> the shard's hand-out id
+  std::map<group_id, uint64_t> trained;  // confirmed by a trainer -> the shard's hand-out id
+  std::map<group_id, uint64_t> handed;   // served, not confirmed yet -> the hand-out id
 };
 
 struct work_ledger::state {

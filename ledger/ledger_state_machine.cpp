@@ -89,10 +89,15 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       // Committed groups no trainer received are gone with the shard: drop them and
       // regenerate exactly those groups under a new attempt.
       std::vector<group_id> reopen;
+      // Groups handed but not confirmed go too: their trainer can no longer confirm them to
+      // this shard (LEDGER.md, "Losing a buffer shard", says what that risks).
       for (auto grp : u.committed)
         if (!u.trained.count(grp)) reopen.push_back(grp);
       if (reopen.empty()) continue;
-      for (auto grp : reopen) u.committed.erase(grp);
+      for (auto grp : reopen) {
+        u.committed.erase(grp);
+        if (u.handed.erase(grp)) acct.handed -= g;
+      }
       acct.committed -= reopen.size() * g;
       acct.dropped[drop_reason::shard_lost] += reopen.size() * g;
       u.todo = reopen;
@@ -151,11 +156,18 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       u.ack_stale = r.groups2;
       if (u.reported) commit(st, acct, opts, u);
       return ok_status();
-    case record_type::consumed: {
+    case record_type::consumed:
+    case record_type::handed: {
       group_id grp = r.groups.empty() ? 0 : r.groups[0];
       uint64_t g = opts.group_size;
       uint64_t handout = r.groups2.empty() ? 0 : r.groups2[0];
-      if (u.committed.count(grp) && !u.trained.count(grp) && u.attempt == r.attempt) {
+      if (u.committed.count(grp) && !u.trained.count(grp) && !u.handed.count(grp) &&
+          u.attempt == r.attempt) {
+        if (r.type == record_type::handed) {
+          u.handed.emplace(grp, handout);
+          acct.handed += g;
+          return ok_status();
+        }
         u.trained.emplace(grp, handout);
         acct.trained += g;
         auto occ = st.occupied.find(u.shard);
@@ -163,6 +175,32 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       } else {
         acct.duplicated += g;
       }
+      return ok_status();
+    }
+    case record_type::trained:
+    case record_type::handed_back:
+    case record_type::handed_dropped: {
+      // Validated before they are appended: the group is handed under this hand-out id.
+      group_id grp = r.groups.empty() ? 0 : r.groups[0];
+      uint64_t g = opts.group_size;
+      auto h = u.handed.find(grp);
+      if (h == u.handed.end() || u.attempt != r.attempt)
+        return bug("unit " + std::to_string(u.id) + " group " + std::to_string(grp) +
+                   " is not handed");
+      const uint64_t handout = h->second;
+      u.handed.erase(h);
+      acct.handed -= g;
+      if (r.type == record_type::handed_back) return ok_status();  // buffered again
+      auto occ = st.occupied.find(u.shard);
+      if (occ != st.occupied.end()) occ->second -= g;
+      if (r.type == record_type::trained) {
+        u.trained.emplace(grp, handout);
+        acct.trained += g;
+        return ok_status();
+      }
+      u.committed.erase(grp);
+      acct.committed -= g;
+      acct.dropped[drop_reason_name(r.reason)] += g;
       return ok_status();
     }
     default: return bug("unexpected record type");

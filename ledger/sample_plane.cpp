@@ -200,11 +200,13 @@ status sample_producer::poll(int timeout_ms) {
 
 result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<zmq_context> ctx,
                                                                 const std::string& endpoint,
-                                                                const std::string& name) {
+                                                                const std::string& name,
+                                                                uint64_t incarnation) {
   if (auto s = check_name(name, "trainer"); !s) return s.err();
   std::unique_ptr<batch_consumer> c(new batch_consumer());
   c->ctx_ = std::move(ctx);
   c->name_ = name;
+  c->incarnation_ = incarnation;
   c->drops_ = drop_log("trainer " + name + ": dropped a frame", spdlog::level::warn);
   auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, name, int64_t(1) << 30);
   if (!sock) return sock.err();
@@ -224,6 +226,19 @@ status batch_consumer::request(uint32_t num_groups) {
   messages::batch_request r;
   r.trainer = name_;
   r.num_groups = num_groups;
+  r.incarnation = incarnation_;
+  return send_frame(sock_, messages::encode(r), 0);
+}
+
+status batch_consumer::confirm(const std::vector<uint64_t>& batch_ids) {
+  if (incarnation_ == 0)
+    return error(errc::invalid_argument, "trainer " + name_ + ": incarnation 0 never confirms");
+  if (batch_ids.empty()) return ok_status();
+  messages::batch_request r;
+  r.trainer = name_;
+  r.num_groups = 0;
+  r.incarnation = incarnation_;
+  r.confirmed_batches = batch_ids;
   return send_frame(sock_, messages::encode(r), 0);
 }
 
@@ -341,11 +356,28 @@ result<size_t> shard_service::pump(int timeout_ms) {
       p.demand = p.received + demand->credits;
     } else if (*k == messages::kind::batch_request) {
       auto req = messages::decode<messages::batch_request>(body);
-      if (!req || req->num_groups == 0) {
+      if (!req || (req->num_groups == 0 && req->confirmed_batches.empty())) {
         drop("a bad batch request", (req ? "0 groups" : req.err().message) + from());
         continue;
       }
-      waiting_[peer] = req->num_groups;
+      const consumer_ref who{req->trainer.empty() ? peer : req->trainer, req->incarnation};
+      // A newer incarnation first releases what the older ones held (served again below);
+      // a lost one is fenced: it gets nothing and its confirmations count for nothing.
+      auto released = shard_->consumer_seen(who);
+      if (!released) {
+        refused_->note("fenced trainer", released.err().message + from());
+        continue;
+      }
+      for (auto& c : *released) consumed_.push_back(c);
+      for (uint64_t id : req->confirmed_batches) {
+        auto trained = shard_->confirm(who, id);
+        if (!trained) {
+          refused_->note("fenced confirmation", trained.err().message + from());
+          continue;
+        }
+        for (auto& c : *trained) consumed_.push_back(c);
+      }
+      if (req->num_groups > 0) waiting_[peer] = {req->num_groups, who};
     } else {
       drop("a message the shard does not take",
            "kind " + std::to_string(static_cast<int>(*k)) + from());
@@ -359,11 +391,12 @@ result<size_t> shard_service::pump(int timeout_ms) {
 status shard_service::serve_waiting() {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (shard_->num_ready_groups() == 0) break;
-    served_batch sb = shard_->serve(it->second);
+    served_batch sb = shard_->serve(it->second.num_groups, it->second.from);
     auto sent = send_frame(sock_, it->first, ZMQ_SNDMORE);
     if (sent) sent = send_frame(sock_, messages::encode(sb.batch), 0);
-    // The groups left the shard either way: the ledger hears of them, so a trainer that
-    // vanished mid-send shows up as trained-but-lost rather than silently.
+    // The groups are handed either way: the ledger hears of them, and a trainer that
+    // vanished mid-send leaves them handed until its successor's first request releases
+    // them (a consumer that never confirms has them counted as trained).
     for (auto& c : sb.consumed) consumed_.push_back(c);
     if (!sent)
       logger("sample_plane")

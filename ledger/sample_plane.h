@@ -87,16 +87,25 @@ class sample_producer {
   std::unique_ptr<rate_limited_log> drops_;
 };
 
-// Trainer side: asks a shard for batches of whole groups.
+// Trainer side: asks a shard for batches of whole groups. `name` is the consumer's identity
+// (the trainer node's name, or a trainer group's) and its routing id; `incarnation` says
+// which trainer state asks (LEDGER.md, "Handed to a trainer"): 0 never confirms, so the
+// shard counts each group trained as it is served; any other value keeps the groups handed
+// until confirm(), and a higher one than the shard has seen makes it serve the groups handed
+// to the lower ones again.
 class batch_consumer {
  public:
   static result<std::unique_ptr<batch_consumer>> connect(std::shared_ptr<zmq_context> ctx,
                                                          const std::string& endpoint,
-                                                         const std::string& name);
+                                                         const std::string& name,
+                                                         uint64_t incarnation = 0);
   ~batch_consumer();
 
   // Asks for up to num_groups groups; the shard answers when at least one is ready.
   status request(uint32_t num_groups);
+  // Tells the shard the step made a policy version with these batches (their groups are
+  // trained). Needs an incarnation other than 0.
+  status confirm(const std::vector<uint64_t>& batch_ids);
   // A batch if one arrived within timeout_ms (0: don't wait); nullopt otherwise.
   result<std::optional<messages::batch>> poll(int timeout_ms);
   uint64_t num_bad_frames() const { return bad_frames_; }
@@ -106,6 +115,7 @@ class batch_consumer {
   std::shared_ptr<zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string name_;
+  uint64_t incarnation_ = 0;
   uint64_t bad_frames_ = 0;
   std::unique_ptr<rate_limited_log> drops_;
 };
@@ -162,7 +172,11 @@ class shard_service {
   };
   std::map<std::string, producer_state> producers_;  // by routing id
   std::string next_grant_;                           // rotation: grants start at this producer
-  std::map<std::string, uint32_t> waiting_;          // trainer routing id -> groups asked for
+  struct waiting_request {
+    uint32_t num_groups = 0;
+    consumer_ref from;
+  };
+  std::map<std::string, waiting_request> waiting_;  // trainer routing id -> what it asked for
   std::vector<consumption> consumed_;
   uint64_t bad_frames_ = 0;
   std::unique_ptr<rate_limited_log> drops_;    // frames dropped (garbage), by reason

@@ -7,7 +7,11 @@ namespace moerl::ledger::detail {
 std::string encode_snapshot(const work_ledger::state& st, const accounting& acct, uint32_t epoch,
                             uint64_t last_seq) {
   byte_writer w;
-  w.u32(2);  // snapshot format version (2: hand-out ids of trained groups)
+  // Format version 3 only adds the handed groups at the end; a snapshot with nothing handed
+  // is written as version 2, byte for byte what the previous version wrote.
+  bool any_handed = false;
+  for (const auto& [id, u] : st.units) any_handed = any_handed || !u.handed.empty();
+  w.u32(any_handed ? 3 : 2);
   w.u64(last_seq);
   w.u32(epoch);
   w.u64(st.next_unit);
@@ -51,6 +55,23 @@ std::string encode_snapshot(const work_ledger::state& st, const accounting& acct
     w.u64s(trained);
     w.u64s(handouts);
   }
+  if (any_handed) {
+    w.u64(acct.handed);
+    uint64_t n = 0;
+    for (const auto& [id, u] : st.units) n += !u.handed.empty();
+    w.u64(n);
+    for (const auto& [id, u] : st.units) {
+      if (u.handed.empty()) continue;
+      std::vector<uint64_t> groups, handouts;
+      for (const auto& [grp, handout] : u.handed) {
+        groups.push_back(grp);
+        handouts.push_back(handout);
+      }
+      w.u64(id);
+      w.u64s(groups);
+      w.u64s(handouts);
+    }
+  }
   return std::move(w.bytes());
 }
 
@@ -61,7 +82,7 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     return error(errc::malformed_message, "ledger snapshot: " + what);
   };
   const uint32_t version = rd.u32();
-  if (version != 1 && version != 2) return bad("unknown format version");
+  if (version < 1 || version > 3) return bad("unknown format version");
   last_seq = rd.u64();
   epoch = rd.u32();
   st.next_unit = rd.u64();
@@ -111,6 +132,23 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     if (handouts.size() != t.size()) return bad("trained groups and hand-out ids differ in number");
     for (size_t k = 0; k < t.size(); ++k) u.trained.emplace(t[k], handouts[k]);
     st.units.emplace(u.id, std::move(u));
+  }
+  if (version >= 3 && rd.ok()) {
+    acct.handed = rd.u64();
+    const uint64_t n = rd.u64();
+    if (!rd.ok() || n > rd.remaining()) return bad("truncated handed groups");
+    for (uint64_t i = 0; i < n && rd.ok(); ++i) {
+      const uint64_t id = rd.u64();
+      auto groups = rd.u64s();
+      auto handouts = rd.u64s();
+      auto u = st.units.find(id);
+      if (!rd.ok()) break;
+      if (u == st.units.end())
+        return bad("handed groups of unit " + std::to_string(id) + ", which does not exist");
+      if (groups.size() != handouts.size())
+        return bad("handed groups and hand-out ids differ in number");
+      for (size_t k = 0; k < groups.size(); ++k) u->second.handed.emplace(groups[k], handouts[k]);
+    }
   }
   if (!rd.ok() || !rd.at_end()) return bad("does not decode");
   // The CRC guards against damage; these guard the rest of the ledger against a snapshot

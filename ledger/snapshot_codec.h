@@ -1,8 +1,9 @@
 // Private to the ledger: the snapshot, the whole ledger state as one payload, so that
 // recovery replays only the journal after it (ledger/LEDGER.md, "Durability").
 //
-// Format version 2, common/byte_codec.h encoding (version 1 lacks the last field, the
-// hand-out ids of trained groups, and still reads):
+// Format version 3, common/byte_codec.h encoding (version 1 lacks the hand-out ids of
+// trained groups; version 2 lacks the handed section at the end and is still written when
+// nothing is handed; both still read):
 //   u32 version | u64 last_seq | u32 epoch | u64 next_unit | u64 rr
 //   u32 num_shards, per shard: str name | u64 occupied
 //   u64s pending | u64 dispatched, committed, in_flight, lost, duplicated, trained
@@ -10,6 +11,8 @@
 //   u64 num_units, per unit: u64 id | u64s groups | u8 state | u32 attempt | str worker
 //     | str shard | i64 deadline | u8 flags (1 reported, 2 acked) | u64s ack_accepted
 //     | u64s ack_stale | u64s todo | u64s committed | u64s trained | u64s hand-out ids
+//   version 3: u64 handed (accounting) | u64 num_units, per unit with handed groups:
+//     u64 id | u64s handed groups | u64s their hand-out ids
 #pragma once
 
 #include <cstdint>

@@ -46,6 +46,9 @@ inline constexpr const char* coordinator_restart = "coordinator_restart";  // le
 inline constexpr const char* stale_policy =
     "stale_policy";                                      // shard refused: older than max_staleness
 inline constexpr const char* shard_lost = "shard_lost";  // committed, untrained, on a lost shard
+// Handed to a trainer incarnation that was lost before it confirmed the group, and by then
+// older than buffer.max_staleness: not served again.
+inline constexpr const char* trainer_lost_stale = "trainer_lost_stale";
 }  // namespace drop_reason
 
 // What a worker receives when it leases a unit. Samples it produces carry
@@ -72,8 +75,24 @@ struct shard_ack {
   std::vector<group_id> stale_groups;     // a sample was older than max_staleness: dropped
 };
 
-// A group handed to a trainer. The shard produces one per served group; the caller must
-// record it in the ledger (work_ledger::record_consumed).
+// What a shard did with a committed group it served (ledger/LEDGER.md, "Handed to a
+// trainer"): a group is `handed` until its trainer confirms it (`trained`) or the trainer
+// incarnation it was handed to is lost (`returned` to the shard's queue and served again, or
+// `dropped` as trainer_lost_stale when it became too stale meanwhile).
+// A consumer that does not confirm (incarnation 0: tests, tools) has its groups `consumed`:
+// handed and trained at once.
+enum class handout_step : uint8_t {
+  consumed = 0,
+  handed = 1,
+  trained = 2,
+  returned = 3,
+  dropped = 4,
+};
+const char* handout_step_name(handout_step s);
+
+// One step of a group handed to a trainer. The shard produces one per served group and per
+// later step of it; the caller must record each in the ledger (work_ledger::record_handout,
+// in the order the shard produced them).
 struct consumption {
   unit_id unit = 0;
   attempt_t attempt = 0;
@@ -83,6 +102,7 @@ struct consumption {
   // its reply was lost (the coordinator died after journaling it) carries the same id and is
   // accepted once; a second hand-out of the group has another id and counts as duplicated.
   uint64_t handout = 0;
+  handout_step step = handout_step::consumed;
 };
 
 // What the ledger tells buffer shards; the node routes each event to `shard`.

@@ -277,7 +277,18 @@ result<unit_state> work_ledger::record_ack(const shard_ack& ack) {
   return st_->units.at(ack.unit).state;
 }
 
-status work_ledger::record_consumed(const consumption& cons) {
+const char* handout_step_name(handout_step s) {
+  switch (s) {
+    case handout_step::consumed: return "consumed";
+    case handout_step::handed: return "handed";
+    case handout_step::trained: return "trained";
+    case handout_step::returned: return "returned";
+    case handout_step::dropped: return "dropped";
+  }
+  return "unknown";
+}
+
+result<const unit_rec*> work_ledger::consumed_unit(const consumption& cons) const {
   auto it = st_->units.find(cons.unit);
   if (it == st_->units.end())
     return error(errc::not_found, "consumed: unknown unit " + std::to_string(cons.unit));
@@ -289,13 +300,28 @@ status work_ledger::record_consumed(const consumption& cons) {
     return error(errc::invalid_argument, "consumed: a group has " +
                                              std::to_string(opts_.group_size) + " samples, got " +
                                              std::to_string(cons.num_samples));
-  auto tr = u.trained.find(cons.group);
-  if (tr != u.trained.end() && cons.handout != 0 && tr->second == cons.handout &&
-      u.attempt == cons.attempt)
-    return ok_status();  // the same hand-out again (its reply was lost): already recorded
-  bool fresh = u.committed.count(cons.group) && tr == u.trained.end() && u.attempt == cons.attempt;
+  return &u;
+}
+
+status work_ledger::record_consumed(const consumption& cons) {
+  return record_served(cons, record_type::consumed);
+}
+
+status work_ledger::record_served(const consumption& cons, record_type type) {
+  auto found = consumed_unit(cons);
+  if (!found) return found.err();
+  const unit_rec& u = **found;
+  // The same hand-out again (its reply was lost): already recorded.
+  auto same = [&](const std::map<group_id, uint64_t>& m) {
+    auto f = m.find(cons.group);
+    return f != m.end() && cons.handout != 0 && f->second == cons.handout &&
+           u.attempt == cons.attempt;
+  };
+  if (same(u.trained) || same(u.handed)) return ok_status();
+  bool fresh = u.committed.count(cons.group) && !u.trained.count(cons.group) &&
+               !u.handed.count(cons.group) && u.attempt == cons.attempt;
   journal_record r;
-  r.type = record_type::consumed;
+  r.type = type;
   r.unit = cons.unit;
   r.attempt = cons.attempt;
   r.groups = {cons.group};
@@ -307,8 +333,48 @@ status work_ledger::record_consumed(const consumption& cons) {
     return error(errc::duplicate, "consumed: unit " + std::to_string(cons.unit) + " group " +
                                       std::to_string(cons.group) + " attempt " +
                                       std::to_string(cons.attempt) +
-                                      " was not a committed, untrained group");
+                                      " was not a committed group no trainer had");
   return ok_status();
+}
+
+status work_ledger::record_handout(const consumption& cons) {
+  if (cons.step == handout_step::consumed) return record_served(cons, record_type::consumed);
+  if (cons.step == handout_step::handed) return record_served(cons, record_type::handed);
+  auto found = consumed_unit(cons);
+  if (!found) return found.err();
+  const unit_rec& u = **found;
+  const std::string what = std::string(handout_step_name(cons.step)) + ": unit " +
+                           std::to_string(cons.unit) + " group " + std::to_string(cons.group) +
+                           " hand-out " + std::to_string(cons.handout);
+  auto h = u.handed.find(cons.group);
+  const bool handed_here =
+      h != u.handed.end() && h->second == cons.handout && u.attempt == cons.attempt;
+  if (!handed_here) {
+    // A step sent again after its reply was lost has already been applied.
+    auto t = u.trained.find(cons.group);
+    const bool applied = u.attempt == cons.attempt &&
+                         ((cons.step == handout_step::trained && t != u.trained.end() &&
+                           t->second == cons.handout) ||
+                          (cons.step == handout_step::returned && h == u.handed.end() &&
+                           u.committed.count(cons.group)) ||
+                          (cons.step == handout_step::dropped && !u.committed.count(cons.group)));
+    if (applied) return ok_status();
+    return error(errc::stale_attempt, what + " is not handed under that id (fenced)");
+  }
+  journal_record r;
+  r.unit = cons.unit;
+  r.attempt = cons.attempt;
+  r.groups = {cons.group};
+  r.groups2 = {cons.handout};
+  switch (cons.step) {
+    case handout_step::trained: r.type = record_type::trained; break;
+    case handout_step::returned: r.type = record_type::handed_back; break;
+    default:
+      r.type = record_type::handed_dropped;
+      r.reason = drop_reason_code(drop_reason::trainer_lost_stale);
+      break;
+  }
+  return append(r);
 }
 
 result<std::vector<unit_id>> work_ledger::shard_lost(const shard_id& shard) {
@@ -364,19 +430,23 @@ status work_ledger::check_invariant() const {
     if (u.state == unit_state::leased) re.in_flight += slots(u, opts_.group_size);
     re.committed += u.committed.size() * g;
     re.trained += u.trained.size() * g;
-    for (const auto& [grp, handout] : u.trained)
-      if (!u.committed.count(grp))
-        return error(errc::internal, "ledger: unit " + std::to_string(id) + " group " +
-                                         std::to_string(grp) + " trained but not committed");
+    re.handed += u.handed.size() * g;
+    for (const auto* m : {&u.trained, &u.handed})
+      for (const auto& [grp, handout] : *m)
+        if (!u.committed.count(grp) || (u.trained.count(grp) && u.handed.count(grp)))
+          return error(errc::internal, "ledger: unit " + std::to_string(id) + " group " +
+                                           std::to_string(grp) +
+                                           " trained or handed but not committed, or both");
   }
   if (re.in_flight != acct_.in_flight || re.committed != acct_.committed ||
-      re.trained != acct_.trained)
+      re.trained != acct_.trained || re.handed != acct_.handed)
     return error(errc::internal,
                  "ledger: counters disagree with units (in_flight " +
                      std::to_string(acct_.in_flight) + " vs " + std::to_string(re.in_flight) +
                      ", committed " + std::to_string(acct_.committed) + " vs " +
                      std::to_string(re.committed) + ", trained " + std::to_string(acct_.trained) +
-                     " vs " + std::to_string(re.trained) + ")");
+                     " vs " + std::to_string(re.trained) + ", handed " +
+                     std::to_string(acct_.handed) + " vs " + std::to_string(re.handed) + ")");
   return acct_.check();
 }
 
@@ -396,6 +466,7 @@ std::optional<unit_view> work_ledger::find(unit_id unit) const {
   v.todo = u.todo;
   v.committed.assign(u.committed.begin(), u.committed.end());
   for (const auto& [grp, handout] : u.trained) v.trained.push_back(grp);
+  for (const auto& [grp, handout] : u.handed) v.handed.push_back(grp);
   return v;
 }
 

@@ -32,7 +32,9 @@ class object_store;
 
 namespace moerl::ledger {
 
-struct journal_record;  // private; ledger/journal_record.h
+struct journal_record;             // private; ledger/journal_record.h
+enum class record_type : uint8_t;  // private; ledger/journal_record.h
+struct unit_rec;                   // private; ledger/ledger_state.h
 
 struct ledger_options {
   int64_t lease_timeout_ms = 30000;  // ledger.lease_timeout_ms
@@ -71,7 +73,8 @@ struct unit_view {
   std::vector<group_id> groups;     // every group of the unit, in the order given
   std::vector<group_id> todo;       // groups the next/current attempt generates
   std::vector<group_id> committed;  // groups committed and not dropped since
-  std::vector<group_id> trained;    // groups handed to a trainer
+  std::vector<group_id> trained;    // groups a trainer confirmed
+  std::vector<group_id> handed;     // groups served to a trainer, not confirmed yet
 };
 
 class work_ledger {
@@ -121,9 +124,17 @@ class work_ledger {
   // The shard holds all samples of the attempt. The groups must be exactly the lease's
   // groups. Commits when the worker's report is also in.
   result<unit_state> record_ack(const shard_ack& ack);
-  // A trainer received a group. Counts `trained`; a group handed out twice, or handed out
-  // after its shard was declared lost, counts as duplicated (and is an error return).
+  // A trainer received a group and is not going to confirm it: handed and trained at once.
+  // Counts `trained`; a group handed out twice, or handed out after its shard was declared
+  // lost, counts as duplicated (and is an error return).
   status record_consumed(const consumption& c);
+  // One step of a group with a trainer (LEDGER.md, "Handed to a trainer"), by c.step:
+  // consumed (as record_consumed), handed (committed -> handed; a second hand-out counts as
+  // duplicated, as above), trained (handed -> trained), returned (handed -> buffered: served again)
+  // or dropped (handed -> dropped[trainer_lost_stale]). A step for a group that is not handed under
+  // c.handout is refused with errc::stale_attempt and changes nothing (a late confirmation
+  // from a lost trainer incarnation), unless it is the same step sent again (ok, no change).
+  status record_handout(const consumption& c);
   // The shard and its unconsumed samples are gone: every committed group it held that no
   // trainer received is dropped (shard_lost) and its unit re-opened with just those groups;
   // open leases that target the shard are expired. Returns the re-opened units.
@@ -160,6 +171,11 @@ class work_ledger {
   work_ledger(const ledger_options& options, const clock& clock, store::object_store* store);
   // Appends a record to the journal tail and applies it.
   status append(const journal_record& r);
+  // The unit a consumption names, checked (group of the unit, group_size samples).
+  result<const unit_rec*> consumed_unit(const consumption& c) const;
+  // A group leaves its shard for a trainer: record_consumed (type consumed) and the handed
+  // step (type handed) share the checks and the duplicate counting.
+  status record_served(const consumption& c, record_type type);
   // Ends each of these leases (reason a drop_reason::) and returns those it ended; the
   // one loop behind expire_due() and worker_dead().
   std::vector<ended_lease> end_leases(const std::vector<unit_id>& units, const char* reason);

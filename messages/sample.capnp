@@ -44,6 +44,14 @@ struct BatchRequest {
   trainer @0 :Text;            # requesting trainer rank's node id
   numGroups @1 :UInt32;        # wanted number of complete prompt groups
   minPolicyVersion @2 :UInt64; # samples older than this are not wanted (staleness bound)
+  # The trainer consumer's incarnation (ledger/LEDGER.md, "Handed to a trainer"): a new one
+  # per trainer state, higher is newer. 0: a consumer that never confirms (its groups count
+  # as trained when served). A newer incarnation makes the shard serve the groups it had
+  # handed to the older ones again; an older one is fenced.
+  incarnation @3 :UInt64;
+  # Batches of this shard the consumer's step has made a policy version with (the groups
+  # are trained and leave the shard). With numGroups 0 the request only confirms.
+  confirmedBatches @4 :List(UInt64);
 }
 
 struct Batch {

@@ -51,8 +51,10 @@ struct credit {
 
 struct batch_request {
   std::string trainer;
-  uint32_t num_groups = 0;
+  uint32_t num_groups = 0;  // 0: only confirms
   uint64_t min_policy_version = 0;
+  uint64_t incarnation = 0;                 // 0: never confirms (sample.capnp)
+  std::vector<uint64_t> confirmed_batches;  // trained into a policy version
 };
 
 struct batch {

@@ -120,6 +120,9 @@ std::string encode(const batch_request& m) {
   r.setTrainer(text(m.trainer));
   r.setNumGroups(m.num_groups);
   r.setMinPolicyVersion(m.min_policy_version);
+  r.setIncarnation(m.incarnation);
+  fill(r.initConfirmedBatches(static_cast<unsigned>(m.confirmed_batches.size())),
+       m.confirmed_batches);
   return frame(kind::batch_request, b);
 }
 template <>
@@ -130,6 +133,8 @@ result<batch_request> decode(const void* data, size_t size, const decode_limits&
         m.trainer = str(r.getTrainer());
         m.num_groups = r.getNumGroups();
         m.min_policy_version = r.getMinPolicyVersion();
+        m.incarnation = r.getIncarnation();
+        copy(m.confirmed_batches, r.getConfirmedBatches());
         return {};
       });
 }

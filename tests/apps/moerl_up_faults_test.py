@@ -5,6 +5,7 @@ still finishes its iterations with nothing lost or duplicated; two runs on one m
 their own consoles. One case per invocation:
 
   moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
+  moerl_up_faults_test.py MOERL trainer_handed  SIGKILL the trainer while it holds handed groups
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
@@ -119,6 +120,12 @@ def check_safety(rep):
     assert rep["done"], rep.get("failure")
 
 
+def check_balanced(a):
+    """committed - trained is always explained: handed to a trainer, or buffered in a shard."""
+    assert a["committed"] == a["trained"] + a["handed"] + a["buffered"], a
+    assert a["dispatched"] == a["committed"] + a["in_flight"] + sum(a["dropped"].values()), a
+
+
 def replaced(rep, node, cause):
     """The report's replacement of `node` with `cause` (fails when it lists none)."""
     for r in rep["replacements"]:
@@ -143,12 +150,38 @@ def in_turn(moerl, tmp):
     i, _ = run.wait_line(r">>> recreated coordinator ", i)
     rep = run.finish()
     check_safety(rep)
+    check_balanced(rep["accounting"])
     trainer = replaced(rep, "trainer-0", "killed by SIGKILL")
     assert trainer["replacement"] == "trainer-0", trainer
     replaced(rep, "reward-0", "killed by SIGKILL")
     replaced(rep, "coordinator", "killed by SIGKILL")
     assert rep["num_replacements"] == len(rep["replacements"]) >= 3, rep["replacements"]
     assert rep["restart_policy"]["trainer"].startswith("StatefulSet"), rep["restart_policy"]
+
+
+def trainer_handed(moerl, tmp):
+    """Issue 11 case 1: the trainer dies holding groups its shards handed it. They are not
+    lost: the recreated trainer (a new incarnation of the same consumer) is served them again
+    (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
+    run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
+    i = run.wait_iteration(2)
+    # A progress line that shows groups handed to the trainer and not yet confirmed.
+    i, m = run.wait_line(r"handed ([1-9]\d*) ", i)
+    run.kill("trainer-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
+    rep = run.finish()
+    check_safety(rep)
+    a = rep["accounting"]
+    check_balanced(a)
+    assert a["handed"] == 0 and a["buffered"] == 0 and a["trained"] == a["committed"], a
+    replaced(rep, "trainer-0", "killed by SIGKILL")
+    # The shards served the dead trainer's groups again (or dropped them, named).
+    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
+                if n["role"] == "buffer")
+    stale = a["dropped"].get("trainer_lost_stale", 0)
+    assert again > 0 or stale > 0, (again, a, int(m.group(1)))
+    print(f"handed at the kill {m.group(1)} samples; served again {again} group(s), "
+          f"dropped stale {stale} sample(s)", flush=True)
 
 
 def case3(moerl, tmp):
@@ -237,8 +270,8 @@ def main(moerl, case):
         return {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs,
                 "trainer_group": trainer_group}[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
-        {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs,
-         "trainer_group": trainer_group}[case](moerl, tmp)
+        {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
+         "two_jobs": two_jobs, "trainer_group": trainer_group}[case](moerl, tmp)
     print(f"moerl up {case} checks passed")
 
 
