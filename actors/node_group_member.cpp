@@ -115,18 +115,47 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
                                                               int64_t timeout_ms) {
   auto c = ctx_->coordinator();
   if (!c) return error{errc::peer_dead, "group all-gather: not connected to the coordinator"};
+  // Sent, not requested, with the coordinator monitored: CAF 0.17 does not fail a pending
+  // request when the coordinator's node disconnects, so a member waiting for rank 0's next
+  // command (an hour) would wait on a dead coordinator after its restart and the group would
+  // never re-form. The promise's answer arrives as an ordinary message; the scoped actor is
+  // this call's own, so no answer of another round can reach it.
   caf::scoped_actor me{sys_};
+  me->monitor(c);
+  me->send(c, ggather_atom::value, ctx_->id, view_.incarnation, channel, join_ints(participants),
+           static_cast<int32_t>(self), mine);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   result<std::vector<std::string>> out =
       error{errc::timeout, "group " + view_.group + " all-gather on " + channel +
                                " got no reply in " + std::to_string(timeout_ms) + " ms"};
-  me->request(c, std::chrono::milliseconds(timeout_ms), ggather_atom::value, ctx_->id,
-              view_.incarnation, channel, join_ints(participants), static_cast<int32_t>(self), mine)
-      .receive(
-          [&](std::vector<std::string>& all) { out = std::move(all); },
-          [&](caf::error& e) {
-            if (e == caf::sec::request_timeout) return;
-            out = error{errc::peer_dead, "group " + view_.group + " all-gather: " + sys_.render(e)};
-          });
+  for (bool waiting = true; waiting;) {
+    me->receive(
+        [&](std::vector<std::string>& all) {
+          out = std::move(all);
+          waiting = false;
+        },
+        [&](caf::error& e) {
+          out = error{errc::peer_dead, "group " + view_.group + " all-gather: " + sys_.render(e)};
+          waiting = false;
+        },
+        [&](caf::down_msg& d) {
+          out = error{errc::peer_dead, "group " + view_.group +
+                                           " all-gather: lost the coordinator (" +
+                                           sys_.render(d.reason) + ")"};
+          waiting = false;
+        },
+        caf::after(std::chrono::milliseconds(200)) >>
+            [&] {
+              if (ctx_->coordinator() != c) {
+                out =
+                    error{errc::peer_dead, "group " + view_.group +
+                                               " all-gather: the coordinator changed (restarted)"};
+                waiting = false;
+              } else if (std::chrono::steady_clock::now() >= deadline) {
+                waiting = false;  // `out` says timeout
+              }
+            });
+  }
   return out;
 }
 

@@ -220,7 +220,10 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   };
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
   int64_t last_batch = steady_ms();
-  bool flushed = true;
+  // A step that starts holding groups (adopted from a broken group's step, or kept over a
+  // restart of the ranks) flushes them if no batch comes: the run's last groups may already
+  // be handed to it, and they count as trained only once a version holds them.
+  bool flushed = step.num_held_groups() == 0;
   // Stall: time with no batch in hand, from wanting one to getting one (`stall_s` in the
   // stats). Groups a job step holds back for a full iteration do not count as work in
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.

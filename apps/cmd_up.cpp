@@ -92,10 +92,12 @@ actors::job_events printed_events() {
   return ev;
 }
 
-// `moerl up` runs its GRPO trainer as a group of 2 node processes unless the config file or
-// an override sets trainer.group_size; each member then holds job.trainer_ep_ranks = 1 rank
-// unless that is set too, so the group's EP step has the 2 ranks the one-process trainer had.
-// Adds the overrides it implies; returns the number of trainer nodes to start.
+// `moerl up` runs its GRPO trainer as one node process (trainer.group_size = 1, the schema's
+// default) unless the config file or an override sets trainer.group_size: a group of N node
+// processes then holds job.trainer_ep_ranks = 1 rank per member unless that is set too, so the
+// group's EP step has as many ranks as members. Not the default yet: after a coordinator
+// restart the group re-forms, but the job made no progress afterwards in the one run tried
+// (README, "The main job"). Returns the number of trainer nodes to start.
 uint32_t default_trainer_members(const config& pre, const std::string& config_file,
                                  std::vector<std::string>& overrides) {
   auto named = [&](const std::string& key) {
@@ -106,11 +108,10 @@ uint32_t default_trainer_members(const config& pre, const std::string& config_fi
     return !config_file.empty() &&
            text.find(key.substr(key.find('.') + 1) + ":") != std::string::npos;
   };
-  if (pre.get_string("job.kind") != "grpo" || named("trainer.group_size"))
-    return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
-  overrides.insert(overrides.begin(), "trainer.group_size=2");
+  const auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  if (pre.get_string("job.kind") != "grpo" || members <= 1) return members;
   if (!named("job.trainer_ep_ranks")) overrides.insert(overrides.begin(), "job.trainer_ep_ranks=1");
-  return 2;
+  return members;
 }
 
 int run_up(const up_args& a) {

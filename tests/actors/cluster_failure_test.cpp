@@ -12,9 +12,14 @@ using namespace moerl::test;
 using namespace moerl;
 
 TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_nothing) {
-  start();
-  c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 32; },
-                  30000);
+  // Long enough that the kill lands mid-run: with the base's 4 iterations the whole job
+  // (384 samples) could end between two status polls, before the kill (seen once in a full
+  // run: the report was written before buffer-0 died).
+  start({"actors.iterations=16"});
+  auto before = c_->wait_status(
+      [](const json& s) { return s["accounting"].value("committed", 0u) >= 32; }, 30000);
+  ASSERT_TRUE(before);
+  ASSERT_FALSE((*before).value("done", false)) << "the job ended before the kill";
   ASSERT_TRUE(c_->signal("buffer-0", SIGKILL));
   ASSERT_TRUE(WIFSIGNALED(c_->wait_exit("buffer-0", 5000)));
   auto report = wait_done(60000);

@@ -234,7 +234,8 @@ def trainer_group(moerl, tmp):
     no rollout node is touched. The members share loopback here (network namespaces: not in
     this test; the fabric is shm between the two processes)."""
     print("trainer_group: members on loopback (no network namespaces in this test)", flush=True)
-    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "40")
+    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "40",
+                 "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
     nodes = {n["name"]: n for n in run.nodes()}
     assert nodes["trainer-0"]["group"] == "trainer" and nodes["trainer-0"]["rank"] == 0, nodes
