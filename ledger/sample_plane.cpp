@@ -383,6 +383,7 @@ result<size_t> shard_service::pump(int timeout_ms) {
            "kind " + std::to_string(static_cast<int>(*k)) + from());
     }
   }
+  if (!serving_) return handled;
   if (auto s = serve_waiting(); !s) return s.err();
   if (auto s = grant_credits(); !s) return s.err();
   return handled;
