@@ -143,7 +143,7 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, "");
       },
       // Answered: "" means the node is counted alive (a buffer shard serves on that proof,
-      // coordinator_trust.h); node_fenced tells a node declared dead to exit.
+      // coordinator_trust.h); peer_dead ("fenced") tells a node declared dead to exit.
       [self](heartbeat_atom, const std::string& bytes) -> std::string {
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "heartbeat: " + hb.err().message);

@@ -76,9 +76,9 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
     logger("coordinator")
         ->warn("node {} ({}) refused: it was declared dead ({}); fenced", dead->second.name,
                hb.node.substr(0, 8), dead->second.down_reason);
-    return error(errc::node_fenced, "node " + dead->second.name + " (" + hb.node.substr(0, 8) +
-                                        ") was declared dead (" + dead->second.down_reason +
-                                        "): fenced; exit and re-join as a new process");
+    return error(errc::peer_dead, "node " + dead->second.name + " (" + hb.node.substr(0, 8) +
+                                      ") was declared dead (" + dead->second.down_reason +
+                                      "): fenced; exit and re-join as a new process");
   }
   auto& n = nodes_[hb.node];
   bool rejoin = !n.id.empty();
@@ -122,8 +122,8 @@ status coordinator_core::heartbeat(const messages::heartbeat& hb) {
     return error(errc::unknown_node, "heartbeat from unregistered node " + hb.node.substr(0, 8));
   auto& n = it->second;
   if (n.state == "dead")
-    return error(errc::node_fenced, "node " + n.name + " was declared dead (" + n.down_reason +
-                                        "): fenced; exit and re-join as a new process");
+    return error(errc::peer_dead, "node " + n.name + " was declared dead (" + n.down_reason +
+                                      "): fenced; exit and re-join as a new process");
   // Unreachable: its link dropped and the re-join grace runs; only a re-join ends that (a
   // heartbeat does not extend the grace, and is not acknowledged as alive).
   if (n.state != "running" && n.state != "draining")

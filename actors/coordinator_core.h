@@ -79,7 +79,8 @@ class coordinator_core {
   // ---- membership -------------------------------------------------------------------
   // A node joins (or re-joins after a coordinator restart) with a heartbeat message. A node
   // this coordinator declared dead stays dead: its re-join and heartbeats are refused with
-  // node_fenced (its groups were re-opened; it must exit and come back as a new process).
+  // peer_dead, "... fenced" (its groups were re-opened; it must exit and come back as a new
+  // process).
   // A heartbeat is accepted (ok) only from a running or draining node: that answer is what
   // lets a buffer shard keep serving (coordinator_trust.h).
   status register_node(const messages::heartbeat& hb);

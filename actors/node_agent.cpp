@@ -117,7 +117,7 @@ bool register_once(agent_actor* self, int64_t give_up) {
           [&](std::string& r) {
             auto refused = refusal_in(r);
             ok = refused.code == errc::ok;
-            if (refused.code == errc::node_fenced) fenced_by_coordinator(self, refused.message);
+            if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
             why = ok ? "" : "refused: " + refused.to_string();
           },
           [&](caf::error& e) { why = self->system().render(e); });
@@ -160,7 +160,7 @@ void send_heartbeat(agent_actor* self) {
             auto refused = refusal_in(r);
             if (refused.code == errc::ok) {
               self->state.ctx->trust.accepted(link, sent);
-            } else if (refused.code == errc::node_fenced) {
+            } else if (refused.code == errc::peer_dead) {
               fenced_by_coordinator(self, refused.message);
               finish(self, kFencedExit);
             }

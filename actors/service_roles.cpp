@@ -169,7 +169,10 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
       acks.pop_front();
     }
-    while (!consumed.empty()) {
+    // Hand-out steps go out only on the same proof as serving: a shard the coordinator may
+    // have declared lost keeps them (a fenced one exits with them), so a hand-out made before
+    // a stall is not reported after its group was re-opened.
+    while (!consumed.empty() && svc.serving()) {
       auto& c = consumed.front();
       auto res = call_coordinator(
           self, *ctx,

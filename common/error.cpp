@@ -26,7 +26,6 @@ const char* errc_name(errc code) {
     case errc::capacity_exceeded: return "capacity_exceeded";
     case errc::shutting_down: return "shutting_down";
     case errc::internal: return "internal";
-    case errc::node_fenced: return "node_fenced";
   }
   return "unknown_error_code";
 }

@@ -34,8 +34,6 @@ enum class errc : uint16_t {
   capacity_exceeded = 19,     // a bounded queue/buffer is full; retry after credit returns
   shutting_down = 20,         // the node is draining or exiting and refuses new work
   internal = 21,              // an invariant broke inside moerl (a bug); message says which
-  node_fenced =
-      22,  // the coordinator declared this node dead: it must exit, a new process re-joins
 };
 
 // Stable lower-case name of a code, e.g. "malformed_message".

@@ -15,7 +15,7 @@ void write_error(schema::Error::Builder b, const moerl::error& e) {
 
 status read_error(schema::Error::Reader r, moerl::error& e) {
   const auto code = static_cast<uint16_t>(r.getCode());
-  if (code > static_cast<uint16_t>(errc::node_fenced))
+  if (code > static_cast<uint16_t>(errc::internal))
     return error{errc::malformed_message, "error: unknown code " + std::to_string(code)};
   e.code = static_cast<errc>(code);
   e.message = str(r.getMessage());

@@ -28,7 +28,6 @@ enum ErrorCode {
   capacityExceeded @19;   # a bounded queue/buffer is full; retry after credit returns
   shuttingDown @20;       # the node is draining or exiting and refuses new work
   internal @21;           # an invariant broke inside moerl (a bug); message says which
-  nodeFenced @22;         # the coordinator declared this node dead: it must exit, a new process re-joins
 }
 
 struct Error {

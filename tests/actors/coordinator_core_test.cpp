@@ -400,7 +400,7 @@ TEST_F(core_fixture, an_unreachable_node_that_does_not_rejoin_is_down_after_the_
 
 // A node declared dead stays dead: its groups were re-opened, so a shard that was only
 // starved (SIGSTOP, load) must not come back and serve them too. Its re-join and heartbeats
-// are refused as node_fenced, and nothing of the ledger changes.
+// are refused as peer_dead ("fenced"), and nothing of the ledger changes.
 TEST_F(core_fixture, a_node_declared_dead_by_heartbeat_silence_is_fenced_when_it_rejoins) {
   auto l = lease(rollout + "/0");
   commit(l);
@@ -416,10 +416,10 @@ TEST_F(core_fixture, a_node_declared_dead_by_heartbeat_silence_is_fenced_when_it
 
   auto beat = core->heartbeat(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
   ASSERT_FALSE(beat);
-  EXPECT_EQ(beat.err().code, errc::node_fenced);
+  EXPECT_EQ(beat.err().code, errc::peer_dead);
   auto rejoin = core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
   ASSERT_FALSE(rejoin);
-  EXPECT_EQ(rejoin.err().code, errc::node_fenced);
+  EXPECT_EQ(rejoin.err().code, errc::peer_dead);
   EXPECT_NE(rejoin.err().message.find("declared dead"), std::string::npos) << rejoin.err().message;
   EXPECT_NE(rejoin.err().message.find("no heartbeat"), std::string::npos) << rejoin.err().message;
 
@@ -444,6 +444,6 @@ TEST_F(core_fixture, a_node_down_after_the_rejoin_grace_is_fenced_when_it_rejoin
   ASSERT_EQ(core->nodes().at(shard).state, "dead");
   auto rejoin = core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
   ASSERT_FALSE(rejoin);
-  EXPECT_EQ(rejoin.err().code, errc::node_fenced);
+  EXPECT_EQ(rejoin.err().code, errc::peer_dead);
   EXPECT_EQ(core->nodes().at(shard).state, "dead");
 }
