@@ -36,9 +36,9 @@ using gview_atom = caf::atom_constant<caf::atom("gview")>;      // the formed gr
 using ggather_atom = caf::atom_constant<caf::atom("ggather")>;  // one all-gather call
 using gfailed_atom = caf::atom_constant<caf::atom("gfailed")>;  // the member's group work failed
 using grestored_atom = caf::atom_constant<caf::atom("grestored")>;  // rank 0 restored a version
-using version_atom = caf::atom_constant<caf::atom("version")>;     // policy version
-using env_atom = caf::atom_constant<caf::atom("envreq")>;          // env router -> environment
-using env_reply_atom = caf::atom_constant<caf::atom("envreply")>;  // environment -> env router
+using version_atom = caf::atom_constant<caf::atom("version")>;      // policy version
+using env_atom = caf::atom_constant<caf::atom("envreq")>;           // env router -> environment
+using env_reply_atom = caf::atom_constant<caf::atom("envreply")>;   // environment -> env router
 using shutdown_atom = caf::atom_constant<caf::atom("shutdown")>;
 
 }  // namespace moerl::actors

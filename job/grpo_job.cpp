@@ -504,23 +504,22 @@ class grpo_trainer final : public actors::trainer_step {
     // samples, summed over samples (worker-seconds: workers run in parallel, so this is work,
     // not wall time); the per-sample means sit beside them.
     const double n_samples = double(std::max<size_t>(pending_.size(), 1));
-    timings_.push_back(
-        {{"iteration", version_},
-         {"t_buffer", t_wait},
-         {"t_train", t_train},
-         {"t_weights", t_weights},
-         {"t_checkpoint", t_checkpoint},
-         {"t_generate", double(generate_us_) * 1e-6},
-         {"t_reward", double(reward_us_) * 1e-6},
-         {"t_env", double(env_us_) * 1e-6},
-         {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
-         {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples},
-         {"env_ms_per_step", env_steps_ ? double(env_us_) * 1e-3 / env_steps_ : 0.0},
-         // Wall clock at the step's end: the console's timeline and trace place each
-         // iteration's phases backwards from it.
-         {"end_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count()}});
+    timings_.push_back({{"iteration", version_},
+                        {"t_buffer", t_wait},
+                        {"t_train", t_train},
+                        {"t_weights", t_weights},
+                        {"t_checkpoint", t_checkpoint},
+                        {"t_generate", double(generate_us_) * 1e-6},
+                        {"t_reward", double(reward_us_) * 1e-6},
+                        {"t_env", double(env_us_) * 1e-6},
+                        {"generate_ms_per_sample", double(generate_us_) * 1e-3 / n_samples},
+                        {"reward_ms_per_sample", double(reward_us_) * 1e-3 / n_samples},
+                        {"env_ms_per_step", env_steps_ ? double(env_us_) * 1e-3 / env_steps_ : 0.0},
+                        // Wall clock at the step's end: the console's timeline and trace place each
+                        // iteration's phases backwards from it.
+                        {"end_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count()}});
     generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;
     pending_.clear();
     pending_groups_ = 0;

@@ -74,7 +74,7 @@ inline std::vector<example> all_examples() {
       make_example(make_sample(1)),
       make_example(sample_ack{17, 2, 8, 1, "duplicate", "buffer-1"}),
       make_example(credit{"trainer-0", 16}),
-      make_example(batch_request{"trainer-0", 4, 3}),
+      make_example(batch_request{"trainer-0", 4, 3, 7, {11, 12}}),
       make_example(b),
       make_example(wm),
       make_example(heartbeat{"n1", "rollout", 123, 5, 999, "running", 2, 1, "rollout-n1", ""}),
