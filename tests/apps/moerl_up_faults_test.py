@@ -209,6 +209,8 @@ def buffer_stopped(moerl, tmp):
     # It either exits on being fenced, or the coordinator's SIGKILL fence reaches it first.
     causes = [r["cause"] for r in rep["replacements"] if r["node"] == "buffer-0"]
     assert any(c in ("exit code 5", "killed by SIGKILL") for c in causes), rep["replacements"]
+    print(f"buffer-0 replaced after: {causes}; dropped shard_lost "
+          f"{rep['accounting']['dropped']['shard_lost']} sample(s), duplicated 0", flush=True)
 
 
 def case3(moerl, tmp):
