@@ -121,9 +121,13 @@ status coordinator_core::heartbeat(const messages::heartbeat& hb) {
   if (it == nodes_.end())
     return error(errc::unknown_node, "heartbeat from unregistered node " + hb.node.substr(0, 8));
   auto& n = it->second;
-  if (n.state == "dead")
+  if (n.state == "dead") {
+    logger("coordinator")
+        ->warn("heartbeat from node {} refused: it was declared dead ({}); fenced", n.name,
+               n.down_reason);
     return error(errc::peer_dead, "node " + n.name + " was declared dead (" + n.down_reason +
                                       "): fenced; exit and re-join as a new process");
+  }
   // Unreachable: its link dropped and the re-join grace runs; only a re-join ends that (a
   // heartbeat does not extend the grace, and is not acknowledged as alive).
   if (n.state != "running" && n.state != "draining")
