@@ -142,9 +142,13 @@ caf::behavior coordinator_impl(coord_actor* self,
         }
         return reply_durable(self, "");
       },
-      [self](heartbeat_atom, const std::string& bytes) {
+      // Answered: "" means the node is counted alive (a buffer shard serves on that proof,
+      // coordinator_trust.h); peer_dead ("fenced") tells a node declared dead to exit.
+      [self](heartbeat_atom, const std::string& bytes) -> std::string {
         auto hb = messages::decode<messages::heartbeat>(bytes);
-        if (hb) (void)self->state.core->heartbeat(*hb);
+        if (!hb) return encode_error(hb.err().code, "heartbeat: " + hb.err().message);
+        auto st = self->state.core->heartbeat(*hb);
+        return st ? std::string() : encode_error(st.err().code, st.err().message);
       },
       [self](lease_atom, const std::string& bytes) -> caf::result<std::string> {
         auto req = messages::decode<messages::lease_request>(bytes);

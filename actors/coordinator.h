@@ -10,7 +10,7 @@
 // Control-plane protocol (every payload is an atom, an integer or moerl_messages bytes; the
 // core's typed results are encoded here, at the edge):
 //   (register_atom, heartbeat bytes, agent actor) -> ""  | error bytes
-//   (heartbeat_atom, heartbeat bytes)
+//   (heartbeat_atom, heartbeat bytes) -> "" (counted alive) | error bytes (peer_dead: fenced, exit)
 //   (lease_atom, lease_request bytes)             -> lease bytes | error bytes
 //   (leases_atom, lease_request bytes)            -> lease_batch bytes | error bytes
 //        up to min(max_units, actors.lease_batch) leases

@@ -70,6 +70,16 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
   auto role = parse_role(hb.role);
   if (!role || *role == node_role::coordinator)
     return error(errc::invalid_argument, "unknown role '" + hb.role + "'");
+  if (auto dead = nodes_.find(hb.node); dead != nodes_.end() && dead->second.state == "dead") {
+    // Its leases ended and its shard's groups were re-opened when it was declared dead: taking
+    // it back would let it serve groups that are being generated again (LEDGER.md).
+    logger("coordinator")
+        ->warn("node {} ({}) refused: it was declared dead ({}); fenced", dead->second.name,
+               hb.node.substr(0, 8), dead->second.down_reason);
+    return error(errc::peer_dead, "node " + dead->second.name + " (" + hb.node.substr(0, 8) +
+                                      ") was declared dead (" + dead->second.down_reason +
+                                      "): fenced; exit and re-join as a new process");
+  }
   auto& n = nodes_[hb.node];
   bool rejoin = !n.id.empty();
   n.id = hb.node;
@@ -108,9 +118,21 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
 
 status coordinator_core::heartbeat(const messages::heartbeat& hb) {
   auto it = nodes_.find(hb.node);
-  if (it == nodes_.end() || it->second.state == "dead")
+  if (it == nodes_.end())
     return error(errc::unknown_node, "heartbeat from unregistered node " + hb.node.substr(0, 8));
   auto& n = it->second;
+  if (n.state == "dead") {
+    logger("coordinator")
+        ->warn("heartbeat from node {} refused: it was declared dead ({}); fenced", n.name,
+               n.down_reason);
+    return error(errc::peer_dead, "node " + n.name + " was declared dead (" + n.down_reason +
+                                      "): fenced; exit and re-join as a new process");
+  }
+  // Unreachable: its link dropped and the re-join grace runs; only a re-join ends that (a
+  // heartbeat does not extend the grace, and is not acknowledged as alive).
+  if (n.state != "running" && n.state != "draining")
+    return error(errc::unknown_node,
+                 "heartbeat from node " + n.name + " in state " + n.state + ": re-join first");
   n.last_seen_ms = clock_.now_ms();
   n.restarts = hb.restarts;
   if (n.state == "running" && hb.state == "draining") n.state = "draining";

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/coordinator_trust.h"
 #include "actors/node_group_core.h"
 #include "actors/node_role.h"
 #include "common/error.h"
@@ -76,7 +77,12 @@ class coordinator_core {
                    const ledger::clock& clock);
 
   // ---- membership -------------------------------------------------------------------
-  // A node joins (or re-joins after a coordinator restart) with a heartbeat message.
+  // A node joins (or re-joins after a coordinator restart) with a heartbeat message. A node
+  // this coordinator declared dead stays dead: its re-join and heartbeats are refused with
+  // peer_dead, "... fenced" (its groups were re-opened; it must exit and come back as a new
+  // process).
+  // A heartbeat is accepted (ok) only from a running or draining node: that answer is what
+  // lets a buffer shard keep serving (coordinator_trust.h).
   status register_node(const messages::heartbeat& hb);
   status heartbeat(const messages::heartbeat& hb);
   // The node's process is gone (CAF down message or heartbeat timeout). Expires its
@@ -89,7 +95,7 @@ class coordinator_core {
   // kRejoinGraceMs to re-join before tick() declares it down. Nodes re-join within tens of
   // ms after a blip, so a live shard is not written off and re-opened behind its back.
   void link_lost(const std::string& node, const std::string& reason);
-  static constexpr int64_t kRejoinGraceMs = 1000;
+  static constexpr int64_t kRejoinGraceMs = actors::kRejoinGraceMs;  // coordinator_trust.h
   // The node finished its drain: records the interruption, marks it drained.
   void drained(const std::string& node, const nlohmann::json& record);
   void node_stats(const std::string& node, const nlohmann::json& stats);

@@ -12,7 +12,9 @@
 #include "actors/interruption.h"
 #include "actors/ledger_messages.h"
 #include "actors/node_roles.h"
+#include "actors/role_loops.h"
 #include "common/log.h"
+#include "messages/admin.h"
 
 namespace moerl::actors {
 namespace {
@@ -25,12 +27,37 @@ struct agent_state {
   caf::actor supervisor;
   uint64_t hb_seq = 0;
   bool registered = false;
+  bool fenced = false;  // the coordinator declared this node dead: exit kFencedExit
   bool finishing = false;
   messages::interruption_notice notice;  // the one being handled (drain)
   int64_t drain_started_ms = 0;
 };
 
 using agent_actor = caf::stateful_actor<agent_state>;
+
+// Exit status of a node the coordinator fenced (declared dead while it still ran): its pod
+// controller or local_job replaces it with a new process, which starts empty.
+constexpr int kFencedExit = 5;
+
+// The coordinator's answer to a registration or heartbeat: "" is accepted, else the error.
+moerl::error refusal_in(const std::string& reply) {
+  if (reply.empty()) return {};
+  auto k = messages::peek_kind(reply.data(), reply.size());
+  if (!k || *k != messages::kind::error)
+    return moerl::error(errc::malformed_message, "not an error reply");
+  auto e = messages::decode<messages::wire_error>(reply);
+  return e ? e->value : e.err();
+}
+
+// The coordinator declared this node dead: stop serving now (trust), log, remember to exit.
+void fenced_by_coordinator(agent_actor* self, const std::string& why) {
+  self->state.ctx->trust.fence(why);
+  self->state.fenced = true;
+  logger("node")->error(
+      "fenced by the coordinator: {}; exiting ({}) so that a new process "
+      "replaces this one",
+      why, kFencedExit);
+}
 
 messages::heartbeat make_heartbeat(agent_actor* self, const std::string& state) {
   auto& ctx = *self->state.ctx;
@@ -60,7 +87,8 @@ bool connect_and_register(agent_actor* self) {
   for (;;) {
     auto left = std::chrono::duration_cast<ms>(until - std::chrono::steady_clock::now()).count();
     if (register_once(self, std::max<int64_t>(left, 1))) return true;
-    if (std::chrono::steady_clock::now() >= until || ctx.stopping) return false;
+    if (self->state.fenced || std::chrono::steady_clock::now() >= until || ctx.stopping)
+      return false;
     std::this_thread::sleep_for(ms(200));  // retry pacing
   }
 }
@@ -79,21 +107,27 @@ bool register_once(agent_actor* self, int64_t give_up) {
   bool ok = false;
   std::string why;
   auto bytes = messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running"));
+  const auto link = ctx.trust.current_link();
+  const int64_t sent = steady_ms();
   caf::scoped_actor blocking{self->system()};
   blocking
       ->request(*coord, ms(ctx.cp.request_timeout_ms), register_atom::value, bytes,
                 caf::actor_cast<caf::actor>(self))
       .receive(
           [&](std::string& r) {
-            ok = r.empty();
-            why = ok ? "" : "refused";
+            auto refused = refusal_in(r);
+            ok = refused.code == errc::ok;
+            if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
+            why = ok ? "" : "refused: " + refused.to_string();
           },
           [&](caf::error& e) { why = self->system().render(e); });
-  if (!ok)
+  if (!ok) {
     log->error("registration with the coordinator failed: {}", why);
-  else
+  } else {
+    ctx.trust.accepted(link, sent);
     log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port,
               ctx.name, ctx.id);
+  }
   st.registered = ok;
   return ok;
 }
@@ -109,6 +143,29 @@ void finish(agent_actor* self, int code) {
     self->send_exit(st.supervisor, caf::exit_reason::user_shutdown);
   }
   self->quit();
+}
+
+// A heartbeat is a request: the answer renews the trust a buffer shard serves on (sent at
+// `sent` on `link`), or fences the node.
+void send_heartbeat(agent_actor* self) {
+  auto& ctx = *self->state.ctx;
+  auto c = ctx.coordinator();
+  if (!c) return;
+  const auto link = ctx.trust.current_link();
+  const int64_t sent = steady_ms();
+  self->request(c, ms(ctx.cp.request_timeout_ms), heartbeat_atom::value,
+                messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running")))
+      .then(
+          [self, link, sent](const std::string& r) {
+            auto refused = refusal_in(r);
+            if (refused.code == errc::ok) {
+              self->state.ctx->trust.accepted(link, sent);
+            } else if (refused.code == errc::peer_dead) {
+              fenced_by_coordinator(self, refused.message);
+              finish(self, kFencedExit);
+            }
+          },
+          [](caf::error&) {});  // no answer: the trust runs out, the next heartbeat retries
 }
 
 void begin_drain(agent_actor* self, const messages::interruption_notice& n) {
@@ -137,8 +194,7 @@ void begin_drain(agent_actor* self, const messages::interruption_notice& n) {
   logger("node")->warn("interruption ({}: {}): deadline in {} ms; draining",
                        messages::interruption_source_name(n.source), n.reason,
                        static_cast<int64_t>(n.deadline_unix_ms) - unix_now_ms());
-  if (auto c = ctx.coordinator())
-    self->send(c, heartbeat_atom::value, messages::encode(make_heartbeat(self, "draining")));
+  send_heartbeat(self);
 }
 
 void complete_drain(agent_actor* self) {
@@ -168,8 +224,10 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   st.ctx = ctx;
   st.exit_code = exit_code;
   auto log = logger("node");
+  ctx->trust.set_bound_ms(trust_bound_ms(ctx->cfg.get_int("node.heartbeat_interval_ms") *
+                                         ctx->cfg.get_int("actors.heartbeat_misses")));
   if (!connect_and_register(self)) {
-    *exit_code = 3;
+    *exit_code = st.fenced ? kFencedExit : 3;
     self->quit();
     return {};
   }
@@ -194,11 +252,14 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
     if (st.finishing || m.source != st.ctx->coordinator().address()) return;
-    logger("node")->warn("lost the coordinator ({}); reconnecting",
+    // Until a re-join is accepted, the coordinator may be writing this node off: a buffer
+    // shard stops serving trainers now.
+    st.ctx->trust.link_lost();
+    logger("node")->warn("lost the coordinator ({}); not serving until re-joined; reconnecting",
                          self->system().render(m.reason));
     st.ctx->set_coordinator(nullptr);
     st.registered = false;
-    if (!connect_and_register(self)) finish(self, 3);
+    if (!connect_and_register(self)) finish(self, st.fenced ? kFencedExit : 3);
   });
   // A message nobody handles (bad input from a peer) is logged, answered with an error and
   // dropped; by default CAF 0.17 would end the actor with unexpected_message.
@@ -218,10 +279,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         auto& st = self->state;
         auto& ctx = *st.ctx;
         if (st.finishing) return;
-        if (auto c = ctx.coordinator())
-          self->send(
-              c, heartbeat_atom::value,
-              messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running")));
+        send_heartbeat(self);
         if (ctx.draining() && ctx.workers_running.load() == 0 && ctx.active_units.load() == 0) {
           complete_drain(self);
           return;

@@ -17,6 +17,7 @@
 #include <caf/actor.hpp>
 
 #include "actors/caf_setup.h"
+#include "actors/coordinator_trust.h"
 #include "actors/job.h"
 #include "actors/node_role.h"
 #include "actors/reward_hop.h"
@@ -63,6 +64,10 @@ struct node_context {
   std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
   std::atomic<uint32_t> restarts{0};
   std::atomic<uint64_t> policy_version{0};
+
+  // Whether the coordinator still counts this node alive (accepted heartbeats); the agent
+  // keeps it, the buffer role serves trainers only while it holds.
+  coordinator_trust trust;
 
   // buffer role
   std::unique_ptr<ledger::shard_service> shard;

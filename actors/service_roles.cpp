@@ -143,6 +143,15 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     }
     if (ctx->policy_version > svc.shard().policy_version())
       svc.shard().set_policy_version(ctx->policy_version);
+    // Serve only while the coordinator surely counts this shard alive (LEDGER.md, "Losing a
+    // buffer shard"): once it may have declared it lost, its groups are being re-opened.
+    if (auto why_not = ctx->trust.why_not(steady_ms()); why_not.empty() != svc.serving()) {
+      svc.set_serving(why_not.empty());
+      if (why_not.empty())
+        log->info("serving trainers again: the coordinator accepted this shard");
+      else
+        log->warn("stopped serving trainers: {}", why_not);
+    }
     auto r = svc.pump(10);
     if (!r && steady_ms() - last_err > 2000) {
       log->error("shard pump: {}", r.err().to_string());
@@ -160,7 +169,10 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
       acks.pop_front();
     }
-    while (!consumed.empty()) {
+    // Hand-out steps go out only on the same proof as serving: a shard the coordinator may
+    // have declared lost keeps them (a fenced one exits with them), so a hand-out made before
+    // a stall is not reported after its group was re-opened.
+    while (!consumed.empty() && svc.serving()) {
       auto& c = consumed.front();
       auto res = call_coordinator(
           self, *ctx,

@@ -363,6 +363,30 @@ result<std::vector<consumption>> buffer_shard::confirm(const consumer_ref& by, u
   return out;
 }
 
+void buffer_shard::take_back(handed_batch& b, std::vector<consumption>& out,
+                             std::vector<ready_group>& again) {
+  for (auto& g : b.groups) {
+    --stats_.handed_groups;
+    bool stale = false;
+    for (const auto& smp : g.samples)
+      stale = stale || smp.policy_version + opts_.max_staleness < policy_version_;
+    auto uit = units_.find(g.step.unit);
+    if (stale || uit == units_.end()) {
+      release(g.samples.size(), g.bytes);
+      ++stats_.trainer_lost_stale;
+      g.step.step = handout_step::dropped;
+    } else {
+      unit_slot& u = *uit->second;
+      u.samples[g.step.group] = std::move(g.samples);
+      u.group_bytes[g.step.group] = g.bytes;
+      again.push_back({g.step.unit, g.step.attempt, g.step.group});
+      ++stats_.reserved_groups;
+      g.step.step = handout_step::returned;
+    }
+    out.push_back(g.step);
+  }
+}
+
 std::vector<consumption> buffer_shard::consumer_lost(const std::string& name,
                                                      uint64_t incarnation) {
   std::vector<consumption> out;
@@ -372,28 +396,20 @@ std::vector<consumption> buffer_shard::consumer_lost(const std::string& name,
       ++it;
       continue;
     }
-    for (auto& g : it->second.groups) {
-      --stats_.handed_groups;
-      bool stale = false;
-      for (const auto& smp : g.samples)
-        stale = stale || smp.policy_version + opts_.max_staleness < policy_version_;
-      auto uit = units_.find(g.step.unit);
-      if (stale || uit == units_.end()) {
-        release(g.samples.size(), g.bytes);
-        ++stats_.trainer_lost_stale;
-        g.step.step = handout_step::dropped;
-      } else {
-        unit_slot& u = *uit->second;
-        u.samples[g.step.group] = std::move(g.samples);
-        u.group_bytes[g.step.group] = g.bytes;
-        again.push_back({g.step.unit, g.step.attempt, g.step.group});
-        ++stats_.reserved_groups;
-        g.step.step = handout_step::returned;
-      }
-      out.push_back(g.step);
-    }
+    take_back(it->second, out, again);
     it = handed_.erase(it);
   }
+  ready_.insert(ready_.begin(), again.begin(), again.end());
+  return out;
+}
+
+std::vector<consumption> buffer_shard::undelivered(uint64_t batch_id) {
+  std::vector<consumption> out;
+  auto it = handed_.find(batch_id);
+  if (it == handed_.end()) return out;
+  std::vector<ready_group> again;
+  take_back(it->second, out, again);
+  handed_.erase(it);
   ready_.insert(ready_.begin(), again.begin(), again.end());
   return out;
 }

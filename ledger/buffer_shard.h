@@ -124,6 +124,9 @@ class buffer_shard {
   // back to the front of the queue (`returned`, served again), or is dropped
   // (`dropped`: trainer_lost_stale) when a sample of it is older than max_staleness now.
   std::vector<consumption> consumer_lost(const std::string& name, uint64_t incarnation);
+  // Batch `batch_id` never reached its consumer (the send to it failed): its groups go back
+  // the same way (`returned` or `dropped`). Nothing when it is not handed.
+  std::vector<consumption> undelivered(uint64_t batch_id);
 
   uint64_t free_samples() const;  // capacity left, in samples (credits to grant)
   size_t num_ready_groups() const;
@@ -162,7 +165,10 @@ class buffer_shard {
     consumer_ref to;
     std::vector<handed_group> groups;
   };
-  std::map<uint64_t, handed_batch> handed_;       // by batch id
+  std::map<uint64_t, handed_batch> handed_;  // by batch id
+  // Puts a handed batch's groups back (or drops the stale ones): their steps to `out`, the
+  // groups to serve again to `again`.
+  void take_back(handed_batch& b, std::vector<consumption>& out, std::vector<ready_group>& again);
   std::map<std::string, uint64_t> incarnations_;  // consumer name -> newest incarnation seen
 };
 

@@ -383,6 +383,7 @@ result<size_t> shard_service::pump(int timeout_ms) {
            "kind " + std::to_string(static_cast<int>(*k)) + from());
     }
   }
+  if (!serving_) return handled;
   if (auto s = serve_waiting(); !s) return s.err();
   if (auto s = grant_credits(); !s) return s.err();
   return handled;
@@ -394,14 +395,18 @@ status shard_service::serve_waiting() {
     served_batch sb = shard_->serve(it->second.num_groups, it->second.from);
     auto sent = send_frame(sock_, it->first, ZMQ_SNDMORE);
     if (sent) sent = send_frame(sock_, messages::encode(sb.batch), 0);
-    // The groups are handed either way: the ledger hears of them, and a trainer that
-    // vanished mid-send leaves them handed until its successor's first request releases
-    // them (a consumer that never confirms has them counted as trained).
+    // The ledger hears of the hand-out either way (a consumer that never confirms has the
+    // groups counted as trained). A send that failed delivered nothing (the router refuses
+    // a peer it is not connected to: a trainer that dropped this shard while it was not
+    // serving): the batch is taken back and served again, so that it is not left handed to
+    // a trainer that never got it (and would never confirm or release it).
     for (auto& c : sb.consumed) consumed_.push_back(c);
-    if (!sent)
+    if (!sent) {
       logger("sample_plane")
-          ->warn("shard {}: batch to a trainer failed: {}", shard_->options().name,
-                 sent.err().to_string());
+          ->warn("shard {}: batch {} to a trainer failed, taken back: {}", shard_->options().name,
+                 sb.batch.batch_id, sent.err().to_string());
+      for (auto& c : shard_->undelivered(sb.batch.batch_id)) consumed_.push_back(c);
+    }
     it = waiting_.erase(it);
   }
   return ok_status();

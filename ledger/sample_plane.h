@@ -84,6 +84,7 @@ class sample_producer {
   bool asked_ = false;  // a declaration is waiting for its grant
   uint64_t sent_ = 0;
   uint64_t bad_frames_ = 0;
+  bool serving_ = true;
   std::unique_ptr<rate_limited_log> drops_;
 };
 
@@ -117,6 +118,7 @@ class batch_consumer {
   std::string name_;
   uint64_t incarnation_ = 0;
   uint64_t bad_frames_ = 0;
+  bool serving_ = true;
   std::unique_ptr<rate_limited_log> drops_;
 };
 
@@ -149,6 +151,13 @@ class shard_service {
   std::vector<consumption> take_consumed();
   const std::string& endpoint() const { return endpoint_; }  // resolved, connectable
 
+  // Off: trainers' requests wait unanswered and producers get no new credit (requests and
+  // confirmations are still taken in). The buffer node turns it off while it cannot be sure
+  // the coordinator still counts it alive (actors/coordinator_trust.h): a shard declared
+  // lost has its groups re-opened, and must not hand them out as well.
+  void set_serving(bool on) { serving_ = on; }
+  bool serving() const { return serving_; }
+
   uint64_t credits_outstanding() const;  // granted and not yet used, all producers
   uint64_t num_bad_frames() const { return bad_frames_; }
   // Releases the credit reserved for a producer that is gone (its worker was declared
@@ -179,6 +188,7 @@ class shard_service {
   std::map<std::string, waiting_request> waiting_;  // trainer routing id -> what it asked for
   std::vector<consumption> consumed_;
   uint64_t bad_frames_ = 0;
+  bool serving_ = true;
   std::unique_ptr<rate_limited_log> drops_;    // frames dropped (garbage), by reason
   std::unique_ptr<rate_limited_log> refused_;  // samples admission refused, by errc
 };

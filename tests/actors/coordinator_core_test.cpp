@@ -372,7 +372,7 @@ TEST_F(core_fixture, a_link_blip_with_a_quick_rejoin_costs_nothing) {
   core->link_lost(rollout, "test: link dropped");
   core->link_lost(shard, "test: link dropped");
   EXPECT_EQ(core->nodes().at(shard).state, "unreachable");
-  clock.advance(coordinator_core::kRejoinGraceMs / 2);
+  clock.advance(100);  // back within tens of ms, inside the grace and the lease
   core->tick();
   EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::leased);
   ASSERT_TRUE(core->register_node(hb(rollout, "rollout", "rollout-0")));
@@ -396,4 +396,54 @@ TEST_F(core_fixture, an_unreachable_node_that_does_not_rejoin_is_down_after_the_
   EXPECT_EQ(core->nodes().at(rollout).state, "dead");
   EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::pending);
   EXPECT_TRUE(core->ledger().check_invariant());
+}
+
+// A node declared dead stays dead: its groups were re-opened, so a shard that was only
+// starved (SIGSTOP, load) must not come back and serve them too. Its re-join and heartbeats
+// are refused as peer_dead ("fenced"), and nothing of the ledger changes.
+TEST_F(core_fixture, a_node_declared_dead_by_heartbeat_silence_is_fenced_when_it_rejoins) {
+  auto l = lease(rollout + "/0");
+  commit(l);
+  clock.advance(4000);
+  ASSERT_TRUE(core->heartbeat(hb(rollout, "rollout", "rollout-0")));
+  ASSERT_TRUE(core->heartbeat(hb(trainer, "trainer", "trainer-0")));
+  clock.advance(2000);
+  core->tick();
+  ASSERT_EQ(core->nodes().at(shard).state, "dead");
+  auto counters = core->ledger().counters();
+  EXPECT_EQ(counters.dropped.at("shard_lost"), 4u);
+  core->take_outbound();
+
+  auto beat = core->heartbeat(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
+  ASSERT_FALSE(beat);
+  EXPECT_EQ(beat.err().code, errc::peer_dead);
+  auto rejoin = core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
+  ASSERT_FALSE(rejoin);
+  EXPECT_EQ(rejoin.err().code, errc::peer_dead);
+  EXPECT_NE(rejoin.err().message.find("declared dead"), std::string::npos) << rejoin.err().message;
+  EXPECT_NE(rejoin.err().message.find("no heartbeat"), std::string::npos) << rejoin.err().message;
+
+  EXPECT_EQ(core->nodes().at(shard).state, "dead");
+  EXPECT_TRUE(core->take_outbound().empty());  // no events, no policy version: not a member
+  EXPECT_EQ(core->ledger().counters().dropped.at("shard_lost"), 4u);
+  EXPECT_EQ(core->ledger().find(l.unit.id)->state, ledger::unit_state::pending);
+  EXPECT_TRUE(core->ledger().check_invariant());
+
+  // The replacement process has a new node id (it starts empty) and joins as usual.
+  EXPECT_TRUE(core->register_node(hb(hex_id('e'), "buffer", "buffer-0", "tcp://127.0.0.1:2")));
+}
+
+TEST_F(core_fixture, a_node_down_after_the_rejoin_grace_is_fenced_when_it_rejoins) {
+  core->link_lost(shard, "test: link dropped");
+  // While unreachable, a heartbeat is not taken as a sign of life (only a re-join is).
+  auto beat = core->heartbeat(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
+  ASSERT_FALSE(beat);
+  EXPECT_EQ(beat.err().code, errc::unknown_node);
+  clock.advance(coordinator_core::kRejoinGraceMs + 1);
+  core->tick();
+  ASSERT_EQ(core->nodes().at(shard).state, "dead");
+  auto rejoin = core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1"));
+  ASSERT_FALSE(rejoin);
+  EXPECT_EQ(rejoin.err().code, errc::peer_dead);
+  EXPECT_EQ(core->nodes().at(shard).state, "dead");
 }

@@ -6,6 +6,7 @@ their own consoles. One case per invocation:
 
   moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
   moerl_up_faults_test.py MOERL trainer_handed  SIGKILL the trainer while it holds handed groups
+  moerl_up_faults_test.py MOERL buffer_stopped  SIGSTOP buffer-0 past the heartbeat timeout, SIGCONT
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
@@ -184,6 +185,33 @@ def trainer_handed(moerl, tmp):
           f"dropped stale {stale} sample(s)", flush=True)
 
 
+def buffer_stopped(moerl, tmp):
+    """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
+    is declared dead and its groups re-opened; alive again, it must not serve them as well.
+    The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
+    is trained twice (duplicated == 0)."""
+    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
+    i = run.wait_iteration(3)
+    pid = run.pid_of("buffer-0")
+    run.kill("buffer-0", signal.SIGSTOP)
+    # Stopped until the coordinator declared it dead (a liveness bound, not a timing check).
+    deadline = time.monotonic() + BOUND_S
+    while not any(n["pid"] == pid and n["state"] == "dead" for n in run.nodes()):
+        assert time.monotonic() < deadline, f"buffer-0 never declared dead: {run.nodes()}"
+        time.sleep(0.5)
+    print(f"[{run.name}] buffer-0 declared dead; SIGCONT -> pid {pid}", flush=True)
+    os.kill(pid, signal.SIGCONT)
+    # It exits on being fenced, or the coordinator's SIGKILL fence reaches it first. (The run
+    # may end before its replacement is up, so the exit is what is waited for.)
+    i, m = run.wait_line(r">>> buffer-0 exited \((exit code 5|killed by SIGKILL)\)", i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    assert rep["accounting"]["dropped"].get("shard_lost", 0) > 0, rep["accounting"]
+    print(f"buffer-0 ended: {m.group(1)}; dropped shard_lost "
+          f"{rep['accounting']['dropped']['shard_lost']} sample(s), duplicated 0", flush=True)
+
+
 def case3(moerl, tmp):
     """Issue 11 case 3: both rollout nodes and the reward node go at once."""
     # Enough iterations that the job still has work when the replacements are due: a run that
@@ -268,11 +296,13 @@ def main(moerl, case):
     if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
         tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
         print("logs kept under", tmp, flush=True)
-        return {"in_turn": in_turn, "case3": case3, "two_jobs": two_jobs,
-                "trainer_group": trainer_group}[case](moerl, tmp)
+        return {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
+                "two_jobs": two_jobs, "trainer_group": trainer_group,
+                "buffer_stopped": buffer_stopped}[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
         {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-         "two_jobs": two_jobs, "trainer_group": trainer_group}[case](moerl, tmp)
+         "two_jobs": two_jobs, "trainer_group": trainer_group,
+         "buffer_stopped": buffer_stopped}[case](moerl, tmp)
     print(f"moerl up {case} checks passed")
 
 

@@ -234,3 +234,32 @@ TEST(handed_to_trainer, handed_groups_survive_a_coordinator_restart) {
 
 }  // namespace
 }  // namespace moerl::ledger
+
+namespace moerl::ledger {
+
+// A batch whose send failed never reached the trainer: it is taken back (returned) and served
+// again, not left handed to a trainer that will never confirm or release it.
+TEST(handed_to_trainer, an_undelivered_batch_is_taken_back_and_served_again) {
+  rig r;
+  r.commit_unit({1, 2}, 0);
+  const consumer_ref t{"trainer-0", 100};
+  ASSERT_TRUE(r.shard->consumer_seen(t).ok());
+  auto b = r.shard->serve(8, t);
+  r.record(b.consumed);
+  auto back = r.shard->undelivered(b.batch.batch_id);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].step, handout_step::returned);
+  r.record(back);
+  EXPECT_EQ(r.led->counters().handed, 0u);
+  EXPECT_EQ(r.shard->num_handed_groups(), 0u);
+  EXPECT_TRUE(r.shard->undelivered(b.batch.batch_id).empty()) << "taken back once";
+  auto again = r.shard->serve(8, t);
+  ASSERT_EQ(again.consumed.size(), 2u);
+  r.record(again.consumed);
+  auto trained = r.shard->confirm(t, again.batch.batch_id);
+  ASSERT_TRUE(trained.ok()) << trained.err().to_string();
+  r.record(*trained);
+  EXPECT_EQ(r.led->counters().trained, 2u * kG);
+}
+
+}  // namespace moerl::ledger
