@@ -140,6 +140,16 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       std::lock_guard<std::mutex> lk(ctx->events_mu);
       for (auto& e : ctx->events) svc.shard().apply(e);
       ctx->events.clear();
+      // After every earlier hand-out step was taken below, so a group's `returned` follows
+      // its `handed` to the coordinator.
+      for (auto& [consumer, bound] : ctx->lost_consumers) {
+        auto released = svc.shard().consumer_lost(consumer, bound);
+        if (!released.empty())
+          log->warn("trainer consumer {} lost: {} handed group(s) go back", consumer,
+                    released.size());
+        for (auto& c : released) consumed.push_back(c);
+      }
+      ctx->lost_consumers.clear();
     }
     if (ctx->policy_version > svc.shard().policy_version())
       svc.shard().set_policy_version(ctx->policy_version);

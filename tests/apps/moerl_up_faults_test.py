@@ -11,6 +11,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
+  moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
 import json
@@ -207,6 +208,37 @@ def trainer_handed(moerl, tmp):
           f"dropped stale {stale} sample(s)", flush=True)
 
 
+def trainer_lost(moerl, tmp):
+    """A trainer that does not come back (yet): its recreation is held back 30 s
+    (cluster.restart_delay_ms). Once the coordinator declares trainer-0 dead it declares its
+    consumer lost to the shards, and the groups handed to it go back to buffered long before
+    any successor asks (before the recreation); then the recreated trainer finishes the run."""
+    run = up_run(moerl, tmp, "trainer-lost", "--no-interrupt", "--iterations", "60",
+                 "--set", "cluster.restart_delay_ms=30000",
+                 "--set", "cluster.restart_backoff_max_ms=30000")
+    i = run.wait_iteration(2)
+    i, _ = run.wait_line(r"handed ([1-9]\d*) ", i)
+    run.kill("trainer-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
+    # After the kill nothing confirms any more: what is handed now can only be released.
+    j, held = run.wait_line(r"handed (\d+) ", i)
+    released, _ = run.wait_line(r"handed 0 \+ buffered [1-9]", j)
+    recreated, _ = run.wait_line(r">>> recreated trainer-0 ", i)
+    assert released < recreated, "\n".join(run.lines[i:recreated + 1])
+    print(f"held by the dead trainer: {held.group(1)} samples; released to buffered before "
+          f"its recreation", flush=True)
+    rep = run.finish()
+    check_safety(rep)
+    a = rep["accounting"]
+    check_balanced(a)
+    assert a["handed"] == 0 and a["trained"] == a["committed"], a
+    check_resumed(rep, 60)
+    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
+                if n["role"] == "buffer")
+    stale = a["dropped"].get("trainer_lost_stale", 0)
+    assert int(held.group(1)) == 0 or again > 0 or stale > 0, (held.group(1), again, a)
+
+
 def buffer_stopped(moerl, tmp):
     """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
     is declared dead and its groups re-opened; alive again, it must not serve them as well.
@@ -351,7 +383,7 @@ def trainer_group(moerl, tmp):
 
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group, "buffer_stopped": buffer_stopped,
-         "disk_full": disk_full}
+         "disk_full": disk_full, "trainer_lost": trainer_lost}
 
 
 def main(moerl, case):
