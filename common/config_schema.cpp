@@ -214,6 +214,13 @@ const std::vector<key_spec>& config_schema() {
        "reward source: the task's verifier or a learned reward model", "verifier|learned"},
       {"task.reward_model_path", t::string, "",
        "learned reward model checkpoint file (task.reward=learned)", ""},
+      {"task.dataset", t::string, "",
+       "prompts from this JSONL object in task.dataset_store (job/prompt_dataset.h); \"\": "
+       "generated prompts",
+       ""},
+      {"task.dataset_store", t::string, "",
+       "object store holding task.dataset: a directory or s3://bucket/prefix (\"\": store.url)",
+       ""},
 
       // ---- env (the environment plane: env nodes run multi-turn episodes) ----------
       {"env.nodes", t::integer, "0",
