@@ -113,4 +113,37 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
                                    std::to_string(version) + " after every chunk");
 }
 
+result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+                                    const std::vector<std::string>& caches, uint64_t version,
+                                    const std::string& bytes, const std::string& content_hash,
+                                    uint64_t chunk_bytes, int timeout_ms) {
+  struct candidate {
+    std::unique_ptr<cache_client> client;
+    uint64_t load = 0;
+  };
+  std::vector<candidate> alive;
+  error last(errc::not_found, "no checkpoint cache is alive");
+  for (const auto& ep : caches) {
+    auto c = cache_client::connect(ctx, ep, timeout_ms);
+    if (!c) {
+      last = c.err();
+      continue;
+    }
+    auto a = (*c)->call(wire::kLoad, json::object());
+    if (!a) {
+      last = a.err();
+      continue;
+    }
+    alive.push_back({std::move(*c), a->header.value("load", uint64_t{0})});
+  }
+  std::stable_sort(alive.begin(), alive.end(),
+                   [](const candidate& a, const candidate& b) { return a.load < b.load; });
+  for (auto& c : alive) {
+    auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes);
+    if (st) return c.client->endpoint();
+    last = st.err();
+  }
+  return last;
+}
+
 }  // namespace moerl::weights

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,5 +46,12 @@ class cache_client {
 // hash (sha256 of bytes). A chunk the cache refused for its hash is sent again, once.
 status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
                     const std::string& content_hash, uint64_t chunk_bytes);
+
+// Puts a version into one of `caches`: the least loaded that answers, the next on failure.
+// Returns the endpoint of the cache that holds it; the last failure when none took it.
+result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+                                    const std::vector<std::string>& caches, uint64_t version,
+                                    const std::string& bytes, const std::string& content_hash,
+                                    uint64_t chunk_bytes, int timeout_ms);
 
 }  // namespace moerl::weights

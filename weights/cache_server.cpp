@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <chrono>
+#include <iterator>
 #include <string_view>
 #include <vector>
 
