@@ -276,6 +276,25 @@ const std::vector<key_spec>& config_schema() {
        "rank)",
        "", r::at_least(1)},
 
+      // ---- weights (the weight plane: checkpoint caches; weights/PROTOCOL.md) ---------
+      {"weights.from_cache", t::boolean, "true",
+       "the trainer pushes each version to a checkpoint cache and rollouts read it there (the "
+       "store only on a miss); false: every version goes through the object store",
+       ""},
+      {"weights.cache_versions", t::integer, "4",
+       "policy versions a weights node holds in memory (the oldest is evicted first)", "",
+       r::closed(1, 1024)},
+      {"weights.cache_bytes", t::integer, "4294967296",
+       "bytes of policy versions a weights node holds in memory", "",
+       r::closed(1024, 1099511627776.0)},
+      {"weights.chunk_bytes", t::integer, "1048576",
+       "bytes per chunk on the weight plane (each chunk carries its sha256)", "",
+       r::closed(4096, 268435456)},
+      {"weights.request_timeout_ms", t::integer, "2000",
+       "a cache that does not answer a request within this is given up on (the reader resumes "
+       "from another cache or the store)",
+       "", r::closed(10, 600000)},
+
       // ---- store (durable plane) ------------------------------------------------
       {"store.url", t::string, "./moerl-data",
        "object store for checkpoints, datasets and run records: a directory, file:///dir or "
