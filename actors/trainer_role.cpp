@@ -289,6 +289,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         return;
       }
       ++batches;
+      last_batch = steady_ms();  // idle from the step's end: a slow step is no missing batch
       total.groups += res->groups;
       total.bad += res->bad;
       total.verified += batch.samples.size() - res->bad;
