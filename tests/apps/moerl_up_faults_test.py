@@ -71,6 +71,11 @@ class up_run:
                 return i
             after = i + 1
 
+    def wait_resumed(self, after):
+        """Training resumed: two more iterations past the first progress line after `after`."""
+        j, m = self.wait_line(r"iteration (\d+)/", after)
+        return self.wait_iteration(int(m.group(1)) + 2, j)
+
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
 
@@ -272,9 +277,7 @@ def trainer_group(moerl, tmp):
     assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
     run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
-    # Training resumed: two more iterations after the recreation.
-    j, m = run.wait_line(r"iteration (\d+)/", i)
-    run.wait_iteration(int(m.group(1)) + 2, j)
+    run.wait_resumed(i)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
@@ -302,9 +305,7 @@ def group_coordinator(moerl, tmp):
     i = run.wait_iteration(3)
     run.kill("coordinator", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated coordinator ", i)
-    # Training resumed under the new coordinator: two more iterations after its restart.
-    j, m = run.wait_line(r"iteration (\d+)/", i)
-    run.wait_iteration(int(m.group(1)) + 2, j)
+    run.wait_resumed(i)  # under the new coordinator
     rep = run.finish()
     check_safety(rep)
     check_balanced(rep["accounting"])
