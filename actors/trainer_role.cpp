@@ -278,8 +278,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       stalled.stop_waiting(steady_ms());
       last_batch = steady_ms();
       flushed = false;
-      // Before the step: a step that fails may still hold the batch's groups (a flush after
-      // the restart of the ranks steps on them).
+      // Before the step, which holds the batch's groups until a version has them all.
       ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
       auto res = step.train(batch.samples);
       if (!res) {
