@@ -406,6 +406,15 @@ void coordinator_core::tick() {
   record_invariant();
 }
 
+void coordinator_core::stalled(int64_t ms) {
+  if (ms <= 0) return;
+  logger("coordinator")
+      ->warn("the coordinator did not run for {} ms: node silence in that time is not counted", ms);
+  for (auto& [id, n] : nodes_)
+    if (n.state == "running" || n.state == "draining" || n.state == "unreachable")
+      n.last_seen_ms += ms;
+}
+
 void coordinator_core::flush_ledger() {
   if (group_commit_) {
     flush_due_ = true;  // the owner's flush() syncs once for the whole group

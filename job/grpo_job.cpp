@@ -395,20 +395,11 @@ class grpo_trainer final : public actors::trainer_step {
   uint64_t version() const override { return version_; }
   uint64_t num_held_groups() const override { return pending_groups_; }
 
-  void adopt_held(actors::trainer_step& previous) override {
-    auto* prev = dynamic_cast<grpo_trainer*>(&previous);
-    if (!prev || prev->pending_.empty()) return;
-    logger("trainer")->info("took over {} held group(s) of the previous trainer group",
-                            prev->pending_groups_);
-    pending_ = std::move(prev->pending_);
-    pending_groups_ = prev->pending_groups_;
-    generate_us_ = prev->generate_us_;
-    reward_us_ = prev->reward_us_;
-    env_us_ = prev->env_us_;
-    env_steps_ = prev->env_steps_;
-    first_batch_ = prev->first_batch_;
-    prev->pending_.clear();
-    prev->pending_groups_ = 0;
+  void drop_held() override {
+    generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;
+    pending_.clear();
+    pending_groups_ = 0;
+    first_batch_.reset();
   }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {

@@ -228,7 +228,11 @@ def check_metrics(h):
                  "moerl_weights_versions_served_total", "moerl_interruptions_total", "moerl_reward_mean"):
         assert re.search(r"^# TYPE %s " % name, text, re.M), name
     assert re.search(r'^moerl_desired_replicas\{role="rollout"\} \d', text, re.M)
-    assert re.search(r'^moerl_nodes\{role="trainer",state="running"\} 1$', text, re.M)
+    # Every running trainer node counts (moerl up's trainer is a group of 2 node processes).
+    trainers = sum(1 for n in h.json("/api/v1/nodes")[1]
+                   if n["role"] == "trainer" and n["state"] == "running")
+    assert trainers >= 1
+    assert re.search(r'^moerl_nodes\{role="trainer",state="running"\} %d$' % trainers, text, re.M)
     r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr)
 

@@ -10,6 +10,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
+  moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
 import json
@@ -69,6 +70,11 @@ class up_run:
             if int(m.group(1)) >= at_least:
                 return i
             after = i + 1
+
+    def wait_resumed(self, after):
+        """Training resumed: two more iterations past the first progress line after `after`."""
+        j, m = self.wait_line(r"iteration (\d+)/", after)
+        return self.wait_iteration(int(m.group(1)) + 2, j)
 
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
@@ -271,9 +277,7 @@ def trainer_group(moerl, tmp):
     assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
     run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
-    # Training resumed: two more iterations after the recreation.
-    j, m = run.wait_line(r"iteration (\d+)/", i)
-    run.wait_iteration(int(m.group(1)) + 2, j)
+    run.wait_resumed(i)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
@@ -292,17 +296,38 @@ def trainer_group(moerl, tmp):
     assert "trainer-1" in touched, rep["replacements"]
 
 
+def group_coordinator(moerl, tmp):
+    """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
+    restarted from its journal. The new coordinator knows no group: both members join again,
+    the group forms anew and the run trains to its end with nothing lost or duplicated."""
+    run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
+                 "--set", "trainer.group_size=2")
+    i = run.wait_iteration(3)
+    run.kill("coordinator", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated coordinator ", i)
+    run.wait_resumed(i)  # under the new coordinator
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "coordinator", "killed by SIGKILL")
+    g = {g["name"]: g for g in rep["groups"]}["trainer"]
+    assert g["members"] == ["trainer-0", "trainer-1"] and g["state"] in ("formed", "stopped"), g
+    touched = [x["node"] for x in rep["replacements"]]
+    assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
+
+
+CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
+         "two_jobs": two_jobs, "trainer_group": trainer_group,
+         "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped}
+
+
 def main(moerl, case):
     if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
         tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
         print("logs kept under", tmp, flush=True)
-        return {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-                "two_jobs": two_jobs, "trainer_group": trainer_group,
-                "buffer_stopped": buffer_stopped}[case](moerl, tmp)
+        return CASES[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
-        {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-         "two_jobs": two_jobs, "trainer_group": trainer_group,
-         "buffer_stopped": buffer_stopped}[case](moerl, tmp)
+        CASES[case](moerl, tmp)
     print(f"moerl up {case} checks passed")
 
 
