@@ -231,6 +231,10 @@ caf::behavior coordinator_impl(coord_actor* self,
         s.core->drained(node, j);
         return reply_durable(self, "");
       },
+      [self](gaveup_atom, const std::string& node, const std::string& cause) -> std::string {
+        self->state.core->gave_up(node, cause);
+        return "";
+      },
       [self](admin_atom, const std::string& bytes) -> std::string {
         auto req = messages::decode<messages::admin_request>(bytes);
         messages::admin_reply rep;

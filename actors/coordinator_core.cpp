@@ -219,6 +219,14 @@ void coordinator_core::drained(const std::string& node, const json& record) {
   (void)was_buffer;
 }
 
+void coordinator_core::gave_up(const std::string& node, const std::string& cause) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.gave_up = cause;
+  logger("coordinator")
+      ->error("node {} ({}) gave up: {}", it->second.name, to_string(it->second.role), cause);
+}
+
 void coordinator_core::node_stats(const std::string& node, const json& stats) {
   if (auto it = nodes_.find(node); it != nodes_.end()) it->second.stats = stats;
 }
@@ -527,6 +535,7 @@ json coordinator_core::nodes_json() const {
            {"pid", n.pid},     {"state", n.state},      {"restarts", n.restarts},
            {"leases", leases}, {"endpoint", n.endpoint}};
     if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
+    if (!n.gave_up.empty()) j["gave_up"] = n.gave_up;
     auto g = groups_.node_json(id);
     j["group"] = g.is_null() ? json("") : g["group"];
     j["rank"] = g.is_null() ? json("") : g["rank"];

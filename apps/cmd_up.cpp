@@ -235,6 +235,9 @@ int run_up(const up_args& a) {
   std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n", how,
               out["wall_s"].get<double>(), out.value("replacements", json::array()).size(),
               acct.dump().c_str(), path.c_str());
+  if (!j.failure_cause().empty())
+    std::printf("moerl up: cause: %s gave up: %s\n", out.value("failed_node", "").c_str(),
+                j.failure_cause().c_str());
   bool clean = done && acct.value("lost", 1ul) == 0 && acct.value("duplicated", 1ul) == 0 &&
                acct.value("invariant_ok", false);
   return clean ? 0 : 1;

@@ -265,7 +265,10 @@ const std::vector<key_spec>& config_schema() {
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",
        ""},
       {"job.checkpoint_every", t::integer, "10",
-       "durable checkpoint every this many policy versions (0: never)", "", r::at_least(0)},
+       "every policy version is checkpointed (a recreated trainer resumes from the newest); "
+       "every this many stay, older others are removed (0: no checkpoints, a recreated "
+       "trainer starts from fresh weights)",
+       "", r::at_least(0)},
       {"job.resume_from", t::string, "",
        "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
       {"job.rollout_ep_ranks", t::integer, "2",

@@ -358,23 +358,12 @@ class grpo_trainer final : public actors::trainer_step {
     const auto& cfg = s_->cfg;
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
-    checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
       ep_ = std::move(*t);
-      if (group) {
-        // A trainer group checkpoints every version it publishes, and a (re-)formed group
-        // restores the newest one: the last published weights plus the optimiser state
-        // (RUNTIME.md, "Groups across nodes").
-        checkpoint_every_ = 1;
-        auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
-        if (have) return resume_from(s_->prefix);
-        if (have.err().code != errc::not_found) return have.err();
-      }
-      const std::string resume = cfg.get_string("job.resume_from");
-      if (!resume.empty()) return resume_from(resume);
-      return {};
+      return restore();
     }
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
@@ -387,7 +376,21 @@ class grpo_trainer final : public actors::trainer_step {
       if (!r) return r.err();
       ref_ = std::move(*r);
     }
-    const std::string resume = cfg.get_string("job.resume_from");
+    return restore();
+  }
+
+  // Where every trainer step starts, a single trainer node's or a trainer group's: the newest
+  // committed checkpoint of this run (a recreated trainer node, a re-formed group: the last
+  // published weights plus the optimiser state, since a trainer checkpoints every version it
+  // publishes), else job.resume_from's (an earlier run), else fresh weights (RUNTIME.md,
+  // "Groups across nodes"; README, job.checkpoint_every).
+  status restore() {
+    if (keep_every_ > 0) {
+      auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
+      if (have) return resume_from(s_->prefix);
+      if (have.err().code != errc::not_found) return have.err();
+    }
+    const std::string resume = s_->cfg.get_string("job.resume_from");
     if (!resume.empty()) return resume_from(resume);
     return {};
   }
@@ -497,7 +500,7 @@ class grpo_trainer final : public actors::trainer_step {
                       {"grad_norm", grad_norm},
                       {"load_imbalance", us.load_imbalance}});
     double t_checkpoint = 0;
-    if (checkpoint_every_ > 0 && version_ % checkpoint_every_ == 0) {
+    if (keep_every_ > 0) {
       t0 = std::chrono::steady_clock::now();
       if (auto st = checkpoint(bytes, hash); !st) return st.err();
       t_checkpoint = seconds_since(t0);
@@ -597,6 +600,11 @@ class grpo_trainer final : public actors::trainer_step {
     if (!m) return m.err();
     logger("trainer")->info("checkpoint of policy version {} committed ({})", version_,
                             m->content_hash);
+    // Every version is checkpointed so that a recreated trainer loses none; of the older ones
+    // only every job.checkpoint_every-th stays. Best effort: one left behind costs space only.
+    const uint64_t before = version_ - 1;
+    if (before > 0 && before % keep_every_ != 0)
+      (void)store::remove_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), before);
     return {};
   }
 
@@ -638,7 +646,7 @@ class grpo_trainer final : public actors::trainer_step {
   std::vector<policy::sample> pending_;
   size_t pending_groups_ = 0;
   size_t groups_per_step_ = 1;
-  uint64_t checkpoint_every_ = 0;
+  uint64_t keep_every_ = 0;  // job.checkpoint_every: 0 writes none
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
