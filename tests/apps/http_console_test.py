@@ -241,7 +241,7 @@ class browser:
             ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-extensions", "--disable-background-networking", "--remote-debugging-port=0",
              "--user-data-dir=" + profile, "--window-size=1280,2200", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         port_file = os.path.join(profile, "DevToolsActivePort")
         wait_for("DevToolsActivePort", lambda: os.path.exists(port_file) and open(port_file).read().count("\n") >= 1)
         port = open(port_file).read().split()[0]
@@ -280,8 +280,19 @@ class browser:
             f.write(base64.b64decode(data))
 
     def close(self):
+        # Chromium's own shutdown ends its helper processes too; killing the browser process
+        # alone left them writing into the profile while the test removed it. Its process
+        # group is killed after in case the shutdown did not finish.
+        try:
+            self.cmd("Browser.close")
+            self.p.wait(timeout=30)
+        except Exception:
+            pass
         self.ws.close()
-        self.p.kill()
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.p.wait()
 
 
