@@ -1,8 +1,15 @@
 #include "actors/http_console.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include <caf/all.hpp>
 
@@ -80,6 +87,44 @@ role role_of(const httplib::Request& req, const http_console_options& o) {
   return role::none;
 }
 
+// OpenSSL's reason for the last failure (its error queue, emptied).
+std::string openssl_reason() {
+  const unsigned long e = ERR_peek_error();  // the first: the cause, not the caller's summary
+  char buf[256] = "unknown reason";
+  if (e) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+// The files as the HTTPS server will load them (httplib::SSLServer reads them the same way
+// but says only that it failed, not why).
+status check_tls_files(const std::string& cert, const std::string& key) {
+  for (const auto& [name, path] :
+       {std::pair<const char*, const std::string&>{"console.tls_cert", cert},
+        {"console.tls_key", key}})
+    if (::access(path.c_str(), R_OK) != 0)
+      return error(errc::invalid_config,
+                   std::string(name) + ": cannot read '" + path + "': " + std::strerror(errno));
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_server_method()),
+                                                        SSL_CTX_free);
+  if (!ctx) return error(errc::io_error, "SSL_CTX_new: " + openssl_reason());
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1)
+    return error(errc::invalid_config,
+                 "console.tls_cert: '" + cert + "' is not a PEM certificate: " + openssl_reason());
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(nullptr, EVP_PKEY_free);
+  if (std::unique_ptr<FILE, decltype(&std::fclose)> f(std::fopen(key.c_str(), "r"), std::fclose); f)
+    pkey.reset(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr));
+  if (!pkey)
+    return error(errc::invalid_config,
+                 "console.tls_key: '" + key + "' is not a PEM private key: " + openssl_reason());
+  if (SSL_CTX_use_PrivateKey(ctx.get(), pkey.get()) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1)
+    return error(errc::invalid_config, "console.tls_key '" + key +
+                                           "' is not the key of console.tls_cert '" + cert +
+                                           "': " + openssl_reason());
+  return ok_status();
+}
+
 // GET routes answered from one coordinator verb of the same name.
 const char* const kViewVerbs[] = {"status",        "nodes",  "report",  "iterations",
                                   "interruptions", "ledger", "snapshot"};
@@ -103,6 +148,8 @@ result<http_console_options> http_console_options::from_config(const config& cfg
   o.admin_token = cfg.get_string("console.token");
   o.viewer_token = cfg.get_string("console.viewer_token");
   o.operator_token = cfg.get_string("console.operator_token");
+  o.tls_cert = cfg.get_string("console.tls_cert");
+  o.tls_key = cfg.get_string("console.tls_key");
   o.max_body_bytes = static_cast<size_t>(cfg.get_int("console.http_max_body_bytes"));
   o.request_timeout_ms = request_timeout_ms;
   o.planes = configured_planes(cfg);
@@ -122,7 +169,20 @@ result<http_console_options> http_console_options::from_config(const config& cfg
                  "the HTTP console refuses to listen on " + o.address +
                      " (not loopback) while console.viewer_token or console.operator_token is "
                      "still its built-in default; set both to secrets first");
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    return error(errc::invalid_config,
+                 "console.tls_cert and console.tls_key go together: set both (HTTPS) or neither");
+  // Not STATUS_TRY: the error is for the operator, who wants the file's words, not our lines.
+  if (!o.tls_cert.empty())
+    if (auto st = check_tls_files(o.tls_cert, o.tls_key); !st) return st.err();
   return o;
+}
+
+status check_http_console_config(const config& cfg) {
+  if (cfg.get_string("console.http_address").empty()) return ok_status();
+  auto o = http_console_options::from_config(cfg, 0);
+  if (!o) return o.err();
+  return ok_status();
 }
 
 result<std::unique_ptr<http_console>> http_console::start(caf::actor_system& sys,
@@ -134,7 +194,18 @@ result<std::unique_ptr<http_console>> http_console::start(caf::actor_system& sys
   c->sys_ = &sys;
   c->coordinator_ = std::move(coordinator);
   c->opts_ = std::move(opts);
-  c->server_ = std::make_unique<httplib::Server>();
+  if (c->opts_.tls_cert.empty()) {
+    c->server_ = std::make_unique<httplib::Server>();
+  } else {
+    if (auto st = check_tls_files(c->opts_.tls_cert, c->opts_.tls_key); !st) return st.err();
+    auto tls =
+        std::make_unique<httplib::SSLServer>(c->opts_.tls_cert.c_str(), c->opts_.tls_key.c_str());
+    if (!tls->is_valid())
+      return error(errc::invalid_config, "the HTTP console cannot serve HTTPS with " +
+                                             c->opts_.tls_cert + " and " + c->opts_.tls_key + ": " +
+                                             openssl_reason());
+    c->server_ = std::move(tls);
+  }
   auto& srv = *c->server_;
   srv.set_payload_max_length(c->opts_.max_body_bytes);
   // A slow client holds one worker thread for at most this long; the job does not wait on it.
@@ -368,7 +439,8 @@ result<std::unique_ptr<http_console>> start_http_console(caf::actor_system& sys,
   if (!o) return o.err();
   auto c = http_console::start(sys, std::move(coordinator), std::move(*o));
   if (!c) return c.err();
-  logger("console")->info("HTTP console on http://{}/", (*c)->address());
+  logger("console")->info("HTTP console on {}://{}/", (*c)->tls() ? "https" : "http",
+                          (*c)->address());
   return c;
 }
 

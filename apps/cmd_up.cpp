@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/chrome_trace.h"
+#include "actors/http_console.h"
 #include "actors/local_job.h"
 #include "apps/commands.h"
 #include "apps/up_progress.h"
@@ -130,6 +131,11 @@ int run_up(const up_args& a) {
       std::cerr << "moerl up: invalid configuration: " << pre.err().message << "\n";
       return 2;
     }
+    // The coordinator would refuse these too, but only in its log: say it here.
+    if (auto st = actors::check_http_console_config(*pre); !st) {
+      std::cerr << "moerl up: invalid configuration: " << st.err().message << "\n";
+      return 2;
+    }
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
     o.iterations = a.iterations;
     if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo") {
@@ -173,7 +179,8 @@ int run_up(const up_args& a) {
       "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
       j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
   if (!j.http_address().empty())
-    std::printf("moerl up: dashboard at http://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+    std::printf("moerl up: dashboard at %s://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+                j.node_config().get_string("console.tls_cert").empty() ? "http" : "https",
                 j.http_address().c_str(),
                 j.node_config().get_string("console.operator_token").c_str());
   std::fflush(stdout);

@@ -43,8 +43,9 @@ def wait_for(what, fn):
 
 
 class http:
-    def __init__(self, address):
-        self.base = "http://" + address
+    def __init__(self, address, scheme="http", context=None):
+        self.base = scheme + "://" + address
+        self.context = context  # an ssl.SSLContext for https
 
     def call(self, path, token=None, method="GET", body=None, headers=None):
         h = dict(headers or {})
@@ -53,7 +54,7 @@ class http:
         data = body.encode() if isinstance(body, str) else body
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30, context=self.context) as r:
                 return r.status, r.headers, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.headers, e.read()
@@ -72,12 +73,12 @@ def expect_error(h, code, path, token=VIEWER, **kw):
 
 
 class up_run:
-    def __init__(self, moerl, cwd, run_dir):
+    def __init__(self, moerl, cwd, run_dir, *extra):
         # Its own session: the nodes inherit its process group, so the end of the test can
         # stop the whole cluster with one killpg.
         self.p = subprocess.Popen(
             [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", "900",
-             "--run-dir", run_dir, *SMALL],
+             "--run-dir", run_dir, *SMALL, *extra],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)
         self.lines = []
