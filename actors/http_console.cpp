@@ -20,6 +20,7 @@
 #include "actors/web_assets.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/secret_compare.h"
 
 namespace moerl::actors {
 
@@ -82,9 +83,21 @@ role role_of(const httplib::Request& req, const http_console_options& o) {
   const std::string prefix = "Bearer ";
   if (h.compare(0, prefix.size(), prefix) != 0) return role::none;
   const std::string token = h.substr(prefix.size());
-  if (token == o.operator_token) return role::op;
-  if (token == o.viewer_token) return role::viewer;
-  return role::none;
+  // Both compared, each in constant time: the refusal's timing says nothing about either.
+  const bool op = secret_equals(token, o.operator_token);
+  const bool viewer = secret_equals(token, o.viewer_token);
+  return op ? role::op : viewer ? role::viewer : role::none;
+}
+
+// Auth for every data route: true when the request may go on (a viewer or the operator);
+// otherwise the 401 is already in `res`.
+bool allow_reader(const httplib::Request& req, httplib::Response& res,
+                  const http_console_options& o) {
+  if (role_of(req, o) != role::none) return true;
+  res.set_header("WWW-Authenticate", "Bearer realm=\"moerl\"");
+  send_error(res, 401, "unauthorized",
+             "send Authorization: Bearer <console.viewer_token or console.operator_token>");
+  return false;
 }
 
 // OpenSSL's reason for the last failure (its error queue, emptied).
@@ -287,9 +300,27 @@ void http_console::sample() {
   }
 }
 
+void http_console::read_route(
+    const std::string& path,
+    std::function<void(const httplib::Request&, httplib::Response&)> answer) {
+  server_->Get(path, [this, answer = std::move(answer)](const httplib::Request& req,
+                                                        httplib::Response& res) {
+    if (allow_reader(req, res, opts_)) answer(req, res);
+  });
+}
+
+void http_console::snapshot_route(const std::string& path,
+                                  std::function<void(json& snapshot, httplib::Response&)> answer) {
+  read_route(path,
+             [this, answer = std::move(answer)](const httplib::Request&, httplib::Response& res) {
+               auto [code, snap] = ask("snapshot");
+               if (code != 200) return send_json(res, code, snap);
+               answer(snap, res);
+             });
+}
+
 void http_console::routes() {
   auto& srv = *server_;
-  const auto& o = opts_;
   // Every error that reaches the client without a body of ours (httplib's own 400/404/413,
   // a method it does not route) gets the JSON error shape too.
   srv.set_error_handler(
@@ -311,14 +342,6 @@ void http_console::routes() {
         } catch (...) {}
         send_error(res, 500, "internal", what);
       });
-  // Auth: true when the request may go on; else the 401 is already in `res`.
-  auto viewer = [&o](const httplib::Request& req, httplib::Response& res) {
-    if (role_of(req, o) != role::none) return true;
-    res.set_header("WWW-Authenticate", "Bearer realm=\"moerl\"");
-    send_error(res, 401, "unauthorized",
-               "send Authorization: Bearer <console.viewer_token or console.operator_token>");
-    return false;
-  };
   // The page and its files: no data in them, so no token (the page asks for one).
   srv.Get(R"(/|/[A-Za-z0-9_.-]+\.(js|css|html|png))",
           [](const httplib::Request& req, httplib::Response& res) {
@@ -327,54 +350,38 @@ void http_console::routes() {
             res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->content_type);
             res.set_header("Cache-Control", "no-cache");
           });
-  for (const char* verb : kViewVerbs) {
-    srv.Get(
-        std::string("/api/v1/") + verb,
-        [this, viewer, v = std::string(verb)](const httplib::Request& req, httplib::Response& res) {
-          if (!viewer(req, res)) return;
-          auto [code, body] = ask(v);
-          send_json(res, code, body);
-        });
-  }
-  srv.Get("/api/v1/planes", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (viewer(req, res)) send_json(res, 200, opts_.planes);
+  for (const char* verb : kViewVerbs)
+    read_route(std::string("/api/v1/") + verb,
+               [this, v = std::string(verb)](const httplib::Request&, httplib::Response& res) {
+                 auto [code, body] = ask(v);
+                 send_json(res, code, body);
+               });
+  read_route("/api/v1/planes", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, opts_.planes);
   });
-  srv.Get("/api/v1/whoami", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (viewer(req, res))
-      send_json(res, 200, json{{"role", role_of(req, opts_) == role::op ? "operator" : "viewer"}});
+  read_route("/api/v1/whoami", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, 200, json{{"role", role_of(req, opts_) == role::op ? "operator" : "viewer"}});
   });
-  srv.Get("/api/v1/autoscale", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/autoscale", [this](json& snap, httplib::Response& res) {
     send_json(res, 200, autoscale(snap));
   });
   // The page's one poll: the snapshot with the signal and the trace made from it, so a
   // refresh costs the coordinator one request, not three.
-  srv.Get("/api/v1/dashboard", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/dashboard", [this](json& snap, httplib::Response& res) {
     json out{{"autoscale", autoscale(snap)}, {"trace", chrome_trace(snap)}};
     out["snapshot"] = std::move(snap);
     send_json(res, 200, out);
   });
-  srv.Get("/api/v1/trace", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/trace", [](json& snap, httplib::Response& res) {
     send_json(res, 200, chrome_trace(snap));
   });
-  srv.Get("/metrics", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/metrics", [this](json& snap, httplib::Response& res) {
     res.set_content(prometheus_text(snap, autoscale(snap)), "text/plain; version=0.0.4");
   });
   // Actions: {"action": "inject", "kind": "spot|rebalance|kill|sigterm", "node": N,
   // "deadline_s": S} or {"action": "drain", "node": N, "deadline_s": S}; operator only.
-  srv.Post("/api/v1/actions", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
+  srv.Post("/api/v1/actions", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!allow_reader(req, res, opts_)) return;
     if (role_of(req, opts_) != role::op)
       return send_error(res, 403, "forbidden",
                         "actions need the operator token (console.operator_token)");

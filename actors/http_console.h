@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +31,9 @@
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace moerl {
 class config;
@@ -77,6 +80,12 @@ class http_console {
  private:
   http_console() = default;
   void routes();
+  // A GET route for readers (viewer or operator token; else 401) ...
+  void read_route(const std::string& path,
+                  std::function<void(const httplib::Request&, httplib::Response&)> answer);
+  // ... and one answered from a coordinator snapshot (its refusal passed on as is).
+  void snapshot_route(const std::string& path,
+                      std::function<void(nlohmann::json& snapshot, httplib::Response&)> answer);
   void sample();
   // The coordinator's reply to one admin verb, as the HTTP status and JSON body to send.
   std::pair<int, nlohmann::json> ask(

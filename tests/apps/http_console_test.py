@@ -314,9 +314,12 @@ def check_page(h, artifacts, tmp):
             b.eval("document.getElementById('iteration').textContent").split("/")[0]) > shown)
         trained = int(b.eval("document.querySelector('#accounting-trained td:last-child').textContent"))
         assert trained > 0
-        assert b.eval("document.getElementById('invariant').textContent") == "invariant holds"
-        num_nodes = len(h.json("/api/v1/nodes")[1])
-        assert b.eval("document.querySelectorAll('#nodes-table tbody tr').length") == num_nodes
+        assert b.eval("document.getElementById('invariant').textContent") == "invariant holds", (
+            b.eval("document.getElementById('invariant-equation').textContent"),
+            b.eval("document.getElementById('live').textContent"), h.json("/api/v1/status")[1])
+        names = sorted(n["name"] for n in h.json("/api/v1/nodes")[1])
+        shown = sorted(b.eval("[...document.querySelectorAll('#nodes-table tbody tr')].map(r => r.dataset.node)"))
+        assert shown == names, (shown, names, b.eval("document.getElementById('live').textContent"))
         assert b.eval("document.querySelectorAll('#timeline-svg rect').length") > 0
         b.screenshot(os.path.join(artifacts, "dashboard-operator.png"))
         # An operator's click: a Spot notice to a rollout node shows in the interruption log.
