@@ -20,20 +20,10 @@ import termios
 import threading
 import time
 
-SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
-         "--set", "grpo.prompts_per_iteration=8"]
-BOUND_S = 120
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from http_console_test import BOUND_S, SMALL, wait_for  # noqa: E402
+
 COLUMNS = 100
-
-
-def wait_for(what, fn, bound=BOUND_S):
-    deadline = time.monotonic() + bound
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.1)
-    sys.exit(f"FAIL: {what} within {bound} s")
 
 
 class on_pty:
