@@ -191,12 +191,13 @@ int run_up(const up_args& a) {
   // one at least every 5 s.
   up_progress display(stdout, ::isatty(::fileno(stdout)) == 1, std::chrono::seconds(5));
   const actors::run_outcome ran = j.run(policy, printed_events(display));
-  display.finish();
   const bool done = ran == actors::run_outcome::done;
   if (ran == actors::run_outcome::failed) {
     std::fprintf(stderr, "moerl up: the job cannot go on: %s\n", j.failure().c_str());
   }
   json out = j.settled_report(done);
+  if (done) display.settled(out);
+  display.finish();
   if (!a.trace.empty()) {
     // The same trace /api/v1/trace serves, from the coordinator's snapshot view.
     auto snap = j.cluster().console("snapshot", {}, {}, 5000);

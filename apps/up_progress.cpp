@@ -178,6 +178,17 @@ void up_progress::update(const json& status, const json& job_stats) {
   last_ = f;
 }
 
+void up_progress::settled(const json& report) {
+  if (!report.contains("policy_version") || !report.contains("accounting")) return;
+  json acct = report["accounting"];
+  const bool invariant_ok = acct.value("invariant_ok", false);
+  json status{{"iteration", report["policy_version"]},
+              {"iterations", last_.iterations},
+              {"accounting", std::move(acct)},
+              {"invariant_ok", invariant_ok}};
+  update(status, report);  // the report carries reward_curve, reward_random, reward_max
+}
+
 void up_progress::draw(const std::string& line) {
   std::fprintf(out_, "\r\033[K%s", line.c_str());
   std::fflush(out_);

@@ -43,6 +43,9 @@ class up_progress {
   up_progress& operator=(const up_progress&) = delete;
   // The coordinator's status and the trainer's job figures, at every poll of the job.
   void update(const nlohmann::json& status, const nlohmann::json& job_stats);
+  // The run's report once settled: at "done" the trainer may still have been stepping on the
+  // last groups, so the last poll's iteration can lag; the line ends on the report's figures.
+  void settled(const nlohmann::json& report);
   // An event line ("moerl up: >>> ..."): above the progress line on a terminal.
   void message(const std::string& line);
   // Ends the in-place line (the last figures stay on screen) and gives stderr back.
