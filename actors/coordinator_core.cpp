@@ -6,6 +6,7 @@
 #include "actors/status_snapshot.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/secret_compare.h"
 
 namespace moerl::actors {
 
@@ -575,7 +576,7 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     rep.err = moerl::error(c, std::move(m));
     return rep;
   };
-  if (req.token != opts_.console_token)
+  if (!secret_equals(req.token, opts_.console_token))
     return fail(errc::unauthorized, "wrong or missing console token (console.token)");
   auto opt = [&](const std::string& k) -> std::string {
     for (auto& [n, v] : req.options)

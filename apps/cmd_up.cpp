@@ -14,8 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/chrome_trace.h"
+#include "actors/http_console.h"
 #include "actors/local_job.h"
 #include "apps/commands.h"
+#include "apps/up_progress.h"
 #include "common/child_process.h"
 #include "common/config.h"
 #include "job/grpo_job.h"
@@ -63,33 +65,33 @@ std::string new_run_id() {
          std::to_string(::getpid());
 }
 
-// What the job does to its nodes, in the words of `moerl up`'s output.
-actors::job_events printed_events() {
+// What the job does to its nodes, in the words of `moerl up`'s output; its progress on the
+// display (in place on a terminal).
+actors::job_events printed_events(up_progress& display) {
   actors::job_events ev;
-  ev.progress = [](const std::string& line) {
-    std::printf("moerl up: %s\n", line.c_str());
-    std::fflush(stdout);
+  ev.polled = [&display](const nlohmann::json& status, const nlohmann::json& job_stats) {
+    display.update(status, job_stats);
   };
-  ev.spot_notice = [](const std::string& node, int deadline_s, const status& sent) {
-    std::printf(
-        "moerl up: >>> injected a Spot interruption notice into %s (deadline %d s)%s; "
-        "disable with --no-interrupt\n",
-        node.c_str(), deadline_s, sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
+  ev.spot_notice = [&display](const std::string& node, int deadline_s, const status& sent) {
+    display.message("moerl up: >>> injected a Spot interruption notice into " + node +
+                    " (deadline " + std::to_string(deadline_s) + " s)" +
+                    (sent ? "" : " FAILED: " + sent.err().to_string()) +
+                    "; disable with --no-interrupt");
   };
-  ev.exited = [](const std::string& node, const std::string& cause,
-                 std::chrono::milliseconds delay) {
-    std::printf("moerl up: >>> %s exited (%s); its replacement starts in %.1f s\n", node.c_str(),
-                cause.c_str(), static_cast<double>(delay.count()) / 1000.0);
-    std::fflush(stdout);
+  ev.exited = [&display](const std::string& node, const std::string& cause,
+                         std::chrono::milliseconds delay) {
+    char after[32];
+    std::snprintf(after, sizeof after, "%.1f", static_cast<double>(delay.count()) / 1000.0);
+    display.message("moerl up: >>> " + node + " exited (" + cause +
+                    "); its replacement starts in " + after + " s");
   };
-  ev.replaced = [](const actors::replacement_record& r) {
+  ev.replaced = [&display](const actors::replacement_record& r) {
     const std::string what = r.replacement == r.node
                                  ? "recreated " + r.node
                                  : "replaced " + r.node + " by " + r.replacement;
-    std::printf("moerl up: >>> %s (%s, %s)%s\n", what.c_str(), r.role.c_str(),
-                actors::controller_name(actors::controller_of(r.role)),
-                r.error.empty() ? "" : (" FAILED: " + r.error).c_str());
-    std::fflush(stdout);
+    display.message("moerl up: >>> " + what + " (" + r.role + ", " +
+                    actors::controller_name(actors::controller_of(r.role)) + ")" +
+                    (r.error.empty() ? "" : " FAILED: " + r.error));
   };
   return ev;
 }
@@ -156,6 +158,11 @@ int run_up(const up_args& a) {
       std::cerr << "moerl up: invalid configuration: " << pre.err().message << "\n";
       return 2;
     }
+    // The coordinator would refuse these too, but only in its log: say it here.
+    if (auto st = actors::check_http_console_config(*pre); !st) {
+      std::cerr << "moerl up: invalid configuration: " << st.err().message << "\n";
+      return 2;
+    }
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
     o.iterations = a.iterations;
     if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo") {
@@ -199,19 +206,25 @@ int run_up(const up_args& a) {
       "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
       j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
   if (!j.http_address().empty())
-    std::printf("moerl up: dashboard at http://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+    std::printf("moerl up: dashboard at %s://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+                j.node_config().get_string("console.tls_cert").empty() ? "http" : "https",
                 j.http_address().c_str(),
                 j.node_config().get_string("console.operator_token").c_str());
   std::fflush(stdout);
   actors::run_policy policy;
   policy.deadline = t0 + std::chrono::seconds(a.timeout_s);
   policy.spot_interruption = !a.no_interrupt;
-  const actors::run_outcome ran = j.run(policy, printed_events());
+  // On a terminal the progress line is redrawn in place; in a log, a line per iteration and
+  // one at least every 5 s.
+  up_progress display(stdout, ::isatty(::fileno(stdout)) == 1, std::chrono::seconds(5));
+  const actors::run_outcome ran = j.run(policy, printed_events(display));
   const bool done = ran == actors::run_outcome::done;
   if (ran == actors::run_outcome::failed) {
     std::fprintf(stderr, "moerl up: the job cannot go on: %s\n", j.failure().c_str());
   }
   json out = j.settled_report(done);
+  if (done) display.settled(out);
+  display.finish();
   if (!a.trace.empty()) {
     // The same trace /api/v1/trace serves, from the coordinator's snapshot view.
     auto snap = j.cluster().console("snapshot", {}, {}, 5000);

@@ -105,6 +105,11 @@ const std::vector<key_spec>& config_schema() {
        "bearer token for the HTTP console's reads (dashboard, /api/v1/ GETs, /metrics)", ""},
       {"console.operator_token", t::string, "moerl-operator",
        "bearer token for the HTTP console's actions (POST /api/v1/actions); also reads", ""},
+      {"console.tls_cert", t::string, "",
+       "PEM certificate (chain) file: the HTTP console serves HTTPS with it and console.tls_key; "
+       "\"\" (both unset) serves plain HTTP",
+       ""},
+      {"console.tls_key", t::string, "", "PEM private key file of console.tls_cert", ""},
       {"console.http_max_body_bytes", t::integer, "65536",
        "largest request body the HTTP console reads; a larger one gets 413", "",
        r::closed(1, 16777216)},

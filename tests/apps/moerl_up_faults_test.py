@@ -91,6 +91,21 @@ class up_run:
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
+    def handed(self):
+        """Samples handed to a trainer and not yet confirmed, once there are some (the
+        coordinator's status, polled: the progress line no longer carries the accounting)."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline and self.p.poll() is None:
+            r = subprocess.run([self.moerl, "console", "--connect", self.console_address(),
+                                "status", "--json"], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                n = json.loads(r.stdout)["accounting"].get("handed", 0)
+                if n > 0:
+                    return n
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: never saw samples handed to the trainer\n{self.output()}")
+
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
         if name == "coordinator":
@@ -197,8 +212,8 @@ def trainer_handed(moerl, tmp):
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
     run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
     i = run.wait_iteration(2)
-    # A progress line that shows groups handed to the trainer and not yet confirmed.
-    i, m = run.wait_line(r"handed ([1-9]\d*) ", i)
+    # The coordinator shows groups handed to the trainer and not yet confirmed.
+    handed = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
@@ -212,8 +227,8 @@ def trainer_handed(moerl, tmp):
     again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
                 if n["role"] == "buffer")
     stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (again, a, int(m.group(1)))
-    print(f"handed at the kill {m.group(1)} samples; served again {again} group(s), "
+    assert again > 0 or stale > 0, (again, a, handed)
+    print(f"handed at the kill {handed} samples; served again {again} group(s), "
           f"dropped stale {stale} sample(s)", flush=True)
 
 
