@@ -6,6 +6,7 @@
 #include "actors/status_snapshot.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/secret_compare.h"
 
 namespace moerl::actors {
 
@@ -439,6 +440,15 @@ void coordinator_core::tick() {
   record_invariant();
 }
 
+void coordinator_core::stalled(int64_t ms) {
+  if (ms <= 0) return;
+  logger("coordinator")
+      ->warn("the coordinator did not run for {} ms: node silence in that time is not counted", ms);
+  for (auto& [id, n] : nodes_)
+    if (n.state == "running" || n.state == "draining" || n.state == "unreachable")
+      n.last_seen_ms += ms;
+}
+
 void coordinator_core::flush_ledger() {
   if (group_commit_) {
     flush_due_ = true;  // the owner's flush() syncs once for the whole group
@@ -591,7 +601,7 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     rep.err = moerl::error(c, std::move(m));
     return rep;
   };
-  if (req.token != opts_.console_token)
+  if (!secret_equals(req.token, opts_.console_token))
     return fail(errc::unauthorized, "wrong or missing console token (console.token)");
   auto opt = [&](const std::string& k) -> std::string {
     for (auto& [n, v] : req.options)

@@ -133,6 +133,12 @@ class coordinator_core {
   // Periodic: lease expiry, heartbeat timeouts, next iteration's units, durability, the
   // invariant check. Call every ~100 ms.
   void tick();
+  // The coordinator itself did not run for `ms` (its tick came that much late: a journal
+  // sync stalled on a busy disk, CPU starvation). The heartbeats that arrived meanwhile wait
+  // in its mailbox behind the tick, so its own stall is not held against the nodes: their
+  // silence clocks move on by `ms` (a declaration only comes later, never earlier, so a
+  // shard's trust rule still holds: coordinator_trust.h).
+  void stalled(int64_t ms);
 
   // ---- admin ------------------------------------------------------------------------
   messages::admin_reply admin(const messages::admin_request& req);

@@ -251,6 +251,7 @@ run_outcome local_job::run(const run_policy& policy, const job_events& events) {
         interrupted = true;
       }
       if ((line != last_line || !learn.empty()) && events.progress) events.progress(line + learn);
+      if (events.polled) events.polled(*s, job_stats);
       last_line = line;
       if (s->value("done", false)) return run_outcome::done;
     }

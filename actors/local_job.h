@@ -69,6 +69,10 @@ struct job_events {
   // The job's status line (with the learning figures once the trainer reports them),
   // whenever it changed.
   std::function<void(const std::string& line)> progress;
+  // Every poll (twice a second): the coordinator's status and the trainer's job figures
+  // (reward curve; an empty object before it reports), for a driver that draws its own
+  // progress (moerl up's in-place line).
+  std::function<void(const nlohmann::json& status, const nlohmann::json& job_stats)> polled;
   // A Spot interruption notice was sent to `node` (`sent` says why not when it failed).
   std::function<void(const std::string& node, int deadline_s, const status& sent)> spot_notice;
   // A node exited (`cause`: "exit code 0", "killed by SIGKILL"); its replacement starts

@@ -105,6 +105,11 @@ const std::vector<key_spec>& config_schema() {
        "bearer token for the HTTP console's reads (dashboard, /api/v1/ GETs, /metrics)", ""},
       {"console.operator_token", t::string, "moerl-operator",
        "bearer token for the HTTP console's actions (POST /api/v1/actions); also reads", ""},
+      {"console.tls_cert", t::string, "",
+       "PEM certificate (chain) file: the HTTP console serves HTTPS with it and console.tls_key; "
+       "\"\" (both unset) serves plain HTTP",
+       ""},
+      {"console.tls_key", t::string, "", "PEM private key file of console.tls_cert", ""},
       {"console.http_max_body_bytes", t::integer, "65536",
        "largest request body the HTTP console reads; a larger one gets 413", "",
        r::closed(1, 16777216)},
@@ -214,6 +219,13 @@ const std::vector<key_spec>& config_schema() {
        "reward source: the task's verifier or a learned reward model", "verifier|learned"},
       {"task.reward_model_path", t::string, "",
        "learned reward model checkpoint file (task.reward=learned)", ""},
+      {"task.dataset", t::string, "",
+       "prompts from this JSONL object in task.dataset_store (job/prompt_dataset.h); \"\": "
+       "generated prompts",
+       ""},
+      {"task.dataset_store", t::string, "",
+       "object store holding task.dataset: a directory or s3://bucket/prefix (\"\": store.url)",
+       ""},
 
       // ---- env (the environment plane: env nodes run multi-turn episodes) ----------
       {"env.nodes", t::integer, "0",
@@ -271,6 +283,25 @@ const std::vector<key_spec>& config_schema() {
        "expert-parallel rank threads of the trainer (fabric EP group + dense all-reduce; 1: single "
        "rank)",
        "", r::at_least(1)},
+
+      // ---- weights (the weight plane: checkpoint caches; weights/PROTOCOL.md) ---------
+      {"weights.from_cache", t::boolean, "true",
+       "the trainer pushes each version to a checkpoint cache and rollouts read it there (the "
+       "store only on a miss); false: every version goes through the object store",
+       ""},
+      {"weights.cache_versions", t::integer, "4",
+       "policy versions a weights node holds in memory (the oldest is evicted first)", "",
+       r::closed(1, 1024)},
+      {"weights.cache_bytes", t::integer, "4294967296",
+       "bytes of policy versions a weights node holds in memory", "",
+       r::closed(1024, 1099511627776.0)},
+      {"weights.chunk_bytes", t::integer, "1048576",
+       "bytes per chunk on the weight plane (each chunk carries its sha256)", "",
+       r::closed(4096, 268435456)},
+      {"weights.request_timeout_ms", t::integer, "2000",
+       "a cache that does not answer a request within this is given up on (the reader resumes "
+       "from another cache or the store)",
+       "", r::closed(10, 600000)},
 
       // ---- store (durable plane) ------------------------------------------------
       {"store.url", t::string, "./moerl-data",

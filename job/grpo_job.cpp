@@ -13,6 +13,7 @@
 #include "job/group_bootstrap.h"
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
+#include "job/prompt_dataset.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -53,8 +54,10 @@ struct job_setup {
   int trainer_ep_ranks = 1;  // job.trainer_ep_ranks
   std::string prefix;
   std::shared_ptr<store::object_store> store;
+  // task.dataset's prompts (job/prompt_dataset.h); null: generated, or not read on this role.
+  std::shared_ptr<const prompt_dataset> dataset;
 
-  static result<std::shared_ptr<job_setup>> create(const config& cfg) {
+  static result<std::shared_ptr<job_setup>> create(const config& cfg, actors::node_role role) {
     auto s = std::make_shared<job_setup>();
     s->cfg = cfg;
     if (cfg.get_string("task.name") == "guess") {
@@ -110,6 +113,14 @@ struct job_setup {
     auto st = store::open_store(cfg.get_string("store.url"), cfg);
     if (!st) return st.err();
     s->store = std::shared_ptr<store::object_store>(std::move(*st));
+    // Read where prompts are made: rollout nodes (single-turn prompts) and env nodes (a
+    // multi-turn episode's prompt and hidden state come from the env node's reset).
+    if (role == actors::node_role::env ||
+        (role == actors::node_role::rollout && !s->multi_turn())) {
+      auto d = open_task_dataset(cfg, s->task.get());
+      if (!d) return d.err();
+      s->dataset = std::move(*d);
+    }
     return s;
   }
 
@@ -387,20 +398,11 @@ class grpo_trainer final : public actors::trainer_step {
   uint64_t version() const override { return version_; }
   uint64_t num_held_groups() const override { return pending_groups_; }
 
-  void adopt_held(actors::trainer_step& previous) override {
-    auto* prev = dynamic_cast<grpo_trainer*>(&previous);
-    if (!prev || prev->pending_.empty()) return;
-    logger("trainer")->info("took over {} held group(s) of the previous trainer group",
-                            prev->pending_groups_);
-    pending_ = std::move(prev->pending_);
-    pending_groups_ = prev->pending_groups_;
-    generate_us_ = prev->generate_us_;
-    reward_us_ = prev->reward_us_;
-    env_us_ = prev->env_us_;
-    env_steps_ = prev->env_steps_;
-    first_batch_ = prev->first_batch_;
-    prev->pending_.clear();
-    prev->pending_groups_ = 0;
+  void drop_held() override {
+    generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;
+    pending_.clear();
+    pending_groups_ = 0;
+    first_batch_.reset();
   }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
@@ -668,6 +670,10 @@ class grpo_job final : public actors::job {
       auto p = policy::guess_prompt(s_->guess_turns);
       return std::vector<uint32_t>(p.begin(), p.end());
     }
+    if (s_->dataset) {
+      const auto& p = s_->dataset->row_of(group_id).prompt;
+      return std::vector<uint32_t>(p.begin(), p.end());
+    }
     std::mt19937_64 rng(mix(s_->seed ^ mix(group_id)));
     auto p = s_->task->generate(rng);
     return std::vector<uint32_t>(p.tokens.begin(), p.tokens.end());
@@ -697,7 +703,8 @@ class grpo_job final : public actors::job {
     return (*t)->serve();
   }
   result<std::unique_ptr<actors::environment>> make_environment(const std::string& task) override {
-    if (task == "guess" && s_->multi_turn()) return make_guess_environment(s_->guess_turns);
+    if (task == "guess" && s_->multi_turn())
+      return make_guess_environment(s_->guess_turns, s_->dataset);
     return error{errc::invalid_argument, "unknown task '" + task + "': this job's env nodes run " +
                                              (s_->multi_turn() ? "'guess'" : "no environment")};
   }
@@ -714,10 +721,9 @@ std::string weights_key(const std::string& prefix, uint64_t version) {
 std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
 
 result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role) {
-  (void)role;
   const std::string kind = cfg.get_string("job.kind");
   if (kind == "modpow") return make_modpow_job(cfg);
-  auto s = job_setup::create(cfg);
+  auto s = job_setup::create(cfg, role);
   if (!s) return s.err();
   return std::shared_ptr<actors::job>(std::make_shared<grpo_job>(*s));
 }

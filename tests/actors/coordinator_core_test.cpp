@@ -155,6 +155,18 @@ TEST_F(core_fixture, heartbeat_silence_declares_a_node_dead) {
   EXPECT_EQ(core->nodes().at(trainer).state, "running");
 }
 
+TEST_F(core_fixture, the_coordinators_own_stall_is_not_held_against_the_nodes) {
+  clock.advance(6000);  // the coordinator itself did not run: its tick comes 6 s late
+  core->stalled(6000);
+  core->tick();
+  EXPECT_EQ(core->nodes().at(rollout).state, "running");
+  EXPECT_EQ(core->nodes().at(shard).state, "running");
+  // Silence after the stall still counts.
+  clock.advance(6000);
+  core->tick();
+  EXPECT_EQ(core->nodes().at(rollout).state, "dead");
+}
+
 TEST_F(core_fixture, admin_errors_name_the_problem_and_inject_targets_one_node) {
   auto bad = admin("status");
   bad.token = "nope";

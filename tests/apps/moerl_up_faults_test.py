@@ -10,6 +10,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
+  moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
 
@@ -77,6 +78,11 @@ class up_run:
                 return i
             after = i + 1
 
+    def wait_resumed(self, after):
+        """Training resumed: two more iterations past the first progress line after `after`."""
+        j, m = self.wait_line(r"iteration (\d+)/", after)
+        return self.wait_iteration(int(m.group(1)) + 2, j)
+
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
 
@@ -85,6 +91,21 @@ class up_run:
                             "--json"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
+
+    def handed(self):
+        """Samples handed to a trainer and not yet confirmed, once there are some (the
+        coordinator's status, polled: the progress line no longer carries the accounting)."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline and self.p.poll() is None:
+            r = subprocess.run([self.moerl, "console", "--connect", self.console_address(),
+                                "status", "--json"], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                n = json.loads(r.stdout)["accounting"].get("handed", 0)
+                if n > 0:
+                    return n
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: never saw samples handed to the trainer\n{self.output()}")
 
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
@@ -192,8 +213,8 @@ def trainer_handed(moerl, tmp):
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
     run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
     i = run.wait_iteration(2)
-    # A progress line that shows groups handed to the trainer and not yet confirmed.
-    i, m = run.wait_line(r"handed ([1-9]\d*) ", i)
+    # The coordinator shows groups handed to the trainer and not yet confirmed.
+    handed = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
@@ -207,8 +228,8 @@ def trainer_handed(moerl, tmp):
     again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
                 if n["role"] == "buffer")
     stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (again, a, int(m.group(1)))
-    print(f"handed at the kill {m.group(1)} samples; served again {again} group(s), "
+    assert again > 0 or stale > 0, (again, a, handed)
+    print(f"handed at the kill {handed} samples; served again {again} group(s), "
           f"dropped stale {stale} sample(s)", flush=True)
 
 
@@ -364,9 +385,7 @@ def trainer_group(moerl, tmp):
     assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
     run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
-    # Training resumed: two more iterations after the recreation.
-    j, m = run.wait_line(r"iteration (\d+)/", i)
-    run.wait_iteration(int(m.group(1)) + 2, j)
+    run.wait_resumed(i)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
@@ -385,8 +404,29 @@ def trainer_group(moerl, tmp):
     assert "trainer-1" in touched, rep["replacements"]
 
 
+def group_coordinator(moerl, tmp):
+    """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
+    restarted from its journal. The new coordinator knows no group: both members join again,
+    the group forms anew and the run trains to its end with nothing lost or duplicated."""
+    run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
+                 "--set", "trainer.group_size=2")
+    i = run.wait_iteration(3)
+    run.kill("coordinator", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated coordinator ", i)
+    run.wait_resumed(i)  # under the new coordinator
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "coordinator", "killed by SIGKILL")
+    g = {g["name"]: g for g in rep["groups"]}["trainer"]
+    assert g["members"] == ["trainer-0", "trainer-1"] and g["state"] in ("formed", "stopped"), g
+    touched = [x["node"] for x in rep["replacements"]]
+    assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
+
+
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-         "two_jobs": two_jobs, "trainer_group": trainer_group, "buffer_stopped": buffer_stopped,
+         "two_jobs": two_jobs, "trainer_group": trainer_group,
+         "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "disk_full": disk_full, "trainer_lost": trainer_lost}
 
 

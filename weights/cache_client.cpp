@@ -1,0 +1,149 @@
+#include "weights/cache_client.h"
+
+#include <zmq.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "ledger/zmq_check.h"
+#include "store/digest.h"
+#include "weights/wire.h"
+
+namespace moerl::weights {
+
+using nlohmann::json;
+
+result<std::unique_ptr<cache_client>> cache_client::connect(
+    std::shared_ptr<ledger::zmq_context> ctx, const std::string& endpoint, int timeout_ms) {
+  std::unique_ptr<cache_client> c(new cache_client);
+  c->ctx_ = std::move(ctx);
+  c->endpoint_ = endpoint;
+  c->timeout_ms_ = timeout_ms;
+  c->sock_ = zmq_socket(c->ctx_->handle(), ZMQ_DEALER);
+  if (!c->sock_)
+    return error(errc::io_error,
+                 std::string("zmq_socket(DEALER) failed: ") + zmq_strerror(zmq_errno()));
+  auto init = [&]() -> status {
+    int linger = 0;
+    ZMQ_CHECK(zmq_setsockopt(c->sock_, ZMQ_LINGER, &linger, sizeof linger));
+    ZMQ_CHECK(zmq_setsockopt(c->sock_, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms));
+    ZMQ_CHECK(zmq_connect(c->sock_, endpoint.c_str()));
+    return ok_status();
+  };
+  if (auto st = init(); !st) return st.err();
+  return c;
+}
+
+cache_client::~cache_client() {
+  if (sock_) zmq_close(sock_);
+}
+
+result<cache_answer> cache_client::call(const std::string& verb, json header,
+                                        std::string_view payload) {
+  const uint64_t rid = next_rid_++;
+  header["rid"] = rid;
+  const std::string text = header.dump();
+  ZMQ_CHECK(zmq_send(sock_, verb.data(), verb.size(), ZMQ_SNDMORE));
+  ZMQ_CHECK(zmq_send(sock_, text.data(), text.size(), payload.empty() ? 0 : ZMQ_SNDMORE));
+  if (!payload.empty()) ZMQ_CHECK(zmq_send(sock_, payload.data(), payload.size(), 0));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) break;
+    zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+    const int n = zmq_poll(&item, 1, static_cast<long>(left));
+    ZMQ_CHECK(n);
+    if (n == 0) break;
+    std::vector<std::string> parts;
+    for (;;) {
+      zmq_msg_t msg;
+      zmq_msg_init(&msg);
+      if (zmq_msg_recv(&msg, sock_, ZMQ_DONTWAIT) == -1) {
+        const int e = zmq_errno();
+        zmq_msg_close(&msg);
+        return ledger::detail::zmq_failure("zmq_msg_recv(DEALER)", e, __FILE__, __LINE__);
+      }
+      parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      const bool more = zmq_msg_more(&msg);
+      zmq_msg_close(&msg);
+      if (!more) break;
+    }
+    if (parts.size() < 2 || parts.size() > 3)
+      return error(errc::malformed_message, "cache " + endpoint_ + " answered with " +
+                                                std::to_string(parts.size()) + " parts");
+    auto h = json::parse(parts[1], nullptr, false);
+    if (!h.is_object())
+      return error(errc::malformed_message, "cache " + endpoint_ + " answered a non-JSON header");
+    if (h.value("rid", uint64_t{0}) != rid) continue;  // the answer to a request given up on
+    if (parts[0] == wire::kError) return wire::error_of(h);
+    if (parts[0] != wire::kOk)
+      return error(errc::malformed_message,
+                   "cache " + endpoint_ + " answered status '" + parts[0].substr(0, 16) + "'");
+    cache_answer a;
+    a.header = std::move(h);
+    if (parts.size() == 3) a.payload = std::move(parts[2]);
+    return a;
+  }
+  return error(errc::timeout, "cache " + endpoint_ + " did not answer '" + verb + "' within " +
+                                  std::to_string(timeout_ms_) + " ms");
+}
+
+status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
+                    const std::string& content_hash, uint64_t chunk_bytes) {
+  chunk_bytes = std::max<uint64_t>(chunk_bytes, 1);
+  for (uint64_t off = 0; off < bytes.size(); off += chunk_bytes) {
+    const std::string_view chunk(bytes.data() + off,
+                                 std::min<uint64_t>(chunk_bytes, bytes.size() - off));
+    const json h{{"version", version},
+                 {"offset", off},
+                 {"total_bytes", bytes.size()},
+                 {"content_hash", content_hash},
+                 {"chunk_hash", store::sha256_hex(chunk)}};
+    auto a = cache.call(wire::kPut, h, chunk);
+    if (!a && a.err().code == errc::malformed_message) a = cache.call(wire::kPut, h, chunk);
+    if (!a)
+      return error(a.err().code, "put of version " + std::to_string(version) + " to " +
+                                     cache.endpoint() + ": " + a.err().message);
+    if (a->header.value("complete", false)) return ok_status();
+  }
+  return error(errc::internal, "cache " + cache.endpoint() + " did not complete version " +
+                                   std::to_string(version) + " after every chunk");
+}
+
+result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+                                    const std::vector<std::string>& caches, uint64_t version,
+                                    const std::string& bytes, const std::string& content_hash,
+                                    uint64_t chunk_bytes, int timeout_ms) {
+  struct candidate {
+    std::unique_ptr<cache_client> client;
+    uint64_t load = 0;
+  };
+  std::vector<candidate> alive;
+  error last(errc::not_found, "no checkpoint cache is alive");
+  for (const auto& ep : caches) {
+    auto c = cache_client::connect(ctx, ep, timeout_ms);
+    if (!c) {
+      last = c.err();
+      continue;
+    }
+    auto a = (*c)->call(wire::kLoad, json::object());
+    if (!a) {
+      last = a.err();
+      continue;
+    }
+    alive.push_back({std::move(*c), a->header.value("load", uint64_t{0})});
+  }
+  std::stable_sort(alive.begin(), alive.end(),
+                   [](const candidate& a, const candidate& b) { return a.load < b.load; });
+  for (auto& c : alive) {
+    auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes);
+    if (st) return c.client->endpoint();
+    last = st.err();
+  }
+  return last;
+}
+
+}  // namespace moerl::weights

@@ -1,0 +1,57 @@
+// One connection to one checkpoint cache (weights/wire.h): a DEALER socket, one request at a
+// time, each answered within the timeout or given up on (a late answer is recognised by its
+// request id and dropped). After a timeout the caller should drop the client and connect
+// afresh: the cache may be dead, and a new socket leaves no old requests queued behind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "ledger/sample_plane.h"
+
+namespace moerl::weights {
+
+struct cache_answer {
+  nlohmann::json header;
+  std::string payload;  // get: the chunk's bytes
+};
+
+class cache_client {
+ public:
+  static result<std::unique_ptr<cache_client>> connect(std::shared_ptr<ledger::zmq_context> ctx,
+                                                       const std::string& endpoint, int timeout_ms);
+  ~cache_client();
+  // Sends one request and waits for its answer. The cache's error answer comes back as that
+  // error; errc::timeout when none came in time.
+  result<cache_answer> call(const std::string& verb, nlohmann::json header,
+                            std::string_view payload = {});
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  cache_client() = default;
+  std::shared_ptr<ledger::zmq_context> ctx_;
+  void* sock_ = nullptr;
+  std::string endpoint_;
+  int timeout_ms_ = 0;
+  uint64_t next_rid_ = 1;
+};
+
+// Puts a whole version into a cache in chunks of chunk_bytes (sha256 each) with its content
+// hash (sha256 of bytes). A chunk the cache refused for its hash is sent again, once.
+status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
+                    const std::string& content_hash, uint64_t chunk_bytes);
+
+// Puts a version into one of `caches`: the least loaded that answers, the next on failure.
+// Returns the endpoint of the cache that holds it; the last failure when none took it.
+result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+                                    const std::vector<std::string>& caches, uint64_t version,
+                                    const std::string& bytes, const std::string& content_hash,
+                                    uint64_t chunk_bytes, int timeout_ms);
+
+}  // namespace moerl::weights

@@ -1,0 +1,267 @@
+#include "weights/cache_server.h"
+
+#include <zmq.h>
+
+#include <chrono>
+#include <iterator>
+#include <string_view>
+#include <vector>
+
+#include "common/log.h"
+#include "ledger/zmq_check.h"
+#include "store/digest.h"
+#include "weights/wire.h"
+
+namespace moerl::weights {
+namespace {
+
+using nlohmann::json;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A put that saw no chunk for this long is abandoned (its pusher died or gave up).
+constexpr int64_t kStagedPutTimeoutMs = 30000;
+// At most this many versions arriving at once: a pusher sends one at a time.
+constexpr size_t kMaxStagedPuts = 2;
+
+// Receives one multi-part message; parts beyond `max_parts` are read and dropped (and the
+// count says so, so the caller refuses the request).
+result<std::vector<std::string>> recv_parts(void* sock) {
+  std::vector<std::string> parts;
+  for (;;) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) == -1) {
+      const int e = zmq_errno();
+      zmq_msg_close(&msg);
+      return ledger::detail::zmq_failure("zmq_msg_recv(ROUTER)", e, __FILE__, __LINE__);
+    }
+    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    const bool more = zmq_msg_more(&msg);
+    zmq_msg_close(&msg);
+    if (!more) break;
+  }
+  return parts;
+}
+
+// The zero-copy payload: the message keeps the version alive until ZeroMQ sent it.
+void release_version(void*, void* hint) {
+  delete static_cast<std::shared_ptr<const cached_version>*>(hint);
+}
+
+}  // namespace
+
+json server_counters::to_json() const {
+  return {{"requests", num_requests},
+          {"bad_requests", num_bad_requests},
+          {"bytes_served", bytes_served},
+          {"versions_put", num_versions_put},
+          {"chunks_refused", num_chunks_refused}};
+}
+
+result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<ledger::zmq_context> ctx,
+                                                         const std::string& endpoint,
+                                                         std::shared_ptr<version_cache> cache,
+                                                         uint64_t chunk_bytes) {
+  std::unique_ptr<cache_server> s(new cache_server);
+  s->ctx_ = std::move(ctx);
+  s->cache_ = std::move(cache);
+  s->chunk_bytes_ = chunk_bytes;
+  s->sock_ = zmq_socket(s->ctx_->handle(), ZMQ_ROUTER);
+  if (!s->sock_)
+    return error(errc::io_error,
+                 std::string("zmq_socket(ROUTER) failed: ") + zmq_strerror(zmq_errno()));
+  auto init = [&]() -> status {
+    int linger = 0, hwm = 1024;
+    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
+    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_SNDHWM, &hwm, sizeof hwm));
+    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_RCVHWM, &hwm, sizeof hwm));
+    ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
+    char buf[256];
+    size_t len = sizeof buf;
+    ZMQ_CHECK(zmq_getsockopt(s->sock_, ZMQ_LAST_ENDPOINT, buf, &len));
+    s->endpoint_ = std::string(buf);
+    return ok_status();
+  };
+  if (auto st = init(); !st) return st.err();
+  return s;
+}
+
+cache_server::~cache_server() {
+  if (sock_) zmq_close(sock_);
+}
+
+uint64_t cache_server::load() const {
+  const int64_t age = now_ms() - bucket_ms_;
+  if (age >= 2000) return 0;
+  return age >= 1000 ? bucket_now_ : bucket_now_ + bucket_prev_;
+}
+
+void cache_server::count_served(uint64_t n) {
+  const int64_t t = now_ms();
+  if (t - bucket_ms_ >= 1000) {
+    bucket_prev_ = t - bucket_ms_ >= 2000 ? 0 : bucket_now_;
+    bucket_now_ = 0;
+    bucket_ms_ = t;
+  }
+  bucket_now_ += n;
+  counters_.bytes_served += n;
+}
+
+status cache_server::poll(int timeout_ms) {
+  zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+  int n = zmq_poll(&item, 1, timeout_ms);
+  ZMQ_CHECK(n);
+  while (n > 0) {
+    if (auto st = serve_one(); !st) return st;
+    n = zmq_poll(&item, 1, 0);
+    ZMQ_CHECK(n);
+  }
+  // Abandoned puts free their memory.
+  for (auto it = staged_.begin(); it != staged_.end();)
+    it = now_ms() - it->second.touched_ms > kStagedPutTimeoutMs ? staged_.erase(it) : std::next(it);
+  return ok_status();
+}
+
+status cache_server::serve_one() {
+  auto parts = recv_parts(sock_);
+  if (!parts) return parts.err().code == errc::capacity_exceeded ? ok_status() : parts.err();
+  ++counters_.num_requests;
+  // [identity][verb][header][payload?]
+  const std::string identity = parts->empty() ? std::string() : (*parts)[0];
+  std::shared_ptr<const cached_version> send;
+  json header;
+  uint64_t rid = 0;
+  result<json> answer = error(errc::malformed_message, "");
+  if (parts->size() < 3 || parts->size() > 4) {
+    answer = error(errc::malformed_message,
+                   "a request has 2 or 3 parts (verb, header[, payload]), got " +
+                       std::to_string(parts->size() - 1));
+  } else {
+    header = json::parse((*parts)[2], nullptr, false);
+    if (!header.is_object()) {
+      answer = error(errc::malformed_message, "request header is not a JSON object");
+    } else {
+      rid = header.value("rid", uint64_t{0});
+      answer = handle((*parts)[1], header, parts->size() == 4 ? (*parts)[3] : std::string(), &send);
+    }
+  }
+  const bool ok = static_cast<bool>(answer);
+  if (!ok) {
+    ++counters_.num_bad_requests;
+    logger("weights")->debug("refused a request: {}", answer.err().to_string());
+  }
+  json out = ok ? *answer : wire::error_header(rid, answer.err());
+  out["rid"] = rid;
+  const std::string status_word = ok ? wire::kOk : wire::kError;
+  const std::string text = out.dump();
+  const bool with_payload = ok && send;
+  ZMQ_CHECK(zmq_send(sock_, identity.data(), identity.size(), ZMQ_SNDMORE));
+  ZMQ_CHECK(zmq_send(sock_, status_word.data(), status_word.size(), ZMQ_SNDMORE));
+  ZMQ_CHECK(zmq_send(sock_, text.data(), text.size(), with_payload ? ZMQ_SNDMORE : 0));
+  if (with_payload) {
+    const uint64_t k = out["chunk"].get<uint64_t>();
+    const uint64_t size = send->chunk_size(k);
+    auto* keep = new std::shared_ptr<const cached_version>(send);
+    zmq_msg_t msg;
+    zmq_msg_init_data(&msg, const_cast<char*>(send->bytes->data() + send->chunk_offset(k)), size,
+                      release_version, keep);
+    if (zmq_msg_send(&msg, sock_, 0) == -1) {
+      const int e = zmq_errno();
+      zmq_msg_close(&msg);
+      return ledger::detail::zmq_failure("zmq_msg_send(ROUTER)", e, __FILE__, __LINE__);
+    }
+    count_served(size);
+  }
+  return ok_status();
+}
+
+result<json> cache_server::handle(const std::string& verb, const json& h,
+                                  const std::string& payload,
+                                  std::shared_ptr<const cached_version>* send) {
+  if (verb == wire::kLoad) return json{{"load", load()}, {"versions", cache_->versions()}};
+  if (verb == wire::kPut) return handle_put(h, payload);
+  if (verb != wire::kMeta && verb != wire::kGet)
+    return error(errc::unknown_command,
+                 "unknown request '" + verb.substr(0, 32) + "' (meta, get, put, load)");
+  auto version = wire::uint_field(h, "version");
+  if (!version) return version.err();
+  auto v = cache_->find(*version);
+  if (!v) return v.err();
+  const auto& cv = **v;
+  if (verb == wire::kMeta)
+    return json{{"version", cv.version},           {"bytes", cv.bytes->size()},
+                {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
+                {"num_chunks", cv.num_chunks()},   {"load", load()}};
+  auto chunk = wire::uint_field(h, "chunk");
+  if (!chunk) return chunk.err();
+  if (*chunk >= cv.num_chunks())
+    return error(errc::invalid_argument, "chunk " + std::to_string(*chunk) +
+                                             " is outside version " + std::to_string(cv.version) +
+                                             "'s " + std::to_string(cv.num_chunks()) + " chunks");
+  *send = *v;
+  return json{{"version", cv.version},
+              {"chunk", *chunk},
+              {"offset", cv.chunk_offset(*chunk)},
+              {"chunk_hash", cv.chunk_hashes[*chunk]}};
+}
+
+result<json> cache_server::handle_put(const json& h, const std::string& payload) {
+  auto version = wire::uint_field(h, "version");
+  if (!version) return version.err();
+  auto offset = wire::uint_field(h, "offset");
+  if (!offset) return offset.err();
+  auto total = wire::uint_field(h, "total_bytes");
+  if (!total) return total.err();
+  const std::string content_hash = h.value("content_hash", std::string());
+  const std::string chunk_hash = h.value("chunk_hash", std::string());
+  if (content_hash.size() != 64 || chunk_hash.size() != 64)
+    return error(errc::invalid_argument, "put needs content_hash and chunk_hash (hex sha256)");
+  if (cache_->find(*version)) return json{{"received", *total}, {"complete", true}};
+  if (*offset > *total || payload.size() > *total - *offset || payload.empty())
+    return error(errc::invalid_argument, "put range [" + std::to_string(*offset) + ", " +
+                                             std::to_string(*offset + payload.size()) +
+                                             ") is outside a version of " + std::to_string(*total) +
+                                             " bytes");
+  if (store::sha256_hex(payload) != chunk_hash) {
+    ++counters_.num_chunks_refused;
+    return error(errc::malformed_message, "put chunk at offset " + std::to_string(*offset) +
+                                              " of version " + std::to_string(*version) +
+                                              " does not match its chunk hash");
+  }
+  auto it = staged_.find(*version);
+  if (it == staged_.end()) {
+    if (staged_.size() >= kMaxStagedPuts) staged_.erase(staged_.begin());  // the oldest put
+    staged_put p;
+    p.total_bytes = *total;
+    p.content_hash = content_hash;
+    p.bytes.assign(*total, '\0');
+    it = staged_.emplace(*version, std::move(p)).first;
+  }
+  staged_put& p = it->second;
+  if (p.total_bytes != *total || p.content_hash != content_hash)
+    return error(errc::invalid_argument, "put of version " + std::to_string(*version) +
+                                             " changed its size or content hash mid-way");
+  p.touched_ms = now_ms();
+  if (p.offsets.insert(*offset).second) {
+    p.bytes.replace(*offset, payload.size(), payload);
+    p.received += payload.size();
+  }
+  if (p.received < p.total_bytes) return json{{"received", p.received}, {"complete", false}};
+  auto bytes = std::make_shared<const std::string>(std::move(p.bytes));
+  staged_.erase(it);
+  auto cv = make_cached_version(*version, std::move(bytes), chunk_bytes_);
+  if (cv.content_hash != content_hash)
+    // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
+    return error(errc::invalid_argument, "version " + std::to_string(*version) +
+                                             " arrived whole but does not match its content hash");
+  if (auto st = cache_->insert(std::move(cv)); !st) return st.err();
+  ++counters_.num_versions_put;
+  return json{{"received", *total}, {"complete", true}};
+}
+
+}  // namespace moerl::weights

@@ -1,0 +1,80 @@
+// A checkpoint cache's server: one ROUTER socket that answers the weight plane's requests
+// (weights/wire.h) from a version_cache. The trainer puts each new version here once, in
+// chunks that each carry their sha256; the version enters the cache only when every byte
+// arrived and the whole matches the content hash the pusher named. Readers ask for a version's
+// meta, then its chunks. A bad request (unknown verb, garbage header, unknown version, a chunk
+// or range outside the version) gets an error answer naming the problem; the server keeps
+// serving. Threading: poll() from one thread at a time (the socket is not thread-safe); the
+// cache itself may be filled from another thread (replication from a peer cache).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "ledger/sample_plane.h"
+#include "weights/version_cache.h"
+
+namespace moerl::weights {
+
+struct server_counters {
+  uint64_t num_requests = 0;
+  uint64_t num_bad_requests = 0;    // answered with an error
+  uint64_t bytes_served = 0;        // chunk payload sent to readers
+  uint64_t num_versions_put = 0;    // versions completed by a pusher
+  uint64_t num_chunks_refused = 0;  // put chunks whose hash did not match (the pusher resends)
+  nlohmann::json to_json() const;
+};
+
+class cache_server {
+ public:
+  // Binds `endpoint` ("tcp://127.0.0.1:*" picks a port; endpoint() tells which). The cache
+  // splits versions into chunk_bytes chunks for readers.
+  static result<std::unique_ptr<cache_server>> bind(std::shared_ptr<ledger::zmq_context> ctx,
+                                                    const std::string& endpoint,
+                                                    std::shared_ptr<version_cache> cache,
+                                                    uint64_t chunk_bytes);
+  ~cache_server();
+  // Answers every request that arrives within timeout_ms (waits at most that long for the
+  // first one, then takes what is queued). Errors only for socket failures.
+  status poll(int timeout_ms);
+  const std::string& endpoint() const { return endpoint_; }
+  version_cache& cache() { return *cache_; }
+  server_counters counters() const { return counters_; }
+  // Chunk bytes served over the last two seconds: what readers compare to pick a cache.
+  uint64_t load() const;
+
+ private:
+  cache_server() = default;
+  struct staged_put {  // a version arriving from a pusher
+    uint64_t total_bytes = 0;
+    std::string content_hash;
+    std::string bytes;
+    std::set<uint64_t> offsets;  // chunks received, by offset
+    uint64_t received = 0;
+    int64_t touched_ms = 0;
+  };
+  status serve_one();
+  result<nlohmann::json> handle(const std::string& verb, const nlohmann::json& h,
+                                const std::string& payload,
+                                std::shared_ptr<const cached_version>* send);
+  result<nlohmann::json> handle_put(const nlohmann::json& h, const std::string& payload);
+  void count_served(uint64_t n);
+
+  std::shared_ptr<ledger::zmq_context> ctx_;
+  void* sock_ = nullptr;
+  std::string endpoint_;
+  std::shared_ptr<version_cache> cache_;
+  uint64_t chunk_bytes_ = 0;
+  std::map<uint64_t, staged_put> staged_;
+  server_counters counters_;
+  int64_t bucket_ms_ = 0;  // the load's one-second buckets
+  uint64_t bucket_now_ = 0, bucket_prev_ = 0;
+};
+
+}  // namespace moerl::weights

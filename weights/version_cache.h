@@ -1,0 +1,61 @@
+// The checkpoint cache's memory: the newest policy versions, each whole and verified, bounded
+// by a number of versions (weights.cache_versions) and a number of bytes
+// (weights.cache_bytes). A version enters only complete (its content hash checked by the
+// caller, weights/cache_server.h); inserting one evicts the oldest until both bounds hold, so
+// the newest version is always kept. Readers get shared, immutable bytes: an entry evicted
+// while a reader still sends from it stays alive until that reader lets go.
+// Thread-safe: the server thread serves from it while a replication thread inserts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace moerl::weights {
+
+struct cached_version {
+  uint64_t version = 0;
+  std::shared_ptr<const std::string> bytes;
+  std::string content_hash;               // hex sha256 of bytes (store/digest.h)
+  uint64_t chunk_bytes = 0;               // every chunk but the last has this size
+  std::vector<std::string> chunk_hashes;  // hex sha256 of each chunk, computed once on insert
+  int64_t held_unix_ms = 0;               // when the cache came to hold it
+
+  uint64_t num_chunks() const { return chunk_hashes.size(); }
+  uint64_t chunk_offset(uint64_t k) const { return k * chunk_bytes; }
+  uint64_t chunk_size(uint64_t k) const;
+};
+
+// Splits `bytes` into chunks of chunk_bytes and hashes each (and the whole).
+cached_version make_cached_version(uint64_t version, std::shared_ptr<const std::string> bytes,
+                                   uint64_t chunk_bytes);
+
+class version_cache {
+ public:
+  version_cache(uint64_t max_versions, uint64_t max_bytes)
+      : max_versions_(max_versions), max_bytes_(max_bytes) {}
+
+  // Adds a complete version (a version held already is kept as is). errc::capacity_exceeded
+  // when the version alone is larger than the byte bound; errc::invalid_argument when it is
+  // older than every version held while the cache is full (it would be evicted at once).
+  status insert(cached_version v);
+  // errc::not_found names the versions held.
+  result<std::shared_ptr<const cached_version>> find(uint64_t version) const;
+  std::vector<uint64_t> versions() const;  // ascending
+  uint64_t newest() const;                 // 0 when empty
+  uint64_t num_bytes() const;
+  uint64_t num_evicted() const;
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t max_versions_, max_bytes_;
+  std::map<uint64_t, std::shared_ptr<const cached_version>> held_;
+  uint64_t bytes_ = 0, evicted_ = 0;
+};
+
+}  // namespace moerl::weights

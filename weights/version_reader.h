@@ -1,0 +1,74 @@
+// A reader of policy versions: from the least-loaded checkpoint cache that holds the version,
+// resuming from the next cache at the chunk it reached when one fails or stops answering, and
+// from the durable store when no cache can serve it. Every chunk is checked against its
+// sha256 (a mismatch is fetched again, once, and counted) and the whole version against its
+// content hash before it is returned, so a partial or corrupt version is never handed out.
+// What it read, from where, is counted (bytes_from cache / peer / store).
+// Not thread-safe: one reader per thread (each holds its own sockets).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "ledger/sample_plane.h"
+#include "weights/cache_client.h"
+
+namespace moerl::weights {
+
+struct reader_counters {
+  uint64_t bytes_from_cache = 0;
+  uint64_t bytes_from_peer =
+      0;  // from another reader holding the version (peer serving; not built yet)
+  uint64_t bytes_from_store = 0;
+  uint64_t num_versions = 0;
+  uint64_t num_failovers = 0;        // a cache failed mid-version; the next one resumed
+  uint64_t num_chunk_refetches = 0;  // a chunk that did not match its hash, fetched again
+  uint64_t num_store_fallbacks = 0;  // versions no cache could serve
+  nlohmann::json bytes_from_json() const;
+  nlohmann::json to_json() const;
+};
+
+struct fetched_version {
+  std::shared_ptr<const std::string> bytes;
+  std::string source;  // "cache" or "store"
+};
+
+class version_reader {
+ public:
+  // timeout_ms bounds each request to a cache.
+  version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms)
+      : ctx_(std::move(ctx)), timeout_ms_(timeout_ms) {}
+  // `caches`: the endpoints to try; `from_store`: the durable copy (it checks what it reads;
+  // null: no store fallback, errc::not_found when no cache holds the version).
+  result<fetched_version> fetch(uint64_t version, const std::vector<std::string>& caches,
+                                const std::function<result<std::string>()>& from_store);
+  const reader_counters& counters() const { return counters_; }
+
+ private:
+  struct holder {
+    std::string endpoint;
+    uint64_t load = 0;
+    uint64_t bytes = 0, chunk_bytes = 0, num_chunks = 0;
+    std::string content_hash;
+  };
+  cache_client* client(const std::string& endpoint);
+  void drop(const std::string& endpoint);
+  std::vector<holder> holders(uint64_t version, const std::vector<std::string>& caches);
+  // Fills `out` from chunk *next on; *next advances as chunks arrive. False when the cache
+  // failed (the caller resumes elsewhere).
+  bool read_chunks(const holder& h, uint64_t version, std::string& out, uint64_t* next);
+
+  std::shared_ptr<ledger::zmq_context> ctx_;
+  int timeout_ms_;
+  std::map<std::string, std::unique_ptr<cache_client>> clients_;
+  reader_counters counters_;
+};
+
+}  // namespace moerl::weights
