@@ -92,20 +92,25 @@ class up_run:
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
-    def handed(self):
-        """Samples handed to a trainer and not yet confirmed, once there are some (the
-        coordinator's status, polled: the progress line no longer carries the accounting)."""
+    def accounting_until(self, pred, what):
+        """The coordinator's accounting (its status, polled: the progress line no longer
+        carries it) once `pred` holds for it; fails the test past the bound."""
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline and self.p.poll() is None:
             r = subprocess.run([self.moerl, "console", "--connect", self.console_address(),
                                 "status", "--json"], capture_output=True, text=True, timeout=30)
             if r.returncode == 0:
-                n = json.loads(r.stdout)["accounting"].get("handed", 0)
-                if n > 0:
-                    return n
+                a = json.loads(r.stdout)["accounting"]
+                if pred(a):
+                    return a
             time.sleep(0.1)
         self.finish(check=False)
-        sys.exit(f"FAIL [{self.name}]: never saw samples handed to the trainer\n{self.output()}")
+        sys.exit(f"FAIL [{self.name}]: never saw {what}\n{self.output()}")
+
+    def handed(self):
+        """Samples handed to a trainer and not yet confirmed, once there are some."""
+        return self.accounting_until(lambda a: a.get("handed", 0) > 0,
+                                     "samples handed to the trainer")["handed"]
 
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
@@ -242,26 +247,29 @@ def trainer_lost(moerl, tmp):
                  "--set", "cluster.restart_delay_ms=30000",
                  "--set", "cluster.restart_backoff_max_ms=30000")
     i = run.wait_iteration(2)
-    i, _ = run.wait_line(r"handed ([1-9]\d*) ", i)
+    held = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
-    # After the kill nothing confirms any more: what is handed now can only be released.
-    j, held = run.wait_line(r"handed (\d+) ", i)
-    released, _ = run.wait_line(r"handed 0 \+ buffered [1-9]", j)
-    recreated, _ = run.wait_line(r">>> recreated trainer-0 ", i)
-    assert released < recreated, "\n".join(run.lines[i:recreated + 1])
-    print(f"held by the dead trainer: {held.group(1)} samples; released to buffered before "
-          f"its recreation", flush=True)
+    # Nothing confirms any more: what is handed now can only go back (or be dropped stale).
+    a = run.accounting_until(lambda a: a.get("handed", 0) == 0,
+                             "the dead trainer's handed samples released")
+    released_at = len(run.lines)
+    early = [line for line in run.lines[i:released_at] if ">>> recreated trainer-0 " in line]
+    assert not early, "released only after the recreation:\n" + "\n".join(run.lines[i:])
+    run.wait_line(r">>> recreated trainer-0 ", i)
+    print(f"handed before the kill: {held} samples; released before the recreation "
+          f"(buffered {a.get('buffered')})", flush=True)
     rep = run.finish()
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
     assert a["handed"] == 0 and a["trained"] == a["committed"], a
+    replaced(rep, "trainer-0", "killed by SIGKILL")
     check_resumed(rep, 60)
     again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
                 if n["role"] == "buffer")
     stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert int(held.group(1)) == 0 or again > 0 or stale > 0, (held.group(1), again, a)
+    assert again > 0 or stale > 0, (held, again, a)
 
 
 def buffer_stopped(moerl, tmp):
