@@ -212,6 +212,23 @@ def in_turn(moerl, tmp):
     check_resumed(rep, 60)
 
 
+def check_dead_trainer_books(rep, iterations, handed):
+    """The books of a run whose trainer-0 was SIGKILLed holding `handed` samples: safe,
+    balanced, everything committed trained, and the dead trainer's groups served again (or
+    dropped, named). Returns (groups served again, samples dropped stale)."""
+    check_safety(rep)
+    a = rep["accounting"]
+    check_balanced(a)
+    assert a["handed"] == 0 and a["trained"] == a["committed"], a
+    replaced(rep, "trainer-0", "killed by SIGKILL")
+    check_resumed(rep, iterations)
+    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
+                if n["role"] == "buffer")
+    stale = a["dropped"].get("trainer_lost_stale", 0)
+    assert again > 0 or stale > 0, (again, a, handed)
+    return again, stale
+
+
 def trainer_handed(moerl, tmp):
     """Issue 11 case 1: the trainer dies holding groups its shards handed it. They are not
     lost: the recreated trainer (a new incarnation of the same consumer) is served them again
@@ -223,17 +240,8 @@ def trainer_handed(moerl, tmp):
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
-    check_safety(rep)
-    a = rep["accounting"]
-    check_balanced(a)
-    assert a["handed"] == 0 and a["buffered"] == 0 and a["trained"] == a["committed"], a
-    replaced(rep, "trainer-0", "killed by SIGKILL")
-    check_resumed(rep, 100)
-    # The shards served the dead trainer's groups again (or dropped them, named).
-    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
-                if n["role"] == "buffer")
-    stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (again, a, handed)
+    again, stale = check_dead_trainer_books(rep, 100, handed)
+    assert rep["accounting"]["buffered"] == 0, rep["accounting"]
     print(f"handed at the kill {handed} samples; served again {again} group(s), "
           f"dropped stale {stale} sample(s)", flush=True)
 
@@ -260,16 +268,7 @@ def trainer_lost(moerl, tmp):
     print(f"handed before the kill: {held} samples; released before the recreation "
           f"(buffered {a.get('buffered')})", flush=True)
     rep = run.finish()
-    check_safety(rep)
-    a = rep["accounting"]
-    check_balanced(a)
-    assert a["handed"] == 0 and a["trained"] == a["committed"], a
-    replaced(rep, "trainer-0", "killed by SIGKILL")
-    check_resumed(rep, 60)
-    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
-                if n["role"] == "buffer")
-    stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (held, again, a)
+    check_dead_trainer_books(rep, 60, held)
 
 
 def buffer_stopped(moerl, tmp):
