@@ -510,3 +510,14 @@ TEST_F(core_fixture, a_trainer_with_a_running_successor_of_its_name_is_not_decla
   for (const auto& o : core->take_outbound())
     EXPECT_NE(o.what, outbound::kind::consumer_lost) << o.consumer;
 }
+
+TEST_F(core_fixture, a_drained_trainer_is_declared_lost_too) {
+  // A drained trainer (a Spot notice) leaves as a dead one does: nothing but a successor
+  // would ever release what it held.
+  core->take_outbound();
+  core->drained(trainer, {{"source", "spot"}});
+  size_t num_lost = 0;
+  for (const auto& o : core->take_outbound())
+    num_lost += o.what == outbound::kind::consumer_lost && o.consumer == "trainer-0";
+  EXPECT_EQ(num_lost, 1u);
+}
