@@ -15,6 +15,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
+import glob
 import json
 import os
 import re
@@ -264,6 +265,11 @@ def trainer_lost(moerl, tmp):
     released_at = len(run.lines)
     early = [line for line in run.lines[i:released_at] if ">>> recreated trainer-0 " in line]
     assert not early, "released only after the recreation:\n" + "\n".join(run.lines[i:])
+    # By the coordinator's declaration, not some other path.
+    logs = glob.glob(os.path.join(tmp, "trainer-lost-runs", "*", "logs", "*.log"))
+    said = [f for f in logs
+            if "trainer consumer trainer-0 lost" in open(f, errors="replace").read()]
+    assert said, ("no log says trainer-0's consumer was declared lost", logs)
     run.wait_line(r">>> recreated trainer-0 ", i)
     print(f"handed before the kill: {held} samples; released before the recreation "
           f"(buffered {a.get('buffered')})", flush=True)
