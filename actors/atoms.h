@@ -17,6 +17,7 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;          // coordinat
 using ack_atom = caf::atom_constant<caf::atom("ack")>;              // shard -> coordinator
 using consumed_atom = caf::atom_constant<caf::atom("consumed")>;    // shard -> coordinator
 using event_atom = caf::atom_constant<caf::atom("event")>;          // coordinator -> shard
+using clost_atom = caf::atom_constant<caf::atom("clost")>;          // coordinator -> shard
 using notice_atom = caf::atom_constant<caf::atom("notice")>;        // anyone -> node agent
 using drain_atom = caf::atom_constant<caf::atom("drain")>;          // agent -> workers
 using drained_atom = caf::atom_constant<caf::atom("drained")>;      // node -> coordinator

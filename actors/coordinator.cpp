@@ -69,6 +69,9 @@ void deliver(coord_actor* self) {
         self->send(a, kill_atom::value, static_cast<int32_t>(o.signal));
         break;
       case outbound::kind::shutdown: self->send(a, shutdown_atom::value); break;
+      case outbound::kind::consumer_lost:
+        self->send(a, clost_atom::value, o.consumer, o.version);
+        break;
     }
   }
   while (!events.empty()) send_events(events.begin()->first);

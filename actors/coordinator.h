@@ -26,6 +26,7 @@
 //   (admin_atom, admin_request bytes)             -> admin_reply bytes
 // and to node agents:
 //   (event_atom, ledger_events bytes)   shards only: every event one flush released
+//   (clost_atom, trainer consumer name, incarnation bound)   shards only: that consumer is lost
 //   (version_atom, version)   (notice_atom, interruption_notice bytes)
 //   (kill_atom, signal)       (shutdown_atom)
 #pragma once

@@ -106,6 +106,8 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
       }
       undelivered_.erase(u);
     }
+    for (const auto& [consumer, bound] : lost_consumers_)
+      out_.push_back(outbound{outbound::kind::consumer_lost, n.id, {}, bound, {}, 0, consumer});
     auto st = ledger_->add_shard(n.name);
     if (!st && st.err().code != errc::duplicate && !rejoin)
       logger("coordinator")->warn("add_shard({}): {}", n.name, st.err().to_string());
@@ -185,8 +187,31 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
       log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
     shard_node_.erase(n.name);
     undelivered_.erase(n.name);
+  } else if (n.role == node_role::trainer) {
+    consumer_lost(n);
   }
   flush_ledger();
+}
+
+void coordinator_core::consumer_lost(const node_record& trainer) {
+  // A successor under the same name already runs: its first request, from a newer
+  // incarnation, releases what this one held (and a bound of now could cover its own).
+  for (const auto& [id, other] : nodes_)
+    if (id != trainer.id && other.name == trainer.name && other.role == node_role::trainer &&
+        (other.state == "running" || other.state == "draining"))
+      return;
+  // Every incarnation this process made is older than now; a successor's steps are made
+  // after it registers, so after now (incarnations are wall-clock µs, trainer_role.cpp).
+  const uint64_t bound = static_cast<uint64_t>(unix_now_ms()) * 1000;
+  lost_consumers_[trainer.name] = bound;
+  size_t num_shards = 0;
+  for (const auto& [shard, id] : shard_node_) {
+    out_.push_back(outbound{outbound::kind::consumer_lost, id, {}, bound, {}, 0, trainer.name});
+    ++num_shards;
+  }
+  logger("coordinator")
+      ->warn("trainer consumer {} lost: its handed groups go back to their {} shard(s)",
+             trainer.name, num_shards);
 }
 
 void coordinator_core::link_lost(const std::string& node, const std::string& reason) {

@@ -63,13 +63,16 @@ struct node_record {
 
 // Something the actor must send to a node (looked up by node id).
 struct outbound {
-  enum class kind { shard_event, policy_version, notice, signal, shutdown };
+  enum class kind { shard_event, policy_version, notice, signal, shutdown, consumer_lost };
   kind what = kind::shard_event;
   std::string node;
   ledger::ledger_event event;            // shard_event
   uint64_t version = 0;                  // policy_version
   messages::interruption_notice notice;  // notice
   int signal = 0;                        // signal (SIGTERM, SIGKILL)
+  // consumer_lost (to buffer shards): every incarnation of trainer consumer `consumer` up to
+  // `version` (a wall-clock µs bound, as trainer incarnations are) is lost.
+  std::string consumer = "";  // (an initializer: the older brace-inits need not name it)
 };
 
 class coordinator_core {
@@ -90,6 +93,8 @@ class coordinator_core {
   // leases; a buffer shard's unconsumed samples are re-opened (ledger shard_lost). Never
   // touches other nodes: a vanished rollout node does not restart the trainer group.
   // `fence`: the process may still be running (heartbeat silence): tell it to die.
+  // A trainer's consumer is declared lost to every shard: the groups handed to it go back
+  // (served again, or dropped stale) even if no successor ever asks.
   void node_down(const std::string& node, const std::string& reason, bool fence = false);
   // The node's CAF link dropped (a monitor's down message). That is also what a blip looks
   // like (a stalled middleman, a TLS handshake storm): the node is `unreachable` and has
@@ -192,6 +197,10 @@ class coordinator_core {
   std::string last_manifest_;
   nlohmann::json interruptions_ = nlohmann::json::array();
   std::map<std::string, nlohmann::json> pending_notices_;  // node -> notice record
+  // Trainer consumers declared lost: name -> incarnation bound (LEDGER.md, "Handed to a
+  // trainer"); sent to every buffer shard, and again to one that (re-)joins.
+  std::map<std::string, uint64_t> lost_consumers_;
+  void consumer_lost(const node_record& trainer);
   uint64_t invariant_violations_ = 0;
   std::string last_violation_;
   bool shutdown_ = false;

@@ -329,6 +329,10 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         std::lock_guard<std::mutex> lk(self->state.ctx->events_mu);
         for (auto& e : *events) self->state.ctx->events.push_back(std::move(e));
       },
+      [self](clost_atom, const std::string& consumer, uint64_t incarnation) {
+        std::lock_guard<std::mutex> lk(self->state.ctx->events_mu);
+        self->state.ctx->lost_consumers.emplace_back(consumer, incarnation);
+      },
       [self](version_atom, uint64_t v) {
         auto& pv = self->state.ctx->policy_version;
         if (v > pv) pv = v;

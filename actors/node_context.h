@@ -73,6 +73,9 @@ struct node_context {
   std::unique_ptr<ledger::shard_service> shard;
   std::mutex events_mu;
   std::deque<ledger::ledger_event> events;  // from the coordinator, applied by the shard loop
+  // Trainer consumers the coordinator declared lost (name, incarnation bound), under events_mu:
+  // the shard loop releases what was handed to them (buffer_shard::consumer_lost).
+  std::deque<std::pair<std::string, uint64_t>> lost_consumers;
 
   // reward role
   std::unique_ptr<reward_pull> pull;

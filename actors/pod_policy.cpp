@@ -5,14 +5,32 @@
 #include <algorithm>
 
 namespace moerl::actors {
+namespace {
 
-pod_controller controller_of(const std::string& role) {
+constexpr node_role kAllRoles[] = {node_role::coordinator, node_role::buffer, node_role::trainer,
+                                   node_role::weights,     node_role::reward, node_role::env,
+                                   node_role::rollout};
+
+}  // namespace
+
+pod_controller controller_of(node_role role) {
   // deploy/base/: coordinator.yaml, buffer.yaml and trainer.yaml are StatefulSets; env,
   // reward, rollout and weights are Deployments.
-  if (role == "coordinator" || role == "buffer" || role == "trainer") {
-    return pod_controller::stateful_set;
+  switch (role) {
+    case node_role::coordinator:
+    case node_role::buffer:
+    case node_role::trainer: return pod_controller::stateful_set;
+    case node_role::rollout:
+    case node_role::reward:
+    case node_role::env:
+    case node_role::weights: return pod_controller::deployment;
   }
   return pod_controller::deployment;
+}
+
+pod_controller controller_of(const std::string& role) {
+  auto r = parse_role(role);
+  return r ? controller_of(*r) : pod_controller::deployment;
 }
 
 const char* controller_name(pod_controller c) {
@@ -21,12 +39,12 @@ const char* controller_name(pod_controller c) {
 
 nlohmann::json restart_policy_json() {
   nlohmann::json out = nlohmann::json::object();
-  for (const char* role :
-       {"coordinator", "buffer", "trainer", "weights", "reward", "env", "rollout"}) {
+  for (node_role role : kAllRoles) {
     const pod_controller c = controller_of(role);
-    out[role] = std::string(controller_name(c)) + (c == pod_controller::stateful_set
-                                                       ? ": recreated with the same name"
-                                                       : ": replaced by a node with a new name");
+    out[to_string(role)] =
+        std::string(controller_name(c)) + (c == pod_controller::stateful_set
+                                               ? ": recreated with the same name"
+                                               : ": replaced by a node with a new name");
   }
   return out;
 }

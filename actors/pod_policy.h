@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/node_role.h"
 #include "common/config.h"
 #include "common/error.h"
 
@@ -24,6 +25,9 @@ enum class pod_controller { deployment, stateful_set };
 
 // The controller of a role's pods in deploy/base/<role>.yaml (tests/deploy checks the
 // manifests name these roles).
+pod_controller controller_of(node_role role);
+// The same for a role as node specs and reports spell it (to_string(node_role)); a name that
+// is no role gets a Deployment's policy (replaced, never recreated under its name).
 pod_controller controller_of(const std::string& role);
 // "Deployment" / "StatefulSet", as the manifests spell it.
 const char* controller_name(pod_controller c);

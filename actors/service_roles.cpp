@@ -159,6 +159,20 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     }
     for (auto& a : svc.take_acks()) acks.push_back(std::move(a));
     for (auto& c : svc.take_consumed()) consumed.push_back(c);
+    // A trainer consumer the coordinator declared lost: after the pump, so what the trainer
+    // sent before it went (a drained trainer's last confirmations) is taken first, and after
+    // every hand-out step taken so far, so a group's `returned` follows its `handed`.
+    {
+      std::lock_guard<std::mutex> lk(ctx->events_mu);
+      for (auto& [consumer, bound] : ctx->lost_consumers) {
+        auto released = svc.shard().consumer_lost(consumer, bound);
+        if (!released.empty())
+          log->warn("trainer consumer {} lost: {} handed group(s) go back", consumer,
+                    released.size());
+        for (auto& c : released) consumed.push_back(c);
+      }
+      ctx->lost_consumers.clear();
+    }
     // Acks and consumption must reach the ledger: keep them until the coordinator answered.
     while (!acks.empty()) {
       auto& a = acks.front();

@@ -389,6 +389,9 @@ void buffer_shard::take_back(handed_batch& b, std::vector<consumption>& out,
 
 std::vector<consumption> buffer_shard::consumer_lost(const std::string& name,
                                                      uint64_t incarnation) {
+  // Lost incarnations are fenced from now on (a late request or confirmation gets nothing).
+  auto& newest = incarnations_[name];
+  newest = std::max(newest, incarnation);
   std::vector<consumption> out;
   std::vector<ready_group> again;  // oldest hand-out first
   for (auto it = handed_.begin(); it != handed_.end();) {

@@ -120,9 +120,10 @@ class buffer_shard {
   // (one `trained` step each) and leave the shard. errc::stale_attempt (counted) when the
   // batch is not handed to exactly this incarnation (a late confirmation from a lost one).
   result<std::vector<consumption>> confirm(const consumer_ref& by, uint64_t batch_id);
-  // Every incarnation of `name` up to `incarnation` is lost: each group handed to one goes
-  // back to the front of the queue (`returned`, served again), or is dropped
-  // (`dropped`: trainer_lost_stale) when a sample of it is older than max_staleness now.
+  // Every incarnation of `name` up to `incarnation` is lost, and fenced from now on: each
+  // group handed to one goes back to the front of the queue (`returned`, served again), or
+  // is dropped (`dropped`: trainer_lost_stale) when a sample of it is older than
+  // max_staleness now. `incarnation` may be a bound no consumer has (the coordinator's).
   std::vector<consumption> consumer_lost(const std::string& name, uint64_t incarnation);
   // Batch `batch_id` never reached its consumer (the send to it failed): its groups go back
   // the same way (`returned` or `dropped`). Nothing when it is not handed.

@@ -7,6 +7,8 @@
 #include <set>
 #include <thread>
 
+#include "actors/pod_policy.h"
+
 namespace moerl::sims::detail {
 
 namespace {
@@ -351,7 +353,11 @@ void runner::start_replacement(fault_state& f) {
     f.replace_at = -1;
     return;
   }
-  const std::string name = ev.node + "-r" + std::to_string(++replacements_made_[ev.node]);
+  // As the pod controllers do, and `moerl up` (actors/pod_policy.h): a StatefulSet role's pod
+  // is recreated under its own name, a Deployment's replaced by a new one with a new name.
+  const bool recreate = actors::controller_of(ev.role) == actors::pod_controller::stateful_set;
+  const std::string name =
+      recreate ? ev.node : ev.node + "-r" + std::to_string(++replacements_made_[ev.node]);
   launch_spec s = spec->second;
   s.argv = with_node_name(s.argv, name);
   auto pid = spawn_process(s, {}, log_dir_ + "/" + name + ".log");

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "actors/coordinator_core.h"
+#include "actors/interruption.h"
 #include "ledger/clock.h"
 #include "tests/actors/core_harness.h"
 
@@ -476,4 +477,47 @@ TEST_F(core_fixture, a_node_that_gave_up_keeps_its_cause_in_the_node_list) {
   EXPECT_TRUE(seen);
   core->gave_up(hex_id('9'), "an unknown node is ignored");
   EXPECT_EQ(core->nodes().count(hex_id('9')), 0u);
+}
+
+TEST_F(core_fixture, a_lost_trainer_consumer_is_declared_to_every_shard_and_to_one_that_rejoins) {
+  core->take_outbound();
+  core->node_down(trainer, "test: SIGKILL");
+  auto lost = [](const std::vector<outbound>& out) {
+    std::vector<outbound> l;
+    for (const auto& o : out)
+      if (o.what == outbound::kind::consumer_lost) l.push_back(o);
+    return l;
+  };
+  auto sent = lost(core->take_outbound());
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].node, shard);
+  EXPECT_EQ(sent[0].consumer, "trainer-0");
+  // A bound every incarnation the dead trainer made is below (wall-clock µs, now).
+  EXPECT_GE(sent[0].version, static_cast<uint64_t>(unix_now_ms() - 60000) * 1000);
+  // A shard that re-joins (a coordinator restart, a blip) is told again.
+  ASSERT_TRUE(core->register_node(hb(shard, "buffer", "buffer-0", "tcp://127.0.0.1:1")));
+  auto again = lost(core->take_outbound());
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].version, sent[0].version);
+}
+
+TEST_F(core_fixture, a_trainer_with_a_running_successor_of_its_name_is_not_declared_lost) {
+  // The recreated trainer-0 (a new process, a new node id) already runs: its newer
+  // incarnation's first request releases what the old one held.
+  ASSERT_TRUE(core->register_node(hb(hex_id('f'), "trainer", "trainer-0")));
+  core->take_outbound();
+  core->node_down(trainer, "test: SIGKILL");
+  for (const auto& o : core->take_outbound())
+    EXPECT_NE(o.what, outbound::kind::consumer_lost) << o.consumer;
+}
+
+TEST_F(core_fixture, a_drained_trainer_is_declared_lost_too) {
+  // A drained trainer (a Spot notice) leaves as a dead one does: nothing but a successor
+  // would ever release what it held.
+  core->take_outbound();
+  core->drained(trainer, {{"source", "spot"}});
+  size_t num_lost = 0;
+  for (const auto& o : core->take_outbound())
+    num_lost += o.what == outbound::kind::consumer_lost && o.consumer == "trainer-0";
+  EXPECT_EQ(num_lost, 1u);
 }

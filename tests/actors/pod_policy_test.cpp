@@ -31,13 +31,15 @@ int wait_status_of(int code) {
 }
 
 TEST(pod_policy, every_role_follows_the_kind_of_its_manifest) {
-  for (const char* role :
-       {"coordinator", "buffer", "trainer", "weights", "reward", "env", "rollout"}) {
+  for (node_role r : {node_role::coordinator, node_role::buffer, node_role::trainer,
+                      node_role::weights, node_role::reward, node_role::env, node_role::rollout}) {
+    const std::string role = to_string(r);
+    EXPECT_EQ(controller_of(role), controller_of(r)) << role;
     std::ifstream in(std::string(MOERL_SOURCE_DIR) + "/deploy/base/" + role + ".yaml");
     ASSERT_TRUE(in) << role;
     std::stringstream text;
     text << in.rdbuf();
-    const std::string kind = std::string("kind: ") + controller_name(controller_of(role));
+    const std::string kind = std::string("kind: ") + controller_name(controller_of(r));
     EXPECT_NE(text.str().find(kind + "\n"), std::string::npos) << role << " is not a " << kind;
   }
 }

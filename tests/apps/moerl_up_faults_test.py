@@ -12,8 +12,10 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
+  moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
+import glob
 import json
 import os
 import re
@@ -91,20 +93,25 @@ class up_run:
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
-    def handed(self):
-        """Samples handed to a trainer and not yet confirmed, once there are some (the
-        coordinator's status, polled: the progress line no longer carries the accounting)."""
+    def accounting_until(self, pred, what):
+        """The coordinator's accounting (its status, polled: the progress line no longer
+        carries it) once `pred` holds for it; fails the test past the bound."""
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline and self.p.poll() is None:
             r = subprocess.run([self.moerl, "console", "--connect", self.console_address(),
                                 "status", "--json"], capture_output=True, text=True, timeout=30)
             if r.returncode == 0:
-                n = json.loads(r.stdout)["accounting"].get("handed", 0)
-                if n > 0:
-                    return n
+                a = json.loads(r.stdout)["accounting"]
+                if pred(a):
+                    return a
             time.sleep(0.1)
         self.finish(check=False)
-        sys.exit(f"FAIL [{self.name}]: never saw samples handed to the trainer\n{self.output()}")
+        sys.exit(f"FAIL [{self.name}]: never saw {what}\n{self.output()}")
+
+    def handed(self):
+        """Samples handed to a trainer and not yet confirmed, once there are some."""
+        return self.accounting_until(lambda a: a.get("handed", 0) > 0,
+                                     "samples handed to the trainer")["handed"]
 
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
@@ -206,6 +213,23 @@ def in_turn(moerl, tmp):
     check_resumed(rep, 60)
 
 
+def check_dead_trainer_books(rep, iterations, handed):
+    """The books of a run whose trainer-0 was SIGKILLed holding `handed` samples: safe,
+    balanced, everything committed trained, and the dead trainer's groups served again (or
+    dropped, named). Returns (groups served again, samples dropped stale)."""
+    check_safety(rep)
+    a = rep["accounting"]
+    check_balanced(a)
+    assert a["handed"] == 0 and a["trained"] == a["committed"], a
+    replaced(rep, "trainer-0", "killed by SIGKILL")
+    check_resumed(rep, iterations)
+    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
+                if n["role"] == "buffer")
+    stale = a["dropped"].get("trainer_lost_stale", 0)
+    assert again > 0 or stale > 0, (again, a, handed)
+    return again, stale
+
+
 def trainer_handed(moerl, tmp):
     """Issue 11 case 1: the trainer dies holding groups its shards handed it. They are not
     lost: the recreated trainer (a new incarnation of the same consumer) is served them again
@@ -217,19 +241,40 @@ def trainer_handed(moerl, tmp):
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
-    check_safety(rep)
-    a = rep["accounting"]
-    check_balanced(a)
-    assert a["handed"] == 0 and a["buffered"] == 0 and a["trained"] == a["committed"], a
-    replaced(rep, "trainer-0", "killed by SIGKILL")
-    check_resumed(rep, 100)
-    # The shards served the dead trainer's groups again (or dropped them, named).
-    again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
-                if n["role"] == "buffer")
-    stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (again, a, handed)
+    again, stale = check_dead_trainer_books(rep, 100, handed)
+    assert rep["accounting"]["buffered"] == 0, rep["accounting"]
     print(f"handed at the kill {handed} samples; served again {again} group(s), "
           f"dropped stale {stale} sample(s)", flush=True)
+
+
+def trainer_lost(moerl, tmp):
+    """A trainer that does not come back (yet): its recreation is held back 30 s
+    (cluster.restart_delay_ms). Once the coordinator declares trainer-0 dead it declares its
+    consumer lost to the shards, and the groups handed to it go back to buffered long before
+    any successor asks (before the recreation); then the recreated trainer finishes the run."""
+    run = up_run(moerl, tmp, "trainer-lost", "--no-interrupt", "--iterations", "60",
+                 "--set", "cluster.restart_delay_ms=30000",
+                 "--set", "cluster.restart_backoff_max_ms=30000")
+    i = run.wait_iteration(2)
+    held = run.handed()
+    run.kill("trainer-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
+    # Nothing confirms any more: what is handed now can only go back (or be dropped stale).
+    a = run.accounting_until(lambda a: a.get("handed", 0) == 0,
+                             "the dead trainer's handed samples released")
+    released_at = len(run.lines)
+    early = [line for line in run.lines[i:released_at] if ">>> recreated trainer-0 " in line]
+    assert not early, "released only after the recreation:\n" + "\n".join(run.lines[i:])
+    # By the coordinator's declaration, not some other path.
+    logs = glob.glob(os.path.join(tmp, "trainer-lost-runs", "*", "logs", "*.log"))
+    said = [f for f in logs
+            if "trainer consumer trainer-0 lost" in open(f, errors="replace").read()]
+    assert said, ("no log says trainer-0's consumer was declared lost", logs)
+    run.wait_line(r">>> recreated trainer-0 ", i)
+    print(f"handed before the kill: {held} samples; released before the recreation "
+          f"(buffered {a.get('buffered')})", flush=True)
+    rep = run.finish()
+    check_dead_trainer_books(rep, 60, held)
 
 
 def buffer_stopped(moerl, tmp):
@@ -395,7 +440,7 @@ def group_coordinator(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
-         "disk_full": disk_full}
+         "disk_full": disk_full, "trainer_lost": trainer_lost}
 
 
 def main(moerl, case):

@@ -188,6 +188,41 @@ TEST(handed_to_trainer, a_group_too_stale_when_its_trainer_is_lost_is_dropped_wi
   EXPECT_EQ(r.shard->num_ready_groups(), 1u);
 }
 
+TEST(handed_to_trainer,
+     a_consumer_declared_lost_by_a_bound_is_released_and_fenced_its_successor_not) {
+  // The coordinator declares trainer-0 lost with a bound (wall-clock µs at the declaration)
+  // that no incarnation has: what incarnation 7 held goes back, a late request or
+  // confirmation of incarnation 7 gets nothing, and a successor above the bound is served.
+  rig r;
+  r.commit_unit({1}, 0);
+  const consumer_ref dead{"trainer-0", 7};
+  ASSERT_TRUE(r.shard->consumer_seen(dead).ok());
+  auto b = r.shard->serve(8, dead);
+  ASSERT_EQ(b.consumed.size(), 1u);
+  r.record(b.consumed);
+  auto released = r.shard->consumer_lost("trainer-0", 100);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].step, handout_step::returned);
+  r.record(released);
+  EXPECT_EQ(r.led->counters().handed, 0u);
+  EXPECT_EQ(r.led->counters().buffered(), kG);
+  EXPECT_EQ(r.shard->consumer_seen(dead).err().code, errc::stale_attempt);
+  EXPECT_EQ(r.shard->confirm(dead, b.batch.batch_id).err().code, errc::stale_attempt);
+  const consumer_ref next{"trainer-0", 101};
+  auto again = r.shard->consumer_seen(next);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+  auto b2 = r.shard->serve(8, next);
+  ASSERT_EQ(b2.consumed.size(), 1u);
+  r.record(b2.consumed);
+  auto trained = r.shard->confirm(next, b2.batch.batch_id);
+  ASSERT_TRUE(trained.ok());
+  r.record(*trained);
+  EXPECT_EQ(r.led->counters().trained, kG);
+  EXPECT_EQ(r.led->counters().duplicated, 0u);
+  EXPECT_TRUE(r.led->check_invariant());
+}
+
 TEST(handed_to_trainer, a_consumer_that_never_confirms_has_its_groups_trained_as_they_leave) {
   rig r;
   r.commit_unit({1}, 0);
