@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,12 @@ using clock = std::chrono::steady_clock;
 
 constexpr int kConsoleTimeoutMs = 2000;
 constexpr auto kPollPeriod = std::chrono::milliseconds(500);  // the progress print period
+// How long a node the coordinator declared dead may still run before it is killed. A node
+// fences itself within milliseconds of its next exchange with the coordinator (node_agent.cpp:
+// exit 5, or the coordinator's SIGKILL); CI once saw a SIGCONTed shard not exit for 9 s, until
+// its job ended (CAF 0.17 drops a repeated handshake from a node it still routes over the old
+// link, so a reconnect made then can go unanswered until the link times out).
+constexpr auto kDeadGrace = std::chrono::milliseconds(3000);
 
 std::string self_exe() {
   char buf[4096];
@@ -204,6 +211,33 @@ status local_job::supervise(const job_events& events) {
   return ok_status();
 }
 
+void local_job::kill_dead_but_running(const json& nodes, const job_events& events) {
+  if (!nodes.is_array()) return;
+  std::map<std::string, clock::time_point> still;
+  for (const auto& n : nodes) {
+    if (n.value("state", "") != "dead") continue;
+    const std::string name = n.value("name", "");
+    // Only the process this job runs under that name, with the pid the coordinator knew: a
+    // StatefulSet node recreated under its name is a new process with a new pid.
+    const pid_t pid = cluster_->pid_of(name);
+    if (pid <= 0 || n.value("pid", 0L) != static_cast<long>(pid)) continue;
+    const std::string key = name + " " + std::to_string(pid);
+    auto seen = dead_but_running_.find(key);
+    const auto since = seen == dead_but_running_.end() ? clock::now() : seen->second;
+    if (clock::now() - since < kDeadGrace) {
+      still[key] = since;
+      continue;
+    }
+    const std::string why = n.value("down_reason", "declared dead");
+    logger("local_job")
+        ->warn("{} (pid {}) still runs {} ms after the coordinator declared it dead ({}): killed",
+               name, pid, kDeadGrace.count(), why);
+    (void)cluster_->signal(name, SIGKILL);
+    if (events.killed_dead) events.killed_dead(name, why);
+  }
+  dead_but_running_ = std::move(still);
+}
+
 void local_job::interrupt_a_rollout(const run_policy& policy, const job_events& events) {
   auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs);
   if (!nodes) return;
@@ -241,6 +275,7 @@ run_outcome local_job::run(const run_policy& policy, const job_events& events) {
       if (auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs)) {
         auto js = trainer_job_stats(*nodes);
         if (!js.is_null()) job_stats = js;
+        kill_dead_but_running(*nodes, events);
       }
       const std::string learn = learning_figures(
           job_stats, (*s)["accounting"].value("trained", 0ul), last_trained, last_progress);

@@ -82,6 +82,9 @@ struct job_events {
       exited;
   // A replacement was started (or failed to start: record.error).
   std::function<void(const replacement_record& record)> replaced;
+  // A node the coordinator declared dead (`why`) still ran and was killed (see
+  // local_job::kill_dead_but_running).
+  std::function<void(const std::string& node, const std::string& why)> killed_dead;
 };
 
 class local_job {
@@ -133,6 +136,10 @@ class local_job {
   std::string reported_cause(const std::string& name);
   // Sends the policy's Spot notice to the first running rollout node of this job.
   void interrupt_a_rollout(const run_policy& policy, const job_events& events);
+  // SIGKILLs a node the coordinator declared dead whose process still runs kDeadGrace later,
+  // as a failing liveness probe would have its pod killed: the node fences itself on its
+  // next exchange with the coordinator, so this only acts where that exchange hangs.
+  void kill_dead_but_running(const nlohmann::json& nodes, const job_events& events);
 
   // A node that exited, waiting for its replacement.
   struct pending_replacement {
@@ -151,6 +158,8 @@ class local_job {
   std::map<std::string, std::string> lineage_;   // current name -> first name
   std::map<std::string, int64_t> num_replaced_;  // first name -> replacements so far
   std::vector<replacement_record> replacements_;
+  // "name pid" of a node seen declared dead while its process runs -> when first seen so.
+  std::map<std::string, std::chrono::steady_clock::time_point> dead_but_running_;
   std::string failure_;
   std::string failed_node_;     // the node that gave up, when one did
   std::string failed_cause_;    // the cause it reported to the coordinator ("" if none)

@@ -85,6 +85,10 @@ actors::job_events printed_events(up_progress& display) {
     display.message("moerl up: >>> " + node + " exited (" + cause +
                     "); its replacement starts in " + after + " s");
   };
+  ev.killed_dead = [&display](const std::string& node, const std::string& why) {
+    display.message("moerl up: >>> " + node +
+                    " still ran after the coordinator declared it dead (" + why + "); killed");
+  };
   ev.replaced = [&display](const actors::replacement_record& r) {
     const std::string what = r.replacement == r.node
                                  ? "recreated " + r.node

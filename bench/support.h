@@ -1,10 +1,12 @@
 // What every benchmark needs and none should write for itself: stopping a run on the first
 // failed step (benchmarks have no caller to return an error to, so a failed step throws and
 // the command reports it), elapsed-time helpers on the steady clock, and the CLI callback
-// that turns a thrown failure into "moerl bench NAME: what failed" and exit status 1.
+// that turns a thrown failure into "moerl bench NAME: what failed" and exit status 1, and the
+// one summary of a latency distribution every report uses.
 // Header-only on purpose: each bench library includes it, nothing links it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <iostream>
@@ -12,9 +14,13 @@
 #include <string>
 #include <utility>
 
+#include <vector>
+
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/percentile.h"
 
 namespace moerl::bench {
 
@@ -34,6 +40,20 @@ T need(result<T> r, const std::string& step) {
 }
 inline void need(const status& s, const std::string& step) {
   if (!s) throw std::runtime_error(step + ": " + s.err().to_string());
+}
+
+// A latency distribution in microseconds as a report gives it: n, p50_us, p99_us (nearest
+// rank), mean_us, max_us; {"n": 0} when nothing was measured.
+inline nlohmann::json latency_summary_us(std::vector<double> us) {
+  if (us.empty()) return {{"n", 0}};
+  std::sort(us.begin(), us.end());
+  double sum = 0;
+  for (double v : us) sum += v;
+  return {{"n", us.size()},
+          {"p50_us", nearest_rank_percentile(us, 50)},
+          {"p99_us", nearest_rank_percentile(us, 99)},
+          {"mean_us", sum / static_cast<double>(us.size())},
+          {"max_us", us.back()}};
 }
 
 // Runs `body` as the command `moerl bench <name>`: an exception becomes one line on stderr

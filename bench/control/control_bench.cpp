@@ -26,7 +26,6 @@
 #include "bench/control/lease_client.h"
 #include "bench/support.h"
 #include "common/config.h"
-#include "common/percentile.h"
 #include "ledger/clock.h"
 #include "messages/control.h"
 #include "provenance/provenance.h"
@@ -58,19 +57,6 @@ const char* const kLeasedUnit =
     "the shard's stand-in actor, then a journaled `ended(returned)` record plus an attempt_fenced "
     "event; no samples are generated and nothing commits. K=1 uses lease + report(returned) per "
     "unit; K=batch asks for up to K units per request and gives them all back in one message.";
-
-json percentiles(std::vector<double> us) {
-  if (us.empty()) return json::object();
-  std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return nearest_rank_percentile(us, q * 100); };
-  double sum = 0;
-  for (double v : us) sum += v;
-  return {{"n", us.size()},
-          {"p50_us", at(0.5)},
-          {"p99_us", at(0.99)},
-          {"mean_us", sum / us.size()},
-          {"max_us", us.back()}};
-}
 
 json load_average() { return host_load_average(); }
 
@@ -136,10 +122,10 @@ json rtt_pair(caf::scoped_actor& self, const caf::actor& coord, const std::strin
     uint64_t units = 0;
     std::string refusal;
     auto us = timed_lease_round_trips(self, coord, worker, k, a.requests, units, refusal);
-    json r{{"k", k}, {"lease_rtt", percentiles(us)}, {"units_granted", units}};
+    json r{{"k", k}, {"lease_rtt", latency_summary_us(us)}, {"units_granted", units}};
     if (!us.empty()) {
       r["units_per_reply"] = double(units) / us.size();
-      auto p = percentiles(us);
+      auto p = latency_summary_us(us);
       r["p50_us_per_unit"] = p["p50_us"].get<double>() / (double(units) / us.size());
     }
     if (!refusal.empty()) r["first_refusal"] = refusal;

@@ -15,7 +15,6 @@
 #include "actors/local_job.h"
 #include "bench/support.h"
 #include "common/config.h"
-#include "common/percentile.h"
 #include "provenance/provenance.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
@@ -93,17 +92,6 @@ class env_dealer {
   uint64_t next_id_ = 0;
 };
 
-json percentiles_us(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  double sum = 0;
-  for (double v : us) sum += v;
-  return {{"n", us.size()},
-          {"p50_us", nearest_rank_percentile(us, 50)},
-          {"p99_us", nearest_rank_percentile(us, 99)},
-          {"mean_us", us.empty() ? 0.0 : sum / us.size()},
-          {"max_us", us.empty() ? 0.0 : us.back()}};
-}
-
 // Sequential step round trips: one request in flight, a reset (not timed) whenever the
 // episode ended.
 json step_rtt(env_dealer& d, int requests) {
@@ -125,7 +113,7 @@ json step_rtt(env_dealer& d, int requests) {
     open = !r.value("done", false);
     ++i;
   }
-  return percentiles_us(std::move(us));
+  return latency_summary_us(std::move(us));
 }
 
 // `window` episodes in flight for `duration_s`: each reply sends that episode's next request.

@@ -7,6 +7,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
   moerl_up_faults_test.py MOERL trainer_handed  SIGKILL the trainer while it holds handed groups
   moerl_up_faults_test.py MOERL buffer_stopped  SIGSTOP buffer-0 past the heartbeat timeout, SIGCONT
+  moerl_up_faults_test.py MOERL buffer_frozen   SIGSTOP buffer-0 for good: `moerl up` kills it
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
@@ -292,9 +293,13 @@ def buffer_stopped(moerl, tmp):
         assert time.monotonic() < deadline, f"buffer-0 never declared dead: {run.nodes()}"
         time.sleep(0.5)
     print(f"[{run.name}] buffer-0 declared dead; SIGCONT -> pid {pid}", flush=True)
-    os.kill(pid, signal.SIGCONT)
-    # It exits on being fenced, or the coordinator's SIGKILL fence reaches it first. (The run
-    # may end before its replacement is up, so the exit is what is waited for.)
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # `moerl up` killed it first (dead but still running past its grace)
+    # It exits on being fenced, or the coordinator's SIGKILL fence reaches it first, or
+    # `moerl up` kills it as still running past its grace after it was declared dead. (The
+    # run may end before its replacement is up, so the exit is what is waited for.)
     i, m = run.wait_line(r">>> buffer-0 exited \((exit code 5|killed by SIGKILL)\)", i)
     rep = run.finish()
     check_safety(rep)
@@ -302,6 +307,22 @@ def buffer_stopped(moerl, tmp):
     assert rep["accounting"]["dropped"].get("shard_lost", 0) > 0, rep["accounting"]
     print(f"buffer-0 ended: {m.group(1)}; dropped shard_lost "
           f"{rep['accounting']['dropped']['shard_lost']} sample(s), duplicated 0", flush=True)
+
+
+def buffer_frozen(moerl, tmp):
+    """A shard frozen for good (SIGSTOP, never continued) cannot fence itself: `moerl up`, as
+    a failing liveness probe would, kills the process the coordinator lists as dead, and the
+    StatefulSet node is recreated empty; nothing is trained twice."""
+    run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "60")
+    i = run.wait_iteration(3)
+    run.kill("buffer-0", signal.SIGSTOP)
+    i, _ = run.wait_line(r">>> buffer-0 still ran after the coordinator declared it dead ", i)
+    i, _ = run.wait_line(r">>> buffer-0 exited \(killed by SIGKILL\)", i)
+    run.wait_line(r">>> recreated buffer-0 ", i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "buffer-0", "killed by SIGKILL")
 
 
 def case3(moerl, tmp):
@@ -440,6 +461,7 @@ def group_coordinator(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
+         "buffer_frozen": buffer_frozen,
          "disk_full": disk_full, "trainer_lost": trainer_lost}
 
 
