@@ -291,6 +291,15 @@ status local_cluster::restart(const std::string& name) {
   if (it == specs_.end()) return error(errc::unknown_node, "no node spec " + name);
   reap();
   if (pids_.count(name)) return error(errc::invalid_argument, name + " is still running");
+  if (it->second.role == "coordinator") {
+    // Its consoles were free when the run started; while it was down another process (a
+    // second moerl up choosing the default) may have taken one. A coordinator that cannot
+    // listen would exit at once and be restarted to the limit: name the cause instead.
+    for (const std::string& a : {console_, http_.empty() ? std::string() : "tcp://" + http_})
+      if (!a.empty() && !console_address_free(a))
+        return error(errc::io_error, "cannot recreate the coordinator: its console address " + a +
+                                         " was taken by another process while it was down");
+  }
   exited_.erase(name);
   return spawn(it->second);
 }

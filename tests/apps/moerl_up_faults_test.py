@@ -10,6 +10,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL buffer_frozen   SIGSTOP buffer-0 for good: `moerl up` kills it
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
+  moerl_up_faults_test.py MOERL console_taken  the coordinator's console port taken while it is down
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -367,6 +369,39 @@ def two_jobs(moerl, tmp):
     assert rep1["run_id"] != rep2["run_id"]
 
 
+def console_taken(moerl, tmp):
+    """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
+    process takes its console port. The recreated coordinator could not listen: `moerl up`
+    ends at once, non-zero, naming the taken address, with the report written."""
+    run = up_run(moerl, tmp, "console-taken", "--no-interrupt", "--iterations", "200",
+                 "--set", "cluster.restart_delay_ms=4000")
+    i = run.wait_iteration(2)
+    address = run.console_address()
+    host, port = address[len("tcp://"):].rsplit(":", 1)
+    run.kill("coordinator", signal.SIGKILL)
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    deadline = time.monotonic() + 3  # within the 4 s restart delay
+    while True:
+        try:
+            squatter.bind((host, int(port)))
+            break
+        except OSError:
+            assert time.monotonic() < deadline, f"{address} still held after the kill"
+            time.sleep(0.05)
+    squatter.listen()
+    try:
+        rep = run.finish(check=False)
+    finally:
+        squatter.close()
+    assert run.p.returncode != 0, run.p.returncode
+    out = "\n".join(run.lines)
+    assert "moerl up: FAILED after" in out and "TIMED OUT" not in out, run.output()
+    assert f"its console address {address} was taken by another process" in out, run.output()
+    assert rep is not None and not rep.get("done", False), rep
+    print(f"refused to recreate the coordinator: {address} taken", flush=True)
+
+
 def disk_full(moerl, tmp):
     """Issue 11 case 2: the store on a 2 MiB tmpfs (in a private mount namespace). The trainer's
     weight writes fail with ENOSPC until its supervisor gives up; it tells the coordinator why
@@ -461,7 +496,7 @@ def group_coordinator(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
-         "buffer_frozen": buffer_frozen,
+         "buffer_frozen": buffer_frozen, "console_taken": console_taken,
          "disk_full": disk_full, "trainer_lost": trainer_lost}
 
 
