@@ -193,6 +193,8 @@ status local_cluster::spawn(const node_spec& spec) {
   };
   for (auto& kv : opts_.overrides) add(kv);
   add("node.name=" + spec.name);
+  // Beside its log: what its pod's probes would read (`moerl probe --file`).
+  add("node.health_file=" + opts_.log_dir + "/" + spec.name + ".health.json");
   for (auto& kv : spec.overrides) add(kv);
   // The nodes share this process's group, so a Ctrl-C on `moerl up` reaches them too.
   const auto prefix = exec_prefixes_.find(spec.name);

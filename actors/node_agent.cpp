@@ -10,6 +10,7 @@
 
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
+#include "actors/health_file.h"
 #include "actors/interruption.h"
 #include "actors/ledger_messages.h"
 #include "actors/node_roles.h"
@@ -32,6 +33,8 @@ struct agent_state {
   bool finishing = false;
   messages::interruption_notice notice;  // the one being handled (drain)
   int64_t drain_started_ms = 0;
+  int64_t accepted_unix_ms = 0;  // the coordinator last accepted a registration or heartbeat
+  bool health_error_logged = false;
 };
 
 using agent_actor = caf::stateful_actor<agent_state>;
@@ -52,10 +55,30 @@ moerl::error refusal_in(const std::string& reply) {
   return e ? e->value : e.err();
 }
 
+// The pod's probes read this (actors/health_file.h): rewritten on every tick and while
+// joining, so a frozen or hung agent fails its liveness probe by not writing.
+void write_health_file(agent_actor* self, const std::string& state) {
+  auto& st = self->state;
+  const std::string path = st.ctx->cfg.get_string("node.health_file");
+  if (path.empty()) return;
+  health_record r;
+  r.node = st.ctx->name;
+  r.role = to_string(st.ctx->role);
+  r.pid = ::getpid();
+  r.state = st.fenced ? "fenced" : state;
+  r.written_unix_ms = unix_now_ms();
+  r.accepted_unix_ms = st.accepted_unix_ms;
+  if (auto w = write_health(path, r); !w && !st.health_error_logged) {
+    st.health_error_logged = true;  // once: a probe reports the rest
+    logger("node")->error("{}", w.err().to_string());
+  }
+}
+
 // The coordinator declared this node dead: stop serving now (trust), log, remember to exit.
 void fenced_by_coordinator(agent_actor* self, const std::string& why) {
   self->state.ctx->trust.fence(why);
   self->state.fenced = true;
+  write_health_file(self, "fenced");
   logger("node")->error(
       "fenced by the coordinator: {}; exiting ({}) so that a new process "
       "replaces this one",
@@ -89,6 +112,7 @@ bool connect_and_register(agent_actor* self) {
   auto until = std::chrono::steady_clock::now() + ms(ctx.cp.connection_timeout_ms * 10);
   for (;;) {
     auto left = std::chrono::duration_cast<ms>(until - std::chrono::steady_clock::now()).count();
+    write_health_file(self, "joining");
     if (register_once(self, std::max<int64_t>(left, 1))) return true;
     if (self->state.fenced || std::chrono::steady_clock::now() >= until || ctx.stopping)
       return false;
@@ -128,6 +152,7 @@ bool register_once(agent_actor* self, int64_t give_up) {
     log->error("registration with the coordinator failed: {}", why);
   } else {
     ctx.trust.accepted(link, sent);
+    st.accepted_unix_ms = unix_now_ms();
     log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port,
               ctx.name, ctx.id);
   }
@@ -175,6 +200,7 @@ void send_heartbeat(agent_actor* self) {
             auto refused = refusal_in(r);
             if (refused.code == errc::ok) {
               self->state.ctx->trust.accepted(link, sent);
+              self->state.accepted_unix_ms = unix_now_ms();
             } else if (refused.code == errc::peer_dead) {
               fenced_by_coordinator(self, refused.message);
               finish(self, kFencedExit);
@@ -296,6 +322,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         auto& st = self->state;
         auto& ctx = *st.ctx;
         if (st.finishing) return;
+        write_health_file(self, ctx.draining() ? "draining" : "running");
         send_heartbeat(self);
         if (ctx.draining() && ctx.workers_running.load() == 0 && ctx.active_units.load() == 0) {
           complete_drain(self);

@@ -21,5 +21,6 @@ void add_console_command(
     CLI::App& root);  // moerl console [--connect A] <status|nodes|inject|drain> [--json]
 void add_learn_command(CLI::App& root);  // moerl learn [--config F] [--set k=v] [--report F]
 void add_sim_command(CLI::App& root);    // moerl sim run|validate SCENARIO [--short] [--json] ...
+void add_probe_command(CLI::App& root);  // moerl probe --file F [--live|--ready] [--within-ms N]
 
 }  // namespace moerl::apps

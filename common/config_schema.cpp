@@ -23,6 +23,10 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"node.host", t::string, "127.0.0.1", "address this node listens on for the control plane",
        ""},
+      {"node.health_file", t::string, "",
+       "file the node agent rewrites every heartbeat tick for its pod's probes (`moerl probe`); "
+       "empty: none",
+       ""},
       {"node.port", t::integer, "0", "control-plane port of this node (0: pick a free port)", "",
        r::closed(0, 65535)},
       {"node.heartbeat_interval_ms", t::integer, "500",

@@ -317,7 +317,21 @@ def buffer_frozen(moerl, tmp):
     StatefulSet node is recreated empty; nothing is trained twice."""
     run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "60")
     i = run.wait_iteration(3)
+    # Its pod's probes (`moerl probe`, as deploy/ runs them) read the health file it writes.
+    health = os.path.join(run.wait_line(r"logs in (\S+)")[1].group(1), "buffer-0.health.json")
+
+    def probe(kind, within_ms):
+        return subprocess.run([moerl, "probe", "--file", health, kind, "--within-ms",
+                               str(within_ms)], capture_output=True, text=True, timeout=30)
+
+    r = probe("--ready", 10000)
+    assert r.returncode == 0 and "buffer-0 ready" in r.stdout, (r.returncode, r.stderr)
     run.kill("buffer-0", signal.SIGSTOP)
+    deadline = time.monotonic() + BOUND_S
+    while (r := probe("--live", 1500)).returncode == 0:
+        assert time.monotonic() < deadline, "the frozen node's liveness probe kept passing"
+        time.sleep(0.2)
+    assert "frozen or hung" in r.stderr, r.stderr
     i, _ = run.wait_line(r">>> buffer-0 still ran after the coordinator declared it dead ", i)
     i, _ = run.wait_line(r">>> buffer-0 exited \(killed by SIGKILL\)", i)
     run.wait_line(r">>> recreated buffer-0 ", i)

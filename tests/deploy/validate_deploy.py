@@ -57,6 +57,14 @@ def main(moerl, deploy):
         args = spec["containers"][0]["args"]
         if args[:3] != ["node", "--role", role] or "--join" not in args:
             fail(f"{role}: container args {args} do not start a `{role}` node that joins")
+        container = spec["containers"][0]
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            if probe not in container:
+                fail(f"{role}: no {probe}")
+            if role != "coordinator":
+                cmd = container[probe].get("exec", {}).get("command", [])
+                if cmd[1:4] != ["probe", "--file", "/tmp/moerl-health.json"]:
+                    fail(f"{role}: {probe} {cmd} does not run `moerl probe` on the health file")
         sel = spec.get("nodeSelector", {})
         grace = spec["terminationGracePeriodSeconds"]
         if sel.get("moerl.io/capacity") == "spot" and grace >= SPOT_NOTICE_S:
@@ -71,6 +79,9 @@ def main(moerl, deploy):
     for overlay in sorted((deploy / "overlays").iterdir()):
         check_kustomization(overlay)
     configs = [base / "moerl.yaml"] + sorted((deploy / "overlays").glob("*/moerl.yaml"))
+    for cfg in configs:  # an overlay's ConfigMap replaces the base's
+        if load_all(cfg)[0]["node"].get("health_file") != "/tmp/moerl-health.json":
+            fail(f"{cfg}: node.health_file must be the file the probes read")
     for cfg in configs:
         r = subprocess.run([moerl, "config", "check", str(cfg)], capture_output=True, text=True)
         if r.returncode != 0:
