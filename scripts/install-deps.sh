@@ -46,6 +46,7 @@ POD_PACKAGES=(
 # Python packages from PyPI, installed for Debian's /usr/bin/python3.
 PYPI_PACKAGES=(
   'moto[server]'  # store: S3 API server for tests/store (started by the test itself)
+  'kubernetes-validate'  # deploy: offline schema check of every rendered overlay (tests/deploy)
 )
 
 missing=()

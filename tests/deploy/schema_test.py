@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Every overlay of deploy/ renders (`kubectl kustomize`) to resources that validate against
+the Kubernetes schemas of the cluster version in deploy/eks/cluster.yaml, strictly (an unknown
+field fails), with kubernetes-validate (PyPI; scripts/install-deps.sh installs it). CRDs the
+schemas do not hold (Karpenter, KEDA) are checked for the fields moerl relies on. Then what an
+EKS user needs from the production overlay (efa-spot): EFA requests = limits at p5en's 16
+interfaces, /dev/shm in memory, IPC_LOCK, hugepages mounted, the TLS Secret mounted where the
+config reads it, priorities, disruption budgets and the trainer group's placement.
+
+Without kubectl (not a Debian package) the rendering is skipped and the test exits 77."""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+DEPLOY = pathlib.Path(sys.argv[1])
+CRD_KINDS = {"NodePool", "EC2NodeClass", "ScaledObject", "ClusterConfig"}
+
+
+def fail(msg):
+    print("FAIL:", msg, flush=True)
+    sys.exit(1)
+
+
+def render(overlay):
+    r = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        fail(f"kubectl kustomize {overlay}: {r.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def validate(docs, where, version):
+    import kubernetes_validate as kv
+    for d in docs:
+        name = f"{where}: {d.get('kind')}/{d.get('metadata', {}).get('name')}"
+        if d.get("kind") in CRD_KINDS:
+            continue
+        try:
+            kv.validate(d, version, strict=True)
+        except kv.ValidationError as e:
+            fail(f"{name}: {e.message} at {'.'.join(str(p) for p in e.path)}")
+
+
+def workloads(docs):
+    return {d["metadata"]["labels"]["moerl.io/role"]: d for d in docs
+            if d["kind"] in ("Deployment", "StatefulSet")}
+
+
+def check_production(docs):
+    w = workloads(docs)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    cfg = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["moerl.yaml"])
+    for role in ("rollout", "trainer"):
+        spec = w[role]["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        res = c["resources"]
+        if res.get("requests") != res.get("limits"):
+            fail(f"{role}: requests {res.get('requests')} != limits {res.get('limits')}")
+        if res["limits"].get("vpc.amazonaws.com/efa") != 16:
+            fail(f"{role}: vpc.amazonaws.com/efa {res['limits'].get('vpc.amazonaws.com/efa')}, "
+                 "p5en.48xlarge has 16")
+        vols = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        if vols.get(mounts.get("/dev/shm"), {}).get("emptyDir", {}).get("medium") != "Memory":
+            fail(f"{role}: /dev/shm is not a memory-backed emptyDir")
+        if vols.get(mounts.get("/dev/hugepages"), {}).get("emptyDir", {}).get("medium") != \
+                "HugePages":
+            fail(f"{role}: no HugePages volume at /dev/hugepages")
+        if "IPC_LOCK" not in c.get("securityContext", {}).get("capabilities", {}).get("add", []):
+            fail(f"{role}: no IPC_LOCK capability (registered memory)")
+    tls_dir = str(pathlib.PurePosixPath(cfg["node"]["tls_certificate"]).parent)
+    for role, d in w.items():
+        spec = d["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        vols = {v["name"]: v for v in spec["volumes"]}
+        m = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+        if vols.get(m.get(tls_dir), {}).get("secret", {}).get("secretName") != "moerl-tls":
+            fail(f"{role}: the TLS Secret moerl-tls is not mounted at {tls_dir}")
+        want = "moerl-critical" if role in ("coordinator", "trainer", "buffer", "weights") \
+            else "moerl-workers"
+        if spec.get("priorityClassName") != want:
+            fail(f"{role}: priorityClassName {spec.get('priorityClassName')}, want {want}")
+    for pc in ("moerl-critical", "moerl-workers"):
+        if ("PriorityClass", pc) not in kinds:
+            fail(f"no PriorityClass {pc}")
+    values = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
+    if not values["moerl-critical"] > values["moerl-workers"]:
+        fail(f"priorities {values}: the trainer and coordinator must outrank the workers")
+    pdbs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    if pdbs.get("moerl-trainer", {}).get("maxUnavailable") != 0:
+        fail(f"the trainer group's PodDisruptionBudget must allow no eviction: {pdbs}")
+    if "maxUnavailable" not in pdbs.get("moerl-rollout", {}):
+        fail(f"no bounded PodDisruptionBudget for rollouts: {pdbs}")
+    t = w["trainer"]["spec"]
+    if t.get("podManagementPolicy") != "Parallel":
+        fail("the trainer group's members must start together (podManagementPolicy Parallel)")
+    zone = t["template"]["spec"].get("affinity", {}).get("podAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", [])
+    if not any(z["topologyKey"] == "topology.kubernetes.io/zone" for z in zone):
+        fail("the trainer group is not held to one zone")
+
+
+def check_karpenter(path):
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    pool = next(d for d in docs if d["kind"] == "NodePool")
+    req = {r["key"]: r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]}
+    if req.get("karpenter.sh/capacity-type") != ["spot"]:
+        fail(f"{path}: the rollout NodePool must be Spot: {req}")
+    labels = pool["spec"]["template"]["metadata"]["labels"]
+    if labels.get("moerl.io/capacity") != "spot":
+        fail(f"{path}: rollout pods select moerl.io/capacity=spot; the NodePool labels {labels}")
+    ref = pool["spec"]["template"]["spec"]["nodeClassRef"]["name"]
+    if not any(d["kind"] == "EC2NodeClass" and d["metadata"]["name"] == ref for d in docs):
+        fail(f"{path}: NodePool refers to EC2NodeClass {ref}, which is not there")
+    if "aws-node-termination-handler" not in path.read_text():
+        fail(f"{path}: must say not to run aws-node-termination-handler beside Karpenter")
+
+
+def main():
+    try:
+        import kubernetes_validate  # noqa: F401
+    except ImportError:
+        fail("kubernetes-validate is missing: run scripts/install-deps.sh")
+    version = yaml.safe_load((DEPLOY / "eks" / "cluster.yaml").read_text())["metadata"]["version"]
+    version = f"{version}.0"
+    check_karpenter(DEPLOY / "eks" / "karpenter.yaml")
+    if shutil.which("kubectl") is None:
+        print("SKIP: kubectl is missing (not in Debian): overlays not rendered", flush=True)
+        sys.exit(77)
+    for overlay in sorted((DEPLOY / "overlays").iterdir()):
+        docs = render(overlay)
+        validate(docs, overlay.name, version)
+        if overlay.name == "efa-spot":
+            check_production(docs)
+        print(f"{overlay.name}: {len(docs)} resources valid against Kubernetes {version}",
+              flush=True)
+    validate(render(DEPLOY / "autoscale"), "autoscale", version)
+    print("deploy schema checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
