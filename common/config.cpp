@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <cassert>
+#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -153,6 +154,37 @@ status config::set(const std::string& key, const std::string& text, const std::s
   return {};
 }
 
+namespace {
+
+// Secrets stay out of config files (a ConfigMap is not a Secret): a string key K whose
+// companion K_file is set takes the first line of that file (a mounted Secret), and an
+// unreadable or empty file is an error naming the key and the file.
+status read_secret_files(config& cfg) {
+  const std::string suffix = "_file";
+  for (const auto& k : config_schema()) {
+    const std::string key = k.key;
+    if (key.size() <= suffix.size() ||
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string target = key.substr(0, key.size() - suffix.size());
+    const key_spec* t = find_key(target);
+    if (t == nullptr || t->type != key_type::string) continue;
+    const std::string file = cfg.get_string(key);
+    if (file.empty()) continue;
+    std::ifstream in(file);
+    std::string line;
+    if (!in || !std::getline(in, line))
+      return error{errc::invalid_config, key + ": cannot read " + file};
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
+    if (line.empty()) return error{errc::invalid_config, key + ": " + file + " is empty"};
+    if (auto st = cfg.set(target, line, key + " (" + file + ")"); !st) return st.err();
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 result<config> config::load(const std::string& path, const std::vector<std::string>& overrides) {
   config cfg = defaults();
   if (!path.empty()) {
@@ -186,6 +218,7 @@ result<config> config::load(const std::string& path, const std::vector<std::stri
                    "--set '" + printable_excerpt(ov) + "': expected key=value"};
     if (auto st = cfg.set(ov.substr(0, eq), ov.substr(eq + 1), "--set"); !st) return st.err();
   }
+  if (auto st = read_secret_files(cfg); !st) return st.err();
   if (auto st = cfg.check_rules(); !st) return st.err();
   return cfg;
 }

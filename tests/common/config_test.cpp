@@ -90,3 +90,29 @@ TEST(Config, effective_config_renders_as_yaml_that_loads_back_identically) {
   EXPECT_EQ(back->values(), cfg->values());
   std::remove(path.c_str());
 }
+
+// Secrets come from mounted files (deploy/overlays/efa-spot): K_file replaces K with the
+// file's first line; an unreadable or empty file is refused naming the key and the file.
+TEST(Config, secret_files_replace_their_keys) {
+  auto secret = write_temp("s3cr3t-operator  \nsecond line ignored\n");
+  auto cfg = config::load("", {"console.operator_token_file=" + secret});
+  ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();
+  EXPECT_EQ(cfg->get_string("console.operator_token"), "s3cr3t-operator");
+  EXPECT_EQ(cfg->get_string("console.viewer_token"), "moerl-viewer") << "untouched";
+
+  auto missing = config::load("", {"console.token_file=/nonexistent/moerl-token"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.err().code, errc::invalid_config);
+  EXPECT_NE(missing.err().message.find("console.token_file: cannot read /nonexistent/moerl-token"),
+            std::string::npos)
+      << missing.err().message;
+
+  auto empty = write_temp("\n");
+  auto e = config::load("", {"console.viewer_token_file=" + empty});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.err().message.find("console.viewer_token_file: " + empty + " is empty"),
+            std::string::npos)
+      << e.err().message;
+  std::remove(secret.c_str());
+  std::remove(empty.c_str());
+}

@@ -4,8 +4,8 @@ the Kubernetes schemas of the cluster version in deploy/eks/cluster.yaml, strict
 field fails), with kubernetes-validate (PyPI; scripts/install-deps.sh installs it). CRDs the
 schemas do not hold (Karpenter, KEDA) are checked for the fields moerl relies on. Then what an
 EKS user needs from the production overlay (efa-spot): EFA requests = limits at p5en's 16
-interfaces, /dev/shm in memory, IPC_LOCK, hugepages mounted, the TLS Secret mounted where the
-config reads it, priorities, disruption budgets and the trainer group's placement.
+interfaces, /dev/shm in memory, IPC_LOCK, hugepages mounted, the TLS and console-token Secrets
+mounted where the config reads them (no token in the ConfigMap), priorities, disruption budgets and the trainer group's placement.
 
 Without kubectl (not a Debian package) the rendering is skipped and the test exits 77."""
 import pathlib
@@ -71,6 +71,12 @@ def check_production(docs):
             fail(f"{role}: no HugePages volume at /dev/hugepages")
         if "IPC_LOCK" not in c.get("securityContext", {}).get("capabilities", {}).get("add", []):
             fail(f"{role}: no IPC_LOCK capability (registered memory)")
+    for key in ("token", "viewer_token", "operator_token"):
+        if key in cfg.get("console", {}):
+            fail(f"console.{key} is in the ConfigMap: tokens belong in the Secret moerl-console")
+        if f"{key}_file" not in cfg.get("console", {}):
+            fail(f"console.{key}_file is not set: the token would be the built-in default")
+    token_dir = str(pathlib.PurePosixPath(cfg["console"]["operator_token_file"]).parent)
     tls_dir = str(pathlib.PurePosixPath(cfg["node"]["tls_certificate"]).parent)
     for role, d in w.items():
         spec = d["spec"]["template"]["spec"]
@@ -79,6 +85,8 @@ def check_production(docs):
         m = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
         if vols.get(m.get(tls_dir), {}).get("secret", {}).get("secretName") != "moerl-tls":
             fail(f"{role}: the TLS Secret moerl-tls is not mounted at {tls_dir}")
+        if vols.get(m.get(token_dir), {}).get("secret", {}).get("secretName") != "moerl-console":
+            fail(f"{role}: the token Secret moerl-console is not mounted at {token_dir}")
         want = "moerl-critical" if role in ("coordinator", "trainer", "buffer", "weights") \
             else "moerl-workers"
         if spec.get("priorityClassName") != want:
