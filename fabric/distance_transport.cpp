@@ -194,22 +194,26 @@ status distance_transport::write(int peer_index, const local_region& src_region,
     return error{errc::peer_dead,
                  "cannot map a region of same-host peer " + std::to_string(peer_index)};
   if (len > 0) std::memcpy(to, src, len);
-  return notify(peer_index, imm, deadline_ns);
+  return notify(peer_index, imm, 1, deadline_ns);
 }
 
-status distance_transport::notify(int peer_index, uint32_t imm, int64_t deadline_ns) {
+status distance_transport::notify(int peer_index, uint32_t imm, int64_t count,
+                                  int64_t deadline_ns) {
   peer& p = peers_[peer_index];
-  if (p.distance == peer_distance::network) return transport::notify(peer_index, imm, deadline_ns);
-  while (!p.inbox.try_push(my_index_, imm)) {
-    // The peer's ring is full: keep draining ours (the peer may wait for us to) until it
-    // reads.
-    inbox_.drain(pending_);
-    if (now_ns() > deadline_ns)
-      return error{errc::timeout, "same-host peer " + std::to_string(peer_index) +
-                                      " did not read its inbox before the deadline"};
-    sched_yield();
-  }
-  p.inbox.ring();
+  if (p.distance == peer_distance::network)
+    return transport::notify(peer_index, imm, count, deadline_ns);
+  for (int64_t i = 0; i < count; ++i)
+    while (!p.inbox.try_push(my_index_, imm)) {
+      // The peer's ring is full: wake it, and keep draining ours (the peer may wait for us
+      // to) until it reads.
+      p.inbox.ring();
+      inbox_.drain(pending_);
+      if (now_ns() > deadline_ns)
+        return error{errc::timeout, "same-host peer " + std::to_string(peer_index) +
+                                        " did not read its inbox before the deadline"};
+      sched_yield();
+    }
+  if (count > 0) p.inbox.ring();
   return {};
 }
 

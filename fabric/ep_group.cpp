@@ -143,8 +143,7 @@ status ep_group_impl::write(int peer, const char* src, int64_t len, const remote
 status ep_group_impl::notify(int peer, int64_t len, int64_t num_writes, uint32_t kind,
                              uint64_t& wire, uint64_t& writes, uint32_t fwd) {
   const uint32_t imm = proto::make_imm(static_cast<proto::imm_kind>(kind), seq, rank, fwd);
-  for (int64_t i = 0; i < num_writes; ++i)
-    if (auto st = endpoint->notify(peer, imm, deadline); !st) return fail(st.err());
+  if (auto st = endpoint->notify(peer, imm, num_writes, deadline); !st) return fail(st.err());
   wire += static_cast<uint64_t>(len);
   writes += static_cast<uint64_t>(num_writes);
   return {};

@@ -103,8 +103,11 @@ class transport {
                        size_t /*len*/) {
     return nullptr;
   }
-  // Delivers `imm` to peer for bytes already stored through mapped().
-  virtual status notify(int peer, uint32_t imm, int64_t deadline_ns);
+  // Delivers `count` copies of `imm` to peer for bytes already stored through mapped(), and
+  // wakes the peer once (not once per immediate: a receiver woken for each of a burst of
+  // immediates runs, finds its step incomplete and sleeps again, which on a box with more
+  // ranks than cores costs a context switch per immediate).
+  virtual status notify(int peer, uint32_t imm, int64_t count, int64_t deadline_ns);
   // Nothing arrived: give the CPU away for at most max_ns (a doorbell where the transport has
   // one, so peers that outnumber cores are not starved by polling).
   virtual void idle_wait(int64_t max_ns);
