@@ -93,6 +93,11 @@ class transport {
   // so a late write from a peer of an old group faults at the writer instead of landing in
   // reused memory. The default: a private anonymous mapping, registered.
   virtual result<local_region> allocate_region(size_t size);
+  // A zeroed region that only same-host peers store into (through mapped()): shared with
+  // them, not registered with the fabric, its pages backed when first touched (so it can be
+  // sized for a worst case that is never reached). A region with ptr == nullptr where the
+  // transport shares no memory with peers (the default).
+  virtual result<local_region> allocate_host_region(size_t size);
 
   // Which transport carries writes to `peer` (valid after set_peers).
   virtual peer_distance distance(int /*peer*/) const { return peer_distance::network; }
