@@ -318,9 +318,6 @@ status forward_to_node(ep_group_impl& g) {
   return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
 }
 
-// The expert-major output: every token row that is ours (sent directly by a rank of our
-// node, or forwarded by one of its gateways), in (source rank, token) order, fanned out to
-// each local expert it names.
 // One node: output positions from the count records (where in-place sources stored their
 // payload already); each source's rows must name exactly the entries it announced.
 status one_node_output_build(ep_group_impl& g) {
@@ -389,6 +386,9 @@ status one_node_output_build(ep_group_impl& g) {
   return {};
 }
 
+// The expert-major output. Across nodes: every token row that is ours (sent directly by a
+// rank of our node, or forwarded by one of its gateways), in (source rank, token) order,
+// fanned out from the dispatch region to each local expert it names.
 status normal_dispatch_output_build(ep_group_impl& g) {
   if (!g.across_nodes) return one_node_output_build(g);
   if (auto st = forward_to_node(g); !st) return st;
@@ -400,19 +400,15 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   std::vector<int64_t> rows;  // receive-region row indices
   for (int s = 0; s < num_ranks; ++s) {
     // Inter-node rows were forwarded, they are not ours.
-    if (g.across_nodes && g.node_of(s) != g.node_of(g.rank)) continue;
+    if (g.node_of(s) != g.node_of(g.rank)) continue;
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) rows.push_back(s * max_tokens + i);
   }
-  if (g.across_nodes) {
-    for (int l = 0; l < g.num_ranks_per_node; ++l)
-      for (int64_t p = 0; p < g.num_forwarded_from[l]; ++p)
-        rows.push_back(forwarded_base(g, l) + p);
-    auto key = [&](int64_t row) {
-      return std::make_pair(meta_source(meta_of(row)), meta_token(meta_of(row)));
-    };
-    std::stable_sort(rows.begin(), rows.end(),
-                     [&](int64_t a, int64_t b) { return key(a) < key(b); });
-  }
+  for (int l = 0; l < g.num_ranks_per_node; ++l)
+    for (int64_t p = 0; p < g.num_forwarded_from[l]; ++p) rows.push_back(forwarded_base(g, l) + p);
+  auto key = [&](int64_t row) {
+    return std::make_pair(meta_source(meta_of(row)), meta_token(meta_of(row)));
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
   std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
   for (int64_t row : rows) {
     const char* meta = meta_of(row);
