@@ -318,6 +318,18 @@ status forward_to_node(ep_group_impl& g) {
   return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
 }
 
+// Output row r holds entry k of the receive-region row `row` (metadata `meta`): where it came
+// from, and the way back for combine.
+void attribute_output_row(ep_group_impl& g, int64_t r, int64_t row, int k, const char* meta) {
+  const int topk = g.cfg.topk;
+  g.output.src_rank[r] = meta_source(meta);
+  g.output.src_token[r] = meta_token(meta);
+  g.output.src_k[r] = k;
+  g.output_recv_pos[r] = row;
+  g.recv_slot[row * topk + k] = r;
+  std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+}
+
 // One node: output positions from the count records (where in-place sources stored their
 // payload already); each source's rows must name exactly the entries it announced.
 status one_node_output_build(ep_group_impl& g) {
@@ -350,7 +362,9 @@ status one_node_output_build(ep_group_impl& g) {
       const int64_t row = s * max_tokens + i;
       const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
       const char* meta = payload + g.hidden_bytes;
-      const int32_t token = meta_token(meta);
+      if (meta_source(meta) != s)
+        return g.fail(error{errc::malformed_message,
+                            "EP: a row from rank " + std::to_string(s) + " names another source"});
       bool any = false;
       for (int k = 0; k < topk; ++k) {
         const int64_t local = g.local_expert(meta_expert(meta, k));
@@ -363,17 +377,11 @@ status one_node_output_build(ep_group_impl& g) {
                                                            " than it announced"});
         const int64_t r = cursor[local]++;
         if (!g.in_place_from[s]) std::memcpy(out + r * g.hidden_bytes, payload, g.hidden_bytes);
-        g.output.src_rank[r] = s;
-        g.output.src_token[r] = token;
-        g.output.src_k[r] = k;
-        g.output_recv_pos[r] = row;
-        g.recv_slot[row * topk + k] = r;
-        std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+        attribute_output_row(g, r, row, k, meta);
       }
-      if (!any || meta_source(meta) != s)
+      if (!any)
         return g.fail(error{errc::malformed_message, "EP: a row from rank " + std::to_string(s) +
-                                                         " names no expert of this rank or "
-                                                         "another source"});
+                                                         " names no expert of this rank"});
     }
     for (int64_t j = 0; j < num_local; ++j)
       if (cursor[j] != end[j])
@@ -432,18 +440,12 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   for (int64_t row : rows) {
     const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
     const char* meta = payload + g.hidden_bytes;
-    const int32_t token = meta_token(meta), source = meta_source(meta);
     for (int k = 0; k < topk; ++k) {
       const int64_t local = g.local_expert(meta_expert(meta, k));
       if (local < 0) continue;
       const int64_t r = cursor[local]++;
       std::memcpy(g.output_x.data() + r * g.hidden_bytes, payload, g.hidden_bytes);
-      g.output.src_rank[r] = source;
-      g.output.src_token[r] = token;
-      g.output.src_k[r] = k;
-      g.output_recv_pos[r] = row;
-      g.recv_slot[row * topk + k] = r;
-      std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+      attribute_output_row(g, r, row, k, meta);
     }
   }
   return {};
