@@ -137,7 +137,7 @@ result<local_region> distance_transport::register_memory(void* ptr, size_t size)
   return fabric_->register_memory(ptr, size);
 }
 
-result<local_region> distance_transport::allocate_region(size_t size) {
+result<char*> distance_transport::map_shared(size_t size, bool populate) {
   const int fd = ::memfd_create("moerl-ep-region", MFD_CLOEXEC);
   if (fd < 0) return error{errc::io_error, "distance transport: memfd_create failed"};
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -145,18 +145,37 @@ result<local_region> distance_transport::allocate_region(size_t size) {
     return error{errc::capacity_exceeded,
                  "distance transport: cannot size a region of " + std::to_string(size) + " bytes"};
   }
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     ::close(fd);
     return error{errc::capacity_exceeded,
                  "distance transport: cannot map " + std::to_string(size) + " bytes"};
   }
   owned_.push_back({static_cast<char*>(p), size, fd});
-  auto reg = fabric_->register_memory(p, size);
+  return static_cast<char*>(p);
+}
+
+result<local_region> distance_transport::allocate_region(size_t size) {
+  auto p = map_shared(size, true);
+  if (!p) return p.err();
+  auto reg = fabric_->register_memory(*p, size);
   if (!reg) return reg.err();
-  reg->remote.host_addr = reinterpret_cast<uint64_t>(p);
-  reg->remote.host_fd = fd;
+  reg->remote.host_addr = reinterpret_cast<uint64_t>(*p);
+  reg->remote.host_fd = owned_.back().fd;
   return *reg;
+}
+
+result<local_region> distance_transport::allocate_host_region(size_t size) {
+  auto p = map_shared(size, false);
+  if (!p) return p.err();
+  local_region reg;
+  reg.ptr = *p;
+  reg.size = size;
+  reg.remote.size = size;
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(*p);
+  reg.remote.host_fd = owned_.back().fd;
+  return reg;
 }
 
 char* distance_transport::mapped(int peer_index, const remote_region& dst, uint64_t offset,
@@ -194,22 +213,26 @@ status distance_transport::write(int peer_index, const local_region& src_region,
     return error{errc::peer_dead,
                  "cannot map a region of same-host peer " + std::to_string(peer_index)};
   if (len > 0) std::memcpy(to, src, len);
-  return notify(peer_index, imm, deadline_ns);
+  return notify(peer_index, imm, 1, deadline_ns);
 }
 
-status distance_transport::notify(int peer_index, uint32_t imm, int64_t deadline_ns) {
+status distance_transport::notify(int peer_index, uint32_t imm, int64_t count,
+                                  int64_t deadline_ns) {
   peer& p = peers_[peer_index];
-  if (p.distance == peer_distance::network) return transport::notify(peer_index, imm, deadline_ns);
-  while (!p.inbox.try_push(my_index_, imm)) {
-    // The peer's ring is full: keep draining ours (the peer may wait for us to) until it
-    // reads.
-    inbox_.drain(pending_);
-    if (now_ns() > deadline_ns)
-      return error{errc::timeout, "same-host peer " + std::to_string(peer_index) +
-                                      " did not read its inbox before the deadline"};
-    sched_yield();
-  }
-  p.inbox.ring();
+  if (p.distance == peer_distance::network)
+    return transport::notify(peer_index, imm, count, deadline_ns);
+  for (int64_t i = 0; i < count; ++i)
+    while (!p.inbox.try_push(my_index_, imm)) {
+      // The peer's ring is full: wake it, and keep draining ours (the peer may wait for us
+      // to) until it reads.
+      p.inbox.ring();
+      inbox_.drain(pending_);
+      if (now_ns() > deadline_ns)
+        return error{errc::timeout, "same-host peer " + std::to_string(peer_index) +
+                                        " did not read its inbox before the deadline"};
+      sched_yield();
+    }
+  if (count > 0) p.inbox.ring();
   return {};
 }
 

@@ -29,6 +29,7 @@ class distance_transport final : public transport {
   status set_peers(const std::vector<std::string>& addresses) override;
   result<local_region> register_memory(void* ptr, size_t size) override;
   result<local_region> allocate_region(size_t size) override;
+  result<local_region> allocate_host_region(size_t size) override;
   status write(int peer, const local_region& src_region, const void* src, size_t len,
                const remote_region& dst, uint64_t offset, uint32_t imm,
                int64_t deadline_ns) override;
@@ -37,11 +38,13 @@ class distance_transport final : public transport {
   const transport_description& describe() const override { return desc_; }
   peer_distance distance(int peer) const override { return peers_[peer].distance; }
   char* mapped(int peer, const remote_region& dst, uint64_t offset, size_t len) override;
-  status notify(int peer, uint32_t imm, int64_t deadline_ns) override;
+  status notify(int peer, uint32_t imm, int64_t count, int64_t deadline_ns) override;
   void idle_wait(int64_t max_ns) override;
 
  private:
   distance_transport() = default;
+  // A memfd mapping of `size` bytes, owned here (unmapped when the transport closes).
+  result<char*> map_shared(size_t size, bool populate);
 
   struct peer_mapping {
     int64_t fd;

@@ -51,7 +51,9 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
   output.seq = seq;
   output.expert_offset = per_expert;
   output.num_recv_rows = num_rows;
-  output_x.resize(static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
+  // The shared output region (normal mode) is sized for every row a step can bring.
+  if (!output_region.reg.ptr)
+    output_x.resize(static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
   output.src_rank.assign(num_rows, 0);
   output.src_token.assign(num_rows, 0);
   output.src_k.assign(num_rows, 0);
@@ -59,7 +61,7 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
 }
 
 const dispatch_output* ep_group_impl::finish_output() {
-  output.recv_x = output_x.data();
+  output.recv_x = output_region.reg.ptr ? output_region.data() : output_x.data();
   phase = ep_phase::dispatched;
   return &output;
 }
@@ -143,8 +145,7 @@ status ep_group_impl::write(int peer, const char* src, int64_t len, const remote
 status ep_group_impl::notify(int peer, int64_t len, int64_t num_writes, uint32_t kind,
                              uint64_t& wire, uint64_t& writes, uint32_t fwd) {
   const uint32_t imm = proto::make_imm(static_cast<proto::imm_kind>(kind), seq, rank, fwd);
-  for (int64_t i = 0; i < num_writes; ++i)
-    if (auto st = endpoint->notify(peer, imm, deadline); !st) return fail(st.err());
+  if (auto st = endpoint->notify(peer, imm, num_writes, deadline); !st) return fail(st.err());
   wire += static_cast<uint64_t>(len);
   writes += static_cast<uint64_t>(num_writes);
   return {};
@@ -244,30 +245,37 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   // Dispatch's writes complete locally before dispatch_recv returns, so dispatch and
   // combine share one send staging buffer.
   // Count records: [step parity][source], then the forwarding phase's [step parity][source].
-  if (auto st = alloc(g->ctrl_recv, 4 * num_ranks * sizeof(count_record)); !st) return st.err();
-  if (auto st = alloc(g->ctrl_send, 2 * num_ranks * sizeof(count_record)); !st) return st.err();
+  const int64_t record_bytes = g->count_record_bytes;
+  if (auto st = alloc(g->ctrl_recv, 4 * num_ranks * record_bytes); !st) return st.err();
+  if (auto st = alloc(g->ctrl_send, 2 * num_ranks * record_bytes); !st) return st.err();
   if (auto st = alloc(g->dispatch_recv_region, sizes.dispatch_recv); !st) return st.err();
   if (auto st = alloc(g->staging, std::max(sizes.dispatch_send, sizes.combine_send)); !st)
     return st.err();
   if (auto st = alloc(g->combine_recv_region, sizes.combine_recv); !st) return st.err();
+  if (sizes.dispatch_output > 0) {
+    auto out = t.allocate_host_region(static_cast<size_t>(sizes.dispatch_output));
+    if (!out) return error{out.err().code, "EP: " + out.err().message};
+    g->output_region.reg = *out;
+  }
   g->imm_counters.assign(proto::step_slots * 3 * 2 * num_ranks, 0);
 
   std::string mine = t.address();
   for (const remote_region* r : {&g->ctrl_recv.reg.remote, &g->dispatch_recv_region.reg.remote,
-                                 &g->combine_recv_region.reg.remote})
+                                 &g->combine_recv_region.reg.remote, &g->output_region.reg.remote})
     mine.append(reinterpret_cast<const char*>(r), sizeof(remote_region));
   auto all = boot.allgather(members, mine, cfg.op_timeout_ms);
   if (!all) return all.err();
   std::vector<std::string> addrs;
   for (const std::string& e : *all) {
-    const size_t tail = 3 * sizeof(remote_region);
+    const size_t tail = 4 * sizeof(remote_region);
     if (e.size() <= tail) return error{errc::malformed_message, "EP: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - tail));
     detail::peer_regions pr;
-    const char* regions = e.data() + e.size() - tail;  // ctrl, dispatch, combine
+    const char* regions = e.data() + e.size() - tail;  // ctrl, dispatch, combine, output
     std::memcpy(&pr.ctrl, regions, sizeof(remote_region));
     std::memcpy(&pr.dispatch, regions + sizeof(remote_region), sizeof(remote_region));
     std::memcpy(&pr.combine, regions + 2 * sizeof(remote_region), sizeof(remote_region));
+    std::memcpy(&pr.output, regions + 3 * sizeof(remote_region), sizeof(remote_region));
     g->peers.push_back(pr);
   }
   if (auto st = t.set_peers(addrs); !st) return st.err();
@@ -324,17 +332,25 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
   topk_weights = weights;
   num_tokens = num_tokens_in;
   num_rows_to.assign(num_ranks, 0);
+  entries_per_expert = std::move(per_expert);
+  in_place_to.assign(num_ranks, 0);
   if (auto st = ops->dispatch_pack(*this, in_rank.data()); !st) return st;
 
   // Counts first (PROTOCOL.md, phase 1). Receivers do not rely on them arriving first.
   const int64_t max_rows = *std::max_element(num_rows_to.begin(), num_rows_to.end());
-  auto* rec = reinterpret_cast<count_record*>(ctrl_send.data());
+  const bool with_entries = count_record_bytes > static_cast<int64_t>(sizeof(count_record));
   for (int d = 0; d < num_ranks; ++d) {
-    rec[d] = count_record{static_cast<uint64_t>(num_rows_to[d]), static_cast<uint64_t>(max_rows)};
-    const int64_t off = ((seq & 1) * num_ranks + rank) * static_cast<int64_t>(sizeof(count_record));
-    if (auto st =
-            write(d, reinterpret_cast<const char*>(&rec[d]), sizeof(count_record), peers[d].ctrl,
-                  off, proto::imm_count, step_bytes.dispatch_wire, step_bytes.dispatch_writes);
+    char* at = ctrl_send.data() + d * count_record_bytes;
+    const count_record rec{static_cast<uint64_t>(num_rows_to[d]), static_cast<uint64_t>(max_rows),
+                           in_place_to[d] ? proto::count_flag_in_place : 0, 0};
+    std::memcpy(at, &rec, sizeof rec);
+    for (int e = 0; with_entries && e < cfg.num_experts; ++e) {
+      const auto n = static_cast<uint32_t>(entries_per_expert[e]);
+      std::memcpy(at + sizeof rec + 4 * e, &n, 4);
+    }
+    const int64_t off = ((seq & 1) * num_ranks + rank) * count_record_bytes;
+    if (auto st = write(d, at, count_record_bytes, peers[d].ctrl, off, proto::imm_count,
+                        step_bytes.dispatch_wire, step_bytes.dispatch_writes);
         !st)
       return st;
   }
@@ -351,19 +367,25 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
   if (auto st = wait_for(proto::imm_count, std::vector<int64_t>(num_ranks, 1), "count exchange");
       !st)
     return st.err();
-  const auto* rec = reinterpret_cast<const count_record*>(
-      ctrl_recv.data() + (seq & 1) * num_ranks * sizeof(count_record));
   num_rows_from.assign(num_ranks, 0);
+  in_place_from.assign(num_ranks, 0);
   num_padded_rows = 0;
   for (int s = 0; s < num_ranks; ++s) {
-    num_rows_from[s] = static_cast<int64_t>(rec[s].rows);
-    num_padded_rows = std::max<int64_t>(num_padded_rows, static_cast<int64_t>(rec[s].max_rows));
+    const count_record& rec = record_from(s);
+    num_rows_from[s] = static_cast<int64_t>(rec.rows);
+    num_padded_rows = std::max<int64_t>(num_padded_rows, static_cast<int64_t>(rec.max_rows));
     const int64_t limit = max_recv_rows_per_source;
-    if (num_rows_from[s] > limit || static_cast<int64_t>(rec[s].max_rows) > limit)
+    if (num_rows_from[s] > limit || static_cast<int64_t>(rec.max_rows) > limit)
       return fail(error{errc::malformed_message, "EP: rank " + std::to_string(s) + " announced " +
-                                                     std::to_string(rec[s].rows) +
-                                                     " rows, over the " + std::to_string(limit) +
-                                                     " this group holds"});
+                                                     std::to_string(rec.rows) + " rows, over the " +
+                                                     std::to_string(limit) + " this group holds"});
+    const bool in_place = (rec.flags & proto::count_flag_in_place) != 0;
+    if ((rec.flags & ~proto::count_flag_in_place) != 0 || rec.reserved != 0 ||
+        (in_place && !output_region.reg.ptr))
+      return fail(error{errc::malformed_message,
+                        "EP: rank " + std::to_string(s) + " sent count record flags " +
+                            std::to_string(rec.flags) + " this group does not accept"});
+    in_place_from[s] = in_place;
   }
 
   // Phase 2: the mode's bulk data (normal, baseline), now that every peer has announced it

@@ -67,7 +67,9 @@ struct ep_config {
 // Takes fabric.op_timeout_ms from the node's configuration.
 void apply_config(const config& node_config, ep_config& cfg);
 
-// What dispatch_recv returns; valid until the next dispatch_recv on this group.
+// What dispatch_recv returns; valid until the next dispatch_send on this group (normal mode
+// on one host: peers store the next step's rows straight into recv_x once that call
+// announced this rank is in the next step).
 struct dispatch_output {
   uint32_t seq = 0;              // step number, checked by combine
   const void* recv_x = nullptr;  // [num_recv_rows, hidden] of dtype, expert-major
@@ -86,6 +88,9 @@ struct ep_step_bytes {
   uint64_t combine_wire = 0;
   uint64_t dispatch_writes = 0;
   uint64_t combine_writes = 0;
+  // normal mode: destinations whose expert-major output received our rows' payload in place
+  // (same host, one node; PROTOCOL.md "Rows in place").
+  uint64_t dispatch_in_place_peers = 0;
 };
 
 class ep_group {

@@ -29,6 +29,7 @@ struct buffer {
 
 struct peer_regions {
   remote_region ctrl, dispatch, combine;
+  remote_region output;  // normal mode's expert-major dispatch output (same host only)
 };
 
 // Where the group is in the dispatch_send, dispatch_recv, combine_send, combine_recv cycle.
@@ -37,6 +38,9 @@ enum class ep_phase { idle, dispatch_sent, dispatched, combine_sent };
 // Bytes of the registered regions a mode needs (PROTOCOL.md, "Buffers").
 struct ep_region_sizes {
   int64_t dispatch_recv = 0, dispatch_send = 0, combine_recv = 0, combine_send = 0;
+  // Normal mode, one node: the expert-major dispatch output, shared with same-host peers
+  // that store their rows' payload straight into it (0: the output is private memory).
+  int64_t dispatch_output = 0;
 };
 
 // The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
@@ -55,11 +59,13 @@ struct ep_group_impl;
 // validates every call, runs the layout, the count exchange and the waits; between those it
 // calls these, in this order. Every operation that writes records its bytes in step_bytes.
 struct ep_mode_ops {
-  // Sets the mode's geometry (row_bytes, max_rows_per_peer, max_recv_rows_per_source and the
-  // node layout) and returns the sizes of its regions. Runs once, before any buffer exists.
+  // Sets the mode's geometry (row_bytes, max_rows_per_peer, max_recv_rows_per_source,
+  // count_record_bytes and the node layout) and returns the sizes of its regions. Runs once,
+  // before any buffer exists.
   ep_region_sizes (*regions_plan)(ep_group_impl& g);
   // dispatch_send, before the count records: numbers the rows for each destination
-  // (num_rows_to) and packs them into staging. is_token_in_rank is [num_tokens, num_ranks].
+  // (num_rows_to), packs them into staging and sets in_place_to. is_token_in_rank is
+  // [num_tokens, num_ranks].
   status (*dispatch_pack)(ep_group_impl& g, const uint8_t* is_token_in_rank);
   // dispatch_send, after the count records: writes that need not wait for the peers.
   status (*dispatch_eager_write)(ep_group_impl& g);
@@ -91,6 +97,9 @@ struct ep_group_impl {
   int64_t max_rows_per_peer = 0;
   // The most rows a count record may announce (normal: tokens; others: entries).
   int64_t max_recv_rows_per_source = 0;
+  // Stride of count records in the ctrl regions: a proto::count_record, plus (normal mode)
+  // uint32 entries per global expert.
+  int64_t count_record_bytes = sizeof(proto::count_record);
   // normal mode across nodes: ranks per node, nodes, and rows a rank can receive from one
   // gateway of its node per step (F in PROTOCOL.md); across_nodes when there is more than
   // one node.
@@ -102,6 +111,9 @@ struct ep_group_impl {
   int gateway_of(int node) const { return node * num_ranks_per_node + local_of(rank); }
   std::vector<peer_regions> peers;
   buffer ctrl_recv, ctrl_send, dispatch_recv_region, staging, combine_recv_region;
+  // Normal mode: the expert-major dispatch output when the transport shares memory with
+  // peers (reg.ptr null otherwise: output_x holds it).
+  buffer output_region;
   // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
   kernels::thread_pool pool{1};
@@ -122,7 +134,11 @@ struct ep_group_impl {
   const int64_t* topk_idx = nullptr;
   const float* topk_weights = nullptr;
   int64_t num_tokens = 0;
-  std::vector<int64_t> num_rows_to;      // [num_ranks] rows for each destination
+  std::vector<int64_t> num_rows_to;         // [num_ranks] rows for each destination
+  std::vector<int64_t> entries_per_expert;  // [num_experts] (token, k) entries per expert
+  // normal: [num_ranks] destinations whose output we store our rows' payload into (count
+  // record flag count_flag_in_place), and sources that stored theirs into ours.
+  std::vector<char> in_place_to, in_place_from;
   std::vector<int64_t> token_rank_slot;  // [num_tokens, num_ranks] (dispatch layout)
   // normal: [num_tokens, num_ranks] row of the token at destination (a rank of our node, or
   // a gateway), -1 if none.
@@ -161,6 +177,16 @@ struct ep_group_impl {
   void start_output(std::vector<int64_t>& per_expert);
   // The step's output is complete: the next call is combine_send.
   const dispatch_output* finish_output();
+
+  // This step's count record from source s (valid once the count exchange completed), and
+  // normal mode's entries per global expert that follow it.
+  const proto::count_record& record_from(int s) const {
+    return *reinterpret_cast<const proto::count_record*>(
+        ctrl_recv.data() + ((seq & 1) * num_ranks + s) * count_record_bytes);
+  }
+  const uint32_t* entries_from(int s) const {
+    return reinterpret_cast<const uint32_t*>(&record_from(s) + 1);
+  }
 
   uint32_t& counter(uint32_t step, uint32_t kind, int src, uint32_t fwd = 0) {
     return imm_counters[(((step % proto::step_slots) * 3 + kind) * 2 + fwd) * num_ranks + src];

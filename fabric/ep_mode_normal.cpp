@@ -65,10 +65,9 @@ status partials_return(ep_group_impl& g, int s) {
                          g.step_bytes.combine_wire, g.step_bytes.combine_writes);
 }
 
-// One dispatch row of token tk at `row`: its hidden payload, then the metadata.
-void pack_row(const ep_group_impl& g, int64_t tk, char* row) {
+// The metadata of token tk's dispatch row, after the payload's place in `row`.
+void pack_meta(const ep_group_impl& g, int64_t tk, char* row) {
   const int topk = g.cfg.topk;
-  std::memcpy(row, static_cast<const char*>(g.x) + tk * g.hidden_bytes, g.hidden_bytes);
   char* meta = row + g.hidden_bytes;
   const int32_t token = static_cast<int32_t>(tk), source = g.rank;
   std::memcpy(meta, &token, 4);
@@ -80,14 +79,54 @@ void pack_row(const ep_group_impl& g, int64_t tk, char* row) {
   std::memcpy(meta + 8 + 4 * topk, g.topk_weights + tk * topk, 4 * static_cast<size_t>(topk));
 }
 
+// One dispatch row of token tk at `row`: its hidden payload, then the metadata.
+void pack_row(const ep_group_impl& g, int64_t tk, char* row) {
+  std::memcpy(row, static_cast<const char*>(g.x) + tk * g.hidden_bytes, g.hidden_bytes);
+  pack_meta(g, tk, row);
+}
+
 // Our block of d's dispatch receive region when it is mapped here (same process or host).
 char* direct_dispatch_block(ep_group_impl& g, int d) {
   const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
   return g.peer_memory(d, g.peers[d].dispatch, g.rank * block_bytes, block_bytes);
 }
 
+// d's expert-major dispatch output when it is mapped here (same process or host, one node).
+char* peer_output(ep_group_impl& g, int d) {
+  const remote_region& out = g.peers[d].output;
+  return out.size == 0 ? nullptr : g.peer_memory(d, out, 0, static_cast<int64_t>(out.size));
+}
+
+// Rows (token, local expert) of the output of a one-node group, in the order of
+// PROTOCOL.md "Rows in place": local expert j's rows are those of source 0, then source 1,
+// ...; every rank computes the same positions from the count records' entries per expert.
+// first[j] = where source `s`'s rows of d's local expert j start in d's output.
+status output_starts(ep_group_impl& g, int d, int s, std::vector<int64_t>& first) {
+  const int64_t num_local = g.num_local_experts, first_expert = d * num_local;
+  first.assign(static_cast<size_t>(num_local), 0);
+  int64_t at = 0;
+  for (int64_t j = 0; j < num_local; ++j) {
+    int64_t before = 0, total = 0;
+    for (int q = 0; q < g.num_ranks; ++q) {
+      const int64_t c = g.entries_from(q)[first_expert + j];
+      total += c;
+      if (q < s) before += c;
+    }
+    first[j] = at + before;
+    at += total;
+  }
+  if (at > g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk)
+    return g.fail(error{errc::malformed_message, "EP: the count records announce " +
+                                                     std::to_string(at) + " entries for rank " +
+                                                     std::to_string(d) +
+                                                     ", more than its output holds"});
+  return {};
+}
+
 ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   g.row_bytes = proto::align_up(g.hidden_bytes + proto::normal_meta_bytes(g.cfg.topk), 16);
+  g.count_record_bytes = proto::align_up(
+      static_cast<int64_t>(sizeof(count_record)) + 4 * static_cast<int64_t>(g.cfg.num_experts), 16);
   g.max_recv_rows_per_source = g.cfg.max_tokens_per_rank;
   g.across_nodes = g.num_nodes > 1;
   g.max_forwarded_rows_per_gateway = (g.num_nodes - 1) * g.cfg.max_tokens_per_rank;
@@ -97,6 +136,10 @@ ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   sizes.dispatch_send = num_rows * g.row_bytes;
   sizes.combine_recv = num_rows * g.hidden_bytes;
   sizes.combine_send = num_rows * g.hidden_bytes;
+  // One node: the output, shared so same-host peers store payload straight into it; sized
+  // for the worst case (every entry of every token of every rank), backed only where touched.
+  if (!g.across_nodes)
+    sizes.dispatch_output = g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk * g.hidden_bytes;
   return sizes;
 }
 
@@ -118,7 +161,10 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
   // Pack: staging[dest][i] is the i-th token (ascending index) going to dest. Destinations
   // mapped here are packed later, straight into their receive region (dispatch_bulk_write).
   std::vector<char> direct(num_ranks, 0);
-  for (int d = 0; d < num_ranks; ++d) direct[d] = direct_dispatch_block(g, d) != nullptr;
+  for (int d = 0; d < num_ranks; ++d) {
+    direct[d] = direct_dispatch_block(g, d) != nullptr;
+    g.in_place_to[d] = direct[d] && peer_output(g, d) != nullptr;
+  }
   for (int64_t tk = 0; tk < num_tokens; ++tk)
     for (int d = 0; d < num_ranks; ++d) {
       const int64_t i = g.dest_slot[tk * num_ranks + d];
@@ -131,17 +177,51 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
 // Rows are written once every peer announced it is in this step (dispatch_bulk_write).
 status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 
+// d's rows, their payload into d's output at the positions every rank computes alike, their
+// metadata into our block of d's dispatch region; counts the bytes stored.
+status rows_in_place_write(ep_group_impl& g, int d, char* block) {
+  char* out = peer_output(g, d);
+  std::vector<int64_t> cursor;
+  if (auto st = output_starts(g, d, g.rank, cursor); !st) return st;
+  const int topk = g.cfg.topk;
+  const int64_t first_expert = static_cast<int64_t>(d) * g.num_local_experts;
+  const char* x = static_cast<const char*>(g.x);
+  int64_t num_entries = 0;
+  for (int64_t tk = 0; tk < g.num_tokens; ++tk) {
+    const int64_t i = g.dest_slot[tk * g.num_ranks + d];
+    if (i < 0) continue;
+    pack_meta(g, tk, block + i * g.row_bytes);
+    for (int k = 0; k < topk; ++k) {
+      const int64_t j = g.topk_idx[tk * topk + k] - first_expert;
+      if (j < 0 || j >= g.num_local_experts) continue;
+      std::memcpy(out + cursor[j]++ * g.hidden_bytes, x + tk * g.hidden_bytes, g.hidden_bytes);
+      ++num_entries;
+    }
+  }
+  g.step_bytes.dispatch_wire += static_cast<uint64_t>(
+      num_entries * g.hidden_bytes + g.num_rows_to[d] * proto::normal_meta_bytes(topk));
+  ++g.step_bytes.dispatch_in_place_peers;
+  return {};
+}
+
 status normal_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) {
   const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
   for (int d = 0; d < g.num_ranks; ++d) {
     // Mapped here: every peer announced it is in this step (done reading the previous one),
     // so pack the rows straight from the tokens into its region, one copy.
     if (char* block = direct_dispatch_block(g, d)) {
-      for (int64_t tk = 0; tk < g.num_tokens; ++tk)
-        if (const int64_t i = g.dest_slot[tk * g.num_ranks + d]; i >= 0)
-          pack_row(g, tk, block + i * g.row_bytes);
       const int64_t len = g.num_rows_to[d] * g.row_bytes;
-      if (auto st = g.notify(d, len, g.chunks(len), proto::imm_dispatch, g.step_bytes.dispatch_wire,
+      if (g.in_place_to[d]) {
+        // In place: the payload once per (token, local expert of d) straight into d's
+        // expert-major output, the metadata into d's dispatch region (PROTOCOL.md).
+        if (auto st = rows_in_place_write(g, d, block); !st) return st;
+      } else {
+        for (int64_t tk = 0; tk < g.num_tokens; ++tk)
+          if (const int64_t i = g.dest_slot[tk * g.num_ranks + d]; i >= 0)
+            pack_row(g, tk, block + i * g.row_bytes);
+        g.step_bytes.dispatch_wire += static_cast<uint64_t>(len);
+      }
+      if (auto st = g.notify(d, 0, g.chunks(len), proto::imm_dispatch, g.step_bytes.dispatch_wire,
                              g.step_bytes.dispatch_writes);
           !st)
         return st;
@@ -194,15 +274,15 @@ status forward_to_node(ep_group_impl& g) {
       }
     }
   }
-  auto* rec = reinterpret_cast<count_record*>(g.ctrl_send.data()) + num_ranks;
+  const int64_t stride = g.count_record_bytes;
   for (int l = 0; l < num_ranks_per_node; ++l) {
     const int d = my_node * num_ranks_per_node + l;
-    rec[l] = count_record{static_cast<uint64_t>(g.num_forwarded_to[l]), 0};
-    const int64_t off = (2 * num_ranks + (g.seq & 1) * num_ranks + g.rank) *
-                        static_cast<int64_t>(sizeof(count_record));
-    if (auto st = g.write(d, reinterpret_cast<const char*>(&rec[l]), sizeof(count_record),
-                          g.peers[d].ctrl, off, proto::imm_count, g.step_bytes.dispatch_wire,
-                          g.step_bytes.dispatch_writes, forwarded);
+    char* at = g.ctrl_send.data() + (num_ranks + l) * stride;
+    const count_record rec{static_cast<uint64_t>(g.num_forwarded_to[l]), 0, 0, 0};
+    std::memcpy(at, &rec, sizeof rec);
+    const int64_t off = (2 * num_ranks + (g.seq & 1) * num_ranks + g.rank) * stride;
+    if (auto st = g.write(d, at, sizeof rec, g.peers[d].ctrl, off, proto::imm_count,
+                          g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes, forwarded);
         !st)
       return st;
   }
@@ -220,13 +300,14 @@ status forward_to_node(ep_group_impl& g) {
   for (int l = 0; l < num_ranks_per_node; ++l) expected[my_node * num_ranks_per_node + l] = 1;
   if (auto st = g.wait_for(proto::imm_count, expected, "forwarded count exchange", forwarded); !st)
     return st;
-  const auto* got = reinterpret_cast<const count_record*>(
-      g.ctrl_recv.data() + (2 * num_ranks + (g.seq & 1) * num_ranks) * sizeof(count_record));
+  const char* got = g.ctrl_recv.data() + (2 * num_ranks + (g.seq & 1) * num_ranks) * stride;
   g.num_forwarded_from.assign(num_ranks_per_node, 0);
   std::fill(expected.begin(), expected.end(), 0);
   for (int l = 0; l < num_ranks_per_node; ++l) {
     const int q = my_node * num_ranks_per_node + l;
-    g.num_forwarded_from[l] = static_cast<int64_t>(got[q].rows);
+    count_record rec;
+    std::memcpy(&rec, got + q * stride, sizeof rec);
+    g.num_forwarded_from[l] = static_cast<int64_t>(rec.rows);
     if (g.num_forwarded_from[l] > capacity)
       return g.fail(
           error{errc::malformed_message, "EP: gateway " + std::to_string(q) + " announced " +
@@ -237,12 +318,88 @@ status forward_to_node(ep_group_impl& g) {
   return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
 }
 
-// The expert-major output: every token row that is ours (sent directly by a rank of our
-// node, or forwarded by one of its gateways), in (source rank, token) order, fanned out to
-// each local expert it names.
+// Output row r holds entry k of the receive-region row `row` (metadata `meta`): where it came
+// from, and the way back for combine.
+void attribute_output_row(ep_group_impl& g, int64_t r, int64_t row, int k, const char* meta) {
+  const int topk = g.cfg.topk;
+  g.output.src_rank[r] = meta_source(meta);
+  g.output.src_token[r] = meta_token(meta);
+  g.output.src_k[r] = k;
+  g.output_recv_pos[r] = row;
+  g.recv_slot[row * topk + k] = r;
+  std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+}
+
+// One node: output positions from the count records (where in-place sources stored their
+// payload already); each source's rows must name exactly the entries it announced.
+status one_node_output_build(ep_group_impl& g) {
+  const int num_ranks = g.num_ranks, topk = g.cfg.topk;
+  const int64_t num_local = g.num_local_experts, max_tokens = g.cfg.max_tokens_per_rank;
+  const int64_t first_expert = static_cast<int64_t>(g.rank) * num_local;
+  std::vector<int64_t> per_expert(num_local + 1, 0);
+  int64_t num_entries = 0, bound = 0;
+  for (int s = 0; s < num_ranks; ++s) {
+    bound += g.num_rows_from[s] * topk;
+    for (int64_t j = 0; j < num_local; ++j) {
+      per_expert[j + 1] += g.entries_from(s)[first_expert + j];
+      num_entries += g.entries_from(s)[first_expert + j];
+    }
+  }
+  if (num_entries > bound)
+    return g.fail(error{errc::malformed_message,
+                        "EP: the count records announce " + std::to_string(num_entries) +
+                            " entries for this rank, more than their rows can name"});
+  g.start_output(per_expert);
+  char* out = g.output_region.reg.ptr ? g.output_region.data() : g.output_x.data();
+  g.recv_slot.assign(static_cast<size_t>(num_region_rows(g) * topk), -1);
+  g.recv_weight.assign(g.recv_slot.size(), 0.0f);
+  std::vector<int64_t> cursor, end(static_cast<size_t>(num_local));
+  for (int s = 0; s < num_ranks; ++s) {
+    if (auto st = output_starts(g, g.rank, s, cursor); !st) return st;
+    for (int64_t j = 0; j < num_local; ++j)
+      end[j] = cursor[j] + g.entries_from(s)[first_expert + j];
+    for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
+      const int64_t row = s * max_tokens + i;
+      const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
+      const char* meta = payload + g.hidden_bytes;
+      if (meta_source(meta) != s)
+        return g.fail(error{errc::malformed_message,
+                            "EP: a row from rank " + std::to_string(s) + " names another source"});
+      bool any = false;
+      for (int k = 0; k < topk; ++k) {
+        const int64_t local = g.local_expert(meta_expert(meta, k));
+        if (local < 0) continue;
+        any = true;
+        if (cursor[local] >= end[local])
+          return g.fail(error{errc::malformed_message, "EP: rank " + std::to_string(s) +
+                                                           "'s rows name more entries of expert " +
+                                                           std::to_string(first_expert + local) +
+                                                           " than it announced"});
+        const int64_t r = cursor[local]++;
+        if (!g.in_place_from[s]) std::memcpy(out + r * g.hidden_bytes, payload, g.hidden_bytes);
+        attribute_output_row(g, r, row, k, meta);
+      }
+      if (!any)
+        return g.fail(error{errc::malformed_message, "EP: a row from rank " + std::to_string(s) +
+                                                         " names no expert of this rank"});
+    }
+    for (int64_t j = 0; j < num_local; ++j)
+      if (cursor[j] != end[j])
+        return g.fail(error{errc::malformed_message,
+                            "EP: rank " + std::to_string(s) + " announced " +
+                                std::to_string(g.entries_from(s)[first_expert + j]) +
+                                " entries of expert " + std::to_string(first_expert + j) +
+                                ", its rows name fewer"});
+  }
+  return {};
+}
+
+// The expert-major output. Across nodes: every token row that is ours (sent directly by a
+// rank of our node, or forwarded by one of its gateways), in (source rank, token) order,
+// fanned out from the dispatch region to each local expert it names.
 status normal_dispatch_output_build(ep_group_impl& g) {
-  if (g.across_nodes)
-    if (auto st = forward_to_node(g); !st) return st;
+  if (!g.across_nodes) return one_node_output_build(g);
+  if (auto st = forward_to_node(g); !st) return st;
   const int num_ranks = g.num_ranks, topk = g.cfg.topk;
   const int64_t max_tokens = g.cfg.max_tokens_per_rank;
   auto meta_of = [&](int64_t row) {
@@ -251,19 +408,15 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   std::vector<int64_t> rows;  // receive-region row indices
   for (int s = 0; s < num_ranks; ++s) {
     // Inter-node rows were forwarded, they are not ours.
-    if (g.across_nodes && g.node_of(s) != g.node_of(g.rank)) continue;
+    if (g.node_of(s) != g.node_of(g.rank)) continue;
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) rows.push_back(s * max_tokens + i);
   }
-  if (g.across_nodes) {
-    for (int l = 0; l < g.num_ranks_per_node; ++l)
-      for (int64_t p = 0; p < g.num_forwarded_from[l]; ++p)
-        rows.push_back(forwarded_base(g, l) + p);
-    auto key = [&](int64_t row) {
-      return std::make_pair(meta_source(meta_of(row)), meta_token(meta_of(row)));
-    };
-    std::stable_sort(rows.begin(), rows.end(),
-                     [&](int64_t a, int64_t b) { return key(a) < key(b); });
-  }
+  for (int l = 0; l < g.num_ranks_per_node; ++l)
+    for (int64_t p = 0; p < g.num_forwarded_from[l]; ++p) rows.push_back(forwarded_base(g, l) + p);
+  auto key = [&](int64_t row) {
+    return std::make_pair(meta_source(meta_of(row)), meta_token(meta_of(row)));
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
   std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
   for (int64_t row : rows) {
     const char* meta = meta_of(row);
@@ -287,18 +440,12 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   for (int64_t row : rows) {
     const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
     const char* meta = payload + g.hidden_bytes;
-    const int32_t token = meta_token(meta), source = meta_source(meta);
     for (int k = 0; k < topk; ++k) {
       const int64_t local = g.local_expert(meta_expert(meta, k));
       if (local < 0) continue;
       const int64_t r = cursor[local]++;
       std::memcpy(g.output_x.data() + r * g.hidden_bytes, payload, g.hidden_bytes);
-      g.output.src_rank[r] = source;
-      g.output.src_token[r] = token;
-      g.output.src_k[r] = k;
-      g.output_recv_pos[r] = row;
-      g.recv_slot[row * topk + k] = r;
-      std::memcpy(&g.recv_weight[row * topk + k], meta + 8 + 4 * topk + 4 * k, 4);
+      attribute_output_row(g, r, row, k, meta);
     }
   }
   return {};

@@ -31,11 +31,19 @@ constexpr uint32_t imm_src_of(uint32_t imm) { return (imm >> 14) & 0xfff; }
 constexpr uint32_t imm_forwarded_of(uint32_t imm) { return (imm >> 13) & 1; }
 constexpr uint32_t imm_reserved_bits(uint32_t imm) { return imm & 0x1fff; }
 
-// What each rank writes into every peer's ctrl region at the start of a dispatch.
+// What each rank writes into every peer's ctrl region at the start of a dispatch. Normal
+// mode appends uint32 entries[num_experts]: this sender's (token, expert) entries per global
+// expert, from which every rank computes where each source's rows go in every destination's
+// expert-major output (PROTOCOL.md, "Rows in place").
 struct count_record {
   uint64_t rows;      // rows (normal: tokens; ll/baseline: (token, expert) entries) for you
   uint64_t max_rows;  // the largest `rows` this sender has for any rank (baseline padding)
+  uint64_t flags;     // count_flag_* bits; others zero
+  uint64_t reserved;  // zero
 };
+// Normal mode: the payload of my rows for you is already stored in your dispatch output, in
+// expert-major order (same host); my rows in your dispatch region carry metadata only.
+constexpr uint64_t count_flag_in_place = 1;
 
 // Metadata after the hidden payload of a normal-mode dispatch row.
 //   int32 token; int32 source rank; int32 topk_idx[topk]; float topk_weight[topk]

@@ -93,6 +93,11 @@ class transport {
   // so a late write from a peer of an old group faults at the writer instead of landing in
   // reused memory. The default: a private anonymous mapping, registered.
   virtual result<local_region> allocate_region(size_t size);
+  // A zeroed region that only same-host peers store into (through mapped()): shared with
+  // them, not registered with the fabric, its pages backed when first touched (so it can be
+  // sized for a worst case that is never reached). A region with ptr == nullptr where the
+  // transport shares no memory with peers (the default).
+  virtual result<local_region> allocate_host_region(size_t size);
 
   // Which transport carries writes to `peer` (valid after set_peers).
   virtual peer_distance distance(int /*peer*/) const { return peer_distance::network; }
@@ -103,8 +108,11 @@ class transport {
                        size_t /*len*/) {
     return nullptr;
   }
-  // Delivers `imm` to peer for bytes already stored through mapped().
-  virtual status notify(int peer, uint32_t imm, int64_t deadline_ns);
+  // Delivers `count` copies of `imm` to peer for bytes already stored through mapped(), and
+  // wakes the peer once (not once per immediate: a receiver woken for each of a burst of
+  // immediates runs, finds its step incomplete and sleeps again, which on a box with more
+  // ranks than cores costs a context switch per immediate).
+  virtual status notify(int peer, uint32_t imm, int64_t count, int64_t deadline_ns);
   // Nothing arrived: give the CPU away for at most max_ns (a doorbell where the transport has
   // one, so peers that outnumber cores are not starved by polling).
   virtual void idle_wait(int64_t max_ns);

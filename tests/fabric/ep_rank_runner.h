@@ -138,6 +138,19 @@ inline int run_rank(bootstrap& b, const ep_case& c) {
   }
   for (int s = 0; s < c.steps; ++s)
     if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank()); rc != 0) return rc;
+  // Normal mode on one node stores rows in place at every peer that shares memory with us.
+  if (c.mode == ep_mode::normal && c.ranks_per_node == 0) {
+    uint64_t want = 0;
+    for (int peer = 0; peer < b.size(); ++peer)
+      want += !expected_path(c, b.rank(), peer).empty() &&
+              expected_path(c, b.rank(), peer) != "network";
+    const uint64_t got = (*g)->last_step_bytes().dispatch_in_place_peers;
+    if (got != want) {
+      std::fprintf(stderr, "rank %d: rows stored in place at %llu peers, expected %llu\n", b.rank(),
+                   static_cast<unsigned long long>(got), static_cast<unsigned long long>(want));
+      return 1;
+    }
+  }
   // Stay until everyone is done: peers may still be waiting on our last writes' partners.
   if (auto done = b.allgather(all_members(b), "", 20000); !done)
     return report(b.rank(), "final barrier", done.err());
