@@ -104,6 +104,7 @@ struct ep_group_impl {
   buffer ctrl_recv, ctrl_send, dispatch_recv_region, staging, combine_recv_region;
   // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
+  std::shared_ptr<const std::atomic<bool>> abort;  // transport_options::abort
   kernels::thread_pool pool{1};
 
   uint32_t seq = 0;
