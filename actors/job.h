@@ -5,6 +5,7 @@
 // so actors/ depends on no job.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,6 +50,10 @@ class trainer_group {
                                                      const std::vector<int>& participants, int self,
                                                      const std::string& mine,
                                                      int64_t timeout_ms) = 0;
+  // Raised (from another thread) once the group broke: the step's fabric waits end at once
+  // (fabric::transport_options::abort), so a lost member costs the re-formation only, not
+  // fabric.op_timeout_ms spent waiting for the dead member's writes. Null: never raised.
+  virtual std::shared_ptr<const std::atomic<bool>> abort_flag() const { return nullptr; }
 };
 
 // The ranks of a trainer node (actors.trainer_ranks, each its own supervised actor), for a

@@ -113,7 +113,35 @@ std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_con
 
 group_member_link::group_member_link(caf::actor_system& sys, std::shared_ptr<node_context> ctx,
                                      group_view v)
-    : sys_(sys), ctx_(std::move(ctx)), view_(std::move(v)) {}
+    : sys_(sys), ctx_(std::move(ctx)), view_(std::move(v)), watcher_([this] { watch(); }) {}
+
+group_member_link::~group_member_link() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    leaving_ = true;
+  }
+  wake_.notify_all();
+  watcher_.join();
+}
+
+void group_member_link::watch() {
+  // Its own scoped actor: a request's answer reaches only this thread.
+  caf::scoped_actor me{sys_};
+  std::unique_lock<std::mutex> l(mu_);
+  while (!leaving_ && !broken_->load(std::memory_order_relaxed)) {
+    wake_.wait_for(l, std::chrono::milliseconds(100), [this] { return leaving_; });
+    if (leaving_) break;
+    l.unlock();
+    bool answered = false;
+    auto v = ask_view(me.ptr(), *ctx_, &answered);
+    if (answered && (!v || v->incarnation != view_.incarnation)) {
+      broken_->store(true, std::memory_order_release);
+      logger("trainer")->warn("trainer group {} moved past incarnation {}: aborting its waits",
+                              view_.group, view_.incarnation);
+    }
+    l.lock();
+  }
+}
 
 result<std::vector<std::string>> group_member_link::allgather(const std::string& channel,
                                                               const std::vector<int>& participants,
@@ -152,7 +180,12 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
         },
         caf::after(std::chrono::milliseconds(200)) >>
             [&] {
-              if (ctx_->coordinator() != c) {
+              if (broken_->load(std::memory_order_acquire)) {
+                out = error{errc::peer_dead, "group " + view_.group + " all-gather on " + channel +
+                                                 ": the group broke (incarnation " +
+                                                 std::to_string(view_.incarnation) + " ended)"};
+                waiting = false;
+              } else if (ctx_->coordinator() != c) {
                 out =
                     error{errc::peer_dead, "group " + view_.group +
                                                " all-gather: the coordinator changed (restarted)"};
@@ -163,14 +196,6 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
             });
   }
   return out;
-}
-
-bool group_member_link::still_current() {
-  caf::scoped_actor me{sys_};
-  bool answered = false;
-  auto v = ask_view(me.ptr(), *ctx_, &answered);
-  if (!answered) return true;
-  return v && v->incarnation == view_.incarnation;
 }
 
 void group_member_link::report_failure(const std::string& cause) {

@@ -4,9 +4,13 @@
 // coordinator. Each call is its own scoped actor, so rank threads (not actors) call it too.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <caf/fwd.hpp>
 
@@ -26,9 +30,14 @@ group_fingerprint trainer_group_fingerprint(const config& cfg);
 // replacement waits for the group to break. nullopt when the loop must end (stop, drain).
 std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_context& ctx);
 
+// A member's link to its formed group (one incarnation). A watcher thread asks the
+// coordinator for the member's view every 100 ms and raises abort_flag() once the group has
+// moved past this incarnation, so a step sitting in a fabric wait for a dead member's writes
+// fails at once (actors/RUNTIME.md, "Groups across nodes").
 class group_member_link final : public trainer_group {
  public:
   group_member_link(caf::actor_system& sys, std::shared_ptr<node_context> ctx, group_view v);
+  ~group_member_link() override;
 
   uint32_t member_index() const override { return view_.member_index; }
   uint32_t num_members() const override { return view_.group_size; }
@@ -39,9 +48,11 @@ class group_member_link final : public trainer_group {
                                              const std::string& mine, int64_t timeout_ms) override;
 
   const group_view& view() const { return view_; }
-  // False once the coordinator's group has moved past this incarnation (a member was lost);
-  // true also when the coordinator did not answer (its loss is the node agent's business).
-  bool still_current();
+  std::shared_ptr<const std::atomic<bool>> abort_flag() const override { return broken_; }
+  // False once the coordinator's group has moved past this incarnation (a member was lost),
+  // as the watcher last saw it; true also while the coordinator does not answer (its loss is
+  // the node agent's business).
+  bool still_current() const { return !broken_->load(std::memory_order_acquire); }
   // This member's group work failed (e.g. a peer timed out mid-step): the coordinator breaks
   // the incarnation, so every member stops and the group re-forms.
   void report_failure(const std::string& cause);
@@ -49,9 +60,16 @@ class group_member_link final : public trainer_group {
   void report_restored(uint64_t version);
 
  private:
+  void watch();  // the watcher thread's loop
+
   caf::actor_system& sys_;
   std::shared_ptr<node_context> ctx_;
   group_view view_;
+  std::shared_ptr<std::atomic<bool>> broken_ = std::make_shared<std::atomic<bool>>(false);
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool leaving_ = false;  // under mu_: the destructor ends the watcher
+  std::thread watcher_;   // last: starts once everything it reads is built
 };
 
 }  // namespace moerl::actors

@@ -225,15 +225,11 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   // stats). Groups a job step holds back for a full iteration do not count as work in
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.
   wait_clock stalled;
-  int64_t next_group_check = 0;
   while (mailbox_ok(self, *ctx, 0)) {
-    if (ctx->draining()) return;  // nothing is held between batches: leave
-    if (pool.link() && steady_ms() >= next_group_check) {
-      next_group_check = steady_ms() + 250;
-      if (!pool.link()->still_current()) {  // a member was lost: the group re-forms
-        fail_actor(self, "trainer group " + pool.link()->view().group + " broke");
-        return;
-      }
+    if (ctx->draining()) return;                         // nothing is held between batches: leave
+    if (pool.link() && !pool.link()->still_current()) {  // a member was lost: re-form
+      fail_actor(self, "trainer group " + pool.link()->view().group + " broke");
+      return;
     }
     stalled.start_waiting(steady_ms());
     if (steady_ms() >= next_refresh) {

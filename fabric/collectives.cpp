@@ -46,6 +46,7 @@ struct collective_group::impl {
   std::vector<remote_region> peer_recv;
   std::unique_ptr<transport> t;  // after the buffers: closes before they are unmapped
   std::unique_ptr<nccl_backend> nccl;
+  std::shared_ptr<const std::atomic<bool>> abort;  // transport_options::abort
   uint32_t round = 0;
   int64_t deadline = 0;
   std::map<uint32_t, int64_t> seen;  // immediates received, by value
@@ -72,6 +73,10 @@ struct collective_group::impl {
       if (auto st = t->progress(imms); !st) return fail(st.err());
       for (uint32_t v : imms) ++seen[v];
       if (imms.empty()) sched_yield();
+      if (abort && abort->load(std::memory_order_acquire))
+        return fail(error{errc::peer_dead, std::string("collective round ") +
+                                               std::to_string(round) + ": " + what +
+                                               " aborted (a member of the group was lost)"});
       if (fabric::now_ns() > deadline)
         return fail(error{errc::timeout, std::string("collective round ") + std::to_string(round) +
                                              ": " + what + " incomplete after " +
@@ -134,6 +139,7 @@ result<std::unique_ptr<collective_group>> collective_group::create(const transpo
   auto tr = open_transport(topt);
   if (!tr) return tr.err();
   p->t = std::move(*tr);
+  p->abort = topt.abort;
   auto w = p->t->register_memory(p->work.get(), work_bytes);
   if (!w) return w.err();
   p->work_reg = *w;

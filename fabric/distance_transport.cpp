@@ -72,6 +72,7 @@ result<std::unique_ptr<transport>> distance_transport::open(const transport_opti
   std::unique_ptr<distance_transport> t(new distance_transport());
   t->fabric_ = std::move(fabric);
   t->host_id_ = options.host_id.empty() ? this_host_id() : options.host_id;
+  t->abort_ = options.abort;
   auto in = host_inbox::create();
   if (!in) return in.err();
   t->inbox_ = std::move(*in);
@@ -230,6 +231,10 @@ status distance_transport::notify(int peer_index, uint32_t imm, int64_t count,
       if (now_ns() > deadline_ns)
         return error{errc::timeout, "same-host peer " + std::to_string(peer_index) +
                                         " did not read its inbox before the deadline"};
+      if (abort_ && abort_->load(std::memory_order_acquire))
+        return error{errc::peer_dead, "same-host peer " + std::to_string(peer_index) +
+                                          " did not read its inbox, then aborted (a member of "
+                                          "the group was lost)"};
       sched_yield();
     }
   if (count > 0) p.inbox.ring();

@@ -65,6 +65,7 @@ class distance_transport final : public transport {
 
   std::unique_ptr<transport> fabric_;
   std::string host_id_;
+  std::shared_ptr<const std::atomic<bool>> abort_;  // transport_options::abort
   host_inbox inbox_;
   int my_index_ = -1;
   bool poll_fabric_ = false;  // a network peer, or a region written through the fabric

@@ -105,6 +105,9 @@ status ep_group_impl::wait_for(uint32_t kind, const std::vector<int64_t>& expect
     // Ranks may outnumber cores (a dev box): give the CPU to the peer we wait for (on the
     // same-host path, sleep on our inbox's doorbell until a peer rings it).
     if (imm_batch.empty()) endpoint->idle_wait(std::min<int64_t>(1000000, deadline - now_ns()));
+    if (abort && abort->load(std::memory_order_acquire))
+      return fail(error{errc::peer_dead, std::string("EP step ") + std::to_string(seq) + ": " +
+                                             what + " aborted (a member of the group was lost)"});
     if (now_ns() > deadline) {
       std::string missing;
       for (int r = 0; r < num_ranks; ++r)
@@ -233,6 +236,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   auto tr = open_transport(topt);
   if (!tr) return tr.err();
   g->endpoint = std::move(*tr);
+  g->abort = topt.abort;
   transport& t = *g->endpoint;
 
   auto alloc = [&](detail::buffer& b, int64_t size) -> status {

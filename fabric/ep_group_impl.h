@@ -116,6 +116,7 @@ struct ep_group_impl {
   buffer output_region;
   // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
+  std::shared_ptr<const std::atomic<bool>> abort;  // transport_options::abort
   kernels::thread_pool pool{1};
 
   uint32_t seq = 0;

@@ -130,6 +130,7 @@ result<std::unique_ptr<rdm_endpoint>> rdm_endpoint::open(const transport_options
       logger("fabric")->warn("provider '{}' unavailable; falling back to '{}'", options.provider,
                              name);
     std::unique_ptr<rdm_endpoint> ep(new rdm_endpoint());
+    ep->abort_ = options.abort;
     if (auto st = ep->open_on(*info); !st) return st.err();
     return ep;
   }
@@ -274,6 +275,12 @@ status rdm_endpoint::post_write(int peer, const local_region& src_region, const 
       free_contexts_.push_back(c);
       return error{errc::timeout, "fi_writemsg to peer " + std::to_string(peer) +
                                       " kept returning FI_EAGAIN until the deadline"};
+    }
+    if (abort_ && abort_->load(std::memory_order_acquire)) {
+      free_contexts_.push_back(c);
+      return error{errc::peer_dead, "fi_writemsg to peer " + std::to_string(peer) +
+                                        " refused (FI_EAGAIN), then aborted (a member of the "
+                                        "group was lost)"};
     }
   }
   ++outstanding_;

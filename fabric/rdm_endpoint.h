@@ -66,6 +66,9 @@ class rdm_endpoint final : public transport {
   std::vector<uint32_t> stashed_imms_;
   std::vector<uint64_t> stashed_done_;
   transport_description description_;
+  // transport_options::abort: ends a post refused until the deadline (a peer that stopped
+  // progressing) as soon as it is raised.
+  std::shared_ptr<const std::atomic<bool>> abort_;
 };
 
 }  // namespace moerl::fabric

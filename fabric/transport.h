@@ -8,6 +8,7 @@
 // Threading: a transport is used by one thread at a time (the rank's EP thread).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,11 @@ struct transport_options {
   // Which host this rank says it is on; "" is this host's identity (boot id, network and pid
   // namespaces). Tests give ranks of one box different ids to build a mix of distances.
   std::string host_id;
+  // Set from another thread to end every wait of the groups built on this transport at once
+  // (peer_dead, "aborted"): a group spanning processes whose member was lost, where waiting
+  // for the dead member's writes until op_timeout would only delay the group's re-formation.
+  // Null: waits end at their deadline only.
+  std::shared_ptr<const std::atomic<bool>> abort;
 
   // fabric.provider, fabric.require_provider, fabric.reorder_shim, fabric.paths;
   // MOERL_FABRIC_PROVIDER overrides fabric.provider.

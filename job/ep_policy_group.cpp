@@ -85,6 +85,7 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
                                            std::to_string(shape.num_ranks)};
   // A trainer never decodes: no low-latency group (one endpoint fewer per rank).
   if (shape.max_decode_rows == 0) p->options.low_latency_group = false;
+  p->options.transport.abort = shape.abort;
   {  // The full layout (every expert), from a single-rank policy's.
     auto local = policy::make_local_expert_exchange();
     auto full = policy::moe_policy::create(model, *local);
@@ -190,6 +191,9 @@ const policy::param_layout& ep_policy_group::rank_layout() const { return impl_-
 
 int ep_policy_group::first_local_rank() const { return impl_->first_rank; }
 int ep_policy_group::num_local_ranks() const { return impl_->num_local; }
+const fabric::transport_description& ep_policy_group::expert_plane(int rank) const {
+  return impl_->ranks[rank].exchange->describe();
+}
 const std::vector<float>& ep_policy_group::share(int rank) const {
   return impl_->ranks.at(rank).policy->params();
 }

@@ -13,6 +13,7 @@
 // the owner recreates it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,7 @@
 
 namespace moerl::fabric {
 class bootstrap;
+struct transport_description;
 class collective_group;
 }  // namespace moerl::fabric
 
@@ -42,6 +44,9 @@ struct ep_group_shape {
   int first_rank = 0;
   int num_local_ranks = 0;  // 0: num_ranks
   std::function<std::unique_ptr<fabric::bootstrap>(int rank)> make_bootstrap;
+  // Raised when a spanning group lost a member: every rank's fabric wait ends at once
+  // (fabric::transport_options::abort). Null: waits end at fabric.op_timeout_ms only.
+  std::shared_ptr<const std::atomic<bool>> abort;
 };
 
 // Contiguous split of n rows over num_ranks: rank r's [first, first + count).
@@ -96,6 +101,10 @@ class ep_policy_group {
   int first_local_rank() const;
   int num_local_ranks() const;
   const std::vector<float>& share(int rank) const;
+  // Which transport carries a local rank's expert plane to each peer ("same_process",
+  // "same_host", "network") and its libfabric provider: where a group spanning processes
+  // (or network namespaces) shows that its experts really crossed between them.
+  const fabric::transport_description& expert_plane(int rank) const;
 
  private:
   struct impl;

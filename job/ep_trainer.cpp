@@ -173,6 +173,7 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(
     shape.first_rank = span->member_index * span->ranks_per_member;
     shape.num_local_ranks = span->ranks_per_member;
     shape.make_bootstrap = span->make_bootstrap;
+    shape.abort = span->abort;
   }
   p->op_timeout_ms = cfg.get_int("fabric.op_timeout_ms");
   p->cfg = cfg;
@@ -380,6 +381,11 @@ result<std::vector<std::string>> per_rank_bytes(const std::vector<std::string>& 
 }
 
 }  // namespace
+
+nlohmann::json ep_trainer::expert_plane() const {
+  const auto& d = impl_->group->expert_plane(impl_->first_local());
+  return {{"provider", d.provider}, {"peer_paths", d.peer_paths}};
+}
 
 result<std::string> ep_trainer::serialize() const {
   impl& m = *impl_;

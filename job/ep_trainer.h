@@ -19,10 +19,13 @@
 // Threading: one owner thread (the trainer actor).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -56,6 +59,9 @@ struct ep_trainer_span {
   // All-gather of one contribution per member process, in member order.
   std::function<result<std::vector<std::string>>(const std::string& mine, int64_t timeout_ms)>
       members_allgather;
+  // Raised when the group lost a member (actors/job.h trainer_group::abort_flag): the ranks'
+  // fabric waits inside a step end at once instead of at fabric.op_timeout_ms.
+  std::shared_ptr<const std::atomic<bool>> abort;
 };
 
 class ep_trainer {
@@ -84,6 +90,9 @@ class ep_trainer {
   // Tests only: breaks the group the way a dying peer does (the last rank fails while the
   // others wait in a dense all-reduce until fabric.op_timeout_ms); returns that failure.
   status break_group_for_test();
+
+  // This process's first rank's expert plane: {provider, peer_paths [one per global rank]}.
+  nlohmann::json expert_plane() const;
 
   // The full parameter set (every expert) in params.h's format, and back.
   result<std::string> serialize() const;

@@ -17,4 +17,9 @@ std::unique_ptr<fabric::bootstrap> make_group_bootstrap(actors::trainer_group& g
 // Member group.member_index()'s span; the group must outlive the trainer built from it.
 ep_trainer_span trainer_span_of(actors::trainer_group& group);
 
+// The span of a process started by fabric::launch_processes (tests, benchmarks): one member
+// per launched process, one rank each, the launcher's bootstrap carrying both the fabric's
+// address exchange and member 0's commands. `boot` must outlive the trainer.
+ep_trainer_span launched_process_span(fabric::bootstrap& boot);
+
 }  // namespace moerl::job

@@ -544,6 +544,7 @@ class grpo_trainer final : public actors::trainer_step {
 
   nlohmann::json stats() const override {
     nlohmann::json out = stats_common();
+    if (ep_) out["expert_plane"] = ep_->expert_plane();
     if (!s_->multi_turn()) return out;
     const int t = s_->guess_turns;
     out["reward_single_turn_bound"] = policy::guess_single_turn_bound();

@@ -42,6 +42,7 @@ result<std::vector<node_view>> parse_nodes(const nlohmann::json& body) {
     if (n.contains("pid") && n["pid"].is_number_integer()) v.pid = n["pid"].get<pid_t>();
     if (n.contains("restarts") && n["restarts"].is_number_integer()) v.restarts = n["restarts"];
     if (n.contains("leases") && n["leases"].is_number_integer()) v.leases = n["leases"];
+    if (n.contains("group") && n["group"].is_string()) v.group = n["group"];
     if (n.contains("stats")) v.stats = n["stats"];
     out.push_back(std::move(v));
   }

@@ -42,6 +42,7 @@ struct node_view {
   pid_t pid = 0;
   uint32_t restarts = 0;
   uint32_t leases = 0;
+  std::string group;  // the node's group across nodes ("" in none: console nodes' `group`)
   nlohmann::json stats;
 };
 

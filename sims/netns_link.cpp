@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -65,6 +66,22 @@ int connect_inside(const std::string& ns_path, const sockaddr_in& to, int timeou
   return WEXITSTATUS(st);
 }
 
+// Whether an interface of this (the host's) namespace already holds IPv4 address `addr`: a
+// namespace left behind by a run that died keeps its host end (and the address) although its
+// slot's lock is free, and a second host end with the same address breaks both links.
+bool address_in_use(const std::string& addr) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;  // cannot tell: the probe in create() will
+  in_addr want{};
+  ::inet_pton(AF_INET, addr.c_str(), &want);
+  bool used = false;
+  for (const ifaddrs* i = list; i && !used; i = i->ifa_next)
+    used = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+           reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == want.s_addr;
+  ::freeifaddrs(list);
+  return used;
+}
+
 // MAC address of one end of the veth pair of `slot`: locally administered (02:...), fixed
 // per slot so that the neighbour entries can be set without reading them back.
 std::string veth_mac(int slot, int end) {
@@ -110,7 +127,8 @@ result<std::unique_ptr<netns_link>> netns_link::create(int index) {
     const std::string lock = "/tmp/moerl-sim-netns-" + std::to_string(i) + ".lock";
     int fd;
     POSIX_CHECK(fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644), lock);
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        !address_in_use("10.213." + std::to_string(i) + ".1")) {
       slot = i;
       l->slot_lock_fd_ = fd;
     } else {

@@ -6,7 +6,8 @@
 //
 // Addressing: host end 10.213.<slot>.1/30, namespace end 10.213.<slot>.2/30, where the slot is
 // the first of 0..254 not held (flock on /tmp/moerl-sim-netns-<slot>.lock) by another link on
-// this machine, so concurrent runs never share a subnet. A local
+// this machine and whose host address no interface holds (a namespace a dead run left behind
+// keeps its host end), so concurrent runs never share a subnet. A local
 // cluster lives on 127.0.0.1 (coordinator, shard and reward endpoints), so the namespace
 // gives up its own loopback address and routes 127.0.0.0/8 over the veth to the host, with
 // route_localnet on both veth ends (the kernel otherwise drops loopback addresses seen on a
@@ -54,6 +55,8 @@ class netns_link {
   const std::string& name() const { return name_; }
   const std::string& host_address() const { return host_addr_; }
   const std::string& ns_address() const { return ns_addr_; }
+  // The namespace's end of the pair (where a process inside binds what it listens on).
+  const std::string& ns_interface() const { return ns_if_; }
 
   status cut();   // host end down: no packet crosses in either direction
   status heal();  // host end up again; returns once traffic crosses (probe)

@@ -56,6 +56,56 @@ std::string fmt_s(const nlohmann::json& t) {
   return buf;
 }
 
+// Trainer restarts that no fault on a trainer explains: restarts of trainers in no group
+// (not judged once a fault targeted one), and re-formations of the trainer group that
+// no fault on one of its members explains. Each injected fault on a trainer explains one
+// re-formation: the first whose cause names its node (or its replacement), else the earliest
+// one left (a survivor whose step failed first may be the one named).
+invariant_verdict trainer_not_restarted_by_rollout_loss(const run_measurements& m) {
+  std::vector<const fault_record*> trainer_faults;
+  bool ungrouped_targeted = false;
+  for (const auto& f : m.faults) {
+    if (f.planned.role != "trainer" || !f.skipped.empty() || f.injected_at < 0) continue;
+    trainer_faults.push_back(&f);
+    ungrouped_targeted = ungrouped_targeted || f.group.empty();
+  }
+  std::vector<std::string> causes;
+  for (const auto& r : m.trainer_group_reformations)
+    causes.push_back(r.is_object() ? r.value("cause", std::string()) : std::string());
+  std::vector<bool> explained(causes.size(), false);
+  auto names = [](const std::string& cause, const std::string& node) {
+    return !node.empty() && cause.rfind(node + " ", 0) == 0;
+  };
+  for (const fault_record* f : trainer_faults) {
+    size_t pick = causes.size();
+    for (size_t i = 0; i < causes.size() && pick == causes.size(); ++i)
+      if (!explained[i] && (names(causes[i], f->node) || names(causes[i], f->replacement)))
+        pick = i;
+    for (size_t i = 0; i < causes.size() && pick == causes.size(); ++i)
+      if (!explained[i]) pick = i;
+    if (pick < causes.size()) explained[pick] = true;
+  }
+  std::string unexplained;
+  size_t num_unexplained = 0;
+  for (size_t i = 0; i < causes.size(); ++i) {
+    if (explained[i]) continue;
+    ++num_unexplained;
+    unexplained += (unexplained.empty() ? "" : "; ") + causes[i];
+  }
+  const bool judge_ungrouped = !ungrouped_targeted;
+  const bool ok = num_unexplained == 0 && (!judge_ungrouped || m.ungrouped_trainer_restarts == 0);
+  std::string detail = judge_ungrouped ? std::to_string(m.ungrouped_trainer_restarts) +
+                                             " restart(s) of trainers in no group"
+                                       : "trainers in no group not judged (a fault targeted one)";
+  detail += "; " + std::to_string(causes.size()) + " trainer group re-formation(s)";
+  if (num_unexplained > 0)
+    detail +=
+        ", " + std::to_string(num_unexplained) + " not from a fault on a member: " + unexplained;
+  else if (!causes.empty())
+    detail += ", each from a fault on a member";
+  return {"trainer_not_restarted_by_rollout_loss", ok, detail};
+}
+
 }  // namespace
 
 std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
@@ -118,17 +168,7 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
     out.push_back({"job_made_progress", false, "accounting incomplete: " + why});
   }
 
-  bool trainer_targeted = false;
-  for (const auto& f : m.faults) {
-    if (f.planned.role == "trainer" && f.skipped.empty()) trainer_targeted = true;
-  }
-  if (trainer_targeted) {
-    out.push_back({"trainer_not_restarted_by_rollout_loss", true,
-                   "not judged: a fault targeted the trainer itself"});
-  } else {
-    out.push_back({"trainer_not_restarted_by_rollout_loss", m.trainer_restarts == 0,
-                   std::to_string(m.trainer_restarts) + " trainer restart(s)"});
-  }
+  out.push_back(trainer_not_restarted_by_rollout_loss(m));
 
   std::string lost_nodes;
   for (const auto& n : m.collateral_losses) lost_nodes += (lost_nodes.empty() ? "" : ", ") + n;
@@ -190,6 +230,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
       j["recovery_s"] = f.recovered_at - f.injected_at;
     }
     if (!f.replacement.empty()) j["replacement"] = f.replacement;
+    if (!f.group.empty()) j["group"] = f.group;
     if (!f.skipped.empty()) j["skipped"] = f.skipped;
     if (!f.note.empty()) j["note"] = f.note;
     if (f.trainer_stall_s >= 0) j["trainer_stall_s"] = f.trainer_stall_s;
@@ -218,6 +259,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"observed_s", m.observed_s},
                       {"baseline_observed_s", m.baseline_observed_s},
                       {"trainer_restarts", m.trainer_restarts},
+                      {"trainer_group_reformations", m.trainer_group_reformations},
                       {"iteration_s", m.iteration_s},
                       {"baseline_iteration_s", m.baseline_iteration_s},
                       {"mean_iteration_s", mean(m.iteration_s)},
@@ -288,6 +330,17 @@ std::string human_summary(const nlohmann::json& r) {
      << stall_text(r.value("baseline_trainer_stall_s", nlohmann::json()),
                    r.value("baseline_observed_s", nlohmann::json()))
      << "\n";
+  for (const auto& g : r.value("trainer_group_reformations", nlohmann::json::array())) {
+    if (!g.is_object()) continue;
+    char buf[64];
+    std::snprintf(
+        buf, sizeof buf, "%.2fs",
+        g.value("downtime_s", nlohmann::json()).is_number() ? g["downtime_s"].get<double>() : -1.0);
+    os << "trainer group " << g.value("group", std::string("?"))
+       << " re-formed: " << g.value("cause", std::string("?")) << "; down "
+       << (g.value("downtime_s", nlohmann::json()).is_number() ? buf : "(not re-formed)")
+       << ", restored version " << g.value("restored_version", nlohmann::json()).dump() << "\n";
+  }
   if (r.contains("baseline_note"))
     os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
   os << "invariants:\n";

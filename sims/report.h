@@ -23,6 +23,7 @@ struct fault_record {
   double detected_at = -1.0;   // the coordinator saw the node leave, drain or go silent
   double recovered_at = -1.0;  // a replacement (or the node itself) was productive again
   std::string replacement;     // name of the node that replaced it, if any
+  std::string group;           // the node's group across nodes at injection ("" in none)
   std::string skipped;         // non-empty: not injected, and why (e.g. no network namespaces)
   std::string note;            // anything else worth a line in the report
   // How long the trainer waited for data from injection to recovery (to the end of the run
@@ -53,7 +54,13 @@ struct run_measurements {
   std::vector<double> baseline_iteration_s;  // the fault-free run of the same scenario and seed
   std::string baseline_note;                 // why there is no baseline, if there is none
   int64_t trainer_restarts = 0;              // trainer restarts during the run
-  std::string work_dir;                      // logs and ledger store of a local run
+  // Of those, the restarts of trainer nodes in no trainer group.
+  int64_t ungrouped_trainer_restarts = 0;
+  // The trainer group's re-formations (the coordinator's report, groups[].reformed, each
+  // with its `group`): [{group, at, cause, restored_version, downtime_s}]. A member's loss
+  // re-forms its group; these are kept apart from trainer restarts by a rollout loss.
+  nlohmann::json trainer_group_reformations = nlohmann::json::array();
+  std::string work_dir;  // logs and ledger store of a local run
   // What the live buffer shards refused, summed: {fenced, duplicate, purged, stale_policy}
   // (late samples of a fenced attempt show up here, not in the ledger's accounting).
   nlohmann::json shards;

@@ -183,6 +183,16 @@ int64_t runner::trainer_restarts() const {
   return total;
 }
 
+int64_t runner::ungrouped_trainer_restarts() const {
+  int64_t total = 0;
+  for (const auto& n : last_.nodes) {
+    if (n.role != "trainer" || !n.group.empty()) continue;
+    const auto it = trainer_restarts_at_start_.find(n.name);
+    total += int64_t(n.restarts) - int64_t(it == trainer_restarts_at_start_.end() ? 0 : it->second);
+  }
+  return total;
+}
+
 std::vector<std::string> runner::collateral_losses() const {
   std::set<std::string> targeted;
   for (const auto& f : faults_) {
@@ -266,7 +276,9 @@ void runner::inject(fault_state& f, const node_view* n) {
   const fault_event& ev = f.rec.planned;
   const double t = now();
   f.pid = n ? n->pid : 0;
+  f.rec.group = n ? n->group : "";
   f.committed_ref = last_.committed;
+  f.iteration_ref = last_.iteration;
   auto fail = [&](const std::string& why) {
     f.rec.skipped = why;
     f.step = fault_state::phase::settled;
@@ -407,6 +419,7 @@ void runner::track(fault_state& f) {
       f.stopped = false;
       f.ended = true;
       f.committed_ref = last_.committed;
+      f.iteration_ref = last_.iteration;
       f.ref_set = true;
     } else if (t >= f.next_toggle) {
       f.stopped = !f.stopped;
@@ -422,6 +435,7 @@ void runner::track(fault_state& f) {
     if (f.rec.detected_at < 0) {
       // Never noticed: recovery is judged from the heal.
       f.committed_ref = last_.committed;
+      f.iteration_ref = last_.iteration;
       f.ref_set = true;
     }
   }
@@ -440,6 +454,7 @@ void runner::track(fault_state& f) {
       f.rec.detected_at = last_.t;
       if (!f.ref_set && !is_duty_cycle(ev.kind)) {
         f.committed_ref = last_.committed;
+        f.iteration_ref = last_.iteration;
         f.ref_set = true;
       }
     }
@@ -460,6 +475,7 @@ void runner::track(fault_state& f) {
     if (r && r->state == "running") {
       f.replacement_up_at = t;
       f.committed_ref = last_.committed;  // productive means: committed grows from here
+      f.iteration_ref = last_.iteration;
       f.ref_set = true;
     }
   }
@@ -467,6 +483,7 @@ void runner::track(fault_state& f) {
   // ---- recovery -------------------------------------------------------------------------
   if (f.rec.recovered_at < 0 && last_.console_ok && f.ref_set) {
     bool ready = last_.committed > f.committed_ref;
+    if (ev.role == "trainer") ready = ready && last_.iteration > f.iteration_ref;
     if (ev.replace) ready = ready && f.replacement_up_at >= 0;
     if (is_duty_cycle(ev.kind) || ev.kind == fault_kind::coordinator_restart) {
       ready = ready && f.ended;

@@ -59,6 +59,9 @@ struct fault_state {
   double replace_at = -1.0;  // when to start the replacement
   double replacement_up_at = -1.0;
   uint64_t committed_ref = 0;  // committed count that recovery must exceed
+  // A fault on a trainer: the policy iteration recovery must exceed (rollouts commit on into
+  // the buffer while the trainer is down, so committed samples alone do not show training).
+  uint64_t iteration_ref = 0;
   bool ref_set = false;
   double deadline_kill_at = -1.0;  // spot reclaim / SIGTERM grace end: SIGKILL if still alive
   double notice_at = -1.0;         // rebalance_then_notice: when the notice goes out
@@ -82,6 +85,9 @@ class runner {
   const std::vector<double>& iteration_s() const { return iteration_s_; }
   const observation& last() const { return last_; }
   int64_t trainer_restarts() const;
+  // The same for the trainer nodes in no trainer group: a group member's restarts are its
+  // group's re-formations, which the coordinator's report lists with their causes.
+  int64_t ungrouped_trainer_restarts() const;
   // The trainers' waiting time while the run was watched (see sims/stall_meter.h).
   const stall_meter& stall() const { return stall_; }
   // Seconds from the first poll to the last: the window stall() covers.

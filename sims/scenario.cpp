@@ -51,6 +51,7 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   STATUS_TRY(f.get_int("reward", c.reward, 0, kMaxNodes));
   STATUS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
   STATUS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
+  STATUS_TRY(f.get_int("trainer_members", c.trainer_members, 1, 16));
   STATUS_TRY(f.get_int("env", c.env, 0, kMaxNodes));
   STATUS_TRY(f.get_string_list("set", c.set));
   // Each override must be a key moerl knows, with a value of its type: checked here, so a

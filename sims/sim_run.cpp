@@ -119,6 +119,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   // The job must outlive the scenario: iterations are effectively unbounded, the runner ends it.
   jo.iterations = 1000000;
   jo.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
+  jo.overrides.push_back("trainer.group_size=" + std::to_string(s.cluster.trainer_members));
   // The scenario's cluster.env decides the env nodes, named and started below like every other
   // role (so a partition can start one inside a namespace), not the config's env.nodes.
   jo.overrides.push_back("env.nodes=0");
@@ -176,8 +177,7 @@ void stop_local(local_setup& ls, const std::vector<pid_t>& spawned) {
 }
 
 // The counters of work units that drains returned and finished, from the coordinator's report.
-nlohmann::json units_of(job_console& console) {
-  auto rep = console.call("report");
+nlohmann::json units_of(const result<nlohmann::json>& rep) {
   if (!rep) return nullptr;
   uint64_t returned = 0, finished = 0;
   const auto interruptions = rep->value("interruptions", nlohmann::json::array());
@@ -190,6 +190,25 @@ nlohmann::json units_of(job_console& console) {
   return {{"returned_by_drains", returned},
           {"finished_in_drains", finished},
           {"interruptions", interruptions.size()}};
+}
+
+// Every re-formation of a trainer group, from the coordinator's report (groups[].reformed),
+// each with its group's name: [{group, at, cause, restored_version, downtime_s}].
+nlohmann::json trainer_group_reformations(const result<nlohmann::json>& rep) {
+  nlohmann::json out = nlohmann::json::array();
+  if (!rep) return out;
+  const auto groups = rep->value("groups", nlohmann::json::array());
+  for (const auto& g : groups) {
+    if (!g.is_object() || g.value("role", std::string()) != "trainer") continue;
+    const auto reformed = g.value("reformed", nlohmann::json::array());
+    for (const auto& r : reformed) {
+      if (!r.is_object()) continue;
+      nlohmann::json e = r;
+      e["group"] = g.value("name", std::string());
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
 }
 
 // Refusals of the live shards (status.buffer: shard -> its stats), summed.
@@ -230,6 +249,7 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
   m.collateral_losses = r.collateral_losses();
   m.iteration_s = r.iteration_s();
   m.trainer_restarts = r.trainer_restarts();
+  m.ungrouped_trainer_restarts = r.ungrouped_trainer_restarts();
   const auto& last = r.last();
   m.accounting =
       last.console_ok ? last.status.value("accounting", nlohmann::json()) : nlohmann::json();
@@ -240,7 +260,9 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
   } else if (last.console_ok) {
     m.shards = shard_refusals(last.status);
   }
-  m.units = units_of(console);
+  const auto report = console.call("report");
+  m.units = units_of(report);
+  m.trainer_group_reformations = trainer_group_reformations(report);
   m.env_episodes_failed = env_episodes_failed(last.nodes);
   // Not reported (old trainers): -1, which the report shows as null.
   m.trainer_stall_s = r.stall().reported() ? r.stall().total_s() : -1;

@@ -18,7 +18,7 @@ roster canonical_roster(const cluster_spec& c) {
   numbered("rollout", c.rollout);
   numbered("reward", c.reward);
   numbered("buffer", c.buffer);
-  numbered("trainer", 1);  // one trainer node hosting c.trainer_ranks ranks
+  numbered("trainer", c.trainer_members);  // each hosting c.trainer_ranks ranks
   numbered("weights", 1);
   if (c.env > 0) numbered("env", c.env);
   return r;

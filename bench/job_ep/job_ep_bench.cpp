@@ -1,6 +1,12 @@
 #include "bench/job_ep/job_ep_bench.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <random>
 
@@ -8,8 +14,10 @@
 
 #include "bench/support.h"
 #include "common/config.h"
+#include "fabric/bootstrap.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
+#include "job/group_bootstrap.h"
 #include "policy/reward.h"
 #include "policy/task.h"
 #include "policy/trainer.h"
@@ -22,6 +30,56 @@ struct options {
   std::vector<int> ranks{2, 4};
   int reps = 5;
 };
+
+// Seconds per GRPO step of an EP trainer whose n ranks are n member processes (one rank each,
+// forked, as a trainer group across nodes runs them: member 0 drives, the others serve its
+// commands, the expert plane and the dense all-reduce between the processes). Member 0 writes
+// its time to a file the parent reads.
+double member_process_step_s(const config& cfg, const policy::model_config& model,
+                             const policy::grpo_config& grpo, const policy::adam_config& adam,
+                             float temperature, int n, const std::vector<policy::sample>& samples,
+                             const std::vector<double>& adv, const std::string& weights, int reps) {
+  char path[] = "/tmp/moerl-bench-job-ep-XXXXXX";
+  const int fd = ::mkstemp(path);
+  if (fd < 0)
+    need(status(error{errc::io_error, "mkstemp: " + std::string(std::strerror(errno))}),
+         "the member processes' result file");
+  ::close(fd);
+  auto report = fabric::launch_processes(
+      n,
+      [&](fabric::bootstrap& boot) -> int {
+        auto span = job::launched_process_span(boot);
+        auto t = job::ep_trainer::create(cfg, model, grpo, adam, temperature, n,
+                                         int64_t(samples.size()), &span);
+        if (!t) {
+          std::cerr << "member " << boot.rank() << ": " << t.err().to_string() << "\n";
+          return 2;
+        }
+        if (boot.rank() != 0) return (*t)->serve().ok() ? 0 : 3;
+        if (!(*t)->load(weights).ok() || !(*t)->step(samples, adv).ok()) return 4;  // warm-up
+        const auto t0 = bench_clock::now();
+        for (int r = 0; r < reps; ++r)
+          if (auto st = (*t)->step(samples, adv); !st) {
+            std::cerr << "member 0 step: " << st.err().to_string() << "\n";
+            return 5;
+          }
+        const double s = seconds_since(t0) / reps;
+        (*t)->stop_members();
+        std::ofstream(path) << s;
+        return 0;
+      },
+      600000);
+  double s = -1;
+  std::ifstream(path) >> s;
+  ::unlink(path);
+  const auto done = need(std::move(report), "member processes");
+  for (size_t r = 0; r < done.exit_codes.size(); ++r)
+    if (done.exit_codes[r] != 0)
+      need(status(error{errc::internal, "member process " + std::to_string(r) + " exited " +
+                                            std::to_string(done.exit_codes[r])}),
+           "member processes");
+  return s;
+}
 
 nlohmann::json run(const options& opt, const config& cfg) {
   auto model = need(policy::model_config::from_config(cfg), "policy config");
@@ -95,11 +153,20 @@ nlohmann::json run(const options& opt, const config& cfg) {
                     {"max_new_tokens", max_new},
                     {"train_step_s", step_s},
                     {"samples_per_step", samples.size()}});
+    if (n == 1) continue;
+    // The same step with the n ranks in n processes (a trainer group across nodes).
+    const double proc_s = member_process_step_s(cfg, model, grpo, adam, temperature, n, samples,
+                                                adv, weights, opt.reps);
+    rows.push_back({{"ranks", n},
+                    {"path", "expert-parallel (member processes, fabric)"},
+                    {"train_step_s", proc_s},
+                    {"train_step_vs_rank_threads", step_s > 0 ? proc_s / step_s : 0.0},
+                    {"samples_per_step", samples.size()}});
   }
   return {{"benchmark", "job-ep"},
           {"what",
            "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank "
-           "threads"},
+           "threads vs EP ranks in member processes (a trainer group across nodes)"},
           {"fabric_provider", cfg.get_string("fabric.provider")},
           {"reps", opt.reps},
           {"policy",

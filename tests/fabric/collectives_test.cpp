@@ -120,5 +120,30 @@ TEST(collectives_faults, a_rank_that_never_joins_the_all_reduce_makes_the_others
   for (int code : report.exit_codes) EXPECT_EQ(code, 0);
 }
 
+// The abort flag of a group whose member was lost ends the others' all-reduce at once with
+// peer_dead, however long op_timeout_ms is (the absent rank raises it).
+TEST(collectives_faults, an_abort_flag_ends_an_all_reduce_a_rank_never_joins) {
+  auto abort = std::make_shared<std::atomic<bool>>(false);
+  auto report = launch_threads(3, [&](bootstrap& b) {
+    collective_config cfg = small_rounds();
+    cfg.op_timeout_ms = 600000;  // only the flag can end the wait inside the test's time
+    transport_options o = topts({"shm", false, 3}, b.rank());
+    o.abort = abort;
+    auto g = collective_group::create(o, b, all_members(b), cfg);
+    if (!g) return 1;
+    std::vector<float> v(100, 1.0f);
+    if (b.rank() == 2) {
+      abort->store(true);
+      return b.allgather({0, 1, 2}, "", 600000).ok() ? 0 : 2;
+    }
+    auto st = (*g)->all_reduce_sum(v.data(), v.size(), coll_dtype::fp32);
+    if (st || st.err().code != errc::peer_dead ||
+        st.err().message.find("aborted") == std::string::npos)
+      return 3;
+    return b.allgather({0, 1, 2}, "", 600000).ok() ? 0 : 4;
+  });
+  for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
 }  // namespace
 }  // namespace moerl::fabric

@@ -106,5 +106,46 @@ INSTANTIATE_TEST_SUITE_P(faults, ep_faults,
                                   (info.param.kind == fault::killed ? "_killed" : "_stalled");
                          });
 
+// A group spanning processes whose member was lost (actors/RUNTIME.md, "Groups across
+// nodes"): its ranks' abort flag ends a wait for the lost rank's writes at once, with
+// peer_dead naming the abort, however long fabric.op_timeout_ms is. The lost rank (alive
+// here, it only stops taking part) raises the flag after its dispatch_send.
+TEST(ep_abort, an_abort_flag_ends_a_wait_for_a_rank_that_stopped) {
+  auto abort = std::make_shared<std::atomic<bool>>(false);
+  auto report = launch_threads(3, [&](bootstrap& b) -> int {
+    ep_case c;
+    ep_config cfg = config_for(c);
+    cfg.op_timeout_ms = 600000;  // only the flag can end the wait inside the test's time
+    transport_options o = options_for(c, b.rank());
+    o.abort = abort;
+    auto g = ep_group::create(o, b, all_members(b), cfg);
+    if (!g) return fabric::test::report(b.rank(), "create", g.err());
+    const workload_params p = step_workload(c, b.size(), 0);
+    const rank_inputs in = make_rank_inputs(p, (*g)->rank());
+    if (b.rank() == 2) {
+      if (!(*g)->dispatch_send(in.x.data(), in.topk_idx.data(), in.topk_weights.data(),
+                               in.num_tokens))
+        return 30;
+      abort->store(true);
+      return b.allgather({0, 1, 2}, "", 600000).ok() ? 0 : 31;
+    }
+    auto d = (*g)->dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+    error e;
+    if (d) {
+      std::vector<char> eo, y(std::max<size_t>(in.x.size(), 1));
+      apply_experts(p, (*g)->rank() * (*g)->num_local_experts(), **d, eo);
+      auto st = (*g)->combine(**d, eo.data(), y.data());
+      if (st) return 32;
+      e = st.err();
+    } else {
+      e = d.err();
+    }
+    if (e.code != errc::peer_dead || e.message.find("aborted") == std::string::npos)
+      return fabric::test::report(b.rank(), "not aborted", e);
+    return b.allgather({0, 1, 2}, "", 600000).ok() ? 0 : 33;
+  });
+  for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
 }  // namespace
 }  // namespace moerl::fabric::test

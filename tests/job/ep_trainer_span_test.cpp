@@ -13,6 +13,7 @@
 
 #include "fabric/bootstrap.h"
 #include "job/ep_trainer.h"
+#include "job/group_bootstrap.h"
 #include "policy/reward.h"
 #include "policy/task.h"
 #include "policy/trainer.h"
@@ -56,33 +57,6 @@ batch make_batch(uint64_t seed) {
   return b;
 }
 
-// The launched process's bootstrap, lent to the rank thread (which must not own it).
-class lent_bootstrap final : public fabric::bootstrap {
- public:
-  explicit lent_bootstrap(fabric::bootstrap& b) : b_(b) {}
-  int rank() const override { return b_.rank(); }
-  int size() const override { return b_.size(); }
-  result<std::vector<std::string>> allgather(const std::vector<int>& m, const std::string& mine,
-                                             int64_t t) override {
-    return b_.allgather(m, mine, t);
-  }
-
- private:
-  fabric::bootstrap& b_;
-};
-
-ep_trainer_span span_of(fabric::bootstrap& b) {
-  ep_trainer_span s;
-  s.member_index = b.rank();
-  s.num_members = b.size();
-  s.ranks_per_member = 1;
-  s.make_bootstrap = [&b](int) { return std::make_unique<lent_bootstrap>(b); };
-  s.members_allgather = [&b](const std::string& mine, int64_t t) {
-    return b.allgather(fabric::all_members(b), mine, t);
-  };
-  return s;
-}
-
 std::unique_ptr<ep_trainer> make(const ep_trainer_span* span) {
   policy::grpo_config grpo;
   grpo.group_size = 4;
@@ -96,7 +70,7 @@ TEST(ep_trainer_span, two_member_processes_step_exactly_like_two_rank_threads) {
   auto rep = fabric::launch_processes(
       2,
       [&](fabric::bootstrap& boot) -> int {
-        auto span = span_of(boot);
+        auto span = launched_process_span(boot);
         auto t = make(&span);
         if (!t) return 2;
         if (boot.rank() == 1) return t->serve().ok() ? 0 : 3;
@@ -127,7 +101,7 @@ TEST(ep_trainer_span, a_dead_member_fails_the_drivers_next_operation) {
   auto rep = fabric::launch_processes(
       2,
       [&](fabric::bootstrap& boot) -> int {
-        auto span = span_of(boot);
+        auto span = launched_process_span(boot);
         auto t = make(&span);
         if (!t) return 2;
         if (boot.rank() == 1) {

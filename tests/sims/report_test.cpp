@@ -163,6 +163,7 @@ TEST(report, a_job_that_committed_nothing_does_not_pass) {
 TEST(report, trainer_restart_fails_unless_the_trainer_was_a_target) {
   run_measurements m = healthy_run();
   m.trainer_restarts = 1;
+  m.ungrouped_trainer_restarts = 1;
   EXPECT_FALSE(find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss").ok);
   m.faults.push_back(fault(fault_kind::hard_kill, "trainer-1", 9, 9.5, 20));
   m.faults.back().planned.role = "trainer";
@@ -170,6 +171,50 @@ TEST(report, trainer_restart_fails_unless_the_trainer_was_a_target) {
   const auto& x = find(v, "trainer_not_restarted_by_rollout_loss");
   EXPECT_TRUE(x.ok);
   EXPECT_NE(x.detail.find("not judged"), std::string::npos);
+}
+
+// A trainer group's re-formations are listed apart from trainer restarts; each needs a fault
+// on a member to explain it, whatever member the coordinator named first.
+TEST(report, trainer_group_reformations_need_a_fault_on_a_member) {
+  run_measurements m = healthy_run();
+  m.trainer_restarts = 2;  // both members' trainers restarted with the group
+  m.trainer_group_reformations = nlohmann::json::array({{{"group", "trainer"},
+                                                         {"at", 10.0},
+                                                         {"cause", "trainer-1 monitor: lost"},
+                                                         {"restored_version", 4},
+                                                         {"downtime_s", 0.3}}});
+  auto x = find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss");
+  EXPECT_FALSE(x.ok) << x.detail;  // no fault on a member: a rollout loss restarted it
+  EXPECT_NE(x.detail.find("trainer-1 monitor: lost"), std::string::npos) << x.detail;
+
+  m.faults.push_back(fault(fault_kind::hard_kill, "trainer-1", 9, 9.5, 20));
+  m.faults.back().planned.role = "trainer";
+  m.faults.back().group = "trainer";
+  x = find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss");
+  EXPECT_TRUE(x.ok) << x.detail;
+  EXPECT_NE(x.detail.find("1 trainer group re-formation(s), each from a fault on a member"),
+            std::string::npos)
+      << x.detail;
+  // A fault on a group member leaves trainers in no group judged.
+  m.ungrouped_trainer_restarts = 1;
+  EXPECT_FALSE(find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss").ok);
+  m.ungrouped_trainer_restarts = 0;
+
+  // A second re-formation with one fault: one is unexplained, even if it names the survivor.
+  m.trainer_group_reformations.push_back(
+      {{"group", "trainer"}, {"at", 30.0}, {"cause", "trainer-0 train step: timeout"}});
+  x = find(evaluate_invariants(m), "trainer_not_restarted_by_rollout_loss");
+  EXPECT_FALSE(x.ok) << x.detail;
+  EXPECT_NE(x.detail.find("1 not from a fault on a member: trainer-0 train step"),
+            std::string::npos)
+      << x.detail;
+
+  const auto j = report_json(m, evaluate_invariants(m), nlohmann::json::object());
+  ASSERT_EQ(j["trainer_group_reformations"].size(), 2u);
+  EXPECT_NE(human_summary(j).find("trainer group trainer re-formed: trainer-1 monitor: lost; "
+                                  "down 0.30s, restored version 4"),
+            std::string::npos)
+      << human_summary(j);
 }
 
 TEST(report, undetected_fault_fails_but_an_undetected_slow_node_does_not) {

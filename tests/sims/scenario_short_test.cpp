@@ -73,6 +73,16 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
     for (const auto& [why, n] : by_reason.items()) failed += n.get<uint64_t>();
     EXPECT_GT(failed, 0u) << r["env_episodes_failed"];
   }
+  // A trainer member's loss re-forms the group: listed with its cause and downtime, apart from
+  // trainer restarts (the invariants above judged that a rollout loss caused none).
+  if (name == "group-loss") {
+    const auto reformed = r.value("trainer_group_reformations", nlohmann::json::array());
+    ASSERT_FALSE(reformed.empty()) << r.dump(2);
+    EXPECT_TRUE(reformed[0]["downtime_s"].is_number()) << reformed.dump();
+    // Named by the member lost, or by a survivor whose step failed first.
+    EXPECT_EQ(reformed[0].value("cause", std::string()).rfind("trainer-", 0), 0u)
+        << reformed.dump();
+  }
   if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
   EXPECT_GT(injected, 0u);
   EXPECT_EQ(r["verdict"], "pass") << r.dump(2);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sims/scenario.h"
+#include "sims/timeline.h"
 
 namespace moerl::sims {
 namespace {
@@ -264,12 +265,33 @@ faults:
 
 TEST(scenario_validation, shipped_scenarios_all_load) {
   for (const char* name : {"spot-storm", "hard-kills", "partition", "shard-loss",
-                           "coordinator-restart", "mixed", "env-loss"}) {
+                           "coordinator-restart", "mixed", "env-loss", "group-loss"}) {
     const std::string path = std::string(MOERL_SCENARIO_DIR) + "/" + name + ".yaml";
     auto r = load_scenario(path);
     ASSERT_TRUE(r.ok()) << r.err().to_string();
     EXPECT_EQ(r->name, name);
   }
+}
+
+// cluster.trainer_members names the trainer group's members trainer-0 ..; a fault on role
+// trainer picks one of them.
+TEST(scenario_validation, trainer_members_are_a_group_a_fault_can_target) {
+  auto r = load_scenario(std::string(MOERL_SCENARIO_DIR) + "/group-loss.yaml");
+  ASSERT_TRUE(r.ok()) << r.err().to_string();
+  EXPECT_EQ(r->cluster.trainer_members, 2);
+  const auto roster = canonical_roster(r->cluster);
+  EXPECT_EQ(roster.at("trainer"), (std::vector<std::string>{"trainer-0", "trainer-1"}));
+  auto t = expand(apply_short_form(*r), roster);
+  ASSERT_TRUE(t.ok()) << t.err().to_string();
+  size_t on_trainer = 0;
+  for (const auto& e : *t) on_trainer += e.role == "trainer" ? 1 : 0;
+  EXPECT_EQ(on_trainer, 1u);
+
+  auto bad = parse_scenario(
+      "name: x\nduration_s: 10\ncluster: {trainer_members: 0}\nfaults: [{kind: hard_kill}]\n",
+      "inline.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("trainer_members"), std::string::npos) << bad.err().message;
 }
 
 }  // namespace
