@@ -301,6 +301,7 @@ void runner::inject(fault_state& f, const node_view* n) {
     case fault_kind::hard_kill:
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
+    case fault_kind::weights_loss:
       if (!kill_with(SIGKILL)) return;
       break;
     case fault_kind::sigterm:

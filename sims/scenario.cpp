@@ -33,6 +33,7 @@ constexpr kind_entry kKinds[] = {
     {fault_kind::reward_crash, "reward_crash", "reward", true},
     {fault_kind::shard_loss, "shard_loss", "buffer", true},
     {fault_kind::coordinator_restart, "coordinator_restart", "coordinator", false},
+    {fault_kind::weights_loss, "weights_loss", "weights", true},
 };
 
 const std::set<std::string>& known_roles() {
@@ -49,6 +50,7 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   STATUS_TRY(f.get_int("reward", c.reward, 0, kMaxNodes));
   STATUS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
   STATUS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
+  STATUS_TRY(f.get_int("weights", c.weights, 1, 64));
   STATUS_TRY(f.get_string_list("set", c.set));
   // Each override must be a key moerl knows, with a value of its type: checked here, so a
   // typo fails at validation instead of when the cluster starts.
@@ -212,7 +214,8 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
       break;
     }
     case fault_kind::reward_crash:
-    case fault_kind::shard_loss: break;
+    case fault_kind::shard_loss:
+    case fault_kind::weights_loss: break;
   }
   if (!removes_node(fs.kind) && fs.replace.value_or(false)) {
     return f.make_error("replace",

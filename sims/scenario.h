@@ -24,6 +24,7 @@ enum class fault_kind {
   reward_crash,           // SIGKILL of a reward node (the reward model process)
   shard_loss,             // SIGKILL of a buffer node (one experience-buffer shard)
   coordinator_restart,    // SIGKILL of the coordinator, restarted down_s later
+  weights_loss,           // SIGKILL of a weights node (one checkpoint cache, weights/)
 };
 
 // Stable snake_case name, as written in scenario files and reports.
@@ -75,6 +76,7 @@ struct cluster_spec {
   int64_t reward = 1;
   int64_t buffer = 2;
   int64_t trainer_ranks = 2;
+  int64_t weights = 1;           // weights nodes (checkpoint caches)
   std::vector<std::string> set;  // "key=value" config overrides for every node
 };
 

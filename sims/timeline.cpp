@@ -19,7 +19,7 @@ roster canonical_roster(const cluster_spec& c) {
   numbered("reward", c.reward);
   numbered("buffer", c.buffer);
   numbered("trainer", 1);  // one trainer node hosting c.trainer_ranks ranks
-  numbered("weights", 1);
+  numbered("weights", c.weights);
   return r;
 }
 
@@ -154,7 +154,8 @@ nlohmann::json to_json(const fault_event& e) {
     case fault_kind::coordinator_restart: j["down_s"] = e.down_s; break;
     case fault_kind::hard_kill: j["phase"] = kill_phase_name(e.phase); break;
     case fault_kind::reward_crash:
-    case fault_kind::shard_loss: break;
+    case fault_kind::shard_loss:
+    case fault_kind::weights_loss: break;
   }
   if (e.replace) j["replace_after_s"] = e.replace_delay_s;
   return j;

@@ -10,6 +10,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
+  moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
 import json
@@ -292,17 +293,41 @@ def trainer_group(moerl, tmp):
     assert "trainer-1" in touched, rep["replacements"]
 
 
+def weights_kill(moerl, tmp):
+    """Two checkpoint caches; SIGKILL weights-0 mid-run. Its readers turn to weights-1 (or the
+    store for a version no cache holds), the trainer pushes the next versions to weights-1,
+    the replacement cache copies the versions announced after it came up, and the job loses
+    nothing."""
+    run = up_run(moerl, tmp, "weights-kill", "--no-interrupt", "--iterations", "40",
+                 "--set", "weights.nodes=2")
+    i = run.wait_iteration(4)
+    run.kill("weights-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> replaced weights-0 by weights-0-r1 ", i)
+    i = run.wait_iteration(10, i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "weights-0", "killed by SIGKILL")
+    w = rep["weights"]
+    assert w["bytes_from"]["cache"] > 0, w
+    versions = w["versions"]
+    assert versions and versions[-1]["version"] == rep["policy_version"], versions
+    # The versions made after the kill went through a surviving cache to the rollouts.
+    late = [v for v in versions if v["version"] >= versions[-1]["version"] - 3]
+    assert all(v["via"] == "cache" and v["num_readers"] > 0 for v in late), late
+
+
 def main(moerl, case):
     if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
         tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
         print("logs kept under", tmp, flush=True)
         return {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
                 "two_jobs": two_jobs, "trainer_group": trainer_group,
-                "buffer_stopped": buffer_stopped}[case](moerl, tmp)
+                "buffer_stopped": buffer_stopped, "weights_kill": weights_kill}[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
         {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
-         "buffer_stopped": buffer_stopped}[case](moerl, tmp)
+         "buffer_stopped": buffer_stopped, "weights_kill": weights_kill}[case](moerl, tmp)
     print(f"moerl up {case} checks passed")
 
 
