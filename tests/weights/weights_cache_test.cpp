@@ -207,7 +207,9 @@ TEST(VersionReader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
     ASSERT_TRUE(c);
     ASSERT_TRUE(push_version(**c, 11, bytes, store::sha256_hex(bytes), kChunk));
   }
-  version_reader reader(ctx, 300);
+  // The default weights.request_timeout_ms: a dead cache is known only by its silence, and a
+  // tighter bound than a live cache's answers take on a loaded machine fails a live one too.
+  version_reader reader(ctx, 2000);
   // The healthy cache is asked for meta only after the dying one (the order of the list), and
   // both report no load, so the reader starts on the dying one.
   auto got = reader.fetch(11, {dying.endpoint(), healthy.endpoint()}, nullptr);
