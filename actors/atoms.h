@@ -20,6 +20,7 @@ using event_atom = caf::atom_constant<caf::atom("event")>;          // coordinat
 using notice_atom = caf::atom_constant<caf::atom("notice")>;        // anyone -> node agent
 using drain_atom = caf::atom_constant<caf::atom("drain")>;          // agent -> workers
 using drained_atom = caf::atom_constant<caf::atom("drained")>;      // node -> coordinator
+using gaveup_atom = caf::atom_constant<caf::atom("gaveup")>;        // node -> coordinator: why
 using admin_atom = caf::atom_constant<caf::atom("admin")>;          // console -> coordinator
 using kill_atom = caf::atom_constant<caf::atom("kill")>;            // coordinator -> node agent
 using tick_atom = caf::atom_constant<caf::atom("tick")>;            // self timer

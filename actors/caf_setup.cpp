@@ -92,6 +92,14 @@ result<caf::actor> connect_with_retry(caf::actor_system& sys, const control_plan
                                     " within " + std::to_string(give_up_ms) + " ms: " + last);
 }
 
+std::string error_text(caf::actor_system& sys, const caf::error& e) {
+  // make_error(sec::runtime_error, why) keeps `why` as the context's one element; render()
+  // would nest it, escaped, inside "system_error(runtime_error, (...))" per level.
+  const caf::message& ctx = e.context();
+  if (ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
+  return sys.render(e);
+}
+
 result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())

@@ -45,6 +45,10 @@ result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_optio
 result<caf::actor> connect_with_retry(caf::actor_system& sys, const control_plane_options& o,
                                       const std::string& host, uint16_t port, int64_t give_up_ms);
 
+// What an actor failed with, for people: the text it was failed with (fail_actor, the
+// supervisor's give-up) when its error carries one string, else CAF's rendering.
+std::string error_text(caf::actor_system& sys, const caf::error& e);
+
 // "host:port" -> (host, port); errors name the text.
 result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& text);
 

@@ -83,12 +83,14 @@ json chrome_trace(const json& snapshot) {
         events.push_back(complete(phase, "trainer", trainer_tid, t, dur_s * 1e6, args));
       t += dur_s * 1e6;
     }
-    // Generation and reward: their summed time, shared evenly among the role's lanes, from
-    // the previous step's end (when this iteration's policy became current).
+    // Generation, environment steps and reward: their summed time, shared evenly among the
+    // role's lanes, from the previous step's end (when this iteration's policy became current).
     const double from_us = prev_end_us >= 0 ? prev_end_us : end_us - span_s * 1e6;
     for (const auto& [role, key, phase] :
          std::vector<std::tuple<const char*, const char*, const char*>>{
-             {"rollout", "t_generate", "generate"}, {"reward", "t_reward", "reward"}}) {
+             {"rollout", "t_generate", "generate"},
+             {"env", "t_env", "env"},
+             {"reward", "t_reward", "reward"}}) {
       const auto& tids = role_lanes[role];
       const double sum_s = it.value(key, 0.0);
       if (tids.empty() || sum_s <= 0) continue;

@@ -1,5 +1,7 @@
 #include "actors/coordinator.h"
 
+#include <chrono>
+
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
@@ -21,6 +23,7 @@ struct coordinator_state {
   std::vector<std::pair<caf::typed_response_promise<std::string>, std::string>> waiting;
   bool flush_queued = false;
   group_gathers gathers;  // group all-gathers waiting for their round (coordinator_groups.h)
+  std::chrono::steady_clock::time_point last_tick = std::chrono::steady_clock::now();
 };
 
 using coord_actor = caf::stateful_actor<coordinator_state>;
@@ -228,6 +231,10 @@ caf::behavior coordinator_impl(coord_actor* self,
         s.core->drained(node, j);
         return reply_durable(self, "");
       },
+      [self](gaveup_atom, const std::string& node, const std::string& cause) -> std::string {
+        self->state.core->gave_up(node, cause);
+        return "";
+      },
       [self](admin_atom, const std::string& bytes) -> std::string {
         auto req = messages::decode<messages::admin_request>(bytes);
         messages::admin_reply rep;
@@ -268,6 +275,13 @@ caf::behavior coordinator_impl(coord_actor* self,
         self->state.core->groups().restored(node, incarnation, version);
       },
       [self](tick_atom) {
+        // Ticks come every 100 ms; one 1 s late means this actor did not run meanwhile.
+        const auto now = std::chrono::steady_clock::now();
+        const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              now - self->state.last_tick - std::chrono::milliseconds(100))
+                              .count();
+        self->state.last_tick = now;
+        if (late > 1000) self->state.core->stalled(late);
         self->state.core->tick();
         answer_failed_gathers(*self->state.core, self->state.gathers);
         schedule_flush(self);

@@ -22,6 +22,7 @@
 //   (stats_atom, node id, JSON text)
 //   (version_atom, version, weight_manifest bytes)
 //   (drained_atom, node id, JSON record)          -> ""
+//   (gaveup_atom, node id, cause)                 -> ""   the node exits non-zero next
 //   (admin_atom, admin_request bytes)             -> admin_reply bytes
 // and to node agents:
 //   (event_atom, ledger_events bytes)   shards only: every event one flush released

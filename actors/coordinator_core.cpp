@@ -6,6 +6,7 @@
 #include "actors/status_snapshot.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/secret_compare.h"
 
 namespace moerl::actors {
 
@@ -219,6 +220,14 @@ void coordinator_core::drained(const std::string& node, const json& record) {
   (void)was_buffer;
 }
 
+void coordinator_core::gave_up(const std::string& node, const std::string& cause) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  it->second.gave_up = cause;
+  logger("coordinator")
+      ->error("node {} ({}) gave up: {}", it->second.name, to_string(it->second.role), cause);
+}
+
 void coordinator_core::node_stats(const std::string& node, const json& stats) {
   if (auto it = nodes_.find(node); it != nodes_.end()) it->second.stats = stats;
 }
@@ -406,6 +415,15 @@ void coordinator_core::tick() {
   record_invariant();
 }
 
+void coordinator_core::stalled(int64_t ms) {
+  if (ms <= 0) return;
+  logger("coordinator")
+      ->warn("the coordinator did not run for {} ms: node silence in that time is not counted", ms);
+  for (auto& [id, n] : nodes_)
+    if (n.state == "running" || n.state == "draining" || n.state == "unreachable")
+      n.last_seen_ms += ms;
+}
+
 void coordinator_core::flush_ledger() {
   if (group_commit_) {
     flush_due_ = true;  // the owner's flush() syncs once for the whole group
@@ -518,6 +536,7 @@ json coordinator_core::nodes_json() const {
            {"pid", n.pid},     {"state", n.state},      {"restarts", n.restarts},
            {"leases", leases}, {"endpoint", n.endpoint}};
     if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
+    if (!n.gave_up.empty()) j["gave_up"] = n.gave_up;
     auto g = groups_.node_json(id);
     j["group"] = g.is_null() ? json("") : g["group"];
     j["rank"] = g.is_null() ? json("") : g["rank"];
@@ -557,7 +576,7 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
     rep.err = moerl::error(c, std::move(m));
     return rep;
   };
-  if (req.token != opts_.console_token)
+  if (!secret_equals(req.token, opts_.console_token))
     return fail(errc::unauthorized, "wrong or missing console token (console.token)");
   auto opt = [&](const std::string& k) -> std::string {
     for (auto& [n, v] : req.options)

@@ -53,6 +53,7 @@ struct node_record {
   std::string endpoint;  // buffer shards: sample-plane endpoint
   std::string state;     // running | draining | drained | dead
   std::string down_reason;
+  std::string gave_up;  // why the node gave up, when it did (coordinator_core::gave_up)
   uint32_t pid = 0;
   uint32_t restarts = 0;
   uint32_t leases = 0;  // leases held (ledger view for rollouts)
@@ -99,6 +100,10 @@ class coordinator_core {
   // The node finished its drain: records the interruption, marks it drained.
   void drained(const std::string& node, const nlohmann::json& record);
   void node_stats(const std::string& node, const nlohmann::json& stats);
+  // The node gave up (its supervisor reached actors.restart_intensity) and exits next:
+  // `cause` stays with its record (nodes_json's "gave_up"), so whoever supervises the job
+  // can say why it failed.
+  void gave_up(const std::string& node, const std::string& cause);
 
   // ---- work -------------------------------------------------------------------------
   // Results are values; the actor (coordinator.cpp) encodes them for the wire.
@@ -123,6 +128,12 @@ class coordinator_core {
   // Periodic: lease expiry, heartbeat timeouts, next iteration's units, durability, the
   // invariant check. Call every ~100 ms.
   void tick();
+  // The coordinator itself did not run for `ms` (its tick came that much late: a journal
+  // sync stalled on a busy disk, CPU starvation). The heartbeats that arrived meanwhile wait
+  // in its mailbox behind the tick, so its own stall is not held against the nodes: their
+  // silence clocks move on by `ms` (a declaration only comes later, never earlier, so a
+  // shard's trust rule still holds: coordinator_trust.h).
+  void stalled(int64_t ms);
 
   // ---- admin ------------------------------------------------------------------------
   messages::admin_reply admin(const messages::admin_request& req);

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "actors/zmq_server_socket.h"
 #include "common/error.h"
 #include "ledger/sample_plane.h"
 
@@ -19,21 +20,19 @@ class env_server {
   // Binds `endpoint` ("tcp://127.0.0.1:*" picks a port; endpoint() tells which).
   static result<std::unique_ptr<env_server>> bind(std::shared_ptr<ledger::zmq_context> ctx,
                                                   const std::string& endpoint);
-  ~env_server();
   // One (client identity, request bytes) if one arrives within timeout_ms. A frame that is
   // not two parts is dropped and counted.
-  result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms);
+  result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms) {
+    return sock_->poll(timeout_ms);
+  }
   // A reply to a client that is gone is dropped by ZeroMQ (ROUTER_MANDATORY is off).
   status reply(const std::string& client, const std::string& bytes);
-  const std::string& endpoint() const { return endpoint_; }
-  uint64_t num_bad_frames() const { return num_bad_frames_; }
+  const std::string& endpoint() const { return sock_->endpoint(); }
+  uint64_t num_bad_frames() const { return sock_->num_bad_frames(); }
 
  private:
-  env_server() = default;
-  std::shared_ptr<ledger::zmq_context> ctx_;
-  void* sock_ = nullptr;
-  std::string endpoint_;
-  uint64_t num_bad_frames_ = 0;
+  explicit env_server(std::unique_ptr<zmq_server_socket> sock) : sock_(std::move(sock)) {}
+  std::unique_ptr<zmq_server_socket> sock_;
 };
 
 }  // namespace moerl::actors

@@ -1,8 +1,15 @@
 #include "actors/http_console.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 
 #include <caf/all.hpp>
 
@@ -13,6 +20,7 @@
 #include "actors/web_assets.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/secret_compare.h"
 
 namespace moerl::actors {
 
@@ -75,9 +83,59 @@ role role_of(const httplib::Request& req, const http_console_options& o) {
   const std::string prefix = "Bearer ";
   if (h.compare(0, prefix.size(), prefix) != 0) return role::none;
   const std::string token = h.substr(prefix.size());
-  if (token == o.operator_token) return role::op;
-  if (token == o.viewer_token) return role::viewer;
-  return role::none;
+  // Both compared, each in constant time: the refusal's timing says nothing about either.
+  const bool op = secret_equals(token, o.operator_token);
+  const bool viewer = secret_equals(token, o.viewer_token);
+  return op ? role::op : viewer ? role::viewer : role::none;
+}
+
+// Auth for every data route: true when the request may go on (a viewer or the operator);
+// otherwise the 401 is already in `res`.
+bool allow_reader(const httplib::Request& req, httplib::Response& res,
+                  const http_console_options& o) {
+  if (role_of(req, o) != role::none) return true;
+  res.set_header("WWW-Authenticate", "Bearer realm=\"moerl\"");
+  send_error(res, 401, "unauthorized",
+             "send Authorization: Bearer <console.viewer_token or console.operator_token>");
+  return false;
+}
+
+// OpenSSL's reason for the last failure (its error queue, emptied).
+std::string openssl_reason() {
+  const unsigned long e = ERR_peek_error();  // the first: the cause, not the caller's summary
+  char buf[256] = "unknown reason";
+  if (e) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+// The files as the HTTPS server will load them (httplib::SSLServer reads them the same way
+// but says only that it failed, not why).
+status check_tls_files(const std::string& cert, const std::string& key) {
+  for (const auto& [name, path] :
+       {std::pair<const char*, const std::string&>{"console.tls_cert", cert},
+        {"console.tls_key", key}})
+    if (::access(path.c_str(), R_OK) != 0)
+      return error(errc::invalid_config,
+                   std::string(name) + ": cannot read '" + path + "': " + std::strerror(errno));
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_server_method()),
+                                                        SSL_CTX_free);
+  if (!ctx) return error(errc::io_error, "SSL_CTX_new: " + openssl_reason());
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), cert.c_str()) != 1)
+    return error(errc::invalid_config,
+                 "console.tls_cert: '" + cert + "' is not a PEM certificate: " + openssl_reason());
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> pkey(nullptr, EVP_PKEY_free);
+  if (std::unique_ptr<FILE, decltype(&std::fclose)> f(std::fopen(key.c_str(), "r"), std::fclose); f)
+    pkey.reset(PEM_read_PrivateKey(f.get(), nullptr, nullptr, nullptr));
+  if (!pkey)
+    return error(errc::invalid_config,
+                 "console.tls_key: '" + key + "' is not a PEM private key: " + openssl_reason());
+  if (SSL_CTX_use_PrivateKey(ctx.get(), pkey.get()) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1)
+    return error(errc::invalid_config, "console.tls_key '" + key +
+                                           "' is not the key of console.tls_cert '" + cert +
+                                           "': " + openssl_reason());
+  return ok_status();
 }
 
 // GET routes answered from one coordinator verb of the same name.
@@ -103,6 +161,8 @@ result<http_console_options> http_console_options::from_config(const config& cfg
   o.admin_token = cfg.get_string("console.token");
   o.viewer_token = cfg.get_string("console.viewer_token");
   o.operator_token = cfg.get_string("console.operator_token");
+  o.tls_cert = cfg.get_string("console.tls_cert");
+  o.tls_key = cfg.get_string("console.tls_key");
   o.max_body_bytes = static_cast<size_t>(cfg.get_int("console.http_max_body_bytes"));
   o.request_timeout_ms = request_timeout_ms;
   o.planes = configured_planes(cfg);
@@ -122,7 +182,20 @@ result<http_console_options> http_console_options::from_config(const config& cfg
                  "the HTTP console refuses to listen on " + o.address +
                      " (not loopback) while console.viewer_token or console.operator_token is "
                      "still its built-in default; set both to secrets first");
+  if (o.tls_cert.empty() != o.tls_key.empty())
+    return error(errc::invalid_config,
+                 "console.tls_cert and console.tls_key go together: set both (HTTPS) or neither");
+  // Not STATUS_TRY: the error is for the operator, who wants the file's words, not our lines.
+  if (!o.tls_cert.empty())
+    if (auto st = check_tls_files(o.tls_cert, o.tls_key); !st) return st.err();
   return o;
+}
+
+status check_http_console_config(const config& cfg) {
+  if (cfg.get_string("console.http_address").empty()) return ok_status();
+  auto o = http_console_options::from_config(cfg, 0);
+  if (!o) return o.err();
+  return ok_status();
 }
 
 result<std::unique_ptr<http_console>> http_console::start(caf::actor_system& sys,
@@ -134,7 +207,18 @@ result<std::unique_ptr<http_console>> http_console::start(caf::actor_system& sys
   c->sys_ = &sys;
   c->coordinator_ = std::move(coordinator);
   c->opts_ = std::move(opts);
-  c->server_ = std::make_unique<httplib::Server>();
+  if (c->opts_.tls_cert.empty()) {
+    c->server_ = std::make_unique<httplib::Server>();
+  } else {
+    if (auto st = check_tls_files(c->opts_.tls_cert, c->opts_.tls_key); !st) return st.err();
+    auto tls =
+        std::make_unique<httplib::SSLServer>(c->opts_.tls_cert.c_str(), c->opts_.tls_key.c_str());
+    if (!tls->is_valid())
+      return error(errc::invalid_config, "the HTTP console cannot serve HTTPS with " +
+                                             c->opts_.tls_cert + " and " + c->opts_.tls_key + ": " +
+                                             openssl_reason());
+    c->server_ = std::move(tls);
+  }
   auto& srv = *c->server_;
   srv.set_payload_max_length(c->opts_.max_body_bytes);
   // A slow client holds one worker thread for at most this long; the job does not wait on it.
@@ -216,9 +300,27 @@ void http_console::sample() {
   }
 }
 
+void http_console::read_route(
+    const std::string& path,
+    std::function<void(const httplib::Request&, httplib::Response&)> answer) {
+  server_->Get(path, [this, answer = std::move(answer)](const httplib::Request& req,
+                                                        httplib::Response& res) {
+    if (allow_reader(req, res, opts_)) answer(req, res);
+  });
+}
+
+void http_console::snapshot_route(const std::string& path,
+                                  std::function<void(json& snapshot, httplib::Response&)> answer) {
+  read_route(path,
+             [this, answer = std::move(answer)](const httplib::Request&, httplib::Response& res) {
+               auto [code, snap] = ask("snapshot");
+               if (code != 200) return send_json(res, code, snap);
+               answer(snap, res);
+             });
+}
+
 void http_console::routes() {
   auto& srv = *server_;
-  const auto& o = opts_;
   // Every error that reaches the client without a body of ours (httplib's own 400/404/413,
   // a method it does not route) gets the JSON error shape too.
   srv.set_error_handler(
@@ -240,14 +342,6 @@ void http_console::routes() {
         } catch (...) {}
         send_error(res, 500, "internal", what);
       });
-  // Auth: true when the request may go on; else the 401 is already in `res`.
-  auto viewer = [&o](const httplib::Request& req, httplib::Response& res) {
-    if (role_of(req, o) != role::none) return true;
-    res.set_header("WWW-Authenticate", "Bearer realm=\"moerl\"");
-    send_error(res, 401, "unauthorized",
-               "send Authorization: Bearer <console.viewer_token or console.operator_token>");
-    return false;
-  };
   // The page and its files: no data in them, so no token (the page asks for one).
   srv.Get(R"(/|/[A-Za-z0-9_.-]+\.(js|css|html|png))",
           [](const httplib::Request& req, httplib::Response& res) {
@@ -256,54 +350,38 @@ void http_console::routes() {
             res.set_content(reinterpret_cast<const char*>(a->data), a->size, a->content_type);
             res.set_header("Cache-Control", "no-cache");
           });
-  for (const char* verb : kViewVerbs) {
-    srv.Get(
-        std::string("/api/v1/") + verb,
-        [this, viewer, v = std::string(verb)](const httplib::Request& req, httplib::Response& res) {
-          if (!viewer(req, res)) return;
-          auto [code, body] = ask(v);
-          send_json(res, code, body);
-        });
-  }
-  srv.Get("/api/v1/planes", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (viewer(req, res)) send_json(res, 200, opts_.planes);
+  for (const char* verb : kViewVerbs)
+    read_route(std::string("/api/v1/") + verb,
+               [this, v = std::string(verb)](const httplib::Request&, httplib::Response& res) {
+                 auto [code, body] = ask(v);
+                 send_json(res, code, body);
+               });
+  read_route("/api/v1/planes", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, opts_.planes);
   });
-  srv.Get("/api/v1/whoami", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (viewer(req, res))
-      send_json(res, 200, json{{"role", role_of(req, opts_) == role::op ? "operator" : "viewer"}});
+  read_route("/api/v1/whoami", [this](const httplib::Request& req, httplib::Response& res) {
+    send_json(res, 200, json{{"role", role_of(req, opts_) == role::op ? "operator" : "viewer"}});
   });
-  srv.Get("/api/v1/autoscale", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/autoscale", [this](json& snap, httplib::Response& res) {
     send_json(res, 200, autoscale(snap));
   });
   // The page's one poll: the snapshot with the signal and the trace made from it, so a
   // refresh costs the coordinator one request, not three.
-  srv.Get("/api/v1/dashboard", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/dashboard", [this](json& snap, httplib::Response& res) {
     json out{{"autoscale", autoscale(snap)}, {"trace", chrome_trace(snap)}};
     out["snapshot"] = std::move(snap);
     send_json(res, 200, out);
   });
-  srv.Get("/api/v1/trace", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/api/v1/trace", [](json& snap, httplib::Response& res) {
     send_json(res, 200, chrome_trace(snap));
   });
-  srv.Get("/metrics", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
-    auto [code, snap] = ask("snapshot");
-    if (code != 200) return send_json(res, code, snap);
+  snapshot_route("/metrics", [this](json& snap, httplib::Response& res) {
     res.set_content(prometheus_text(snap, autoscale(snap)), "text/plain; version=0.0.4");
   });
   // Actions: {"action": "inject", "kind": "spot|rebalance|kill|sigterm", "node": N,
   // "deadline_s": S} or {"action": "drain", "node": N, "deadline_s": S}; operator only.
-  srv.Post("/api/v1/actions", [this, viewer](const httplib::Request& req, httplib::Response& res) {
-    if (!viewer(req, res)) return;
+  srv.Post("/api/v1/actions", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!allow_reader(req, res, opts_)) return;
     if (role_of(req, opts_) != role::op)
       return send_error(res, 403, "forbidden",
                         "actions need the operator token (console.operator_token)");
@@ -368,7 +446,8 @@ result<std::unique_ptr<http_console>> start_http_console(caf::actor_system& sys,
   if (!o) return o.err();
   auto c = http_console::start(sys, std::move(coordinator), std::move(*o));
   if (!c) return c.err();
-  logger("console")->info("HTTP console on http://{}/", (*c)->address());
+  logger("console")->info("HTTP console on {}://{}/", (*c)->tls() ? "https" : "http",
+                          (*c)->address());
   return c;
 }
 

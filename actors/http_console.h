@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +31,9 @@
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace moerl {
 class config;
@@ -39,18 +42,27 @@ class config;
 namespace moerl::actors {
 
 struct http_console_options {
-  std::string address;         // HOST:PORT; port 0 picks a free one
-  std::string admin_token;     // console.token: what the coordinator's admin verbs check
-  std::string viewer_token;    // console.viewer_token
-  std::string operator_token;  // console.operator_token
+  std::string address;            // HOST:PORT; port 0 picks a free one
+  std::string admin_token;        // console.token: what the coordinator's admin verbs check
+  std::string viewer_token;       // console.viewer_token
+  std::string operator_token;     // console.operator_token
+  std::string tls_cert, tls_key;  // console.tls_cert / tls_key: HTTPS when set
   size_t max_body_bytes = 65536;
   int request_timeout_ms = 5000;
   nlohmann::json planes;  // each plane's transport and provider, as configured
 
   // From the config; errc::invalid_config when the address is not HOST:PORT, or is not a
-  // loopback address while a token is still its built-in default.
+  // loopback address while a token is still its built-in default, or when only one of
+  // console.tls_cert and console.tls_key is set, or either file cannot be read as PEM, or
+  // the key is not the certificate's (the error names the key, the file and OpenSSL's
+  // reason).
+
   static result<http_console_options> from_config(const config& cfg, int request_timeout_ms);
 };
+
+// The HTTP console's options as the coordinator will check them (nothing when it is off), so
+// `moerl up` refuses a bad one up front with the same words (exit 2).
+status check_http_console_config(const config& cfg);
 
 // Each plane's transport and provider as the config sets them (the nodes view's `planes`).
 nlohmann::json configured_planes(const config& cfg);
@@ -63,10 +75,17 @@ class http_console {
   ~http_console();
   void stop();
   const std::string& address() const { return address_; }  // HOST:PORT actually bound
+  bool tls() const { return !opts_.tls_cert.empty(); }
 
  private:
   http_console() = default;
   void routes();
+  // A GET route for readers (viewer or operator token; else 401) ...
+  void read_route(const std::string& path,
+                  std::function<void(const httplib::Request&, httplib::Response&)> answer);
+  // ... and one answered from a coordinator snapshot (its refusal passed on as is).
+  void snapshot_route(const std::string& path,
+                      std::function<void(nlohmann::json& snapshot, httplib::Response&)> answer);
   void sample();
   // The coordinator's reply to one admin verb, as the HTTP status and JSON body to send.
   std::pair<int, nlohmann::json> ask(

@@ -84,9 +84,9 @@ class trainer_step {
   virtual uint64_t num_held_groups() const = 0;
   // Job figures for progress and the report (reward curve, timings), as JSON.
   virtual nlohmann::json stats() const = 0;
-  // The step replaces `previous` (a trainer group re-formed around a surviving rank 0): take
-  // over the groups it held back and had not trained yet, so they are trained, not lost.
-  virtual void adopt_held(trainer_step& previous) { (void)previous; }
+  // Forget the groups held back and not trained yet: the runtime starts a new consumer
+  // incarnation (a restart of the ranks), so the shards serve those groups again.
+  virtual void drop_held() {}
 };
 
 class job {

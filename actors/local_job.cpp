@@ -138,7 +138,14 @@ status local_job::schedule_replacement(const std::string& name, int wait_status,
     return error(errc::peer_dead, name + " (" + role + ") " + cause + ": " + why +
                                       "; its log ends:\n" + cluster_->log_tail(name, 8));
   };
-  if (auto why = gave_up(wait_status)) return diagnosis(*why);
+  if (auto why = gave_up(wait_status)) {
+    // The node told the coordinator why before it exited (node_agent.cpp); without that
+    // (the coordinator was down too) the exit status and the log tail are all there is.
+    failed_node_ = name;
+    failed_cause_ = reported_cause(name);
+    if (!failed_cause_.empty()) return diagnosis("it gave up: " + failed_cause_);
+    return diagnosis(*why);
+  }
   const std::string& first = lineage_.try_emplace(name, name).first->second;
   const int64_t num_done = num_replaced_[first];
   if (num_done >= limits_.max_restarts) {
@@ -153,6 +160,14 @@ status local_job::schedule_replacement(const std::string& name, int wait_status,
              delay.count());
   if (events.exited) events.exited(name, cause, delay);
   return ok_status();
+}
+
+std::string local_job::reported_cause(const std::string& name) {
+  auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs);
+  if (!nodes || !nodes->is_array()) return "";
+  for (const auto& n : *nodes)
+    if (n.value("name", "") == name && n.contains("gave_up")) return n.value("gave_up", "");
+  return "";
 }
 
 status local_job::supervise(const job_events& events) {
@@ -242,6 +257,7 @@ run_outcome local_job::run(const run_policy& policy, const job_events& events) {
         interrupted = true;
       }
       if ((line != last_line || !learn.empty()) && events.progress) events.progress(line + learn);
+      if (events.polled) events.polled(*s, job_stats);
       last_line = line;
       if (s->value("done", false)) return run_outcome::done;
     }
@@ -291,6 +307,10 @@ json local_job::settled_report(bool done) {
   out["num_replacements"] = replacements_.size();
   out["restart_policy"] = restart_policy_json();
   if (!failure_.empty()) out["failure"] = failure_;
+  if (!failed_node_.empty()) {
+    out["failed_node"] = failed_node_;
+    if (!failed_cause_.empty()) out["failure_cause"] = failed_cause_;
+  }
   if (!report) return out;
   auto js = trainer_job_stats((*report)["nodes"]);
   if (!js.is_null()) {

@@ -69,6 +69,10 @@ struct job_events {
   // The job's status line (with the learning figures once the trainer reports them),
   // whenever it changed.
   std::function<void(const std::string& line)> progress;
+  // Every poll (twice a second): the coordinator's status and the trainer's job figures
+  // (reward curve; an empty object before it reports), for a driver that draws its own
+  // progress (moerl up's in-place line).
+  std::function<void(const nlohmann::json& status, const nlohmann::json& job_stats)> polled;
   // A Spot interruption notice was sent to `node` (`sent` says why not when it failed).
   std::function<void(const std::string& node, int deadline_s, const status& sent)> spot_notice;
   // A node exited (`cause`: "exit code 0", "killed by SIGKILL"); its replacement starts
@@ -106,6 +110,8 @@ class local_job {
   run_outcome run(const run_policy& policy, const job_events& events);
   // Why the job failed ("" unless run() returned run_outcome::failed).
   const std::string& failure() const { return failure_; }
+  // The cause the node that gave up reported ("" when none did, or it could not report).
+  const std::string& failure_cause() const { return failed_cause_; }
   // The coordinator's report once the trainer has stepped on everything it was handed (when
   // the job is done), with the trainer's learning figures, the replacements, the restart
   // policy and the failure if any. When the console does not answer: {"error": ...} with the
@@ -123,6 +129,8 @@ class local_job {
   status supervise(const job_events& events);
   // A node seen exited for the first time: schedules its replacement, or says why not.
   status schedule_replacement(const std::string& name, int wait_status, const job_events& events);
+  // The cause `name` reported to the coordinator when it gave up; "" when it reported none.
+  std::string reported_cause(const std::string& name);
   // Sends the policy's Spot notice to the first running rollout node of this job.
   void interrupt_a_rollout(const run_policy& policy, const job_events& events);
 
@@ -144,6 +152,8 @@ class local_job {
   std::map<std::string, int64_t> num_replaced_;  // first name -> replacements so far
   std::vector<replacement_record> replacements_;
   std::string failure_;
+  std::string failed_node_;     // the node that gave up, when one did
+  std::string failed_cause_;    // the cause it reported to the coordinator ("" if none)
   nlohmann::json last_status_;  // the last status the console answered, for a failed report
 };
 

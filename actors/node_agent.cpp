@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/caf_setup.h"
 #include "actors/interruption.h"
 #include "actors/ledger_messages.h"
 #include "actors/node_roles.h"
@@ -38,6 +39,8 @@ using agent_actor = caf::stateful_actor<agent_state>;
 // Exit status of a node the coordinator fenced (declared dead while it still ran): its pod
 // controller or local_job replaces it with a new process, which starts empty.
 constexpr int kFencedExit = 5;
+// Exit status of a node that gave up (actors/pod_policy.h: not replaced, the job fails).
+constexpr int kGaveUpExit = 4;
 
 // The coordinator's answer to a registration or heartbeat: "" is accepted, else the error.
 moerl::error refusal_in(const std::string& reply) {
@@ -147,6 +150,18 @@ void finish(agent_actor* self, int code) {
   self->quit();
 }
 
+// The node cannot go on (its supervisor reached actors.restart_intensity): the coordinator
+// records `cause` with the node (its node list and report, where `moerl up` reads why the
+// job failed), then the node exits kGaveUpExit. Bounded: without an answer it exits anyway.
+void report_and_give_up(agent_actor* self, const std::string& cause) {
+  auto& ctx = *self->state.ctx;
+  auto c = ctx.coordinator();
+  if (!c) return finish(self, kGaveUpExit);
+  self->request(c, ms(ctx.cp.request_timeout_ms), gaveup_atom::value, ctx.id, cause)
+      .then([self](const std::string&) { finish(self, kGaveUpExit); },
+            [self](caf::error&) { finish(self, kGaveUpExit); });
+}
+
 // A heartbeat is a request: the answer renews the trust a buffer shard serves on (sent at
 // `sent` on `link`), or fences the node.
 void send_heartbeat(agent_actor* self) {
@@ -245,10 +260,12 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   self->link_to(st.supervisor);
   self->set_exit_handler([self](caf::exit_msg& m) {
     if (m.source == self->state.supervisor.address() && !self->state.finishing) {
-      // The supervisor gave up (restart intensity): escalate by ending the node non-zero.
-      logger("node")->error("supervisor exited: {}", self->system().render(m.reason));
+      // The supervisor gave up (restart intensity): escalate by ending the node non-zero,
+      // after telling the coordinator why.
+      const std::string cause = error_text(self->system(), m.reason);
+      logger("node")->error("supervisor exited: {}", cause);
       self->state.supervisor = nullptr;
-      finish(self, 4);
+      report_and_give_up(self, cause);
     }
   });
   self->set_down_handler([self](caf::down_msg& m) {

@@ -83,8 +83,9 @@ std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_con
   const auto fp = trainer_group_fingerprint(ctx.cfg);
   const auto size = static_cast<uint32_t>(ctx.cfg.get_int("trainer.group_size"));
   const auto rpn = static_cast<uint32_t>(ctx.cfg.get_int("job.trainer_ep_ranks"));
-  bool joined = false;
-  while (mailbox_ok(self, ctx, joined ? 100 : 0)) {
+  bool joined = false, first = true;
+  while (mailbox_ok(self, ctx, first ? 0 : 100)) {
+    first = false;
     if (ctx.draining()) return std::nullopt;
     if (!joined) {
       auto st = call_coordinator(
@@ -101,6 +102,11 @@ std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_con
     }
     bool answered = false;
     if (auto v = ask_view(self, ctx, &answered)) return v;
+    // Not in a formed group yet: join again (a no-op while the node is in the forming set).
+    // The group it joined may have broken since, before forming with it (a member's failure
+    // report still in flight when this node re-joined the old incarnation after a link
+    // blip), and then the node is in no forming set: waiting for a view would wait forever.
+    if (answered) joined = false;
   }
   return std::nullopt;
 }

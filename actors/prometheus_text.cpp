@@ -127,9 +127,10 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
         "mean policy versions a trained sample lagged in the last iteration",
         num(last, "staleness"));
   w.family("moerl_iteration_phase_seconds", "gauge",
-           "the last iteration's time per phase (generate and reward: summed over samples)");
+           "the last iteration's time per phase (generate, env and reward: summed over samples)");
   for (const auto& [phase, key] :
        std::vector<std::pair<const char*, const char*>>{{"generate", "t_generate"},
+                                                        {"env", "t_env"},
                                                         {"reward", "t_reward"},
                                                         {"buffer", "t_buffer"},
                                                         {"train", "t_train"},

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/zmq_server_socket.h"
 #include "common/error.h"
 #include "ledger/sample_plane.h"
 
@@ -41,19 +42,17 @@ class reward_pull {
   // Binds `endpoint` ("tcp://127.0.0.1:*" picks a port; endpoint() tells which).
   static result<std::unique_ptr<reward_pull>> bind(std::shared_ptr<ledger::zmq_context> ctx,
                                                    const std::string& endpoint);
-  ~reward_pull();
   // One (shard endpoint, sample bytes) if one arrives within timeout_ms. A frame that is not
   // two parts is dropped and counted.
-  result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms);
-  const std::string& endpoint() const { return endpoint_; }
-  uint64_t num_bad_frames() const { return bad_frames_; }
+  result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms) {
+    return sock_->poll(timeout_ms);
+  }
+  const std::string& endpoint() const { return sock_->endpoint(); }
+  uint64_t num_bad_frames() const { return sock_->num_bad_frames(); }
 
  private:
-  reward_pull() = default;
-  std::shared_ptr<ledger::zmq_context> ctx_;
-  void* sock_ = nullptr;
-  std::string endpoint_;
-  uint64_t bad_frames_ = 0;
+  explicit reward_pull(std::unique_ptr<zmq_server_socket> sock) : sock_(std::move(sock)) {}
+  std::unique_ptr<zmq_server_socket> sock_;
 };
 
 }  // namespace moerl::actors

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
+#include "actors/caf_setup.h"
 #include "common/log.h"
 
 namespace moerl::actors {
@@ -80,7 +81,7 @@ caf::behavior supervisor_impl(sup_actor* self, supervisor_options opts,
     auto& k = st.kids[i];
     k.hdl = nullptr;
     bool abnormal = static_cast<bool>(m.reason) && m.reason != caf::exit_reason::normal;
-    std::string reason = abnormal ? self->system().render(m.reason) : "normal";
+    std::string reason = abnormal ? error_text(self->system(), m.reason) : "normal";
     if (k.spec.policy == restart_policy::temporary ||
         (k.spec.policy == restart_policy::transient && !abnormal)) {
       log->info("{}: child {} exited ({}), not restarted ({})", st.opts.name, k.spec.id, reason,
@@ -94,8 +95,10 @@ caf::behavior supervisor_impl(sup_actor* self, supervisor_options opts,
       for (size_t j = st.kids.size(); j-- > 0;)
         stop_child(self, j, caf::exit_reason::user_shutdown);
       self->quit(caf::make_error(caf::sec::runtime_error,
-                                 st.opts.name + ": max restart intensity reached after " +
-                                     k.spec.id + " exited with " + reason));
+                                 st.opts.name + ": max restart intensity reached (more than " +
+                                     std::to_string(st.opts.intensity) + " restarts in " +
+                                     std::to_string(st.opts.period_ms) + " ms) after " + k.spec.id +
+                                     " exited with " + reason));
       return;
     }
     size_t first = i, last = i + 1;

@@ -176,17 +176,10 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       return;
     }
     ctx->trainer_state = std::shared_ptr<trainer_step>(std::move(*made));
-    if (previous) {
-      // Same process, same consumer incarnation: the new step takes over the groups the
-      // broken group's step held, and the shards keep them handed to this incarnation (a new
-      // incarnation would make them serve those groups again, beside the adopted ones).
-      ctx->trainer_state->adopt_held(*previous);
-      previous.reset();  // the old group's rank threads leave (their incarnation is over)
-      previous_link.reset();
-    } else {
-      ctx->trainer_incarnation = new_incarnation();
-      ctx->unconfirmed_batches.clear();
-    }
+    // The broken group's step leaves with the groups it held (the new incarnation below has
+    // them served again), then its rank threads and the link they used.
+    previous.reset();
+    previous_link.reset();
     if (pool.link()) pool.link()->report_restored(ctx->trainer_state->version());
     // A step resumed from a checkpoint starts at its version: announce it before any
     // rollout generates with the initial weights.
@@ -198,6 +191,13 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         self->send(c, version_atom::value, m.version, messages::encode(m));
     }
   }
+  // Every start of the driver is a new consumer incarnation that holds nothing, so the shards
+  // serve again every group handed to the old one and not confirmed: those its step held, and
+  // those still on their way to the consumer sockets that closed with the old driver (a kept
+  // incarnation would leave them handed forever; LEDGER.md, "Handed to a trainer").
+  ctx->trainer_state->drop_held();
+  ctx->trainer_incarnation = new_incarnation();
+  ctx->unconfirmed_batches.clear();
   trainer_step& step = *ctx->trainer_state;
   // Once the step holds nothing, every batch it was given is in a policy version it made
   // (and announced): confirm them, so their shards count them trained and let them go.
@@ -220,10 +220,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   };
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
   int64_t last_batch = steady_ms();
-  // A step that starts holding groups (adopted from a broken group's step, or kept over a
-  // restart of the ranks) flushes them if no batch comes: the run's last groups may already
-  // be handed to it, and they count as trained only once a version holds them.
-  bool flushed = step.num_held_groups() == 0;
+  bool flushed = true;  // the step holds nothing yet (drop_held above)
   // Stall: time with no batch in hand, from wanting one to getting one (`stall_s` in the
   // stats). Groups a job step holds back for a full iteration do not count as work in
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.
@@ -261,7 +258,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         ctx->unconfirmed_batches.erase(it->first);  // the ledger re-opened what it held
         it = sources.erase(it);
       }
-      confirm_trained();  // what a restart of rank 0 left unconfirmed
+      confirm_trained();  // what a failed confirmation left unconfirmed
     }
     if (sources.empty()) {
       if (!mailbox_ok(self, *ctx, 100)) return;
@@ -281,8 +278,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       stalled.stop_waiting(steady_ms());
       last_batch = steady_ms();
       flushed = false;
-      // Before the step: a step that fails may still hold the batch's groups (a flush after
-      // the restart of the ranks steps on them).
+      // Before the step, which holds the batch's groups until a version has them all.
       ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
       auto res = step.train(batch.samples);
       if (!res) {
@@ -292,6 +288,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         return;
       }
       ++batches;
+      last_batch = steady_ms();  // idle from the step's end: a slow step is no missing batch
       total.groups += res->groups;
       total.bad += res->bad;
       total.verified += batch.samples.size() - res->bad;

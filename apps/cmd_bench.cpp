@@ -2,6 +2,7 @@
 
 #include "apps/commands.h"
 #include "bench/control/control_bench.h"
+#include "bench/env/env_bench.h"
 #include "bench/ep/ep_bench.h"
 #include "bench/job_ep/job_ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
@@ -22,6 +23,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_store_bench_command(*cmd);    // store
   moerl::bench::add_policy_bench_command(*cmd);   // policy
   moerl::bench::add_job_ep_bench_command(*cmd);   // job-ep
+  moerl::bench::add_env_bench_command(*cmd);      // env
 }
 
 }  // namespace moerl::apps

@@ -6,6 +6,8 @@
 
 #include "actors/console_client.h"
 #include "apps/commands.h"
+#include "apps/console_top.h"
+#include "apps/console_views.h"
 #include "common/config.h"
 
 namespace moerl::apps {
@@ -16,32 +18,17 @@ struct console_args {
   std::vector<std::string> overrides;
   std::vector<std::string> words;  // command and its arguments
   std::string deadline;            // --deadline as given; checked before connecting
+  double interval_s = 0;           // top: seconds between frames
   bool json = false;
 };
 
 void print_human(const std::string& cmd, const nlohmann::json& body) {
   if (cmd == "nodes" && body.is_array()) {
-    std::printf("%-12s %-10s %-8s %-9s %-8s %-6s %s\n", "NAME", "ROLE", "PID", "STATE", "RESTARTS",
-                "LEASES", "ID");
-    for (auto& n : body)
-      std::printf("%-12s %-10s %-8u %-9s %-8u %-6u %s\n", n.value("name", "").c_str(),
-                  n.value("role", "").c_str(), n.value("pid", 0u), n.value("state", "").c_str(),
-                  n.value("restarts", 0u), n.value("leases", 0u), n.value("id", "").c_str());
+    std::fputs(nodes_table(body).c_str(), stdout);
     return;
   }
   if (cmd == "status" && body.is_object()) {
-    auto a = body.value("accounting", nlohmann::json::object());
-    std::printf("iteration %lu/%lu  queue %lu  leases %lu  nodes %lu  done %s\n",
-                body.value("iteration", 0ul), body.value("iterations", 0ul),
-                body.value("queue_depth", 0ul), body.value("leases", 0ul),
-                body.value("nodes_alive", 0ul), body.value("done", false) ? "yes" : "no");
-    std::printf("accounting: %s  invariant %s\n", a.dump().c_str(),
-                body.value("invariant_ok", false) ? "ok" : "BROKEN");
-    auto shards = body.value("buffer", nlohmann::json::object());
-    for (auto& [shard, st] : shards.items())
-      std::printf("buffer %s: %lu/%lu samples resident, %lu groups ready\n", shard.c_str(),
-                  st.value("resident_samples", 0ul), st.value("capacity_samples", 0ul),
-                  st.value("ready_groups", 0ul));
+    std::fputs(status_summary(body).c_str(), stdout);
     return;
   }
   std::cout << body.dump(2) << "\n";
@@ -52,7 +39,7 @@ void print_human(const std::string& cmd, const nlohmann::json& body) {
 void add_console_command(CLI::App& root) {
   auto* cmd = root.add_subcommand("console",
                                   "admin console: status | nodes | iterations | interruptions | "
-                                  "ledger | snapshot | report | inject "
+                                  "ledger | snapshot | report | top [--interval S] | inject "
                                   "spot|rebalance|kill|sigterm NODE [--deadline S] | drain NODE");
   static console_args a;
   cmd->add_option("--connect", a.connect,
@@ -61,9 +48,11 @@ void add_console_command(CLI::App& root) {
   cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->add_option("--deadline", a.deadline,
                   "seconds until the injected interruption's deadline, in (0, 86400]");
+  cmd->add_option("--interval", a.interval_s,
+                  "top: seconds between frames (default 1 on a terminal, 5 otherwise)");
   cmd->add_flag("--json", a.json, "print the reply as JSON");
   cmd->add_option("command", a.words,
-                  "status | nodes | inject spot|rebalance|kill|sigterm NODE | drain NODE")
+                  "status | nodes | top | inject spot|rebalance|kill|sigterm NODE | drain NODE")
       ->required();
   cmd->callback([] {
     auto cfg = config::load(a.config_file, a.overrides);
@@ -73,6 +62,19 @@ void add_console_command(CLI::App& root) {
     }
     std::string address = a.connect.empty() ? cfg->get_string("console.address") : a.connect;
     if (address.find("://") == std::string::npos) address = "tcp://" + address;
+    if (a.words[0] == "top") {
+      if (a.words.size() > 1) {
+        std::cerr << "moerl console: top takes no arguments, got '" << a.words[1] << "'\n";
+        throw CLI::RuntimeError(1);
+      }
+      top_options t;
+      t.address = address;
+      t.token = cfg->get_string("console.token");
+      t.timeout_ms = static_cast<int>(cfg->get_int("console.timeout_ms"));
+      t.interval_s = a.interval_s;
+      if (int rc = console_top(t); rc != 0) throw CLI::RuntimeError(rc);
+      return;
+    }
     messages::admin_request req;
     req.request_id = 1;
     req.token = cfg->get_string("console.token");

@@ -6,14 +6,18 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
+#include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "actors/chrome_trace.h"
+#include "actors/http_console.h"
 #include "actors/local_job.h"
 #include "apps/commands.h"
+#include "apps/up_progress.h"
 #include "common/child_process.h"
 #include "common/config.h"
 #include "job/grpo_job.h"
@@ -61,55 +65,80 @@ std::string new_run_id() {
          std::to_string(::getpid());
 }
 
-// What the job does to its nodes, in the words of `moerl up`'s output.
-actors::job_events printed_events() {
+// What the job does to its nodes, in the words of `moerl up`'s output; its progress on the
+// display (in place on a terminal).
+actors::job_events printed_events(up_progress& display) {
   actors::job_events ev;
-  ev.progress = [](const std::string& line) {
-    std::printf("moerl up: %s\n", line.c_str());
-    std::fflush(stdout);
+  ev.polled = [&display](const nlohmann::json& status, const nlohmann::json& job_stats) {
+    display.update(status, job_stats);
   };
-  ev.spot_notice = [](const std::string& node, int deadline_s, const status& sent) {
-    std::printf(
-        "moerl up: >>> injected a Spot interruption notice into %s (deadline %d s)%s; "
-        "disable with --no-interrupt\n",
-        node.c_str(), deadline_s, sent ? "" : (" FAILED: " + sent.err().to_string()).c_str());
+  ev.spot_notice = [&display](const std::string& node, int deadline_s, const status& sent) {
+    display.message("moerl up: >>> injected a Spot interruption notice into " + node +
+                    " (deadline " + std::to_string(deadline_s) + " s)" +
+                    (sent ? "" : " FAILED: " + sent.err().to_string()) +
+                    "; disable with --no-interrupt");
   };
-  ev.exited = [](const std::string& node, const std::string& cause,
-                 std::chrono::milliseconds delay) {
-    std::printf("moerl up: >>> %s exited (%s); its replacement starts in %.1f s\n", node.c_str(),
-                cause.c_str(), static_cast<double>(delay.count()) / 1000.0);
-    std::fflush(stdout);
+  ev.exited = [&display](const std::string& node, const std::string& cause,
+                         std::chrono::milliseconds delay) {
+    char after[32];
+    std::snprintf(after, sizeof after, "%.1f", static_cast<double>(delay.count()) / 1000.0);
+    display.message("moerl up: >>> " + node + " exited (" + cause +
+                    "); its replacement starts in " + after + " s");
   };
-  ev.replaced = [](const actors::replacement_record& r) {
+  ev.replaced = [&display](const actors::replacement_record& r) {
     const std::string what = r.replacement == r.node
                                  ? "recreated " + r.node
                                  : "replaced " + r.node + " by " + r.replacement;
-    std::printf("moerl up: >>> %s (%s, %s)%s\n", what.c_str(), r.role.c_str(),
-                actors::controller_name(actors::controller_of(r.role)),
-                r.error.empty() ? "" : (" FAILED: " + r.error).c_str());
-    std::fflush(stdout);
+    display.message("moerl up: >>> " + what + " (" + r.role + ", " +
+                    actors::controller_name(actors::controller_of(r.role)) + ")" +
+                    (r.error.empty() ? "" : " FAILED: " + r.error));
   };
   return ev;
 }
 
-// `moerl up` runs its GRPO trainer as one node process (trainer.group_size = 1, the schema's
-// default) unless the config file or an override sets trainer.group_size: a group of N node
-// processes then holds job.trainer_ep_ranks = 1 rank per member unless that is set too, so the
-// group's EP step has as many ranks as members. Not the default yet: after a coordinator
-// restart the group re-forms, but the job made no progress afterwards in the one run tried
-// (README, "The main job"). Returns the number of trainer nodes to start.
+// `moerl up` runs its GRPO trainer as kUpTrainerMembers node processes unless the config file or
+// an override sets trainer.group_size. A group of N > 1 holds job.trainer_ep_ranks = 1 rank per
+// member unless that is set too, so the group's EP step has as many ranks as members. Returns
+// the number of trainer nodes to start. 1 (the one-process trainer) until a group keeps up: a
+// group checkpoints every version it publishes, and on the shared 2-core machine (load ~20) a
+// default run with 2 members spent a median 0.72 s per version on the checkpoint beside 0.32 s
+// training and timed out at iteration 227 of 800 (README, "The main job").
+constexpr uint32_t kUpTrainerMembers = 1;
+
+// Whether the config file (already validated by config::load) or an override sets `key`,
+// even to its default: a section path (trainer: group_size:) or a dotted key at any level.
+bool config_names(const std::string& config_file, const std::vector<std::string>& overrides,
+                  const std::string& key) {
+  for (const auto& o : overrides)
+    if (o.rfind(key + "=", 0) == 0) return true;
+  if (config_file.empty()) return false;
+  std::function<bool(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& n,
+                                                                        const std::string& at) {
+    if (!n.IsMap()) return false;
+    for (const auto& entry : n) {
+      const std::string k = (at.empty() ? "" : at + ".") + entry.first.as<std::string>();
+      if (k == key || (key.rfind(k + ".", 0) == 0 && walk(entry.second, k))) return true;
+    }
+    return false;
+  };
+  try {
+    return walk(YAML::LoadFile(config_file), "");
+  } catch (const YAML::Exception&) {
+    return false;  // config::load read it; unreadable now: as if unset
+  }
+}
+
 uint32_t default_trainer_members(const config& pre, const std::string& config_file,
                                  std::vector<std::string>& overrides) {
-  auto named = [&](const std::string& key) {
-    for (const auto& o : overrides)
-      if (o.rfind(key + "=", 0) == 0) return true;
-    std::ifstream in(config_file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return !config_file.empty() &&
-           text.find(key.substr(key.find('.') + 1) + ":") != std::string::npos;
-  };
-  const auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
-  if (pre.get_string("job.kind") != "grpo" || members <= 1) return members;
+  auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
+  if (pre.get_string("job.kind") != "grpo")
+    return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  if (!named("trainer.group_size")) {
+    members = kUpTrainerMembers;
+    overrides.insert(overrides.begin(), "trainer.group_size=" + std::to_string(members));
+  }
+  if (members <= 1) return members;
   if (!named("job.trainer_ep_ranks")) overrides.insert(overrides.begin(), "job.trainer_ep_ranks=1");
   return members;
 }
@@ -127,6 +156,11 @@ int run_up(const up_args& a) {
     auto pre = config::load(a.config_file, a.overrides);
     if (!pre) {
       std::cerr << "moerl up: invalid configuration: " << pre.err().message << "\n";
+      return 2;
+    }
+    // The coordinator would refuse these too, but only in its log: say it here.
+    if (auto st = actors::check_http_console_config(*pre); !st) {
+      std::cerr << "moerl up: invalid configuration: " << st.err().message << "\n";
       return 2;
     }
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
@@ -172,19 +206,25 @@ int run_up(const up_args& a) {
       "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
       j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
   if (!j.http_address().empty())
-    std::printf("moerl up: dashboard at http://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+    std::printf("moerl up: dashboard at %s://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
+                j.node_config().get_string("console.tls_cert").empty() ? "http" : "https",
                 j.http_address().c_str(),
                 j.node_config().get_string("console.operator_token").c_str());
   std::fflush(stdout);
   actors::run_policy policy;
   policy.deadline = t0 + std::chrono::seconds(a.timeout_s);
   policy.spot_interruption = !a.no_interrupt;
-  const actors::run_outcome ran = j.run(policy, printed_events());
+  // On a terminal the progress line is redrawn in place; in a log, a line per iteration and
+  // one at least every 5 s.
+  up_progress display(stdout, ::isatty(::fileno(stdout)) == 1, std::chrono::seconds(5));
+  const actors::run_outcome ran = j.run(policy, printed_events(display));
   const bool done = ran == actors::run_outcome::done;
   if (ran == actors::run_outcome::failed) {
     std::fprintf(stderr, "moerl up: the job cannot go on: %s\n", j.failure().c_str());
   }
   json out = j.settled_report(done);
+  if (done) display.settled(out);
+  display.finish();
   if (!a.trace.empty()) {
     // The same trace /api/v1/trace serves, from the coordinator's snapshot view.
     auto snap = j.cluster().console("snapshot", {}, {}, 5000);
@@ -208,6 +248,9 @@ int run_up(const up_args& a) {
   std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n", how,
               out["wall_s"].get<double>(), out.value("replacements", json::array()).size(),
               acct.dump().c_str(), path.c_str());
+  if (!j.failure_cause().empty())
+    std::printf("moerl up: cause: %s gave up: %s\n", out.value("failed_node", "").c_str(),
+                j.failure_cause().c_str());
   bool clean = done && acct.value("lost", 1ul) == 0 && acct.value("duplicated", 1ul) == 0 &&
                acct.value("invariant_ok", false);
   return clean ? 0 : 1;

@@ -105,6 +105,11 @@ const std::vector<key_spec>& config_schema() {
        "bearer token for the HTTP console's reads (dashboard, /api/v1/ GETs, /metrics)", ""},
       {"console.operator_token", t::string, "moerl-operator",
        "bearer token for the HTTP console's actions (POST /api/v1/actions); also reads", ""},
+      {"console.tls_cert", t::string, "",
+       "PEM certificate (chain) file: the HTTP console serves HTTPS with it and console.tls_key; "
+       "\"\" (both unset) serves plain HTTP",
+       ""},
+      {"console.tls_key", t::string, "", "PEM private key file of console.tls_cert", ""},
       {"console.http_max_body_bytes", t::integer, "65536",
        "largest request body the HTTP console reads; a larger one gets 413", "",
        r::closed(1, 16777216)},
@@ -214,6 +219,13 @@ const std::vector<key_spec>& config_schema() {
        "reward source: the task's verifier or a learned reward model", "verifier|learned"},
       {"task.reward_model_path", t::string, "",
        "learned reward model checkpoint file (task.reward=learned)", ""},
+      {"task.dataset", t::string, "",
+       "prompts from this JSONL object in task.dataset_store (job/prompt_dataset.h); \"\": "
+       "generated prompts",
+       ""},
+      {"task.dataset_store", t::string, "",
+       "object store holding task.dataset: a directory or s3://bucket/prefix (\"\": store.url)",
+       ""},
 
       // ---- env (the environment plane: env nodes run multi-turn episodes) ----------
       {"env.nodes", t::integer, "0",
@@ -258,7 +270,10 @@ const std::vector<key_spec>& config_schema() {
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",
        ""},
       {"job.checkpoint_every", t::integer, "10",
-       "durable checkpoint every this many policy versions (0: never)", "", r::at_least(0)},
+       "every policy version is checkpointed (a recreated trainer resumes from the newest); "
+       "every this many stay, older others are removed (0: no checkpoints, a recreated "
+       "trainer starts from fresh weights)",
+       "", r::at_least(0)},
       {"job.resume_from", t::string, "",
        "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
       {"job.rollout_ep_ranks", t::integer, "2",

@@ -15,6 +15,7 @@
 #include "job/group_bootstrap.h"
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
+#include "job/prompt_dataset.h"
 #include "job/weights_feed.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
@@ -106,8 +107,10 @@ struct job_setup {
     if (!b) return b.err();
     return std::make_shared<const std::string>(std::move(*b));
   }
+  // task.dataset's prompts (job/prompt_dataset.h); null: generated, or not read on this role.
+  std::shared_ptr<const prompt_dataset> dataset;
 
-  static result<std::shared_ptr<job_setup>> create(const config& cfg) {
+  static result<std::shared_ptr<job_setup>> create(const config& cfg, actors::node_role role) {
     auto s = std::make_shared<job_setup>();
     s->cfg = cfg;
     if (cfg.get_string("task.name") == "guess") {
@@ -166,6 +169,14 @@ struct job_setup {
     auto st = store::open_store(cfg.get_string("store.url"), cfg);
     if (!st) return st.err();
     s->store = std::shared_ptr<store::object_store>(std::move(*st));
+    // Read where prompts are made: rollout nodes (single-turn prompts) and env nodes (a
+    // multi-turn episode's prompt and hidden state come from the env node's reset).
+    if (role == actors::node_role::env ||
+        (role == actors::node_role::rollout && !s->multi_turn())) {
+      auto d = open_task_dataset(cfg, s->task.get());
+      if (!d) return d.err();
+      s->dataset = std::move(*d);
+    }
     return s;
   }
 
@@ -396,24 +407,13 @@ class grpo_trainer final : public actors::trainer_step {
     const auto& cfg = s_->cfg;
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
-    checkpoint_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
     in_group_ = group != nullptr;
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
       ep_ = std::move(*t);
-      if (group) {
-        // A trainer group checkpoints every version it publishes, and a (re-)formed group
-        // restores the newest one: the last published weights plus the optimiser state
-        // (RUNTIME.md, "Groups across nodes").
-        checkpoint_every_ = 1;
-        auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
-        if (have) return resume_from(s_->prefix);
-        if (have.err().code != errc::not_found) return have.err();
-      }
-      const std::string resume = cfg.get_string("job.resume_from");
-      if (!resume.empty()) return resume_from(resume);
-      return {};
+      return restore();
     }
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
@@ -426,7 +426,21 @@ class grpo_trainer final : public actors::trainer_step {
       if (!r) return r.err();
       ref_ = std::move(*r);
     }
-    const std::string resume = cfg.get_string("job.resume_from");
+    return restore();
+  }
+
+  // Where every trainer step starts, a single trainer node's or a trainer group's: the newest
+  // committed checkpoint of this run (a recreated trainer node, a re-formed group: the last
+  // published weights plus the optimiser state, since a trainer checkpoints every version it
+  // publishes), else job.resume_from's (an earlier run), else fresh weights (RUNTIME.md,
+  // "Groups across nodes"; README, job.checkpoint_every).
+  status restore() {
+    if (keep_every_ > 0) {
+      auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
+      if (have) return resume_from(s_->prefix);
+      if (have.err().code != errc::not_found) return have.err();
+    }
+    const std::string resume = s_->cfg.get_string("job.resume_from");
     if (!resume.empty()) return resume_from(resume);
     return {};
   }
@@ -434,20 +448,11 @@ class grpo_trainer final : public actors::trainer_step {
   uint64_t version() const override { return version_; }
   uint64_t num_held_groups() const override { return pending_groups_; }
 
-  void adopt_held(actors::trainer_step& previous) override {
-    auto* prev = dynamic_cast<grpo_trainer*>(&previous);
-    if (!prev || prev->pending_.empty()) return;
-    logger("trainer")->info("took over {} held group(s) of the previous trainer group",
-                            prev->pending_groups_);
-    pending_ = std::move(prev->pending_);
-    pending_groups_ = prev->pending_groups_;
-    generate_us_ = prev->generate_us_;
-    reward_us_ = prev->reward_us_;
-    env_us_ = prev->env_us_;
-    env_steps_ = prev->env_steps_;
-    first_batch_ = prev->first_batch_;
-    prev->pending_.clear();
-    prev->pending_groups_ = 0;
+  void drop_held() override {
+    generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;
+    pending_.clear();
+    pending_groups_ = 0;
+    first_batch_.reset();
   }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
@@ -526,8 +531,9 @@ class grpo_trainer final : public actors::trainer_step {
     // The version is announced (when train() returns) once a checkpoint cache holds it; its
     // store copy is then written in the background. Without a cache the store copy comes
     // first: a rollout that hears of version v always finds it complete somewhere. A trainer
-    // group writes synchronously: a re-formed group restores the newest committed checkpoint,
-    // which must be the newest version announced.
+    // group writes synchronously. The checkpoint stays on the critical path in every case: a
+    // recreated trainer or a re-formed group restores the newest committed checkpoint
+    // (restore()), which must be the newest version announced.
     const bool in_cache = publish_to_cache(bytes);
     const bool background = in_cache && !in_group_;
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
@@ -547,16 +553,10 @@ class grpo_trainer final : public actors::trainer_step {
                       {"grad_norm", grad_norm},
                       {"load_imbalance", us.load_imbalance}});
     double t_checkpoint = 0;
-    if (checkpoint_every_ > 0 && version_ % checkpoint_every_ == 0) {
+    if (keep_every_ > 0) {
       t0 = std::chrono::steady_clock::now();
-      auto write = checkpoint_write(bytes, hash);
-      if (!write) return write.err();
-      if (background) {
-        writer_->submit("checkpoint of policy version " + std::to_string(version_), *write);
-      } else if (auto st = (*write)(); !st) {
-        return st.err();
-      }
-      t_checkpoint = seconds_since(t0);  // in the background: only the time to prepare it
+      if (auto st = checkpoint(bytes, hash); !st) return st.err();
+      t_checkpoint = seconds_since(t0);
     }
     // t_generate / t_reward: time the rollout and reward nodes spent on this iteration's
     // samples, summed over samples (worker-seconds: workers run in parallel, so this is work,
@@ -693,9 +693,7 @@ class grpo_trainer final : public actors::trainer_step {
     };
   }
 
-  // The checkpoint of version_, its parts and meta taken now, written when called.
-  result<std::function<status()>> checkpoint_write(const std::string& param_bytes,
-                                                   const std::string& hash) {
+  status checkpoint(const std::string& param_bytes, const std::string& hash) {
     nlohmann::json meta{
         {"policy_version", version_},
         {"content_hash", hash},
@@ -704,14 +702,17 @@ class grpo_trainer final : public actors::trainer_step {
         {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()}};
     auto adam_bytes = ep_ ? ep_->serialize_adam() : result<std::string>(opt_->serialize());
     if (!adam_bytes) return adam_bytes.err();
-    auto parts = std::make_shared<std::vector<store::checkpoint_part>>(
-        std::vector<store::checkpoint_part>{{"params", param_bytes}, {"adam", *adam_bytes}});
-    return std::function<status()>([s = s_, v = version_, parts, meta]() -> status {
-      auto m = store::write_checkpoint(*s->store, checkpoint_prefix(s->prefix), v, *parts, meta);
-      if (!m) return m.err();
-      logger("trainer")->info("checkpoint of policy version {} committed ({})", v, m->content_hash);
-      return {};
-    });
+    auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
+                                     {{"params", param_bytes}, {"adam", *adam_bytes}}, meta);
+    if (!m) return m.err();
+    logger("trainer")->info("checkpoint of policy version {} committed ({})", version_,
+                            m->content_hash);
+    // Every version is checkpointed so that a recreated trainer loses none; of the older ones
+    // only every job.checkpoint_every-th stays. Best effort: one left behind costs space only.
+    const uint64_t before = version_ - 1;
+    if (before > 0 && before % keep_every_ != 0)
+      (void)store::remove_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), before);
+    return {};
   }
 
   status resume_from(const std::string& prefix) {
@@ -753,7 +754,7 @@ class grpo_trainer final : public actors::trainer_step {
   std::vector<policy::sample> pending_;
   size_t pending_groups_ = 0;
   size_t groups_per_step_ = 1;
-  uint64_t checkpoint_every_ = 0;
+  uint64_t keep_every_ = 0;  // job.checkpoint_every: 0 writes none
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
@@ -779,6 +780,10 @@ class grpo_job final : public actors::job {
   result<std::vector<uint32_t>> prompt(uint64_t group_id) const override {
     if (s_->multi_turn()) {  // the env node's reset gives the same; every group has one
       auto p = policy::guess_prompt(s_->guess_turns);
+      return std::vector<uint32_t>(p.begin(), p.end());
+    }
+    if (s_->dataset) {
+      const auto& p = s_->dataset->row_of(group_id).prompt;
       return std::vector<uint32_t>(p.begin(), p.end());
     }
     std::mt19937_64 rng(mix(s_->seed ^ mix(group_id)));
@@ -817,7 +822,8 @@ class grpo_job final : public actors::job {
     return s_->feed ? s_->feed->stats() : nlohmann::json();
   }
   result<std::unique_ptr<actors::environment>> make_environment(const std::string& task) override {
-    if (task == "guess" && s_->multi_turn()) return make_guess_environment(s_->guess_turns);
+    if (task == "guess" && s_->multi_turn())
+      return make_guess_environment(s_->guess_turns, s_->dataset);
     return error{errc::invalid_argument, "unknown task '" + task + "': this job's env nodes run " +
                                              (s_->multi_turn() ? "'guess'" : "no environment")};
   }
@@ -834,10 +840,9 @@ std::string weights_key(const std::string& prefix, uint64_t version) {
 std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
 
 result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role) {
-  (void)role;
   const std::string kind = cfg.get_string("job.kind");
   if (kind == "modpow") return make_modpow_job(cfg);
-  auto s = job_setup::create(cfg);
+  auto s = job_setup::create(cfg, role);
   if (!s) return s.err();
   return std::shared_ptr<actors::job>(std::make_shared<grpo_job>(*s));
 }

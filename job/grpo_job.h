@@ -10,9 +10,10 @@
 //   reward    the task's verifier or the learned reward model (task.reward);
 //   trainer   rank 0 collects one policy iteration of groups (actors.units_per_iteration x
 //             actors.groups_per_unit), takes one GRPO step (grpo.epochs Adam passes),
-//             publishes the new version's weights to the store and announces it, and every
-//             job.checkpoint_every versions writes a durable checkpoint (parameters, Adam
-//             moments, reward curve) that `moerl up --resume` continues from.
+//             publishes the new version's weights to the store and announces it, and
+//             writes a durable checkpoint of it (parameters, Adam moments, reward curve;
+//             every job.checkpoint_every-th and the newest are kept) that a recreated
+//             trainer and `moerl up --resume` continue from.
 // Weights and checkpoints live under job.store_prefix in the store (store.url).
 #pragma once
 

@@ -16,8 +16,11 @@ std::vector<uint32_t> to_ids(const std::vector<token_id>& v) {
 
 class guess_environment final : public actors::environment {
  public:
-  explicit guess_environment(int num_turns) : num_turns_(num_turns) {}
+  guess_environment(int num_turns, std::shared_ptr<const prompt_dataset> dataset)
+      : num_turns_(num_turns), dataset_(std::move(dataset)) {}
   result<actors::env_observation> reset(uint64_t episode_seed) override {
+    if (dataset_)
+      return convert(env_.reset_hidden(num_turns_, dataset_->row_of(episode_seed).hidden));
     return convert(env_.reset(num_turns_, episode_seed));
   }
   result<actors::env_observation> step(const std::vector<uint32_t>& action) override {
@@ -38,13 +41,15 @@ class guess_environment final : public actors::environment {
     return o;
   }
   int num_turns_;
+  std::shared_ptr<const prompt_dataset> dataset_;  // null: the hidden number from the seed
   policy::guess_env env_;
 };
 
 }  // namespace
 
-std::unique_ptr<actors::environment> make_guess_environment(int num_turns) {
-  return std::make_unique<guess_environment>(num_turns);
+std::unique_ptr<actors::environment> make_guess_environment(
+    int num_turns, std::shared_ptr<const prompt_dataset> dataset) {
+  return std::make_unique<guess_environment>(num_turns, std::move(dataset));
 }
 
 result<episode_group> run_episodes(policy::moe_policy& policy, actors::env_link& env,

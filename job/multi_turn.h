@@ -13,6 +13,7 @@
 #include "actors/env_api.h"
 #include "actors/rollout_work.h"
 #include "common/error.h"
+#include "job/prompt_dataset.h"
 #include "policy/model.h"
 
 namespace moerl::job {
@@ -38,7 +39,9 @@ struct episode_options {
 result<episode_group> run_episodes(policy::moe_policy& policy, actors::env_link& env,
                                    const episode_options& o, std::mt19937_64& rng);
 
-// The environment an env node hosts for task "guess" (policy/tasks/guess.h).
-std::unique_ptr<actors::environment> make_guess_environment(int num_turns);
+// The environment an env node hosts for task "guess" (policy/tasks/guess.h). With a dataset
+// the hidden number is the row of the episode seed's (job/prompt_dataset.h), else the seed's.
+std::unique_ptr<actors::environment> make_guess_environment(
+    int num_turns, std::shared_ptr<const prompt_dataset> dataset = nullptr);
 
 }  // namespace moerl::job

@@ -208,7 +208,14 @@ result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<
   c->name_ = name;
   c->incarnation_ = incarnation;
   c->drops_ = drop_log("trainer " + name + ": dropped a frame", spdlog::level::warn);
-  auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, name, int64_t(1) << 30);
+  // A routing id of its own per incarnation: a router ignores a peer that connects with the
+  // routing id of a pipe it still has, so a trainer's next incarnation, connecting under the
+  // name before the shard noticed the old socket close, would never be heard (the shard
+  // names the consumer from the request, not from the routing id).
+  const std::string routing_id = incarnation ? name + "@" + std::to_string(incarnation) : name;
+  if (auto s = check_name(routing_id, "trainer"); !s)
+    return error(s.err().code, s.err().message + " with its incarnation");
+  auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, routing_id, int64_t(1) << 30);
   if (!sock) return sock.err();
   c->sock_ = *sock;
   auto connect = [&]() -> status {

@@ -31,6 +31,7 @@ DEBIAN_PACKAGES=(
   python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   openssl iproute2 procps
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
+  curl  # console: the HTTPS console test reads /metrics with it
 )
 
 # Only for scripts/pods.sh (the rendered deploy/ manifests played as pods, issue 17): the

@@ -142,7 +142,7 @@ std::vector<invariant_verdict> evaluate_invariants(const run_measurements& m) {
     if (!f.skipped.empty() || f.injected_at < 0) continue;
     ++injected;
     // A slow node keeps heartbeating between stops, so detection is not required of it.
-    if (f.planned.kind != fault_kind::slow_node && f.detected_at < 0) {
+    if (!is_duty_cycle(f.planned.kind) && f.detected_at < 0) {
       if (!undetected++)
         first_undetected = std::string(fault_kind_name(f.planned.kind)) + " " + f.node;
     }
@@ -208,6 +208,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"accounting", m.accounting},
                       {"units", m.units},
                       {"shards", m.shards},
+                      {"env_episodes_failed", m.env_episodes_failed},
                       {"collateral_losses", m.collateral_losses},
                       {"trainer_stall_s", time_or_null(m.trainer_stall_s)},
                       {"trainer_stall_fraction", share_or_null(m.trainer_stall_s, m.observed_s)},
@@ -265,6 +266,12 @@ std::string human_summary(const nlohmann::json& r) {
   if (r.contains("shards") && r["shards"].is_object() && !r["shards"].empty()) {
     os << "shards refused:";
     for (const auto& [what, n] : r["shards"].items()) os << " " << what << "=" << n;
+    os << "\n";
+  }
+  if (r.contains("env_episodes_failed") && r["env_episodes_failed"].is_object() &&
+      !r["env_episodes_failed"].empty()) {
+    os << "env episodes failed:";
+    for (const auto& [why, n] : r["env_episodes_failed"].items()) os << " " << why << "=" << n;
     os << "\n";
   }
   char line[160];

@@ -57,6 +57,9 @@ struct run_measurements {
   // What the live buffer shards refused, summed: {fenced, duplicate, purged, stale_policy}
   // (late samples of a fenced attempt show up here, not in the ledger's accounting).
   nlohmann::json shards;
+  // Episodes of the environment plane that failed, by reason (timeout, env_restarted, ...),
+  // summed over the live rollout nodes' stats (env.episodes_failed); {} without env nodes.
+  nlohmann::json env_episodes_failed = nlohmann::json::object();
   // Nodes no fault aimed at that ended dead or drained: "name (state)". Collateral damage.
   std::vector<std::string> collateral_losses;
 };

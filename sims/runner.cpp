@@ -301,6 +301,7 @@ void runner::inject(fault_state& f, const node_view* n) {
     case fault_kind::hard_kill:
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
+    case fault_kind::env_kill:
     case fault_kind::weights_loss:
       if (!kill_with(SIGKILL)) return;
       break;
@@ -316,6 +317,7 @@ void runner::inject(fault_state& f, const node_view* n) {
       break;
     }
     case fault_kind::slow_node:
+    case fault_kind::env_slow:
       if (!kill_with(SIGSTOP)) return;
       f.stopped = true;
       f.next_toggle = t + ev.stop_ms / 1000.0;
@@ -394,7 +396,7 @@ void runner::track(fault_state& f) {
                    : "still alive at the deadline: SIGKILLed, as Spot reclaims the instance");
     }
   }
-  if (ev.kind == fault_kind::slow_node && !f.ended) {
+  if (is_duty_cycle(ev.kind) && !f.ended) {
     if (t >= f.end_at) {
       if (f.stopped) (void)send_signal(f.pid, SIGCONT);
       f.stopped = false;
@@ -431,7 +433,7 @@ void runner::track(fault_state& f) {
                                                                  : (!n || is_down_state(n->state));
     if (seen && (ev.kind == fault_kind::coordinator_restart || last_.console_ok)) {
       f.rec.detected_at = last_.t;
-      if (!f.ref_set && ev.kind != fault_kind::slow_node) {
+      if (!f.ref_set && !is_duty_cycle(ev.kind)) {
         f.committed_ref = last_.committed;
         f.ref_set = true;
       }
@@ -461,18 +463,17 @@ void runner::track(fault_state& f) {
   if (f.rec.recovered_at < 0 && last_.console_ok && f.ref_set) {
     bool ready = last_.committed > f.committed_ref;
     if (ev.replace) ready = ready && f.replacement_up_at >= 0;
-    if (ev.kind == fault_kind::slow_node || ev.kind == fault_kind::coordinator_restart) {
+    if (is_duty_cycle(ev.kind) || ev.kind == fault_kind::coordinator_restart) {
       ready = ready && f.ended;
     }
     if (ready) f.rec.recovered_at = last_.t;
   }
 
   // ---- settled: recovered and nothing left to do ------------------------------------------
-  const bool pending_actions =
-      f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
-      ((ev.kind == fault_kind::slow_node || ev.kind == fault_kind::partition ||
-        ev.kind == fault_kind::coordinator_restart) &&
-       !f.ended);
+  const bool pending_actions = f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
+                               ((is_duty_cycle(ev.kind) || ev.kind == fault_kind::partition ||
+                                 ev.kind == fault_kind::coordinator_restart) &&
+                                !f.ended);
   if (f.rec.recovered_at >= 0 && !pending_actions) f.step = fault_state::phase::settled;
 }
 

@@ -33,6 +33,8 @@ constexpr kind_entry kKinds[] = {
     {fault_kind::reward_crash, "reward_crash", "reward", true},
     {fault_kind::shard_loss, "shard_loss", "buffer", true},
     {fault_kind::coordinator_restart, "coordinator_restart", "coordinator", false},
+    {fault_kind::env_kill, "env_kill", "env", true},
+    {fault_kind::env_slow, "env_slow", "env", false},
     {fault_kind::weights_loss, "weights_loss", "weights", true},
 };
 
@@ -50,6 +52,7 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   STATUS_TRY(f.get_int("reward", c.reward, 0, kMaxNodes));
   STATUS_TRY(f.get_int("buffer", c.buffer, 1, kMaxNodes));
   STATUS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
+  STATUS_TRY(f.get_int("env", c.env, 0, kMaxNodes));
   STATUS_TRY(f.get_int("weights", c.weights, 1, 64));
   STATUS_TRY(f.get_string_list("set", c.set));
   // Each override must be a key moerl knows, with a value of its type: checked here, so a
@@ -188,6 +191,7 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
       STATUS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
       break;
     case fault_kind::slow_node:
+    case fault_kind::env_slow:
       STATUS_TRY(f.get_number("duration_s", fs.duration_s, 0.001, kMaxSeconds, true));
       STATUS_TRY(f.get_int("stop_ms", fs.stop_ms, 1, 3600 * 1000));
       STATUS_TRY(f.get_int("period_ms", fs.period_ms, 2, 3600 * 1000));
@@ -215,6 +219,7 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
     }
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
+    case fault_kind::env_kill: break;
     case fault_kind::weights_loss: break;
   }
   if (!removes_node(fs.kind) && fs.replace.value_or(false)) {
@@ -352,6 +357,8 @@ bool removes_node(fault_kind k) {
   }
   return false;
 }
+
+bool is_duty_cycle(fault_kind k) { return k == fault_kind::slow_node || k == fault_kind::env_slow; }
 
 const char* kill_phase_name(kill_phase p) {
   switch (p) {

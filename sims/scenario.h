@@ -24,6 +24,8 @@ enum class fault_kind {
   reward_crash,           // SIGKILL of a reward node (the reward model process)
   shard_loss,             // SIGKILL of a buffer node (one experience-buffer shard)
   coordinator_restart,    // SIGKILL of the coordinator, restarted down_s later
+  env_kill,               // SIGKILL of an env node mid-episode (its sessions are lost)
+  env_slow,               // an env node's SIGSTOP/SIGCONT duty cycle: every step waits
   weights_loss,           // SIGKILL of a weights node (one checkpoint cache, weights/)
 };
 
@@ -34,6 +36,9 @@ std::optional<fault_kind> parse_fault_kind(const std::string& name);
 const char* default_role(fault_kind k);
 // Faults whose node is gone afterwards (and so may be replaced).
 bool removes_node(fault_kind k);
+// Faults that stop and continue their node for duration_s (slow_node, env_slow): the node
+// keeps heartbeating between stops, so neither needs to be detected.
+bool is_duty_cycle(fault_kind k);
 
 // Which node(s) a fault hits. Exactly one of the three forms:
 //   node                      one named node
@@ -63,9 +68,9 @@ struct fault_spec {
   double deadline_s = 120.0;           // spot_notice, rebalance_then_notice
   double notice_after_s = 30.0;        // rebalance_then_notice
   double grace_s = 30.0;               // sigterm
-  double duration_s = 0.0;             // partition, slow_node (required there)
-  int64_t stop_ms = 300;               // slow_node
-  int64_t period_ms = 1000;            // slow_node
+  double duration_s = 0.0;             // partition, slow_node, env_slow (required there)
+  int64_t stop_ms = 300;               // slow_node, env_slow
+  int64_t period_ms = 1000;            // slow_node, env_slow
   double down_s = 2.0;                 // coordinator_restart
   kill_phase phase = kill_phase::any;  // hard_kill
   std::optional<bool> replace;         // overrides replacement.enabled for this fault
@@ -76,6 +81,7 @@ struct cluster_spec {
   int64_t reward = 1;
   int64_t buffer = 2;
   int64_t trainer_ranks = 2;
+  int64_t env = 0;               // env nodes env-0 .. (the environment plane, actors/ENV.md)
   int64_t weights = 1;           // weights nodes (checkpoint caches)
   std::vector<std::string> set;  // "key=value" config overrides for every node
 };

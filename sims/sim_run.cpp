@@ -119,6 +119,9 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   // The job must outlive the scenario: iterations are effectively unbounded, the runner ends it.
   jo.iterations = 1000000;
   jo.overrides.push_back("actors.trainer_ranks=" + std::to_string(s.cluster.trainer_ranks));
+  // The scenario's cluster.env decides the env nodes, named and started below like every other
+  // role (so a partition can start one inside a namespace), not the config's env.nodes.
+  jo.overrides.push_back("env.nodes=0");
   jo.overrides.push_back("store.url=" + work_dir + "/store");
   jo.store_prefix = tag;
   auto port = actors::free_tcp_port();
@@ -127,7 +130,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   jo.log_dir = work_dir + "/" + tag + "-logs";
   const roster names = canonical_roster(s.cluster);
   std::vector<actors::node_spec> namespaced;
-  for (const char* role : {"buffer", "weights", "trainer", "reward", "rollout"}) {
+  for (const char* role : {"buffer", "weights", "trainer", "reward", "env", "rollout"}) {
     auto it = names.find(role);
     if (it == names.end()) continue;
     for (const auto& name : it->second) {
@@ -204,6 +207,24 @@ nlohmann::json shard_refusals(const nlohmann::json& status) {
   return out;
 }
 
+// Failed episodes of the environment plane by reason, summed over the rollout nodes listed
+// (their stats' env.episodes_failed; a killed node's counts go with it).
+nlohmann::json env_episodes_failed(const std::vector<node_view>& nodes) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& n : nodes) {
+    if (n.role != "rollout" || !n.stats.is_object()) continue;
+    const auto env = n.stats.value("env", nlohmann::json::object());
+    const auto failed = env.is_object() ? env.value("episodes_failed", nlohmann::json::object())
+                                        : nlohmann::json::object();
+    if (!failed.is_object()) continue;
+    for (const auto& [why, count] : failed.items()) {
+      if (count.is_number_unsigned())
+        out[why] = out.value(why, uint64_t{0}) + count.get<uint64_t>();
+    }
+  }
+  return out;
+}
+
 void fill_from(run_measurements& m, runner& r, job_console& console) {
   m.faults = r.records();
   m.collateral_losses = r.collateral_losses();
@@ -220,6 +241,7 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
     m.shards = shard_refusals(last.status);
   }
   m.units = units_of(console);
+  m.env_episodes_failed = env_episodes_failed(last.nodes);
   // Not reported (old trainers): -1, which the report shows as null.
   m.trainer_stall_s = r.stall().reported() ? r.stall().total_s() : -1;
   m.observed_s = r.observed_s();

@@ -20,6 +20,7 @@ roster canonical_roster(const cluster_spec& c) {
   numbered("buffer", c.buffer);
   numbered("trainer", 1);  // one trainer node hosting c.trainer_ranks ranks
   numbered("weights", c.weights);
+  if (c.env > 0) numbered("env", c.env);
   return r;
 }
 
@@ -147,6 +148,7 @@ nlohmann::json to_json(const fault_event& e) {
     case fault_kind::sigterm: j["grace_s"] = e.grace_s; break;
     case fault_kind::partition: j["duration_s"] = e.duration_s; break;
     case fault_kind::slow_node:
+    case fault_kind::env_slow:
       j["duration_s"] = e.duration_s;
       j["stop_ms"] = e.stop_ms;
       j["period_ms"] = e.period_ms;
@@ -155,6 +157,7 @@ nlohmann::json to_json(const fault_event& e) {
     case fault_kind::hard_kill: j["phase"] = kill_phase_name(e.phase); break;
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
+    case fault_kind::env_kill: break;
     case fault_kind::weights_loss: break;
   }
   if (e.replace) j["replace_after_s"] = e.replace_delay_s;

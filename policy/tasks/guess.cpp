@@ -42,10 +42,17 @@ double guess_reward_random(int num_turns) {
 }
 
 result<env_reply> guess_env::reset(int num_turns, uint64_t episode_seed) {
+  return reset_hidden(num_turns, static_cast<int>(episode_seed % (guess_max_value + 1)));
+}
+
+result<env_reply> guess_env::reset_hidden(int num_turns, int hidden) {
   if (num_turns < 1 || num_turns > guess_max_turns)
     return error{errc::invalid_argument, "guess: turn budget " + std::to_string(num_turns) +
                                              " is outside 1.." + std::to_string(guess_max_turns)};
-  hidden_ = static_cast<int>(episode_seed % (guess_max_value + 1));
+  if (hidden < 0 || hidden > guess_max_value)
+    return error{errc::invalid_argument, "guess: hidden number " + std::to_string(hidden) +
+                                             " is outside 0.." + std::to_string(guess_max_value)};
+  hidden_ = hidden;
   num_turns_ = num_turns;
   turns_used_ = 0;
   done_ = false;

@@ -52,6 +52,8 @@ class guess_env {
   // Starts an episode: the hidden number from `episode_seed`; the observation is the prompt.
   // errc::invalid_argument when num_turns is outside 1..guess_max_turns.
   result<env_reply> reset(int num_turns, uint64_t episode_seed);
+  // Starts an episode hiding `hidden` (0..guess_max_value), as a dataset row says.
+  result<env_reply> reset_hidden(int num_turns, int hidden);
   // One guess: exactly one token. errc::invalid_argument names a malformed action (no
   // episode, an episode already over, not one token, a token outside the vocabulary); the
   // episode is unchanged by a refused action.

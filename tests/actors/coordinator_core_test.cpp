@@ -154,6 +154,18 @@ TEST_F(core_fixture, heartbeat_silence_declares_a_node_dead) {
   EXPECT_EQ(core->nodes().at(trainer).state, "running");
 }
 
+TEST_F(core_fixture, the_coordinators_own_stall_is_not_held_against_the_nodes) {
+  clock.advance(6000);  // the coordinator itself did not run: its tick comes 6 s late
+  core->stalled(6000);
+  core->tick();
+  EXPECT_EQ(core->nodes().at(rollout).state, "running");
+  EXPECT_EQ(core->nodes().at(shard).state, "running");
+  // Silence after the stall still counts.
+  clock.advance(6000);
+  core->tick();
+  EXPECT_EQ(core->nodes().at(rollout).state, "dead");
+}
+
 TEST_F(core_fixture, admin_errors_name_the_problem_and_inject_targets_one_node) {
   auto bad = admin("status");
   bad.token = "nope";
@@ -446,4 +458,22 @@ TEST_F(core_fixture, a_node_down_after_the_rejoin_grace_is_fenced_when_it_rejoin
   ASSERT_FALSE(rejoin);
   EXPECT_EQ(rejoin.err().code, errc::peer_dead);
   EXPECT_EQ(core->nodes().at(shard).state, "dead");
+}
+
+TEST_F(core_fixture, a_node_that_gave_up_keeps_its_cause_in_the_node_list) {
+  core->gave_up(trainer, "trainer-supervisor: max restart intensity reached: No space left");
+  core->node_down(trainer, "monitor: exited");
+  bool seen = false;
+  for (const auto& n : core->nodes_json()) {
+    if (n["name"] != "trainer-0") {
+      EXPECT_FALSE(n.contains("gave_up")) << n.dump();
+      continue;
+    }
+    seen = true;
+    EXPECT_EQ(n["gave_up"], "trainer-supervisor: max restart intensity reached: No space left");
+    EXPECT_EQ(n["state"], "dead");
+  }
+  EXPECT_TRUE(seen);
+  core->gave_up(hex_id('9'), "an unknown node is ignored");
+  EXPECT_EQ(core->nodes().count(hex_id('9')), 0u);
 }

@@ -35,6 +35,7 @@ json fixed_snapshot() {
                    {"t_checkpoint", 0.0},
                    {"t_generate", 0.2},
                    {"t_reward", 0.01},
+                   {"t_env", 0.3},
                    {"generate_ms_per_sample", 2.0},
                    {"end_unix_ms", 1000000 + 1000 * v}});
   return json{
@@ -52,9 +53,10 @@ json fixed_snapshot() {
           {"lost", 0},
           {"duplicated", 0},
           {"trained", 8}}}}},
-      {"nodes", json::array({node("trainer-0", "trainer", "running"),
-                             node("rollout-0", "rollout", "running", 1),
-                             node("rollout-\"1\"", "rollout", "running", 1)})},
+      {"nodes",
+       json::array(
+           {node("trainer-0", "trainer", "running"), node("rollout-0", "rollout", "running", 1),
+            node("rollout-\"1\"", "rollout", "running", 1), node("env-0", "env", "running")})},
       {"iterations", {{"trainer", "trainer-0"}, {"iterations", its}, {"samples_per_s", 100.0}}},
       {"interruptions",
        json::array({{{"node", "rollout-0"}, {"source", "console"}, {"at", 1001500}}})},
@@ -75,6 +77,8 @@ TEST(HttpConsoleViews, PrometheusTextNamesFamiliesAndEscapesLabels) {
   EXPECT_NE(text.find("moerl_nodes{role=\"rollout\",state=\"running\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("moerl_node_leases{node=\"rollout-\\\"1\\\"\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("moerl_iteration_phase_seconds{phase=\"train\"} 0.20"), std::string::npos);
+  EXPECT_NE(text.find("moerl_iteration_phase_seconds{phase=\"env\"} 0.29"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("moerl_interruptions_total{source=\"console\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("moerl_desired_replicas{role=\"rollout\"} "), std::string::npos);
 }
@@ -87,7 +91,7 @@ TEST(HttpConsoleViews, TracePlacesTrainerPhasesBackFromTheStepEnd) {
     if (e["ph"] == "M" && e["name"] == "thread_name") ++lanes;
     if (e["ph"] == "X" && e["name"] == "train") train.push_back(e);
   }
-  EXPECT_EQ(lanes, 3);
+  EXPECT_EQ(lanes, 4);
   ASSERT_EQ(train.size(), 2u);
   // The first step spans 0.75 s and ends at +0.75 s: train is [0.5, 0.7] s; the second step
   // ends 1 s later.
@@ -101,6 +105,15 @@ TEST(HttpConsoleViews, TracePlacesTrainerPhasesBackFromTheStepEnd) {
       EXPECT_NEAR(e["dur"].get<double>(), 0.1e6, 1);  // 0.2 s summed over two rollout lanes
     }
   EXPECT_EQ(generate, 4);
+  // Env time: its sum on the one env lane, from the previous step's end like generation.
+  int env = 0;
+  for (const auto& e : tr["traceEvents"])
+    if (e["ph"] == "X" && e["name"] == "env") {
+      ++env;
+      EXPECT_EQ(e["cat"], "env");
+      EXPECT_NEAR(e["dur"].get<double>(), 0.3e6, 1);
+    }
+  EXPECT_EQ(env, 2);
 }
 
 TEST(HttpConsoleViews, AutoscaleFollowsTheFormulaAndItsBounds) {

@@ -10,6 +10,8 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
+  moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
+  moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
@@ -32,16 +34,21 @@ BOUND_S = 240  # liveness bound of every wait
 class up_run:
     """One `moerl up` in the background, its stdout collected line by line."""
 
-    def __init__(self, moerl, cwd, name, *args):
+    def __init__(self, moerl, cwd, name, *args, prefix=(), policy=SMALL):
         self.moerl, self.name = moerl, name
         self.report = os.path.join(cwd, name + ".json")
-        self.cmd = [moerl, "up", "--timeout", str(BOUND_S), "--report", self.report,
-                    "--run-dir", os.path.join(cwd, name + "-runs"), *SMALL, *args]
+        self.cmd = [*prefix, moerl, "up", "--timeout", str(BOUND_S), "--report", self.report,
+                    "--run-dir", os.path.join(cwd, name + "-runs"), *policy, *args]
         self.p = subprocess.Popen(self.cmd, cwd=cwd, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
-        self.lines, self.err = [], ""
+        self.lines, self.err, self.err_chunks = [], "", []
+        # Both pipes have their own reader: communicate() beside the stdout reader would race
+        # it for the last lines (seen: the FAILED line went to communicate and was lost).
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        self.err_reader = threading.Thread(target=lambda: self.err_chunks.append(
+            self.p.stderr.read()), daemon=True)
+        self.err_reader.start()
 
     def _read(self):
         for line in self.p.stdout:
@@ -71,6 +78,11 @@ class up_run:
                 return i
             after = i + 1
 
+    def wait_resumed(self, after):
+        """Training resumed: two more iterations past the first progress line after `after`."""
+        j, m = self.wait_line(r"iteration (\d+)/", after)
+        return self.wait_iteration(int(m.group(1)) + 2, j)
+
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
 
@@ -79,6 +91,21 @@ class up_run:
                             "--json"], capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
+
+    def handed(self):
+        """Samples handed to a trainer and not yet confirmed, once there are some (the
+        coordinator's status, polled: the progress line no longer carries the accounting)."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline and self.p.poll() is None:
+            r = subprocess.run([self.moerl, "console", "--connect", self.console_address(),
+                                "status", "--json"], capture_output=True, text=True, timeout=30)
+            if r.returncode == 0:
+                n = json.loads(r.stdout)["accounting"].get("handed", 0)
+                if n > 0:
+                    return n
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: never saw samples handed to the trainer\n{self.output()}")
 
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
@@ -104,11 +131,13 @@ class up_run:
 
     def finish(self, check=True):
         try:
-            _, self.err = self.p.communicate(timeout=BOUND_S + 60)
+            self.p.wait(timeout=BOUND_S + 60)
         except subprocess.TimeoutExpired:
             self.p.kill()
-            _, self.err = self.p.communicate()
+            self.p.wait()
         self.reader.join()
+        self.err_reader.join()
+        self.err = "".join(self.err_chunks)
         print(self.output())
         if check and self.p.returncode != 0:
             sys.exit(f"FAIL [{self.name}]: moerl up exited {self.p.returncode}")
@@ -126,6 +155,22 @@ def check_balanced(a):
     """committed - trained is always explained: handed to a trainer, or buffered in a shard."""
     assert a["committed"] == a["trained"] + a["handed"] + a["buffered"], a
     assert a["dispatched"] == a["committed"] + a["in_flight"] + sum(a["dropped"].values()), a
+
+
+def check_resumed(rep, iterations):
+    """The recreated trainer resumed from the run's newest checkpoint, not from fresh weights:
+    one reward curve numbered 1.. without a restart at 1, and the policy version reaches one
+    step per iteration's worth of trained samples (all `iterations` unless whole iterations'
+    groups were dropped stale under load: seen once in 4, 512 of 7680 samples; a merged last
+    step may leave one short)."""
+    versions = [p["iteration"] for p in rep["reward_curve"]]
+    assert versions == list(range(1, len(versions) + 1)), versions
+    assert rep["resumed_from_version"] > 0, rep.get("resumed_from_version")
+    per_step = rep["reward_curve"][0]["samples"]
+    steps = rep["accounting"]["trained"] // per_step
+    assert rep["policy_version"] >= min(iterations, steps) - 1, (rep["policy_version"], steps)
+    print(f"trainer resumed from version {rep['resumed_from_version']}; policy version "
+          f"{rep['policy_version']} of {iterations} iterations", flush=True)
 
 
 def replaced(rep, node, cause):
@@ -159,6 +204,7 @@ def in_turn(moerl, tmp):
     replaced(rep, "coordinator", "killed by SIGKILL")
     assert rep["num_replacements"] == len(rep["replacements"]) >= 3, rep["replacements"]
     assert rep["restart_policy"]["trainer"].startswith("StatefulSet"), rep["restart_policy"]
+    check_resumed(rep, 60)
 
 
 def trainer_handed(moerl, tmp):
@@ -167,8 +213,8 @@ def trainer_handed(moerl, tmp):
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
     run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
     i = run.wait_iteration(2)
-    # A progress line that shows groups handed to the trainer and not yet confirmed.
-    i, m = run.wait_line(r"handed ([1-9]\d*) ", i)
+    # The coordinator shows groups handed to the trainer and not yet confirmed.
+    handed = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
@@ -177,12 +223,13 @@ def trainer_handed(moerl, tmp):
     check_balanced(a)
     assert a["handed"] == 0 and a["buffered"] == 0 and a["trained"] == a["committed"], a
     replaced(rep, "trainer-0", "killed by SIGKILL")
+    check_resumed(rep, 100)
     # The shards served the dead trainer's groups again (or dropped them, named).
     again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
                 if n["role"] == "buffer")
     stale = a["dropped"].get("trainer_lost_stale", 0)
-    assert again > 0 or stale > 0, (again, a, int(m.group(1)))
-    print(f"handed at the kill {m.group(1)} samples; served again {again} group(s), "
+    assert again > 0 or stale > 0, (again, a, handed)
+    print(f"handed at the kill {handed} samples; served again {again} group(s), "
           f"dropped stale {stale} sample(s)", flush=True)
 
 
@@ -255,6 +302,41 @@ def two_jobs(moerl, tmp):
     assert rep1["run_id"] != rep2["run_id"]
 
 
+def disk_full(moerl, tmp):
+    """Issue 11 case 2: the store on a 2 MiB tmpfs (in a private mount namespace). The trainer's
+    weight writes fail with ENOSPC until its supervisor gives up; it tells the coordinator why
+    and exits, and the run ends at once: non-zero, the cause named, the report written with the
+    accounting as it stands (nothing lost or duplicated, committed - trained explained).
+    The default policy, so that its weights fill the 2 MiB within the first iterations."""
+    store = os.path.join(tmp, "store")
+    os.mkdir(store)
+    mount = ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=2m tmpfs {store}"]
+    probe = subprocess.run(mount, capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"SKIP: cannot mount a tmpfs in a private mount namespace here ({' '.join(mount)}:"
+              f" {probe.stderr.strip()})", flush=True)
+        sys.exit(77)
+    run = up_run(moerl, tmp, "disk-full", "--no-interrupt", "--iterations", "200",
+                 "--set", f"store.url={store}",
+                 prefix=[*mount[:-1], mount[-1] + ' && exec "$@"', "sh"], policy=[])
+    rep = run.finish(check=False)
+    assert run.p.returncode != 0, run.p.returncode
+    out = "\n".join(run.lines)
+    assert "moerl up: FAILED after" in out and "TIMED OUT" not in out, run.output()
+    cause = re.search(r"^moerl up: cause: (\S+) gave up: (.*)$", out, re.M)
+    assert cause and "No space left on device" in cause.group(2), run.output()
+    assert rep is not None, "no report written"
+    assert rep["failed_node"] == cause.group(1), rep.get("failed_node")
+    assert "No space left on device" in rep["failure_cause"], rep["failure_cause"]
+    assert not rep["done"], rep
+    a = rep["accounting"]
+    assert a["lost"] == 0 and a["duplicated"] == 0 and a["invariant_ok"], a
+    check_balanced(a)
+    print(f"{cause.group(1)} gave up after {rep['wall_s']:.1f} s: {cause.group(2)[:200]}; "
+          f"committed {a['committed']} = trained {a['trained']} + handed {a['handed']} + "
+          f"buffered {a['buffered']}, lost 0, duplicated 0", flush=True)
+
+
 def trainer_group(moerl, tmp):
     """Issue 12: `moerl up`'s trainer is a group of 2 node processes (trainer-0, trainer-1),
     one EP rank each. SIGKILL of member trainer-1 mid-run breaks the group; the coordinator
@@ -272,9 +354,7 @@ def trainer_group(moerl, tmp):
     assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
     run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
-    # Training resumed: two more iterations after the recreation.
-    j, m = run.wait_line(r"iteration (\d+)/", i)
-    run.wait_iteration(int(m.group(1)) + 2, j)
+    run.wait_resumed(i)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
@@ -317,19 +397,41 @@ def weights_kill(moerl, tmp):
     assert all(v["via"] == "cache" and v["num_readers"] > 0 for v in late), late
 
 
+def group_coordinator(moerl, tmp):
+    """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
+    restarted from its journal. The new coordinator knows no group: both members join again,
+    the group forms anew and the run trains to its end with nothing lost or duplicated."""
+    run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
+                 "--set", "trainer.group_size=2")
+    i = run.wait_iteration(3)
+    run.kill("coordinator", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated coordinator ", i)
+    run.wait_resumed(i)  # under the new coordinator
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "coordinator", "killed by SIGKILL")
+    g = {g["name"]: g for g in rep["groups"]}["trainer"]
+    assert g["members"] == ["trainer-0", "trainer-1"] and g["state"] in ("formed", "stopped"), g
+    touched = [x["node"] for x in rep["replacements"]]
+    assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
+
+
+CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
+         "two_jobs": two_jobs, "trainer_group": trainer_group,
+         "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
+         "disk_full": disk_full, "weights_kill": weights_kill}
+
+
 def main(moerl, case):
     if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
         tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
         print("logs kept under", tmp, flush=True)
-        return {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-                "two_jobs": two_jobs, "trainer_group": trainer_group,
-                "buffer_stopped": buffer_stopped, "weights_kill": weights_kill}[case](moerl, tmp)
+        return CASES[case](moerl, tmp)
     with tempfile.TemporaryDirectory() as tmp:
-        {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
-         "two_jobs": two_jobs, "trainer_group": trainer_group,
-         "buffer_stopped": buffer_stopped, "weights_kill": weights_kill}[case](moerl, tmp)
+        CASES[case](moerl, tmp)
     print(f"moerl up {case} checks passed")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(os.path.abspath(sys.argv[1]), sys.argv[2])

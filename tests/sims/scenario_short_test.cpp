@@ -64,6 +64,13 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
   for (const auto& x : r["invariants"]) {
     EXPECT_TRUE(x["ok"].get<bool>()) << x["name"] << ": " << x["detail"];
   }
+  // The environment plane's faults fail episodes (counted by reason on the rollout nodes).
+  if (name == "env-loss") {
+    uint64_t failed = 0;
+    for (const auto& [why, n] : r.value("env_episodes_failed", nlohmann::json::object()).items())
+      failed += n.get<uint64_t>();
+    EXPECT_GT(failed, 0u) << r["env_episodes_failed"];
+  }
   if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
   EXPECT_GT(injected, 0u);
   EXPECT_EQ(r["verdict"], "pass") << r.dump(2);

@@ -158,6 +158,45 @@ TEST(scenario_validation, slow_node_stop_must_be_shorter_than_period) {
             std::string::npos);
 }
 
+TEST(scenario_validation, env_faults_target_env_nodes_and_env_slow_is_a_duty_cycle) {
+  auto r = parse_scenario(R"(name: env
+duration_s: 60
+cluster:
+  env: 2
+faults:
+  - kind: env_kill
+    at_s: 5
+  - kind: env_slow
+    at_s: 10
+    duration_s: 20
+    stop_ms: 1500
+    period_ms: 2000
+)",
+                          "env.yaml");
+  ASSERT_TRUE(r.ok()) << r.err().to_string();
+  EXPECT_EQ(r->cluster.env, 2);
+  ASSERT_EQ(r->faults.size(), 2u);
+  EXPECT_EQ(r->faults[0].kind, fault_kind::env_kill);
+  EXPECT_EQ(r->faults[0].target.role, "env");
+  EXPECT_TRUE(removes_node(fault_kind::env_kill));
+  EXPECT_EQ(r->faults[1].kind, fault_kind::env_slow);
+  EXPECT_EQ(r->faults[1].target.role, "env");
+  EXPECT_EQ(r->faults[1].stop_ms, 1500);
+  EXPECT_TRUE(is_duty_cycle(fault_kind::env_slow));
+  EXPECT_FALSE(removes_node(fault_kind::env_slow));
+  // env_slow needs its duration, keeps its node, and takes no other kind's parameter.
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: env_slow\n")
+                .find("faults[0].duration_s: is required"),
+            std::string::npos);
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: env_slow\n    duration_s: 5\n"
+                    "    replace: true\n")
+                .find("faults[0].replace: env_slow leaves its node running"),
+            std::string::npos);
+  EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: env_kill\n    phase: weights\n")
+                .find("faults[0].phase: unknown field"),
+            std::string::npos);
+}
+
 TEST(scenario_validation, replace_on_a_fault_that_keeps_its_node_is_refused) {
   EXPECT_NE(refusal("name: x\nduration_s: 60\nfaults:\n  - kind: partition\n    duration_s: 5\n    "
                     "replace: true\n")
@@ -225,7 +264,7 @@ faults:
 
 TEST(scenario_validation, shipped_scenarios_all_load) {
   for (const char* name : {"spot-storm", "hard-kills", "partition", "shard-loss",
-                           "coordinator-restart", "mixed", "weights-loss"}) {
+                           "coordinator-restart", "mixed", "env-loss", "weights-loss"}) {
     const std::string path = std::string(MOERL_SCENARIO_DIR) + "/" + name + ".yaml";
     auto r = load_scenario(path);
     ASSERT_TRUE(r.ok()) << r.err().to_string();

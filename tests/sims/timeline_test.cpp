@@ -210,6 +210,42 @@ faults:
   }
 }
 
+TEST(timeline, env_faults_pick_env_nodes_of_the_cluster) {
+  const scenario s = parse(R"(name: x
+seed: 3
+duration_s: 60
+cluster:
+  env: 3
+faults:
+  - kind: env_kill
+    count: 2
+    at_s: 5
+  - kind: env_slow
+    at_s: 20
+    duration_s: 10
+)");
+  const roster r = canonical_roster(s.cluster);
+  ASSERT_EQ(r.at("env"), (std::vector<std::string>{"env-0", "env-1", "env-2"}));
+  auto t = expand(s, r);
+  ASSERT_TRUE(t.ok()) << t.err().to_string();
+  ASSERT_EQ(t->size(), 3u);
+  std::set<std::string> killed;
+  for (const auto& e : *t) {
+    EXPECT_EQ(e.role, "env");
+    EXPECT_EQ(e.node.rfind("env-", 0), 0u) << e.node;
+    if (e.kind == fault_kind::env_kill) {
+      EXPECT_TRUE(e.replace);
+      killed.insert(e.node);
+    } else {
+      EXPECT_EQ(e.kind, fault_kind::env_slow);
+      EXPECT_FALSE(e.replace);
+    }
+  }
+  EXPECT_EQ(killed.size(), 2u);
+  // No env nodes unless the cluster asks for them.
+  EXPECT_EQ(canonical_roster(cluster_spec{}).count("env"), 0u);
+}
+
 TEST(timeline, per_fault_replace_overrides_the_scenario_default) {
   const scenario s = parse(R"(name: x
 duration_s: 60

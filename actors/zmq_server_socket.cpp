@@ -1,0 +1,69 @@
+#include "actors/zmq_server_socket.h"
+
+#include <zmq.h>
+
+#include <vector>
+
+// The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
+#include "ledger/zmq_check.h"
+
+namespace moerl::actors {
+
+result<std::unique_ptr<zmq_server_socket>> zmq_server_socket::bind(
+    std::shared_ptr<ledger::zmq_context> ctx, int type, const char* type_name,
+    const std::string& endpoint, int rcv_hwm, int snd_hwm) {
+  std::unique_ptr<zmq_server_socket> s(new zmq_server_socket);
+  s->ctx_ = std::move(ctx);
+  s->type_name_ = type_name;
+  s->sock_ = zmq_socket(s->ctx_->handle(), type);
+  if (!s->sock_)
+    return error(errc::io_error,
+                 std::string("zmq_socket(") + type_name + ") failed: " + zmq_strerror(zmq_errno()));
+  auto init = [&]() -> status {
+    int linger = 0;
+    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
+    if (rcv_hwm > 0) ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_RCVHWM, &rcv_hwm, sizeof rcv_hwm));
+    if (snd_hwm > 0) ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_SNDHWM, &snd_hwm, sizeof snd_hwm));
+    ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
+    char buf[256];
+    size_t len = sizeof buf;
+    ZMQ_CHECK(zmq_getsockopt(s->sock_, ZMQ_LAST_ENDPOINT, buf, &len));
+    s->endpoint_ = std::string(buf);
+    return ok_status();
+  };
+  if (auto st = init(); !st) return st.err();
+  return s;
+}
+
+zmq_server_socket::~zmq_server_socket() {
+  if (sock_) zmq_close(sock_);
+}
+
+result<std::optional<std::pair<std::string, std::string>>> zmq_server_socket::poll(int timeout_ms) {
+  using out_t = std::optional<std::pair<std::string, std::string>>;
+  zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+  const int n = zmq_poll(&item, 1, timeout_ms);
+  ZMQ_CHECK(n);
+  if (n == 0) return out_t();
+  std::vector<std::string> parts;
+  for (bool more = true; more;) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, sock_, ZMQ_DONTWAIT) == -1) {
+      const int e = zmq_errno();
+      zmq_msg_close(&msg);
+      return ledger::detail::zmq_failure(("zmq_msg_recv(" + type_name_ + ")").c_str(), e, __FILE__,
+                                         __LINE__);
+    }
+    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+    more = zmq_msg_more(&msg);
+    zmq_msg_close(&msg);
+  }
+  if (parts.size() != 2) {
+    ++num_bad_frames_;
+    return out_t();
+  }
+  return out_t(std::make_pair(std::move(parts[0]), std::move(parts[1])));
+}
+
+}  // namespace moerl::actors
