@@ -1,6 +1,8 @@
 #include "actors/supervisor.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <deque>
 
 #include <caf/all.hpp>
@@ -56,6 +58,17 @@ bool allow_restart(supervisor_state& st) {
   return true;
 }
 
+// A child that died of a full disk or an exhausted quota dies the same way after every
+// restart, and how often it dies depends on how often it gets work: in the disk-full case a
+// trainer that fails once per batch hand-out (every few seconds) never reaches the intensity
+// and loops until the job's timeout. posix_error() embeds strerror's text in every such
+// error, so that text is what identifies them here.
+bool restart_cannot_help(const std::string& reason) {
+  for (int err : {ENOSPC, EDQUOT})
+    if (reason.find(std::strerror(err)) != std::string::npos) return true;
+  return false;
+}
+
 int64_t backoff_ms(const supervisor_state& st) {
   int64_t d = st.opts.backoff_ms;
   for (size_t k = 1; k < st.recent.size() && d < st.opts.backoff_max_ms; ++k) d *= 2;
@@ -88,17 +101,19 @@ caf::behavior supervisor_impl(sup_actor* self, supervisor_options opts,
                 k.spec.policy == restart_policy::temporary ? "temporary" : "transient");
       return;
     }
-    if (!allow_restart(st)) {
-      log->error("{}: child {} exited ({}); more than {} restarts in {} ms, giving up",
-                 st.opts.name, k.spec.id, reason, st.opts.intensity, st.opts.period_ms);
+    const bool hopeless = restart_cannot_help(reason);
+    if (hopeless || !allow_restart(st)) {
+      const std::string why = hopeless ? "a restart cannot cure this (the disk or quota is full)"
+                                       : "max restart intensity reached (more than " +
+                                             std::to_string(st.opts.intensity) + " restarts in " +
+                                             std::to_string(st.opts.period_ms) + " ms)";
+      log->error("{}: child {} exited ({}); {}, giving up", st.opts.name, k.spec.id, reason, why);
       st.giving_up = true;
       for (size_t j = st.kids.size(); j-- > 0;)
         stop_child(self, j, caf::exit_reason::user_shutdown);
-      self->quit(caf::make_error(caf::sec::runtime_error,
-                                 st.opts.name + ": max restart intensity reached (more than " +
-                                     std::to_string(st.opts.intensity) + " restarts in " +
-                                     std::to_string(st.opts.period_ms) + " ms) after " + k.spec.id +
-                                     " exited with " + reason));
+      self->quit(caf::make_error(
+          caf::sec::runtime_error,
+          st.opts.name + ": " + why + " after " + k.spec.id + " exited with " + reason));
       return;
     }
     size_t first = i, last = i + 1;

@@ -36,7 +36,11 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
 // re-joined wrote live shards off for good, and consumptions re-sent after the crash were
 // counted as duplicates. Both are fixed (known_gone/look-again in service_roles.cpp, hand-out ids).
 TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_finishes) {
-  start({"actors.iterations=5"});
+  // Long enough that every node can re-join before the job ends: a node whose register
+  // request reached the dying coordinator waits out node.request_timeout_ms (5 s) before it
+  // tries again, and with 5 iterations the job once ended 1.2 s after the restart, with
+  // rollout-0 still waiting (6 of 7 nodes in the report).
+  start({"actors.iterations=40"});
   auto before = c_->wait_status(
       [](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
   ASSERT_TRUE(before);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -23,6 +26,7 @@ caf::behavior child_impl(caf::event_based_actor* self, int incarnation) {
         self->quit(caf::make_error(caf::sec::runtime_error, "crashed on purpose"));
       },
       [=](shutdown_atom) { self->quit(); },  // a normal exit
+      [=](const std::string& why) { self->quit(caf::make_error(caf::sec::runtime_error, why)); },
   };
 }
 
@@ -174,4 +178,24 @@ TEST_F(fixture, exceeding_restart_intensity_stops_the_supervisor_with_a_reason) 
                 caf::after(10s) >> [] { ADD_FAILURE() << "supervisor did not give up"; });
   EXPECT_NE(why.find("max restart intensity"), std::string::npos) << why;
   EXPECT_EQ(starts_a.load(), 3);
+}
+
+TEST_F(fixture, a_child_that_died_of_a_full_disk_is_not_restarted) {
+  caf::scoped_actor self{*sys};
+  supervisor_options o;
+  o.backoff_ms = 1;
+  o.intensity = 5;
+  o.period_ms = 60000;
+  o.observer = self;
+  auto sup = spawn_supervisor(*sys, o, {spec("a", starts_a, restart_policy::permanent)});
+  self->monitor(sup);
+  auto c = wait_running(self, sup, 0);
+  ASSERT_TRUE(c);
+  self->send(c, std::string("io_error: writing f: write failed: ") + std::strerror(ENOSPC));
+  std::string why;
+  self->receive([&](caf::down_msg& d) { why = sys->render(d.reason); },
+                caf::after(10s) >> [] { ADD_FAILURE() << "supervisor did not give up"; });
+  EXPECT_NE(why.find("a restart cannot cure this"), std::string::npos) << why;
+  EXPECT_NE(why.find(std::strerror(ENOSPC)), std::string::npos) << why;
+  EXPECT_EQ(starts_a.load(), 1);
 }

@@ -67,8 +67,10 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
   // The environment plane's faults fail episodes (counted by reason on the rollout nodes).
   if (name == "env-loss") {
     uint64_t failed = 0;
-    for (const auto& [why, n] : r.value("env_episodes_failed", nlohmann::json::object()).items())
-      failed += n.get<uint64_t>();
+    // A named copy: a range-for over items() of the temporary value() returns would read a
+    // destroyed object (the temporary ends before the loop runs).
+    const auto by_reason = r.value("env_episodes_failed", nlohmann::json::object());
+    for (const auto& [why, n] : by_reason.items()) failed += n.get<uint64_t>();
     EXPECT_GT(failed, 0u) << r["env_episodes_failed"];
   }
   if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
