@@ -52,13 +52,17 @@ json weights_report(const json& trainer_job, const json& nodes) {
       // resolution, or skew across hosts): never a negative delay.
       delays.push_back(std::max(0.0, double(it->get<int64_t>() - readable) * 1e-3));
     }
-    versions.push_back({{"version", v},
-                        {"bytes", p.value("bytes", uint64_t{0})},
-                        {"via", p.value("via", std::string())},
-                        {"t_publish", p.value("t_publish", 0.0)},
-                        {"num_readers", delays.size()},
-                        {"t_redistribute_p50", percentile_of(delays, 50)},
-                        {"t_redistribute_max", percentile_of(delays, 100)}});
+    // No rollout node read it (a version superseded before anyone asked): no delay to
+    // report, which is not a delay of 0.
+    const json none = nullptr;
+    versions.push_back(
+        {{"version", v},
+         {"bytes", p.value("bytes", uint64_t{0})},
+         {"via", p.value("via", std::string())},
+         {"t_publish", p.value("t_publish", 0.0)},
+         {"num_readers", delays.size()},
+         {"t_redistribute_p50", delays.empty() ? none : json(percentile_of(delays, 50))},
+         {"t_redistribute_max", delays.empty() ? none : json(percentile_of(delays, 100))}});
   }
   return {{"versions", versions},
           {"bytes_from", bytes_from},

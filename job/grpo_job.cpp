@@ -94,18 +94,18 @@ struct job_setup {
     }
   }
 
-  // The bytes of version v for a rollout: through the node's feed (caches first), or the store.
+  // The bytes of version v for a rollout, through the node's feed: caches first, or (without
+  // them) the store; the feed counts what it read either way, for the report.
   result<std::shared_ptr<const std::string>> version_bytes(uint64_t version) {
-    if (use_caches()) {
+    weights_feed* f = nullptr;
+    {
       std::lock_guard<std::mutex> g(feed_mu);
       if (!feed)
-        feed = std::make_unique<weights_feed>(caches, cache_timeout_ms,
+        feed = std::make_unique<weights_feed>(use_caches() ? caches : nullptr, cache_timeout_ms,
                                               [this](uint64_t v) { return read_store_version(v); });
+      f = feed.get();
     }
-    if (feed) return feed->get(version);
-    auto b = read_store_version(version);
-    if (!b) return b.err();
-    return std::make_shared<const std::string>(std::move(*b));
+    return f->get(version);
   }
   // task.dataset's prompts (job/prompt_dataset.h); null: generated, or not read on this role.
   std::shared_ptr<const prompt_dataset> dataset;

@@ -26,12 +26,13 @@ weights_feed::weights_feed(std::shared_ptr<weights::cache_directory> caches, int
                            std::function<result<std::string>(uint64_t)> store_read)
     : caches_(std::move(caches)),
       store_read_(std::move(store_read)),
-      reader_(caches_->zmq(), timeout_ms),
-      prefetcher_([this] { prefetch_loop(); }) {}
+      reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms) {
+  if (caches_) prefetcher_ = std::thread([this] { prefetch_loop(); });
+}
 
 weights_feed::~weights_feed() {
   stop_ = true;
-  prefetcher_.join();
+  if (prefetcher_.joinable()) prefetcher_.join();
 }
 
 result<std::shared_ptr<const std::string>> weights_feed::get(uint64_t version) {
@@ -48,10 +49,9 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = held_.find(version); it != held_.end()) return it->second.bytes;
   }
-  caches_->wait_refreshed(kFirstDirectoryWait);
-  auto got = reader_.fetch(version, caches_->caches(), [&] { return store_read_(version); });
+  auto got = caches_ ? fetch_from_caches(version) : fetch_from_store(version);
   std::lock_guard<std::mutex> g(mu_);
-  counters_ = reader_.counters();
+  if (caches_) counters_ = reader_.counters();
   if (!got) return got.err();
   const int64_t now = unix_ms();
   held_[version] = {got->bytes, got->source, now};
@@ -62,6 +62,20 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
   logger("rollout")->debug("holds policy version {} ({} bytes from the {})", version,
                            got->bytes->size(), got->source);
   return got->bytes;
+}
+
+result<weights::fetched_version> weights_feed::fetch_from_caches(uint64_t version) {
+  caches_->wait_refreshed(kFirstDirectoryWait);
+  return reader_.fetch(version, caches_->caches(), [&] { return store_read_(version); });
+}
+
+result<weights::fetched_version> weights_feed::fetch_from_store(uint64_t version) {
+  auto s = store_read_(version);
+  if (!s) return s.err();
+  std::lock_guard<std::mutex> g(mu_);
+  ++counters_.num_versions;
+  counters_.bytes_from_store += s->size();
+  return weights::fetched_version{std::make_shared<const std::string>(std::move(*s)), "store"};
 }
 
 void weights_feed::prefetch_loop() {

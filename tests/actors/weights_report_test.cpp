@@ -47,6 +47,22 @@ TEST(WeightsReport, RedistributionDelaysAndBytesFromRolloutNodes) {
   EXPECT_LE(v["t_redistribute_p50"].get<double>(), 0.6);
 }
 
+TEST(WeightsReport, RedistributionNullForAVersionNoRolloutNodeRead) {
+  const json trainer{{"weights",
+                      {{"versions",
+                        {{{"version", 1}, {"bytes", 100}, {"held_unix_ms", 10000}},
+                         {{"version", 2}, {"bytes", 100}, {"held_unix_ms", 11000}}}}}}};
+  // rollout-0 skipped version 1 (it read 2 first).
+  const json nodes{
+      rollout("rollout-0", {{"bytes_from", {{"cache", 100}}}, {"held_unix_ms", {{"2", 11100}}}})};
+  const json w = weights_report(trainer, nodes);
+  ASSERT_EQ(w["versions"].size(), 2u);
+  EXPECT_EQ(w["versions"][0]["num_readers"], 0);
+  EXPECT_TRUE(w["versions"][0]["t_redistribute_p50"].is_null());
+  EXPECT_TRUE(w["versions"][0]["t_redistribute_max"].is_null());
+  EXPECT_DOUBLE_EQ(w["versions"][1]["t_redistribute_max"].get<double>(), 0.1);
+}
+
 TEST(WeightsReport, NullWithoutTrainerWeights) {
   EXPECT_TRUE(weights_report(json::object(), json::array()).is_null());
 }
