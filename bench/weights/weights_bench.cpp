@@ -51,16 +51,6 @@ int64_t steady_ns() {
       .count();
 }
 
-std::string payload(int64_t size, uint64_t seed) {
-  std::string out(static_cast<size_t>(size), '\0');
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= out.size(); i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&out[i], &v, 8);
-  }
-  return out;
-}
-
 json summary(std::vector<double> s) {
   std::sort(s.begin(), s.end());
   return {{"p50", nearest_rank_percentile(s, 50)},
@@ -274,7 +264,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   json paths = json::array(), publish = json::array(), memcpy_runs = json::array();
   std::vector<double> memcpy_gbps_all;
   for (int64_t size : opt.sizes) {
-    const std::string bytes = payload(size, static_cast<uint64_t>(size));
+    const std::string bytes = random_payload(size, static_cast<uint64_t>(size));
 
     // The baseline: memcpy of the same bytes into memory already faulted in.
     std::vector<double> memcpy_s;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <random>
 #include <thread>
 
 #include "common/config.h"
@@ -22,18 +21,8 @@ namespace {
 
 constexpr uint64_t kChunk = 32 * 1024;
 
-std::string random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-std::shared_ptr<ledger::zmq_context> zmq_ctx() {
-  auto z = ledger::zmq_context::create();
-  EXPECT_TRUE(z) << z.err().to_string();
-  return *z;
-}
+using testing::random_bytes;
+using testing::zmq_ctx;
 
 void push(const std::shared_ptr<ledger::zmq_context>& ctx, const std::string& endpoint,
           uint64_t version, const std::string& bytes) {

@@ -1,7 +1,7 @@
-// A real checkpoint cache (weights/cache_server.h) on loopback, served on its own thread until
+// What the weight plane's tests share (tests/weights, and the rollout's feed in tests/job):
+// a real checkpoint cache (weights/cache_server.h) on loopback, served on its own thread until
 // destroyed, or until it answered `stop_after_requests` requests (then its socket closes: a
-// cache that dies mid-version). Shared by the tests of weights/ and of the rollout's feed
-// (job/weights_feed.h).
+// cache that dies mid-version); a ZeroMQ context; deterministic random version bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -16,6 +17,19 @@
 #include "weights/version_cache.h"
 
 namespace moerl::testing {
+
+inline std::string random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+inline std::shared_ptr<ledger::zmq_context> zmq_ctx() {
+  auto z = ledger::zmq_context::create();
+  EXPECT_TRUE(z) << z.err().to_string();
+  return *z;
+}
 
 class served_cache {
  public:

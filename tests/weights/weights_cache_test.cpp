@@ -5,7 +5,6 @@
 #include <zmq.h>
 
 #include <atomic>
-#include <random>
 #include <thread>
 
 #include "store/digest.h"
@@ -23,20 +22,9 @@ using nlohmann::json;
 
 constexpr uint64_t kChunk = 64 * 1024;
 
-std::string random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-std::shared_ptr<ledger::zmq_context> zmq_ctx() {
-  auto z = ledger::zmq_context::create();
-  EXPECT_TRUE(z) << z.err().to_string();
-  return *z;
-}
-
+using testing::random_bytes;
 using testing::served_cache;
+using testing::zmq_ctx;
 
 TEST(VersionCache, KeepsTheNewestWithinVersionsAndBytes) {
   version_cache c(2, 1000);
