@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "messages/sample.h"
 #include "messages/weights.h"
+#include "weights/cache_directory.h"
 
 namespace moerl::actors {
 
@@ -113,6 +114,12 @@ class job {
     return error(errc::invalid_config,
                  "job " + name() + " cannot run a trainer group across nodes");
   }
+  // The weight plane as this node sees it (weights/cache_directory.h): set by the runtime
+  // once, before any work is made. A job that keeps no policy versions ignores it.
+  virtual void use_weight_caches(std::shared_ptr<weights::cache_directory> caches) { (void)caches; }
+  // The node's weight-plane figures for its stats (bytes_from, when it held each version);
+  // null when it read none.
+  virtual nlohmann::json weights_stats() const { return nullptr; }
   // An env node's environment for one episode of `task` (actors/ENV.md). A job whose tasks
   // are single-turn has none.
   virtual result<std::unique_ptr<environment>> make_environment(const std::string& task) {

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "actors/env_client.h"
+#include "actors/interruption.h"
+#include "actors/weights_report.h"
 #include "common/child_process.h"
 #include "common/log.h"
 
@@ -110,6 +112,9 @@ result<std::unique_ptr<local_job>> local_job::configure(local_job_options o) {
   // The environment plane (actors/ENV.md): env nodes when the config asks for them.
   for (int64_t k = 0; k < cfg->get_int("env.nodes"); ++k)
     co.nodes.push_back({"env", "env-" + std::to_string(k), {}});
+  // More checkpoint caches (weights/) when the config asks for them: weights-0 is always there.
+  for (int64_t k = 1; k < cfg->get_int("weights.nodes"); ++k)
+    co.nodes.push_back({"weights", "weights-" + std::to_string(k), {}});
   // The children inherit this process's environment; 0: an explicit setting wins.
   if (o.one_blas_thread_per_node) ::setenv("OPENBLAS_NUM_THREADS", "1", 0);
   return std::unique_ptr<local_job>(new local_job(std::move(co), std::move(*cfg), *limits));
@@ -189,6 +194,7 @@ status local_job::supervise(const job_events& events) {
     r.cause = due.cause;
     r.delay_ms = due.delay.count();
     r.at_s = std::chrono::duration<double>(clock::now() - started_at_).count();
+    r.started_unix_ms = unix_now_ms();
     status started = ok_status();
     if (controller_of(r.role) == pod_controller::stateful_set) {
       r.replacement = name;
@@ -328,7 +334,10 @@ json local_job::settled_report(bool done) {
     }
   }
   json replaced = json::array();
-  for (const auto& r : replacements_) replaced.push_back(r.to_json());
+  for (const auto& r : replacements_)
+    replaced.push_back(
+        report ? with_time_to_productive(r.to_json(), r.started_unix_ms, (*report)["nodes"])
+               : r.to_json());
   out["replacements"] = replaced;
   out["num_replacements"] = replacements_.size();
   out["restart_policy"] = restart_policy_json();
@@ -346,6 +355,7 @@ json local_job::settled_report(bool done) {
       if (js.contains(k)) out[k] = js[k];
     out["policy_iterations"] = out["iterations"].size();
     if (js.contains("env")) out["env"] = env_report(js["env"], (*report)["nodes"]);
+    if (auto w = weights_report(js, (*report)["nodes"]); !w.is_null()) out["weights"] = w;
   }
   return out;
 }

@@ -153,6 +153,8 @@ bool register_once(agent_actor* self, int64_t give_up) {
   } else {
     ctx.trust.accepted(link, sent);
     st.accepted_unix_ms = unix_now_ms();
+    int64_t never = 0;
+    ctx.joined_unix_ms.compare_exchange_strong(never, unix_now_ms());
     log->info("registered with coordinator {}:{} as {} ({})", ctx.coord_host, ctx.coord_port,
               ctx.name, ctx.id);
   }

@@ -23,6 +23,8 @@
 #include "actors/reward_hop.h"
 #include "common/config.h"
 #include "ledger/sample_plane.h"
+#include "weights/cache_directory.h"
+#include "weights/cache_server.h"
 
 namespace moerl::actors {
 
@@ -64,6 +66,17 @@ struct node_context {
   std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
   std::atomic<uint32_t> restarts{0};
   std::atomic<uint64_t> policy_version{0};
+
+  // The weight plane as this node sees it (the caches alive, the version announced); the
+  // cache-directory loop keeps it current. Rollout, trainer and weights nodes.
+  std::shared_ptr<weights::cache_directory> weight_caches;
+  // weights role: the checkpoint cache and its bound server (kept across a loop restart)
+  std::unique_ptr<weights::cache_server> weights_server;
+  // This process's start, first registration and first committed unit (unix ms): what a
+  // node that joined mid-run reports as its way to being productive.
+  int64_t started_unix_ms = 0;
+  std::atomic<int64_t> joined_unix_ms{0};
+  std::atomic<int64_t> first_commit_unix_ms{0};
 
   // Whether the coordinator still counts this node alive (accepted heartbeats); the agent
   // keeps it, the buffer role serves trainers only while it holds.

@@ -76,6 +76,25 @@ bool known_gone(caf::blocking_actor* self, node_context& ctx, node_role role,
   return alive && std::find(alive->begin(), alive->end(), endpoint) == alive->end();
 }
 
+void cache_directory_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
+  auto& dir = *ctx->weight_caches;
+  int64_t next_discovery = 0;
+  while (mailbox_ok(self, *ctx, 100)) {
+    dir.announce(ctx->policy_version.load());
+    if (steady_ms() < next_discovery) continue;
+    auto alive = discover(self, *ctx, node_role::weights);
+    // Unanswered: keep the last list (a coordinator restart is no reason to forget the caches).
+    next_discovery = steady_ms() + (alive ? 1000 : 200);
+    if (alive) dir.set_caches(std::move(*alive));
+  }
+}
+
+nlohmann::json node_timeline(const node_context& ctx) {
+  return {{"start_unix_ms", ctx.started_unix_ms},
+          {"join_unix_ms", ctx.joined_unix_ms.load()},
+          {"first_commit_unix_ms", ctx.first_commit_unix_ms.load()}};
+}
+
 void fail_actor(caf::blocking_actor* self, const std::string& why) {
   self->fail_state(caf::make_error(caf::sec::runtime_error, why));
 }
@@ -100,6 +119,7 @@ child_spec loop_child(std::string id, Loop loop, Args... args) {
 
 std::vector<child_spec> role_children(const std::shared_ptr<node_context>& ctx) {
   std::vector<child_spec> kids;
+  if (ctx->weight_caches) kids.push_back(loop_child("cache-directory", cache_directory_loop, ctx));
   switch (ctx->role) {
     case node_role::rollout: {
       auto n =

@@ -130,6 +130,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
                const std::string& node_id) {
   auto log = logger("node");
   auto ctx = std::make_shared<node_context>();
+  ctx->started_unix_ms = unix_now_ms();
   ctx->id = node_id;
   ctx->role = role;
   ctx->name = cfg.get_string("node.name").empty() ? default_node_name(role, node_id)
@@ -191,6 +192,28 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     }
     ctx->endpoint = (*server)->endpoint();
     ctx->env = std::move(*server);
+  } else if (role == node_role::weights) {
+    auto cache = std::make_shared<weights::version_cache>(
+        static_cast<uint64_t>(cfg.get_int("weights.cache_versions")),
+        static_cast<uint64_t>(cfg.get_int("weights.cache_bytes")));
+    auto server = weights::cache_server::bind(
+        ctx->zmq, bind_ep, cache, static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes")));
+    if (!server) {
+      log->error("weights: {}", server.err().to_string());
+      return 2;
+    }
+    auto ep = advertised_endpoint((*server)->endpoint());
+    if (!ep) {
+      log->error("weights: {}", ep.err().to_string());
+      return 2;
+    }
+    ctx->endpoint = *ep;
+    ctx->weights_server = std::move(*server);
+  }
+  if (role == node_role::rollout || role == node_role::trainer || role == node_role::weights) {
+    ctx->weight_caches = std::make_shared<weights::cache_directory>(
+        ctx->zmq, role == node_role::weights ? ctx->endpoint : std::string());
+    ctx->running_job->use_weight_caches(ctx->weight_caches);
   }
   auto exit_code = std::make_shared<std::atomic<int>>(0);
   int code = 0;

@@ -61,7 +61,8 @@ struct replacement_record {
   std::string cause;  // "exit code 3", "killed by SIGKILL"
   double at_s = 0;    // seconds since the job started, when the replacement was started
   int64_t delay_ms = 0;
-  std::string error;  // why the replacement failed to start; "" when it started
+  int64_t started_unix_ms = 0;  // wall clock when the replacement was started
+  std::string error;            // why the replacement failed to start; "" when it started
 
   nlohmann::json to_json() const;
 };

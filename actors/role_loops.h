@@ -27,6 +27,12 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
 void env_router_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
 void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t index);
 void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
+// Keeps ctx->weight_caches current: the caches alive (the coordinator's `nodes`, each second)
+// and the newest version announced. Rollout, trainer and weights nodes.
+void cache_directory_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx);
+// When this process started, first registered and first had a unit committed (unix ms; 0:
+// not yet), for the report's replacements.
+nlohmann::json node_timeline(const node_context& ctx);
 // Rank 0 of the trainer group: pulls batches from every shard and runs the job's step.
 void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                          uint32_t num_ranks);

@@ -200,6 +200,9 @@ class rollout_worker {
     if (!r)
       log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt,
                  r.err().to_string());
+    int64_t never = 0;
+    if (r && rep.status == messages::unit_status::finished)
+      ctx_->first_commit_unix_ms.compare_exchange_strong(never, unix_now_ms());
     if (ctx_->draining())
       (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
     --ctx_->active_units;
@@ -279,19 +282,24 @@ class rollout_worker {
   }
 
   // The node's env-link counters in its stats (episodes, steps, failures by reason).
+  // The node's stats (one message, the coordinator keeps the last): the env plane's counts
+  // and the weight plane's (what this node read, from where, and its way to productive).
   void send_env_stats() {
     if (steady_ms() - last_env_stats_ < 1000 || !ctx_->env_counters) return;
     last_env_stats_ = steady_ms();
-    nlohmann::json env;
+    nlohmann::json st = nlohmann::json::object();
     {
       std::lock_guard<std::mutex> lk(ctx_->env_counters->mu);
-      if (ctx_->env_counters->num_episodes == 0) return;
-      env = {{"episodes", ctx_->env_counters->num_episodes},
-             {"steps", ctx_->env_counters->num_steps},
-             {"episodes_failed", ctx_->env_counters->episodes_failed}};
+      if (ctx_->env_counters->num_episodes > 0)
+        st["env"] = {{"episodes", ctx_->env_counters->num_episodes},
+                     {"steps", ctx_->env_counters->num_steps},
+                     {"episodes_failed", ctx_->env_counters->episodes_failed}};
     }
-    if (auto c = ctx_->coordinator())
-      self_->send(c, stats_atom::value, ctx_->id, nlohmann::json{{"env", env}}.dump());
+    auto w = ctx_->running_job->weights_stats();
+    if (!w.is_null()) st["weights"] = std::move(w);
+    st["timeline"] = node_timeline(*ctx_);
+    if (st.size() == 1 && !ctx_->first_commit_unix_ms) return;  // nothing to tell yet
+    if (auto c = ctx_->coordinator()) self_->send(c, stats_atom::value, ctx_->id, st.dump());
   }
 
   uint32_t worker_index_;

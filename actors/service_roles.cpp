@@ -1,10 +1,11 @@
 // The small roles, one actor each: reward (score samples from the rollout nodes and forward
 // them to their shards), buffer (the shard loop between the sample plane and the ledger),
-// weights (track the published policy versions). The env role is env_role.cpp.
+// weights (the checkpoint cache: serve policy versions, weights/). The env role is env_role.cpp.
 #include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "actors/role_loops.h"
 #include "common/log.h"
 #include "messages/work.h"
+#include "weights/version_reader.h"
 
 namespace moerl::actors {
 
@@ -215,19 +217,91 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
 
 // ---- weights -------------------------------------------------------------------------
 
+namespace {
+
+// A version announced that this cache does not hold (the trainer pushed it to another cache)
+// is copied from a cache that does, on its own thread so serving never waits for it; one
+// copy at a time. No store fallback here: readers that miss every cache read the store.
+class cache_replicator {
+ public:
+  explicit cache_replicator(node_context& ctx)
+      : ctx_(ctx),
+        reader_(ctx.zmq, static_cast<int>(ctx.cfg.get_int("weights.request_timeout_ms"))),
+        chunk_bytes_(static_cast<uint64_t>(ctx.cfg.get_int("weights.chunk_bytes"))) {}
+  ~cache_replicator() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void poke() {
+    if (busy_) return;
+    auto& cache = ctx_.weights_server->cache();
+    const uint64_t v = ctx_.weight_caches->announced();
+    if (v == 0 || cache.newest() >= v || v == failed_) return;
+    if (thread_.joinable()) thread_.join();
+    busy_ = true;
+    thread_ = std::thread([this, v, &cache] {
+      auto got = reader_.fetch(v, ctx_.weight_caches->caches(), nullptr);
+      if (got) {
+        auto st = cache.insert(weights::make_cached_version(v, got->bytes, chunk_bytes_));
+        if (!st) logger("weights")->warn("copy of policy version {}: {}", v, st.err().to_string());
+      } else {
+        failed_ = v;  // not again for this version: the next announcement tries anew
+        logger("weights")->info("policy version {} is in no other cache ({})", v,
+                                got.err().message);
+      }
+      busy_ = false;
+    });
+  }
+  weights::reader_counters counters() const { return busy_ ? last_ : (last_ = reader_.counters()); }
+
+ private:
+  node_context& ctx_;
+  weights::version_reader reader_;
+  uint64_t chunk_bytes_;
+  std::atomic<bool> busy_{false};
+  std::atomic<uint64_t> failed_{0};
+  mutable weights::reader_counters last_;
+  std::thread thread_;
+};
+
+}  // namespace
+
 void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
-  uint64_t served = 0, seen = 0;
+  auto log = logger("weights");
+  auto& server = *ctx->weights_server;
+  cache_replicator replicator(*ctx);
+  uint64_t newest_logged = 0;
+  int64_t last_stats = 0, last_err = 0;
   bool keep = true;
   while (keep && !ctx->stopping && !ctx->draining()) {
     self->receive([&](shutdown_atom) { keep = false; },
                   [&](version_atom) -> uint64_t { return ctx->policy_version.load(); },
-                  caf::after(std::chrono::milliseconds(200)) >> [] {});
-    if (ctx->policy_version != seen) {
-      seen = ctx->policy_version;
-      ++served;
-      logger("weights")->info("serving policy version {}", seen);
-      nlohmann::json st{{"version", seen}, {"versions_seen", served}};
+                  caf::after(std::chrono::milliseconds(0)) >> [] {});
+    if (auto st = server.poll(20); !st && steady_ms() - last_err > 2000) {
+      last_err = steady_ms();
+      log->error("cache server: {}", st.err().to_string());
+    }
+    replicator.poke();
+    if (const uint64_t newest = server.cache().newest(); newest != newest_logged) {
+      newest_logged = newest;
+      log->info("holds policy version {} (versions {}, {} bytes)", newest,
+                server.cache().versions().size(), server.cache().num_bytes());
+    }
+    if (steady_ms() - last_stats > 1000) {
+      last_stats = steady_ms();
+      nlohmann::json held = nlohmann::json::object();
+      for (uint64_t v : server.cache().versions())
+        if (auto cv = server.cache().find(v)) held[std::to_string(v)] = (*cv)->held_unix_ms;
+      nlohmann::json st{{"version", newest_logged},
+                        {"versions_seen", server.counters().num_versions_put},
+                        {"versions", server.cache().versions()},
+                        {"cache_bytes", server.cache().num_bytes()},
+                        {"evicted", server.cache().num_evicted()},
+                        {"load", server.load()},
+                        {"server", server.counters().to_json()},
+                        {"copied", replicator.counters().to_json()},
+                        {"held_unix_ms", held},
+                        {"timeline", node_timeline(*ctx)}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
   }

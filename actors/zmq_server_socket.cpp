@@ -6,6 +6,7 @@
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
 #include "ledger/zmq_check.h"
+#include "ledger/zmq_parts.h"
 
 namespace moerl::actors {
 
@@ -45,20 +46,9 @@ result<std::optional<std::pair<std::string, std::string>>> zmq_server_socket::po
   const int n = zmq_poll(&item, 1, timeout_ms);
   ZMQ_CHECK(n);
   if (n == 0) return out_t();
-  std::vector<std::string> parts;
-  for (bool more = true; more;) {
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, sock_, ZMQ_DONTWAIT) == -1) {
-      const int e = zmq_errno();
-      zmq_msg_close(&msg);
-      return ledger::detail::zmq_failure(("zmq_msg_recv(" + type_name_ + ")").c_str(), e, __FILE__,
-                                         __LINE__);
-    }
-    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-    more = zmq_msg_more(&msg);
-    zmq_msg_close(&msg);
-  }
+  auto received = ledger::recv_message_parts(sock_, "zmq_msg_recv(" + type_name_ + ")");
+  if (!received) return received.err();
+  auto& parts = *received;
   if (parts.size() != 2) {
     ++num_bad_frames_;
     return out_t();

@@ -9,6 +9,7 @@
 #include "bench/ledger/ledger_bench.h"
 #include "bench/policy/policy_bench.h"
 #include "bench/store/store_bench.h"
+#include "bench/weights/weights_bench.h"
 
 namespace moerl::apps {
 
@@ -24,6 +25,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_policy_bench_command(*cmd);   // policy
   moerl::bench::add_job_ep_bench_command(*cmd);   // job-ep
   moerl::bench::add_env_bench_command(*cmd);      // env
+  moerl::bench::add_weights_bench_command(*cmd);  // weights (and its hidden weights-reader)
 }
 
 }  // namespace moerl::apps

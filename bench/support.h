@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -31,6 +34,18 @@ inline double seconds_since(bench_clock::time_point t0) {
 }
 inline double ms_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e3; }
 inline double us_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e6; }
+
+// `size` bytes of deterministic pseudo-random data (incompressible, so no layer can cheat on
+// it): what benchmarks store, send and copy.
+inline std::string random_payload(int64_t size, uint64_t seed) {
+  std::string out(static_cast<size_t>(size), '\0');
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= out.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&out[i], &v, 8);
+  }
+  return out;
+}
 
 // The value of a step that must succeed; a failure throws "<step>: <error>".
 template <class T>

@@ -300,6 +300,9 @@ const std::vector<key_spec>& config_schema() {
        "the trainer pushes each version to a checkpoint cache and rollouts read it there (the "
        "store only on a miss); false: every version goes through the object store",
        ""},
+      {"weights.nodes", t::integer, "1",
+       "weights nodes (checkpoint caches) `moerl up` starts; readers choose among them by load", "",
+       r::closed(1, 64)},
       {"weights.cache_versions", t::integer, "4",
        "policy versions a weights node holds in memory (the oldest is evicted first)", "",
        r::closed(1, 1024)},

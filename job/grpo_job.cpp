@@ -5,15 +5,18 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "common/log.h"
 #include "common/percentile.h"
+#include "job/durable_writer.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
 #include "job/group_bootstrap.h"
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
+#include "job/weights_feed.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -22,7 +25,10 @@
 #include "policy/tasks/guess.h"
 #include "policy/trainer.h"
 #include "store/checkpoint.h"
+#include "store/digest.h"
 #include "store/object_store.h"
+#include "weights/cache_client.h"
+#include "weights/cache_directory.h"
 
 namespace moerl::job {
 namespace {
@@ -54,6 +60,53 @@ struct job_setup {
   int trainer_ep_ranks = 1;  // job.trainer_ep_ranks
   std::string prefix;
   std::shared_ptr<store::object_store> store;
+  // The weight plane (weights/): set by the runtime before any work is made; null, or
+  // weights.from_cache false, means every version goes through the store.
+  std::shared_ptr<weights::cache_directory> caches;
+  bool from_cache = true;
+  uint64_t chunk_bytes = 1 << 20;
+  int cache_timeout_ms = 2000;
+  std::mutex feed_mu;
+  std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
+
+  bool use_caches() const { return caches && from_cache; }
+
+  // Version v's durable copy, checked against its hash. With the caches in front, the trainer
+  // writes the store copy after announcing the version: a reader that missed every cache
+  // waits a little for it rather than fail the unit.
+  result<std::string> read_store_version(uint64_t version) const {
+    const std::string key = weights_key(prefix, version);
+    for (int attempt = 0;; ++attempt) {
+      auto bytes = store->get(key);
+      auto hash = bytes ? store->get(key + ".hash") : result<std::string>(bytes.err());
+      if (bytes && hash) {
+        if (policy::content_hash(*bytes) != *hash)
+          return error{errc::malformed_message, "weights of policy version " +
+                                                    std::to_string(version) +
+                                                    " do not match their content hash"};
+        return std::move(*bytes);
+      }
+      const error e = bytes ? hash.err() : bytes.err();
+      if (e.code != errc::not_found || !use_caches() || attempt >= 50)
+        return error{e.code,
+                     "weights of policy version " + std::to_string(version) + ": " + e.message};
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // The bytes of version v for a rollout, through the node's feed: caches first, or (without
+  // them) the store; the feed counts what it read either way, for the report.
+  result<std::shared_ptr<const std::string>> version_bytes(uint64_t version) {
+    weights_feed* f = nullptr;
+    {
+      std::lock_guard<std::mutex> g(feed_mu);
+      if (!feed)
+        feed = std::make_unique<weights_feed>(use_caches() ? caches : nullptr, cache_timeout_ms,
+                                              [this](uint64_t v) { return read_store_version(v); });
+      f = feed.get();
+    }
+    return f->get(version);
+  }
   // task.dataset's prompts (job/prompt_dataset.h); null: generated, or not read on this role.
   std::shared_ptr<const prompt_dataset> dataset;
 
@@ -85,6 +138,9 @@ struct job_setup {
     s->prefix = cfg.get_string("job.store_prefix");
     s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
     s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
+    s->from_cache = cfg.get_bool("weights.from_cache");
+    s->chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
+    s->cache_timeout_ms = static_cast<int>(cfg.get_int("weights.request_timeout_ms"));
     for (auto [key, n] :
          {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
           std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
@@ -265,18 +321,11 @@ class policy_rollout final : public actors::rollout_work {
       loaded_version_ = 0;
       return {};
     }
-    auto bytes = s_->store->get(weights_key(s_->prefix, version));
-    if (!bytes)
-      return error{bytes.err().code, "weights of policy version " + std::to_string(version) + ": " +
-                                         bytes.err().message};
-    auto hash = s_->store->get(weights_key(s_->prefix, version) + ".hash");
-    if (!hash) return hash.err();
-    if (policy::content_hash(*bytes) != *hash)
-      return error{errc::malformed_message, "weights of policy version " + std::to_string(version) +
-                                                " do not match their content hash"};
-    if (auto st = ep_ ? ep_->load(*bytes) : policy_->load(*bytes); !st) return st;
+    auto bytes = s_->version_bytes(version);
+    if (!bytes) return bytes.err();
+    if (auto st = ep_ ? ep_->load(**bytes) : policy_->load(**bytes); !st) return st;
     loaded_version_ = version;
-    logger("rollout")->debug("loaded policy version {} ({})", version, *hash);
+    logger("rollout")->debug("loaded policy version {}", version);
     return {};
   }
 
@@ -359,6 +408,7 @@ class grpo_trainer final : public actors::trainer_step {
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
     keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    in_group_ = group != nullptr;
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
@@ -475,20 +525,23 @@ class grpo_trainer final : public actors::trainer_step {
     t0 = std::chrono::steady_clock::now();
     auto serialized = serialize_params();
     if (!serialized) return serialized.err();
-    const std::string bytes = std::move(*serialized);
+    const auto bytes_ptr = std::make_shared<const std::string>(std::move(*serialized));
+    const std::string& bytes = *bytes_ptr;
     const std::string hash = policy::content_hash(bytes);
-    // Weights before the hash object, and both before the announcement: a rollout that
-    // hears of version v always finds it complete.
-    if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st.err();
-    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", hash); !st)
+    // The version is announced (when train() returns) once a checkpoint cache holds it; its
+    // store copy is then written in the background. Without a cache the store copy comes
+    // first: a rollout that hears of version v always finds it complete somewhere. A trainer
+    // group writes synchronously. The checkpoint stays on the critical path in every case: a
+    // recreated trainer or a re-formed group restores the newest committed checkpoint
+    // (restore()), which must be the newest version announced.
+    const bool in_cache = publish_to_cache(bytes);
+    const bool background = in_cache && !in_group_;
+    auto store_copy = store_copy_of(version_, bytes_ptr, hash);
+    if (background)
+      writer_->submit("weights of policy version " + std::to_string(version_), store_copy);
+    else if (auto st = store_copy(); !st)
       return st.err();
-    // Older versions go once no admissible sample can still be generated from them (a lease
-    // names at most the version current when it was granted).
-    const uint64_t keep = static_cast<uint64_t>(s_->cfg.get_int("buffer.max_staleness")) + 3;
-    if (version_ > keep) {
-      (void)s_->store->remove(weights_key(s_->prefix, version_ - keep));
-      (void)s_->store->remove(weights_key(s_->prefix, version_ - keep) + ".hash");
-    }
+    if (!in_cache) note_published(bytes.size(), seconds_since(t0), "store");
     const double t_weights = seconds_since(t0);
 
     curve_.push_back({{"iteration", version_},
@@ -577,7 +630,11 @@ class grpo_trainer final : public actors::trainer_step {
             {"resumed_from_version", resumed_from_},
             {"pending_groups", pending_groups_},
             {"reward_curve", curve_},
-            {"iterations", timings_}};
+            {"iterations", timings_},
+            {"weights",
+             {{"versions", published_},
+              {"durable_writes", writer_->num_written()},
+              {"durable_writes_failed", writer_->num_failed()}}}};
   }
 
  private:
@@ -585,6 +642,56 @@ class grpo_trainer final : public actors::trainer_step {
   result<std::string> serialize_params() const {
     if (ep_) return ep_->serialize();
     return policy_->serialize();
+  }
+
+  // Pushes version_ to the least-loaded checkpoint cache; true when one holds it. The time it
+  // took is the version's t_publish (trainer -> a cache holds it).
+  bool publish_to_cache(const std::string& bytes) {
+    if (!s_->use_caches()) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    s_->caches->wait_refreshed(std::chrono::milliseconds(3000));
+    const auto caches = s_->caches->caches();
+    auto ep = caches.empty() ? result<std::string>(error{errc::not_found, "no cache is alive"})
+                             : weights::push_to_a_cache(s_->caches->zmq(), caches, version_, bytes,
+                                                        store::sha256_hex(bytes), s_->chunk_bytes,
+                                                        s_->cache_timeout_ms);
+    if (!ep) {
+      logger("trainer")->warn(
+          "policy version {}: no checkpoint cache took it ({}): publishing through the store",
+          version_, ep.err().message);
+      return false;
+    }
+    note_published(bytes.size(), seconds_since(t0), "cache");
+    return true;
+  }
+
+  // What the report's weight-plane figures are made from (bounded: the newest 1024).
+  void note_published(uint64_t num_bytes, double t_publish, const char* via) {
+    published_.push_back({{"version", version_},
+                          {"bytes", num_bytes},
+                          {"t_publish", t_publish},
+                          {"via", via},
+                          {"held_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count()}});
+    if (published_.size() > 1024) published_.erase(published_.begin());
+  }
+
+  // Writes version v's store copy (weights, then the hash object) and removes the version
+  // that no admissible sample can still be generated from (a lease names at most the version
+  // current when it was granted). Self-contained: it may run after the trainer is gone.
+  std::function<status()> store_copy_of(uint64_t v, std::shared_ptr<const std::string> bytes,
+                                        std::string hash) const {
+    return [s = s_, v, bytes = std::move(bytes), hash = std::move(hash)]() -> status {
+      if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
+      if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
+      const uint64_t keep = static_cast<uint64_t>(s->cfg.get_int("buffer.max_staleness")) + 3;
+      if (v > keep) {
+        (void)s->store->remove(weights_key(s->prefix, v - keep));
+        (void)s->store->remove(weights_key(s->prefix, v - keep) + ".hash");
+      }
+      return {};
+    };
   }
 
   status checkpoint(const std::string& param_bytes, const std::string& hash) {
@@ -634,6 +741,7 @@ class grpo_trainer final : public actors::trainer_step {
                                  policy::content_hash(bytes));
         !st)
       return st;
+    (void)publish_to_cache(bytes);  // rollouts read it there, else from the store
     logger("trainer")->info("resumed from {} at policy version {}", prefix, version_);
     return {};
   }
@@ -657,6 +765,10 @@ class grpo_trainer final : public actors::trainer_step {
   // Each episode's mean step time, ms. Bounded by what a run trains (one double a sample).
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
+  bool in_group_ = false;                  // a trainer group across nodes drives this step
+  std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
+  // Store copies and checkpoints behind the announcement; its writes own what they write.
+  std::unique_ptr<durable_writer> writer_ = std::make_unique<durable_writer>(4);
 };
 
 // ---- the job ------------------------------------------------------------------------------
@@ -702,6 +814,13 @@ class grpo_job final : public actors::job {
     auto t = make_ep_trainer(s_, ranks.group());
     if (!t) return t.err();
     return (*t)->serve();
+  }
+  void use_weight_caches(std::shared_ptr<weights::cache_directory> caches) override {
+    s_->caches = std::move(caches);
+  }
+  nlohmann::json weights_stats() const override {
+    std::lock_guard<std::mutex> g(s_->feed_mu);
+    return s_->feed ? s_->feed->stats() : nlohmann::json();
   }
   result<std::unique_ptr<actors::environment>> make_environment(const std::string& task) override {
     if (task == "guess" && s_->multi_turn())

@@ -316,6 +316,7 @@ void runner::inject(fault_state& f, const node_view* n) {
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
     case fault_kind::env_kill:
+    case fault_kind::weights_loss:
       if (!kill_with(SIGKILL)) return;
       break;
     case fault_kind::sigterm:

@@ -35,6 +35,7 @@ constexpr kind_entry kKinds[] = {
     {fault_kind::coordinator_restart, "coordinator_restart", "coordinator", false},
     {fault_kind::env_kill, "env_kill", "env", true},
     {fault_kind::env_slow, "env_slow", "env", false},
+    {fault_kind::weights_loss, "weights_loss", "weights", true},
 };
 
 const std::set<std::string>& known_roles() {
@@ -53,6 +54,7 @@ status read_cluster(yaml_fields& f, cluster_spec& c) {
   STATUS_TRY(f.get_int("trainer_ranks", c.trainer_ranks, 1, 64));
   STATUS_TRY(f.get_int("trainer_members", c.trainer_members, 1, 16));
   STATUS_TRY(f.get_int("env", c.env, 0, kMaxNodes));
+  STATUS_TRY(f.get_int("weights", c.weights, 1, 64));
   STATUS_TRY(f.get_string_list("set", c.set));
   // Each override must be a key moerl knows, with a value of its type: checked here, so a
   // typo fails at validation instead of when the cluster starts.
@@ -219,6 +221,7 @@ status read_fault(const YAML::Node& n, const std::string& origin, size_t index, 
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
     case fault_kind::env_kill: break;
+    case fault_kind::weights_loss: break;
   }
   if (!removes_node(fs.kind) && fs.replace.value_or(false)) {
     return f.make_error("replace",

@@ -26,6 +26,7 @@ enum class fault_kind {
   coordinator_restart,    // SIGKILL of the coordinator, restarted down_s later
   env_kill,               // SIGKILL of an env node mid-episode (its sessions are lost)
   env_slow,               // an env node's SIGSTOP/SIGCONT duty cycle: every step waits
+  weights_loss,           // SIGKILL of a weights node (one checkpoint cache, weights/)
 };
 
 // Stable snake_case name, as written in scenario files and reports.
@@ -84,6 +85,7 @@ struct cluster_spec {
   // the one-process trainer. A group runs the GRPO job (the modpow test work has no group).
   int64_t trainer_members = 1;
   int64_t env = 0;               // env nodes env-0 .. (the environment plane, actors/ENV.md)
+  int64_t weights = 1;           // weights nodes (checkpoint caches)
   std::vector<std::string> set;  // "key=value" config overrides for every node
 };
 

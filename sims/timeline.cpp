@@ -19,7 +19,7 @@ roster canonical_roster(const cluster_spec& c) {
   numbered("reward", c.reward);
   numbered("buffer", c.buffer);
   numbered("trainer", c.trainer_members);  // each hosting c.trainer_ranks ranks
-  numbered("weights", 1);
+  numbered("weights", c.weights);
   if (c.env > 0) numbered("env", c.env);
   return r;
 }
@@ -158,6 +158,7 @@ nlohmann::json to_json(const fault_event& e) {
     case fault_kind::reward_crash:
     case fault_kind::shard_loss:
     case fault_kind::env_kill: break;
+    case fault_kind::weights_loss: break;
   }
   if (e.replace) j["replace_after_s"] = e.replace_delay_s;
   return j;

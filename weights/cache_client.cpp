@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ledger/zmq_check.h"
+#include "ledger/zmq_parts.h"
 #include "store/digest.h"
 #include "weights/wire.h"
 
@@ -57,20 +58,9 @@ result<cache_answer> cache_client::call(const std::string& verb, json header,
     const int n = zmq_poll(&item, 1, static_cast<long>(left));
     ZMQ_CHECK(n);
     if (n == 0) break;
-    std::vector<std::string> parts;
-    for (;;) {
-      zmq_msg_t msg;
-      zmq_msg_init(&msg);
-      if (zmq_msg_recv(&msg, sock_, ZMQ_DONTWAIT) == -1) {
-        const int e = zmq_errno();
-        zmq_msg_close(&msg);
-        return ledger::detail::zmq_failure("zmq_msg_recv(DEALER)", e, __FILE__, __LINE__);
-      }
-      parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-      const bool more = zmq_msg_more(&msg);
-      zmq_msg_close(&msg);
-      if (!more) break;
-    }
+    auto received = ledger::recv_message_parts(sock_, "zmq_msg_recv(DEALER)");
+    if (!received) return received.err();
+    std::vector<std::string>& parts = *received;
     if (parts.size() < 2 || parts.size() > 3)
       return error(errc::malformed_message, "cache " + endpoint_ + " answered with " +
                                                 std::to_string(parts.size()) + " parts");

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "ledger/zmq_check.h"
+#include "ledger/zmq_parts.h"
 #include "store/digest.h"
 #include "weights/wire.h"
 
@@ -27,26 +28,6 @@ int64_t now_ms() {
 constexpr int64_t kStagedPutTimeoutMs = 30000;
 // At most this many versions arriving at once: a pusher sends one at a time.
 constexpr size_t kMaxStagedPuts = 2;
-
-// Receives one multi-part message; parts beyond `max_parts` are read and dropped (and the
-// count says so, so the caller refuses the request).
-result<std::vector<std::string>> recv_parts(void* sock) {
-  std::vector<std::string> parts;
-  for (;;) {
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) == -1) {
-      const int e = zmq_errno();
-      zmq_msg_close(&msg);
-      return ledger::detail::zmq_failure("zmq_msg_recv(ROUTER)", e, __FILE__, __LINE__);
-    }
-    parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-    const bool more = zmq_msg_more(&msg);
-    zmq_msg_close(&msg);
-    if (!more) break;
-  }
-  return parts;
-}
 
 // The zero-copy payload: the message keeps the version alive until ZeroMQ sent it.
 void release_version(void*, void* hint) {
@@ -128,7 +109,7 @@ status cache_server::poll(int timeout_ms) {
 }
 
 status cache_server::serve_one() {
-  auto parts = recv_parts(sock_);
+  auto parts = ledger::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)");
   if (!parts) return parts.err().code == errc::capacity_exceeded ? ok_status() : parts.err();
   ++counters_.num_requests;
   // [identity][verb][header][payload?]

@@ -40,16 +40,6 @@ nlohmann::json summarize(const std::string& op, int64_t bytes, std::vector<doubl
   return j;
 }
 
-std::string payload(int64_t size, uint64_t seed) {
-  std::string out(static_cast<size_t>(size), '\0');
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= out.size(); i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&out[i], &v, 8);
-  }
-  return out;
-}
-
 }  // namespace
 
 nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg) {
@@ -71,13 +61,13 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
   for (int64_t size : opt.sizes) {
     const std::string base = prefix + "/size-" + std::to_string(size) + "/";
     for (int w = 0; w < opt.warmup; ++w) {
-      need(s.put(base + "warmup", payload(size, 999)), "warmup put");
+      need(s.put(base + "warmup", random_payload(size, 999)), "warmup put");
       if (!s.get(base + "warmup")) throw std::runtime_error("warmup get failed");
       need(s.remove(base + "warmup"), "warmup remove");
     }
     std::vector<double> put_ms, get_ms, remove_ms;
     for (int i = 0; i < opt.reps; ++i) {
-      const std::string bytes = payload(size, static_cast<uint64_t>(i));
+      const std::string bytes = random_payload(size, static_cast<uint64_t>(i));
       const auto t0 = bench_clock::now();
       need(s.put(base + std::to_string(i), bytes), "put " + base + std::to_string(i));
       put_ms.push_back(ms_since(t0));
@@ -112,7 +102,7 @@ nlohmann::json run_store_bench(const store_bench_options& opt, const config& cfg
     std::vector<store::checkpoint_part> parts;
     for (int p = 0; p < opt.checkpoint_parts; ++p)
       parts.push_back({"experts/" + std::to_string(p) + ".bin",
-                       payload(per_part, 1000 + static_cast<uint64_t>(p))});
+                       random_payload(per_part, 1000 + static_cast<uint64_t>(p))});
     std::vector<double> write_ms, find_ms, read_ms;
     for (int rep = 0; rep < opt.checkpoint_reps; ++rep) {
       auto t0 = bench_clock::now();

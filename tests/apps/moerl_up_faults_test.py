@@ -15,6 +15,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
+  moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
 
 Every wait below is a liveness bound (the run must get there at all), not a timing check."""
 import glob
@@ -487,6 +488,30 @@ def trainer_group(moerl, tmp):
     assert "trainer-1" in touched, rep["replacements"]
 
 
+def weights_kill(moerl, tmp):
+    """Two checkpoint caches; SIGKILL weights-0 mid-run. Its readers turn to weights-1 (or the
+    store for a version no cache holds), the trainer pushes the next versions to weights-1,
+    the replacement cache copies the versions announced after it came up, and the job loses
+    nothing."""
+    run = up_run(moerl, tmp, "weights-kill", "--no-interrupt", "--iterations", "40",
+                 "--set", "weights.nodes=2")
+    i = run.wait_iteration(4)
+    run.kill("weights-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> replaced weights-0 by weights-0-r1 ", i)
+    i = run.wait_iteration(10, i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "weights-0", "killed by SIGKILL")
+    w = rep["weights"]
+    assert w["bytes_from"]["cache"] > 0, w
+    versions = w["versions"]
+    assert versions and versions[-1]["version"] == rep["policy_version"], versions
+    # The versions made after the kill went through a surviving cache to the rollouts.
+    late = [v for v in versions if v["version"] >= versions[-1]["version"] - 3]
+    assert all(v["via"] == "cache" and v["num_readers"] > 0 for v in late), late
+
+
 def group_coordinator(moerl, tmp):
     """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
     restarted from its journal. The new coordinator knows no group: both members join again,
@@ -511,7 +536,7 @@ CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "buffer_frozen": buffer_frozen, "console_taken": console_taken,
-         "disk_full": disk_full, "trainer_lost": trainer_lost}
+         "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill}
 
 
 def main(moerl, case):

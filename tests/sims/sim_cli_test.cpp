@@ -32,8 +32,8 @@ outcome run(const std::string& args) {
 const std::string kDir = MOERL_SCENARIO_DIR;
 
 TEST(sim_cli, validate_accepts_every_shipped_scenario_in_both_forms) {
-  for (const char* s :
-       {"spot-storm", "hard-kills", "partition", "shard-loss", "coordinator-restart", "mixed"}) {
+  for (const char* s : {"spot-storm", "hard-kills", "partition", "shard-loss",
+                        "coordinator-restart", "mixed", "weights-loss"}) {
     for (const char* form : {"", " --short"}) {
       const auto o = run("sim validate " + kDir + "/" + s + ".yaml" + form);
       EXPECT_EQ(o.exit_code, 0) << s << form << ": " << o.output;

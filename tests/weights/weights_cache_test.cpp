@@ -5,10 +5,10 @@
 #include <zmq.h>
 
 #include <atomic>
-#include <random>
 #include <thread>
 
 #include "store/digest.h"
+#include "tests/support/served_cache.h"
 #include "weights/cache_client.h"
 #include "weights/cache_server.h"
 #include "weights/version_cache.h"
@@ -22,49 +22,9 @@ using nlohmann::json;
 
 constexpr uint64_t kChunk = 64 * 1024;
 
-std::string random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-std::shared_ptr<ledger::zmq_context> zmq_ctx() {
-  auto z = ledger::zmq_context::create();
-  EXPECT_TRUE(z) << z.err().to_string();
-  return *z;
-}
-
-// A cache server serving on its own thread until stopped or until it answered
-// `stop_after_requests` requests (a cache that dies mid-version).
-class served_cache {
- public:
-  served_cache(std::shared_ptr<ledger::zmq_context> ctx, uint64_t stop_after_requests = ~0ull)
-      : cache_(std::make_shared<version_cache>(4, 64 << 20)) {
-    auto s = cache_server::bind(ctx, "tcp://127.0.0.1:*", cache_, kChunk);
-    EXPECT_TRUE(s) << s.err().to_string();
-    server_ = std::move(*s);
-    endpoint_ = server_->endpoint();
-    thread_ = std::thread([this, stop_after_requests] {
-      while (!stop_ && server_->counters().num_requests < stop_after_requests)
-        EXPECT_TRUE(server_->poll(10));
-      server_.reset();  // the socket closes: later requests go unanswered
-    });
-  }
-  ~served_cache() {
-    stop_ = true;
-    thread_.join();
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  version_cache& cache() { return *cache_; }
-
- private:
-  std::shared_ptr<version_cache> cache_;
-  std::unique_ptr<cache_server> server_;
-  std::string endpoint_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
+using testing::random_bytes;
+using testing::served_cache;
+using testing::zmq_ctx;
 
 TEST(VersionCache, KeepsTheNewestWithinVersionsAndBytes) {
   version_cache c(2, 1000);
@@ -94,7 +54,7 @@ TEST(VersionCache, KeepsTheNewestWithinVersionsAndBytes) {
 
 TEST(CacheServer, PushedVersionIsReadBackWhole) {
   auto ctx = zmq_ctx();
-  served_cache cache(ctx);
+  served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(5 * kChunk + 123, 1);
   auto pusher = cache_client::connect(ctx, cache.endpoint(), 2000);
   ASSERT_TRUE(pusher);
@@ -113,7 +73,7 @@ TEST(CacheServer, PushedVersionIsReadBackWhole) {
 
 TEST(CacheServer, PutWithAWrongContentHashNeverEntersTheCache) {
   auto ctx = zmq_ctx();
-  served_cache cache(ctx);
+  served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(2 * kChunk, 2);
   auto pusher = cache_client::connect(ctx, cache.endpoint(), 2000);
   ASSERT_TRUE(pusher);
@@ -126,7 +86,7 @@ TEST(CacheServer, PutWithAWrongContentHashNeverEntersTheCache) {
 
 TEST(CacheServer, BadRequestsGetClearErrorsAndTheCacheKeepsServing) {
   auto ctx = zmq_ctx();
-  served_cache cache(ctx);
+  served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(3 * kChunk, 3);
   auto c = cache_client::connect(ctx, cache.endpoint(), 2000);
   ASSERT_TRUE(c);
@@ -200,8 +160,8 @@ TEST(VersionReader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
   const std::string bytes = random_bytes(8 * kChunk, 4);
   // The first cache answers its put, the reader's meta and three chunks, then dies.
   const uint64_t num_put_requests = 8;
-  served_cache dying(ctx, num_put_requests + 1 + 3);
-  served_cache healthy(ctx);
+  served_cache dying(ctx, kChunk, num_put_requests + 1 + 3);
+  served_cache healthy(ctx, kChunk);
   for (auto* ep : {&dying.endpoint(), &healthy.endpoint()}) {
     auto c = cache_client::connect(ctx, *ep, 2000);
     ASSERT_TRUE(c);
@@ -221,7 +181,7 @@ TEST(VersionReader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
 
 TEST(VersionReader, FallsBackToTheStoreWhenNoCacheHoldsTheVersion) {
   auto ctx = zmq_ctx();
-  served_cache cache(ctx);
+  served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(1000, 5);
   version_reader reader(ctx, 500);
   int store_reads = 0;

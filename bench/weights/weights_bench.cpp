@@ -1,0 +1,384 @@
+#include "bench/weights/weights_bench.h"
+
+#include <signal.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "bench/support.h"
+#include "bench/weights/weights_bench_reader.h"
+#include "common/child_process.h"
+#include "common/percentile.h"
+#include "job/grpo_job.h"
+#include "ledger/sample_plane.h"
+#include "ledger/zmq_check.h"
+#include "ledger/zmq_parts.h"
+#include "moto_server.h"
+#include "policy/params.h"
+#include "provenance/provenance.h"
+#include "store/digest.h"
+#include "store/object_store.h"
+#include "weights/cache_client.h"
+#include "weights/cache_server.h"
+#include "weights/version_cache.h"
+
+#ifndef MOERL_MOTO_SCRIPT
+#error "MOERL_MOTO_SCRIPT must name tests/store/moto_s3_server.py (bench/weights/CMakeLists.txt)"
+#endif
+
+namespace moerl::bench {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kVersion = 1;
+constexpr int kReadyTimeoutMs = 120000;    // readers started on a loaded host
+constexpr int kDeliverTimeoutMs = 600000;  // one delivery, the slowest path and size
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(bench_clock::now().time_since_epoch())
+      .count();
+}
+
+json summary(std::vector<double> s) {
+  std::sort(s.begin(), s.end());
+  return {{"p50", nearest_rank_percentile(s, 50)},
+          {"p99", nearest_rank_percentile(s, 99)},
+          {"max", s.empty() ? 0.0 : s.back()},
+          {"samples", s.size()}};
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("reading /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
+// A cache server answering on its own thread until destroyed.
+class cache_thread {
+ public:
+  cache_thread(std::shared_ptr<ledger::zmq_context> ctx, const std::string& endpoint,
+               std::shared_ptr<weights::version_cache> cache, uint64_t chunk_bytes) {
+    server_ = need(weights::cache_server::bind(ctx, endpoint, std::move(cache), chunk_bytes),
+                   "binding a cache on " + endpoint);
+    thread_ = std::thread([this] {
+      while (!stop_)
+        if (auto st = server_->poll(20); !st) failure_ = st.err().to_string();
+    });
+  }
+  ~cache_thread() {
+    stop_ = true;
+    thread_.join();
+  }
+  const std::string& endpoint() const { return server_->endpoint(); }
+  uint64_t bytes_served() const { return server_->counters().bytes_served; }
+
+ private:
+  std::unique_ptr<weights::cache_server> server_;
+  std::atomic<bool> stop_{false};
+  std::string failure_;
+  std::thread thread_;
+};
+
+// The bench's side of the readers: a ROUTER every reader connects to.
+class reader_fleet {
+ public:
+  reader_fleet(std::shared_ptr<ledger::zmq_context> ctx, std::string exe, std::string log_dir)
+      : ctx_(std::move(ctx)), exe_(std::move(exe)), log_dir_(std::move(log_dir)) {
+    sock_ = zmq_socket(ctx_->handle(), ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(sock_, "tcp://127.0.0.1:*") != 0)
+      throw std::runtime_error(std::string("binding the control socket: ") +
+                               zmq_strerror(zmq_errno()));
+    char buf[256];
+    size_t len = sizeof buf;
+    zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, buf, &len);
+    endpoint_ = buf;
+  }
+  ~reader_fleet() {
+    stop();
+    zmq_close(sock_);
+  }
+
+  // Starts n readers of `source` at `at` and waits until each said ready.
+  void start(int n, const std::string& source, const std::string& at,
+             const std::vector<std::string>& overrides) {
+    for (int i = 0; i < n; ++i) {
+      process_spec spec;
+      spec.argv = {exe_,
+                   "bench",
+                   "weights-reader",
+                   "--control",
+                   endpoint_,
+                   "--source",
+                   source,
+                   "--at",
+                   at,
+                   "--version",
+                   std::to_string(kVersion)};
+      for (const auto& o : overrides) {
+        spec.argv.push_back("--set");
+        spec.argv.push_back(o);
+      }
+      const std::string log = log_dir_ + "/reader-" + std::to_string(num_started_++) + ".log";
+      logs_.push_back(log);
+      pids_.push_back(need(spawn_process(spec, {}, log, process_group::inherit),
+                           "starting reader process " + std::to_string(i)));
+    }
+    while (identities_.size() < pids_.size()) {
+      auto m = receive(kReadyTimeoutMs, "ready");
+      identities_.push_back(m.first);
+    }
+  }
+
+  // One delivery: seconds from "go" until the last reader held a verified copy.
+  double deliver() {
+    const int64_t go_ns = steady_ns();
+    for (const auto& id : identities_) send(id, "go");
+    int64_t last_ns = go_ns;
+    for (size_t k = 0; k < identities_.size(); ++k) {
+      auto m = receive(kDeliverTimeoutMs, "done");
+      const json a = json::parse(m.second, nullptr, false);
+      if (!a.is_object() || !a.value("ok", false))
+        throw std::runtime_error("a reader failed: " +
+                                 (a.is_object() ? a.value("error", m.second) : m.second));
+      last_ns = std::max(last_ns, a.value("done_ns", int64_t{0}));
+    }
+    return double(last_ns - go_ns) * 1e-9;
+  }
+
+  void stop() {
+    for (const auto& id : identities_) send(id, "exit");
+    for (pid_t p : pids_) {
+      auto st = wait_exit(p, 30000);
+      if (!st) {
+        (void)send_signal(p, SIGKILL);
+        (void)wait_exit(p, 5000);
+      }
+    }
+    pids_.clear();
+    logs_.clear();
+    identities_.clear();
+  }
+
+ private:
+  void send(const std::string& id, const std::string& word) {
+    zmq_send(sock_, id.data(), id.size(), ZMQ_SNDMORE);
+    zmq_send(sock_, word.data(), word.size(), 0);
+  }
+  // The next [identity][word][body] message; `word` is what is expected.
+  std::pair<std::string, std::string> receive(int timeout_ms, const std::string& word) {
+    const auto deadline = bench_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      for (size_t i = 0; i < pids_.size(); ++i) {
+        auto ex = poll_exit(pids_[i]);
+        if (ex && *ex)
+          throw std::runtime_error("reader process " + std::to_string(pids_[i]) + " ended (" +
+                                   describe_wait_status(**ex) + "); its log: " + logs_[i]);
+      }
+      if (bench_clock::now() > deadline)
+        throw std::runtime_error("no reader answered '" + word + "' within " +
+                                 std::to_string(timeout_ms) + " ms");
+      zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
+      if (zmq_poll(&item, 1, 200) <= 0) continue;
+      auto parts = need(ledger::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)"),
+                        "receiving from a reader");
+      if (parts.size() == 3 && parts[1] == word) return {parts[0], parts[2]};
+    }
+  }
+
+  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::string exe_, log_dir_, endpoint_;
+  void* sock_ = nullptr;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> logs_, identities_;
+  int num_started_ = 0;
+};
+
+// Where one path's readers read, set up for one size.
+struct source {
+  std::string path, transport, kind, at;  // kind: "cache" or "store"
+  std::vector<std::string> overrides;
+};
+
+}  // namespace
+
+json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
+  const std::vector<double> load_start = host_load_average();
+  const std::string exe = opt.moerl_binary.empty() ? self_executable() : opt.moerl_binary;
+  const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
+  for (const auto& p : opt.paths)
+    if (p != "cache_tcp" && p != "cache_ipc" && p != "store_local" && p != "store_s3")
+      throw std::runtime_error("unknown path '" + p +
+                               "' (cache_tcp, cache_ipc, store_local, store_s3)");
+  auto wants = [&](const char* p) {
+    return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
+  };
+
+  const fs::path scratch =
+      fs::temp_directory_path() / ("moerl-weights-bench-" + std::to_string(std::random_device{}()));
+  fs::create_directories(scratch);
+  struct remover {
+    fs::path p;
+    ~remover() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove_scratch{scratch};
+
+  auto ctx = need(ledger::zmq_context::create(), "creating a ZeroMQ context");
+  json skipped = json::array();
+
+  // The S3 path: a moto server, its credentials in the environment the readers inherit.
+  std::unique_ptr<store::testing::moto_server> moto;
+  std::string s3_url;
+  std::vector<std::string> s3_overrides;
+  if (wants("store_s3")) {
+    if (!store::testing::python_has_moto()) {
+      skipped.push_back({{"path", "store_s3"},
+                         {"why", "/usr/bin/python3 cannot import moto (scripts/install-deps.sh)"}});
+    } else {
+      const std::string script = opt.moto_script.empty() ? MOERL_MOTO_SCRIPT : opt.moto_script;
+      moto = need(store::testing::moto_server::start(script, 120000), "starting moto");
+      const auto& m = moto->info();
+      ::setenv("AWS_ACCESS_KEY_ID", m.access_key_id.c_str(), 1);
+      ::setenv("AWS_SECRET_ACCESS_KEY", m.secret_access_key.c_str(), 1);
+      s3_url = "s3://" + m.bucket + "/bench";
+      s3_overrides = {"store.s3_endpoint=" + m.endpoint, "store.s3_region=" + m.region};
+    }
+  }
+
+  json paths = json::array(), publish = json::array(), memcpy_runs = json::array();
+  std::vector<double> memcpy_gbps_all;
+  for (int64_t size : opt.sizes) {
+    const std::string bytes = random_payload(size, static_cast<uint64_t>(size));
+
+    // The baseline: memcpy of the same bytes into memory already faulted in.
+    std::vector<double> memcpy_s;
+    {
+      std::string dst(bytes.size(), '\1');
+      for (int r = 0; r < opt.warmup + opt.reps; ++r) {
+        const auto t0 = bench_clock::now();
+        std::memcpy(dst.data(), bytes.data(), bytes.size());
+        if (r >= opt.warmup) memcpy_s.push_back(seconds_since(t0));
+      }
+      if (dst != bytes) throw std::runtime_error("memcpy baseline copied wrong bytes");
+    }
+    const double memcpy_p50 = percentile_of(memcpy_s, 50);
+    const double memcpy_gbps = double(size) / memcpy_p50 / 1e9;
+    memcpy_gbps_all.push_back(memcpy_gbps);
+    memcpy_runs.push_back(
+        {{"version_bytes", size}, {"seconds", summary(memcpy_s)}, {"gbps", memcpy_gbps}});
+
+    // Publish once per place, timed once (what the trainer does for each version).
+    auto cache = std::make_shared<weights::version_cache>(2, static_cast<uint64_t>(size) * 2);
+    std::vector<std::unique_ptr<cache_thread>> caches;
+    std::vector<source> sources;
+    if (wants("cache_tcp") || wants("cache_ipc")) {
+      auto tcp = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes);
+      const std::string hash = store::sha256_hex(bytes);
+      auto pusher = need(weights::cache_client::connect(ctx, tcp->endpoint(), 60000), "connect");
+      const auto t0 = bench_clock::now();
+      need(weights::push_version(*pusher, kVersion, bytes, hash, chunk_bytes), "push to the cache");
+      publish.push_back({{"path", "cache"},
+                         {"transport", "tcp"},
+                         {"version_bytes", size},
+                         {"publish_s", seconds_since(t0)}});
+      if (wants("cache_tcp")) sources.push_back({"cache", "tcp", "cache", tcp->endpoint(), {}});
+      if (wants("cache_ipc")) {
+        // The same cache memory behind a unix-domain socket: a second server on one cache.
+        auto ipc = std::make_unique<cache_thread>(ctx, "ipc://" + (scratch / "cache.ipc").string(),
+                                                  cache, chunk_bytes);
+        sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}});
+        caches.push_back(std::move(ipc));
+      }
+      caches.push_back(std::move(tcp));
+    }
+    const std::string key = job::weights_key(kBenchStorePrefix, kVersion);
+    const std::string fnv = policy::content_hash(bytes);
+    auto publish_to = [&](const std::string& url, const std::vector<std::string>& overrides,
+                          const char* path, const char* transport) {
+      config c = cfg;
+      for (const auto& o : overrides) {
+        const auto eq = o.find('=');
+        need(c.set(o.substr(0, eq), o.substr(eq + 1), "weights bench"), "config " + o);
+      }
+      auto s = need(store::open_store(url, c), "opening " + url);
+      const auto t0 = bench_clock::now();
+      need(s->put(key, bytes), "put " + key);
+      need(s->put(key + ".hash", fnv), "put " + key + ".hash");
+      publish.push_back({{"path", path},
+                         {"transport", transport},
+                         {"version_bytes", size},
+                         {"publish_s", seconds_since(t0)}});
+      sources.push_back({path, transport, "store", url, overrides});
+    };
+    if (wants("store_local"))
+      publish_to((scratch / "store").string(), {"store.local_fsync=false"}, "store_local", "file");
+    if (moto) publish_to(s3_url, s3_overrides, "store_s3", "http");
+
+    for (const auto& src : sources) {
+      for (int n : opt.readers) {
+        if (src.path == "store_s3" && int64_t(n) * size > opt.s3_max_inflight_bytes) {
+          skipped.push_back({{"path", src.path},
+                             {"readers", n},
+                             {"version_bytes", size},
+                             {"why",
+                              "readers x bytes over --s3-max-inflight-bytes (moto holds "
+                              "each response in memory)"}});
+          continue;
+        }
+        reader_fleet fleet(ctx, exe, scratch.string());
+        fleet.start(n, src.kind, src.at, src.overrides);
+        std::vector<double> deliver_s;
+        for (int r = 0; r < opt.warmup + opt.reps; ++r) {
+          const double s = fleet.deliver();
+          if (r >= opt.warmup) deliver_s.push_back(s);
+        }
+        fleet.stop();
+        const double p50 = percentile_of(deliver_s, 50);
+        const double gbps = double(n) * double(size) / p50 / 1e9;
+        paths.push_back({{"path", src.path},
+                         {"transport", src.transport},
+                         {"readers", n},
+                         {"version_bytes", size},
+                         {"deliver_s", summary(deliver_s)},
+                         {"aggregate_gbps", gbps},
+                         {"memcpy_gbps", memcpy_gbps},
+                         {"ratio_to_memcpy", gbps / memcpy_gbps}});
+      }
+    }
+  }
+
+  return {{"benchmark", "weights"},
+          {"memcpy_gbps", memcpy_gbps_all.empty() ? 0.0 : percentile_of(memcpy_gbps_all, 50)},
+          {"memcpy", memcpy_runs},
+          {"paths", paths},
+          {"publish", publish},
+          {"skipped", skipped},
+          {"options",
+           {{"sizes", opt.sizes},
+            {"readers", opt.readers},
+            {"paths", opt.paths},
+            {"reps", opt.reps},
+            {"warmup", opt.warmup},
+            {"chunk_bytes", chunk_bytes},
+            {"s3_max_inflight_bytes", opt.s3_max_inflight_bytes}}},
+          {"load_average", {{"start", load_start}, {"end", host_load_average()}}},
+          {"provenance", collect_provenance()}};
+}
+
+}  // namespace moerl::bench

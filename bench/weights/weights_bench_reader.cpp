@@ -1,0 +1,118 @@
+#include "bench/weights/weights_bench_reader.h"
+
+#include <unistd.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "job/grpo_job.h"
+#include "ledger/sample_plane.h"
+#include "ledger/zmq_check.h"
+#include "ledger/zmq_parts.h"
+#include "policy/params.h"
+#include "store/object_store.h"
+#include "weights/version_reader.h"
+
+namespace moerl::bench {
+namespace {
+
+using nlohmann::json;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+status send_parts(void* sock, const std::string& a, const std::string& b) {
+  ZMQ_CHECK(zmq_send(sock, a.data(), a.size(), ZMQ_SNDMORE));
+  ZMQ_CHECK(zmq_send(sock, b.data(), b.size(), 0));
+  return ok_status();
+}
+
+// A version's bytes from the source, verified whole; the size read.
+using fetcher = std::function<result<size_t>()>;
+
+// Generous: a cache serving eight readers 512 MiB each on a loaded two-core host is slow,
+// and the benchmark measures that rather than fail over.
+constexpr int kCacheTimeoutMs = 60000;
+
+}  // namespace
+
+status run_weights_reader(const weights_reader_args& args) {
+  auto ctx = ledger::zmq_context::create();
+  if (!ctx) return ctx.err();
+  const pid_t parent = getppid();
+
+  fetcher fetch;
+  std::unique_ptr<weights::version_reader> reader;
+  std::unique_ptr<store::object_store> store;
+  if (args.source == "cache") {
+    reader = std::make_unique<weights::version_reader>(*ctx, kCacheTimeoutMs);
+    fetch = [&]() -> result<size_t> {
+      auto got = reader->fetch(args.version, {args.at}, nullptr);
+      if (!got) return got.err();
+      return got->bytes->size();
+    };
+  } else if (args.source == "store") {
+    auto cfg = config::load("", args.overrides);
+    if (!cfg) return cfg.err();
+    auto opened = store::open_store(args.at, *cfg);
+    if (!opened) return opened.err();
+    store = std::move(*opened);
+    fetch = [&]() -> result<size_t> {
+      // As a rollout node reads the store: the bytes, then their hash, checked.
+      const std::string key = job::weights_key(kBenchStorePrefix, args.version);
+      auto bytes = store->get(key);
+      if (!bytes) return bytes.err();
+      auto hash = store->get(key + ".hash");
+      if (!hash) return hash.err();
+      if (policy::content_hash(*bytes) != *hash)
+        return error(errc::malformed_message, key + " does not match its content hash");
+      return bytes->size();
+    };
+  } else {
+    return error(errc::invalid_argument,
+                 "weights-reader --source must be cache or store, got '" + args.source + "'");
+  }
+
+  void* sock = zmq_socket((*ctx)->handle(), ZMQ_DEALER);
+  if (!sock) return error(errc::io_error, "zmq_socket(DEALER) failed");
+  struct closer {
+    void* s;
+    ~closer() { zmq_close(s); }
+  } close_sock{sock};
+  int linger = 0;
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger));
+  ZMQ_CHECK(zmq_connect(sock, args.control.c_str()));
+  if (auto st = send_parts(sock, "ready", "{}"); !st) return st;
+
+  for (;;) {
+    zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
+    const int n = zmq_poll(&item, 1, 1000);
+    ZMQ_CHECK(n);
+    if (n == 0) {
+      if (getppid() != parent) return ok_status();  // the bench is gone: nobody to answer
+      continue;
+    }
+    auto parts = ledger::recv_message_parts(sock, "zmq_msg_recv(DEALER)");
+    if (!parts) return parts.err();
+    if (parts->empty() || (*parts)[0] == "exit") return ok_status();
+    if ((*parts)[0] != "go") continue;
+    auto got = fetch();
+    const int64_t done_ns = steady_ns();
+    json answer{{"done_ns", done_ns}, {"ok", static_cast<bool>(got)}};
+    if (got)
+      answer["bytes"] = *got;
+    else
+      answer["error"] = got.err().to_string();
+    if (auto st = send_parts(sock, "done", answer.dump()); !st) return st;
+  }
+}
+
+}  // namespace moerl::bench

@@ -1,0 +1,29 @@
+// One reader process of `moerl bench weights` (bench/weights/weights_bench.h): it connects to
+// the bench's control socket, says it is ready, and on each "go" fetches the version from its
+// source exactly as a rollout node would (a cache through weights::version_reader, or the
+// store with its hash checked), answering "done" with the steady-clock time it held a
+// verified copy. It exits on "exit", or when the bench that started it is gone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace moerl::bench {
+
+struct weights_reader_args {
+  std::string control;  // the bench's ROUTER endpoint
+  std::string source;   // "cache" or "store"
+  std::string at;       // the cache's endpoint, or the store's URL
+  uint64_t version = 1;
+  std::vector<std::string> overrides;  // config key=value (store.s3_endpoint, ...)
+};
+
+// The store prefix the bench writes its version under (job::weights_key(prefix, v)).
+inline constexpr const char* kBenchStorePrefix = "bench-weights";
+
+status run_weights_reader(const weights_reader_args& args);
+
+}  // namespace moerl::bench

@@ -1,0 +1,69 @@
+// A rollout node's supply of policy versions: one per node, shared by its rollout workers.
+// A background thread fetches each newly announced version from the checkpoint caches while
+// the workers still generate on the previous one (weights/version_reader.h: least-loaded
+// cache, resume elsewhere, the store on a miss), so a worker switches versions between units
+// without waiting; a version a lease names that was not prefetched is fetched on demand.
+// Every version handed out was verified whole (content hash). Without caches
+// (weights.from_cache=false) the feed reads every version from the store on demand and
+// records the same figures (bytes_from.store, when each version arrived), so the report's
+// redistribution and time-to-productive figures exist on that path too. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "weights/cache_directory.h"
+#include "weights/version_reader.h"
+
+namespace moerl::job {
+
+class weights_feed {
+ public:
+  // store_read(v): version v's durable copy, checked against its hash (the fallback).
+  // caches null: store only, no prefetch.
+  weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms,
+               std::function<result<std::string>(uint64_t)> store_read);
+  ~weights_feed();
+  weights_feed(const weights_feed&) = delete;
+  weights_feed& operator=(const weights_feed&) = delete;
+
+  // The bytes of `version` (> 0), fetched now unless held already.
+  result<std::shared_ptr<const std::string>> get(uint64_t version);
+  // bytes_from, failovers, and when this node came to hold each version (for the report's
+  // redistribution times).
+  nlohmann::json stats() const;
+
+ private:
+  struct held_version {
+    std::shared_ptr<const std::string> bytes;
+    std::string source;
+    int64_t held_unix_ms = 0;
+  };
+  result<std::shared_ptr<const std::string>> fetch_locked(uint64_t version);  // fetch_mu_ held
+  result<weights::fetched_version> fetch_from_caches(uint64_t version);
+  result<weights::fetched_version> fetch_from_store(uint64_t version);
+  void prefetch_loop();
+
+  std::shared_ptr<weights::cache_directory> caches_;
+  std::function<result<std::string>(uint64_t)> store_read_;
+  std::mutex fetch_mu_;  // one fetch at a time (the reader holds its sockets); before mu_
+  weights::version_reader reader_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, held_version> held_;        // the newest few, bytes and all
+  std::map<uint64_t, int64_t> held_at_unix_ms_;  // every version held, bounded
+  weights::reader_counters counters_;  // a copy of the reader's (store only: its own), under mu_
+  int64_t first_weights_unix_ms_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread prefetcher_;
+};
+
+}  // namespace moerl::job
