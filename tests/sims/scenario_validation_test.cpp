@@ -264,9 +264,9 @@ faults:
 }
 
 TEST(scenario_validation, shipped_scenarios_all_load) {
-  for (const char* name : {"spot-storm", "hard-kills", "partition", "shard-loss",
-                           "coordinator-restart", "mixed", "env-loss", "group-loss",
-                           "weights-loss"}) {
+  for (const char* name :
+       {"spot-storm", "hard-kills", "partition", "shard-loss", "coordinator-restart", "mixed",
+        "env-loss", "group-loss", "weights-loss"}) {
     const std::string path = std::string(MOERL_SCENARIO_DIR) + "/" + name + ".yaml";
     auto r = load_scenario(path);
     ASSERT_TRUE(r.ok()) << r.err().to_string();
