@@ -5,6 +5,7 @@
 #include <vector>
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
+#include "ledger/zmq_bind.h"
 #include "ledger/zmq_check.h"
 #include "ledger/zmq_parts.h"
 
@@ -20,19 +21,9 @@ result<std::unique_ptr<zmq_server_socket>> zmq_server_socket::bind(
   if (!s->sock_)
     return error(errc::io_error,
                  std::string("zmq_socket(") + type_name + ") failed: " + zmq_strerror(zmq_errno()));
-  auto init = [&]() -> status {
-    int linger = 0;
-    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
-    if (rcv_hwm > 0) ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_RCVHWM, &rcv_hwm, sizeof rcv_hwm));
-    if (snd_hwm > 0) ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_SNDHWM, &snd_hwm, sizeof snd_hwm));
-    ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
-    char buf[256];
-    size_t len = sizeof buf;
-    ZMQ_CHECK(zmq_getsockopt(s->sock_, ZMQ_LAST_ENDPOINT, buf, &len));
-    s->endpoint_ = std::string(buf);
-    return ok_status();
-  };
-  if (auto st = init(); !st) return st.err();
+  auto bound = ledger::bind_server_socket(s->sock_, endpoint, rcv_hwm, snd_hwm);
+  if (!bound) return bound.err();
+  s->endpoint_ = *bound;
   return s;
 }
 

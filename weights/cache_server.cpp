@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "ledger/zmq_bind.h"
 #include "ledger/zmq_check.h"
 #include "ledger/zmq_parts.h"
 #include "store/digest.h"
@@ -56,19 +57,10 @@ result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<ledger:
   if (!s->sock_)
     return error(errc::io_error,
                  std::string("zmq_socket(ROUTER) failed: ") + zmq_strerror(zmq_errno()));
-  auto init = [&]() -> status {
-    int linger = 0, hwm = 1024;
-    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
-    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_SNDHWM, &hwm, sizeof hwm));
-    ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_RCVHWM, &hwm, sizeof hwm));
-    ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
-    char buf[256];
-    size_t len = sizeof buf;
-    ZMQ_CHECK(zmq_getsockopt(s->sock_, ZMQ_LAST_ENDPOINT, buf, &len));
-    s->endpoint_ = std::string(buf);
-    return ok_status();
-  };
-  if (auto st = init(); !st) return st.err();
+  constexpr int kHighWaterMark = 1024;
+  auto bound = ledger::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark);
+  if (!bound) return bound.err();
+  s->endpoint_ = *bound;
   return s;
 }
 
