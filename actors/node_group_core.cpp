@@ -131,6 +131,8 @@ std::vector<std::string> node_group_core::dissolve(group_state& g, const std::st
     if (id != lost) others.push_back(id);
   // Everyone joins again; the lost node leaves the group (its replacement joins afresh).
   for (const auto& id : g.members) member_group_.erase(id);
+  g.broken_members.clear();
+  g.broken_members.insert(g.members.begin(), g.members.end());
   g.members.clear();
   g.state = orderly ? "stopped" : "forming";
   g.forming_since_ms = now_ms;
@@ -143,9 +145,9 @@ std::vector<std::string> node_group_core::member_lost(const std::string& node_id
                                                       const std::string& cause, int64_t now_ms,
                                                       bool orderly) {
   group_state* g = group_of(node_id);
+  if (!orderly && (!g || g->state != "formed")) name_dead_member_as_cause(node_id, cause);
   if (!g) return {};
-  if (g->state !=
-      "formed") {  // not formed: it just leaves the forming set: it just leaves the forming set
+  if (g->state != "formed") {  // not formed: it just leaves the forming set
     g->joining.erase(node_id);
     member_group_.erase(node_id);
     return {};
@@ -164,8 +166,21 @@ std::vector<std::string> node_group_core::member_failed(const std::string& node_
   group_state* g = group_of(node_id);
   if (!g || g->state != "formed" || g->incarnation != incarnation) return {};
   auto others = dissolve(*g, node_id, cause, now_ms, false);
+  g->reformed.back().reported_by_survivor = true;
   // The reporter is alive and rejoins like the others; it gets no stop message.
   return others;
+}
+
+void node_group_core::name_dead_member_as_cause(const std::string& node_id,
+                                                const std::string& cause) {
+  for (auto& [name, g] : groups_) {
+    if (!g.broken_members.count(node_id) || g.reformed.empty()) continue;
+    reformation& r = g.reformed.back();
+    if (r.formed_ms >= 0 || !r.reported_by_survivor) continue;
+    const std::string who = g.names.count(node_id) ? g.names.at(node_id) : node_id;
+    r.cause = who + " " + cause + " (first reported as: " + r.cause + ")";
+    r.reported_by_survivor = false;
+  }
 }
 
 std::vector<gather_completion> node_group_core::allgather(

@@ -85,6 +85,8 @@ class node_group_core {
   // no-op for other nodes). `cause` is recorded in the re-formation entry. Returns the node
   // ids of the other members, which must stop their group work.
   // `orderly`: the run is ending; the group stops (no re-formation is recorded).
+  // A member of a formation that a survivor's report already broke (member_failed: its
+  // write to the dead peer failed first) becomes the re-formation's cause.
   std::vector<std::string> member_lost(const std::string& node_id, const std::string& cause,
                                        int64_t now_ms, bool orderly = false);
   // A member reports that its incarnation's group work failed (a peer timed out mid-step):
@@ -129,6 +131,9 @@ class node_group_core {
     int64_t formed_ms = -1;  // -1: not re-formed yet
     std::string cause;
     int64_t restored_version = -1;  // -1: not reported yet
+    // The break came from a survivor's report (a peer's write failed), a symptom: a member
+    // of the broken formation that is then found dead is named as the cause.
+    bool reported_by_survivor = false;
   };
   struct group_state {
     std::string name, role;
@@ -140,6 +145,7 @@ class node_group_core {
     std::map<std::string, std::string> joining;  // node id -> name (forming)
     std::map<std::string, std::string> names;    // every node id seen -> name
     std::set<std::string> last_member_names;     // the previous formation's names
+    std::set<std::string> broken_members;        // node ids of the formation that broke last
     int64_t forming_since_ms = 0;
     int64_t last_missing_log_ms = 0;
     std::map<std::string, round> rounds;    // key: channel + participants + call number
@@ -151,6 +157,7 @@ class node_group_core {
   void form(group_state& g, int64_t now_ms);
   std::vector<std::string> dissolve(group_state& g, const std::string& lost,
                                     const std::string& cause, int64_t now_ms, bool orderly);
+  void name_dead_member_as_cause(const std::string& node_id, const std::string& cause);
 
   int64_t form_timeout_ms_;
   std::map<std::string, group_state> groups_;

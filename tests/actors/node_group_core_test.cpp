@@ -136,3 +136,21 @@ TEST(node_group_core, a_failed_group_operation_breaks_only_its_own_incarnation) 
             (std::vector<std::string>{"id-b"}));
   EXPECT_FALSE(c.view("id-b"));
 }
+
+TEST(node_group_core, a_member_found_dead_after_a_survivor_reported_the_break_is_the_cause) {
+  node_group_core c(1000);
+  ASSERT_TRUE(c.join(member("id-a", "trainer-0"), 0));
+  ASSERT_TRUE(c.join(member("id-b", "trainer-1"), 0));
+  // trainer-0's write to the killed trainer-1 fails before the coordinator sees the death.
+  EXPECT_EQ(c.member_failed("id-a", 1, "all-reduce write failed", 20),
+            (std::vector<std::string>{"id-b"}));
+  EXPECT_TRUE(c.member_lost("id-b", "killed by SIGKILL", 30).empty());
+  auto r = c.groups_json()[0]["reformed"];
+  ASSERT_EQ(r.size(), 1u);
+  const auto cause = r[0]["cause"].get<std::string>();
+  EXPECT_EQ(cause.find("trainer-1 killed by SIGKILL"), 0u) << cause;
+  EXPECT_NE(cause.find("all-reduce write failed"), std::string::npos) << cause;
+  // A second death (another node, or after the group re-formed) changes nothing.
+  EXPECT_TRUE(c.member_lost("id-a", "later", 40).empty());
+  EXPECT_EQ(c.groups_json()[0]["reformed"][0]["cause"], cause);
+}
