@@ -138,6 +138,7 @@ class up_run:
         pid = self.pid_of(name)
         print(f"[{self.name}] {signal.Signals(sig).name} -> {name} (pid {pid})", flush=True)
         os.kill(pid, sig)
+        return pid
 
     def finish(self, check=True):
         try:
@@ -467,9 +468,13 @@ def trainer_group(moerl, tmp):
     assert nodes["trainer-0"]["group"] == "trainer" and nodes["trainer-0"]["rank"] == 0, nodes
     assert nodes["trainer-1"]["group"] == "trainer" and nodes["trainer-1"]["rank"] == 1, nodes
     assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
-    run.kill("trainer-1", signal.SIGKILL)
+    had_shm = any(f.startswith(f"{run.pid_of('trainer-1')}:") for f in os.listdir("/dev/shm"))
+    killed = run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
     run.wait_resumed(i)
+    # Its shm fabric regions (it could not close them) went with it: moerl up removed them.
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(f"{killed}:")]
+    assert had_shm and not left, (had_shm, left)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
