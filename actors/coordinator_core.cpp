@@ -572,6 +572,21 @@ json coordinator_core::nodes_json() const {
   return arr;
 }
 
+json coordinator_core::expert_planes_json() const {
+  json out = json::array();
+  for (const auto& [id, n] : nodes_) {
+    if (!n.stats.is_object() || !n.stats.contains("job")) continue;
+    const json& job = n.stats["job"];
+    if (!job.is_object() || !job.contains("expert_plane")) continue;
+    auto g = groups_.node_json(id);
+    json e = job["expert_plane"];
+    e["node"] = n.name;
+    e["group"] = g.is_null() ? json("") : g["group"];
+    out.push_back(e);
+  }
+  return out;
+}
+
 json coordinator_core::report_json() const {
   json restarts = json::object();
   uint64_t total = 0;
@@ -588,6 +603,7 @@ json coordinator_core::report_json() const {
               {"restarts", {{"total", total}, {"by_node", restarts}}},
               {"nodes", nodes_json()},
               {"groups", groups_.groups_json()},
+              {"expert_planes", expert_planes_json()},
               {"iterations", opts_.iterations},
               {"policy_version", policy_version_},
               {"done", done()}};

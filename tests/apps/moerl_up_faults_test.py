@@ -11,6 +11,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL console_taken  the coordinator's console port taken while it is down
+  moerl_up_faults_test.py MOERL same_second  three runs started at once on the default consoles
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
@@ -385,6 +386,22 @@ def two_jobs(moerl, tmp):
     assert rep1["run_id"] != rep2["run_id"]
 
 
+def same_second(moerl, tmp):
+    """Three `moerl up` started at the same moment on the default consoles: each checks that
+    7411/7412 are free before its coordinator binds, so all three may choose them. Losers of
+    that bind race restart their coordinator on new ports; all three runs finish, each on a
+    console of its own."""
+    runs = [up_run(moerl, tmp, f"same-second-{k}", "--no-interrupt", "--iterations", "3")
+            for k in range(3)]
+    reps = [r.finish() for r in runs]
+    consoles = [r.console_address() for r in runs]
+    assert len(set(consoles)) == 3, consoles
+    for rep in reps:
+        check_safety(rep)
+    assert len({rep["run_id"] for rep in reps}) == 3, [rep["run_id"] for rep in reps]
+    print("consoles:", consoles, flush=True)
+
+
 def console_taken(moerl, tmp):
     """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
     process takes its console port. The recreated coordinator could not listen: `moerl up`
@@ -487,6 +504,12 @@ def trainer_group(moerl, tmp):
     print("trainer group re-formed:", json.dumps(g["reformed"]), flush=True)
     assert "trainer-1" in r["cause"] and r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
+    # The report names the transport the group's expert plane actually used (rank 0, which
+    # runs the job, reports it): the two processes share this host, so rank 0 reaches rank 1
+    # "same_host" (issue 16).
+    planes = {p["node"]: p for p in rep["expert_planes"] if p["group"] == "trainer"}
+    assert "trainer-0" in planes, rep["expert_planes"]
+    assert planes["trainer-0"]["peer_paths"] == ["same_process", "same_host"], planes
     # A trainer member's loss never restarts a rollout node.
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
@@ -540,7 +563,7 @@ def group_coordinator(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
-         "buffer_frozen": buffer_frozen, "console_taken": console_taken,
+         "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill}
 
 
