@@ -208,6 +208,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
       return 2;
     }
     ctx->endpoint = *ep;
+    (*server)->enable_same_host_shm(cfg.get_bool("weights.same_host_shm"));
     ctx->weights_server = std::move(*server);
   }
   if (role == node_role::rollout || role == node_role::trainer || role == node_role::weights) {

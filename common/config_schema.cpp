@@ -312,6 +312,11 @@ const std::vector<key_spec>& config_schema() {
       {"weights.chunk_bytes", t::integer, "1048576",
        "bytes per chunk on the weight plane (each chunk carries its sha256)", "",
        r::closed(4096, 268435456)},
+      {"weights.same_host_shm", t::boolean, "true",
+       "a cache hands a version to readers on its host (same boot, network and mount namespace) "
+       "through a file in /dev/shm, read in one copy, instead of ZeroMQ chunks; the whole "
+       "version's sha256 is checked either way",
+       ""},
       {"weights.request_timeout_ms", t::integer, "2000",
        "a cache that does not answer a request within this is given up on (the reader resumes "
        "from another cache or the store)",

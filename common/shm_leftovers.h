@@ -1,7 +1,8 @@
 // libfabric's shm provider backs each endpoint with /dev/shm/<pid>:<n>:<n> and removes it on
 // close or on a catchable signal. A process killed with SIGKILL (fault tests, Spot kills)
 // leaves its regions behind: 16 MiB each, gigabytes after a day of fault runs, and a later
-// process that reuses the pid fails fi_enable with EBUSY. The one place that knows the name.
+// process that reuses the pid fails fi_enable with EBUSY. The weights cache names its
+// same-host copies <pid>:weights:v<N> (weights/shm_copy.h) to be swept the same way.
 #pragma once
 
 #include <sys/types.h>

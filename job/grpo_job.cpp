@@ -66,6 +66,7 @@ struct job_setup {
   bool from_cache = true;
   uint64_t chunk_bytes = 1 << 20;
   int cache_timeout_ms = 2000;
+  bool same_host_shm = false;  // weights.same_host_shm
   std::mutex feed_mu;
   std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
 
@@ -102,6 +103,7 @@ struct job_setup {
       std::lock_guard<std::mutex> g(feed_mu);
       if (!feed)
         feed = std::make_unique<weights_feed>(use_caches() ? caches : nullptr, cache_timeout_ms,
+                                              same_host_shm,
                                               [this](uint64_t v) { return read_store_version(v); });
       f = feed.get();
     }
@@ -141,6 +143,7 @@ struct job_setup {
     s->from_cache = cfg.get_bool("weights.from_cache");
     s->chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
     s->cache_timeout_ms = static_cast<int>(cfg.get_int("weights.request_timeout_ms"));
+    s->same_host_shm = cfg.get_bool("weights.same_host_shm");
     for (auto [key, n] :
          {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
           std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
