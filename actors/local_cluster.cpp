@@ -215,7 +215,8 @@ status local_cluster::wait_coordinator_up() {
 local_cluster::~local_cluster() {
   for (auto& [name, pid] : pids_) (void)send_signal(pid, SIGKILL);
   // A SIGKILLed process exits at once unless stuck in the kernel; do not hang on one that is.
-  for (auto& [name, pid] : pids_) (void)moerl::wait_exit(pid, 10000);
+  for (auto& [name, pid] : pids_)
+    if (moerl::wait_exit(pid, 10000)) remove_shm_regions_of(pid, "local_job");
 }
 
 status local_cluster::spawn(const node_spec& spec) {

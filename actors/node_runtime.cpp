@@ -252,6 +252,9 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     relay.set([](int) {});
     imds.reset();
   }
+  // Every actor is done with the context: a cache's same-host copy of a version leaves
+  // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
+  ctx->weights_server.reset();
   log->info("node {} exits with {}", ctx->name, code);
   return code;
 }
