@@ -391,6 +391,16 @@ def same_second(moerl, tmp):
     7411/7412 are free before its coordinator binds, so all three may choose them. Losers of
     that bind race restart their coordinator on new ports; all three runs finish, each on a
     console of its own."""
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", 7411))
+        print("same_second: 7411 is free: all three may race for it", flush=True)
+    except OSError:
+        print("same_second: 7411 is taken by another process: all three choose free ports "
+              "(the bind race is not exercised in this run)", flush=True)
+    finally:
+        probe.close()
     runs = [up_run(moerl, tmp, f"same-second-{k}", "--no-interrupt", "--iterations", "3")
             for k in range(3)]
     reps = [r.finish() for r in runs]
