@@ -195,12 +195,16 @@ wait_nodes() {  # until every pod's node registered with the coordinator
 
 down() {
   [ -f "$WORK/plan.json" ] || { log "nothing to remove (no $WORK/plan.json)"; return 0; }
-  local pods; pods=$(plan_pods; cat "$WORK/replaced" 2>/dev/null || true)
+  local pods pod present=()
+  pods=$(plan_pods; cat "$WORK/replaced" 2>/dev/null || true)
   for pod in $pods; do
     podman pod exists "$pod" || continue  # replaced earlier (its log is saved)
     save_log "$pod"
-    podman pod rm -f -t 0 "$pod" > /dev/null
+    present+=("$pod")
   done
+  # One call for all (one at a time took ~5 s a pod); podman's complaints about systemd
+  # health-check timers (no systemd here) go to down.log.
+  if ((${#present[@]})); then podman pod rm -f -t 0 "${present[@]}" > /dev/null 2>> "$WORK/down.log"; fi
   # The claims' volumes, the Secrets, and the volumes podman made for configMap mounts
   # (named after their ConfigMap).
   python3 - "$WORK/resources.yaml" "$WORK/configmaps.yaml" <<'EOF' | while read -r kind name; do
@@ -273,17 +277,23 @@ fault_terminate() {  # NODE [SCENARIO_GRACE]
   pod=$(pod_of_node "$node"); grace=$(pod_field "$pod" grace_s); t0=$(now)
   podman stop -t "$grace" "$(container_of "$pod")" > /dev/null
   t1=$(now)
-  podman pod stop -t 0 "$pod" > /dev/null
+  podman pod stop -t 0 "$pod" > /dev/null 2>> "$WORK/podman-errors.log"
   code=$(podman inspect --format '{{.State.ExitCode}}' "$(container_of "$pod")")
   log "drained $pod ($node; podman stop -t $grace): exited $code after $(elapsed "$t0" "$t1") s"
   record "{\"fault\":\"spot_drain\",\"node\":\"$node\",\"pod\":\"$pod\",\"grace_s\":$grace,\"scenario_grace_s\":${2:-null},\"exit_code\":$code,\"drain_s\":$(elapsed "$t0" "$t1")"
 }
 
 fault_kill() {  # NODE: a node loss; returns once the container has exited
-  local node=$1 pod
+  local node=$1 pod state
   pod=$(pod_of_node "$node")
-  podman pod kill -s KILL "$pod" > /dev/null
+  # Under load podman can give up waiting for conmon's exit file after the signal went out
+  # ("timed out waiting for file /run/libpod/exits/..."): what counts is that the node's
+  # container exited, which `podman wait` and its state tell.
+  podman pod kill -s KILL "$pod" > /dev/null 2>> "$WORK/podman-errors.log" \
+    || log "podman pod kill -s KILL $pod reported an error (podman-errors.log); checking the container"
   podman wait "$(container_of "$pod")" > /dev/null 2>&1 || true
+  state=$(podman inspect --format '{{.State.Status}}' "$(container_of "$pod")")
+  [ "$state" = exited ] || { log "$pod's container is $state after podman pod kill -s KILL"; exit 1; }
   log "killed $pod ($node; podman pod kill -s KILL)"
   record "{\"fault\":\"node_loss\",\"node\":\"$node\",\"pod\":\"$pod\""
 }
@@ -295,11 +305,19 @@ fault_replace() {  # NODE
   local old new node="" t0
   old=$(pod_of_node "$1"); t0=$(now)
   exec 9> "$WORK/replace.lock"; flock 9
-  save_log "$old"
-  if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null; fi
   new=$(python3 deploy/podman/controllers.py replace "$WORK" "$old")
   echo "$old" >> "$WORK/replaced"
-  play_pod "$new"
+  # A ReplicaSet creates the new pod as soon as the old one is gone from its count, without
+  # waiting for its removal: play first, then save the old pod's log and remove it.
+  if [ "$new" = "$old" ]; then  # a StatefulSet's pod: its name must be free first
+    save_log "$old"
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+    play_pod "$new"
+  else
+    play_pod "$new"
+    save_log "$old"
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+  fi
   flock -u 9
   for _ in $(seq 1 240); do
     node=$(node_of_pod "$new") && [ -n "$node" ] && break
