@@ -371,7 +371,7 @@ run_test() {
   log "running $SCENARIO --short against the console at $address (faults: scripts/pods.sh fault)"
   MOERL_PODS_DIR="$WORK" "$moerl" sim run "$SCENARIO" --short --against "$address" \
     --deliver-via "$ROOT/scripts/pods.sh fault" --config "$(host_console_config)" \
-    --report "$WORK/sim-report.json" --keep > "$WORK/sim-summary.txt" 2>&1 || sim_rc=$?
+    --report "$WORK/sim-report.json" > "$WORK/sim-summary.txt" 2>&1 || sim_rc=$?
   cat "$WORK/sim-summary.txt"
   report_file="${report:-$WORK/report.json}"
   console report --json > "$WORK/report-raw.json" || true
