@@ -392,11 +392,15 @@ void rollout_group_loop(caf::blocking_actor* self, const std::shared_ptr<node_co
                                                       : "its leader stopped the members";
     if (link.still_current()) {
       log->warn("rollout group {} incarnation {} ends: {}", view->group, view->incarnation, why);
-      link.report_failure(why);
+      // A follower the leader stopped waits for the leader to end the incarnation (its cause
+      // is the leader's: which member drains); everyone else ends it now.
+      const bool leader_ends_it = st && view->member_index != 0;
+      if (!leader_ends_it) link.report_failure(why);
       // Until the coordinator has ended the incarnation, a join is a no-op that would hand
       // back the same one.
       for (int i = 0; i < 50 && link.still_current(); ++i)
         if (!mailbox_ok(self, *ctx, 100)) return;
+      if (leader_ends_it && link.still_current()) link.report_failure(why);
     }
   }
 }

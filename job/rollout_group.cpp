@@ -110,7 +110,14 @@ rollout_group_leader::rollout_group_leader(std::unique_ptr<state> s) : s_(std::m
 rollout_group_leader::~rollout_group_leader() {
   // The members leave serve and tear their ranks down with ours (a barrier among the ranks);
   // a broken group's members are failing on their own.
-  if (!broken_) (void)command("stop");
+  // The leader ends the incarnation (the members wait for it, so the re-formation's cause is
+  // this one), before its ranks leave the fabric group.
+  if (!broken_ && command("stop")) {
+    s_->share.group.report_failure(drain_member_ > 0
+                                       ? "member " + std::to_string(drain_member_) +
+                                             " drains: the group drained and dissolves"
+                                       : "its leader stopped the group");
+  }
   s_->share.ep.reset();
 }
 
@@ -125,14 +132,16 @@ result<std::unique_ptr<rollout_group_leader>> rollout_group_leader::create(
 
 namespace {
 
-// The followers' drain deadlines in a round's contributions; the earliest, 0 for none.
-int64_t earliest_drain(const std::vector<nlohmann::json>& all, int64_t so_far) {
-  int64_t out = so_far;
+// The followers' drain deadlines in a round's contributions: the earliest (0 for none), and
+// the member that told it.
+void take_drains(const std::vector<nlohmann::json>& all, int64_t& earliest, int& member) {
   for (size_t m = 1; m < all.size(); ++m) {
     const int64_t d = all[m].is_object() ? all[m].value("drain_by", int64_t{0}) : 0;
-    if (d > 0) out = out == 0 ? d : std::min(out, d);
+    if (d > 0 && (earliest == 0 || d < earliest)) {
+      earliest = d;
+      member = static_cast<int>(m);
+    }
   }
-  return out;
 }
 
 }  // namespace
@@ -151,7 +160,7 @@ result<policy::generation> rollout_group_leader::generate(
                            {"seed", seed}};
   auto sent = m.round(cmd, m.op_timeout_ms);
   if (!sent) return fail(error{sent.err().code, "rollout group command: " + sent.err().message});
-  drain_by_ = earliest_drain(*sent, drain_by_);
+  take_drains(*sent, drain_by_, drain_member_);
   std::vector<policy::generation> parts;
   auto mine = m.generate(cmd, &parts);
   if (!mine) {
@@ -162,7 +171,7 @@ result<policy::generation> rollout_group_leader::generate(
   auto answers = m.round(nlohmann::json::object(), m.op_timeout_ms);
   if (!answers)
     return fail(error{answers.err().code, "rollout group rows: " + answers.err().message});
-  drain_by_ = earliest_drain(*answers, drain_by_);
+  take_drains(*answers, drain_by_, drain_member_);
   try {
     for (size_t k = 1; k < answers->size(); ++k) {
       const auto& a = (*answers)[k];
@@ -199,7 +208,7 @@ status rollout_group_leader::command(const std::string& op) {
     broken_ = true;
     return error{all.err().code, "rollout group command " + op + ": " + all.err().message};
   }
-  drain_by_ = earliest_drain(*all, drain_by_);
+  take_drains(*all, drain_by_, drain_member_);
   return ok_status();
 }
 

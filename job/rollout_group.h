@@ -46,7 +46,8 @@ class rollout_group_leader {
   // Collective with every member's serve_rollout_group_member (the ranks' fabric set-up).
   static result<std::unique_ptr<rollout_group_leader>> create(const rollout_group_setup& s,
                                                               actors::trainer_group& group);
-  // Stops the members (when the group still works), then leaves the fabric group with them.
+  // Stops the members and ends the incarnation (when the group still works), then leaves
+  // the fabric group with them.
   ~rollout_group_leader();
 
   // num_rows rows from `prompt` at policy `version`, split over every member's ranks
@@ -68,6 +69,7 @@ class rollout_group_leader {
   status command(const std::string& op);
   std::unique_ptr<state> s_;
   int64_t drain_by_ = 0;
+  int drain_member_ = 0;  // the member that told drain_by_ (0: none)
   bool broken_ = false;
 };
 

@@ -14,6 +14,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL rollout_group  SIGKILL each member of a 2-node rollout group
+  moerl_up_faults_test.py MOERL rollout_group_drain  a Spot notice to the follower of a rollout group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
   moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
@@ -591,12 +592,44 @@ def rollout_group(moerl, tmp):
         replaced(rep, v, "killed by SIGKILL")
 
 
+def rollout_group_drain(moerl, tmp):
+    """Issue 12: a Spot notice to the follower (rank 1) of the 2-node rollout group drains the
+    whole group: the leader hears the member's deadline in its next round, finishes the units
+    that fit, gives back the rest and dissolves the group; the follower's drain completes (exit
+    0, a Deployment replacement under a new name), and the group re-forms with it. Nothing is
+    lost or duplicated, the ledger balances, the leader is never replaced and the trainer is
+    not touched."""
+    run = up_run(moerl, tmp, "rollout-group-drain", "--no-interrupt", "--iterations", "40",
+                 "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1")
+    i = run.wait_iteration(3)
+    names = {n.get("rank"): n["name"] for n in run.nodes()
+             if n["role"] == "rollout" and n.get("group") == "rollout-g0"}
+    follower, leader = names[1], names[0]
+    r = subprocess.run([moerl, "console", "--connect", run.console_address(), "inject", "spot",
+                        follower, "--deadline", "10"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    print(f"[{run.name}] Spot notice -> {follower} (leader {leader})", flush=True)
+    i, _ = run.wait_line(r">>> replaced " + re.escape(follower) + r" by ", i)
+    run.wait_resumed(i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, follower, "exit code 0")
+    touched = [x["node"] for x in rep["replacements"]]
+    assert leader not in touched and not any(n.startswith("trainer") for n in touched), touched
+    assert [x["node"] for x in rep["interruptions"]] == [follower], rep["interruptions"]
+    g = {g["name"]: g for g in rep["groups"]}["rollout-g0"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert len(g["reformed"]) >= 1 and "drain" in g["reformed"][0]["cause"], g["reformed"]
+    assert g["reformed"][0]["downtime_s"] is not None, g["reformed"]
+
+
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "buffer_frozen": buffer_frozen, "console_taken": console_taken,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
-         "rollout_group": rollout_group}
+         "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
 
 def main(moerl, case):
