@@ -193,14 +193,15 @@ nlohmann::json units_of(const result<nlohmann::json>& rep) {
           {"interruptions", interruptions.size()}};
 }
 
-// Every re-formation of a trainer group, from the coordinator's report (groups[].reformed),
-// each with its group's name: [{group, at, cause, restored_version, downtime_s}].
-nlohmann::json trainer_group_reformations(const result<nlohmann::json>& rep) {
+// Every re-formation of the groups of `role` (the trainer group, rollout EP groups), from
+// the coordinator's report (groups[].reformed), each with its group's name: [{group, at,
+// cause, restored_version, downtime_s}].
+nlohmann::json group_reformations(const result<nlohmann::json>& rep, const std::string& role) {
   nlohmann::json out = nlohmann::json::array();
   if (!rep) return out;
   const auto groups = rep->value("groups", nlohmann::json::array());
   for (const auto& g : groups) {
-    if (!g.is_object() || g.value("role", std::string()) != "trainer") continue;
+    if (!g.is_object() || g.value("role", std::string()) != role) continue;
     const auto reformed = g.value("reformed", nlohmann::json::array());
     for (const auto& r : reformed) {
       if (!r.is_object()) continue;
@@ -263,7 +264,8 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
   }
   const auto report = console.call("report");
   m.units = units_of(report);
-  m.trainer_group_reformations = trainer_group_reformations(report);
+  m.trainer_group_reformations = group_reformations(report, "trainer");
+  m.rollout_group_reformations = group_reformations(report, "rollout");
   m.env_episodes_failed = env_episodes_failed(last.nodes);
   // Not reported (old trainers): -1, which the report shows as null.
   m.trainer_stall_s = r.stall().reported() ? r.stall().total_s() : -1;

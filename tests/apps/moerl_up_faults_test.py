@@ -14,6 +14,8 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL same_second  three runs started at once on the default consoles
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
+  moerl_up_faults_test.py MOERL rollout_group  SIGKILL each member of a 2-node rollout group
+  moerl_up_faults_test.py MOERL rollout_group_drain  a Spot notice to the follower of a rollout group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
   moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
@@ -494,7 +496,7 @@ def trainer_group(moerl, tmp):
     nodes = {n["name"]: n for n in run.nodes()}
     assert nodes["trainer-0"]["group"] == "trainer" and nodes["trainer-0"]["rank"] == 0, nodes
     assert nodes["trainer-1"]["group"] == "trainer" and nodes["trainer-1"]["rank"] == 1, nodes
-    assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
+    assert nodes["rollout-0"]["group"] != "trainer", nodes["rollout-0"]  # its own rollout group
     had_shm = any(f.startswith(f"{run.pid_of('trainer-1')}:") for f in os.listdir("/dev/shm"))
     killed = run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
@@ -570,11 +572,102 @@ def group_coordinator(moerl, tmp):
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
 
 
+def rollout_group(moerl, tmp):
+    """Issue 12, the rollout half: rollout-0 and rollout-1 are one model instance, the rollout
+    group rollout-g0 (one EP rank each, every decode step's dispatch/combine over shm between
+    the two processes), beside a trainer group of 2. SIGKILL of the follower (rank 1, found
+    through `console nodes --json`) fails the leader's expert-plane waits (its unit returns
+    under a new attempt); the Deployment replaces it under a new name, the group re-forms with
+    it; then SIGKILL of the leader (rank 0) expires its leases, and the group re-forms again.
+    The run ends with nothing lost or duplicated, the ledger balanced, and the trainer group
+    never re-formed by either loss. Members on loopback (no network namespaces here)."""
+    print("rollout_group: members on loopback (no network namespaces in this test)", flush=True)
+    run = up_run(moerl, tmp, "rollout-group", "--no-interrupt", "--iterations", "40",
+                 "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1",
+                 "--set", "trainer.group_size=2")
+    i = run.wait_iteration(3)
+
+    def member(rank):
+        for n in run.nodes():
+            if n["role"] == "rollout" and n["state"] == "running" and n.get("rank") == rank:
+                assert n["group"] == "rollout-g0", n
+                return n["name"]
+        sys.exit(f"FAIL: no running rollout-g0 member of rank {rank}: {run.nodes()}")
+
+    killed = []
+    for rank in (1, 0):
+        victim = member(rank)
+        run.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+        i, _ = run.wait_line(r">>> replaced " + re.escape(victim) + r" by ", i)
+        i = run.wait_resumed(i)
+        # The group formed again: two running members, ranks 0 and 1, the replacement one.
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline:
+            ranks = sorted(n["rank"] for n in run.nodes()
+                           if n["role"] == "rollout" and n["state"] == "running"
+                           and n.get("group") == "rollout-g0" and n.get("rank") is not None)
+            if ranks == [0, 1]:
+                break
+            time.sleep(0.2)
+        else:
+            sys.exit(f"FAIL: rollout-g0 did not re-form after {victim}'s loss: {run.nodes()}")
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    groups = {g["name"]: g for g in rep["groups"]}
+    g = groups["rollout-g0"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert g["role"] == "rollout" and len(g["members"]) == 2, g
+    causes = " | ".join(r["cause"] for r in g["reformed"])
+    assert all(k in causes for k in killed), (killed, g["reformed"])
+    # A rollout member's loss never touches the trainer group.
+    t = groups["trainer"]
+    assert t["reformed"] == [], t["reformed"]
+    touched = [x["node"] for x in rep["replacements"]]
+    assert not any(n.startswith("trainer") for n in touched), rep["replacements"]
+    for v in killed:
+        replaced(rep, v, "killed by SIGKILL")
+
+
+def rollout_group_drain(moerl, tmp):
+    """Issue 12: a Spot notice to the follower (rank 1) of the 2-node rollout group drains the
+    whole group: the leader hears the member's deadline in its next round, finishes the units
+    that fit, gives back the rest and dissolves the group; the follower's drain completes (exit
+    0, a Deployment replacement under a new name), and the group re-forms with it. Nothing is
+    lost or duplicated, the ledger balances, the leader is never replaced and the trainer is
+    not touched."""
+    run = up_run(moerl, tmp, "rollout-group-drain", "--no-interrupt", "--iterations", "40",
+                 "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1")
+    i = run.wait_iteration(3)
+    names = {n.get("rank"): n["name"] for n in run.nodes()
+             if n["role"] == "rollout" and n.get("group") == "rollout-g0"}
+    follower, leader = names[1], names[0]
+    r = subprocess.run([moerl, "console", "--connect", run.console_address(), "inject", "spot",
+                        follower, "--deadline", "10"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    print(f"[{run.name}] Spot notice -> {follower} (leader {leader})", flush=True)
+    i, _ = run.wait_line(r">>> replaced " + re.escape(follower) + r" by ", i)
+    run.wait_resumed(i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, follower, "exit code 0")
+    touched = [x["node"] for x in rep["replacements"]]
+    assert leader not in touched and not any(n.startswith("trainer") for n in touched), touched
+    assert [x["node"] for x in rep["interruptions"]] == [follower], rep["interruptions"]
+    g = {g["name"]: g for g in rep["groups"]}["rollout-g0"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert len(g["reformed"]) >= 1 and "drain" in g["reformed"][0]["cause"], g["reformed"]
+    assert g["reformed"][0]["downtime_s"] is not None, g["reformed"]
+
+
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
-         "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill}
+         "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
+         "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
 
 def main(moerl, case):
