@@ -1,5 +1,7 @@
 #include "actors/coordinator_core.h"
 
+#include <unistd.h>
+
 #include <csignal>
 
 #include "actors/interruption.h"
@@ -545,7 +547,10 @@ json coordinator_core::status_json() const {
               {"invariant_ok", static_cast<bool>(ledger_->check_invariant())},
               {"invariant_violations", invariant_violations_},
               {"ledger_epoch", ledger_->epoch()},
-              {"done", done()}};
+              {"done", done()},
+              // Who answers: a local cluster waiting for its own coordinator must not take
+              // another job's console for it (two runs choosing the same default port).
+              {"pid", static_cast<int64_t>(::getpid())}};
 }
 
 json coordinator_core::nodes_json() const {

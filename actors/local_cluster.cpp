@@ -201,8 +201,11 @@ status local_cluster::wait_coordinator_up() {
                                         ") before its console answered; its log ends:\n" +
                                         log_tail("coordinator", 5));
     }
+    // Up once our coordinator answers: a console that answers under another pid belongs to
+    // another job that bound the address first (ours then fails to bind and exits above).
     auto s = console("status", {}, {}, 1000);
-    if (s) return ok_status();
+    if (s && s->value("pid", int64_t{-1}) == static_cast<int64_t>(pids_["coordinator"]))
+      return ok_status();
     if (std::chrono::steady_clock::now() >= until) {
       return error(errc::timeout, "coordinator did not come up within " +
                                       std::to_string(opts_.start_timeout_ms) +
