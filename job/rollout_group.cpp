@@ -61,11 +61,8 @@ struct member_share {
 
   // One round among every member: each one's contribution, in member order.
   result<std::vector<nlohmann::json>> round(const nlohmann::json& mine, int64_t timeout_ms) {
-    std::vector<int> members;
-    for (uint32_t m = 0; m < group.num_members(); ++m) members.push_back(static_cast<int>(m));
     const auto bytes = nlohmann::json::to_cbor(mine);
-    auto all = group.allgather("members", members, static_cast<int>(group.member_index()),
-                               std::string(bytes.begin(), bytes.end()), timeout_ms);
+    auto all = all_members_allgather(group, std::string(bytes.begin(), bytes.end()), timeout_ms);
     if (!all) return all.err();
     std::vector<nlohmann::json> out;
     for (const auto& b : *all) {
