@@ -45,8 +45,9 @@ class up_run:
     def __init__(self, moerl, cwd, name, *args, prefix=(), policy=SMALL):
         self.moerl, self.name = moerl, name
         self.report = os.path.join(cwd, name + ".json")
+        self.run_dir = os.path.join(cwd, name + "-runs")
         self.cmd = [*prefix, moerl, "up", "--timeout", str(BOUND_S), "--report", self.report,
-                    "--run-dir", os.path.join(cwd, name + "-runs"), *policy, *args]
+                    "--run-dir", self.run_dir, *policy, *args]
         self.p = subprocess.Popen(self.cmd, cwd=cwd, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.lines, self.err, self.err_chunks = [], "", []
@@ -90,6 +91,17 @@ class up_run:
         """Training resumed: two more iterations past the first progress line after `after`."""
         j, m = self.wait_line(r"iteration (\d+)/", after)
         return self.wait_iteration(int(m.group(1)) + 2, j)
+
+    def wait_log(self, text):
+        """The node log (this run's logs/) that says `text`; fails the test past the bound."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline:
+            for f in glob.glob(os.path.join(self.run_dir, "*", "logs", "*.log")):
+                if text in open(f, errors="replace").read():
+                    return f
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
 
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
@@ -267,17 +279,16 @@ def trainer_lost(moerl, tmp):
     held = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
+    # The coordinator's declaration (it may follow the exit line: the coordinator learns of
+    # the death from its own link, not from moerl up). The trainer may have confirmed all it
+    # held just before the kill, so handed == 0 alone does not show the declaration happened.
+    run.wait_log("trainer consumer trainer-0 lost")
     # Nothing confirms any more: what is handed now can only go back (or be dropped stale).
     a = run.accounting_until(lambda a: a.get("handed", 0) == 0,
                              "the dead trainer's handed samples released")
     released_at = len(run.lines)
     early = [line for line in run.lines[i:released_at] if ">>> recreated trainer-0 " in line]
     assert not early, "released only after the recreation:\n" + "\n".join(run.lines[i:])
-    # By the coordinator's declaration, not some other path.
-    logs = glob.glob(os.path.join(tmp, "trainer-lost-runs", "*", "logs", "*.log"))
-    said = [f for f in logs
-            if "trainer consumer trainer-0 lost" in open(f, errors="replace").read()]
-    assert said, ("no log says trainer-0's consumer was declared lost", logs)
     run.wait_line(r">>> recreated trainer-0 ", i)
     print(f"handed before the kill: {held} samples; released before the recreation "
           f"(buffered {a.get('buffered')})", flush=True)
