@@ -19,7 +19,6 @@
 #include "common/child_process.h"
 #include "common/config.h"
 #include "common/log.h"
-#include "common/shm_leftovers.h"
 
 namespace moerl::actors {
 
@@ -219,7 +218,7 @@ local_cluster::~local_cluster() {
   for (auto& [name, pid] : pids_) (void)send_signal(pid, SIGKILL);
   // A SIGKILLed process exits at once unless stuck in the kernel; do not hang on one that is.
   for (auto& [name, pid] : pids_)
-    if (moerl::wait_exit(pid, 10000)) remove_shm_regions_of(pid, "local_job");
+    (void)moerl::wait_exit(pid, 10000);  // which removes its shm regions (SIGKILLed)
 }
 
 status local_cluster::spawn(const node_spec& spec) {
@@ -256,9 +255,7 @@ void local_cluster::reap() {
     auto st = poll_exit(it->second);
     if (st && st->has_value()) {
       exited_[it->first] = **st;
-      // A node killed by a signal could not close its fabric endpoints: their shm regions
-      // stay in /dev/shm unless its parent removes them (nobody else knows the pid is dead).
-      if (WIFSIGNALED(**st)) remove_shm_regions_of(it->second, "local_job");
+      // A node killed by a signal had its shm regions removed by the reap (poll_exit).
       it = pids_.erase(it);
     } else {
       ++it;
