@@ -1,5 +1,7 @@
 #include "actors/coordinator_core.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
 
@@ -582,7 +584,10 @@ json coordinator_core::status_json() const {
               {"invariant_ok", static_cast<bool>(ledger_->check_invariant())},
               {"invariant_violations", invariant_violations_},
               {"ledger_epoch", ledger_->epoch()},
-              {"done", done()}};
+              {"done", done()},
+              // Who answers: a local cluster waiting for its own coordinator must not take
+              // another job's console for it (two runs choosing the same default port).
+              {"pid", static_cast<int64_t>(::getpid())}};
 }
 
 json coordinator_core::nodes_json() const {
@@ -609,6 +614,21 @@ json coordinator_core::nodes_json() const {
   return arr;
 }
 
+json coordinator_core::expert_planes_json() const {
+  json out = json::array();
+  for (const auto& [id, n] : nodes_) {
+    if (!n.stats.is_object() || !n.stats.contains("job")) continue;
+    const json& job = n.stats["job"];
+    if (!job.is_object() || !job.contains("expert_plane")) continue;
+    auto g = groups_.node_json(id);
+    json e = job["expert_plane"];
+    e["node"] = n.name;
+    e["group"] = g.is_null() ? json("") : g["group"];
+    out.push_back(e);
+  }
+  return out;
+}
+
 json coordinator_core::report_json() const {
   json restarts = json::object();
   uint64_t total = 0;
@@ -625,6 +645,7 @@ json coordinator_core::report_json() const {
               {"restarts", {{"total", total}, {"by_node", restarts}}},
               {"nodes", nodes_json()},
               {"groups", groups_.groups_json()},
+              {"expert_planes", expert_planes_json()},
               {"iterations", opts_.iterations},
               {"policy_version", policy_version_},
               {"done", done()}};

@@ -150,6 +150,10 @@ class coordinator_core {
   nlohmann::json status_json() const;
   nlohmann::json nodes_json() const;
   nlohmann::json report_json() const;
+  // The report's `expert_planes`: [{node, group, provider, peer_paths}] for every node whose
+  // job runs expert-parallel ranks, as its last stats named the transport each peer pair
+  // actually uses ("same_process", "same_host", "network"): no fallback goes unreported.
+  nlohmann::json expert_planes_json() const;
   bool done() const;  // every iteration's units committed or dropped, all trained
   bool shutdown_requested() const { return shutdown_; }
 

@@ -33,7 +33,8 @@ struct train_result {
   double sum_abs_advantage = 0;        // sum of |advantage| over the samples (0: not computed)
 };
 
-// A trainer group that spans node processes (trainer.group_size > 1), as a member sees it:
+// A group that spans node processes (trainer.group_size > 1, or a rollout EP group of
+// rollout.group_size > 1 rollout nodes), as a member sees it:
 // its member index, the group's incarnation and an all-gather among the members' processes
 // carried by the control plane (the coordinator's node_group_core). The job uses it to run
 // its step across the members (rank 0's process drives, the others follow) and, on the
@@ -55,6 +56,12 @@ class trainer_group {
   // (fabric::transport_options::abort), so a lost member costs the re-formation only, not
   // fabric.op_timeout_ms spent waiting for the dead member's writes. Null: never raised.
   virtual std::shared_ptr<const std::atomic<bool>> abort_flag() const { return nullptr; }
+  // This member's drain deadline (unix ms; 0: it does not drain). A rollout group's members
+  // tell their leader in every command round, and the leader drains the whole group.
+  virtual int64_t drain_by_unix_ms() const { return 0; }
+  // This member's group work failed on its own (not through a round the group's break
+  // failed): the coordinator ends the incarnation, so no member waits for it.
+  virtual void report_failure(const std::string& cause) { (void)cause; }
 };
 
 // The ranks of a trainer node (actors.trainer_ranks, each its own supervised actor), for a
@@ -113,6 +120,21 @@ class job {
     (void)ranks;
     return error(errc::invalid_config,
                  "job " + name() + " cannot run a trainer group across nodes");
+  }
+  // A rollout EP group across nodes (rollout.group_size > 1, actors/RUNTIME.md): member 0's
+  // rollout work, generating each prompt group on every member's ranks (the members' share of
+  // each step follows the commands the work sends over group.allgather "members"), and the
+  // other members' side, until the group breaks or its leader dissolves it (the error says
+  // why; ok when the leader stopped the members). `group` outlives both.
+  virtual result<std::unique_ptr<rollout_work>> make_group_rollout_work(trainer_group& group) {
+    (void)group;
+    return error(errc::invalid_config,
+                 "job " + name() + " cannot run a rollout group across nodes");
+  }
+  virtual status serve_rollout_member(trainer_group& group) {
+    (void)group;
+    return error(errc::invalid_config,
+                 "job " + name() + " cannot run a rollout group across nodes");
   }
   // The weight plane as this node sees it (weights/cache_directory.h): set by the runtime
   // once, before any work is made. A job that keeps no policy versions ignores it.

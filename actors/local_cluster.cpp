@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include "actors/console_client.h"
 #include "common/child_process.h"
 #include "common/config.h"
+#include "common/log.h"
+#include "common/shm_leftovers.h"
 
 namespace moerl::actors {
 
@@ -132,22 +135,57 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   if (!cfg) return cfg.err();
   auto console = own_console_address(c->opts_, *cfg);
   if (!console) return console.err();
-  c->console_ = *console;
-  c->token_ = cfg->get_string("console.token");
-  c->opts_.overrides.push_back("console.address=" + c->console_);
   auto http = own_http_address(*cfg);
   if (!http) return http.err();
-  c->http_ = *http;
-  c->opts_.overrides.push_back("console.http_address=" + c->http_);
-  auto port = free_tcp_port();
-  if (!port) return port.err();
-  c->join_ = "127.0.0.1:" + std::to_string(*port);
+  // Addresses this run chose itself (not given by the user) may be re-chosen: another
+  // process (a second moerl up started in the same second) can bind one between the check
+  // above and the coordinator's bind.
+  const std::string wanted_console =
+      c->opts_.console.empty() ? cfg->get_string("console.address") : c->opts_.console;
+  const bool console_chosen =
+      *console != wanted_console ||
+      (c->opts_.console.empty() && wanted_console == find_key("console.address")->default_value);
+  const std::string wanted_http = cfg->get_string("console.http_address");
+  const bool http_chosen =
+      !http->empty() &&
+      (*http != wanted_http || wanted_http == find_key("console.http_address")->default_value);
+  c->token_ = cfg->get_string("console.token");
   std::error_code ec;
   std::filesystem::create_directories(c->opts_.log_dir, ec);
   if (ec)
     return error(errc::io_error, "cannot create log dir " + c->opts_.log_dir + ": " + ec.message());
-  if (auto st = c->spawn({"coordinator", "coordinator", {}}); !st) return st.err();
-  if (auto st = c->wait_coordinator_up(); !st) return st.err();
+  const std::vector<std::string> user_overrides = c->opts_.overrides;
+  constexpr int kStartAttempts = 3;  // a lost bind race is rare; three in a row is not a race
+  for (int attempt = 1;; ++attempt) {
+    auto join_port = free_tcp_port();
+    if (!join_port) return join_port.err();
+    c->console_ = *console;
+    c->http_ = *http;
+    c->join_ = "127.0.0.1:" + std::to_string(*join_port);
+    c->opts_.overrides = user_overrides;
+    c->opts_.overrides.push_back("console.address=" + c->console_);
+    c->opts_.overrides.push_back("console.http_address=" + c->http_);
+    c->exited_.erase("coordinator");
+    if (auto st = c->spawn({"coordinator", "coordinator", {}}); !st) return st.err();
+    auto up = c->wait_coordinator_up();
+    if (up) break;
+    const bool lost_bind_race =
+        c->log_tail("coordinator", 5).find("Address already in use") != std::string::npos;
+    if (!lost_bind_race || attempt == kStartAttempts) return up.err();
+    logger("local_job")
+        ->warn("the coordinator lost a port to another process ({} of {}); choosing new ports",
+               attempt, kStartAttempts);
+    if (console_chosen) {
+      auto port = free_tcp_port();
+      if (!port) return port.err();
+      *console = "tcp://127.0.0.1:" + std::to_string(*port);
+    }
+    if (http_chosen) {
+      auto port = free_tcp_port();
+      if (!port) return port.err();
+      *http = "127.0.0.1:" + std::to_string(*port);
+    }
+  }
   for (auto& n : c->opts_.nodes)
     if (auto st = c->spawn(n); !st) return st.err();
   return c;
@@ -163,8 +201,11 @@ status local_cluster::wait_coordinator_up() {
                                         ") before its console answered; its log ends:\n" +
                                         log_tail("coordinator", 5));
     }
+    // Up once our coordinator answers: a console that answers under another pid belongs to
+    // another job that bound the address first (ours then fails to bind and exits above).
     auto s = console("status", {}, {}, 1000);
-    if (s) return ok_status();
+    if (s && s->value("pid", int64_t{-1}) == static_cast<int64_t>(pids_["coordinator"]))
+      return ok_status();
     if (std::chrono::steady_clock::now() >= until) {
       return error(errc::timeout, "coordinator did not come up within " +
                                       std::to_string(opts_.start_timeout_ms) +
@@ -177,7 +218,8 @@ status local_cluster::wait_coordinator_up() {
 local_cluster::~local_cluster() {
   for (auto& [name, pid] : pids_) (void)send_signal(pid, SIGKILL);
   // A SIGKILLed process exits at once unless stuck in the kernel; do not hang on one that is.
-  for (auto& [name, pid] : pids_) (void)moerl::wait_exit(pid, 10000);
+  for (auto& [name, pid] : pids_)
+    if (moerl::wait_exit(pid, 10000)) remove_shm_regions_of(pid, "local_job");
 }
 
 status local_cluster::spawn(const node_spec& spec) {
@@ -198,8 +240,11 @@ status local_cluster::spawn(const node_spec& spec) {
   for (auto& kv : spec.overrides) add(kv);
   // The nodes share this process's group, so a Ctrl-C on `moerl up` reaches them too.
   const auto prefix = exec_prefixes_.find(spec.name);
+  // A `moerl up` that is killed takes its nodes with it (they would run on unsupervised).
+  process_spec process{argv, "", {}};
+  process.die_with_parent = true;
   auto pid = spawn_process(
-      {argv, "", {}}, prefix == exec_prefixes_.end() ? std::vector<std::string>{} : prefix->second,
+      process, prefix == exec_prefixes_.end() ? std::vector<std::string>{} : prefix->second,
       opts_.log_dir + "/" + spec.name + ".log", process_group::inherit);
   if (!pid) return pid.err();
   pids_[spec.name] = *pid;
@@ -211,6 +256,9 @@ void local_cluster::reap() {
     auto st = poll_exit(it->second);
     if (st && st->has_value()) {
       exited_[it->first] = **st;
+      // A node killed by a signal could not close its fabric endpoints: their shm regions
+      // stay in /dev/shm unless its parent removes them (nobody else knows the pid is dead).
+      if (WIFSIGNALED(**st)) remove_shm_regions_of(it->second, "local_job");
       it = pids_.erase(it);
     } else {
       ++it;

@@ -1,30 +1,34 @@
 #include "actors/node_group_member.h"
 
 #include <chrono>
+#include <initializer_list>
 #include <sstream>
 
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
+#include "actors/interruption.h"
 #include "actors/role_loops.h"
 #include "common/log.h"
 #include "common/rate_limited_log.h"
 
 namespace moerl::actors {
 
-group_fingerprint trainer_group_fingerprint(const config& cfg) {
+namespace {
+
+// The policy's dimensions, an FNV-1a hash of the keys under `prefixes` (node.* and the like
+// may differ between members), and moerl's version.
+group_fingerprint fingerprint_of(const config& cfg, std::initializer_list<const char*> prefixes) {
   group_fingerprint f;
   for (const char* k :
        {"policy.d_model", "policy.num_layers", "policy.num_heads", "policy.num_experts",
         "policy.top_k", "policy.ffn_dim", "policy.max_seq_len"})
     f.model_shape += std::string(f.model_shape.empty() ? "" : " ") + (k + 7) + "=" +
                      std::to_string(cfg.get_int(k));
-  // FNV-1a over the keys every member must share (node.* and the like may differ).
   uint64_t h = 1469598103934665603ull;
   for (const auto& [key, value] : cfg.values()) {
     bool shared = false;
-    for (const char* prefix : {"policy.", "job.", "grpo.", "trainer.", "actors.trainer"})
-      shared = shared || key.rfind(prefix, 0) == 0;
+    for (const char* prefix : prefixes) shared = shared || key.rfind(prefix, 0) == 0;
     if (!shared) continue;
     for (char c : key + "=" + value + "\n")
       h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
@@ -34,6 +38,28 @@ group_fingerprint trainer_group_fingerprint(const config& cfg) {
   f.config_hash = hex.str();
   f.version = MOERL_VERSION;
   return f;
+}
+
+}  // namespace
+
+group_fingerprint trainer_group_fingerprint(const config& cfg) {
+  return fingerprint_of(cfg, {"policy.", "job.", "grpo.", "trainer.", "actors.trainer"});
+}
+
+group_fingerprint rollout_group_fingerprint(const config& cfg) {
+  return fingerprint_of(cfg, {"policy.", "job.", "grpo.", "rollout."});
+}
+
+group_membership trainer_membership(const config& cfg) {
+  return {cfg.get_string("trainer.group"), static_cast<uint32_t>(cfg.get_int("trainer.group_size")),
+          static_cast<uint32_t>(cfg.get_int("job.trainer_ep_ranks")),
+          trainer_group_fingerprint(cfg)};
+}
+
+group_membership rollout_membership(const config& cfg) {
+  return {cfg.get_string("rollout.group"), static_cast<uint32_t>(cfg.get_int("rollout.group_size")),
+          static_cast<uint32_t>(cfg.get_int("job.rollout_ep_ranks")),
+          rollout_group_fingerprint(cfg)};
 }
 
 namespace {
@@ -76,13 +102,16 @@ std::optional<group_view> ask_view(caf::blocking_actor* self, node_context& ctx,
 }  // namespace
 
 std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_context& ctx) {
-  auto log = logger("trainer");
+  return join_node_group(self, ctx, trainer_membership(ctx.cfg));
+}
+
+std::optional<group_view> join_node_group(caf::blocking_actor* self, node_context& ctx,
+                                          const group_membership& m) {
+  auto log = logger(to_string(ctx.role));
   rate_limited_log refusals(
-      "trainer group " + ctx.cfg.get_string("trainer.group"),
+      std::string(to_string(ctx.role)) + " group " + m.group,
       [log](const std::string& line) { log->warn("{}", line); }, std::chrono::seconds(5));
-  const auto fp = trainer_group_fingerprint(ctx.cfg);
-  const auto size = static_cast<uint32_t>(ctx.cfg.get_int("trainer.group_size"));
-  const auto rpn = static_cast<uint32_t>(ctx.cfg.get_int("job.trainer_ep_ranks"));
+  const auto& fp = m.fingerprint;
   bool joined = false, first = true;
   while (mailbox_ok(self, ctx, first ? 0 : 100)) {
     first = false;
@@ -90,9 +119,9 @@ std::optional<group_view> join_trainer_group(caf::blocking_actor* self, node_con
     if (!joined) {
       auto st = call_coordinator(
           self, ctx,
-          caf::make_message(gjoin_atom::value, ctx.id, ctx.cfg.get_string("trainer.group"),
-                            std::string(to_string(ctx.role)), size, rpn, fp.model_shape,
-                            fp.config_hash, fp.version));
+          caf::make_message(gjoin_atom::value, ctx.id, m.group, std::string(to_string(ctx.role)),
+                            m.group_size, m.ranks_per_node, fp.model_shape, fp.config_hash,
+                            fp.version));
       if (!st) {
         refusals.note("join refused", st.err().message);
         if (!mailbox_ok(self, ctx, 500)) return std::nullopt;
@@ -136,8 +165,9 @@ void group_member_link::watch() {
     auto v = ask_view(me.ptr(), *ctx_, &answered);
     if (answered && (!v || v->incarnation != view_.incarnation)) {
       broken_->store(true, std::memory_order_release);
-      logger("trainer")->warn("trainer group {} moved past incarnation {}: aborting its waits",
-                              view_.group, view_.incarnation);
+      logger(to_string(ctx_->role))
+          ->warn("{} group {} moved past incarnation {}: aborting its waits", to_string(ctx_->role),
+                 view_.group, view_.incarnation);
     }
     l.lock();
   }
@@ -190,6 +220,11 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
                     error{errc::peer_dead, "group " + view_.group +
                                                " all-gather: the coordinator changed (restarted)"};
                 waiting = false;
+              } else if (ctx_->draining() && unix_now_ms() > ctx_->drain_by_ms.load()) {
+                out =
+                    error{errc::shutting_down, "group " + view_.group + " all-gather on " +
+                                                   channel + ": this node's drain deadline passed"};
+                waiting = false;
               } else if (std::chrono::steady_clock::now() >= deadline) {
                 waiting = false;  // `out` says timeout
               }
@@ -197,6 +232,8 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
   }
   return out;
 }
+
+int64_t group_member_link::drain_by_unix_ms() const { return ctx_->drain_by_ms.load(); }
 
 void group_member_link::report_failure(const std::string& cause) {
   if (auto c = ctx_->coordinator()) {

@@ -208,6 +208,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
       return 2;
     }
     ctx->endpoint = *ep;
+    (*server)->enable_same_host_shm(cfg.get_bool("weights.same_host_shm"));
     ctx->weights_server = std::move(*server);
   }
   if (role == node_role::rollout || role == node_role::trainer || role == node_role::weights) {
@@ -251,6 +252,9 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     relay.set([](int) {});
     imds.reset();
   }
+  // Every actor is done with the context: a cache's same-host copy of a version leaves
+  // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
+  ctx->weights_server.reset();
   log->info("node {} exits with {}", ctx->name, code);
   return code;
 }

@@ -2,6 +2,11 @@
 // (one per request, or a batch of actors.lease_batch), generating their samples with the
 // job's rollout_work and delivering them through a reward node (or, with none alive,
 // scoring them here and sending them to the unit's shard), then reporting the unit.
+// A rollout EP group across nodes (rollout.group_size > 1): one model instance over the
+// group's member processes, so each node runs one worker, rollout_group_loop: member 0 (the
+// leader) leases and reports like any worker, its work driving every member's ranks; the
+// other members follow its commands (job.h serve_rollout_member). A member's loss or drain
+// dissolves the group, and every member that stays re-joins its next incarnation.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -13,6 +18,7 @@
 #include "actors/atoms.h"
 #include "actors/env_client.h"
 #include "actors/interruption.h"
+#include "actors/node_group_member.h"
 #include "actors/role_loops.h"
 #include "common/log.h"
 #include "messages/work.h"
@@ -22,20 +28,35 @@ namespace {
 
 class rollout_worker {
  public:
-  rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k)
+  // `group`: this worker leads a rollout group across nodes (its work spans the members).
+  rollout_worker(caf::blocking_actor* self, std::shared_ptr<node_context> ctx, uint32_t k,
+                 group_member_link* group = nullptr)
       : worker_index_(k),
+        group_(group),
         self_(self),
         ctx_(std::move(ctx)),
         worker_(ctx_->id + "/" + std::to_string(k)),
         log_(logger("rollout")) {}
 
-  void run() {
-    running_guard g(ctx_->workers_running);
-    auto w = ctx_->running_job->make_rollout_work();
+  // Ok when it left for a stop or drain (its own node's, or its group's); the error when its
+  // group broke (a member lost) or its work could not be made. A group's leader reports the
+  // error before its work leaves the group's fabric (the ranks' teardown meets the members').
+  status run() {
+    status st = work_and_lease();
+    if (!st && group_) group_->report_failure(st.err().message);
+    work_.reset();
+    return st;
+  }
+
+ private:
+  status work_and_lease() {
+    auto w = group_ ? ctx_->running_job->make_group_rollout_work(*group_)
+                    : ctx_->running_job->make_rollout_work();
     auto r = ctx_->running_job->make_reward();
     if (!w || !r) {
+      if (group_) return (!w ? w.err() : r.err());  // the group re-forms; no actor restart
       fail_actor(self_, (!w ? w.err() : r.err()).to_string());
-      return;
+      return ok_status();
     }
     work_ = std::move(*w);
     reward_ = std::move(*r);
@@ -47,14 +68,27 @@ class rollout_worker {
     work_->use_environments(env_.get());
     lease_batch_ = static_cast<uint32_t>(
         std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
-    int64_t last_err_log = 0;
+    int64_t last_err_log = 0, last_idle = 0;
+    status out = ok_status();
     while (mailbox_ok(self_, *ctx_, 0)) {
       if (worker_index_ == 0) send_env_stats();
-      if (ctx_->draining()) break;  // stop leasing; exit normally (transient: no restart)
+      if (draining()) break;  // stop leasing; exit normally (transient: no restart)
+      if (!work_->usable() || (group_ && !group_->still_current())) {
+        out = error(errc::peer_dead, "its rollout group broke");
+        break;
+      }
       if (queue_.empty()) {
         auto got = fetch_leases();
         if (!got) {
           auto c = got.err().code;
+          // A group's leader without work asks its members now and then (hears a drain).
+          if (group_ && steady_ms() - last_idle > 300) {
+            last_idle = steady_ms();
+            if (auto st = work_->idle(); !st) {
+              out = st;
+              break;
+            }
+          }
           if (c != errc::not_found && c != errc::capacity_exceeded && c != errc::shutting_down &&
               steady_ms() - last_err_log > 2000) {
             log_->warn("{}: lease failed: {}", worker_, got.err().to_string());
@@ -74,12 +108,27 @@ class rollout_worker {
                    l.unit.id, l.attempt);
         continue;
       }
-      if (!run_unit(l) && !mailbox_ok(self_, *ctx_, 200)) break;  // a failing unit: don't spin
+      if (!run_unit(l)) {
+        if (!work_->usable()) {  // the group broke under the unit: re-form, don't retry here
+          out = error(errc::peer_dead,
+                      "its rollout group broke during unit " + std::to_string(l.unit.id));
+          break;
+        }
+        if (!mailbox_ok(self_, *ctx_, 200)) break;  // a failing unit: don't spin
+      }
     }
     give_back_queued();
+    return out;
   }
 
- private:
+  // The node drains, or (a group's leader) a member of its group does: the group drains.
+  bool draining() const { return drain_by() != 0; }
+  int64_t drain_by() const {
+    const int64_t mine = ctx_->drain_by_ms.load();
+    const int64_t group = work_ ? work_->group_drain_by_unix_ms() : 0;
+    return mine == 0 ? group : group == 0 ? mine : std::min(mine, group);
+  }
+
   // Leases for this worker: one lease per request when actors.lease_batch is 1 (lease_atom),
   // else up to that many in one lease batch (leases_atom, messages::lease_batch).
   result<std::vector<messages::lease>> fetch_leases() {
@@ -142,11 +191,11 @@ class rollout_worker {
           returned = true;
           break;
         }
-        if (ctx_->draining()) {
+        if (draining()) {
           // Finish the unit only if it fits before the drain deadline, judged by this
           // worker's measured cost per sample; otherwise give it back now.
           double per = seq ? double(steady_ms() - t0) / seq : avg_sample_ms_;
-          if (unix_now_ms() + static_cast<int64_t>(per * (n - seq)) > ctx_->drain_by_ms.load()) {
+          if (unix_now_ms() + static_cast<int64_t>(per * (n - seq)) > drain_by()) {
             returned = true;
             break;
           }
@@ -303,6 +352,7 @@ class rollout_worker {
   }
 
   uint32_t worker_index_;
+  group_member_link* group_;  // null: not a rollout group's leader
   int64_t last_env_stats_ = 0;
   std::unique_ptr<env_link> env_;
   caf::blocking_actor* self_;
@@ -321,11 +371,51 @@ class rollout_worker {
   std::deque<messages::lease> queue_;  // leased, not started; worked in order
 };
 
+// One member of a rollout group across nodes, incarnation after incarnation: join, lead or
+// follow until the group breaks (a member lost or failed) or dissolves (a member drains),
+// then join the next incarnation (with the lost member's replacement), until the node stops
+// or drains.
+void rollout_group_loop(caf::blocking_actor* self, const std::shared_ptr<node_context>& ctx) {
+  auto log = logger("rollout");
+  const group_membership m = rollout_membership(ctx->cfg);
+  while (!ctx->stopping) {
+    auto view = join_node_group(self, *ctx, m);
+    if (!view) return;  // stopping or draining
+    log->info("member {} of rollout group {} (incarnation {}, members {})", view->member_index,
+              view->group, view->incarnation, nlohmann::json(view->members).dump());
+    group_member_link link(self->system(), ctx, *view);
+    status st = view->member_index == 0 ? rollout_worker(self, ctx, 0, &link).run()
+                                        : ctx->running_job->serve_rollout_member(link);
+    if (ctx->stopping) return;
+    const std::string why = !st                       ? st.err().to_string()
+                            : view->member_index == 0 ? "its leader dissolved it (drain)"
+                                                      : "its leader stopped the members";
+    if (link.still_current()) {
+      log->warn("rollout group {} incarnation {} ends: {}", view->group, view->incarnation, why);
+      // A follower the leader stopped waits for the leader to end the incarnation (its cause
+      // is the leader's: which member drains); everyone else ends it now.
+      const bool leader_ends_it = st && view->member_index != 0;
+      if (!leader_ends_it) link.report_failure(why);
+      // Until the coordinator has ended the incarnation, a join is a no-op that would hand
+      // back the same one.
+      for (int i = 0; i < 50 && link.still_current(); ++i)
+        if (!mailbox_ok(self, *ctx, 100)) return;
+      if (leader_ends_it && link.still_current()) link.report_failure(why);
+    }
+  }
+}
+
 }  // namespace
 
 void rollout_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                   uint32_t worker_index) {
-  rollout_worker(self, std::move(ctx), worker_index).run();
+  running_guard g(ctx->workers_running);
+  if (ctx->cfg.get_int("rollout.group_size") <= 1) {
+    (void)rollout_worker(self, std::move(ctx), worker_index).run();
+    return;
+  }
+  // One model instance per group: worker 0 of each member carries it, the others have none.
+  if (worker_index == 0) rollout_group_loop(self, ctx);
 }
 
 }  // namespace moerl::actors

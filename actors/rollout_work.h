@@ -48,6 +48,15 @@ class rollout_work {
   // Called before a prompt group's samples with its group id (multi-turn work seeds the
   // group's episodes from it, so every attempt of a unit replays the same episodes' state).
   virtual void begin_group(uint64_t group_id) { (void)group_id; }
+  // A rollout group's leader (job.h make_group_rollout_work): the earliest drain deadline
+  // among the group's members as the work last heard it (unix ms; 0: none drains). The
+  // worker drains the whole group by it, as if its own node drained.
+  virtual int64_t group_drain_by_unix_ms() const { return 0; }
+  // The worker has no unit in hand: a group's leader asks its members how they are (so a
+  // member's drain is heard while the group idles). An error: the group broke.
+  virtual status idle() { return {}; }
+  // False once the group this work runs on broke: the worker stops and re-joins.
+  virtual bool usable() const { return true; }
 };
 
 class reward_function {

@@ -226,7 +226,8 @@ class cache_replicator {
  public:
   explicit cache_replicator(node_context& ctx)
       : ctx_(ctx),
-        reader_(ctx.zmq, static_cast<int>(ctx.cfg.get_int("weights.request_timeout_ms"))),
+        reader_(ctx.zmq, static_cast<int>(ctx.cfg.get_int("weights.request_timeout_ms")),
+                ctx.cfg.get_bool("weights.same_host_shm")),
         chunk_bytes_(static_cast<uint64_t>(ctx.cfg.get_int("weights.chunk_bytes"))) {}
   ~cache_replicator() {
     if (thread_.joinable()) thread_.join();

@@ -25,7 +25,7 @@ json weights_report(const json& trainer_job, const json& nodes) {
   if (!trainer_job.is_object() || !trainer_job.contains("weights")) return nullptr;
   const json published = trainer_job["weights"].value("versions", json::array());
   json bytes_from{{"cache", 0}, {"peer", 0}, {"store", 0}};
-  uint64_t failovers = 0, refetches = 0, store_fallbacks = 0;
+  uint64_t failovers = 0, refetches = 0, store_fallbacks = 0, via_shm = 0;
   std::vector<const json*> readers;
   for (const auto& n : nodes) {
     if (n.value("role", "") != "rollout") continue;
@@ -38,6 +38,7 @@ json weights_report(const json& trainer_job, const json& nodes) {
     failovers += w->value("failovers", uint64_t{0});
     refetches += w->value("chunk_refetches", uint64_t{0});
     store_fallbacks += w->value("store_fallbacks", uint64_t{0});
+    via_shm += w->value("bytes_via_shm", uint64_t{0});
   }
   json versions = json::array();
   for (const auto& p : published) {
@@ -69,6 +70,7 @@ json weights_report(const json& trainer_job, const json& nodes) {
           {"failovers", failovers},
           {"chunk_refetches", refetches},
           {"store_fallbacks", store_fallbacks},
+          {"bytes_via_shm", via_shm},
           {"durable_writes", trainer_job["weights"].value("durable_writes", uint64_t{0})},
           {"durable_writes_failed",
            trainer_job["weights"].value("durable_writes_failed", uint64_t{0})}};

@@ -1,7 +1,7 @@
 // moerl sim validate SCENARIO [--seed N] [--short] [--json]
-// moerl sim run SCENARIO [--against HOST:PORT] [--report FILE] [--json] [--short] [--seed N]
-// Exit codes: 0 the scenario passed (validate: it is valid), 1 an invariant failed,
-// 2 bad input (the scenario file or a flag), 3 the run could not be carried out.
+// moerl sim run SCENARIO [--against HOST:PORT [--deliver-via CMD]] [--report FILE] [--json]
+// [--short] [--seed N] Exit codes: 0 the scenario passed (validate: it is valid), 1 an invariant
+// failed, 2 bad input (the scenario file or a flag), 3 the run could not be carried out.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +20,7 @@ namespace {
 struct sim_flags {
   std::string scenario_path;
   std::string against;
+  std::string deliver_via;
   std::string report_path;
   bool json = false;
   bool short_form = false;
@@ -68,6 +69,7 @@ void run(const sim_flags& f) {
   const sims::scenario s = load_or_exit(f);
   sims::run_options opts;
   opts.against = f.against;
+  opts.deliver_via = f.deliver_via;
   opts.short_form = f.short_form;
   opts.baseline = !f.no_baseline;
   opts.config_file = f.config_file;
@@ -126,6 +128,9 @@ void add_sim_command(CLI::App& root) {
   r->add_option(
       "--against", flags.against,
       "attach to a running job's console (HOST:PORT) instead of starting a local cluster");
+  r->add_option("--deliver-via", flags.deliver_via,
+                "with --against: the command that strikes and replaces nodes where they run "
+                "(sims/fault_delivery.h; `scripts/pods.sh fault` for pods)");
   r->add_option("--report", flags.report_path, "also write the JSON report to this file");
   r->add_option("--seed", flags.seed, "override the scenario's seed");
   r->add_flag("--json", flags.json, "print the JSON report instead of the summary");

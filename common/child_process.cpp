@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::str
   int fd;
   POSIX_CHECK(fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644), log);
 
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == -1) {
     const int fork_errno = errno;
@@ -40,6 +42,10 @@ result<pid_t> spawn_process(const process_spec& spec, const std::vector<std::str
   }
   if (pid == 0) {
     if (group == process_group::own) ::setpgid(0, 0);
+    if (spec.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(125);  // the parent died before the request took hold
+    }
     // Signals the parent blocks (for its own watcher threads) must not stay blocked here.
     sigset_t none;
     sigemptyset(&none);

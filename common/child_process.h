@@ -22,6 +22,10 @@ struct process_spec {
   std::vector<std::string> argv;
   std::string cwd;
   std::vector<std::string> env;
+  // The kernel SIGKILLs the child when the thread that spawned it ends (PR_SET_PDEATHSIG),
+  // so a parent that is killed or crashes leaves no orphans behind. Spawn from a thread that
+  // lives as long as the child should (a local cluster's supervision loop on the main thread).
+  bool die_with_parent = false;
 };
 
 // Whether the child leads a process group of its own. `own`: signals sent to this process's

@@ -80,6 +80,14 @@ const std::vector<key_spec>& config_schema() {
        "trainer node processes forming one trainer group, each with job.trainer_ep_ranks ranks "
        "(1: the trainer is one process)",
        "", r::closed(1, 1024)},
+      // ---- rollout expert-parallel groups across node processes (actors/RUNTIME.md) -----
+      {"rollout.group", t::string, "rollout-g0",
+       "name of the rollout EP group this rollout node joins (rollout.group_size > 1)", ""},
+      {"rollout.group_size", t::integer, "1",
+       "rollout node processes forming one model instance (an EP group of rollout.group_size x "
+       "job.rollout_ep_ranks ranks; member 0 leases and drives, the others follow; 1: every "
+       "rollout node is its own instance)",
+       "", r::closed(1, 1024)},
       {"trainer.group_form_timeout_ms", t::integer, "30000",
        "a trainer group still missing members after this long reports which (and keeps waiting)",
        "", r::at_least(1)},
@@ -312,6 +320,11 @@ const std::vector<key_spec>& config_schema() {
       {"weights.chunk_bytes", t::integer, "1048576",
        "bytes per chunk on the weight plane (each chunk carries its sha256)", "",
        r::closed(4096, 268435456)},
+      {"weights.same_host_shm", t::boolean, "true",
+       "a cache hands a version to readers on its host (same boot, network and mount namespace) "
+       "through a file in /dev/shm, read in one copy, instead of ZeroMQ chunks; the whole "
+       "version's sha256 is checked either way",
+       ""},
       {"weights.request_timeout_ms", t::integer, "2000",
        "a cache that does not answer a request within this is given up on (the reader resumes "
        "from another cache or the store)",

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cstring>
-#include <fstream>
+
+#include "common/host_identity.h"
 
 namespace moerl::fabric {
 
@@ -19,17 +19,7 @@ constexpr char magic[8] = {'M', 'O', 'E', 'R', 'L', 'D', 'T', '1'};
 // The boot id and the namespaces that decide whether two ranks can map each other's memfds
 // (same kernel, /proc of one pid namespace) and whether they share a network (a rank in
 // another network namespace stands for another host).
-std::string this_host_id() {
-  std::string id;
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::getline(boot, id);
-  for (const char* ns : {"/proc/self/ns/net", "/proc/self/ns/pid"}) {
-    char buf[256];
-    const ssize_t n = ::readlink(ns, buf, sizeof buf - 1);
-    id += "|" + (n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?"));
-  }
-  return id;
-}
+std::string this_host_id() { return host_identity({"net", "pid"}); }
 
 struct address_fields {
   std::string host_id;

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -16,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/shm_leftovers.h"
 #include "fabric/fi_check.h"
 #include "fabric/provider_info.h"
 
@@ -39,32 +39,18 @@ transport_options transport_options::from_config(const config& cfg) {
 
 namespace {
 
-// libfabric's shm provider backs each endpoint with /dev/shm/<pid>:<n>:<n> and removes it on
-// close or on a catchable signal. A process killed with SIGKILL (fault tests, Spot kills)
-// leaves its regions behind, and a later process that reuses the pid then fails fi_enable
-// with EBUSY (seen in CI). Before this process's first endpoint, regions named after our own
-// pid can only be such leftovers: no live process but us holds the pid. Remove them.
-// Once per pid, not once per program image: a rank forked by launch_processes() inherits the
-// parent's "done" state but has a pid of its own, whose leftovers it must still remove (seen:
-// a forked rank failed fi_enable with EBUSY after its parent had cleaned up for itself).
+// Before this process's first endpoint, shm regions named after our own pid can only be
+// leftovers of a dead process that had the pid (common/shm_leftovers.h): no live process but
+// us holds it. Once per pid, not once per program image: a rank forked by launch_processes()
+// inherits the parent's "done" state but has a pid of its own, whose leftovers it must still
+// remove (seen: a forked rank failed fi_enable with EBUSY after its parent had cleaned up).
 void remove_stale_shm_regions_of_this_pid() {
   static std::mutex mu;
   static pid_t cleaned_for = 0;
   std::lock_guard<std::mutex> lock(mu);
   if (cleaned_for == ::getpid()) return;
   cleaned_for = ::getpid();
-  {
-    const std::string prefix = std::to_string(::getpid()) + ":";
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind(prefix, 0) != 0) continue;
-      std::error_code rm;
-      std::filesystem::remove(e.path(), rm);
-      logger("fabric")->warn("removed /dev/shm/{} left by a dead process with this pid{}", name,
-                             rm ? " (failed: " + rm.message() + ")" : "");
-    }
-  }
+  remove_shm_regions_of(::getpid(), "fabric");
 }
 
 // "tcp" names the RDM stack the tcp provider offers through ofi_rxm.

@@ -150,9 +150,9 @@ status ep_policy_group::reset_to_init() {
   });
 }
 
-result<policy::generation> ep_policy_group::generate(const std::vector<policy::token_id>& prompt,
-                                                     int num_rows, int max_new, float temperature,
-                                                     uint64_t base_seed) {
+result<std::vector<policy::generation>> ep_policy_group::generate_parts(
+    const std::vector<policy::token_id>& prompt, int num_rows, int max_new, float temperature,
+    uint64_t base_seed) {
   const int n = num_ranks();
   if (num_rows < n)
     return error{errc::invalid_argument,
@@ -169,8 +169,16 @@ result<policy::generation> ep_policy_group::generate(const std::vector<policy::t
     return ok_status();
   });
   if (!st) return st.err();
+  return parts;
+}
+
+result<policy::generation> ep_policy_group::generate(const std::vector<policy::token_id>& prompt,
+                                                     int num_rows, int max_new, float temperature,
+                                                     uint64_t base_seed) {
+  auto parts = generate_parts(prompt, num_rows, max_new, temperature, base_seed);
+  if (!parts) return parts.err();
   policy::generation out;
-  for (auto& p : parts) {
+  for (auto& p : *parts) {
     for (auto& c : p.completions) out.completions.push_back(std::move(c));
     for (auto& l : p.logprobs) out.logprobs.push_back(std::move(l));
   }

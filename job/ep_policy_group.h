@@ -83,6 +83,12 @@ class ep_policy_group {
   result<policy::generation> generate(const std::vector<policy::token_id>& prompt, int num_rows,
                                       int max_new, float temperature, uint64_t base_seed);
 
+  // The same, by rank: part r holds rank r's rows when r is one of this process's ranks (a
+  // group spanning processes leaves the others' parts empty; their processes hold them).
+  result<std::vector<policy::generation>> generate_parts(
+      const std::vector<policy::token_id>& prompt, int num_rows, int max_new, float temperature,
+      uint64_t base_seed);
+
   // What a rank's work sees: its policy share and, with shape.dense_collectives, its
   // dense collective group.
   struct rank_context {

@@ -58,13 +58,19 @@ ep_trainer_span trainer_span_of(actors::trainer_group& group) {
   s.ranks_per_member = static_cast<int>(group.ranks_per_member());
   s.make_bootstrap = [&group](int rank) { return make_group_bootstrap(group, rank); };
   s.abort = group.abort_flag();
-  std::vector<int> members;
-  for (int m = 0; m < s.num_members; ++m) members.push_back(m);
-  s.members_allgather = [&group, members](const std::string& mine, int64_t timeout_ms) {
-    return group.allgather("members", members, static_cast<int>(group.member_index()), mine,
-                           timeout_ms);
+  s.members_allgather = [&group](const std::string& mine, int64_t timeout_ms) {
+    return all_members_allgather(group, mine, timeout_ms);
   };
   return s;
+}
+
+result<std::vector<std::string>> all_members_allgather(actors::trainer_group& group,
+                                                       const std::string& mine,
+                                                       int64_t timeout_ms) {
+  std::vector<int> members;
+  for (uint32_t m = 0; m < group.num_members(); ++m) members.push_back(static_cast<int>(m));
+  return group.allgather("members", members, static_cast<int>(group.member_index()), mine,
+                         timeout_ms);
 }
 
 }  // namespace moerl::job

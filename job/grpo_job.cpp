@@ -16,6 +16,7 @@
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
+#include "job/rollout_group.h"
 #include "job/weights_feed.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
@@ -57,6 +58,7 @@ struct job_setup {
   float temperature = 1.0f;
   uint64_t seed = 1;
   int rollout_ep_ranks = 1;  // job.rollout_ep_ranks
+  int rollout_members = 1;   // rollout.group_size: rollout node processes per model instance
   int trainer_ep_ranks = 1;  // job.trainer_ep_ranks
   std::string prefix;
   std::shared_ptr<store::object_store> store;
@@ -66,6 +68,7 @@ struct job_setup {
   bool from_cache = true;
   uint64_t chunk_bytes = 1 << 20;
   int cache_timeout_ms = 2000;
+  bool same_host_shm = false;  // weights.same_host_shm
   std::mutex feed_mu;
   std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
 
@@ -102,6 +105,7 @@ struct job_setup {
       std::lock_guard<std::mutex> g(feed_mu);
       if (!feed)
         feed = std::make_unique<weights_feed>(use_caches() ? caches : nullptr, cache_timeout_ms,
+                                              same_host_shm,
                                               [this](uint64_t v) { return read_store_version(v); });
       f = feed.get();
     }
@@ -138,9 +142,11 @@ struct job_setup {
     s->prefix = cfg.get_string("job.store_prefix");
     s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
     s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
+    s->rollout_members = static_cast<int>(cfg.get_int("rollout.group_size"));
     s->from_cache = cfg.get_bool("weights.from_cache");
     s->chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
     s->cache_timeout_ms = static_cast<int>(cfg.get_int("weights.request_timeout_ms"));
+    s->same_host_shm = cfg.get_bool("weights.same_host_shm");
     for (auto [key, n] :
          {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
           std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
@@ -162,6 +168,21 @@ struct job_setup {
                    "task 'guess' (multi-turn) runs on one rollout rank: job.rollout_ep_ranks must "
                    "be 1, got " +
                        std::to_string(s->rollout_ep_ranks)};
+    if (s->rollout_members > 1) {
+      const int total = s->rollout_members * s->rollout_ep_ranks;
+      if (s->guess_turns > 0)
+        return error{errc::invalid_config,
+                     "task 'guess' (multi-turn) runs on one rollout rank: rollout.group_size must "
+                     "be 1, got " +
+                         std::to_string(s->rollout_members)};
+      if (s->model.num_experts % total != 0 || total > s->grpo.group_size)
+        return error{errc::invalid_config,
+                     "a rollout group of rollout.group_size " + std::to_string(s->rollout_members) +
+                         " x job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) + " = " +
+                         std::to_string(total) + " ranks must divide policy.num_experts " +
+                         std::to_string(s->model.num_experts) +
+                         " and be at most ledger.group_size " + std::to_string(s->grpo.group_size)};
+    }
     if (s->model.max_seq_len < s->prompt_length() + s->max_completion_length())
       return error{errc::invalid_config, "policy.max_seq_len " +
                                              std::to_string(s->model.max_seq_len) +
@@ -193,12 +214,36 @@ struct job_setup {
 
 // ---- rollout ------------------------------------------------------------------------------
 
+// What a rollout group's members (job/rollout_group.h) need: the model, the row count and
+// the node's weight feed. `s` outlives the group (the job holds it).
+rollout_group_setup group_setup(job_setup& s) {
+  rollout_group_setup g;
+  g.cfg = s.cfg;
+  g.model = s.model;
+  g.ranks_per_member = s.rollout_ep_ranks;
+  g.rows_per_group = s.grpo.group_size;
+  g.read_version = [ps = &s](uint64_t v) { return ps->version_bytes(v); };
+  return g;
+}
+
 class policy_rollout final : public actors::rollout_work {
  public:
   explicit policy_rollout(std::shared_ptr<job_setup> setup)
       : s_(std::move(setup)), rng_(std::random_device{}()) {}
 
-  status init() {
+  // `group`: this node leads a rollout group across nodes (rollout.group_size > 1); the
+  // model instance is sharded over every member's ranks (job/rollout_group.h).
+  status init(actors::trainer_group* group = nullptr) {
+    if (group) {
+      auto l = rollout_group_leader::create(group_setup(*s_), *group);
+      if (!l) return l.err();
+      leader_ = std::move(*l);
+      logger("rollout")->info(
+          "leading a rollout group of {} member processes x {} ranks ({} experts each)",
+          group->num_members(), group->ranks_per_member(),
+          s_->model.num_experts / int(group->num_members() * group->ranks_per_member()));
+      return {};
+    }
     if (s_->rollout_ep_ranks > 1) return start_ep_group();
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
@@ -208,8 +253,16 @@ class policy_rollout final : public actors::rollout_work {
   }
 
   std::string name() const override {
-    return s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep" : "grpo-rollout";
+    return leader_                    ? "grpo-rollout-group"
+           : s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep"
+                                      : "grpo-rollout";
   }
+
+  int64_t group_drain_by_unix_ms() const override {
+    return leader_ ? leader_->drain_by_unix_ms() : 0;
+  }
+  status idle() override { return leader_ ? leader_->ping() : status{}; }
+  bool usable() const override { return !leader_ || !leader_->broken(); }
 
   void use_environments(actors::env_link* link) override { env_ = link; }
   void begin_group(uint64_t group_id) override { group_id_ = group_id; }
@@ -223,7 +276,7 @@ class policy_rollout final : public actors::rollout_work {
     if (s_->multi_turn()) return episode(group, index_in_group, policy_version);
     if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
         index_in_group >= cached_.completions.size() || index_in_group == 0) {
-      auto g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()));
+      auto g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()), policy_version);
       if (!g) return g.err();
       cached_ = std::move(*g);
       cached_prompt_ = prompt;
@@ -288,8 +341,11 @@ class policy_rollout final : public actors::rollout_work {
     return {};
   }
 
-  result<policy::generation> generate_group(const std::vector<token_id>& prompt) {
+  result<policy::generation> generate_group(const std::vector<token_id>& prompt, uint64_t version) {
     const int max_new = s_->max_completion_length();
+    if (leader_)  // every member loads `version` itself (its own weight feed)
+      return leader_->generate(prompt, s_->grpo.group_size, max_new, s_->temperature, rng_(),
+                               version);
     if (!ep_) {
       std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size), prompt);
       return policy_->generate(rows, max_new, s_->temperature, rng_);
@@ -300,6 +356,7 @@ class policy_rollout final : public actors::rollout_work {
   // Loads the weights of `version` unless they are loaded already. Version 0 is the
   // initialisation from policy.seed, which every replica computes itself.
   status use_version(uint64_t version) {
+    if (leader_) return {};  // loaded with each command, on every member (generate_group)
     // A group broken by an earlier failure (a rank timed out mid-step) is rebuilt from
     // scratch; it starts at version 0 and loads `version` below.
     if (ep_ && ep_->broken()) {
@@ -333,6 +390,7 @@ class policy_rollout final : public actors::rollout_work {
   std::unique_ptr<policy::expert_exchange> exchange_;
   std::unique_ptr<policy::moe_policy> policy_;
   std::unique_ptr<ep_policy_group> ep_;  // instead of policy_ when job.rollout_ep_ranks > 1
+  std::unique_ptr<rollout_group_leader> leader_;  // instead of both: a rollout group's leader
   uint64_t loaded_version_ = 0;
   std::mt19937_64 rng_;
   policy::generation cached_;
@@ -795,6 +853,15 @@ class grpo_job final : public actors::job {
     auto w = std::make_unique<policy_rollout>(s_);
     if (auto st = w->init(); !st) return st.err();
     return std::unique_ptr<actors::rollout_work>(std::move(w));
+  }
+  result<std::unique_ptr<actors::rollout_work>> make_group_rollout_work(
+      actors::trainer_group& group) override {
+    auto w = std::make_unique<policy_rollout>(s_);
+    if (auto st = w->init(&group); !st) return st.err();
+    return std::unique_ptr<actors::rollout_work>(std::move(w));
+  }
+  status serve_rollout_member(actors::trainer_group& group) override {
+    return serve_rollout_group_member(group_setup(*s_), group);
   }
   result<std::unique_ptr<actors::reward_function>> make_reward() override {
     if (s_->multi_turn())

@@ -23,10 +23,11 @@ constexpr auto kFirstDirectoryWait = std::chrono::milliseconds(3000);
 }  // namespace
 
 weights_feed::weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms,
+                           bool same_host_shm,
                            std::function<result<std::string>(uint64_t)> store_read)
     : caches_(std::move(caches)),
       store_read_(std::move(store_read)),
-      reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms) {
+      reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms, same_host_shm) {
   if (caches_) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -75,7 +76,8 @@ result<weights::fetched_version> weights_feed::fetch_from_store(uint64_t version
   std::lock_guard<std::mutex> g(mu_);
   ++counters_.num_versions;
   counters_.bytes_from_store += s->size();
-  return weights::fetched_version{std::make_shared<const std::string>(std::move(*s)), "store"};
+  return weights::fetched_version{std::make_shared<const std::string>(std::move(*s)), "store",
+                                  "store"};
 }
 
 void weights_feed::prefetch_loop() {

@@ -29,8 +29,8 @@ namespace moerl::job {
 class weights_feed {
  public:
   // store_read(v): version v's durable copy, checked against its hash (the fallback).
-  // caches null: store only, no prefetch.
-  weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms,
+  // caches null: store only, no prefetch. same_host_shm: weights.same_host_shm.
+  weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms, bool same_host_shm,
                std::function<result<std::string>(uint64_t)> store_read);
   ~weights_feed();
   weights_feed(const weights_feed&) = delete;

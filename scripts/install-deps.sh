@@ -37,9 +37,10 @@ DEBIAN_PACKAGES=(
 # Only for scripts/pods.sh (the rendered deploy/ manifests played as pods, issue 17): the
 # engine (podman; runc because crun refuses hybrid cgroup layouts; netavark and aardvark-dns
 # for the bridge network and names between pods), buildah for the image, debootstrap for the
-# Debian 12 base image (no registry can be pulled from), tini for that base's pid 1.
+# Debian 12 base image (no registry can be pulled from), tini for that base's pid 1,
+# openssl for the cluster's CA and certificate (the TLS Secret pods.sh makes).
 POD_PACKAGES=(
-  podman buildah runc netavark aardvark-dns iptables catatonit debootstrap tini
+  podman buildah runc netavark aardvark-dns iptables catatonit debootstrap tini openssl
 )
 ((with_pods)) && DEBIAN_PACKAGES+=("${POD_PACKAGES[@]}")
 

@@ -260,6 +260,7 @@ nlohmann::json report_json(const run_measurements& m, const std::vector<invarian
                       {"baseline_observed_s", m.baseline_observed_s},
                       {"trainer_restarts", m.trainer_restarts},
                       {"trainer_group_reformations", m.trainer_group_reformations},
+                      {"rollout_group_reformations", m.rollout_group_reformations},
                       {"iteration_s", m.iteration_s},
                       {"baseline_iteration_s", m.baseline_iteration_s},
                       {"mean_iteration_s", mean(m.iteration_s)},
@@ -330,17 +331,20 @@ std::string human_summary(const nlohmann::json& r) {
      << stall_text(r.value("baseline_trainer_stall_s", nlohmann::json()),
                    r.value("baseline_observed_s", nlohmann::json()))
      << "\n";
-  for (const auto& g : r.value("trainer_group_reformations", nlohmann::json::array())) {
-    if (!g.is_object()) continue;
-    char buf[64];
-    std::snprintf(
-        buf, sizeof buf, "%.2fs",
-        g.value("downtime_s", nlohmann::json()).is_number() ? g["downtime_s"].get<double>() : -1.0);
-    os << "trainer group " << g.value("group", std::string("?"))
-       << " re-formed: " << g.value("cause", std::string("?")) << "; down "
-       << (g.value("downtime_s", nlohmann::json()).is_number() ? buf : "(not re-formed)")
-       << ", restored version " << g.value("restored_version", nlohmann::json()).dump() << "\n";
-  }
+  for (const char* role : {"trainer", "rollout"})
+    for (const auto& g :
+         r.value(std::string(role) + "_group_reformations", nlohmann::json::array())) {
+      if (!g.is_object()) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.2fs",
+                    g.value("downtime_s", nlohmann::json()).is_number()
+                        ? g["downtime_s"].get<double>()
+                        : -1.0);
+      os << role << " group " << g.value("group", std::string("?"))
+         << " re-formed: " << g.value("cause", std::string("?")) << "; down "
+         << (g.value("downtime_s", nlohmann::json()).is_number() ? buf : "(not re-formed)")
+         << ", restored version " << g.value("restored_version", nlohmann::json()).dump() << "\n";
+    }
   if (r.contains("baseline_note"))
     os << "baseline: " << r["baseline_note"].get<std::string>() << "\n";
   os << "invariants:\n";

@@ -60,6 +60,9 @@ struct run_measurements {
   // with its `group`): [{group, at, cause, restored_version, downtime_s}]. A member's loss
   // re-forms its group; these are kept apart from trainer restarts by a rollout loss.
   nlohmann::json trainer_group_reformations = nlohmann::json::array();
+  // Rollout EP groups across nodes (rollout.group_size > 1): their re-formations, the same
+  // form; never judged against the trainer's invariant (a rollout loss re-forms only them).
+  nlohmann::json rollout_group_reformations = nlohmann::json::array();
   std::string work_dir;  // logs and ledger store of a local run
   // What the live buffer shards refused, summed: {fenced, duplicate, purged, stale_policy}
   // (late samples of a fenced attempt show up here, not in the ledger's accounting).

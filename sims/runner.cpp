@@ -39,25 +39,9 @@ const node_view* observation::find(const std::string& name) const {
   return best;
 }
 
-std::vector<std::string> with_node_name(std::vector<std::string> argv, const std::string& name) {
-  for (auto& a : argv) {
-    if (a.rfind("node.name=", 0) == 0) {
-      a = "node.name=" + name;
-      return argv;
-    }
-  }
-  argv.push_back("--set");
-  argv.push_back("node.name=" + name);
-  return argv;
-}
-
 runner::runner(std::vector<fault_event> timeline, job_console& console, job_hooks hooks,
-               std::map<std::string, launch_spec> specs, std::string log_dir, int poll_ms)
-    : console_(console),
-      hooks_(std::move(hooks)),
-      specs_(std::move(specs)),
-      log_dir_(std::move(log_dir)),
-      poll_ms_(poll_ms) {
+               fault_delivery& delivery, int poll_ms)
+    : console_(console), hooks_(std::move(hooks)), delivery_(delivery), poll_ms_(poll_ms) {
   for (auto& e : timeline) {
     fault_state f;
     f.rec.planned = e;
@@ -120,7 +104,8 @@ bool runner::replacement_pending(const std::string& planned) const {
     const fault_event& e = g.rec.planned;
     if (e.node != planned || !removes_node(e.kind) || !e.replace || g.rec.injected_at < 0) continue;
     const bool not_gone_yet = g.gone_at < 0 && g.step == fault_state::phase::active;
-    const bool starting = !g.rec.replacement.empty() && g.replacement_up_at < 0;
+    const bool starting =
+        g.replacement_starting || (!g.rec.replacement.empty() && g.replacement_up_at < 0);
     if (not_gone_yet || g.replace_at >= 0 || starting) return true;
   }
   return false;
@@ -151,7 +136,7 @@ void runner::run(double duration_s, double settle_s) {
 
 void runner::undo_faults() {
   for (auto& f : faults_) {
-    if (f.stopped && f.pid > 0) (void)send_signal(f.pid, SIGCONT);
+    if (f.stopped) (void)delivery_.deliver(target_of(f), blow::cont, 0);
     f.stopped = false;
     if (f.rec.planned.kind == fault_kind::partition && hooks_.link_of) {
       if (netns_link* l = hooks_.link_of(f.rec.node); l && l->is_cut()) (void)l->heal();
@@ -240,7 +225,7 @@ void runner::step(fault_state& f) {
       if (n->state != "running") return skip("node " + f.rec.node + " is already " + n->state);
       if (ev.kind != fault_kind::spot_notice && ev.kind != fault_kind::rebalance_then_notice &&
           ev.kind != fault_kind::partition) {
-        const std::string why = hooks_.why_not_signalable(*n);
+        const std::string why = delivery_.why_not_reachable(*n);
         if (!why.empty()) return skip(why);
       }
       if (ev.kind == fault_kind::hard_kill && ev.phase != kill_phase::any) {
@@ -283,14 +268,14 @@ void runner::inject(fault_state& f, const node_view* n) {
     f.rec.skipped = why;
     f.step = fault_state::phase::settled;
   };
-  auto kill_with = [&](int sig) -> bool {
-    auto st = send_signal(f.pid, sig);
+  auto strike = [&](blow b) -> bool {
+    auto st = delivery_.deliver(target_of(f), b, ev.grace_s);
     if (!st) {
       if (st.err().code == errc::not_found) {
         add_note(f.rec, "process was already gone");
         return true;
       }
-      fail("signal failed: " + st.err().message);
+      fail("the blow failed: " + st.err().message);
       return false;
     }
     return true;
@@ -317,11 +302,12 @@ void runner::inject(fault_state& f, const node_view* n) {
     case fault_kind::shard_loss:
     case fault_kind::env_kill:
     case fault_kind::weights_loss:
-      if (!kill_with(SIGKILL)) return;
+      if (!strike(blow::kill)) return;
       break;
     case fault_kind::sigterm:
-      if (!kill_with(SIGTERM)) return;
-      f.deadline_kill_at = t + ev.grace_s;
+      if (!strike(blow::terminate)) return;
+      // Where the platform enforces the grace itself (a pod's kubelet), the runner does not.
+      if (!delivery_.enforces_grace()) f.deadline_kill_at = t + ev.grace_s;
       break;
     case fault_kind::partition: {
       netns_link* l = hooks_.link_of(f.rec.node);
@@ -332,7 +318,7 @@ void runner::inject(fault_state& f, const node_view* n) {
     }
     case fault_kind::slow_node:
     case fault_kind::env_slow:
-      if (!kill_with(SIGSTOP)) return;
+      if (!strike(blow::stop)) return;
       f.stopped = true;
       f.next_toggle = t + ev.stop_ms / 1000.0;
       f.end_at = t + ev.duration_s;
@@ -349,40 +335,41 @@ void runner::inject(fault_state& f, const node_view* n) {
   f.step = fault_state::phase::active;
 }
 
+node_ref runner::target_of(const fault_state& f) const {
+  return {f.rec.node, f.rec.planned.role, f.pid};
+}
+
+bool runner::node_gone(const fault_state& f, const node_view* n) {
+  if (const auto g = delivery_.gone(target_of(f))) return *g;
+  return n && (n->state == "dead" || n->state == "drained");
+}
+
 void runner::start_replacement(fault_state& f) {
   const fault_event& ev = f.rec.planned;
-  auto spec = specs_.find(f.rec.node);
-  if (spec == specs_.end()) {
-    // No command line of the node itself (it came and went between polls): a sibling's will do.
-    for (const auto& n : last_.nodes) {
-      if (n.role == ev.role && specs_.count(n.name)) {
-        spec = specs_.find(n.name);
-        break;
-      }
-    }
-  }
-  if (spec == specs_.end()) {
-    add_note(f.rec, "no replacement: no command line of a " + ev.role + " node to start one from");
-    f.replace_at = -1;
-    return;
-  }
   // As the pod controllers do, and `moerl up` (actors/pod_policy.h): a StatefulSet role's pod
   // is recreated under its own name, a Deployment's replaced by a new one with a new name.
   const bool recreate = actors::controller_of(ev.role) == actors::pod_controller::stateful_set;
   const std::string name =
       recreate ? ev.node : ev.node + "-r" + std::to_string(++replacements_made_[ev.node]);
-  launch_spec s = spec->second;
-  s.argv = with_node_name(s.argv, name);
-  auto pid = spawn_process(s, {}, log_dir_ + "/" + name + ".log");
   f.replace_at = -1;
-  if (!pid) {
-    add_note(f.rec, "replacement failed to start: " + pid.err().message);
+  if (auto st = delivery_.start_replacement(target_of(f), name); !st) {
+    add_note(f.rec, "replacement failed to start: " + st.err().message);
     return;
   }
-  spawned_.push_back(*pid);
-  specs_[name] = s;
-  alias_[ev.node] = name;
-  f.rec.replacement = name;
+  f.replacement_starting = true;
+  await_replacement(f);
+}
+
+void runner::await_replacement(fault_state& f) {
+  auto name = delivery_.replacement(f.rec.node);
+  if (name && name->empty()) return;  // still starting
+  f.replacement_starting = false;
+  if (!name) {
+    add_note(f.rec, "replacement failed: " + name.err().message);
+    return;
+  }
+  alias_[f.rec.planned.node] = *name;
+  f.rec.replacement = *name;
 }
 
 void runner::track(fault_state& f) {
@@ -407,7 +394,7 @@ void runner::track(fault_state& f) {
   }
   if (f.deadline_kill_at >= 0 && t >= f.deadline_kill_at) {
     f.deadline_kill_at = -1;
-    if (f.pid > 0 && process_alive(f.pid) && send_signal(f.pid, SIGKILL).ok()) {
+    if (!node_gone(f, n) && delivery_.deliver(target_of(f), blow::kill, 0).ok()) {
       add_note(f.rec,
                ev.kind == fault_kind::sigterm
                    ? "still alive after the grace period: SIGKILLed, as the kubelet does"
@@ -416,7 +403,7 @@ void runner::track(fault_state& f) {
   }
   if (is_duty_cycle(ev.kind) && !f.ended) {
     if (t >= f.end_at) {
-      if (f.stopped) (void)send_signal(f.pid, SIGCONT);
+      if (f.stopped) (void)delivery_.deliver(target_of(f), blow::cont, 0);
       f.stopped = false;
       f.ended = true;
       f.committed_ref = last_.committed;
@@ -424,7 +411,7 @@ void runner::track(fault_state& f) {
       f.ref_set = true;
     } else if (t >= f.next_toggle) {
       f.stopped = !f.stopped;
-      (void)send_signal(f.pid, f.stopped ? SIGSTOP : SIGCONT);
+      (void)delivery_.deliver(target_of(f), f.stopped ? blow::stop : blow::cont, 0);
       f.next_toggle = t + (f.stopped ? ev.stop_ms : ev.period_ms - ev.stop_ms) / 1000.0;
     }
   }
@@ -463,14 +450,13 @@ void runner::track(fault_state& f) {
 
   // ---- the node's process is gone: schedule its replacement -------------------------------
   if (removes_node(ev.kind) && f.gone_at < 0) {
-    const bool gone =
-        f.pid > 0 ? !process_alive(f.pid) : (n && (n->state == "dead" || n->state == "drained"));
-    if (gone) {
+    if (node_gone(f, n)) {
       f.gone_at = t;
       if (ev.replace) f.replace_at = t + ev.replace_delay_s;
     }
   }
   if (f.replace_at >= 0 && t >= f.replace_at && f.rec.replacement.empty()) start_replacement(f);
+  if (f.replacement_starting) await_replacement(f);
   if (!f.rec.replacement.empty() && f.replacement_up_at < 0) {
     const node_view* r = last_.find(f.rec.replacement);
     if (r && r->state == "running") {
@@ -494,6 +480,7 @@ void runner::track(fault_state& f) {
 
   // ---- settled: recovered and nothing left to do ------------------------------------------
   const bool pending_actions = f.notice_at >= 0 || f.deadline_kill_at >= 0 || f.replace_at >= 0 ||
+                               f.replacement_starting ||
                                ((is_duty_cycle(ev.kind) || ev.kind == fault_kind::partition ||
                                  ev.kind == fault_kind::coordinator_restart) &&
                                 !f.ended);

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sims/fault_delivery.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
 #include "sims/process_control.h"
@@ -29,8 +30,6 @@ struct job_hooks {
   // Kill the coordinator (SIGKILL) and start it again later (local: the cluster's restart).
   std::function<status()> kill_coordinator;
   std::function<status()> restart_coordinator;
-  // Whether signals may be sent to this node's pid (attach mode: only moerl on this host).
-  std::function<std::string(const node_view&)> why_not_signalable;
   // Why partitions are impossible for a node (empty: it runs behind a netns link).
   std::function<std::string(const std::string& name)> why_not_partitionable;
   std::function<netns_link*(const std::string& name)> link_of;
@@ -55,8 +54,9 @@ struct fault_state {
   enum class phase { pending, arming, active, settled } step = phase::pending;
   pid_t pid = 0;
   uint64_t iteration_at_arm = 0;
-  double gone_at = -1.0;     // the node's process is gone
-  double replace_at = -1.0;  // when to start the replacement
+  double gone_at = -1.0;              // the node's process is gone
+  double replace_at = -1.0;           // when to start the replacement
+  bool replacement_starting = false;  // started, its node name not known yet
   double replacement_up_at = -1.0;
   uint64_t committed_ref = 0;  // committed count that recovery must exceed
   // A fault on a trainer: the policy iteration recovery must exceed (rollouts commit on into
@@ -73,8 +73,9 @@ struct fault_state {
 
 class runner {
  public:
+  // `delivery` strikes the nodes and starts their replacements (sims/fault_delivery.h).
   runner(std::vector<fault_event> timeline, job_console& console, job_hooks hooks,
-         std::map<std::string, launch_spec> specs, std::string log_dir, int poll_ms);
+         fault_delivery& delivery, int poll_ms);
 
   // Runs until every fault settled and duration_s passed, or duration_s + settle_s.
   void run(double duration_s, double settle_s);
@@ -94,7 +95,6 @@ class runner {
   double observed_s() const { return last_.t - first_t_; }
   // Nodes that ended dead or drained although no fault aimed at them (or their predecessor).
   std::vector<std::string> collateral_losses() const;
-  std::vector<pid_t> spawned() const { return spawned_; }
 
  private:
   double now() const;
@@ -103,6 +103,10 @@ class runner {
   void inject(fault_state& f, const node_view* n);
   void track(fault_state& f);
   void start_replacement(fault_state& f);
+  void await_replacement(fault_state& f);
+  node_ref target_of(const fault_state& f) const;
+  // The node's process is gone: as the delivery tells, else as the console shows it.
+  bool node_gone(const fault_state& f, const node_view* n);
   std::string current_name(const std::string& planned) const;
   // An earlier fault removed this node and its replacement is on the way.
   bool replacement_pending(const std::string& planned) const;
@@ -110,10 +114,9 @@ class runner {
   std::vector<fault_state> faults_;
   job_console& console_;
   job_hooks hooks_;
-  std::map<std::string, launch_spec> specs_;  // by node name, read from /proc at start
+  fault_delivery& delivery_;
   std::map<std::string, std::string> alias_;  // planned name -> the node now in its place
   std::map<std::string, int> replacements_made_;
-  std::string log_dir_;
   int poll_ms_;
   std::chrono::steady_clock::time_point t0_;
   observation last_;
@@ -124,12 +127,7 @@ class runner {
   double last_iteration_change_ = 0.0;
   uint64_t last_iteration_ = 0;
   bool iteration_seen_ = false;
-  std::vector<pid_t> spawned_;
   double duration_s_ = 0.0;
 };
-
-// argv with its `node.name=` override set to `name` (appended as `--set node.name=...` when
-// the original has none).
-std::vector<std::string> with_node_name(std::vector<std::string> argv, const std::string& name);
 
 }  // namespace moerl::sims::detail

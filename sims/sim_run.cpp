@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/posix_check.h"
 #include "common/status_try.h"
+#include "sims/fault_delivery.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
 #include "sims/process_control.h"
@@ -70,15 +71,15 @@ status wait_running(job_console& console, const std::set<std::string>& names, in
 }
 
 // Command lines of every node the console lists, read from /proc (local pids only).
-std::map<std::string, launch_spec> read_specs(job_console& console) {
-  std::map<std::string, launch_spec> out;
+std::map<std::string, known_node> read_specs(job_console& console) {
+  std::map<std::string, known_node> out;
   auto body = console.call("nodes");
   if (!body) return out;
   auto nodes = parse_nodes(*body);
   if (!nodes) return out;
   for (const auto& n : *nodes) {
     if (n.pid <= 0 || n.state != "running") continue;
-    if (auto s = read_launch_spec(n.pid)) out[n.name] = *s;
+    if (auto s = read_launch_spec(n.pid)) out[n.name] = {n.role, *s};
   }
   return out;
 }
@@ -192,14 +193,15 @@ nlohmann::json units_of(const result<nlohmann::json>& rep) {
           {"interruptions", interruptions.size()}};
 }
 
-// Every re-formation of a trainer group, from the coordinator's report (groups[].reformed),
-// each with its group's name: [{group, at, cause, restored_version, downtime_s}].
-nlohmann::json trainer_group_reformations(const result<nlohmann::json>& rep) {
+// Every re-formation of the groups of `role` (the trainer group, rollout EP groups), from
+// the coordinator's report (groups[].reformed), each with its group's name: [{group, at,
+// cause, restored_version, downtime_s}].
+nlohmann::json group_reformations(const result<nlohmann::json>& rep, const std::string& role) {
   nlohmann::json out = nlohmann::json::array();
   if (!rep) return out;
   const auto groups = rep->value("groups", nlohmann::json::array());
   for (const auto& g : groups) {
-    if (!g.is_object() || g.value("role", std::string()) != "trainer") continue;
+    if (!g.is_object() || g.value("role", std::string()) != role) continue;
     const auto reformed = g.value("reformed", nlohmann::json::array());
     for (const auto& r : reformed) {
       if (!r.is_object()) continue;
@@ -262,7 +264,8 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
   }
   const auto report = console.call("report");
   m.units = units_of(report);
-  m.trainer_group_reformations = trainer_group_reformations(report);
+  m.trainer_group_reformations = group_reformations(report, "trainer");
+  m.rollout_group_reformations = group_reformations(report, "rollout");
   m.env_episodes_failed = env_episodes_failed(last.nodes);
   // Not reported (old trainers): -1, which the report shows as null.
   m.trainer_stall_s = r.stall().reported() ? r.stall().total_s() : -1;
@@ -318,9 +321,6 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
     (void)cluster->wait_exit("coordinator", 5000);
     return cluster->restart("coordinator");
   };
-  hooks.why_not_signalable = [](const node_view& n) {
-    return n.pid > 1 ? std::string() : "node " + n.name + " reports no pid";
-  };
   hooks.why_not_partitionable = [&](const std::string& name) -> std::string {
     if (auto it = partition_skip.find(name); it != partition_skip.end()) return it->second;
     if (!setup.links.count(name))
@@ -332,12 +332,15 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
     return it == setup.links.end() ? nullptr : it->second.get();
   };
 
-  runner r(*timeline, *setup.console, hooks, read_specs(*setup.console), work_dir + "/faults-logs",
-           o.poll_ms);
+  auto delivery = process_delivery(
+      read_specs(*setup.console), work_dir + "/faults-logs", [](const node_view& n) {
+        return n.pid > 1 ? std::string() : "node " + n.name + " reports no pid";
+      });
+  runner r(*timeline, *setup.console, hooks, *delivery, o.poll_ms);
   r.run(s.duration_s, s.settle_s);
   r.undo_faults();
   fill_from(m, r, *setup.console);
-  stop_local(setup, r.spawned());
+  stop_local(setup, delivery->spawned());
 
   if (o.baseline) {
     // The same cluster, config and seed without faults. Iterations take well under a second
@@ -346,7 +349,9 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
     if (!base) {
       m.baseline_note = "baseline run failed to start: " + base.err().message;
     } else {
-      runner b({}, *base->console, job_hooks{}, {}, work_dir + "/baseline-logs", o.poll_ms);
+      auto none = process_delivery({}, work_dir + "/baseline-logs",
+                                   [](const node_view&) { return std::string(); });
+      runner b({}, *base->console, job_hooks{}, *none, o.poll_ms);
       b.run(std::min(s.duration_s, 15.0), 0.0);
       m.baseline_iteration_s = b.iteration_s();
       m.baseline_trainer_stall_s = b.stall().reported() ? b.stall().total_s() : -1;
@@ -379,7 +384,6 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
 
   job_hooks hooks;
   hooks.coordinator_restartable = false;
-  hooks.why_not_signalable = not_a_local_node;
   hooks.why_not_partitionable = [](const std::string& name) {
     return "attach mode: " + name + " was not started inside a network namespace by this runner";
   };
@@ -387,7 +391,17 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
   auto made = make_work_dir();
   if (!made) return made.err();
   m.work_dir = *made;
-  runner r(*timeline, console, hooks, read_specs(console), m.work_dir, o.poll_ms);
+  // The nodes' hands: signals to moerl node processes on this host, or the command that
+  // strikes and replaces them where they run (--deliver-via: pods).
+  std::unique_ptr<fault_delivery> delivery;
+  if (o.deliver_via.empty()) {
+    delivery = process_delivery(read_specs(console), m.work_dir, not_a_local_node);
+  } else {
+    auto made_delivery = command_delivery(o.deliver_via, m.work_dir);
+    if (!made_delivery) return made_delivery.err();
+    delivery = std::move(*made_delivery);
+  }
+  runner r(*timeline, console, hooks, *delivery, o.poll_ms);
   r.run(s.duration_s, s.settle_s);
   r.undo_faults();
   fill_from(m, r, console);
@@ -416,6 +430,11 @@ result<run_measurements> run_scenario(const scenario& s, const run_options& o) {
   overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
   auto cfg = config::load(o.config_file, overrides);
   if (!cfg) return cfg.err();
+  if (!o.deliver_via.empty() && o.against.empty()) {
+    return error{errc::invalid_argument,
+                 "--deliver-via needs --against: a local cluster's nodes are this runner's own "
+                 "processes"};
+  }
   run_measurements m;
   m.scenario = s.name;
   m.file = s.file;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/host_identity.h"
 #include "common/log.h"
 #include "ledger/zmq_bind.h"
 #include "ledger/zmq_check.h"
@@ -42,7 +43,8 @@ json server_counters::to_json() const {
           {"bad_requests", num_bad_requests},
           {"bytes_served", bytes_served},
           {"versions_put", num_versions_put},
-          {"chunks_refused", num_chunks_refused}};
+          {"chunks_refused", num_chunks_refused},
+          {"shm_copies", num_shm_copies}};
 }
 
 result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<ledger::zmq_context> ctx,
@@ -166,10 +168,13 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
   auto v = cache_->find(*version);
   if (!v) return v.err();
   const auto& cv = **v;
-  if (verb == wire::kMeta)
-    return json{{"version", cv.version},           {"bytes", cv.bytes->size()},
-                {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
-                {"num_chunks", cv.num_chunks()},   {"load", load()}};
+  if (verb == wire::kMeta) {
+    json meta{{"version", cv.version},           {"bytes", cv.bytes->size()},
+              {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
+              {"num_chunks", cv.num_chunks()},   {"load", load()}};
+    if (auto path = shm_path_for(cv, h); !path.empty()) meta["shm_path"] = path;
+    return meta;
+  }
   auto chunk = wire::uint_field(h, "chunk");
   if (!chunk) return chunk.err();
   if (*chunk >= cv.num_chunks())
@@ -181,6 +186,27 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
               {"chunk", *chunk},
               {"offset", cv.chunk_offset(*chunk)},
               {"chunk_hash", cv.chunk_hashes[*chunk]}};
+}
+
+void cache_server::enable_same_host_shm(bool on) {
+  shm_host_ = on ? host_identity({"net", "mnt"}) : std::string();
+  if (!on) shm_.reset();
+}
+
+std::string cache_server::shm_path_for(const cached_version& cv, const json& request) {
+  if (shm_host_.empty() || request.value("host", std::string()) != shm_host_) return "";
+  if (!shm_ || shm_->version() != cv.version) {
+    shm_.reset();  // the older copy goes first: one at a time
+    auto made = shm_copy::publish(cv.version, *cv.bytes);
+    if (!made) {
+      logger("weights")->warn("same-host copy of version {}: {}; readers get chunks", cv.version,
+                              made.err().to_string());
+      return "";
+    }
+    shm_ = std::move(*made);
+    ++counters_.num_shm_copies;
+  }
+  return shm_->path();
 }
 
 result<json> cache_server::handle_put(const json& h, const std::string& payload) {

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "ledger/sample_plane.h"
+#include "weights/shm_copy.h"
 #include "weights/version_cache.h"
 
 namespace moerl::weights {
@@ -28,6 +29,7 @@ struct server_counters {
   uint64_t bytes_served = 0;        // chunk payload sent to readers
   uint64_t num_versions_put = 0;    // versions completed by a pusher
   uint64_t num_chunks_refused = 0;  // put chunks whose hash did not match (the pusher resends)
+  uint64_t num_shm_copies = 0;      // versions written to /dev/shm for same-host readers
   nlohmann::json to_json() const;
 };
 
@@ -48,6 +50,11 @@ class cache_server {
   server_counters counters() const { return counters_; }
   // Chunk bytes served over the last two seconds: what readers compare to pick a cache.
   uint64_t load() const;
+  // Readers on this host that ask (version_reader's same_host_shm) get the version through
+  // a /dev/shm file (weights/shm_copy.h) instead of chunks. One version at a time has such
+  // a copy (the newest asked for), so the cache's memory is at most one version above
+  // weights.cache_bytes.
+  void enable_same_host_shm(bool on);
 
  private:
   cache_server() = default;
@@ -73,6 +80,10 @@ class cache_server {
   uint64_t chunk_bytes_ = 0;
   std::map<uint64_t, staged_put> staged_;
   server_counters counters_;
+  std::string shm_host_;  // host_identity of this process when the shm path is on, else ""
+  std::unique_ptr<shm_copy> shm_;
+  // The shm path for version `cv` when the reader's host is ours ("" otherwise or on failure).
+  std::string shm_path_for(const cached_version& cv, const nlohmann::json& request);
   int64_t bucket_ms_ = 0;  // the load's one-second buckets
   uint64_t bucket_now_ = 0, bucket_prev_ = 0;
 };

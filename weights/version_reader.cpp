@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "common/host_identity.h"
 #include "common/log.h"
 #include "store/digest.h"
+#include "weights/shm_copy.h"
 #include "weights/wire.h"
 
 namespace moerl::weights {
@@ -19,8 +21,15 @@ json reader_counters::to_json() const {
           {"versions", num_versions},
           {"failovers", num_failovers},
           {"chunk_refetches", num_chunk_refetches},
-          {"store_fallbacks", num_store_fallbacks}};
+          {"store_fallbacks", num_store_fallbacks},
+          {"bytes_via_shm", bytes_via_shm}};
 }
+
+version_reader::version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms,
+                               bool same_host_shm)
+    : ctx_(std::move(ctx)),
+      timeout_ms_(timeout_ms),
+      shm_host_(same_host_shm ? host_identity({"net", "mnt"}) : std::string()) {}
 
 cache_client* version_reader::client(const std::string& endpoint) {
   auto& c = clients_[endpoint];
@@ -44,7 +53,9 @@ std::vector<version_reader::holder> version_reader::holders(
   for (const auto& ep : caches) {
     auto* c = client(ep);
     if (!c) continue;
-    auto a = c->call(wire::kMeta, json{{"version", version}});
+    json meta{{"version", version}};
+    if (!shm_host_.empty()) meta["host"] = shm_host_;
+    auto a = c->call(wire::kMeta, meta);
     if (!a) {
       if (a.err().code != errc::not_found) drop(ep);  // dead or confused: a fresh socket next time
       continue;
@@ -56,6 +67,7 @@ std::vector<version_reader::holder> version_reader::holders(
     h.chunk_bytes = a->header.value("chunk_bytes", uint64_t{0});
     h.num_chunks = a->header.value("num_chunks", uint64_t{0});
     h.content_hash = a->header.value("content_hash", std::string());
+    h.shm_path = a->header.value("shm_path", std::string());
     if (h.chunk_bytes == 0 || h.content_hash.empty()) continue;
     out.push_back(std::move(h));
   }
@@ -96,11 +108,34 @@ bool version_reader::read_chunks(const holder& h, uint64_t version, std::string&
   return true;
 }
 
+std::optional<std::string> version_reader::read_same_host_copy(const std::vector<holder>& hs,
+                                                               uint64_t version) {
+  for (const holder& h : hs) {
+    if (h.shm_path.empty()) continue;
+    auto bytes = read_shm_copy(h.shm_path, h.bytes);
+    if (bytes && store::sha256_hex(*bytes) == h.content_hash) {
+      counters_.bytes_from_cache += bytes->size();
+      counters_.bytes_via_shm += bytes->size();
+      return std::move(*bytes);
+    }
+    logger("weights")->warn(
+        "version {}: same-host copy {} from cache {} unusable ({}); reading chunks", version,
+        h.shm_path, h.endpoint,
+        bytes ? "does not match its content hash" : bytes.err().to_string());
+  }
+  return std::nullopt;
+}
+
 result<fetched_version> version_reader::fetch(
     uint64_t version, const std::vector<std::string>& caches,
     const std::function<result<std::string>()>& from_store) {
   auto log = logger("weights");
   auto hs = holders(version, caches);
+  if (auto same_host = read_same_host_copy(hs, version)) {
+    ++counters_.num_versions;
+    return fetched_version{std::make_shared<const std::string>(std::move(*same_host)), "cache",
+                           "shm"};
+  }
   std::string bytes, content_hash;
   uint64_t next = 0, chunk_bytes = 0;
   bool complete = false;
@@ -120,7 +155,7 @@ result<fetched_version> version_reader::fetch(
   }
   if (complete && store::sha256_hex(bytes) == content_hash) {
     ++counters_.num_versions;
-    return fetched_version{std::make_shared<const std::string>(std::move(bytes)), "cache"};
+    return fetched_version{std::make_shared<const std::string>(std::move(bytes)), "cache", "zmq"};
   }
   if (complete) log->error("version {} from the caches does not match its content hash", version);
   if (!from_store)
@@ -134,7 +169,7 @@ result<fetched_version> version_reader::fetch(
   ++counters_.num_store_fallbacks;
   ++counters_.num_versions;
   counters_.bytes_from_store += s->size();
-  return fetched_version{std::make_shared<const std::string>(std::move(*s)), "store"};
+  return fetched_version{std::make_shared<const std::string>(std::move(*s)), "store", "store"};
 }
 
 }  // namespace moerl::weights

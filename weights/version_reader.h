@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,20 +32,23 @@ struct reader_counters {
   uint64_t num_failovers = 0;        // a cache failed mid-version; the next one resumed
   uint64_t num_chunk_refetches = 0;  // a chunk that did not match its hash, fetched again
   uint64_t num_store_fallbacks = 0;  // versions no cache could serve
+  uint64_t bytes_via_shm = 0;        // of bytes_from_cache: read through a same-host file
   nlohmann::json bytes_from_json() const;
   nlohmann::json to_json() const;
 };
 
 struct fetched_version {
   std::shared_ptr<const std::string> bytes;
-  std::string source;  // "cache" or "store"
+  std::string source;     // "cache" or "store"
+  std::string transport;  // "shm" (a same-host file), "zmq" (chunks) or "store"
 };
 
 class version_reader {
  public:
-  // timeout_ms bounds each request to a cache.
-  version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms)
-      : ctx_(std::move(ctx)), timeout_ms_(timeout_ms) {}
+  // timeout_ms bounds each request to a cache. same_host_shm: ask caches for a /dev/shm
+  // copy (weights/shm_copy.h), read in one pass when the cache shares this host.
+  version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms,
+                 bool same_host_shm = false);
   // `caches`: the endpoints to try; `from_store`: the durable copy (it checks what it reads;
   // null: no store fallback, errc::not_found when no cache holds the version).
   result<fetched_version> fetch(uint64_t version, const std::vector<std::string>& caches,
@@ -57,7 +61,11 @@ class version_reader {
     uint64_t load = 0;
     uint64_t bytes = 0, chunk_bytes = 0, num_chunks = 0;
     std::string content_hash;
+    std::string shm_path;  // a same-host copy the cache offered, or ""
   };
+  // The version from the first holder offering a same-host copy; nullopt when none does or
+  // the copy cannot be read or does not match the content hash (the chunks are read then).
+  std::optional<std::string> read_same_host_copy(const std::vector<holder>& hs, uint64_t version);
   cache_client* client(const std::string& endpoint);
   void drop(const std::string& endpoint);
   std::vector<holder> holders(uint64_t version, const std::vector<std::string>& caches);
@@ -67,6 +75,7 @@ class version_reader {
 
   std::shared_ptr<ledger::zmq_context> ctx_;
   int timeout_ms_;
+  std::string shm_host_;  // host_identity sent with meta requests when same_host_shm
   std::map<std::string, std::unique_ptr<cache_client>> clients_;
   reader_counters counters_;
 };

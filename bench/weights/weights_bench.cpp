@@ -70,9 +70,11 @@ std::string self_executable() {
 class cache_thread {
  public:
   cache_thread(std::shared_ptr<ledger::zmq_context> ctx, const std::string& endpoint,
-               std::shared_ptr<weights::version_cache> cache, uint64_t chunk_bytes) {
+               std::shared_ptr<weights::version_cache> cache, uint64_t chunk_bytes,
+               bool same_host_shm = false) {
     server_ = need(weights::cache_server::bind(ctx, endpoint, std::move(cache), chunk_bytes),
                    "binding a cache on " + endpoint);
+    server_->enable_same_host_shm(same_host_shm);
     thread_ = std::thread([this] {
       while (!stop_)
         if (auto st = server_->poll(20); !st) failure_ = st.err().to_string();
@@ -210,7 +212,7 @@ class reader_fleet {
 
 // Where one path's readers read, set up for one size.
 struct source {
-  std::string path, transport, kind, at;  // kind: "cache" or "store"
+  std::string path, transport, kind, at;  // kind: "cache", "cache_shm" or "store"
   std::vector<std::string> overrides;
 };
 
@@ -221,9 +223,10 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   const std::string exe = opt.moerl_binary.empty() ? self_executable() : opt.moerl_binary;
   const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
   for (const auto& p : opt.paths)
-    if (p != "cache_tcp" && p != "cache_ipc" && p != "store_local" && p != "store_s3")
+    if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "store_local" &&
+        p != "store_s3")
       throw std::runtime_error("unknown path '" + p +
-                               "' (cache_tcp, cache_ipc, store_local, store_s3)");
+                               "' (cache_tcp, cache_ipc, cache_shm, store_local, store_s3)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -287,7 +290,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
     auto cache = std::make_shared<weights::version_cache>(2, static_cast<uint64_t>(size) * 2);
     std::vector<std::unique_ptr<cache_thread>> caches;
     std::vector<source> sources;
-    if (wants("cache_tcp") || wants("cache_ipc")) {
+    if (wants("cache_tcp") || wants("cache_ipc") || wants("cache_shm")) {
       auto tcp = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes);
       const std::string hash = store::sha256_hex(bytes);
       auto pusher = need(weights::cache_client::connect(ctx, tcp->endpoint(), 60000), "connect");
@@ -304,6 +307,14 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                                                   cache, chunk_bytes);
         sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}});
         caches.push_back(std::move(ipc));
+      }
+      if (wants("cache_shm")) {
+        // The same cache memory again, its same-host path on: readers ask for the /dev/shm
+        // copy (weights/shm_copy.h) and read it in one pass, as rollouts on its host do.
+        auto shm = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes,
+                                                  /*same_host_shm=*/true);
+        sources.push_back({"cache", "shm", "cache_shm", shm->endpoint(), {}});
+        caches.push_back(std::move(shm));
       }
       caches.push_back(std::move(tcp));
     }

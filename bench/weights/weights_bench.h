@@ -28,8 +28,9 @@ namespace moerl::bench {
 struct weights_bench_options {
   std::vector<int64_t> sizes = {64ll << 20, 512ll << 20};  // version bytes
   std::vector<int> readers = {1, 4, 8};                    // reader processes
-  // Of cache_tcp, cache_ipc, store_local, store_s3.
-  std::vector<std::string> paths = {"cache_tcp", "cache_ipc", "store_local", "store_s3"};
+  // Of cache_tcp, cache_ipc, cache_shm, store_local, store_s3.
+  std::vector<std::string> paths = {"cache_tcp", "cache_ipc", "cache_shm", "store_local",
+                                    "store_s3"};
   int reps = 5;    // timed deliveries per path, size and reader count
   int warmup = 1;  // untimed deliveries first (connections made, pages faulted)
   // moto holds every GET's whole body in memory: combinations whose readers x size exceed

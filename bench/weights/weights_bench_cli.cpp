@@ -51,7 +51,8 @@ void add_weights_bench_command(CLI::App& bench) {
   cmd->add_option("--readers", opt->readers, "reader process counts")
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--paths", opt->paths, "of cache_tcp, cache_ipc, store_local, store_s3")
+  cmd->add_option("--paths", opt->paths,
+                  "of cache_tcp, cache_ipc, cache_shm, store_local, store_s3")
       ->delimiter(',');
   cmd->add_option("--reps", opt->reps, "timed deliveries per combination")
       ->check(CLI::Range(1, 10000));
@@ -85,7 +86,7 @@ void add_weights_bench_command(CLI::App& bench) {
   reader->group("");
   auto args = std::make_shared<weights_reader_args>();
   reader->add_option("--control", args->control, "the benchmark's control endpoint")->required();
-  reader->add_option("--source", args->source, "cache or store")->required();
+  reader->add_option("--source", args->source, "cache, cache_shm or store")->required();
   reader->add_option("--at", args->at, "cache endpoint or store URL")->required();
   reader->add_option("--version", args->version, "policy version to read");
   reader->add_option("--set", args->overrides, "config override key=value (repeatable)");

@@ -52,8 +52,9 @@ status run_weights_reader(const weights_reader_args& args) {
   fetcher fetch;
   std::unique_ptr<weights::version_reader> reader;
   std::unique_ptr<store::object_store> store;
-  if (args.source == "cache") {
-    reader = std::make_unique<weights::version_reader>(*ctx, kCacheTimeoutMs);
+  if (args.source == "cache" || args.source == "cache_shm") {
+    reader = std::make_unique<weights::version_reader>(*ctx, kCacheTimeoutMs,
+                                                       args.source == "cache_shm");
     fetch = [&]() -> result<size_t> {
       auto got = reader->fetch(args.version, {args.at}, nullptr);
       if (!got) return got.err();
@@ -77,8 +78,9 @@ status run_weights_reader(const weights_reader_args& args) {
       return bytes->size();
     };
   } else {
-    return error(errc::invalid_argument,
-                 "weights-reader --source must be cache or store, got '" + args.source + "'");
+    return error(
+        errc::invalid_argument,
+        "weights-reader --source must be cache, cache_shm or store, got '" + args.source + "'");
   }
 
   void* sock = zmq_socket((*ctx)->handle(), ZMQ_DEALER);

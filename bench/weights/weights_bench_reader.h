@@ -15,7 +15,7 @@ namespace moerl::bench {
 
 struct weights_reader_args {
   std::string control;  // the bench's ROUTER endpoint
-  std::string source;   // "cache" or "store"
+  std::string source;   // "cache", "cache_shm" (its same-host path) or "store"
   std::string at;       // the cache's endpoint, or the store's URL
   uint64_t version = 1;
   std::vector<std::string> overrides;  // config key=value (store.s3_endpoint, ...)

@@ -16,12 +16,18 @@ hostPort are left out, see pod_doc):
   those pods to the network under the Service's name as an alias (the mapping of the
   coordinator Service that local-pods needs);
 - Secrets and PersistentVolumeClaims are played once, before any pod (resources.yaml);
-  every pod's play is given the ConfigMaps (configmaps.yaml, kube play --configmap).
+  every pod's play is given the ConfigMaps (configmaps.yaml, kube play --configmap);
+- a Secret volume becomes the podman named volume of the Secret's name (secret_volume):
+  podman 4.3 writes a Secret's values into its volume still base64-encoded (a PEM file or a
+  token would arrive as its base64 text), so pods.sh fills that volume with the decoded files
+  (mode 0400, as the manifests' defaultMode) and every pod mounts it read-only, as the kubelet
+  mounts a Secret.
 
   controllers.py plan RENDERED.yaml OUT      resources.yaml, configmaps.yaml, pods/, plan.json
   controllers.py replace OUT POD             the controller's replacement of POD (prints it)
 
-plan.json lists every pod with its controller, role, grace period and network aliases.
+plan.json lists every pod with its controller, role, grace period and network aliases, and
+the Secrets the pods mount.
 """
 import copy
 import hashlib
@@ -71,6 +77,7 @@ def pod_doc(workload, pod_name):
             c["ports"] = ports
         else:
             c.pop("ports", None)
+    template["spec"]["volumes"] = [secret_volume(v) for v in template["spec"].get("volumes", [])]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -78,6 +85,21 @@ def pod_doc(workload, pod_name):
                      "annotations": meta.get("annotations", {})},
         "spec": template["spec"],
     }
+
+
+def secret_volume(volume):
+    """A Secret volume as the podman named volume pods.sh fills with its decoded files."""
+    if "secret" not in volume:
+        return volume
+    return {"name": volume["name"],
+            "persistentVolumeClaim": {"claimName": volume["secret"]["secretName"],
+                                      "readOnly": True}}
+
+
+def secret_names(workloads):
+    """Every Secret the pods mount: pods.sh creates and fills a volume for each."""
+    return sorted({v["secret"]["secretName"] for w in workloads.values()
+                   for v in w["spec"]["template"]["spec"].get("volumes", []) if "secret" in v})
 
 
 def pod_entry(workload, pod_name, services):
@@ -141,7 +163,8 @@ def plan(rendered, out):
     # its alias before anyone joins; the nodes retry until it answers either way).
     pods.sort(key=lambda p: (p["kind"] != "StatefulSet", p["role"] != "coordinator"))
     with open(out / "plan.json", "w") as f:
-        json.dump({"workloads": workloads, "services": services, "pods": pods}, f, indent=1)
+        json.dump({"workloads": workloads, "services": services, "pods": pods,
+                   "secrets": secret_names(workloads)}, f, indent=1)
     for p in pods:
         print(p["pod"])
 

@@ -154,3 +154,42 @@ TEST(node_group_core, a_member_found_dead_after_a_survivor_reported_the_break_is
   EXPECT_TRUE(c.member_lost("id-a", "later", 40).empty());
   EXPECT_EQ(c.groups_json()[0]["reformed"][0]["cause"], cause);
 }
+
+// A rollout EP group beside the trainer group (rollout.group_size): a Deployment's
+// replacement joins under a new name and takes the lost member's place, and neither the
+// loss nor the re-formation touches the trainer group.
+TEST(node_group_core, a_rollout_group_reforms_with_a_renamed_replacement_apart_from_the_trainers) {
+  node_group_core c(1000);
+  auto rollout = [](const std::string& id, const std::string& name) {
+    group_join_request r = member(id, name);
+    r.group = "rollout-g0";
+    r.role = "rollout";
+    r.ranks_per_node = 1;
+    return r;
+  };
+  ASSERT_TRUE(c.join(member("t0", "trainer-0"), 0));
+  ASSERT_TRUE(c.join(member("t1", "trainer-1"), 0));
+  ASSERT_TRUE(c.join(rollout("r0", "rollout-0"), 0));
+  ASSERT_TRUE(c.join(rollout("r1", "rollout-1"), 0));
+  ASSERT_TRUE(c.view("r1") && c.view("t1"));
+  EXPECT_EQ(c.node_json("r1")["group"], "rollout-g0");
+  EXPECT_EQ(c.node_json("r1")["ranks"], (nlohmann::json{1}));
+  // A rollout node cannot join the trainer group (its role differs).
+  group_join_request wrong = rollout("r8", "rollout-8");
+  wrong.group = "trainer";
+  EXPECT_FALSE(c.join(wrong, 0));
+  // The leader waits in a members round; the follower dies.
+  EXPECT_TRUE(c.allgather(1, "r0", 1, "members", {0, 1}, 0, "generate").empty());
+  EXPECT_EQ(c.member_lost("r1", "SIGKILL", 100), (std::vector<std::string>{"r0"}));
+  ASSERT_EQ(c.take_failed_gathers().size(), 1u);
+  EXPECT_TRUE(c.view("t0") && c.view("t0")->incarnation == 1u);  // the trainers go on
+  // The survivor and the replacement under its new name form incarnation 2.
+  ASSERT_TRUE(c.join(rollout("r0", "rollout-0"), 200));
+  ASSERT_TRUE(c.join(rollout("r1b", "rollout-1-r1"), 300));
+  auto v = c.view("r1b");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->incarnation, 2u);
+  EXPECT_EQ(v->members, (std::vector<std::string>{"rollout-0", "rollout-1-r1"}));
+  EXPECT_EQ(c.num_reformed("rollout-g0"), 1u);
+  EXPECT_EQ(c.num_reformed("trainer"), 0u);
+}

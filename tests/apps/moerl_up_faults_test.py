@@ -12,8 +12,11 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL console_taken  the coordinator's console port taken while it is down
+  moerl_up_faults_test.py MOERL same_second  three runs started at once on the default consoles
   moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
+  moerl_up_faults_test.py MOERL rollout_group  SIGKILL each member of a 2-node rollout group
+  moerl_up_faults_test.py MOERL rollout_group_drain  a Spot notice to the follower of a rollout group
   moerl_up_faults_test.py MOERL disk_full  the store on a 2 MiB tmpfs: ends at once, cause named
   moerl_up_faults_test.py MOERL trainer_lost  SIGKILL the trainer, recreated only 30 s later
   moerl_up_faults_test.py MOERL weights_kill  SIGKILL a checkpoint cache of two (issue 13)
@@ -43,8 +46,9 @@ class up_run:
     def __init__(self, moerl, cwd, name, *args, prefix=(), policy=SMALL):
         self.moerl, self.name = moerl, name
         self.report = os.path.join(cwd, name + ".json")
+        self.run_dir = os.path.join(cwd, name + "-runs")
         self.cmd = [*prefix, moerl, "up", "--timeout", str(BOUND_S), "--report", self.report,
-                    "--run-dir", os.path.join(cwd, name + "-runs"), *policy, *args]
+                    "--run-dir", self.run_dir, *policy, *args]
         self.p = subprocess.Popen(self.cmd, cwd=cwd, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         self.lines, self.err, self.err_chunks = [], "", []
@@ -88,6 +92,17 @@ class up_run:
         """Training resumed: two more iterations past the first progress line after `after`."""
         j, m = self.wait_line(r"iteration (\d+)/", after)
         return self.wait_iteration(int(m.group(1)) + 2, j)
+
+    def wait_log(self, text):
+        """The node log (this run's logs/) that says `text`; fails the test past the bound."""
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline:
+            for f in glob.glob(os.path.join(self.run_dir, "*", "logs", "*.log")):
+                if text in open(f, errors="replace").read():
+                    return f
+            time.sleep(0.1)
+        self.finish(check=False)
+        sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
 
     def console_address(self):
         return self.wait_line(r"console at (\S+) ")[1].group(1)
@@ -139,6 +154,7 @@ class up_run:
         pid = self.pid_of(name)
         print(f"[{self.name}] {signal.Signals(sig).name} -> {name} (pid {pid})", flush=True)
         os.kill(pid, sig)
+        return pid
 
     def finish(self, check=True):
         try:
@@ -264,17 +280,16 @@ def trainer_lost(moerl, tmp):
     held = run.handed()
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
+    # The coordinator's declaration (it may follow the exit line: the coordinator learns of
+    # the death from its own link, not from moerl up). The trainer may have confirmed all it
+    # held just before the kill, so handed == 0 alone does not show the declaration happened.
+    run.wait_log("trainer consumer trainer-0 lost")
     # Nothing confirms any more: what is handed now can only go back (or be dropped stale).
     a = run.accounting_until(lambda a: a.get("handed", 0) == 0,
                              "the dead trainer's handed samples released")
     released_at = len(run.lines)
     early = [line for line in run.lines[i:released_at] if ">>> recreated trainer-0 " in line]
     assert not early, "released only after the recreation:\n" + "\n".join(run.lines[i:])
-    # By the coordinator's declaration, not some other path.
-    logs = glob.glob(os.path.join(tmp, "trainer-lost-runs", "*", "logs", "*.log"))
-    said = [f for f in logs
-            if "trainer consumer trainer-0 lost" in open(f, errors="replace").read()]
-    assert said, ("no log says trainer-0's consumer was declared lost", logs)
     run.wait_line(r">>> recreated trainer-0 ", i)
     print(f"handed before the kill: {held} samples; released before the recreation "
           f"(buffered {a.get('buffered')})", flush=True)
@@ -407,6 +422,32 @@ def two_jobs(moerl, tmp):
     assert rep1["run_id"] != rep2["run_id"]
 
 
+def same_second(moerl, tmp):
+    """Three `moerl up` started at the same moment on the default consoles: each checks that
+    7411/7412 are free before its coordinator binds, so all three may choose them. Losers of
+    that bind race restart their coordinator on new ports; all three runs finish, each on a
+    console of its own."""
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        probe.bind(("127.0.0.1", 7411))
+        print("same_second: 7411 is free: all three may race for it", flush=True)
+    except OSError:
+        print("same_second: 7411 is taken by another process: all three choose free ports "
+              "(the bind race is not exercised in this run)", flush=True)
+    finally:
+        probe.close()
+    runs = [up_run(moerl, tmp, f"same-second-{k}", "--no-interrupt", "--iterations", "3")
+            for k in range(3)]
+    reps = [r.finish() for r in runs]
+    consoles = [r.console_address() for r in runs]
+    assert len(set(consoles)) == 3, consoles
+    for rep in reps:
+        check_safety(rep)
+    assert len({rep["run_id"] for rep in reps}) == 3, [rep["run_id"] for rep in reps]
+    print("consoles:", consoles, flush=True)
+
+
 def console_taken(moerl, tmp):
     """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
     process takes its console port. The recreated coordinator could not listen: `moerl up`
@@ -489,10 +530,14 @@ def trainer_group(moerl, tmp):
     nodes = {n["name"]: n for n in run.nodes()}
     assert nodes["trainer-0"]["group"] == "trainer" and nodes["trainer-0"]["rank"] == 0, nodes
     assert nodes["trainer-1"]["group"] == "trainer" and nodes["trainer-1"]["rank"] == 1, nodes
-    assert nodes["rollout-0"]["group"] == "", nodes["rollout-0"]
-    run.kill("trainer-1", signal.SIGKILL)
+    assert nodes["rollout-0"]["group"] != "trainer", nodes["rollout-0"]  # its own rollout group
+    had_shm = any(f.startswith(f"{run.pid_of('trainer-1')}:") for f in os.listdir("/dev/shm"))
+    killed = run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
     run.wait_resumed(i)
+    # Its shm fabric regions (it could not close them) went with it: moerl up removed them.
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(f"{killed}:")]
+    assert had_shm and not left, (had_shm, left)
     rep = run.finish()
     check_safety(rep)
     groups = {g["name"]: g for g in rep["groups"]}
@@ -505,6 +550,12 @@ def trainer_group(moerl, tmp):
     print("trainer group re-formed:", json.dumps(g["reformed"]), flush=True)
     assert "trainer-1" in r["cause"] and r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
+    # The report names the transport the group's expert plane actually used (rank 0, which
+    # runs the job, reports it): the two processes share this host, so rank 0 reaches rank 1
+    # "same_host" (issue 16).
+    planes = {p["node"]: p for p in rep["expert_planes"] if p["group"] == "trainer"}
+    assert "trainer-0" in planes, rep["expert_planes"]
+    assert planes["trainer-0"]["peer_paths"] == ["same_process", "same_host"], planes
     # A trainer member's loss never restarts a rollout node.
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
@@ -555,12 +606,103 @@ def group_coordinator(moerl, tmp):
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
 
 
+def rollout_group(moerl, tmp):
+    """Issue 12, the rollout half: rollout-0 and rollout-1 are one model instance, the rollout
+    group rollout-g0 (one EP rank each, every decode step's dispatch/combine over shm between
+    the two processes), beside a trainer group of 2. SIGKILL of the follower (rank 1, found
+    through `console nodes --json`) fails the leader's expert-plane waits (its unit returns
+    under a new attempt); the Deployment replaces it under a new name, the group re-forms with
+    it; then SIGKILL of the leader (rank 0) expires its leases, and the group re-forms again.
+    The run ends with nothing lost or duplicated, the ledger balanced, and the trainer group
+    never re-formed by either loss. Members on loopback (no network namespaces here)."""
+    print("rollout_group: members on loopback (no network namespaces in this test)", flush=True)
+    run = up_run(moerl, tmp, "rollout-group", "--no-interrupt", "--iterations", "40",
+                 "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1",
+                 "--set", "trainer.group_size=2")
+    i = run.wait_iteration(3)
+
+    def member(rank):
+        for n in run.nodes():
+            if n["role"] == "rollout" and n["state"] == "running" and n.get("rank") == rank:
+                assert n["group"] == "rollout-g0", n
+                return n["name"]
+        sys.exit(f"FAIL: no running rollout-g0 member of rank {rank}: {run.nodes()}")
+
+    killed = []
+    for rank in (1, 0):
+        victim = member(rank)
+        run.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+        i, _ = run.wait_line(r">>> replaced " + re.escape(victim) + r" by ", i)
+        i = run.wait_resumed(i)
+        # The group formed again: two running members, ranks 0 and 1, the replacement one.
+        deadline = time.monotonic() + BOUND_S
+        while time.monotonic() < deadline:
+            ranks = sorted(n["rank"] for n in run.nodes()
+                           if n["role"] == "rollout" and n["state"] == "running"
+                           and n.get("group") == "rollout-g0" and n.get("rank") is not None)
+            if ranks == [0, 1]:
+                break
+            time.sleep(0.2)
+        else:
+            sys.exit(f"FAIL: rollout-g0 did not re-form after {victim}'s loss: {run.nodes()}")
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    groups = {g["name"]: g for g in rep["groups"]}
+    g = groups["rollout-g0"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert g["role"] == "rollout" and len(g["members"]) == 2, g
+    causes = " | ".join(r["cause"] for r in g["reformed"])
+    assert all(k in causes for k in killed), (killed, g["reformed"])
+    # A rollout member's loss never touches the trainer group.
+    t = groups["trainer"]
+    assert t["reformed"] == [], t["reformed"]
+    touched = [x["node"] for x in rep["replacements"]]
+    assert not any(n.startswith("trainer") for n in touched), rep["replacements"]
+    for v in killed:
+        replaced(rep, v, "killed by SIGKILL")
+
+
+def rollout_group_drain(moerl, tmp):
+    """Issue 12: a Spot notice to the follower (rank 1) of the 2-node rollout group drains the
+    whole group: the leader hears the member's deadline in its next round, finishes the units
+    that fit, gives back the rest and dissolves the group; the follower's drain completes (exit
+    0, a Deployment replacement under a new name), and the group re-forms with it. Nothing is
+    lost or duplicated, the ledger balances, the leader is never replaced and the trainer is
+    not touched."""
+    run = up_run(moerl, tmp, "rollout-group-drain", "--no-interrupt", "--iterations", "40",
+                 "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1")
+    i = run.wait_iteration(3)
+    names = {n.get("rank"): n["name"] for n in run.nodes()
+             if n["role"] == "rollout" and n.get("group") == "rollout-g0"}
+    follower, leader = names[1], names[0]
+    r = subprocess.run([moerl, "console", "--connect", run.console_address(), "inject", "spot",
+                        follower, "--deadline", "10"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    print(f"[{run.name}] Spot notice -> {follower} (leader {leader})", flush=True)
+    i, _ = run.wait_line(r">>> replaced " + re.escape(follower) + r" by ", i)
+    run.wait_resumed(i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, follower, "exit code 0")
+    touched = [x["node"] for x in rep["replacements"]]
+    assert leader not in touched and not any(n.startswith("trainer") for n in touched), touched
+    assert [x["node"] for x in rep["interruptions"]] == [follower], rep["interruptions"]
+    g = {g["name"]: g for g in rep["groups"]}["rollout-g0"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert len(g["reformed"]) >= 1 and "drain" in g["reformed"][0]["cause"], g["reformed"]
+    assert g["reformed"][0]["downtime_s"] is not None, g["reformed"]
+
+
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "buffer_stopped_late": buffer_stopped_late,
-         "buffer_frozen": buffer_frozen, "console_taken": console_taken,
-         "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill}
+         "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
+         "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
+         "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
 
 def main(moerl, case):

@@ -24,9 +24,18 @@ LOCAL_REPLICAS = {"moerl-rollout": 2}
 STORE_VOLUME = {"name": "store", "persistentVolumeClaim": {"claimName": "moerl-store"}}
 STORE_MOUNT = {"name": "store", "mountPath": "/var/lib/moerl/store"}
 BLAS_ENV = {"name": "OPENBLAS_NUM_THREADS", "value": "1"}
+# The cluster's Secrets (components/cluster-secrets, as efa-spot mounts them; pods.sh makes
+# them per run): TLS on the control plane, the console tokens from files.
+SECRET_VOLUMES = [{"name": "tls", "secret": {"defaultMode": 0o400, "secretName": "moerl-tls"}},
+                  {"name": "console-tokens",
+                   "secret": {"defaultMode": 0o400, "secretName": "moerl-console"}}]
+SECRET_MOUNTS = [{"mountPath": "/etc/moerl-tls", "name": "tls", "readOnly": True},
+                 {"mountPath": "/etc/moerl-console", "name": "console-tokens", "readOnly": True}]
 # Config keys local-pods sets differently from overlays/dev's moerl.yaml.
 LOCAL_CONFIG_KEYS = {"log.level", "node.request_timeout_ms", "store.url", "actors.iterations",
-                     "grpo.iterations"}
+                     "grpo.iterations", "node.tls", "node.tls_certificate", "node.tls_key",
+                     "node.tls_ca", "console.address", "console.token_file",
+                     "console.viewer_token_file", "console.operator_token_file"}
 
 
 def fail(msg):
@@ -73,8 +82,8 @@ def expected_local(base_workload, base_cm, local_cm):
     for v in spec["volumes"]:
         if v.get("configMap", {}).get("name") == base_cm:
             v["configMap"]["name"] = local_cm
-    spec["volumes"].append(STORE_VOLUME)
-    c["volumeMounts"].append(STORE_MOUNT)
+    spec["volumes"] = SECRET_VOLUMES + spec["volumes"] + [STORE_VOLUME]
+    c["volumeMounts"] = SECRET_MOUNTS + c["volumeMounts"] + [STORE_MOUNT]
     c["env"].append(BLAS_ENV)
     if name in LOCAL_REPLICAS:
         w["spec"]["replicas"] = LOCAL_REPLICAS[name]
@@ -109,6 +118,11 @@ def main():
              f"listed: {sorted(LOCAL_CONFIG_KEYS)}")
     if local_cfg["fabric.provider"] != "tcp;ofi_rxm" or not local_cfg["fabric.require_provider"]:
         fail("local-pods must require the tcp fabric (no EFA or shared memory between pods)")
+    if local_cfg["node.tls"] is not True:
+        fail("local-pods must run TLS on the control plane, as production does")
+    for key in ("token", "viewer_token", "operator_token"):
+        if f"console.{key}" in local_cfg:
+            fail(f"console.{key} is in the ConfigMap: tokens belong in the Secret moerl-console")
 
     others = lambda docs: sorted((d["kind"], d["metadata"]["name"]) for d in docs
                                  if d["kind"] not in kinds + ("ConfigMap",))
@@ -141,12 +155,20 @@ def check_controllers(local):
             template = copy.deepcopy(w["spec"]["template"]["spec"])
             for c in template["containers"]:
                 c.pop("ports", None)  # containerPorts without hostPort publish nothing
+            # podman 4.3 writes Secret volumes base64-encoded: each Secret is the named volume
+            # pods.sh fills with the decoded files, mounted read-only.
+            template["volumes"] = [
+                {"name": v["name"], "persistentVolumeClaim": {
+                    "claimName": v["secret"]["secretName"], "readOnly": True}}
+                if "secret" in v else v for v in template["volumes"]]
             for p in mine:
                 doc = yaml.safe_load((out / "pods" / f"{p['pod']}.yaml").read_text())
                 if doc["spec"] != template:
                     fail(f"{p['pod']}: pod spec is not its controller's template")
                 if p["grace_s"] != template["terminationGracePeriodSeconds"]:
                     fail(f"{p['pod']}: grace {p['grace_s']} is not the manifest's")
+        if plan["secrets"] != ["moerl-console", "moerl-tls"]:
+            fail(f"plan.json lists the Secrets {plan['secrets']}, not moerl-console and moerl-tls")
         coord = [p for p in pods.values() if p["role"] == "coordinator"]
         if [p["aliases"] for p in coord] != [["moerl-coordinator"]]:
             fail(f"the coordinator pod does not answer to its Service's name: {coord}")

@@ -41,8 +41,10 @@ TEST(moerl_up, a_short_grpo_run_on_expert_parallel_ranks_loses_nothing_and_learn
                           " --timeout 240 --console tcp://127.0.0.1:" + std::to_string(*port) +
                           " --run-dir " + (dir / "runs").string() + " --report " + report.string() +
                           " --set store.url=" + (dir / "store").string() +
-                          " --set job.rollout_ep_ranks=2 --set job.trainer_ep_ranks=2 > " +
-                          (dir / "up.out").string() + " 2>&1";
+                          " --set job.rollout_ep_ranks=2 --set job.trainer_ep_ranks=2" +
+                          // Each rollout node its own in-process EP group (moerl up's default
+                          // is one rollout group across the two nodes).
+                          " --set rollout.group_size=1 > " + (dir / "up.out").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   ASSERT_EQ(rc, 0) << "moerl up failed:\n" << read_all(dir / "up.out");
 

@@ -65,7 +65,7 @@ TEST(WeightsFeed, PrefetchesEachAnnouncedVersionFromTheCache) {
   store_fixture store;
   auto dir = std::make_shared<weights::cache_directory>(ctx);
   dir->set_caches({cache.endpoint()});
-  weights_feed feed(dir, 2000, store.reader());
+  weights_feed feed(dir, 2000, false, store.reader());
 
   const std::string v1 = random_bytes(5 * kChunk + 7, 1), v2 = random_bytes(3 * kChunk, 2);
   push(ctx, cache.endpoint(), 1, v1);
@@ -97,7 +97,7 @@ TEST(WeightsFeed, ReadsTheStoreForAVersionNoCacheHolds) {
   ASSERT_TRUE(store.s->put("weights/v3", v3));
   auto dir = std::make_shared<weights::cache_directory>(ctx);
   dir->set_caches({cache.endpoint()});
-  weights_feed feed(dir, 2000, store.reader());
+  weights_feed feed(dir, 2000, false, store.reader());
 
   auto got = feed.get(3);  // on demand: never announced, never pushed
   ASSERT_TRUE(got) << got.err().to_string();
@@ -118,7 +118,7 @@ TEST(WeightsFeed, WithoutCachesReadsTheStoreAndRecordsWhenEachVersionArrived) {
   store_fixture store;
   const std::string v1 = random_bytes(1000, 4);
   ASSERT_TRUE(store.s->put("weights/v1", v1));
-  weights_feed feed(nullptr, 2000, store.reader());
+  weights_feed feed(nullptr, 2000, false, store.reader());
   EXPECT_FALSE(feed.stats()["held_unix_ms"].contains("1"));  // no prefetch without caches
 
   auto got = feed.get(1);

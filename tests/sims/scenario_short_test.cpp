@@ -82,6 +82,10 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
     // Named by the member lost, or by a survivor whose step failed first.
     EXPECT_EQ(reformed[0].value("cause", std::string()).rfind("trainer-", 0), 0u)
         << reformed.dump();
+    // The rollout kill hit a member of the 2-node rollout group: it re-formed (only it).
+    const auto rollout = r.value("rollout_group_reformations", nlohmann::json::array());
+    ASSERT_FALSE(rollout.empty()) << r.dump(2);
+    EXPECT_EQ(rollout[0].value("cause", std::string()).rfind("rollout-", 0), 0u) << rollout.dump();
   }
   if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
   EXPECT_GT(injected, 0u);

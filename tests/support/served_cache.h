@@ -1,7 +1,8 @@
 // What the weight plane's tests share (tests/weights, and the rollout's feed in tests/job):
 // a real checkpoint cache (weights/cache_server.h) on loopback, served on its own thread until
 // destroyed, or until it answered `stop_after_requests` requests (then its socket closes: a
-// cache that dies mid-version); a ZeroMQ context; deterministic random version bytes.
+// cache that dies mid-version), with its same-host /dev/shm path on or off; a ZeroMQ
+// context; deterministic random version bytes.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -34,11 +35,12 @@ inline std::shared_ptr<ledger::zmq_context> zmq_ctx() {
 class served_cache {
  public:
   served_cache(std::shared_ptr<ledger::zmq_context> ctx, uint64_t chunk_bytes,
-               uint64_t stop_after_requests = ~0ull)
+               uint64_t stop_after_requests = ~0ull, bool same_host_shm = false)
       : cache_(std::make_shared<weights::version_cache>(4, 64 << 20)) {
     auto s = weights::cache_server::bind(ctx, "tcp://127.0.0.1:*", cache_, chunk_bytes);
     EXPECT_TRUE(s) << s.err().to_string();
     server_ = std::move(*s);
+    server_->enable_same_host_shm(same_host_shm);
     endpoint_ = server_->endpoint();
     thread_ = std::thread([this, stop_after_requests] {
       while (!stop_ && server_->counters().num_requests < stop_after_requests)

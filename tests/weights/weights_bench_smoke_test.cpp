@@ -43,7 +43,7 @@ TEST(WeightsBench, SmallVersionsReachEveryReaderOnEveryPath) {
 
   // Every path ran for every size and reader count, or says why it was skipped.
   const bool s3_skipped = !r["skipped"].empty();
-  const size_t num_paths = s3_skipped ? 3 : 4;
+  const size_t num_paths = s3_skipped ? 4 : 5;
   EXPECT_EQ(r["paths"].size(), num_paths * 2 * 2) << r["skipped"].dump();
   for (const auto& s : r["skipped"]) EXPECT_EQ(s["path"], "store_s3") << s.dump();
   for (const auto& p : r["paths"]) {

@@ -1,0 +1,19 @@
+// libfabric's shm provider backs each endpoint with /dev/shm/<pid>:<n>:<n> and removes it on
+// close or on a catchable signal. A process killed with SIGKILL (fault tests, Spot kills)
+// leaves its regions behind: 16 MiB each, gigabytes after a day of fault runs, and a later
+// process that reuses the pid fails fi_enable with EBUSY. The weights cache names its
+// same-host copies <pid>:weights:v<N> (weights/shm_copy.h) to be swept the same way.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace moerl {
+
+// Removes /dev/shm's regions named after `pid`, which must be a process that no longer runs
+// (reaped by its parent, or this process before its first endpoint). Each removal is logged
+// as a warning under `who`; returns how many were removed.
+size_t remove_shm_regions_of(pid_t pid, const std::string& who);
+
+}  // namespace moerl
