@@ -26,6 +26,7 @@
 #include "ledger/work_ledger.h"
 #include "messages/admin.h"
 #include "messages/control.h"
+#include "messages/shard.h"
 #include "messages/work.h"
 
 namespace moerl::actors {
@@ -127,6 +128,10 @@ class coordinator_core {
   status report(const messages::unit_report& rep);
   status shard_ack(const ledger::shard_ack& ack);
   status consumed(const ledger::consumption& c);
+  // A trainer's claim before its step uses a batch (ledger/LEDGER.md, "Claimed before
+  // trained"): first the groups it confirms (trained, also of a shard that is gone), then,
+  // per claimed group, whether it may train it.
+  result<messages::trainer_claim_reply> trainer_claim(const messages::trainer_claim& c);
   // The trainer published a new policy version (after an iteration's worth of groups).
   void policy_version(uint64_t v, const std::string& manifest_bytes);
 

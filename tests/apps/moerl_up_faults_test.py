@@ -7,6 +7,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
   moerl_up_faults_test.py MOERL trainer_handed  SIGKILL the trainer while it holds handed groups
   moerl_up_faults_test.py MOERL buffer_stopped  SIGSTOP buffer-0 past the heartbeat timeout, SIGCONT
+  moerl_up_faults_test.py MOERL buffer_stopped_late  the same with the CAF link timeout raised
   moerl_up_faults_test.py MOERL buffer_frozen   SIGSTOP buffer-0 for good: `moerl up` kills it
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
@@ -296,13 +297,9 @@ def trainer_lost(moerl, tmp):
     check_dead_trainer_books(rep, 60, held)
 
 
-def buffer_stopped(moerl, tmp):
-    """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
-    is declared dead and its groups re-opened; alive again, it must not serve them as well.
-    The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
-    is trained twice (duplicated == 0)."""
-    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
-    i = run.wait_iteration(3)
+def stop_buffer_past_heartbeat(run, i):
+    """SIGSTOP buffer-0 until the coordinator declared it dead, then SIGCONT; waits for the
+    fenced shard to exit and returns the run's report, checked safe and balanced."""
     pid = run.pid_of("buffer-0")
     run.kill("buffer-0", signal.SIGSTOP)
     # Stopped until the coordinator declared it dead (a liveness bound, not a timing check).
@@ -324,7 +321,33 @@ def buffer_stopped(moerl, tmp):
     check_balanced(rep["accounting"])
     assert rep["accounting"]["dropped"].get("shard_lost", 0) > 0, rep["accounting"]
     print(f"buffer-0 ended: {m.group(1)}; dropped shard_lost "
-          f"{rep['accounting']['dropped']['shard_lost']} sample(s), duplicated 0", flush=True)
+          f"{rep['accounting']['dropped']['shard_lost']} sample(s), refused claims "
+          f"{rep['accounting'].get('refused_claims', 0)} sample(s), duplicated 0", flush=True)
+    return rep
+
+
+def buffer_stopped(moerl, tmp):
+    """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
+    is declared dead and its groups re-opened; alive again, it must not serve them as well.
+    The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
+    is trained twice (duplicated == 0)."""
+    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
+    i = run.wait_iteration(3)
+    stop_buffer_past_heartbeat(run, i)
+
+
+def buffer_stopped_late(moerl, tmp):
+    """As buffer_stopped, with the CAF link timeout raised above the heartbeat bound (the link
+    stays up while the shard is stopped) and the shard stopped while it has groups handed out:
+    what it handed (or was about to deliver) reaches the trainer after the coordinator declared
+    it dead and re-opened its groups. The trainer claims before it trains, so the late copy is
+    refused (refused_claims) and only the regenerated one is trained: duplicated == 0, lost == 0
+    (seen before the claim: 1 run in 3 ended with duplicated = 8)."""
+    run = up_run(moerl, tmp, "buffer-stopped-late", "--no-interrupt", "--iterations", "60",
+                 "--set", "node.connection_timeout_ms=20000")
+    i = run.wait_iteration(3)
+    run.handed()  # groups are out with the trainer now: stop the shard mid-hand-out
+    stop_buffer_past_heartbeat(run, i)
 
 
 def buffer_frozen(moerl, tmp):
@@ -676,6 +699,7 @@ def rollout_group_drain(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
+         "buffer_stopped_late": buffer_stopped_late,
          "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
          "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
