@@ -432,9 +432,20 @@ void coordinator_core::open_iteration() {
   flush_ledger();
 }
 
+void coordinator_core::save_group_history() {
+  if (!group_history_sink_ || groups_.history_version() == group_history_saved_) return;
+  if (auto st = group_history_sink_(groups_.history_json()); !st) {
+    // Kept unsaved: the next tick tries again (only the report's history is at stake).
+    logger("coordinator")->error("saving the groups' history: {}", st.err().to_string());
+    return;
+  }
+  group_history_saved_ = groups_.history_version();
+}
+
 void coordinator_core::tick() {
   auto now = clock_.now_ms();
   for (const auto& line : groups_.tick(now)) logger("coordinator")->warn("{}", line);
+  save_group_history();
   // After a restart the ledger still names the shards of the previous incarnation. One that
   // has not re-joined within the heartbeat timeout is gone: re-open what it held.
   if (!recovery_checked_ && ledger_->epoch() > 1 &&

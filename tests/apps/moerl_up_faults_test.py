@@ -588,8 +588,9 @@ def weights_kill(moerl, tmp):
 
 def group_coordinator(moerl, tmp):
     """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
-    restarted from its journal. The new coordinator knows no group: both members join again,
-    the group forms anew and the run trains to its end with nothing lost or duplicated."""
+    restarted from its journal. Both members join the new coordinator again and the group forms
+    anew, continuing the saved history (incarnation after the saved one, the restart listed as
+    a re-formation); the run trains to its end with nothing lost or duplicated."""
     run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
@@ -602,6 +603,10 @@ def group_coordinator(moerl, tmp):
     replaced(rep, "coordinator", "killed by SIGKILL")
     g = {g["name"]: g for g in rep["groups"]}["trainer"]
     assert g["members"] == ["trainer-0", "trainer-1"] and g["state"] in ("formed", "stopped"), g
+    restarts = [r for r in g["reformed"] if "coordinator restarted" in r["cause"]]
+    assert g["incarnation"] >= 2 and len(restarts) == 1, g
+    assert restarts[0]["downtime_s"] is not None, g
+    print("trainer group after the coordinator's restart:", json.dumps(g), flush=True)
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
 
