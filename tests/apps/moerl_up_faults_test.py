@@ -105,7 +105,14 @@ class up_run:
         sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
 
     def console_address(self):
-        return self.wait_line(r"console at (\S+) ")[1].group(1)
+        """The run's console: the latest one `moerl up` printed (a recreated coordinator whose
+        address was taken while it was down prints where its console moved)."""
+        i, m = self.wait_line(r"console at (\S+) ")
+        for j in range(len(self.lines) - 1, i, -1):
+            later = re.search(r"console at (\S+) ", self.lines[j])
+            if later:
+                return later.group(1)
+        return m.group(1)
 
     def nodes(self):
         r = subprocess.run([self.moerl, "console", "--connect", self.console_address(), "nodes",
@@ -452,8 +459,13 @@ def console_taken(moerl, tmp):
     """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
     process takes its console port. The recreated coordinator could not listen: `moerl up`
     ends at once, non-zero, naming the taken address, with the report written."""
+    # A console address the user gave: it may not move (console_moved is the chosen one's case).
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    given = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()
     run = up_run(moerl, tmp, "console-taken", "--no-interrupt", "--iterations", "200",
-                 "--set", "cluster.restart_delay_ms=4000")
+                 "--console", given, "--set", "cluster.restart_delay_ms=4000")
     i = run.wait_iteration(2)
     address = run.console_address()
     host, port = address[len("tcp://"):].rsplit(":", 1)
@@ -479,6 +491,49 @@ def console_taken(moerl, tmp):
     assert f"its console address {address} was taken by another process" in out, run.output()
     assert rep is not None and not rep.get("done", False), rep
     print(f"refused to recreate the coordinator: {address} taken", flush=True)
+
+
+def console_moved(moerl, tmp):
+    """The coordinator dies and, before its restart, other processes take both of its consoles'
+    ports, which this run chose itself (the defaults, or free ports instead of taken
+    defaults: as when a second `moerl up` starts meanwhile). The recreated coordinator's
+    consoles move to free ports, `moerl up` prints where, and the run finishes on them."""
+    run = up_run(moerl, tmp, "console-moved", "--no-interrupt", "--iterations", "30",
+                 "--set", "cluster.restart_delay_ms=4000")
+    i = run.wait_iteration(2)
+    console = run.console_address()
+    dashboard = run.wait_line(r"dashboard at https?://(\S+)/")[1].group(1)
+    run.kill("coordinator", signal.SIGKILL)
+    squatters = []
+    deadline = time.monotonic() + 3  # within the 4 s restart delay
+    for address in (console[len("tcp://"):], dashboard):
+        host, port = address.rsplit(":", 1)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        while True:
+            try:
+                s.bind((host, int(port)))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{address} still held after the kill"
+                time.sleep(0.05)
+        s.listen()
+        squatters.append(s)
+    try:
+        j, m = run.wait_line(r">>> recreated coordinator .*now console at (\S+) and dashboard "
+                             r"at (\S+) \(moved\)", i)
+        assert m.group(1) != console and m.group(2) != dashboard, run.lines[j]
+        assert run.console_address() == m.group(1), run.console_address()
+        run.wait_resumed(j)  # the run goes on under the moved console
+        rep = run.finish()
+    finally:
+        for s in squatters:
+            s.close()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    moved = [r for r in rep["replacements"] if r.get("moved")]
+    assert len(moved) == 1 and moved[0]["node"] == "coordinator", rep["replacements"]
+    print(f"consoles moved: {console} -> {m.group(1)}, {dashboard} -> {m.group(2)}", flush=True)
 
 
 def disk_full(moerl, tmp):
@@ -705,7 +760,8 @@ CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
          "buffer_stopped_late": buffer_stopped_late,
-         "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
+         "buffer_frozen": buffer_frozen, "console_taken": console_taken,
+         "console_moved": console_moved, "same_second": same_second,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
          "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
