@@ -455,6 +455,14 @@ void runner::track(fault_state& f) {
       if (ev.replace) f.replace_at = t + ev.replace_delay_s;
     }
   }
+  // Ended by the fault's consequences, not by the fault: only once the fault is over (a
+  // partition healed, a duty cycle done) and only when the backend knows the process is gone
+  // (the console's "dead" is also what a live, cut-off node is).
+  if (ev.replace_if_exits && f.ended && f.gone_at < 0 && delivery_.gone(target_of(f)) == true) {
+    f.gone_at = t;
+    f.replace_at = t + ev.replace_delay_s;
+    add_note(f.rec, "its process exited after the fault (fenced): replaced as its pod would be");
+  }
   if (f.replace_at >= 0 && t >= f.replace_at && f.rec.replacement.empty()) start_replacement(f);
   if (f.replacement_starting) await_replacement(f);
   if (!f.rec.replacement.empty() && f.replacement_up_at < 0) {
@@ -471,7 +479,8 @@ void runner::track(fault_state& f) {
   if (f.rec.recovered_at < 0 && last_.console_ok && f.ref_set) {
     bool ready = last_.committed > f.committed_ref;
     if (ev.role == "trainer") ready = ready && last_.iteration > f.iteration_ref;
-    if (ev.replace) ready = ready && f.replacement_up_at >= 0;
+    if (ev.replace || (ev.replace_if_exits && f.gone_at >= 0))
+      ready = ready && f.replacement_up_at >= 0;
     if (is_duty_cycle(ev.kind) || ev.kind == fault_kind::coordinator_restart) {
       ready = ready && f.ended;
     }

@@ -46,6 +46,8 @@ fault_event event_of(const scenario& s, const fault_spec& f, size_t index) {
   e.phase = f.phase;
   e.replace = removes_node(f.kind) && f.replace.value_or(s.replacement.enabled) &&
               f.kind != fault_kind::coordinator_restart;
+  e.replace_if_exits =
+      !removes_node(f.kind) && f.kind != fault_kind::coordinator_restart && s.replacement.enabled;
   e.replace_delay_s = s.replacement.delay_s;
   return e;
 }

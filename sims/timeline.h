@@ -40,7 +40,11 @@ struct fault_event {
   int64_t period_ms = 0;
   double down_s = 0.0;
   kill_phase phase = kill_phase::any;
-  bool replace = false;          // start a replacement once the node is gone
+  bool replace = false;  // start a replacement once the node is gone
+  // A fault that leaves its node running (partition, slow_node, env_slow) can still end it:
+  // declared dead while cut off or stopped, the node is fenced and exits once it hears the
+  // coordinator again. Its pod would be restarted; so is it, when the scenario replaces nodes.
+  bool replace_if_exits = false;
   double replace_delay_s = 0.0;  // after the node is gone
 };
 

@@ -87,6 +87,15 @@ TEST(scenario_short, runs_with_every_invariant_holding) {
     ASSERT_FALSE(rollout.empty()) << r.dump(2);
     EXPECT_EQ(rollout[0].value("cause", std::string()).rfind("rollout-", 0), 0u) << rollout.dump();
   }
+  // A notice and partitions aimed at members: the trainer group re-formed once (its cut
+  // member, fenced and recreated), the rollout group twice (the drain, the cut member).
+  if (name == "member-faults" && r["verdict"] != "skipped") {
+    const auto trainer = r.value("trainer_group_reformations", nlohmann::json::array());
+    ASSERT_EQ(trainer.size(), 1u) << trainer.dump();
+    EXPECT_TRUE(trainer[0]["downtime_s"].is_number()) << trainer.dump();
+    const auto rollout = r.value("rollout_group_reformations", nlohmann::json::array());
+    EXPECT_GE(rollout.size(), 2u) << rollout.dump();
+  }
   if (r["verdict"] == "skipped") GTEST_SKIP() << "every fault was skipped: " << r["faults"].dump();
   EXPECT_GT(injected, 0u);
   EXPECT_EQ(r["verdict"], "pass") << r.dump(2);
