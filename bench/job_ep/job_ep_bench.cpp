@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
 #include "job/group_bootstrap.h"
+#include "policy/dense_ops.h"
 #include "policy/reward.h"
 #include "policy/task.h"
 #include "policy/trainer.h"
@@ -29,6 +31,9 @@ namespace {
 struct options {
   std::vector<int> ranks{2, 4};
   int reps = 5;
+  // OpenBLAS threads of the process: 1 as `moerl up` runs its nodes (actors/local_job.h
+  // one_blas_thread_per_node); 0 leaves OpenBLAS's own default (one per core).
+  int blas_threads = 1;
 };
 
 // Seconds per GRPO step of an EP trainer whose n ranks are n member processes (one rank each,
@@ -82,6 +87,8 @@ double member_process_step_s(const config& cfg, const policy::model_config& mode
 }
 
 nlohmann::json run(const options& opt, const config& cfg) {
+  if (opt.blas_threads < 0) throw std::runtime_error("--blas-threads must be >= 0");
+  if (opt.blas_threads > 0) policy::set_blas_threads(opt.blas_threads);
   auto model = need(policy::model_config::from_config(cfg), "policy config");
   auto grpo = need(policy::grpo_config::from_config(cfg), "grpo config");
   grpo.group_size = static_cast<int>(cfg.get_int("ledger.group_size"));
@@ -168,6 +175,8 @@ nlohmann::json run(const options& opt, const config& cfg) {
            "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank "
            "threads vs EP ranks in member processes (a trainer group across nodes)"},
           {"fabric_provider", cfg.get_string("fabric.provider")},
+          {"blas_threads", opt.blas_threads > 0 ? std::to_string(opt.blas_threads)
+                                                : "OpenBLAS default (one per core)"},
           {"reps", opt.reps},
           {"policy",
            {{"d_model", model.d_model},
@@ -193,6 +202,8 @@ void add_job_ep_bench_command(CLI::App& bench) {
   cmd->add_option("--ranks", opt.ranks,
                   "EP rank counts to measure (each divides policy.num_experts)");
   cmd->add_option("--reps", opt.reps, "timed repetitions per phase");
+  cmd->add_option("--blas-threads", opt.blas_threads,
+                  "OpenBLAS threads (1: as moerl up runs its nodes; 0: OpenBLAS's default)");
   cmd->callback([] {
     auto cfg = config::load(config_file, overrides);
     if (!cfg) {
