@@ -115,8 +115,9 @@ nlohmann::json run(const options& opt, const config& cfg) {
   // ranks 1: the single-rank path the job takes with job.*_ep_ranks = 1.
   std::vector<int> all{1};
   all.insert(all.end(), opt.ranks.begin(), opt.ranks.end());
+  double single_step_s = 0, single_step_cpu_s = 0;
   for (int n : all) {
-    double gen_s = 0, step_s = 0;
+    double gen_s = 0, step_s = 0, step_cpu_s = 0;
     if (n == 1) {
       policy::adam opt1(adam, single->layout().num_floats());
       std::vector<float> grads;
@@ -126,12 +127,14 @@ nlohmann::json run(const options& opt, const config& cfg) {
         need(single->generate(rs, max_new, temperature, rng), "generate");
       gen_s = seconds_since(t0) / opt.reps;
       t0 = bench_clock::now();
+      const double cpu0 = process_cpu_seconds();
       for (int r = 0; r < opt.reps; ++r) {
         need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads),
              "gradient");
         need(opt1.step(single->params(), grads), "adam");
       }
       step_s = seconds_since(t0) / opt.reps;
+      step_cpu_s = (process_cpu_seconds() - cpu0) / opt.reps;
       need(single->load(weights), "reload");
     } else {
       job::ep_group_shape shape;
@@ -150,8 +153,10 @@ nlohmann::json run(const options& opt, const config& cfg) {
           "EP trainer");
       need(trainer->load(weights), "load");
       t0 = bench_clock::now();
+      const double cpu0 = process_cpu_seconds();
       for (int r = 0; r < opt.reps; ++r) need(trainer->step(samples, adv), "EP step");
       step_s = seconds_since(t0) / opt.reps;
+      step_cpu_s = (process_cpu_seconds() - cpu0) / opt.reps;
     }
     rows.push_back({{"ranks", n},
                     {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
@@ -159,8 +164,15 @@ nlohmann::json run(const options& opt, const config& cfg) {
                     {"rows_per_group", G},
                     {"max_new_tokens", max_new},
                     {"train_step_s", step_s},
+                    {"train_step_cpu_s", step_cpu_s},
                     {"samples_per_step", samples.size()}});
-    if (n == 1) continue;
+    if (n == 1) {
+      single_step_s = step_s;
+      single_step_cpu_s = step_cpu_s;
+      continue;
+    }
+    rows.back()["train_step_vs_single_rank"] = step_s / single_step_s;
+    rows.back()["train_step_cpu_vs_single_rank"] = step_cpu_s / single_step_cpu_s;
     // The same step with the n ranks in n processes (a trainer group across nodes).
     const double proc_s = member_process_step_s(cfg, model, grpo, adam, temperature, n, samples,
                                                 adv, weights, opt.reps);
@@ -168,12 +180,14 @@ nlohmann::json run(const options& opt, const config& cfg) {
                     {"path", "expert-parallel (member processes, fabric)"},
                     {"train_step_s", proc_s},
                     {"train_step_vs_rank_threads", step_s > 0 ? proc_s / step_s : 0.0},
+                    {"train_step_vs_single_rank", proc_s / single_step_s},
                     {"samples_per_step", samples.size()}});
   }
   return {{"benchmark", "job-ep"},
           {"what",
            "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank "
-           "threads vs EP ranks in member processes (a trainer group across nodes)"},
+           "threads vs EP ranks in member processes (a trainer group across nodes); "
+           "train_step_cpu_s: CPU seconds of the process (all threads) per step"},
           {"fabric_provider", cfg.get_string("fabric.provider")},
           {"blas_threads", opt.blas_threads > 0 ? std::to_string(opt.blas_threads)
                                                 : "OpenBLAS default (one per core)"},
