@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <iostream>
 #include <random>
@@ -34,6 +35,14 @@ inline double seconds_since(bench_clock::time_point t0) {
 }
 inline double ms_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e3; }
 inline double us_since(bench_clock::time_point t0) { return seconds_since(t0) * 1e6; }
+
+// CPU seconds this process (all its threads) has run: what a step costs on a shared machine,
+// where wall time also counts the time other work held the cores.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 // `size` bytes of deterministic pseudo-random data (incompressible, so no layer can cheat on
 // it): what benchmarks store, send and copy.

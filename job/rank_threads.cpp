@@ -2,8 +2,11 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include "kernels/blas_threads.h"
 
 namespace moerl::job {
 
@@ -129,6 +132,11 @@ bool rank_threads::broken() const {
 }
 
 status rank_threads::run(const std::function<status(int rank)>& task) {
+  // Several ranks run their GEMMs at once: each BLAS call on its own rank's thread. A
+  // multithreaded OpenBLAS would queue the ranks' concurrent calls on its process-wide lock
+  // and spin meanwhile (fabric/PERF.md, "EP trainer step": 3.6x slower on this box).
+  std::optional<kernels::blas_single_thread> one_blas_thread_per_rank;
+  if (impl_->num_ranks > 1) one_blas_thread_per_rank.emplace();
   std::unique_lock<std::mutex> g(impl_->mu);
   if (impl_->broken) return error{errc::internal, "rank group is broken by an earlier failure"};
   impl_->task = task;

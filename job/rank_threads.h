@@ -39,7 +39,8 @@ class rank_threads {
   ~rank_threads();
 
   int num_ranks() const;
-  // task(rank) on every rank thread; the error of the lowest failing rank. After a failure
+  // task(rank) on every rank thread; the error of the lowest failing rank. With more than one
+  // rank here, BLAS runs on the calling thread meanwhile (kernels/blas_threads.h). After a failure
   // the group's collectives may be broken (a peer timed out): broken() turns true and the
   // owner should start a new group.
   status run(const std::function<status(int rank)>& task);

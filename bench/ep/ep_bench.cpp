@@ -65,76 +65,92 @@ status barrier(bootstrap& b) {
   return {};
 }
 
-// Raw write bandwidth from rank 0 to rank 1: `total` bytes in writes of `message` bytes,
-// each with an immediate; rank 1 acknowledges once it counted them all. paths "fabric":
-// libfabric RMA writes; "auto": the same-host path (a copy into the peer's mapping).
-result<double> raw_rma_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total,
-                            const std::string& paths = "fabric") {
-  const std::vector<int> pair = {0, 1};
-  if (b.rank() > 1) return 0.0;
-  auto t = open_transport(transport_of(o, b.rank(), false, paths));
+// Raw write bandwidth: `total` bytes in writes of `message` bytes, each with an immediate,
+// that the receiver acknowledges once it counted them all. paths "fabric": libfabric RMA
+// writes; "auto": the same-host path (a copy into the peer's mapping). One pair (every_rank
+// false): rank 0 writes to rank 1 while the others sleep. every_rank: all ranks at once, rank r
+// to rank r + 1 (mod n), the contention a dispatch runs under when ranks outnumber cores; the
+// figure is per rank, total / the slowest rank's time. Rank 0 returns it (others 0).
+result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t message, size_t total,
+                              const std::string& paths, bool every_rank) {
+  const std::vector<int> members = every_rank ? all_members(b) : std::vector<int>{0, 1};
+  const int n = static_cast<int>(members.size());
+  if (b.rank() >= n) return 0.0;
+  const int me = b.rank(), dest = (me + 1) % n, src = (me + n - 1) % n;
+  const bool sends = every_rank || me == 0, receives = every_rank || me == 1;
+  constexpr uint32_t kData = 1, kAck = 2;
+  auto t = open_transport(transport_of(o, me, false, paths));
   if (!t) return t.err();
-  auto reg = (*t)->allocate_region(total + 64);
+  auto reg = (*t)->allocate_region(total + 64);  // [0, total) data, then the acknowledgement
   if (!reg) return reg.err();
   char* data = static_cast<char*>(reg->ptr);
   std::memset(data, 1, total + 64);
   std::string mine = (*t)->address();
   mine.append(reinterpret_cast<const char*>(&reg->remote), sizeof(remote_region));
-  auto all = b.allgather(pair, mine, 60000);
+  auto all = b.allgather(members, mine, 60000);
   if (!all) return all.err();
   std::vector<std::string> addrs;
-  std::vector<remote_region> regions(2);
-  for (int r = 0; r < 2; ++r) {
+  std::vector<remote_region> regions(n);
+  for (int r = 0; r < n; ++r) {
     const std::string& e = (*all)[r];
     addrs.push_back(e.substr(0, e.size() - sizeof(remote_region)));
     std::memcpy(&regions[r], e.data() + e.size() - sizeof(remote_region), sizeof(remote_region));
   }
   if (auto st = (*t)->set_peers(addrs); !st) return st.err();
-  if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
+  if (auto r = b.allgather(members, "", 60000); !r) return r.err();
   const size_t count = total / message;
   const int64_t deadline = now_ns() + o.op_timeout_ms * 1000000;
   std::vector<uint32_t> imms;
+  auto drain = [&]() -> status {
+    while ((*t)->outstanding() > 0) {
+      imms.clear();
+      if (auto st = (*t)->progress(imms); !st) return st;
+    }
+    return {};
+  };
   double best = 0.0;
   for (int rep = 0; rep < 3; ++rep) {
-    if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
-    size_t seen = 0;
-    if (b.rank() == 0) {
-      const auto t0 = bench_clock::now();
+    if (auto r = b.allgather(members, "", 60000); !r) return r.err();
+    const auto t0 = bench_clock::now();
+    if (sends)
       for (size_t i = 0; i < count; ++i)
-        if (auto st = (*t)->write(1, *reg, data + i * message, message, regions[1], i * message, 1,
-                                  deadline);
+        if (auto st = (*t)->write(dest, *reg, data + i * message, message, regions[dest],
+                                  i * message, kData, deadline);
             !st)
           return st.err();
-      while (seen < 1) {  // the acknowledgement
-        imms.clear();
-        if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) (*t)->idle_wait(1000000);
-        seen += imms.size();
-        if (now_ns() > deadline) return error{errc::timeout, "raw RMA: no acknowledgement"};
+    size_t seen = 0;
+    bool acked = !sends, answered = !receives;
+    double my_us = 0;
+    while (!acked || !answered) {
+      imms.clear();
+      if (auto st = (*t)->progress(imms); !st) return st.err();
+      if (imms.empty()) (*t)->idle_wait(1000000);
+      for (uint32_t imm : imms) {
+        if (imm == kAck) {
+          acked = true;
+          my_us = us_since(t0);
+        } else {
+          ++seen;
+        }
       }
-      while ((*t)->outstanding() > 0) {
-        imms.clear();
-        if (auto st = (*t)->progress(imms); !st) return st.err();
+      if (!answered && seen >= count) {
+        if (auto st = (*t)->write(src, *reg, data, 64, regions[src], total, kAck, deadline); !st)
+          return st.err();
+        answered = true;
       }
-      best = std::max(best, static_cast<double>(count * message) / (us_since(t0) * 1e3));
-    } else {
-      while (seen < count) {
-        imms.clear();
-        if (auto st = (*t)->progress(imms); !st) return st.err();
-        if (imms.empty()) (*t)->idle_wait(1000000);
-        seen += imms.size();
-        if (now_ns() > deadline) return error{errc::timeout, "raw RMA: writes missing"};
-      }
-      if (auto st = (*t)->write(0, *reg, data, 64, regions[0], total, 2, deadline); !st)
-        return st.err();
-      while ((*t)->outstanding() > 0) {
-        imms.clear();
-        if (auto st = (*t)->progress(imms); !st) return st.err();
-      }
+      if (now_ns() > deadline)
+        return error{errc::timeout, acked ? "raw write: writes missing" : "raw write: no ack"};
     }
+    if (auto st = drain(); !st) return st.err();
+    // The slowest sender's time: every rank's (0 where it does not send), gathered.
+    auto times = b.allgather(members, std::to_string(my_us), 60000);
+    if (!times) return times.err();
+    double slowest = 0;
+    for (const std::string& v : *times) slowest = std::max(slowest, std::stod(v));
+    best = std::max(best, static_cast<double>(count * message) / (slowest * 1e3));
   }
-  if (auto r = b.allgather(pair, "", 60000); !r) return r.err();
-  return best;
+  if (auto r = b.allgather(members, "", 60000); !r) return r.err();
+  return me == 0 ? best : 0.0;
 }
 
 double memcpy_gbps() {
@@ -302,16 +318,18 @@ int run_start(bootstrap& b, const ep_bench_options& o, const std::string& out_pa
   std::vector<rank_inputs> all;
   for (int r = 0; r < o.ranks; ++r) all.push_back(make_rank_inputs(p, r));
   nlohmann::json start;
-  auto raw =
-      raw_rma_gbps(b, o, o.chunk_bytes, std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20));
+  const size_t bulk = std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20);
+  auto raw = raw_write_gbps(b, o, o.chunk_bytes, bulk, "fabric", false);
   if (!raw) return fail("raw RMA", raw.err());
   const size_t row = static_cast<size_t>(p.hidden) * 2;
-  auto raw_row = raw_rma_gbps(b, o, row, row * 4096);
+  auto raw_row = raw_write_gbps(b, o, row, row * 4096, "fabric", false);
   if (!raw_row) return fail("raw RMA (row)", raw_row.err());
-  auto raw_host = raw_rma_gbps(b, o, o.chunk_bytes,
-                               std::max<size_t>(o.chunk_bytes * 64, size_t(128) << 20), "auto");
+  auto raw_host = raw_write_gbps(b, o, o.chunk_bytes, bulk, "auto", false);
   if (!raw_host) return fail("raw same-host copy", raw_host.err());
+  auto raw_host_all = raw_write_gbps(b, o, o.chunk_bytes, bulk, "auto", true);
+  if (!raw_host_all) return fail("raw same-host copy, every rank", raw_host_all.err());
   start["raw_host_copy_gbps"] = *raw_host;
+  start["raw_host_copy_every_rank_gbps"] = *raw_host_all;
   start["raw_rma_gbps"] = *raw;
   start["raw_rma_row_gbps"] = *raw_row;
   if (b.rank() == 0) start["memcpy_gbps"] = memcpy_gbps();
@@ -433,9 +451,10 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
-  std::vector<double> raw, raw_row, mem, raw_host;
+  std::vector<double> raw, raw_row, mem, raw_host, raw_host_all;
   for (const auto& s : starts) {
     raw_host.push_back(s["raw_host_copy_gbps"]);
+    raw_host_all.push_back(s["raw_host_copy_every_rank_gbps"]);
     raw.push_back(s["raw_rma_gbps"]);
     raw_row.push_back(s["raw_rma_row_gbps"]);
     mem.push_back(s["memcpy_gbps"]);
@@ -452,6 +471,11 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
       "rank 0 -> rank 1 over the same-host path (one copy into the peer's shared mapping, one "
       "inbox immediate per message of raw_rma_message_bytes), best of 3 per start, median over "
       "starts";
+  out["raw_host_copy_every_rank_gbps"] = median(raw_host_all);
+  out["raw_host_copy_every_rank_definition"] =
+      "the same copy with every rank at once, rank r -> rank r + 1 (mod ranks): bytes per rank / "
+      "the slowest rank's time, best of 3 per start, median over starts (the contention of a "
+      "dispatch: all ranks copy at once on the host's cores)";
   out["paths"] = o.paths;
   out["memcpy_gbps"] = median(mem);
   out["memcpy_definition"] =
@@ -572,6 +596,14 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   if (nm)
     targets["normal_dispatch_over_raw_host_copy"] =
         nm->at("dispatch_gbps").get<double>() / out["raw_host_copy_gbps"].get<double>();
+  if (nm) {
+    const double every = out["raw_host_copy_every_rank_gbps"].get<double>();
+    targets["normal_dispatch_over_raw_host_copy_every_rank"] =
+        nm->at("dispatch_gbps").get<double>() / every;
+    // Dispatch stores (token, expert) payloads (the expert-major output), selection_bytes.
+    targets["normal_dispatch_selection_over_raw_host_copy_every_rank"] =
+        nm->at("dispatch_selection_gbps").get<double>() / every;
+  }
   if (nm && ll)
     targets["ll_total_p50_over_normal"] =
         ll->at("total_us").at("p50").get<double>() / nm->at("total_us").at("p50").get<double>();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
 #include "job/group_bootstrap.h"
+#include "policy/dense_ops.h"
 #include "policy/reward.h"
 #include "policy/task.h"
 #include "policy/trainer.h"
@@ -29,6 +31,9 @@ namespace {
 struct options {
   std::vector<int> ranks{2, 4};
   int reps = 5;
+  // OpenBLAS threads of the process: 1 as `moerl up` runs its nodes (actors/local_job.h
+  // one_blas_thread_per_node); 0 leaves OpenBLAS's own default (one per core).
+  int blas_threads = 1;
 };
 
 // Seconds per GRPO step of an EP trainer whose n ranks are n member processes (one rank each,
@@ -82,6 +87,8 @@ double member_process_step_s(const config& cfg, const policy::model_config& mode
 }
 
 nlohmann::json run(const options& opt, const config& cfg) {
+  if (opt.blas_threads < 0) throw std::runtime_error("--blas-threads must be >= 0");
+  if (opt.blas_threads > 0) policy::set_blas_threads(opt.blas_threads);
   auto model = need(policy::model_config::from_config(cfg), "policy config");
   auto grpo = need(policy::grpo_config::from_config(cfg), "grpo config");
   grpo.group_size = static_cast<int>(cfg.get_int("ledger.group_size"));
@@ -108,8 +115,9 @@ nlohmann::json run(const options& opt, const config& cfg) {
   // ranks 1: the single-rank path the job takes with job.*_ep_ranks = 1.
   std::vector<int> all{1};
   all.insert(all.end(), opt.ranks.begin(), opt.ranks.end());
+  double single_step_s = 0, single_step_cpu_s = 0;
   for (int n : all) {
-    double gen_s = 0, step_s = 0;
+    double gen_s = 0, step_s = 0, step_cpu_s = 0;
     if (n == 1) {
       policy::adam opt1(adam, single->layout().num_floats());
       std::vector<float> grads;
@@ -119,12 +127,14 @@ nlohmann::json run(const options& opt, const config& cfg) {
         need(single->generate(rs, max_new, temperature, rng), "generate");
       gen_s = seconds_since(t0) / opt.reps;
       t0 = bench_clock::now();
+      const double cpu0 = process_cpu_seconds();
       for (int r = 0; r < opt.reps; ++r) {
         need(policy::grpo_gradient(*single, samples, adv, grpo, temperature, nullptr, &grads),
              "gradient");
         need(opt1.step(single->params(), grads), "adam");
       }
       step_s = seconds_since(t0) / opt.reps;
+      step_cpu_s = (process_cpu_seconds() - cpu0) / opt.reps;
       need(single->load(weights), "reload");
     } else {
       job::ep_group_shape shape;
@@ -143,8 +153,10 @@ nlohmann::json run(const options& opt, const config& cfg) {
           "EP trainer");
       need(trainer->load(weights), "load");
       t0 = bench_clock::now();
+      const double cpu0 = process_cpu_seconds();
       for (int r = 0; r < opt.reps; ++r) need(trainer->step(samples, adv), "EP step");
       step_s = seconds_since(t0) / opt.reps;
+      step_cpu_s = (process_cpu_seconds() - cpu0) / opt.reps;
     }
     rows.push_back({{"ranks", n},
                     {"path", n == 1 ? "single-rank" : "expert-parallel (rank threads, fabric)"},
@@ -152,8 +164,15 @@ nlohmann::json run(const options& opt, const config& cfg) {
                     {"rows_per_group", G},
                     {"max_new_tokens", max_new},
                     {"train_step_s", step_s},
+                    {"train_step_cpu_s", step_cpu_s},
                     {"samples_per_step", samples.size()}});
-    if (n == 1) continue;
+    if (n == 1) {
+      single_step_s = step_s;
+      single_step_cpu_s = step_cpu_s;
+      continue;
+    }
+    rows.back()["train_step_vs_single_rank"] = step_s / single_step_s;
+    rows.back()["train_step_cpu_vs_single_rank"] = step_cpu_s / single_step_cpu_s;
     // The same step with the n ranks in n processes (a trainer group across nodes).
     const double proc_s = member_process_step_s(cfg, model, grpo, adam, temperature, n, samples,
                                                 adv, weights, opt.reps);
@@ -161,13 +180,17 @@ nlohmann::json run(const options& opt, const config& cfg) {
                     {"path", "expert-parallel (member processes, fabric)"},
                     {"train_step_s", proc_s},
                     {"train_step_vs_rank_threads", step_s > 0 ? proc_s / step_s : 0.0},
+                    {"train_step_vs_single_rank", proc_s / single_step_s},
                     {"samples_per_step", samples.size()}});
   }
   return {{"benchmark", "job-ep"},
           {"what",
            "seconds per prompt group generated and per GRPO trainer step, single-rank vs EP rank "
-           "threads vs EP ranks in member processes (a trainer group across nodes)"},
+           "threads vs EP ranks in member processes (a trainer group across nodes); "
+           "train_step_cpu_s: CPU seconds of the process (all threads) per step"},
           {"fabric_provider", cfg.get_string("fabric.provider")},
+          {"blas_threads", opt.blas_threads > 0 ? std::to_string(opt.blas_threads)
+                                                : "OpenBLAS default (one per core)"},
           {"reps", opt.reps},
           {"policy",
            {{"d_model", model.d_model},
@@ -193,6 +216,8 @@ void add_job_ep_bench_command(CLI::App& bench) {
   cmd->add_option("--ranks", opt.ranks,
                   "EP rank counts to measure (each divides policy.num_experts)");
   cmd->add_option("--reps", opt.reps, "timed repetitions per phase");
+  cmd->add_option("--blas-threads", opt.blas_threads,
+                  "OpenBLAS threads (1: as moerl up runs its nodes; 0: OpenBLAS's default)");
   cmd->callback([] {
     auto cfg = config::load(config_file, overrides);
     if (!cfg) {

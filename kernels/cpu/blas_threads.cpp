@@ -1,10 +1,10 @@
-#include "kernels/cpu/blas_threads.h"
+#include "kernels/blas_threads.h"
 
 #include <cblas.h>
 
 #include <mutex>
 
-namespace moerl::kernels::detail {
+namespace moerl::kernels {
 
 namespace {
 std::mutex g_mutex;
@@ -25,4 +25,4 @@ blas_single_thread::~blas_single_thread() {
   if (--g_holders == 0 && g_saved != 1) openblas_set_num_threads(g_saved);
 }
 
-}  // namespace moerl::kernels::detail
+}  // namespace moerl::kernels

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "kernels/cpu/blas_threads.h"
+#include "kernels/blas_threads.h"
 #include "kernels/cpu/validate.h"
 
 namespace moerl::kernels {
@@ -68,11 +68,11 @@ void gemm_rows_by_weights(int m, int n, int K, const float* A, const float* W, f
 }
 
 // Runs fn(part) for every part of pool.num_threads() on its own pool thread, with BLAS on
-// one thread meanwhile when there is more than one part (see blas_threads.h).
+// one thread meanwhile when there is more than one part (see kernels/blas_threads.h).
 template <class Fn>
 void for_each_part(thread_pool& pool, Fn&& fn) {
   const int parts = pool.num_threads();
-  std::optional<detail::blas_single_thread> one_blas_thread;
+  std::optional<blas_single_thread> one_blas_thread;
   if (parts > 1) one_blas_thread.emplace();
   pool.parallel_for(parts, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) fn(static_cast<int>(p), parts);
