@@ -7,6 +7,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include "actors/openssl_error_queue.h"
 #include "common/config.h"
 #include "common/log.h"
 
@@ -40,6 +41,8 @@ result<control_plane_options> control_plane_options::from_config(const config& c
       if (!std::ifstream(*kv))
         return error(errc::invalid_config, std::string(key) + ": cannot read '" + *kv + "'");
     }
+    // caf_openssl's links survive each other's failures only through the guard.
+    if (auto guarded = check_openssl_error_queue_guard(); !guarded) return guarded.err();
   }
   return o;
 }

@@ -234,6 +234,17 @@ save_log() {  # POD: its node's log, kept in $WORK/logs after the pod is gone
   podman logs "$(container_of "$1")" > "$WORK/logs/$1.log" 2>&1 || true
 }
 
+keep_failed_run_logs() {  # every pod's log of a failed run, in its own folder ($WORK/logs is
+  # per pod name, and StatefulSet pods have the same name every run)
+  local keep pod; keep="$WORK/failed-$(date -u +%Y%m%dT%H%M%SZ)"; mkdir -p "$keep"
+  for pod in $(plan_pods; cat "$WORK/replaced" 2>/dev/null || true); do
+    if podman pod exists "$pod"; then podman logs "$(container_of "$pod")" > "$keep/$pod.log" 2>&1 || true
+    elif [ -f "$WORK/logs/$pod.log" ]; then cp "$WORK/logs/$pod.log" "$keep/"; fi
+  done
+  cp "$WORK/sim-summary.txt" "$keep/" 2>/dev/null || true
+  log "the failed run's pod logs: $keep"
+}
+
 node_of_pod() {  # POD: the node name in its health file (node.health_file), once it has one
   podman exec "$(container_of "$1")" cat /tmp/moerl-health.json 2> /dev/null \
     | python3 -c "import json,sys; print(json.load(sys.stdin)['node'])" 2> /dev/null
@@ -360,7 +371,8 @@ host_moerl() {
 run_test() {
   local t0 first_commit="" report_file sim_rc=0 moerl address
   t0=$(now)
-  rm -f "$WORK/faults.jsonl"
+  # A scenario that stops before writing its report must not be judged by the last run's.
+  rm -f "$WORK/faults.jsonl" "$WORK/sim-report.json"
   up
   while [ -z "$first_commit" ]; do
     [ "$(status_field "d['accounting']['committed']")" -gt 0 ] && first_commit=$(elapsed "$PLAYED_AT" "$(now)")
@@ -419,5 +431,5 @@ case "$mode" in
     [ "${MOERL_PODS_KEEP:-0}" = 1 ] || trap down EXIT
     mkdir -p "$WORK"; down > /dev/null
     if run_test; then log "test passed: the scenario passed (lost 0, duplicated 0, invariants hold), the drain exited 0"
-    else log "test FAILED"; exit 1; fi ;;
+    else keep_failed_run_logs; log "test FAILED"; exit 1; fi ;;
 esac
