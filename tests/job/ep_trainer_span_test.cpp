@@ -81,6 +81,9 @@ TEST(ep_trainer_span, two_member_processes_step_exactly_like_two_rank_threads) {
         if (!params || !moments) return 5;
         // A load travels to member 1 too: the group still steps after it.
         if (!t->load(*params).ok() || !t->load_adam(*moments).ok()) return 6;
+        // After a load the state is gathered by its own commands (a step's answer round
+        // carried it before): the same bytes.
+        if (*t->serialize() != *params || *t->serialize_adam() != *moments) return 10;
         t->stop_members();
         t.reset();
         // The same two steps with both ranks as threads of this process.
