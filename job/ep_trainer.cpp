@@ -90,7 +90,8 @@ nlohmann::json encode_batch(const std::vector<policy::sample>& samples,
                    {"logprobs", s.behaviour_logprobs},
                    {"reward", s.reward},
                    {"group", s.group},
-                   {"version", s.policy_version}});
+                   {"version", s.policy_version},
+                   {"from_env", s.from_env}});  // multi-turn: env tokens carry no loss
   return {{"op", "step"}, {"samples", arr}, {"advantages", advantages}};
 }
 
@@ -106,6 +107,7 @@ result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch
       s.reward = j.at("reward").get<double>();
       s.group = j.at("group").get<int64_t>();
       s.policy_version = j.at("version").get<uint64_t>();
+      j.at("from_env").get_to(s.from_env);
       samples.push_back(std::move(s));
     }
     return std::make_pair(std::move(samples), cmd.at("advantages").get<std::vector<double>>());

@@ -66,7 +66,16 @@ std::unique_ptr<ep_trainer> make(const ep_trainer_span* span) {
 }
 
 TEST(ep_trainer_span, two_member_processes_step_exactly_like_two_rank_threads) {
-  const batch b1 = make_batch(1), b2 = make_batch(2);
+  const batch b1 = make_batch(1);
+  // Multi-turn samples: the tokens an environment wrote carry no loss on any member either.
+  const batch b2 = [] {
+    batch b = make_batch(2);
+    for (auto& s : b.samples) {
+      s.from_env.assign(s.completion.size(), 0);
+      s.from_env[s.completion.size() / 2] = 1;
+    }
+    return b;
+  }();
   auto rep = fabric::launch_processes(
       2,
       [&](fabric::bootstrap& boot) -> int {
