@@ -16,6 +16,7 @@ using giveback_atom = caf::atom_constant<caf::atom("giveback")>;    // worker ->
 using flush_atom = caf::atom_constant<caf::atom("flush")>;          // coordinator: group commit
 using ack_atom = caf::atom_constant<caf::atom("ack")>;              // shard -> coordinator
 using consumed_atom = caf::atom_constant<caf::atom("consumed")>;    // shard -> coordinator
+using claim_atom = caf::atom_constant<caf::atom("claim")>;          // trainer -> coordinator
 using event_atom = caf::atom_constant<caf::atom("event")>;          // coordinator -> shard
 using clost_atom = caf::atom_constant<caf::atom("clost")>;          // coordinator -> shard
 using notice_atom = caf::atom_constant<caf::atom("notice")>;        // anyone -> node agent

@@ -213,6 +213,11 @@ caf::behavior coordinator_impl(coord_actor* self,
                       st.err().to_string());
         return reply_durable(self, reply_bytes(st));
       },
+      [self](claim_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto c = messages::decode<messages::trainer_claim>(bytes);
+        if (!c) return encode_error(c.err().code, "trainer claim: " + c.err().message);
+        return reply_durable(self, reply_bytes(self->state.core->trainer_claim(*c)));
+      },
       [self](stats_atom, const std::string& node, const std::string& text) {
         auto j = nlohmann::json::parse(text, nullptr, false);
         if (!j.is_discarded()) self->state.core->node_stats(node, j);

@@ -19,6 +19,8 @@
 //   (ack_atom, shard_ack bytes)                   -> ""  | error bytes
 //   (consumed_atom, unit, attempt, group, num_samples, handout, step) -> "" | error bytes
 //        step: ledger::handout_step (consumed, handed, trained, returned, dropped)
+//   (claim_atom, trainer_claim bytes)             -> trainer_claim_reply bytes | error bytes
+//        answered once durable; the trainer trains only the groups granted
 //   (stats_atom, node id, JSON text)
 //   (version_atom, version, weight_manifest bytes)
 //   (drained_atom, node id, JSON record)          -> ""

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "actors/interruption.h"
@@ -206,6 +207,14 @@ void coordinator_core::consumer_lost(const node_record& trainer) {
   // after it registers, so after now (incarnations are wall-clock µs, trainer_role.cpp).
   const uint64_t bound = static_cast<uint64_t>(unix_now_ms()) * 1000;
   lost_consumers_[trainer.name] = bound;
+  // The ledger fences its claims too, and re-opens the groups it claimed from shards that
+  // are gone (a live shard gives its groups back itself, below).
+  if (auto reopened = ledger_->consumer_lost(trainer.name, bound); !reopened)
+    logger("coordinator")->error("consumer_lost({}): {}", trainer.name, reopened.err().to_string());
+  else if (!reopened->empty())
+    logger("coordinator")
+        ->warn("trainer consumer {} lost: re-opened {} unit(s) it claimed from lost shards",
+               trainer.name, reopened->size());
   size_t num_shards = 0;
   for (const auto& [shard, id] : shard_node_) {
     out_.push_back(outbound{outbound::kind::consumer_lost, id, {}, bound, {}, 0, trainer.name});
@@ -373,6 +382,34 @@ status coordinator_core::consumed(const ledger::consumption& c) {
   return st;
 }
 
+result<messages::trainer_claim_reply> coordinator_core::trainer_claim(
+    const messages::trainer_claim& c) {
+  const ledger::consumer_ref by{c.consumer, c.incarnation};
+  auto steps = [&](const std::vector<messages::handed_group>& groups) {
+    std::vector<ledger::consumption> out;
+    out.reserve(groups.size());
+    for (const auto& g : groups)
+      out.push_back({g.unit, g.attempt, g.group, ledger_->options().group_size, g.handout,
+                     ledger::handout_step::handed});
+    return out;
+  };
+  auto log = logger("coordinator");
+  if (!c.confirmed.empty()) {
+    auto n = ledger_->confirm_claimed(by, steps(c.confirmed));
+    if (!n) log->error("trainer {} confirmations: {}", c.consumer, n.err().to_string());
+  }
+  auto granted = ledger_->claim(by, steps(c.claims));
+  flush_ledger();
+  if (!granted) return granted.err();
+  const auto refused = std::count(granted->begin(), granted->end(), false);
+  if (refused > 0)
+    log->warn(
+        "trainer {} incarnation {}: {} of {} claimed group(s) refused (re-opened after their "
+        "shard was declared lost, or the incarnation is fenced): not trained",
+        c.consumer, c.incarnation, refused, granted->size());
+  return messages::trainer_claim_reply{std::move(*granted)};
+}
+
 void coordinator_core::policy_version(uint64_t v, const std::string& manifest_bytes) {
   if (v <= policy_version_) return;
   policy_version_ = v;
@@ -395,9 +432,20 @@ void coordinator_core::open_iteration() {
   flush_ledger();
 }
 
+void coordinator_core::save_group_history() {
+  if (!group_history_sink_ || groups_.history_version() == group_history_saved_) return;
+  if (auto st = group_history_sink_(groups_.history_json()); !st) {
+    // Kept unsaved: the next tick tries again (only the report's history is at stake).
+    logger("coordinator")->error("saving the groups' history: {}", st.err().to_string());
+    return;
+  }
+  group_history_saved_ = groups_.history_version();
+}
+
 void coordinator_core::tick() {
   auto now = clock_.now_ms();
   for (const auto& line : groups_.tick(now)) logger("coordinator")->warn("{}", line);
+  save_group_history();
   // After a restart the ledger still names the shards of the previous incarnation. One that
   // has not re-joined within the heartbeat timeout is gone: re-open what it held.
   if (!recovery_checked_ && ledger_->epoch() > 1 &&

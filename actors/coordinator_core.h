@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "ledger/work_ledger.h"
 #include "messages/admin.h"
 #include "messages/control.h"
+#include "messages/shard.h"
 #include "messages/work.h"
 
 namespace moerl::actors {
@@ -127,6 +129,10 @@ class coordinator_core {
   status report(const messages::unit_report& rep);
   status shard_ack(const ledger::shard_ack& ack);
   status consumed(const ledger::consumption& c);
+  // A trainer's claim before its step uses a batch (ledger/LEDGER.md, "Claimed before
+  // trained"): first the groups it confirms (trained, also of a shard that is gone), then,
+  // per claimed group, whether it may train it.
+  result<messages::trainer_claim_reply> trainer_claim(const messages::trainer_claim& c);
   // The trainer published a new policy version (after an iteration's worth of groups).
   void policy_version(uint64_t v, const std::string& manifest_bytes);
 
@@ -168,6 +174,14 @@ class coordinator_core {
   // Groups that span nodes (node_group_core.h); a node's loss breaks its group.
   node_group_core& groups() { return groups_; }
   const node_group_core& groups() const { return groups_; }
+  // Where the groups' history goes whenever it changed (the store next to the ledger,
+  // node_runtime.cpp), so a restarted coordinator continues it (node_group_core.h).
+  void set_group_history_sink(std::function<status(const nlohmann::json&)> sink) {
+    group_history_sink_ = std::move(sink);
+  }
+  // Hands the history to the sink if it changed since the last save: after a join (before the
+  // member can see a new incarnation) and on every tick (breaks, restored versions).
+  void save_group_history();
   int64_t now_ms() const { return clock_.now_ms(); }
   const ledger::work_ledger& ledger() const { return *ledger_; }
   // Every interruption recorded so far (the report's and the console's interruption log).
@@ -208,6 +222,8 @@ class coordinator_core {
   uint64_t invariant_violations_ = 0;
   std::string last_violation_;
   bool shutdown_ = false;
+  std::function<status(const nlohmann::json&)> group_history_sink_;
+  uint64_t group_history_saved_ = 0;  // node_group_core::history_version() last saved
   int64_t started_ms_ = 0;
   bool recovery_checked_ = false;  // shards of a previous incarnation that did not re-join
   node_group_core groups_;

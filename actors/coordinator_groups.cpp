@@ -23,6 +23,8 @@ std::string group_join(coordinator_core& core, const std::string& node_id, const
   req.fingerprint = {model_shape, config_hash, version};
   auto st = core.groups().join(req, core.now_ms());
   if (!st) return encode_error(st.err().code, st.err().message);
+  // A new incarnation is saved before any member can see it (a failed save: the tick retries).
+  core.save_group_history();
   if (auto v = core.groups().view(node_id); v && v->member_index == 0)
     logger("coordinator")
         ->info("group {} formed (incarnation {}) with {} members", group, v->incarnation,

@@ -19,7 +19,6 @@
 #include "common/child_process.h"
 #include "common/config.h"
 #include "common/log.h"
-#include "common/shm_leftovers.h"
 
 namespace moerl::actors {
 
@@ -142,11 +141,11 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
   // above and the coordinator's bind.
   const std::string wanted_console =
       c->opts_.console.empty() ? cfg->get_string("console.address") : c->opts_.console;
-  const bool console_chosen =
+  c->console_chosen_ =
       *console != wanted_console ||
       (c->opts_.console.empty() && wanted_console == find_key("console.address")->default_value);
   const std::string wanted_http = cfg->get_string("console.http_address");
-  const bool http_chosen =
+  c->http_chosen_ =
       !http->empty() &&
       (*http != wanted_http || wanted_http == find_key("console.http_address")->default_value);
   c->token_ = cfg->get_string("console.token");
@@ -175,12 +174,12 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
     logger("local_job")
         ->warn("the coordinator lost a port to another process ({} of {}); choosing new ports",
                attempt, kStartAttempts);
-    if (console_chosen) {
+    if (c->console_chosen_) {
       auto port = free_tcp_port();
       if (!port) return port.err();
       *console = "tcp://127.0.0.1:" + std::to_string(*port);
     }
-    if (http_chosen) {
+    if (c->http_chosen_) {
       auto port = free_tcp_port();
       if (!port) return port.err();
       *http = "127.0.0.1:" + std::to_string(*port);
@@ -219,7 +218,7 @@ local_cluster::~local_cluster() {
   for (auto& [name, pid] : pids_) (void)send_signal(pid, SIGKILL);
   // A SIGKILLed process exits at once unless stuck in the kernel; do not hang on one that is.
   for (auto& [name, pid] : pids_)
-    if (moerl::wait_exit(pid, 10000)) remove_shm_regions_of(pid, "local_job");
+    (void)moerl::wait_exit(pid, 10000);  // which removes its shm regions (SIGKILLed)
 }
 
 status local_cluster::spawn(const node_spec& spec) {
@@ -256,9 +255,7 @@ void local_cluster::reap() {
     auto st = poll_exit(it->second);
     if (st && st->has_value()) {
       exited_[it->first] = **st;
-      // A node killed by a signal could not close its fabric endpoints: their shm regions
-      // stay in /dev/shm unless its parent removes them (nobody else knows the pid is dead).
-      if (WIFSIGNALED(**st)) remove_shm_regions_of(it->second, "local_job");
+      // A node killed by a signal had its shm regions removed by the reap (poll_exit).
       it = pids_.erase(it);
     } else {
       ++it;
@@ -343,12 +340,30 @@ status local_cluster::restart(const std::string& name) {
   if (pids_.count(name)) return error(errc::invalid_argument, name + " is still running");
   if (it->second.role == "coordinator") {
     // Its consoles were free when the run started; while it was down another process (a
-    // second moerl up choosing the default) may have taken one. A coordinator that cannot
-    // listen would exit at once and be restarted to the limit: name the cause instead.
-    for (const std::string& a : {console_, http_.empty() ? std::string() : "tcp://" + http_})
-      if (!a.empty() && !console_address_free(a))
-        return error(errc::io_error, "cannot recreate the coordinator: its console address " + a +
-                                         " was taken by another process while it was down");
+    // second moerl up choosing the default) may have taken one. An address this run chose
+    // moves to a free port (as at the start); a coordinator that cannot listen on one the
+    // user gave would exit at once and be restarted to the limit: name the cause instead.
+    // `zmq_form`: the address is stored as tcp://HOST:PORT (the ZeroMQ console), else HOST:PORT.
+    auto keep_or_move = [&](std::string& address, bool chosen, const std::string& key,
+                            bool zmq_form) -> status {
+      const std::string probe = zmq_form ? address : "tcp://" + address;
+      if (address.empty() || console_address_free(probe)) return ok_status();
+      if (!chosen)
+        return error(errc::io_error, "cannot recreate the coordinator: its console address " +
+                                         probe + " was taken by another process while it was down");
+      auto port = free_tcp_port();
+      if (!port) return port.err();
+      const std::string moved =
+          std::string(zmq_form ? "tcp://" : "") + "127.0.0.1:" + std::to_string(*port);
+      logger("local_job")
+          ->warn("{} was taken while the coordinator was down: that console moves to {}", address,
+                 moved);
+      address = moved;
+      opts_.overrides.push_back(key + "=" + address);  // the last override of a key wins
+      return ok_status();
+    };
+    if (auto st = keep_or_move(console_, console_chosen_, "console.address", true); !st) return st;
+    if (auto st = keep_or_move(http_, http_chosen_, "console.http_address", false); !st) return st;
   }
   exited_.erase(name);
   return spawn(it->second);

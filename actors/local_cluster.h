@@ -103,6 +103,9 @@ class local_cluster {
 
   cluster_options opts_;
   std::string console_, join_, token_, http_;
+  // Whether this run chose its console addresses itself (the built-in default, or a free port
+  // instead of a taken default): those may move when taken; a user's may not.
+  bool console_chosen_ = false, http_chosen_ = false;
   std::map<std::string, node_spec> specs_;
   std::map<std::string, std::vector<std::string>> exec_prefixes_;  // nodes that have one
   std::map<std::string, pid_t> pids_;

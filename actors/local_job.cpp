@@ -198,7 +198,12 @@ status local_job::supervise(const job_events& events) {
     status started = ok_status();
     if (controller_of(r.role) == pod_controller::stateful_set) {
       r.replacement = name;
+      const std::string console = cluster_->console_address(), http = cluster_->http_address();
       started = cluster_->restart(name);
+      if (cluster_->console_address() != console)
+        r.moved = "console at " + cluster_->console_address();
+      if (cluster_->http_address() != http)
+        r.moved += (r.moved.empty() ? "" : " and ") + ("dashboard at " + cluster_->http_address());
     } else {
       // A new pod of the Deployment: a new name, as Kubernetes gives it a new suffix.
       r.replacement = first + "-r" + std::to_string(n);

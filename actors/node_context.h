@@ -23,6 +23,7 @@
 #include "actors/reward_hop.h"
 #include "common/config.h"
 #include "ledger/sample_plane.h"
+#include "messages/shard.h"
 #include "weights/cache_directory.h"
 #include "weights/cache_server.h"
 
@@ -116,6 +117,12 @@ struct node_context {
   // restart of the ranks: the step still holds those groups. Rank 0's thread only.
   uint64_t trainer_incarnation = 0;
   std::map<std::string, std::vector<uint64_t>> unconfirmed_batches;
+  // Groups the ledger granted this incarnation's claims (actors/trainer_claim.h): those no
+  // policy version has yet, and those a version has that the ledger has not been told of
+  // (sent with the next claim). Told before a new incarnation starts, so a restart of the
+  // ranks does not leave trained groups to be re-opened.
+  std::vector<messages::handed_group> claimed_untrained;
+  std::vector<messages::handed_group> claimed_trained;
 
  private:
   std::mutex mu;

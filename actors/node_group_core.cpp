@@ -50,6 +50,11 @@ status node_group_core::join(const group_join_request& req, int64_t now_ms) {
     g.ranks_per_node = req.ranks_per_node;
     g.fingerprint = req.fingerprint;
     g.forming_since_ms = now_ms;
+    if (auto saved = saved_.find(req.group); saved != saved_.end()) {
+      g.incarnation = saved->second.incarnation;
+      g.reformed = std::move(saved->second.reformed);
+      saved_.erase(saved);
+    }
   }
   const std::string who = "node " + req.node_name + " joining group " + req.group + ": ";
   if (req.role != g.role)
@@ -100,6 +105,7 @@ void node_group_core::form(group_state& g, int64_t now_ms) {
   g.state = "formed";
   ++g.incarnation;
   if (!g.reformed.empty() && g.reformed.back().formed_ms < 0) g.reformed.back().formed_ms = now_ms;
+  ++history_version_;
 }
 
 std::optional<group_view> node_group_core::view(const std::string& node_id) const {
@@ -138,6 +144,7 @@ std::vector<std::string> node_group_core::dissolve(group_state& g, const std::st
   g.forming_since_ms = now_ms;
   g.last_missing_log_ms = 0;
   if (!orderly) g.reformed.push_back({now_ms, -1, name + " " + cause});
+  ++history_version_;
   return others;
 }
 
@@ -305,6 +312,59 @@ void node_group_core::restored(const std::string& node_id, uint64_t incarnation,
   group_state* g = group_of(node_id);
   if (!g || g->incarnation != incarnation || g->reformed.empty()) return;
   g->reformed.back().restored_version = static_cast<int64_t>(version);
+  ++history_version_;
+}
+
+nlohmann::json node_group_core::history_json() const {
+  auto entry = [](uint64_t incarnation, const std::vector<reformation>& reformed) {
+    nlohmann::json rs = nlohmann::json::array();
+    for (const auto& r : reformed)
+      rs.push_back({{"broken_ms", r.broken_ms},
+                    {"formed_ms", r.formed_ms},
+                    {"cause", r.cause},
+                    {"restored_version", r.restored_version}});
+    return nlohmann::json{{"incarnation", incarnation}, {"reformed", rs}};
+  };
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [name, g] : saved_) groups[name] = entry(g.incarnation, g.reformed);
+  for (const auto& [name, g] : groups_) groups[name] = entry(g.incarnation, g.reformed);
+  return {{"format", 1}, {"groups", groups}};
+}
+
+status node_group_core::restore_history(const nlohmann::json& history, int64_t now_ms) {
+  auto bad = [](const std::string& what) {
+    return error{errc::invalid_argument, "group history: " + what};
+  };
+  if (!history.is_object() || history.value("format", 0) != 1)
+    return bad("not a format-1 history object");
+  const auto groups = history.find("groups");
+  if (groups == history.end() || !groups->is_object()) return bad("no \"groups\" object");
+  std::map<std::string, saved_group> restored;
+  for (const auto& [name, g] : groups->items()) {
+    const auto inc = g.find("incarnation");
+    const auto rs = g.find("reformed");
+    if (!g.is_object() || inc == g.end() || !inc->is_number_unsigned() || rs == g.end() ||
+        !rs->is_array())
+      return bad("group " + name + " needs an unsigned \"incarnation\" and a \"reformed\" list");
+    saved_group& s = restored[name];
+    s.incarnation = inc->get<uint64_t>();
+    for (const auto& r : *rs) {
+      if (!r.is_object() || !r.contains("broken_ms") || !r["broken_ms"].is_number_integer() ||
+          !r.contains("formed_ms") || !r["formed_ms"].is_number_integer() || !r.contains("cause") ||
+          !r["cause"].is_string() || !r.contains("restored_version") ||
+          !r["restored_version"].is_number_integer())
+        return bad("group " + name + ": a re-formation needs integer broken_ms, formed_ms, " +
+                   "restored_version and a string cause");
+      s.reformed.push_back({r["broken_ms"].get<int64_t>(), r["formed_ms"].get<int64_t>(),
+                            r["cause"].get<std::string>(), r["restored_version"].get<int64_t>()});
+    }
+    const bool re_forming = !s.reformed.empty() && s.reformed.back().formed_ms < 0;
+    if (s.incarnation > 0 && !re_forming)
+      s.reformed.push_back({now_ms, -1, "coordinator restarted (every member joins again)"});
+  }
+  saved_ = std::move(restored);
+  ++history_version_;
+  return ok_status();
 }
 
 size_t node_group_core::num_reformed(const std::string& group) const {

@@ -121,6 +121,21 @@ class node_group_core {
   // Tests and the report: re-formations of a group so far.
   size_t num_reformed(const std::string& group) const;
 
+  // ---- history that outlives the coordinator (RUNTIME.md, "Groups across nodes") --------
+  // Each group's incarnation and re-formations, as the coordinator saves them to the store:
+  // {"format": 1, "groups": {name: {"incarnation": N, "reformed": [{broken_ms, formed_ms,
+  // cause, restored_version}]}}}. Times are the coordinator's monotonic clock (one host's).
+  nlohmann::json history_json() const;
+  // Bumped by every change history_json() shows (a formation, a break, a restored version).
+  uint64_t history_version() const { return history_version_; }
+  // A restarted coordinator continues its predecessor's groups: a group's first formation
+  // under it takes the incarnation after the saved one (a member's report from an earlier
+  // incarnation stays stale) and keeps the re-formations listed before; that formation is a
+  // re-formation caused by the coordinator's restart, timed from `now_ms`, unless the group
+  // was already re-forming after a member's loss (that re-formation goes on). An error names
+  // what is malformed; nothing is restored then.
+  status restore_history(const nlohmann::json& history, int64_t now_ms);
+
  private:
   struct round {
     std::vector<int> participants;
@@ -159,8 +174,16 @@ class node_group_core {
                                     const std::string& cause, int64_t now_ms, bool orderly);
   void name_dead_member_as_cause(const std::string& node_id, const std::string& cause);
 
+  // A group the saved history names and no member has joined yet under this coordinator.
+  struct saved_group {
+    uint64_t incarnation = 0;
+    std::vector<reformation> reformed;
+  };
+
   int64_t form_timeout_ms_;
   std::map<std::string, group_state> groups_;
+  std::map<std::string, saved_group> saved_;  // consumed by the group's first join
+  uint64_t history_version_ = 0;
   std::map<std::string, std::string> member_group_;  // node id -> group name
   std::vector<gather_completion> failed_;
 };

@@ -57,6 +57,30 @@ int wait_for(caf::actor_system& sys, const caf::actor& a) {
   return 0;
 }
 
+// The groups' history lives beside the ledger in the store: a restarted coordinator reads
+// what its predecessor saved (incarnations go on, earlier re-formations stay in the report),
+// then saves every change. A malformed object is reported and the run starts without it: the
+// history is the report's and the incarnations' continuity, never the ledger's safety.
+status keep_group_history(coordinator_core& core, store::object_store& store,
+                          const std::string& key) {
+  auto log = logger("node");
+  if (auto saved = store.get(key); saved) {
+    auto j = nlohmann::json::parse(*saved, nullptr, false);
+    auto st = j.is_discarded() ? status(error{errc::invalid_argument, "group history: not JSON"})
+                               : core.groups().restore_history(j, core.now_ms());
+    if (st)
+      log->info("groups' history restored from {}", key);
+    else
+      log->error("{} in {}: starting without it", st.err().to_string(), key);
+  } else if (saved.err().code != errc::not_found) {
+    return error{saved.err().code,
+                 "reading the groups' history " + key + ": " + saved.err().message};
+  }
+  core.set_group_history_sink(
+      [&store, key](const nlohmann::json& j) { return store.put(key, j.dump()); });
+  return ok_status();
+}
+
 int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
                     const std::string& host, uint16_t port, const std::string& node_id) {
   auto log = logger("node");
@@ -86,6 +110,10 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
             (*store)->describe(), info.epoch, info.recovered ? "recovered" : "fresh",
             info.records_replayed, info.leases_expired);
   auto core = std::make_unique<coordinator_core>(*copts, std::move(*led), clock);
+  if (auto st = keep_group_history(*core, **store, lopts->store_prefix + "/groups.json"); !st) {
+    log->error("{}", st.err().to_string());
+    return 2;
+  }
 
   node_caf_config ccfg(cp);
   caf::actor_system sys{ccfg};

@@ -91,6 +91,7 @@ nlohmann::json replacement_record::to_json() const {
   nlohmann::json j{{"node", node}, {"replacement", replacement}, {"role", role}, {"cause", cause},
                    {"at_s", at_s}, {"delay_ms", delay_ms}};
   if (!error.empty()) j["error"] = error;
+  if (!moved.empty()) j["moved"] = moved;
   return j;
 }
 

@@ -63,6 +63,9 @@ struct replacement_record {
   int64_t delay_ms = 0;
   int64_t started_unix_ms = 0;  // wall clock when the replacement was started
   std::string error;            // why the replacement failed to start; "" when it started
+  // A recreated coordinator whose console address was taken while it was down: where its
+  // consoles are now ("console at tcp://..." / "dashboard at HOST:PORT"); "" when unchanged.
+  std::string moved;
 
   nlohmann::json to_json() const;
 };

@@ -13,6 +13,7 @@
 #include "actors/atoms.h"
 #include "actors/node_group_member.h"
 #include "actors/role_loops.h"
+#include "actors/trainer_claim.h"
 #include "actors/wait_clock.h"
 #include "common/log.h"
 #include "messages/weights.h"
@@ -233,13 +234,41 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   // those still on their way to the consumer sockets that closed with the old driver (a kept
   // incarnation would leave them handed forever; LEDGER.md, "Handed to a trainer").
   ctx->trainer_state->drop_held();
+  // What the previous incarnation's versions hold, told to the ledger under that incarnation
+  // before the new one fences it; what its step held is dropped with it (the ledger re-opens
+  // or its shards serve again what no version has).
+  if (!ctx->claimed_trained.empty() && ctx->trainer_incarnation != 0) {
+    if (auto told = claim_groups(self, *ctx, {}, ctx->claimed_trained); !told)
+      log->warn("telling the ledger of {} trained group(s): {}", ctx->claimed_trained.size(),
+                told.err().to_string());
+  }
+  ctx->claimed_trained.clear();
+  ctx->claimed_untrained.clear();
   ctx->trainer_incarnation = new_incarnation();
   ctx->unconfirmed_batches.clear();
+  // The ledger learns of the new incarnation at once: the groups its predecessors claimed from
+  // shards that are gone are re-opened now, not at this incarnation's first batch.
+  if (auto hello = claim_groups(self, *ctx, {}, {}); !hello) {
+    if (ctx->stopping || ctx->draining()) return;
+    log->warn("trainer incarnation {} not registered with the ledger: {}", ctx->trainer_incarnation,
+              hello.err().to_string());
+  }
   trainer_step& step = *ctx->trainer_state;
+  // Tells the ledger which claimed groups a policy version has (they are trained even when
+  // their shard is gone); false when it did not answer (they go with the next claim).
+  auto tell_trained = [&] {
+    if (ctx->claimed_trained.empty()) return true;
+    auto told = claim_groups(self, *ctx, {}, ctx->claimed_trained);
+    if (told) ctx->claimed_trained.clear();
+    return told.ok();
+  };
   // Once the step holds nothing, every batch it was given is in a policy version it made
   // (and announced): confirm them, so their shards count them trained and let them go.
   auto confirm_trained = [&] {
     if (step.num_held_groups() != 0) return;
+    ctx->claimed_trained.insert(ctx->claimed_trained.end(), ctx->claimed_untrained.begin(),
+                                ctx->claimed_untrained.end());
+    ctx->claimed_untrained.clear();
     for (auto it = ctx->unconfirmed_batches.begin(); it != ctx->unconfirmed_batches.end();) {
       auto src = sources.find(it->first);
       if (src == sources.end()) {
@@ -263,7 +292,10 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.
   wait_clock stalled;
   while (mailbox_ok(self, *ctx, 0)) {
-    if (ctx->draining()) return;                         // nothing is held between batches: leave
+    if (ctx->draining()) {  // nothing is held between batches: leave
+      tell_trained();
+      return;
+    }
     if (pool.link() && !pool.link()->still_current()) {  // a member was lost: re-form
       fail_actor(self, "trainer group " + pool.link()->view().group + " broke");
       return;
@@ -292,6 +324,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         it = sources.erase(it);
       }
       confirm_trained();  // what a failed confirmation left unconfirmed
+      tell_trained();     // no batch came since the last version: not left to the next claim
     }
     if (sources.empty()) {
       if (!mailbox_ok(self, *ctx, 100)) return;
@@ -310,10 +343,38 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       if (batch.samples.empty()) continue;
       stalled.stop_waiting(steady_ms());
       last_batch = steady_ms();
+      // Claimed before trained: the ledger says which groups this step may use (and hears
+      // of the groups the last versions have).
+      auto groups = handed_groups_of(batch);
+      if (!groups) {
+        log->error("{}: not trained", groups.err().to_string());
+        continue;
+      }
+      auto granted = claim_groups(self, *ctx, *groups, ctx->claimed_trained);
+      if (!granted) {
+        if (ctx->stopping || ctx->draining()) return;
+        log->error("claim of batch {} of shard {}: {}; not trained", batch.batch_id, ep,
+                   granted.err().to_string());
+        continue;
+      }
+      ctx->claimed_trained.clear();
+      std::vector<messages::sample> samples = granted_samples(batch, *groups, *granted);
+      const auto num_granted = std::count(granted->begin(), granted->end(), true);
+      for (size_t i = 0; i < groups->size(); ++i)
+        if ((*granted)[i]) ctx->claimed_untrained.push_back((*groups)[i]);
+      if (static_cast<size_t>(num_granted) != groups->size())
+        log->warn(
+            "batch {} of shard {}: the ledger refused {} of its {} group(s) (re-opened after "
+            "the shard was declared lost): not trained",
+            batch.batch_id, ep, groups->size() - num_granted, groups->size());
+      if (num_granted == 0) continue;
       flushed = false;
-      // Before the step, which holds the batch's groups until a version has them all.
-      ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
-      auto res = step.train(batch.samples);
+      // Before the step, which holds the batch's groups until a version has them all. A
+      // batch with a refused group is not confirmed to its shard (that would count the
+      // refused group trained): its granted groups are confirmed to the ledger instead.
+      if (static_cast<size_t>(num_granted) == groups->size())
+        ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
+      auto res = step.train(samples);
       if (!res) {
         // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
         if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
@@ -324,7 +385,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       last_batch = steady_ms();  // idle from the step's end: a slow step is no missing batch
       total.groups += res->groups;
       total.bad += res->bad;
-      total.verified += batch.samples.size() - res->bad;
+      total.verified += samples.size() - res->bad;
       total.sum_abs_advantage += res->sum_abs_advantage;
       ctx->trained_groups += res->groups;
       if (announce(self, *ctx, *res)) {

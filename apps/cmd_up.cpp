@@ -95,7 +95,10 @@ actors::job_events printed_events(up_progress& display) {
                                  : "replaced " + r.node + " by " + r.replacement;
     display.message("moerl up: >>> " + what + " (" + r.role + ", " +
                     actors::controller_name(actors::controller_of(r.role)) + ")" +
-                    (r.error.empty() ? "" : " FAILED: " + r.error));
+                    (r.error.empty() ? "" : " FAILED: " + r.error) +
+                    (r.moved.empty() ? ""
+                                     : "; its console address was taken while it was down: now " +
+                                           r.moved + " (moved)"));
   };
   return ev;
 }

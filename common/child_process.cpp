@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/posix_check.h"
+#include "common/shm_leftovers.h"
 
 namespace moerl {
 
@@ -80,8 +81,9 @@ result<std::optional<int>> poll_exit(pid_t pid) {
   int st = 0;
   pid_t r;
   POSIX_CHECK(r = ::waitpid(pid, &st, WNOHANG), "pid " + std::to_string(pid));
-  if (r == pid) return std::optional<int>(st);
-  return std::optional<int>();
+  if (r != pid) return std::optional<int>();
+  if (WIFSIGNALED(st)) remove_shm_regions_of(pid, "child_process");
+  return std::optional<int>(st);
 }
 
 result<int> wait_exit(pid_t pid, int timeout_ms) {

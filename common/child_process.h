@@ -46,6 +46,9 @@ status send_signal(pid_t pid, int sig);
 
 // Reaps `pid` (a child of this process) if it has exited, without blocking: its raw wait
 // status, or nullopt while it runs. An error when it is not (or no longer) our child.
+// A child killed by a signal could not close its libfabric endpoints: the reap also removes
+// its /dev/shm regions (common/shm_leftovers.h), since only its parent knows the pid is dead.
+// Every reaper in moerl (moerl up, the sims, benches, fabric's rank launcher) goes through here.
 result<std::optional<int>> poll_exit(pid_t pid);
 
 // Waits up to timeout_ms for `pid` (a child) to exit; its raw wait status, or errc::timeout.

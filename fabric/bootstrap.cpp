@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "common/child_process.h"
 #include "fabric/transport.h"
 
 namespace moerl::fabric {
@@ -286,8 +287,10 @@ class process_hub {
   void reap() {
     for (size_t r = 0; r < pids_.size(); ++r) {
       if (reaped_[r]) continue;
-      int st = 0;
-      if (::waitpid(pids_[r], &st, WNOHANG) == pids_[r]) {
+      // poll_exit also removes the shm regions of a rank killed by a signal.
+      auto polled = poll_exit(pids_[r]);
+      if (polled && polled->has_value()) {
+        const int st = **polled;
         reaped_[r] = true;
         codes_[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
         mark_dead(static_cast<int>(r));

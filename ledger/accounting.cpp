@@ -17,15 +17,17 @@ uint64_t accounting::buffered() const {
 nlohmann::json accounting::to_json() const {
   nlohmann::json d = nlohmann::json::object();
   for (const auto& [reason, count] : dropped) d[reason] = count;
-  return {{"dispatched", dispatched},
-          {"committed", committed},
-          {"in_flight", in_flight},
-          {"dropped", d},
-          {"lost", lost},
-          {"duplicated", duplicated},
-          {"trained", trained},
-          {"handed", handed},
-          {"buffered", buffered()}};
+  nlohmann::json j = {{"dispatched", dispatched},
+                      {"committed", committed},
+                      {"in_flight", in_flight},
+                      {"dropped", d},
+                      {"lost", lost},
+                      {"duplicated", duplicated},
+                      {"trained", trained},
+                      {"handed", handed},
+                      {"buffered", buffered()}};
+  if (refused_claims) j["refused_claims"] = refused_claims;
+  return j;
 }
 
 status accounting::check() const {

@@ -310,6 +310,7 @@ served_batch buffer_shard::serve(uint32_t max_groups, const consumer_ref& to) {
       // Kept until confirmed: a lost trainer's groups are served again from here.
       out.batch.samples.insert(out.batch.samples.end(), v.begin(), v.end());
       handed.groups.push_back({c, std::move(v), bytes});
+      out.batch.handouts.push_back(c.handout);  // the trainer claims the group under it
       ++stats_.handed_groups;
     } else {
       release(v.size(), bytes);

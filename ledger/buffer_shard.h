@@ -69,15 +69,6 @@ struct served_batch {
   std::vector<consumption> consumed;  // one per group: forward to work_ledger
 };
 
-// Who a batch is served to: a trainer consumer's name (one per trainer node or trainer
-// group, the same across its restarts) and its incarnation (a new one per trainer state:
-// higher means newer). Incarnation 0 is a consumer that never confirms: its groups are
-// `consumed` (handed and trained at once) as they leave.
-struct consumer_ref {
-  std::string name;
-  uint64_t incarnation = 0;
-};
-
 class buffer_shard {
  public:
   explicit buffer_shard(shard_options options);

@@ -31,6 +31,11 @@ enum class record_type : uint8_t {
   trained = 12,         // confirmed: handed -> trained
   handed_back = 13,     // its trainer incarnation was lost: handed -> buffered (served again)
   handed_dropped = 14,  // lost and too stale: handed -> dropped[reason]
+  // A trainer's claim before it trains (LEDGER.md, "Claimed before trained"): unit, attempt,
+  // group (groups[0]), hand-out id (groups2[0]), name = consumer, deadline = its incarnation.
+  claimed = 15,        // accepted: the group is handed under that id and claimed by the consumer
+  claim_refused = 16,  // refused (re-opened, fenced, held by another): counted, never trained
+  consumer_lost = 17,  // name = consumer, deadline = bound: incarnations <= bound are lost
 };
 
 // Every record has every field; a type uses the ones its comment above names.

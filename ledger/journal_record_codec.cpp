@@ -12,7 +12,7 @@ const char* const kReasons[] = {drop_reason::returned,          drop_reason::lea
                                 drop_reason::stale_policy,      drop_reason::shard_lost,
                                 drop_reason::trainer_lost_stale};
 constexpr uint8_t kFirstType = uint8_t(record_type::epoch_begin);
-constexpr uint8_t kLastType = uint8_t(record_type::handed_dropped);
+constexpr uint8_t kLastType = uint8_t(record_type::consumer_lost);
 }  // namespace
 
 uint8_t drop_reason_code(const char* reason) {

@@ -4,16 +4,26 @@
 // that must agree. The snapshot codec (snapshot_codec.h) writes and reads this state.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "ledger/journal_record.h"
 #include "ledger/work_ledger.h"
 
 namespace moerl::ledger {
+
+// A trainer's claim on a handed group: who, and the attempt and shard the group was served
+// from (a claimed group outlives its shard and may belong to an older attempt than the unit's).
+struct claim_rec {
+  consumer_ref by;
+  attempt_t attempt = 0;
+  shard_id shard;  // empty once that shard was declared lost: only the trainer holds it now
+};
 
 struct unit_rec {
   unit_id id = 0;
@@ -31,6 +41,9 @@ struct unit_rec {
   std::set<group_id> committed;          // committed, not dropped since
   std::map<group_id, uint64_t> trained;  // confirmed by a trainer -> the shard's hand-out id
   std::map<group_id, uint64_t> handed;   // served, not confirmed yet -> the hand-out id
+  // Handed groups a trainer claimed before training them (a subset of `handed`): they belong
+  // to that consumer incarnation, so losing their shard does not re-open them.
+  std::map<group_id, claim_rec> claimed;
 };
 
 struct work_ledger::state {
@@ -39,6 +52,9 @@ struct work_ledger::state {
   std::vector<shard_id> shards;  // live, in the order added (round-robin)
   size_t rr = 0;
   std::map<shard_id, uint64_t> occupied;  // open slots + committed-untrained samples
+  // Trainer consumer name -> the lowest incarnation whose claims are taken: raised by every
+  // claim (a newer incarnation means the older ones are lost) and by consumer_lost.
+  std::map<std::string, uint64_t> consumer_floor;
   unit_id next_unit = 1;
   uint64_t next_seq = 1;  // seq of the next record
   uint64_t snapshot_seq = 0;
@@ -59,6 +75,27 @@ inline uint64_t slots(const unit_rec& u, uint32_t group_size) {
 // Queues an event for the shards (released by take_events() after the covering sync);
 // dropped while replaying, because the events of replayed records went out before.
 void emit(work_ledger::state& st, ledger_event e);
+
+// Whether the claim on `grp` (if any) is held by a consumer incarnation that is not lost.
+inline bool claim_live(const work_ledger::state& st, const unit_rec& u, group_id grp) {
+  auto c = u.claimed.find(grp);
+  if (c == u.claimed.end()) return false;
+  auto f = st.consumer_floor.find(c->second.by.name);
+  return f == st.consumer_floor.end() || c->second.by.incarnation >= f->second;
+}
+
+// The attempt and shard a handed group was served from: its claim's, else the unit's.
+inline attempt_t handed_attempt(const unit_rec& u, group_id grp) {
+  auto c = u.claimed.find(grp);
+  return c == u.claimed.end() ? u.attempt : c->second.attempt;
+}
+inline const shard_id& handed_shard(const unit_rec& u, group_id grp) {
+  auto c = u.claimed.find(grp);
+  return c == u.claimed.end() ? u.shard : c->second.shard;
+}
+inline bool shard_live(const work_ledger::state& st, const shard_id& s) {
+  return !s.empty() && std::find(st.shards.begin(), st.shards.end(), s) != st.shards.end();
+}
 
 // Applies one record: the only place state and counters change. Records are validated
 // before they are appended (live) or come from a CRC-checked journal (replay), so apply

@@ -10,6 +10,43 @@ void emit(work_ledger::state& st, ledger_event e) {
 
 namespace {
 
+// Committed groups whose samples are gone (their shard was lost, or they were claimed by a
+// lost trainer and their shard is gone): dropped as shard_lost, and the unit re-opened with
+// just those groups. `reopen` lists committed, untrained groups.
+void reopen_groups(work_ledger::state& st, accounting& acct, const ledger_options& opts,
+                   unit_rec& u, const std::vector<group_id>& reopen) {
+  if (reopen.empty()) return;
+  const uint64_t g = opts.group_size;
+  for (auto grp : reopen) {
+    u.committed.erase(grp);
+    u.claimed.erase(grp);
+    if (u.handed.erase(grp)) acct.handed -= g;
+  }
+  acct.committed -= reopen.size() * g;
+  acct.dropped[drop_reason::shard_lost] += reopen.size() * g;
+  if (u.state == unit_state::committed) {
+    u.todo = reopen;
+    u.state = unit_state::pending;
+    st.pending.push_back(u.id);
+  } else {
+    // Pending already (re-opened before, not leased again yet): these groups join its next
+    // attempt.
+    u.todo.insert(u.todo.end(), reopen.begin(), reopen.end());
+  }
+}
+
+// Claimed groups whose claimant was lost and whose shard was lost: nobody holds their samples
+// any more, so they are re-opened. Not while the unit is leased (its lease's slots are fixed):
+// then when that lease ends or commits.
+void release_dead_claims(work_ledger::state& st, accounting& acct, const ledger_options& opts,
+                         unit_rec& u) {
+  if (u.state == unit_state::leased) return;
+  std::vector<group_id> dead;
+  for (const auto& [grp, c] : u.claimed)
+    if (!claim_live(st, u, grp) && c.shard.empty()) dead.push_back(grp);
+  reopen_groups(st, acct, opts, u, dead);
+}
+
 void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& opts, unit_rec& u,
                const char* reason) {
   uint64_t n = slots(u, opts.group_size);
@@ -26,6 +63,7 @@ void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& o
   u.ack_accepted.clear();
   u.ack_stale.clear();
   st.pending.push_back(u.id);
+  release_dead_claims(st, acct, opts, u);
 }
 
 void commit(work_ledger::state& st, accounting& acct, const ledger_options& opts, unit_rec& u) {
@@ -46,6 +84,7 @@ void commit(work_ledger::state& st, accounting& acct, const ledger_options& opts
   u.ack_accepted.clear();
   u.ack_stale.clear();
   emit(st, {ledger_event::kind::unit_committed, u.shard, u.id, u.attempt, {}, 0});
+  release_dead_claims(st, acct, opts, u);
 }
 
 }  // namespace
@@ -79,7 +118,6 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
   if (r.type == record_type::shard_lost) {
     st.shards.erase(std::remove(st.shards.begin(), st.shards.end(), r.name), st.shards.end());
     st.occupied.erase(r.name);
-    uint64_t g = opts.group_size;
     for (auto& [id, u] : st.units) {
       if (u.shard != r.name) continue;
       if (u.state == unit_state::leased) {
@@ -87,25 +125,28 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
         continue;
       }
       // Committed groups no trainer received are gone with the shard: drop them and
-      // regenerate exactly those groups under a new attempt.
+      // regenerate exactly those groups under a new attempt. Groups handed but not claimed go
+      // too: no trainer trains them any more (a late claim is refused). A group a live trainer
+      // incarnation claimed stays handed: it is that trainer's now, and its confirmation comes
+      // from the trainer (LEDGER.md, "Claimed before trained").
       std::vector<group_id> reopen;
-      // Groups handed but not confirmed go too: their trainer can no longer confirm them to
-      // this shard (LEDGER.md, "Losing a buffer shard", says what that risks).
       for (auto grp : u.committed)
-        if (!u.trained.count(grp)) reopen.push_back(grp);
-      if (reopen.empty()) continue;
-      for (auto grp : reopen) {
-        u.committed.erase(grp);
-        if (u.handed.erase(grp)) acct.handed -= g;
-      }
-      acct.committed -= reopen.size() * g;
-      acct.dropped[drop_reason::shard_lost] += reopen.size() * g;
-      u.todo = reopen;
-      if (u.state == unit_state::committed) {
-        u.state = unit_state::pending;
-        st.pending.push_back(u.id);
-      }
+        if (!u.trained.count(grp) && !claim_live(st, u, grp)) reopen.push_back(grp);
+      reopen_groups(st, acct, opts, u, reopen);
     }
+    // The claimed groups served from this shard are with their trainers only now: no shard
+    // takes them back (a process recreated under the same name starts empty), so their claim
+    // names no shard. Those of lost trainer incarnations are re-opened.
+    for (auto& [id, u] : st.units)
+      for (auto& [grp, c] : u.claimed)
+        if (c.shard == r.name) c.shard.clear();
+    for (auto& [id, u] : st.units) release_dead_claims(st, acct, opts, u);
+    return ok_status();
+  }
+  if (r.type == record_type::consumer_lost) {
+    auto& floor = st.consumer_floor[r.name];
+    floor = std::max(floor, uint64_t(r.deadline) + 1);
+    for (auto& [id, u] : st.units) release_dead_claims(st, acct, opts, u);
     return ok_status();
   }
 
@@ -184,14 +225,16 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       group_id grp = r.groups.empty() ? 0 : r.groups[0];
       uint64_t g = opts.group_size;
       auto h = u.handed.find(grp);
-      if (h == u.handed.end() || u.attempt != r.attempt)
+      if (h == u.handed.end() || handed_attempt(u, grp) != r.attempt)
         return bug("unit " + std::to_string(u.id) + " group " + std::to_string(grp) +
                    " is not handed");
       const uint64_t handout = h->second;
+      const shard_id from = handed_shard(u, grp);
       u.handed.erase(h);
+      u.claimed.erase(grp);
       acct.handed -= g;
       if (r.type == record_type::handed_back) return ok_status();  // buffered again
-      auto occ = st.occupied.find(u.shard);
+      auto occ = st.occupied.find(from);
       if (occ != st.occupied.end()) occ->second -= g;
       if (r.type == record_type::trained) {
         u.trained.emplace(grp, handout);
@@ -203,6 +246,23 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
       acct.dropped[drop_reason_name(r.reason)] += g;
       return ok_status();
     }
+    case record_type::claimed: {
+      // Validated before it is appended (work_ledger::claim): committed, untrained, and not
+      // handed or handed to this claim's hand-out or to a lost predecessor.
+      group_id grp = r.groups.empty() ? 0 : r.groups[0];
+      uint64_t handout = r.groups2.empty() ? 0 : r.groups2[0];
+      auto [h, fresh] = u.handed.emplace(grp, handout);
+      if (fresh)
+        acct.handed += opts.group_size;
+      else
+        h->second = handout;
+      const consumer_ref by{r.name, uint64_t(r.deadline)};
+      u.claimed[grp] = claim_rec{by, r.attempt, u.shard};
+      auto& floor = st.consumer_floor[r.name];
+      floor = std::max(floor, by.incarnation);
+      return ok_status();
+    }
+    case record_type::claim_refused: acct.refused_claims += opts.group_size; return ok_status();
     default: return bug("unexpected record type");
   }
 }

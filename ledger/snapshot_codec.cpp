@@ -9,9 +9,13 @@ std::string encode_snapshot(const work_ledger::state& st, const accounting& acct
   byte_writer w;
   // Format version 3 only adds the handed groups at the end; a snapshot with nothing handed
   // is written as version 2, byte for byte what the previous version wrote.
-  bool any_handed = false;
-  for (const auto& [id, u] : st.units) any_handed = any_handed || !u.handed.empty();
-  w.u32(any_handed ? 3 : 2);
+  // Version 4 appends the trainers' claims; written only when there is one to keep.
+  bool any_handed = false, any_claim = !st.consumer_floor.empty() || acct.refused_claims > 0;
+  for (const auto& [id, u] : st.units) {
+    any_handed = any_handed || !u.handed.empty();
+    any_claim = any_claim || !u.claimed.empty();
+  }
+  w.u32(any_claim ? 4 : any_handed ? 3 : 2);
   w.u64(last_seq);
   w.u32(epoch);
   w.u64(st.next_unit);
@@ -55,7 +59,7 @@ std::string encode_snapshot(const work_ledger::state& st, const accounting& acct
     w.u64s(trained);
     w.u64s(handouts);
   }
-  if (any_handed) {
+  if (any_handed || any_claim) {
     w.u64(acct.handed);
     uint64_t n = 0;
     for (const auto& [id, u] : st.units) n += !u.handed.empty();
@@ -72,6 +76,26 @@ std::string encode_snapshot(const work_ledger::state& st, const accounting& acct
       w.u64s(handouts);
     }
   }
+  if (any_claim) {
+    w.u64(acct.refused_claims);
+    w.u32(uint32_t(st.consumer_floor.size()));
+    for (const auto& [name, floor] : st.consumer_floor) {
+      w.str(name);
+      w.u64(floor);
+    }
+    uint64_t n = 0;
+    for (const auto& [id, u] : st.units) n += u.claimed.size();
+    w.u64(n);
+    for (const auto& [id, u] : st.units)
+      for (const auto& [grp, c] : u.claimed) {
+        w.u64(id);
+        w.u64(grp);
+        w.str(c.by.name);
+        w.u64(c.by.incarnation);
+        w.u32(c.attempt);
+        w.str(c.shard);
+      }
+  }
   return std::move(w.bytes());
 }
 
@@ -82,7 +106,7 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     return error(errc::malformed_message, "ledger snapshot: " + what);
   };
   const uint32_t version = rd.u32();
-  if (version < 1 || version > 3) return bad("unknown format version");
+  if (version < 1 || version > 4) return bad("unknown format version");
   last_seq = rd.u64();
   epoch = rd.u32();
   st.next_unit = rd.u64();
@@ -148,6 +172,31 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
       if (groups.size() != handouts.size())
         return bad("handed groups and hand-out ids differ in number");
       for (size_t k = 0; k < groups.size(); ++k) u->second.handed.emplace(groups[k], handouts[k]);
+    }
+  }
+  if (version >= 4 && rd.ok()) {
+    acct.refused_claims = rd.u64();
+    const uint32_t nf = rd.u32();
+    for (uint32_t i = 0; i < nf && rd.ok(); ++i) {
+      std::string name = rd.str();
+      st.consumer_floor[name] = rd.u64();
+    }
+    const uint64_t n = rd.u64();
+    if (!rd.ok() || n > rd.remaining()) return bad("truncated claims");
+    for (uint64_t i = 0; i < n && rd.ok(); ++i) {
+      const uint64_t id = rd.u64();
+      const uint64_t grp = rd.u64();
+      claim_rec c;
+      c.by.name = rd.str();
+      c.by.incarnation = rd.u64();
+      c.attempt = rd.u32();
+      c.shard = rd.str();
+      if (!rd.ok()) break;
+      auto u = st.units.find(id);
+      if (u == st.units.end() || !u->second.handed.count(grp))
+        return bad("a claim on unit " + std::to_string(id) + " group " + std::to_string(grp) +
+                   ", which is not handed");
+      u->second.claimed.emplace(grp, std::move(c));
     }
   }
   if (!rd.ok() || !rd.at_end()) return bad("does not decode");

@@ -1,9 +1,10 @@
 // Private to the ledger: the snapshot, the whole ledger state as one payload, so that
 // recovery replays only the journal after it (ledger/LEDGER.md, "Durability").
 //
-// Format version 3, common/byte_codec.h encoding (version 1 lacks the hand-out ids of
+// Format version 4, common/byte_codec.h encoding (version 1 lacks the hand-out ids of
 // trained groups; version 2 lacks the handed section at the end and is still written when
-// nothing is handed; both still read):
+// nothing is handed; version 3 lacks the claims section and is still written when no trainer
+// claimed anything; all still read):
 //   u32 version | u64 last_seq | u32 epoch | u64 next_unit | u64 rr
 //   u32 num_shards, per shard: str name | u64 occupied
 //   u64s pending | u64 dispatched, committed, in_flight, lost, duplicated, trained
@@ -13,6 +14,9 @@
 //     | u64s ack_stale | u64s todo | u64s committed | u64s trained | u64s hand-out ids
 //   version 3: u64 handed (accounting) | u64 num_units, per unit with handed groups:
 //     u64 id | u64s handed groups | u64s their hand-out ids
+//   version 4: u64 refused_claims | u32 num consumers, per consumer: str name | u64 floor
+//     | u64 num claims, per claim: u64 unit | u64 group | str consumer | u64 incarnation
+//     | u32 attempt | str shard
 #pragma once
 
 #include <cstdint>

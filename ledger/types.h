@@ -105,6 +105,15 @@ struct consumption {
   handout_step step = handout_step::consumed;
 };
 
+// Who a batch is served to: a trainer consumer's name (one per trainer node or trainer
+// group, the same across its restarts) and its incarnation (a new one per trainer state:
+// higher means newer). Incarnation 0 is a consumer that never confirms: its groups are
+// `consumed` (handed and trained at once) as they leave.
+struct consumer_ref {
+  std::string name;
+  uint64_t incarnation = 0;
+};
+
 // What the ledger tells buffer shards; the node routes each event to `shard`.
 struct ledger_event {
   enum class kind : uint8_t {

@@ -311,15 +311,29 @@ status work_ledger::record_served(const consumption& cons, record_type type) {
   auto found = consumed_unit(cons);
   if (!found) return found.err();
   const unit_rec& u = **found;
-  // The same hand-out again (its reply was lost): already recorded.
+  // The same hand-out again (its reply was lost): already recorded. A claim may have come
+  // first (a trainer claims what it got before the shard's step arrives), and a successor's
+  // claim may have moved the group to a later hand-out of the same attempt: both recorded.
+  const attempt_t attempt = handed_attempt(u, cons.group);
   auto same = [&](const std::map<group_id, uint64_t>& m) {
     auto f = m.find(cons.group);
     return f != m.end() && cons.handout != 0 && f->second == cons.handout &&
-           u.attempt == cons.attempt;
+           attempt == cons.attempt;
   };
   if (same(u.trained) || same(u.handed)) return ok_status();
+  if (auto h = u.handed.find(cons.group); h != u.handed.end() && u.claimed.count(cons.group) &&
+                                          attempt == cons.attempt && h->second > cons.handout)
+    return ok_status();
   bool fresh = u.committed.count(cons.group) && !u.trained.count(cons.group) &&
                !u.handed.count(cons.group) && u.attempt == cons.attempt;
+  // A confirming trainer claims before it trains (claim()), so a `handed` step for a group
+  // that is not free (re-opened after its shard was declared lost, or held by another) is
+  // refused and not counted: no trainer trains it; a trainer's refused claim counts it.
+  if (!fresh && type == record_type::handed)
+    return error(errc::stale_attempt, "handed: unit " + std::to_string(cons.unit) + " group " +
+                                          std::to_string(cons.group) + " attempt " +
+                                          std::to_string(cons.attempt) +
+                                          " is not a committed group no trainer has: refused");
   journal_record r;
   r.type = type;
   r.unit = cons.unit;
@@ -347,10 +361,12 @@ status work_ledger::record_handout(const consumption& cons) {
                            std::to_string(cons.unit) + " group " + std::to_string(cons.group) +
                            " hand-out " + std::to_string(cons.handout);
   auto h = u.handed.find(cons.group);
+  const attempt_t attempt = handed_attempt(u, cons.group);
   const bool handed_here =
-      h != u.handed.end() && h->second == cons.handout && u.attempt == cons.attempt;
+      h != u.handed.end() && h->second == cons.handout && attempt == cons.attempt;
   if (!handed_here) {
-    // A step sent again after its reply was lost has already been applied.
+    // A step sent again after its reply was lost has already been applied; so has the step of
+    // a hand-out a successor's claim superseded (a later hand-out of the same group).
     auto t = u.trained.find(cons.group);
     const bool applied = u.attempt == cons.attempt &&
                          ((cons.step == handout_step::trained && t != u.trained.end() &&
@@ -358,9 +374,15 @@ status work_ledger::record_handout(const consumption& cons) {
                           (cons.step == handout_step::returned && h == u.handed.end() &&
                            u.committed.count(cons.group)) ||
                           (cons.step == handout_step::dropped && !u.committed.count(cons.group)));
-    if (applied) return ok_status();
+    const bool superseded = cons.step != handout_step::trained && h != u.handed.end() &&
+                            attempt == cons.attempt && h->second > cons.handout;
+    if (applied || superseded) return ok_status();
     return error(errc::stale_attempt, what + " is not handed under that id (fenced)");
   }
+  // A shard that was declared lost holds nothing any more: it cannot take a group back, and a
+  // claimed group of it stays with its trainer (only a late `trained` is the truth).
+  if (cons.step != handout_step::trained && !shard_live(*st_, handed_shard(u, cons.group)))
+    return error(errc::stale_attempt, what + ": its shard was declared lost");
   journal_record r;
   r.unit = cons.unit;
   r.attempt = cons.attempt;
@@ -380,9 +402,7 @@ status work_ledger::record_handout(const consumption& cons) {
 result<std::vector<unit_id>> work_ledger::shard_lost(const shard_id& shard) {
   if (std::find(st_->shards.begin(), st_->shards.end(), shard) == st_->shards.end())
     return error(errc::not_found, "shard_lost: unknown shard " + shard);
-  std::set<unit_id> before;
-  for (const auto& [id, u] : st_->units)
-    if (u.state == unit_state::pending) before.insert(id);
+  const std::set<unit_id> before = pending_ids();
   journal_record r;
   r.type = record_type::shard_lost;
   r.name = shard;
@@ -392,6 +412,13 @@ result<std::vector<unit_id>> work_ledger::shard_lost(const shard_id& shard) {
   for (const auto& [id, u] : st_->units)
     if (u.state == unit_state::pending && !before.count(id)) reopened.push_back(id);
   return reopened;
+}
+
+std::set<unit_id> work_ledger::pending_ids() const {
+  std::set<unit_id> ids;
+  for (const auto& [id, u] : st_->units)
+    if (u.state == unit_state::pending) ids.insert(id);
+  return ids;
 }
 
 std::vector<ended_lease> work_ledger::end_leases(const std::vector<unit_id>& units,
@@ -438,6 +465,11 @@ status work_ledger::check_invariant() const {
                                            std::to_string(grp) +
                                            " trained or handed but not committed, or both");
   }
+  for (const auto& [id, u] : st_->units)
+    for (const auto& [grp, c] : u.claimed)
+      if (!u.handed.count(grp))
+        return error(errc::internal, "ledger: unit " + std::to_string(id) + " group " +
+                                         std::to_string(grp) + " claimed but not handed");
   if (re.in_flight != acct_.in_flight || re.committed != acct_.committed ||
       re.trained != acct_.trained || re.handed != acct_.handed)
     return error(errc::internal,
@@ -467,6 +499,7 @@ std::optional<unit_view> work_ledger::find(unit_id unit) const {
   v.committed.assign(u.committed.begin(), u.committed.end());
   for (const auto& [grp, handout] : u.trained) v.trained.push_back(grp);
   for (const auto& [grp, handout] : u.handed) v.handed.push_back(grp);
+  for (const auto& [grp, c] : u.claimed) v.claimed.push_back(grp);
   return v;
 }
 

@@ -75,6 +75,7 @@ struct unit_view {
   std::vector<group_id> committed;  // groups committed and not dropped since
   std::vector<group_id> trained;    // groups a trainer confirmed
   std::vector<group_id> handed;     // groups served to a trainer, not confirmed yet
+  std::vector<group_id> claimed;    // handed groups a trainer claimed (a subset of handed)
 };
 
 class work_ledger {
@@ -140,6 +141,30 @@ class work_ledger {
   // open leases that target the shard are expired. Returns the re-opened units.
   result<std::vector<unit_id>> shard_lost(const shard_id& shard);
 
+  // ---- trainer side: claimed before trained (LEDGER.md, "Claimed before trained") -------
+  // Trainer incarnation `by` got these groups (each as its shard served it: unit, attempt,
+  // group, hand-out id; num_samples = group_size) and asks to train them. Returns, per group,
+  // whether it may: true when the group is committed, untrained, of the unit's current
+  // attempt, and not handed or handed under this hand-out (or under an earlier one of a lost
+  // predecessor of `by`); the group is then handed under this id and claimed by `by`, and
+  // losing its shard no longer re-opens it. False (counted in refused_claims, never to be
+  // trained) for a group the ledger re-opened, one held by another consumer, and every group
+  // of an incarnation below the newest `by.name` claimed with or below a consumer_lost bound.
+  // A claim from an incarnation newer than any before is consumer_lost(name, incarnation - 1)
+  // first. Claiming again what `by` holds is true and changes nothing.
+  // errc::invalid_argument for incarnation 0 or an empty name (such a consumer never confirms).
+  result<std::vector<bool>> claim(const consumer_ref& by, const std::vector<consumption>& groups);
+  // `by`'s step made a policy version with these groups it claimed: they are trained, also
+  // when their shard is gone (the shard's own `trained` step, if it comes, is then a no-op).
+  // Groups not claimed by exactly `by` under that hand-out (released, or `by` was fenced) are
+  // skipped. Returns how many became trained.
+  result<uint64_t> confirm_claimed(const consumer_ref& by, const std::vector<consumption>& groups);
+  // Every incarnation of trainer consumer `name` up to `bound` is lost: their claims are
+  // refused from now on, and the groups they claimed from a shard that is gone are dropped
+  // (shard_lost) and re-opened (those of a live shard come back through its `returned` steps).
+  // Returns the units that became pending.
+  result<std::vector<unit_id>> consumer_lost(const std::string& name, uint64_t bound);
+
   // ---- time and failure detection ----------------------------------------------------
   // Expires every lease whose deadline is <= clock.now_ms().
   std::vector<ended_lease> expire_due();
@@ -179,6 +204,11 @@ class work_ledger {
   // Ends each of these leases (reason a drop_reason::) and returns those it ended; the
   // one loop behind expire_due() and worker_dead().
   std::vector<ended_lease> end_leases(const std::vector<unit_id>& units, const char* reason);
+  // Whether `by` may claim group c (the rules of claim()); `why` says why not.
+  bool claimable(const unit_rec& u, const consumer_ref& by, const consumption& c,
+                 std::string* why) const;
+  // The ids of the pending units, for the units a record re-opened.
+  std::set<unit_id> pending_ids() const;
 
   ledger_options opts_;
   const clock& clock_;

@@ -41,8 +41,10 @@ enum class kind : uint16_t {
   prompt = 19,
   ledger_events = 20,
   shard_ack = 21,
+  trainer_claim = 22,
+  trainer_claim_reply = 23,
 };
-constexpr uint16_t kMaxKind = 21;
+constexpr uint16_t kMaxKind = 23;
 
 const char* kind_name(kind k);
 

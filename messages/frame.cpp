@@ -25,6 +25,8 @@ const char* kind_name(kind k) {
     case kind::prompt: return "prompt";
     case kind::ledger_events: return "ledger_events";
     case kind::shard_ack: return "shard_ack";
+    case kind::trainer_claim: return "trainer_claim";
+    case kind::trainer_claim_reply: return "trainer_claim_reply";
   }
   return "unknown";
 }

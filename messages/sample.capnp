@@ -58,4 +58,8 @@ struct Batch {
   batchId @0 :UInt64;          # unique per shard; a batch is served exactly once
   samples @1 :List(Sample);    # whole groups only
   shard @2 :Text;              # serving shard's node id
+  # The shard's hand-out id of each group, in the order the groups' samples appear: the
+  # trainer claims the groups under these ids before it trains them (ledger/LEDGER.md,
+  # "Claimed before trained"). Empty from a consumer that never confirms (incarnation 0).
+  handouts @3 :List(UInt64);
 }

@@ -61,6 +61,7 @@ struct batch {
   uint64_t batch_id = 0;
   std::vector<sample> samples;
   std::string shard;
+  std::vector<uint64_t> handouts;  // per group, in sample order (sample.capnp)
 };
 
 MOERL_MESSAGE_KIND(sample, kind::sample);

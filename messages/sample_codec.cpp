@@ -147,6 +147,7 @@ std::string encode(const batch& m) {
   auto list = r.initSamples(m.samples.size());
   for (unsigned i = 0; i < m.samples.size(); ++i) write_sample(list[i], m.samples[i]);
   r.setShard(text(m.shard));
+  fill(r.initHandouts(static_cast<unsigned>(m.handouts.size())), m.handouts);
   return frame(kind::batch, b);
 }
 template <>
@@ -159,6 +160,7 @@ result<batch> decode(const void* data, size_t size, const decode_limits& lim) {
         for (unsigned i = 0; i < list.size(); ++i)
           if (auto st = read_sample(list[i], m.samples[i]); !st) return st;
         m.shard = str(r.getShard());
+        copy(m.handouts, r.getHandouts());
         return {};
       });
 }

@@ -26,6 +26,28 @@ struct LedgerEvents {
   events @0 :List(LedgerEvent);  # in the ledger's order
 }
 
+struct HandedGroup {
+  # One group as a shard handed it to a trainer (the samples carry unit, attempt and group).
+  unit @0 :UInt64;
+  attempt @1 :UInt32;
+  group @2 :UInt64;
+  handout @3 :UInt64;          # the shard's hand-out id (Batch.handouts)
+}
+
+struct TrainerClaim {
+  # Trainer -> coordinator, once per train step (ledger/LEDGER.md, "Claimed before trained"):
+  # the groups of the batch it is about to train, and those its step has made a policy
+  # version with since its last claim.
+  consumer @0 :Text;           # the trainer consumer's name
+  incarnation @1 :UInt64;      # its incarnation (BatchRequest.incarnation), > 0
+  claims @2 :List(HandedGroup);
+  confirmed @3 :List(HandedGroup);
+}
+
+struct TrainerClaimReply {
+  granted @0 :List(Bool);      # per claimed group, in order: may the trainer train it
+}
+
 struct ShardAck {
   # A shard admitted every sample of an attempt: the coordinator's ledger may commit it.
   unit @0 :UInt64;             # the work unit

@@ -39,7 +39,29 @@ struct shard_ack {
   std::vector<uint64_t> stale_groups;     // a sample was older than max_staleness: dropped
 };
 
+// One group as a shard handed it to a trainer.
+struct handed_group {
+  uint64_t unit = 0;
+  uint32_t attempt = 0;
+  uint64_t group = 0;
+  uint64_t handout = 0;
+};
+
+// A trainer's claim before it trains (ledger/LEDGER.md, "Claimed before trained").
+struct trainer_claim {
+  std::string consumer;
+  uint64_t incarnation = 0;
+  std::vector<handed_group> claims;     // about to be trained
+  std::vector<handed_group> confirmed;  // in a policy version the trainer made
+};
+
+struct trainer_claim_reply {
+  std::vector<bool> granted;  // per claim, in order
+};
+
 MOERL_MESSAGE_KIND(ledger_events, kind::ledger_events);
+MOERL_MESSAGE_KIND(trainer_claim, kind::trainer_claim);
+MOERL_MESSAGE_KIND(trainer_claim_reply, kind::trainer_claim_reply);
 MOERL_MESSAGE_KIND(shard_ack, kind::shard_ack);
 
 }  // namespace moerl::messages

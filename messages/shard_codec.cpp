@@ -68,4 +68,64 @@ result<shard_ack> decode(const void* data, size_t size, const decode_limits& lim
       });
 }
 
+namespace {
+
+void write_groups(capnp::List<schema::HandedGroup>::Builder list,
+                  const std::vector<handed_group>& groups) {
+  for (unsigned i = 0; i < groups.size(); ++i) {
+    list[i].setUnit(groups[i].unit);
+    list[i].setAttempt(groups[i].attempt);
+    list[i].setGroup(groups[i].group);
+    list[i].setHandout(groups[i].handout);
+  }
+}
+
+void read_groups(capnp::List<schema::HandedGroup>::Reader list, std::vector<handed_group>& out) {
+  out.reserve(list.size());
+  for (auto g : list) out.push_back({g.getUnit(), g.getAttempt(), g.getGroup(), g.getHandout()});
+}
+
+}  // namespace
+
+template <>
+std::string encode(const trainer_claim& m) {
+  capnp::MallocMessageBuilder b;
+  auto r = b.initRoot<schema::TrainerClaim>();
+  r.setConsumer(text(m.consumer));
+  r.setIncarnation(m.incarnation);
+  write_groups(r.initClaims(static_cast<unsigned>(m.claims.size())), m.claims);
+  write_groups(r.initConfirmed(static_cast<unsigned>(m.confirmed.size())), m.confirmed);
+  return frame(kind::trainer_claim, b);
+}
+template <>
+result<trainer_claim> decode(const void* data, size_t size, const decode_limits& lim) {
+  return decode_frame<schema::TrainerClaim, trainer_claim>(
+      kind::trainer_claim, data, size, lim,
+      [](schema::TrainerClaim::Reader r, trainer_claim& m) -> status {
+        m.consumer = str(r.getConsumer());
+        m.incarnation = r.getIncarnation();
+        read_groups(r.getClaims(), m.claims);
+        read_groups(r.getConfirmed(), m.confirmed);
+        return {};
+      });
+}
+
+template <>
+std::string encode(const trainer_claim_reply& m) {
+  capnp::MallocMessageBuilder b;
+  auto list =
+      b.initRoot<schema::TrainerClaimReply>().initGranted(static_cast<unsigned>(m.granted.size()));
+  for (unsigned i = 0; i < m.granted.size(); ++i) list.set(i, m.granted[i]);
+  return frame(kind::trainer_claim_reply, b);
+}
+template <>
+result<trainer_claim_reply> decode(const void* data, size_t size, const decode_limits& lim) {
+  return decode_frame<schema::TrainerClaimReply, trainer_claim_reply>(
+      kind::trainer_claim_reply, data, size, lim,
+      [](schema::TrainerClaimReply::Reader r, trainer_claim_reply& m) -> status {
+        for (bool g : r.getGranted()) m.granted.push_back(g);
+        return {};
+      });
+}
+
 }  // namespace moerl::messages

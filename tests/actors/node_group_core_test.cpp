@@ -193,3 +193,70 @@ TEST(node_group_core, a_rollout_group_reforms_with_a_renamed_replacement_apart_f
   EXPECT_EQ(c.num_reformed("rollout-g0"), 1u);
   EXPECT_EQ(c.num_reformed("trainer"), 0u);
 }
+
+// A coordinator restarted from its journal continues its predecessor's groups: the saved
+// history (what the coordinator writes to the store) restores incarnations and re-formations.
+TEST(node_group_core, a_restarted_coordinator_continues_the_groups_history) {
+  node_group_core before(1000);
+  ASSERT_TRUE(before.join(member("id-a", "trainer-0"), 0));
+  ASSERT_TRUE(before.join(member("id-b", "trainer-1"), 0));
+  const uint64_t v0 = before.history_version();
+  before.member_lost("id-b", "killed by SIGKILL", 100);
+  ASSERT_TRUE(before.join(member("id-a", "trainer-0"), 150));
+  ASSERT_TRUE(before.join(member("id-c", "trainer-1"), 400));
+  before.restored("id-a", 2, 7);
+  EXPECT_GT(before.history_version(), v0);  // a break, a formation and a restore were changes
+  const nlohmann::json saved = before.history_json();
+  EXPECT_EQ(saved["groups"]["trainer"]["incarnation"], 2);
+
+  node_group_core after(1000);
+  ASSERT_TRUE(after.restore_history(nlohmann::json::parse(saved.dump()), 5000));
+  // Saved before any member joined again: the history shows the group as it was.
+  EXPECT_EQ(after.history_json()["groups"]["trainer"]["incarnation"], 2);
+  ASSERT_TRUE(after.join(member("id-d", "trainer-0"), 5100));
+  ASSERT_TRUE(after.join(member("id-e", "trainer-1"), 5300));
+  // Incarnation 3, not 1: a report or an all-gather of incarnation 1 or 2 stays stale.
+  EXPECT_EQ(after.view("id-d")->incarnation, 3u);
+  EXPECT_TRUE(after.member_failed("id-d", 2, "old incarnation", 5400).empty());
+  const auto g = after.groups_json()[0];
+  ASSERT_EQ(g["reformed"].size(), 2u) << g.dump();
+  EXPECT_EQ(g["reformed"][0]["cause"], "trainer-1 killed by SIGKILL");
+  EXPECT_DOUBLE_EQ(g["reformed"][0]["downtime_s"].get<double>(), 0.3);
+  EXPECT_EQ(g["reformed"][0]["restored_version"], 7);
+  EXPECT_NE(g["reformed"][1]["cause"].get<std::string>().find("coordinator restarted"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(g["reformed"][1]["downtime_s"].get<double>(), 0.3);  // 5000 -> 5300
+}
+
+TEST(node_group_core, a_restart_during_a_reformation_continues_that_reformation) {
+  node_group_core before(1000);
+  ASSERT_TRUE(before.join(member("id-a", "trainer-0"), 0));
+  ASSERT_TRUE(before.join(member("id-b", "trainer-1"), 0));
+  before.member_lost("id-b", "killed by SIGKILL", 100);  // the coordinator dies re-forming
+  node_group_core after(1000);
+  ASSERT_TRUE(after.restore_history(before.history_json(), 2000));
+  ASSERT_TRUE(after.join(member("id-a2", "trainer-0"), 2100));
+  ASSERT_TRUE(after.join(member("id-b2", "trainer-1"), 2500));
+  const auto g = after.groups_json()[0];
+  ASSERT_EQ(g["reformed"].size(), 1u) << g.dump();  // one loss, one re-formation
+  EXPECT_EQ(g["reformed"][0]["cause"], "trainer-1 killed by SIGKILL");
+  EXPECT_DOUBLE_EQ(g["reformed"][0]["downtime_s"].get<double>(), 2.4);  // 100 -> 2500
+  EXPECT_EQ(after.view("id-a2")->incarnation, 2u);
+}
+
+TEST(node_group_core, a_malformed_history_is_refused_naming_the_problem) {
+  node_group_core c(1000);
+  EXPECT_NE(c.restore_history(nlohmann::json::array(), 0).err().message.find("format-1"),
+            std::string::npos);
+  auto bad = nlohmann::json::parse(
+      R"({"format":1,"groups":{"trainer":{"incarnation":-1,"reformed":[]}}})");
+  EXPECT_NE(c.restore_history(bad, 0).err().message.find("group trainer"), std::string::npos);
+  bad = nlohmann::json::parse(
+      R"({"format":1,"groups":{"trainer":{"incarnation":2,"reformed":[{"cause":3}]}}})");
+  EXPECT_NE(c.restore_history(bad, 0).err().message.find("re-formation"), std::string::npos);
+  // Nothing was restored: the group starts at incarnation 1.
+  ASSERT_TRUE(c.join(member("id-a", "trainer-0"), 0));
+  ASSERT_TRUE(c.join(member("id-b", "trainer-1"), 0));
+  EXPECT_EQ(c.view("id-a")->incarnation, 1u);
+  EXPECT_TRUE(c.groups_json()[0]["reformed"].empty());
+}

@@ -7,6 +7,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL in_turn    SIGKILL trainer, reward, then coordinator
   moerl_up_faults_test.py MOERL trainer_handed  SIGKILL the trainer while it holds handed groups
   moerl_up_faults_test.py MOERL buffer_stopped  SIGSTOP buffer-0 past the heartbeat timeout, SIGCONT
+  moerl_up_faults_test.py MOERL buffer_stopped_late  the same with the CAF link timeout raised
   moerl_up_faults_test.py MOERL buffer_frozen   SIGSTOP buffer-0 for good: `moerl up` kills it
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
@@ -104,7 +105,14 @@ class up_run:
         sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
 
     def console_address(self):
-        return self.wait_line(r"console at (\S+) ")[1].group(1)
+        """The run's console: the latest one `moerl up` printed (a recreated coordinator whose
+        address was taken while it was down prints where its console moved)."""
+        i, m = self.wait_line(r"console at (\S+) ")
+        for j in range(len(self.lines) - 1, i, -1):
+            later = re.search(r"console at (\S+) ", self.lines[j])
+            if later:
+                return later.group(1)
+        return m.group(1)
 
     def nodes(self):
         r = subprocess.run([self.moerl, "console", "--connect", self.console_address(), "nodes",
@@ -298,13 +306,9 @@ def trainer_lost(moerl, tmp):
     check_dead_trainer_books(rep, 60, held)
 
 
-def buffer_stopped(moerl, tmp):
-    """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
-    is declared dead and its groups re-opened; alive again, it must not serve them as well.
-    The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
-    is trained twice (duplicated == 0)."""
-    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
-    i = run.wait_iteration(3)
+def stop_buffer_past_heartbeat(run, i):
+    """SIGSTOP buffer-0 until the coordinator declared it dead, then SIGCONT; waits for the
+    fenced shard to exit and returns the run's report, checked safe and balanced."""
     pid = run.pid_of("buffer-0")
     run.kill("buffer-0", signal.SIGSTOP)
     # Stopped until the coordinator declared it dead (a liveness bound, not a timing check).
@@ -326,7 +330,33 @@ def buffer_stopped(moerl, tmp):
     check_balanced(rep["accounting"])
     assert rep["accounting"]["dropped"].get("shard_lost", 0) > 0, rep["accounting"]
     print(f"buffer-0 ended: {m.group(1)}; dropped shard_lost "
-          f"{rep['accounting']['dropped']['shard_lost']} sample(s), duplicated 0", flush=True)
+          f"{rep['accounting']['dropped']['shard_lost']} sample(s), refused claims "
+          f"{rep['accounting'].get('refused_claims', 0)} sample(s), duplicated 0", flush=True)
+    return rep
+
+
+def buffer_stopped(moerl, tmp):
+    """A starved buffer shard (SIGSTOP past the coordinator's heartbeat timeout, then SIGCONT)
+    is declared dead and its groups re-opened; alive again, it must not serve them as well.
+    The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
+    is trained twice (duplicated == 0)."""
+    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
+    i = run.wait_iteration(3)
+    stop_buffer_past_heartbeat(run, i)
+
+
+def buffer_stopped_late(moerl, tmp):
+    """As buffer_stopped, with the CAF link timeout raised above the heartbeat bound (the link
+    stays up while the shard is stopped) and the shard stopped while it has groups handed out:
+    what it handed (or was about to deliver) reaches the trainer after the coordinator declared
+    it dead and re-opened its groups. The trainer claims before it trains, so the late copy is
+    refused (refused_claims) and only the regenerated one is trained: duplicated == 0, lost == 0
+    (seen before the claim: 1 run in 3 ended with duplicated = 8)."""
+    run = up_run(moerl, tmp, "buffer-stopped-late", "--no-interrupt", "--iterations", "60",
+                 "--set", "node.connection_timeout_ms=20000")
+    i = run.wait_iteration(3)
+    run.handed()  # groups are out with the trainer now: stop the shard mid-hand-out
+    stop_buffer_past_heartbeat(run, i)
 
 
 def buffer_frozen(moerl, tmp):
@@ -431,8 +461,13 @@ def console_taken(moerl, tmp):
     """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
     process takes its console port. The recreated coordinator could not listen: `moerl up`
     ends at once, non-zero, naming the taken address, with the report written."""
+    # A console address the user gave: it may not move (console_moved is the chosen one's case).
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    given = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()
     run = up_run(moerl, tmp, "console-taken", "--no-interrupt", "--iterations", "200",
-                 "--set", "cluster.restart_delay_ms=4000")
+                 "--console", given, "--set", "cluster.restart_delay_ms=4000")
     i = run.wait_iteration(2)
     address = run.console_address()
     host, port = address[len("tcp://"):].rsplit(":", 1)
@@ -458,6 +493,49 @@ def console_taken(moerl, tmp):
     assert f"its console address {address} was taken by another process" in out, run.output()
     assert rep is not None and not rep.get("done", False), rep
     print(f"refused to recreate the coordinator: {address} taken", flush=True)
+
+
+def console_moved(moerl, tmp):
+    """The coordinator dies and, before its restart, other processes take both of its consoles'
+    ports, which this run chose itself (the defaults, or free ports instead of taken
+    defaults: as when a second `moerl up` starts meanwhile). The recreated coordinator's
+    consoles move to free ports, `moerl up` prints where, and the run finishes on them."""
+    run = up_run(moerl, tmp, "console-moved", "--no-interrupt", "--iterations", "30",
+                 "--set", "cluster.restart_delay_ms=4000")
+    i = run.wait_iteration(2)
+    console = run.console_address()
+    dashboard = run.wait_line(r"dashboard at https?://(\S+)/")[1].group(1)
+    run.kill("coordinator", signal.SIGKILL)
+    squatters = []
+    deadline = time.monotonic() + 3  # within the 4 s restart delay
+    for address in (console[len("tcp://"):], dashboard):
+        host, port = address.rsplit(":", 1)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        while True:
+            try:
+                s.bind((host, int(port)))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"{address} still held after the kill"
+                time.sleep(0.05)
+        s.listen()
+        squatters.append(s)
+    try:
+        j, m = run.wait_line(r">>> recreated coordinator .*now console at (\S+) and dashboard "
+                             r"at (\S+) \(moved\)", i)
+        assert m.group(1) != console and m.group(2) != dashboard, run.lines[j]
+        assert run.console_address() == m.group(1), run.console_address()
+        run.wait_resumed(j)  # the run goes on under the moved console
+        rep = run.finish()
+    finally:
+        for s in squatters:
+            s.close()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    moved = [r for r in rep["replacements"] if r.get("moved")]
+    assert len(moved) == 1 and moved[0]["node"] == "coordinator", rep["replacements"]
+    print(f"consoles moved: {console} -> {m.group(1)}, {dashboard} -> {m.group(2)}", flush=True)
 
 
 def disk_full(moerl, tmp):
@@ -567,8 +645,9 @@ def weights_kill(moerl, tmp):
 
 def group_coordinator(moerl, tmp):
     """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
-    restarted from its journal. The new coordinator knows no group: both members join again,
-    the group forms anew and the run trains to its end with nothing lost or duplicated."""
+    restarted from its journal. Both members join the new coordinator again and the group forms
+    anew, continuing the saved history (incarnation after the saved one, the restart listed as
+    a re-formation); the run trains to its end with nothing lost or duplicated."""
     run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
@@ -581,6 +660,10 @@ def group_coordinator(moerl, tmp):
     replaced(rep, "coordinator", "killed by SIGKILL")
     g = {g["name"]: g for g in rep["groups"]}["trainer"]
     assert g["members"] == ["trainer-0", "trainer-1"] and g["state"] in ("formed", "stopped"), g
+    restarts = [r for r in g["reformed"] if "coordinator restarted" in r["cause"]]
+    assert g["incarnation"] >= 2 and len(restarts) == 1, g
+    assert restarts[0]["downtime_s"] is not None, g
+    print("trainer group after the coordinator's restart:", json.dumps(g), flush=True)
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("rollout") for n in touched), rep["replacements"]
 
@@ -678,7 +761,9 @@ def rollout_group_drain(moerl, tmp):
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "two_jobs": two_jobs, "trainer_group": trainer_group,
          "group_coordinator": group_coordinator, "buffer_stopped": buffer_stopped,
-         "buffer_frozen": buffer_frozen, "console_taken": console_taken, "same_second": same_second,
+         "buffer_stopped_late": buffer_stopped_late,
+         "buffer_frozen": buffer_frozen, "console_taken": console_taken,
+         "console_moved": console_moved, "same_second": same_second,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
          "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 

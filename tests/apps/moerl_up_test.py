@@ -37,8 +37,15 @@ def main(moerl):
         rep = json.load(open(first))
         check_accounting(rep)
         curve = [p["mean_reward"] for p in rep["reward_curve"]]
-        # One step per iteration; dropped stale groups can leave a short last step or merge it.
-        assert ITERATIONS - 1 <= len(curve) <= ITERATIONS + 1, len(curve)
+        # A step per iteration's worth of groups, plus a short step wherever the trainer was
+        # left without data for a while (the runtime's flush: under load, several): every
+        # iteration stepped, and every trained sample is in exactly one step.
+        full = max(p["groups"] for p in rep["reward_curve"])
+        partial = sum(1 for p in rep["reward_curve"] if p["groups"] < full)
+        assert len(curve) >= ITERATIONS - 1, len(curve)
+        assert sum(p["samples"] for p in rep["reward_curve"]) == rep["accounting"]["trained"], \
+            (rep["reward_curve"], rep["accounting"])
+        print(f"{len(curve)} steps for {ITERATIONS} iterations, {partial} of them short (flushes)")
         last_version = rep["reward_curve"][-1]["iteration"]
         resumable = last_version  # every version is checkpointed; the newest is kept
         assert rep["task"] == "sort" and rep["reward_max"] == 1.0

@@ -7,86 +7,12 @@
 // holds, in the ledger's counters and recomputed from its units.
 #include <gtest/gtest.h>
 
-#include "ledger/buffer_shard.h"
-#include "ledger/work_ledger.h"
 #include "store/local_store.h"
+#include "tests/ledger/handout_rig.h"
 #include "tests/support/temp_dir.h"
 
 namespace moerl::ledger {
 namespace {
-
-constexpr uint32_t kG = 2;  // group size
-
-struct rig {
-  manual_clock clk{0};
-  ledger_options lopts;
-  std::unique_ptr<work_ledger> led;
-  std::unique_ptr<buffer_shard> shard;
-
-  explicit rig(store::object_store* store = nullptr) {
-    lopts.group_size = kG;
-    lopts.max_groups_per_unit = 2;
-    lopts.snapshot_every = 4;
-    led = std::move(*work_ledger::open(lopts, clk, store));
-    shard_options so;
-    so.name = "s0";
-    so.group_size = kG;
-    so.capacity_samples = 64;
-    so.max_staleness = 1;
-    shard = std::make_unique<buffer_shard>(so);
-    EXPECT_TRUE(led->add_shard("s0").ok());
-  }
-
-  void route() {
-    ASSERT_TRUE(led->sync().ok());
-    for (auto& e : led->take_events()) shard->apply(e);
-    for (auto& a : shard->take_acks()) ASSERT_TRUE(led->record_ack(a).ok());
-    ASSERT_TRUE(led->sync().ok());
-    for (auto& e : led->take_events()) shard->apply(e);
-  }
-
-  // One committed unit of `groups`, its samples made at policy `version`.
-  void commit_unit(std::vector<group_id> groups, uint64_t version) {
-    ASSERT_TRUE(led->add_unit(groups).ok());
-    auto l = led->acquire("w");
-    ASSERT_TRUE(l.ok()) << l.err().to_string();
-    route();
-    uint32_t seq = 0;
-    for (group_id g : l->groups)
-      for (uint32_t i = 0; i < kG; ++i) {
-        messages::sample s;
-        s.work_unit = l->unit;
-        s.attempt = l->attempt;
-        s.seq = seq++;
-        s.group_id = g;
-        s.index_in_group = i;
-        s.policy_version = version;
-        s.tokens = {uint32_t(g), i};
-        s.worker = "w";
-        ASSERT_TRUE(shard->admit(s).ok());
-      }
-    ASSERT_TRUE(led->report(l->unit, l->attempt, "w", l->num_samples()).ok());
-    route();
-  }
-
-  // Forwards the shard's steps to the ledger, as the buffer node does; each must be accepted.
-  void record(const std::vector<consumption>& steps) {
-    for (const auto& c : steps) {
-      auto st = led->record_handout(c);
-      ASSERT_TRUE(st.ok()) << handout_step_name(c.step) << ": " << st.err().to_string();
-    }
-    check();
-  }
-
-  void check() {
-    auto inv = led->check_invariant();
-    ASSERT_TRUE(inv.ok()) << inv.err().to_string();
-    const accounting& a = led->counters();
-    EXPECT_EQ(a.committed, a.trained + a.handed + a.buffered());
-    EXPECT_EQ(a.lost, 0u);
-    EXPECT_EQ(a.duplicated, 0u);
-  }
-};
 
 TEST(handed_to_trainer, a_served_group_is_handed_until_its_trainer_confirms_it) {
   rig r;

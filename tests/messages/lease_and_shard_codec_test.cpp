@@ -175,3 +175,29 @@ TEST(ShardAckAndPromptCodec, group_lists_and_tokens_round_trip) {
   EXPECT_EQ(pb->group_id, 99u);
   EXPECT_EQ(pb->tokens, p.tokens);
 }
+
+TEST(TrainerClaimCodec, claims_confirmations_and_grants_round_trip) {
+  trainer_claim c{"trainer-0", ~0ull, {{7, 3, 1, 40}, {7, 3, ~0ull, 41}}, {{6, 2, 9, 12}}};
+  auto back = decode<trainer_claim>(encode(c));
+  ASSERT_TRUE(back) << back.err().to_string();
+  EXPECT_EQ(back->consumer, "trainer-0");
+  EXPECT_EQ(back->incarnation, ~0ull);
+  ASSERT_EQ(back->claims.size(), 2u);
+  EXPECT_EQ(back->claims[1].unit, 7u);
+  EXPECT_EQ(back->claims[1].attempt, 3u);
+  EXPECT_EQ(back->claims[1].group, ~0ull);
+  EXPECT_EQ(back->claims[1].handout, 41u);
+  ASSERT_EQ(back->confirmed.size(), 1u);
+  EXPECT_EQ(back->confirmed[0].handout, 12u);
+  auto none = decode<trainer_claim>(encode(trainer_claim{}));
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->claims.empty());
+  auto rep = decode<trainer_claim_reply>(encode(trainer_claim_reply{{true, false, true}}));
+  ASSERT_TRUE(rep) << rep.err().to_string();
+  EXPECT_EQ(rep->granted, (std::vector<bool>{true, false, true}));
+  batch b;
+  b.handouts = {5, 6};
+  auto bb = decode<batch>(encode(b));
+  ASSERT_TRUE(bb);
+  EXPECT_EQ(bb->handouts, b.handouts);
+}

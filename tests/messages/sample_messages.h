@@ -49,6 +49,7 @@ inline std::vector<example> all_examples() {
   b.batch_id = 8;
   b.shard = "buffer-0";
   for (uint32_t i = 0; i < 4; ++i) b.samples.push_back(make_sample(i));
+  b.handouts = {40, 41};
   weight_manifest wm{3, "ab12", 300, {{"p0", 0, 100, "aa"}, {"p1", 100, 200, "bb"}}, 55};
   admin_request req{9, "secret", "inject", {"spot", "rollout-1"}, {{"deadline", "30"}}};
   admin_reply rep{9, false, moerl::error{errc::unknown_node, "no node rollout-9"}, "{}"};
@@ -89,6 +90,8 @@ inline std::vector<example> all_examples() {
       make_example(prompt{1001, {5, 65537, 1000003, 8}}),
       make_example(ev),
       make_example(shard_ack{17, 2, "buffer-0", {1, 2}, {3}}),
+      make_example(trainer_claim{"trainer-0", 1764600000000000, {{17, 2, 1, 5}}, {{16, 1, 3, 4}}}),
+      make_example(trainer_claim_reply{{true, false}}),
   };
 }
 
