@@ -41,8 +41,8 @@ class rank_pool final : public trainer_ranks {
   // pool owns the member's link so it outlives the step built on it (node_context order).
   trainer_group* group() override { return link_.get(); }
   group_member_link* link() { return link_.get(); }
-  // `coordinator`: the coordinator whose group the link is a member of (a restarted coordinator
-  // forms its groups anew, counting incarnations from 1 again).
+  // `coordinator`: the coordinator whose group the link is a member of (a view from a restarted
+  // coordinator is its own re-formation, whatever its incarnation number).
   void set_link(std::unique_ptr<group_member_link> l, caf::actor_addr coordinator) {
     link_ = std::move(l);
     link_coordinator_ = std::move(coordinator);
