@@ -41,8 +41,14 @@ class rank_pool final : public trainer_ranks {
   // pool owns the member's link so it outlives the step built on it (node_context order).
   trainer_group* group() override { return link_.get(); }
   group_member_link* link() { return link_.get(); }
-  void set_link(std::unique_ptr<group_member_link> l) { link_ = std::move(l); }
+  // `coordinator`: the coordinator whose group the link is a member of (a view from a restarted
+  // coordinator is its own re-formation, whatever its incarnation number).
+  void set_link(std::unique_ptr<group_member_link> l, caf::actor_addr coordinator) {
+    link_ = std::move(l);
+    link_coordinator_ = std::move(coordinator);
+  }
   std::unique_ptr<group_member_link> take_link() { return std::move(link_); }
+  const caf::actor_addr& link_coordinator() const { return link_coordinator_; }
 
   status run_on_ranks(const std::vector<std::function<void()>>& work) override {
     if (work.size() != num_ranks_)
@@ -73,6 +79,7 @@ class rank_pool final : public trainer_ranks {
   const uint32_t num_ranks_;
   caf::blocking_actor* driver_ = nullptr;
   std::unique_ptr<group_member_link> link_;
+  caf::actor_addr link_coordinator_;
 };
 
 namespace {
@@ -148,13 +155,43 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   std::unique_ptr<group_member_link> previous_link;
   std::shared_ptr<trainer_step> previous;
   if (in_group) {
+    const caf::actor_addr previous_coordinator = pool.link_coordinator();
     previous_link = pool.take_link();
     previous = std::move(ctx->trainer_state);
     auto view = join_trainer_group(self, *ctx);
     if (!view) return;  // stopping or draining
+    // This driver restarted while the group it ran in is still formed under the same
+    // coordinator: its part of that incarnation's work is gone (seen: a member's coordinator
+    // link dropped and came back within the re-join grace, so its failure report was lost and
+    // the group stayed formed), and the others would wait out fabric.op_timeout_ms for it in
+    // their next round. Report the incarnation broken (again each second, until the
+    // coordinator moves on) and join the next one.
+    auto coordinator_addr = [&] {
+      auto c = ctx->coordinator();
+      return c ? c.address() : caf::actor_addr();
+    };
+    if (previous_link && previous_link->view().incarnation == view->incarnation &&
+        previous_coordinator && previous_coordinator == coordinator_addr()) {
+      const uint64_t stale = view->incarnation;
+      log->warn(
+          "trainer group {} is still at incarnation {}, which this member's restart left "
+          "without its part: reporting it broken",
+          view->group, stale);
+      for (int64_t next_report = 0; view->incarnation == stale;) {
+        if (steady_ms() >= next_report) {
+          previous_link->report_failure(ctx->name + " restarted its trainer inside incarnation " +
+                                        std::to_string(stale));
+          next_report = steady_ms() + 1000;
+        }
+        if (!mailbox_ok(self, *ctx, 100)) return;
+        view = join_trainer_group(self, *ctx);
+        if (!view) return;
+      }
+    }
     log->info("member {} of trainer group {} (incarnation {}, members {})", view->member_index,
               view->group, view->incarnation, nlohmann::json(view->members).dump());
-    pool.set_link(std::make_unique<group_member_link>(self->system(), ctx, *view));
+    pool.set_link(std::make_unique<group_member_link>(self->system(), ctx, *view),
+                  coordinator_addr());
     if (view->member_index != 0) {
       auto st = ctx->running_job->serve_trainer_member(pool);
       if (ctx->stopping || ctx->draining()) return;

@@ -106,11 +106,11 @@ actors::job_events printed_events(up_progress& display) {
 // `moerl up` runs its GRPO trainer as kUpTrainerMembers node processes unless the config file or
 // an override sets trainer.group_size. A group of N > 1 holds job.trainer_ep_ranks = 1 rank per
 // member unless that is set too, so the group's EP step has as many ranks as members. Returns
-// the number of trainer nodes to start. 1 (the one-process trainer) until a group keeps up: a
-// group checkpoints every version it publishes, and on the shared 2-core machine (load ~20) a
-// default run with 2 members spent a median 0.72 s per version on the checkpoint beside 0.32 s
-// training and timed out at iteration 227 of 800 (README, "The main job").
-constexpr uint32_t kUpTrainerMembers = 1;
+// the number of trainer nodes to start. 2 (trainer-0 and trainer-1, one trainer group): since a
+// step's answer round carries the members' shares and moments (job/ep_trainer.cpp), a group
+// step with its publication and checkpoint costs about what the one-process trainer's does,
+// and the run is bound by generation on the 2 shared cores (README, "The main job").
+constexpr uint32_t kUpTrainerMembers = 2;
 
 // Whether the config file (already validated by config::load) or an override sets `key`,
 // even to its default: a section path (trainer: group_size:) or a dotted key at any level.

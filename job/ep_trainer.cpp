@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,15 @@ struct ep_trainer::impl {
   nlohmann::json local_shares() const;  // {rank: params.h bytes of its share}
   nlohmann::json local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
+  // Member 0 of a spanning group, right after a step: every rank's parameter share and Adam
+  // moments in one round (the other members send theirs as the step's answer), so that
+  // publishing and checkpointing the version the step made need no further round through
+  // the coordinator (two rounds a version instead of five). Held until the next step or load.
+  status gather_after_step();
+  struct gathered_state {
+    std::vector<std::string> params, adam;  // [global rank]
+  };
+  std::optional<gathered_state> gathered;
 };
 
 namespace {
@@ -80,7 +90,8 @@ nlohmann::json encode_batch(const std::vector<policy::sample>& samples,
                    {"logprobs", s.behaviour_logprobs},
                    {"reward", s.reward},
                    {"group", s.group},
-                   {"version", s.policy_version}});
+                   {"version", s.policy_version},
+                   {"from_env", s.from_env}});  // multi-turn: env tokens carry no loss
   return {{"op", "step"}, {"samples", arr}, {"advantages", advantages}};
 }
 
@@ -96,6 +107,7 @@ result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch
       s.reward = j.at("reward").get<double>();
       s.group = j.at("group").get<int64_t>();
       s.policy_version = j.at("version").get<uint64_t>();
+      j.at("from_env").get_to(s.from_env);
       samples.push_back(std::move(s));
     }
     return std::make_pair(std::move(samples), cmd.at("advantages").get<std::vector<double>>());
@@ -253,8 +265,12 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
                                                " tokens, over its bound " +
                                                std::to_string(m.max_tokens_per_rank)};
   }
+  m.gathered.reset();
   if (auto st = m.command(encode_batch(samples, advantages)); !st) return st.err();
-  return m.run_step(samples, advantages);
+  auto out = m.run_step(samples, advantages);
+  if (!out || !m.leads()) return out;
+  if (auto st = m.gather_after_step(); !st) return st.err();
+  return out;
 }
 
 result<ep_step_result> ep_trainer::impl::run_step(const std::vector<policy::sample>& samples,
@@ -357,30 +373,68 @@ status ep_trainer::break_group_for_test() {
 
 namespace {
 
+// Adds one member's {rank: bytes} contribution to out[rank].
+status take_shares(const nlohmann::json& j, std::vector<std::string>& out,
+                   std::vector<bool>& seen) {
+  if (!j.is_object())
+    return error{errc::malformed_message, "a trainer group member's shares did not decode"};
+  const int num_ranks = static_cast<int>(out.size());
+  for (auto& [k, v] : j.items()) {
+    const int r = std::atoi(k.c_str());
+    if (r < 0 || r >= num_ranks || !v.is_binary() || seen[r])
+      return error{errc::malformed_message, "trainer group share of rank " + k + " is malformed"};
+    seen[r] = true;
+    out[r] = from_binary(v);
+  }
+  return ok_status();
+}
+
+status all_seen(const std::vector<bool>& seen) {
+  for (size_t r = 0; r < seen.size(); ++r)
+    if (!seen[r])
+      return error{errc::peer_dead, "trainer group: no share of rank " + std::to_string(r)};
+  return ok_status();
+}
+
 // Every rank's bytes from the members' {rank: bytes} contributions.
 result<std::vector<std::string>> per_rank_bytes(const std::vector<std::string>& contributions,
                                                 int num_ranks) {
   std::vector<std::string> out(num_ranks);
   std::vector<bool> seen(num_ranks, false);
-  for (const auto& c : contributions) {
-    auto j = nlohmann::json::from_cbor(c, true, false);
-    if (!j.is_object())
-      return error{errc::malformed_message, "a trainer group member's shares did not decode"};
-    for (auto& [k, v] : j.items()) {
-      const int r = std::atoi(k.c_str());
-      if (r < 0 || r >= num_ranks || !v.is_binary() || seen[r])
-        return error{errc::malformed_message, "trainer group share of rank " + k + " is malformed"};
-      seen[r] = true;
-      out[r] = from_binary(v);
-    }
-  }
-  for (int r = 0; r < num_ranks; ++r)
-    if (!seen[r])
-      return error{errc::peer_dead, "trainer group: no share of rank " + std::to_string(r)};
+  for (const auto& c : contributions)
+    if (auto st = take_shares(nlohmann::json::from_cbor(c, true, false), out, seen); !st)
+      return st.err();
+  if (auto st = all_seen(seen); !st) return st.err();
   return out;
 }
 
 }  // namespace
+
+status ep_trainer::impl::gather_after_step() {
+  // Member 0 sends nothing: its own shares are read here, not carried through the coordinator.
+  auto all = round(nlohmann::json::object(), op_timeout_ms);
+  if (!all) return error{all.err().code, "trainer group step answer: " + all.err().message};
+  const int n = group->num_ranks();
+  gathered_state g{std::vector<std::string>(n), std::vector<std::string>(n)};
+  std::vector<bool> params_seen(n, false), adam_seen(n, false);
+  for (const auto& c : *all) {
+    auto j = nlohmann::json::from_cbor(c, true, false);
+    if (!j.is_object())
+      return error{errc::malformed_message, "a trainer group member's step answer did not decode"};
+    if (j.empty()) continue;  // member 0's
+    if (!j.contains("params") || !j.contains("adam"))
+      return error{errc::malformed_message,
+                   "a trainer group member's step answer has no params or adam shares"};
+    if (auto st = take_shares(j["params"], g.params, params_seen); !st) return st;
+    if (auto st = take_shares(j["adam"], g.adam, adam_seen); !st) return st;
+  }
+  if (auto st = take_shares(local_shares(), g.params, params_seen); !st) return st;
+  if (auto st = take_shares(local_adam(), g.adam, adam_seen); !st) return st;
+  if (auto st = all_seen(params_seen); !st) return st;
+  if (auto st = all_seen(adam_seen); !st) return st;
+  gathered = std::move(g);
+  return ok_status();
+}
 
 nlohmann::json ep_trainer::expert_plane() const {
   const auto& d = impl_->group->expert_plane(impl_->first_local());
@@ -394,13 +448,19 @@ result<std::string> ep_trainer::serialize() const {
     if (!full) return full.err();
     return policy::serialize_params(m.group->full_layout(), *full);
   }
-  if (auto st = m.command({{"op", "params"}}); !st) return st.err();
-  auto all = m.round(m.local_shares(), m.op_timeout_ms);
-  if (!all) return all.err();
-  auto bytes = per_rank_bytes(*all, m.group->num_ranks());
-  if (!bytes) return bytes.err();
+  std::vector<std::string> bytes;
+  if (m.gathered) {
+    bytes = m.gathered->params;  // the last step's answer round carried them
+  } else {
+    if (auto st = m.command({{"op", "params"}}); !st) return st.err();
+    auto all = m.round(m.local_shares(), m.op_timeout_ms);
+    if (!all) return all.err();
+    auto b = per_rank_bytes(*all, m.group->num_ranks());
+    if (!b) return b.err();
+    bytes = std::move(*b);
+  }
   std::vector<std::vector<float>> shares;
-  for (const auto& b : *bytes) {
+  for (const auto& b : bytes) {
     auto f = policy::deserialize_params(b, &m.group->rank_layout());
     if (!f) return f.err();
     shares.push_back(std::move(*f));
@@ -411,6 +471,7 @@ result<std::string> ep_trainer::serialize() const {
 }
 
 status ep_trainer::load(const std::string& bytes) {
+  impl_->gathered.reset();
   if (auto st = impl_->command({{"op", "load"}, {"bytes", as_binary(bytes)}}); !st) return st;
   return impl_->group->load(bytes);
 }
@@ -421,6 +482,8 @@ result<std::string> ep_trainer::serialize_adam() const {
   if (!m.leads()) {
     for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r)
       parts.push_back(m.ranks[r].opt->serialize());
+  } else if (m.gathered) {
+    parts = m.gathered->adam;  // the last step's answer round carried them
   } else {
     if (auto st = m.command({{"op", "adam"}}); !st) return st.err();
     auto all = m.round(m.local_adam(), m.op_timeout_ms);
@@ -433,6 +496,7 @@ result<std::string> ep_trainer::serialize_adam() const {
 }
 
 status ep_trainer::load_adam(const std::string& bytes) {
+  impl_->gathered.reset();
   if (auto st = impl_->command({{"op", "load_adam"}, {"bytes", as_binary(bytes)}}); !st) return st;
   return impl_->load_local_adam(bytes);
 }
@@ -461,6 +525,10 @@ status ep_trainer::serve() {
       auto batch = decode_batch(cmd);
       if (!batch) return batch.err();
       if (auto st = m.run_step(batch->first, batch->second); !st) return st.err();
+      // The step's answer: this member's shares and moments for the version it made.
+      auto answer =
+          m.round({{"params", m.local_shares()}, {"adam", m.local_adam()}}, m.op_timeout_ms);
+      if (!answer) return answer.err();
     } else if (op == "params" || op == "adam") {
       auto all = m.round(op == "params" ? m.local_shares() : m.local_adam(), m.op_timeout_ms);
       if (!all) return all.err();

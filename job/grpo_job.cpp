@@ -466,7 +466,6 @@ class grpo_trainer final : public actors::trainer_step {
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
     keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
-    in_group_ = group != nullptr;
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
@@ -587,15 +586,15 @@ class grpo_trainer final : public actors::trainer_step {
     const std::string& bytes = *bytes_ptr;
     const std::string hash = policy::content_hash(bytes);
     // The version is announced (when train() returns) once a checkpoint cache holds it; its
-    // store copy is then written in the background. Without a cache the store copy comes
-    // first: a rollout that hears of version v always finds it complete somewhere. A trainer
-    // group writes synchronously. The checkpoint stays on the critical path in every case: a
-    // recreated trainer or a re-formed group restores the newest committed checkpoint
-    // (restore()), which must be the newest version announced.
+    // store copy is then written in the background, by a single trainer and a trainer group's
+    // rank 0 alike (a recreated trainer or a re-formed group rewrites the copy of the version
+    // it restores). Without a cache the store copy comes first: a rollout that hears of
+    // version v always finds it complete somewhere. The checkpoint stays on the critical path
+    // in every case: a recreated trainer or a re-formed group restores the newest committed
+    // checkpoint (restore()), which must be the newest version announced.
     const bool in_cache = publish_to_cache(bytes);
-    const bool background = in_cache && !in_group_;
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
-    if (background)
+    if (in_cache)
       writer_->submit("weights of policy version " + std::to_string(version_), store_copy);
     else if (auto st = store_copy(); !st)
       return st.err();
@@ -823,7 +822,6 @@ class grpo_trainer final : public actors::trainer_step {
   // Each episode's mean step time, ms. Bounded by what a run trains (one double a sample).
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
-  bool in_group_ = false;                  // a trainer group across nodes drives this step
   std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
   // Store copies and checkpoints behind the announcement; its writes own what they write.
   std::unique_ptr<durable_writer> writer_ = std::make_unique<durable_writer>(4);

@@ -13,7 +13,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL console_taken  the coordinator's console port taken while it is down
   moerl_up_faults_test.py MOERL same_second  three runs started at once on the default consoles
-  moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group
+  moerl_up_faults_test.py MOERL trainer_group  SIGKILL a member of the 2-node trainer group (the default)
   moerl_up_faults_test.py MOERL group_coordinator  SIGKILL the coordinator of a 2-node group
   moerl_up_faults_test.py MOERL rollout_group  SIGKILL each member of a 2-node rollout group
   moerl_up_faults_test.py MOERL rollout_group_drain  a Spot notice to the follower of a rollout group
@@ -216,8 +216,9 @@ def replaced(rep, node, cause):
 
 
 def in_turn(moerl, tmp):
-    """SIGKILL the trainer (a StatefulSet: recreated as trainer-0), the reward node (a
-    Deployment: replaced by a new name) and the coordinator (restarted from its journal), each
+    """SIGKILL the trainer (trainer-0, rank 0 of moerl up's 2-member trainer group, a
+    StatefulSet: recreated as trainer-0, and the group re-formed with trainer-1), the reward node
+    (a Deployment: replaced by a new name) and the coordinator (restarted from its journal), each
     once the previous replacement runs and the job moved on."""
     run = up_run(moerl, tmp, "in-turn", "--no-interrupt", "--iterations", "60")
     i = run.wait_iteration(3)
@@ -259,7 +260,8 @@ def check_dead_trainer_books(rep, iterations, handed):
 
 
 def trainer_handed(moerl, tmp):
-    """Issue 11 case 1: the trainer dies holding groups its shards handed it. They are not
+    """Issue 11 case 1: the trainer dies holding groups its shards handed it (trainer-0: the
+    trainer group's rank 0, the consumer that pulls and holds the batches). They are not
     lost: the recreated trainer (a new incarnation of the same consumer) is served them again
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
     run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")

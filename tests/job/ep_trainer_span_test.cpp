@@ -66,7 +66,16 @@ std::unique_ptr<ep_trainer> make(const ep_trainer_span* span) {
 }
 
 TEST(ep_trainer_span, two_member_processes_step_exactly_like_two_rank_threads) {
-  const batch b1 = make_batch(1), b2 = make_batch(2);
+  const batch b1 = make_batch(1);
+  // Multi-turn samples: the tokens an environment wrote carry no loss on any member either.
+  const batch b2 = [] {
+    batch b = make_batch(2);
+    for (auto& s : b.samples) {
+      s.from_env.assign(s.completion.size(), 0);
+      s.from_env[s.completion.size() / 2] = 1;
+    }
+    return b;
+  }();
   auto rep = fabric::launch_processes(
       2,
       [&](fabric::bootstrap& boot) -> int {
@@ -81,6 +90,9 @@ TEST(ep_trainer_span, two_member_processes_step_exactly_like_two_rank_threads) {
         if (!params || !moments) return 5;
         // A load travels to member 1 too: the group still steps after it.
         if (!t->load(*params).ok() || !t->load_adam(*moments).ok()) return 6;
+        // After a load the state is gathered by its own commands (a step's answer round
+        // carried it before): the same bytes.
+        if (*t->serialize() != *params || *t->serialize_adam() != *moments) return 10;
         t->stop_members();
         t.reset();
         // The same two steps with both ranks as threads of this process.
