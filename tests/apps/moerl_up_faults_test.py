@@ -457,6 +457,23 @@ def same_second(moerl, tmp):
     print("consoles:", consoles, flush=True)
 
 
+def squat(address, deadline):
+    """A socket listening on HOST:PORT `address` once the killed coordinator let it go (before
+    the monotonic `deadline`), as another process taking the port would."""
+    host, port = address.rsplit(":", 1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    while True:
+        try:
+            s.bind((host, int(port)))
+            break
+        except OSError:
+            assert time.monotonic() < deadline, f"{address} still held after the kill"
+            time.sleep(0.05)
+    s.listen()
+    return s
+
+
 def console_taken(moerl, tmp):
     """Issue 11 case 7, later in a run: the coordinator dies and, before its restart, another
     process takes its console port. The recreated coordinator could not listen: `moerl up`
@@ -470,19 +487,8 @@ def console_taken(moerl, tmp):
                  "--console", given, "--set", "cluster.restart_delay_ms=4000")
     i = run.wait_iteration(2)
     address = run.console_address()
-    host, port = address[len("tcp://"):].rsplit(":", 1)
     run.kill("coordinator", signal.SIGKILL)
-    squatter = socket.socket()
-    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    deadline = time.monotonic() + 3  # within the 4 s restart delay
-    while True:
-        try:
-            squatter.bind((host, int(port)))
-            break
-        except OSError:
-            assert time.monotonic() < deadline, f"{address} still held after the kill"
-            time.sleep(0.05)
-    squatter.listen()
+    squatter = squat(address[len("tcp://"):], time.monotonic() + 3)  # within the 4 s delay
     try:
         rep = run.finish(check=False)
     finally:
@@ -506,21 +512,8 @@ def console_moved(moerl, tmp):
     console = run.console_address()
     dashboard = run.wait_line(r"dashboard at https?://(\S+)/")[1].group(1)
     run.kill("coordinator", signal.SIGKILL)
-    squatters = []
     deadline = time.monotonic() + 3  # within the 4 s restart delay
-    for address in (console[len("tcp://"):], dashboard):
-        host, port = address.rsplit(":", 1)
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        while True:
-            try:
-                s.bind((host, int(port)))
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"{address} still held after the kill"
-                time.sleep(0.05)
-        s.listen()
-        squatters.append(s)
+    squatters = [squat(a, deadline) for a in (console[len("tcp://"):], dashboard)]
     try:
         j, m = run.wait_line(r">>> recreated coordinator .*now console at (\S+) and dashboard "
                              r"at (\S+) \(moved\)", i)
