@@ -76,6 +76,18 @@ inline uint64_t slots(const unit_rec& u, uint32_t group_size) {
 // dropped while replaying, because the events of replayed records went out before.
 void emit(work_ledger::state& st, ledger_event e);
 
+// The record of one hand-out step of one group (handed, trained, returned, a claim): its unit,
+// attempt, group and the shard's hand-out id; the caller adds what its type needs.
+inline journal_record consumption_record(record_type type, const consumption& c) {
+  journal_record r;
+  r.type = type;
+  r.unit = c.unit;
+  r.attempt = c.attempt;
+  r.groups = {c.group};
+  r.groups2 = {c.handout};
+  return r;
+}
+
 // Whether the claim on `grp` (if any) is held by a consumer incarnation that is not lost.
 inline bool claim_live(const work_ledger::state& st, const unit_rec& u, group_id grp) {
   auto c = u.claimed.find(grp);

@@ -13,12 +13,7 @@ using namespace detail;
 namespace {
 
 journal_record claim_record(record_type type, const consumer_ref& by, const consumption& c) {
-  journal_record r;
-  r.type = type;
-  r.unit = c.unit;
-  r.attempt = c.attempt;
-  r.groups = {c.group};
-  r.groups2 = {c.handout};
+  journal_record r = consumption_record(type, c);
   r.name = by.name;
   r.deadline = static_cast<int64_t>(by.incarnation);
   return r;
@@ -100,13 +95,7 @@ result<uint64_t> work_ledger::confirm_claimed(const consumer_ref& by,
     if (cl == u.claimed.end() || h == u.handed.end() || !same_consumer(cl->second.by, by) ||
         cl->second.attempt != c.attempt || h->second != c.handout || !claim_live(*st_, u, c.group))
       continue;
-    journal_record r;
-    r.type = record_type::trained;
-    r.unit = c.unit;
-    r.attempt = c.attempt;
-    r.groups = {c.group};
-    r.groups2 = {c.handout};
-    auto s = append(r);
+    auto s = append(consumption_record(record_type::trained, c));
     if (!s) return s.err();
     ++trained;
   }

@@ -334,14 +334,8 @@ status work_ledger::record_served(const consumption& cons, record_type type) {
                                           std::to_string(cons.group) + " attempt " +
                                           std::to_string(cons.attempt) +
                                           " is not a committed group no trainer has: refused");
-  journal_record r;
-  r.type = type;
-  r.unit = cons.unit;
-  r.attempt = cons.attempt;
-  r.groups = {cons.group};
-  r.groups2 = {cons.handout};
   // Recorded even when it is a duplicate: the report must show it.
-  auto s = append(r);
+  auto s = append(consumption_record(type, cons));
   if (!s) return s;
   if (!fresh)
     return error(errc::duplicate, "consumed: unit " + std::to_string(cons.unit) + " group " +
