@@ -5,31 +5,38 @@
 # and the test suite never need them.
 set -euo pipefail
 
-# `--no-pypi` skips PYPI_PACKAGES (test-only; deploy/image/Dockerfile builds without tests,
-# and PyPI may not be reachable from inside an image build).
+# `--build-only` installs BUILD_PACKAGES alone: what compiling build/bin/moerl needs, none of
+# the test, benchmark and development tools and no PyPI (deploy/image/Dockerfile's build
+# stage: the image compiles without tests, and PyPI may not be reachable from inside a build).
 with_pods=0
-with_pypi=1
+build_only=0
 for arg in "$@"; do
   case "$arg" in
     --pods) with_pods=1 ;;
-    --no-pypi) with_pypi=0 ;;
-    *) echo "usage: scripts/install-deps.sh [--pods] [--no-pypi]" >&2; exit 2 ;;
+    --build-only) build_only=1 ;;
+    *) echo "usage: scripts/install-deps.sh [--pods] [--build-only]" >&2; exit 2 ;;
   esac
 done
 
-DEBIAN_PACKAGES=(
-  build-essential cmake ninja-build ccache git pkg-config clang-format
+# Compiling moerl (cmake/MoerlDependencies.cmake; GTest is found there even without tests).
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build ccache git pkg-config
   libcaf-dev libssl-dev
   libfabric-dev libfabric-bin
-  libopenmpi-dev openmpi-bin  # bench/ep: the MPI_Alltoallv peer (optional in CMake)
-  linux-perf  # profiling the expert plane (bench/ep)
   libzmq3-dev cppzmq-dev
   capnproto libcapnp-dev
   libspdlog-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libcurl4-openssl-dev
-  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   openssl iproute2 procps
+)
+
+# The tests, benchmarks and development tools on top.
+DEV_PACKAGES=(
+  clang-format
+  libopenmpi-dev openmpi-bin  # bench/ep: the MPI_Alltoallv peer (optional in CMake)
+  linux-perf  # profiling the expert plane (bench/ep)
+  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
   curl  # console: the HTTPS console test reads /metrics with it
 )
@@ -42,6 +49,8 @@ DEBIAN_PACKAGES=(
 POD_PACKAGES=(
   podman buildah runc netavark aardvark-dns iptables catatonit debootstrap tini openssl
 )
+DEBIAN_PACKAGES=("${BUILD_PACKAGES[@]}")
+((build_only)) || DEBIAN_PACKAGES+=("${DEV_PACKAGES[@]}")
 ((with_pods)) && DEBIAN_PACKAGES+=("${POD_PACKAGES[@]}")
 
 # Python packages from PyPI, installed for Debian's /usr/bin/python3.
@@ -61,7 +70,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if ((with_pypi)) && ((${#PYPI_PACKAGES[@]})); then
+if ! ((build_only)) && ((${#PYPI_PACKAGES[@]})); then
   for spec in "${PYPI_PACKAGES[@]}"; do
     mod="${spec%%[*}"; mod="${mod%%=*}"
     /usr/bin/python3 -c "import ${mod//-/_}" 2>/dev/null && continue

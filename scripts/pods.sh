@@ -85,24 +85,14 @@ node_image() {
   local t0; t0=$(now)
   if [ "${MOERL_IMAGE_FROM_BUILD:-0}" = 1 ]; then
     [ -x build/bin/moerl ] || { log "MOERL_IMAGE_FROM_BUILD=1 needs build/bin/moerl: run scripts/build.sh"; exit 2; }
-    # The image gets the binary and the Debian packages of its libraries, nothing else: a
-    # library outside the system's library directories (a CUDA toolkit under /usr/local, as a
-    # build that found nvcc links) would be missing in every pod. Seen: every node exited
-    # "libcublas.so.13: cannot open shared object file". Refuse with the names instead.
-    local unowned
-    unowned=$(ldd build/bin/moerl | awk '$3 ~ /^\// && $3 !~ /^\/(usr\/)?lib(32|64)?\// {print $3}' \
-              | tr '\n' ' ')
-    if [ -n "$unowned" ]; then
-      log "MOERL_IMAGE_FROM_BUILD=1: build/bin/moerl links libraries the image cannot have: $unowned"
-      log "use a build configured with -DMOERL_ENABLE_CUDA=OFF, or the default image build"
-      exit 2
-    fi
+    # The image gets the binary and the Debian packages of its libraries, nothing else;
+    # runtime-packages.sh refuses a binary linking libraries outside the system's library
+    # directories (a CUDA-found build: every pod exited "libcublas.so.13: cannot open").
     local ctx pkgs; ctx="$WORK/image-context"; rm -rf "$ctx"; mkdir -p "$ctx"
+    pkgs=$(scripts/runtime-packages.sh build/bin/moerl) || {
+      log "MOERL_IMAGE_FROM_BUILD=1: use a build configured with -DMOERL_ENABLE_CUDA=OFF, or the default image build"
+      exit 2; }
     cp build/bin/moerl "$ctx/"
-    # The Debian packages that own the shared libraries the binary links (dpkg -S fails on
-    # the few paths no package owns; the rest is still listed).
-    pkgs=$(ldd build/bin/moerl | awk '$3 ~ /^\// {print $3}' | xargs -n1 realpath \
-           | { xargs dpkg -S 2>/dev/null || true; } | cut -d: -f1 | sort -u | tr '\n' ' ')
     log "building $IMAGE from build/bin/moerl (MOERL_IMAGE_FROM_BUILD=1)"
     nice -n 19 podman build -q --pull=never -f deploy/image/Dockerfile.from-build \
       --build-arg "RUNTIME_PACKAGES=$pkgs" -t "$IMAGE" "$ctx" > "$WORK/image-build.log" 2>&1 \
