@@ -261,25 +261,33 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
     if (!out) return error{out.err().code, "EP: " + out.err().message};
     g->output_region.reg = *out;
   }
+  if (sizes.combine_input > 0) {
+    auto in = t.allocate_host_region(static_cast<size_t>(sizes.combine_input));
+    if (!in) return error{in.err().code, "EP: " + in.err().message};
+    g->combine_input_region.reg = *in;
+  }
   g->imm_counters.assign(proto::step_slots * 3 * 2 * num_ranks, 0);
 
   std::string mine = t.address();
   for (const remote_region* r : {&g->ctrl_recv.reg.remote, &g->dispatch_recv_region.reg.remote,
-                                 &g->combine_recv_region.reg.remote, &g->output_region.reg.remote})
+                                 &g->combine_recv_region.reg.remote, &g->output_region.reg.remote,
+                                 &g->combine_input_region.reg.remote})
     mine.append(reinterpret_cast<const char*>(r), sizeof(remote_region));
   auto all = boot.allgather(members, mine, cfg.op_timeout_ms);
   if (!all) return all.err();
   std::vector<std::string> addrs;
   for (const std::string& e : *all) {
-    const size_t tail = 4 * sizeof(remote_region);
+    const size_t tail = 5 * sizeof(remote_region);
     if (e.size() <= tail) return error{errc::malformed_message, "EP: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - tail));
     detail::peer_regions pr;
-    const char* regions = e.data() + e.size() - tail;  // ctrl, dispatch, combine, output
+    // ctrl, dispatch, combine, output, combine input
+    const char* regions = e.data() + e.size() - tail;
     std::memcpy(&pr.ctrl, regions, sizeof(remote_region));
     std::memcpy(&pr.dispatch, regions + sizeof(remote_region), sizeof(remote_region));
     std::memcpy(&pr.combine, regions + 2 * sizeof(remote_region), sizeof(remote_region));
     std::memcpy(&pr.output, regions + 3 * sizeof(remote_region), sizeof(remote_region));
+    std::memcpy(&pr.combine_input, regions + 4 * sizeof(remote_region), sizeof(remote_region));
     g->peers.push_back(pr);
   }
   if (auto st = t.set_peers(addrs); !st) return st.err();
@@ -403,6 +411,28 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
 
 // ---- combine --------------------------------------------------------------------------
 
+namespace {
+
+// combine_recv's reduction over terms given as row pointers (combine_terms::rows).
+template <class T>
+status reduce_term_rows(kernels::thread_pool& pool, const combine_terms& terms, int64_t num_tokens,
+                        int64_t hidden, void* y) {
+  std::vector<const T*> rows(terms.rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = reinterpret_cast<const T*>(terms.rows[i]);
+  return kernels::combine_rows_forward(pool, rows.data(), terms.weight, num_tokens, terms.width,
+                                       hidden, static_cast<T*>(y));
+}
+
+}  // namespace
+
+void* ep_group_impl::combine_buffer() {
+  if (phase != ep_phase::dispatched) return nullptr;
+  if (combine_input_region.reg.ptr) return combine_input_region.data() + combine_input_rows_offset;
+  combine_private.resize(
+      static_cast<size_t>(std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes));
+  return combine_private.data();
+}
+
 status ep_group_impl::combine_send(const dispatch_output& handle, const void* expert_out) {
   if (auto st = check_usable(); !st) return st;
   if (phase != ep_phase::dispatched || handle.seq != seq || &handle != &output)
@@ -426,9 +456,14 @@ status ep_group_impl::combine_recv(void* y) {
   if (auto st = wait_for(proto::imm_combine, expected, "combine data"); !st) return st;
 
   combine_terms terms;
-  ops->combine_terms_build(*this, terms);
+  if (auto built = ops->combine_terms_build(*this, terms); !built) return built;
   status st = {};
-  if (num_tokens > 0) {
+  if (num_tokens > 0 && !terms.rows.empty()) {
+    // Terms in several buffers (low-latency, read in place): the same reduction by pointer.
+    st = cfg.dtype == ep_dtype::bf16
+             ? reduce_term_rows<kernels::bf16>(pool, terms, num_tokens, cfg.hidden, y)
+             : reduce_term_rows<float>(pool, terms, num_tokens, cfg.hidden, y);
+  } else if (num_tokens > 0) {
     const char* in = combine_recv_region.data();
     st = cfg.dtype == ep_dtype::bf16
              ? kernels::combine_forward(pool, reinterpret_cast<const kernels::bf16*>(in),
@@ -461,6 +496,7 @@ status ep_group::combine_send(const dispatch_output& handle, const void* expert_
   return impl_->combine_send(handle, expert_out);
 }
 status ep_group::combine_recv(void* y) { return impl_->combine_recv(y); }
+void* ep_group::combine_buffer() { return impl_->combine_buffer(); }
 status ep_group::combine(const dispatch_output& handle, const void* expert_out, void* y) {
   if (auto st = combine_send(handle, expert_out); !st) return st;
   return combine_recv(y);

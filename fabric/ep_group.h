@@ -91,6 +91,9 @@ struct ep_step_bytes {
   // normal mode: destinations whose expert-major output received our rows' payload in place
   // (same host, one node; PROTOCOL.md "Rows in place").
   uint64_t dispatch_in_place_peers = 0;
+  // low_latency mode: sources that read our expert outputs in place from combine_buffer()
+  // (same host; PROTOCOL.md "Zero-copy combine").
+  uint64_t combine_in_place_peers = 0;
 };
 
 class ep_group {
@@ -117,6 +120,13 @@ class ep_group {
   result<const dispatch_output*> dispatch(const void* x, const int64_t* topk_idx,
                                           const float* topk_weights, int64_t num_tokens);
 
+  // Where an expert may write its outputs for this step's combine ([num_recv_rows, hidden] of
+  // dtype, in dispatch_recv's order), valid from dispatch_recv until the next dispatch_send;
+  // nullptr before the step's dispatch_recv. Passing it as combine_send's expert_out saves a
+  // copy: in low_latency mode it is shared memory, and same-host sources read their rows in
+  // place instead of getting a copy of each (DeepEP's zero-copy low-latency combine). Any
+  // other expert_out works too, in every mode.
+  void* combine_buffer();
   // expert_out [num_recv_rows, hidden] of dtype, in dispatch_recv's order.
   status combine_send(const dispatch_output& handle, const void* expert_out);
   // y [num_tokens, hidden] of dtype: y[t] = sum_k w[t,k] * expert_out(t,k); the exact

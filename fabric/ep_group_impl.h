@@ -29,7 +29,8 @@ struct buffer {
 
 struct peer_regions {
   remote_region ctrl, dispatch, combine;
-  remote_region output;  // normal mode's expert-major dispatch output (same host only)
+  remote_region output;         // normal mode's expert-major dispatch output (same host only)
+  remote_region combine_input;  // low-latency's combine_buffer(), read in place (same host)
 };
 
 // Where the group is in the dispatch_send, dispatch_recv, combine_send, combine_recv cycle.
@@ -41,13 +42,19 @@ struct ep_region_sizes {
   // Normal mode, one node: the expert-major dispatch output, shared with same-host peers
   // that store their rows' payload straight into it (0: the output is private memory).
   int64_t dispatch_output = 0;
+  // Low-latency: combine_buffer() and what same-host sources need to read it in place (0: no
+  // such region, combine_buffer() is private memory).
+  int64_t combine_input = 0;
 };
 
 // The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
 // combine_recv_region[slot[t, j]] (kernels::combine_forward; slot -1 = no term).
 struct combine_terms {
-  std::vector<int64_t> slot;      // [num_tokens, width] row of the combine receive region
-  std::vector<float> ones;        // weights when every term has weight 1 (normal's partials)
+  std::vector<int64_t> slot;  // [num_tokens, width] row of the combine receive region
+  std::vector<float> ones;    // weights when every term has weight 1 (normal's partials)
+  // When not empty, the terms as row pointers instead ([num_tokens, width], nullptr = no term):
+  // low-latency terms read in place from same-host peers' combine_buffer().
+  std::vector<const char*> rows;
   const float* weight = nullptr;  // [num_tokens, width]
   int width = 0;
   int64_t num_region_rows = 0;  // rows of the combine receive region slot may name
@@ -78,8 +85,9 @@ struct ep_mode_ops {
   status (*combine_write)(ep_group_impl& g, const char* expert_out);
   // combine_recv: how many combine immediates to expect from each destination of dispatch.
   void (*combine_completions_expect)(const ep_group_impl& g, std::vector<int64_t>& expected);
-  // combine_recv, once the data arrived: the terms of the final reduction.
-  void (*combine_terms_build)(const ep_group_impl& g, combine_terms& terms);
+  // combine_recv, once the data arrived: the terms of the final reduction (an error: a peer
+  // broke the protocol).
+  status (*combine_terms_build)(ep_group_impl& g, combine_terms& terms);
 };
 
 extern const ep_mode_ops normal_mode_ops;
@@ -114,6 +122,11 @@ struct ep_group_impl {
   // Normal mode: the expert-major dispatch output when the transport shares memory with
   // peers (reg.ptr null otherwise: output_x holds it).
   buffer output_region;
+  // Low-latency: combine_buffer() in shared memory (reg.ptr null when the transport shares
+  // none: combine_private holds it), its rows from combine_input_rows_offset on.
+  buffer combine_input_region;
+  int64_t combine_input_rows_offset = 0;
+  std::vector<char> combine_private;
   // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
   std::shared_ptr<const std::atomic<bool>> abort;  // transport_options::abort
@@ -229,6 +242,7 @@ struct ep_group_impl {
   status dispatch_send(const void* x_in, const int64_t* idx, const float* weights,
                        int64_t num_tokens_in);
   result<const dispatch_output*> dispatch_recv();
+  void* combine_buffer();
   status combine_send(const dispatch_output& handle, const void* expert_out);
   status combine_recv(void* y);
 };
@@ -249,9 +263,9 @@ status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
 status entry_output_build(ep_group_impl& g, int64_t first_row);
 // Copies each expert output row into staging at the slot its entry came from at its source;
 // with `direct`, sources whose combine region is mapped here get it there instead
-// (direct[s] says which did).
+// (direct[s] says which did), or, with skip_direct, nothing (they read the rows in place).
 void entry_outputs_stage(ep_group_impl& g, const char* expert_out,
-                         std::vector<char>* direct = nullptr);
-void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms);
+                         std::vector<char>* direct = nullptr, bool skip_direct = false);
+status entry_combine_terms_build(ep_group_impl& g, combine_terms& terms);
 
 }  // namespace moerl::fabric::detail

@@ -112,7 +112,8 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
   return {};
 }
 
-void entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<char>* direct) {
+void entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<char>* direct,
+                         bool skip_direct) {
   const int64_t capacity = g.max_rows_per_peer;
   std::vector<char*> block(g.num_ranks);
   if (direct) direct->assign(g.num_ranks, 0);
@@ -123,13 +124,16 @@ void entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<c
     if (direct) (*direct)[s] = mapped != nullptr;
     block[s] = mapped ? mapped : g.staging.data() + s * capacity * g.hidden_bytes;
   }
-  for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
-    std::memcpy(block[g.output.src_rank[r]] + g.output_recv_pos[r] * g.hidden_bytes,
-                expert_out + r * g.hidden_bytes, g.hidden_bytes);
+  for (int64_t r = 0; r < g.output.num_recv_rows; ++r) {
+    const int s = g.output.src_rank[r];
+    if (skip_direct && (*direct)[s]) continue;
+    std::memcpy(block[s] + g.output_recv_pos[r] * g.hidden_bytes, expert_out + r * g.hidden_bytes,
+                g.hidden_bytes);
+  }
 }
 
 // Term k of token t is the output of its k-th entry, weighted by its routing weight.
-void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
+status entry_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
   const int topk = g.cfg.topk;
   terms.width = topk;
   terms.weight = g.topk_weights;
@@ -142,6 +146,7 @@ void entry_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
           (e / g.num_local_experts) * g.max_rows_per_peer + g.entry_slot[tk * topk + k];
     }
   terms.num_region_rows = g.num_ranks * g.max_rows_per_peer;
+  return {};
 }
 
 }  // namespace moerl::fabric::detail

@@ -1,8 +1,11 @@
 // The low-latency mode (decode; DeepEP LL): dispatch writes every (token, expert) entry
 // straight into its slot at the destination, without waiting for the peers, into receive
 // slots double-buffered by step parity; combine writes each output back into its entry's
-// slot at the source (PROTOCOL.md, "low-latency").
+// slot at the source (PROTOCOL.md, "low-latency"), or, when the expert wrote its outputs into
+// combine_buffer(), same-host sources read them there in place (PROTOCOL.md, "Zero-copy
+// combine").
 #include <algorithm>
+#include <cstring>
 
 #include "fabric/ep_group_impl.h"
 
@@ -15,7 +18,23 @@ int64_t parity_first_row(const ep_group_impl& g) {
   return (g.seq & 1) * g.num_ranks * g.max_rows_per_peer;
 }
 
-ep_region_sizes ll_regions_plan(ep_group_impl& g) { return entry_regions_plan(g, 2); }
+// The combine input region (combine_buffer() in shared memory): a header saying whether this
+// step's outputs are in place, the output row of each entry a source sent us
+// ([source][slot], int32), then the rows.
+struct combine_input_header {
+  uint32_t step = 0;
+  uint32_t in_place = 0;
+};
+constexpr int64_t kPositionsOffset = 64;
+
+int64_t num_slots(const ep_group_impl& g) { return g.num_ranks * g.max_rows_per_peer; }
+
+ep_region_sizes ll_regions_plan(ep_group_impl& g) {
+  ep_region_sizes sizes = entry_regions_plan(g, 2);
+  g.combine_input_rows_offset = proto::align_up(kPositionsOffset + 4 * num_slots(g), 64);
+  sizes.combine_input = g.combine_input_rows_offset + num_slots(g) * g.hidden_bytes;
+  return sizes;
+}
 
 // Destinations mapped here (same process or host) get their entries packed straight into
 // their slots: the slots of this step's parity are free without waiting (see below).
@@ -61,15 +80,32 @@ status ll_dispatch_output_build(ep_group_impl& g) {
 }
 
 // Each expert output row straight back into the slot its entry came from at the source
-// (ll_entries_per_write adjacent slots per write).
+// (ll_entries_per_write adjacent slots per write); when the outputs are in combine_buffer()'s
+// shared region, sources mapped here get only the immediates and read them in place.
 status ll_combine_write(ep_group_impl& g, const char* expert_out) {
-  entry_outputs_stage(g, expert_out, &g.direct_peers);
+  char* input = g.combine_input_region.data();
+  const bool in_place = input && expert_out == input + g.combine_input_rows_offset;
+  if (input) {
+    // Plain stores before the notify() of this step's immediates, so a source that counted
+    // them reads this header and these positions (PROTOCOL.md, "Same host").
+    const combine_input_header h{g.seq, in_place ? 1u : 0u};
+    std::memcpy(input, &h, sizeof h);
+    if (in_place) {
+      auto* pos = reinterpret_cast<int32_t*>(input + kPositionsOffset);
+      for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
+        pos[g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]] =
+            static_cast<int32_t>(r);
+    }
+  }
+  entry_outputs_stage(g, expert_out, &g.direct_peers, in_place);
+  if (in_place)
+    for (int s = 0; s < g.num_ranks; ++s) g.step_bytes.combine_in_place_peers += g.direct_peers[s];
   const int64_t capacity = g.max_rows_per_peer, entries_per_write = g.cfg.ll_entries_per_write;
   for (int s = 0; s < g.num_ranks; ++s) {
-    if (g.direct_peers[s]) {  // copied into its slots already: only the immediates
-      if (auto st =
-              g.notify(s, g.num_rows_from[s] * g.hidden_bytes, g.ll_writes(g.num_rows_from[s]),
-                       proto::imm_combine, g.step_bytes.combine_wire, g.step_bytes.combine_writes);
+    if (g.direct_peers[s]) {  // copied into its slots already, or read in place: immediates
+      if (auto st = g.notify(s, in_place ? 0 : g.num_rows_from[s] * g.hidden_bytes,
+                             g.ll_writes(g.num_rows_from[s]), proto::imm_combine,
+                             g.step_bytes.combine_wire, g.step_bytes.combine_writes);
           !st)
         return st;
       continue;
@@ -90,6 +126,55 @@ void ll_combine_completions_expect(const ep_group_impl& g, std::vector<int64_t>&
   for (int d = 0; d < g.num_ranks; ++d) expected[d] = g.ll_writes(g.num_rows_to[d]);
 }
 
+// The entry terms; a destination that left its outputs in place (its header says so for this
+// step) has its terms read from its combine_buffer() through the positions it wrote.
+status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
+  if (auto st = entry_combine_terms_build(g, terms); !st) return st;
+  const int64_t capacity = g.max_rows_per_peer, slots = num_slots(g);
+  std::vector<const char*> in_place_rows(g.num_ranks, nullptr);  // destination's rows, or null
+  std::vector<const int32_t*> positions(g.num_ranks, nullptr);
+  bool any = false;
+  for (int d = 0; d < g.num_ranks; ++d) {
+    if (g.num_rows_to[d] == 0) continue;
+    const remote_region& region = g.peers[d].combine_input;
+    char* base =
+        region.size > 0 ? g.peer_memory(d, region, 0, static_cast<int64_t>(region.size)) : nullptr;
+    if (!base) continue;  // not shared with us: its outputs came into our combine region
+    combine_input_header h;
+    std::memcpy(&h, base, sizeof h);
+    if (h.step != g.seq || h.in_place > 1)
+      return g.fail(error{errc::malformed_message,
+                          "EP: rank " + std::to_string(d) + "'s combine header names step " +
+                              std::to_string(h.step) + " (in_place " + std::to_string(h.in_place) +
+                              ") in step " + std::to_string(g.seq)});
+    if (!h.in_place) continue;
+    in_place_rows[d] = base + g.combine_input_rows_offset;
+    positions[d] = reinterpret_cast<const int32_t*>(base + kPositionsOffset) + g.rank * capacity;
+    any = true;
+  }
+  if (!any) return {};
+  const int topk = g.cfg.topk;
+  const char* own = g.combine_recv_region.data();
+  terms.rows.assign(terms.slot.size(), nullptr);
+  for (int64_t tk = 0; tk < g.num_tokens; ++tk)
+    for (int k = 0; k < topk; ++k) {
+      const int64_t slot = terms.slot[tk * topk + k];
+      if (slot < 0) continue;
+      const int d = static_cast<int>(slot / capacity);
+      if (!in_place_rows[d]) {
+        terms.rows[tk * topk + k] = own + slot * g.hidden_bytes;
+        continue;
+      }
+      const int32_t row = positions[d][slot % capacity];
+      if (row < 0 || row >= slots)
+        return g.fail(error{errc::malformed_message,
+                            "EP: rank " + std::to_string(d) + " placed an entry's output at row " +
+                                std::to_string(row) + ", outside its " + std::to_string(slots)});
+      terms.rows[tk * topk + k] = in_place_rows[d] + row * g.hidden_bytes;
+    }
+  return {};
+}
+
 }  // namespace
 
 const ep_mode_ops low_latency_mode_ops = {
@@ -100,7 +185,7 @@ const ep_mode_ops low_latency_mode_ops = {
     ll_dispatch_output_build,
     ll_combine_write,
     ll_combine_completions_expect,
-    entry_combine_terms_build,
+    ll_combine_terms_build,
 };
 
 }  // namespace moerl::fabric::detail

@@ -527,7 +527,7 @@ void normal_combine_completions_expect(const ep_group_impl& g, std::vector<int64
 }
 
 // One partial per rank, summed in rank order with weight 1 (exact).
-void normal_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
+status normal_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
   const int num_ranks = g.num_ranks;
   const int64_t max_tokens = g.cfg.max_tokens_per_rank;
   terms.width = num_ranks;
@@ -540,6 +540,7 @@ void normal_combine_terms_build(const ep_group_impl& g, combine_terms& terms) {
   terms.ones.assign(terms.slot.size(), 1.0f);
   terms.weight = terms.ones.data();
   terms.num_region_rows = num_ranks * max_tokens;
+  return {};
 }
 
 }  // namespace

@@ -29,6 +29,17 @@ status combine_forward(thread_pool& pool, const bf16* expert_out, const int64_t*
                        const float* topk_weights, int64_t num_tokens, int topk, int64_t hidden,
                        int64_t num_rows, bf16* out);
 
+// The same reduction with each term given as a row pointer: out[t] = sum over j of
+// weights[t, j] * term_rows[t, j] (nullptr = no term), j = 0, 1, ..., width - 1, with
+// combine_forward's accumulation and single rounding (combine_forward is this with
+// term_rows[t, k] = expert_out + slot[t, k] * hidden). For terms that lie in several buffers:
+// fabric's low-latency combine reads expert outputs in place in same-host peers' memory. Host
+// only: no CUDA twin (the device path reduces from one buffer).
+status combine_rows_forward(thread_pool& pool, const float* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, float* out);
+status combine_rows_forward(thread_pool& pool, const bf16* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, bf16* out);
+
 // Slots outside [-1, num_rows) are invalid_argument errors; combine_backward, which writes
 // rows by slot, also refuses a row named by two entries.
 //

@@ -207,7 +207,14 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   const rank_inputs& in = all[grp.rank()];
   std::vector<char> y(std::max<size_t>(in.x.size(), 1));
   const int iters = iterations_of(o);
-  std::vector<double> mine;  // dispatch, combine per timed iteration
+  std::vector<double> mine;          // dispatch, combine per timed iteration
+  std::vector<char> own_expert_out;  // --expert-out own
+  auto expert_out_of = [&](const dispatch_output& d) -> void* {
+    if (o.expert_out != "own") return grp.combine_buffer();
+    own_expert_out.resize(std::max<size_t>(
+        static_cast<size_t>(d.num_recv_rows * p.hidden * ep_dtype_size(p.dtype)), 1));
+    return own_expert_out.data();
+  };
   ep_step_bytes bytes;
   for (int it = 0; it < o.warmup + iters; ++it) {
     if (auto st = barrier(b); !st) return st.err();
@@ -215,10 +222,16 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
     if (!d) return d.err();
     const double dispatch_us = us_since(t0);
-    // Identity experts while timing: the expert output is the received rows themselves.
+    // Identity experts while timing, untimed like any expert: each writes its output (the
+    // received rows) into combine_buffer() (or its own memory, --expert-out own), as a real
+    // expert's last GEMM would (every mode: the same expert work before every combine).
+    void* expert_out = expert_out_of(**d);
+    if (!expert_out) return error{errc::internal, "ep bench: no combine buffer after dispatch"};
+    std::memcpy(expert_out, (*d)->recv_x,
+                static_cast<size_t>((*d)->num_recv_rows * p.hidden * ep_dtype_size(p.dtype)));
     if (auto st = barrier(b); !st) return st.err();
     const auto t2 = bench_clock::now();
-    if (auto st = grp.combine(**d, (*d)->recv_x, y.data()); !st) return st.err();
+    if (auto st = grp.combine(**d, expert_out, y.data()); !st) return st.err();
     const double combine_us = us_since(t2);
     bytes = grp.last_step_bytes();
     if (it >= o.warmup) {
@@ -238,7 +251,10 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     }
     std::vector<char> eo;
     apply_experts(p, grp.rank() * grp.num_local_experts(), **d, eo);
-    if (auto st = grp.combine(**d, eo.data(), y.data()); !st) return st.err();
+    void* expert_out = expert_out_of(**d);
+    if (!expert_out) return error{errc::internal, "ep bench: no combine buffer after dispatch"};
+    std::memcpy(expert_out, eo.data(), eo.size());
+    if (auto st = grp.combine(**d, expert_out, y.data()); !st) return st.err();
     const std::vector<char> want = reference_combine(p, all, grp.rank(), mode);
     if (check == "pass" && !in.x.empty() && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
       check = "fail";
@@ -251,6 +267,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                            {"combine_wire", bytes.combine_wire},
                            {"dispatch_writes", bytes.dispatch_writes},
                            {"combine_writes", bytes.combine_writes},
+                           {"combine_in_place_peers", bytes.combine_in_place_peers},
                            {"check", check},
                            {"detail", detail},
                            {"paths", grp.describe().peer_paths}};
@@ -265,7 +282,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                       {"cq_data_size", grp.describe().cq_data_size},
                       {"reorder_shim", grp.describe().reorder_shim}};
   std::vector<double> disp(iters, 0.0), comb(iters, 0.0), total(iters, 0.0);
-  uint64_t dw = 0, cw = 0, dn = 0, cn = 0;
+  uint64_t dw = 0, cw = 0, dn = 0, cn = 0, cin = 0;
   std::string all_check = "pass", all_detail;
   nlohmann::json mix = nlohmann::json::object(), mix_count = nlohmann::json::object();
   for (size_t src = 0; src < gathered->size(); ++src) {
@@ -287,6 +304,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     cw += j["combine_wire"].get<uint64_t>();
     dn += j["dispatch_writes"].get<uint64_t>();
     cn += j["combine_writes"].get<uint64_t>();
+    cin += j["combine_in_place_peers"].get<uint64_t>();
     if (j["check"] != "pass") {
       all_check = "fail";
       all_detail += j["detail"].get<std::string>() + "; ";
@@ -300,6 +318,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   rec["combine_wire_bytes"] = cw;
   rec["dispatch_writes"] = dn;
   rec["combine_writes"] = cn;
+  rec["combine_in_place_pairs"] = cin;
   rec["check"] = all_check;
   if (!all_detail.empty()) rec["check_detail"] = all_detail;
   rec["rows_per_peer"] = cfg.rows_per_peer;
@@ -448,6 +467,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["warmup_per_start"] = o.warmup;
   out["chunk_bytes"] = o.chunk_bytes;
   out["ll_entries_per_write"] = o.ll_entries_per_write;
+  out["expert_out"] = o.expert_out;
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
@@ -484,7 +504,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::vector<double> d, c, t;
     std::vector<std::vector<double>> t_per_start;
-    uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0;
+    uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0, cin_place = 0;
     std::string check = "pass", detail;
     for (const auto& s : starts) {
       const auto& rec = s["modes"][m];
@@ -496,6 +516,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
       cwire = rec["combine_wire_bytes"];
       dwrites = rec["dispatch_writes"];
       cwrites = rec["combine_writes"];
+      cin_place = rec["combine_in_place_pairs"];
       if (rec["check"] != "pass") {
         check = "fail";
         detail += rec.value("check_detail", std::string());
@@ -515,6 +536,9 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     mj["combine_wire_bytes"] = cwire;
     mj["dispatch_writes"] = dwrites;
     mj["combine_writes"] = cwrites;
+    // (source, expert rank) pairs whose combine read the expert outputs in place (low-latency
+    // zero-copy combine on shared memory; 0 in the other modes).
+    mj["combine_in_place_pairs"] = cin_place;
     mj["transport"] = starts.front()["modes"][m]["transport"];
     if (name != "normal") mj["rows_per_peer"] = starts.front()["modes"][m]["rows_per_peer"];
     // Per-rank bandwidth of dispatch at p50: bytes of all ranks / ranks / slowest-rank time.

@@ -12,13 +12,12 @@ using detail::check_row_shape;
 
 namespace {
 
-template <class T>
-status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot, const float* w,
-                   int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* out) {
-  const char* fn = "combine_forward";
-  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
-  if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
-  // One token per iteration, k ascending: the documented fixed accumulation order.
+// out[t] = sum over k of w[t, k] * row_of(t, k) (nullptr: no term), k ascending: the
+// documented fixed accumulation order, one thread per output row. Both forward entry points
+// (slots into one buffer, row pointers) are this loop.
+template <class T, class RowOf>
+void weighted_terms_reduce(thread_pool& pool, RowOf row_of, const float* w, int64_t num_tokens,
+                           int topk, int64_t hidden, T* out) {
   pool.parallel_for(
       num_tokens,
       [&](int64_t b, int64_t e) {
@@ -27,15 +26,40 @@ status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot, 
         for (int64_t t = b; t < e; ++t) {
           int n = 0;
           for (int k = 0; k < topk; ++k) {
-            const int64_t s = slot[t * topk + k];
-            if (s < 0) continue;
-            rows[n] = expert_out + s * hidden;
+            const T* row = row_of(t, k);
+            if (!row) continue;
+            rows[n] = row;
             weights[n++] = w[t * topk + k];
           }
           detail::reduce_rows<true>(rows.data(), weights.data(), n, hidden, out + t * hidden);
         }
       },
       detail::row_ops_min_rows(hidden) / topk + 1);
+}
+
+template <class T>
+status combine_fwd(thread_pool& pool, const T* expert_out, const int64_t* slot, const float* w,
+                   int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, T* out) {
+  const char* fn = "combine_forward";
+  if (auto st = check_row_shape(fn, num_tokens, topk, hidden, num_rows); !st) return st;
+  if (auto st = detail::check_slots(fn, slot, num_tokens, topk, num_rows); !st) return st;
+  auto row_of = [&](int64_t t, int k) -> const T* {
+    const int64_t s = slot[t * topk + k];
+    return s < 0 ? nullptr : expert_out + s * hidden;
+  };
+  weighted_terms_reduce(pool, row_of, w, num_tokens, topk, hidden, out);
+  return ok_status();
+}
+
+template <class T>
+status combine_rows_fwd(thread_pool& pool, const T* const* term_rows, const float* w,
+                        int64_t num_tokens, int width, int64_t hidden, T* out) {
+  if (auto st = check_row_shape("combine_rows_forward", num_tokens, width, hidden, 0); !st)
+    return st;
+  if (num_tokens > 0 && (!term_rows || !w || !out))
+    return error{errc::invalid_argument, "combine_rows_forward: null input"};
+  auto row_of = [&](int64_t t, int k) { return term_rows[t * width + k]; };
+  weighted_terms_reduce(pool, row_of, w, num_tokens, width, hidden, out);
   return ok_status();
 }
 
@@ -92,6 +116,14 @@ status combine_forward(thread_pool& pool, const bf16* expert_out, const int64_t*
                        int64_t num_rows, bf16* out) {
   return combine_fwd(pool, expert_out, token_expert_slot, topk_weights, num_tokens, topk, hidden,
                      num_rows, out);
+}
+status combine_rows_forward(thread_pool& pool, const float* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, float* out) {
+  return combine_rows_fwd(pool, term_rows, weights, num_tokens, width, hidden, out);
+}
+status combine_rows_forward(thread_pool& pool, const bf16* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, bf16* out) {
+  return combine_rows_fwd(pool, term_rows, weights, num_tokens, width, hidden, out);
 }
 status combine_backward(thread_pool& pool, const float* grad_out, const float* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,

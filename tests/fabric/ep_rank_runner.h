@@ -66,8 +66,11 @@ inline int report(int rank, const std::string& what, const error& e) {
   return 1;
 }
 
-// One step on an existing group; 0 when dispatch and combine match the reference.
-inline int run_step(ep_group& g, const workload_params& p, int boot_rank) {
+// One step on an existing group; 0 when dispatch and combine match the reference. With
+// into_combine_buffer the experts write their outputs into g.combine_buffer() (low-latency:
+// same-host sources read them in place), else into memory of their own.
+inline int run_step(ep_group& g, const workload_params& p, int boot_rank,
+                    bool into_combine_buffer = false) {
   std::vector<rank_inputs> all;
   for (int r = 0; r < p.num_ranks; ++r) all.push_back(make_rank_inputs(p, r));
   const rank_inputs& in = all[g.rank()];
@@ -77,8 +80,15 @@ inline int run_step(ep_group& g, const workload_params& p, int boot_rank) {
     return report(boot_rank, "check", st.err());
   std::vector<char> expert_out;
   apply_experts(p, g.rank() * g.num_local_experts(), **d, expert_out);
+  const void* combine_in = expert_out.data();
+  if (into_combine_buffer) {
+    void* buf = g.combine_buffer();
+    if (!buf) return report(boot_rank, "combine_buffer", error{errc::internal, "null"});
+    std::memcpy(buf, expert_out.data(), expert_out.size());
+    combine_in = buf;
+  }
   std::vector<char> y(std::max<size_t>(in.x.size(), 1));
-  if (auto st = g.combine(**d, expert_out.data(), y.data()); !st)
+  if (auto st = g.combine(**d, combine_in, y.data()); !st)
     return report(boot_rank, "combine", st.err());
   const std::vector<char> want = reference_combine(p, all, g.rank(), g.config().mode);
   if (in.x.size() > 0 && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
@@ -136,14 +146,28 @@ inline int run_rank(bootstrap& b, const ep_case& c) {
       return 1;
     }
   }
+  // Odd steps (the last one among them) put the expert outputs into the combine buffer.
   for (int s = 0; s < c.steps; ++s)
-    if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank()); rc != 0) return rc;
+    if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank(), s % 2 == 1); rc != 0)
+      return rc;
+  uint64_t shares_memory = 0;  // peers (ourselves included) whose memory we map
+  for (int peer = 0; peer < b.size(); ++peer)
+    shares_memory +=
+        !expected_path(c, b.rank(), peer).empty() && expected_path(c, b.rank(), peer) != "network";
+  // Low-latency with the outputs in the combine buffer: every source that shares memory with
+  // us read them in place.
+  if (c.mode == ep_mode::low_latency && c.steps % 2 == 0) {
+    const uint64_t got = (*g)->last_step_bytes().combine_in_place_peers;
+    if (got != shares_memory) {
+      std::fprintf(stderr, "rank %d: %llu sources read our outputs in place, expected %llu\n",
+                   b.rank(), static_cast<unsigned long long>(got),
+                   static_cast<unsigned long long>(shares_memory));
+      return 1;
+    }
+  }
   // Normal mode on one node stores rows in place at every peer that shares memory with us.
   if (c.mode == ep_mode::normal && c.ranks_per_node == 0) {
-    uint64_t want = 0;
-    for (int peer = 0; peer < b.size(); ++peer)
-      want += !expected_path(c, b.rank(), peer).empty() &&
-              expected_path(c, b.rank(), peer) != "network";
+    const uint64_t want = shares_memory;
     const uint64_t got = (*g)->last_step_bytes().dispatch_in_place_peers;
     if (got != want) {
       std::fprintf(stderr, "rank %d: rows stored in place at %llu peers, expected %llu\n", b.rank(),

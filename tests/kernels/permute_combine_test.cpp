@@ -198,3 +198,45 @@ TEST(combine, backward_refuses_a_row_named_twice_and_forward_an_out_of_range_slo
   EXPECT_NE(st.err().message.find("token_expert_slot[1, 0] = -2"), std::string::npos)
       << st.err().message;
 }
+
+// The row-pointer form reduces exactly like the slot form, wherever the rows lie: each term's
+// row is copied into a buffer of its own (as fabric's zero-copy combine reads them from
+// several peers' memory) and the results must be bitwise equal, bf16 and fp32.
+TEST(combine, row_pointer_form_equals_the_slot_form_bitwise_with_rows_in_separate_buffers) {
+  thread_pool pool(3);
+  const int64_t T = 33, H = 131;
+  const int K = 3, E = 5;
+  auto idx = random_topk_idx(T, K, E, 41, 0.25);  // masked entries: null terms
+  auto s = make_slots(pool, idx, T, K, E);
+  auto y = random_floats(s.num_rows * H, 42);
+  auto w = random_floats(T * K, 43, 0.0f, 1.0f);
+  std::vector<bf16> yb(y.size());
+  for (size_t i = 0; i < y.size(); ++i) yb[i] = float_to_bf16(y[i]);
+  std::vector<std::vector<float>> own_f(T * K);
+  std::vector<std::vector<bf16>> own_b(T * K);
+  std::vector<const float*> rows_f(T * K, nullptr);
+  std::vector<const bf16*> rows_b(T * K, nullptr);
+  for (int64_t i = 0; i < T * K; ++i) {
+    if (s.slot[i] < 0) continue;
+    own_f[i].assign(y.begin() + s.slot[i] * H, y.begin() + (s.slot[i] + 1) * H);
+    own_b[i].assign(yb.begin() + s.slot[i] * H, yb.begin() + (s.slot[i] + 1) * H);
+    rows_f[i] = own_f[i].data();
+    rows_b[i] = own_b[i].data();
+  }
+  std::vector<float> want_f(T * H), got_f(T * H, 7.0f);
+  std::vector<bf16> want_b(T * H), got_b(T * H);
+  ASSERT_TRUE(
+      combine_forward(pool, y.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, want_f.data())
+          .ok());
+  ASSERT_TRUE(
+      combine_forward(pool, yb.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, want_b.data())
+          .ok());
+  ASSERT_TRUE(combine_rows_forward(pool, rows_f.data(), w.data(), T, K, H, got_f.data()).ok());
+  ASSERT_TRUE(combine_rows_forward(pool, rows_b.data(), w.data(), T, K, H, got_b.data()).ok());
+  EXPECT_EQ(0, std::memcmp(want_f.data(), got_f.data(), want_f.size() * sizeof(float)));
+  for (int64_t i = 0; i < T * H; ++i) ASSERT_EQ(want_b[i].bits, got_b[i].bits) << i;
+  auto st = combine_rows_forward(pool, static_cast<const float* const*>(nullptr), w.data(), T, K, H,
+                                 got_f.data());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("combine_rows_forward: null input"), std::string::npos);
+}
