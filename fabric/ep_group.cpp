@@ -261,17 +261,17 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
     if (!out) return error{out.err().code, "EP: " + out.err().message};
     g->output_region.reg = *out;
   }
-  if (sizes.combine_input > 0) {
-    auto in = t.allocate_host_region(static_cast<size_t>(sizes.combine_input));
+  if (sizes.shared_inputs > 0) {
+    auto in = t.allocate_host_region(static_cast<size_t>(sizes.shared_inputs));
     if (!in) return error{in.err().code, "EP: " + in.err().message};
-    g->combine_input_region.reg = *in;
+    g->shared_inputs_region.reg = *in;
   }
   g->imm_counters.assign(proto::step_slots * 3 * 2 * num_ranks, 0);
 
   std::string mine = t.address();
   for (const remote_region* r : {&g->ctrl_recv.reg.remote, &g->dispatch_recv_region.reg.remote,
                                  &g->combine_recv_region.reg.remote, &g->output_region.reg.remote,
-                                 &g->combine_input_region.reg.remote})
+                                 &g->shared_inputs_region.reg.remote})
     mine.append(reinterpret_cast<const char*>(r), sizeof(remote_region));
   auto all = boot.allgather(members, mine, cfg.op_timeout_ms);
   if (!all) return all.err();
@@ -287,7 +287,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
     std::memcpy(&pr.dispatch, regions + sizeof(remote_region), sizeof(remote_region));
     std::memcpy(&pr.combine, regions + 2 * sizeof(remote_region), sizeof(remote_region));
     std::memcpy(&pr.output, regions + 3 * sizeof(remote_region), sizeof(remote_region));
-    std::memcpy(&pr.combine_input, regions + 4 * sizeof(remote_region), sizeof(remote_region));
+    std::memcpy(&pr.shared_inputs, regions + 4 * sizeof(remote_region), sizeof(remote_region));
     g->peers.push_back(pr);
   }
   if (auto st = t.set_peers(addrs); !st) return st.err();
@@ -393,7 +393,7 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
                                                      std::to_string(limit) + " this group holds"});
     const bool in_place = (rec.flags & proto::count_flag_in_place) != 0;
     if ((rec.flags & ~proto::count_flag_in_place) != 0 || rec.reserved != 0 ||
-        (in_place && !output_region.reg.ptr))
+        (in_place && !output_region.reg.ptr && !peer_shared_inputs(s)))
       return fail(error{errc::malformed_message,
                         "EP: rank " + std::to_string(s) + " sent count record flags " +
                             std::to_string(rec.flags) + " this group does not accept"});
@@ -425,9 +425,16 @@ status reduce_term_rows(kernels::thread_pool& pool, const combine_terms& terms, 
 
 }  // namespace
 
+void* ep_group_impl::dispatch_buffer() {
+  if (phase != ep_phase::idle) return nullptr;
+  if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + dispatch_rows_offset;
+  dispatch_private.resize(static_cast<size_t>(cfg.max_tokens_per_rank * hidden_bytes));
+  return dispatch_private.data();
+}
+
 void* ep_group_impl::combine_buffer() {
   if (phase != ep_phase::dispatched) return nullptr;
-  if (combine_input_region.reg.ptr) return combine_input_region.data() + combine_input_rows_offset;
+  if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + combine_rows_offset;
   combine_private.resize(
       static_cast<size_t>(std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes));
   return combine_private.data();
@@ -497,6 +504,7 @@ status ep_group::combine_send(const dispatch_output& handle, const void* expert_
 }
 status ep_group::combine_recv(void* y) { return impl_->combine_recv(y); }
 void* ep_group::combine_buffer() { return impl_->combine_buffer(); }
+void* ep_group::dispatch_buffer() { return impl_->dispatch_buffer(); }
 status ep_group::combine(const dispatch_output& handle, const void* expert_out, void* y) {
   if (auto st = combine_send(handle, expert_out); !st) return st;
   return combine_recv(y);

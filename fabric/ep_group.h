@@ -89,10 +89,11 @@ struct ep_step_bytes {
   uint64_t dispatch_writes = 0;
   uint64_t combine_writes = 0;
   // normal mode: destinations whose expert-major output received our rows' payload in place
-  // (same host, one node; PROTOCOL.md "Rows in place").
+  // (same host, one node; PROTOCOL.md "Rows in place"); low_latency: destinations that read
+  // our tokens in place from dispatch_buffer() (PROTOCOL.md "Reading in place").
   uint64_t dispatch_in_place_peers = 0;
   // low_latency mode: sources that read our expert outputs in place from combine_buffer()
-  // (same host; PROTOCOL.md "Zero-copy combine").
+  // (same host; PROTOCOL.md "Reading in place").
   uint64_t combine_in_place_peers = 0;
 };
 
@@ -112,6 +113,12 @@ class ep_group {
   const ep_config& config() const;
   const transport_description& describe() const;
 
+  // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype)
+  // to pass them as dispatch_send's x, valid from the previous step's combine_recv until the
+  // next combine_recv; nullptr between dispatch_send and combine_recv. In low_latency mode it
+  // is shared memory and same-host destinations read the tokens there in place instead of
+  // getting a copy of each entry. Any other x works too, in every mode.
+  void* dispatch_buffer();
   // x [num_tokens, hidden] of dtype; topk_idx [num_tokens, topk], -1 = masked;
   // topk_weights [num_tokens, topk]. The inputs must stay unchanged until combine_recv.
   status dispatch_send(const void* x, const int64_t* topk_idx, const float* topk_weights,

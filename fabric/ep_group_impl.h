@@ -29,8 +29,9 @@ struct buffer {
 
 struct peer_regions {
   remote_region ctrl, dispatch, combine;
-  remote_region output;         // normal mode's expert-major dispatch output (same host only)
-  remote_region combine_input;  // low-latency's combine_buffer(), read in place (same host)
+  remote_region output;  // normal mode's expert-major dispatch output (same host only)
+  // low-latency's dispatch_buffer() and combine_buffer(), read in place (same host only)
+  remote_region shared_inputs;
 };
 
 // Where the group is in the dispatch_send, dispatch_recv, combine_send, combine_recv cycle.
@@ -42,9 +43,9 @@ struct ep_region_sizes {
   // Normal mode, one node: the expert-major dispatch output, shared with same-host peers
   // that store their rows' payload straight into it (0: the output is private memory).
   int64_t dispatch_output = 0;
-  // Low-latency: combine_buffer() and what same-host sources need to read it in place (0: no
-  // such region, combine_buffer() is private memory).
-  int64_t combine_input = 0;
+  // Low-latency: dispatch_buffer(), combine_buffer() and what same-host peers need to read
+  // them in place (0: no such region, both buffers are private memory).
+  int64_t shared_inputs = 0;
 };
 
 // The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
@@ -122,11 +123,17 @@ struct ep_group_impl {
   // Normal mode: the expert-major dispatch output when the transport shares memory with
   // peers (reg.ptr null otherwise: output_x holds it).
   buffer output_region;
-  // Low-latency: combine_buffer() in shared memory (reg.ptr null when the transport shares
-  // none: combine_private holds it), its rows from combine_input_rows_offset on.
-  buffer combine_input_region;
-  int64_t combine_input_rows_offset = 0;
-  std::vector<char> combine_private;
+  // Low-latency: dispatch_buffer() and combine_buffer() in shared memory (reg.ptr null when
+  // the transport shares none: the private vectors hold them), at these offsets.
+  buffer shared_inputs_region;
+  int64_t combine_rows_offset = 0, dispatch_rows_offset = 0;
+  std::vector<char> combine_private, dispatch_private;
+  // Where bytes of peer s's shared inputs region are mapped here, or nullptr (a network peer,
+  // or no such region).
+  char* peer_shared_inputs(int s) {
+    const remote_region& r = peers[s].shared_inputs;
+    return r.size > 0 ? peer_memory(s, r, 0, static_cast<int64_t>(r.size)) : nullptr;
+  }
   // Owns the buffers' memory.
   std::unique_ptr<transport> endpoint;
   std::shared_ptr<const std::atomic<bool>> abort;  // transport_options::abort
@@ -242,6 +249,7 @@ struct ep_group_impl {
   status dispatch_send(const void* x_in, const int64_t* idx, const float* weights,
                        int64_t num_tokens_in);
   result<const dispatch_output*> dispatch_recv();
+  void* dispatch_buffer();
   void* combine_buffer();
   status combine_send(const dispatch_output& handle, const void* expert_out);
   status combine_recv(void* y);
@@ -255,12 +263,17 @@ ep_region_sizes entry_regions_plan(ep_group_impl& g, int64_t num_dispatch_recv_h
 status entry_rows_pack(ep_group_impl& g, const uint8_t* is_token_in_rank);
 // The same, except that a destination whose dispatch region is mapped here gets its rows
 // packed straight into our block of it, from row direct_first_row + rank * max_rows_per_peer
-// (low-latency's slots, which need no wait for the peer); direct[d] says which did.
-status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
-                              std::vector<char>& direct);
+// (low-latency's slots, which need no wait for the peer); direct[d] says which did. With
+// meta_only, those get only the metadata part of each row (they read the payload from our
+// tokens in place).
+status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row, std::vector<char>& direct,
+                              bool meta_only = false);
 // Entries in (source, slot) order, which is (source, token, k) order, grouped by local
 // expert; source s's block starts at row first_row + s * max_rows_per_peer.
-status entry_output_build(ep_group_impl& g, int64_t first_row);
+// Sources with x_of_source[s] set sent only the metadata rows and their tokens are read in
+// place there (row = token); the others' payload is in their slots.
+status entry_output_build(ep_group_impl& g, int64_t first_row,
+                          const std::vector<const char*>* x_of_source = nullptr);
 // Copies each expert output row into staging at the slot its entry came from at its source;
 // with `direct`, sources whose combine region is mapped here get it there instead
 // (direct[s] says which did), or, with skip_direct, nothing (they read the rows in place).

@@ -31,8 +31,8 @@ status entry_rows_pack(ep_group_impl& g, const uint8_t*) {
   return entry_rows_pack_direct(g, -1, none);
 }
 
-status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
-                              std::vector<char>& direct) {
+status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row, std::vector<char>& direct,
+                              bool meta_only) {
   const int topk = g.cfg.topk;
   const int64_t num_tokens = g.num_tokens, capacity = g.max_rows_per_peer;
   g.entry_slot.assign(static_cast<size_t>(num_tokens * topk), -1);
@@ -70,14 +70,15 @@ status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row,
       if (e < 0) continue;
       const int d = static_cast<int>(e / g.num_local_experts);
       char* row = block[d] + g.entry_slot[tk * topk + k] * g.row_bytes;
-      std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
+      if (!(meta_only && direct[d])) std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
       entry_meta m{static_cast<int32_t>(tk), k, static_cast<int32_t>(e), 0};
       std::memcpy(row + g.hidden_bytes, &m, sizeof m);
     }
   return {};
 }
 
-status entry_output_build(ep_group_impl& g, int64_t first_row) {
+status entry_output_build(ep_group_impl& g, int64_t first_row,
+                          const std::vector<const char*>* x_of_source) {
   const int topk = g.cfg.topk;
   std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
   auto row_at = [&](int s, int64_t i) -> const char* {
@@ -88,10 +89,13 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
       entry_meta m;
       std::memcpy(&m, row_at(s, i) + g.hidden_bytes, sizeof m);
-      if (g.local_expert(m.expert) < 0 || m.k < 0 || m.k >= topk)
+      const bool token_ok = m.token >= 0 && m.token < g.cfg.max_tokens_per_rank;
+      if (g.local_expert(m.expert) < 0 || m.k < 0 || m.k >= topk || !token_ok)
         return g.fail(error{errc::malformed_message,
                             "EP: an entry from rank " + std::to_string(s) + " names expert " +
-                                std::to_string(m.expert) + " which this rank does not hold"});
+                                std::to_string(m.expert) + ", k " + std::to_string(m.k) +
+                                ", token " + std::to_string(m.token) +
+                                ": not an expert of this rank, or out of range"});
       ++per_expert[g.local_expert(m.expert) + 1];
     }
   g.start_output(per_expert);
@@ -103,7 +107,9 @@ status entry_output_build(ep_group_impl& g, int64_t first_row) {
       entry_meta m;
       std::memcpy(&m, row + g.hidden_bytes, sizeof m);
       const int64_t r = cursor[g.local_expert(m.expert)]++;
-      std::memcpy(g.output_x.data() + r * g.hidden_bytes, row, g.hidden_bytes);
+      const char* x = x_of_source ? (*x_of_source)[s] : nullptr;
+      std::memcpy(g.output_x.data() + r * g.hidden_bytes, x ? x + m.token * g.hidden_bytes : row,
+                  g.hidden_bytes);
       g.output.src_rank[r] = s;
       g.output.src_token[r] = m.token;
       g.output.src_k[r] = m.k;

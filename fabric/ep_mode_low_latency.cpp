@@ -1,9 +1,9 @@
 // The low-latency mode (decode; DeepEP LL): dispatch writes every (token, expert) entry
 // straight into its slot at the destination, without waiting for the peers, into receive
 // slots double-buffered by step parity; combine writes each output back into its entry's
-// slot at the source (PROTOCOL.md, "low-latency"), or, when the expert wrote its outputs into
-// combine_buffer(), same-host sources read them there in place (PROTOCOL.md, "Zero-copy
-// combine").
+// slot at the source (PROTOCOL.md, "low-latency"). On one host, tokens a sender put into
+// dispatch_buffer() and outputs an expert wrote into combine_buffer() are read in place by the
+// peers instead (PROTOCOL.md, "Reading in place").
 #include <algorithm>
 #include <cstring>
 
@@ -18,10 +18,10 @@ int64_t parity_first_row(const ep_group_impl& g) {
   return (g.seq & 1) * g.num_ranks * g.max_rows_per_peer;
 }
 
-// The combine input region (combine_buffer() in shared memory): a header saying whether this
-// step's outputs are in place, the output row of each entry a source sent us
-// ([source][slot], int32), then the rows.
-struct combine_input_header {
+// The shared inputs region: a header saying whether this step's expert outputs are in place,
+// the output row of each entry a source sent us ([source][slot], int32), the combine rows
+// (combine_buffer()), then the tokens (dispatch_buffer()).
+struct shared_inputs_header {
   uint32_t step = 0;
   uint32_t in_place = 0;
 };
@@ -31,15 +31,27 @@ int64_t num_slots(const ep_group_impl& g) { return g.num_ranks * g.max_rows_per_
 
 ep_region_sizes ll_regions_plan(ep_group_impl& g) {
   ep_region_sizes sizes = entry_regions_plan(g, 2);
-  g.combine_input_rows_offset = proto::align_up(kPositionsOffset + 4 * num_slots(g), 64);
-  sizes.combine_input = g.combine_input_rows_offset + num_slots(g) * g.hidden_bytes;
+  g.combine_rows_offset = proto::align_up(kPositionsOffset + 4 * num_slots(g), 64);
+  g.dispatch_rows_offset =
+      proto::align_up(g.combine_rows_offset + num_slots(g) * g.hidden_bytes, 64);
+  sizes.shared_inputs = g.dispatch_rows_offset + g.cfg.max_tokens_per_rank * g.hidden_bytes;
   return sizes;
 }
 
 // Destinations mapped here (same process or host) get their entries packed straight into
-// their slots: the slots of this step's parity are free without waiting (see below).
+// their slots: the slots of this step's parity are free without waiting (see below). When the
+// tokens are in dispatch_buffer(), those get only the metadata and read the payload from our
+// tokens in place (count record flag count_flag_in_place).
 status ll_dispatch_pack(ep_group_impl& g, const uint8_t*) {
-  return entry_rows_pack_direct(g, parity_first_row(g), g.direct_peers);
+  const char* shared = g.shared_inputs_region.data();
+  const bool x_in_place = shared && g.x == shared + g.dispatch_rows_offset;
+  if (auto st = entry_rows_pack_direct(g, parity_first_row(g), g.direct_peers, x_in_place); !st)
+    return st;
+  for (int d = 0; d < g.num_ranks && x_in_place; ++d) {
+    g.in_place_to[d] = g.direct_peers[d];
+    g.step_bytes.dispatch_in_place_peers += g.direct_peers[d];
+  }
+  return {};
 }
 
 // Every entry straight into its slot now, without waiting for the peers;
@@ -50,7 +62,9 @@ status ll_dispatch_eager_write(ep_group_impl& g) {
   const int64_t first_row = parity_first_row(g);
   for (int d = 0; d < g.num_ranks; ++d) {
     if (g.direct_peers[d]) {  // packed in place already: only the immediates
-      if (auto st = g.notify(d, g.num_rows_to[d] * g.row_bytes, g.ll_writes(g.num_rows_to[d]),
+      const int64_t bytes_per_row =
+          g.in_place_to[d] ? static_cast<int64_t>(sizeof(proto::entry_meta)) : g.row_bytes;
+      if (auto st = g.notify(d, g.num_rows_to[d] * bytes_per_row, g.ll_writes(g.num_rows_to[d]),
                              proto::imm_dispatch, g.step_bytes.dispatch_wire,
                              g.step_bytes.dispatch_writes);
           !st)
@@ -75,20 +89,25 @@ status ll_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) 
   return {};
 }
 
+// Sources that sent only metadata (count record flag checked by dispatch_recv) have their
+// tokens read from their dispatch_buffer().
 status ll_dispatch_output_build(ep_group_impl& g) {
-  return entry_output_build(g, parity_first_row(g));
+  std::vector<const char*> x_of_source(g.num_ranks, nullptr);
+  for (int s = 0; s < g.num_ranks; ++s)
+    if (g.in_place_from[s]) x_of_source[s] = g.peer_shared_inputs(s) + g.dispatch_rows_offset;
+  return entry_output_build(g, parity_first_row(g), &x_of_source);
 }
 
 // Each expert output row straight back into the slot its entry came from at the source
 // (ll_entries_per_write adjacent slots per write); when the outputs are in combine_buffer()'s
 // shared region, sources mapped here get only the immediates and read them in place.
 status ll_combine_write(ep_group_impl& g, const char* expert_out) {
-  char* input = g.combine_input_region.data();
-  const bool in_place = input && expert_out == input + g.combine_input_rows_offset;
+  char* input = g.shared_inputs_region.data();
+  const bool in_place = input && expert_out == input + g.combine_rows_offset;
   if (input) {
     // Plain stores before the notify() of this step's immediates, so a source that counted
     // them reads this header and these positions (PROTOCOL.md, "Same host").
-    const combine_input_header h{g.seq, in_place ? 1u : 0u};
+    const shared_inputs_header h{g.seq, in_place ? 1u : 0u};
     std::memcpy(input, &h, sizeof h);
     if (in_place) {
       auto* pos = reinterpret_cast<int32_t*>(input + kPositionsOffset);
@@ -136,11 +155,9 @@ status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
   bool any = false;
   for (int d = 0; d < g.num_ranks; ++d) {
     if (g.num_rows_to[d] == 0) continue;
-    const remote_region& region = g.peers[d].combine_input;
-    char* base =
-        region.size > 0 ? g.peer_memory(d, region, 0, static_cast<int64_t>(region.size)) : nullptr;
+    char* base = g.peer_shared_inputs(d);
     if (!base) continue;  // not shared with us: its outputs came into our combine region
-    combine_input_header h;
+    shared_inputs_header h;
     std::memcpy(&h, base, sizeof h);
     if (h.step != g.seq || h.in_place > 1)
       return g.fail(error{errc::malformed_message,
@@ -148,7 +165,7 @@ status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
                               std::to_string(h.step) + " (in_place " + std::to_string(h.in_place) +
                               ") in step " + std::to_string(g.seq)});
     if (!h.in_place) continue;
-    in_place_rows[d] = base + g.combine_input_rows_offset;
+    in_place_rows[d] = base + g.combine_rows_offset;
     positions[d] = reinterpret_cast<const int32_t*>(base + kPositionsOffset) + g.rank * capacity;
     any = true;
   }

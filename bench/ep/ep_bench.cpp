@@ -208,22 +208,31 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   std::vector<char> y(std::max<size_t>(in.x.size(), 1));
   const int iters = iterations_of(o);
   std::vector<double> mine;          // dispatch, combine per timed iteration
-  std::vector<char> own_expert_out;  // --expert-out own
+  std::vector<char> own_expert_out;  // --io-buffers own
+  // The step's tokens, where the layer before would have written them (untimed).
+  auto tokens = [&]() -> const void* {
+    if (o.io_buffers == "own") return in.x.data();
+    void* x = grp.dispatch_buffer();
+    if (x && !in.x.empty()) std::memcpy(x, in.x.data(), in.x.size());
+    return x;
+  };
   auto expert_out_of = [&](const dispatch_output& d) -> void* {
-    if (o.expert_out != "own") return grp.combine_buffer();
+    if (o.io_buffers != "own") return grp.combine_buffer();
     own_expert_out.resize(std::max<size_t>(
         static_cast<size_t>(d.num_recv_rows * p.hidden * ep_dtype_size(p.dtype)), 1));
     return own_expert_out.data();
   };
   ep_step_bytes bytes;
   for (int it = 0; it < o.warmup + iters; ++it) {
+    const void* x = tokens();
+    if (!x) return error{errc::internal, "ep bench: no dispatch buffer after combine"};
     if (auto st = barrier(b); !st) return st.err();
     const auto t0 = bench_clock::now();
-    auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+    auto d = grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
     if (!d) return d.err();
     const double dispatch_us = us_since(t0);
     // Identity experts while timing, untimed like any expert: each writes its output (the
-    // received rows) into combine_buffer() (or its own memory, --expert-out own), as a real
+    // received rows) into combine_buffer() (or its own memory, --io-buffers own), as a real
     // expert's last GEMM would (every mode: the same expert work before every combine).
     void* expert_out = expert_out_of(**d);
     if (!expert_out) return error{errc::internal, "ep bench: no combine buffer after dispatch"};
@@ -242,8 +251,10 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   // The checked iteration: reference rows, stand-in experts, bitwise combine.
   std::string check = "pass", detail;
   {
+    const void* x = tokens();
+    if (!x) return error{errc::internal, "ep bench: no dispatch buffer after combine"};
     if (auto st = barrier(b); !st) return st.err();
-    auto d = grp.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+    auto d = grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
     if (!d) return d.err();
     if (auto st = check_dispatch(p, all, grp.rank(), **d); !st) {
       check = "fail";
@@ -268,6 +279,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                            {"dispatch_writes", bytes.dispatch_writes},
                            {"combine_writes", bytes.combine_writes},
                            {"combine_in_place_peers", bytes.combine_in_place_peers},
+                           {"dispatch_in_place_peers", bytes.dispatch_in_place_peers},
                            {"check", check},
                            {"detail", detail},
                            {"paths", grp.describe().peer_paths}};
@@ -282,7 +294,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                       {"cq_data_size", grp.describe().cq_data_size},
                       {"reorder_shim", grp.describe().reorder_shim}};
   std::vector<double> disp(iters, 0.0), comb(iters, 0.0), total(iters, 0.0);
-  uint64_t dw = 0, cw = 0, dn = 0, cn = 0, cin = 0;
+  uint64_t dw = 0, cw = 0, dn = 0, cn = 0, cin = 0, din = 0;
   std::string all_check = "pass", all_detail;
   nlohmann::json mix = nlohmann::json::object(), mix_count = nlohmann::json::object();
   for (size_t src = 0; src < gathered->size(); ++src) {
@@ -305,6 +317,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     dn += j["dispatch_writes"].get<uint64_t>();
     cn += j["combine_writes"].get<uint64_t>();
     cin += j["combine_in_place_peers"].get<uint64_t>();
+    din += j["dispatch_in_place_peers"].get<uint64_t>();
     if (j["check"] != "pass") {
       all_check = "fail";
       all_detail += j["detail"].get<std::string>() + "; ";
@@ -319,6 +332,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   rec["dispatch_writes"] = dn;
   rec["combine_writes"] = cn;
   rec["combine_in_place_pairs"] = cin;
+  rec["dispatch_in_place_pairs"] = din;
   rec["check"] = all_check;
   if (!all_detail.empty()) rec["check_detail"] = all_detail;
   rec["rows_per_peer"] = cfg.rows_per_peer;
@@ -467,7 +481,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["warmup_per_start"] = o.warmup;
   out["chunk_bytes"] = o.chunk_bytes;
   out["ll_entries_per_write"] = o.ll_entries_per_write;
-  out["expert_out"] = o.expert_out;
+  out["io_buffers"] = o.io_buffers;
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";
@@ -504,7 +518,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   for (size_t m = 0; m < o.modes.size(); ++m) {
     std::vector<double> d, c, t;
     std::vector<std::vector<double>> t_per_start;
-    uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0, cin_place = 0;
+    uint64_t dwire = 0, cwire = 0, dwrites = 0, cwrites = 0, cin_place = 0, din_place = 0;
     std::string check = "pass", detail;
     for (const auto& s : starts) {
       const auto& rec = s["modes"][m];
@@ -517,6 +531,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
       dwrites = rec["dispatch_writes"];
       cwrites = rec["combine_writes"];
       cin_place = rec["combine_in_place_pairs"];
+      din_place = rec["dispatch_in_place_pairs"];
       if (rec["check"] != "pass") {
         check = "fail";
         detail += rec.value("check_detail", std::string());
@@ -539,6 +554,10 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
     // (source, expert rank) pairs whose combine read the expert outputs in place (low-latency
     // zero-copy combine on shared memory; 0 in the other modes).
     mj["combine_in_place_pairs"] = cin_place;
+    // (source, destination) pairs whose dispatch payload went in place: normal mode's rows
+    // stored into the receiver's output, low-latency's tokens read from the sender's
+    // dispatch_buffer().
+    mj["dispatch_in_place_pairs"] = din_place;
     mj["transport"] = starts.front()["modes"][m]["transport"];
     if (name != "normal") mj["rows_per_peer"] = starts.front()["modes"][m]["rows_per_peer"];
     // Per-rank bandwidth of dispatch at p50: bytes of all ranks / ranks / slowest-rank time.

@@ -33,10 +33,11 @@ struct ep_bench_options {
   int64_t op_timeout_ms = 60000;
   std::string paths = "auto";  // auto: a transport per distance; fabric: all through libfabric
   std::string peer = "mpi";    // mpi: run MPI_Alltoallv on the same exchange; none: skip it
-  // Where the identity experts write their outputs: combine_buffer (the group's, which
-  // low-latency sources on one host read in place) | own (memory of the expert's own: every
-  // mode copies the outputs to the sources, as before the zero-copy combine).
-  std::string expert_out = "combine_buffer";
+  // Where the tokens come from and the identity experts write their outputs: group (the
+  // group's dispatch_buffer() and combine_buffer(), which low-latency peers on one host read
+  // in place) | own (memory of the rank's own: every mode copies the rows to the peers, as
+  // before reading in place).
+  std::string io_buffers = "group";
 };
 
 // Runs the benchmark; throws std::runtime_error naming what failed (a rank that exited

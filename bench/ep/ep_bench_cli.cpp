@@ -57,10 +57,10 @@ void add_ep_bench_command(CLI::App& bench) {
       "auto (same host: shared memory, other hosts: libfabric) | fabric (all libfabric)");
   cmd->add_option("--peer", opt.peer,
                   "generic all-to-all run on the same exchange: mpi (MPI_Alltoallv) | none");
-  cmd->add_option("--expert-out", opt.expert_out,
-                  "where experts write their outputs: combine_buffer (low-latency reads them in "
-                  "place on one host) | own (copied to the sources in every mode)")
-      ->check(CLI::IsMember({"combine_buffer", "own"}));
+  cmd->add_option("--io-buffers", opt.io_buffers,
+                  "where tokens and expert outputs live: group (the group's buffers; "
+                  "low-latency reads them in place on one host) | own (copied to the peers)")
+      ->check(CLI::IsMember({"group", "own"}));
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();

@@ -67,21 +67,29 @@ inline int report(int rank, const std::string& what, const error& e) {
 }
 
 // One step on an existing group; 0 when dispatch and combine match the reference. With
-// into_combine_buffer the experts write their outputs into g.combine_buffer() (low-latency:
-// same-host sources read them in place), else into memory of their own.
+// group_buffers the tokens go into g.dispatch_buffer() and the experts write their outputs
+// into g.combine_buffer() (low-latency: same-host peers read both in place), else both stay
+// in memory of the caller's own.
 inline int run_step(ep_group& g, const workload_params& p, int boot_rank,
-                    bool into_combine_buffer = false) {
+                    bool group_buffers = false) {
   std::vector<rank_inputs> all;
   for (int r = 0; r < p.num_ranks; ++r) all.push_back(make_rank_inputs(p, r));
   const rank_inputs& in = all[g.rank()];
-  auto d = g.dispatch(in.x.data(), in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
+  const void* x = in.x.data();
+  if (group_buffers) {
+    void* buf = g.dispatch_buffer();
+    if (!buf) return report(boot_rank, "dispatch_buffer", error{errc::internal, "null"});
+    std::memcpy(buf, in.x.data(), in.x.size());
+    x = buf;
+  }
+  auto d = g.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
   if (!d) return report(boot_rank, "dispatch", d.err());
   if (auto st = check_dispatch(p, all, g.rank(), **d); !st)
     return report(boot_rank, "check", st.err());
   std::vector<char> expert_out;
   apply_experts(p, g.rank() * g.num_local_experts(), **d, expert_out);
   const void* combine_in = expert_out.data();
-  if (into_combine_buffer) {
+  if (group_buffers) {
     void* buf = g.combine_buffer();
     if (!buf) return report(boot_rank, "combine_buffer", error{errc::internal, "null"});
     std::memcpy(buf, expert_out.data(), expert_out.size());
@@ -146,7 +154,7 @@ inline int run_rank(bootstrap& b, const ep_case& c) {
       return 1;
     }
   }
-  // Odd steps (the last one among them) put the expert outputs into the combine buffer.
+  // Odd steps (the last one among them) use the group's dispatch and combine buffers.
   for (int s = 0; s < c.steps; ++s)
     if (int rc = run_step(**g, step_workload(c, b.size(), s), b.rank(), s % 2 == 1); rc != 0)
       return rc;
@@ -154,13 +162,17 @@ inline int run_rank(bootstrap& b, const ep_case& c) {
   for (int peer = 0; peer < b.size(); ++peer)
     shares_memory +=
         !expected_path(c, b.rank(), peer).empty() && expected_path(c, b.rank(), peer) != "network";
-  // Low-latency with the outputs in the combine buffer: every source that shares memory with
-  // us read them in place.
+  // Low-latency with the group's buffers: every peer that shares memory with us read our
+  // tokens and our expert outputs in place.
   if (c.mode == ep_mode::low_latency && c.steps % 2 == 0) {
-    const uint64_t got = (*g)->last_step_bytes().combine_in_place_peers;
-    if (got != shares_memory) {
-      std::fprintf(stderr, "rank %d: %llu sources read our outputs in place, expected %llu\n",
-                   b.rank(), static_cast<unsigned long long>(got),
+    const ep_step_bytes& last = (*g)->last_step_bytes();
+    if (last.combine_in_place_peers != shares_memory ||
+        last.dispatch_in_place_peers != shares_memory) {
+      std::fprintf(stderr,
+                   "rank %d: %llu peers read our tokens and %llu our outputs in place, expected "
+                   "%llu\n",
+                   b.rank(), static_cast<unsigned long long>(last.dispatch_in_place_peers),
+                   static_cast<unsigned long long>(last.combine_in_place_peers),
                    static_cast<unsigned long long>(shares_memory));
       return 1;
     }
