@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
+#include "actors/caf_thread_state.h"
 #include "actors/interruption.h"
 #include "actors/role_loops.h"
 #include "common/log.h"
@@ -155,6 +156,7 @@ group_member_link::~group_member_link() {
 
 void group_member_link::watch() {
   // Its own scoped actor: a request's answer reaches only this thread.
+  caf_logger_released_on_scope_exit release;
   caf::scoped_actor me{sys_};
   std::unique_lock<std::mutex> l(mu_);
   while (!leaving_ && !broken_->load(std::memory_order_relaxed)) {
@@ -183,7 +185,9 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
   // request when the coordinator's node disconnects, so a member waiting for rank 0's next
   // command (an hour) would wait on a dead coordinator after its restart and the group would
   // never re-form. The promise's answer arrives as an ordinary message; the scoped actor is
-  // this call's own, so no answer of another round can reach it.
+  // this call's own, so no answer of another round can reach it. It runs on the job's rank
+  // threads, which outlive the actor system (caf_thread_state.h).
+  caf_logger_released_on_scope_exit release;
   caf::scoped_actor me{sys_};
   me->monitor(c);
   me->send(c, ggather_atom::value, ctx_->id, view_.incarnation, channel, join_ints(participants),
@@ -237,6 +241,7 @@ int64_t group_member_link::drain_by_unix_ms() const { return ctx_->drain_by_ms.l
 
 void group_member_link::report_failure(const std::string& cause) {
   if (auto c = ctx_->coordinator()) {
+    caf_logger_released_on_scope_exit release;
     caf::scoped_actor me{sys_};
     me->send(c, gfailed_atom::value, ctx_->id, view_.incarnation, cause);
   }
@@ -244,6 +249,7 @@ void group_member_link::report_failure(const std::string& cause) {
 
 void group_member_link::report_restored(uint64_t version) {
   if (auto c = ctx_->coordinator()) {
+    caf_logger_released_on_scope_exit release;
     caf::scoped_actor me{sys_};
     me->send(c, grestored_atom::value, ctx_->id, view_.incarnation, version);
   }

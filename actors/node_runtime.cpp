@@ -1,6 +1,7 @@
 #include "actors/node_runtime.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "actors/signal_watch.h"
 #include "common/advertised_endpoint.h"
 #include "common/log.h"
+#include "common/shm_leftovers.h"
 #include "ledger/clock.h"
 #include "store/object_store.h"
 
@@ -273,7 +275,11 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     std::thread([code, name = ctx->name] {
       std::this_thread::sleep_for(std::chrono::seconds(5));
       auto log = logger("node");
-      log->error("node {} still tearing down 5 s after it finished: exiting with {}", name, code);
+      log->error(
+          "node {} still tearing down 5 s after it finished: exiting with {} (its /dev/shm "
+          "regions removed first: the exit skips the fabric's own clean-up)",
+          name, code);
+      remove_shm_regions_of(::getpid(), "node");
       log->flush();
       std::_Exit(code);
     }).detach();

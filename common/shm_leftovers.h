@@ -12,7 +12,8 @@
 namespace moerl {
 
 // Removes /dev/shm's regions named after `pid`, which must be a process that no longer runs
-// (reaped by its parent, or this process before its first endpoint). Each removal is logged
+// (reaped by its parent), this process before its first endpoint, or this process in an exit
+// that skips its destructors (a node's exit watchdog). Each removal is logged
 // as a warning under `who`; returns how many were removed.
 size_t remove_shm_regions_of(pid_t pid, const std::string& who);
 

@@ -281,7 +281,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
     if (e.size() <= tail) return error{errc::malformed_message, "EP: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - tail));
     detail::peer_regions pr;
-    // ctrl, dispatch, combine, output, combine input
+    // ctrl, dispatch, combine, output, shared inputs
     const char* regions = e.data() + e.size() - tail;
     std::memcpy(&pr.ctrl, regions, sizeof(remote_region));
     std::memcpy(&pr.dispatch, regions + sizeof(remote_region), sizeof(remote_region));
