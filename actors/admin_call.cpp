@@ -1,10 +1,12 @@
-#include "actors/admin_call.h"
+#include "actors/internal/admin_call.h"
 
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
 
 namespace moerl::actors {
+
+namespace {
 
 std::string ask_coordinator(caf::scoped_actor& self, const caf::actor& coordinator,
                             const std::string& request, uint64_t request_id, int timeout_ms) {
@@ -21,16 +23,16 @@ std::string ask_coordinator(caf::scoped_actor& self, const caf::actor& coordinat
   return reply;
 }
 
-messages::admin_reply ask_coordinator(caf::scoped_actor& self, const caf::actor& coordinator,
-                                      const messages::admin_request& request, int timeout_ms) {
-  auto bytes =
-      ask_coordinator(self, coordinator, messages::encode(request), request.request_id, timeout_ms);
-  auto rep = messages::decode<messages::admin_reply>(bytes);
-  if (rep) return *rep;
-  messages::admin_reply r;
-  r.request_id = request.request_id;
-  r.err = moerl::error(rep.err().code, "coordinator reply: " + rep.err().message);
-  return r;
+}  // namespace
+
+console::admin_caller_factory coordinator_admin_channel(caf::actor_system& sys,
+                                                        caf::actor coordinator) {
+  return [&sys, coordinator]() -> console::admin_caller {
+    auto self = std::make_shared<caf::scoped_actor>(sys);
+    return [self, coordinator](const std::string& request, uint64_t request_id, int timeout_ms) {
+      return ask_coordinator(*self, coordinator, request, request_id, timeout_ms);
+    };
+  };
 }
 
 }  // namespace moerl::actors

@@ -7,7 +7,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
-#include "actors/openssl_error_queue.h"
+#include "actors/internal/openssl_error_queue.h"
 #include "common/config.h"
 #include "common/log.h"
 

@@ -5,8 +5,8 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/coordinator_groups.h"
-#include "actors/ledger_messages.h"
+#include "actors/internal/coordinator_groups.h"
+#include "actors/internal/ledger_messages.h"
 #include "common/log.h"
 #include "messages/admin.h"
 

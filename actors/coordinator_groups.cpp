@@ -1,4 +1,4 @@
-#include "actors/coordinator_groups.h"
+#include "actors/internal/coordinator_groups.h"
 
 #include <caf/all.hpp>
 

@@ -1,4 +1,4 @@
-// The env role (actors/ENV.md): one router actor owns the node's ROUTER socket and hands
+// The env role (env/ENV.md): one router actor owns the node's ROUTER socket and hands
 // each session to one of env.workers environment actors, supervised one-for-one. A session
 // stays on the environment actor that opened it; when that actor crashes, its restarted
 // incarnation knows none of its sessions and answers "unknown session", so those episodes
@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "actors/env_server.h"
+#include "env/env_server.h"
 #include "actors/interruption.h"
-#include "actors/role_loops.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 
 namespace moerl::actors {
@@ -49,7 +49,7 @@ class step_latency {
   std::mt19937_64 rng_;
 };
 
-json observation_json(const env_observation& o) {
+json observation_json(const env::env_observation& o) {
   return {{"observation", o.tokens}, {"reward", o.reward}, {"done", o.done}};
 }
 
@@ -69,7 +69,7 @@ void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
     ctx->env_workers[index] = caf::actor_cast<caf::actor>(self);
   }
   auto log = logger("env");
-  std::map<uint64_t, std::unique_ptr<environment>> episodes;  // by session
+  std::map<uint64_t, std::unique_ptr<env::environment>> episodes;  // by session
   step_latency latency(ctx->cfg);
   const int64_t crash_every = ctx->cfg.get_int("env.crash_every_steps");
   int64_t num_steps = 0;

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/env_api.h"
+#include "env/env_api.h"
 #include "actors/node_role.h"
 #include "actors/rollout_work.h"
 #include "common/config.h"
@@ -142,9 +142,9 @@ class job {
   // The node's weight-plane figures for its stats (bytes_from, when it held each version);
   // null when it read none.
   virtual nlohmann::json weights_stats() const { return nullptr; }
-  // An env node's environment for one episode of `task` (actors/ENV.md). A job whose tasks
+  // An env node's environment for one episode of `task` (env/ENV.md). A job whose tasks
   // are single-turn has none.
-  virtual result<std::unique_ptr<environment>> make_environment(const std::string& task) {
+  virtual result<std::unique_ptr<env::environment>> make_environment(const std::string& task) {
     return error(errc::invalid_argument,
                  "job " + name() + " has no environment for task '" + task + "'");
   }

@@ -1,4 +1,4 @@
-#include "actors/ledger_messages.h"
+#include "actors/internal/ledger_messages.h"
 
 namespace moerl::actors {
 

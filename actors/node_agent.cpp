@@ -1,4 +1,4 @@
-#include "actors/node_agent.h"
+#include "actors/internal/node_agent.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include "actors/caf_setup.h"
 #include "actors/health_file.h"
 #include "actors/interruption.h"
-#include "actors/ledger_messages.h"
-#include "actors/node_roles.h"
-#include "actors/role_loops.h"
+#include "actors/internal/ledger_messages.h"
+#include "actors/internal/node_roles.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 #include "messages/admin.h"
 
@@ -42,7 +42,7 @@ using agent_actor = caf::stateful_actor<agent_state>;
 // Exit status of a node the coordinator fenced (declared dead while it still ran): its pod
 // controller or local_job replaces it with a new process, which starts empty.
 constexpr int kFencedExit = 5;
-// Exit status of a node that gave up (actors/pod_policy.h: not replaced, the job fails).
+// Exit status of a node that gave up (up/pod_policy.h: not replaced, the job fails).
 constexpr int kGaveUpExit = 4;
 
 // The coordinator's answer to a registration or heartbeat: "" is accepted, else the error.

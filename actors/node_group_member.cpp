@@ -1,4 +1,4 @@
-#include "actors/node_group_member.h"
+#include "actors/internal/node_group_member.h"
 
 #include <chrono>
 #include <initializer_list>
@@ -7,9 +7,9 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/caf_thread_state.h"
+#include "actors/internal/caf_thread_state.h"
 #include "actors/interruption.h"
-#include "actors/role_loops.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 #include "common/rate_limited_log.h"
 

@@ -1,4 +1,4 @@
-#include "actors/node_roles.h"
+#include "actors/internal/node_roles.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "actors/role_loops.h"
+#include "actors/internal/role_loops.h"
 #include "messages/admin.h"
 
 namespace moerl::actors {

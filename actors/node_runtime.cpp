@@ -10,16 +10,17 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/internal/admin_call.h"
 #include "actors/atoms.h"
-#include "actors/console_server.h"
+#include "console/console_server.h"
 #include "actors/coordinator.h"
-#include "actors/env_server.h"
-#include "actors/http_console.h"
+#include "env/env_server.h"
+#include "console/http_console.h"
 #include "actors/imds_poller.h"
 #include "actors/interruption.h"
-#include "actors/node_agent.h"
+#include "actors/internal/node_agent.h"
 #include "actors/node_identity.h"
-#include "actors/signal_watch.h"
+#include "actors/internal/signal_watch.h"
 #include "common/advertised_endpoint.h"
 #include "common/log.h"
 #include "common/shm_leftovers.h"
@@ -129,14 +130,14 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
   log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound,
             cp.tls ? " (TLS)" : "");
   // The HTTP console first: whoever sees the ZeroMQ console answer (moerl up) finds it bound.
-  auto http = start_http_console(sys, coord, cfg, static_cast<int>(cp.request_timeout_ms));
+  auto http = console::start_http_console(coordinator_admin_channel(sys, coord), cfg, static_cast<int>(cp.request_timeout_ms));
   if (!http) {
     log->error("{}", http.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 2;
   }
-  auto console = console_server::start(sys, coord, cfg.get_string("console.address"),
-                                       static_cast<int>(cp.request_timeout_ms));
+  auto console = console::console_server::start(coordinator_admin_channel(sys, coord),
+                                                cfg.get_string("console.address"), static_cast<int>(cp.request_timeout_ms));
   if (!console) {
     log->error("{}", console.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
@@ -175,7 +176,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     return 2;
   }
   ctx->running_job = std::move(*j);
-  auto z = ledger::zmq_context::create();
+  auto z = zmq::zmq_context::create();
   if (!z) {
     log->error("{}", z.err().to_string());
     return 2;
@@ -215,7 +216,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     ctx->endpoint = *ep;
     ctx->pull = std::move(*pull);
   } else if (role == node_role::env) {
-    auto server = env_server::bind(ctx->zmq, bind_ep);
+    auto server = env::env_server::bind(ctx->zmq, bind_ep);
     if (!server) {
       log->error("env: {}", server.err().to_string());
       return 2;

@@ -13,7 +13,7 @@
 // one empties this thread's queue and then calls libssl's own (found with RTLD_NEXT). The
 // change CAF would need instead: ERR_clear_error() before SSL_connect/SSL_accept/SSL_read/
 // SSL_write in its session, and draining the queue outside the log macros on every failure.
-#include "actors/openssl_error_queue.h"
+#include "actors/internal/openssl_error_queue.h"
 
 #include <dlfcn.h>
 #include <openssl/err.h>

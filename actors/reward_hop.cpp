@@ -1,13 +1,13 @@
-#include "actors/reward_hop.h"
+#include "actors/internal/reward_hop.h"
 
 #include <zmq.h>
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
-#include "ledger/zmq_check.h"
+#include "zmq/check.h"
 
 namespace moerl::actors {
 
-result<std::unique_ptr<reward_push>> reward_push::connect(std::shared_ptr<ledger::zmq_context> ctx,
+result<std::unique_ptr<reward_push>> reward_push::connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                           const std::vector<std::string>& endpoints,
                                                           int send_timeout_ms) {
   std::unique_ptr<reward_push> p(new reward_push);
@@ -38,9 +38,9 @@ status reward_push::send(const std::string& shard_endpoint, const std::string& s
   return ok_status();
 }
 
-result<std::unique_ptr<reward_pull>> reward_pull::bind(std::shared_ptr<ledger::zmq_context> ctx,
+result<std::unique_ptr<reward_pull>> reward_pull::bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                        const std::string& endpoint) {
-  auto sock = zmq_server_socket::bind(std::move(ctx), ZMQ_PULL, "PULL", endpoint,
+  auto sock = zmq::zmq_server_socket::bind(std::move(ctx), ZMQ_PULL, "PULL", endpoint,
                                       /*rcv_hwm=*/256, /*snd_hwm=*/0);
   if (!sock) return sock.err();
   return std::unique_ptr<reward_pull>(new reward_pull(std::move(*sock)));

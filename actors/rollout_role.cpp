@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "actors/env_client.h"
+#include "env/env_client.h"
 #include "actors/interruption.h"
-#include "actors/node_group_member.h"
-#include "actors/role_loops.h"
+#include "actors/internal/node_group_member.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 #include "messages/work.h"
 
@@ -62,9 +62,16 @@ class rollout_worker {
     reward_ = std::move(*r);
     {
       std::lock_guard<std::mutex> lk(ctx_->env_mu);
-      if (!ctx_->env_counters) ctx_->env_counters = std::make_shared<env_link_counters>();
+      if (!ctx_->env_counters) ctx_->env_counters = std::make_shared<env::env_link_counters>();
     }
-    env_ = make_env_client(self_, ctx_, ctx_->env_counters);
+    env::env_client_options env_opts;
+    env_opts.zmq = ctx_->zmq;
+    env_opts.step_timeout_ms = ctx_->cfg.get_int("env.step_timeout_ms");
+    env_opts.discover_env_nodes = [self = self_, ctx = ctx_] {
+      return discover(self, *ctx, node_role::env);
+    };
+    env_opts.stopping = &ctx_->stopping;
+    env_ = env::make_env_client(std::move(env_opts), ctx_->env_counters);
     work_->use_environments(env_.get());
     lease_batch_ = static_cast<uint32_t>(
         std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
@@ -354,7 +361,7 @@ class rollout_worker {
   uint32_t worker_index_;
   group_member_link* group_;  // null: not a rollout group's leader
   int64_t last_env_stats_ = 0;
-  std::unique_ptr<env_link> env_;
+  std::unique_ptr<env::env_link> env_;
   caf::blocking_actor* self_;
   std::shared_ptr<node_context> ctx_;
   std::string worker_;

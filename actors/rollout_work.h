@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/env_api.h"
+#include "env/env_api.h"
 #include "common/error.h"
 
 namespace moerl::actors {
@@ -44,7 +44,7 @@ class rollout_work {
                                             uint32_t index_in_group, uint64_t policy_version) = 0;
   // The environment plane, for work whose episodes are multi-turn; the rollout worker owns
   // the link and it outlives the work. Single-turn work ignores it.
-  virtual void use_environments(env_link* link) { (void)link; }
+  virtual void use_environments(env::env_link* link) { (void)link; }
   // Called before a prompt group's samples with its group id (multi-turn work seeds the
   // group's episodes from it, so every attempt of a unit replays the same episodes' state).
   virtual void begin_group(uint64_t group_id) { (void)group_id; }

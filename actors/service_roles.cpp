@@ -12,8 +12,8 @@
 
 #include "actors/atoms.h"
 #include "actors/interruption.h"
-#include "actors/ledger_messages.h"
-#include "actors/role_loops.h"
+#include "actors/internal/ledger_messages.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 #include "messages/work.h"
 #include "weights/version_reader.h"
@@ -68,7 +68,7 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         ++malformed;
         continue;
       }
-      // A multi-turn episode arrives scored by its environment (actors/ENV.md).
+      // A multi-turn episode arrives scored by its environment (env/ENV.md).
       const auto t_score = std::chrono::steady_clock::now();
       auto r = s->rewarded ? result<float>(s->reward) : verifier.score(s->prompt_tokens, s->tokens);
       s->reward_us = micros_since(t_score);

@@ -1,4 +1,4 @@
-#include "actors/signal_watch.h"
+#include "actors/internal/signal_watch.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "actors/trainer_claim.h"
+#include "actors/internal/trainer_claim.h"
 
 #include <set>
 #include <tuple>
@@ -6,7 +6,7 @@
 #include <caf/all.hpp>
 
 #include "actors/atoms.h"
-#include "actors/role_loops.h"
+#include "actors/internal/role_loops.h"
 #include "common/log.h"
 
 namespace moerl::actors {

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "actors/node_group_member.h"
-#include "actors/role_loops.h"
-#include "actors/trainer_claim.h"
+#include "actors/internal/node_group_member.h"
+#include "actors/internal/role_loops.h"
+#include "actors/internal/trainer_claim.h"
 #include "actors/wait_clock.h"
 #include "common/log.h"
 #include "messages/weights.h"

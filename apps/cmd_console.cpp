@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "actors/console_client.h"
+#include "console/console_client.h"
 #include "apps/commands.h"
 #include "apps/console_top.h"
 #include "apps/console_views.h"
@@ -82,12 +82,12 @@ void add_console_command(CLI::App& root) {
     req.args.assign(a.words.begin() + 1, a.words.end());
     if (!a.deadline.empty()) req.options.push_back({"deadline", a.deadline});
     // Refused here, before connecting: the same exit 1 the coordinator's refusal would give.
-    if (auto st = actors::check_console_request(req); !st) {
+    if (auto st = console::check_console_request(req); !st) {
       std::cerr << "moerl console: " << st.err().to_string() << "\n";
       throw CLI::RuntimeError(1);
     }
     auto rep =
-        actors::console_call(address, req, static_cast<int>(cfg->get_int("console.timeout_ms")));
+        console::console_call(address, req, static_cast<int>(cfg->get_int("console.timeout_ms")));
     if (!rep) {
       std::cerr << "moerl console: " << rep.err().to_string() << "\n";
       throw CLI::RuntimeError(3);

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/console_client.h"
+#include "console/console_client.h"
 #include "apps/console_views.h"
 
 namespace moerl::apps {
@@ -96,7 +96,7 @@ int console_top(const top_options& o) {
     req.request_id = 1;
     req.token = o.token;
     req.command = verb;
-    auto rep = actors::console_call(o.address, req, o.timeout_ms);
+    auto rep = console::console_call(o.address, req, o.timeout_ms);
     if (!rep) return rep.err();
     if (!rep->ok) return rep->err;
     auto body = json::parse(rep->body_json, nullptr, false);

@@ -9,6 +9,14 @@
 #
 # Warnings: -Wall -Wextra on every C++ target; MOERL_WERROR turns them into errors (the test
 # command builds with it on, so CI fails on a new warning).
+#
+# Private headers: a library's headers under <folder>/internal/ are its own. Each starts with
+#   #ifndef MOERL_INSIDE_<library>
+#   #error "<path> is private to <library>: ..."
+#   #endif
+# and moerl_cc_library defines MOERL_INSIDE_<name> for its own sources only, so another target
+# that includes one fails to compile, naming the header: the compiler keeps the layering, not
+# a comment. White-box tests say which internals they read (moerl_add_test ... INTERNALS).
 
 function(moerl_target_options target)
   target_compile_options(${target} PRIVATE
@@ -22,6 +30,7 @@ function(moerl_cc_library name)
     message(FATAL_ERROR "moerl_cc_library(${name}): unknown arguments ${L_UNPARSED_ARGUMENTS}")
   endif()
   add_library(${name} STATIC ${L_SOURCES})
+  target_compile_definitions(${name} PRIVATE MOERL_INSIDE_${name})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${L_INCLUDES})
   target_link_libraries(${name} PUBLIC ${L_DEPS} PRIVATE ${L_PRIVATE_DEPS})
   moerl_target_options(${name})

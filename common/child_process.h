@@ -1,5 +1,5 @@
 // Starting, signalling and reaping child processes: the one fork/exec/kill/waitpid helper of
-// the tree, used by actors/local_cluster.cpp (the nodes of a local job) and sims/ (replacement
+// the tree, used by up/local_cluster.cpp (the nodes of a local job) and sims/ (replacement
 // nodes, nodes inside a network namespace, the `ip` tool). Plain POSIX, every call checked
 // with POSIX_CHECK (common/posix_check.h).
 // Thread-safety: every function is safe from any thread.

@@ -264,7 +264,7 @@ class policy_rollout final : public actors::rollout_work {
   status idle() override { return leader_ ? leader_->ping() : status{}; }
   bool usable() const override { return !leader_ || !leader_->broken(); }
 
-  void use_environments(actors::env_link* link) override { env_ = link; }
+  void use_environments(env::env_link* link) override { env_ = link; }
   void begin_group(uint64_t group_id) override { group_id_ = group_id; }
 
   // Generates the whole group on its first sample (one batched, KV-cached generation of G
@@ -397,7 +397,7 @@ class policy_rollout final : public actors::rollout_work {
   std::vector<uint32_t> cached_prompt_;
   uint64_t cached_version_ = ~0ull;
   uint32_t cached_group_ = ~0u;
-  actors::env_link* env_ = nullptr;  // owned by the rollout worker
+  env::env_link* env_ = nullptr;  // owned by the rollout worker
   uint64_t group_id_ = 0;            // of the group being generated (begin_group)
   uint64_t cached_group_id_ = ~0ull;
   episode_group episodes_;
@@ -887,7 +887,7 @@ class grpo_job final : public actors::job {
     std::lock_guard<std::mutex> g(s_->feed_mu);
     return s_->feed ? s_->feed->stats() : nlohmann::json();
   }
-  result<std::unique_ptr<actors::environment>> make_environment(const std::string& task) override {
+  result<std::unique_ptr<env::environment>> make_environment(const std::string& task) override {
     if (task == "guess" && s_->multi_turn())
       return make_guess_environment(s_->guess_turns, s_->dataset);
     return error{errc::invalid_argument, "unknown task '" + task + "': this job's env nodes run " +

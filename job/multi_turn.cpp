@@ -14,16 +14,16 @@ std::vector<uint32_t> to_ids(const std::vector<token_id>& v) {
   return std::vector<uint32_t>(v.begin(), v.end());
 }
 
-class guess_environment final : public actors::environment {
+class guess_environment final : public env::environment {
  public:
   guess_environment(int num_turns, std::shared_ptr<const prompt_dataset> dataset)
       : num_turns_(num_turns), dataset_(std::move(dataset)) {}
-  result<actors::env_observation> reset(uint64_t episode_seed) override {
+  result<env::env_observation> reset(uint64_t episode_seed) override {
     if (dataset_)
       return convert(env_.reset_hidden(num_turns_, dataset_->row_of(episode_seed).hidden));
     return convert(env_.reset(num_turns_, episode_seed));
   }
-  result<actors::env_observation> step(const std::vector<uint32_t>& action) override {
+  result<env::env_observation> step(const std::vector<uint32_t>& action) override {
     for (uint32_t t : action)
       if (t >= uint32_t(policy::num_vocab))
         return error{errc::invalid_argument,
@@ -32,9 +32,9 @@ class guess_environment final : public actors::environment {
   }
 
  private:
-  static result<actors::env_observation> convert(result<policy::env_reply> r) {
+  static result<env::env_observation> convert(result<policy::env_reply> r) {
     if (!r) return r.err();
-    actors::env_observation o;
+    env::env_observation o;
     o.tokens = to_ids(r->observation);
     o.reward = static_cast<float>(r->reward);
     o.done = r->done;
@@ -47,12 +47,12 @@ class guess_environment final : public actors::environment {
 
 }  // namespace
 
-std::unique_ptr<actors::environment> make_guess_environment(
+std::unique_ptr<env::environment> make_guess_environment(
     int num_turns, std::shared_ptr<const prompt_dataset> dataset) {
   return std::make_unique<guess_environment>(num_turns, std::move(dataset));
 }
 
-result<episode_group> run_episodes(policy::moe_policy& policy, actors::env_link& env,
+result<episode_group> run_episodes(policy::moe_policy& policy, env::env_link& env,
                                    const episode_options& o, std::mt19937_64& rng) {
   const size_t g = static_cast<size_t>(o.group_size);
   auto first = env.reset(o.task, std::vector<uint64_t>(g, o.episode_seed));

@@ -1,5 +1,5 @@
 // Multi-turn episodes for the GRPO job: the policy answers each turn, the environment on an
-// env node replies (actors/ENV.md), and the trajectory becomes one sample whose reward is
+// env node replies (env/ENV.md), and the trajectory becomes one sample whose reward is
 // the environment's. The environment's reply tokens stay in the sample (the policy
 // conditions on them) flagged from_env, so the trainer takes no loss on them.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/env_api.h"
+#include "env/env_api.h"
 #include "actors/rollout_work.h"
 #include "common/error.h"
 #include "job/prompt_dataset.h"
@@ -36,12 +36,12 @@ struct episode_options {
 // then one step each, sent together. An episode the environment plane fails (node dead or
 // silent, environment restarted, action refused) fails the group: the unit goes back to the
 // queue under a new attempt.
-result<episode_group> run_episodes(policy::moe_policy& policy, actors::env_link& env,
+result<episode_group> run_episodes(policy::moe_policy& policy, env::env_link& env,
                                    const episode_options& o, std::mt19937_64& rng);
 
 // The environment an env node hosts for task "guess" (policy/tasks/guess.h). With a dataset
 // the hidden number is the row of the episode seed's (job/prompt_dataset.h), else the seed's.
-std::unique_ptr<actors::environment> make_guess_environment(
+std::unique_ptr<env::environment> make_guess_environment(
     int num_turns, std::shared_ptr<const prompt_dataset> dataset = nullptr);
 
 }  // namespace moerl::job

@@ -28,7 +28,7 @@ class rank_threads {
   //
   // A group spanning processes (a trainer group across nodes): this process runs the
   // num_ranks ranks first_rank.. of a larger group, each thread with the bootstrap
-  // make_bootstrap(rank) gives (the control plane's, actors/node_group_member.h); setup,
+  // make_bootstrap(rank) gives (the control plane's, actors/internal/node_group_member.h); setup,
   // teardown and every task see global ranks. Without make_bootstrap the ranks are the
   // whole group (fabric::launch_threads).
   using bootstrap_maker = std::function<std::unique_ptr<fabric::bootstrap>(int rank)>;

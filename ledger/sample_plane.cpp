@@ -10,7 +10,7 @@
 
 #include "common/config_text.h"
 #include "common/log.h"
-#include "ledger/zmq_check.h"
+#include "zmq/check.h"
 #include "messages/codec.h"
 
 namespace moerl::ledger {
@@ -30,7 +30,7 @@ void close_socket(void*& sock) {
 // A socket with linger 0, routing id `name` (dealers) and a frame size cap.
 result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t max_frame) {
   void* sock = zmq_socket(ctx, type);
-  if (!sock) return detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
+  if (!sock) return zmq::detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
   auto setup = [&]() -> status {
     int zero = 0;
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero));
@@ -68,7 +68,7 @@ result<bool> wait_readable(void* sock, int timeout_ms) {
   int n = zmq_poll(&item, 1, timeout_ms);
   if (n == -1) {
     if (zmq_errno() == EINTR) return false;
-    return detail::zmq_failure("zmq_poll(sock, POLLIN)", zmq_errno(), __FILE__, __LINE__);
+    return zmq::detail::zmq_failure("zmq_poll(sock, POLLIN)", zmq_errno(), __FILE__, __LINE__);
   }
   return n > 0 && (item.revents & ZMQ_POLLIN);
 }
@@ -85,7 +85,7 @@ result<std::vector<std::string>> recv_message(void* sock) {
       int e = zmq_errno();
       zmq_msg_close(&msg);
       if (e == EAGAIN && frames.empty()) return frames;
-      return detail::zmq_failure("zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT)", e, __FILE__, __LINE__);
+      return zmq::detail::zmq_failure("zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT)", e, __FILE__, __LINE__);
     }
     frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
     bool more = zmq_msg_more(&msg);
@@ -108,16 +108,6 @@ status check_name(const std::string& name, const char* what) {
 
 }  // namespace
 
-// ---- context --------------------------------------------------------------------------
-
-result<std::shared_ptr<zmq_context>> zmq_context::create() {
-  void* ctx = zmq_ctx_new();
-  if (!ctx) return detail::zmq_failure("zmq_ctx_new()", zmq_errno(), __FILE__, __LINE__);
-  return std::shared_ptr<zmq_context>(new zmq_context(ctx));
-}
-
-zmq_context::~zmq_context() { zmq_ctx_term(ctx_); }
-
 result<sample_plane_options> sample_plane_options::from_config(const config& cfg) {
   sample_plane_options o;
   int64_t credits = cfg.get_int("buffer.credits_per_producer");
@@ -132,7 +122,7 @@ result<sample_plane_options> sample_plane_options::from_config(const config& cfg
 
 // ---- producer -------------------------------------------------------------------------
 
-result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_ptr<zmq_context> ctx,
+result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                                   const std::string& endpoint,
                                                                   const std::string& name) {
   if (auto s = check_name(name, "producer"); !s) return s.err();
@@ -198,7 +188,7 @@ status sample_producer::poll(int timeout_ms) {
 
 // ---- consumer -------------------------------------------------------------------------
 
-result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<zmq_context> ctx,
+result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                                 const std::string& endpoint,
                                                                 const std::string& name,
                                                                 uint64_t incarnation) {
@@ -268,7 +258,7 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
 
 // ---- shard service --------------------------------------------------------------------
 
-result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq_context> ctx,
+result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                            const std::string& endpoint,
                                                            shard_options shard,
                                                            sample_plane_options plane) {

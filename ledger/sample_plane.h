@@ -35,20 +35,9 @@
 #include "common/rate_limited_log.h"
 #include "ledger/buffer_shard.h"
 #include "messages/sample.h"
+#include "zmq/context.h"
 
 namespace moerl::ledger {
-
-// Owns one libzmq context. Thread-safe (as libzmq's context is).
-class zmq_context {
- public:
-  static result<std::shared_ptr<zmq_context>> create();
-  ~zmq_context();
-  void* handle() const { return ctx_; }
-
- private:
-  explicit zmq_context(void* ctx) : ctx_(ctx) {}
-  void* ctx_;
-};
 
 // Rollout or reward side: sends samples to one shard, one per credit. Sockets close with
 // linger 0, so destroying a producer discards samples still queued locally: keep it until
@@ -57,7 +46,7 @@ class zmq_context {
 class sample_producer {
  public:
   // Connects to `endpoint` ("tcp://127.0.0.1:port" or "ipc:///path") and says hello.
-  static result<std::unique_ptr<sample_producer>> connect(std::shared_ptr<zmq_context> ctx,
+  static result<std::unique_ptr<sample_producer>> connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                           const std::string& endpoint,
                                                           const std::string& name);
   ~sample_producer();
@@ -77,7 +66,7 @@ class sample_producer {
 
  private:
   sample_producer() = default;
-  std::shared_ptr<zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string name_;
   uint32_t credits_ = 0;
@@ -96,7 +85,7 @@ class sample_producer {
 // to the lower ones again.
 class batch_consumer {
  public:
-  static result<std::unique_ptr<batch_consumer>> connect(std::shared_ptr<zmq_context> ctx,
+  static result<std::unique_ptr<batch_consumer>> connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                          const std::string& endpoint,
                                                          const std::string& name,
                                                          uint64_t incarnation = 0);
@@ -113,7 +102,7 @@ class batch_consumer {
 
  private:
   batch_consumer() = default;
-  std::shared_ptr<zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string name_;
   uint64_t incarnation_ = 0;
@@ -135,7 +124,7 @@ struct sample_plane_options {
 class shard_service {
  public:
   // Binds `endpoint`; "tcp://127.0.0.1:*" picks a free port (see endpoint()).
-  static result<std::unique_ptr<shard_service>> bind(std::shared_ptr<zmq_context> ctx,
+  static result<std::unique_ptr<shard_service>> bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                      const std::string& endpoint,
                                                      shard_options shard,
                                                      sample_plane_options plane = {});
@@ -169,7 +158,7 @@ class shard_service {
   status grant_credits();
   status serve_waiting();
 
-  std::shared_ptr<zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string endpoint_;
   sample_plane_options plane_;

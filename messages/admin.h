@@ -26,6 +26,15 @@ struct admin_reply {
   std::string body_json;  // the result as JSON text
 };
 
+// Every admin verb, as the errors for an unknown one list them (coordinator and consoles).
+inline constexpr const char* kAdminVerbs =
+    "status|nodes|iterations|interruptions|ledger|snapshot|inject|drain|report|shutdown";
+// The read-only verbs that take no arguments.
+inline bool is_view_verb(const std::string& verb) {
+  return verb == "status" || verb == "nodes" || verb == "report" || verb == "iterations" ||
+         verb == "interruptions" || verb == "ledger" || verb == "snapshot";
+}
+
 MOERL_MESSAGE_KIND(admin_request, kind::admin_request);
 MOERL_MESSAGE_KIND(admin_reply, kind::admin_reply);
 // A bare error on the wire (e.g. a reply to an undecodable request). Wrapped so that

@@ -27,7 +27,7 @@ struct sample {
   // iteration. Saturates at ~71 minutes.
   uint32_t generate_us = 0;
   uint32_t reward_us = 0;
-  // Multi-turn episodes (actors/ENV.md): 1 where tokens[i] came from the environment (its
+  // Multi-turn episodes (env/ENV.md): 1 where tokens[i] came from the environment (its
   // logprob is 0 and the trainer skips it), 0 where the policy sampled it. Empty for a
   // single-turn sample: every token is the policy's. Decode enforces one entry per token.
   std::vector<uint8_t> from_env;

@@ -69,7 +69,7 @@ class fault_delivery {
   // does, as the kubelet does); false: the runner does, with a kill blow.
   virtual bool enforces_grace() const = 0;
   // Starts the replacement of `n` under `name` (a StatefulSet's pod keeps its name, a
-  // Deployment's gets a new one: actors/pod_policy.h). Poll replacement() for its node name.
+  // Deployment's gets a new one: up/pod_policy.h). Poll replacement() for its node name.
   virtual status start_replacement(const node_ref& n, const std::string& name) = 0;
   // The replacement's node name once it started; "" while it is still starting; an error
   // when starting it failed.

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "actors/console_client.h"
+#include "console/console_client.h"
 
 namespace moerl::sims {
 
@@ -15,7 +15,7 @@ result<nlohmann::json> job_console::call(
   req.command = command;
   req.args = args;
   req.options = options;
-  auto rep = actors::console_call(address_, req, timeout_ms_);
+  auto rep = console::console_call(address_, req, timeout_ms_);
   if (!rep) return rep.err();
   if (!rep->ok) return rep->err;
   auto body = nlohmann::json::parse(rep->body_json, nullptr, /*allow_exceptions=*/false);

@@ -1,5 +1,5 @@
 // The runner's view of a job through its console (the ZeroMQ admin plane that `moerl console`
-// uses, actors/console_client.h): status, nodes, inject. Every call has a timeout, so a dead
+// uses, console/console_client.h): status, nodes, inject. Every call has a timeout, so a dead
 // or restarting coordinator shows up as an error, never a hang. Not thread-safe.
 #pragma once
 

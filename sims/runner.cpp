@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "actors/pod_policy.h"
+#include "up/pod_policy.h"
 
 namespace moerl::sims::detail {
 
@@ -346,9 +346,9 @@ bool runner::node_gone(const fault_state& f, const node_view* n) {
 
 void runner::start_replacement(fault_state& f) {
   const fault_event& ev = f.rec.planned;
-  // As the pod controllers do, and `moerl up` (actors/pod_policy.h): a StatefulSet role's pod
+  // As the pod controllers do, and `moerl up` (up/pod_policy.h): a StatefulSet role's pod
   // is recreated under its own name, a Deployment's replaced by a new one with a new name.
-  const bool recreate = actors::controller_of(ev.role) == actors::pod_controller::stateful_set;
+  const bool recreate = up::controller_of(ev.role) == up::pod_controller::stateful_set;
   const std::string name =
       recreate ? ev.node : ev.node + "-r" + std::to_string(++replacements_made_[ev.node]);
   f.replace_at = -1;

@@ -84,7 +84,7 @@ struct cluster_spec {
   // Trainer node processes trainer-0 .. forming one trainer group (trainer.group_size); 1:
   // the one-process trainer. A group runs the GRPO job (the modpow test work has no group).
   int64_t trainer_members = 1;
-  int64_t env = 0;               // env nodes env-0 .. (the environment plane, actors/ENV.md)
+  int64_t env = 0;               // env nodes env-0 .. (the environment plane, env/ENV.md)
   int64_t weights = 1;           // weights nodes (checkpoint caches)
   std::vector<std::string> set;  // "key=value" config overrides for every node
 };

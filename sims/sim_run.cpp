@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "actors/local_job.h"
+#include "up/local_job.h"
 #include "common/config.h"
 #include "common/posix_check.h"
 #include "common/status_try.h"
@@ -101,7 +101,7 @@ std::string not_a_local_node(const node_view& n) {
 }
 
 struct local_setup {
-  std::unique_ptr<actors::local_job> job;
+  std::unique_ptr<up::local_job> job;
   std::unique_ptr<job_console> console;
   std::map<std::string, std::unique_ptr<netns_link>> links;  // partitioned node -> its link
 };
@@ -112,7 +112,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
                                 const std::string& work_dir,
                                 const std::set<std::string>& partitioned, const std::string& tag) {
   local_setup ls;
-  actors::local_job_options jo;
+  up::local_job_options jo;
   jo.binary = o.binary;
   jo.config_file = o.config_file;
   jo.overrides = s.cluster.set;
@@ -126,12 +126,12 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   jo.overrides.push_back("env.nodes=0");
   jo.overrides.push_back("store.url=" + work_dir + "/store");
   jo.store_prefix = tag;
-  auto port = actors::free_tcp_port();
+  auto port = up::free_tcp_port();
   if (!port) return port.err();
   jo.console = "tcp://127.0.0.1:" + std::to_string(*port);
   jo.log_dir = work_dir + "/" + tag + "-logs";
   const roster names = canonical_roster(s.cluster);
-  std::vector<actors::node_spec> namespaced;
+  std::vector<up::node_spec> namespaced;
   for (const char* role : {"buffer", "weights", "trainer", "reward", "env", "rollout"}) {
     auto it = names.find(role);
     if (it == names.end()) continue;
@@ -143,7 +143,7 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   for (const auto& n : jo.nodes) expect.insert(n.name);
   const std::string console_address = jo.console;
 
-  auto job = actors::local_job::configure(std::move(jo));
+  auto job = up::local_job::configure(std::move(jo));
   if (!job) return error{job.err().code, "starting the local cluster: " + job.err().message};
   ls.job = std::move(*job);
   if (auto st = ls.job->start(); !st) {
@@ -314,7 +314,7 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 
   job_hooks hooks;
   hooks.coordinator_restartable = true;
-  actors::local_cluster* cluster = &setup.job->cluster();
+  up::local_cluster* cluster = &setup.job->cluster();
   hooks.kill_coordinator = [cluster] { return cluster->signal("coordinator", SIGKILL); };
   hooks.restart_coordinator = [cluster] {
     // The killed coordinator must be reaped before local_cluster starts it again.

@@ -1,7 +1,7 @@
 // `moerl sim run`: carries a scenario out against a job and measures what each fault cost.
 //
 // Local mode (no --against): starts a local cluster of the scenario's shape with
-// actors/local_job.h (the `moerl up` machinery, one `moerl node` process per node), with
+// up/local_job.h (the `moerl up` machinery, one `moerl node` process per node), with
 // nodes that the timeline partitions started inside their own network namespace
 // (sims/netns_link.h). Attach mode (--against HOST:PORT): uses a running job's console;
 // kills need the node to run on this host, or a delivery command that reaches it where it runs

@@ -11,7 +11,7 @@ namespace moerl::sims {
 roster canonical_roster(const cluster_spec& c) {
   roster r;
   auto numbered = [&](const std::string& role, int64_t n) {
-    // 0-based, as actors/local_cluster.h names the nodes of `moerl up`.
+    // 0-based, as up/local_cluster.h names the nodes of `moerl up`.
     for (int64_t i = 0; i < n; ++i) r[role].push_back(role + "-" + std::to_string(i));
   };
   r["coordinator"] = {"coordinator"};

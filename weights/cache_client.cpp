@@ -6,8 +6,8 @@
 #include <chrono>
 #include <vector>
 
-#include "ledger/zmq_check.h"
-#include "ledger/zmq_parts.h"
+#include "zmq/check.h"
+#include "zmq/parts.h"
 #include "store/digest.h"
 #include "weights/wire.h"
 
@@ -16,7 +16,7 @@ namespace moerl::weights {
 using nlohmann::json;
 
 result<std::unique_ptr<cache_client>> cache_client::connect(
-    std::shared_ptr<ledger::zmq_context> ctx, const std::string& endpoint, int timeout_ms) {
+    std::shared_ptr<zmq::zmq_context> ctx, const std::string& endpoint, int timeout_ms) {
   std::unique_ptr<cache_client> c(new cache_client);
   c->ctx_ = std::move(ctx);
   c->endpoint_ = endpoint;
@@ -58,7 +58,7 @@ result<cache_answer> cache_client::call(const std::string& verb, json header,
     const int n = zmq_poll(&item, 1, static_cast<long>(left));
     ZMQ_CHECK(n);
     if (n == 0) break;
-    auto received = ledger::recv_message_parts(sock_, "zmq_msg_recv(DEALER)");
+    auto received = zmq::recv_message_parts(sock_, "zmq_msg_recv(DEALER)");
     if (!received) return received.err();
     std::vector<std::string>& parts = *received;
     if (parts.size() < 2 || parts.size() > 3)
@@ -103,7 +103,7 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
                                    std::to_string(version) + " after every chunk");
 }
 
-result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
                                     uint64_t chunk_bytes, int timeout_ms) {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "ledger/sample_plane.h"
+#include "zmq/context.h"
 
 namespace moerl::weights {
 
@@ -24,7 +24,7 @@ struct cache_answer {
 
 class cache_client {
  public:
-  static result<std::unique_ptr<cache_client>> connect(std::shared_ptr<ledger::zmq_context> ctx,
+  static result<std::unique_ptr<cache_client>> connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                        const std::string& endpoint, int timeout_ms);
   ~cache_client();
   // Sends one request and waits for its answer. The cache's error answer comes back as that
@@ -35,7 +35,7 @@ class cache_client {
 
  private:
   cache_client() = default;
-  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string endpoint_;
   int timeout_ms_ = 0;
@@ -49,7 +49,7 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
 
 // Puts a version into one of `caches`: the least loaded that answers, the next on failure.
 // Returns the endpoint of the cache that holds it; the last failure when none took it.
-result<std::string> push_to_a_cache(std::shared_ptr<ledger::zmq_context> ctx,
+result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
                                     uint64_t chunk_bytes, int timeout_ms);

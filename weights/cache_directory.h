@@ -12,16 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "ledger/sample_plane.h"
+#include "zmq/context.h"
 
 namespace moerl::weights {
 
 class cache_directory {
  public:
-  cache_directory(std::shared_ptr<ledger::zmq_context> ctx, std::string self_endpoint = "")
+  cache_directory(std::shared_ptr<zmq::zmq_context> ctx, std::string self_endpoint = "")
       : ctx_(std::move(ctx)), self_(std::move(self_endpoint)) {}
 
-  const std::shared_ptr<ledger::zmq_context>& zmq() const { return ctx_; }
+  const std::shared_ptr<zmq::zmq_context>& zmq() const { return ctx_; }
 
   // The caches alive, as the coordinator lists them (this node's own cache left out).
   void set_caches(std::vector<std::string> endpoints) {
@@ -49,7 +49,7 @@ class cache_directory {
   uint64_t announced() const { return announced_.load(); }
 
  private:
-  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   std::string self_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;

@@ -9,9 +9,9 @@
 
 #include "common/host_identity.h"
 #include "common/log.h"
-#include "ledger/zmq_bind.h"
-#include "ledger/zmq_check.h"
-#include "ledger/zmq_parts.h"
+#include "zmq/bind.h"
+#include "zmq/check.h"
+#include "zmq/parts.h"
 #include "store/digest.h"
 #include "weights/wire.h"
 
@@ -47,7 +47,7 @@ json server_counters::to_json() const {
           {"shm_copies", num_shm_copies}};
 }
 
-result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<ledger::zmq_context> ctx,
+result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                          const std::string& endpoint,
                                                          std::shared_ptr<version_cache> cache,
                                                          uint64_t chunk_bytes) {
@@ -60,7 +60,7 @@ result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<ledger:
     return error(errc::io_error,
                  std::string("zmq_socket(ROUTER) failed: ") + zmq_strerror(zmq_errno()));
   constexpr int kHighWaterMark = 1024;
-  auto bound = ledger::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark);
+  auto bound = zmq::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark);
   if (!bound) return bound.err();
   s->endpoint_ = *bound;
   return s;
@@ -103,7 +103,7 @@ status cache_server::poll(int timeout_ms) {
 }
 
 status cache_server::serve_one() {
-  auto parts = ledger::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)");
+  auto parts = zmq::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)");
   if (!parts) return parts.err().code == errc::capacity_exceeded ? ok_status() : parts.err();
   ++counters_.num_requests;
   // [identity][verb][header][payload?]
@@ -148,7 +148,7 @@ status cache_server::serve_one() {
     if (zmq_msg_send(&msg, sock_, 0) == -1) {
       const int e = zmq_errno();
       zmq_msg_close(&msg);
-      return ledger::detail::zmq_failure("zmq_msg_send(ROUTER)", e, __FILE__, __LINE__);
+      return zmq::detail::zmq_failure("zmq_msg_send(ROUTER)", e, __FILE__, __LINE__);
     }
     count_served(size);
   }

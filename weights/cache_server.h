@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "ledger/sample_plane.h"
+#include "zmq/context.h"
 #include "weights/shm_copy.h"
 #include "weights/version_cache.h"
 
@@ -37,7 +37,7 @@ class cache_server {
  public:
   // Binds `endpoint` ("tcp://127.0.0.1:*" picks a port; endpoint() tells which). The cache
   // splits versions into chunk_bytes chunks for readers.
-  static result<std::unique_ptr<cache_server>> bind(std::shared_ptr<ledger::zmq_context> ctx,
+  static result<std::unique_ptr<cache_server>> bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                     const std::string& endpoint,
                                                     std::shared_ptr<version_cache> cache,
                                                     uint64_t chunk_bytes);
@@ -73,7 +73,7 @@ class cache_server {
   result<nlohmann::json> handle_put(const nlohmann::json& h, const std::string& payload);
   void count_served(uint64_t n);
 
-  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   std::string endpoint_;
   std::shared_ptr<version_cache> cache_;

@@ -25,7 +25,7 @@ json reader_counters::to_json() const {
           {"bytes_via_shm", bytes_via_shm}};
 }
 
-version_reader::version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms,
+version_reader::version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms,
                                bool same_host_shm)
     : ctx_(std::move(ctx)),
       timeout_ms_(timeout_ms),

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "ledger/sample_plane.h"
+#include "zmq/context.h"
 #include "weights/cache_client.h"
 
 namespace moerl::weights {
@@ -47,7 +47,7 @@ class version_reader {
  public:
   // timeout_ms bounds each request to a cache. same_host_shm: ask caches for a /dev/shm
   // copy (weights/shm_copy.h), read in one pass when the cache shares this host.
-  version_reader(std::shared_ptr<ledger::zmq_context> ctx, int timeout_ms,
+  version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms,
                  bool same_host_shm = false);
   // `caches`: the endpoints to try; `from_store`: the durable copy (it checks what it reads;
   // null: no store fallback, errc::not_found when no cache holds the version).
@@ -73,7 +73,7 @@ class version_reader {
   // failed (the caller resumes elsewhere).
   bool read_chunks(const holder& h, uint64_t version, std::string& out, uint64_t* next);
 
-  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   int timeout_ms_;
   std::string shm_host_;  // host_identity sent with meta requests when same_host_shm
   std::map<std::string, std::unique_ptr<cache_client>> clients_;

@@ -21,15 +21,15 @@
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
 #include "actors/coordinator.h"
-#include "actors/local_cluster.h"
+#include "up/local_cluster.h"
 #include "actors/node_identity.h"
 #include "bench/control/lease_client.h"
 #include "bench/support.h"
+#include "common/temp_dir.h"
 #include "common/config.h"
 #include "ledger/clock.h"
 #include "messages/control.h"
 #include "provenance/provenance.h"
-#include "tests/support/temp_dir.h"
 
 namespace moerl::bench {
 namespace {
@@ -429,8 +429,9 @@ void add_control_bench_command(CLI::App& bench) {
     }
     run_bench_command("control", [] {
       // The run's journal and leaser logs, removed however the run ends.
-      moerl::testing::temp_dir dir("bench-control");
-      json out = run_all(a, dir.path());
+      auto dir = temp_dir::create("bench-control");
+      if (!dir) throw std::runtime_error(dir.err().to_string());
+      json out = run_all(a, (*dir)->path());
       if (a.json_out)
         std::cout << out.dump(2) << "\n";
       else

@@ -11,14 +11,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "actors/local_cluster.h"
-#include "actors/local_job.h"
+#include "up/local_cluster.h"
+#include "up/local_job.h"
 #include "bench/support.h"
+#include "common/temp_dir.h"
 #include "common/config.h"
 #include "provenance/provenance.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
-#include "tests/support/temp_dir.h"
 
 namespace moerl::bench {
 namespace {
@@ -37,7 +37,7 @@ struct bench_args {
 constexpr int kTurns = 4;  // task.difficulty of the guess episodes
 constexpr int kTimeoutMs = 10000;
 
-// A rollout worker's side of the wire (actors/ENV.md), without the link's bookkeeping:
+// A rollout worker's side of the wire (env/ENV.md), without the link's bookkeeping:
 // one DEALER, JSON frames, replies matched by id.
 class env_dealer {
  public:
@@ -190,7 +190,7 @@ json measure(const std::string& endpoint, const bench_args& a) {
 }
 
 json run_all(const bench_args& a, const std::string& dir) {
-  actors::local_job_options jo;
+  up::local_job_options jo;
   jo.overrides = {"job.kind=grpo",
                   "task.name=guess",
                   "task.difficulty=" + std::to_string(kTurns),
@@ -201,11 +201,11 @@ json run_all(const bench_args& a, const std::string& dir) {
                   "store.url=" + dir + "/store"};
   jo.store_prefix = "bench";
   jo.iterations = 1000000;
-  jo.console = "tcp://127.0.0.1:" + std::to_string(need(actors::free_tcp_port(), "a free port"));
+  jo.console = "tcp://127.0.0.1:" + std::to_string(need(up::free_tcp_port(), "a free port"));
   jo.log_dir = dir + "/logs";
   jo.nodes = {{"env", "env-local", {}}};
   const std::string console_address = jo.console;
-  auto job = need(actors::local_job::configure(std::move(jo)), "configuring the env node");
+  auto job = need(up::local_job::configure(std::move(jo)), "configuring the env node");
   need(job->start(), "starting a coordinator and an env node");
   const config defaults = config::defaults();
   sims::job_console console(console_address, defaults.get_string("console.token"),
@@ -215,7 +215,7 @@ json run_all(const bench_args& a, const std::string& dir) {
               {"turns_per_episode", kTurns},
               {"env_workers", a.workers},
               {"env_step_latency_ms", 0},
-              {"transport", "ZeroMQ DEALER -> ROUTER over TCP, JSON frames (actors/ENV.md)"},
+              {"transport", "ZeroMQ DEALER -> ROUTER over TCP, JSON frames (env/ENV.md)"},
               {"load_average_start", host_load_average()}};
   try {
     out["local"] = measure(wait_endpoint(console, "env-local"), a);
@@ -287,8 +287,9 @@ void add_env_bench_command(CLI::App& bench) {
   cmd->add_flag("--no-netns", a.no_netns, "measure the local placement only");
   cmd->callback([] {
     run_bench_command("env", [] {
-      moerl::testing::temp_dir dir("bench-env");
-      json out = run_all(a, dir.path());
+      auto dir = temp_dir::create("bench-env");
+      if (!dir) throw std::runtime_error(dir.err().to_string());
+      json out = run_all(a, (*dir)->path());
       if (a.json_out)
         std::cout << out.dump(2) << "\n";
       else

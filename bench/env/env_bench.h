@@ -1,6 +1,6 @@
 // `moerl bench env --json`: the environment plane's round trip, measured through one real env
 // node (`moerl node --role env`, task guess, started with a coordinator as `moerl up` starts
-// them), by a ZeroMQ DEALER speaking the env wire protocol (actors/ENV.md) as a rollout
+// them), by a ZeroMQ DEALER speaking the env wire protocol (env/ENV.md) as a rollout
 // worker's link does:
 //   step_rtt        sequential step round trips, one request in flight: p50/p99/mean
 //   steps_per_s     steps answered per second with --window episodes in flight (each episode

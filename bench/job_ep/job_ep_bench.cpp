@@ -31,7 +31,7 @@ namespace {
 struct options {
   std::vector<int> ranks{2, 4};
   int reps = 5;
-  // OpenBLAS threads of the process: 1 as `moerl up` runs its nodes (actors/local_job.h
+  // OpenBLAS threads of the process: 1 as `moerl up` runs its nodes (up/local_job.h
   // one_blas_thread_per_node); 0 leaves OpenBLAS's own default (one per core).
   int blas_threads = 1;
 };

@@ -20,9 +20,9 @@
 #include "common/child_process.h"
 #include "common/percentile.h"
 #include "job/grpo_job.h"
-#include "ledger/sample_plane.h"
-#include "ledger/zmq_check.h"
-#include "ledger/zmq_parts.h"
+#include "zmq/context.h"
+#include "zmq/check.h"
+#include "zmq/parts.h"
 #include "moto_server.h"
 #include "policy/params.h"
 #include "provenance/provenance.h"
@@ -69,7 +69,7 @@ std::string self_executable() {
 // A cache server answering on its own thread until destroyed.
 class cache_thread {
  public:
-  cache_thread(std::shared_ptr<ledger::zmq_context> ctx, const std::string& endpoint,
+  cache_thread(std::shared_ptr<zmq::zmq_context> ctx, const std::string& endpoint,
                std::shared_ptr<weights::version_cache> cache, uint64_t chunk_bytes,
                bool same_host_shm = false) {
     server_ = need(weights::cache_server::bind(ctx, endpoint, std::move(cache), chunk_bytes),
@@ -97,7 +97,7 @@ class cache_thread {
 // The bench's side of the readers: a ROUTER every reader connects to.
 class reader_fleet {
  public:
-  reader_fleet(std::shared_ptr<ledger::zmq_context> ctx, std::string exe, std::string log_dir)
+  reader_fleet(std::shared_ptr<zmq::zmq_context> ctx, std::string exe, std::string log_dir)
       : ctx_(std::move(ctx)), exe_(std::move(exe)), log_dir_(std::move(log_dir)) {
     sock_ = zmq_socket(ctx_->handle(), ZMQ_ROUTER);
     int linger = 0;
@@ -196,13 +196,13 @@ class reader_fleet {
                                  std::to_string(timeout_ms) + " ms");
       zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
       if (zmq_poll(&item, 1, 200) <= 0) continue;
-      auto parts = need(ledger::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)"),
+      auto parts = need(zmq::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)"),
                         "receiving from a reader");
       if (parts.size() == 3 && parts[1] == word) return {parts[0], parts[2]};
     }
   }
 
-  std::shared_ptr<ledger::zmq_context> ctx_;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   std::string exe_, log_dir_, endpoint_;
   void* sock_ = nullptr;
   std::vector<pid_t> pids_;
@@ -242,7 +242,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
     }
   } remove_scratch{scratch};
 
-  auto ctx = need(ledger::zmq_context::create(), "creating a ZeroMQ context");
+  auto ctx = need(zmq::zmq_context::create(), "creating a ZeroMQ context");
   json skipped = json::array();
 
   // The S3 path: a moto server, its credentials in the environment the readers inherit.

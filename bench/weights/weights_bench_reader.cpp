@@ -11,9 +11,9 @@
 
 #include "common/config.h"
 #include "job/grpo_job.h"
-#include "ledger/sample_plane.h"
-#include "ledger/zmq_check.h"
-#include "ledger/zmq_parts.h"
+#include "zmq/context.h"
+#include "zmq/check.h"
+#include "zmq/parts.h"
 #include "policy/params.h"
 #include "store/object_store.h"
 #include "weights/version_reader.h"
@@ -45,7 +45,7 @@ constexpr int kCacheTimeoutMs = 60000;
 }  // namespace
 
 status run_weights_reader(const weights_reader_args& args) {
-  auto ctx = ledger::zmq_context::create();
+  auto ctx = zmq::zmq_context::create();
   if (!ctx) return ctx.err();
   const pid_t parent = getppid();
 
@@ -102,7 +102,7 @@ status run_weights_reader(const weights_reader_args& args) {
       if (getppid() != parent) return ok_status();  // the bench is gone: nobody to answer
       continue;
     }
-    auto parts = ledger::recv_message_parts(sock, "zmq_msg_recv(DEALER)");
+    auto parts = zmq::recv_message_parts(sock, "zmq_msg_recv(DEALER)");
     if (!parts) return parts.err();
     if (parts->empty() || (*parts)[0] == "exit") return ok_status();
     if ((*parts)[0] != "go") continue;

@@ -38,7 +38,7 @@ TEST_F(cluster_test, sigterm_drains_the_node_finishes_its_unit_and_exits_zero) {
 
 TEST_F(cluster_test, imds_spot_notice_from_a_local_server_drains_the_node) {
   fake_imds imds;
-  auto nodes = moerl::actors::default_cluster_nodes();
+  auto nodes = moerl::up::default_cluster_nodes();
   for (auto& n : nodes)
     if (n.name == "rollout-1")
       n.overrides = {"imds.enabled=true", "imds.endpoint=" + imds.endpoint(),

@@ -86,7 +86,7 @@ TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refu
   uint64_t refused_before = refused();
   // Replay unit 1's samples as generated (a duplicate delivery) and again under an attempt
   // of epoch 0 (a stale attempt from before the ledger's first epoch) at both shards.
-  auto zmq = ledger::zmq_context::create();
+  auto zmq = zmq::zmq_context::create();
   ASSERT_TRUE(zmq);
   job::modpow_work work;
   int sent = 0;

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/local_cluster.h"
+#include "up/local_cluster.h"
 #include "common/config.h"
 
 namespace moerl::test {
@@ -26,7 +26,7 @@ using nlohmann::json;
 class cluster_test : public ::testing::Test {
  protected:
   std::string dir_;
-  std::unique_ptr<actors::local_cluster> c_;
+  std::unique_ptr<up::local_cluster> c_;
 
   void SetUp() override {
     char tmpl[] = "/tmp/moerl-cluster-XXXXXX";
@@ -50,7 +50,7 @@ class cluster_test : public ::testing::Test {
   }
   // Small, quick units with fast failure detection.
   std::vector<std::string> base_overrides() {
-    auto port = actors::free_tcp_port();
+    auto port = up::free_tcp_port();
     std::vector<std::string> o = {
         "node.heartbeat_interval_ms=200",
         "node.connection_timeout_ms=1000",
@@ -74,14 +74,14 @@ class cluster_test : public ::testing::Test {
     return o;
   }
   void start(std::vector<std::string> extra = {},
-             std::vector<actors::node_spec> nodes = actors::default_cluster_nodes()) {
+             std::vector<up::node_spec> nodes = up::default_cluster_nodes()) {
     actors::cluster_options o;
     o.binary = MOERL_BINARY;
     o.overrides = base_overrides();
     for (auto& kv : extra) o.overrides.push_back(kv);
     o.log_dir = dir_ + "/logs";
     o.nodes = std::move(nodes);
-    auto c = actors::local_cluster::start(o);
+    auto c = up::local_cluster::start(o);
     ASSERT_TRUE(c) << c.err().to_string();
     c_ = std::move(*c);
   }

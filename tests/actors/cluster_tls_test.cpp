@@ -1,4 +1,4 @@
-// The control plane over TLS (caf_openssl behind actors/openssl_error_queue.h), on loopback, with
+// The control plane over TLS (caf_openssl behind actors/internal/openssl_error_queue.h), on loopback, with
 // a CA and certificates the test makes with the openssl CLI: a cluster whose nodes hold
 // certificates from the cluster CA runs to the end; a node with a certificate from another
 // CA cannot join and exits 3. One TLS link ending, by a drain, a kill or a refused handshake,
@@ -47,7 +47,7 @@ class tls_cluster_test : public cluster_test {
  protected:
   void start_tls(
       const std::vector<std::string>& extra = {},
-      std::vector<moerl::actors::node_spec> nodes = moerl::actors::default_cluster_nodes()) {
+      std::vector<moerl::up::node_spec> nodes = moerl::up::default_cluster_nodes()) {
     pki_ = dir_ + "/pki";
     std::filesystem::create_directories(pki_);
     make_cert(pki_, "cluster-ca", "node");
@@ -66,7 +66,7 @@ class tls_cluster_test : public cluster_test {
   }
   // No node other than `gone` lost its link to the coordinator, seen from either end.
   void expect_no_other_link_lost(const std::string& gone) {
-    for (const auto& spec : moerl::actors::default_cluster_nodes()) {
+    for (const auto& spec : moerl::up::default_cluster_nodes()) {
       if (spec.name == gone) continue;
       auto lines = lost_link_lines(dir_ + "/logs", spec.name);
       EXPECT_TRUE(lines.empty()) << spec.name << " lost its link: " << lines.front();
@@ -112,7 +112,7 @@ TEST_F(tls_cluster_test, a_cluster_runs_to_the_end_with_clean_books) {
 // on the coordinator's multiplexer thread, and the members' links stay up through all of
 // them, so the run's books are clean too.
 TEST_F(tls_cluster_test, a_node_with_a_certificate_from_another_ca_cannot_join) {
-  auto nodes = moerl::actors::default_cluster_nodes();
+  auto nodes = moerl::up::default_cluster_nodes();
   std::filesystem::create_directories(dir_ + "/pki");
   make_cert(dir_ + "/pki", "rogue-ca", "rogue");
   nodes.push_back(

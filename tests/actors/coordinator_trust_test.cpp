@@ -6,7 +6,7 @@
 
 using namespace moerl::actors;
 
-TEST(CoordinatorTrust, nothing_is_trusted_before_an_accepted_registration) {
+TEST(coordinator_trust, nothing_is_trusted_before_an_accepted_registration) {
   coordinator_trust t(1000);
   EXPECT_FALSE(t.trusted(0));
   EXPECT_NE(t.why_not(0).find("registration"), std::string::npos);
@@ -15,7 +15,7 @@ TEST(CoordinatorTrust, nothing_is_trusted_before_an_accepted_registration) {
   EXPECT_TRUE(t.why_not(100).empty());
 }
 
-TEST(CoordinatorTrust, trust_runs_from_when_the_accepted_heartbeat_was_sent) {
+TEST(coordinator_trust, trust_runs_from_when_the_accepted_heartbeat_was_sent) {
   coordinator_trust t(1000);
   auto link = t.current_link();
   t.accepted(link, 100);
@@ -28,7 +28,7 @@ TEST(CoordinatorTrust, trust_runs_from_when_the_accepted_heartbeat_was_sent) {
   EXPECT_FALSE(t.trusted(1900));
 }
 
-TEST(CoordinatorTrust, a_link_loss_ends_trust_and_answers_from_the_old_link_count_for_nothing) {
+TEST(coordinator_trust, a_link_loss_ends_trust_and_answers_from_the_old_link_count_for_nothing) {
   coordinator_trust t(1000);
   auto old_link = t.current_link();
   t.accepted(old_link, 100);
@@ -40,7 +40,7 @@ TEST(CoordinatorTrust, a_link_loss_ends_trust_and_answers_from_the_old_link_coun
   EXPECT_TRUE(t.trusted(250));
 }
 
-TEST(CoordinatorTrust, a_fenced_node_is_never_trusted_again) {
+TEST(coordinator_trust, a_fenced_node_is_never_trusted_again) {
   coordinator_trust t(1000);
   t.accepted(t.current_link(), 100);
   t.fence("declared dead: no heartbeat for 4100 ms");
@@ -51,7 +51,7 @@ TEST(CoordinatorTrust, a_fenced_node_is_never_trusted_again) {
   EXPECT_NE(t.why_not(250).find("no heartbeat"), std::string::npos);
 }
 
-TEST(CoordinatorTrust, the_bound_is_below_every_way_the_coordinator_declares_a_node_dead) {
+TEST(coordinator_trust, the_bound_is_below_every_way_the_coordinator_declares_a_node_dead) {
   EXPECT_LT(trust_bound_ms(4000), kRejoinGraceMs);
   EXPECT_LT(trust_bound_ms(4000), 4000);
   EXPECT_LT(trust_bound_ms(600), 600);

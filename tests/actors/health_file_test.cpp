@@ -22,7 +22,7 @@ health_record running_at(int64_t now) {
   return r;
 }
 
-TEST(HealthFile, RoundTrips) {
+TEST(health_file, RoundTrips) {
   testing::temp_dir dir("health");
   const std::string path = dir.path() + "/h.json";
   auto r = running_at(1000);
@@ -39,7 +39,7 @@ TEST(HealthFile, RoundTrips) {
   EXPECT_FALSE(std::ifstream(path + ".tmp")) << "the temporary is renamed away";
 }
 
-TEST(HealthFile, MissingAndMalformedFilesAreNamed) {
+TEST(health_file, MissingAndMalformedFilesAreNamed) {
   testing::temp_dir dir("health");
   const std::string path = dir.path() + "/h.json";
   auto missing = read_health(path);
@@ -56,7 +56,7 @@ TEST(HealthFile, MissingAndMalformedFilesAreNamed) {
   }
 }
 
-TEST(HealthFile, LiveWhileTheAgentWritesAndIsNotFenced) {
+TEST(health_file, LiveWhileTheAgentWritesAndIsNotFenced) {
   const int64_t now = 100000;
   EXPECT_EQ(probe_failure(running_at(now - 500), probe_kind::live, now, 1000), "");
   auto old = probe_failure(running_at(now - 1500), probe_kind::live, now, 1000);
@@ -70,7 +70,7 @@ TEST(HealthFile, LiveWhileTheAgentWritesAndIsNotFenced) {
   EXPECT_EQ(probe_failure(joining, probe_kind::live, now, 1000), "") << "joining is alive";
 }
 
-TEST(HealthFile, ReadyOnlyWhileRunningAndAccepted) {
+TEST(health_file, ReadyOnlyWhileRunningAndAccepted) {
   const int64_t now = 100000;
   EXPECT_EQ(probe_failure(running_at(now), probe_kind::ready, now, 1000), "");
   for (const char* state : {"joining", "draining"}) {

@@ -7,13 +7,13 @@
 namespace moerl {
 namespace {
 
-TEST(AdvertisedEndpoint, KeepsASpecificAddress) {
+TEST(advertised_endpoint, KeepsASpecificAddress) {
   auto ep = advertised_endpoint("tcp://127.0.0.1:4242");
   ASSERT_TRUE(ep) << ep.err().message;
   EXPECT_EQ(*ep, "tcp://127.0.0.1:4242");
 }
 
-TEST(AdvertisedEndpoint, ReplacesTheWildcardByThisHostsAddress) {
+TEST(advertised_endpoint, ReplacesTheWildcardByThisHostsAddress) {
   auto ep = advertised_endpoint("tcp://0.0.0.0:4242");
   ASSERT_TRUE(ep) << ep.err().message;
   EXPECT_NE(ep->find("tcp://"), std::string::npos);
@@ -21,7 +21,7 @@ TEST(AdvertisedEndpoint, ReplacesTheWildcardByThisHostsAddress) {
   EXPECT_EQ(ep->substr(ep->size() - 5), ":4242") << *ep;
 }
 
-TEST(AdvertisedEndpoint, RefusesAnEndpointThatIsNotTcpHostPort) {
+TEST(advertised_endpoint, RefusesAnEndpointThatIsNotTcpHostPort) {
   for (const char* bad : {"ipc:///tmp/x", "tcp://", "4242"}) {
     auto ep = advertised_endpoint(bad);
     ASSERT_FALSE(ep) << bad;

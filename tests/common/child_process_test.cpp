@@ -19,7 +19,7 @@ int status_of(const std::vector<std::string>& argv) {
   return *st;
 }
 
-TEST(ChildProcess, wait_statuses_read_as_exit_codes_and_signal_names) {
+TEST(child_process, wait_statuses_read_as_exit_codes_and_signal_names) {
   EXPECT_EQ(describe_wait_status(status_of({"sh", "-c", "exit 2"})), "exit code 2");
   EXPECT_EQ(describe_wait_status(status_of({"true"})), "exit code 0");
   EXPECT_EQ(describe_wait_status(status_of({"sh", "-c", "kill -KILL $$"})), "killed by SIGKILL");
@@ -28,7 +28,7 @@ TEST(ChildProcess, wait_statuses_read_as_exit_codes_and_signal_names) {
 
 // A parent that dies takes a die_with_parent child with it; this test process is the
 // subreaper, so the orphan comes back here and its end can be read.
-TEST(ChildProcess, a_die_with_parent_child_is_killed_when_its_parent_dies) {
+TEST(child_process, a_die_with_parent_child_is_killed_when_its_parent_dies) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);

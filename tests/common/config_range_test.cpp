@@ -62,7 +62,7 @@ std::vector<boundary> boundaries(const key_range& r, key_type t) {
   return out;
 }
 
-TEST(ConfigRange, every_bounded_key_refuses_just_outside_and_accepts_its_ends) {
+TEST(config_range, every_bounded_key_refuses_just_outside_and_accepts_its_ends) {
   testing::temp_dir dir("config-range");
   const std::string path = dir.path() + "/c.yaml";
   size_t num_checked = 0;
@@ -98,7 +98,7 @@ TEST(ConfigRange, every_bounded_key_refuses_just_outside_and_accepts_its_ends) {
   EXPECT_GT(num_checked, 50u);  // the schema declares ranges; an empty loop tests nothing
 }
 
-TEST(ConfigRange, defaults_satisfy_every_rule_and_every_rule_names_declared_integer_keys) {
+TEST(config_range, defaults_satisfy_every_rule_and_every_rule_names_declared_integer_keys) {
   EXPECT_TRUE(config::defaults().check_rules().ok());
   for (const auto& r : config_rules()) {
     const key_spec* k = find_key(r.key);
@@ -142,7 +142,7 @@ std::vector<std::string> condition(const key_rule& r, bool applies) {
   return {};
 }
 
-TEST(ConfigRange, every_rule_refuses_a_breaking_value_naming_key_rule_and_origin) {
+TEST(config_range, every_rule_refuses_a_breaking_value_naming_key_rule_and_origin) {
   std::set<std::string> constrained;  // keys of the rules seen so far
   for (const auto& r : config_rules()) {
     // The error names the first rule the value breaks, which is this one unless an earlier
@@ -171,7 +171,7 @@ TEST(ConfigRange, every_rule_refuses_a_breaking_value_naming_key_rule_and_origin
   }
 }
 
-TEST(ConfigRange, a_rule_broken_by_the_other_key_names_that_keys_line) {
+TEST(config_range, a_rule_broken_by_the_other_key_names_that_keys_line) {
   testing::temp_dir dir("config-rule");
   const std::string path = dir.path() + "/c.yaml";
   std::ofstream(path) << "log:\n  level: info\nledger:\n  max_groups_per_unit: 1\n";
@@ -183,7 +183,7 @@ TEST(ConfigRange, a_rule_broken_by_the_other_key_names_that_keys_line) {
                 "got 2 (its default)");
 }
 
-TEST(ConfigRange, the_values_the_issue_reported_are_refused_with_exit_2s_error) {
+TEST(config_range, the_values_the_issue_reported_are_refused_with_exit_2s_error) {
   // Issue 11, case 6: `moerl config check` accepted each of these.
   for (const char* ov :
        {"ledger.lease_timeout_ms=-1", "actors.units_per_iteration=0", "ledger.group_size=0",

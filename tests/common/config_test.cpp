@@ -21,7 +21,7 @@ std::string write_temp(const std::string& body) {
 
 }  // namespace
 
-TEST(Config, every_key_is_section_dot_name_declared_once_with_a_meaning) {
+TEST(config, every_key_is_section_dot_name_declared_once_with_a_meaning) {
   std::set<std::string> seen;
   for (const auto& k : config_schema()) {
     const std::string key = k.key;
@@ -34,7 +34,7 @@ TEST(Config, every_key_is_section_dot_name_declared_once_with_a_meaning) {
   }
 }
 
-TEST(Config, file_values_and_overrides_apply_in_order) {
+TEST(config, file_values_and_overrides_apply_in_order) {
   auto path = write_temp("log:\n  level: debug\nfabric:\n  op_timeout_ms: 250\n");
   auto cfg = config::load(path, {"fabric.op_timeout_ms=500"});
   ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();
@@ -43,7 +43,7 @@ TEST(Config, file_values_and_overrides_apply_in_order) {
   std::remove(path.c_str());
 }
 
-TEST(Config, unknown_key_is_an_error_naming_file_line_and_key) {
+TEST(config, unknown_key_is_an_error_naming_file_line_and_key) {
   auto path = write_temp("log:\n  level: info\nfabric:\n  provder: shm\n");
   auto cfg = config::load(path, {});
   ASSERT_FALSE(cfg.ok());
@@ -53,7 +53,7 @@ TEST(Config, unknown_key_is_an_error_naming_file_line_and_key) {
   std::remove(path.c_str());
 }
 
-TEST(Config, unknown_section_and_wrong_type_and_bad_choice_are_errors) {
+TEST(config, unknown_section_and_wrong_type_and_bad_choice_are_errors) {
   auto p1 = write_temp("nosuch:\n  x: 1\n");
   EXPECT_NE(config::load(p1, {}).err().message.find("unknown section"), std::string::npos);
   auto p2 = write_temp("fabric:\n  op_timeout_ms: soon\n");
@@ -65,7 +65,7 @@ TEST(Config, unknown_section_and_wrong_type_and_bad_choice_are_errors) {
   for (auto* p : {&p1, &p2, &p3}) std::remove(p->c_str());
 }
 
-TEST(Config, yaml_syntax_error_names_the_line) {
+TEST(config, yaml_syntax_error_names_the_line) {
   auto path = write_temp("log:\n  level: [unclosed\n");
   auto cfg = config::load(path, {});
   ASSERT_FALSE(cfg.ok());
@@ -73,7 +73,7 @@ TEST(Config, yaml_syntax_error_names_the_line) {
   std::remove(path.c_str());
 }
 
-TEST(Config, malformed_override_and_missing_file_are_errors) {
+TEST(config, malformed_override_and_missing_file_are_errors) {
   EXPECT_FALSE(config::load("", {"novalue"}).ok());
   EXPECT_FALSE(config::load("", {"no.such=1"}).ok());
   auto missing = config::load("/nonexistent/moerl.yaml", {});
@@ -81,7 +81,7 @@ TEST(Config, malformed_override_and_missing_file_are_errors) {
   EXPECT_NE(missing.err().message.find("cannot open"), std::string::npos);
 }
 
-TEST(Config, effective_config_renders_as_yaml_that_loads_back_identically) {
+TEST(config, effective_config_renders_as_yaml_that_loads_back_identically) {
   auto cfg = config::load("", {"fabric.op_timeout_ms=1234"});
   ASSERT_TRUE(cfg.ok());
   auto path = write_temp(cfg->to_yaml());
@@ -93,7 +93,7 @@ TEST(Config, effective_config_renders_as_yaml_that_loads_back_identically) {
 
 // Secrets come from mounted files (deploy/overlays/efa-spot): K_file replaces K with the
 // file's first line; an unreadable or empty file is refused naming the key and the file.
-TEST(Config, secret_files_replace_their_keys) {
+TEST(config, secret_files_replace_their_keys) {
   auto secret = write_temp("s3cr3t-operator  \nsecond line ignored\n");
   auto cfg = config::load("", {"console.operator_token_file=" + secret});
   ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();

@@ -18,7 +18,7 @@ bool printable_ascii(const std::string& s) {
   return true;
 }
 
-TEST(ConfigText, a_binary_file_is_refused_by_offset_and_line_without_echoing_its_bytes) {
+TEST(config_text, a_binary_file_is_refused_by_offset_and_line_without_echoing_its_bytes) {
   testing::temp_dir dir("config-text");
   const std::string path = dir.path() + "/weights.bin";
   std::ofstream(path, std::ios::binary)
@@ -32,7 +32,7 @@ TEST(ConfigText, a_binary_file_is_refused_by_offset_and_line_without_echoing_its
   EXPECT_TRUE(printable_ascii(cfg.err().message)) << cfg.err().message;
 }
 
-TEST(ConfigText, a_control_character_is_refused_and_utf8_text_is_accepted) {
+TEST(config_text, a_control_character_is_refused_and_utf8_text_is_accepted) {
   testing::temp_dir dir("config-text");
   const std::string path = dir.path() + "/c.yaml";
   std::ofstream(path) << "log:\n  level: in\x01"
@@ -46,7 +46,7 @@ TEST(ConfigText, a_control_character_is_refused_and_utf8_text_is_accepted) {
   EXPECT_TRUE(config::load(path, {}).ok());
 }
 
-TEST(ConfigText, a_file_above_the_size_limit_is_refused_before_parsing) {
+TEST(config_text, a_file_above_the_size_limit_is_refused_before_parsing) {
   testing::temp_dir dir("config-text");
   const std::string path = dir.path() + "/huge.yaml";
   {
@@ -61,7 +61,7 @@ TEST(ConfigText, a_file_above_the_size_limit_is_refused_before_parsing) {
       << cfg.err().message;
 }
 
-TEST(ConfigText, errors_echo_keys_and_values_printable_and_short) {
+TEST(config_text, errors_echo_keys_and_values_printable_and_short) {
   EXPECT_EQ(printable_excerpt("ok \xc3\xa9"), "ok \xc3\xa9");
   EXPECT_EQ(printable_excerpt(std::string("a\0\x1b[31m\xff", 8)), "a\\x00\\x1B[31m\\xFF");
   EXPECT_EQ(printable_excerpt(std::string(200, 'x')), std::string(80, 'x') + "...");

@@ -16,7 +16,7 @@ struct fake_clock {
   }
 };
 
-TEST(RateLimitedLog, a_flood_gives_one_line_per_interval_per_reason_with_the_count_since) {
+TEST(rate_limited_log, a_flood_gives_one_line_per_interval_per_reason_with_the_count_since) {
   fake_clock clock;
   std::vector<std::string> lines;
   {

@@ -6,7 +6,7 @@
 namespace moerl {
 namespace {
 
-TEST(SecretEquals, SameBytesAndLengthOnly) {
+TEST(secret_equals, SameBytesAndLengthOnly) {
   EXPECT_TRUE(secret_equals("moerl-operator", "moerl-operator"));
   EXPECT_FALSE(secret_equals("moerl-operatoR", "moerl-operator"));
   EXPECT_FALSE(secret_equals("Moerl-operator", "moerl-operator"));

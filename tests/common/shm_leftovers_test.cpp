@@ -27,7 +27,7 @@ pid_t a_dead_pid() {
 
 void touch(const std::string& path) { std::ofstream(path) << "x"; }
 
-TEST(ShmLeftovers, only_the_dead_pids_regions_are_removed) {
+TEST(shm_leftovers, only_the_dead_pids_regions_are_removed) {
   const pid_t dead = a_dead_pid();
   const std::string d = std::to_string(dead);
   const std::string mine = "/dev/shm/" + std::to_string(::getpid()) + ":9:9";
@@ -56,7 +56,7 @@ pid_t a_child_with_a_region(int sig) {
   return pid;
 }
 
-TEST(ShmLeftovers, reaping_a_signalled_child_removes_its_regions) {
+TEST(shm_leftovers, reaping_a_signalled_child_removes_its_regions) {
   const pid_t killed = a_child_with_a_region(SIGKILL);
   auto st = wait_exit(killed, 10000);
   ASSERT_TRUE(st) << st.err().to_string();

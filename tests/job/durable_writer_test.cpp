@@ -26,7 +26,7 @@ std::unique_ptr<store::object_store> local_store(const testing::temp_dir& dir) {
   return std::move(*s);
 }
 
-TEST(DurableWriter, WritesInOrderOffTheCallersThreadAndCountsFailures) {
+TEST(durable_writer, WritesInOrderOffTheCallersThreadAndCountsFailures) {
   testing::temp_dir dir("durable-writer");
   auto store = local_store(dir);
   std::mutex mu;
@@ -58,7 +58,7 @@ TEST(DurableWriter, WritesInOrderOffTheCallersThreadAndCountsFailures) {
   EXPECT_FALSE(store->get("obj/2"));
 }
 
-TEST(DurableWriter, DestructorFinishesEveryQueuedWrite) {
+TEST(durable_writer, DestructorFinishesEveryQueuedWrite) {
   testing::temp_dir dir("durable-writer");
   auto store = local_store(dir);
   {
@@ -70,7 +70,7 @@ TEST(DurableWriter, DestructorFinishesEveryQueuedWrite) {
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(store->get("q/" + std::to_string(i))) << i;
 }
 
-TEST(DurableWriter, SubmitWaitsWhileTheQueueIsFull) {
+TEST(durable_writer, SubmitWaitsWhileTheQueueIsFull) {
   durable_writer w(1);
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "actors/env_api.h"
+#include "env/env_api.h"
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
 #include "moto_server.h"

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/local_cluster.h"
+#include "up/local_cluster.h"
 
 namespace {
 
@@ -32,7 +32,7 @@ TEST(moerl_up, a_short_grpo_run_on_expert_parallel_ranks_loses_nothing_and_learn
   const fs::path dir = fs::temp_directory_path() / ("moerl-job-up-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  auto port = moerl::actors::free_tcp_port();
+  auto port = moerl::up::free_tcp_port();
   ASSERT_TRUE(port.ok()) << port.err().to_string();
   const int iterations = 20;
   const fs::path report = dir / "report.json";

@@ -24,7 +24,7 @@ constexpr uint64_t kChunk = 32 * 1024;
 using testing::random_bytes;
 using testing::zmq_ctx;
 
-void push(const std::shared_ptr<ledger::zmq_context>& ctx, const std::string& endpoint,
+void push(const std::shared_ptr<zmq::zmq_context>& ctx, const std::string& endpoint,
           uint64_t version, const std::string& bytes) {
   auto c = weights::cache_client::connect(ctx, endpoint, 2000);
   ASSERT_TRUE(c) << c.err().to_string();
@@ -59,7 +59,7 @@ bool wait_held(const weights_feed& feed, uint64_t version) {
   return false;
 }
 
-TEST(WeightsFeed, PrefetchesEachAnnouncedVersionFromTheCache) {
+TEST(weights_feed, PrefetchesEachAnnouncedVersionFromTheCache) {
   auto ctx = zmq_ctx();
   testing::served_cache cache(ctx, kChunk);
   store_fixture store;
@@ -89,7 +89,7 @@ TEST(WeightsFeed, PrefetchesEachAnnouncedVersionFromTheCache) {
   EXPECT_LE(st["held_unix_ms"]["1"].get<int64_t>(), st["held_unix_ms"]["2"].get<int64_t>());
 }
 
-TEST(WeightsFeed, ReadsTheStoreForAVersionNoCacheHolds) {
+TEST(weights_feed, ReadsTheStoreForAVersionNoCacheHolds) {
   auto ctx = zmq_ctx();
   testing::served_cache cache(ctx, kChunk);
   store_fixture store;
@@ -114,7 +114,7 @@ TEST(WeightsFeed, ReadsTheStoreForAVersionNoCacheHolds) {
   EXPECT_EQ(missing.err().code, errc::not_found) << missing.err().to_string();
 }
 
-TEST(WeightsFeed, WithoutCachesReadsTheStoreAndRecordsWhenEachVersionArrived) {
+TEST(weights_feed, WithoutCachesReadsTheStoreAndRecordsWhenEachVersionArrived) {
   store_fixture store;
   const std::string v1 = random_bytes(1000, 4);
   ASSERT_TRUE(store.s->put("weights/v1", v1));

@@ -72,7 +72,7 @@ bool is_clean_decode_error(const moerl::error& e) {
 
 }  // namespace
 
-TEST(CodecFuzz, random_and_mutated_inputs_yield_values_or_clean_errors) {
+TEST(codec_fuzz, random_and_mutated_inputs_yield_values_or_clean_errors) {
   const size_t n = iterations_per_kind();
   std::mt19937_64 rng(20261129);
   for (const auto& ex : examples::all_examples()) {

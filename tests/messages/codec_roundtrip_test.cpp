@@ -12,7 +12,7 @@
 using namespace moerl;
 using namespace moerl::messages;
 
-TEST(Codec, every_kind_has_an_example_and_round_trips_to_identical_bytes) {
+TEST(codec, every_kind_has_an_example_and_round_trips_to_identical_bytes) {
   std::set<kind> seen;
   for (const auto& ex : examples::all_examples()) {
     seen.insert(ex.k);
@@ -24,7 +24,7 @@ TEST(Codec, every_kind_has_an_example_and_round_trips_to_identical_bytes) {
   EXPECT_EQ(seen.size(), kMaxKind);
 }
 
-TEST(Codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
+TEST(codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
   sample s = examples::make_sample(5);
   s.logprobs = {-0.0f, std::nanf(""), -INFINITY};
   s.generate_us = 4'000'000'000u;
@@ -43,7 +43,7 @@ TEST(Codec, sample_fields_survive_including_negative_zero_and_nan_logprobs) {
   EXPECT_EQ(encode(*back), encode(s));
 }
 
-TEST(Codec, lease_keeps_its_fencing_token_and_unit) {
+TEST(codec, lease_keeps_its_fencing_token_and_unit) {
   lease l{{17, {1, 2}, 4, 99, "add"}, 6, "rollout-3", 5555, 12, "buffer-1", "tcp://10.0.0.7:5601"};
   auto back = decode<lease>(encode(l));
   ASSERT_TRUE(back.ok());
@@ -53,7 +53,7 @@ TEST(Codec, lease_keeps_its_fencing_token_and_unit) {
   EXPECT_EQ(back->deadline_unix_ms, 5555u);
 }
 
-TEST(Codec, sample_with_mismatched_logprobs_is_refused_by_name) {
+TEST(codec, sample_with_mismatched_logprobs_is_refused_by_name) {
   sample s = examples::make_sample(0);
   s.logprobs.pop_back();
   auto r = decode<sample>(encode(s));
@@ -62,14 +62,14 @@ TEST(Codec, sample_with_mismatched_logprobs_is_refused_by_name) {
   EXPECT_NE(r.err().message.find("logprobs"), std::string::npos);
 }
 
-TEST(Codec, weight_manifest_whose_parts_do_not_add_up_is_refused) {
+TEST(codec, weight_manifest_whose_parts_do_not_add_up_is_refused) {
   weight_manifest wm{1, "h", 100, {{"p0", 0, 60, "x"}}, 0};
   auto r = decode<weight_manifest>(encode(wm));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.err().message.find("total_bytes"), std::string::npos);
 }
 
-TEST(Codec, decoding_as_the_wrong_kind_names_both_kinds) {
+TEST(codec, decoding_as_the_wrong_kind_names_both_kinds) {
   auto bytes = encode(credit{"t", 3});
   auto r = decode<sample>(bytes);
   ASSERT_FALSE(r.ok());
@@ -78,7 +78,7 @@ TEST(Codec, decoding_as_the_wrong_kind_names_both_kinds) {
   EXPECT_NE(r.err().message.find("sample"), std::string::npos);
 }
 
-TEST(Codec, truncated_oversized_and_garbage_frames_get_distinct_codes) {
+TEST(codec, truncated_oversized_and_garbage_frames_get_distinct_codes) {
   const std::string bytes = encode(examples::make_sample(1));
   EXPECT_EQ(decode<sample>(bytes.substr(0, 4)).err().code, errc::truncated_message);
   EXPECT_EQ(decode<sample>(bytes.substr(0, bytes.size() - 8)).err().code, errc::truncated_message);
@@ -91,7 +91,7 @@ TEST(Codec, truncated_oversized_and_garbage_frames_get_distinct_codes) {
   EXPECT_EQ(decode<sample>(nullptr, 0).err().code, errc::truncated_message);
 }
 
-TEST(Codec, traversal_limit_bounds_the_work_of_a_message) {
+TEST(codec, traversal_limit_bounds_the_work_of_a_message) {
   batch b;
   for (uint32_t i = 0; i < 64; ++i) b.samples.push_back(examples::make_sample(i));
   decode_limits tight;
@@ -102,7 +102,7 @@ TEST(Codec, traversal_limit_bounds_the_work_of_a_message) {
 }
 
 // The Cap'n Proto enum must mirror moerl::errc value for value and name for name.
-TEST(Codec, schema_error_codes_mirror_errc) {
+TEST(codec, schema_error_codes_mirror_errc) {
   auto enumerants = capnp::Schema::from<schema::ErrorCode>().getEnumerants();
   ASSERT_EQ(enumerants.size(), static_cast<unsigned>(errc::internal) + 1);
   for (auto e : enumerants) {

@@ -53,7 +53,7 @@ std::string frame_of(kind k, capnp::MessageBuilder& b) {
 
 }  // namespace
 
-TEST(LeaseBatchCodec, every_lease_comes_back_complete_with_its_own_shard) {
+TEST(lease_batch_codec, every_lease_comes_back_complete_with_its_own_shard) {
   const auto in = three_leases();
   auto out = decode<lease_batch>(encode(lease_batch{in}));
   ASSERT_TRUE(out) << out.err().to_string();
@@ -76,7 +76,7 @@ TEST(LeaseBatchCodec, every_lease_comes_back_complete_with_its_own_shard) {
   EXPECT_TRUE(none->leases.empty());
 }
 
-TEST(LeaseBatchCodec, every_truncation_and_trailing_words_are_refused) {
+TEST(lease_batch_codec, every_truncation_and_trailing_words_are_refused) {
   const std::string bytes = encode(lease_batch{three_leases()});
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto cut = decode<lease_batch>(bytes.substr(0, n));
@@ -90,7 +90,7 @@ TEST(LeaseBatchCodec, every_truncation_and_trailing_words_are_refused) {
   EXPECT_NE(trailing.err().message.find("trailing"), std::string::npos) << trailing.err().message;
 }
 
-TEST(LeaseBatchCodec, a_lease_naming_a_missing_shard_or_no_groups_is_refused_by_name) {
+TEST(lease_batch_codec, a_lease_naming_a_missing_shard_or_no_groups_is_refused_by_name) {
   capnp::MallocMessageBuilder b;
   auto r = b.initRoot<schema::LeaseBatch>();
   r.setSamplesPerGroup(4);
@@ -117,7 +117,7 @@ TEST(LeaseBatchCodec, a_lease_naming_a_missing_shard_or_no_groups_is_refused_by_
       << no_size.err().message;
 }
 
-TEST(LeaseGiveBackCodec, pairs_round_trip_in_order) {
+TEST(lease_give_back_codec, pairs_round_trip_in_order) {
   lease_give_back in{"rollout-0/3", {{1ull << 40, 0xffffffffu}, {2, 1}}};
   auto out = decode<lease_give_back>(encode(in));
   ASSERT_TRUE(out) << out.err().to_string();
@@ -129,7 +129,7 @@ TEST(LeaseGiveBackCodec, pairs_round_trip_in_order) {
   EXPECT_EQ(out->leases[1].attempt, 1u);
 }
 
-TEST(LedgerEventsCodec, events_round_trip_in_order) {
+TEST(ledger_events_codec, events_round_trip_in_order) {
   ledger_events in{
       {{ledger_event_kind::attempt_opened, 1ull << 40, (3u << 20) | 7u, 8, {11, 12, ~0ull}},
        {ledger_event_kind::attempt_fenced, 2, 1, 0, {}},
@@ -149,7 +149,7 @@ TEST(LedgerEventsCodec, events_round_trip_in_order) {
   EXPECT_TRUE(none->events.empty());
 }
 
-TEST(LedgerEventsCodec, an_unknown_event_kind_is_refused_by_name) {
+TEST(ledger_events_codec, an_unknown_event_kind_is_refused_by_name) {
   capnp::MallocMessageBuilder b;
   auto list = b.initRoot<schema::LedgerEvents>().initEvents(2);
   list[1].setKind(static_cast<schema::LedgerEvent::Kind>(9));
@@ -160,7 +160,7 @@ TEST(LedgerEventsCodec, an_unknown_event_kind_is_refused_by_name) {
       << r.err().message;
 }
 
-TEST(ShardAckAndPromptCodec, group_lists_and_tokens_round_trip) {
+TEST(shard_ack_and_prompt_codec, group_lists_and_tokens_round_trip) {
   shard_ack a{7, 3, "buffer-2", {1, ~0ull}, {5}};
   auto back = decode<shard_ack>(encode(a));
   ASSERT_TRUE(back) << back.err().to_string();
@@ -176,7 +176,7 @@ TEST(ShardAckAndPromptCodec, group_lists_and_tokens_round_trip) {
   EXPECT_EQ(pb->tokens, p.tokens);
 }
 
-TEST(TrainerClaimCodec, claims_confirmations_and_grants_round_trip) {
+TEST(trainer_claim_codec, claims_confirmations_and_grants_round_trip) {
   trainer_claim c{"trainer-0", ~0ull, {{7, 3, 1, 40}, {7, 3, ~0ull, 41}}, {{6, 2, 9, 12}}};
   auto back = decode<trainer_claim>(encode(c));
   ASSERT_TRUE(back) << back.err().to_string();

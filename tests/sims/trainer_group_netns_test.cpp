@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/local_job.h"
+#include "up/local_job.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
 #include "tests/support/temp_dir.h"
@@ -48,13 +48,13 @@ TEST(trainer_group_netns, members_in_separate_namespaces_train_over_tcp) {
   // The host's nodes bind their tcp endpoints on loopback, which the namespace routes to the
   // host: libfabric's own choice may be any interface, e.g. another run's veth that goes away.
   ::setenv("FI_TCP_IFACE", "lo", 1);
-  actors::local_job_options o;
+  up::local_job_options o;
   o.binary = MOERL_BINARY;
   o.log_dir = tmp.path() + "/logs";
   o.store_prefix = "netns";
   o.iterations = 12;
   o.one_blas_thread_per_node = true;
-  auto port = actors::free_tcp_port();
+  auto port = up::free_tcp_port();
   ASSERT_TRUE(port.ok()) << port.err().to_string();
   o.console = "tcp://127.0.0.1:" + std::to_string(*port);
   o.overrides = {"store.url=" + tmp.path() + "/store",
@@ -71,9 +71,9 @@ TEST(trainer_group_netns, members_in_separate_namespaces_train_over_tcp) {
   o.nodes = {{"buffer", "buffer-0", {}},   {"weights", "weights-0", {}},
              {"trainer", "trainer-0", {}}, {"reward", "reward-0", {}},
              {"rollout", "rollout-0", {}}, {"rollout", "rollout-1", {}}};
-  auto job = actors::local_job::configure(std::move(o));
+  auto job = up::local_job::configure(std::move(o));
   ASSERT_TRUE(job.ok()) << job.err().to_string();
-  actors::local_job& j = **job;
+  up::local_job& j = **job;
   ASSERT_TRUE(j.start().ok());
   // Inside, the tcp endpoint binds the namespace's end of the veth (its only address).
   std::vector<std::string> prefix;
@@ -83,11 +83,11 @@ TEST(trainer_group_netns, members_in_separate_namespaces_train_over_tcp) {
   }
   ASSERT_TRUE(j.add_node({"trainer", "trainer-1", {}}, prefix).ok());
 
-  actors::run_policy policy;
+  up::run_policy policy;
   policy.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);  // liveness
   policy.spot_interruption = false;
   std::string last_progress;
-  actors::job_events events;
+  up::job_events events;
   events.progress = [&](const std::string& line) { last_progress = line; };
   const auto outcome = j.run(policy, events);
 
@@ -95,9 +95,9 @@ TEST(trainer_group_netns, members_in_separate_namespaces_train_over_tcp) {
   sims::job_console console(j.console_address(), j.node_config().get_string("console.token"),
                             static_cast<int>(j.node_config().get_int("console.timeout_ms")));
   auto body = console.call("nodes");
-  auto report = j.settled_report(outcome == actors::run_outcome::done);
+  auto report = j.settled_report(outcome == up::run_outcome::done);
   (void)j.stop(15000);
-  ASSERT_EQ(outcome, actors::run_outcome::done)
+  ASSERT_EQ(outcome, up::run_outcome::done)
       << j.failure() << "; last progress: " << last_progress << "\n"
       << report.dump(1);
 

@@ -5,6 +5,10 @@
 // context; deterministic random version bytes.
 #pragma once
 
+#ifndef MOERL_TEST_CODE
+#error "tests/support/served_cache.h is test code: production code (benches too) must not include tests/"
+#endif
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -26,15 +30,15 @@ inline std::string random_bytes(size_t n, uint64_t seed) {
   return s;
 }
 
-inline std::shared_ptr<ledger::zmq_context> zmq_ctx() {
-  auto z = ledger::zmq_context::create();
+inline std::shared_ptr<zmq::zmq_context> zmq_ctx() {
+  auto z = zmq::zmq_context::create();
   EXPECT_TRUE(z) << z.err().to_string();
   return *z;
 }
 
 class served_cache {
  public:
-  served_cache(std::shared_ptr<ledger::zmq_context> ctx, uint64_t chunk_bytes,
+  served_cache(std::shared_ptr<zmq::zmq_context> ctx, uint64_t chunk_bytes,
                uint64_t stop_after_requests = ~0ull, bool same_host_shm = false)
       : cache_(std::make_shared<weights::version_cache>(4, 64 << 20)) {
     auto s = weights::cache_server::bind(ctx, "tcp://127.0.0.1:*", cache_, chunk_bytes);

@@ -1,33 +1,34 @@
-// A fresh directory under $TMPDIR (or /tmp) per test, removed afterwards; the one scratch
-// directory every test uses (tests/support/ holds what several test folders share).
+// A fresh directory per test, removed afterwards (common/temp_dir.h); a test without scratch
+// space cannot run, so failing to make one aborts instead of returning an error.
 #pragma once
 
+#ifndef MOERL_TEST_CODE
+#error "tests/support/temp_dir.h is test code: production code (benches too) must not include tests/"
+#endif
+
+#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
+#include <memory>
 #include <string>
+
+#include "common/temp_dir.h"
 
 namespace moerl::testing {
 
 class temp_dir {
  public:
-  // `tag` names the directory (moerl-<tag>-XXXXXX) so a leftover says which test made it.
   explicit temp_dir(const std::string& tag = "test") {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/moerl-" + tag + "-XXXXXX";
-    char* made = ::mkdtemp(tmpl.data());
-    if (made == nullptr) std::abort();  // no scratch space: nothing below can run
-    path_ = made;
+    auto made = moerl::temp_dir::create(tag);
+    if (!made) {
+      std::fprintf(stderr, "%s\n", made.err().to_string().c_str());
+      std::abort();
+    }
+    dir_ = std::move(*made);
   }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return dir_->path(); }
 
  private:
-  std::string path_;
+  std::unique_ptr<moerl::temp_dir> dir_;
 };
 
 }  // namespace moerl::testing

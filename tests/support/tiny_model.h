@@ -3,6 +3,10 @@
 // big enough that every expert-parallel split (1, 2, 4 ranks) has experts on each rank.
 #pragma once
 
+#ifndef MOERL_TEST_CODE
+#error "tests/support/tiny_model.h is test code: production code (benches too) must not include tests/"
+#endif
+
 #include <cstdint>
 
 #include "policy/model.h"

@@ -27,7 +27,7 @@ std::string run(const std::string& cmd, int* rc) {
   return out;
 }
 
-TEST(WeightsBench, SmallVersionsReachEveryReaderOnEveryPath) {
+TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
   int rc = -1;
   const std::string out = run(std::string(MOERL_BINARY) +
                                   " bench weights --sizes 1048576,3000000 --readers 1,3 --reps 2"
@@ -56,7 +56,7 @@ TEST(WeightsBench, SmallVersionsReachEveryReaderOnEveryPath) {
   for (const auto& p : r["publish"]) EXPECT_GT(p["publish_s"].get<double>(), 0) << p.dump();
 }
 
-TEST(WeightsBench, AnUnknownPathIsRefusedByName) {
+TEST(weights_bench, AnUnknownPathIsRefusedByName) {
   int rc = -1;
   const std::string out =
       run(std::string(MOERL_BINARY) + " bench weights --paths cache_tcp,carrier_pigeon 2>&1", &rc);

@@ -29,7 +29,7 @@ using testing::random_bytes;
 using testing::served_cache;
 using testing::zmq_ctx;
 
-TEST(VersionCache, KeepsTheNewestWithinVersionsAndBytes) {
+TEST(version_cache, KeepsTheNewestWithinVersionsAndBytes) {
   version_cache c(2, 1000);
   auto add = [&](uint64_t v, size_t n) {
     return c.insert(make_cached_version(v, std::make_shared<std::string>(random_bytes(n, v)), 100));
@@ -55,7 +55,7 @@ TEST(VersionCache, KeepsTheNewestWithinVersionsAndBytes) {
   EXPECT_EQ((*v4)->chunk_size(8), 100u);
 }
 
-TEST(CacheServer, PushedVersionIsReadBackWhole) {
+TEST(cache_server, PushedVersionIsReadBackWhole) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(5 * kChunk + 123, 1);
@@ -74,7 +74,7 @@ TEST(CacheServer, PushedVersionIsReadBackWhole) {
   EXPECT_EQ(reader.counters().bytes_from_store, 0u);
 }
 
-TEST(CacheServer, PutWithAWrongContentHashNeverEntersTheCache) {
+TEST(cache_server, PutWithAWrongContentHashNeverEntersTheCache) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(2 * kChunk, 2);
@@ -87,7 +87,7 @@ TEST(CacheServer, PutWithAWrongContentHashNeverEntersTheCache) {
   EXPECT_TRUE(cache.cache().versions().empty());
 }
 
-TEST(CacheServer, BadRequestsGetClearErrorsAndTheCacheKeepsServing) {
+TEST(cache_server, BadRequestsGetClearErrorsAndTheCacheKeepsServing) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(3 * kChunk, 3);
@@ -158,7 +158,7 @@ TEST(CacheServer, BadRequestsGetClearErrorsAndTheCacheKeepsServing) {
   EXPECT_EQ(*got->bytes, bytes);
 }
 
-TEST(VersionReader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
+TEST(version_reader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
   auto ctx = zmq_ctx();
   const std::string bytes = random_bytes(8 * kChunk, 4);
   // The first cache answers its put, the reader's meta and three chunks, then dies.
@@ -182,7 +182,7 @@ TEST(VersionReader, ResumesFromAnotherCacheWhenOneStopsMidVersion) {
   EXPECT_EQ(reader.counters().bytes_from_cache, bytes.size());
 }
 
-TEST(VersionReader, FallsBackToTheStoreWhenNoCacheHoldsTheVersion) {
+TEST(version_reader, FallsBackToTheStoreWhenNoCacheHoldsTheVersion) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk);
   const std::string bytes = random_bytes(1000, 5);
@@ -206,7 +206,7 @@ TEST(VersionReader, FallsBackToTheStoreWhenNoCacheHoldsTheVersion) {
 }
 
 // A cache that answers like the real one but corrupts the first copy of chunk 1 it sends.
-TEST(VersionReader, RefetchesAChunkThatDoesNotMatchItsHash) {
+TEST(version_reader, RefetchesAChunkThatDoesNotMatchItsHash) {
   auto ctx = zmq_ctx();
   const std::string bytes = random_bytes(3 * kChunk, 6);
   auto cv = make_cached_version(4, std::make_shared<std::string>(bytes), kChunk);
@@ -274,7 +274,7 @@ std::string shm_file_of(uint64_t version) {
   return "/dev/shm/" + std::to_string(::getpid()) + ":weights:v" + std::to_string(version);
 }
 
-TEST(SameHostShm, AReaderOnTheCachesHostReadsTheVersionThroughOneFile) {
+TEST(same_host_shm, AReaderOnTheCachesHostReadsTheVersionThroughOneFile) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
   const std::string bytes = random_bytes(5 * kChunk + 17, 11);
@@ -298,7 +298,7 @@ TEST(SameHostShm, AReaderOnTheCachesHostReadsTheVersionThroughOneFile) {
   EXPECT_EQ(remote.counters().bytes_via_shm, 0u);
 }
 
-TEST(SameHostShm, ACorruptSameHostCopyIsNeverUsed) {
+TEST(same_host_shm, ACorruptSameHostCopyIsNeverUsed) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
   const std::string bytes = random_bytes(3 * kChunk, 12);
@@ -321,7 +321,7 @@ TEST(SameHostShm, ACorruptSameHostCopyIsNeverUsed) {
   EXPECT_EQ(reader.counters().bytes_via_shm, 0u);
 }
 
-TEST(SameHostShm, TheFileGoesWithTheCache) {
+TEST(same_host_shm, TheFileGoesWithTheCache) {
   auto ctx = zmq_ctx();
   {
     served_cache cache(ctx, kChunk, ~0ull, true);

@@ -1,0 +1,28 @@
+// The ledger's events and shard acks as the control plane sends them: moerl::ledger's types
+// on each side, messages::ledger_events / messages::shard_ack (messages/shard.capnp) on the
+// wire. messages/ does not depend on the ledger, so the conversion lives here, at the edge.
+#pragma once
+
+#ifndef MOERL_INSIDE_moerl_actors
+#error "actors/internal/ledger_messages.h is private to moerl_actors (actors/): include its public headers"
+#endif
+
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "ledger/types.h"
+#include "messages/shard.h"
+
+namespace moerl::actors {
+
+// Encoded messages::ledger_events. The shard is not sent: the receiver is the shard.
+std::string encode_ledger_events(const std::vector<ledger::ledger_event>& events);
+// Decodes what encode_ledger_events wrote; every event's shard is set to `shard`.
+result<std::vector<ledger::ledger_event>> decode_ledger_events(const std::string& bytes,
+                                                               const std::string& shard);
+
+std::string encode_shard_ack(const ledger::shard_ack& ack);
+result<ledger::shard_ack> decode_shard_ack(const std::string& bytes);
+
+}  // namespace moerl::actors

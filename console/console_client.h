@@ -1,0 +1,32 @@
+// `moerl console`'s side of the admin plane: one ZeroMQ REQ round trip carrying a
+// messages::admin_request and returning the admin_reply, with a timeout (a dead or absent
+// coordinator gives errc::timeout, not a hang). Not thread-safe; cheap to create per call.
+#pragma once
+
+#include <string>
+
+#include "common/error.h"
+#include "messages/admin.h"
+
+namespace moerl::console {
+
+// Longest --deadline the console takes: a Spot notice gives two minutes, a drain a grace
+// period; a day is already beyond any of them (the coordinator enforces the same bound).
+constexpr double kMaxConsoleDeadlineS = 86400;
+
+// A --deadline value: finite seconds in (0, kMaxConsoleDeadlineS]. errc::invalid_argument
+// naming the value otherwise (negative, zero, NaN, infinite, absurd, not a number).
+result<double> parse_console_deadline(const std::string& text);
+
+// Checks a request before it is sent (see RUNTIME.md, Console): a known command with the
+// arguments it takes (status|nodes|report|shutdown none, inject KIND NODE, drain NODE),
+// `deadline` only where a notice carries one and in range, no other option. Errors:
+// errc::unknown_command (the verb or inject kind), errc::invalid_argument (the rest).
+status check_console_request(const messages::admin_request& req);
+
+// Sends `req` (refused with check_console_request's error before connecting when it is not
+// well formed) and waits up to timeout_ms for the reply.
+result<messages::admin_reply> console_call(const std::string& address,
+                                           const messages::admin_request& req, int timeout_ms);
+
+}  // namespace moerl::console

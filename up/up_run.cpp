@@ -1,0 +1,202 @@
+#include "up/up_run.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/config.h"
+#include "console/chrome_trace.h"
+#include "console/http_console.h"
+#include "job/grpo_job.h"
+#include "provenance/provenance.h"
+#include "store/checkpoint.h"
+#include "store/object_store.h"
+
+namespace moerl::up {
+namespace {
+
+using nlohmann::json;
+
+// The job.store_prefix of the newest earlier run with a committed checkpoint ("" if none).
+// Run ids start with the unix time in seconds, so the sorted listing is chronological.
+result<std::string> latest_resumable_run(const config& cfg) {
+  auto st = store::open_store(cfg.get_string("store.url"), cfg);
+  if (!st) return st.err();
+  auto keys = (*st)->list("runs/");
+  if (!keys) return keys.err();
+  std::string best;
+  for (const auto& k : *keys) {
+    auto pos = k.find("/job/checkpoints/");
+    if (pos == std::string::npos || k.size() < 10 ||
+        k.compare(k.size() - 10, 10, "/COMMITTED") != 0)
+      continue;
+    std::string prefix = k.substr(0, pos + 4);
+    if (prefix > best && store::latest_committed(**st, job::checkpoint_prefix(prefix)))
+      best = prefix;
+  }
+  return best;
+}
+
+// The run's id: the unix time in seconds (so a sorted listing of runs is chronological),
+// then this process's pid.
+std::string new_run_id() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + "-" +
+         std::to_string(::getpid());
+}
+
+// `moerl up` runs its GRPO trainer as kUpTrainerMembers node processes unless the config file or
+// an override sets trainer.group_size. A group of N > 1 holds job.trainer_ep_ranks = 1 rank per
+// member unless that is set too, so the group's EP step has as many ranks as members. Returns
+// the number of trainer nodes to start. 2 (trainer-0 and trainer-1, one trainer group): since a
+// step's answer round carries the members' shares and moments (job/ep_trainer.cpp), a group
+// step with its publication and checkpoint costs about what the one-process trainer's does,
+// and the run is bound by generation on the 2 shared cores (README, "The main job").
+constexpr uint32_t kUpTrainerMembers = 2;
+
+// Whether the config file (already validated by config::load) or an override sets `key`,
+// even to its default: a section path (trainer: group_size:) or a dotted key at any level.
+bool config_names(const std::string& config_file, const std::vector<std::string>& overrides,
+                  const std::string& key) {
+  for (const auto& o : overrides)
+    if (o.rfind(key + "=", 0) == 0) return true;
+  if (config_file.empty()) return false;
+  std::function<bool(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& n,
+                                                                        const std::string& at) {
+    if (!n.IsMap()) return false;
+    for (const auto& entry : n) {
+      const std::string k = (at.empty() ? "" : at + ".") + entry.first.as<std::string>();
+      if (k == key || (key.rfind(k + ".", 0) == 0 && walk(entry.second, k))) return true;
+    }
+    return false;
+  };
+  try {
+    return walk(YAML::LoadFile(config_file), "");
+  } catch (const YAML::Exception&) {
+    return false;  // config::load read it; unreadable now: as if unset
+  }
+}
+
+uint32_t default_trainer_members(const config& pre, const std::string& config_file,
+                                 std::vector<std::string>& overrides) {
+  auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
+  if (pre.get_string("job.kind") != "grpo")
+    return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  if (!named("trainer.group_size")) {
+    members = kUpTrainerMembers;
+    overrides.insert(overrides.begin(), "trainer.group_size=" + std::to_string(members));
+  }
+  if (members <= 1) return members;
+  if (!named("job.trainer_ep_ranks")) overrides.insert(overrides.begin(), "job.trainer_ep_ranks=1");
+  return members;
+}
+
+// `moerl up` runs its two rollout nodes as one rollout EP group across node processes
+// (rollout.group_size = 2, one rank each: the model sharded over rollout-0 and rollout-1) unless
+// the config file or an override sets rollout.group_size, or the task is multi-turn (one rank).
+// Measured back to back on the shared 2-core machine (load 18-30): the default run reached a
+// 10-iteration mean reward of 0.9 at iteration 338, 267 s in, against 353 / 242 s with every
+// rollout node its own in-process EP instance (actors/RUNTIME.md, "Rollout groups across nodes").
+constexpr uint32_t kUpRolloutMembers = 2;
+
+void default_rollout_group(const config& pre, const std::string& config_file,
+                           std::vector<std::string>& overrides) {
+  auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
+  if (pre.get_string("job.kind") != "grpo" || pre.get_string("task.name") == "guess" ||
+      named("rollout.group_size"))
+    return;
+  overrides.insert(overrides.begin(), "rollout.group_size=" + std::to_string(kUpRolloutMembers));
+  if (!named("job.rollout_ep_ranks")) overrides.insert(overrides.begin(), "job.rollout_ep_ranks=1");
+}
+
+}  // namespace
+
+bool up_result::clean() const {
+  auto acct = report.value("accounting", json::object());
+  return outcome == run_outcome::done && acct.value("lost", 1ul) == 0 &&
+         acct.value("duplicated", 1ul) == 0 && acct.value("invariant_ok", false);
+}
+
+result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
+  std::unique_ptr<up_run> r(new up_run);
+  r->t0_ = std::chrono::steady_clock::now();
+  r->opts_ = std::move(options);
+  r->run_id_ = new_run_id();
+  const up_options& a = r->opts_;
+  local_job_options o;
+  uint32_t trainer_members = 1;
+  o.config_file = a.config_file;
+  o.overrides = a.overrides;
+  o.store_prefix = "runs/" + r->run_id_;
+  {
+    auto pre = config::load(a.config_file, a.overrides);
+    if (!pre) return error(errc::invalid_config, pre.err().message);
+    // The coordinator would refuse these too, but only in its log: say it up front.
+    if (auto st = console::check_http_console_config(*pre); !st)
+      return error(errc::invalid_config, st.err().message);
+    // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
+    o.iterations = a.iterations;
+    if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo")
+      o.iterations = pre->get_int("grpo.iterations");
+    trainer_members = default_trainer_members(*pre, a.config_file, o.overrides);
+    default_rollout_group(*pre, a.config_file, o.overrides);
+    if (a.resume) {
+      auto from = latest_resumable_run(*pre);
+      if (!from) return error(from.err().code, "--resume: " + from.err().to_string());
+      if (from->empty())
+        return error(errc::not_found,
+                     "--resume: no earlier run has a committed checkpoint in " +
+                         pre->get_string("store.url"));
+      r->resumed_from_ = *from;
+      o.overrides.push_back("job.resume_from=" + *from);
+    }
+  }
+  o.console = a.console;
+  o.log_dir = a.run_dir + "/" + r->run_id_ + "/logs";
+  o.one_blas_thread_per_node = true;
+  o.nodes = default_cluster_nodes(trainer_members);
+  r->num_nodes_ = o.nodes.size();
+  r->log_dir_ = o.log_dir;
+  auto job = local_job::configure(std::move(o));
+  if (!job) return error(errc::invalid_config, job.err().message);
+  r->job_ = std::move(*job);
+  return r;
+}
+
+status up_run::start() { return job_->start(); }
+
+up_result up_run::run(job_events events) {
+  up_result out;
+  run_policy policy;
+  policy.deadline = t0_ + std::chrono::seconds(opts_.timeout_s);
+  policy.spot_interruption = opts_.spot_interruption;
+  out.outcome = job_->run(policy, std::move(events));
+  out.report = job_->settled_report(out.outcome == run_outcome::done);
+  if (!opts_.trace.empty()) {
+    // The same trace /api/v1/trace serves, from the coordinator's snapshot view.
+    auto snap = job_->cluster().console("snapshot", {}, {}, 5000);
+    if (snap) {
+      std::ofstream(opts_.trace) << console::chrome_trace(*snap).dump() << "\n";
+      out.trace_path = opts_.trace;
+    } else {
+      out.trace_error = snap.err().to_string();
+    }
+  }
+  out.report["run_id"] = run_id_;
+  out.report["wall_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  out.report["provenance"] = collect_provenance();
+  // A failed run has nothing left to finish: its nodes get less time to stop.
+  auto stopped = job_->stop(out.outcome == run_outcome::failed ? 5000 : 15000);
+  if (!stopped) out.stop_error = stopped.err().message;
+  out.report_path =
+      opts_.report.empty() ? opts_.run_dir + "/" + run_id_ + "/report.json" : opts_.report;
+  std::ofstream(out.report_path) << out.report.dump(2) << "\n";
+  return out;
+}
+
+}  // namespace moerl::up
