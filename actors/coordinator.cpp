@@ -6,7 +6,7 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/coordinator_groups.h"
-#include "actors/internal/ledger_messages.h"
+#include "ledger/event_codec.h"
 #include "common/log.h"
 #include "messages/admin.h"
 
@@ -40,14 +40,14 @@ std::string reply_bytes(const status& st) {
 
 void deliver(coord_actor* self) {
   auto& st = self->state;
-  // Shard events leave as one message per node (encode_ledger_events); a node's batch is sent
+  // Shard events leave as one message per node (ledger::encode_ledger_events); a node's batch is sent
   // before anything else to that node, so the order each node sees stays the core's order.
   std::map<std::string, std::vector<ledger::ledger_event>> events;
   auto send_events = [&](const std::string& node) {
     auto e = events.find(node);
     if (e == events.end()) return;
     if (auto it = st.agents.find(node); it != st.agents.end())
-      self->send(it->second, event_atom::value, encode_ledger_events(e->second));
+      self->send(it->second, event_atom::value, ledger::encode_ledger_events(e->second));
     events.erase(e);
   };
   for (auto& o : st.core->take_outbound()) {
@@ -190,7 +190,7 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, reply_bytes(self->state.core->report(*rep)));
       },
       [self](ack_atom, const std::string& bytes) -> caf::result<std::string> {
-        auto ack = decode_shard_ack(bytes);
+        auto ack = ledger::decode_shard_ack(bytes);
         if (!ack) return encode_error(ack.err().code, "shard ack: " + ack.err().message);
         auto st = self->state.core->shard_ack(*ack);
         if (!st)

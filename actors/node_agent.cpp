@@ -10,9 +10,9 @@
 
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
-#include "actors/health_file.h"
+#include "common/health_file.h"
 #include "actors/interruption.h"
-#include "actors/internal/ledger_messages.h"
+#include "ledger/event_codec.h"
 #include "actors/internal/node_roles.h"
 #include "actors/internal/role_loops.h"
 #include "common/log.h"
@@ -55,7 +55,7 @@ moerl::error refusal_in(const std::string& reply) {
   return e ? e->value : e.err();
 }
 
-// The pod's probes read this (actors/health_file.h): rewritten on every tick and while
+// The pod's probes read this (common/health_file.h): rewritten on every tick and while
 // joining, so a frozen or hung agent fails its liveness probe by not writing.
 void write_health_file(agent_actor* self, const std::string& state) {
   auto& st = self->state;
@@ -350,7 +350,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
         finish(self, 0);
       },
       [self](event_atom, const std::string& bytes) {
-        auto events = decode_ledger_events(bytes, self->state.ctx->name);
+        auto events = ledger::decode_ledger_events(bytes, self->state.ctx->name);
         if (!events) {
           logger("node")->error("ledger events refused: {}", events.err().to_string());
           return;

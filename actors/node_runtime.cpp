@@ -203,7 +203,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     ctx->endpoint = *ep;
     ctx->shard = std::move(*svc);
   } else if (role == node_role::reward) {
-    auto pull = reward_pull::bind(ctx->zmq, bind_ep);
+    auto pull = ledger::reward_pull::bind(ctx->zmq, bind_ep);
     if (!pull) {
       log->error("reward: {}", pull.err().to_string());
       return 2;

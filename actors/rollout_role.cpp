@@ -277,7 +277,7 @@ class rollout_worker {
         reward_eps_ = eps;
         push_.reset();
         if (!eps.empty()) {
-          auto p = reward_push::connect(ctx_->zmq, eps, 1000);
+          auto p = ledger::reward_push::connect(ctx_->zmq, eps, 1000);
           if (p)
             push_ = std::move(*p);
           else
@@ -369,7 +369,7 @@ class rollout_worker {
   std::unique_ptr<rollout_work> work_;
   std::unique_ptr<reward_function> reward_;
   double avg_sample_ms_ = 1.0;
-  std::unique_ptr<reward_push> push_;
+  std::unique_ptr<ledger::reward_push> push_;
   std::vector<std::string> reward_eps_;
   int64_t next_discovery_ = 0;
   bool warned_local_ = false;

@@ -12,7 +12,7 @@
 
 #include "actors/atoms.h"
 #include "actors/interruption.h"
-#include "actors/internal/ledger_messages.h"
+#include "ledger/event_codec.h"
 #include "actors/internal/role_loops.h"
 #include "common/log.h"
 #include "messages/work.h"
@@ -179,7 +179,7 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     while (!acks.empty()) {
       auto& a = acks.front();
       auto res =
-          call_coordinator(self, *ctx, caf::make_message(ack_atom::value, encode_shard_ack(a)));
+          call_coordinator(self, *ctx, caf::make_message(ack_atom::value, ledger::encode_shard_ack(a)));
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
       if (!res)
         log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);

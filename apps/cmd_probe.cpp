@@ -1,11 +1,11 @@
 // `moerl probe`: a pod's liveness or readiness probe (deploy/ runs it as an exec probe), read
-// from the health file its node agent rewrites (actors/health_file.h). Exit 0 when it passes;
+// from the health file its node agent rewrites (common/health_file.h). Exit 0 when it passes;
 // 1 with the reason on stderr when it does not (the kubelet logs it in the pod's events).
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
-#include "actors/health_file.h"
+#include "common/health_file.h"
 #include "actors/interruption.h"
 #include "apps/commands.h"
 
@@ -28,13 +28,13 @@ void add_probe_command(CLI::App& root) {
                   "acceptance) may be")
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
   cmd->callback([] {
-    auto r = actors::read_health(file);
+    auto r = read_health(file);
     if (!r) {
       std::cerr << "moerl probe: " << r.err().message << "\n";
       throw CLI::RuntimeError(1);
     }
-    const auto kind = ready ? actors::probe_kind::ready : actors::probe_kind::live;
-    const std::string why = actors::probe_failure(*r, kind, actors::unix_now_ms(), within_ms);
+    const auto kind = ready ? probe_kind::ready : probe_kind::live;
+    const std::string why = probe_failure(*r, kind, actors::unix_now_ms(), within_ms);
     if (!why.empty()) {
       std::cerr << "moerl probe: " << (ready ? "not ready: " : "not live: ") << why << "\n";
       throw CLI::RuntimeError(1);

@@ -1,4 +1,4 @@
-// The autoscaling signal (RUNTIME.md, "Autoscaling signal"): how many rollout and env replicas
+// The autoscaling signal (console/CONSOLE.md, "Autoscaling signal"): how many rollout and env replicas
 // the job wants, from the queue depth, the trainer's consumption rate, one rollout worker's
 // generation rate, the measured replacement time (down -> replacement productive) and the
 // observed interruption rate. The HTTP console serves it at /api/v1/autoscale and as

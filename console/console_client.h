@@ -18,7 +18,7 @@ constexpr double kMaxConsoleDeadlineS = 86400;
 // naming the value otherwise (negative, zero, NaN, infinite, absurd, not a number).
 result<double> parse_console_deadline(const std::string& text);
 
-// Checks a request before it is sent (see RUNTIME.md, Console): a known command with the
+// Checks a request before it is sent (see console/CONSOLE.md, Console): a known command with the
 // arguments it takes (status|nodes|report|shutdown none, inject KIND NODE, drain NODE),
 // `deadline` only where a notice carries one and in range, no other option. Errors:
 // errc::unknown_command (the verb or inject kind), errc::invalid_argument (the rest).

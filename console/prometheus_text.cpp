@@ -174,7 +174,7 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
   w.family("moerl_interruptions_total", "counter", "interruptions recorded, by source");
   for (const auto& [source, n] : by_source) w.sample(double(n), {{"source", source}});
 
-  // The autoscaling signal (RUNTIME.md).
+  // The autoscaling signal (console/CONSOLE.md).
   const json in = autoscale.value("inputs", json::object());
   w.family("moerl_desired_replicas", "gauge", "replicas the autoscaling signal asks for, by role");
   const json desired = autoscale.value("desired_replicas", json::object());

@@ -1,4 +1,4 @@
-// The server half shared by the reward node's PULL (actors/internal/reward_hop.h) and the env node's
+// The server half shared by the reward node's PULL (ledger/reward_hop.h) and the env node's
 // ROUTER (env/env_server.h): bind a socket and read the endpoint it got, and receive one
 // two-part message at a time. Both planes frame every message as exactly two parts (reward:
 // [shard endpoint][sample]; env: [client identity][request]); anything else is dropped and

@@ -24,7 +24,7 @@
 #include "actors/coordinator_trust.h"
 #include "actors/job.h"
 #include "actors/node_role.h"
-#include "actors/internal/reward_hop.h"
+#include "ledger/reward_hop.h"
 #include "common/config.h"
 #include "ledger/sample_plane.h"
 #include "messages/shard.h"
@@ -99,7 +99,7 @@ struct node_context {
   std::deque<std::pair<std::string, uint64_t>> lost_consumers;
 
   // reward role
-  std::unique_ptr<reward_pull> pull;
+  std::unique_ptr<ledger::reward_pull> pull;
   std::map<std::string, std::unique_ptr<ledger::sample_producer>> producers;  // by shard endpoint
 
   // env role: the bound socket (kept across a router restart) and the environment actors,

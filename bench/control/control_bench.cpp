@@ -286,8 +286,8 @@ json summarize(const std::vector<json>& reps) {
 }
 
 json cross_process(const bench_args& a, const std::string& dir) {
-  auto port = free_tcp_port();
-  auto console_port = free_tcp_port();
+  auto port = up::free_tcp_port();
+  auto console_port = up::free_tcp_port();
   if (!port || !console_port) return json{{"error", "no free TCP port"}};
   std::string join_addr = "127.0.0.1:" + std::to_string(*port);
   std::vector<std::string> args{"node", "--role", "coordinator", "--join", join_addr};

@@ -133,7 +133,7 @@ nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
   std::vector<double> rates, mbps;
   uint64_t peak = 0, bytes_per_sample = 0;
   for (int r = 0; r < opt.runs; ++r) {
-    auto ctx = need(zmq_context::create(), "zmq context");
+    auto ctx = need(zmq::zmq_context::create(), "zmq context");
     shard_options so;
     so.name = "s0";
     so.group_size = kGroupSize;

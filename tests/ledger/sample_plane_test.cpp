@@ -43,7 +43,7 @@ messages::sample make(unit_id u, attempt_t a, uint32_t seq, group_id g, uint32_t
 
 struct plane : ::testing::Test {
   void SetUp() override {
-    auto c = zmq_context::create();
+    auto c = zmq::zmq_context::create();
     ASSERT_TRUE(c.ok());
     ctx = *c;
   }
@@ -59,7 +59,7 @@ struct plane : ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.err().to_string();
     return s.ok() ? std::move(*s) : nullptr;
   }
-  std::shared_ptr<zmq_context> ctx;
+  std::shared_ptr<zmq::zmq_context> ctx;
 };
 
 TEST_F(plane, a_slow_trainer_slows_producers_and_memory_stays_bounded) {

@@ -9,10 +9,6 @@
 // between the old owner's exit and the new owner's start).
 #pragma once
 
-#ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/reward_hop.h is private to moerl_actors (actors/): include its public headers"
-#endif
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,7 +19,7 @@
 #include "common/error.h"
 #include "zmq/context.h"
 
-namespace moerl::actors {
+namespace moerl::ledger {
 
 class reward_push {
  public:
@@ -59,4 +55,4 @@ class reward_pull {
   std::unique_ptr<zmq::zmq_server_socket> sock_;
 };
 
-}  // namespace moerl::actors
+}  // namespace moerl::ledger

@@ -3,10 +3,6 @@
 // wire. messages/ does not depend on the ledger, so the conversion lives here, at the edge.
 #pragma once
 
-#ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/ledger_messages.h is private to moerl_actors (actors/): include its public headers"
-#endif
-
 #include <string>
 #include <vector>
 
@@ -14,15 +10,15 @@
 #include "ledger/types.h"
 #include "messages/shard.h"
 
-namespace moerl::actors {
+namespace moerl::ledger {
 
 // Encoded messages::ledger_events. The shard is not sent: the receiver is the shard.
-std::string encode_ledger_events(const std::vector<ledger::ledger_event>& events);
+std::string encode_ledger_events(const std::vector<ledger_event>& events);
 // Decodes what encode_ledger_events wrote; every event's shard is set to `shard`.
-result<std::vector<ledger::ledger_event>> decode_ledger_events(const std::string& bytes,
+result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
                                                                const std::string& shard);
 
-std::string encode_shard_ack(const ledger::shard_ack& ack);
-result<ledger::shard_ack> decode_shard_ack(const std::string& bytes);
+std::string encode_shard_ack(const shard_ack& ack);
+result<shard_ack> decode_shard_ack(const std::string& bytes);
 
-}  // namespace moerl::actors
+}  // namespace moerl::ledger

@@ -1,11 +1,11 @@
-#include "actors/internal/reward_hop.h"
+#include "ledger/reward_hop.h"
 
 #include <zmq.h>
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
 #include "zmq/check.h"
 
-namespace moerl::actors {
+namespace moerl::ledger {
 
 result<std::unique_ptr<reward_push>> reward_push::connect(std::shared_ptr<zmq::zmq_context> ctx,
                                                           const std::vector<std::string>& endpoints,
@@ -46,4 +46,4 @@ result<std::unique_ptr<reward_pull>> reward_pull::bind(std::shared_ptr<zmq::zmq_
   return std::unique_ptr<reward_pull>(new reward_pull(std::move(*sock)));
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl::ledger

@@ -1,16 +1,16 @@
-#include "actors/internal/ledger_messages.h"
+#include "ledger/event_codec.h"
 
-namespace moerl::actors {
+namespace moerl::ledger {
 
 // The two enums are kept value for value (ledger/types.h, messages/shard.h).
-static_assert(static_cast<int>(ledger::ledger_event::kind::attempt_opened) ==
+static_assert(static_cast<int>(ledger_event::kind::attempt_opened) ==
                   static_cast<int>(messages::ledger_event_kind::attempt_opened) &&
-              static_cast<int>(ledger::ledger_event::kind::attempt_fenced) ==
+              static_cast<int>(ledger_event::kind::attempt_fenced) ==
                   static_cast<int>(messages::ledger_event_kind::attempt_fenced) &&
-              static_cast<int>(ledger::ledger_event::kind::unit_committed) ==
+              static_cast<int>(ledger_event::kind::unit_committed) ==
                   static_cast<int>(messages::ledger_event_kind::unit_committed));
 
-std::string encode_ledger_events(const std::vector<ledger::ledger_event>& events) {
+std::string encode_ledger_events(const std::vector<ledger_event>& events) {
   messages::ledger_events m;
   m.events.reserve(events.size());
   for (const auto& e : events)
@@ -19,15 +19,15 @@ std::string encode_ledger_events(const std::vector<ledger::ledger_event>& events
   return messages::encode(m);
 }
 
-result<std::vector<ledger::ledger_event>> decode_ledger_events(const std::string& bytes,
+result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
                                                                const std::string& shard) {
   auto m = messages::decode<messages::ledger_events>(bytes);
   if (!m) return m.err();
-  std::vector<ledger::ledger_event> out;
+  std::vector<ledger_event> out;
   out.reserve(m->events.size());
   for (auto& e : m->events) {
-    ledger::ledger_event x;
-    x.what = static_cast<ledger::ledger_event::kind>(e.what);
+    ledger_event x;
+    x.what = static_cast<ledger_event::kind>(e.what);
     x.shard = shard;
     x.unit = e.unit;
     x.attempt = e.attempt;
@@ -38,16 +38,16 @@ result<std::vector<ledger::ledger_event>> decode_ledger_events(const std::string
   return out;
 }
 
-std::string encode_shard_ack(const ledger::shard_ack& ack) {
+std::string encode_shard_ack(const shard_ack& ack) {
   return messages::encode(
       messages::shard_ack{ack.unit, ack.attempt, ack.shard, ack.accepted_groups, ack.stale_groups});
 }
 
-result<ledger::shard_ack> decode_shard_ack(const std::string& bytes) {
+result<shard_ack> decode_shard_ack(const std::string& bytes) {
   auto m = messages::decode<messages::shard_ack>(bytes);
   if (!m) return m.err();
-  return ledger::shard_ack{m->unit, m->attempt, std::move(m->shard), std::move(m->accepted_groups),
+  return shard_ack{m->unit, m->attempt, std::move(m->shard), std::move(m->accepted_groups),
                            std::move(m->stale_groups)};
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl::ledger

@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 
-namespace moerl::actors {
+namespace moerl {
 
 struct health_record {
   std::string node;   // node name
@@ -39,4 +39,4 @@ result<health_record> read_health(const std::string& path);
 std::string probe_failure(const health_record& r, probe_kind kind, int64_t now_unix_ms,
                           int64_t within_ms);
 
-}  // namespace moerl::actors
+}  // namespace moerl

@@ -1,6 +1,6 @@
-// The health file a node's probes read (actors/health_file.h): written atomically and read
+// The health file a node's probes read (common/health_file.h): written atomically and read
 // back whole, malformed files named, and the live/ready verdicts on each state and age.
-#include "actors/health_file.h"
+#include "common/health_file.h"
 
 #include <fstream>
 
@@ -8,7 +8,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace moerl::actors {
+namespace moerl {
 namespace {
 
 health_record running_at(int64_t now) {
@@ -89,4 +89,4 @@ TEST(health_file, ReadyOnlyWhileRunningAndAccepted) {
 }
 
 }  // namespace
-}  // namespace moerl::actors
+}  // namespace moerl

@@ -1,4 +1,4 @@
-#include "actors/health_file.h"
+#include "common/health_file.h"
 
 #include <cstdio>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace moerl::actors {
+namespace moerl {
 
 status write_health(const std::string& path, const health_record& r) {
   const nlohmann::json j{{"node", r.node},
@@ -68,4 +68,4 @@ std::string probe_failure(const health_record& r, probe_kind kind, int64_t now_u
   return "";
 }
 
-}  // namespace moerl::actors
+}  // namespace moerl
