@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <string>
+
+#include "kernels/cuda/cuda_check.h"
 #endif
 
 namespace moerl::fabric {
@@ -18,23 +20,15 @@ error nccl_error(const char* call, ncclResult_t rc, const char* file, int line) 
   return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " +
                                      file + ":" + std::to_string(line)};
 }
-error cuda_error(const char* call, cudaError_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorString(rc) + " at " +
-                                     file + ":" + std::to_string(line)};
-}
 
 }  // namespace
 
-// One macro per domain: the call, its message, file and line.
+// One macro per domain: the call, its message, file and line. CUDA_CHECK is
+// kernels/cuda/cuda_check.h's.
 #define NCCL_CHECK(call)                                                                 \
   do {                                                                                   \
     const ncclResult_t nccl_rc_ = (call);                                                \
     if (nccl_rc_ != ncclSuccess) return nccl_error(#call, nccl_rc_, __FILE__, __LINE__); \
-  } while (0)
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t cuda_rc_ = (call);                                                 \
-    if (cuda_rc_ != cudaSuccess) return cuda_error(#call, cuda_rc_, __FILE__, __LINE__); \
   } while (0)
 
 namespace {

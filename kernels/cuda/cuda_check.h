@@ -1,9 +1,9 @@
-// Private to kernels/cuda: one checking macro per C API (CUDA runtime, cuBLAS). A failed call
-// returns errc::cuda_error from the enclosing function, naming the call, its error string,
-// the file and the line.
+// CUDA_CHECK: the one checking macro for CUDA runtime calls, used by kernels/cuda and by
+// fabric's NCCL backend (fabric sits above kernels, so it may include this header). A failed
+// call returns errc::cuda_error from the enclosing function, naming the call, its error
+// string, the file and the line. cuBLAS calls have their own macro in cublas_check.h.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -18,15 +18,6 @@
       return ::moerl::error(::moerl::errc::cuda_error,                                             \
                             std::string(#call) + " failed: " + cudaGetErrorString(err_) + " at " + \
                                 __FILE__ + ":" + std::to_string(__LINE__));                        \
-  } while (0)
-
-#define CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                      \
-    const cublasStatus_t st_ = (call);                                                      \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      return ::moerl::error(::moerl::errc::cuda_error,                                      \
-                            std::string(#call) + " failed: " + cublasGetStatusString(st_) + \
-                                " at " + __FILE__ + ":" + std::to_string(__LINE__));        \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next call.
