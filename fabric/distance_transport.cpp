@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/byte_codec.h"
 #include "common/host_identity.h"
 
 namespace moerl::fabric {
@@ -28,30 +29,20 @@ struct address_fields {
   std::string fabric_address;
 };
 
-template <class T>
-void put(std::string& s, const T& v) {
-  s.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-bool take(const std::string& s, size_t& at, T& v) {
-  if (at + sizeof v > s.size()) return false;
-  std::memcpy(&v, s.data() + at, sizeof v);
-  at += sizeof v;
-  return true;
-}
-
+// "MOERLDT1" | str host_id | i64 pid | i64 inbox_fd | u64 inbox_addr | the fabric's address
+// (the rest), in common/byte_codec.h's encoding.
 result<address_fields> parse_address(const std::string& a) {
   address_fields f;
-  size_t at = sizeof magic;
-  uint32_t id_len = 0;
-  if (a.size() < sizeof magic || std::memcmp(a.data(), magic, sizeof magic) != 0 ||
-      !take(a, at, id_len) || at + id_len > a.size())
+  byte_reader r(a.data(), a.size());
+  const bool ours = r.raw(sizeof magic) == std::string(magic, sizeof magic);
+  f.host_id = r.str();
+  if (!ours || !r.ok())
     return error{errc::malformed_message, "distance transport: peer address is not ours"};
-  f.host_id = a.substr(at, id_len);
-  at += id_len;
-  if (!take(a, at, f.pid) || !take(a, at, f.inbox_fd) || !take(a, at, f.inbox_addr))
-    return error{errc::malformed_message, "distance transport: short peer address"};
-  f.fabric_address = a.substr(at);
+  f.pid = r.i64();
+  f.inbox_fd = r.i64();
+  f.inbox_addr = r.u64();
+  if (!r.ok()) return error{errc::malformed_message, "distance transport: short peer address"};
+  f.fabric_address = r.raw(r.remaining());
   return f;
 }
 
@@ -80,14 +71,14 @@ distance_transport::~distance_transport() {
 }
 
 std::string distance_transport::address() const {
-  std::string s(magic, sizeof magic);
-  put(s, static_cast<uint32_t>(host_id_.size()));
-  s += host_id_;
-  put(s, static_cast<int64_t>(::getpid()));
-  put(s, static_cast<int64_t>(inbox_.fd()));
-  put(s, inbox_.addr());
-  s += fabric_->address();
-  return s;
+  byte_writer w;
+  w.raw(magic, sizeof magic);
+  w.str(host_id_);
+  w.i64(::getpid());
+  w.i64(inbox_.fd());
+  w.u64(inbox_.addr());
+  w.raw(fabric_->address());
+  return std::move(w.bytes());
 }
 
 status distance_transport::set_peers(const std::vector<std::string>& addresses) {
