@@ -10,6 +10,7 @@
 
 #include "common/byte_codec.h"
 #include "common/host_identity.h"
+#include "common/status_try.h"
 
 namespace moerl::fabric {
 
@@ -54,9 +55,8 @@ result<std::unique_ptr<transport>> distance_transport::open(const transport_opti
   t->fabric_ = std::move(fabric);
   t->host_id_ = options.host_id.empty() ? this_host_id() : options.host_id;
   t->abort_ = options.abort;
-  auto in = host_inbox::create();
-  if (!in) return in.err();
-  t->inbox_ = std::move(*in);
+  ASSIGN_OR_RETURN(auto in, host_inbox::create());
+  t->inbox_ = std::move(in);
   t->desc_ = t->fabric_->describe();
   return std::unique_ptr<transport>(std::move(t));
 }
@@ -88,19 +88,18 @@ status distance_transport::set_peers(const std::vector<std::string>& addresses) 
   desc_.peer_paths.clear();
   my_index_ = -1;
   for (size_t i = 0; i < addresses.size(); ++i) {
-    auto f = parse_address(addresses[i]);
-    if (!f) return f.err();
+    ASSIGN_OR_RETURN(auto f, parse_address(addresses[i]));
     if (addresses[i] == mine) my_index_ = static_cast<int>(i);
-    fabric_addresses.push_back(f->fabric_address);
+    fabric_addresses.push_back(f.fabric_address);
     peer& p = peers[i];
-    p.pid = f->pid;
-    if (f->host_id != host_id_) {
+    p.pid = f.pid;
+    if (f.host_id != host_id_) {
       p.distance = peer_distance::network;
       poll_fabric_ = true;
     } else {
-      const bool same_process = f->pid == ::getpid();
+      const bool same_process = f.pid == ::getpid();
       p.distance = same_process ? peer_distance::same_process : peer_distance::same_host;
-      auto in = host_inbox::attach(f->pid, f->inbox_fd, f->inbox_addr, same_process);
+      auto in = host_inbox::attach(f.pid, f.inbox_fd, f.inbox_addr, same_process);
       if (!in) return error{in.err().code, "peer " + std::to_string(i) + ": " + in.err().message};
       p.inbox = std::move(*in);
       p.inbox.set_num_ranks(static_cast<int>(addresses.size()));
@@ -139,23 +138,20 @@ result<char*> distance_transport::map_shared(size_t size, bool populate) {
 }
 
 result<local_region> distance_transport::allocate_region(size_t size) {
-  auto p = map_shared(size, true);
-  if (!p) return p.err();
-  auto reg = fabric_->register_memory(*p, size);
-  if (!reg) return reg.err();
-  reg->remote.host_addr = reinterpret_cast<uint64_t>(*p);
-  reg->remote.host_fd = owned_.back().fd;
-  return *reg;
+  ASSIGN_OR_RETURN(auto p, map_shared(size, true));
+  ASSIGN_OR_RETURN(auto reg, fabric_->register_memory(p, size));
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(p);
+  reg.remote.host_fd = owned_.back().fd;
+  return reg;
 }
 
 result<local_region> distance_transport::allocate_host_region(size_t size) {
-  auto p = map_shared(size, false);
-  if (!p) return p.err();
+  ASSIGN_OR_RETURN(auto p, map_shared(size, false));
   local_region reg;
-  reg.ptr = *p;
+  reg.ptr = p;
   reg.size = size;
   reg.remote.size = size;
-  reg.remote.host_addr = reinterpret_cast<uint64_t>(*p);
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(p);
   reg.remote.host_fd = owned_.back().fd;
   return reg;
 }

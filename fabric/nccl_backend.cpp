@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/status_try.h"
 #include "kernels/cuda/cuda_check.h"
 #endif
 
@@ -73,12 +74,12 @@ result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot,
                                                            int rank, int64_t timeout_ms) {
   ncclUniqueId id{};
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  auto all = boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id),
-                            timeout_ms);
-  if (!all) return all.err();
-  if ((*all)[0].size() != sizeof id)
+  ASSIGN_OR_RETURN(
+      auto all, boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id),
+                               timeout_ms));
+  if (all[0].size() != sizeof id)
     return error{errc::malformed_message, "NCCL unique id has the wrong size"};
-  std::memcpy(&id, (*all)[0].data(), sizeof id);
+  std::memcpy(&id, all[0].data(), sizeof id);
   auto impl = std::make_unique<nccl_impl>();
   if (auto st = impl->init(id, static_cast<int>(members.size()), rank); !st) return st.err();
   return std::unique_ptr<nccl_backend>(std::move(impl));
