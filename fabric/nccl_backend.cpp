@@ -15,22 +15,10 @@ namespace moerl::fabric {
 
 #ifdef MOERL_HAVE_NCCL
 
-namespace {
-
-error nccl_error(const char* call, ncclResult_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " +
-                                     file + ":" + std::to_string(line)};
-}
-
-}  // namespace
-
-// One macro per domain: the call, its message, file and line. CUDA_CHECK is
-// kernels/cuda/cuda_check.h's.
-#define NCCL_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const ncclResult_t nccl_rc_ = (call);                                                \
-    if (nccl_rc_ != ncclSuccess) return nccl_error(#call, nccl_rc_, __FILE__, __LINE__); \
-  } while (0)
+// One macro per domain: NCCL_CHECK here, with the body and message of CUDA_CHECK
+// (kernels/cuda/cuda_check.h): the call, its error string, file and line.
+#define NCCL_CHECK(call) \
+  MOERL_CUDA_API_CHECK_(call, #call, ncclResult_t, ncclSuccess, ncclGetErrorString)
 
 namespace {
 

@@ -10,11 +10,5 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 
-#define CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                      \
-    const cublasStatus_t st_ = (call);                                                      \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                       \
-      return ::moerl::error(::moerl::errc::cuda_error,                                      \
-                            std::string(#call) + " failed: " + cublasGetStatusString(st_) + \
-                                " at " + __FILE__ + ":" + std::to_string(__LINE__));        \
-  } while (0)
+#define CUBLAS_CHECK(call) \
+  MOERL_CUDA_API_CHECK_(call, #call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
