@@ -6,6 +6,8 @@
 
 #include <memory>
 
+#include "common/status_try.h"
+
 namespace moerl {
 namespace {
 
@@ -50,9 +52,8 @@ result<std::string> advertised_endpoint(const std::string& bound) {
     return error(errc::invalid_argument, "endpoint " + bound + " is not tcp://HOST:PORT");
   const std::string host = bound.substr(scheme.size(), colon - scheme.size());
   if (!is_wildcard(host)) return bound;
-  auto addr = this_host_address();
-  if (!addr) return addr.err();
-  return scheme + *addr + bound.substr(colon);
+  ASSIGN_OR_RETURN(auto addr, this_host_address());
+  return scheme + addr + bound.substr(colon);
 }
 
 }  // namespace moerl

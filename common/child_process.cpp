@@ -13,6 +13,7 @@
 
 #include "common/posix_check.h"
 #include "common/shm_leftovers.h"
+#include "common/status_try.h"
 
 namespace moerl {
 
@@ -89,9 +90,8 @@ result<std::optional<int>> poll_exit(pid_t pid) {
 result<int> wait_exit(pid_t pid, int timeout_ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
-    auto st = poll_exit(pid);
-    if (!st) return st.err();
-    if (st->has_value()) return **st;
+    ASSIGN_OR_RETURN(auto st, poll_exit(pid));
+    if (st.has_value()) return *st;
     if (std::chrono::steady_clock::now() >= end) {
       return error{errc::timeout, "pid " + std::to_string(pid) + " did not exit within " +
                                       std::to_string(timeout_ms) + " ms"};

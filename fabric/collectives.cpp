@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/config.h"
+#include "common/status_try.h"
 #include "fabric/nccl_backend.h"
 #include "kernels/dtypes.h"
 
@@ -136,22 +137,18 @@ result<std::unique_ptr<collective_group>> collective_group::create(const transpo
   p->work = std::unique_ptr<char, unmap>(map(work_bytes), unmap{work_bytes});
   p->recv = std::unique_ptr<char, unmap>(map(2 * p->half_bytes), unmap{2 * p->half_bytes});
   if (!p->work || !p->recv) return error{errc::capacity_exceeded, "collective: cannot map buffers"};
-  auto tr = open_transport(topt);
-  if (!tr) return tr.err();
-  p->t = std::move(*tr);
+  ASSIGN_OR_RETURN(auto tr, open_transport(topt));
+  p->t = std::move(tr);
   p->abort = topt.abort;
-  auto w = p->t->register_memory(p->work.get(), work_bytes);
-  if (!w) return w.err();
-  p->work_reg = *w;
-  auto r = p->t->register_memory(p->recv.get(), 2 * p->half_bytes);
-  if (!r) return r.err();
-  p->recv_reg = *r;
+  ASSIGN_OR_RETURN(auto w, p->t->register_memory(p->work.get(), work_bytes));
+  p->work_reg = w;
+  ASSIGN_OR_RETURN(auto r, p->t->register_memory(p->recv.get(), 2 * p->half_bytes));
+  p->recv_reg = r;
   std::string mine = p->t->address();
   mine.append(reinterpret_cast<const char*>(&p->recv_reg.remote), sizeof(remote_region));
-  auto all = boot.allgather(members, mine, cfg.op_timeout_ms);
-  if (!all) return all.err();
+  ASSIGN_OR_RETURN(auto all, boot.allgather(members, mine, cfg.op_timeout_ms));
   std::vector<std::string> addrs;
-  for (const std::string& e : *all) {
+  for (const std::string& e : all) {
     if (e.size() <= sizeof(remote_region))
       return error{errc::malformed_message, "collective: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - sizeof(remote_region)));
@@ -161,9 +158,8 @@ result<std::unique_ptr<collective_group>> collective_group::create(const transpo
   }
   if (auto st = p->t->set_peers(addrs); !st) return st.err();
   if (cfg.use_nccl && nccl_backend::available()) {
-    auto nb = nccl_backend::create(boot, members, p->rank, cfg.op_timeout_ms);
-    if (!nb) return nb.err();
-    p->nccl = std::move(*nb);
+    ASSIGN_OR_RETURN(auto nb, nccl_backend::create(boot, members, p->rank, cfg.op_timeout_ms));
+    p->nccl = std::move(nb);
   }
   if (auto b = boot.allgather(members, "", cfg.op_timeout_ms); !b) return b.err();
   return std::unique_ptr<collective_group>(new collective_group(std::move(p)));

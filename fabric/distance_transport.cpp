@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/byte_codec.h"
 #include "common/host_identity.h"
+#include "common/status_try.h"
 
 namespace moerl::fabric {
 
@@ -28,30 +30,20 @@ struct address_fields {
   std::string fabric_address;
 };
 
-template <class T>
-void put(std::string& s, const T& v) {
-  s.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-bool take(const std::string& s, size_t& at, T& v) {
-  if (at + sizeof v > s.size()) return false;
-  std::memcpy(&v, s.data() + at, sizeof v);
-  at += sizeof v;
-  return true;
-}
-
+// "MOERLDT1" | str host_id | i64 pid | i64 inbox_fd | u64 inbox_addr | the fabric's address
+// (the rest), in common/byte_codec.h's encoding.
 result<address_fields> parse_address(const std::string& a) {
   address_fields f;
-  size_t at = sizeof magic;
-  uint32_t id_len = 0;
-  if (a.size() < sizeof magic || std::memcmp(a.data(), magic, sizeof magic) != 0 ||
-      !take(a, at, id_len) || at + id_len > a.size())
+  byte_reader r(a.data(), a.size());
+  const bool ours = r.raw(sizeof magic) == std::string(magic, sizeof magic);
+  f.host_id = r.str();
+  if (!ours || !r.ok())
     return error{errc::malformed_message, "distance transport: peer address is not ours"};
-  f.host_id = a.substr(at, id_len);
-  at += id_len;
-  if (!take(a, at, f.pid) || !take(a, at, f.inbox_fd) || !take(a, at, f.inbox_addr))
-    return error{errc::malformed_message, "distance transport: short peer address"};
-  f.fabric_address = a.substr(at);
+  f.pid = r.i64();
+  f.inbox_fd = r.i64();
+  f.inbox_addr = r.u64();
+  if (!r.ok()) return error{errc::malformed_message, "distance transport: short peer address"};
+  f.fabric_address = r.raw(r.remaining());
   return f;
 }
 
@@ -63,9 +55,8 @@ result<std::unique_ptr<transport>> distance_transport::open(const transport_opti
   t->fabric_ = std::move(fabric);
   t->host_id_ = options.host_id.empty() ? this_host_id() : options.host_id;
   t->abort_ = options.abort;
-  auto in = host_inbox::create();
-  if (!in) return in.err();
-  t->inbox_ = std::move(*in);
+  ASSIGN_OR_RETURN(auto in, host_inbox::create());
+  t->inbox_ = std::move(in);
   t->desc_ = t->fabric_->describe();
   return std::unique_ptr<transport>(std::move(t));
 }
@@ -80,14 +71,14 @@ distance_transport::~distance_transport() {
 }
 
 std::string distance_transport::address() const {
-  std::string s(magic, sizeof magic);
-  put(s, static_cast<uint32_t>(host_id_.size()));
-  s += host_id_;
-  put(s, static_cast<int64_t>(::getpid()));
-  put(s, static_cast<int64_t>(inbox_.fd()));
-  put(s, inbox_.addr());
-  s += fabric_->address();
-  return s;
+  byte_writer w;
+  w.raw(magic, sizeof magic);
+  w.str(host_id_);
+  w.i64(::getpid());
+  w.i64(inbox_.fd());
+  w.u64(inbox_.addr());
+  w.raw(fabric_->address());
+  return std::move(w.bytes());
 }
 
 status distance_transport::set_peers(const std::vector<std::string>& addresses) {
@@ -97,19 +88,18 @@ status distance_transport::set_peers(const std::vector<std::string>& addresses) 
   desc_.peer_paths.clear();
   my_index_ = -1;
   for (size_t i = 0; i < addresses.size(); ++i) {
-    auto f = parse_address(addresses[i]);
-    if (!f) return f.err();
+    ASSIGN_OR_RETURN(auto f, parse_address(addresses[i]));
     if (addresses[i] == mine) my_index_ = static_cast<int>(i);
-    fabric_addresses.push_back(f->fabric_address);
+    fabric_addresses.push_back(f.fabric_address);
     peer& p = peers[i];
-    p.pid = f->pid;
-    if (f->host_id != host_id_) {
+    p.pid = f.pid;
+    if (f.host_id != host_id_) {
       p.distance = peer_distance::network;
       poll_fabric_ = true;
     } else {
-      const bool same_process = f->pid == ::getpid();
+      const bool same_process = f.pid == ::getpid();
       p.distance = same_process ? peer_distance::same_process : peer_distance::same_host;
-      auto in = host_inbox::attach(f->pid, f->inbox_fd, f->inbox_addr, same_process);
+      auto in = host_inbox::attach(f.pid, f.inbox_fd, f.inbox_addr, same_process);
       if (!in) return error{in.err().code, "peer " + std::to_string(i) + ": " + in.err().message};
       p.inbox = std::move(*in);
       p.inbox.set_num_ranks(static_cast<int>(addresses.size()));
@@ -148,23 +138,20 @@ result<char*> distance_transport::map_shared(size_t size, bool populate) {
 }
 
 result<local_region> distance_transport::allocate_region(size_t size) {
-  auto p = map_shared(size, true);
-  if (!p) return p.err();
-  auto reg = fabric_->register_memory(*p, size);
-  if (!reg) return reg.err();
-  reg->remote.host_addr = reinterpret_cast<uint64_t>(*p);
-  reg->remote.host_fd = owned_.back().fd;
-  return *reg;
+  ASSIGN_OR_RETURN(auto p, map_shared(size, true));
+  ASSIGN_OR_RETURN(auto reg, fabric_->register_memory(p, size));
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(p);
+  reg.remote.host_fd = owned_.back().fd;
+  return reg;
 }
 
 result<local_region> distance_transport::allocate_host_region(size_t size) {
-  auto p = map_shared(size, false);
-  if (!p) return p.err();
+  ASSIGN_OR_RETURN(auto p, map_shared(size, false));
   local_region reg;
-  reg.ptr = *p;
+  reg.ptr = p;
   reg.size = size;
   reg.remote.size = size;
-  reg.remote.host_addr = reinterpret_cast<uint64_t>(*p);
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(p);
   reg.remote.host_fd = owned_.back().fd;
   return reg;
 }

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <utility>
 
+#include "common/status_try.h"
+
 namespace moerl::fabric {
 
 namespace {
@@ -39,9 +41,8 @@ result<host_inbox> host_inbox::create() {
   if (in.fd_ < 0) return error{errc::io_error, "host inbox: memfd_create failed"};
   if (::ftruncate(in.fd_, static_cast<off_t>(bytes)) != 0)
     return error{errc::io_error, "host inbox: ftruncate failed"};
-  auto p = map_fd(in.fd_, bytes);
-  if (!p) return p.err();
-  in.base_ = *p;
+  ASSIGN_OR_RETURN(auto p, map_fd(in.fd_, bytes));
+  in.base_ = p;
   in.size_ = bytes;
   in.owned_map_ = true;
   return in;

@@ -6,36 +6,19 @@
 
 #include <cstring>
 #include <string>
+
+#include "common/status_try.h"
+#include "kernels/cuda/cuda_check.h"
 #endif
 
 namespace moerl::fabric {
 
 #ifdef MOERL_HAVE_NCCL
 
-namespace {
-
-error nccl_error(const char* call, ncclResult_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + ncclGetErrorString(rc) + " at " +
-                                     file + ":" + std::to_string(line)};
-}
-error cuda_error(const char* call, cudaError_t rc, const char* file, int line) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorString(rc) + " at " +
-                                     file + ":" + std::to_string(line)};
-}
-
-}  // namespace
-
-// One macro per domain: the call, its message, file and line.
-#define NCCL_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const ncclResult_t nccl_rc_ = (call);                                                \
-    if (nccl_rc_ != ncclSuccess) return nccl_error(#call, nccl_rc_, __FILE__, __LINE__); \
-  } while (0)
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t cuda_rc_ = (call);                                                 \
-    if (cuda_rc_ != cudaSuccess) return cuda_error(#call, cuda_rc_, __FILE__, __LINE__); \
-  } while (0)
+// One macro per domain: NCCL_CHECK here, with the body and message of CUDA_CHECK
+// (kernels/cuda/cuda_check.h): the call, its error string, file and line.
+#define NCCL_CHECK(call) \
+  MOERL_CUDA_API_CHECK_(call, #call, ncclResult_t, ncclSuccess, ncclGetErrorString)
 
 namespace {
 
@@ -79,12 +62,12 @@ result<std::unique_ptr<nccl_backend>> nccl_backend::create(bootstrap& boot,
                                                            int rank, int64_t timeout_ms) {
   ncclUniqueId id{};
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  auto all = boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id),
-                            timeout_ms);
-  if (!all) return all.err();
-  if ((*all)[0].size() != sizeof id)
+  ASSIGN_OR_RETURN(
+      auto all, boot.allgather(members, std::string(reinterpret_cast<const char*>(&id), sizeof id),
+                               timeout_ms));
+  if (all[0].size() != sizeof id)
     return error{errc::malformed_message, "NCCL unique id has the wrong size"};
-  std::memcpy(&id, (*all)[0].data(), sizeof id);
+  std::memcpy(&id, all[0].data(), sizeof id);
   auto impl = std::make_unique<nccl_impl>();
   if (auto st = impl->init(id, static_cast<int>(members.size()), rank); !st) return st.err();
   return std::unique_ptr<nccl_backend>(std::move(impl));

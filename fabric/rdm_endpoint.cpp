@@ -16,6 +16,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/shm_leftovers.h"
+#include "common/status_try.h"
 #include "fabric/fi_check.h"
 #include "fabric/provider_info.h"
 
@@ -106,9 +107,8 @@ result<fi_info*> query(const std::string& provider) {
 result<std::unique_ptr<rdm_endpoint>> rdm_endpoint::open(const transport_options& options) {
   std::string tried;
   for (const auto& name : candidates(options)) {
-    auto info = query(name);
-    if (!info) return info.err();
-    if (!*info) {
+    ASSIGN_OR_RETURN(auto info, query(name));
+    if (!info) {
       tried += (tried.empty() ? "" : ", ") + name;
       continue;
     }
@@ -117,7 +117,7 @@ result<std::unique_ptr<rdm_endpoint>> rdm_endpoint::open(const transport_options
                              name);
     std::unique_ptr<rdm_endpoint> ep(new rdm_endpoint());
     ep->abort_ = options.abort;
-    if (auto st = ep->open_on(*info); !st) return st.err();
+    if (auto st = ep->open_on(info); !st) return st.err();
     return ep;
   }
   return error{errc::provider_unavailable,

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 
+#include "common/status_try.h"
 #include "fabric/distance_transport.h"
 #include "fabric/rdm_endpoint.h"
 #include "fabric/reorder_shim.h"
@@ -41,27 +42,24 @@ status transport::notify(int peer, uint32_t, int64_t, int64_t) {
 void transport::idle_wait(int64_t) { sched_yield(); }
 
 result<std::unique_ptr<transport>> open_fabric_transport(const transport_options& options) {
-  auto ep = rdm_endpoint::open(options);
-  if (!ep) return ep.err();
+  ASSIGN_OR_RETURN(auto ep, rdm_endpoint::open(options));
   if (options.reorder_shim)
-    return std::unique_ptr<transport>(new reorder_shim(std::move(*ep), options.shim_seed));
-  return std::unique_ptr<transport>(std::move(*ep));
+    return std::unique_ptr<transport>(new reorder_shim(std::move(ep), options.shim_seed));
+  return std::unique_ptr<transport>(std::move(ep));
 }
 
 result<std::unique_ptr<transport>> open_transport(const transport_options& options) {
   if (options.paths != "auto" && options.paths != "fabric")
     return error{errc::invalid_argument,
                  "fabric.paths must be auto or fabric, not '" + options.paths + "'"};
-  auto fab = open_fabric_transport(options);
-  if (!fab) return fab.err();
+  ASSIGN_OR_RETURN(auto fab, open_fabric_transport(options));
   if (options.paths == "fabric") return fab;
-  return distance_transport::open(options, std::move(*fab));
+  return distance_transport::open(options, std::move(fab));
 }
 
 result<transport_description> probe_transport(const transport_options& options) {
-  auto t = open_transport(options);
-  if (!t) return t.err();
-  return (*t)->describe();
+  ASSIGN_OR_RETURN(auto t, open_transport(options));
+  return t->describe();
 }
 
 }  // namespace moerl::fabric

@@ -1,7 +1,8 @@
 #include "job/param_slicing.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "policy/adam.h"
 
 namespace moerl::job {
 namespace {
@@ -100,40 +101,12 @@ result<std::vector<std::pair<size_t, size_t>>> dense_ranges(const policy::param_
 
 namespace {
 
-struct adam_state {
-  uint64_t steps = 0;
-  std::vector<float> m, v;
-};
+// The MOERLADM format is policy/adam.h's: one codec reads and writes it everywhere.
+using policy::adam_state;
 
-const char adam_magic[8] = {'M', 'O', 'E', 'R', 'L', 'A', 'D', 'M'};
+result<adam_state> parse_adam(const std::string& b) { return policy::read_adam_state(b); }
 
-result<adam_state> parse_adam(const std::string& b) {
-  adam_state s;
-  uint64_t n = 0;
-  if (b.size() < 24 || std::memcmp(b.data(), adam_magic, 8) != 0)
-    return error{errc::malformed_message, "Adam state: missing MOERLADM header"};
-  std::memcpy(&s.steps, b.data() + 8, 8);
-  std::memcpy(&n, b.data() + 16, 8);
-  if (n > (b.size() - 24) / 8 || b.size() != 24 + n * 8)
-    return error{errc::malformed_message, "Adam state: " + std::to_string(b.size()) +
-                                              " bytes do not hold 2 x " + std::to_string(n) +
-                                              " moments"};
-  s.m.resize(n);
-  s.v.resize(n);
-  std::memcpy(s.m.data(), b.data() + 24, n * 4);
-  std::memcpy(s.v.data(), b.data() + 24 + n * 4, n * 4);
-  return s;
-}
-
-std::string write_adam(const adam_state& s) {
-  std::string out(adam_magic, 8);
-  const uint64_t n = s.m.size();
-  out.append(reinterpret_cast<const char*>(&s.steps), 8);
-  out.append(reinterpret_cast<const char*>(&n), 8);
-  out.append(reinterpret_cast<const char*>(s.m.data()), n * 4);
-  out.append(reinterpret_cast<const char*>(s.v.data()), n * 4);
-  return out;
-}
+std::string write_adam(const adam_state& s) { return policy::write_adam_state(s.steps, s.m, s.v); }
 
 }  // namespace
 

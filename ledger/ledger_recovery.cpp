@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/status_try.h"
 #include "ledger/journal_format.h"
 #include "ledger/ledger_state.h"
 #include "ledger/snapshot_codec.h"
@@ -24,15 +25,13 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
 
   if (store) {
     // 1. The newest snapshot.
-    auto snaps = store->list(detail::snapshot_dir(prefix));
-    if (!snaps) return snaps.err();
+    ASSIGN_OR_RETURN(auto snaps, store->list(detail::snapshot_dir(prefix)));
     std::optional<std::string> snap_key;
-    for (const auto& k : *snaps)
+    for (const auto& k : snaps)
       if (detail::key_seq(detail::snapshot_dir(prefix), k)) snap_key = k;  // list is sorted
     if (snap_key) {
-      auto bytes = store->get(*snap_key);
-      if (!bytes) return bytes.err();
-      auto fr = detail::read_frames(*bytes);
+      ASSIGN_OR_RETURN(auto bytes, store->get(*snap_key));
+      auto fr = detail::read_frames(bytes);
       if (fr.payloads.size() != 1 || fr.torn_bytes != 0)
         return error(errc::io_error, "ledger snapshot " + *snap_key + " is damaged");
       uint64_t last = 0;
@@ -44,19 +43,17 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
       ri.recovered = true;
     }
     // 2. Journal segments after it, in order. Only the last segment may end torn.
-    auto segs = store->list(detail::journal_dir(prefix));
-    if (!segs) return segs.err();
+    ASSIGN_OR_RETURN(auto segs, store->list(detail::journal_dir(prefix)));
     std::vector<std::pair<uint64_t, std::string>> seg_keys;
-    for (const auto& k : *segs)
+    for (const auto& k : segs)
       if (auto seq = detail::key_seq(detail::journal_dir(prefix), k))
         seg_keys.emplace_back(*seq, k);
     std::sort(seg_keys.begin(), seg_keys.end());
     st.replaying = true;
     for (size_t i = 0; i < seg_keys.size(); ++i) {
       const auto& key = seg_keys[i].second;
-      auto bytes = store->get(key);
-      if (!bytes) return bytes.err();
-      auto fr = detail::read_frames(*bytes);
+      ASSIGN_OR_RETURN(auto bytes, store->get(key));
+      auto fr = detail::read_frames(bytes);
       bool last_segment = i + 1 == seg_keys.size();
       if (fr.torn_bytes && !last_segment)
         return error(errc::io_error, "ledger journal " + key + ": damaged record at byte " +
@@ -81,7 +78,7 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
         // Keep only the good prefix, so that a later recovery does not find a torn
         // segment in the middle of the journal.
         ri.torn_bytes = fr.torn_bytes;
-        auto put = store->put(key, bytes->substr(0, fr.valid_bytes));
+        auto put = store->put(key, bytes.substr(0, fr.valid_bytes));
         if (!put) return put.err();
         logger("ledger")->warn("journal {}: ignored {} torn bytes at its end", key, fr.torn_bytes);
       }

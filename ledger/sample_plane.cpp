@@ -10,6 +10,7 @@
 
 #include "common/config_text.h"
 #include "common/log.h"
+#include "common/status_try.h"
 #include "zmq/check.h"
 #include "messages/codec.h"
 
@@ -130,9 +131,8 @@ result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_pt
   p->ctx_ = std::move(ctx);
   p->name_ = name;
   p->drops_ = drop_log("producer " + name + ": dropped a frame", spdlog::level::warn);
-  auto sock = open_socket(p->ctx_->handle(), ZMQ_DEALER, name, 1 << 20);
-  if (!sock) return sock.err();
-  p->sock_ = *sock;
+  ASSIGN_OR_RETURN(auto sock, open_socket(p->ctx_->handle(), ZMQ_DEALER, name, 1 << 20));
+  p->sock_ = sock;
   auto connect = [&]() -> status {
     ZMQ_CHECK(zmq_connect(p->sock_, endpoint.c_str()));
     return ok_status();
@@ -172,10 +172,9 @@ status sample_producer::poll(int timeout_ms) {
   auto ready = wait_readable(sock_, timeout_ms);
   if (!ready) return ready.err();
   while (true) {
-    auto frames = recv_message(sock_);
-    if (!frames) return frames.err();
-    if (frames->empty()) return ok_status();
-    auto c = messages::decode<messages::credit>(frames->back());
+    ASSIGN_OR_RETURN(auto frames, recv_message(sock_));
+    if (frames.empty()) return ok_status();
+    auto c = messages::decode<messages::credit>(frames.back());
     if (!c) {
       ++bad_frames_;
       drops_->note("not a credit", c.err().to_string());
@@ -205,9 +204,9 @@ result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<
   const std::string routing_id = incarnation ? name + "@" + std::to_string(incarnation) : name;
   if (auto s = check_name(routing_id, "trainer"); !s)
     return error(s.err().code, s.err().message + " with its incarnation");
-  auto sock = open_socket(c->ctx_->handle(), ZMQ_DEALER, routing_id, int64_t(1) << 30);
-  if (!sock) return sock.err();
-  c->sock_ = *sock;
+  ASSIGN_OR_RETURN(auto sock,
+                   open_socket(c->ctx_->handle(), ZMQ_DEALER, routing_id, int64_t(1) << 30));
+  c->sock_ = sock;
   auto connect = [&]() -> status {
     ZMQ_CHECK(zmq_connect(c->sock_, endpoint.c_str()));
     return ok_status();
@@ -243,10 +242,9 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
   auto ready = wait_readable(sock_, timeout_ms);
   if (!ready) return ready.err();
   while (true) {
-    auto frames = recv_message(sock_);
-    if (!frames) return frames.err();
-    if (frames->empty()) return std::optional<messages::batch>{};
-    auto b = messages::decode<messages::batch>(frames->back());
+    ASSIGN_OR_RETURN(auto frames, recv_message(sock_));
+    if (frames.empty()) return std::optional<messages::batch>{};
+    auto b = messages::decode<messages::batch>(frames.back());
     if (!b) {
       ++bad_frames_;
       drops_->note("not a batch", b.err().to_string());
@@ -272,9 +270,9 @@ result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq::
   // Refusals are routine (a fenced attempt's late samples): info, not warn.
   s->refused_ = drop_log("shard " + shard.name + ": refused a sample", spdlog::level::info);
   s->shard_ = std::make_unique<buffer_shard>(std::move(shard));
-  auto sock = open_socket(s->ctx_->handle(), ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes));
-  if (!sock) return sock.err();
-  s->sock_ = *sock;
+  ASSIGN_OR_RETURN(auto sock,
+                   open_socket(s->ctx_->handle(), ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes)));
+  s->sock_ = sock;
   auto bind = [&]() -> status {
     ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));
     char buf[512];
@@ -305,26 +303,24 @@ std::vector<consumption> shard_service::take_consumed() {
 
 result<size_t> shard_service::pump(int timeout_ms) {
   size_t handled = 0;
-  auto ready = wait_readable(sock_, timeout_ms);
-  if (!ready) return ready.err();
+  ASSIGN_OR_RETURN(auto ready, wait_readable(sock_, timeout_ms));
   // Every frame that is not used is counted and its reason logged (rate-limited).
   auto drop = [&](const std::string& reason, const std::string& detail) {
     ++bad_frames_;
     drops_->note(reason, detail);
   };
-  while (*ready) {
-    auto frames = recv_message(sock_);
-    if (!frames) return frames.err();
-    if (frames->empty()) break;
+  while (ready) {
+    ASSIGN_OR_RETURN(auto frames, recv_message(sock_));
+    if (frames.empty()) break;
     ++handled;
     // Peers name themselves with their routing id; one that did not has a binary one.
-    auto from = [&] { return " from " + printable_excerpt((*frames)[0]); };
-    if (frames->size() != 2) {
-      drop("a multipart message", std::to_string(frames->size() - 1) + " body frames" + from());
+    auto from = [&] { return " from " + printable_excerpt(frames[0]); };
+    if (frames.size() != 2) {
+      drop("a multipart message", std::to_string(frames.size() - 1) + " body frames" + from());
       continue;
     }
-    const std::string& peer = (*frames)[0];
-    const std::string& body = (*frames)[1];
+    const std::string& peer = frames[0];
+    const std::string& body = frames[1];
     auto k = messages::peek_kind(body.data(), body.size());
     if (!k) {
       drop("not a moerl message", k.err().message + from());

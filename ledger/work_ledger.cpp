@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "common/status_try.h"
 #include "ledger/ledger_state.h"
 
 namespace moerl::ledger {
@@ -46,20 +47,16 @@ result<ledger_options> ledger_options::from_config(const config& cfg) {
                                              std::to_string(max) + "], got " + std::to_string(v));
     return v;
   };
-  auto lt = positive("ledger.lease_timeout_ms", int64_t(1) << 40);
-  if (!lt) return lt.err();
-  auto gs = positive("ledger.group_size", 1 << 16);
-  if (!gs) return gs.err();
-  auto mg = positive("ledger.max_groups_per_unit", 1 << 12);
-  if (!mg) return mg.err();
-  auto se = positive("ledger.snapshot_every", 1 << 30);
-  if (!se) return se.err();
+  ASSIGN_OR_RETURN(auto lt, positive("ledger.lease_timeout_ms", int64_t(1) << 40));
+  ASSIGN_OR_RETURN(auto gs, positive("ledger.group_size", 1 << 16));
+  ASSIGN_OR_RETURN(auto mg, positive("ledger.max_groups_per_unit", 1 << 12));
+  ASSIGN_OR_RETURN(auto se, positive("ledger.snapshot_every", 1 << 30));
   int64_t cap = cfg.get_int("buffer.capacity_samples");
   if (cap < 0) return error(errc::invalid_config, "buffer.capacity_samples must be >= 0");
-  o.lease_timeout_ms = *lt;
-  o.group_size = uint32_t(*gs);
-  o.max_groups_per_unit = uint32_t(*mg);
-  o.snapshot_every = uint32_t(*se);
+  o.lease_timeout_ms = lt;
+  o.group_size = uint32_t(gs);
+  o.max_groups_per_unit = uint32_t(mg);
+  o.snapshot_every = uint32_t(se);
   o.shard_capacity_samples = uint64_t(cap);
   o.store_prefix = cfg.get_string("ledger.store_prefix");
   if (o.store_prefix.empty() || o.store_prefix.find("..") != std::string::npos)
@@ -308,9 +305,8 @@ status work_ledger::record_consumed(const consumption& cons) {
 }
 
 status work_ledger::record_served(const consumption& cons, record_type type) {
-  auto found = consumed_unit(cons);
-  if (!found) return found.err();
-  const unit_rec& u = **found;
+  ASSIGN_OR_RETURN(auto found, consumed_unit(cons));
+  const unit_rec& u = *found;
   // The same hand-out again (its reply was lost): already recorded. A claim may have come
   // first (a trainer claims what it got before the shard's step arrives), and a successor's
   // claim may have moved the group to a later hand-out of the same attempt: both recorded.
@@ -348,9 +344,8 @@ status work_ledger::record_served(const consumption& cons, record_type type) {
 status work_ledger::record_handout(const consumption& cons) {
   if (cons.step == handout_step::consumed) return record_served(cons, record_type::consumed);
   if (cons.step == handout_step::handed) return record_served(cons, record_type::handed);
-  auto found = consumed_unit(cons);
-  if (!found) return found.err();
-  const unit_rec& u = **found;
+  ASSIGN_OR_RETURN(auto found, consumed_unit(cons));
+  const unit_rec& u = *found;
   const std::string what = std::string(handout_step_name(cons.step)) + ": unit " +
                            std::to_string(cons.unit) + " group " + std::to_string(cons.group) +
                            " hand-out " + std::to_string(cons.handout);

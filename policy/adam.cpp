@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/byte_codec.h"
+#include "common/status_try.h"
 
 namespace moerl::policy {
 
@@ -52,35 +53,50 @@ result<double> adam::step(std::vector<float>& params, const std::vector<float>& 
 
 namespace {
 constexpr char kMagic[8] = {'M', 'O', 'E', 'R', 'L', 'A', 'D', 'M'};
-constexpr size_t kHeaderBytes = sizeof kMagic + 8 + 8;  // magic, steps, n
 }  // namespace
 
-std::string adam::serialize() const {
+std::string write_adam_state(uint64_t steps, const std::vector<float>& m,
+                             const std::vector<float>& v) {
   byte_writer w;
   w.raw(kMagic, sizeof kMagic);
-  w.u64(static_cast<uint64_t>(t_));
-  w.u64(m_.size());
-  w.f32s(m_.data(), m_.size());
-  w.f32s(v_.data(), v_.size());
+  w.u64(steps);
+  w.u64(m.size());
+  w.f32s(m.data(), m.size());
+  w.f32s(v.data(), v.size());
   return std::move(w.bytes());
 }
 
-status adam::load(const std::string& bytes) {
-  if (bytes.size() < kHeaderBytes || bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0)
+result<adam_state> read_adam_state(const std::string& bytes) {
+  byte_reader r(bytes.data(), bytes.size());
+  if (r.raw(sizeof kMagic) != std::string(kMagic, sizeof kMagic))
     return error{errc::malformed_message, "optimiser state: does not start with MOERLADM"};
-  byte_reader r(bytes.data() + sizeof kMagic, bytes.size() - sizeof kMagic);
-  const uint64_t steps = r.u64(), n = r.u64();
-  if (n != m_.size())
-    return error{errc::invalid_argument, "optimiser state: holds " + std::to_string(n) +
-                                             " moments, this model has " +
-                                             std::to_string(m_.size()) + " parameters"};
-  if (bytes.size() != kHeaderBytes + 2 * n * sizeof(float))
-    return error{errc::malformed_message, "optimiser state: " + std::to_string(bytes.size()) +
-                                              " bytes, expected " +
-                                              std::to_string(kHeaderBytes + 2 * n * sizeof(float))};
-  r.f32s(m_.data(), m_.size());
-  r.f32s(v_.data(), v_.size());
-  t_ = static_cast<int64_t>(steps);
+  adam_state s;
+  s.steps = r.u64();
+  const uint64_t n = r.u64();
+  // n * 8 is compared only once n is known to fit what is left: a damaged count must not
+  // wrap around into a plausible size.
+  if (!r.ok() || n > r.remaining() / 8 || r.remaining() != n * 8)
+    return error{errc::malformed_message,
+                 "optimiser state: " + std::to_string(bytes.size()) + " bytes do not hold " +
+                     (r.ok() ? "2 x " + std::to_string(n) + " moments" : "its header")};
+  s.m.resize(n);
+  s.v.resize(n);
+  r.f32s(s.m.data(), n);
+  r.f32s(s.v.data(), n);
+  return s;
+}
+
+std::string adam::serialize() const { return write_adam_state(uint64_t(t_), m_, v_); }
+
+status adam::load(const std::string& bytes) {
+  ASSIGN_OR_RETURN(adam_state state, read_adam_state(bytes));
+  if (state.m.size() != m_.size())
+    return error{errc::invalid_argument,
+                 "optimiser state: holds " + std::to_string(state.m.size()) +
+                     " moments, this model has " + std::to_string(m_.size()) + " parameters"};
+  m_ = std::move(state.m);
+  v_ = std::move(state.v);
+  t_ = static_cast<int64_t>(state.steps);
   return ok_status();
 }
 

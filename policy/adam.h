@@ -22,6 +22,20 @@ struct adam_config {
   static result<adam_config> from_config(const config& cfg);
 };
 
+// Adam's checkpoint state, the MOERLADM format: "MOERLADM" | u64 steps | u64 n | fp32 m[n] |
+// fp32 v[n], little-endian (common/byte_codec.h). adam::serialize/load and the trainer ranks'
+// slicing (job/param_slicing.h) all read and write it through these two functions.
+struct adam_state {
+  uint64_t steps = 0;
+  std::vector<float> m, v;  // first and second moments, one per parameter
+};
+// m and v must have the same size.
+std::string write_adam_state(uint64_t steps, const std::vector<float>& m,
+                             const std::vector<float>& v);
+// errc::malformed_message when the bytes do not start with the magic or their size is not
+// the header's plus 2 x n floats.
+result<adam_state> read_adam_state(const std::string& bytes);
+
 class adam {
  public:
   adam(const adam_config& cfg, size_t num_params);
@@ -31,9 +45,9 @@ class adam {
   result<double> step(std::vector<float>& params, const std::vector<float>& grads);
   int64_t num_steps() const { return t_; }
 
-  // Optimiser state for checkpoints: "MOERLADM" | u64 steps | u64 n | fp32 m[n] | fp32 v[n]
-  // (little-endian). load() refuses bytes of another size or shape with
-  // errc::malformed_message / errc::invalid_argument and leaves the state untouched.
+  // Optimiser state for checkpoints in the MOERLADM format (write_adam_state above). load()
+  // refuses malformed bytes with errc::malformed_message, moments for another parameter
+  // count with errc::invalid_argument, and then leaves the state untouched.
   std::string serialize() const;
   status load(const std::string& bytes);
   const adam_config& cfg() const { return cfg_; }

@@ -127,9 +127,8 @@ void moe_policy::init_params() {
 }
 
 status moe_policy::load(const std::string& bytes) {
-  auto data = deserialize_params(bytes, &layout_);
-  if (!data) return data.err();
-  params_ = std::move(*data);
+  ASSIGN_OR_RETURN(auto data, deserialize_params(bytes, &layout_));
+  params_ = std::move(data);
   return ok_status();
 }
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/byte_codec.h"
+#include "common/status_try.h"
 #include "policy/adam.h"
 #include "policy/params.h"
 #include "policy/reward.h"
@@ -109,9 +110,8 @@ result<double> learned_reward_model::fit(const reward_model& teacher, int num_st
   auto draw = [&](std::vector<int>* f, double* y) -> status {
     task_prompt p = task_.generate(rng);
     auto c = perturbed_completion(p, rng);
-    auto r = teacher.score(p.tokens, c);
-    if (!r) return r.err();
-    *y = *r;
+    ASSIGN_OR_RETURN(auto r, teacher.score(p.tokens, c));
+    *y = r;
     *f = active_features(p.tokens, c);
     return ok_status();
   };

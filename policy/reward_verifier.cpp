@@ -1,5 +1,7 @@
 #include "policy/reward.h"
 
+#include "common/status_try.h"
+
 namespace moerl::policy {
 namespace {
 
@@ -31,9 +33,8 @@ result<std::unique_ptr<reward_model>> make_reward(const config& cfg, const task&
       return error{
           errc::invalid_config,
           "key 'task.reward_model_path': must name a checkpoint when task.reward is learned"};
-    auto m = learned_reward_model::load(t, path);
-    if (!m) return m.err();
-    return std::unique_ptr<reward_model>(std::move(*m));
+    ASSIGN_OR_RETURN(auto m, learned_reward_model::load(t, path));
+    return std::unique_ptr<reward_model>(std::move(m));
   }
   return error{errc::invalid_config, "key 'task.reward': '" + kind + "' is not verifier|learned"};
 }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/status_try.h"
+
 namespace moerl::policy {
 
 double score_against_target(const std::vector<token_id>& target,
@@ -17,9 +19,8 @@ double score_against_target(const std::vector<token_id>& target,
 
 result<double> task::verify(const std::vector<token_id>& prompt,
                             const std::vector<token_id>& completion) const {
-  auto target = solve(prompt);
-  if (!target) return target.err();
-  return score_against_target(*target, completion);
+  ASSIGN_OR_RETURN(auto target, solve(prompt));
+  return score_against_target(target, completion);
 }
 
 double task::reward_random() const {

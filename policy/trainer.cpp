@@ -86,20 +86,18 @@ result<std::vector<sample>> rollout(moe_policy& policy, const task& t, int num_p
       out.push_back(std::move(s));
     }
   }
-  auto gen = policy.generate(prompts, t.max_completion_length(), temperature, rng);
-  if (!gen) return gen.err();
+  ASSIGN_OR_RETURN(auto gen, policy.generate(prompts, t.max_completion_length(), temperature, rng));
   for (size_t i = 0; i < out.size(); ++i) {
-    out[i].completion = std::move(gen->completions[i]);
-    out[i].behaviour_logprobs = std::move(gen->logprobs[i]);
+    out[i].completion = std::move(gen.completions[i]);
+    out[i].behaviour_logprobs = std::move(gen.logprobs[i]);
   }
   return out;
 }
 
 status score_samples(const reward_model& rm, std::vector<sample>* samples) {
   for (auto& s : *samples) {
-    auto r = rm.score(s.prompt, s.completion);
-    if (!r) return r.err();
-    s.reward = *r;
+    ASSIGN_OR_RETURN(auto r, rm.score(s.prompt, s.completion));
+    s.reward = r;
   }
   return ok_status();
 }
@@ -108,11 +106,10 @@ result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
                                                             const std::vector<sample>& samples,
                                                             float temperature) {
   if (samples.empty()) return std::vector<std::vector<float>>{};
-  auto pb = pack(samples);
-  if (!pb) return pb.err();
+  ASSIGN_OR_RETURN(auto pb, pack(samples));
   forward_state st;
-  STATUS_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
-  return gather_logprobs(samples, *pb, st.logits, temperature);
+  STATUS_TRY(policy.forward(pb.tokens, pb.b, pb.t, &st, pb.mask));
+  return gather_logprobs(samples, pb, st.logits, temperature);
 }
 
 result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>& samples,
@@ -123,19 +120,17 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
   if (samples.empty()) return us;
   if (advantages.size() != samples.size())
     return error{errc::invalid_argument, "grpo_gradient: one advantage per sample needed"};
-  auto pb = pack(samples);
-  if (!pb) return pb.err();
+  ASSIGN_OR_RETURN(auto pb, pack(samples));
   forward_state st;
-  STATUS_TRY(policy.forward(pb->tokens, pb->b, pb->t, &st, pb->mask));
-  auto logp = gather_logprobs(samples, *pb, st.logits, temperature);
+  STATUS_TRY(policy.forward(pb.tokens, pb.b, pb.t, &st, pb.mask));
+  auto logp = gather_logprobs(samples, pb, st.logits, temperature);
 
   std::vector<std::vector<float>> ref_logp;
   if (cfg.kl_coef > 0) {
     if (!ref)
       return error{errc::invalid_argument, "grpo_gradient: kl_coef > 0 needs a reference policy"};
-    auto r = completion_logprobs(*ref, samples, temperature);
-    if (!r) return r.err();
-    ref_logp = std::move(*r);
+    ASSIGN_OR_RETURN(auto r, completion_logprobs(*ref, samples, temperature));
+    ref_logp = std::move(r);
   }
   std::vector<grpo_token_inputs> in(samples.size());
   for (size_t i = 0; i < samples.size(); ++i)
@@ -154,7 +149,7 @@ result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>
   const int64_t p = samples[0].prompt.size();
   for (size_t i = 0; i < samples.size(); ++i)
     for (size_t j = 0; j < samples[i].completion.size(); ++j) {
-      const int64_t row = i * pb->t + p - 1 + j;
+      const int64_t row = i * pb.t + p - 1 + j;
       log_softmax_row(&st.logits[row * num_vocab], num_vocab, temperature, lp.data());
       const float g = dlogp[i][j] / temperature;
       for (int v = 0; v < num_vocab; ++v)
@@ -180,12 +175,10 @@ result<train_config> train_config::from_config(const config& c) {
     return error{errc::invalid_config, "key 'grpo.prompts_per_iteration': must be >= 1"};
   if (!(t.temperature > 0))
     return error{errc::invalid_config, "key 'policy.temperature': must be > 0"};
-  auto g = grpo_config::from_config(c);
-  if (!g) return g.err();
-  t.grpo = *g;
-  auto a = adam_config::from_config(c);
-  if (!a) return a.err();
-  t.adam = *a;
+  ASSIGN_OR_RETURN(auto g, grpo_config::from_config(c));
+  t.grpo = g;
+  ASSIGN_OR_RETURN(auto a, adam_config::from_config(c));
+  t.adam = a;
   return t;
 }
 
@@ -198,9 +191,8 @@ result<std::vector<iteration_stats>> train_single_process(
   std::unique_ptr<expert_exchange> ref_exchange;
   if (cfg.grpo.kl_coef > 0) {  // the reference is the starting policy, frozen
     ref_exchange = make_local_expert_exchange();
-    auto r = moe_policy::create(policy.cfg(), *ref_exchange);
-    if (!r) return r.err();
-    ref = std::move(*r);
+    ASSIGN_OR_RETURN(auto r, moe_policy::create(policy.cfg(), *ref_exchange));
+    ref = std::move(r);
     ref->params() = policy.params();
   }
   std::vector<iteration_stats> curve;
@@ -209,33 +201,30 @@ result<std::vector<iteration_stats>> train_single_process(
     iteration_stats s;
     s.iteration = it;
     auto t0 = std::chrono::steady_clock::now();
-    auto samples =
-        rollout(policy, t, cfg.prompts_per_iteration, cfg.grpo.group_size, cfg.temperature, rng,
-                uint64_t(it), int64_t(it) * cfg.prompts_per_iteration);
-    if (!samples) return samples.err();
+    ASSIGN_OR_RETURN(auto samples, rollout(policy, t, cfg.prompts_per_iteration,
+                                           cfg.grpo.group_size, cfg.temperature, rng, uint64_t(it),
+                                           int64_t(it) * cfg.prompts_per_iteration));
     s.t_generate = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
-    STATUS_TRY(score_samples(rm, &*samples));
+    STATUS_TRY(score_samples(rm, &samples));
     s.t_reward = seconds_since(t0);
-    for (const auto& smp : *samples) {
+    for (const auto& smp : samples) {
       s.mean_reward += smp.reward;
-      auto score = t.verify(smp.prompt, smp.completion);
-      if (!score) return score.err();
-      s.mean_task_score += *score;
-      s.exact_fraction += *score >= t.reward_max();
+      ASSIGN_OR_RETURN(auto score, t.verify(smp.prompt, smp.completion));
+      s.mean_task_score += score;
+      s.exact_fraction += score >= t.reward_max();
     }
-    s.mean_reward /= samples->size();
-    s.mean_task_score /= samples->size();
-    s.exact_fraction /= samples->size();
+    s.mean_reward /= samples.size();
+    s.mean_task_score /= samples.size();
+    s.exact_fraction /= samples.size();
     t0 = std::chrono::steady_clock::now();
-    const auto adv = group_advantages(*samples);
+    const auto adv = group_advantages(samples);
     for (int e = 0; e < cfg.grpo.epochs; ++e) {
-      auto us = grpo_gradient(policy, *samples, adv, cfg.grpo, cfg.temperature, ref.get(), &grads);
-      if (!us) return us.err();
-      s.update = *us;
-      auto norm = opt.step(policy.params(), grads);
-      if (!norm) return norm.err();
-      s.grad_norm = *norm;
+      ASSIGN_OR_RETURN(auto us, grpo_gradient(policy, samples, adv, cfg.grpo, cfg.temperature,
+                                              ref.get(), &grads));
+      s.update = us;
+      ASSIGN_OR_RETURN(auto norm, opt.step(policy.params(), grads));
+      s.grad_norm = norm;
     }
     s.t_train = seconds_since(t0);
     curve.push_back(s);

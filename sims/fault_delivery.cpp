@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/status_try.h"
+
 namespace moerl::sims {
 
 namespace detail {
@@ -77,9 +79,8 @@ class processes final : public fault_delivery {
     }
     known_node k = it->second;
     k.spec.argv = detail::with_node_name(k.spec.argv, name);
-    auto pid = spawn_process(k.spec, {}, log_dir_ + "/" + name + ".log");
-    if (!pid) return pid.err();
-    spawned_.push_back(*pid);
+    ASSIGN_OR_RETURN(auto pid, spawn_process(k.spec, {}, log_dir_ + "/" + name + ".log"));
+    spawned_.push_back(pid);
     nodes_[name] = std::move(k);
     started_[n.name] = name;
     return ok_status();
@@ -133,9 +134,8 @@ class command final : public fault_delivery {
     argv.push_back(n.name);
     if (b == blow::stop || b == blow::cont) return run_tool(argv, 30000);
     if (b == blow::terminate) argv.push_back(std::to_string(grace_s));
-    auto run = start(argv, n.name + "-" + action_of(b));
-    if (!run) return run.err();
-    blows_[n.name] = *run;
+    ASSIGN_OR_RETURN(auto run, start(argv, n.name + "-" + action_of(b)));
+    blows_[n.name] = run;
     return ok_status();
   }
 
@@ -154,9 +154,8 @@ class command final : public fault_delivery {
   status start_replacement(const node_ref& n, const std::string& name) override {
     std::vector<std::string> argv = prefix_;
     argv.insert(argv.end(), {"replace", n.name, name});
-    auto run = start(argv, n.name + "-replace");
-    if (!run) return run.err();
-    replacing_[n.name] = *run;
+    ASSIGN_OR_RETURN(auto run, start(argv, n.name + "-replace"));
+    replacing_[n.name] = run;
     return ok_status();
   }
 
@@ -182,9 +181,8 @@ class command final : public fault_delivery {
     b.log = log_dir_ + "/deliver-" + tag + ".log";
     process_spec spec;
     spec.argv = argv;
-    auto pid = spawn_process(spec, {}, b.log);
-    if (!pid) return pid.err();
-    b.pid = *pid;
+    ASSIGN_OR_RETURN(auto pid, spawn_process(spec, {}, b.log));
+    b.pid = pid;
     return b;
   }
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "console/console_client.h"
+#include "common/status_try.h"
 
 namespace moerl::sims {
 
@@ -15,10 +16,9 @@ result<nlohmann::json> job_console::call(
   req.command = command;
   req.args = args;
   req.options = options;
-  auto rep = console::console_call(address_, req, timeout_ms_);
-  if (!rep) return rep.err();
-  if (!rep->ok) return rep->err;
-  auto body = nlohmann::json::parse(rep->body_json, nullptr, /*allow_exceptions=*/false);
+  ASSIGN_OR_RETURN(auto rep, console::console_call(address_, req, timeout_ms_));
+  if (!rep.ok) return rep.err;
+  auto body = nlohmann::json::parse(rep.body_json, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     return error{errc::malformed_message, "console reply to '" + command + "' is not JSON"};
   }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/posix_check.h"
+#include "common/status_try.h"
 
 namespace moerl::sims {
 
@@ -52,9 +53,8 @@ result<std::string> slurp(const std::string& path) {
 result<launch_spec> read_launch_spec(pid_t pid) {
   const std::string base = "/proc/" + std::to_string(pid);
   launch_spec spec;
-  auto cmdline = slurp(base + "/cmdline");
-  if (!cmdline) return cmdline.err();
-  spec.argv = split_nul(*cmdline);
+  ASSIGN_OR_RETURN(auto cmdline, slurp(base + "/cmdline"));
+  spec.argv = split_nul(cmdline);
   if (spec.argv.empty()) return error{errc::not_found, base + "/cmdline is empty (a zombie?)"};
   auto env = slurp(base + "/environ");
   if (env) spec.env = split_nul(*env);

@@ -126,9 +126,8 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
   jo.overrides.push_back("env.nodes=0");
   jo.overrides.push_back("store.url=" + work_dir + "/store");
   jo.store_prefix = tag;
-  auto port = up::free_tcp_port();
-  if (!port) return port.err();
-  jo.console = "tcp://127.0.0.1:" + std::to_string(*port);
+  ASSIGN_OR_RETURN(auto port, up::free_tcp_port());
+  jo.console = "tcp://127.0.0.1:" + std::to_string(port);
   jo.log_dir = work_dir + "/" + tag + "-logs";
   const roster names = canonical_roster(s.cluster);
   std::vector<up::node_spec> namespaced;
@@ -155,10 +154,9 @@ result<local_setup> start_local(const scenario& s, const run_options& o, const c
 
   int index = 0;
   for (const auto& node : namespaced) {
-    auto link = netns_link::create(index++);
-    if (!link) return link.err();
-    STATUS_TRY(ls.job->add_node(node, (*link)->exec_prefix()));
-    ls.links[node.name] = std::move(*link);
+    ASSIGN_OR_RETURN(auto link, netns_link::create(index++));
+    STATUS_TRY(ls.job->add_node(node, link->exec_prefix()));
+    ls.links[node.name] = std::move(link);
     expect.insert(node.name);
   }
   STATUS_TRY(wait_running(*ls.console, expect, 60000));
@@ -274,19 +272,18 @@ void fill_from(run_measurements& m, runner& r, job_console& console) {
 
 result<run_measurements> run_local(const scenario& s, const run_options& o, const config& cfg,
                                    run_measurements m) {
-  auto timeline = expand(s, canonical_roster(s.cluster));
-  if (!timeline) return timeline.err();
+  ASSIGN_OR_RETURN(auto timeline, expand(s, canonical_roster(s.cluster)));
 
   // Nodes the timeline partitions must start inside a namespace, if namespaces work here.
   std::set<std::string> partitioned;
   std::map<std::string, std::string> partition_skip;  // node -> why its partition is skipped
   const std::string netns_why = [&] {
-    for (const auto& e : *timeline) {
+    for (const auto& e : timeline) {
       if (e.kind == fault_kind::partition) return netns_link::unavailable_reason();
     }
     return std::string();
   }();
-  for (const auto& e : *timeline) {
+  for (const auto& e : timeline) {
     if (e.kind != fault_kind::partition) continue;
     if (!netns_why.empty()) {
       partition_skip[e.node] = "partition unavailable: " + netns_why;
@@ -302,15 +299,13 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 
   std::string work_dir = o.work_dir;
   if (work_dir.empty()) {
-    auto made = make_work_dir();
-    if (!made) return made.err();
-    work_dir = *made;
+    ASSIGN_OR_RETURN(auto made, make_work_dir());
+    work_dir = made;
   }
   m.work_dir = work_dir;
 
-  auto ls = start_local(s, o, cfg, work_dir, partitioned, "faults");
-  if (!ls) return ls.err();
-  local_setup& setup = *ls;
+  ASSIGN_OR_RETURN(auto ls, start_local(s, o, cfg, work_dir, partitioned, "faults"));
+  local_setup& setup = ls;
 
   job_hooks hooks;
   hooks.coordinator_restartable = true;
@@ -336,7 +331,7 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
       read_specs(*setup.console), work_dir + "/faults-logs", [](const node_view& n) {
         return n.pid > 1 ? std::string() : "node " + n.name + " reports no pid";
       });
-  runner r(*timeline, *setup.console, hooks, *delivery, o.poll_ms);
+  runner r(timeline, *setup.console, hooks, *delivery, o.poll_ms);
   r.run(s.duration_s, s.settle_s);
   r.undo_faults();
   fill_from(m, r, *setup.console);
@@ -366,21 +361,18 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 
 result<run_measurements> run_attached(const scenario& s, const run_options& o, const config& cfg,
                                       run_measurements m) {
-  auto address = console_address_of(o.against);
-  if (!address) return address.err();
-  job_console console(*address, cfg.get_string("console.token"),
+  ASSIGN_OR_RETURN(auto address, console_address_of(o.against));
+  job_console console(address, cfg.get_string("console.token"),
                       static_cast<int>(cfg.get_int("console.timeout_ms")));
   auto body = console.call("nodes");
-  if (!body) return error{body.err().code, "console at " + *address + ": " + body.err().message};
-  auto nodes = parse_nodes(*body);
-  if (!nodes) return nodes.err();
+  if (!body) return error{body.err().code, "console at " + address + ": " + body.err().message};
+  ASSIGN_OR_RETURN(auto nodes, parse_nodes(*body));
   roster live;
-  for (const auto& n : *nodes) {
+  for (const auto& n : nodes) {
     if (n.state == "running") live[n.role].push_back(n.name);
   }
   live["coordinator"].push_back("coordinator");
-  auto timeline = expand(s, live);
-  if (!timeline) return timeline.err();
+  ASSIGN_OR_RETURN(auto timeline, expand(s, live));
 
   job_hooks hooks;
   hooks.coordinator_restartable = false;
@@ -388,20 +380,18 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
     return "attach mode: " + name + " was not started inside a network namespace by this runner";
   };
   hooks.link_of = [](const std::string&) -> netns_link* { return nullptr; };
-  auto made = make_work_dir();
-  if (!made) return made.err();
-  m.work_dir = *made;
+  ASSIGN_OR_RETURN(auto made, make_work_dir());
+  m.work_dir = made;
   // The nodes' hands: signals to moerl node processes on this host, or the command that
   // strikes and replaces them where they run (--deliver-via: pods).
   std::unique_ptr<fault_delivery> delivery;
   if (o.deliver_via.empty()) {
     delivery = process_delivery(read_specs(console), m.work_dir, not_a_local_node);
   } else {
-    auto made_delivery = command_delivery(o.deliver_via, m.work_dir);
-    if (!made_delivery) return made_delivery.err();
-    delivery = std::move(*made_delivery);
+    ASSIGN_OR_RETURN(auto made_delivery, command_delivery(o.deliver_via, m.work_dir));
+    delivery = std::move(made_delivery);
   }
-  runner r(*timeline, console, hooks, *delivery, o.poll_ms);
+  runner r(timeline, console, hooks, *delivery, o.poll_ms);
   r.run(s.duration_s, s.settle_s);
   r.undo_faults();
   fill_from(m, r, console);
@@ -428,8 +418,7 @@ result<run_measurements> run_attached(const scenario& s, const run_options& o, c
 result<run_measurements> run_scenario(const scenario& s, const run_options& o) {
   std::vector<std::string> overrides = s.cluster.set;
   overrides.insert(overrides.end(), o.overrides.begin(), o.overrides.end());
-  auto cfg = config::load(o.config_file, overrides);
-  if (!cfg) return cfg.err();
+  ASSIGN_OR_RETURN(auto cfg, config::load(o.config_file, overrides));
   if (!o.deliver_via.empty() && o.against.empty()) {
     return error{errc::invalid_argument,
                  "--deliver-via needs --against: a local cluster's nodes are this runner's own "
@@ -442,8 +431,8 @@ result<run_measurements> run_scenario(const scenario& s, const run_options& o) {
   m.short_form = o.short_form;
   m.target = o.against.empty() ? "local cluster" : o.against;
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = o.against.empty() ? run_local(s, o, *cfg, std::move(m))
-                             : run_attached(s, o, *cfg, std::move(m));
+  auto r = o.against.empty() ? run_local(s, o, cfg, std::move(m))
+                             : run_attached(s, o, cfg, std::move(m));
   if (r) r->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/status_try.h"
 #include "store/digest.h"
 #include "store/key_rules.h"
 
@@ -143,17 +144,16 @@ result<checkpoint_manifest> verify_step(const object_store& store, const std::st
       return torn(dir, "COMMITTED but manifest.json is missing");
     return text.err();
   }
-  auto m = parse_manifest(dir, text.value());
-  if (!m) return m.err();
-  if (m->step != step)
-    return torn(dir, "manifest.json names step " + std::to_string(m->step) + ", not " +
+  ASSIGN_OR_RETURN(auto m, parse_manifest(dir, text.value()));
+  if (m.step != step)
+    return torn(dir, "manifest.json names step " + std::to_string(m.step) + ", not " +
                          std::to_string(step));
-  if (content_hash_of(m->parts) != m->content_hash)
+  if (content_hash_of(m.parts) != m.content_hash)
     return torn(dir, "manifest.json's content_hash does not match its parts listing");
-  if (marker.value() != m->content_hash)
+  if (marker.value() != m.content_hash)
     return torn(dir, "COMMITTED marker holds '" + marker.value().substr(0, 64) +
-                         "', not the manifest's content hash " + m->content_hash);
-  for (const auto& p : m->parts) {
+                         "', not the manifest's content hash " + m.content_hash);
+  for (const auto& p : m.parts) {
     auto bytes = store.get(join(dir, "parts/" + p.name));
     if (!bytes) {
       if (bytes.err().code == errc::not_found) return torn(dir, "part '" + p.name + "' is missing");
@@ -172,10 +172,9 @@ result<checkpoint_manifest> verify_step(const object_store& store, const std::st
 // The newest step for which verify_step succeeds (see latest_committed).
 result<checkpoint_manifest> newest_intact(const object_store& store, const std::string& prefix,
                                           std::vector<checkpoint_part>* keep) {
-  auto steps = committed_steps(store, prefix);
-  if (!steps) return steps.err();
+  ASSIGN_OR_RETURN(auto steps, committed_steps(store, prefix));
   auto log = logger("store");
-  for (auto it = steps->rbegin(); it != steps->rend(); ++it) {
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (keep != nullptr) keep->clear();
     auto m = verify_step(store, prefix, *it, keep);
     if (m) return m;
@@ -198,11 +197,10 @@ result<checkpoint_manifest> verify_checkpoint(const object_store& store, const s
 
 result<std::vector<uint64_t>> committed_steps(const object_store& store,
                                               const std::string& prefix) {
-  auto keys = store.list(join(prefix, step_tag));
-  if (!keys) return keys.err();
+  ASSIGN_OR_RETURN(auto keys, store.list(join(prefix, step_tag)));
   const std::string base = prefix.empty() ? "" : prefix + "/";
   std::vector<uint64_t> steps;
-  for (const auto& k : keys.value()) {
+  for (const auto& k : keys) {
     // k = <prefix>/step-N/COMMITTED
     const std::string rest = k.substr(base.size());
     const size_t slash = rest.find('/');
@@ -221,9 +219,8 @@ result<checkpoint_manifest> latest_committed(const object_store& store, const st
 result<loaded_checkpoint> load_latest_committed(const object_store& store,
                                                 const std::string& prefix) {
   loaded_checkpoint out;
-  auto m = newest_intact(store, prefix, &out.parts);
-  if (!m) return m.err();
-  out.manifest = std::move(m.value());
+  ASSIGN_OR_RETURN(auto m, newest_intact(store, prefix, &out.parts));
+  out.manifest = std::move(m);
   return out;
 }
 
@@ -233,11 +230,10 @@ result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,
   const std::string dir = checkpoint_dir(prefix, manifest.step);
   std::vector<checkpoint_part> out;
   for (const auto& p : manifest.parts) {
-    auto bytes = store.get(join(dir, "parts/" + p.name));
-    if (!bytes) return bytes.err();
-    if (bytes->size() != p.size || sha256_hex(bytes.value()) != p.sha256)
+    ASSIGN_OR_RETURN(auto bytes, store.get(join(dir, "parts/" + p.name)));
+    if (bytes.size() != p.size || sha256_hex(bytes) != p.sha256)
       return torn(dir, "part '" + p.name + "' changed since the checkpoint was verified");
-    out.push_back({p.name, std::move(bytes.value())});
+    out.push_back({p.name, std::move(bytes)});
   }
   return out;
 }
@@ -245,9 +241,8 @@ result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,
 status remove_checkpoint(object_store& store, const std::string& prefix, uint64_t step) {
   const std::string dir = checkpoint_dir(prefix, step);
   if (auto st = store.remove(join(dir, marker_name)); !st) return st;
-  auto keys = store.list(dir + "/");
-  if (!keys) return keys.err();
-  for (const auto& k : keys.value()) {
+  ASSIGN_OR_RETURN(auto keys, store.list(dir + "/"));
+  for (const auto& k : keys) {
     if (auto st = store.remove(k); !st) return st;
   }
   return ok_status();

@@ -1,4 +1,5 @@
 // open_store: picks the backend from the URL's scheme.
+#include "common/status_try.h"
 #include "store/local_store.h"
 #include "store/object_store.h"
 #include "store/s3_settings.h"
@@ -9,11 +10,9 @@ namespace moerl::store {
 result<std::unique_ptr<object_store>> open_store(const std::string& url, const config& cfg) {
   if (url.empty()) return error(errc::invalid_config, "store.url is empty");
   if (url.rfind("s3://", 0) == 0) {
-    auto settings = s3_settings_from_url(url, cfg);
-    if (!settings) return settings.err();
-    auto s = s3_store::open(std::move(settings.value()));
-    if (!s) return s.err();
-    return std::unique_ptr<object_store>(std::move(s.value()));
+    ASSIGN_OR_RETURN(auto settings, s3_settings_from_url(url, cfg));
+    ASSIGN_OR_RETURN(auto s, s3_store::open(std::move(settings)));
+    return std::unique_ptr<object_store>(std::move(s));
   }
   std::string path = url;
   if (url.rfind("file://", 0) == 0) {
@@ -26,9 +25,8 @@ result<std::unique_ptr<object_store>> open_store(const std::string& url, const c
         errc::invalid_config,
         "store URL '" + url + "': unknown scheme (use a path, file:///dir or s3://bucket/prefix)");
   }
-  auto s = local_store::open(path, cfg.get_bool("store.local_fsync"));
-  if (!s) return s.err();
-  return std::unique_ptr<object_store>(std::move(s.value()));
+  ASSIGN_OR_RETURN(auto s, local_store::open(path, cfg.get_bool("store.local_fsync")));
+  return std::unique_ptr<object_store>(std::move(s));
 }
 
 }  // namespace moerl::store

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "common/status_try.h"
 #include "zmq/check.h"
 #include "zmq/parts.h"
 #include "store/digest.h"
@@ -58,9 +59,8 @@ result<cache_answer> cache_client::call(const std::string& verb, json header,
     const int n = zmq_poll(&item, 1, static_cast<long>(left));
     ZMQ_CHECK(n);
     if (n == 0) break;
-    auto received = zmq::recv_message_parts(sock_, "zmq_msg_recv(DEALER)");
-    if (!received) return received.err();
-    std::vector<std::string>& parts = *received;
+    ASSIGN_OR_RETURN(auto received, zmq::recv_message_parts(sock_, "zmq_msg_recv(DEALER)"));
+    std::vector<std::string>& parts = received;
     if (parts.size() < 2 || parts.size() > 3)
       return error(errc::malformed_message, "cache " + endpoint_ + " answered with " +
                                                 std::to_string(parts.size()) + " parts");

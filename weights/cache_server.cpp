@@ -9,6 +9,7 @@
 
 #include "common/host_identity.h"
 #include "common/log.h"
+#include "common/status_try.h"
 #include "zmq/bind.h"
 #include "zmq/check.h"
 #include "zmq/parts.h"
@@ -60,9 +61,9 @@ result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<zmq::zm
     return error(errc::io_error,
                  std::string("zmq_socket(ROUTER) failed: ") + zmq_strerror(zmq_errno()));
   constexpr int kHighWaterMark = 1024;
-  auto bound = zmq::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark);
-  if (!bound) return bound.err();
-  s->endpoint_ = *bound;
+  ASSIGN_OR_RETURN(auto bound,
+                   zmq::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark));
+  s->endpoint_ = bound;
   return s;
 }
 
@@ -163,11 +164,9 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
   if (verb != wire::kMeta && verb != wire::kGet)
     return error(errc::unknown_command,
                  "unknown request '" + verb.substr(0, 32) + "' (meta, get, put, load)");
-  auto version = wire::uint_field(h, "version");
-  if (!version) return version.err();
-  auto v = cache_->find(*version);
-  if (!v) return v.err();
-  const auto& cv = **v;
+  ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
+  ASSIGN_OR_RETURN(auto v, cache_->find(version));
+  const auto& cv = *v;
   if (verb == wire::kMeta) {
     json meta{{"version", cv.version},           {"bytes", cv.bytes->size()},
               {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
@@ -175,17 +174,16 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
     if (auto path = shm_path_for(cv, h); !path.empty()) meta["shm_path"] = path;
     return meta;
   }
-  auto chunk = wire::uint_field(h, "chunk");
-  if (!chunk) return chunk.err();
-  if (*chunk >= cv.num_chunks())
-    return error(errc::invalid_argument, "chunk " + std::to_string(*chunk) +
-                                             " is outside version " + std::to_string(cv.version) +
-                                             "'s " + std::to_string(cv.num_chunks()) + " chunks");
-  *send = *v;
+  ASSIGN_OR_RETURN(auto chunk, wire::uint_field(h, "chunk"));
+  if (chunk >= cv.num_chunks())
+    return error(errc::invalid_argument, "chunk " + std::to_string(chunk) + " is outside version " +
+                                             std::to_string(cv.version) + "'s " +
+                                             std::to_string(cv.num_chunks()) + " chunks");
+  *send = v;
   return json{{"version", cv.version},
-              {"chunk", *chunk},
-              {"offset", cv.chunk_offset(*chunk)},
-              {"chunk_hash", cv.chunk_hashes[*chunk]}};
+              {"chunk", chunk},
+              {"offset", cv.chunk_offset(chunk)},
+              {"chunk_hash", cv.chunk_hashes[chunk]}};
 }
 
 void cache_server::enable_same_host_shm(bool on) {
@@ -210,57 +208,54 @@ std::string cache_server::shm_path_for(const cached_version& cv, const json& req
 }
 
 result<json> cache_server::handle_put(const json& h, const std::string& payload) {
-  auto version = wire::uint_field(h, "version");
-  if (!version) return version.err();
-  auto offset = wire::uint_field(h, "offset");
-  if (!offset) return offset.err();
-  auto total = wire::uint_field(h, "total_bytes");
-  if (!total) return total.err();
+  ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
+  ASSIGN_OR_RETURN(auto offset, wire::uint_field(h, "offset"));
+  ASSIGN_OR_RETURN(auto total, wire::uint_field(h, "total_bytes"));
   const std::string content_hash = h.value("content_hash", std::string());
   const std::string chunk_hash = h.value("chunk_hash", std::string());
   if (content_hash.size() != 64 || chunk_hash.size() != 64)
     return error(errc::invalid_argument, "put needs content_hash and chunk_hash (hex sha256)");
-  if (cache_->find(*version)) return json{{"received", *total}, {"complete", true}};
-  if (*offset > *total || payload.size() > *total - *offset || payload.empty())
-    return error(errc::invalid_argument, "put range [" + std::to_string(*offset) + ", " +
-                                             std::to_string(*offset + payload.size()) +
-                                             ") is outside a version of " + std::to_string(*total) +
+  if (cache_->find(version)) return json{{"received", total}, {"complete", true}};
+  if (offset > total || payload.size() > total - offset || payload.empty())
+    return error(errc::invalid_argument, "put range [" + std::to_string(offset) + ", " +
+                                             std::to_string(offset + payload.size()) +
+                                             ") is outside a version of " + std::to_string(total) +
                                              " bytes");
   if (store::sha256_hex(payload) != chunk_hash) {
     ++counters_.num_chunks_refused;
-    return error(errc::malformed_message, "put chunk at offset " + std::to_string(*offset) +
-                                              " of version " + std::to_string(*version) +
+    return error(errc::malformed_message, "put chunk at offset " + std::to_string(offset) +
+                                              " of version " + std::to_string(version) +
                                               " does not match its chunk hash");
   }
-  auto it = staged_.find(*version);
+  auto it = staged_.find(version);
   if (it == staged_.end()) {
     if (staged_.size() >= kMaxStagedPuts) staged_.erase(staged_.begin());  // the oldest put
     staged_put p;
-    p.total_bytes = *total;
+    p.total_bytes = total;
     p.content_hash = content_hash;
-    p.bytes.assign(*total, '\0');
-    it = staged_.emplace(*version, std::move(p)).first;
+    p.bytes.assign(total, '\0');
+    it = staged_.emplace(version, std::move(p)).first;
   }
   staged_put& p = it->second;
-  if (p.total_bytes != *total || p.content_hash != content_hash)
-    return error(errc::invalid_argument, "put of version " + std::to_string(*version) +
+  if (p.total_bytes != total || p.content_hash != content_hash)
+    return error(errc::invalid_argument, "put of version " + std::to_string(version) +
                                              " changed its size or content hash mid-way");
   p.touched_ms = now_ms();
-  if (p.offsets.insert(*offset).second) {
-    p.bytes.replace(*offset, payload.size(), payload);
+  if (p.offsets.insert(offset).second) {
+    p.bytes.replace(offset, payload.size(), payload);
     p.received += payload.size();
   }
   if (p.received < p.total_bytes) return json{{"received", p.received}, {"complete", false}};
   auto bytes = std::make_shared<const std::string>(std::move(p.bytes));
   staged_.erase(it);
-  auto cv = make_cached_version(*version, std::move(bytes), chunk_bytes_);
+  auto cv = make_cached_version(version, std::move(bytes), chunk_bytes_);
   if (cv.content_hash != content_hash)
     // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
-    return error(errc::invalid_argument, "version " + std::to_string(*version) +
+    return error(errc::invalid_argument, "version " + std::to_string(version) +
                                              " arrived whole but does not match its content hash");
   if (auto st = cache_->insert(std::move(cv)); !st) return st.err();
   ++counters_.num_versions_put;
-  return json{{"received", *total}, {"complete", true}};
+  return json{{"received", total}, {"complete", true}};
 }
 
 }  // namespace moerl::weights

@@ -4,6 +4,7 @@
 
 #include "common/host_identity.h"
 #include "common/log.h"
+#include "common/status_try.h"
 #include "store/digest.h"
 #include "weights/shm_copy.h"
 #include "weights/wire.h"
@@ -164,12 +165,11 @@ result<fetched_version> version_reader::fetch(
   // Bytes already read from a cache stay counted: they crossed the network all the same.
   log->info("version {}: no cache could serve it ({} asked, {} held it): reading the store",
             version, caches.size(), hs.size());
-  auto s = from_store();
-  if (!s) return s.err();
+  ASSIGN_OR_RETURN(auto s, from_store());
   ++counters_.num_store_fallbacks;
   ++counters_.num_versions;
-  counters_.bytes_from_store += s->size();
-  return fetched_version{std::make_shared<const std::string>(std::move(*s)), "store", "store"};
+  counters_.bytes_from_store += s.size();
+  return fetched_version{std::make_shared<const std::string>(std::move(s)), "store", "store"};
 }
 
 }  // namespace moerl::weights

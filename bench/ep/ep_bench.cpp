@@ -15,6 +15,7 @@
 #include "bench/ep/mpi_peer_run.h"
 #include "bench/support.h"
 #include "common/percentile.h"
+#include "common/status_try.h"
 #include "fabric/bootstrap.h"
 #include "fabric/ep_group.h"
 #include "fabric/ep_workload.h"
@@ -79,32 +80,30 @@ result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t me
   const int me = b.rank(), dest = (me + 1) % n, src = (me + n - 1) % n;
   const bool sends = every_rank || me == 0, receives = every_rank || me == 1;
   constexpr uint32_t kData = 1, kAck = 2;
-  auto t = open_transport(transport_of(o, me, false, paths));
-  if (!t) return t.err();
-  auto reg = (*t)->allocate_region(total + 64);  // [0, total) data, then the acknowledgement
-  if (!reg) return reg.err();
-  char* data = static_cast<char*>(reg->ptr);
+  ASSIGN_OR_RETURN(auto t, open_transport(transport_of(o, me, false, paths)));
+  // [0, total) data, then the acknowledgement
+  ASSIGN_OR_RETURN(auto reg, t->allocate_region(total + 64));
+  char* data = static_cast<char*>(reg.ptr);
   std::memset(data, 1, total + 64);
-  std::string mine = (*t)->address();
-  mine.append(reinterpret_cast<const char*>(&reg->remote), sizeof(remote_region));
-  auto all = b.allgather(members, mine, 60000);
-  if (!all) return all.err();
+  std::string mine = t->address();
+  mine.append(reinterpret_cast<const char*>(&reg.remote), sizeof(remote_region));
+  ASSIGN_OR_RETURN(auto all, b.allgather(members, mine, 60000));
   std::vector<std::string> addrs;
   std::vector<remote_region> regions(n);
   for (int r = 0; r < n; ++r) {
-    const std::string& e = (*all)[r];
+    const std::string& e = all[r];
     addrs.push_back(e.substr(0, e.size() - sizeof(remote_region)));
     std::memcpy(&regions[r], e.data() + e.size() - sizeof(remote_region), sizeof(remote_region));
   }
-  if (auto st = (*t)->set_peers(addrs); !st) return st.err();
+  if (auto st = t->set_peers(addrs); !st) return st.err();
   if (auto r = b.allgather(members, "", 60000); !r) return r.err();
   const size_t count = total / message;
   const int64_t deadline = now_ns() + o.op_timeout_ms * 1000000;
   std::vector<uint32_t> imms;
   auto drain = [&]() -> status {
-    while ((*t)->outstanding() > 0) {
+    while (t->outstanding() > 0) {
       imms.clear();
-      if (auto st = (*t)->progress(imms); !st) return st;
+      if (auto st = t->progress(imms); !st) return st;
     }
     return {};
   };
@@ -114,8 +113,8 @@ result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t me
     const auto t0 = bench_clock::now();
     if (sends)
       for (size_t i = 0; i < count; ++i)
-        if (auto st = (*t)->write(dest, *reg, data + i * message, message, regions[dest],
-                                  i * message, kData, deadline);
+        if (auto st = t->write(dest, reg, data + i * message, message, regions[dest], i * message,
+                               kData, deadline);
             !st)
           return st.err();
     size_t seen = 0;
@@ -123,8 +122,8 @@ result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t me
     double my_us = 0;
     while (!acked || !answered) {
       imms.clear();
-      if (auto st = (*t)->progress(imms); !st) return st.err();
-      if (imms.empty()) (*t)->idle_wait(1000000);
+      if (auto st = t->progress(imms); !st) return st.err();
+      if (imms.empty()) t->idle_wait(1000000);
       for (uint32_t imm : imms) {
         if (imm == kAck) {
           acked = true;
@@ -134,7 +133,7 @@ result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t me
         }
       }
       if (!answered && seen >= count) {
-        if (auto st = (*t)->write(src, *reg, data, 64, regions[src], total, kAck, deadline); !st)
+        if (auto st = t->write(src, reg, data, 64, regions[src], total, kAck, deadline); !st)
           return st.err();
         answered = true;
       }
@@ -143,10 +142,9 @@ result<double> raw_write_gbps(bootstrap& b, const ep_bench_options& o, size_t me
     }
     if (auto st = drain(); !st) return st.err();
     // The slowest sender's time: every rank's (0 where it does not send), gathered.
-    auto times = b.allgather(members, std::to_string(my_us), 60000);
-    if (!times) return times.err();
+    ASSIGN_OR_RETURN(auto times, b.allgather(members, std::to_string(my_us), 60000));
     double slowest = 0;
-    for (const std::string& v : *times) slowest = std::max(slowest, std::stod(v));
+    for (const std::string& v : times) slowest = std::max(slowest, std::stod(v));
     best = std::max(best, static_cast<double>(count * message) / (slowest * 1e3));
   }
   if (auto r = b.allgather(members, "", 60000); !r) return r.err();
@@ -201,9 +199,9 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   // Receive slots sized to this workload's largest (source, destination) entry count:
   // the worst case (every token on every rank) does not fit in a dev box's memory.
   if (mode != ep_mode::normal) cfg.rows_per_peer = max_pair_entries(p, all);
-  auto g = ep_group::create(transport_of(o, b.rank(), o.reorder, o.paths), b, all_members(b), cfg);
-  if (!g) return g.err();
-  ep_group& grp = **g;
+  ASSIGN_OR_RETURN(auto g, ep_group::create(transport_of(o, b.rank(), o.reorder, o.paths), b,
+                                            all_members(b), cfg));
+  ep_group& grp = *g;
   const rank_inputs& in = all[grp.rank()];
   std::vector<char> y(std::max<size_t>(in.x.size(), 1));
   const int iters = iterations_of(o);
@@ -228,19 +226,19 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     if (!x) return error{errc::internal, "ep bench: no dispatch buffer after combine"};
     if (auto st = barrier(b); !st) return st.err();
     const auto t0 = bench_clock::now();
-    auto d = grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
-    if (!d) return d.err();
+    ASSIGN_OR_RETURN(auto d,
+                     grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens));
     const double dispatch_us = us_since(t0);
     // Identity experts while timing, untimed like any expert: each writes its output (the
     // received rows) into combine_buffer() (or its own memory, --io-buffers own), as a real
     // expert's last GEMM would (every mode: the same expert work before every combine).
-    void* expert_out = expert_out_of(**d);
+    void* expert_out = expert_out_of(*d);
     if (!expert_out) return error{errc::internal, "ep bench: no combine buffer after dispatch"};
-    std::memcpy(expert_out, (*d)->recv_x,
-                static_cast<size_t>((*d)->num_recv_rows * p.hidden * ep_dtype_size(p.dtype)));
+    std::memcpy(expert_out, d->recv_x,
+                static_cast<size_t>(d->num_recv_rows * p.hidden * ep_dtype_size(p.dtype)));
     if (auto st = barrier(b); !st) return st.err();
     const auto t2 = bench_clock::now();
-    if (auto st = grp.combine(**d, expert_out, y.data()); !st) return st.err();
+    if (auto st = grp.combine(*d, expert_out, y.data()); !st) return st.err();
     const double combine_us = us_since(t2);
     bytes = grp.last_step_bytes();
     if (it >= o.warmup) {
@@ -254,18 +252,18 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
     const void* x = tokens();
     if (!x) return error{errc::internal, "ep bench: no dispatch buffer after combine"};
     if (auto st = barrier(b); !st) return st.err();
-    auto d = grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
-    if (!d) return d.err();
-    if (auto st = check_dispatch(p, all, grp.rank(), **d); !st) {
+    ASSIGN_OR_RETURN(auto d,
+                     grp.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens));
+    if (auto st = check_dispatch(p, all, grp.rank(), *d); !st) {
       check = "fail";
       detail = st.err().to_string();
     }
     std::vector<char> eo;
-    apply_experts(p, grp.rank() * grp.num_local_experts(), **d, eo);
-    void* expert_out = expert_out_of(**d);
+    apply_experts(p, grp.rank() * grp.num_local_experts(), *d, eo);
+    void* expert_out = expert_out_of(*d);
     if (!expert_out) return error{errc::internal, "ep bench: no combine buffer after dispatch"};
     std::memcpy(expert_out, eo.data(), eo.size());
-    if (auto st = grp.combine(**d, expert_out, y.data()); !st) return st.err();
+    if (auto st = grp.combine(*d, expert_out, y.data()); !st) return st.err();
     const std::vector<char> want = reference_combine(p, all, grp.rank(), mode);
     if (check == "pass" && !in.x.empty() && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
       check = "fail";
@@ -283,8 +281,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
                            {"check", check},
                            {"detail", detail},
                            {"paths", grp.describe().peer_paths}};
-  auto gathered = b.allgather(all_members(b), mine_j.dump(), 600000);
-  if (!gathered) return gathered.err();
+  ASSIGN_OR_RETURN(auto gathered, b.allgather(all_members(b), mine_j.dump(), 600000));
   nlohmann::json rec;
   rec["mode"] = ep_mode_name(mode);
   rec["transport"] = {{"provider", grp.describe().provider},
@@ -297,8 +294,8 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   uint64_t dw = 0, cw = 0, dn = 0, cn = 0, cin = 0, din = 0;
   std::string all_check = "pass", all_detail;
   nlohmann::json mix = nlohmann::json::object(), mix_count = nlohmann::json::object();
-  for (size_t src = 0; src < gathered->size(); ++src) {
-    const auto j = nlohmann::json::parse((*gathered)[src]);
+  for (size_t src = 0; src < gathered.size(); ++src) {
+    const auto j = nlohmann::json::parse(gathered[src]);
     const auto paths = j["paths"].get<std::vector<std::string>>();
     for (size_t dst = 0; dst < paths.size(); ++dst) {
       const std::string path =
@@ -306,7 +303,7 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
       mix[std::to_string(src) + "->" + std::to_string(dst)] = path;
       mix_count[path] = mix_count.value(path, 0) + 1;
     }
-    if (paths.empty()) mix_count["network (" + grp.describe().provider + ")"] = gathered->size();
+    if (paths.empty()) mix_count["network (" + grp.describe().provider + ")"] = gathered.size();
     const auto t = j["t"].get<std::vector<double>>();
     for (int i = 0; i < iters; ++i) {
       disp[i] = std::max(disp[i], t[2 * i]);

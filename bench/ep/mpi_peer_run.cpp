@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "common/status_try.h"
 
 namespace moerl::bench {
 
@@ -81,9 +82,8 @@ result<nlohmann::json> run_mpi_peer_start(const ep_bench_options& o, int64_t tok
                out};
   std::string command;
   for (const auto& a : spec.argv) command += (command.empty() ? "" : " ") + a;
-  auto pid = spawn_process(spec, {}, log, process_group::inherit);
-  if (!pid) return pid.err();
-  auto ws = wait_exit(*pid, static_cast<int>(o.op_timeout_ms * 20));
+  ASSIGN_OR_RETURN(auto pid, spawn_process(spec, {}, log, process_group::inherit));
+  auto ws = wait_exit(pid, static_cast<int>(o.op_timeout_ms * 20));
   std::ifstream f(out), lf(log);
   std::stringstream text, logtext;
   text << f.rdbuf();
@@ -91,8 +91,8 @@ result<nlohmann::json> run_mpi_peer_start(const ep_bench_options& o, int64_t tok
   ::unlink(out);
   ::unlink(log.c_str());
   if (!ws) {
-    (void)send_signal(*pid, SIGKILL);
-    (void)wait_exit(*pid, 10000);
+    (void)send_signal(pid, SIGKILL);
+    (void)wait_exit(pid, 10000);
     return error{errc::timeout, "MPI peer did not finish: " + command};
   }
   if (!WIFEXITED(*ws) || WEXITSTATUS(*ws) != 0)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/status_try.h"
 #include "job/grpo_job.h"
 #include "zmq/context.h"
 #include "zmq/check.h"
@@ -45,37 +46,31 @@ constexpr int kCacheTimeoutMs = 60000;
 }  // namespace
 
 status run_weights_reader(const weights_reader_args& args) {
-  auto ctx = zmq::zmq_context::create();
-  if (!ctx) return ctx.err();
+  ASSIGN_OR_RETURN(auto ctx, zmq::zmq_context::create());
   const pid_t parent = getppid();
 
   fetcher fetch;
   std::unique_ptr<weights::version_reader> reader;
   std::unique_ptr<store::object_store> store;
   if (args.source == "cache" || args.source == "cache_shm") {
-    reader = std::make_unique<weights::version_reader>(*ctx, kCacheTimeoutMs,
-                                                       args.source == "cache_shm");
+    reader =
+        std::make_unique<weights::version_reader>(ctx, kCacheTimeoutMs, args.source == "cache_shm");
     fetch = [&]() -> result<size_t> {
-      auto got = reader->fetch(args.version, {args.at}, nullptr);
-      if (!got) return got.err();
-      return got->bytes->size();
+      ASSIGN_OR_RETURN(auto got, reader->fetch(args.version, {args.at}, nullptr));
+      return got.bytes->size();
     };
   } else if (args.source == "store") {
-    auto cfg = config::load("", args.overrides);
-    if (!cfg) return cfg.err();
-    auto opened = store::open_store(args.at, *cfg);
-    if (!opened) return opened.err();
-    store = std::move(*opened);
+    ASSIGN_OR_RETURN(auto cfg, config::load("", args.overrides));
+    ASSIGN_OR_RETURN(auto opened, store::open_store(args.at, cfg));
+    store = std::move(opened);
     fetch = [&]() -> result<size_t> {
       // As a rollout node reads the store: the bytes, then their hash, checked.
       const std::string key = job::weights_key(kBenchStorePrefix, args.version);
-      auto bytes = store->get(key);
-      if (!bytes) return bytes.err();
-      auto hash = store->get(key + ".hash");
-      if (!hash) return hash.err();
-      if (policy::content_hash(*bytes) != *hash)
+      ASSIGN_OR_RETURN(auto bytes, store->get(key));
+      ASSIGN_OR_RETURN(auto hash, store->get(key + ".hash"));
+      if (policy::content_hash(bytes) != hash)
         return error(errc::malformed_message, key + " does not match its content hash");
-      return bytes->size();
+      return bytes.size();
     };
   } else {
     return error(
@@ -83,7 +78,7 @@ status run_weights_reader(const weights_reader_args& args) {
         "weights-reader --source must be cache, cache_shm or store, got '" + args.source + "'");
   }
 
-  void* sock = zmq_socket((*ctx)->handle(), ZMQ_DEALER);
+  void* sock = zmq_socket(ctx->handle(), ZMQ_DEALER);
   if (!sock) return error(errc::io_error, "zmq_socket(DEALER) failed");
   struct closer {
     void* s;
@@ -102,10 +97,9 @@ status run_weights_reader(const weights_reader_args& args) {
       if (getppid() != parent) return ok_status();  // the bench is gone: nobody to answer
       continue;
     }
-    auto parts = zmq::recv_message_parts(sock, "zmq_msg_recv(DEALER)");
-    if (!parts) return parts.err();
-    if (parts->empty() || (*parts)[0] == "exit") return ok_status();
-    if ((*parts)[0] != "go") continue;
+    ASSIGN_OR_RETURN(auto parts, zmq::recv_message_parts(sock, "zmq_msg_recv(DEALER)"));
+    if (parts.empty() || parts[0] == "exit") return ok_status();
+    if (parts[0] != "go") continue;
     auto got = fetch();
     const int64_t done_ns = steady_ns();
     json answer{{"done_ns", done_ns}, {"ok", static_cast<bool>(got)}};

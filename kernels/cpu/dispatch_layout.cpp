@@ -10,19 +10,7 @@ namespace moerl::kernels {
 status get_dispatch_layout(thread_pool& pool, const int64_t* topk_idx,
                            const dispatch_layout_params& p, const dispatch_layout_out& out) {
   const char* fn = "get_dispatch_layout";
-  KERNELS_REQUIRE(p.num_tokens >= 0, fn, "num_tokens = ", p.num_tokens, " is negative");
-  KERNELS_REQUIRE(p.topk >= 1, fn, "topk = ", p.topk, " must be >= 1");
-  KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0, fn,
-                  "num_experts = ", p.num_experts,
-                  " must be a positive multiple of num_ranks = ", p.num_ranks);
-  KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment,
-                  " must be >= 1");
-  KERNELS_REQUIRE(out.num_tokens_per_expert && out.num_tokens_per_rank, fn,
-                  "num_tokens_per_expert and num_tokens_per_rank are required");
-  KERNELS_REQUIRE(p.num_tokens == 0 || out.is_token_in_rank, fn, "is_token_in_rank is required");
-  KERNELS_REQUIRE(!out.token_expert_slot || out.expert_offset, fn,
-                  "token_expert_slot needs expert_offset");
-  KERNELS_REQUIRE(p.num_tokens == 0 || topk_idx, fn, "topk_idx is null");
+  if (auto st = detail::check_dispatch_layout_args(fn, topk_idx, p, out); !st) return st;
   if (auto st = detail::check_topk_idx(fn, topk_idx, p.num_tokens, p.topk, p.num_experts); !st)
     return st;
 

@@ -33,6 +33,29 @@ status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_token
   return ok_status();
 }
 
+status check_dispatch_layout_args(const char* fn, const int64_t* topk_idx,
+                                  const dispatch_layout_params& p, const dispatch_layout_out& out) {
+  // The two twins' copies of these checks had drifted: the CUDA one joined num_tokens and topk
+  // into one message and did not check topk_idx. The CPU's are kept: a null topk_idx with
+  // tokens to route would make the CUDA kernels read address 0 on the device, an illegal
+  // access reported asynchronously at some later call that also poisons the CUDA context,
+  // where the host can refuse it here with a message naming the argument.
+  KERNELS_REQUIRE(p.num_tokens >= 0, fn, "num_tokens = ", p.num_tokens, " is negative");
+  KERNELS_REQUIRE(p.topk >= 1, fn, "topk = ", p.topk, " must be >= 1");
+  KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0, fn,
+                  "num_experts = ", p.num_experts,
+                  " must be a positive multiple of num_ranks = ", p.num_ranks);
+  KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment,
+                  " must be >= 1");
+  KERNELS_REQUIRE(out.num_tokens_per_expert && out.num_tokens_per_rank, fn,
+                  "num_tokens_per_expert and num_tokens_per_rank are required");
+  KERNELS_REQUIRE(p.num_tokens == 0 || out.is_token_in_rank, fn, "is_token_in_rank is required");
+  KERNELS_REQUIRE(!out.token_expert_slot || out.expert_offset, fn,
+                  "token_expert_slot needs expert_offset");
+  KERNELS_REQUIRE(p.num_tokens == 0 || topk_idx, fn, "topk_idx is null");
+  return ok_status();
+}
+
 status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                     int64_t num_rows, std::vector<int64_t>* row_entry) {
   row_entry->assign(static_cast<size_t>(num_rows), -1);

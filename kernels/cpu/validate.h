@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/dispatch_layout.h"
 #include "kernels/expert_ffn.h"
 #include "kernels/routing.h"
 
@@ -35,6 +36,13 @@ status check_routing_params(const char* fn, const routing_params& p, int64_t num
 // Every entry of a [num_tokens, topk] routing table is -1 or an expert id in [0, num_experts).
 status check_topk_idx(const char* fn, const int64_t* topk_idx, int64_t num_tokens, int topk,
                       int num_experts);
+
+// get_dispatch_layout's arguments, checked on the host by both twins (the CPU's and the
+// CUDA one's, which passes device pointers: their nullness is all the host can see of them):
+// consistent params, the required outputs, and a topk_idx whenever there are tokens. The
+// table's values are the CPU twin's to check (check_topk_idx).
+status check_dispatch_layout_args(const char* fn, const int64_t* topk_idx,
+                                  const dispatch_layout_params& p, const dispatch_layout_out& out);
 
 // Builds row_entry [num_rows]: the entry t * topk + k whose slot names the row, or -1 for a
 // padding row. Fails on a slot outside [-1, num_rows) or a row named twice.

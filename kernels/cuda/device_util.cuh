@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/dtypes.h"
 
 namespace moerl::kernels::cuda::detail {

@@ -120,18 +120,8 @@ status assign(cudaStream_t stream, Key key, int64_t n, int B, int64_t* totals,
 status get_dispatch_layout(cudaStream_t stream, const int64_t* topk_idx,
                            const dispatch_layout_params& p, const dispatch_layout_out& out) {
   const char* fn = "cuda::get_dispatch_layout";
-  KERNELS_REQUIRE(p.num_tokens >= 0 && p.topk >= 1, fn, "bad shape num_tokens = ", p.num_tokens,
-                  ", topk = ", p.topk);
-  KERNELS_REQUIRE(p.num_experts >= 1 && p.num_ranks >= 1 && p.num_experts % p.num_ranks == 0, fn,
-                  "num_experts = ", p.num_experts,
-                  " must be a positive multiple of num_ranks = ", p.num_ranks);
-  KERNELS_REQUIRE(p.expert_alignment >= 1, fn, "expert_alignment = ", p.expert_alignment,
-                  " must be >= 1");
-  KERNELS_REQUIRE(out.num_tokens_per_expert && out.num_tokens_per_rank, fn,
-                  "num_tokens_per_expert and num_tokens_per_rank are required");
-  KERNELS_REQUIRE(p.num_tokens == 0 || out.is_token_in_rank, fn, "is_token_in_rank is required");
-  KERNELS_REQUIRE(!out.token_expert_slot || out.expert_offset, fn,
-                  "token_expert_slot needs expert_offset");
+  // Shapes and pointers only: the table is on the device (kernels_cuda.h).
+  if (auto st = kernels::detail::check_dispatch_layout_args(fn, topk_idx, p, out); !st) return st;
   const int64_t T = p.num_tokens;
   const int K = p.topk, E = p.num_experts, R = p.num_ranks;
   if (T > 0) {

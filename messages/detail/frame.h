@@ -10,6 +10,7 @@
 #include <kj/array.h>
 #include <kj/exception.h>
 
+#include "common/status_try.h"
 #include "messages/codec.h"
 
 namespace moerl::messages::detail {
@@ -28,11 +29,10 @@ result<kind> check_header(const void* data, size_t size, const decode_limits& li
 template <class Schema, class T, class ReadFn>
 result<T> decode_frame(kind expected, const void* data, size_t size, const decode_limits& lim,
                        ReadFn read) {
-  auto k = check_header(data, size, lim);
-  if (!k) return k.err();
-  if (*k != expected)
+  ASSIGN_OR_RETURN(auto k, check_header(data, size, lim));
+  if (k != expected)
     return error{errc::malformed_message, std::string("expected a ") + kind_name(expected) +
-                                              " message, got " + kind_name(*k)};
+                                              " message, got " + kind_name(k)};
   const size_t payload = size - kHeaderBytes;
   if (payload == 0 || payload % sizeof(capnp::word) != 0)
     return error{errc::truncated_message, std::string(kind_name(expected)) + ": payload of " +

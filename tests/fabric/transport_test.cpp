@@ -180,5 +180,39 @@ TEST(transport, a_write_past_the_peer_region_is_refused_before_posting) {
   EXPECT_EQ(st.err().code, errc::invalid_argument);
 }
 
+// The same-host address ("MOERLDT1" | host id | pid | inbox fd | inbox address | the fabric's
+// address): a peer's address cut inside any field is refused as malformed, naming why.
+TEST(transport, a_peer_address_cut_short_is_malformed) {
+  transport_options o;
+  o.provider = "shm";
+  auto t = open_transport(o);
+  ASSERT_TRUE(t.ok()) << t.err().to_string();
+  const std::string mine = (*t)->address();
+  ASSERT_EQ(mine.substr(0, 8), "MOERLDT1") << "the test expects the distance transport";
+  uint32_t id_len = 0;
+  std::memcpy(&id_len, mine.data() + 8, 4);
+  const size_t fields_end = 8 + 4 + id_len + 3 * 8;
+  ASSERT_LE(fields_end, mine.size());
+  struct cut {
+    size_t size;
+    const char* says;
+  };
+  for (const cut& c :
+       {cut{4, "not ours"}, cut{8 + 4 + id_len - 1, "not ours"},
+        cut{8 + 4 + id_len + 8, "short peer address"}, cut{fields_end - 1, "short peer address"}}) {
+    auto st = (*t)->set_peers({mine.substr(0, c.size)});
+    ASSERT_FALSE(st.ok()) << "cut at " << c.size;
+    EXPECT_EQ(st.err().code, errc::malformed_message) << st.err().message;
+    EXPECT_NE(st.err().message.find(c.says), std::string::npos) << st.err().message;
+  }
+  std::string other = mine;
+  other[7] = '2';
+  auto st = (*t)->set_peers({other});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("not ours"), std::string::npos) << st.err().message;
+  // The whole address still parses (the fabric's part is the rest).
+  EXPECT_TRUE((*t)->set_peers({mine}).ok());
+}
+
 }  // namespace
 }  // namespace moerl::fabric

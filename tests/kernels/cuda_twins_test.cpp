@@ -170,6 +170,39 @@ TEST(cuda_twins, dispatch_layout_is_identical_to_the_cpu_including_edge_cases) {
   }
 }
 
+// Both twins check get_dispatch_layout's arguments with one host-side function, so each bad
+// argument is refused by both with the same message (after the function's name). The checks
+// run before any device call: this test needs no GPU.
+TEST(cuda_twins, dispatch_layout_refuses_the_same_bad_arguments_as_the_cpu_with_its_message) {
+  thread_pool pool(1);
+  std::vector<int64_t> pe(4), pr(2), off(5), slot(6);
+  std::vector<uint8_t> ir(6);
+  const std::vector<int64_t> idx = {0, 1, 2, 3, 1, 2};
+  const dispatch_layout_out outs = {pe.data(), pr.data(), ir.data()};
+  struct bad {
+    const int64_t* idx;
+    dispatch_layout_params p;
+    dispatch_layout_out out;
+  };
+  dispatch_layout_out no_rank_counts = outs, slot_without_offset = outs;
+  no_rank_counts.num_tokens_per_rank = nullptr;
+  slot_without_offset.token_expert_slot = slot.data();
+  for (const bad& b :
+       {bad{nullptr, {3, 2, 4, 2, 1}, outs},  // the drifted one: no table
+        bad{idx.data(), {-1, 2, 4, 2, 1}, outs}, bad{idx.data(), {3, 0, 4, 2, 1}, outs},
+        bad{idx.data(), {3, 2, 5, 2, 1}, outs}, bad{idx.data(), {3, 2, 4, 2, 0}, outs},
+        bad{idx.data(), {3, 2, 4, 2, 1}, no_rank_counts},
+        bad{idx.data(), {3, 2, 4, 2, 1}, {pe.data(), pr.data(), nullptr}},
+        bad{idx.data(), {3, 2, 4, 2, 1}, slot_without_offset}}) {
+    auto cpu = get_dispatch_layout(pool, b.idx, b.p, b.out);
+    auto gpu = cuda::get_dispatch_layout(nullptr, b.idx, b.p, b.out);
+    ASSERT_FALSE(cpu.ok());
+    ASSERT_FALSE(gpu.ok()) << cpu.err().message;
+    EXPECT_EQ(gpu.err().code, moerl::errc::invalid_argument);
+    EXPECT_EQ(gpu.err().message, "cuda::" + cpu.err().message);
+  }
+}
+
 TEST(cuda_twins, permute_unpermute_and_combine_match_the_cpu_for_vector_and_scalar_rows) {
   REQUIRE_GPU();
   thread_pool pool(2);

@@ -112,3 +112,22 @@ TEST(dispatch_layout, experts_not_divisible_by_ranks_is_an_error) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find("num_ranks"), std::string::npos);
 }
+
+// The CUDA twin's copy of the argument checks once skipped this one (both now share
+// detail::check_dispatch_layout_args): tokens to route and no table is an error naming the
+// argument, while zero tokens need no table.
+TEST(dispatch_layout, a_null_topk_idx_with_tokens_is_an_error_and_without_tokens_is_not) {
+  thread_pool pool(1);
+  std::vector<int64_t> pe(4, -7), pr(2, -7);
+  std::vector<uint8_t> ir(6);
+  auto st = get_dispatch_layout(pool, nullptr, {3, 2, 4, 2, 1}, {pe.data(), pr.data(), ir.data()});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, moerl::errc::invalid_argument);
+  EXPECT_EQ(st.err().message, "get_dispatch_layout: topk_idx is null");
+  EXPECT_EQ(pe, std::vector<int64_t>(4, -7)) << "outputs written before the check failed";
+
+  st = get_dispatch_layout(pool, nullptr, {0, 2, 4, 2, 1}, {pe.data(), pr.data(), nullptr});
+  ASSERT_TRUE(st.ok()) << st.err().to_string();
+  EXPECT_EQ(pe, std::vector<int64_t>(4, 0));
+  EXPECT_EQ(pr, std::vector<int64_t>(2, 0));
+}

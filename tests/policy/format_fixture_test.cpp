@@ -43,6 +43,12 @@ TEST(policy_format_fixture, adam_state_of_the_earlier_version_loads_and_writes_t
   ASSERT_TRUE(st.ok()) << st.err().to_string();
   EXPECT_EQ(loaded.num_steps(), fixture::kAdamSteps);
   EXPECT_TRUE(loaded.serialize() == bytes);
+  // The shared codec (job/param_slicing.cpp's too) reads and writes the same bytes.
+  auto state = read_adam_state(bytes);
+  ASSERT_TRUE(state.ok()) << state.err().to_string();
+  EXPECT_EQ(state->steps, uint64_t(fixture::kAdamSteps));
+  EXPECT_EQ(state->m.size(), 4u);
+  EXPECT_TRUE(write_adam_state(state->steps, state->m, state->v) == bytes);
   // The moments are the ones the same two steps compute today.
   EXPECT_TRUE(fixture::make_stepped_adam().serialize() == bytes);
 }
