@@ -6,8 +6,8 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/coordinator_groups.h"
-#include "ledger/event_codec.h"
 #include "common/log.h"
+#include "ledger/event_codec.h"
 #include "messages/admin.h"
 
 namespace moerl::actors {
@@ -40,8 +40,8 @@ std::string reply_bytes(const status& st) {
 
 void deliver(coord_actor* self) {
   auto& st = self->state;
-  // Shard events leave as one message per node (ledger::encode_ledger_events); a node's batch is sent
-  // before anything else to that node, so the order each node sees stays the core's order.
+  // Shard events leave as one message per node (ledger::encode_ledger_events); a node's batch is
+  // sent before anything else to that node, so the order each node sees stays the core's order.
   std::map<std::string, std::vector<ledger::ledger_event>> events;
   auto send_events = [&](const std::string& node) {
     auto e = events.find(node);

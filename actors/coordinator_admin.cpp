@@ -201,7 +201,8 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
   } else if (auto view = snapshot_view(*this, cmd)) {
     body = std::move(*view);  // iterations | interruptions | ledger | snapshot
   } else {
-    return fail(errc::unknown_command, "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
+    return fail(errc::unknown_command,
+                "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
   }
   rep.ok = true;
   rep.body_json = body.dump();

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "env/env_server.h"
-#include "actors/interruption.h"
 #include "actors/internal/role_loops.h"
+#include "actors/interruption.h"
 #include "common/log.h"
+#include "env/env_server.h"
 
 namespace moerl::actors {
 namespace {

@@ -14,11 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "env/env_api.h"
 #include "actors/node_role.h"
 #include "actors/rollout_work.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "env/env_api.h"
 #include "messages/sample.h"
 #include "messages/weights.h"
 #include "weights/cache_directory.h"

@@ -10,12 +10,12 @@
 
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
-#include "common/health_file.h"
-#include "actors/interruption.h"
-#include "ledger/event_codec.h"
 #include "actors/internal/node_roles.h"
 #include "actors/internal/role_loops.h"
+#include "actors/interruption.h"
+#include "common/health_file.h"
 #include "common/log.h"
+#include "ledger/event_codec.h"
 #include "messages/admin.h"
 
 namespace moerl::actors {

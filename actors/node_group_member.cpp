@@ -8,8 +8,8 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/caf_thread_state.h"
-#include "actors/interruption.h"
 #include "actors/internal/role_loops.h"
+#include "actors/interruption.h"
 #include "common/log.h"
 #include "common/rate_limited_log.h"
 

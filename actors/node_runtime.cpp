@@ -10,20 +10,20 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
-#include "actors/internal/admin_call.h"
 #include "actors/atoms.h"
-#include "console/console_server.h"
 #include "actors/coordinator.h"
-#include "env/env_server.h"
-#include "console/http_console.h"
 #include "actors/imds_poller.h"
-#include "actors/interruption.h"
+#include "actors/internal/admin_call.h"
 #include "actors/internal/node_agent.h"
-#include "actors/node_identity.h"
 #include "actors/internal/signal_watch.h"
+#include "actors/interruption.h"
+#include "actors/node_identity.h"
 #include "common/advertised_endpoint.h"
 #include "common/log.h"
 #include "common/shm_leftovers.h"
+#include "console/console_server.h"
+#include "console/http_console.h"
+#include "env/env_server.h"
 #include "ledger/clock.h"
 #include "store/object_store.h"
 
@@ -130,14 +130,16 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
   log->info("coordinator {} listening on {}:{}{}", node_id.substr(0, 8), host, *bound,
             cp.tls ? " (TLS)" : "");
   // The HTTP console first: whoever sees the ZeroMQ console answer (moerl up) finds it bound.
-  auto http = console::start_http_console(coordinator_admin_channel(sys, coord), cfg, static_cast<int>(cp.request_timeout_ms));
+  auto http = console::start_http_console(coordinator_admin_channel(sys, coord), cfg,
+                                          static_cast<int>(cp.request_timeout_ms));
   if (!http) {
     log->error("{}", http.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 2;
   }
   auto console = console::console_server::start(coordinator_admin_channel(sys, coord),
-                                                cfg.get_string("console.address"), static_cast<int>(cp.request_timeout_ms));
+                                                cfg.get_string("console.address"),
+                                                static_cast<int>(cp.request_timeout_ms));
   if (!console) {
     log->error("{}", console.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);

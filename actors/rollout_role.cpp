@@ -16,11 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "env/env_client.h"
-#include "actors/interruption.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
+#include "actors/interruption.h"
 #include "common/log.h"
+#include "env/env_client.h"
 #include "messages/work.h"
 
 namespace moerl::actors {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "env/env_api.h"
 #include "common/error.h"
+#include "env/env_api.h"
 
 namespace moerl::actors {
 

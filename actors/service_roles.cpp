@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
-#include "actors/interruption.h"
-#include "ledger/event_codec.h"
 #include "actors/internal/role_loops.h"
+#include "actors/interruption.h"
 #include "common/log.h"
+#include "ledger/event_codec.h"
 #include "messages/work.h"
 #include "weights/version_reader.h"
 
@@ -178,8 +178,8 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     // Acks and consumption must reach the ledger: keep them until the coordinator answered.
     while (!acks.empty()) {
       auto& a = acks.front();
-      auto res =
-          call_coordinator(self, *ctx, caf::make_message(ack_atom::value, ledger::encode_shard_ack(a)));
+      auto res = call_coordinator(self, *ctx,
+                                  caf::make_message(ack_atom::value, ledger::encode_shard_ack(a)));
       if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
       if (!res)
         log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);

@@ -4,11 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "console/console_client.h"
 #include "apps/commands.h"
 #include "apps/console_top.h"
 #include "apps/console_views.h"
 #include "common/config.h"
+#include "console/console_client.h"
 
 namespace moerl::apps {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/health_file.h"
 #include "actors/interruption.h"
 #include "apps/commands.h"
+#include "common/health_file.h"
 
 namespace moerl::apps {
 

@@ -104,11 +104,11 @@ int run_up(const up::up_options& a) {
   if (!out.trace_error.empty()) std::cerr << "moerl up: --trace: " << out.trace_error << "\n";
   if (!out.stop_error.empty()) std::cerr << "moerl up: " << out.stop_error << "\n";
   auto acct = out.report.value("accounting", json::object());
-  const char* how = done ? "finished"
+  const char* how = done                                     ? "finished"
                     : out.outcome == up::run_outcome::failed ? "FAILED"
                                                              : "TIMED OUT";
-  std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n",
-              how, out.report["wall_s"].get<double>(),
+  std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n", how,
+              out.report["wall_s"].get<double>(),
               out.report.value("replacements", json::array()).size(), acct.dump().c_str(),
               out.report_path.c_str());
   if (!j.failure_cause().empty())

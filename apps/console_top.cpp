@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "console/console_client.h"
 #include "apps/console_views.h"
+#include "console/console_client.h"
 
 namespace moerl::apps {
 

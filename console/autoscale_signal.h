@@ -1,6 +1,6 @@
-// The autoscaling signal (console/CONSOLE.md, "Autoscaling signal"): how many rollout and env replicas
-// the job wants, from the queue depth, the trainer's consumption rate, one rollout worker's
-// generation rate, the measured replacement time (down -> replacement productive) and the
+// The autoscaling signal (console/CONSOLE.md, "Autoscaling signal"): how many rollout and env
+// replicas the job wants, from the queue depth, the trainer's consumption rate, one rollout
+// worker's generation rate, the measured replacement time (down -> replacement productive) and the
 // observed interruption rate. The HTTP console serves it at /api/v1/autoscale and as
 // moerl_desired_replicas{role} in /metrics, which deploy/'s KEDA ScaledObject scales on.
 #pragma once

@@ -58,7 +58,8 @@ status check_console_request(const messages::admin_request& req) {
     if (auto st = one_node("drain", args.size()); !st) return st;
     takes_deadline = true;
   } else {
-    return error(errc::unknown_command, "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
+    return error(errc::unknown_command,
+                 "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
   }
   for (const auto& [name, value] : req.options) {
     if (name != "deadline") return error(errc::invalid_argument, "unknown option '" + name + "'");

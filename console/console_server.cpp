@@ -3,8 +3,8 @@
 #include <zmq.h>
 
 #include "common/log.h"
-#include "zmq/check.h"
 #include "messages/admin.h"
+#include "zmq/check.h"
 
 namespace moerl::console {
 

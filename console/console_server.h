@@ -1,6 +1,6 @@
 // The coordinator's admin endpoint: a ZeroMQ REP socket at console.address that turns each
-// messages::admin_request into a request to the coordinator (console/admin_channel.h) and answers with its
-// admin_reply. Undecodable input gets a malformed_message reply, never a crash, and the
+// messages::admin_request into a request to the coordinator (console/admin_channel.h) and answers
+// with its admin_reply. Undecodable input gets a malformed_message reply, never a crash, and the
 // coordinator keeps running whatever the console sends.
 // Runs on its own thread; stop() (or the destructor) ends it.
 #pragma once

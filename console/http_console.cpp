@@ -11,14 +11,13 @@
 #include <cstdio>
 #include <cstring>
 
-
-#include "console/chrome_trace.h"
-#include "console/console_client.h"
-#include "console/prometheus_text.h"
-#include "console/internal/web_assets.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/secret_compare.h"
+#include "console/chrome_trace.h"
+#include "console/console_client.h"
+#include "console/internal/web_assets.h"
+#include "console/prometheus_text.h"
 
 namespace moerl::console {
 

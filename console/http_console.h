@@ -4,8 +4,8 @@
 // documents the routes; README lists them with the metrics.
 //
 // Reads go to the coordinator actor as the same admin verbs the ZeroMQ console sends
-// (console/admin_channel.h), so `moerl console VERB` and GET /api/v1/VERB agree. Every route but the
-// page's static files needs `Authorization: Bearer <token>`: console.viewer_token reads,
+// (console/admin_channel.h), so `moerl console VERB` and GET /api/v1/VERB agree. Every route but
+// the page's static files needs `Authorization: Bearer <token>`: console.viewer_token reads,
 // console.operator_token also acts (POST /api/v1/actions). No or a wrong token: 401; a viewer
 // acting: 403. Bad input (unknown path, wrong method, bad JSON, a body over
 // console.http_max_body_bytes, a slow client) gets a 4xx JSON error {"error": {...}} and the
@@ -24,9 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "console/admin_channel.h"
 #include "console/autoscale_signal.h"
-#include "common/error.h"
 
 namespace httplib {
 class Server;
@@ -105,7 +105,6 @@ class http_console {
 // The coordinator's HTTP console as the config sets it: nullptr when console.http_address is
 // "" (off); an error for a bad option or a port it cannot bind.
 result<std::unique_ptr<http_console>> start_http_console(admin_caller_factory coordinator,
-                                                         const config& cfg,
-                                                         int request_timeout_ms);
+                                                         const config& cfg, int request_timeout_ms);
 
 }  // namespace moerl::console

@@ -10,7 +10,7 @@ result<std::unique_ptr<env_server>> env_server::bind(std::shared_ptr<zmq::zmq_co
                                                      const std::string& endpoint) {
   // The high-water marks bound what a flood of requests can queue on the node.
   auto sock = zmq::zmq_server_socket::bind(std::move(ctx), ZMQ_ROUTER, "ROUTER", endpoint,
-                                      /*rcv_hwm=*/4096, /*snd_hwm=*/4096);
+                                           /*rcv_hwm=*/4096, /*snd_hwm=*/4096);
   if (!sock) return sock.err();
   return std::unique_ptr<env_server>(new env_server(std::move(*sock)));
 }

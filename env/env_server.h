@@ -9,9 +9,9 @@
 #include <string>
 #include <utility>
 
-#include "zmq/server_socket.h"
 #include "common/error.h"
 #include "zmq/context.h"
+#include "zmq/server_socket.h"
 
 namespace moerl::env {
 

@@ -398,7 +398,7 @@ class policy_rollout final : public actors::rollout_work {
   uint64_t cached_version_ = ~0ull;
   uint32_t cached_group_ = ~0u;
   env::env_link* env_ = nullptr;  // owned by the rollout worker
-  uint64_t group_id_ = 0;            // of the group being generated (begin_group)
+  uint64_t group_id_ = 0;         // of the group being generated (begin_group)
   uint64_t cached_group_id_ = ~0ull;
   episode_group episodes_;
 };

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "env/env_api.h"
 #include "actors/rollout_work.h"
 #include "common/error.h"
+#include "env/env_api.h"
 #include "job/prompt_dataset.h"
 #include "policy/model.h"
 

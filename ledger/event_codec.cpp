@@ -20,7 +20,7 @@ std::string encode_ledger_events(const std::vector<ledger_event>& events) {
 }
 
 result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
-                                                               const std::string& shard) {
+                                                       const std::string& shard) {
   auto m = messages::decode<messages::ledger_events>(bytes);
   if (!m) return m.err();
   std::vector<ledger_event> out;
@@ -47,7 +47,7 @@ result<shard_ack> decode_shard_ack(const std::string& bytes) {
   auto m = messages::decode<messages::shard_ack>(bytes);
   if (!m) return m.err();
   return shard_ack{m->unit, m->attempt, std::move(m->shard), std::move(m->accepted_groups),
-                           std::move(m->stale_groups)};
+                   std::move(m->stale_groups)};
 }
 
 }  // namespace moerl::ledger

@@ -16,7 +16,7 @@ namespace moerl::ledger {
 std::string encode_ledger_events(const std::vector<ledger_event>& events);
 // Decodes what encode_ledger_events wrote; every event's shard is set to `shard`.
 result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
-                                                               const std::string& shard);
+                                                       const std::string& shard);
 
 std::string encode_shard_ack(const shard_ack& ack);
 result<shard_ack> decode_shard_ack(const std::string& bytes);

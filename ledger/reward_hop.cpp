@@ -41,7 +41,7 @@ status reward_push::send(const std::string& shard_endpoint, const std::string& s
 result<std::unique_ptr<reward_pull>> reward_pull::bind(std::shared_ptr<zmq::zmq_context> ctx,
                                                        const std::string& endpoint) {
   auto sock = zmq::zmq_server_socket::bind(std::move(ctx), ZMQ_PULL, "PULL", endpoint,
-                                      /*rcv_hwm=*/256, /*snd_hwm=*/0);
+                                           /*rcv_hwm=*/256, /*snd_hwm=*/0);
   if (!sock) return sock.err();
   return std::unique_ptr<reward_pull>(new reward_pull(std::move(*sock)));
 }

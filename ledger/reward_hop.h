@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "zmq/server_socket.h"
 #include "common/error.h"
 #include "zmq/context.h"
+#include "zmq/server_socket.h"
 
 namespace moerl::ledger {
 

@@ -11,8 +11,8 @@
 #include "common/config_text.h"
 #include "common/log.h"
 #include "common/status_try.h"
-#include "zmq/check.h"
 #include "messages/codec.h"
+#include "zmq/check.h"
 
 namespace moerl::ledger {
 
@@ -31,7 +31,8 @@ void close_socket(void*& sock) {
 // A socket with linger 0, routing id `name` (dealers) and a frame size cap.
 result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t max_frame) {
   void* sock = zmq_socket(ctx, type);
-  if (!sock) return zmq::detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
+  if (!sock)
+    return zmq::detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
   auto setup = [&]() -> status {
     int zero = 0;
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero));
@@ -86,7 +87,8 @@ result<std::vector<std::string>> recv_message(void* sock) {
       int e = zmq_errno();
       zmq_msg_close(&msg);
       if (e == EAGAIN && frames.empty()) return frames;
-      return zmq::detail::zmq_failure("zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT)", e, __FILE__, __LINE__);
+      return zmq::detail::zmq_failure("zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT)", e, __FILE__,
+                                      __LINE__);
     }
     frames.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
     bool more = zmq_msg_more(&msg);
@@ -123,9 +125,8 @@ result<sample_plane_options> sample_plane_options::from_config(const config& cfg
 
 // ---- producer -------------------------------------------------------------------------
 
-result<std::unique_ptr<sample_producer>> sample_producer::connect(std::shared_ptr<zmq::zmq_context> ctx,
-                                                                  const std::string& endpoint,
-                                                                  const std::string& name) {
+result<std::unique_ptr<sample_producer>> sample_producer::connect(
+    std::shared_ptr<zmq::zmq_context> ctx, const std::string& endpoint, const std::string& name) {
   if (auto s = check_name(name, "producer"); !s) return s.err();
   std::unique_ptr<sample_producer> p(new sample_producer());
   p->ctx_ = std::move(ctx);
@@ -187,10 +188,9 @@ status sample_producer::poll(int timeout_ms) {
 
 // ---- consumer -------------------------------------------------------------------------
 
-result<std::unique_ptr<batch_consumer>> batch_consumer::connect(std::shared_ptr<zmq::zmq_context> ctx,
-                                                                const std::string& endpoint,
-                                                                const std::string& name,
-                                                                uint64_t incarnation) {
+result<std::unique_ptr<batch_consumer>> batch_consumer::connect(
+    std::shared_ptr<zmq::zmq_context> ctx, const std::string& endpoint, const std::string& name,
+    uint64_t incarnation) {
   if (auto s = check_name(name, "trainer"); !s) return s.err();
   std::unique_ptr<batch_consumer> c(new batch_consumer());
   c->ctx_ = std::move(ctx);

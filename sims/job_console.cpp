@@ -2,8 +2,8 @@
 
 #include <cstdlib>
 
-#include "console/console_client.h"
 #include "common/status_try.h"
+#include "console/console_client.h"
 
 namespace moerl::sims {
 

@@ -12,7 +12,6 @@
 #include <set>
 #include <thread>
 
-#include "up/local_job.h"
 #include "common/config.h"
 #include "common/posix_check.h"
 #include "common/status_try.h"
@@ -22,6 +21,7 @@
 #include "sims/process_control.h"
 #include "sims/runner.h"
 #include "sims/timeline.h"
+#include "up/local_job.h"
 
 namespace moerl::sims {
 

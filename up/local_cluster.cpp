@@ -15,10 +15,10 @@
 #include <fstream>
 #include <thread>
 
-#include "console/console_client.h"
 #include "common/child_process.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "console/console_client.h"
 
 namespace moerl::up {
 

@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <thread>
 
-#include "env/env_client.h"
 #include "actors/interruption.h"
-#include "up/weights_report.h"
 #include "common/child_process.h"
 #include "common/log.h"
+#include "env/env_client.h"
+#include "up/weights_report.h"
 
 namespace moerl::up {
 namespace {

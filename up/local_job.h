@@ -24,10 +24,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "up/local_cluster.h"
-#include "up/pod_policy.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "up/local_cluster.h"
+#include "up/pod_policy.h"
 
 namespace moerl::up {
 

@@ -7,9 +7,10 @@
 namespace moerl::up {
 namespace {
 
-constexpr actors::node_role kAllRoles[] = {actors::node_role::coordinator, actors::node_role::buffer, actors::node_role::trainer,
-                                   actors::node_role::weights,     actors::node_role::reward, actors::node_role::env,
-                                   actors::node_role::rollout};
+constexpr actors::node_role kAllRoles[] = {
+    actors::node_role::coordinator, actors::node_role::buffer, actors::node_role::trainer,
+    actors::node_role::weights,     actors::node_role::reward, actors::node_role::env,
+    actors::node_role::rollout};
 
 }  // namespace
 

@@ -148,9 +148,8 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
       auto from = latest_resumable_run(*pre);
       if (!from) return error(from.err().code, "--resume: " + from.err().to_string());
       if (from->empty())
-        return error(errc::not_found,
-                     "--resume: no earlier run has a committed checkpoint in " +
-                         pre->get_string("store.url"));
+        return error(errc::not_found, "--resume: no earlier run has a committed checkpoint in " +
+                                          pre->get_string("store.url"));
       r->resumed_from_ = *from;
       o.overrides.push_back("job.resume_from=" + *from);
     }

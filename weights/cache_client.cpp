@@ -7,17 +7,18 @@
 #include <vector>
 
 #include "common/status_try.h"
-#include "zmq/check.h"
-#include "zmq/parts.h"
 #include "store/digest.h"
 #include "weights/wire.h"
+#include "zmq/check.h"
+#include "zmq/parts.h"
 
 namespace moerl::weights {
 
 using nlohmann::json;
 
-result<std::unique_ptr<cache_client>> cache_client::connect(
-    std::shared_ptr<zmq::zmq_context> ctx, const std::string& endpoint, int timeout_ms) {
+result<std::unique_ptr<cache_client>> cache_client::connect(std::shared_ptr<zmq::zmq_context> ctx,
+                                                            const std::string& endpoint,
+                                                            int timeout_ms) {
   std::unique_ptr<cache_client> c(new cache_client);
   c->ctx_ = std::move(ctx);
   c->endpoint_ = endpoint;

@@ -10,11 +10,11 @@
 #include "common/host_identity.h"
 #include "common/log.h"
 #include "common/status_try.h"
+#include "store/digest.h"
+#include "weights/wire.h"
 #include "zmq/bind.h"
 #include "zmq/check.h"
 #include "zmq/parts.h"
-#include "store/digest.h"
-#include "weights/wire.h"
 
 namespace moerl::weights {
 namespace {

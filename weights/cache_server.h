@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "zmq/context.h"
 #include "weights/shm_copy.h"
 #include "weights/version_cache.h"
+#include "zmq/context.h"
 
 namespace moerl::weights {
 

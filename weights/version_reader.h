@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "zmq/context.h"
 #include "weights/cache_client.h"
+#include "zmq/context.h"
 
 namespace moerl::weights {
 
@@ -47,8 +47,7 @@ class version_reader {
  public:
   // timeout_ms bounds each request to a cache. same_host_shm: ask caches for a /dev/shm
   // copy (weights/shm_copy.h), read in one pass when the cache shares this host.
-  version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms,
-                 bool same_host_shm = false);
+  version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms, bool same_host_shm = false);
   // `caches`: the endpoints to try; `from_store`: the durable copy (it checks what it reads;
   // null: no store fallback, errc::not_found when no cache holds the version).
   result<fetched_version> fetch(uint64_t version, const std::vector<std::string>& caches,

@@ -20,8 +20,8 @@ inline error zmq_failure(const char* call, int err, const char* file, int line) 
 
 }  // namespace moerl::zmq::detail
 
-#define ZMQ_CHECK(call)                                                                    \
-  do {                                                                                     \
-    if ((call) == -1)                                                                      \
+#define ZMQ_CHECK(call)                                                                 \
+  do {                                                                                  \
+    if ((call) == -1)                                                                   \
       return ::moerl::zmq::detail::zmq_failure(#call, zmq_errno(), __FILE__, __LINE__); \
   } while (0)

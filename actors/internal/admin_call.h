@@ -4,7 +4,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/admin_call.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/admin_call.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <caf/fwd.hpp>

@@ -10,7 +10,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/caf_thread_state.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/caf_thread_state.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <caf/logger.hpp>

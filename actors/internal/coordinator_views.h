@@ -6,7 +6,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/coordinator_views.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/coordinator_views.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <optional>

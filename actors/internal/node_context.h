@@ -6,7 +6,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/node_context.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/node_context.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <atomic>
@@ -24,8 +25,8 @@
 #include "actors/coordinator_trust.h"
 #include "actors/job.h"
 #include "actors/node_role.h"
-#include "ledger/reward_hop.h"
 #include "common/config.h"
+#include "ledger/reward_hop.h"
 #include "ledger/sample_plane.h"
 #include "messages/shard.h"
 #include "weights/cache_directory.h"

@@ -5,7 +5,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/node_group_member.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/node_group_member.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <atomic>
@@ -18,8 +19,8 @@
 
 #include <caf/fwd.hpp>
 
-#include "actors/job.h"
 #include "actors/internal/node_context.h"
+#include "actors/job.h"
 #include "actors/node_group_core.h"
 
 namespace moerl::actors {

@@ -21,7 +21,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/node_roles.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/node_roles.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <memory>

@@ -3,7 +3,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/openssl_error_queue.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/openssl_error_queue.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include "common/error.h"

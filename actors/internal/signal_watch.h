@@ -12,7 +12,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/signal_watch.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/signal_watch.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <functional>

@@ -7,7 +7,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
-#error "actors/internal/trainer_claim.h is private to moerl_actors (actors/): include its public headers"
+#error \
+    "actors/internal/trainer_claim.h is private to moerl_actors (actors/): include its public headers"
 #endif
 
 #include <cstdint>

@@ -21,15 +21,15 @@
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
 #include "actors/coordinator.h"
-#include "up/local_cluster.h"
 #include "actors/node_identity.h"
 #include "bench/control/lease_client.h"
 #include "bench/support.h"
-#include "common/temp_dir.h"
 #include "common/config.h"
+#include "common/temp_dir.h"
 #include "ledger/clock.h"
 #include "messages/control.h"
 #include "provenance/provenance.h"
+#include "up/local_cluster.h"
 
 namespace moerl::bench {
 namespace {

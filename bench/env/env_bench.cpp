@@ -11,14 +11,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "up/local_cluster.h"
-#include "up/local_job.h"
 #include "bench/support.h"
-#include "common/temp_dir.h"
 #include "common/config.h"
+#include "common/temp_dir.h"
 #include "provenance/provenance.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
+#include "up/local_cluster.h"
+#include "up/local_job.h"
 
 namespace moerl::bench {
 namespace {

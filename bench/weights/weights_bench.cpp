@@ -20,9 +20,6 @@
 #include "common/child_process.h"
 #include "common/percentile.h"
 #include "job/grpo_job.h"
-#include "zmq/context.h"
-#include "zmq/check.h"
-#include "zmq/parts.h"
 #include "moto_server.h"
 #include "policy/params.h"
 #include "provenance/provenance.h"
@@ -31,6 +28,9 @@
 #include "weights/cache_client.h"
 #include "weights/cache_server.h"
 #include "weights/version_cache.h"
+#include "zmq/check.h"
+#include "zmq/context.h"
+#include "zmq/parts.h"
 
 #ifndef MOERL_MOTO_SCRIPT
 #error "MOERL_MOTO_SCRIPT must name tests/store/moto_s3_server.py (bench/weights/CMakeLists.txt)"
@@ -196,8 +196,8 @@ class reader_fleet {
                                  std::to_string(timeout_ms) + " ms");
       zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
       if (zmq_poll(&item, 1, 200) <= 0) continue;
-      auto parts = need(zmq::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)"),
-                        "receiving from a reader");
+      auto parts =
+          need(zmq::recv_message_parts(sock_, "zmq_msg_recv(ROUTER)"), "receiving from a reader");
       if (parts.size() == 3 && parts[1] == word) return {parts[0], parts[2]};
     }
   }

@@ -12,12 +12,12 @@
 #include "common/config.h"
 #include "common/status_try.h"
 #include "job/grpo_job.h"
-#include "zmq/context.h"
-#include "zmq/check.h"
-#include "zmq/parts.h"
 #include "policy/params.h"
 #include "store/object_store.h"
 #include "weights/version_reader.h"
+#include "zmq/check.h"
+#include "zmq/context.h"
+#include "zmq/parts.h"
 
 namespace moerl::bench {
 namespace {

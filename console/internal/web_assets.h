@@ -3,7 +3,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_console
-#error "console/internal/web_assets.h is private to moerl_console (console/): include its public headers"
+#error \
+    "console/internal/web_assets.h is private to moerl_console (console/): include its public headers"
 #endif
 
 #include <cstddef>

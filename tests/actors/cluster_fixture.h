@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "up/local_cluster.h"
 #include "common/config.h"
+#include "up/local_cluster.h"
 
 namespace moerl::test {
 
@@ -75,7 +75,7 @@ class cluster_test : public ::testing::Test {
   }
   void start(std::vector<std::string> extra = {},
              std::vector<up::node_spec> nodes = up::default_cluster_nodes()) {
-    actors::cluster_options o;
+    up::cluster_options o;
     o.binary = MOERL_BINARY;
     o.overrides = base_overrides();
     for (auto& kv : extra) o.overrides.push_back(kv);

@@ -1,9 +1,9 @@
-// The control plane over TLS (caf_openssl behind actors/internal/openssl_error_queue.h), on loopback, with
-// a CA and certificates the test makes with the openssl CLI: a cluster whose nodes hold
-// certificates from the cluster CA runs to the end; a node with a certificate from another
-// CA cannot join and exits 3. One TLS link ending, by a drain, a kill or a refused handshake,
-// leaves every other link up: without the error-queue guard, caf_openssl 0.17.6 closed other
-// nodes' links to the coordinator one after another (openssl_error_queue.cpp says why).
+// The control plane over TLS (caf_openssl behind actors/internal/openssl_error_queue.h), on
+// loopback, with a CA and certificates the test makes with the openssl CLI: a cluster whose nodes
+// hold certificates from the cluster CA runs to the end; a node with a certificate from another CA
+// cannot join and exits 3. One TLS link ending, by a drain, a kill or a refused handshake, leaves
+// every other link up: without the error-queue guard, caf_openssl 0.17.6 closed other nodes' links
+// to the coordinator one after another (openssl_error_queue.cpp says why).
 #include <csignal>
 #include <cstdlib>
 
@@ -45,9 +45,8 @@ std::vector<std::string> lost_link_lines(const std::string& log_dir, const std::
 
 class tls_cluster_test : public cluster_test {
  protected:
-  void start_tls(
-      const std::vector<std::string>& extra = {},
-      std::vector<moerl::up::node_spec> nodes = moerl::up::default_cluster_nodes()) {
+  void start_tls(const std::vector<std::string>& extra = {},
+                 std::vector<moerl::up::node_spec> nodes = moerl::up::default_cluster_nodes()) {
     pki_ = dir_ + "/pki";
     std::filesystem::create_directories(pki_);
     make_cert(pki_, "cluster-ca", "node");

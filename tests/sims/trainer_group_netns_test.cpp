@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "up/local_job.h"
 #include "sims/job_console.h"
 #include "sims/netns_link.h"
 #include "tests/support/temp_dir.h"
+#include "up/local_job.h"
 
 namespace moerl {
 namespace {

@@ -6,7 +6,8 @@
 #pragma once
 
 #ifndef MOERL_TEST_CODE
-#error "tests/support/served_cache.h is test code: production code (benches too) must not include tests/"
+#error \
+    "tests/support/served_cache.h is test code: production code (benches too) must not include tests/"
 #endif
 
 #include <gtest/gtest.h>

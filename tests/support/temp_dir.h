@@ -3,7 +3,8 @@
 #pragma once
 
 #ifndef MOERL_TEST_CODE
-#error "tests/support/temp_dir.h is test code: production code (benches too) must not include tests/"
+#error \
+    "tests/support/temp_dir.h is test code: production code (benches too) must not include tests/"
 #endif
 
 #include <cstdio>

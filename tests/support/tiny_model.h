@@ -4,7 +4,8 @@
 #pragma once
 
 #ifndef MOERL_TEST_CODE
-#error "tests/support/tiny_model.h is test code: production code (benches too) must not include tests/"
+#error \
+    "tests/support/tiny_model.h is test code: production code (benches too) must not include tests/"
 #endif
 
 #include <cstdint>

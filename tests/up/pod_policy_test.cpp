@@ -31,8 +31,10 @@ int wait_status_of(int code) {
 }
 
 TEST(pod_policy, every_role_follows_the_kind_of_its_manifest) {
-  for (actors::node_role r : {actors::node_role::coordinator, actors::node_role::buffer, actors::node_role::trainer,
-                      actors::node_role::weights, actors::node_role::reward, actors::node_role::env, actors::node_role::rollout}) {
+  for (actors::node_role r :
+       {actors::node_role::coordinator, actors::node_role::buffer, actors::node_role::trainer,
+        actors::node_role::weights, actors::node_role::reward, actors::node_role::env,
+        actors::node_role::rollout}) {
     const std::string role = to_string(r);
     EXPECT_EQ(controller_of(role), controller_of(r)) << role;
     std::ifstream in(std::string(MOERL_SOURCE_DIR) + "/deploy/base/" + role + ".yaml");
