@@ -7,6 +7,7 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/role_loops.h"
+#include "common/status_try.h"
 #include "messages/admin.h"
 
 namespace moerl::actors {
@@ -53,13 +54,12 @@ result<std::vector<std::string>> discover(caf::blocking_actor* self, node_contex
   messages::admin_request req;
   req.token = ctx.cfg.get_string("console.token");
   req.command = "nodes";
-  auto raw =
-      call_coordinator(self, ctx, caf::make_message(admin_atom::value, messages::encode(req)));
-  if (!raw) return raw.err();
-  auto rep = messages::decode<messages::admin_reply>(*raw);
-  if (!rep) return rep.err();
-  if (!rep->ok) return error(errc::internal, "coordinator refused `nodes`: " + rep->body_json);
-  auto j = nlohmann::json::parse(rep->body_json, nullptr, false);
+  ASSIGN_OR_RETURN(
+      auto raw,
+      call_coordinator(self, ctx, caf::make_message(admin_atom::value, messages::encode(req))));
+  ASSIGN_OR_RETURN(auto rep, messages::decode<messages::admin_reply>(raw));
+  if (!rep.ok) return error(errc::internal, "coordinator refused `nodes`: " + rep.body_json);
+  auto j = nlohmann::json::parse(rep.body_json, nullptr, false);
   if (!j.is_array())
     return error(errc::malformed_message, "coordinator's `nodes` reply is not a JSON array");
   std::vector<std::string> out;

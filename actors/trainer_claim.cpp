@@ -8,6 +8,7 @@
 #include "actors/atoms.h"
 #include "actors/internal/role_loops.h"
 #include "common/log.h"
+#include "common/status_try.h"
 
 namespace moerl::actors {
 
@@ -68,13 +69,12 @@ result<std::vector<bool>> claim_groups(caf::blocking_actor* self, node_context& 
       }
       return raw.err();
     }
-    auto rep = messages::decode<messages::trainer_claim_reply>(*raw);
-    if (!rep) return rep.err();
-    if (rep->granted.size() != claims.size())
-      return error(errc::malformed_message, "claim reply: " + std::to_string(rep->granted.size()) +
+    ASSIGN_OR_RETURN(auto rep, messages::decode<messages::trainer_claim_reply>(*raw));
+    if (rep.granted.size() != claims.size())
+      return error(errc::malformed_message, "claim reply: " + std::to_string(rep.granted.size()) +
                                                 " grants for " + std::to_string(claims.size()) +
                                                 " groups");
-    return std::move(rep->granted);
+    return std::move(rep.granted);
   }
   return error(errc::shutting_down, "the trainer stops: claim not answered");
 }
