@@ -1,4 +1,4 @@
-#include "ledger/journal_format.h"
+#include "ledger/internal/journal_format.h"
 
 #include <cstdio>
 

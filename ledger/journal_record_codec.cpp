@@ -1,7 +1,7 @@
 #include <iterator>
 
 #include "common/byte_codec.h"
-#include "ledger/journal_record.h"
+#include "ledger/internal/journal_record.h"
 
 namespace moerl::ledger::detail {
 

@@ -1,9 +1,9 @@
 // The write-ahead half of the durability contract (work_ledger.h): the tail of journal
 // records goes to the store as one segment, events are released only after it, and every
 // ledger.snapshot_every records a snapshot replaces what it covers.
-#include "ledger/journal_format.h"
-#include "ledger/ledger_state.h"
-#include "ledger/snapshot_codec.h"
+#include "ledger/internal/journal_format.h"
+#include "ledger/internal/ledger_state.h"
+#include "ledger/internal/snapshot_codec.h"
 #include "store/object_store.h"
 
 namespace moerl::ledger {

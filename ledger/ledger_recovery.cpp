@@ -4,9 +4,9 @@
 
 #include "common/log.h"
 #include "common/status_try.h"
-#include "ledger/journal_format.h"
-#include "ledger/ledger_state.h"
-#include "ledger/snapshot_codec.h"
+#include "ledger/internal/journal_format.h"
+#include "ledger/internal/ledger_state.h"
+#include "ledger/internal/snapshot_codec.h"
 #include "store/object_store.h"
 
 namespace moerl::ledger {

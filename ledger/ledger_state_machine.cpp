@@ -1,4 +1,4 @@
-#include "ledger/ledger_state.h"
+#include "ledger/internal/ledger_state.h"
 
 #include <algorithm>
 

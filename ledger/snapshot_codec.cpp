@@ -1,4 +1,4 @@
-#include "ledger/snapshot_codec.h"
+#include "ledger/internal/snapshot_codec.h"
 
 #include "common/byte_codec.h"
 

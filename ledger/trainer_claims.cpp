@@ -3,7 +3,7 @@
 // as well, and a group a trainer holds is not re-opened when its shard is lost.
 #include <algorithm>
 
-#include "ledger/ledger_state.h"
+#include "ledger/internal/ledger_state.h"
 #include "ledger/work_ledger.h"
 
 namespace moerl::ledger {

@@ -7,7 +7,7 @@
 
 #include "common/log.h"
 #include "common/status_try.h"
-#include "ledger/ledger_state.h"
+#include "ledger/internal/ledger_state.h"
 
 namespace moerl::ledger {
 

@@ -32,9 +32,9 @@ class object_store;
 
 namespace moerl::ledger {
 
-struct journal_record;             // private; ledger/journal_record.h
-enum class record_type : uint8_t;  // private; ledger/journal_record.h
-struct unit_rec;                   // private; ledger/ledger_state.h
+struct journal_record;             // private; ledger/internal/journal_record.h
+enum class record_type : uint8_t;  // private; ledger/internal/journal_record.h
+struct unit_rec;                   // private; ledger/internal/ledger_state.h
 
 struct ledger_options {
   int64_t lease_timeout_ms = 30000;  // ledger.lease_timeout_ms
@@ -190,7 +190,7 @@ class work_ledger {
   uint32_t epoch() const { return epoch_; }
   const ledger_options& options() const { return opts_; }
 
-  struct state;  // private; ledger/ledger_state.h
+  struct state;  // private; ledger/internal/ledger_state.h
 
  private:
   work_ledger(const ledger_options& options, const clock& clock, store::object_store* store);

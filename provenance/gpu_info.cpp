@@ -1,4 +1,4 @@
-#include "provenance/gpu_info.h"
+#include "provenance/internal/gpu_info.h"
 
 #ifdef MOERL_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -13,7 +13,7 @@
 
 #include "fabric/provider_info.h"
 #include "moerl_commit.h"  // generated at build time: MOERL_GIT_COMMIT
-#include "provenance/gpu_info.h"
+#include "provenance/internal/gpu_info.h"
 
 #ifndef MOERL_BUILD_TYPE
 #define MOERL_BUILD_TYPE "unknown"

@@ -8,7 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/config.h"
-#include "sims/yaml_fields.h"
+#include "sims/internal/yaml_fields.h"
 
 namespace moerl::sims {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "sims/sim_rng.h"
+#include "sims/internal/sim_rng.h"
 
 namespace moerl::sims {
 

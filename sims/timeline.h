@@ -1,6 +1,6 @@
 // Expansion of a scenario + seed into a concrete fault timeline against named nodes.
 // Deterministic: the same scenario, seed and roster give the same timeline on every machine
-// (sims/sim_rng.h). The roster is what the cluster actually has: for a local cluster the
+// (sims/internal/sim_rng.h). The roster is what the cluster actually has: for a local cluster the
 // names `moerl up` gives its nodes (canonical_roster), for `--against` the console's `nodes`
 // reply. Names are sorted per role first, so the order a console lists nodes in is irrelevant.
 #pragma once

@@ -1,4 +1,4 @@
-#include "sims/yaml_fields.h"
+#include "sims/internal/yaml_fields.h"
 
 #include <sstream>
 

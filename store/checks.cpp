@@ -1,7 +1,7 @@
 // Error construction behind MOERL_CURL_CHECK.
 #include <cstring>
 
-#include "store/curl_check.h"
+#include "store/internal/curl_check.h"
 
 namespace moerl::store::detail {
 

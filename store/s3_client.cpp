@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/log.h"
-#include "store/curl_check.h"
+#include "store/internal/curl_check.h"
 #include "store/digest.h"
 
 namespace moerl::store {

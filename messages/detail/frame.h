@@ -2,6 +2,10 @@
 // path shared by every message kind. Not included outside messages/.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_messages
+#error "messages/detail/frame.h is private to moerl_messages (messages/): include its public headers"
+#endif
+
 #include <cstring>
 #include <string>
 

@@ -2,6 +2,10 @@
 // driver; without CUDA (or without a visible GPU) the fields say "absent" / "none".
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_provenance
+#error "provenance/internal/gpu_info.h is private to moerl_provenance (provenance/): include its public headers"
+#endif
+
 #include <nlohmann/json.hpp>
 
 namespace moerl {

@@ -3,6 +3,10 @@
 // the state machine (ledger_state.h) applies them, live and on recovery alike.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_ledger
+#error "ledger/internal/journal_record.h is private to moerl_ledger (ledger/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <string>
 #include <vector>

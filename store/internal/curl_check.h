@@ -3,6 +3,10 @@
 // description (and its detailed error buffer when one is given), the file and the line.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_store
+#error "store/internal/curl_check.h is private to moerl_store (store/): include its public headers"
+#endif
+
 #include <string>
 
 #include <curl/curl.h>

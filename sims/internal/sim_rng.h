@@ -4,6 +4,10 @@
 // generator (splitmix64) and the transforms below are spelled out here.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_sims
+#error "sims/internal/sim_rng.h is private to moerl_sims (sims/): include its public headers"
+#endif
+
 #include <cmath>
 #include <cstdint>
 

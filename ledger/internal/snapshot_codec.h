@@ -19,10 +19,14 @@
 //     | u32 attempt | str shard
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_ledger
+#error "ledger/internal/snapshot_codec.h is private to moerl_ledger (ledger/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <string>
 
-#include "ledger/ledger_state.h"
+#include "ledger/internal/ledger_state.h"
 
 namespace moerl::ledger::detail {
 

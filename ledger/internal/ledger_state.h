@@ -4,6 +4,10 @@
 // that must agree. The snapshot codec (snapshot_codec.h) writes and reads this state.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_ledger
+#error "ledger/internal/ledger_state.h is private to moerl_ledger (ledger/): include its public headers"
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -12,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "ledger/journal_record.h"
+#include "ledger/internal/journal_record.h"
 #include "ledger/work_ledger.h"
 
 namespace moerl::ledger {

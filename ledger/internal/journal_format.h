@@ -5,6 +5,10 @@
 // A frame is [u32 payload length][u32 CRC-32 of payload][payload], little-endian.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_ledger
+#error "ledger/internal/journal_format.h is private to moerl_ledger (ledger/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -3,6 +3,10 @@
 // is an error naming its line instead of a silently ignored default.
 #pragma once
 
+#ifndef MOERL_INSIDE_moerl_sims
+#error "sims/internal/yaml_fields.h is private to moerl_sims (sims/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <optional>
 #include <set>
