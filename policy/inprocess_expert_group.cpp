@@ -154,16 +154,30 @@ class inprocess_exchange final : public expert_exchange {
     for (int s = 0; s < R; ++s)
       rt.recv_row[s].assign(static_cast<size_t>(g_->posted[s].num_tokens * g_->posted[s].top_k),
                             -1);
-    for (int e = rank_ * local; e < (rank_ + 1) * local; ++e)
-      for (int s = 0; s < R; ++s) {
-        const posted_call& p = g_->posted[s];
-        for (int64_t i = 0; i < p.num_tokens * p.top_k; ++i) {
-          if (p.topk_idx[i] != e) continue;
-          rt.recv_row[s][i] = static_cast<int64_t>(rt.src_rank.size());
-          rt.src_rank.push_back(s);
-          rt.src_token.push_back(i / p.top_k);
-        }
+    // A counting sort of every source's entries into (local expert, source) blocks; entries
+    // keep their (token, k) order inside a block.
+    const int64_t first = static_cast<int64_t>(rank_) * local;
+    auto block = [&](int64_t e, int s) { return (e - first) * R + s; };
+    auto is_local = [&](int64_t e) { return e >= first && e < first + local; };
+    std::vector<int64_t> next(static_cast<size_t>(local * R) + 1, 0);
+    for (int s = 0; s < R; ++s) {
+      const posted_call& p = g_->posted[s];
+      for (int64_t i = 0; i < p.num_tokens * p.top_k; ++i)
+        if (is_local(p.topk_idx[i])) ++next[block(p.topk_idx[i], s) + 1];
+    }
+    for (size_t b = 1; b < next.size(); ++b) next[b] += next[b - 1];
+    rt.src_rank.resize(static_cast<size_t>(next.back()));
+    rt.src_token.resize(static_cast<size_t>(next.back()));
+    for (int s = 0; s < R; ++s) {
+      const posted_call& p = g_->posted[s];
+      for (int64_t i = 0; i < p.num_tokens * p.top_k; ++i) {
+        if (!is_local(p.topk_idx[i])) continue;
+        const int64_t row = next[block(p.topk_idx[i], s)]++;
+        rt.recv_row[s][i] = row;
+        rt.src_rank[row] = s;
+        rt.src_token[row] = i / p.top_k;
       }
+    }
     return ok_status();
   }
 
