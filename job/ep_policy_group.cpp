@@ -57,8 +57,8 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
                                            " does not split over " +
                                            std::to_string(shape.num_ranks) +
                                            " expert-parallel ranks"};
-  auto opt = fabric_exchange_options_from_config(cfg, shape.max_train_tokens,
-                                                         shape.max_decode_rows);
+  auto opt =
+      fabric_exchange_options_from_config(cfg, shape.max_train_tokens, shape.max_decode_rows);
   if (!opt) return opt.err();
   // Ranks are threads of this process: shared memory unless the config names a provider.
   if (opt->transport.provider == "auto") opt->transport.provider = "shm";

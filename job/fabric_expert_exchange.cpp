@@ -96,8 +96,8 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
       return bad("dispatch with " + std::to_string(num_experts) +
                  " experts; the exchange was built for " + std::to_string(opt_.num_experts));
     if (top_k != opt_.top_k)
-      return bad("dispatch with top_k " + std::to_string(top_k) +
-                 "; the exchange was built for " + std::to_string(opt_.top_k));
+      return bad("dispatch with top_k " + std::to_string(top_k) + "; the exchange was built for " +
+                 std::to_string(opt_.top_k));
     if (auto st = check_hidden(hidden); !st) return st.err();
     if (num_tokens < 0) return bad("dispatch: num_tokens must be >= 0");
     if (!recv_x || (num_tokens > 0 && (!x || !topk_idx || !topk_weights)))
@@ -250,9 +250,9 @@ class fabric_exchange_impl final : public fabric_expert_exchange {
   }
 
   // The handle's routing, which must be `mg`'s open step of the given kind.
-  result<std::shared_ptr<const routing>> open_step_of(const exchange_handle& h,
-                                                      exchange_mode mode, bool backward,
-                                                      const char* op, int64_t hidden) {
+  result<std::shared_ptr<const routing>> open_step_of(const exchange_handle& h, exchange_mode mode,
+                                                      bool backward, const char* op,
+                                                      int64_t hidden) {
     auto rt = routing_of(h, op, hidden);
     if (!rt) return rt;
     const mode_group& mg = group_for(mode);

@@ -70,9 +70,9 @@ class expert_exchange {
   // recv_x       out, resized to [handle.num_recv_rows, hidden] in the contract's row order
   // The inputs are copied or consumed before the call returns.
   virtual result<exchange_handle> dispatch(const float* x, const int64_t* topk_idx,
-                                           const float* topk_weights, int64_t num_tokens,
-                                           int top_k, int num_experts, int64_t hidden,
-                                           exchange_mode mode, std::vector<float>* recv_x) = 0;
+                                           const float* topk_weights, int64_t num_tokens, int top_k,
+                                           int num_experts, int64_t hidden, exchange_mode mode,
+                                           std::vector<float>* recv_x) = 0;
   // expert_out [h.num_recv_rows, hidden] in recv_x's order -> y [h.num_tokens, hidden]:
   // y[t] = sum over used k of topk_weights[t, k] * expert_out(t, k); zeros for a token with
   // no used slot.
@@ -89,8 +89,7 @@ class expert_exchange {
   // grad_topk_weights [h.num_tokens, top_k] = grad_recv_weights(t, k), 0 for unused slots.
   virtual status dispatch_backward(const exchange_handle& h, const float* grad_recv_x,
                                    const float* grad_recv_weights, int64_t hidden,
-                                   exchange_mode mode, float* grad_x,
-                                   float* grad_topk_weights) = 0;
+                                   exchange_mode mode, float* grad_x, float* grad_topk_weights) = 0;
 };
 
 // One rank that owns every expert: the in-process group of one rank, so that a single-rank

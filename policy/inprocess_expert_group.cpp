@@ -26,7 +26,7 @@ struct posted_call {
   const float* topk_weights = nullptr;
   int64_t num_tokens = 0;
   int top_k = 0;
-  const routing* rt = nullptr;  // the handle's routing (combine, dispatch_backward)
+  const routing* rt = nullptr;         // the handle's routing (combine, dispatch_backward)
   const float* row_scalars = nullptr;  // dispatch_backward: one per posted row
 };
 
@@ -141,9 +141,9 @@ class inprocess_exchange final : public expert_exchange {
       const posted_call& p = g_->posted[s];
       for (int64_t i = 0; i < p.num_tokens * p.top_k; ++i)
         if (p.topk_idx[i] < -1 || p.topk_idx[i] >= num_experts)
-          return bad("rank " + std::to_string(s) + " routes token " +
-                     std::to_string(i / p.top_k) + " to expert " + std::to_string(p.topk_idx[i]) +
-                     " of " + std::to_string(num_experts));
+          return bad("rank " + std::to_string(s) + " routes token " + std::to_string(i / p.top_k) +
+                     " to expert " + std::to_string(p.topk_idx[i]) + " of " +
+                     std::to_string(num_experts));
     }
     rt.num_experts = num_experts;
     rt.num_tokens = me.num_tokens;

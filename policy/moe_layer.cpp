@@ -93,8 +93,8 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
       g.w_down, /*accumulate_weight_grads=*/true));
 
   std::vector<float> grad_topk_w(n * K);
-  STATUS_TRY(exchange_.dispatch_backward(st.handle, grad_recv_x.data(), grad_recv_w.data(), d,
-                                         mode, dx, grad_topk_w.data()));
+  STATUS_TRY(exchange_.dispatch_backward(st.handle, grad_recv_x.data(), grad_recv_w.data(), d, mode,
+                                         dx, grad_topk_w.data()));
 
   std::vector<float> grad_logits(n * E);
   STATUS_TRY(kernels::route_backward(

@@ -30,12 +30,12 @@ using fabric::bootstrap;
 using policy::exchange_handle;
 using policy::exchange_mode;
 using policy::expert_exchange;
+using policy::forward_state;
 using policy::make_inprocess_expert_group;
 using policy::make_local_expert_exchange;
+using policy::make_sort_task;
 using policy::model_config;
 using policy::moe_policy;
-using policy::forward_state;
-using policy::make_sort_task;
 using policy::num_vocab;
 using policy::sample;
 using policy::token_id;
@@ -72,14 +72,14 @@ std::vector<op> script() {
   };
   for (int round = 0; round < 5; ++round) {
     const int h = 4 * round;
-    forward(h, N);          // layer 0
-    forward(h + 1, N);      // layer 1
-    backward(h + 1, N);     // backward, layer 1
-    backward(h, N);         // backward, layer 0 (the older handle)
-    forward(h + 2, LL);     // decode steps
+    forward(h, N);       // layer 0
+    forward(h + 1, N);   // layer 1
+    backward(h + 1, N);  // backward, layer 1
+    backward(h, N);      // backward, layer 0 (the older handle)
+    forward(h + 2, LL);  // decode steps
     forward(h + 3, LL);
-    backward(h + 3, N);     // a low-latency handle's backward on the normal group
-    backward(h + 1, LL);    // and a normal one's on the low-latency group
+    backward(h + 3, N);   // a low-latency handle's backward on the normal group
+    backward(h + 1, LL);  // and a normal one's on the low-latency group
   }
   return s;
 }
@@ -118,8 +118,7 @@ tokens random_tokens(int rank, int num_ranks, size_t op_index) {
   t.idx.resize(static_cast<size_t>(std::max<int64_t>(t.n * top_k, 1)));
   for (int64_t i = 0; i < t.n; ++i) {
     std::shuffle(experts.begin(), experts.end(), rng);
-    for (int k = 0; k < top_k; ++k)
-      t.idx[i * top_k + k] = rng() % 6 == 0 ? -1 : experts[k];
+    for (int k = 0; k < top_k; ++k) t.idx[i * top_k + k] = rng() % 6 == 0 ? -1 : experts[k];
   }
   return t;
 }
@@ -258,8 +257,8 @@ TEST(inprocess_group, a_combine_of_the_received_rows_is_the_weighted_sum_of_the_
         return;
       }
       if (cached != recv) failures[r] = "dispatch_cached moved other rows than dispatch";
-      if (auto st = group[r]->dispatch_backward(*h, recv.data(), h->recv_weights.data(), hidden,
-                                                N, dx.data(), gw.data());
+      if (auto st = group[r]->dispatch_backward(*h, recv.data(), h->recv_weights.data(), hidden, N,
+                                                dx.data(), gw.data());
           !st) {
         failures[r] = st.err().to_string();
         return;
@@ -464,8 +463,8 @@ TEST(fabric_exchange_errors, a_rank_over_its_bound_fails_fast_and_its_peers_time
     std::vector<int64_t> idx(static_cast<size_t>(n * top_k));
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int64_t>(i % top_k);
     std::vector<float> recv;
-    auto h = (*ex)->dispatch(x.data(), idx.data(), w.data(), n, top_k, num_experts, hidden, N,
-                             &recv);
+    auto h =
+        (*ex)->dispatch(x.data(), idx.data(), w.data(), n, top_k, num_experts, hidden, N, &recv);
     int rc = 0;
     if (b.rank() == 0) {
       if (!says(h, "exceed the normal group's bound")) rc = fail(0, "over-bound step not refused");
