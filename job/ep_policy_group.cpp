@@ -28,11 +28,11 @@ uint64_t rank_sampling_seed(uint64_t base, int rank) {
 
 struct ep_policy_group::impl {
   policy::model_config model;
-  policy::fabric_exchange_options options;
+  fabric_exchange_options options;
   policy::param_layout full_layout, rank_layout;
   bool dense_collectives = false;
   struct rank_state {
-    std::unique_ptr<policy::fabric_expert_exchange> exchange;
+    std::unique_ptr<fabric_expert_exchange> exchange;
     std::unique_ptr<policy::moe_policy> policy;
     std::unique_ptr<fabric::collective_group> dense;
     std::vector<float> init_params;  // the share initialised from policy.seed (version 0)
@@ -57,18 +57,15 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
                                            " does not split over " +
                                            std::to_string(shape.num_ranks) +
                                            " expert-parallel ranks"};
-  auto opt = policy::fabric_exchange_options_from_config(cfg, shape.max_train_tokens,
-                                                         shape.max_decode_rows);
+  auto opt =
+      fabric_exchange_options_from_config(cfg, shape.max_train_tokens, shape.max_decode_rows);
   if (!opt) return opt.err();
   // Ranks are threads of this process: shared memory unless the config names a provider.
   if (opt->transport.provider == "auto") opt->transport.provider = "shm";
   // The shape and bounds follow `model` (which may differ from cfg's policy.* keys in tests).
   opt->num_experts = model.num_experts;
   opt->hidden = model.d_model;
-  const int64_t train = policy::fabric_exchange_rows_bound(shape.max_train_tokens, model.top_k);
-  const int64_t decode = policy::fabric_exchange_rows_bound(shape.max_decode_rows, model.top_k);
-  opt->max_rows_per_rank = train > 0 ? train : decode;
-  opt->max_decode_rows_per_rank = decode > 0 ? decode : train;
+  opt->top_k = model.top_k;
 
   auto p = std::make_unique<impl>();
   p->model = model;
@@ -95,7 +92,7 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
   impl* raw = p.get();
   auto setup = [raw](fabric::bootstrap& b) -> status {
     auto& rs = raw->ranks[b.rank()];
-    auto ex = policy::make_fabric_expert_exchange(b, raw->options);
+    auto ex = make_fabric_expert_exchange(b, raw->options);
     if (!ex) return ex.err();
     rs.exchange = std::move(*ex);
     auto pol = policy::moe_policy::create(raw->model, *rs.exchange);

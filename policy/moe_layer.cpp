@@ -4,10 +4,8 @@
 
 #include "common/status_try.h"
 #include "kernels/combine.h"
-#include "kernels/dispatch_layout.h"
 #include "kernels/expert_ffn.h"
 #include "kernels/load_stats.h"
-#include "kernels/permute.h"
 #include "kernels/routing.h"
 #include "policy/dense_ops.h"
 
@@ -42,46 +40,24 @@ status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* t
                                     n, st->scores.data(), st->topk_idx.data(),
                                     st->topk_weights.data()));
 
-  kernels::dispatch_layout_params lp;
-  lp.num_tokens = n;
-  lp.topk = K;
-  lp.num_experts = E;
-  lp.num_ranks = exchange_.num_ranks();
-  const int R = lp.num_ranks;
-  st->tokens_per_expert.resize(E);
-  st->expert_offset.resize(E + 1);
-  st->slot.resize(n * K);
-  std::vector<int64_t> per_rank(R);
-  std::vector<uint8_t> in_rank(n * R);
-  kernels::dispatch_layout_out lo;
-  lo.num_tokens_per_expert = st->tokens_per_expert.data();
-  lo.num_tokens_per_rank = per_rank.data();
-  lo.is_token_in_rank = in_rank.data();
-  lo.expert_offset = st->expert_offset.data();
-  lo.token_expert_slot = st->slot.data();
-  STATUS_TRY(kernels::get_dispatch_layout(pool_, st->topk_idx.data(), lp, lo));
+  st->tokens_per_expert.assign(E, 0);
+  for (int64_t i = 0; i < n * K; ++i)
+    if (st->topk_idx[i] >= 0) ++st->tokens_per_expert[st->topk_idx[i]];
 
-  const int64_t rows = st->expert_offset[E];
-  std::vector<float> send(rows * d);
-  STATUS_TRY(kernels::permute_forward(pool_, x, st->slot.data(), n, K, d, rows, send.data()));
-
-  auto handle = exchange_.dispatch(send.data(), st->expert_offset.data(), E, d, mode, &st->recv_x);
+  auto handle = exchange_.dispatch(x, st->topk_idx.data(), st->topk_weights.data(), n, K, E, d,
+                                   mode, &st->recv_x);
   if (!handle) return handle.err();
   st->handle = std::move(*handle);
 
   const int64_t recv = st->handle.num_recv_rows, F = shape_.ffn_dim;
   st->gate_up.resize(recv * 2 * F);
   st->act.resize(recv * F);
-  std::vector<float> recv_out(recv * d);
+  st->recv_out.resize(recv * d);
   kernels::expert_ffn_shape fs{num_local_experts(), d, F};
   STATUS_TRY(kernels::expert_ffn_forward(pool_, fs, st->handle.local_expert_offset.data(),
                                          st->recv_x.data(), w.w_gate_up, w.w_down,
-                                         st->gate_up.data(), st->act.data(), recv_out.data()));
-
-  st->expert_out.resize(rows * d);
-  STATUS_TRY(exchange_.combine(st->handle, recv_out.data(), d, mode, st->expert_out.data()));
-  STATUS_TRY(kernels::combine_forward(pool_, st->expert_out.data(), st->slot.data(),
-                                      st->topk_weights.data(), n, K, d, rows, y));
+                                         st->gate_up.data(), st->act.data(), st->recv_out.data()));
+  STATUS_TRY(exchange_.combine(st->handle, st->recv_out.data(), d, mode, y));
 
   st->aux_loss = 0;
   st->grad_scores_aux.assign(n * E, 0.0f);
@@ -96,15 +72,19 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
                            const float* dy, exchange_mode mode, float* dx, const moe_grads& g) {
   const int E = shape_.num_experts, K = shape_.top_k;
   const int64_t d = shape_.hidden, F = shape_.ffn_dim, n = st.num_tokens;
-  const int64_t rows = st.expert_offset[E], recv = st.handle.num_recv_rows;
+  const int64_t recv = st.handle.num_recv_rows;
 
-  std::vector<float> grad_expert_out(rows * d), grad_topk_w(n * K);
-  STATUS_TRY(kernels::combine_backward(pool_, dy, st.expert_out.data(), st.slot.data(),
-                                       st.topk_weights.data(), n, K, d, rows,
-                                       grad_expert_out.data(), grad_topk_w.data()));
-
-  std::vector<float> grad_recv_out;
-  STATUS_TRY(exchange_.dispatch_cached(st.handle, grad_expert_out.data(), d, mode, &grad_recv_out));
+  // y[t] = sum_k w[t,k] * out(t,k): each received row is one (token, k) term, so the
+  // combine's backward runs on this rank's rows as a one-term combine per row: the output's
+  // gradient is w * dy, the weight's is dot(dy, out) (both computed where out lives).
+  std::vector<float> recv_dy;
+  STATUS_TRY(exchange_.dispatch_cached(st.handle, dy, d, mode, &recv_dy));
+  std::vector<int64_t> own_row(recv);
+  for (int64_t i = 0; i < recv; ++i) own_row[i] = i;
+  std::vector<float> grad_recv_out(recv * d), grad_recv_w(recv);
+  STATUS_TRY(kernels::combine_backward(pool_, recv_dy.data(), st.recv_out.data(), own_row.data(),
+                                       st.handle.recv_weights.data(), recv, 1, d, recv,
+                                       grad_recv_out.data(), grad_recv_w.data()));
   std::vector<float> grad_recv_x(recv * d);
   kernels::expert_ffn_shape fs{num_local_experts(), d, F};
   STATUS_TRY(kernels::expert_ffn_backward(
@@ -112,9 +92,9 @@ status moe_layer::backward(const moe_weights& w, const float* x, const moe_state
       st.gate_up.data(), st.act.data(), grad_recv_out.data(), grad_recv_x.data(), g.w_gate_up,
       g.w_down, /*accumulate_weight_grads=*/true));
 
-  std::vector<float> grad_send(rows * d);
-  STATUS_TRY(exchange_.combine(st.handle, grad_recv_x.data(), d, mode, grad_send.data()));
-  STATUS_TRY(kernels::permute_backward(pool_, grad_send.data(), st.slot.data(), n, K, d, rows, dx));
+  std::vector<float> grad_topk_w(n * K);
+  STATUS_TRY(exchange_.dispatch_backward(st.handle, grad_recv_x.data(), grad_recv_w.data(), d, mode,
+                                         dx, grad_topk_w.data()));
 
   std::vector<float> grad_logits(n * E);
   STATUS_TRY(kernels::route_backward(

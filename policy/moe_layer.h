@@ -1,7 +1,8 @@
 // The policy's MoE feed-forward layer, assembled from kernels/ primitives (routing,
-// dispatch layout, permute, grouped SwiGLU FFN, combine, load-balance loss and their
-// backward passes) with an expert_exchange between permute and FFN so that experts may
-// live on other ranks. Holds no parameters: the model passes its weight views in.
+// grouped SwiGLU FFN, load-balance loss and their backward passes) around an
+// expert_exchange that takes the routed tokens to their experts and brings the weighted
+// outputs back, so that experts may live on other ranks. Holds no parameters: the model
+// passes its weight views in.
 #pragma once
 
 #include <cstdint>
@@ -39,14 +40,12 @@ struct moe_state {
   std::vector<float> scores;               // [n, E] routing scores
   std::vector<int64_t> topk_idx;           // [n, k]
   std::vector<float> topk_weights;         // [n, k]
-  std::vector<int64_t> expert_offset;      // [E + 1] rows per global expert in the send buffer
-  std::vector<int64_t> slot;               // [n, k] row of (token, k) in the send buffer
-  std::vector<int64_t> tokens_per_expert;  // [E]
+  std::vector<int64_t> tokens_per_expert;  // [E] (token, k) entries per global expert
   exchange_handle handle;
   std::vector<float> recv_x;           // [recv rows, hidden] FFN input on this rank
   std::vector<float> gate_up;          // [recv rows, 2F]
   std::vector<float> act;              // [recv rows, F]
-  std::vector<float> expert_out;       // [send rows, hidden] expert outputs, send layout
+  std::vector<float> recv_out;         // [recv rows, hidden] FFN output on this rank
   float aux_loss = 0;                  // coefficient already applied
   std::vector<float> grad_scores_aux;  // [n, E] d(aux_loss)/d(scores)
 };
