@@ -1,0 +1,117 @@
+// The C++ side of moerl.ep.Buffer (python/moerl/ep.py): DeepEP's normal-mode dispatch and
+// combine, built on fabric::ep_group. Plain C++ (no pybind11, no torch): the binding
+// (python/bindings/module.cpp) hands it raw pointers that torch tensors own.
+//
+// The mapping onto ep_group (python/README.md, "How dispatch maps onto the expert plane"):
+// DeepEP sends one row per (token, destination rank) and returns the rows grouped by source
+// rank, in token order; its combine is an unweighted sum of the rows each rank returns. An
+// ep_group whose experts are the ranks themselves (num_experts = topk = num_ranks, routing
+// entry r = rank r when the token goes there, else -1, weight 1) moves exactly that: its
+// expert-major output for the single local expert is ordered by (source rank, source token),
+// and its combine is a sum with weight 1 (exact) accumulated in fp32 and rounded once. The
+// top-k ids and weights travel in a second group of the same shape (rows of 3K fp32 words:
+// the K int64 ids as raw bytes, then the K weights), so x itself is read in place.
+//
+// ep_group wants dispatch and combine to alternate on each group; DeepEP does not (cached
+// dispatch after dispatch, combine with an older handle). So every group ("channel") remembers
+// which routing its open step carries: a dispatch on an open channel first closes the step
+// with a combine whose result is dropped, and a combine whose handle is not the channel's
+// open routing first replays that routing (a dispatch of zeros). All ranks call the same
+// sequence, so all make the same choices.
+//
+// Threading: one thread at a time (the rank's Python thread, GIL released inside).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/error.h"
+#include "fabric/ep_group.h"
+#include "kernels/thread_pool.h"
+
+namespace moerl::py {
+
+// Gathers one byte string from every rank of the group, in rank order (the Python side
+// carries it over torch.distributed).
+using allgather_fn = std::function<result<std::vector<std::string>>(const std::string&)>;
+
+struct ep_core_options {
+  int rank = 0;
+  int num_ranks = 1;
+  int64_t buffer_bytes = 0;  // num_nvl_bytes + num_rdma_bytes: sizes each channel
+  int64_t op_timeout_ms = 10000;
+  fabric::transport_options transport;
+};
+
+class ep_core {
+ public:
+  ep_core(ep_core_options opt, allgather_fn allgather);
+  ~ep_core();
+
+  // Tokens per rank one dispatch can carry for rows of `row_bytes` (0 when the buffer is 0).
+  int64_t capacity(int64_t row_bytes) const;
+  // The bytes a buffer needs so that `num_tokens` rows of `row_bytes` fit.
+  int64_t bytes_needed(int64_t num_tokens, int64_t row_bytes) const;
+
+  // DeepEP's get_dispatch_layout from kernels::get_dispatch_layout: per-rank and per-expert
+  // counts as int32, is_token_in_rank [T, N] as bytes 0/1.
+  status layout(const int64_t* topk_idx, int64_t num_tokens, int topk, int num_experts,
+                int32_t* num_tokens_per_rank, int32_t* num_tokens_per_expert,
+                uint8_t* is_token_in_rank);
+
+  // Sends x [T, hidden] (dtype) to every rank r with is_token_in_rank[t, r], and, when
+  // topk > 0, the rows' top-k ids and weights. Returns the number of rows received; read them
+  // with read_dispatch before the next call. routing_id names this routing for combine.
+  result<int64_t> dispatch(const void* x, int64_t num_tokens, int64_t hidden, fabric::ep_dtype dtype,
+                           const uint8_t* is_token_in_rank, const int64_t* topk_idx,
+                           const float* topk_weights, int topk, int64_t routing_id);
+
+  // Copies the last dispatch's rows out: recv_x [R, hidden]; src_rank, src_token [R];
+  // with top-k: recv_topk_idx [R, K] as local expert ids or -1, recv_topk_weights [R, K]
+  // (0 where the id is -1), and per_local_expert[j] = rows naming local expert j.
+  status read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_token, int64_t* recv_topk_idx,
+                       float* recv_topk_weights, int num_experts,
+                       std::vector<int64_t>& per_local_expert);
+
+  // y[t] = sum of the rows x every rank returns for token t (routing `routing_id`, given
+  // again as is_token_in_rank [T, N] in case it must be replayed), fp32 accumulation;
+  // with topk_weights [R, K]: combined_weights[t] the same sum of the weights.
+  status combine(const void* x, int64_t num_rows, int64_t hidden, fabric::ep_dtype dtype,
+                 const uint8_t* is_token_in_rank, int64_t num_tokens, int64_t routing_id, void* y,
+                 const float* topk_weights, int topk, float* combined_weights);
+
+  // Per channel: its key and which transport each peer used.
+  struct channel_info {
+    std::string name;
+    std::string provider;
+    std::vector<std::string> peer_paths;
+  };
+  std::vector<channel_info> describe() const;
+
+ private:
+  struct channel;
+  // (is metadata, dtype, row width in elements)
+  using channel_key = std::tuple<bool, int, int64_t>;
+  result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width);
+  status open_step(channel& c, const void* x, const uint8_t* in_rank, int64_t num_tokens,
+                   int64_t routing_id);
+  status close_step(channel& c);
+  status ensure_routing(channel& c, const uint8_t* in_rank, int64_t num_tokens,
+                        int64_t routing_id);
+
+  ep_core_options opt_;
+  allgather_fn allgather_;
+  kernels::thread_pool pool_;
+  std::map<channel_key, std::unique_ptr<channel>> channels_;
+  channel* last_x_ = nullptr;
+  channel* last_meta_ = nullptr;
+  int last_topk_ = 0;
+  std::vector<float> meta_rows_;
+};
+
+}  // namespace moerl::py

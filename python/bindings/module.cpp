@@ -1,0 +1,149 @@
+// _moerl: the compiled half of the `moerl` Python package (python/moerl/). pybind11 rather
+// than nanobind because Debian ships it (pybind11-dev): the package builds from the distro's
+// packages like the rest of moerl. The binding takes tensors as data_ptr() integers, so it
+// needs no torch headers; python/moerl/ep.py checks dtypes, shapes and devices first.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+
+#include "fabric/transport.h"
+#include "provenance/provenance.h"
+#include "python/bindings/ep_core.h"
+
+namespace py = pybind11;
+using moerl::py::ep_core;
+
+namespace {
+
+// moerl's error codes become the Python exceptions a caller expects: bad arguments are
+// ValueError, a too-small buffer is MemoryError-like (ValueError naming the size), an
+// incomplete step is TimeoutError; the rest RuntimeError. Messages keep moerl's wording.
+[[noreturn]] void raise(const moerl::error& e) {
+  const std::string what = e.message;
+  switch (e.code) {
+    case moerl::errc::invalid_argument:
+    case moerl::errc::capacity_exceeded: throw py::value_error(what);
+    case moerl::errc::timeout:
+    case moerl::errc::peer_dead:
+      PyErr_SetString(PyExc_TimeoutError, (std::string(moerl::errc_name(e.code)) + ": " + what).c_str());
+      throw py::error_already_set();
+    default: throw std::runtime_error(std::string(moerl::errc_name(e.code)) + ": " + what);
+  }
+}
+
+void check(const moerl::status& st) {
+  if (!st) raise(st.err());
+}
+
+template <class T>
+T* ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+
+moerl::fabric::ep_dtype dtype_of(int code) {
+  return code == 0 ? moerl::fabric::ep_dtype::bf16 : moerl::fabric::ep_dtype::fp32;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_moerl, m) {
+  m.doc() = "moerl's compiled core; use the `moerl` and `moerl.ep` modules";
+  m.attr("__version__") = MOERL_VERSION;
+  m.def("provenance_json", [] { return moerl::collect_provenance().dump(2); },
+        "The same JSON as `moerl version --json`.");
+
+  py::class_<ep_core>(m, "EpCore")
+      .def(py::init([](int rank, int num_ranks, int64_t buffer_bytes, int64_t op_timeout_ms,
+                       py::function allgather) {
+             moerl::py::ep_core_options opt;
+             opt.rank = rank;
+             opt.num_ranks = num_ranks;
+             opt.buffer_bytes = buffer_bytes;
+             opt.op_timeout_ms = op_timeout_ms;
+             if (const char* p = std::getenv("MOERL_FABRIC_PROVIDER")) opt.transport.provider = p;
+             // Called from inside dispatch/combine with the GIL released (group creation).
+             auto fn = [allgather](const std::string& mine)
+                 -> moerl::result<std::vector<std::string>> {
+               py::gil_scoped_acquire gil;
+               try {
+                 std::vector<std::string> out;
+                 for (py::handle h : allgather(py::bytes(mine))) out.push_back(h.cast<std::string>());
+                 return out;
+               } catch (py::error_already_set& e) {
+                 return moerl::error{moerl::errc::peer_dead,
+                                     std::string("moerl.ep bootstrap all-gather failed: ") + e.what()};
+               }
+             };
+             return std::make_unique<ep_core>(opt, fn);
+           }),
+           py::arg("rank"), py::arg("num_ranks"), py::arg("buffer_bytes"), py::arg("op_timeout_ms"),
+           py::arg("allgather"))
+      .def("capacity", &ep_core::capacity)
+      .def("bytes_needed", &ep_core::bytes_needed)
+      .def(
+          "layout",
+          [](ep_core& c, uintptr_t topk_idx, int64_t num_tokens, int topk, int num_experts,
+             uintptr_t per_rank, uintptr_t per_expert, uintptr_t in_rank) {
+            moerl::status st;
+            {
+              py::gil_scoped_release nogil;
+              st = c.layout(ptr<const int64_t>(topk_idx), num_tokens, topk, num_experts,
+                            ptr<int32_t>(per_rank), ptr<int32_t>(per_expert), ptr<uint8_t>(in_rank));
+            }
+            check(st);
+          })
+      .def("dispatch",
+           [](ep_core& c, uintptr_t x, int64_t num_tokens, int64_t hidden, int dtype,
+              uintptr_t in_rank, uintptr_t topk_idx, uintptr_t topk_weights, int topk,
+              int64_t routing_id) {
+             moerl::result<int64_t> r = int64_t{0};
+             {
+               py::gil_scoped_release nogil;
+               r = c.dispatch(ptr<const void>(x), num_tokens, hidden, dtype_of(dtype),
+                              ptr<const uint8_t>(in_rank), ptr<const int64_t>(topk_idx),
+                              ptr<const float>(topk_weights), topk, routing_id);
+             }
+             if (!r) raise(r.err());
+             return *r;
+           })
+      .def("read_dispatch",
+           [](ep_core& c, uintptr_t recv_x, uintptr_t src_rank, uintptr_t src_token,
+              uintptr_t recv_idx, uintptr_t recv_w, int num_experts) {
+             std::vector<int64_t> per_expert;
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.read_dispatch(ptr<void>(recv_x), ptr<int32_t>(src_rank),
+                                    ptr<int32_t>(src_token), ptr<int64_t>(recv_idx),
+                                    ptr<float>(recv_w), num_experts, per_expert);
+             }
+             check(st);
+             return per_expert;
+           })
+      .def("combine",
+           [](ep_core& c, uintptr_t x, int64_t num_rows, int64_t hidden, int dtype, uintptr_t in_rank,
+              int64_t num_tokens, int64_t routing_id, uintptr_t y, uintptr_t topk_weights, int topk,
+              uintptr_t combined_weights) {
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.combine(ptr<const void>(x), num_rows, hidden, dtype_of(dtype),
+                              ptr<const uint8_t>(in_rank), num_tokens, routing_id, ptr<void>(y),
+                              ptr<const float>(topk_weights), topk, ptr<float>(combined_weights));
+             }
+             check(st);
+           })
+      .def("describe", [](const ep_core& c) {
+        py::list out;
+        for (const auto& ch : c.describe()) {
+          py::dict d;
+          d["channel"] = ch.name;
+          d["provider"] = ch.provider;
+          d["peer_paths"] = ch.peer_paths;
+          out.append(d);
+        }
+        return out;
+      });
+}

@@ -1,0 +1,424 @@
+"""``moerl.ep.Buffer``: DeepEP V1's ``Buffer`` (normal mode) over moerl's expert plane.
+
+Code written for ``deep_ep.Buffer`` runs by changing the import. The group given to the
+constructor (a ``torch.distributed`` process group; gloo for CPU tensors) carries only the
+fabric endpoints' address records (once per channel, at its first use); tokens move through
+moerl's ep_group: shared memory on one host, libfabric between hosts. The mapping from
+DeepEP's layout onto ep_group is in python/README.md.
+
+Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; they only need
+to live for the duration of the call). Every returned tensor is a new torch tensor that owns
+its memory (rows are copied out of moerl's receive region once), so results stay valid after
+later calls. CPU tensors only in this build; fp32 and bf16.
+
+Not yet (issue 25): low-latency calls, FP8, CUDA tensors, the autograd Function.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+
+from . import _moerl
+
+_ISSUE = "moerl issue 25"
+_DTYPES = {torch.bfloat16: 0, torch.float32: 1}
+_buffer_ids = itertools.count()
+
+#: DeepEP's index dtype.
+topk_idx_t = torch.int64
+
+
+class EventOverlap:
+    """DeepEP's event: on CPU every call has finished when it returns, so waiting is a no-op."""
+
+    def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[torch.Tensor, ...]] = None) -> None:
+        self.event = event
+        self.extra_tensors = extra_tensors
+
+    def current_stream_wait(self, release_handle: bool = False) -> None:
+        """Nothing to wait for: the work is complete."""
+
+    def register_hook_after_wait(self, hook: Any) -> None:
+        hook()
+
+    def __call__(self, release_handle: bool = False) -> None:
+        self.current_stream_wait(release_handle)
+
+    def __enter__(self) -> "EventOverlap":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.current_stream_wait()
+
+
+class Config:
+    """DeepEP's tuning config; accepted and ignored (moerl sizes its chunks itself)."""
+
+    def __init__(self, num_sms: int = 20, num_max_nvl_chunked_send_tokens: int = 6,
+                 num_max_nvl_chunked_recv_tokens: int = 256, num_max_rdma_chunked_send_tokens: int = 6,
+                 num_max_rdma_chunked_recv_tokens: int = 256) -> None:
+        self.num_sms = num_sms
+
+
+class _Handle(tuple):
+    """DeepEP's dispatch handle: a tuple (rank_prefix_matrix, recv_src_rank, None,
+    recv_src_idx, is_token_in_rank, state).
+
+    rank_prefix_matrix [N, N] int32: column ``rank`` holds what DeepEP's does (entry [i][rank] is
+    the rows this rank received from ranks 0..i); other columns are -1 (moerl does not
+    exchange them). recv_src_rank / recv_src_idx [R] int32: each received row's source rank
+    and token index there. is_token_in_rank [T, N] bool: this rank's routing.
+    """
+
+    @property
+    def _state(self) -> "_HandleState":
+        return self[5]
+
+
+class _HandleState:
+    def __init__(self, buffer_id: int, routing_id: int, num_tokens: int, num_recv: int, topk: int):
+        self.buffer_id = buffer_id
+        self.routing_id = routing_id
+        self.num_tokens = num_tokens
+        self.num_recv = num_recv
+        self.topk = topk
+
+
+def _fail(msg: str) -> None:
+    raise ValueError(msg)
+
+
+def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} is {type(t).__name__}; expected a torch.Tensor")
+    if t.device.type != "cpu":
+        raise RuntimeError(f"{name} is on {t.device}; this moerl build (moerl {_moerl.__version__}, "
+                           f"CPU-only) takes CPU tensors only ({_ISSUE}: CUDA tensors need a CUDA build)")
+    if t.dtype not in dtypes:
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {want}")
+    if t.dim() != dim:
+        _fail(f"{name} has shape {tuple(t.shape)}; expected {dim} dimensions")
+    if not t.is_contiguous():
+        _fail(f"{name} is not contiguous; expected a contiguous tensor (call .contiguous())")
+    return t
+
+
+def _check_shape(name: str, t: torch.Tensor, shape: Tuple[int, ...], what: str) -> None:
+    if tuple(t.shape) != tuple(shape):
+        _fail(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} ({what})")
+
+
+def _not_yet(what: str) -> None:
+    raise NotImplementedError(f"moerl.ep: {what} is not implemented yet ({_ISSUE})")
+
+
+class Buffer:
+    """DeepEP V1's ``Buffer`` over moerl's expert plane (normal mode, CPU tensors).
+
+    ``num_nvl_bytes + num_rdma_bytes`` bound the tokens one dispatch can carry per rank
+    (moerl holds a whole step in its registered regions, where DeepEP streams through a ring):
+    a dispatch with more tokens raises ValueError naming the size it needs. Every call is
+    collective over the group, in the same order on every rank, as in DeepEP. After an
+    exception from a collective call (a timeout, a dead peer) build a new Buffer.
+    Threading: one thread per rank calls into a Buffer.
+    """
+
+    num_sms: int = 20
+
+    def __init__(self, group: Any, num_nvl_bytes: int = 0, num_rdma_bytes: int = 0,
+                 low_latency_mode: bool = False, num_qps_per_rank: int = 24,
+                 allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
+                 use_fabric: bool = False, explicitly_destroy: bool = False,
+                 enable_shrink: bool = False, comm: Any = None, op_timeout_ms: int = 10000) -> None:
+        if group is None:
+            _fail("group is None; expected a torch.distributed process group (mpi4py comm is not supported)")
+        if low_latency_mode:
+            _not_yet("low_latency_mode=True")
+        for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
+            if not isinstance(v, int) or v < 0:
+                _fail(f"{name} is {v!r}; expected an int >= 0")
+        self.group = group
+        self.rank: int = dist.get_rank(group)
+        self.group_size: int = dist.get_world_size(group)
+        self.num_nvl_bytes = num_nvl_bytes
+        self.num_rdma_bytes = num_rdma_bytes
+        self.low_latency_mode = low_latency_mode
+        self.explicitly_destroy = explicitly_destroy
+        self._id = next(_buffer_ids)
+        self._routing_ids = itertools.count()
+        self._core: Optional[_moerl.EpCore] = _moerl.EpCore(
+            self.rank, self.group_size, num_nvl_bytes + num_rdma_bytes, op_timeout_ms, self._allgather)
+
+    # The bootstrap: address records of a new channel, gathered over the user's group.
+    def _allgather(self, mine: bytes) -> List[bytes]:
+        out: List[Any] = [None] * self.group_size
+        dist.all_gather_object(out, mine, group=self.group)
+        return out
+
+    def destroy(self) -> None:
+        """Releases the fabric endpoints and regions (DeepEP: needs explicitly_destroy=True)."""
+        assert self.explicitly_destroy, "`explicitly_destroy` flag must be set"
+        self._core = None
+
+    def _live_core(self) -> "_moerl.EpCore":
+        if self._core is None:
+            raise RuntimeError("moerl.ep.Buffer was destroyed")
+        return self._core
+
+    def transport_report(self) -> List[dict]:
+        """Per channel (created on first use): the provider and which path each peer used
+        ("same_process", "same_host" or "network")."""
+        return self._live_core().describe()
+
+    @staticmethod
+    def set_num_sms(new_num_sms: int) -> None:
+        assert new_num_sms % 2 == 0, "The SM count must be even"
+        Buffer.num_sms = new_num_sms
+
+    @staticmethod
+    def capture() -> EventOverlap:
+        return EventOverlap()
+
+    @staticmethod
+    def is_sm90_compiled() -> bool:
+        return False
+
+    @staticmethod
+    def get_dispatch_config(num_ranks: int) -> Config:
+        return Config(Buffer.num_sms)
+
+    @staticmethod
+    def get_combine_config(num_ranks: int) -> Config:
+        return Config(Buffer.num_sms)
+
+    # ---- normal mode ------------------------------------------------------------------
+
+    def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int,
+                            previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                            allocate_on_comm_stream: bool = False
+                            ) -> Tuple[torch.Tensor, None, torch.Tensor, torch.Tensor, EventOverlap]:
+        """DeepEP's layout: (num_tokens_per_rank [N] int32, None, num_tokens_per_expert [E]
+        int32, is_token_in_rank [T, N] bool, event). Local: nothing is sent."""
+        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+        self._check_num_experts(num_experts)
+        self._check_topk_range(topk_idx, num_experts)
+        num_tokens, topk = topk_idx.shape
+        per_rank = torch.empty(self.group_size, dtype=torch.int32)
+        per_expert = torch.empty(num_experts, dtype=torch.int32)
+        in_rank = torch.empty(num_tokens, self.group_size, dtype=torch.bool)
+        self._live_core().layout(topk_idx.data_ptr(), num_tokens, topk, num_experts, per_rank.data_ptr(),
+                                 per_expert.data_ptr(), in_rank.data_ptr())
+        return per_rank, None, per_expert, in_rank, EventOverlap()
+
+    def _check_num_experts(self, num_experts: Any) -> None:
+        if not isinstance(num_experts, int) or num_experts < self.group_size or num_experts % self.group_size:
+            _fail(f"num_experts is {num_experts!r}; expected a positive multiple of the group size "
+                  f"({self.group_size})")
+
+    @staticmethod
+    def _check_topk_range(topk_idx: torch.Tensor, num_experts: int) -> None:
+        if topk_idx.numel() == 0:
+            return
+        bad = (topk_idx < -1) | (topk_idx >= num_experts)
+        if bool(bad.any()):
+            t, k = (int(v) for v in bad.nonzero()[0])
+            _fail(f"topk_idx[{t}, {k}] is {int(topk_idx[t, k])}; expected -1 (masked) or an expert id "
+                  f"in [0, {num_experts})")
+
+    def _check_x(self, x: Any) -> torch.Tensor:
+        if isinstance(x, tuple):
+            _not_yet("FP8 dispatch (x given as a (data, scales) tuple)")
+        return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
+
+    def _check_capacity(self, x: torch.Tensor, topk: int) -> None:
+        core = self._live_core()
+        num_tokens = x.shape[0]
+        rows = [x.shape[1] * x.element_size()] + ([12 * topk] if topk else [])
+        for row_bytes in rows:
+            if num_tokens > core.capacity(row_bytes):
+                _fail(f"x has {num_tokens} tokens; this Buffer (num_nvl_bytes + num_rdma_bytes = "
+                      f"{self.num_nvl_bytes + self.num_rdma_bytes}) holds at most {core.capacity(row_bytes)} "
+                      f"per rank at hidden {x.shape[1]} {str(x.dtype).replace('torch.', '')}; "
+                      f"pass num_nvl_bytes >= {core.bytes_needed(num_tokens, row_bytes)}")
+
+    def dispatch(self, x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], handle: Optional[tuple] = None,
+                 num_tokens_per_rank: Optional[torch.Tensor] = None,
+                 num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,
+                 is_token_in_rank: Optional[torch.Tensor] = None,
+                 num_tokens_per_expert: Optional[torch.Tensor] = None,
+                 topk_idx: Optional[torch.Tensor] = None, topk_weights: Optional[torch.Tensor] = None,
+                 expert_alignment: int = 1, num_worst_tokens: int = 0, config: Optional[Config] = None,
+                 previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
+                 allocate_on_comm_stream: bool = False) -> tuple:
+        """DeepEP's normal dispatch. Returns (recv_x [R, H], recv_topk_idx [R, K] int64 local
+        expert ids or -1, recv_topk_weights [R, K] fp32 (0 where the id is -1),
+        num_recv_tokens_per_expert_list, handle, event). Rows are grouped by source rank in
+        ascending order, in token order inside a source. With ``handle=`` (cached): the same
+        routing again, returning (recv_x, None, None, None, None, event). Every tensor
+        returned is new and owns its memory."""
+        x = self._check_x(x)
+        num_tokens, hidden = x.shape
+        n = self.group_size
+        if not isinstance(expert_alignment, int) or expert_alignment < 1:
+            _fail(f"expert_alignment is {expert_alignment!r}; expected an int >= 1")
+        if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
+            _fail(f"num_worst_tokens is {num_worst_tokens!r}; expected an int >= 0")
+        if handle is not None:
+            return self._cached_dispatch(x, handle, topk_idx, topk_weights)
+        if is_token_in_rank is None:
+            _fail("is_token_in_rank is None; expected the [num_tokens, num_ranks] bool tensor from "
+                  "get_dispatch_layout (or a handle)")
+        _check_tensor("is_token_in_rank", is_token_in_rank, (torch.bool,), 2)
+        _check_shape("is_token_in_rank", is_token_in_rank, (num_tokens, n), "x's tokens by ranks")
+        topk = 0
+        num_experts = 0
+        if topk_idx is not None:
+            _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+            if topk_idx.shape[0] != num_tokens:
+                _fail(f"topk_idx has shape {tuple(topk_idx.shape)}; expected {num_tokens} rows (x's tokens)")
+            topk = topk_idx.shape[1]
+            if topk_weights is None:
+                _fail("topk_weights is None; expected a float32 tensor shaped like topk_idx")
+            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+            _check_shape("topk_weights", topk_weights, tuple(topk_idx.shape), "like topk_idx")
+            if num_tokens_per_expert is None:
+                _fail("num_tokens_per_expert is None; expected the [num_experts] int32 tensor from "
+                      "get_dispatch_layout (moerl takes num_experts from its length)")
+            _check_tensor("num_tokens_per_expert", num_tokens_per_expert, (torch.int32,), 1)
+            num_experts = num_tokens_per_expert.shape[0]
+            self._check_num_experts(num_experts)
+            self._check_topk_range(topk_idx, num_experts)
+        elif topk_weights is not None:
+            _fail("topk_weights is given without topk_idx; expected both or neither")
+        if num_tokens_per_rank is not None:
+            _check_tensor("num_tokens_per_rank", num_tokens_per_rank, (torch.int32,), 1)
+            _check_shape("num_tokens_per_rank", num_tokens_per_rank, (n,), "one count per rank")
+        self._check_capacity(x, topk)
+
+        core = self._live_core()
+        routing_id = next(self._routing_ids)
+        num_recv = core.dispatch(x.data_ptr(), num_tokens, hidden, _DTYPES[x.dtype], is_token_in_rank.data_ptr(),
+                                 topk_idx.data_ptr() if topk else 0, topk_weights.data_ptr() if topk else 0,
+                                 topk, routing_id)
+        recv_x = torch.empty(num_recv, hidden, dtype=x.dtype)
+        src_rank = torch.empty(num_recv, dtype=torch.int32)
+        src_idx = torch.empty(num_recv, dtype=torch.int32)
+        recv_topk_idx = torch.empty(num_recv, topk, dtype=torch.int64) if topk else None
+        recv_topk_weights = torch.empty(num_recv, topk, dtype=torch.float32) if topk else None
+        per_expert = core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(),
+                                        recv_topk_idx.data_ptr() if topk else 0,
+                                        recv_topk_weights.data_ptr() if topk else 0, num_experts)
+        per_expert_list = [-(-c // expert_alignment) * expert_alignment for c in per_expert]
+
+        rank_prefix = torch.full((n, n), -1, dtype=torch.int32)
+        rank_prefix[:, self.rank] = torch.cumsum(torch.bincount(src_rank.long(), minlength=n), 0).to(torch.int32)
+        state = _HandleState(self._id, routing_id, num_tokens, num_recv, topk)
+        new_handle = _Handle((rank_prefix, src_rank, None, src_idx, is_token_in_rank.clone(), state))
+        if num_worst_tokens > 0:
+            if num_worst_tokens < num_recv:
+                _fail(f"num_worst_tokens is {num_worst_tokens}; this rank received {num_recv} rows")
+            pad = num_worst_tokens - num_recv
+            recv_x = torch.cat([recv_x, recv_x.new_zeros(pad, hidden)])
+            if topk:
+                recv_topk_idx = torch.cat([recv_topk_idx, recv_topk_idx.new_full((pad, topk), -1)])
+                recv_topk_weights = torch.cat([recv_topk_weights, recv_topk_weights.new_zeros(pad, topk)])
+            per_expert_list = []
+        return recv_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
+
+    def _state_of(self, handle: Any) -> _HandleState:
+        if not isinstance(handle, _Handle):
+            _fail(f"handle is {type(handle).__name__}; expected the handle a dispatch of this Buffer returned")
+        st = handle._state
+        if st.buffer_id != self._id:
+            _fail("handle comes from another Buffer; expected a handle this Buffer's dispatch returned")
+        return st
+
+    def _cached_dispatch(self, x: torch.Tensor, handle: Any, topk_idx: Any, topk_weights: Any) -> tuple:
+        st = self._state_of(handle)
+        if topk_idx is not None or topk_weights is not None:
+            _fail("topk_idx/topk_weights are given with handle=; expected None (cached dispatch reuses the routing)")
+        if x.shape[0] != st.num_tokens:
+            _fail(f"x has {x.shape[0]} tokens; the handle's dispatch had {st.num_tokens}")
+        self._check_capacity(x, 0)
+        core = self._live_core()
+        in_rank = handle[4]
+        num_recv = core.dispatch(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
+                                 0, 0, 0, st.routing_id)
+        recv_x = torch.empty(num_recv, x.shape[1], dtype=x.dtype)
+        src_rank = torch.empty(num_recv, dtype=torch.int32)
+        src_idx = torch.empty(num_recv, dtype=torch.int32)
+        core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        return recv_x, None, None, None, None, EventOverlap()
+
+    def combine(self, x: torch.Tensor, handle: tuple, topk_weights: Optional[torch.Tensor] = None,
+                bias: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None,
+                config: Optional[Config] = None, previous_event: Optional[EventOverlap] = None,
+                async_finish: bool = False, allocate_on_comm_stream: bool = False
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor], EventOverlap]:
+        """DeepEP's normal combine: combined_x[t] = the sum (fp32 accumulation, one rounding)
+        of the rows every rank returns for token t, plus bias; combined_topk_weights likewise
+        (the original weight where the id was local somewhere, else 0). x [R, H] in the
+        handle's row order. Returns new tensors."""
+        st = self._state_of(handle)
+        x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
+        if x.shape[0] != st.num_recv:
+            _fail(f"x has {x.shape[0]} rows; expected {st.num_recv} (the rows the handle's dispatch received)")
+        topk = 0
+        if topk_weights is not None:
+            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+            if topk_weights.shape[0] != st.num_recv:
+                _fail(f"topk_weights has shape {tuple(topk_weights.shape)}; expected {st.num_recv} rows")
+            topk = topk_weights.shape[1]
+        biases = [] if bias is None else (list(bias) if isinstance(bias, tuple) else [bias])
+        for i, b in enumerate(biases):
+            if b is None:
+                continue
+            _check_tensor(f"bias[{i}]", b, (x.dtype,), 2)
+            _check_shape(f"bias[{i}]", b, (st.num_tokens, x.shape[1]), "[num_tokens, hidden]")
+        self._check_capacity(x.new_empty(st.num_tokens, x.shape[1]), topk)
+        y = torch.empty(st.num_tokens, x.shape[1], dtype=x.dtype)
+        combined_w = torch.empty(st.num_tokens, topk, dtype=torch.float32) if topk else None
+        self._live_core().combine(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], handle[4].data_ptr(),
+                                  st.num_tokens, st.routing_id, y.data_ptr(),
+                                  topk_weights.data_ptr() if topk else 0, topk,
+                                  combined_w.data_ptr() if topk else 0)
+        biases = [b for b in biases if b is not None]
+        if biases:
+            acc = y.float()
+            for b in biases:
+                acc += b.float()
+            y = acc.to(x.dtype)
+        return y, combined_w, EventOverlap()
+
+    # ---- not yet ----------------------------------------------------------------------
+
+    def low_latency_dispatch(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("low_latency_dispatch")
+
+    def low_latency_combine(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("low_latency_combine")
+
+    def get_next_low_latency_combine_buffer(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("get_next_low_latency_combine_buffer")
+
+    def clean_low_latency_buffer(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("clean_low_latency_buffer")
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(*args: Any, **kwargs: Any) -> int:
+        _not_yet("get_low_latency_rdma_size_hint")
+        return 0
+
+    def internode_dispatch(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("internode_dispatch (normal dispatch already spans hosts)")
+
+    def internode_combine(self, *args: Any, **kwargs: Any) -> Any:
+        _not_yet("internode_combine (normal combine already spans hosts)")
+
+
+__all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t"]
