@@ -1,0 +1,55 @@
+"""Runs a function on N processes joined by a gloo group, bounded in time (tests only)."""
+
+import os
+import tempfile
+import traceback
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# fork: the children share the parent's imported torch and moerl (spawn would re-import them,
+# seconds per process on a small box); the parent starts no threads before forking.
+_ctx = mp.get_context("fork")
+
+
+def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, errors: Any, args: tuple) -> None:
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=60))
+        fn(rank, world, *args)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # reported to the parent, which fails the test with it
+        errors.put(f"rank {rank}:\n{traceback.format_exc()}")
+        os._exit(1)
+
+
+def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90) -> None:
+    """fn(rank, world, *args) on `world` processes; raises with every rank's traceback, or
+    when the ranks are not done within timeout_s (then they are killed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "init")
+        errors = _ctx.SimpleQueue()
+        procs = [_ctx.Process(target=_child, args=(fn, r, world, init_file, errors, args)) for r in range(world)]
+        for p in procs:
+            p.start()
+        import time
+        deadline = time.monotonic() + timeout_s
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for r in hung:
+            procs[r].kill()
+            procs[r].join()
+        messages = []
+        while not errors.empty():
+            messages.append(errors.get())
+        if hung:
+            messages.append(f"ranks {hung} still running after {timeout_s} s (killed)")
+        bad = [r for r, p in enumerate(procs) if p.exitcode != 0 and r not in hung]
+        if bad and not messages:
+            messages.append(f"ranks {bad} exited with codes {[procs[r].exitcode for r in bad]}")
+        if messages:
+            raise AssertionError("\n".join(messages))

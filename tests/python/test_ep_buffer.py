@@ -1,0 +1,141 @@
+"""moerl.ep.Buffer across 2 and 4 processes (gloo group), checked against pure-torch
+references that every rank computes alone: each rank regenerates every rank's inputs from
+the same seeds, so no reference travels over the group."""
+
+import pytest
+import torch
+
+import moerl.ep
+from ep_harness import run_ranks
+
+NUM_BYTES = 1 << 25  # holds the largest case below (64 tokens of hidden 7168 on 4 ranks)
+
+
+def tokens_of(src: int, world: int) -> int:
+    # Rank 1 has no tokens; the others differ, so row counts identify mistakes.
+    return 0 if src == 1 else 23 + 17 * src
+
+
+def inputs(src: int, world: int, case: dict):
+    """Rank src's x [T, H] (column 0 = src, column 1 = token index, the rest multiples of 1/8,
+    all exact in bf16), topk_idx [T, K] and topk_weights [T, K]."""
+    g = torch.Generator().manual_seed(1000 * case["seed"] + src)
+    num_tokens, hidden, topk, num_experts = tokens_of(src, world), case["hidden"], case["topk"], case["experts"]
+    x = torch.randint(-64, 64, (num_tokens, hidden), generator=g).float() / 8
+    x[:, 0] = src
+    x[:, 1] = torch.arange(num_tokens).float()
+    if case.get("one_expert"):
+        idx = torch.full((num_tokens, topk), -1, dtype=torch.int64)
+        idx[:, 0] = num_experts - 1
+    else:
+        idx = torch.rand(num_tokens, num_experts, generator=g).topk(topk, dim=1).indices
+        if case.get("mask"):
+            idx[torch.rand(num_tokens, topk, generator=g) < 0.25] = -1
+    w = torch.rand(num_tokens, topk, generator=g)
+    return x.to(case["dtype"]), idx, w
+
+
+def reference_layout(idx: torch.Tensor, world: int, num_experts: int):
+    per_rank_experts = num_experts // world
+    in_rank = torch.zeros(idx.shape[0], world, dtype=torch.bool)
+    for r in range(world):
+        in_rank[:, r] = ((idx >= r * per_rank_experts) & (idx < (r + 1) * per_rank_experts)).any(1)
+    per_expert = torch.bincount(idx[idx >= 0], minlength=num_experts).int()
+    return in_rank.sum(0).int(), per_expert, in_rank
+
+
+def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> None:
+    num_experts, topk, hidden, dtype = case["experts"], case["topk"], case["hidden"], case["dtype"]
+    local = num_experts // world
+    all_in = [inputs(s, world, case) for s in range(world)]
+    x, idx, w = all_in[rank]
+
+    # Layout against the reference.
+    per_rank, per_rdma, per_expert, in_rank, event = buf.get_dispatch_layout(idx, num_experts)
+    ref_rank, ref_expert, ref_in = reference_layout(idx, world, num_experts)
+    assert per_rdma is None
+    assert torch.equal(per_rank, ref_rank) and torch.equal(per_expert, ref_expert) and torch.equal(in_rank, ref_in)
+    event.current_stream_wait()
+
+    align = case.get("align", 1)
+    recv_x, recv_idx, recv_w, counts, handle, event = buf.dispatch(
+        x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+        topk_idx=idx, topk_weights=w, expert_alignment=align, previous_event=event)
+    event.current_stream_wait()
+
+    # Every row, in DeepEP's order (source rank ascending, then token), names its source.
+    expected = [(s, t) for s in range(world) for t in range(tokens_of(s, world))
+                if reference_layout(all_in[s][1], world, num_experts)[2][t, rank]]
+    assert recv_x.shape == (len(expected), hidden) and recv_x.dtype == dtype
+    got = list(zip(recv_x[:, 0].float().int().tolist(), recv_x[:, 1].float().int().tolist()))
+    assert got == expected
+    assert list(zip(handle[1].tolist(), handle[3].tolist())) == expected
+    prefix = torch.tensor([sum(1 for s2, _ in expected if s2 <= s) for s in range(world)], dtype=torch.int32)
+    assert torch.equal(handle[0][:, rank], prefix)
+    ref_idx = torch.full((len(expected), topk), -1, dtype=torch.int64)
+    ref_w = torch.zeros(len(expected), topk)
+    for i, (s, t) in enumerate(expected):
+        assert torch.equal(recv_x[i], all_in[s][0][t])
+        e = all_in[s][1][t]
+        here = (e >= rank * local) & (e < (rank + 1) * local)
+        ref_idx[i] = torch.where(here, e - rank * local, torch.full_like(e, -1))
+        ref_w[i] = torch.where(here, all_in[s][2][t], torch.zeros(topk))
+    assert torch.equal(recv_idx, ref_idx) and torch.equal(recv_w, ref_w)
+    all_idx = torch.cat([a[1] for a in all_in])
+    ref_counts = [int((all_idx == rank * local + j).sum()) for j in range(local)]
+    assert counts == [-(-c // align) * align for c in ref_counts]
+
+    # Cached dispatch: the same rows of another tensor, in the same order.
+    recv_x2, i2, w2, c2, h2, _ = buf.dispatch(x * 2, handle=handle)
+    assert (i2, w2, c2, h2) == (None, None, None, None)
+    assert torch.equal(recv_x2, recv_x * 2)
+
+    # A dispatch with another routing, then combine with the first handle (replayed routing).
+    other = buf.dispatch(x, is_token_in_rank=torch.ones_like(in_rank))
+    assert other[0].shape[0] == sum(tokens_of(s, world) for s in range(world))
+
+    # Combine: every rank's "expert" scales its rows by (rank + 1) and returns them.
+    bias = torch.full((x.shape[0], hidden), 0.5).to(dtype)
+    combined, combined_w, _ = buf.combine(recv_x * (rank + 1), handle, topk_weights=recv_w, bias=bias)
+    ref = torch.zeros(x.shape[0], hidden)
+    for r in range(world):
+        go = ref_in[:, r]
+        ref[go] += (x[go] * (r + 1)).to(dtype).float()
+    ref = (ref.to(dtype).float() + bias.float()).to(dtype)
+    if dtype == torch.float32:
+        assert torch.equal(combined, ref)
+    else:  # one rounding of the fp32 sum, then the bias: within one bf16 step of the reference
+        torch.testing.assert_close(combined.float(), ref.float(), rtol=2 ** -7, atol=0)
+    assert torch.equal(combined_w, torch.where(idx >= 0, w, torch.zeros_like(w)))
+
+    # Combine without weights or bias after a cached dispatch of the same routing.
+    buf.dispatch(x, handle=handle)
+    plain, none_w, _ = buf.combine(recv_x, handle)
+    assert none_w is None
+    ref_plain = torch.zeros(x.shape[0], hidden)
+    for r in range(world):
+        ref_plain[ref_in[:, r]] += x[ref_in[:, r]].float()
+    if dtype == torch.float32:
+        assert torch.equal(plain, ref_plain)
+    else:
+        torch.testing.assert_close(plain.float(), ref_plain.to(dtype).float(), rtol=2 ** -7, atol=0)
+
+
+CASES = [
+    dict(seed=1, dtype=torch.float32, hidden=256, topk=4, experts=16, mask=True, align=4),
+    dict(seed=2, dtype=torch.bfloat16, hidden=7168, topk=8, experts=32, mask=True),
+    dict(seed=3, dtype=torch.bfloat16, hidden=256, topk=2, experts=8, one_expert=True),
+]
+
+
+def worker(rank: int, world: int) -> None:
+    buf = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=NUM_BYTES, op_timeout_ms=30000)
+    for case in CASES:
+        check_case(rank, world, buf, case)
+    report = buf.transport_report()
+    assert report and all(len(c["peer_paths"]) == world for c in report)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_dispatch_and_combine_match_the_torch_reference(world: int) -> None:
+    run_ranks(worker, world, timeout_s=90)
