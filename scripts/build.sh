@@ -10,3 +10,19 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/moerl-ccache}"
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERL_WERROR=ON ${MOERL_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"
+
+# The Python package (python/, built into build/python/moerl): a moerl.pth in the system
+# interpreter's site directory (/usr/local/lib/python3.X/dist-packages, which Debian keeps for
+# the local administrator) puts build/python on its path, so `python3 -c "import moerl"` works
+# after this script with no PYTHONPATH, and a rebuild is picked up without reinstalling. It
+# needs root (the README's commands run as root); otherwise say how to point Python at it.
+MOERL_PYTHON="${MOERL_PYTHON:-/usr/bin/python3}"
+if [ -x "$MOERL_PYTHON" ] && [ -d build/python/moerl ]; then
+  if [ "$(id -u)" = 0 ]; then
+    site="$("$MOERL_PYTHON" -c 'import site; print(site.getsitepackages()[0])')"
+    mkdir -p "$site"
+    echo "$PWD/build/python" > "$site/moerl.pth"
+  else
+    echo "build.sh: not root, so no moerl.pth: use PYTHONPATH=$PWD/build/python $MOERL_PYTHON" >&2
+  fi
+fi
