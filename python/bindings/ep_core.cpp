@@ -87,7 +87,8 @@ status ep_core::layout(const int64_t* topk_idx, int64_t num_tokens, int topk, in
   o.num_tokens_per_expert = per_expert.data();
   o.is_token_in_rank = is_token_in_rank;
   STATUS_TRY(kernels::get_dispatch_layout(pool_, topk_idx, p, o));
-  for (int r = 0; r < opt_.num_ranks; ++r) num_tokens_per_rank[r] = static_cast<int32_t>(per_rank[r]);
+  for (int r = 0; r < opt_.num_ranks; ++r)
+    num_tokens_per_rank[r] = static_cast<int32_t>(per_rank[r]);
   for (int e = 0; e < num_experts; ++e)
     num_tokens_per_expert[e] = static_cast<int32_t>(per_expert[e]);
   return {};
@@ -99,8 +100,8 @@ result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype
   auto c = std::make_unique<channel>();
   c->width = width;
   c->row_bytes = width * static_cast<int64_t>(fabric::ep_dtype_size(dtype));
-  c->name = std::string(meta ? "topk" : "x") + ":" + (dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") +
-            ":" + std::to_string(width);
+  c->name = std::string(meta ? "topk" : "x") + ":" +
+            (dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") + ":" + std::to_string(width);
   fabric::ep_config cfg;
   cfg.mode = fabric::ep_mode::normal;
   cfg.num_experts = opt_.num_ranks;
@@ -113,7 +114,9 @@ result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype
   std::vector<int> members(opt_.num_ranks);
   for (int r = 0; r < opt_.num_ranks; ++r) members[r] = r;
   auto g = fabric::ep_group::create(opt_.transport, boot, members, cfg);
-  if (!g) return error{g.err().code, "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
+  if (!g)
+    return error{g.err().code,
+                 "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
   c->group = std::move(*g);
   channel* raw = c.get();
   channels_.emplace(key, std::move(c));
@@ -186,7 +189,8 @@ status ep_core::read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_toke
     return error{errc::invalid_argument, "moerl.ep: no dispatch to read"};
   const fabric::dispatch_output& o = *last_x_->out;
   const int64_t num_rows = o.num_recv_rows;
-  if (num_rows > 0) std::memcpy(recv_x, o.recv_x, static_cast<size_t>(num_rows * last_x_->row_bytes));
+  if (num_rows > 0)
+    std::memcpy(recv_x, o.recv_x, static_cast<size_t>(num_rows * last_x_->row_bytes));
   std::copy(o.src_rank.begin(), o.src_rank.end(), src_rank);
   std::copy(o.src_token.begin(), o.src_token.end(), src_token);
   if (!last_meta_) return {};

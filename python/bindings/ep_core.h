@@ -67,9 +67,10 @@ class ep_core {
   // Sends x [T, hidden] (dtype) to every rank r with is_token_in_rank[t, r], and, when
   // topk > 0, the rows' top-k ids and weights. Returns the number of rows received; read them
   // with read_dispatch before the next call. routing_id names this routing for combine.
-  result<int64_t> dispatch(const void* x, int64_t num_tokens, int64_t hidden, fabric::ep_dtype dtype,
-                           const uint8_t* is_token_in_rank, const int64_t* topk_idx,
-                           const float* topk_weights, int topk, int64_t routing_id);
+  result<int64_t> dispatch(const void* x, int64_t num_tokens, int64_t hidden,
+                           fabric::ep_dtype dtype, const uint8_t* is_token_in_rank,
+                           const int64_t* topk_idx, const float* topk_weights, int topk,
+                           int64_t routing_id);
 
   // Copies the last dispatch's rows out: recv_x [R, hidden]; src_rank, src_token [R];
   // with top-k: recv_topk_idx [R, K] as local expert ids or -1, recv_topk_weights [R, K]
@@ -101,8 +102,7 @@ class ep_core {
   status open_step(channel& c, const void* x, const uint8_t* in_rank, int64_t num_tokens,
                    int64_t routing_id);
   status close_step(channel& c);
-  status ensure_routing(channel& c, const uint8_t* in_rank, int64_t num_tokens,
-                        int64_t routing_id);
+  status ensure_routing(channel& c, const uint8_t* in_rank, int64_t num_tokens, int64_t routing_id);
 
   ep_core_options opt_;
   allgather_fn allgather_;

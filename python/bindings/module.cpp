@@ -27,7 +27,8 @@ namespace {
     case moerl::errc::capacity_exceeded: throw py::value_error(what);
     case moerl::errc::timeout:
     case moerl::errc::peer_dead:
-      PyErr_SetString(PyExc_TimeoutError, (std::string(moerl::errc_name(e.code)) + ": " + what).c_str());
+      PyErr_SetString(PyExc_TimeoutError,
+                      (std::string(moerl::errc_name(e.code)) + ": " + what).c_str());
       throw py::error_already_set();
     default: throw std::runtime_error(std::string(moerl::errc_name(e.code)) + ": " + what);
   }
@@ -51,8 +52,9 @@ moerl::fabric::ep_dtype dtype_of(int code) {
 PYBIND11_MODULE(_moerl, m) {
   m.doc() = "moerl's compiled core; use the `moerl` and `moerl.ep` modules";
   m.attr("__version__") = MOERL_VERSION;
-  m.def("provenance_json", [] { return moerl::collect_provenance().dump(2); },
-        "The same JSON as `moerl version --json`.");
+  m.def(
+      "provenance_json", [] { return moerl::collect_provenance().dump(2); },
+      "The same JSON as `moerl version --json`.");
 
   py::class_<ep_core>(m, "EpCore")
       .def(py::init([](int rank, int num_ranks, int64_t buffer_bytes, int64_t op_timeout_ms,
@@ -64,16 +66,18 @@ PYBIND11_MODULE(_moerl, m) {
              opt.op_timeout_ms = op_timeout_ms;
              if (const char* p = std::getenv("MOERL_FABRIC_PROVIDER")) opt.transport.provider = p;
              // Called from inside dispatch/combine with the GIL released (group creation).
-             auto fn = [allgather](const std::string& mine)
-                 -> moerl::result<std::vector<std::string>> {
+             auto fn =
+                 [allgather](const std::string& mine) -> moerl::result<std::vector<std::string>> {
                py::gil_scoped_acquire gil;
                try {
                  std::vector<std::string> out;
-                 for (py::handle h : allgather(py::bytes(mine))) out.push_back(h.cast<std::string>());
+                 for (py::handle h : allgather(py::bytes(mine)))
+                   out.push_back(h.cast<std::string>());
                  return out;
                } catch (py::error_already_set& e) {
-                 return moerl::error{moerl::errc::peer_dead,
-                                     std::string("moerl.ep bootstrap all-gather failed: ") + e.what()};
+                 return moerl::error{
+                     moerl::errc::peer_dead,
+                     std::string("moerl.ep bootstrap all-gather failed: ") + e.what()};
                }
              };
              return std::make_unique<ep_core>(opt, fn);
@@ -82,18 +86,18 @@ PYBIND11_MODULE(_moerl, m) {
            py::arg("allgather"))
       .def("capacity", &ep_core::capacity)
       .def("bytes_needed", &ep_core::bytes_needed)
-      .def(
-          "layout",
-          [](ep_core& c, uintptr_t topk_idx, int64_t num_tokens, int topk, int num_experts,
-             uintptr_t per_rank, uintptr_t per_expert, uintptr_t in_rank) {
-            moerl::status st;
-            {
-              py::gil_scoped_release nogil;
-              st = c.layout(ptr<const int64_t>(topk_idx), num_tokens, topk, num_experts,
-                            ptr<int32_t>(per_rank), ptr<int32_t>(per_expert), ptr<uint8_t>(in_rank));
-            }
-            check(st);
-          })
+      .def("layout",
+           [](ep_core& c, uintptr_t topk_idx, int64_t num_tokens, int topk, int num_experts,
+              uintptr_t per_rank, uintptr_t per_expert, uintptr_t in_rank) {
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.layout(ptr<const int64_t>(topk_idx), num_tokens, topk, num_experts,
+                             ptr<int32_t>(per_rank), ptr<int32_t>(per_expert),
+                             ptr<uint8_t>(in_rank));
+             }
+             check(st);
+           })
       .def("dispatch",
            [](ep_core& c, uintptr_t x, int64_t num_tokens, int64_t hidden, int dtype,
               uintptr_t in_rank, uintptr_t topk_idx, uintptr_t topk_weights, int topk,
@@ -123,9 +127,9 @@ PYBIND11_MODULE(_moerl, m) {
              return per_expert;
            })
       .def("combine",
-           [](ep_core& c, uintptr_t x, int64_t num_rows, int64_t hidden, int dtype, uintptr_t in_rank,
-              int64_t num_tokens, int64_t routing_id, uintptr_t y, uintptr_t topk_weights, int topk,
-              uintptr_t combined_weights) {
+           [](ep_core& c, uintptr_t x, int64_t num_rows, int64_t hidden, int dtype,
+              uintptr_t in_rank, int64_t num_tokens, int64_t routing_id, uintptr_t y,
+              uintptr_t topk_weights, int topk, uintptr_t combined_weights) {
              moerl::status st;
              {
                py::gil_scoped_release nogil;
