@@ -113,6 +113,19 @@ def _check_shape(name: str, t: torch.Tensor, shape: Tuple[int, ...], what: str) 
         _fail(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} ({what})")
 
 
+def _group_allgather(group: Any, size: int) -> Any:
+    """The bootstrap's all-gather (address records of a new channel) over the user's group.
+    A closure over the group, not a method: the C++ core keeps it, and a reference back to
+    the Buffer would be a cycle the garbage collector cannot see through the binding."""
+
+    def gather(mine: bytes) -> List[bytes]:
+        out: List[Any] = [None] * size
+        dist.all_gather_object(out, mine, group=group)
+        return out
+
+    return gather
+
+
 def _not_yet(what: str) -> None:
     raise NotImplementedError(f"moerl.ep: {what} is not implemented yet ({_ISSUE})")
 
@@ -152,13 +165,8 @@ class Buffer:
         self._id = next(_buffer_ids)
         self._routing_ids = itertools.count()
         self._core: Optional[_moerl.EpCore] = _moerl.EpCore(
-            self.rank, self.group_size, num_nvl_bytes + num_rdma_bytes, op_timeout_ms, self._allgather)
-
-    # The bootstrap: address records of a new channel, gathered over the user's group.
-    def _allgather(self, mine: bytes) -> List[bytes]:
-        out: List[Any] = [None] * self.group_size
-        dist.all_gather_object(out, mine, group=self.group)
-        return out
+            self.rank, self.group_size, num_nvl_bytes + num_rdma_bytes, op_timeout_ms,
+            _group_allgather(group, self.group_size))
 
     def destroy(self) -> None:
         """Releases the fabric endpoints and regions (DeepEP: needs explicitly_destroy=True)."""

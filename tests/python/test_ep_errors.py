@@ -51,6 +51,14 @@ def worker(rank: int, world: int) -> None:
     combined, _, _ = buf.combine(recv_x, handle)
     assert torch.equal(combined, x * in_rank.sum(1, keepdim=True))
 
+    # Destroyed: calls say so; a new Buffer on the same group works.
+    old = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=1 << 20, explicitly_destroy=True)
+    old.destroy()
+    expect(RuntimeError, "destroyed", old.dispatch, x, is_token_in_rank=in_rank)
+    expect(ValueError, "handle comes from another Buffer", old.combine, recv_x, handle)
+    again = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=1 << 20)
+    assert torch.equal(again.dispatch(x, is_token_in_rank=in_rank)[0], recv_x)
+
 
 def test_bad_input_is_refused_before_anything_is_sent() -> None:
     run_ranks(worker, 2, timeout_s=60)
