@@ -58,13 +58,19 @@ PYBIND11_MODULE(_moerl, m) {
 
   py::class_<ep_core>(m, "EpCore")
       .def(py::init([](int rank, int num_ranks, int64_t buffer_bytes, int64_t op_timeout_ms,
-                       py::function allgather) {
+                       py::function allgather, const std::string& provider,
+                       const std::string& paths, bool reorder_shim) {
              moerl::py::ep_core_options opt;
              opt.rank = rank;
              opt.num_ranks = num_ranks;
              opt.buffer_bytes = buffer_bytes;
              opt.op_timeout_ms = op_timeout_ms;
-             if (const char* p = std::getenv("MOERL_FABRIC_PROVIDER")) opt.transport.provider = p;
+             // "" : MOERL_FABRIC_PROVIDER, else auto (as transport_options::from_config).
+             opt.transport.provider = provider;
+             if (const char* p = std::getenv("MOERL_FABRIC_PROVIDER"); provider.empty())
+               opt.transport.provider = p ? p : "auto";
+             opt.transport.paths = paths;
+             opt.transport.reorder_shim = reorder_shim;
              // Called from inside dispatch/combine with the GIL released (group creation).
              auto fn =
                  [allgather](const std::string& mine) -> moerl::result<std::vector<std::string>> {
@@ -83,7 +89,8 @@ PYBIND11_MODULE(_moerl, m) {
              return std::make_unique<ep_core>(opt, fn);
            }),
            py::arg("rank"), py::arg("num_ranks"), py::arg("buffer_bytes"), py::arg("op_timeout_ms"),
-           py::arg("allgather"))
+           py::arg("allgather"), py::arg("provider") = "", py::arg("paths") = "auto",
+           py::arg("reorder_shim") = false)
       .def("capacity", &ep_core::capacity)
       .def("bytes_needed", &ep_core::bytes_needed)
       .def("layout",
@@ -146,6 +153,7 @@ PYBIND11_MODULE(_moerl, m) {
           d["channel"] = ch.name;
           d["provider"] = ch.provider;
           d["peer_paths"] = ch.peer_paths;
+          d["reorder_shim"] = ch.reorder_shim;
           out.append(d);
         }
         return out;

@@ -139,6 +139,12 @@ class Buffer:
     collective over the group, in the same order on every rank, as in DeepEP. After an
     exception from a collective call (a timeout, a dead peer) build a new Buffer.
     Threading: one thread per rank calls into a Buffer.
+
+    moerl's own keyword-only parameters: ``op_timeout_ms`` (a step not complete within it
+    raises TimeoutError), ``fabric_provider`` (None: ``MOERL_FABRIC_PROVIDER``, else auto:
+    efa > shm > tcp;ofi_rxm), ``fabric_paths`` ("auto": shared memory on one host, the fabric
+    between hosts; "fabric": every peer through libfabric) and ``reorder_shim`` (the
+    fabric's writes split, reordered and re-delivered, as tests use it; fabric/PROTOCOL.md).
     """
 
     num_sms: int = 20
@@ -147,9 +153,15 @@ class Buffer:
                  low_latency_mode: bool = False, num_qps_per_rank: int = 24,
                  allow_nvlink_for_low_latency_mode: bool = True, allow_mnnvl: bool = False,
                  use_fabric: bool = False, explicitly_destroy: bool = False,
-                 enable_shrink: bool = False, comm: Any = None, op_timeout_ms: int = 10000) -> None:
+                 enable_shrink: bool = False, comm: Any = None, *, op_timeout_ms: int = 10000,
+                 fabric_provider: Optional[str] = None, fabric_paths: str = "auto",
+                 reorder_shim: bool = False) -> None:
         if group is None:
             _fail("group is None; expected a torch.distributed process group (mpi4py comm is not supported)")
+        if fabric_paths not in ("auto", "fabric"):
+            _fail(f"fabric_paths is {fabric_paths!r}; expected 'auto' (a transport per distance) or 'fabric'")
+        if not isinstance(op_timeout_ms, int) or op_timeout_ms < 1:
+            _fail(f"op_timeout_ms is {op_timeout_ms!r}; expected an int >= 1")
         if low_latency_mode:
             _not_yet("low_latency_mode=True")
         for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
@@ -166,7 +178,7 @@ class Buffer:
         self._routing_ids = itertools.count()
         self._core: Optional[_moerl.EpCore] = _moerl.EpCore(
             self.rank, self.group_size, num_nvl_bytes + num_rdma_bytes, op_timeout_ms,
-            _group_allgather(group, self.group_size))
+            _group_allgather(group, self.group_size), fabric_provider or "", fabric_paths, reorder_shim)
 
     def destroy(self) -> None:
         """Releases the fabric endpoints and regions (DeepEP: needs explicitly_destroy=True)."""
@@ -179,8 +191,9 @@ class Buffer:
         return self._core
 
     def transport_report(self) -> List[dict]:
-        """Per channel (created on first use): the provider and which path each peer used
-        ("same_process", "same_host" or "network")."""
+        """Per channel (created on first use): {channel, provider, peer_paths, reorder_shim};
+        peer_paths names each peer's path ("same_process", "same_host" or "network"), and is
+        empty when every peer goes through the fabric (fabric_paths="fabric")."""
         return self._live_core().describe()
 
     @staticmethod

@@ -128,14 +128,26 @@ CASES = [
 ]
 
 
-def worker(rank: int, world: int) -> None:
-    buf = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=NUM_BYTES, op_timeout_ms=30000)
+def worker(rank: int, world: int, transport: dict) -> None:
+    buf = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=NUM_BYTES, op_timeout_ms=30000,
+                          **transport)
     for case in CASES:
         check_case(rank, world, buf, case)
     report = buf.transport_report()
-    assert report and all(len(c["peer_paths"]) == world for c in report)
+    assert len(report) == 6  # x: fp32/256, bf16/7168, bf16/256; top-k: K = 4, 8, 2
+    for c in report:
+        if transport:
+            assert (c["provider"], c["peer_paths"], c["reorder_shim"]) == ("tcp;ofi_rxm", [], True), c
+        else:
+            assert c["peer_paths"] == ["same_process" if r == rank else "same_host" for r in range(world)], c
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_dispatch_and_combine_match_the_torch_reference(world: int) -> None:
-    run_ranks(worker, world, timeout_s=90)
+    run_ranks(worker, world, {}, timeout_s=90)
+
+
+def test_reordered_writes_over_tcp_give_the_same_results() -> None:
+    # Every peer through libfabric's tcp provider with the reorder shim: nothing may rely on
+    # the order in which writes land (fabric/PROTOCOL.md).
+    run_ranks(worker, 2, dict(fabric_provider="tcp", fabric_paths="fabric", reorder_shim=True), timeout_s=90)
