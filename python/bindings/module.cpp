@@ -17,9 +17,9 @@ using moerl::py::ep_core;
 
 namespace {
 
-// moerl's error codes become the Python exceptions a caller expects: bad arguments are
-// ValueError, a too-small buffer is MemoryError-like (ValueError naming the size), an
-// incomplete step is TimeoutError; the rest RuntimeError. Messages keep moerl's wording.
+// moerl's error codes become the Python exceptions a caller expects: bad arguments and a
+// buffer too small for the tokens are ValueError, an incomplete step or a lost peer is
+// TimeoutError, the rest RuntimeError. Messages keep moerl's wording.
 [[noreturn]] void raise(const moerl::error& e) {
   const std::string what = e.message;
   switch (e.code) {

@@ -2,6 +2,7 @@
 
 import os
 import tempfile
+import time
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
@@ -35,7 +36,6 @@ def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float 
         procs = [_ctx.Process(target=_child, args=(fn, r, world, init_file, errors, args)) for r in range(world)]
         for p in procs:
             p.start()
-        import time
         deadline = time.monotonic() + timeout_s
         for p in procs:
             p.join(max(0.0, deadline - time.monotonic()))
