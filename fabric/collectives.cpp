@@ -9,7 +9,7 @@
 
 #include "common/config.h"
 #include "common/status_try.h"
-#include "fabric/nccl_backend.h"
+#include "fabric/internal/nccl_backend.h"
 #include "kernels/dtypes.h"
 
 namespace moerl::fabric {

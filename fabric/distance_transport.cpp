@@ -1,4 +1,4 @@
-#include "fabric/distance_transport.h"
+#include "fabric/internal/distance_transport.h"
 
 #include <fcntl.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
 // The shared EP group: configuration, buffers, bootstrap, the count exchange, the waits and
 // the public entry points. What differs between modes is the mode's table of operations
-// (fabric/ep_group_impl.h), one file per mode: fabric/ep_mode_normal.cpp,
+// (fabric/internal/ep_group_impl.h), one file per mode: fabric/ep_mode_normal.cpp,
 // fabric/ep_mode_low_latency.cpp, fabric/ep_mode_baseline.cpp.
 #include "fabric/ep_group.h"
 
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/config.h"
-#include "fabric/ep_group_impl.h"
+#include "fabric/internal/ep_group_impl.h"
 #include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/dtypes.h"

@@ -32,7 +32,7 @@
 namespace moerl::fabric {
 
 namespace detail {
-struct ep_group_impl;  // fabric/ep_group_impl.h, private to fabric/
+struct ep_group_impl;  // fabric/internal/ep_group_impl.h, private to fabric/
 }
 
 enum class ep_mode { normal, low_latency, baseline };

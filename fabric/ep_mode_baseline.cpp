@@ -2,7 +2,7 @@
 // (token, expert) entry, no deduplication, and every rank writes to every rank a block of
 // the step's largest per-pair row count, padding included, dispatch and combine alike
 // (PROTOCOL.md, "baseline").
-#include "fabric/ep_group_impl.h"
+#include "fabric/internal/ep_group_impl.h"
 
 namespace moerl::fabric::detail {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "fabric/ep_group_impl.h"
+#include "fabric/internal/ep_group_impl.h"
 #include "kernels/combine.h"
 #include "kernels/dtypes.h"
 

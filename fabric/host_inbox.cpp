@@ -1,4 +1,4 @@
-#include "fabric/host_inbox.h"
+#include "fabric/internal/host_inbox.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

@@ -1,4 +1,4 @@
-#include "fabric/nccl_backend.h"
+#include "fabric/internal/nccl_backend.h"
 
 #ifdef MOERL_HAVE_NCCL
 #include <cuda_runtime.h>

@@ -17,7 +17,7 @@
 #include "common/log.h"
 #include "common/shm_leftovers.h"
 #include "common/status_try.h"
-#include "fabric/fi_check.h"
+#include "fabric/internal/fi_check.h"
 #include "fabric/provider_info.h"
 
 namespace moerl::fabric {

@@ -1,4 +1,4 @@
-#include "fabric/reorder_shim.h"
+#include "fabric/internal/reorder_shim.h"
 
 #include <algorithm>
 

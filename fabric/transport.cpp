@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 
 #include "common/status_try.h"
-#include "fabric/distance_transport.h"
+#include "fabric/internal/distance_transport.h"
+#include "fabric/internal/reorder_shim.h"
 #include "fabric/rdm_endpoint.h"
-#include "fabric/reorder_shim.h"
 
 namespace moerl::fabric {
 

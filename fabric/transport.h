@@ -1,9 +1,10 @@
 // The expert plane's transport: writes into peers' registered memory with 32-bit immediate
 // data, and reports the immediates it receives. Everything above it (EP group, collectives)
 // completes operations only by counting those immediates: no ordering of writes is assumed
-// (see PROTOCOL.md). One interface, one transport per distance (fabric/distance_transport.h):
-// peers in this process are written directly, peers on this host through shared-memory
-// mappings, peers on other hosts through a libfabric RDM endpoint (efa, tcp).
+// (see PROTOCOL.md). One interface, one transport per distance
+// (fabric/internal/distance_transport.h): peers in this process are written directly, peers on this
+// host through shared-memory mappings, peers on other hosts through a libfabric RDM endpoint (efa,
+// tcp).
 //
 // Threading: a transport is used by one thread at a time (the rank's EP thread).
 #pragma once
@@ -28,7 +29,7 @@ struct remote_region {
   uint64_t base = 0;  // address to use for byte 0 of the region (VA or 0 when offset-based)
   uint64_t key = 0;   // remote protection key
   uint64_t size = 0;  // bytes
-  // Same-host peers (fabric/distance_transport.h): the owner's address of byte 0 and its
+  // Same-host peers (fabric/internal/distance_transport.h): the owner's address of byte 0 and its
   // memfd, which a peer on this host maps; host_fd -1: the region is not shared (written
   // through the fabric only).
   uint64_t host_addr = 0;

@@ -13,10 +13,10 @@
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
 #include "job/group_bootstrap.h"
+#include "job/internal/rollout_group.h"
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
-#include "job/rollout_group.h"
 #include "job/weights_feed.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
@@ -214,7 +214,7 @@ struct job_setup {
 
 // ---- rollout ------------------------------------------------------------------------------
 
-// What a rollout group's members (job/rollout_group.h) need: the model, the row count and
+// What a rollout group's members (job/internal/rollout_group.h) need: the model, the row count and
 // the node's weight feed. `s` outlives the group (the job holds it).
 rollout_group_setup group_setup(job_setup& s) {
   rollout_group_setup g;
@@ -232,7 +232,7 @@ class policy_rollout final : public actors::rollout_work {
       : s_(std::move(setup)), rng_(std::random_device{}()) {}
 
   // `group`: this node leads a rollout group across nodes (rollout.group_size > 1); the
-  // model instance is sharded over every member's ranks (job/rollout_group.h).
+  // model instance is sharded over every member's ranks (job/internal/rollout_group.h).
   status init(actors::trainer_group* group = nullptr) {
     if (group) {
       auto l = rollout_group_leader::create(group_setup(*s_), *group);

@@ -5,8 +5,8 @@
 
 #include "actors/interruption.h"
 #include "common/log.h"
+#include "job/internal/trainer_check.h"
 #include "job/modpow_work.h"
-#include "job/trainer_check.h"
 
 namespace moerl::job {
 namespace {

@@ -1,4 +1,4 @@
-#include "job/rollout_group.h"
+#include "job/internal/rollout_group.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "job/trainer_check.h"
+#include "job/internal/trainer_check.h"
 
 #include <cmath>
 #include <map>

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "common/log.h"
-#include "store/internal/curl_check.h"
 #include "store/digest.h"
+#include "store/internal/curl_check.h"
 
 namespace moerl::store {
 

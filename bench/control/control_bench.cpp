@@ -105,7 +105,11 @@ std::vector<std::string> bench_overrides(const bench_args& a, const std::string&
       1024, 2ull * a.nodes * std::max<uint64_t>(a.window, uint64_t(a.batch_window) * a.batch));
   return {"store.url=" + dir, std::string("store.local_fsync=") + (a.fsync ? "true" : "false"),
           "actors.iterations=1", "actors.units_per_iteration=" + std::to_string(pool),
-          "actors.groups_per_unit=1", "ledger.group_size=1", "ledger.lease_timeout_ms=60000",
+          // The stand-in leasers run no job: the synthetic job's kind keeps the GRPO job's
+          // shape checks (job.rollout_ep_ranks <= ledger.group_size) out of a pure
+          // control-plane measurement.
+          "job.kind=modpow", "actors.groups_per_unit=1", "ledger.group_size=1",
+          "ledger.lease_timeout_ms=60000",
           "actors.lease_batch=" + std::to_string(a.batch), "buffer.capacity_samples=1099511627776",
           "node.heartbeat_interval_ms=500", "node.connection_timeout_ms=5000", "log.level=warn",
           "ledger.snapshot_every=100000",

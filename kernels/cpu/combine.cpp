@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/row_ops.h"
-#include "kernels/cpu/validate.h"
+#include "kernels/internal/row_ops.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels {
 

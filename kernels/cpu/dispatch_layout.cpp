@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/validate.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels {
 

@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/validate.h"
 #include "kernels/dtypes.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/blas_threads.h"
-#include "kernels/cpu/validate.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels {
 

@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/validate.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels {
 

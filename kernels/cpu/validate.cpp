@@ -1,4 +1,4 @@
-#include "kernels/cpu/validate.h"
+#include "kernels/internal/validate.h"
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // CUDA twins of the bulk bf16 conversions in kernels/cpu/dtypes.cpp (same rounding bits).
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -2,9 +2,9 @@
 // each expert and rank, as on the CPU, so they are built by an ordered bucket assignment:
 // per-chunk bucket counts, a per-bucket scan over chunks, then each chunk walks its entries
 // in order. Integer-only, so the result is identical to the CPU's.
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -2,9 +2,9 @@
 // (full fp32, no TF32), with the SwiGLU activation and its derivative as elementwise kernels.
 #include <algorithm>
 
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -1,8 +1,8 @@
 // CUDA twin of the FP8 helpers in kernels/cpu/dtypes.cpp: one 128-thread block per (row,
 // scale block), the same amax/448 scale and the same e4m3 bit recipe as the CPU.
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

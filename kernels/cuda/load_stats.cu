@@ -1,8 +1,8 @@
 // CUDA twin of kernels/cpu/load_stats.cpp. Counts use integer atomics (exact in any order);
 // the probability sums run one thread per expert in token order, in double as on the CPU.
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -1,7 +1,7 @@
 // CUDA twins of kernels/cpu/permute.cpp: one block per row, threads across the hidden size.
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -2,9 +2,9 @@
 // (group score = best two, ties to the lower index, renormalisation guard 1e-20).
 #include <cfloat>
 
-#include "kernels/cpu/validate.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels_cuda.h"
+#include "kernels/internal/validate.h"
 
 namespace moerl::kernels::cuda {
 

@@ -4,7 +4,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_ledger
-#error "ledger/internal/journal_record.h is private to moerl_ledger (ledger/): include its public headers"
+#error \
+    "ledger/internal/journal_record.h is private to moerl_ledger (ledger/): include its public headers"
 #endif
 
 #include <cstdint>

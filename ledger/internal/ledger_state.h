@@ -5,7 +5,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_ledger
-#error "ledger/internal/ledger_state.h is private to moerl_ledger (ledger/): include its public headers"
+#error \
+    "ledger/internal/ledger_state.h is private to moerl_ledger (ledger/): include its public headers"
 #endif
 
 #include <algorithm>

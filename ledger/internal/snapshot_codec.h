@@ -20,7 +20,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_ledger
-#error "ledger/internal/snapshot_codec.h is private to moerl_ledger (ledger/): include its public headers"
+#error \
+    "ledger/internal/snapshot_codec.h is private to moerl_ledger (ledger/): include its public headers"
 #endif
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_messages
-#error "messages/detail/frame.h is private to moerl_messages (messages/): include its public headers"
+#error \
+    "messages/detail/frame.h is private to moerl_messages (messages/): include its public headers"
 #endif
 
 #include <cstring>

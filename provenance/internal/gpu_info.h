@@ -3,7 +3,8 @@
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_provenance
-#error "provenance/internal/gpu_info.h is private to moerl_provenance (provenance/): include its public headers"
+#error \
+    "provenance/internal/gpu_info.h is private to moerl_provenance (provenance/): include its public headers"
 #endif
 
 #include <nlohmann/json.hpp>

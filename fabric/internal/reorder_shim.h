@@ -10,6 +10,11 @@
 // before the data it counts fails under the shim. Private to fabric/.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error \
+    "fabric/internal/reorder_shim.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <memory>
 #include <random>
 #include <unordered_map>

@@ -19,6 +19,10 @@
 // Threading: one owner thread per member (the rollout worker / the member's serve loop).
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_job)
+#error "job/internal/rollout_group.h is private to moerl_job (job/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -7,6 +7,11 @@
 // per transport. fabric/PROTOCOL.md has the buffer layouts and the phases.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error \
+    "fabric/internal/ep_group_impl.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -11,6 +11,11 @@
 // is never overwritten before it was read.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error \
+    "fabric/internal/host_inbox.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -2,6 +2,11 @@
 // real NCCL calls when MOERL_HAVE_NCCL; otherwise available() is false and create fails.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error \
+    "fabric/internal/nccl_backend.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <cstddef>
 #include <memory>
 #include <vector>

@@ -5,6 +5,11 @@
 // (reward minus the group mean, divided by the group's standard deviation).
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_job_modpow)
+#error \
+    "job/internal/trainer_check.h is private to moerl_job_modpow (job/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <vector>
 

@@ -10,11 +10,16 @@
 // test sets in transport_options::host_id.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error \
+    "fabric/internal/distance_transport.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "fabric/host_inbox.h"
+#include "fabric/internal/host_inbox.h"
 #include "fabric/transport.h"
 
 namespace moerl::fabric {

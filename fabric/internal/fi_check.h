@@ -4,6 +4,10 @@
 // Private to fabric/: nothing outside includes it.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_fabric)
+#error "fabric/internal/fi_check.h is private to moerl_fabric (fabric/): include its public headers"
+#endif
+
 #include <string>
 
 #include <rdma/fabric.h>

@@ -2,6 +2,11 @@
 // written as plain loops over contiguous rows so the compiler vectorises them.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_kernels)
+#error \
+    "kernels/internal/row_ops.h is private to moerl_kernels (kernels/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <cstring>
 #include <type_traits>

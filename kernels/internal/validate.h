@@ -3,6 +3,11 @@
 // function, the argument and the offending value.
 #pragma once
 
+#if !defined(MOERL_INSIDE_moerl_kernels) && !defined(MOERL_INSIDE_moerl_kernels_cuda)
+#error \
+    "kernels/internal/validate.h is private to moerl_kernels and moerl_kernels_cuda (kernels/): include its public headers"
+#endif
+
 #include <cstdint>
 #include <sstream>
 #include <string>
