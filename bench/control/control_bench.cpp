@@ -109,10 +109,9 @@ std::vector<std::string> bench_overrides(const bench_args& a, const std::string&
           // shape checks (job.rollout_ep_ranks <= ledger.group_size) out of a pure
           // control-plane measurement.
           "job.kind=modpow", "actors.groups_per_unit=1", "ledger.group_size=1",
-          "ledger.lease_timeout_ms=60000",
-          "actors.lease_batch=" + std::to_string(a.batch), "buffer.capacity_samples=1099511627776",
-          "node.heartbeat_interval_ms=500", "node.connection_timeout_ms=5000", "log.level=warn",
-          "ledger.snapshot_every=100000",
+          "ledger.lease_timeout_ms=60000", "actors.lease_batch=" + std::to_string(a.batch),
+          "buffer.capacity_samples=1099511627776", "node.heartbeat_interval_ms=500",
+          "node.connection_timeout_ms=5000", "log.level=warn", "ledger.snapshot_every=100000",
           // The bench's stand-in nodes send no heartbeats; keep the coordinator from
           // declaring them dead mid-measurement.
           "actors.heartbeat_misses=1000000"};
