@@ -306,6 +306,8 @@ result<messages::lease> coordinator_core::lease(const messages::lease_request& r
   node_record* node = nullptr;
   if (auto why = refuse_lease(req.worker, &node)) return *why;
   auto l = ledger_->acquire(req.worker);
+  if (!l && l.err().code == errc::not_found && maybe_open_iteration())
+    l = ledger_->acquire(req.worker);
   if (!l) return l.err();
   auto m = to_wire(*l, unix_now_ms() - clock_.now_ms());
   flush_ledger();  // the lease is durable (and the shard told) before the worker hears of it
@@ -319,6 +321,8 @@ result<messages::lease_batch> coordinator_core::lease_batch(const messages::leas
   if (auto why = refuse_lease(req.worker, &node)) return *why;
   uint32_t k = std::max(1u, std::min(req.max_units, opts_.lease_batch));
   auto got = ledger_->acquire_batch(req.worker, k);
+  if (!got && got.err().code == errc::not_found && maybe_open_iteration())
+    got = ledger_->acquire_batch(req.worker, k);
   if (!got) return got.err();
   const int64_t offset = unix_now_ms() - clock_.now_ms();
   messages::lease_batch out;
@@ -416,6 +420,23 @@ void coordinator_core::policy_version(uint64_t v, const std::string& manifest_by
     if (n.state != "dead" && n.state != "drained")
       out_.push_back(outbound{outbound::kind::policy_version, id, {}, v, {}, 0});
   logger("coordinator")->info("policy version {} published", v);
+  maybe_open_iteration();
+}
+
+// Keep one iteration of work ahead of the trainer: open the next iteration's units when the
+// queue ran dry and the trainer has reached the previous one. If groups were dropped
+// (staleness) the trainer may never reach the version boundary: nothing left to lease or
+// train also opens the next iteration. Checked where the answer can change (a lease that
+// found the queue empty, a new version) as well as on the tick, so a rollout never waits for
+// the tick (up to 100 ms) between iterations.
+bool coordinator_core::maybe_open_iteration() {
+  const auto& acct = ledger_->counters();
+  const bool idle = ledger_->num_leased() == 0 && acct.trained == acct.committed;
+  if (ledger_->num_pending() != 0 || iterations_opened_ >= opts_.iterations ||
+      !(policy_version_ + 1 >= iterations_opened_ || idle))
+    return false;
+  open_iteration();
+  return true;
 }
 
 void coordinator_core::open_iteration() {
@@ -475,15 +496,7 @@ void coordinator_core::tick() {
       auto name = id;  // node_down mutates the map entry, not the map
       node_down(name, "no heartbeat for " + std::to_string(now - n.last_seen_ms) + " ms", true);
     }
-  // Keep one iteration of work ahead of the trainer: open the next iteration's units when
-  // the queue ran dry and the trainer has reached the previous one.
-  // If groups were dropped (staleness) the trainer may never reach the version boundary:
-  // nothing left to lease or train also opens the next iteration.
-  const auto& acct = ledger_->counters();
-  bool idle = ledger_->num_leased() == 0 && acct.trained == acct.committed;
-  if (ledger_->num_pending() == 0 && iterations_opened_ < opts_.iterations &&
-      (policy_version_ + 1 >= iterations_opened_ || idle))
-    open_iteration();
+  maybe_open_iteration();
   flush_ledger();
   record_invariant();
 }

@@ -199,6 +199,7 @@ class coordinator_core {
   void flush_ledger();  // sync + route events to shards (deferred to flush() under group commit)
   bool sync_and_route();
   void open_iteration();
+  bool maybe_open_iteration();  // true when it opened one
   void record_invariant();
   std::string owner_of_worker(const std::string& worker) const;
 

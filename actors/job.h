@@ -94,6 +94,10 @@ class trainer_step {
   // step was given is in its weights: the runtime confirms them to their shards (until then
   // they stay handed there, and a new trainer incarnation is served them again).
   virtual uint64_t num_held_groups() const = 0;
+  // Groups the step still needs before it trains (0: any number; each batch is a step). The
+  // trainer asks its shards for no more than this, split over them, so a step trains on an
+  // iteration's groups and not on a batch's overshoot.
+  virtual uint64_t num_groups_wanted() const { return 0; }
   // Job figures for progress and the report (reward curve, timings), as JSON.
   virtual nlohmann::json stats() const = 0;
   // Forget the groups held back and not trained yet: the runtime starts a new consumer

@@ -39,14 +39,19 @@ result<std::string> call_coordinator(caf::blocking_actor* self, node_context& ct
                [&](caf::error& e) {
                  out = error(errc::peer_dead, "coordinator: " + self->system().render(e));
                });
-  if (out && !out->empty()) {
-    auto k = messages::peek_kind(out->data(), out->size());
+  if (!out) return out;
+  return coordinator_reply(std::move(*out));
+}
+
+result<std::string> coordinator_reply(std::string raw) {
+  if (!raw.empty()) {
+    auto k = messages::peek_kind(raw.data(), raw.size());
     if (k && *k == messages::kind::error) {
-      auto e = messages::decode<messages::wire_error>(*out);
+      auto e = messages::decode<messages::wire_error>(raw);
       return e ? e->value : e.err();
     }
   }
-  return out;
+  return raw;
 }
 
 result<std::vector<std::string>> discover(caf::blocking_actor* self, node_context& ctx,

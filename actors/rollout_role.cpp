@@ -85,6 +85,7 @@ class rollout_worker {
         break;
       }
       if (queue_.empty()) {
+        settle_reports();  // the batch's reports became durable while its last unit ran
         auto got = fetch_leases();
         if (!got) {
           auto c = got.err().code;
@@ -105,6 +106,7 @@ class rollout_worker {
           continue;
         }
         queue_.assign(got->begin(), got->end());
+        prepare_queued();
       }
       messages::lease l = std::move(queue_.front());
       queue_.pop_front();
@@ -124,6 +126,7 @@ class rollout_worker {
         if (!mailbox_ok(self_, *ctx_, 200)) break;  // a failing unit: don't spin
       }
     }
+    settle_reports();
     give_back_queued();
     return out;
   }
@@ -157,6 +160,76 @@ class rollout_worker {
     auto batch = messages::decode<messages::lease_batch>(*raw);
     if (!batch) return error(batch.err().code, "undecodable lease batch: " + batch.err().message);
     return std::move(batch->leases);
+  }
+
+  // A unit's report goes out at once and its answer is taken later (settle_reports: before
+  // the next lease request, and before the worker leaves), so the next unit of a lease batch
+  // runs while the coordinator makes this one durable; the reports of a batch then share the
+  // coordinator's group commit (one fsync) instead of waiting one after another. A report
+  // that is lost costs what a lost report always cost: the lease expires and the unit is
+  // run again under a new attempt (the old one fenced at the shard).
+  void send_report(const messages::unit_report& rep) {
+    auto coord = ctx_->coordinator();
+    if (!coord) {
+      log_->warn("{}: report of unit {} attempt {}: not connected to the coordinator", worker_,
+                 rep.unit_id, rep.attempt);
+      return;
+    }
+    pending_reports_.push_back(
+        {rep.unit_id, rep.attempt, rep.status == messages::unit_status::finished,
+         self_->request(coord, std::chrono::milliseconds(ctx_->cp.request_timeout_ms),
+                        report_atom::value, messages::encode(rep))});
+    if (pending_reports_.size() >= kMaxPendingReports) settle_reports();
+  }
+
+  void settle_reports() {
+    for (auto& p : pending_reports_) {
+      status st;
+      p.answer.receive(
+          [&](std::string& r) {
+            if (auto reply = coordinator_reply(std::move(r)); !reply) st = reply.err();
+          },
+          [&](caf::error& e) {
+            st = error(errc::peer_dead, "coordinator: " + self_->system().render(e));
+          });
+      if (!st) {
+        log_->warn("{}: report of unit {} attempt {}: {}", worker_, p.unit, p.attempt,
+                   st.err().to_string());
+        continue;
+      }
+      int64_t never = 0;
+      if (p.finished) ctx_->first_commit_unix_ms.compare_exchange_strong(never, unix_now_ms());
+    }
+    pending_reports_.clear();
+  }
+
+  // Lets the work generate every prompt group of the leases just fetched at once (those of the
+  // first lease's policy version; a batch is granted at one moment, so normally all). The
+  // time it took is spread evenly over those groups' samples (generate_us), so the report's
+  // generation figures still add up to the work done.
+  void prepare_queued() {
+    prepared_us_per_sample_.clear();
+    if (queue_.empty()) return;
+    const uint64_t version = queue_.front().policy_version;
+    std::vector<prompt_group> groups;
+    uint64_t num_samples = 0;
+    for (const auto& l : queue_) {
+      if (l.policy_version != version) continue;
+      for (auto id : l.unit.group_ids) {
+        auto prompt = ctx_->running_job->prompt(id);
+        if (!prompt) return;  // run_unit reports it with the unit
+        groups.push_back({id, std::move(*prompt)});
+        num_samples += l.unit.samples_per_group;
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto st = work_->prepare(groups, version); !st) {
+      log_->warn("{}: generating {} prompt group(s) at once failed ({}): one by one instead",
+                 worker_, groups.size(), st.err().to_string());
+      return;
+    }
+    const uint32_t per = num_samples ? micros_since(t0) / static_cast<uint32_t>(num_samples) : 0;
+    for (const auto& g : groups) prepared_us_per_sample_[g.group_id] = per;
   }
 
   // Leases fetched but not started go back in one message (drain, stop): pending again at
@@ -213,7 +286,10 @@ class rollout_worker {
           fail = gs.err().to_string();
           break;
         }
-        const uint32_t generate_us = micros_since(t_gen);
+        auto prepared = prepared_us_per_sample_.find(l.unit.group_ids[gi]);
+        const uint32_t generate_us =
+            micros_since(t_gen) +
+            (prepared == prepared_us_per_sample_.end() ? 0 : prepared->second);
         messages::sample s;
         s.work_unit = l.unit.id;
         s.attempt = l.attempt;
@@ -251,14 +327,7 @@ class rollout_worker {
       rep.reason = fail.empty() ? "drain: does not fit before the deadline" : fail;
       if (!fail.empty()) log_->warn("{}: unit {} failed: {}", worker_, l.unit.id, fail);
     }
-    auto r = call_coordinator(self_, *ctx_,
-                              caf::make_message(report_atom::value, messages::encode(rep)));
-    if (!r)
-      log_->warn("{}: report of unit {} attempt {}: {}", worker_, l.unit.id, l.attempt,
-                 r.err().to_string());
-    int64_t never = 0;
-    if (r && rep.status == messages::unit_status::finished)
-      ctx_->first_commit_unix_ms.compare_exchange_strong(never, unix_now_ms());
+    send_report(rep);
     if (ctx_->draining())
       (returned || !fail.empty() ? ctx_->units_returned : ctx_->units_finished)++;
     --ctx_->active_units;
@@ -374,8 +443,18 @@ class rollout_worker {
   int64_t next_discovery_ = 0;
   bool warned_local_ = false;
   std::map<std::string, std::unique_ptr<ledger::sample_producer>> direct_;
-  uint32_t lease_batch_ = 1;           // actors.lease_batch
-  std::deque<messages::lease> queue_;  // leased, not started; worked in order
+  uint32_t lease_batch_ = 1;  // actors.lease_batch
+  struct pending_report {
+    uint64_t unit = 0;
+    uint32_t attempt = 0;
+    bool finished = false;
+    caf::response_handle<caf::blocking_actor, caf::message, true> answer;
+  };
+  static constexpr size_t kMaxPendingReports = 16;
+  std::vector<pending_report> pending_reports_;  // sent, answer not taken yet (send_report)
+  std::deque<messages::lease> queue_;            // leased, not started; worked in order
+  // Group id -> its share of prepare_queued()'s time per sample (added to generate_us).
+  std::map<uint64_t, uint32_t> prepared_us_per_sample_;
 };
 
 // One member of a rollout group across nodes, incarnation after incarnation: join, lead or

@@ -34,6 +34,12 @@ struct generated_sample {
   uint32_t env_steps = 0;
 };
 
+// One prompt group of a leased unit, as rollout_work::prepare sees it.
+struct prompt_group {
+  uint64_t group_id = 0;
+  std::vector<uint32_t> prompt;
+};
+
 class rollout_work {
  public:
   virtual ~rollout_work() = default;
@@ -42,6 +48,15 @@ class rollout_work {
   // policy samples, but still returns one generated_sample per (group, index).
   virtual result<generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
                                             uint32_t index_in_group, uint64_t policy_version) = 0;
+  // Called with every prompt group of the units a worker just leased (one lease batch, one
+  // policy version) before any of their samples is asked for: work that generates several
+  // groups at once does it here, and generate() then hands out their rows. Optional: an
+  // error is logged and generate() works group by group as without it.
+  virtual status prepare(const std::vector<prompt_group>& groups, uint64_t policy_version) {
+    (void)groups;
+    (void)policy_version;
+    return {};
+  }
   // The environment plane, for work whose episodes are multi-turn; the rollout worker owns
   // the link and it outlives the work. Single-turn work ignores it.
   virtual void use_environments(env::env_link* link) { (void)link; }

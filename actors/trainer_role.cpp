@@ -333,7 +333,11 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     for (auto& [ep, src] : sources) {
       stalled.start_waiting(steady_ms());  // after the previous source's batch was worked on
       if (!src.outstanding) {
-        if (auto st = src.c->request(batch_groups); !st) continue;
+        uint32_t ask = batch_groups;
+        if (const uint64_t wanted = step.num_groups_wanted(); wanted > 0)
+          ask = static_cast<uint32_t>(std::clamp<uint64_t>(
+              (wanted + sources.size() - 1) / sources.size(), 1, batch_groups));
+        if (auto st = src.c->request(ask); !st) continue;
         src.outstanding = true;
       }
       auto b = src.c->poll(static_cast<int>(10 / sources.size()) + 1);

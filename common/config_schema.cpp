@@ -69,7 +69,10 @@ const std::vector<key_spec>& config_schema() {
       {"actors.sigterm_grace_ms", t::integer, "30000",
        "deadline a SIGTERM implies (the kubelet's default grace period)", "", r::at_least(0)},
       {"actors.trainer_batch_groups", t::integer, "2",
-       "prompt groups per trainer batch (one policy version step each)", "", r::at_least(1)},
+       "prompt groups a trainer asks a shard for in one batch (the modpow job steps on each "
+       "batch; the GRPO job collects an iteration's groups and asks for no more than it still "
+       "needs)",
+       "", r::at_least(1)},
       {"actors.trainer_flush_ms", t::integer, "1500",
        "a trainer holding a partial iteration steps on it after this long without a batch", "",
        r::at_least(0)},
@@ -88,6 +91,11 @@ const std::vector<key_spec>& config_schema() {
        "job.rollout_ep_ranks ranks; member 0 leases and drives, the others follow; 1: every "
        "rollout node is its own instance)",
        "", r::closed(1, 1024)},
+      {"rollout.generate_batch_groups", t::integer, "8",
+       "prompt groups a rollout worker generates as one batch (the groups of the units one "
+       "lease batch, actors.lease_batch, brought): every decode step's expert exchange and a "
+       "rollout group's command round carry them all",
+       "", r::closed(1, 256)},
       {"trainer.group_form_timeout_ms", t::integer, "30000",
        "a trainer group still missing members after this long reports which (and keeps waiting)",
        "", r::at_least(1)},

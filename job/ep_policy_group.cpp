@@ -150,15 +150,30 @@ status ep_policy_group::reset_to_init() {
 result<std::vector<policy::generation>> ep_policy_group::generate_parts(
     const std::vector<policy::token_id>& prompt, int num_rows, int max_new, float temperature,
     uint64_t base_seed) {
+  return generate_parts(std::vector<std::vector<policy::token_id>>(
+                            static_cast<size_t>(std::max(num_rows, 0)), prompt),
+                        max_new, temperature, base_seed);
+}
+
+result<std::vector<policy::generation>> ep_policy_group::generate_parts(
+    const std::vector<std::vector<policy::token_id>>& row_prompts, int max_new, float temperature,
+    uint64_t base_seed) {
   const int n = num_ranks();
+  const auto num_rows = static_cast<int64_t>(row_prompts.size());
   if (num_rows < n)
     return error{errc::invalid_argument,
                  std::to_string(num_rows) + " rows cannot keep " + std::to_string(n) +
                      " expert-parallel ranks busy (each needs at least one)"};
+  for (const auto& p : row_prompts)
+    if (p.size() != row_prompts[0].size())
+      return error{errc::invalid_argument, "rows of one generation must share a prompt length (" +
+                                               std::to_string(row_prompts[0].size()) + " and " +
+                                               std::to_string(p.size()) + ")"};
   std::vector<policy::generation> parts(n);
   auto st = impl_->threads->run([&](int rank) -> status {
     const row_range rr = rows_of_rank(num_rows, rank, n);
-    std::vector<std::vector<policy::token_id>> rows(static_cast<size_t>(rr.count), prompt);
+    std::vector<std::vector<policy::token_id>> rows(row_prompts.begin() + rr.first,
+                                                    row_prompts.begin() + rr.first + rr.count);
     std::mt19937_64 rng(rank_sampling_seed(base_seed, rank));
     auto g = impl_->ranks[rank].policy->generate(rows, max_new, temperature, rng);
     if (!g) return g.err();
@@ -169,17 +184,29 @@ result<std::vector<policy::generation>> ep_policy_group::generate_parts(
   return parts;
 }
 
+policy::generation rows_in_order(std::vector<policy::generation>&& parts) {
+  policy::generation out;
+  for (auto& p : parts) {
+    for (auto& c : p.completions) out.completions.push_back(std::move(c));
+    for (auto& l : p.logprobs) out.logprobs.push_back(std::move(l));
+  }
+  return out;
+}
+
 result<policy::generation> ep_policy_group::generate(const std::vector<policy::token_id>& prompt,
                                                      int num_rows, int max_new, float temperature,
                                                      uint64_t base_seed) {
   auto parts = generate_parts(prompt, num_rows, max_new, temperature, base_seed);
   if (!parts) return parts.err();
-  policy::generation out;
-  for (auto& p : *parts) {
-    for (auto& c : p.completions) out.completions.push_back(std::move(c));
-    for (auto& l : p.logprobs) out.logprobs.push_back(std::move(l));
-  }
-  return out;
+  return rows_in_order(std::move(*parts));
+}
+
+result<policy::generation> ep_policy_group::generate(
+    const std::vector<std::vector<policy::token_id>>& row_prompts, int max_new, float temperature,
+    uint64_t base_seed) {
+  auto parts = generate_parts(row_prompts, max_new, temperature, base_seed);
+  if (!parts) return parts.err();
+  return rows_in_order(std::move(*parts));
 }
 
 status ep_policy_group::run_on_ranks(const std::function<status(rank_context&)>& fn) {

@@ -59,6 +59,9 @@ row_range rows_of_rank(int64_t n, int rank, int num_ranks);
 // single-rank reference can sample the same rows with the same stream).
 uint64_t rank_sampling_seed(uint64_t base, int rank);
 
+// The rows of every rank's part, in rank order (each part holds its rank's rows in order).
+policy::generation rows_in_order(std::vector<policy::generation>&& parts);
+
 class ep_policy_group {
  public:
   // Collective set-up of the ranks. Errors name the problem: experts that do not split
@@ -83,10 +86,19 @@ class ep_policy_group {
   result<policy::generation> generate(const std::vector<policy::token_id>& prompt, int num_rows,
                                       int max_new, float temperature, uint64_t base_seed);
 
+  // The same over rows with their own prompts (one length for all).
+  result<policy::generation> generate(const std::vector<std::vector<policy::token_id>>& row_prompts,
+                                      int max_new, float temperature, uint64_t base_seed);
+
   // The same, by rank: part r holds rank r's rows when r is one of this process's ranks (a
   // group spanning processes leaves the others' parts empty; their processes hold them).
   result<std::vector<policy::generation>> generate_parts(
       const std::vector<policy::token_id>& prompt, int num_rows, int max_new, float temperature,
+      uint64_t base_seed);
+  // The same over rows with their own prompts (one length for all: several prompt groups
+  // generated as one batch, so each decode step's exchange carries all of them).
+  result<std::vector<policy::generation>> generate_parts(
+      const std::vector<std::vector<policy::token_id>>& row_prompts, int max_new, float temperature,
       uint64_t base_seed);
 
   // What a rank's work sees: its policy share and, with shape.dense_collectives, its

@@ -57,9 +57,10 @@ struct job_setup {
   policy::adam_config adam;
   float temperature = 1.0f;
   uint64_t seed = 1;
-  int rollout_ep_ranks = 1;  // job.rollout_ep_ranks
-  int rollout_members = 1;   // rollout.group_size: rollout node processes per model instance
-  int trainer_ep_ranks = 1;  // job.trainer_ep_ranks
+  int rollout_ep_ranks = 1;       // job.rollout_ep_ranks
+  int rollout_members = 1;        // rollout.group_size: rollout node processes per model instance
+  int generate_batch_groups = 1;  // rollout.generate_batch_groups
+  int trainer_ep_ranks = 1;       // job.trainer_ep_ranks
   std::string prefix;
   std::shared_ptr<store::object_store> store;
   // The weight plane (weights/): set by the runtime before any work is made; null, or
@@ -143,6 +144,7 @@ struct job_setup {
     s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
     s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
     s->rollout_members = static_cast<int>(cfg.get_int("rollout.group_size"));
+    s->generate_batch_groups = static_cast<int>(cfg.get_int("rollout.generate_batch_groups"));
     s->from_cache = cfg.get_bool("weights.from_cache");
     s->chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
     s->cache_timeout_ms = static_cast<int>(cfg.get_int("weights.request_timeout_ms"));
@@ -222,6 +224,7 @@ rollout_group_setup group_setup(job_setup& s) {
   g.model = s.model;
   g.ranks_per_member = s.rollout_ep_ranks;
   g.rows_per_group = s.grpo.group_size;
+  g.max_prompts_per_generate = s.generate_batch_groups;
   g.read_version = [ps = &s](uint64_t v) { return ps->version_bytes(v); };
   return g;
 }
@@ -267,8 +270,41 @@ class policy_rollout final : public actors::rollout_work {
   void use_environments(env::env_link* link) override { env_ = link; }
   void begin_group(uint64_t group_id) override { group_id_ = group_id; }
 
+  // Every group of a lease batch in as few generations as their prompt lengths allow (at
+  // most rollout.generate_batch_groups groups each): one pass of decode steps, and in a
+  // rollout group one command round, for all of them instead of one per group.
+  status prepare(const std::vector<actors::prompt_group>& groups, uint64_t version) override {
+    prepared_.clear();
+    if (s_->multi_turn() || groups.size() < 2) return {};
+    if (auto st = use_version(version); !st) return st;
+    std::map<size_t, std::vector<const actors::prompt_group*>> by_length;
+    for (const auto& g : groups) by_length[g.prompt.size()].push_back(&g);
+    const auto batch = static_cast<size_t>(std::max(s_->generate_batch_groups, 1));
+    const auto G = static_cast<size_t>(s_->grpo.group_size);
+    for (const auto& [length, same] : by_length) {
+      for (size_t first = 0; first < same.size(); first += batch) {
+        const size_t n = std::min(batch, same.size() - first);
+        std::vector<std::vector<token_id>> prompts;
+        for (size_t k = 0; k < n; ++k)
+          prompts.emplace_back(same[first + k]->prompt.begin(), same[first + k]->prompt.end());
+        auto gen = generate_groups(prompts, version);
+        if (!gen) return gen.err();
+        for (size_t k = 0; k < n; ++k) {
+          prepared_group& p = prepared_[same[first + k]->group_id];
+          p.version = version;
+          p.prompt = same[first + k]->prompt;
+          for (size_t r = k * G; r < (k + 1) * G; ++r) {
+            p.rows.completions.push_back(std::move(gen->completions[r]));
+            p.rows.logprobs.push_back(std::move(gen->logprobs[r]));
+          }
+        }
+      }
+    }
+    return {};
+  }
+
   // Generates the whole group on its first sample (one batched, KV-cached generation of G
-  // rows) and hands out its rows one by one.
+  // rows; or the rows prepare() made) and hands out its rows one by one.
   result<actors::generated_sample> generate(const std::vector<uint32_t>& prompt, uint32_t group,
                                             uint32_t index_in_group,
                                             uint64_t policy_version) override {
@@ -276,7 +312,9 @@ class policy_rollout final : public actors::rollout_work {
     if (s_->multi_turn()) return episode(group, index_in_group, policy_version);
     if (prompt != cached_prompt_ || policy_version != cached_version_ || group != cached_group_ ||
         index_in_group >= cached_.completions.size() || index_in_group == 0) {
-      auto g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()), policy_version);
+      auto g = prepared_rows(prompt, policy_version);
+      if (!g)
+        g = generate_group(std::vector<token_id>(prompt.begin(), prompt.end()), policy_version);
       if (!g) return g.err();
       cached_ = std::move(*g);
       cached_prompt_ = prompt;
@@ -331,7 +369,10 @@ class policy_rollout final : public actors::rollout_work {
   status start_ep_group() {
     ep_group_shape shape;
     shape.num_ranks = s_->rollout_ep_ranks;
-    shape.max_decode_rows = rows_of_rank(s_->grpo.group_size, 0, shape.num_ranks).count;
+    shape.max_decode_rows =
+        rows_of_rank(int64_t{s_->grpo.group_size} * std::max(s_->generate_batch_groups, 1), 0,
+                     shape.num_ranks)
+            .count;
     auto g = ep_policy_group::create(s_->cfg, s_->model, shape);
     if (!g) return g.err();
     ep_ = std::move(*g);
@@ -341,16 +382,33 @@ class policy_rollout final : public actors::rollout_work {
     return {};
   }
 
+  // The rows prepare() made for the group begun last (begin_group), taken out; nullopt-like
+  // error when there are none for this prompt and version.
+  result<policy::generation> prepared_rows(const std::vector<uint32_t>& prompt, uint64_t version) {
+    auto it = prepared_.find(group_id_);
+    if (it == prepared_.end() || it->second.version != version || it->second.prompt != prompt)
+      return error{errc::not_found, "group not prepared"};
+    policy::generation out = std::move(it->second.rows);
+    prepared_.erase(it);
+    return out;
+  }
+
   result<policy::generation> generate_group(const std::vector<token_id>& prompt, uint64_t version) {
+    return generate_groups({prompt}, version);
+  }
+
+  // grpo.group_size rows from each prompt (one length), prompt-major, on whatever holds this
+  // worker's model: a rollout group across nodes, an EP group of rank threads, one policy.
+  result<policy::generation> generate_groups(const std::vector<std::vector<token_id>>& prompts,
+                                             uint64_t version) {
     const int max_new = s_->max_completion_length();
+    const int G = s_->grpo.group_size;
     if (leader_)  // every member loads `version` itself (its own weight feed)
-      return leader_->generate(prompt, s_->grpo.group_size, max_new, s_->temperature, rng_(),
-                               version);
-    if (!ep_) {
-      std::vector<std::vector<token_id>> rows(static_cast<size_t>(s_->grpo.group_size), prompt);
-      return policy_->generate(rows, max_new, s_->temperature, rng_);
-    }
-    return ep_->generate(prompt, s_->grpo.group_size, max_new, s_->temperature, rng_());
+      return leader_->generate(prompts, G, max_new, s_->temperature, rng_(), version);
+    std::vector<std::vector<token_id>> rows;
+    for (const auto& p : prompts) rows.insert(rows.end(), static_cast<size_t>(G), p);
+    if (!ep_) return policy_->generate(rows, max_new, s_->temperature, rng_);
+    return ep_->generate(rows, max_new, s_->temperature, rng_());
   }
 
   // Loads the weights of `version` unless they are loaded already. Version 0 is the
@@ -393,6 +451,12 @@ class policy_rollout final : public actors::rollout_work {
   std::unique_ptr<rollout_group_leader> leader_;  // instead of both: a rollout group's leader
   uint64_t loaded_version_ = 0;
   std::mt19937_64 rng_;
+  struct prepared_group {
+    uint64_t version = 0;
+    std::vector<uint32_t> prompt;
+    policy::generation rows;
+  };
+  std::map<uint64_t, prepared_group> prepared_;  // by group id: what prepare() generated
   policy::generation cached_;
   std::vector<uint32_t> cached_prompt_;
   uint64_t cached_version_ = ~0ull;
@@ -504,6 +568,9 @@ class grpo_trainer final : public actors::trainer_step {
 
   uint64_t version() const override { return version_; }
   uint64_t num_held_groups() const override { return pending_groups_; }
+  uint64_t num_groups_wanted() const override {
+    return groups_per_step_ > pending_groups_ ? groups_per_step_ - pending_groups_ : 1;
+  }
 
   void drop_held() override {
     generate_us_ = reward_us_ = env_us_ = env_steps_ = 0;

@@ -34,7 +34,10 @@ struct member_share {
                    "rollout group of " + std::to_string(shape.num_ranks) +
                        " ranks: " + std::to_string(setup.rows_per_group) +
                        " rows per prompt group (ledger.group_size) cannot keep every rank busy"};
-    shape.max_decode_rows = rows_of_rank(setup.rows_per_group, 0, shape.num_ranks).count;
+    shape.max_decode_rows =
+        rows_of_rank(int64_t{setup.rows_per_group} * std::max(setup.max_prompts_per_generate, 1), 0,
+                     shape.num_ranks)
+            .count;
     shape.first_rank = static_cast<int>(group.member_index()) * rpm;
     shape.num_local_ranks = rpm;
     actors::trainer_group* g = &group;
@@ -79,10 +82,20 @@ struct member_share {
                                   std::vector<policy::generation>* parts) {
     try {
       if (auto st = use_version(cmd.at("version").get<uint64_t>()); !st) return st.err();
+      const auto prompts = cmd.at("prompts").get<std::vector<std::vector<policy::token_id>>>();
+      const int rows_per_prompt = cmd.at("rows").get<int>();
+      if (prompts.empty() || rows_per_prompt < 1 ||
+          static_cast<int>(prompts.size()) > std::max(setup.max_prompts_per_generate, 1))
+        return error{errc::malformed_message,
+                     "rollout group command: " + std::to_string(prompts.size()) + " prompts of " +
+                         std::to_string(rows_per_prompt) + " rows (at most " +
+                         std::to_string(setup.max_prompts_per_generate) + " prompts per command)"};
+      std::vector<std::vector<policy::token_id>> rows;
+      for (const auto& p : prompts)
+        rows.insert(rows.end(), static_cast<size_t>(rows_per_prompt), p);
       auto got =
-          ep->generate_parts(cmd.at("prompt").get<std::vector<policy::token_id>>(),
-                             cmd.at("rows").get<int>(), cmd.at("max_new").get<int>(),
-                             cmd.at("temperature").get<float>(), cmd.at("seed").get<uint64_t>());
+          ep->generate_parts(rows, cmd.at("max_new").get<int>(), cmd.at("temperature").get<float>(),
+                             cmd.at("seed").get<uint64_t>());
       if (!got) return got.err();
       nlohmann::json mine = nlohmann::json::array();
       for (int r = ep->first_local_rank(); r < ep->first_local_rank() + ep->num_local_ranks(); ++r)
@@ -144,16 +157,18 @@ void take_drains(const std::vector<nlohmann::json>& all, int64_t& earliest, int&
 }  // namespace
 
 result<policy::generation> rollout_group_leader::generate(
-    const std::vector<policy::token_id>& prompt, int num_rows, int max_new, float temperature,
-    uint64_t seed, uint64_t version) {
+    const std::vector<std::vector<policy::token_id>>& prompts, int rows_per_prompt, int max_new,
+    float temperature, uint64_t seed, uint64_t version) {
   auto& m = s_->share;
   auto fail = [this](const error& e) {
     broken_ = true;
     return e;
   };
   if (broken_) return error{errc::peer_dead, "the rollout group broke earlier"};
-  const nlohmann::json cmd{{"op", "generate"}, {"version", version}, {"prompt", prompt},
-                           {"rows", num_rows}, {"max_new", max_new}, {"temperature", temperature},
+  const int num_rows = static_cast<int>(prompts.size()) * rows_per_prompt;
+  const nlohmann::json cmd{{"op", "generate"},   {"version", version},
+                           {"prompts", prompts}, {"rows", rows_per_prompt},
+                           {"max_new", max_new}, {"temperature", temperature},
                            {"seed", seed}};
   auto sent = m.round(cmd, m.op_timeout_ms);
   if (!sent) return fail(error{sent.err().code, "rollout group command: " + sent.err().message});
@@ -188,11 +203,7 @@ result<policy::generation> rollout_group_leader::generate(
   } catch (const nlohmann::json::exception& e) {
     return fail(error{errc::malformed_message, std::string("rollout group rows: ") + e.what()});
   }
-  policy::generation out;
-  for (auto& p : parts) {
-    for (auto& c : p.completions) out.completions.push_back(std::move(c));
-    for (auto& l : p.logprobs) out.logprobs.push_back(std::move(l));
-  }
+  policy::generation out = rows_in_order(std::move(parts));
   if (static_cast<int>(out.completions.size()) != num_rows)
     return fail(error{errc::internal, "rollout group: " + std::to_string(out.completions.size()) +
                                           " rows came back for " + std::to_string(num_rows)});

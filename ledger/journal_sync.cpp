@@ -39,11 +39,13 @@ status work_ledger::sync() {
                                                         : detail::snapshot_dir(opts_.store_prefix);
       auto keys = store_->list(dir);
       if (!keys) continue;
+      std::vector<std::string> covered;
       for (const auto& k : *keys) {
         auto seq = detail::key_seq(dir, k);
         if (seq && *seq <= last && k != detail::snapshot_key(opts_.store_prefix, last))
-          (void)store_->remove(k);  // best effort: a leftover is harmless
+          covered.push_back(k);
       }
+      (void)store_->remove_unsynced(covered);  // best effort: a leftover is harmless
     }
   }
   return ok_status();

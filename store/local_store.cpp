@@ -177,7 +177,8 @@ result<std::vector<std::string>> local_store::list(const std::string& prefix) co
   return keys;
 }
 
-status local_store::remove(const std::string& key) {
+// Unlinks one object's file; a missing one or a directory (not an object) is no error.
+status local_store::unlink_object(const std::string& key) const {
   if (auto st = validate_key(key); !st) return st;
   const std::string path = path_of(key);
   struct stat sb {};
@@ -187,6 +188,19 @@ status local_store::remove(const std::string& key) {
     return ok_status();
   }();
   if (!st && st.err().code != errc::not_found) return st;
+  return ok_status();
+}
+
+status local_store::remove_unsynced(const std::vector<std::string>& keys) {
+  status first;
+  for (const auto& k : keys)
+    if (auto st = unlink_object(k); !st && first) first = st;
+  return first;
+}
+
+status local_store::remove(const std::string& key) {
+  if (auto st = unlink_object(key); !st) return st;
+  const std::string path = path_of(key);
   if (durable_) {
     const std::string dir = path.substr(0, path.rfind('/'));
     if (auto synced = fsync_dir(dir); !synced && synced.err().code != errc::not_found)

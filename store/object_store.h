@@ -23,6 +23,15 @@ class object_store {
   virtual result<std::vector<std::string>> list(const std::string& prefix) const = 0;
   // Removing a missing key is not an error.
   virtual status remove(const std::string& key) = 0;
+  // Removes objects whose removal need not survive a crash (the caller skips leftovers, as
+  // the ledger skips compacted segments by sequence number): a backend may leave the removal
+  // unsynced. The first error, after trying every key. The default removes one by one.
+  virtual status remove_unsynced(const std::vector<std::string>& keys) {
+    status first;
+    for (const auto& k : keys)
+      if (auto st = remove(k); !st && first) first = st;
+    return first;
+  }
   // "file:///abs/dir" or "s3://bucket/prefix", for reports.
   virtual std::string describe() const = 0;
 };

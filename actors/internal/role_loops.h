@@ -68,6 +68,9 @@ bool mailbox_ok(caf::blocking_actor* self, node_context& ctx, int64_t wait_ms);
 // success; a reply that is an encoded moerl::error becomes that error.
 result<std::string> call_coordinator(caf::blocking_actor* self, node_context& ctx,
                                      caf::message request);
+// A coordinator reply as call_coordinator returns it: an encoded moerl::error becomes that
+// error (for callers that take the answer of a request later).
+result<std::string> coordinator_reply(std::string raw);
 
 // Live nodes of a role with their endpoints, from the coordinator's admin `nodes` view. An
 // error when the coordinator did not answer (it may be restarting): callers must not read

@@ -40,7 +40,10 @@ struct rollout_group_setup {
   config cfg;
   policy::model_config model;
   int ranks_per_member = 1;  // job.rollout_ep_ranks
-  int rows_per_group = 1;    // ledger.group_size: the most rows one generate splits
+  int rows_per_group = 1;    // ledger.group_size
+  // Prompt groups one generate may carry (a leased batch of units generated at once); sizes
+  // the ranks' low-latency buffers: rows_per_group x this rows per command.
+  int max_prompts_per_generate = 1;
   // The full parameter bytes of a policy version > 0 (the member's weight feed).
   std::function<result<std::shared_ptr<const std::string>>(uint64_t version)> read_version;
 };
@@ -54,11 +57,12 @@ class rollout_group_leader {
   // the fabric group with them.
   ~rollout_group_leader();
 
-  // num_rows rows from `prompt` at policy `version`, split over every member's ranks
-  // (rows_of_rank), rank r sampling with rank_sampling_seed(seed, r); in row order.
-  result<policy::generation> generate(const std::vector<policy::token_id>& prompt, int num_rows,
-                                      int max_new, float temperature, uint64_t seed,
-                                      uint64_t version);
+  // rows_per_prompt rows from each of `prompts` (one length; at most
+  // max_prompts_per_generate) at policy `version`, prompt-major, split over every member's
+  // ranks (rows_of_rank), rank r sampling with rank_sampling_seed(seed, r); in row order.
+  result<policy::generation> generate(const std::vector<std::vector<policy::token_id>>& prompts,
+                                      int rows_per_prompt, int max_new, float temperature,
+                                      uint64_t seed, uint64_t version);
   // A round with nothing to generate: hears the members' drain deadlines.
   status ping();
   // The earliest drain deadline any member told in the last round (unix ms; 0: none).

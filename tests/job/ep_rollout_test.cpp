@@ -164,6 +164,49 @@ TEST_P(ep_rollout, rows_and_logprobs_equal_the_single_rank_policy_with_the_same_
   EXPECT_EQ(got->completions, want.completions);
 }
 
+TEST_P(ep_rollout,
+       several_prompt_groups_in_one_generation_equal_the_single_rank_policy_row_by_row) {
+  const int num_ranks = GetParam();
+  const int rows_per_prompt = 3, max_new = 6;
+  const std::vector<std::vector<token_id>> prompts{
+      {3, 5, 7, 4, 2}, {6, 1, 1, 4, 2}, {2, 2, 7, 5, 3}};
+  std::vector<std::vector<token_id>> rows;
+  for (const auto& p : prompts) rows.insert(rows.end(), rows_per_prompt, p);
+  const int num_rows = static_cast<int>(rows.size());
+  auto local = policy::make_local_expert_exchange();
+  auto full = trained_looking_policy(*local);
+  ep_group_shape shape;
+  shape.num_ranks = num_ranks;
+  shape.max_decode_rows = rows_of_rank(num_rows, 0, num_ranks).count;
+  auto group = ep_policy_group::create(node_config(), small_model(), shape);
+  ASSERT_TRUE(group.ok()) << group.err().to_string();
+  ASSERT_TRUE((*group)->load(full->serialize()).ok());
+  auto got = (*group)->generate(rows, max_new, 1.0f, 23);
+  ASSERT_TRUE(got.ok()) << got.err().to_string();
+  ASSERT_EQ(got->completions.size(), size_t(num_rows));
+  // Rank r generated rows rows_of_rank(num_rows, r) (prompts mixed) with its own stream.
+  for (int r = 0; r < num_ranks; ++r) {
+    auto rr = rows_of_rank(num_rows, r, num_ranks);
+    std::vector<std::vector<token_id>> mine(rows.begin() + rr.first,
+                                            rows.begin() + rr.first + rr.count);
+    std::mt19937_64 rng(rank_sampling_seed(23, r));
+    auto want = full->generate(mine, max_new, 1.0f, rng);
+    ASSERT_TRUE(want.ok()) << want.err().to_string();
+    for (int64_t i = 0; i < rr.count; ++i) {
+      EXPECT_EQ(got->completions[rr.first + i], want->completions[i]) << "row " << rr.first + i;
+      ASSERT_EQ(got->logprobs[rr.first + i].size(), want->logprobs[i].size());
+      for (size_t j = 0; j < want->logprobs[i].size(); ++j)
+        EXPECT_NEAR(got->logprobs[rr.first + i][j], want->logprobs[i][j], 1e-5f);
+    }
+  }
+  // Rows of different prompt lengths cannot share the decode steps: refused by name.
+  rows.back().push_back(9);
+  auto mixed = (*group)->generate(rows, max_new, 1.0f, 23);
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.err().message.find("prompt length"), std::string::npos)
+      << mixed.err().to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(ranks, ep_rollout, ::testing::Values(2, 4),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return std::to_string(i.param) + "ranks";

@@ -95,6 +95,16 @@ TEST_F(local_store_test, remove_deletes_and_removing_a_missing_key_is_fine) {
   EXPECT_TRUE(store_->list("r/").value().empty());
 }
 
+TEST_F(local_store_test,
+       unsynced_removal_removes_every_key_and_reports_a_bad_one_after_trying_all) {
+  for (const std::string k : {"j/1", "j/2", "j/3"}) ASSERT_TRUE(store_->put(k, "x").ok());
+  EXPECT_TRUE(store_->remove_unsynced({"j/1", "j/2", "never/was"}).ok());
+  EXPECT_EQ(store_->list("j/").value(), (std::vector<std::string>{"j/3"}));
+  auto bad = store_->remove_unsynced({"../escape", "j/3"});
+  EXPECT_EQ(bad.err().code, errc::invalid_argument) << bad.err().to_string();
+  EXPECT_TRUE(store_->list("j/").value().empty());  // the key after the bad one went too
+}
+
 TEST_F(local_store_test, bad_keys_are_refused_by_every_operation_and_nothing_escapes_the_root) {
   for (const std::string key : {"../escape", "/abs", "a//b", "", "a/../../escape"}) {
     auto p = store_->put(key, "x");
