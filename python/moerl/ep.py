@@ -443,3 +443,10 @@ class Buffer:
 
 
 __all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t"]
+
+# The autograd pair (defined beside, re-exported here so users find it under moerl.ep).
+from .ep_autograd import CombineFunction, DispatchFunction  # noqa: E402
+from .ep_autograd import combine as differentiable_combine  # noqa: E402
+from .ep_autograd import dispatch as differentiable_dispatch  # noqa: E402
+
+__all__ += ["CombineFunction", "DispatchFunction", "differentiable_combine", "differentiable_dispatch"]
