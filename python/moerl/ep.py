@@ -1,4 +1,4 @@
-"""``moerl.ep.Buffer``: DeepEP V1's ``Buffer`` (normal mode) over moerl's expert plane.
+"""``moerl.ep.Buffer``: DeepEP V1's ``Buffer`` over moerl's expert plane.
 
 Code written for ``deep_ep.Buffer`` runs by changing the import. The group given to the
 constructor (a ``torch.distributed`` process group; gloo for CPU tensors) carries only the
@@ -11,7 +11,8 @@ to live for the duration of the call). Every returned tensor is a new torch tens
 its memory (rows are copied out of moerl's receive region once), so results stay valid after
 later calls. CPU tensors only in this build; fp32 and bf16.
 
-Not yet (issue 25): low-latency calls, FP8, CUDA tensors, the autograd Function.
+The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
+Not yet (issue 25): FP8, CUDA tensors.
 """
 
 from __future__ import annotations
@@ -23,36 +24,13 @@ import torch
 import torch.distributed as dist
 
 from . import _moerl
+from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
+from .ep_low_latency import LowLatencyCalls
 
-_ISSUE = "moerl issue 25"
-_DTYPES = {torch.bfloat16: 0, torch.float32: 1}
 _buffer_ids = itertools.count()
 
 #: DeepEP's index dtype.
 topk_idx_t = torch.int64
-
-
-class EventOverlap:
-    """DeepEP's event: on CPU every call has finished when it returns, so waiting is a no-op."""
-
-    def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[torch.Tensor, ...]] = None) -> None:
-        self.event = event
-        self.extra_tensors = extra_tensors
-
-    def current_stream_wait(self, release_handle: bool = False) -> None:
-        """Nothing to wait for: the work is complete."""
-
-    def register_hook_after_wait(self, hook: Any) -> None:
-        hook()
-
-    def __call__(self, release_handle: bool = False) -> None:
-        self.current_stream_wait(release_handle)
-
-    def __enter__(self) -> "EventOverlap":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.current_stream_wait()
 
 
 class Config:
@@ -88,31 +66,6 @@ class _HandleState:
         self.topk = topk
 
 
-def _fail(msg: str) -> None:
-    raise ValueError(msg)
-
-
-def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        _fail(f"{name} is {type(t).__name__}; expected a torch.Tensor")
-    if t.device.type != "cpu":
-        raise RuntimeError(f"{name} is on {t.device}; this moerl build (moerl {_moerl.__version__}, "
-                           f"CPU-only) takes CPU tensors only ({_ISSUE}: CUDA tensors need a CUDA build)")
-    if t.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-        _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {want}")
-    if t.dim() != dim:
-        _fail(f"{name} has shape {tuple(t.shape)}; expected {dim} dimensions")
-    if not t.is_contiguous():
-        _fail(f"{name} is not contiguous; expected a contiguous tensor (call .contiguous())")
-    return t
-
-
-def _check_shape(name: str, t: torch.Tensor, shape: Tuple[int, ...], what: str) -> None:
-    if tuple(t.shape) != tuple(shape):
-        _fail(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} ({what})")
-
-
 def _group_allgather(group: Any, size: int) -> Any:
     """The bootstrap's all-gather (address records of a new channel) over the user's group.
     A closure over the group, not a method: the C++ core keeps it, and a reference back to
@@ -126,11 +79,7 @@ def _group_allgather(group: Any, size: int) -> Any:
     return gather
 
 
-def _not_yet(what: str) -> None:
-    raise NotImplementedError(f"moerl.ep: {what} is not implemented yet ({_ISSUE})")
-
-
-class Buffer:
+class Buffer(LowLatencyCalls):
     """DeepEP V1's ``Buffer`` over moerl's expert plane (normal mode, CPU tensors).
 
     ``num_nvl_bytes + num_rdma_bytes`` bound the tokens one dispatch can carry per rank
@@ -162,8 +111,6 @@ class Buffer:
             _fail(f"fabric_paths is {fabric_paths!r}; expected 'auto' (a transport per distance) or 'fabric'")
         if not isinstance(op_timeout_ms, int) or op_timeout_ms < 1:
             _fail(f"op_timeout_ms is {op_timeout_ms!r}; expected an int >= 1")
-        if low_latency_mode:
-            _not_yet("low_latency_mode=True")
         for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
             if not isinstance(v, int) or v < 0:
                 _fail(f"{name} is {v!r}; expected an int >= 0")
@@ -417,23 +364,6 @@ class Buffer:
         return y, combined_w, EventOverlap()
 
     # ---- not yet ----------------------------------------------------------------------
-
-    def low_latency_dispatch(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("low_latency_dispatch")
-
-    def low_latency_combine(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("low_latency_combine")
-
-    def get_next_low_latency_combine_buffer(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("get_next_low_latency_combine_buffer")
-
-    def clean_low_latency_buffer(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("clean_low_latency_buffer")
-
-    @staticmethod
-    def get_low_latency_rdma_size_hint(*args: Any, **kwargs: Any) -> int:
-        _not_yet("get_low_latency_rdma_size_hint")
-        return 0
 
     def internode_dispatch(self, *args: Any, **kwargs: Any) -> Any:
         _not_yet("internode_dispatch (normal dispatch already spans hosts)")
