@@ -20,8 +20,8 @@
 namespace moerl::py {
 
 result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
-  const ll_key key{static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens,
-                   shape.num_experts, shape.topk};
+  const ll_key key{static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts,
+                   shape.topk};
   if (auto it = ll_channels_.find(key); it != ll_channels_.end()) return it->second.get();
   auto c = std::make_unique<ll_channel>();
   c->shape = shape;

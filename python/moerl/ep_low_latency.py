@@ -11,9 +11,10 @@ users do not rely on: they read ``layout_range``). Rows past ``recv_count`` are
 uninitialised, as in DeepEP.
 
 On CPU every call is complete when it returns: the hook does nothing when called, and the
-event's wait is a no-op. Tensors: inputs are read during the call only; returned tensors
-are new and own their memory, except ``get_next_low_latency_combine_buffer``'s, which the
-Buffer keeps and a ``zero_copy=True`` combine reads.
+event's wait is a no-op. Tensors: inputs are read during the call only. Returned tensors
+are new and own their memory, except two that the Buffer keeps, as DeepEP does: dispatch's
+recv_x, one of two buffers per shape used in turn (valid until the second dispatch after
+it), and ``get_next_low_latency_combine_buffer``'s, which a ``zero_copy=True`` combine reads.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ class LowLatencyCalls:
                              return_recv_hook: bool = False) -> tuple:
         """DeepEP's low-latency dispatch: every (token, expert) entry of topk_idx [T, K] (-1
         masked) is one row. Returns (recv_x [L, N*M, H] of x's dtype, recv_count [L] int32,
-        handle, event, hook). A token with two experts on one rank arrives twice, once per
+        handle, event, hook). recv_x is, as in DeepEP, one of two buffers used in turn: it
+        stays valid until the second low_latency_dispatch after this one (of the same shape);
+        clone it to keep it longer. A token with two experts on one rank arrives twice, once per
         expert. ``cumulative_local_expert_recv_stats`` ([L] int32) is added to;
         ``dispatch_wait_recv_cost_stats`` is accepted and left as is (no per-rank wait
         timing on CPU). ``use_fp8=True`` (DeepEP's default) is not implemented yet: pass
@@ -137,7 +140,7 @@ class LowLatencyCalls:
 
         topk = topk_idx.shape[1]
         block = self.group_size * num_max_dispatch_tokens_per_rank
-        recv_x = torch.empty(num_local, block, hidden, dtype=x.dtype)
+        recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype)
         recv_count = torch.empty(num_local, dtype=torch.int32)
         src_info = torch.empty(num_local, block, dtype=torch.int32)
         layout_range = torch.empty(num_local, self.group_size, dtype=torch.int64)
@@ -150,6 +153,18 @@ class LowLatencyCalls:
         handle = _LowLatencyHandle((src_info, layout_range, num_max_dispatch_tokens_per_rank, hidden, num_experts))
         handle.state = _LowLatencyState(self._id, routing_id, num_tokens, topk, x.dtype)
         return recv_x, recv_count, handle, event, hook
+
+    def _ll_recv_buffer(self, shape: Tuple[int, int, int], dtype: torch.dtype) -> torch.Tensor:
+        """One of two tensors kept per (shape, dtype), alternating: DeepEP's double buffering.
+        A fresh [L, N*M, H] tensor per call would cost more than the exchange (its pages are
+        faulted in anew every time at these sizes)."""
+        pairs: Dict[Any, list] = self.__dict__.setdefault("_ll_recv_buffers", {})
+        pair = pairs.setdefault((shape, dtype), [None, None, 0])
+        i = pair[2]
+        pair[2] = 1 - i
+        if pair[i] is None:
+            pair[i] = torch.empty(shape, dtype=dtype)
+        return pair[i]
 
     def get_next_low_latency_combine_buffer(self, handle: Any) -> torch.Tensor:
         """DeepEP's zero-copy combine input: a [L, N*M, H] tensor (the handle's dtype) to
