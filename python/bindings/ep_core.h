@@ -101,9 +101,18 @@ class ep_core {
     int num_experts = 0;
     int topk = 0;
   };
+  // With fp8.q set (DeepEP's use_fp8), recv_x is not written: each valid row is quantised instead
+  // (kernels::fp8_quantize, e4m3 with one fp32 scale per 128 channels) into q [L, N*M,
+  // hidden] bytes and scales, stored column-major as DeepEP's: scale (j, row i, block b) at
+  // scales[(j * num_blocks + b) * N*M + i]. The rows travel in x's dtype and are quantised on
+  // receipt, which gives the same bits as quantising at the sender (a per-row function).
+  struct ll_fp8_out {
+    uint8_t* q = nullptr;
+    float* scales = nullptr;
+  };
   status ll_dispatch(const ll_shape& shape, const void* x, const int64_t* topk_idx,
                      int64_t num_tokens, int64_t routing_id, void* recv_x, int32_t* recv_count,
-                     int32_t* src_info, int64_t* layout_range);
+                     int32_t* src_info, int64_t* layout_range, ll_fp8_out fp8);
   // DeepEP's low_latency_combine: x in the packed layout above (the rows of the dispatch
   // named routing_id; topk_idx [T, K] is that dispatch's, given again in case the routing
   // must be replayed), y[t] = sum over k with topk_idx[t, k] >= 0 of topk_weights[t, k] *
@@ -131,6 +140,8 @@ class ep_core {
   status ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
                       int64_t routing_id);
   status ll_close_step(ll_channel& c);
+  status ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
+                     float* scales, int64_t block);
   // (is metadata, dtype, row width in elements)
   using channel_key = std::tuple<bool, int, int64_t>;
   result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width);
@@ -150,6 +161,7 @@ class ep_core {
   channel* last_meta_ = nullptr;
   int last_topk_ = 0;
   std::vector<float> meta_rows_;
+  std::vector<float> fp8_rows_, fp8_scales_;  // ll_dispatch's fp8 staging
 };
 
 }  // namespace moerl::py

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/status_try.h"
+#include "kernels/dtypes.h"
 #include "python/bindings/ep_core.h"
 #include "python/bindings/ep_core_ll_channel.h"
 
@@ -68,9 +69,30 @@ status ep_core::ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num
   return {};
 }
 
+// count rows of x's dtype -> e4m3 q [count, hidden] and the expert's column-major scales
+// [num_blocks][block] (row i of block b at scales[b * block + i]).
+status ep_core::ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
+                            float* scales, int64_t block) {
+  if (count == 0) return {};
+  const int64_t hidden = shape.hidden, nb = kernels::fp8_num_blocks(hidden);
+  const float* src = reinterpret_cast<const float*>(rows);
+  if (shape.dtype == fabric::ep_dtype::bf16) {
+    fp8_rows_.resize(static_cast<size_t>(count * hidden));
+    STATUS_TRY(kernels::bf16_to_float(pool_, reinterpret_cast<const kernels::bf16*>(rows),
+                                      count * hidden, fp8_rows_.data()));
+    src = fp8_rows_.data();
+  }
+  fp8_scales_.resize(static_cast<size_t>(count * nb));
+  STATUS_TRY(kernels::fp8_quantize(pool_, src, count, hidden, q, fp8_scales_.data()));
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t b = 0; b < nb; ++b) scales[b * block + i] = fp8_scales_[i * nb + b];
+  return {};
+}
+
 status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t* topk_idx,
                             int64_t num_tokens, int64_t routing_id, void* recv_x,
-                            int32_t* recv_count, int32_t* src_info, int64_t* layout_range) {
+                            int32_t* recv_count, int32_t* src_info, int64_t* layout_range,
+                            ll_fp8_out fp8) {
   ASSIGN_OR_RETURN(ll_channel * c, ll_channel_for(shape));
   STATUS_TRY(ll_close_step(*c));
   // The tokens go through the group's own buffer: the group reads them until combine_recv
@@ -92,9 +114,13 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
                        "num_max_dispatch_tokens_per_rank = " + std::to_string(block) +
                        " fit (does a token name one expert twice in topk_idx?)"};
     recv_count[j] = static_cast<int32_t>(count);
-    char* dst = static_cast<char*>(recv_x) + j * block * c->row_bytes;
-    if (count > 0)
-      std::memcpy(dst, static_cast<const char*>(o.recv_x) + first * c->row_bytes,
+    const char* rows = static_cast<const char*>(o.recv_x) + first * c->row_bytes;
+    if (fp8.q)
+      STATUS_TRY(ll_quantize(rows, count, shape, fp8.q + j * block * shape.hidden,
+                             fp8.scales + j * kernels::fp8_num_blocks(shape.hidden) * block,
+                             block));
+    else if (count > 0)
+      std::memcpy(static_cast<char*>(recv_x) + j * block * c->row_bytes, rows,
                   static_cast<size_t>(count * c->row_bytes));
     for (int64_t i = 0; i < count; ++i) {
       const int s = o.src_rank[first + i];

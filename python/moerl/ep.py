@@ -9,10 +9,10 @@ DeepEP's layout onto ep_group is in python/README.md.
 Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; they only need
 to live for the duration of the call). Every returned tensor is a new torch tensor that owns
 its memory (rows are copied out of moerl's receive region once), so results stay valid after
-later calls. CPU tensors only in this build; fp32 and bf16.
+later calls (low-latency recv_x excepted: ep_low_latency.py). CPU tensors only in this build; fp32 and bf16.
 
 The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
-Not yet (issue 25): FP8, CUDA tensors.
+Not yet (issue 25): FP8 in normal mode, CUDA tensors.
 """
 
 from __future__ import annotations

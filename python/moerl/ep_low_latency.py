@@ -113,11 +113,15 @@ class LowLatencyCalls:
         clone it to keep it longer. A token with two experts on one rank arrives twice, once per
         expert. ``cumulative_local_expert_recv_stats`` ([L] int32) is added to;
         ``dispatch_wait_recv_cost_stats`` is accepted and left as is (no per-rank wait
-        timing on CPU). ``use_fp8=True`` (DeepEP's default) is not implemented yet: pass
-        ``use_fp8=False``. Collective."""
+        timing on CPU). With ``use_fp8=True`` (DeepEP's default) recv_x is DeepEP's pair
+        (e4m3 bits [L, N*M, H] as uint8, torch 1.13 having no float8 dtype; fp32 scales [L,
+        N*M, ceil(H/128)], column-major), one scale per 128 channels of a row = the block's
+        amax / 448 (kernels::fp8_quantize). moerl sends the rows in x's dtype and quantises
+        them on receipt: the same bits as quantising at the sender, twice the bytes on the
+        wire. round_scale/use_ue8m0 are not implemented. Collective."""
         self._check_low_latency()
-        if use_fp8:
-            _not_yet("use_fp8=True (FP8 low-latency dispatch); pass use_fp8=False for bf16/fp32 rows")
+        if use_fp8 and (round_scale or use_ue8m0):
+            _not_yet("round_scale/use_ue8m0 (power-of-two or UE8M0 FP8 scales)")
         x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
         _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
         num_tokens, hidden = x.shape
@@ -140,14 +144,24 @@ class LowLatencyCalls:
 
         topk = topk_idx.shape[1]
         block = self.group_size * num_max_dispatch_tokens_per_rank
-        recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype)
         recv_count = torch.empty(num_local, dtype=torch.int32)
         src_info = torch.empty(num_local, block, dtype=torch.int32)
         layout_range = torch.empty(num_local, self.group_size, dtype=torch.int64)
+        if use_fp8:
+            # e4m3 bits as uint8 (torch 1.13 has no float8 dtype); the scales column-major
+            # like DeepEP's: [L, N*M, blocks] over [L, blocks, N*M] memory.
+            q = self._ll_recv_buffer((num_local, block, hidden), torch.uint8)
+            scales = self._ll_recv_buffer((num_local, -(-hidden // 128), block), torch.float32)
+            recv_x: Any = (q, scales.transpose(1, 2))
+            out_ptr, q_ptr, scales_ptr = 0, q.data_ptr(), scales.data_ptr()
+        else:
+            recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype)
+            out_ptr, q_ptr, scales_ptr = recv_x.data_ptr(), 0, 0
         routing_id = next(self._routing_ids)
         self._live_core().ll_dispatch(hidden, _DTYPES[x.dtype], num_max_dispatch_tokens_per_rank, num_experts, topk,
-                                      x.data_ptr(), topk_idx.data_ptr(), num_tokens, routing_id, recv_x.data_ptr(),
-                                      recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr())
+                                      x.data_ptr(), topk_idx.data_ptr(), num_tokens, routing_id, out_ptr,
+                                      recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), q_ptr,
+                                      scales_ptr)
         if cumulative_local_expert_recv_stats is not None:
             cumulative_local_expert_recv_stats += recv_count
         handle = _LowLatencyHandle((src_info, layout_range, num_max_dispatch_tokens_per_rank, hidden, num_experts))

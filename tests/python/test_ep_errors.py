@@ -66,7 +66,7 @@ def worker(rank: int, world: int) -> None:
 def check_low_latency_errors(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor) -> None:
     buf = moerl.ep.Buffer(torch.distributed.group.WORLD, low_latency_mode=True, op_timeout_ms=30000)
     ll = buf.low_latency_dispatch
-    expect(NotImplementedError, "use_fp8=True", ll, x, idx, 8, 4)
+    expect(NotImplementedError, "round_scale/use_ue8m0", ll, x, idx, 8, 4, use_fp8=True, round_scale=True)
     expect(ValueError, "x has dtype float64; expected bfloat16 or float32", ll, x.double(), idx, 8, 4, use_fp8=False)
     expect(ValueError, "topk_idx has dtype int32; expected int64", ll, x, idx.int(), 8, 4, use_fp8=False)
     expect(ValueError, "topk_idx has shape (2, 2); expected 3 rows", ll, x, idx[:2], 8, 4, use_fp8=False)

@@ -2,7 +2,8 @@
 DeepEP's test_low_latency.py checks, with references every rank computes alone from the same
 seeds: per-expert receive counts (and the cumulative statistics), every valid row names its
 source rank and token, layout_range's blocks, and the weighted combine; with out=, zero-copy,
-the receive hook, two dispatches in a row, masked entries and a rank without tokens."""
+the receive hook, two dispatches in a row, masked entries and a rank without tokens; and the
+FP8 dispatch (e4m3 bits and scales in DeepEP's layout) against the bf16 one."""
 
 import pytest
 import torch
@@ -133,6 +134,52 @@ def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> Non
     check_combine(case, combined3, reference_combine(case, x, idx, w))
 
 
+def e4m3_table() -> torch.Tensor:
+    """The value of every e4m3fn code (1 sign, 4 exponent bits with bias 7, 3 mantissa
+    bits; 0x7f/0xff are NaN), written from the format's definition."""
+    values = []
+    for code in range(256):
+        sign = -1.0 if code & 0x80 else 1.0
+        exp, man = (code >> 3) & 0xF, code & 7
+        if exp == 15 and man == 7:
+            values.append(float("nan"))
+        elif exp == 0:
+            values.append(sign * man / 8 * 2.0 ** -6)
+        else:
+            values.append(sign * (1 + man / 8) * 2.0 ** (exp - 7))
+    return torch.tensor(values)
+
+
+def check_fp8(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> None:
+    """use_fp8=True: the same rows as a bf16 dispatch, as e4m3 bits and per-128-channel scales
+    (block amax / 448) laid out as DeepEP's; the bf16 combine still works on its handle."""
+    x, idx, w = inputs(rank, case)
+    num_experts, hidden = case["experts"], case["hidden"]
+    plain, count, handle, _, _ = buf.low_latency_dispatch(x, idx, MAX_TOKENS, num_experts, use_fp8=False)
+    (q, scales), count8, handle8, _, _ = buf.low_latency_dispatch(x, idx, MAX_TOKENS, num_experts)
+    local, blocks = num_experts // world, hidden // 128
+    assert q.dtype == torch.uint8 and q.shape == (local, world * MAX_TOKENS, hidden)
+    assert scales.dtype == torch.float32 and scales.shape == (local, world * MAX_TOKENS, blocks)
+    assert scales.stride() == (blocks * world * MAX_TOKENS, 1, world * MAX_TOKENS)  # column-major
+    assert torch.equal(count8, count)
+    assert all(torch.equal(handle8[0][j, :int(count[j])], handle[0][j, :int(count[j])]) for j in range(local))
+    assert torch.equal(handle8[1], handle[1])
+    table = e4m3_table()
+    for j in range(local):
+        n = int(count[j])
+        rows = plain[j, :n].float().view(n, blocks, 128)
+        want_scales = rows.abs().amax(2) / 448
+        want_scales[want_scales == 0] = 1
+        assert torch.equal(scales[j, :n], want_scales)
+        values = table[q[j, :n].long()].view(n, blocks, 128)
+        assert not bool(values.isnan().any())
+        deq = values * scales[j, :n].unsqueeze(2)
+        bound = rows.abs() * 2 ** -4 + scales[j, :n].unsqueeze(2) * 2 ** -9
+        assert bool(((deq - rows).abs() <= bound).all())
+    combined, _, _ = buf.low_latency_combine(expert_outputs(rank, world, case, plain), idx, w, handle8)
+    check_combine(case, combined, reference_combine(case, x, idx, w))
+
+
 CASES = [
     dict(seed=1, dtype=torch.float32, hidden=128, topk=4, experts=16),
     dict(seed=2, dtype=torch.bfloat16, hidden=7168, topk=8, experts=32),
@@ -145,6 +192,8 @@ def worker(rank: int, world: int, transport: dict) -> None:
                           op_timeout_ms=30000, **transport)
     for case in CASES:
         check_case(rank, world, buf, case)
+        if case["dtype"] == torch.bfloat16:
+            check_fp8(rank, world, buf, case)
     names = [c["channel"] for c in buf.transport_report()]
     assert sorted(names) == ["ll:bf16:256:m40:e8:k3", "ll:bf16:7168:m40:e32:k8", "ll:fp32:128:m40:e16:k4"]
 
