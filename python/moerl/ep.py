@@ -12,7 +12,7 @@ its memory (rows are copied out of moerl's receive region once), so results stay
 later calls (low-latency recv_x excepted: ep_low_latency.py). CPU tensors only in this build; fp32 and bf16.
 
 The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
-Not yet (issue 25): FP8 in normal mode, CUDA tensors.
+Not yet (issue 25): CUDA tensors.
 """
 
 from __future__ import annotations
@@ -198,10 +198,31 @@ class Buffer(LowLatencyCalls):
             _fail(f"topk_idx[{t}, {k}] is {int(topk_idx[t, k])}; expected -1 (masked) or an expert id "
                   f"in [0, {num_experts})")
 
-    def _check_x(self, x: Any) -> torch.Tensor:
-        if isinstance(x, tuple):
-            _not_yet("FP8 dispatch (x given as a (data, scales) tuple)")
-        return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
+    def _check_x(self, x: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(rows to send, FP8 scales or None). DeepEP's FP8 x is (e4m3 data [T, H], fp32
+        scales [T, H/128]); torch 1.13 has no float8 dtype, so the data comes as uint8 (the
+        e4m3 bits, as low_latency_dispatch returns them) and travels as raw bytes in a bf16
+        channel of H/2 elements (dispatch only copies rows), the scales in an fp32 channel."""
+        if not isinstance(x, tuple):
+            return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2), None
+        if len(x) != 2:
+            _fail(f"x is a tuple of {len(x)}; expected (e4m3 data as uint8 [T, H], fp32 scales [T, H/128])")
+        data = _check_tensor("x[0]", x[0], (torch.uint8,), 2)
+        if data.shape[1] % 128:
+            _fail(f"x[0] has shape {tuple(data.shape)}; expected a hidden size that is a multiple of 128 (FP8)")
+        scales = _check_tensor("x[1]", x[1], (torch.float32,), 2)
+        _check_shape("x[1]", scales, (data.shape[0], data.shape[1] // 128), "one scale per 128 channels of x[0]")
+        return data.view(torch.bfloat16), scales
+
+    def _move_rows(self, rows: torch.Tensor, in_rank: torch.Tensor, routing_id: int) -> torch.Tensor:
+        """A second tensor of one dispatch (the FP8 scales): the same routing, its own channel."""
+        core = self._live_core()
+        num_recv = core.dispatch(rows.data_ptr(), rows.shape[0], rows.shape[1], _DTYPES[rows.dtype],
+                                 in_rank.data_ptr(), 0, 0, 0, routing_id)
+        out = torch.empty(num_recv, rows.shape[1], dtype=rows.dtype)
+        src_rank, src_idx = torch.empty(num_recv, dtype=torch.int32), torch.empty(num_recv, dtype=torch.int32)
+        core.read_dispatch(out.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        return out
 
     def _check_capacity(self, x: torch.Tensor, topk: int) -> None:
         core = self._live_core()
@@ -227,9 +248,10 @@ class Buffer(LowLatencyCalls):
         expert ids or -1, recv_topk_weights [R, K] fp32 (0 where the id is -1),
         num_recv_tokens_per_expert_list, handle, event). Rows are grouped by source rank in
         ascending order, in token order inside a source. With ``handle=`` (cached): the same
-        routing again, returning (recv_x, None, None, None, None, event). Every tensor
-        returned is new and owns its memory."""
-        x = self._check_x(x)
+        routing again, returning (recv_x, None, None, None, None, event). FP8: x = (e4m3 bits
+        as uint8 [T, H], fp32 scales [T, H/128]) returns recv_x as the same pair of [R, ...]
+        tensors (H a multiple of 128). Every tensor returned is new and owns its memory."""
+        x, scales = self._check_x(x)
         num_tokens, hidden = x.shape
         n = self.group_size
         if not isinstance(expert_alignment, int) or expert_alignment < 1:
@@ -237,7 +259,7 @@ class Buffer(LowLatencyCalls):
         if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
             _fail(f"num_worst_tokens is {num_worst_tokens!r}; expected an int >= 0")
         if handle is not None:
-            return self._cached_dispatch(x, handle, topk_idx, topk_weights)
+            return self._cached_dispatch(x, scales, handle, topk_idx, topk_weights)
         if is_token_in_rank is None:
             _fail("is_token_in_rank is None; expected the [num_tokens, num_ranks] bool tensor from "
                   "get_dispatch_layout (or a handle)")
@@ -267,6 +289,8 @@ class Buffer(LowLatencyCalls):
             _check_tensor("num_tokens_per_rank", num_tokens_per_rank, (torch.int32,), 1)
             _check_shape("num_tokens_per_rank", num_tokens_per_rank, (n,), "one count per rank")
         self._check_capacity(x, topk)
+        if scales is not None:
+            self._check_capacity(scales, 0)
 
         core = self._live_core()
         routing_id = next(self._routing_ids)
@@ -282,6 +306,7 @@ class Buffer(LowLatencyCalls):
                                         recv_topk_idx.data_ptr() if topk else 0,
                                         recv_topk_weights.data_ptr() if topk else 0, num_experts)
         per_expert_list = [-(-c // expert_alignment) * expert_alignment for c in per_expert]
+        recv_scales = self._move_rows(scales, is_token_in_rank, routing_id) if scales is not None else None
 
         rank_prefix = torch.full((n, n), -1, dtype=torch.int32)
         rank_prefix[:, self.rank] = torch.cumsum(torch.bincount(src_rank.long(), minlength=n), 0).to(torch.int32)
@@ -292,11 +317,14 @@ class Buffer(LowLatencyCalls):
                 _fail(f"num_worst_tokens is {num_worst_tokens}; this rank received {num_recv} rows")
             pad = num_worst_tokens - num_recv
             recv_x = torch.cat([recv_x, recv_x.new_zeros(pad, hidden)])
+            if recv_scales is not None:
+                recv_scales = torch.cat([recv_scales, recv_scales.new_ones(pad, recv_scales.shape[1])])
             if topk:
                 recv_topk_idx = torch.cat([recv_topk_idx, recv_topk_idx.new_full((pad, topk), -1)])
                 recv_topk_weights = torch.cat([recv_topk_weights, recv_topk_weights.new_zeros(pad, topk)])
             per_expert_list = []
-        return recv_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
+        out_x: Any = (recv_x.view(torch.uint8), recv_scales) if recv_scales is not None else recv_x
+        return out_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
 
     def _state_of(self, handle: Any) -> _HandleState:
         if not isinstance(handle, _Handle):
@@ -306,13 +334,16 @@ class Buffer(LowLatencyCalls):
             _fail("handle comes from another Buffer; expected a handle this Buffer's dispatch returned")
         return st
 
-    def _cached_dispatch(self, x: torch.Tensor, handle: Any, topk_idx: Any, topk_weights: Any) -> tuple:
+    def _cached_dispatch(self, x: torch.Tensor, scales: Optional[torch.Tensor], handle: Any, topk_idx: Any,
+                         topk_weights: Any) -> tuple:
         st = self._state_of(handle)
         if topk_idx is not None or topk_weights is not None:
             _fail("topk_idx/topk_weights are given with handle=; expected None (cached dispatch reuses the routing)")
         if x.shape[0] != st.num_tokens:
             _fail(f"x has {x.shape[0]} tokens; the handle's dispatch had {st.num_tokens}")
         self._check_capacity(x, 0)
+        if scales is not None:
+            self._check_capacity(scales, 0)
         core = self._live_core()
         in_rank = handle[4]
         num_recv = core.dispatch(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
@@ -321,6 +352,9 @@ class Buffer(LowLatencyCalls):
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
         core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        if scales is not None:
+            return (recv_x.view(torch.uint8), self._move_rows(scales, in_rank, st.routing_id)), None, None, None, \
+                None, EventOverlap()
         return recv_x, None, None, None, None, EventOverlap()
 
     def combine(self, x: torch.Tensor, handle: tuple, topk_weights: Optional[torch.Tensor] = None,

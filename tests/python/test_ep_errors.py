@@ -40,7 +40,12 @@ def worker(rank: int, world: int) -> None:
            is_token_in_rank=in_rank)
     expect(ValueError, "low_latency_mode=False", buf.low_latency_dispatch, x, idx, 8, 4, use_fp8=False)
     expect(TypeError, "x is list; expected a torch.Tensor", buf.dispatch, [[1.0]], is_token_in_rank=in_rank)
-    expect(NotImplementedError, "FP8", buf.dispatch, (x, x), is_token_in_rank=in_rank)
+    expect(ValueError, "x[0] has dtype float32; expected uint8", buf.dispatch, (x, x), is_token_in_rank=in_rank)
+    q = torch.zeros(3, 128, dtype=torch.uint8)
+    expect(ValueError, "x[1] has shape (3, 2); expected (3, 1)", buf.dispatch, (q, torch.ones(3, 2)),
+           is_token_in_rank=in_rank)
+    expect(ValueError, "x[0] has shape (3, 64); expected a hidden size that is a multiple of 128", buf.dispatch,
+           (q[:, :64].contiguous(), torch.ones(3, 1)), is_token_in_rank=in_rank)
 
     recv_x, recv_idx, recv_w, counts, handle, _ = buf.dispatch(
         x, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
