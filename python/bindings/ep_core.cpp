@@ -5,6 +5,7 @@
 
 #include "common/status_try.h"
 #include "kernels/dispatch_layout.h"
+#include "python/bindings/ep_core_ll_channel.h"
 
 namespace moerl::py {
 
@@ -94,6 +95,15 @@ status ep_core::layout(const int64_t* topk_idx, int64_t num_tokens, int topk, in
   return {};
 }
 
+result<std::unique_ptr<fabric::ep_group>> ep_core::make_group(const fabric::ep_config& cfg_in) {
+  fabric::ep_config cfg = cfg_in;
+  cfg.op_timeout_ms = opt_.op_timeout_ms;
+  callback_bootstrap boot(opt_.rank, opt_.num_ranks, allgather_);
+  std::vector<int> members(opt_.num_ranks);
+  for (int r = 0; r < opt_.num_ranks; ++r) members[r] = r;
+  return fabric::ep_group::create(opt_.transport, boot, members, cfg);
+}
+
 result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype, int64_t width) {
   const channel_key key{meta, static_cast<int>(dtype), width};
   if (auto it = channels_.find(key); it != channels_.end()) return it->second.get();
@@ -109,11 +119,7 @@ result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype
   cfg.hidden = width;
   cfg.dtype = dtype;
   cfg.max_tokens_per_rank = std::max<int64_t>(capacity(c->row_bytes), 1);
-  cfg.op_timeout_ms = opt_.op_timeout_ms;
-  callback_bootstrap boot(opt_.rank, opt_.num_ranks, allgather_);
-  std::vector<int> members(opt_.num_ranks);
-  for (int r = 0; r < opt_.num_ranks; ++r) members[r] = r;
-  auto g = fabric::ep_group::create(opt_.transport, boot, members, cfg);
+  auto g = make_group(cfg);
   if (!g)
     return error{g.err().code,
                  "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
@@ -251,6 +257,10 @@ status ep_core::combine(const void* x, int64_t num_rows, int64_t hidden, fabric:
 std::vector<ep_core::channel_info> ep_core::describe() const {
   std::vector<channel_info> out;
   for (const auto& [key, c] : channels_) {
+    const auto& d = c->group->describe();
+    out.push_back({c->name, d.provider, d.peer_paths, d.reorder_shim});
+  }
+  for (const auto& [key, c] : ll_channels_) {
     const auto& d = c->group->describe();
     out.push_back({c->name, d.provider, d.peer_paths, d.reorder_shim});
   }

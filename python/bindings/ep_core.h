@@ -86,6 +86,42 @@ class ep_core {
                  const uint8_t* is_token_in_rank, int64_t num_tokens, int64_t routing_id, void* y,
                  const float* topk_weights, int topk, float* combined_weights);
 
+  // ---- low-latency mode (python/bindings/ep_core_ll.cpp) --------------------------------
+  // DeepEP's low_latency_dispatch on an ep_group in fabric's low-latency mode (one row per
+  // (token, expert), written straight into the destination's slots): x [T, hidden] with
+  // topk_idx [T, K] (-1 masked), T <= max_tokens (DeepEP's num_max_dispatch_tokens_per_rank).
+  // Fills DeepEP's packed layout, per local expert j: recv_x[j] [num_ranks * max_tokens,
+  // hidden] with its rows first, grouped by source rank ascending (token order inside a
+  // source), recv_count[j] rows, src_info[j][i] each row's source token, layout_range[j][s] =
+  // (first row from source s) << 32 | rows from source s. Rows past recv_count are untouched.
+  struct ll_shape {
+    int64_t hidden = 0;
+    fabric::ep_dtype dtype = fabric::ep_dtype::bf16;
+    int64_t max_tokens = 0;
+    int num_experts = 0;
+    int topk = 0;
+  };
+  // With fp8.q set (DeepEP's use_fp8), recv_x is not written: each valid row is quantised instead
+  // (kernels::fp8_quantize, e4m3 with one fp32 scale per 128 channels) into q [L, N*M,
+  // hidden] bytes and scales, stored column-major as DeepEP's: scale (j, row i, block b) at
+  // scales[(j * num_blocks + b) * N*M + i]. The rows travel in x's dtype and are quantised on
+  // receipt, which gives the same bits as quantising at the sender (a per-row function).
+  struct ll_fp8_out {
+    uint8_t* q = nullptr;
+    float* scales = nullptr;
+  };
+  status ll_dispatch(const ll_shape& shape, const void* x, const int64_t* topk_idx,
+                     int64_t num_tokens, int64_t routing_id, void* recv_x, int32_t* recv_count,
+                     int32_t* src_info, int64_t* layout_range, ll_fp8_out fp8);
+  // DeepEP's low_latency_combine: x in the packed layout above (the rows of the dispatch
+  // named routing_id; topk_idx [T, K] is that dispatch's, given again in case the routing
+  // must be replayed), y[t] = sum over k with topk_idx[t, k] >= 0 of topk_weights[t, k] *
+  // (the expert's row of (t, k)), fp32 accumulation in k order, one rounding.
+  status ll_combine(const ll_shape& shape, const void* x, const int64_t* topk_idx,
+                    const float* topk_weights, int64_t num_tokens, int64_t routing_id, void* y);
+  // Closes every open low-latency step (a dropped combine): collective, like DeepEP's.
+  status ll_clean();
+
   // Per channel: its key and which transport each peer used.
   struct channel_info {
     std::string name;
@@ -97,9 +133,20 @@ class ep_core {
 
  private:
   struct channel;
+  struct ll_channel;
+  // (dtype, hidden, max tokens, experts, topk)
+  using ll_key = std::tuple<int, int64_t, int64_t, int, int>;
+  result<ll_channel*> ll_channel_for(const ll_shape& shape);
+  status ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
+                      int64_t routing_id);
+  status ll_close_step(ll_channel& c);
+  status ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
+                     float* scales, int64_t block);
   // (is metadata, dtype, row width in elements)
   using channel_key = std::tuple<bool, int, int64_t>;
   result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width);
+  // Creates a group over every rank, bootstrapped through allgather_ (collective).
+  result<std::unique_ptr<fabric::ep_group>> make_group(const fabric::ep_config& cfg);
   status open_step(channel& c, const void* x, const uint8_t* in_rank, int64_t num_tokens,
                    int64_t routing_id);
   status close_step(channel& c);
@@ -109,10 +156,12 @@ class ep_core {
   allgather_fn allgather_;
   kernels::thread_pool pool_;
   std::map<channel_key, std::unique_ptr<channel>> channels_;
+  std::map<ll_key, std::unique_ptr<ll_channel>> ll_channels_;
   channel* last_x_ = nullptr;
   channel* last_meta_ = nullptr;
   int last_topk_ = 0;
   std::vector<float> meta_rows_;
+  std::vector<float> fp8_rows_, fp8_scales_;  // ll_dispatch's fp8 staging
 };
 
 }  // namespace moerl::py

@@ -146,6 +146,45 @@ PYBIND11_MODULE(_moerl, m) {
              }
              check(st);
            })
+      .def("ll_dispatch",
+           [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
+              uintptr_t x, uintptr_t topk_idx, int64_t num_tokens, int64_t routing_id,
+              uintptr_t recv_x, uintptr_t recv_count, uintptr_t src_info, uintptr_t layout_range,
+              uintptr_t fp8_q, uintptr_t fp8_scales) {
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.ll_dispatch({hidden, dtype_of(dtype), max_tokens, num_experts, topk},
+                                  ptr<const void>(x), ptr<const int64_t>(topk_idx), num_tokens,
+                                  routing_id, ptr<void>(recv_x), ptr<int32_t>(recv_count),
+                                  ptr<int32_t>(src_info), ptr<int64_t>(layout_range),
+                                  {ptr<uint8_t>(fp8_q), ptr<float>(fp8_scales)});
+             }
+             check(st);
+           })
+      .def("ll_combine",
+           [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
+              uintptr_t x, uintptr_t topk_idx, uintptr_t topk_weights, int64_t num_tokens,
+              int64_t routing_id, uintptr_t y) {
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.ll_combine({hidden, dtype_of(dtype), max_tokens, num_experts, topk},
+                                 ptr<const void>(x), ptr<const int64_t>(topk_idx),
+                                 ptr<const float>(topk_weights), num_tokens, routing_id,
+                                 ptr<void>(y));
+             }
+             check(st);
+           })
+      .def("ll_clean",
+           [](ep_core& c) {
+             moerl::status st;
+             {
+               py::gil_scoped_release nogil;
+               st = c.ll_clean();
+             }
+             check(st);
+           })
       .def("describe", [](const ep_core& c) {
         py::list out;
         for (const auto& ch : c.describe()) {

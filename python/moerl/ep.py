@@ -1,4 +1,4 @@
-"""``moerl.ep.Buffer``: DeepEP V1's ``Buffer`` (normal mode) over moerl's expert plane.
+"""``moerl.ep.Buffer``: DeepEP V1's ``Buffer`` over moerl's expert plane.
 
 Code written for ``deep_ep.Buffer`` runs by changing the import. The group given to the
 constructor (a ``torch.distributed`` process group; gloo for CPU tensors) carries only the
@@ -9,9 +9,10 @@ DeepEP's layout onto ep_group is in python/README.md.
 Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; they only need
 to live for the duration of the call). Every returned tensor is a new torch tensor that owns
 its memory (rows are copied out of moerl's receive region once), so results stay valid after
-later calls. CPU tensors only in this build; fp32 and bf16.
+later calls (low-latency recv_x excepted: ep_low_latency.py). CPU tensors only in this build; fp32 and bf16.
 
-Not yet (issue 25): low-latency calls, FP8, CUDA tensors, the autograd Function.
+The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
+Not yet (issue 25): CUDA tensors.
 """
 
 from __future__ import annotations
@@ -23,36 +24,13 @@ import torch
 import torch.distributed as dist
 
 from . import _moerl
+from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
+from .ep_low_latency import LowLatencyCalls
 
-_ISSUE = "moerl issue 25"
-_DTYPES = {torch.bfloat16: 0, torch.float32: 1}
 _buffer_ids = itertools.count()
 
 #: DeepEP's index dtype.
 topk_idx_t = torch.int64
-
-
-class EventOverlap:
-    """DeepEP's event: on CPU every call has finished when it returns, so waiting is a no-op."""
-
-    def __init__(self, event: Any = None, extra_tensors: Optional[Tuple[torch.Tensor, ...]] = None) -> None:
-        self.event = event
-        self.extra_tensors = extra_tensors
-
-    def current_stream_wait(self, release_handle: bool = False) -> None:
-        """Nothing to wait for: the work is complete."""
-
-    def register_hook_after_wait(self, hook: Any) -> None:
-        hook()
-
-    def __call__(self, release_handle: bool = False) -> None:
-        self.current_stream_wait(release_handle)
-
-    def __enter__(self) -> "EventOverlap":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.current_stream_wait()
 
 
 class Config:
@@ -88,31 +66,6 @@ class _HandleState:
         self.topk = topk
 
 
-def _fail(msg: str) -> None:
-    raise ValueError(msg)
-
-
-def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        _fail(f"{name} is {type(t).__name__}; expected a torch.Tensor")
-    if t.device.type != "cpu":
-        raise RuntimeError(f"{name} is on {t.device}; this moerl build (moerl {_moerl.__version__}, "
-                           f"CPU-only) takes CPU tensors only ({_ISSUE}: CUDA tensors need a CUDA build)")
-    if t.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
-        _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {want}")
-    if t.dim() != dim:
-        _fail(f"{name} has shape {tuple(t.shape)}; expected {dim} dimensions")
-    if not t.is_contiguous():
-        _fail(f"{name} is not contiguous; expected a contiguous tensor (call .contiguous())")
-    return t
-
-
-def _check_shape(name: str, t: torch.Tensor, shape: Tuple[int, ...], what: str) -> None:
-    if tuple(t.shape) != tuple(shape):
-        _fail(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} ({what})")
-
-
 def _group_allgather(group: Any, size: int) -> Any:
     """The bootstrap's all-gather (address records of a new channel) over the user's group.
     A closure over the group, not a method: the C++ core keeps it, and a reference back to
@@ -126,11 +79,7 @@ def _group_allgather(group: Any, size: int) -> Any:
     return gather
 
 
-def _not_yet(what: str) -> None:
-    raise NotImplementedError(f"moerl.ep: {what} is not implemented yet ({_ISSUE})")
-
-
-class Buffer:
+class Buffer(LowLatencyCalls):
     """DeepEP V1's ``Buffer`` over moerl's expert plane (normal mode, CPU tensors).
 
     ``num_nvl_bytes + num_rdma_bytes`` bound the tokens one dispatch can carry per rank
@@ -162,8 +111,6 @@ class Buffer:
             _fail(f"fabric_paths is {fabric_paths!r}; expected 'auto' (a transport per distance) or 'fabric'")
         if not isinstance(op_timeout_ms, int) or op_timeout_ms < 1:
             _fail(f"op_timeout_ms is {op_timeout_ms!r}; expected an int >= 1")
-        if low_latency_mode:
-            _not_yet("low_latency_mode=True")
         for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
             if not isinstance(v, int) or v < 0:
                 _fail(f"{name} is {v!r}; expected an int >= 0")
@@ -251,10 +198,31 @@ class Buffer:
             _fail(f"topk_idx[{t}, {k}] is {int(topk_idx[t, k])}; expected -1 (masked) or an expert id "
                   f"in [0, {num_experts})")
 
-    def _check_x(self, x: Any) -> torch.Tensor:
-        if isinstance(x, tuple):
-            _not_yet("FP8 dispatch (x given as a (data, scales) tuple)")
-        return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
+    def _check_x(self, x: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(rows to send, FP8 scales or None). DeepEP's FP8 x is (e4m3 data [T, H], fp32
+        scales [T, H/128]); torch 1.13 has no float8 dtype, so the data comes as uint8 (the
+        e4m3 bits, as low_latency_dispatch returns them) and travels as raw bytes in a bf16
+        channel of H/2 elements (dispatch only copies rows), the scales in an fp32 channel."""
+        if not isinstance(x, tuple):
+            return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2), None
+        if len(x) != 2:
+            _fail(f"x is a tuple of {len(x)}; expected (e4m3 data as uint8 [T, H], fp32 scales [T, H/128])")
+        data = _check_tensor("x[0]", x[0], (torch.uint8,), 2)
+        if data.shape[1] % 128:
+            _fail(f"x[0] has shape {tuple(data.shape)}; expected a hidden size that is a multiple of 128 (FP8)")
+        scales = _check_tensor("x[1]", x[1], (torch.float32,), 2)
+        _check_shape("x[1]", scales, (data.shape[0], data.shape[1] // 128), "one scale per 128 channels of x[0]")
+        return data.view(torch.bfloat16), scales
+
+    def _move_rows(self, rows: torch.Tensor, in_rank: torch.Tensor, routing_id: int) -> torch.Tensor:
+        """A second tensor of one dispatch (the FP8 scales): the same routing, its own channel."""
+        core = self._live_core()
+        num_recv = core.dispatch(rows.data_ptr(), rows.shape[0], rows.shape[1], _DTYPES[rows.dtype],
+                                 in_rank.data_ptr(), 0, 0, 0, routing_id)
+        out = torch.empty(num_recv, rows.shape[1], dtype=rows.dtype)
+        src_rank, src_idx = torch.empty(num_recv, dtype=torch.int32), torch.empty(num_recv, dtype=torch.int32)
+        core.read_dispatch(out.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        return out
 
     def _check_capacity(self, x: torch.Tensor, topk: int) -> None:
         core = self._live_core()
@@ -280,9 +248,10 @@ class Buffer:
         expert ids or -1, recv_topk_weights [R, K] fp32 (0 where the id is -1),
         num_recv_tokens_per_expert_list, handle, event). Rows are grouped by source rank in
         ascending order, in token order inside a source. With ``handle=`` (cached): the same
-        routing again, returning (recv_x, None, None, None, None, event). Every tensor
-        returned is new and owns its memory."""
-        x = self._check_x(x)
+        routing again, returning (recv_x, None, None, None, None, event). FP8: x = (e4m3 bits
+        as uint8 [T, H], fp32 scales [T, H/128]) returns recv_x as the same pair of [R, ...]
+        tensors (H a multiple of 128). Every tensor returned is new and owns its memory."""
+        x, scales = self._check_x(x)
         num_tokens, hidden = x.shape
         n = self.group_size
         if not isinstance(expert_alignment, int) or expert_alignment < 1:
@@ -290,7 +259,7 @@ class Buffer:
         if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
             _fail(f"num_worst_tokens is {num_worst_tokens!r}; expected an int >= 0")
         if handle is not None:
-            return self._cached_dispatch(x, handle, topk_idx, topk_weights)
+            return self._cached_dispatch(x, scales, handle, topk_idx, topk_weights)
         if is_token_in_rank is None:
             _fail("is_token_in_rank is None; expected the [num_tokens, num_ranks] bool tensor from "
                   "get_dispatch_layout (or a handle)")
@@ -320,6 +289,8 @@ class Buffer:
             _check_tensor("num_tokens_per_rank", num_tokens_per_rank, (torch.int32,), 1)
             _check_shape("num_tokens_per_rank", num_tokens_per_rank, (n,), "one count per rank")
         self._check_capacity(x, topk)
+        if scales is not None:
+            self._check_capacity(scales, 0)
 
         core = self._live_core()
         routing_id = next(self._routing_ids)
@@ -335,6 +306,7 @@ class Buffer:
                                         recv_topk_idx.data_ptr() if topk else 0,
                                         recv_topk_weights.data_ptr() if topk else 0, num_experts)
         per_expert_list = [-(-c // expert_alignment) * expert_alignment for c in per_expert]
+        recv_scales = self._move_rows(scales, is_token_in_rank, routing_id) if scales is not None else None
 
         rank_prefix = torch.full((n, n), -1, dtype=torch.int32)
         rank_prefix[:, self.rank] = torch.cumsum(torch.bincount(src_rank.long(), minlength=n), 0).to(torch.int32)
@@ -345,11 +317,14 @@ class Buffer:
                 _fail(f"num_worst_tokens is {num_worst_tokens}; this rank received {num_recv} rows")
             pad = num_worst_tokens - num_recv
             recv_x = torch.cat([recv_x, recv_x.new_zeros(pad, hidden)])
+            if recv_scales is not None:
+                recv_scales = torch.cat([recv_scales, recv_scales.new_ones(pad, recv_scales.shape[1])])
             if topk:
                 recv_topk_idx = torch.cat([recv_topk_idx, recv_topk_idx.new_full((pad, topk), -1)])
                 recv_topk_weights = torch.cat([recv_topk_weights, recv_topk_weights.new_zeros(pad, topk)])
             per_expert_list = []
-        return recv_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
+        out_x: Any = (recv_x.view(torch.uint8), recv_scales) if recv_scales is not None else recv_x
+        return out_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
 
     def _state_of(self, handle: Any) -> _HandleState:
         if not isinstance(handle, _Handle):
@@ -359,13 +334,16 @@ class Buffer:
             _fail("handle comes from another Buffer; expected a handle this Buffer's dispatch returned")
         return st
 
-    def _cached_dispatch(self, x: torch.Tensor, handle: Any, topk_idx: Any, topk_weights: Any) -> tuple:
+    def _cached_dispatch(self, x: torch.Tensor, scales: Optional[torch.Tensor], handle: Any, topk_idx: Any,
+                         topk_weights: Any) -> tuple:
         st = self._state_of(handle)
         if topk_idx is not None or topk_weights is not None:
             _fail("topk_idx/topk_weights are given with handle=; expected None (cached dispatch reuses the routing)")
         if x.shape[0] != st.num_tokens:
             _fail(f"x has {x.shape[0]} tokens; the handle's dispatch had {st.num_tokens}")
         self._check_capacity(x, 0)
+        if scales is not None:
+            self._check_capacity(scales, 0)
         core = self._live_core()
         in_rank = handle[4]
         num_recv = core.dispatch(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
@@ -374,6 +352,9 @@ class Buffer:
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
         core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        if scales is not None:
+            return (recv_x.view(torch.uint8), self._move_rows(scales, in_rank, st.routing_id)), None, None, None, \
+                None, EventOverlap()
         return recv_x, None, None, None, None, EventOverlap()
 
     def combine(self, x: torch.Tensor, handle: tuple, topk_weights: Optional[torch.Tensor] = None,
@@ -418,23 +399,6 @@ class Buffer:
 
     # ---- not yet ----------------------------------------------------------------------
 
-    def low_latency_dispatch(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("low_latency_dispatch")
-
-    def low_latency_combine(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("low_latency_combine")
-
-    def get_next_low_latency_combine_buffer(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("get_next_low_latency_combine_buffer")
-
-    def clean_low_latency_buffer(self, *args: Any, **kwargs: Any) -> Any:
-        _not_yet("clean_low_latency_buffer")
-
-    @staticmethod
-    def get_low_latency_rdma_size_hint(*args: Any, **kwargs: Any) -> int:
-        _not_yet("get_low_latency_rdma_size_hint")
-        return 0
-
     def internode_dispatch(self, *args: Any, **kwargs: Any) -> Any:
         _not_yet("internode_dispatch (normal dispatch already spans hosts)")
 
@@ -443,3 +407,10 @@ class Buffer:
 
 
 __all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t"]
+
+# The autograd pair (defined beside, re-exported here so users find it under moerl.ep).
+from .ep_autograd import CombineFunction, DispatchFunction  # noqa: E402
+from .ep_autograd import combine as differentiable_combine  # noqa: E402
+from .ep_autograd import dispatch as differentiable_dispatch  # noqa: E402
+
+__all__ += ["CombineFunction", "DispatchFunction", "differentiable_combine", "differentiable_dispatch"]

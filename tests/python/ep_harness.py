@@ -5,7 +5,8 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
-from typing import Any, Callable
+import signal
+from typing import Any, Callable, Sequence
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -27,9 +28,11 @@ def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, error
         os._exit(1)
 
 
-def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90) -> None:
+def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90,
+              killed: Sequence[int] = ()) -> None:
     """fn(rank, world, *args) on `world` processes; raises with every rank's traceback, or
-    when the ranks are not done within timeout_s (then they are killed)."""
+    when the ranks are not done within timeout_s (then they are killed). The ranks in
+    `killed` must end by SIGKILL (tests of a dead peer kill them from inside fn)."""
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         errors = _ctx.SimpleQueue()
@@ -48,8 +51,10 @@ def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float 
             messages.append(errors.get())
         if hung:
             messages.append(f"ranks {hung} still running after {timeout_s} s (killed)")
-        bad = [r for r, p in enumerate(procs) if p.exitcode != 0 and r not in hung]
+        want = {r: -signal.SIGKILL if r in killed else 0 for r in range(world)}
+        bad = [r for r, p in enumerate(procs) if p.exitcode != want[r] and r not in hung]
         if bad and not messages:
-            messages.append(f"ranks {bad} exited with codes {[procs[r].exitcode for r in bad]}")
+            messages.append(f"ranks {bad} exited with codes {[procs[r].exitcode for r in bad]}, expected "
+                            f"{[want[r] for r in bad]}")
         if messages:
             raise AssertionError("\n".join(messages))

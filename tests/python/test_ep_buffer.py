@@ -108,6 +108,9 @@ def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> Non
         torch.testing.assert_close(combined.float(), ref.float(), rtol=2 ** -7, atol=0)
     assert torch.equal(combined_w, torch.where(idx >= 0, w, torch.zeros_like(w)))
 
+    if hidden % 128 == 0:
+        check_fp8(rank, world, buf, case, expected, in_rank, idx, w, per_expert)
+
     # Combine without weights or bias after a cached dispatch of the same routing.
     buf.dispatch(x, handle=handle)
     plain, none_w, _ = buf.combine(recv_x, handle)
@@ -119,6 +122,31 @@ def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> Non
         assert torch.equal(plain, ref_plain)
     else:
         torch.testing.assert_close(plain.float(), ref_plain.to(dtype).float(), rtol=2 ** -7, atol=0)
+
+
+def fp8_inputs(src: int, world: int, case: dict):
+    """Rank src's FP8 x: arbitrary e4m3 bytes (every bit pattern: dispatch only copies) and
+    scales, both regenerable by every rank."""
+    g = torch.Generator().manual_seed(5000 * case["seed"] + src)
+    num_tokens, hidden = tokens_of(src, world), case["hidden"]
+    data = torch.randint(0, 256, (num_tokens, hidden), generator=g).to(torch.uint8)
+    scales = torch.rand(num_tokens, hidden // 128, generator=g)
+    return data, scales
+
+
+def check_fp8(rank: int, world: int, buf, case: dict, expected, in_rank, idx, w, per_expert) -> None:
+    """FP8 x (uint8 e4m3 bits, fp32 scales): every received pair is its source token's, in
+    the same order as the bf16 rows, plain and cached."""
+    data, scales = fp8_inputs(rank, world, case)
+    (recv_q, recv_s), _, _, _, handle, _ = buf.dispatch(
+        (data, scales), is_token_in_rank=in_rank, num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    assert recv_q.dtype == torch.uint8 and recv_s.dtype == torch.float32
+    assert recv_q.shape == (len(expected), case["hidden"]) and recv_s.shape == (len(expected), case["hidden"] // 128)
+    all_fp8 = {s: fp8_inputs(s, world, case) for s in {s for s, _ in expected}}
+    for i, (s, t) in enumerate(expected):
+        assert torch.equal(recv_q[i], all_fp8[s][0][t]) and torch.equal(recv_s[i], all_fp8[s][1][t])
+    (again_q, again_s), *_ = buf.dispatch((data, scales), handle=handle)
+    assert torch.equal(again_q, recv_q) and torch.equal(again_s, recv_s)
 
 
 CASES = [
@@ -134,7 +162,9 @@ def worker(rank: int, world: int, transport: dict) -> None:
     for case in CASES:
         check_case(rank, world, buf, case)
     report = buf.transport_report()
-    assert len(report) == 6  # x: fp32/256, bf16/7168, bf16/256; top-k: K = 4, 8, 2
+    # x: fp32/256, bf16/7168, bf16/256; top-k: K = 4, 8, 2; FP8 bytes as bf16/128 and /3584,
+    # FP8 scales as fp32/2 and /56.
+    assert len(report) == 10
     for c in report:
         if transport:
             assert (c["provider"], c["peer_paths"], c["reorder_shim"]) == ("tcp;ofi_rxm", [], True), c

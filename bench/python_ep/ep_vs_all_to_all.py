@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""moerl.ep.Buffer against torch.distributed.all_to_all_single (gloo) from PyTorch: the same
+exchange, the same tensors, in one run.
+
+Per (ranks, tokens): every rank routes its tokens to top-k of E experts (uniform random, the
+same seeds for every implementation) and times, per iteration, dispatch + combine of
+DeepEP's layout (rows grouped by source rank, one row per (token, destination rank), the
+top-k ids and weights with them; the experts are the identity, so combine returns every
+token times the number of ranks it went to):
+
+- ``moerl_normal``: Buffer.get_dispatch_layout + dispatch + combine (normal mode).
+- ``torch_all_to_all``: what a PyTorch MoE layer does without a specialised library
+  (Megatron's alltoall dispatcher): pack each token once per destination rank, exchange the
+  counts, all_to_all_single of the rows (as bytes: gloo in torch 1.13 rejects bf16) and of
+  the top-k metadata, and back, then sum every token's returned rows in fp32.
+- ``moerl_low_latency`` (tokens <= --ll-max-tokens): low_latency_dispatch + combine, one row
+  per (token, expert) in DeepEP's packed per-expert layout, weighted combine.
+
+Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
+the per-rank times, outside the timed region). p50 and max over iterations. The results of
+the implementations are compared once per case (the run fails if they differ).
+
+Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_ep/ep_vs_all_to_all.py
+           [--ranks 2,4] [--tokens 128,512,2048] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable, Dict, List
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import moerl
+import moerl.ep
+
+
+def routing(rank: int, case: Dict[str, Any]):
+    g = torch.Generator().manual_seed(10_000 * case["seed"] + rank)
+    x = (torch.randn(case["tokens"], case["hidden"], generator=g)).to(case["dtype"])
+    idx = torch.rand(case["tokens"], case["experts"], generator=g).topk(case["topk"], dim=1).indices
+    w = torch.rand(case["tokens"], case["topk"], generator=g)
+    return x, idx, w
+
+
+def moerl_normal(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
+    per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, experts)
+    recv_x, _, recv_w, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                                   num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    return buf.combine(recv_x, handle)[0]
+
+
+def torch_all_to_all(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int, world: int):
+    """DeepEP's layout with torch.distributed alone (the metadata row is the K int64 ids and
+    the K fp32 weights, as bytes)."""
+    local = experts // world
+    dest = idx // local  # -1 // local stays negative
+    in_rank = torch.stack([(dest == r).any(1) for r in range(world)], dim=1)  # [T, N]
+    send_counts = in_rank.sum(0)
+    tokens = torch.cat([in_rank[:, r].nonzero()[:, 0] for r in range(world)])  # rank-major
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)
+    send_split, recv_split = send_counts.tolist(), recv_counts.tolist()
+    row_bytes = x.shape[1] * x.element_size()
+    payload = x[tokens].view(torch.uint8).view(-1, row_bytes)
+    k = idx.shape[1]
+    meta = torch.cat([idx[tokens].view(torch.uint8).view(len(tokens), 8 * k),
+                      w[tokens].view(torch.uint8).view(len(tokens), 4 * k)], dim=1)
+    recv = payload.new_empty(sum(recv_split), row_bytes)
+    recv_meta = meta.new_empty(sum(recv_split), meta.shape[1])
+    dist.all_to_all_single(recv, payload, recv_split, send_split)
+    dist.all_to_all_single(recv_meta, meta, recv_split, send_split)
+    expert_out = recv  # identity experts: the rows go back as they came
+    back = payload.new_empty(len(tokens), row_bytes)
+    dist.all_to_all_single(back, expert_out, send_split, recv_split)
+    y = torch.zeros(x.shape, dtype=torch.float32)
+    y.index_add_(0, tokens, back.view(x.dtype).view(len(tokens), x.shape[1]).float())
+    return y.to(x.dtype)
+
+
+def moerl_low_latency(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
+    recv_x, _, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts, use_fp8=False)
+    return buf.low_latency_combine(recv_x, idx, w, handle)[0]
+
+
+def timed(fn: Callable[[], Any], iterations: int, warmup: int) -> List[float]:
+    out = []
+    for i in range(warmup + iterations):
+        dist.barrier()
+        start = time.perf_counter()
+        fn()
+        mine = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        if i >= warmup:
+            out.append(float(mine) * 1e3)
+    return out
+
+
+def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]], opts: Dict[str, Any],
+              results: Any) -> None:
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=600))
+        max_tokens = max(max(c["tokens"] for c in cases), 1)
+        hidden_bytes = max(c["hidden"] for c in cases) * 4
+        normal = moerl.ep.Buffer(dist.group.WORLD, num_nvl_bytes=3 * world * (hidden_bytes + 64) * max_tokens,
+                                 op_timeout_ms=600_000)
+        ll = moerl.ep.Buffer(dist.group.WORLD, low_latency_mode=True, op_timeout_ms=600_000)
+        rows = []
+        for case in cases:
+            x, idx, w = routing(rank, case)
+            e = case["experts"]
+            impls = {"moerl_normal": lambda: moerl_normal(normal, x, idx, w, e),
+                     "torch_all_to_all": lambda: torch_all_to_all(x, idx, w, e, world)}
+            if case["tokens"] <= opts["ll_max_tokens"]:
+                impls["moerl_low_latency"] = lambda: moerl_low_latency(ll, x, idx, w, e)
+            # Same answers first: unweighted sums agree exactly (fp32 sums of the same rows
+            # in rank order vs index_add order: within one rounding), the weighted one with
+            # the weights applied to the reference.
+            ref = impls["torch_all_to_all"]().float()
+            got = impls["moerl_normal"]().float()
+            torch.testing.assert_close(got, ref, rtol=2 ** -7, atol=1e-5)
+            if "moerl_low_latency" in impls:
+                weighted = impls["moerl_low_latency"]().float()
+                want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
+                torch.testing.assert_close(weighted, want, rtol=2 ** -7, atol=1e-2)
+            for name, fn in impls.items():
+                ms = timed(fn, opts["iterations"], opts["warmup"])
+                rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=statistics.median(ms),
+                                 max_ms=max(ms), all_ms=[round(v, 3) for v in ms]))
+        if rank == 0:
+            results.put(("ok", rows, [c for c in normal.transport_report()]))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:
+        results.put(("error", f"rank {rank}:\n{traceback.format_exc()}", None))
+        os._exit(1)
+
+
+def run_world(world: int, cases: List[Dict[str, Any]], opts: Dict[str, Any]):
+    ctx = mp.get_context("fork")  # the children share the imported torch and moerl
+    with tempfile.TemporaryDirectory() as tmp:
+        results = ctx.SimpleQueue()
+        procs = [ctx.Process(target=rank_main, args=(r, world, os.path.join(tmp, "init"), cases, opts, results))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        status, rows, transports = results.get()
+        if status != "ok" or any(p.exitcode for p in procs):
+            raise SystemExit(f"ranks={world} failed:\n{rows}")
+        return rows, transports
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--tokens", default="128,512,2048", help="tokens per rank, comma-separated")
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--experts", type=int, default=64)
+    ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--ll-max-tokens", type=int, default=128,
+                    help="also time the low-latency calls for token counts up to this")
+    ap.add_argument("--json", help="write the results here (else print them)")
+    args = ap.parse_args()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    cases = [dict(seed=i + 1, tokens=t, hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=dtype)
+             for i, t in enumerate(int(v) for v in args.tokens.split(","))]
+    opts = dict(iterations=args.iterations, warmup=args.warmup, ll_max_tokens=args.ll_max_tokens)
+    load_before = os.getloadavg()
+    rows, transports = [], {}
+    for world in (int(v) for v in args.ranks.split(",")):
+        world_rows, transports[world] = run_world(world, cases, opts)
+        rows += world_rows
+    load_after = os.getloadavg()
+    ratios = []
+    for world in sorted({r["ranks"] for r in rows}):
+        for tokens in sorted({r["tokens"] for r in rows}):
+            by = {r["impl"]: r["p50_ms"] for r in rows if r["ranks"] == world and r["tokens"] == tokens}
+            ratios.append(dict(ranks=world, tokens=tokens,
+                               torch_over_moerl_normal=by["torch_all_to_all"] / by["moerl_normal"],
+                               moerl_low_latency_over_normal=(by["moerl_low_latency"] / by["moerl_normal"]
+                                                              if "moerl_low_latency" in by else None)))
+    out = dict(
+        benchmark="python_ep",
+        definition=("per iteration: barrier, then dispatch + combine (DeepEP layout, identity experts), the "
+                    "slowest rank's wall time; p50/max over iterations after warm-up; ratios from p50s of one run"),
+        shape=dict(hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=args.dtype,
+                   routing="uniform random top-k"),
+        iterations=args.iterations, warmup=args.warmup,
+        host_load_average=dict(before=load_before, after=load_after), cpus=os.cpu_count(),
+        torch=torch.__version__, python=sys.version.split()[0], moerl_transports=transports,
+        results=rows, ratios=ratios, provenance=moerl.provenance())
+    text = json.dumps(out, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text + "\n")
+    for r in ratios:
+        print(f"ranks={r['ranks']} tokens={r['tokens']}: all_to_all_single / moerl normal = "
+              f"{r['torch_over_moerl_normal']:.2f}" +
+              (f", moerl ll / normal = {r['moerl_low_latency_over_normal']:.2f}"
+               if r["moerl_low_latency_over_normal"] is not None else ""))
+    if not args.json:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

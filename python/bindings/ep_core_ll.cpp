@@ -1,0 +1,170 @@
+// DeepEP's low-latency calls on fabric's low-latency ep_group (python/README.md, "Low-latency
+// calls"). The group returns rows expert-major, ordered inside each local expert by (source
+// rank, source token, k); DeepEP's layout is per local expert a block of num_ranks *
+// max_tokens rows whose first recv_count rows are valid, grouped by source rank. So packing is
+// one copy per row into the expert's block, in the group's order, and unpacking for combine
+// is the reverse into the group's combine_buffer() (which same-host sources read in place).
+//
+// As for the normal channels, dispatch and combine need not alternate here (DeepEP lets a
+// caller hold two dispatches): a dispatch on an open channel first drops the open step's
+// combine, and a combine whose routing is not the open one replays it from the topk_idx that
+// DeepEP's combine takes anyway. The group's order is deterministic, so a replay puts every
+// row where the handle says it is.
+#include <algorithm>
+#include <cstring>
+
+#include "common/status_try.h"
+#include "kernels/dtypes.h"
+#include "python/bindings/ep_core.h"
+#include "python/bindings/ep_core_ll_channel.h"
+
+namespace moerl::py {
+
+result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
+  const ll_key key{static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts,
+                   shape.topk};
+  if (auto it = ll_channels_.find(key); it != ll_channels_.end()) return it->second.get();
+  auto c = std::make_unique<ll_channel>();
+  c->shape = shape;
+  c->row_bytes = shape.hidden * static_cast<int64_t>(fabric::ep_dtype_size(shape.dtype));
+  c->name = std::string("ll:") + (shape.dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") + ":" +
+            std::to_string(shape.hidden) + ":m" + std::to_string(shape.max_tokens) + ":e" +
+            std::to_string(shape.num_experts) + ":k" + std::to_string(shape.topk);
+  fabric::ep_config cfg;
+  cfg.mode = fabric::ep_mode::low_latency;
+  cfg.num_experts = shape.num_experts;
+  cfg.topk = shape.topk;
+  cfg.hidden = shape.hidden;
+  cfg.dtype = shape.dtype;
+  cfg.max_tokens_per_rank = std::max<int64_t>(shape.max_tokens, 1);
+  auto g = make_group(cfg);
+  if (!g)
+    return error{g.err().code,
+                 "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
+  c->group = std::move(*g);
+  ll_channel* raw = c.get();
+  ll_channels_.emplace(key, std::move(c));
+  return raw;
+}
+
+status ep_core::ll_close_step(ll_channel& c) {
+  if (!c.open) return {};
+  c.open = false;
+  c.scratch.resize(static_cast<size_t>(std::max<int64_t>(c.num_tokens, 1) * c.row_bytes));
+  return c.group->combine(*c.out, c.group->combine_buffer(), c.scratch.data());
+}
+
+// After ll_close_step. The tokens are whatever the caller put into dispatch_buffer() (a
+// replay leaves an old step's there: only the routing matters then).
+status ep_core::ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
+                             int64_t routing_id) {
+  const size_t entries = static_cast<size_t>(num_tokens * c.shape.topk);
+  c.idx.assign(topk_idx, topk_idx + entries);
+  c.weights.assign(entries, 0.0f);
+  ASSIGN_OR_RETURN(c.out, c.group->dispatch(c.group->dispatch_buffer(), c.idx.data(),
+                                            c.weights.data(), num_tokens));
+  c.open = true;
+  c.routing_id = routing_id;
+  c.num_tokens = num_tokens;
+  return {};
+}
+
+// count rows of x's dtype -> e4m3 q [count, hidden] and the expert's column-major scales
+// [num_blocks][block] (row i of block b at scales[b * block + i]).
+status ep_core::ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
+                            float* scales, int64_t block) {
+  if (count == 0) return {};
+  const int64_t hidden = shape.hidden, nb = kernels::fp8_num_blocks(hidden);
+  const float* src = reinterpret_cast<const float*>(rows);
+  if (shape.dtype == fabric::ep_dtype::bf16) {
+    fp8_rows_.resize(static_cast<size_t>(count * hidden));
+    STATUS_TRY(kernels::bf16_to_float(pool_, reinterpret_cast<const kernels::bf16*>(rows),
+                                      count * hidden, fp8_rows_.data()));
+    src = fp8_rows_.data();
+  }
+  fp8_scales_.resize(static_cast<size_t>(count * nb));
+  STATUS_TRY(kernels::fp8_quantize(pool_, src, count, hidden, q, fp8_scales_.data()));
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t b = 0; b < nb; ++b) scales[b * block + i] = fp8_scales_[i * nb + b];
+  return {};
+}
+
+status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t* topk_idx,
+                            int64_t num_tokens, int64_t routing_id, void* recv_x,
+                            int32_t* recv_count, int32_t* src_info, int64_t* layout_range,
+                            ll_fp8_out fp8) {
+  ASSIGN_OR_RETURN(ll_channel * c, ll_channel_for(shape));
+  STATUS_TRY(ll_close_step(*c));
+  // The tokens go through the group's own buffer: the group reads them until combine_recv
+  // (the caller's x need not live that long), and same-host peers read them there in place.
+  if (num_tokens > 0)
+    std::memcpy(c->group->dispatch_buffer(), x, static_cast<size_t>(num_tokens * c->row_bytes));
+  STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id));
+
+  const fabric::dispatch_output& o = *c->out;
+  const int n = opt_.num_ranks, num_local = c->group->num_local_experts();
+  const int64_t block = n * shape.max_tokens;
+  std::fill(layout_range, layout_range + int64_t{num_local} * n, int64_t{0});
+  for (int j = 0; j < num_local; ++j) {
+    const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
+    if (count > block)  // a token naming one expert twice in its top-k
+      return error{errc::invalid_argument,
+                   "moerl.ep: local expert " + std::to_string(j) + " received " +
+                       std::to_string(count) + " rows; at most num_ranks * " +
+                       "num_max_dispatch_tokens_per_rank = " + std::to_string(block) +
+                       " fit (does a token name one expert twice in topk_idx?)"};
+    recv_count[j] = static_cast<int32_t>(count);
+    const char* rows = static_cast<const char*>(o.recv_x) + first * c->row_bytes;
+    if (fp8.q)
+      STATUS_TRY(ll_quantize(rows, count, shape, fp8.q + j * block * shape.hidden,
+                             fp8.scales + j * kernels::fp8_num_blocks(shape.hidden) * block,
+                             block));
+    else if (count > 0)
+      std::memcpy(static_cast<char*>(recv_x) + j * block * c->row_bytes, rows,
+                  static_cast<size_t>(count * c->row_bytes));
+    for (int64_t i = 0; i < count; ++i) {
+      const int s = o.src_rank[first + i];
+      src_info[j * block + i] = o.src_token[first + i];
+      int64_t& range = layout_range[j * n + s];
+      if (range == 0) range = i << 32;  // rows of one source are contiguous
+      ++range;
+    }
+  }
+  return {};
+}
+
+status ep_core::ll_combine(const ll_shape& shape, const void* x, const int64_t* topk_idx,
+                           const float* topk_weights, int64_t num_tokens, int64_t routing_id,
+                           void* y) {
+  ASSIGN_OR_RETURN(ll_channel * c, ll_channel_for(shape));
+  const size_t entries = static_cast<size_t>(num_tokens * shape.topk);
+  if (c->open && c->routing_id == routing_id) {
+    if (c->num_tokens != num_tokens || !std::equal(c->idx.begin(), c->idx.end(), topk_idx))
+      return error{errc::invalid_argument,
+                   "moerl.ep: topk_idx differs from the one the handle's low_latency_dispatch "
+                   "was given"};
+  } else {
+    STATUS_TRY(ll_close_step(*c));
+    STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id));
+  }
+  const fabric::dispatch_output& o = *c->out;
+  const int64_t block = opt_.num_ranks * shape.max_tokens;
+  char* rows = static_cast<char*>(c->group->combine_buffer());
+  for (int j = 0; j < c->group->num_local_experts(); ++j) {
+    const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
+    if (count > 0)
+      std::memcpy(rows + first * c->row_bytes,
+                  static_cast<const char*>(x) + j * block * c->row_bytes,
+                  static_cast<size_t>(count * c->row_bytes));
+  }
+  std::copy(topk_weights, topk_weights + entries, c->weights.begin());
+  c->open = false;
+  return c->group->combine(o, rows, y);
+}
+
+status ep_core::ll_clean() {
+  for (auto& [key, c] : ll_channels_) STATUS_TRY(ll_close_step(*c));
+  return {};
+}
+
+}  // namespace moerl::py

@@ -1,0 +1,1 @@
+"""Small, readable uses of the ``moerl`` package (not part of its API)."""
