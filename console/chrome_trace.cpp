@@ -1,5 +1,7 @@
 #include "console/chrome_trace.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -102,6 +104,30 @@ json chrome_trace(const json& snapshot) {
       for (int l : tids) events.push_back(complete(phase, role, l, from_us, each_us, a));
     }
     prev_end_us = end_us;
+  }
+  // Weight redistribution, measured per node: version v from its announcement (the end of the
+  // step that made it) until this node held it (its weight feed's `held_unix_ms`, in the
+  // node's stats), on the node's own lane.
+  std::map<uint64_t, int64_t> announced_ms;
+  for (const auto& it : list)
+    if (it.value("end_unix_ms", int64_t{0}) > 0)
+      announced_ms[it.value("iteration", uint64_t{0})] = it.value("end_unix_ms", int64_t{0});
+  for (const auto& n : nodes) {
+    const json held = n.value("stats", json::object())
+                          .value("weights", json::object())
+                          .value("held_unix_ms", json::object());
+    const std::string name = n.value("name", std::string());
+    if (!held.is_object() || origin_ms < 0 || !lane.count(name)) continue;
+    for (const auto& [key, at] : held.items()) {
+      const uint64_t v = std::strtoull(key.c_str(), nullptr, 10);
+      auto from = announced_ms.find(v);
+      if (from == announced_ms.end() || !at.is_number_integer()) continue;
+      const int64_t held_ms = at.get<int64_t>();
+      if (held_ms < from->second) continue;  // held before this trainer's figure (a resume)
+      events.push_back(complete(
+          "weights fetch", "weights", lane[name], double(from->second - origin_ms) * 1000.0,
+          double(held_ms - from->second) * 1000.0, {{"version", v}, {"node", name}}));
+    }
   }
   for (const auto& r : snapshot.value("interruptions", json::array())) {
     if (!r.is_object() || origin_ms < 0) continue;

@@ -7,7 +7,7 @@
 const POLL_MS = 1000;
 const PHASE_COLOURS = {
   generate: "#4e79a7", env: "#b07aa1", reward: "#59a14f", buffer: "#bab0ac", train: "#e15759",
-  "weights publish": "#f28e2b", checkpoint: "#76b7b2",
+  "weights publish": "#f28e2b", checkpoint: "#76b7b2", "weights fetch": "#edc948",
 };
 let token = "";
 let isOperator = false;

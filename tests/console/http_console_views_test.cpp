@@ -116,6 +116,32 @@ TEST(http_console_views, TracePlacesTrainerPhasesBackFromTheStepEnd) {
   EXPECT_EQ(env, 2);
 }
 
+TEST(http_console_views, TraceShowsEachNodesWeightFetchFromTheAnnouncementToWhenItHeldTheVersion) {
+  json snap = fixed_snapshot();
+  // rollout-0 held version 1 0.12 s after its step ended, version 2 0.3 s after; version 7 is
+  // not one of the iterations shown (no span), and a time before the announcement is skipped.
+  snap["nodes"][1]["stats"] = {
+      {"weights",
+       {{"held_unix_ms", {{"1", 1001000 + 120}, {"2", 1002000 + 300}, {"7", 1003000}}}}}};
+  snap["nodes"][2]["stats"] = {{"weights", {{"held_unix_ms", {{"1", 1000500}}}}}};
+  const json tr = chrome_trace(snap);
+  std::vector<json> fetch;
+  int rollout0_lane = -1;
+  for (const auto& e : tr["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name" &&
+        e["args"]["name"].get<std::string>().rfind("rollout-0 ", 0) == 0)
+      rollout0_lane = e["tid"].get<int>();
+    if (e["ph"] == "X" && e["name"] == "weights fetch") fetch.push_back(e);
+  }
+  ASSERT_EQ(fetch.size(), 2u);
+  for (const auto& e : fetch) EXPECT_EQ(e["tid"].get<int>(), rollout0_lane);
+  // Origin: the first step's start, 0.75 s before its end at 1001000 ms.
+  EXPECT_NEAR(fetch[0]["ts"].get<double>(), 0.75e6, 1);
+  EXPECT_NEAR(fetch[0]["dur"].get<double>(), 0.12e6, 1);
+  EXPECT_NEAR(fetch[1]["ts"].get<double>(), 1.75e6, 1);
+  EXPECT_NEAR(fetch[1]["dur"].get<double>(), 0.3e6, 1);
+}
+
 TEST(http_console_views, AutoscaleFollowsTheFormulaAndItsBounds) {
   auto snap = fixed_snapshot();
   replacement_tracker t;
