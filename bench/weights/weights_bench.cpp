@@ -117,7 +117,8 @@ class reader_fleet {
 
   // Starts n readers of `source` at `at` and waits until each said ready.
   void start(int n, const std::string& source, const std::string& at,
-             const std::vector<std::string>& overrides) {
+             const std::vector<std::string>& overrides,
+             const std::vector<std::string>& reader_args) {
     for (int i = 0; i < n; ++i) {
       process_spec spec;
       spec.argv = {exe_,
@@ -135,6 +136,7 @@ class reader_fleet {
         spec.argv.push_back("--set");
         spec.argv.push_back(o);
       }
+      spec.argv.insert(spec.argv.end(), reader_args.begin(), reader_args.end());
       const std::string log = log_dir_ + "/reader-" + std::to_string(num_started_++) + ".log";
       logs_.push_back(log);
       pids_.push_back(need(spawn_process(spec, {}, log, process_group::inherit),
@@ -143,13 +145,19 @@ class reader_fleet {
     while (identities_.size() < pids_.size()) {
       auto m = receive(kReadyTimeoutMs, "ready");
       identities_.push_back(m.first);
+      const json r = json::parse(m.second, nullptr, false);
+      // A fan-out reader says where it serves its peers: every reader gets the same list.
+      if (r.is_object() && r.contains("endpoint"))
+        endpoints_.push_back(r["endpoint"].get<std::string>());
     }
   }
 
-  // One delivery: seconds from "go" until the last reader held a verified copy.
-  double deliver() {
+  // One delivery of `version`: seconds from "go" until the last reader held a verified copy.
+  // Adds the bytes the readers read from one another to *peer_bytes.
+  double deliver(uint64_t version, uint64_t* peer_bytes) {
+    const std::string go = json{{"version", version}, {"readers", endpoints_}}.dump();
     const int64_t go_ns = steady_ns();
-    for (const auto& id : identities_) send(id, "go");
+    for (const auto& id : identities_) send(id, "go", go);
     int64_t last_ns = go_ns;
     for (size_t k = 0; k < identities_.size(); ++k) {
       auto m = receive(kDeliverTimeoutMs, "done");
@@ -158,6 +166,7 @@ class reader_fleet {
         throw std::runtime_error("a reader failed: " +
                                  (a.is_object() ? a.value("error", m.second) : m.second));
       last_ns = std::max(last_ns, a.value("done_ns", int64_t{0}));
+      *peer_bytes += a.value("peer_bytes", uint64_t{0});
     }
     return double(last_ns - go_ns) * 1e-9;
   }
@@ -174,12 +183,14 @@ class reader_fleet {
     pids_.clear();
     logs_.clear();
     identities_.clear();
+    endpoints_.clear();
   }
 
  private:
-  void send(const std::string& id, const std::string& word) {
+  void send(const std::string& id, const std::string& word, const std::string& body = "") {
     zmq_send(sock_, id.data(), id.size(), ZMQ_SNDMORE);
-    zmq_send(sock_, word.data(), word.size(), 0);
+    zmq_send(sock_, word.data(), word.size(), body.empty() ? 0 : ZMQ_SNDMORE);
+    if (!body.empty()) zmq_send(sock_, body.data(), body.size(), 0);
   }
   // The next [identity][word][body] message; `word` is what is expected.
   std::pair<std::string, std::string> receive(int timeout_ms, const std::string& word) {
@@ -206,14 +217,15 @@ class reader_fleet {
   std::string exe_, log_dir_, endpoint_;
   void* sock_ = nullptr;
   std::vector<pid_t> pids_;
-  std::vector<std::string> logs_, identities_;
+  std::vector<std::string> logs_, identities_, endpoints_;
   int num_started_ = 0;
 };
 
 // Where one path's readers read, set up for one size.
 struct source {
-  std::string path, transport, kind, at;  // kind: "cache", "cache_shm" or "store"
+  std::string path, transport, kind, at;  // kind: "cache", "cache_shm", "fanout" or "store"
   std::vector<std::string> overrides;
+  std::vector<std::string> reader_args;  // more arguments for its reader processes
 };
 
 }  // namespace
@@ -223,10 +235,11 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   const std::string exe = opt.moerl_binary.empty() ? self_executable() : opt.moerl_binary;
   const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
   for (const auto& p : opt.paths)
-    if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "store_local" &&
-        p != "store_s3")
-      throw std::runtime_error("unknown path '" + p +
-                               "' (cache_tcp, cache_ipc, cache_shm, store_local, store_s3)");
+    if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "fanout_tcp" &&
+        p != "store_local" && p != "store_s3")
+      throw std::runtime_error(
+          "unknown path '" + p +
+          "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, store_local, store_s3)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -287,10 +300,14 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         {{"version_bytes", size}, {"seconds", summary(memcpy_s)}, {"gbps", memcpy_gbps}});
 
     // Publish once per place, timed once (what the trainer does for each version).
-    auto cache = std::make_shared<weights::version_cache>(2, static_cast<uint64_t>(size) * 2);
+    // Fan-out readers keep what they read (they serve it), so each of its deliveries reads a
+    // version of its own: versions kVersion + 1.. hold the same bytes (shared, not copied).
+    const int num_deliveries = opt.warmup + opt.reps;
+    auto cache = std::make_shared<weights::version_cache>(
+        2 + num_deliveries, static_cast<uint64_t>(size) * (2 + num_deliveries));
     std::vector<std::unique_ptr<cache_thread>> caches;
     std::vector<source> sources;
-    if (wants("cache_tcp") || wants("cache_ipc") || wants("cache_shm")) {
+    if (wants("cache_tcp") || wants("cache_ipc") || wants("cache_shm") || wants("fanout_tcp")) {
       auto tcp = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes);
       const std::string hash = store::sha256_hex(bytes);
       auto pusher = need(weights::cache_client::connect(ctx, tcp->endpoint(), 60000), "connect");
@@ -300,12 +317,27 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                          {"transport", "tcp"},
                          {"version_bytes", size},
                          {"publish_s", seconds_since(t0)}});
-      if (wants("cache_tcp")) sources.push_back({"cache", "tcp", "cache", tcp->endpoint(), {}});
+      if (wants("cache_tcp")) sources.push_back({"cache", "tcp", "cache", tcp->endpoint(), {}, {}});
+      if (wants("fanout_tcp")) {
+        auto held = need(cache->find(kVersion), "the pushed version");
+        for (int d = 0; d < num_deliveries; ++d) {
+          weights::cached_version copy = *held;
+          copy.version = kVersion + 1 + d;
+          need(cache->insert(std::move(copy)), "a fan-out delivery's version");
+        }
+        // The readers read from one another (weights/FANOUT.md); the root reads the cache.
+        sources.push_back({"fanout",
+                           "tcp",
+                           "fanout",
+                           tcp->endpoint(),
+                           {},
+                           {"--degree", std::to_string(opt.fanout_degree)}});
+      }
       if (wants("cache_ipc")) {
         // The same cache memory behind a unix-domain socket: a second server on one cache.
         auto ipc = std::make_unique<cache_thread>(ctx, "ipc://" + (scratch / "cache.ipc").string(),
                                                   cache, chunk_bytes);
-        sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}});
+        sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}, {}});
         caches.push_back(std::move(ipc));
       }
       if (wants("cache_shm")) {
@@ -313,7 +345,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         // copy (weights/shm_copy.h) and read it in one pass, as rollouts on its host do.
         auto shm = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes,
                                                   /*same_host_shm=*/true);
-        sources.push_back({"cache", "shm", "cache_shm", shm->endpoint(), {}});
+        sources.push_back({"cache", "shm", "cache_shm", shm->endpoint(), {}, {}});
         caches.push_back(std::move(shm));
       }
       caches.push_back(std::move(tcp));
@@ -335,7 +367,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                          {"transport", transport},
                          {"version_bytes", size},
                          {"publish_s", seconds_since(t0)}});
-      sources.push_back({path, transport, "store", url, overrides});
+      sources.push_back({path, transport, "store", url, overrides, {}});
     };
     if (wants("store_local"))
       publish_to((scratch / "store").string(), {"store.local_fsync=false"}, "store_local", "file");
@@ -353,10 +385,12 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
           continue;
         }
         reader_fleet fleet(ctx, exe, scratch.string());
-        fleet.start(n, src.kind, src.at, src.overrides);
+        fleet.start(n, src.kind, src.at, src.overrides, src.reader_args);
         std::vector<double> deliver_s;
-        for (int r = 0; r < opt.warmup + opt.reps; ++r) {
-          const double s = fleet.deliver();
+        uint64_t peer_bytes = 0;
+        for (int r = 0; r < num_deliveries; ++r) {
+          const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
+          const double s = fleet.deliver(version, &peer_bytes);
           if (r >= opt.warmup) deliver_s.push_back(s);
         }
         fleet.stop();
@@ -369,7 +403,8 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                          {"deliver_s", summary(deliver_s)},
                          {"aggregate_gbps", gbps},
                          {"memcpy_gbps", memcpy_gbps},
-                         {"ratio_to_memcpy", gbps / memcpy_gbps}});
+                         {"ratio_to_memcpy", gbps / memcpy_gbps},
+                         {"peer_bytes", peer_bytes}});
       }
     }
   }
@@ -387,6 +422,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
             {"reps", opt.reps},
             {"warmup", opt.warmup},
             {"chunk_bytes", chunk_bytes},
+            {"fanout_degree", opt.fanout_degree},
             {"s3_max_inflight_bytes", opt.s3_max_inflight_bytes}}},
           {"load_average", {{"start", load_start}, {"end", host_load_average()}}},
           {"provenance", collect_provenance()}};

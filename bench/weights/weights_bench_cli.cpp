@@ -52,8 +52,11 @@ void add_weights_bench_command(CLI::App& bench) {
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
   cmd->add_option("--paths", opt->paths,
-                  "of cache_tcp, cache_ipc, cache_shm, store_local, store_s3")
+                  "of cache_tcp, cache_ipc, cache_shm, fanout_tcp, store_local, store_s3")
       ->delimiter(',');
+  cmd->add_option("--fanout-degree", opt->fanout_degree,
+                  "fanout_tcp: children per reader in the tree (1: a chain)")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--reps", opt->reps, "timed deliveries per combination")
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", opt->warmup, "untimed deliveries first")->check(CLI::Range(0, 100));
@@ -86,9 +89,10 @@ void add_weights_bench_command(CLI::App& bench) {
   reader->group("");
   auto args = std::make_shared<weights_reader_args>();
   reader->add_option("--control", args->control, "the benchmark's control endpoint")->required();
-  reader->add_option("--source", args->source, "cache, cache_shm or store")->required();
+  reader->add_option("--source", args->source, "cache, cache_shm, fanout or store")->required();
   reader->add_option("--at", args->at, "cache endpoint or store URL")->required();
   reader->add_option("--version", args->version, "policy version to read");
+  reader->add_option("--degree", args->degree, "fanout: children per reader");
   reader->add_option("--set", args->overrides, "config override key=value (repeatable)");
   reader->callback([=] {
     run_bench_command("weights-reader", [&] { need(run_weights_reader(*args), "reading"); });
