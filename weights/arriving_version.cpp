@@ -33,10 +33,9 @@ uint64_t arriving_version::chunk_size(uint64_t k) const {
 
 status arriving_version::put_chunk(uint64_t k, std::string_view bytes, std::string chunk_hash) {
   if (k >= num_chunks() || bytes.size() != chunk_size(k))
-    return error(errc::invalid_argument, "chunk " + std::to_string(k) + " of " +
-                                             std::to_string(bytes.size()) +
-                                             " bytes does not fit version " +
-                                             std::to_string(version_));
+    return error(errc::invalid_argument,
+                 "chunk " + std::to_string(k) + " of " + std::to_string(bytes.size()) +
+                     " bytes does not fit version " + std::to_string(version_));
   {
     std::lock_guard<std::mutex> g(mu_);
     if (!hashes_[k].empty()) return ok_status();  // held already: servers may be sending it
@@ -110,10 +109,10 @@ std::optional<result<json>> arriving_versions::answer(
   auto chunk = wire::uint_field(request, "chunk");
   if (!chunk) return result<json>(chunk.err());
   if (*chunk >= a->num_chunks())
-    return result<json>(error(errc::invalid_argument,
-                              "chunk " + std::to_string(*chunk) + " is outside version " +
-                                  std::to_string(version) + "'s " +
-                                  std::to_string(a->num_chunks()) + " chunks"));
+    return result<json>(
+        error(errc::invalid_argument, "chunk " + std::to_string(*chunk) + " is outside version " +
+                                          std::to_string(version) + "'s " +
+                                          std::to_string(a->num_chunks()) + " chunks"));
   auto hash = a->chunk_hash(*chunk);
   if (!hash)
     return result<json>(error(errc::not_found, "chunk " + std::to_string(*chunk) + " of version " +

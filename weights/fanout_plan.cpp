@@ -9,8 +9,7 @@ int fanout_parent(int index, int degree) {
   return (index - 1) / std::max(degree, 1);
 }
 
-std::vector<fanout_source> fanout_sources(std::vector<std::string> readers,
-                                          const std::string& self,
+std::vector<fanout_source> fanout_sources(std::vector<std::string> readers, const std::string& self,
                                           const std::vector<std::string>& caches, int degree) {
   // Sorted and deduplicated: every reader must see the same list to agree on the tree.
   std::sort(readers.begin(), readers.end());

@@ -26,8 +26,7 @@ int fanout_parent(int index, int degree);
 // (the endpoints of the readers present, in any order; self among them), then `caches`
 // (rotated by self's index, so readers that fall back spread over them). When self is not
 // among the readers, the caches alone.
-std::vector<fanout_source> fanout_sources(std::vector<std::string> readers,
-                                          const std::string& self,
+std::vector<fanout_source> fanout_sources(std::vector<std::string> readers, const std::string& self,
                                           const std::vector<std::string>& caches, int degree);
 
 }  // namespace moerl::weights

@@ -18,8 +18,7 @@ constexpr uint64_t kUnusedPutChunkBytes = 1 << 20;
 
 result<std::unique_ptr<peer_server>> peer_server::start(std::shared_ptr<zmq::zmq_context> ctx,
                                                         const std::string& endpoint,
-                                                        uint64_t max_versions,
-                                                        uint64_t max_bytes) {
+                                                        uint64_t max_versions, uint64_t max_bytes) {
   std::unique_ptr<peer_server> p(new peer_server);
   p->held_ = std::make_shared<version_cache>(max_versions, max_bytes);
   p->arriving_ = std::make_shared<arriving_versions>();

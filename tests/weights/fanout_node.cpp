@@ -57,8 +57,8 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-int run_cache(const fs::path& dir, const std::string& name, const std::string& bind,
-              uint64_t bytes, uint64_t seed, uint64_t chunk_bytes) {
+int run_cache(const fs::path& dir, const std::string& name, const std::string& bind, uint64_t bytes,
+              uint64_t seed, uint64_t chunk_bytes) {
   auto ctx = zmq::zmq_context::create();
   if (!ctx) return 2;
   std::mt19937_64 rng(seed);

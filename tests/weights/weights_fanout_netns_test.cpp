@@ -48,7 +48,9 @@ constexpr int kPort = 5555;  // every host has its own address: one port for all
 constexpr auto kWait = std::chrono::seconds(90);
 
 std::string host_address(int host) { return "10.77.0." + std::to_string(host + 2); }
-std::string endpoint_of(int host) { return "tcp://" + host_address(host) + ":" + std::to_string(kPort); }
+std::string endpoint_of(int host) {
+  return "tcp://" + host_address(host) + ":" + std::to_string(kPort);
+}
 
 std::string expected_hash() {
   std::mt19937_64 rng(kSeed);
@@ -120,8 +122,8 @@ void fan_out(int num_readers) {
   if (!why.empty()) GTEST_SKIP() << "network namespaces unavailable: " << why;
   hosts net(num_readers + 1);
   ASSERT_TRUE(net.ok()) << net.failure();
-  const fs::path dir = fs::temp_directory_path() /
-                       ("moerl-fanout-" + std::to_string(::getpid()) + "-" + std::to_string(num_readers));
+  const fs::path dir = fs::temp_directory_path() / ("moerl-fanout-" + std::to_string(::getpid()) +
+                                                    "-" + std::to_string(num_readers));
   fs::remove_all(dir);
   fs::create_directories(dir);
 
@@ -153,11 +155,12 @@ void fan_out(int num_readers) {
         "cache");
   for (int r = 0; r < num_readers; ++r) {
     const bool is_victim = readers[r] == victim;
-    start(r + 1,
-          {"reader", dir.string(), "reader-" + std::to_string(r), "tcp://" + host_address(r + 1) + ":" + std::to_string(kPort),
-           endpoint_of(0), readers_arg, std::to_string(kDegree),
-           std::to_string(is_victim ? kBytes / kChunk / 2 : 0)},
-          "reader-" + std::to_string(r));
+    start(
+        r + 1,
+        {"reader", dir.string(), "reader-" + std::to_string(r),
+         "tcp://" + host_address(r + 1) + ":" + std::to_string(kPort), endpoint_of(0), readers_arg,
+         std::to_string(kDegree), std::to_string(is_victim ? kBytes / kChunk / 2 : 0)},
+        "reader-" + std::to_string(r));
   }
   const auto stop_all = [&] {
     std::ofstream(dir / "stop") << "";
@@ -202,8 +205,8 @@ void fan_out(int num_readers) {
     EXPECT_EQ(j.value("content_hash", ""), want) << "reader " << r;
     const json& from = j["reader"]["bytes_from"];
     std::cout << readers[r] << (readers[r] == sorted[0] ? " (root)" : "") << ": read "
-              << from.dump() << ", failovers " << j["reader"].value("failovers", 0)
-              << ", served " << j["served"].value("bytes_served", uint64_t{0}) << "\n";
+              << from.dump() << ", failovers " << j["reader"].value("failovers", 0) << ", served "
+              << j["served"].value("bytes_served", uint64_t{0}) << "\n";
     EXPECT_EQ(from.value("cache", uint64_t{0}) + from.value("peer", uint64_t{0}), kBytes)
         << "reader " << r << " read more or less than the version: " << j.dump();
     peer_read += from.value("peer", uint64_t{0});
