@@ -23,6 +23,8 @@
 #include "moto_server.h"
 #include "policy/params.h"
 #include "provenance/provenance.h"
+#include "sims/netns_link.h"
+#include "sims/netns_switch.h"
 #include "store/digest.h"
 #include "store/object_store.h"
 #include "weights/cache_client.h"
@@ -43,6 +45,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kVersion = 1;
+constexpr int kNetnsPort = 5555;           // every namespace has its own address: one port for all
 constexpr int kReadyTimeoutMs = 120000;    // readers started on a loaded host
 constexpr int kDeliverTimeoutMs = 600000;  // one delivery, the slowest path and size
 
@@ -97,12 +100,15 @@ class cache_thread {
 // The bench's side of the readers: a ROUTER every reader connects to.
 class reader_fleet {
  public:
-  reader_fleet(std::shared_ptr<zmq::zmq_context> ctx, std::string exe, std::string log_dir)
+  // control: where readers reach the bench (a filesystem socket for readers in other
+  // network namespaces).
+  reader_fleet(std::shared_ptr<zmq::zmq_context> ctx, std::string exe, std::string log_dir,
+               const std::string& control = "tcp://127.0.0.1:*")
       : ctx_(std::move(ctx)), exe_(std::move(exe)), log_dir_(std::move(log_dir)) {
     sock_ = zmq_socket(ctx_->handle(), ZMQ_ROUTER);
     int linger = 0;
     zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_bind(sock_, "tcp://127.0.0.1:*") != 0)
+    if (zmq_bind(sock_, control.c_str()) != 0)
       throw std::runtime_error(std::string("binding the control socket: ") +
                                zmq_strerror(zmq_errno()));
     char buf[256];
@@ -115,10 +121,11 @@ class reader_fleet {
     zmq_close(sock_);
   }
 
-  // Starts n readers of `source` at `at` and waits until each said ready.
+  // Starts n readers of `source` at `at` and waits until each said ready. netns: reader i
+  // runs on host i + 1 of it (host 0 holds the cache), its peer server on that host's address.
   void start(int n, const std::string& source, const std::string& at,
-             const std::vector<std::string>& overrides,
-             const std::vector<std::string>& reader_args) {
+             const std::vector<std::string>& overrides, const std::vector<std::string>& reader_args,
+             const sims::netns_switch* netns = nullptr) {
     for (int i = 0; i < n; ++i) {
       process_spec spec;
       spec.argv = {exe_,
@@ -137,9 +144,16 @@ class reader_fleet {
         spec.argv.push_back(o);
       }
       spec.argv.insert(spec.argv.end(), reader_args.begin(), reader_args.end());
+      std::vector<std::string> prefix;
+      if (netns) {
+        prefix = netns->exec_prefix(i + 1);
+        spec.argv.push_back("--bind");
+        spec.argv.push_back("tcp://" + sims::netns_switch::address(i + 1) + ":" +
+                            std::to_string(kNetnsPort));
+      }
       const std::string log = log_dir_ + "/reader-" + std::to_string(num_started_++) + ".log";
       logs_.push_back(log);
-      pids_.push_back(need(spawn_process(spec, {}, log, process_group::inherit),
+      pids_.push_back(need(spawn_process(spec, prefix, log, process_group::inherit),
                            "starting reader process " + std::to_string(i)));
     }
     while (identities_.size() < pids_.size()) {
@@ -221,6 +235,54 @@ class reader_fleet {
   int num_started_ = 0;
 };
 
+// The cache of a netns combination: `moerl bench weights-cache` on host 0 of `net`
+// (bench/weights/weights_bench_cache.h), bound on `at`; ended (SIGTERM) when destroyed.
+class netns_cache {
+ public:
+  netns_cache(const std::string& exe, const sims::netns_switch& net, const std::string& at,
+              int64_t size, int num_versions, uint64_t chunk_bytes, const fs::path& scratch) {
+    const fs::path ready = scratch / "netns-cache.ready";
+    fs::remove(ready);
+    process_spec spec;
+    spec.argv = {exe,
+                 "bench",
+                 "weights-cache",
+                 "--bind",
+                 at,
+                 "--bytes",
+                 std::to_string(size),
+                 "--versions",
+                 std::to_string(num_versions),
+                 "--chunk-bytes",
+                 std::to_string(chunk_bytes),
+                 "--ready",
+                 ready.string()};
+    const std::string log = (scratch / "netns-cache.log").string();
+    pid_ = need(spawn_process(spec, net.exec_prefix(0), log, process_group::inherit),
+                "starting the netns cache");
+    const auto deadline = bench_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+    while (!fs::exists(ready)) {
+      auto ex = poll_exit(pid_);
+      if (ex && *ex)
+        throw std::runtime_error("the netns cache ended (" + describe_wait_status(**ex) +
+                                 "); its log: " + log);
+      if (bench_clock::now() > deadline)
+        throw std::runtime_error("the netns cache did not start; its log: " + log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~netns_cache() {
+    (void)send_signal(pid_, SIGTERM);
+    if (!wait_exit(pid_, 10000)) {
+      (void)send_signal(pid_, SIGKILL);
+      (void)wait_exit(pid_, 5000);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
 // Where one path's readers read, set up for one size.
 struct source {
   std::string path, transport, kind, at;  // kind: "cache", "cache_shm", "fanout" or "store"
@@ -236,10 +298,10 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
   for (const auto& p : opt.paths)
     if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "fanout_tcp" &&
-        p != "store_local" && p != "store_s3")
-      throw std::runtime_error(
-          "unknown path '" + p +
-          "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, store_local, store_s3)");
+        p != "cache_netns" && p != "fanout_netns" && p != "store_local" && p != "store_s3")
+      throw std::runtime_error("unknown path '" + p +
+                               "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, "
+                               "fanout_netns, store_local, store_s3)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -275,6 +337,15 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
       s3_url = "s3://" + m.bucket + "/bench";
       s3_overrides = {"store.s3_endpoint=" + m.endpoint, "store.s3_region=" + m.region};
     }
+  }
+
+  // The netns paths: each reader on a "host" of its own (sims/netns_switch.h), root only.
+  std::string netns_unavailable;
+  if (wants("cache_netns") || wants("fanout_netns")) {
+    netns_unavailable = sims::netns_link::unavailable_reason();
+    if (!netns_unavailable.empty())
+      for (const char* p : {"cache_netns", "fanout_netns"})
+        if (wants(p)) skipped.push_back({{"path", p}, {"why", netns_unavailable}});
   }
 
   json paths = json::array(), publish = json::array(), memcpy_runs = json::array();
@@ -373,6 +444,29 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
       publish_to((scratch / "store").string(), {"store.local_fsync=false"}, "store_local", "file");
     if (moto) publish_to(s3_url, s3_overrides, "store_s3", "http");
 
+    // Times num_deliveries deliveries to the fleet's readers; one row of the report.
+    const auto record = [&](reader_fleet& fleet, const source& src, int n) {
+      std::vector<double> deliver_s;
+      uint64_t peer_bytes = 0;
+      for (int r = 0; r < num_deliveries; ++r) {
+        // Fan-out readers keep what they read: each delivery is a version of its own.
+        const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
+        const double s = fleet.deliver(version, &peer_bytes);
+        if (r >= opt.warmup) deliver_s.push_back(s);
+      }
+      fleet.stop();
+      const double p50 = percentile_of(deliver_s, 50);
+      const double gbps = double(n) * double(size) / p50 / 1e9;
+      paths.push_back({{"path", src.path},
+                       {"transport", src.transport},
+                       {"readers", n},
+                       {"version_bytes", size},
+                       {"deliver_s", summary(deliver_s)},
+                       {"aggregate_gbps", gbps},
+                       {"memcpy_gbps", memcpy_gbps},
+                       {"ratio_to_memcpy", gbps / memcpy_gbps},
+                       {"peer_bytes", peer_bytes}});
+    };
     for (const auto& src : sources) {
       for (int n : opt.readers) {
         if (src.path == "store_s3" && int64_t(n) * size > opt.s3_max_inflight_bytes) {
@@ -386,29 +480,28 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         }
         reader_fleet fleet(ctx, exe, scratch.string());
         fleet.start(n, src.kind, src.at, src.overrides, src.reader_args);
-        std::vector<double> deliver_s;
-        uint64_t peer_bytes = 0;
-        for (int r = 0; r < num_deliveries; ++r) {
-          const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
-          const double s = fleet.deliver(version, &peer_bytes);
-          if (r >= opt.warmup) deliver_s.push_back(s);
-        }
-        fleet.stop();
-        const double p50 = percentile_of(deliver_s, 50);
-        const double gbps = double(n) * double(size) / p50 / 1e9;
-        paths.push_back({{"path", src.path},
-                         {"transport", src.transport},
-                         {"readers", n},
-                         {"version_bytes", size},
-                         {"deliver_s", summary(deliver_s)},
-                         {"aggregate_gbps", gbps},
-                         {"memcpy_gbps", memcpy_gbps},
-                         {"ratio_to_memcpy", gbps / memcpy_gbps},
-                         {"peer_bytes", peer_bytes}});
+        record(fleet, src, n);
+      }
+    }
+    for (const char* p : {"cache_netns", "fanout_netns"}) {
+      if (!wants(p) || !netns_unavailable.empty()) continue;
+      const bool fan = std::string(p) == "fanout_netns";
+      for (int n : opt.readers) {
+        // A fresh switch per combination: its cache and n readers, each on a host.
+        auto net = need(sims::netns_switch::create(n + 1, opt.netns_link_mbit),
+                        "making " + std::to_string(n + 1) + " network namespaces");
+        const std::string at =
+            "tcp://" + sims::netns_switch::address(0) + ":" + std::to_string(kNetnsPort);
+        netns_cache cache_process(exe, *net, at, size, 1 + num_deliveries, chunk_bytes, scratch);
+        source src{fan ? "fanout" : "cache", "netns", fan ? "fanout" : "cache", at, {}, {}};
+        if (fan) src.reader_args = {"--degree", std::to_string(opt.fanout_degree)};
+        reader_fleet fleet(ctx, exe, scratch.string(),
+                           "ipc://" + (scratch / ("control-" + std::string(p) + ".ipc")).string());
+        fleet.start(n, src.kind, src.at, src.overrides, src.reader_args, net.get());
+        record(fleet, src, n);
       }
     }
   }
-
   return {{"benchmark", "weights"},
           {"memcpy_gbps", memcpy_gbps_all.empty() ? 0.0 : percentile_of(memcpy_gbps_all, 50)},
           {"memcpy", memcpy_runs},
@@ -423,6 +516,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
             {"warmup", opt.warmup},
             {"chunk_bytes", chunk_bytes},
             {"fanout_degree", opt.fanout_degree},
+            {"netns_link_mbit", opt.netns_link_mbit},
             {"s3_max_inflight_bytes", opt.s3_max_inflight_bytes}}},
           {"load_average", {{"start", load_start}, {"end", host_load_average()}}},
           {"provenance", collect_provenance()}};

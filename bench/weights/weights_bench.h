@@ -3,7 +3,9 @@
 // same bytes. Paths: `cache` (a checkpoint cache, weights/cache_server.h, read with the
 // rollout's version_reader: per-chunk and whole-version sha256) over ZeroMQ tcp and ipc on
 // this host, `fanout_tcp` (the readers read from one another through the fan-out tree,
-// weights/FANOUT.md, its root from the cache; ZeroMQ tcp on loopback), `store_local` (a local store
+// weights/FANOUT.md, its root from the cache; ZeroMQ tcp on loopback), `cache_netns` and
+// `fanout_netns` (the cache and each reader on a "host" of its own: a network namespace whose
+// egress is shaped to --netns-link-mbit, sims/netns_switch.h), `store_local` (a local store
 // directory, read and hash-checked as a rollout node reads the store) and `store_s3` (a moto S3
 // server the bench starts, when /usr/bin/python3 has moto). Readers are separate processes (`moerl
 // bench weights-reader`), started and connected before timing; a repetition is timed from the
@@ -30,12 +32,15 @@ namespace moerl::bench {
 struct weights_bench_options {
   std::vector<int64_t> sizes = {64ll << 20, 512ll << 20};  // version bytes
   std::vector<int> readers = {1, 4, 8};                    // reader processes
-  // Of cache_tcp, cache_ipc, cache_shm, fanout_tcp, store_local, store_s3.
+  // Of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, store_local,
+  // store_s3 (the netns paths only as root; listed as skipped otherwise).
   std::vector<std::string> paths = {"cache_tcp",  "cache_ipc",   "cache_shm",
                                     "fanout_tcp", "store_local", "store_s3"};
-  int fanout_degree = 2;  // fanout_tcp: children per reader in the tree (1: a chain)
-  int reps = 5;           // timed deliveries per path, size and reader count
-  int warmup = 1;         // untimed deliveries first (connections made, pages faulted)
+  int fanout_degree = 2;  // fanout_*: children per reader in the tree (1: a chain)
+  // cache_netns / fanout_netns: each host's egress rate (tc tbf), its NIC; 0: unshaped.
+  int netns_link_mbit = 1000;
+  int reps = 5;    // timed deliveries per path, size and reader count
+  int warmup = 1;  // untimed deliveries first (connections made, pages faulted)
   // moto holds every GET's whole body in memory: combinations whose readers x size exceed
   // this are skipped on store_s3 (and listed as skipped) rather than swap the host.
   int64_t s3_max_inflight_bytes = 2ll << 30;

@@ -69,11 +69,14 @@ status run_weights_reader(const weights_reader_args& args) {
     // One version held at a time (the bench names a new one per delivery), so a reader's
     // memory stays at about two versions while the next arrives.
     ASSIGN_OR_RETURN(auto started,
-                     weights::peer_server::start(ctx, "tcp://127.0.0.1:*", 1, uint64_t{1} << 40));
+                     weights::peer_server::start(ctx, args.bind, 1, uint64_t{1} << 40));
     peer = std::move(started);
     fanout = std::make_unique<weights::fanout_reader>(ctx, peer, kCacheTimeoutMs, kCacheTimeoutMs);
     fetch = [&](const json& go) -> result<size_t> {
       const auto version = go.value("version", args.version);
+      // Every reader finished the previous delivery before this "go": nobody reads older
+      // versions from us, and keeping one would double our memory while this one arrives.
+      peer->held().erase_older_than(version);
       const auto readers = go.value("readers", std::vector<std::string>{});
       auto sources = weights::fanout_sources(readers, peer->endpoint(), {args.at}, args.degree);
       ASSIGN_OR_RETURN(auto got, fanout->fetch(version, sources, nullptr));

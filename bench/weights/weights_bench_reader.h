@@ -20,10 +20,11 @@ struct weights_reader_args {
   // "cache", "cache_shm" (its same-host path), "fanout" (from the readers' tree, its root
   // from the cache: weights/FANOUT.md) or "store"
   std::string source;
-  std::string at;                      // the cache's endpoint, or the store's URL
-  uint64_t version = 1;                // fanout: each "go" names the version instead
-  int degree = 2;                      // fanout: children per reader
-  std::vector<std::string> overrides;  // config key=value (store.s3_endpoint, ...)
+  std::string at;                          // the cache's endpoint, or the store's URL
+  uint64_t version = 1;                    // fanout: each "go" names the version instead
+  int degree = 2;                          // fanout: children per reader
+  std::string bind = "tcp://127.0.0.1:*";  // fanout: where this reader serves its peers
+  std::vector<std::string> overrides;      // config key=value (store.s3_endpoint, ...)
 };
 
 // The store prefix the bench writes its version under (job::weights_key(prefix, v)).

@@ -26,7 +26,7 @@
 
 #include "common/child_process.h"
 #include "sims/netns_link.h"
-#include "sims/process_control.h"
+#include "sims/netns_switch.h"
 #include "store/digest.h"
 #include "weights/fanout_plan.h"
 
@@ -47,7 +47,8 @@ constexpr int kDegree = 2;
 constexpr int kPort = 5555;  // every host has its own address: one port for all
 constexpr auto kWait = std::chrono::seconds(90);
 
-std::string host_address(int host) { return "10.77.0." + std::to_string(host + 2); }
+// Host 0 holds the cache, hosts 1..n the readers (sims/netns_switch.h).
+std::string host_address(int host) { return sims::netns_switch::address(host); }
 std::string endpoint_of(int host) {
   return "tcp://" + host_address(host) + ":" + std::to_string(kPort);
 }
@@ -58,48 +59,6 @@ std::string expected_hash() {
   for (auto& c : s) c = static_cast<char>(rng());
   return store::sha256_hex(s);
 }
-
-// Host 0 holds the cache, hosts 1..n the readers; each a namespace with one veth into the
-// switch namespace's bridge, all on 10.77.0.0/24. Destroying it deletes every namespace
-// (their veths go with them).
-class hosts {
- public:
-  explicit hosts(int num_hosts) {
-    const std::string tag = "mfo" + std::to_string(::getpid() % 100000);
-    sw_ = tag + "-sw";
-    ok_ = run({"ip", "netns", "add", sw_}) &&
-          run({"ip", "-n", sw_, "link", "add", "br0", "type", "bridge"}) &&
-          run({"ip", "-n", sw_, "link", "set", "br0", "up"});
-    for (int h = 0; ok_ && h < num_hosts; ++h) {
-      const std::string ns = tag + "-h" + std::to_string(h), port = "p" + std::to_string(h);
-      names_.push_back(ns);
-      ok_ = run({"ip", "netns", "add", ns}) &&
-            run({"ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port,
-                 "netns", sw_}) &&
-            run({"ip", "-n", sw_, "link", "set", port, "master", "br0", "up"}) &&
-            run({"ip", "-n", ns, "addr", "add", host_address(h) + "/24", "dev", "eth0"}) &&
-            run({"ip", "-n", ns, "link", "set", "eth0", "up"}) &&
-            run({"ip", "-n", ns, "link", "set", "lo", "up"});
-    }
-  }
-  ~hosts() {
-    for (const auto& ns : names_) (void)sims::run_tool({"ip", "netns", "del", ns});
-    (void)sims::run_tool({"ip", "netns", "del", sw_});
-  }
-  bool ok() const { return ok_; }
-  const std::string& failure() const { return failure_; }
-  std::vector<std::string> prefix(int host) const { return {"ip", "netns", "exec", names_[host]}; }
-
- private:
-  bool run(const std::vector<std::string>& argv) {
-    auto st = sims::run_tool(argv);
-    if (!st) failure_ = st.err().to_string();
-    return static_cast<bool>(st);
-  }
-  std::string sw_, failure_;
-  std::vector<std::string> names_;
-  bool ok_ = false;
-};
 
 bool wait_file(const fs::path& p) {
   const auto deadline = std::chrono::steady_clock::now() + kWait;
@@ -120,8 +79,9 @@ json read_json(const fs::path& p) {
 void fan_out(int num_readers) {
   const std::string why = sims::netns_link::unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "network namespaces unavailable: " << why;
-  hosts net(num_readers + 1);
-  ASSERT_TRUE(net.ok()) << net.failure();
+  auto made = sims::netns_switch::create(num_readers + 1);
+  ASSERT_TRUE(made) << made.err().to_string();
+  const sims::netns_switch& net = **made;
   const fs::path dir = fs::temp_directory_path() / ("moerl-fanout-" + std::to_string(::getpid()) +
                                                     "-" + std::to_string(num_readers));
   fs::remove_all(dir);
@@ -143,7 +103,7 @@ void fan_out(int num_readers) {
     process_spec spec;
     spec.argv = {MOERL_FANOUT_NODE};
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-    auto pid = spawn_process(spec, net.prefix(host), (dir / (name + ".log")).string());
+    auto pid = spawn_process(spec, net.exec_prefix(host), (dir / (name + ".log")).string());
     EXPECT_TRUE(pid) << pid.err().to_string();
     if (pid) pids.push_back(*pid);
   };
