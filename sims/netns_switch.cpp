@@ -14,7 +14,8 @@ result<std::unique_ptr<netns_switch>> netns_switch::create(int num_hosts, int li
   std::unique_ptr<netns_switch> s(new netns_switch);
   // The pid keeps concurrent runs apart; a counter keeps two switches of one process apart.
   static int next = 0;
-  const std::string tag = "mfo" + std::to_string(::getpid() % 100000) + "-" + std::to_string(next++);
+  const std::string tag =
+      "mfo" + std::to_string(::getpid() % 100000) + "-" + std::to_string(next++);
   s->switch_ns_ = tag + "-sw";
   STATUS_TRY(run_tool({"ip", "netns", "add", s->switch_ns_}));
   STATUS_TRY(run_tool({"ip", "-n", s->switch_ns_, "link", "add", "br0", "type", "bridge"}));
@@ -23,16 +24,16 @@ result<std::unique_ptr<netns_switch>> netns_switch::create(int num_hosts, int li
     const std::string ns = tag + "-h" + std::to_string(h), port = "p" + std::to_string(h);
     STATUS_TRY(run_tool({"ip", "netns", "add", ns}));
     s->names_.push_back(ns);
-    STATUS_TRY(run_tool({"ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer",
-                              "name", port, "netns", s->switch_ns_}));
+    STATUS_TRY(run_tool({"ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name",
+                         port, "netns", s->switch_ns_}));
     STATUS_TRY(run_tool({"ip", "-n", s->switch_ns_, "link", "set", port, "master", "br0", "up"}));
     STATUS_TRY(run_tool({"ip", "-n", ns, "addr", "add", address(h) + "/24", "dev", "eth0"}));
     STATUS_TRY(run_tool({"ip", "-n", ns, "link", "set", "eth0", "up"}));
     STATUS_TRY(run_tool({"ip", "-n", ns, "link", "set", "lo", "up"}));
     if (link_mbit > 0)
-      STATUS_TRY(run_tool({"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0",
-                                "root", "tbf", "rate", std::to_string(link_mbit) + "mbit", "burst",
-                                "256kb", "latency", "100ms"}));
+      STATUS_TRY(run_tool({"ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root",
+                           "tbf", "rate", std::to_string(link_mbit) + "mbit", "burst", "256kb",
+                           "latency", "100ms"}));
   }
   return s;
 }

@@ -26,7 +26,7 @@ class netns_switch {
   netns_switch(const netns_switch&) = delete;
   netns_switch& operator=(const netns_switch&) = delete;
 
-  static std::string address(int host);  // "10.77.0.<host+2>"
+  static std::string address(int host);                  // "10.77.0.<host+2>"
   std::vector<std::string> exec_prefix(int host) const;  // {"ip", "netns", "exec", name}
   int num_hosts() const { return static_cast<int>(names_.size()); }
 
