@@ -91,6 +91,9 @@ void cache_directory_loop(caf::blocking_actor* self, std::shared_ptr<node_contex
     // Unanswered: keep the last list (a coordinator restart is no reason to forget the caches).
     next_discovery = steady_ms() + (alive ? 1000 : 200);
     if (alive) dir.set_caches(std::move(*alive));
+    if (dir.peer())  // fan-out: the rollout nodes present, each serving its peers
+      if (auto readers = discover(self, *ctx, node_role::rollout))
+        dir.set_readers(std::move(*readers));
   }
 }
 

@@ -30,6 +30,10 @@
 namespace moerl::actors {
 namespace {
 
+// Whole versions a rollout node's peer server keeps (weights.fanout): the newest and the one
+// before, which a slower peer may still be reading.
+constexpr uint64_t kPeerVersionsHeld = 2;
+
 // Signals can arrive before the actor that handles them exists: park them until then.
 class signal_relay {
  public:
@@ -244,9 +248,27 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     (*server)->enable_same_host_shm(cfg.get_bool("weights.same_host_shm"));
     ctx->weights_server = std::move(*server);
   }
+  if (role == node_role::rollout && cfg.get_bool("weights.fanout") &&
+      cfg.get_bool("weights.from_cache")) {
+    // Fan-out (weights/FANOUT.md): the node serves what it holds; its endpoint is where.
+    auto server =
+        weights::peer_server::start(ctx->zmq, bind_ep, kPeerVersionsHeld,
+                                    static_cast<uint64_t>(cfg.get_int("weights.cache_bytes")));
+    auto ep =
+        server ? advertised_endpoint((*server)->endpoint()) : result<std::string>(server.err());
+    if (!ep) {
+      log->error("rollout peer server: {}", ep.err().to_string());
+      return 2;
+    }
+    ctx->endpoint = *ep;
+    ctx->peer_server = std::move(*server);
+  }
   if (role == node_role::rollout || role == node_role::trainer || role == node_role::weights) {
     ctx->weight_caches = std::make_shared<weights::cache_directory>(
         ctx->zmq, role == node_role::weights ? ctx->endpoint : std::string());
+    if (ctx->peer_server)
+      ctx->weight_caches->serve_peers(ctx->peer_server, ctx->endpoint,
+                                      static_cast<int>(cfg.get_int("weights.fanout_degree")));
     ctx->running_job->use_weight_caches(ctx->weight_caches);
   }
   auto exit_code = std::make_shared<std::atomic<int>>(0);
@@ -292,6 +314,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
   // Every actor is done with the context: a cache's same-host copy of a version leaves
   // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
   ctx->weights_server.reset();
+  ctx->peer_server.reset();
   log->info("node {} exits with {}", ctx->name, code);
   return code;
 }

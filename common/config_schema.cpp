@@ -333,6 +333,15 @@ const std::vector<key_spec>& config_schema() {
        "through a file in /dev/shm, read in one copy, instead of ZeroMQ chunks; the whole "
        "version's sha256 is checked either way",
        ""},
+      {"weights.fanout", t::boolean, "false",
+       "rollout nodes serve the versions they hold (and the one arriving) to other rollout nodes "
+       "and read each version through a tree over the rollout nodes present, its root from a "
+       "cache (weights/FANOUT.md), instead of each from a cache; the same-host shm path is then "
+       "not used (off by default: `moerl up` runs every node on one host, where it is faster)",
+       ""},
+      {"weights.fanout_degree", t::integer, "2",
+       "children per rollout node in the fan-out tree (weights.fanout; 1: a chain)", "",
+       r::closed(1, 64)},
       {"weights.request_timeout_ms", t::integer, "2000",
        "a cache that does not answer a request within this is given up on (the reader resumes "
        "from another cache or the store)",

@@ -28,6 +28,9 @@ weights_feed::weights_feed(std::shared_ptr<weights::cache_directory> caches, int
     : caches_(std::move(caches)),
       store_read_(std::move(store_read)),
       reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms, same_host_shm) {
+  if (caches_ && caches_->peer())
+    fanout_ = std::make_unique<weights::fanout_reader>(caches_->zmq(), caches_->peer(), timeout_ms,
+                                                       timeout_ms);
   if (caches_) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -52,7 +55,7 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
   }
   auto got = caches_ ? fetch_from_caches(version) : fetch_from_store(version);
   std::lock_guard<std::mutex> g(mu_);
-  if (caches_) counters_ = reader_.counters();
+  if (caches_) counters_ = fanout_ ? fanout_->counters() : reader_.counters();
   if (!got) return got.err();
   const int64_t now = unix_ms();
   held_[version] = {got->bytes, got->source, now};
@@ -67,7 +70,11 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
 
 result<weights::fetched_version> weights_feed::fetch_from_caches(uint64_t version) {
   caches_->wait_refreshed(kFirstDirectoryWait);
-  return reader_.fetch(version, caches_->caches(), [&] { return store_read_(version); });
+  auto from_store = [&] { return store_read_(version); };
+  if (!fanout_) return reader_.fetch(version, caches_->caches(), from_store);
+  auto sources = weights::fanout_sources(caches_->readers(), caches_->peer_endpoint(),
+                                         caches_->caches(), caches_->fanout_degree());
+  return fanout_->fetch(version, sources, from_store);
 }
 
 result<weights::fetched_version> weights_feed::fetch_from_store(uint64_t version) {

@@ -6,7 +6,10 @@
 // Every version handed out was verified whole (content hash). Without caches
 // (weights.from_cache=false) the feed reads every version from the store on demand and
 // records the same figures (bytes_from.store, when each version arrived), so the report's
-// redistribution and time-to-productive figures exist on that path too. Thread-safe.
+// redistribution and time-to-productive figures exist on that path too. With fan-out
+// (weights.fanout: the directory holds this node's peer server) versions come from the
+// node's parent in the tree over the rollout nodes present, and the node serves them on
+// (weights/FANOUT.md). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -22,6 +25,7 @@
 
 #include "common/error.h"
 #include "weights/cache_directory.h"
+#include "weights/fanout_reader.h"
 #include "weights/version_reader.h"
 
 namespace moerl::job {
@@ -57,6 +61,9 @@ class weights_feed {
   std::function<result<std::string>(uint64_t)> store_read_;
   std::mutex fetch_mu_;  // one fetch at a time (the reader holds its sockets); before mu_
   weights::version_reader reader_;
+  // weights.fanout (the directory serves peers): versions come through the fan-out tree
+  // (weights/FANOUT.md) instead of reader_; null otherwise.
+  std::unique_ptr<weights::fanout_reader> fanout_;
   mutable std::mutex mu_;
   std::map<uint64_t, held_version> held_;        // the newest few, bytes and all
   std::map<uint64_t, int64_t> held_at_unix_ms_;  // every version held, bounded

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "weights/peer_server.h"
 #include "zmq/context.h"
 
 namespace moerl::weights {
@@ -42,6 +43,37 @@ class cache_directory {
     return cv_.wait_for(g, timeout, [&] { return refreshed_; });
   }
 
+  // Fan-out (weights/FANOUT.md, weights.fanout): this node's server for its peers, and the
+  // readers present (every rollout node's server, this one's included), refreshed with the
+  // caches. Unset: the node reads from the caches alone.
+  // `advertised`: the server's endpoint as the coordinator lists it (the node's endpoint).
+  void serve_peers(std::shared_ptr<peer_server> server, std::string advertised, int degree) {
+    std::lock_guard<std::mutex> g(mu_);
+    peer_ = std::move(server);
+    peer_endpoint_ = std::move(advertised);
+    degree_ = degree;
+  }
+  std::string peer_endpoint() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return peer_endpoint_;
+  }
+  std::shared_ptr<peer_server> peer() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return peer_;
+  }
+  int fanout_degree() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return degree_;
+  }
+  void set_readers(std::vector<std::string> endpoints) {
+    std::lock_guard<std::mutex> g(mu_);
+    readers_ = std::move(endpoints);
+  }
+  std::vector<std::string> readers() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return readers_;
+  }
+
   void announce(uint64_t version) {
     uint64_t seen = announced_.load();
     while (version > seen && !announced_.compare_exchange_weak(seen, version)) {}
@@ -55,6 +87,10 @@ class cache_directory {
   mutable std::condition_variable cv_;
   std::vector<std::string> caches_;
   bool refreshed_ = false;
+  std::shared_ptr<peer_server> peer_;
+  std::string peer_endpoint_;
+  int degree_ = 2;
+  std::vector<std::string> readers_;
   std::atomic<uint64_t> announced_{0};
 };
 

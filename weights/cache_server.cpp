@@ -165,7 +165,10 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
     return error(errc::unknown_command,
                  "unknown request '" + verb.substr(0, 32) + "' (meta, get, put, load)");
   ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
-  ASSIGN_OR_RETURN(auto v, cache_->find(version));
+  auto found = cache_->find(version);
+  if (!found && arriving_)
+    if (auto a = arriving_->answer(verb, version, h, load(), send)) return std::move(*a);
+  ASSIGN_OR_RETURN(auto v, std::move(found));
   const auto& cv = *v;
   if (verb == wire::kMeta) {
     json meta{{"version", cv.version},           {"bytes", cv.bytes->size()},

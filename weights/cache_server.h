@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "weights/arriving_version.h"
 #include "weights/shm_copy.h"
 #include "weights/version_cache.h"
 #include "zmq/context.h"
@@ -55,6 +56,11 @@ class cache_server {
   // a copy (the newest asked for), so the cache's memory is at most one version above
   // weights.cache_bytes.
   void enable_same_host_shm(bool on);
+  // A reader serving its peers (weights/FANOUT.md): versions still arriving there are served
+  // chunk by chunk as they arrive, after the whole versions in the cache. Call before poll().
+  void serve_arriving(std::shared_ptr<const arriving_versions> arriving) {
+    arriving_ = std::move(arriving);
+  }
 
  private:
   cache_server() = default;
@@ -82,6 +88,7 @@ class cache_server {
   server_counters counters_;
   std::string shm_host_;  // host_identity of this process when the shm path is on, else ""
   std::unique_ptr<shm_copy> shm_;
+  std::shared_ptr<const arriving_versions> arriving_;  // null: whole versions only
   // The shm path for version `cv` when the reader's host is ours ("" otherwise or on failure).
   std::string shm_path_for(const cached_version& cv, const nlohmann::json& request);
   int64_t bucket_ms_ = 0;  // the load's one-second buckets

@@ -54,6 +54,14 @@ status version_cache::insert(cached_version v) {
   return ok_status();
 }
 
+void version_cache::erase_older_than(uint64_t version) {
+  std::lock_guard<std::mutex> g(mu_);
+  while (!held_.empty() && held_.begin()->first < version) {
+    bytes_ -= held_.begin()->second->bytes->size();
+    held_.erase(held_.begin());
+  }
+}
+
 result<std::shared_ptr<const cached_version>> version_cache::find(uint64_t version) const {
   std::lock_guard<std::mutex> g(mu_);
   if (auto it = held_.find(version); it != held_.end()) return it->second;

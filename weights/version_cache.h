@@ -44,6 +44,9 @@ class version_cache {
   // when the version alone is larger than the byte bound; errc::invalid_argument when it is
   // older than every version held while the cache is full (it would be evicted at once).
   status insert(cached_version v);
+  // Drops every version held older than `version` (a reader that knows nobody reads them
+  // any more frees their memory before the next arrives).
+  void erase_older_than(uint64_t version);
   // errc::not_found names the versions held.
   result<std::shared_ptr<const cached_version>> find(uint64_t version) const;
   std::vector<uint64_t> versions() const;  // ascending

@@ -165,10 +165,15 @@ result<fetched_version> version_reader::fetch(
   // Bytes already read from a cache stay counted: they crossed the network all the same.
   log->info("version {}: no cache could serve it ({} asked, {} held it): reading the store",
             version, caches.size(), hs.size());
+  return read_store_copy(from_store, counters_);
+}
+
+result<fetched_version> read_store_copy(const std::function<result<std::string>()>& from_store,
+                                        reader_counters& c) {
   ASSIGN_OR_RETURN(auto s, from_store());
-  ++counters_.num_store_fallbacks;
-  ++counters_.num_versions;
-  counters_.bytes_from_store += s.size();
+  ++c.num_store_fallbacks;
+  ++c.num_versions;
+  c.bytes_from_store += s.size();
   return fetched_version{std::make_shared<const std::string>(std::move(s)), "store", "store"};
 }
 

@@ -26,7 +26,7 @@ namespace moerl::weights {
 struct reader_counters {
   uint64_t bytes_from_cache = 0;
   uint64_t bytes_from_peer =
-      0;  // from another reader holding the version (peer serving; not built yet)
+      0;  // from another reader holding the version (peer serving, weights/FANOUT.md)
   uint64_t bytes_from_store = 0;
   uint64_t num_versions = 0;
   uint64_t num_failovers = 0;        // a cache failed mid-version; the next one resumed
@@ -42,6 +42,11 @@ struct fetched_version {
   std::string source;     // "cache" or "store"
   std::string transport;  // "shm" (a same-host file), "zmq" (chunks) or "store"
 };
+
+// The store's copy of a version when no holder could serve it (from_store checks what it
+// reads), counted in `c` (store_fallbacks, versions, bytes_from.store).
+result<fetched_version> read_store_copy(const std::function<result<std::string>()>& from_store,
+                                        reader_counters& c);
 
 class version_reader {
  public:

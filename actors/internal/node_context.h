@@ -81,6 +81,9 @@ struct node_context {
   std::shared_ptr<weights::cache_directory> weight_caches;
   // weights role: the checkpoint cache and its bound server (kept across a loop restart)
   std::unique_ptr<weights::cache_server> weights_server;
+  // rollout role with weights.fanout: the server its peers read versions from (its endpoint
+  // is the node's), shared with the feed through weight_caches
+  std::shared_ptr<weights::peer_server> peer_server;
   // This process's start, first registration and first committed unit (unix ms): what a
   // node that joined mid-run reports as its way to being productive.
   int64_t started_unix_ms = 0;

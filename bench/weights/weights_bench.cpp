@@ -23,6 +23,8 @@
 #include "moto_server.h"
 #include "policy/params.h"
 #include "provenance/provenance.h"
+#include "sims/netns_link.h"
+#include "sims/netns_switch.h"
 #include "store/digest.h"
 #include "store/object_store.h"
 #include "weights/cache_client.h"
@@ -43,6 +45,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kVersion = 1;
+constexpr int kNetnsPort = 5555;           // every namespace has its own address: one port for all
 constexpr int kReadyTimeoutMs = 120000;    // readers started on a loaded host
 constexpr int kDeliverTimeoutMs = 600000;  // one delivery, the slowest path and size
 
@@ -97,12 +100,15 @@ class cache_thread {
 // The bench's side of the readers: a ROUTER every reader connects to.
 class reader_fleet {
  public:
-  reader_fleet(std::shared_ptr<zmq::zmq_context> ctx, std::string exe, std::string log_dir)
+  // control: where readers reach the bench (a filesystem socket for readers in other
+  // network namespaces).
+  reader_fleet(std::shared_ptr<zmq::zmq_context> ctx, std::string exe, std::string log_dir,
+               const std::string& control = "tcp://127.0.0.1:*")
       : ctx_(std::move(ctx)), exe_(std::move(exe)), log_dir_(std::move(log_dir)) {
     sock_ = zmq_socket(ctx_->handle(), ZMQ_ROUTER);
     int linger = 0;
     zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_bind(sock_, "tcp://127.0.0.1:*") != 0)
+    if (zmq_bind(sock_, control.c_str()) != 0)
       throw std::runtime_error(std::string("binding the control socket: ") +
                                zmq_strerror(zmq_errno()));
     char buf[256];
@@ -115,9 +121,11 @@ class reader_fleet {
     zmq_close(sock_);
   }
 
-  // Starts n readers of `source` at `at` and waits until each said ready.
+  // Starts n readers of `source` at `at` and waits until each said ready. netns: reader i
+  // runs on host i + 1 of it (host 0 holds the cache), its peer server on that host's address.
   void start(int n, const std::string& source, const std::string& at,
-             const std::vector<std::string>& overrides) {
+             const std::vector<std::string>& overrides, const std::vector<std::string>& reader_args,
+             const sims::netns_switch* netns = nullptr) {
     for (int i = 0; i < n; ++i) {
       process_spec spec;
       spec.argv = {exe_,
@@ -135,21 +143,35 @@ class reader_fleet {
         spec.argv.push_back("--set");
         spec.argv.push_back(o);
       }
+      spec.argv.insert(spec.argv.end(), reader_args.begin(), reader_args.end());
+      std::vector<std::string> prefix;
+      if (netns) {
+        prefix = netns->exec_prefix(i + 1);
+        spec.argv.push_back("--bind");
+        spec.argv.push_back("tcp://" + sims::netns_switch::address(i + 1) + ":" +
+                            std::to_string(kNetnsPort));
+      }
       const std::string log = log_dir_ + "/reader-" + std::to_string(num_started_++) + ".log";
       logs_.push_back(log);
-      pids_.push_back(need(spawn_process(spec, {}, log, process_group::inherit),
+      pids_.push_back(need(spawn_process(spec, prefix, log, process_group::inherit),
                            "starting reader process " + std::to_string(i)));
     }
     while (identities_.size() < pids_.size()) {
       auto m = receive(kReadyTimeoutMs, "ready");
       identities_.push_back(m.first);
+      const json r = json::parse(m.second, nullptr, false);
+      // A fan-out reader says where it serves its peers: every reader gets the same list.
+      if (r.is_object() && r.contains("endpoint"))
+        endpoints_.push_back(r["endpoint"].get<std::string>());
     }
   }
 
-  // One delivery: seconds from "go" until the last reader held a verified copy.
-  double deliver() {
+  // One delivery of `version`: seconds from "go" until the last reader held a verified copy.
+  // Adds the bytes the readers read from one another to *peer_bytes.
+  double deliver(uint64_t version, uint64_t* peer_bytes) {
+    const std::string go = json{{"version", version}, {"readers", endpoints_}}.dump();
     const int64_t go_ns = steady_ns();
-    for (const auto& id : identities_) send(id, "go");
+    for (const auto& id : identities_) send(id, "go", go);
     int64_t last_ns = go_ns;
     for (size_t k = 0; k < identities_.size(); ++k) {
       auto m = receive(kDeliverTimeoutMs, "done");
@@ -158,6 +180,7 @@ class reader_fleet {
         throw std::runtime_error("a reader failed: " +
                                  (a.is_object() ? a.value("error", m.second) : m.second));
       last_ns = std::max(last_ns, a.value("done_ns", int64_t{0}));
+      *peer_bytes += a.value("peer_bytes", uint64_t{0});
     }
     return double(last_ns - go_ns) * 1e-9;
   }
@@ -174,12 +197,14 @@ class reader_fleet {
     pids_.clear();
     logs_.clear();
     identities_.clear();
+    endpoints_.clear();
   }
 
  private:
-  void send(const std::string& id, const std::string& word) {
+  void send(const std::string& id, const std::string& word, const std::string& body = "") {
     zmq_send(sock_, id.data(), id.size(), ZMQ_SNDMORE);
-    zmq_send(sock_, word.data(), word.size(), 0);
+    zmq_send(sock_, word.data(), word.size(), body.empty() ? 0 : ZMQ_SNDMORE);
+    if (!body.empty()) zmq_send(sock_, body.data(), body.size(), 0);
   }
   // The next [identity][word][body] message; `word` is what is expected.
   std::pair<std::string, std::string> receive(int timeout_ms, const std::string& word) {
@@ -206,14 +231,63 @@ class reader_fleet {
   std::string exe_, log_dir_, endpoint_;
   void* sock_ = nullptr;
   std::vector<pid_t> pids_;
-  std::vector<std::string> logs_, identities_;
+  std::vector<std::string> logs_, identities_, endpoints_;
   int num_started_ = 0;
+};
+
+// The cache of a netns combination: `moerl bench weights-cache` on host 0 of `net`
+// (bench/weights/weights_bench_cache.h), bound on `at`; ended (SIGTERM) when destroyed.
+class netns_cache {
+ public:
+  netns_cache(const std::string& exe, const sims::netns_switch& net, const std::string& at,
+              int64_t size, int num_versions, uint64_t chunk_bytes, const fs::path& scratch) {
+    const fs::path ready = scratch / "netns-cache.ready";
+    fs::remove(ready);
+    process_spec spec;
+    spec.argv = {exe,
+                 "bench",
+                 "weights-cache",
+                 "--bind",
+                 at,
+                 "--bytes",
+                 std::to_string(size),
+                 "--versions",
+                 std::to_string(num_versions),
+                 "--chunk-bytes",
+                 std::to_string(chunk_bytes),
+                 "--ready",
+                 ready.string()};
+    const std::string log = (scratch / "netns-cache.log").string();
+    pid_ = need(spawn_process(spec, net.exec_prefix(0), log, process_group::inherit),
+                "starting the netns cache");
+    const auto deadline = bench_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
+    while (!fs::exists(ready)) {
+      auto ex = poll_exit(pid_);
+      if (ex && *ex)
+        throw std::runtime_error("the netns cache ended (" + describe_wait_status(**ex) +
+                                 "); its log: " + log);
+      if (bench_clock::now() > deadline)
+        throw std::runtime_error("the netns cache did not start; its log: " + log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ~netns_cache() {
+    (void)send_signal(pid_, SIGTERM);
+    if (!wait_exit(pid_, 10000)) {
+      (void)send_signal(pid_, SIGKILL);
+      (void)wait_exit(pid_, 5000);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
 };
 
 // Where one path's readers read, set up for one size.
 struct source {
-  std::string path, transport, kind, at;  // kind: "cache", "cache_shm" or "store"
+  std::string path, transport, kind, at;  // kind: "cache", "cache_shm", "fanout" or "store"
   std::vector<std::string> overrides;
+  std::vector<std::string> reader_args;  // more arguments for its reader processes
 };
 
 }  // namespace
@@ -223,10 +297,11 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   const std::string exe = opt.moerl_binary.empty() ? self_executable() : opt.moerl_binary;
   const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
   for (const auto& p : opt.paths)
-    if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "store_local" &&
-        p != "store_s3")
+    if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "fanout_tcp" &&
+        p != "cache_netns" && p != "fanout_netns" && p != "store_local" && p != "store_s3")
       throw std::runtime_error("unknown path '" + p +
-                               "' (cache_tcp, cache_ipc, cache_shm, store_local, store_s3)");
+                               "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, "
+                               "fanout_netns, store_local, store_s3)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -264,6 +339,15 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
     }
   }
 
+  // The netns paths: each reader on a "host" of its own (sims/netns_switch.h), root only.
+  std::string netns_unavailable;
+  if (wants("cache_netns") || wants("fanout_netns")) {
+    netns_unavailable = sims::netns_link::unavailable_reason();
+    if (!netns_unavailable.empty())
+      for (const char* p : {"cache_netns", "fanout_netns"})
+        if (wants(p)) skipped.push_back({{"path", p}, {"why", netns_unavailable}});
+  }
+
   json paths = json::array(), publish = json::array(), memcpy_runs = json::array();
   std::vector<double> memcpy_gbps_all;
   for (int64_t size : opt.sizes) {
@@ -287,10 +371,14 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         {{"version_bytes", size}, {"seconds", summary(memcpy_s)}, {"gbps", memcpy_gbps}});
 
     // Publish once per place, timed once (what the trainer does for each version).
-    auto cache = std::make_shared<weights::version_cache>(2, static_cast<uint64_t>(size) * 2);
+    // Fan-out readers keep what they read (they serve it), so each of its deliveries reads a
+    // version of its own: versions kVersion + 1.. hold the same bytes (shared, not copied).
+    const int num_deliveries = opt.warmup + opt.reps;
+    auto cache = std::make_shared<weights::version_cache>(
+        2 + num_deliveries, static_cast<uint64_t>(size) * (2 + num_deliveries));
     std::vector<std::unique_ptr<cache_thread>> caches;
     std::vector<source> sources;
-    if (wants("cache_tcp") || wants("cache_ipc") || wants("cache_shm")) {
+    if (wants("cache_tcp") || wants("cache_ipc") || wants("cache_shm") || wants("fanout_tcp")) {
       auto tcp = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes);
       const std::string hash = store::sha256_hex(bytes);
       auto pusher = need(weights::cache_client::connect(ctx, tcp->endpoint(), 60000), "connect");
@@ -300,12 +388,27 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                          {"transport", "tcp"},
                          {"version_bytes", size},
                          {"publish_s", seconds_since(t0)}});
-      if (wants("cache_tcp")) sources.push_back({"cache", "tcp", "cache", tcp->endpoint(), {}});
+      if (wants("cache_tcp")) sources.push_back({"cache", "tcp", "cache", tcp->endpoint(), {}, {}});
+      if (wants("fanout_tcp")) {
+        auto held = need(cache->find(kVersion), "the pushed version");
+        for (int d = 0; d < num_deliveries; ++d) {
+          weights::cached_version copy = *held;
+          copy.version = kVersion + 1 + d;
+          need(cache->insert(std::move(copy)), "a fan-out delivery's version");
+        }
+        // The readers read from one another (weights/FANOUT.md); the root reads the cache.
+        sources.push_back({"fanout",
+                           "tcp",
+                           "fanout",
+                           tcp->endpoint(),
+                           {},
+                           {"--degree", std::to_string(opt.fanout_degree)}});
+      }
       if (wants("cache_ipc")) {
         // The same cache memory behind a unix-domain socket: a second server on one cache.
         auto ipc = std::make_unique<cache_thread>(ctx, "ipc://" + (scratch / "cache.ipc").string(),
                                                   cache, chunk_bytes);
-        sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}});
+        sources.push_back({"cache", "ipc", "cache", ipc->endpoint(), {}, {}});
         caches.push_back(std::move(ipc));
       }
       if (wants("cache_shm")) {
@@ -313,7 +416,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         // copy (weights/shm_copy.h) and read it in one pass, as rollouts on its host do.
         auto shm = std::make_unique<cache_thread>(ctx, "tcp://127.0.0.1:*", cache, chunk_bytes,
                                                   /*same_host_shm=*/true);
-        sources.push_back({"cache", "shm", "cache_shm", shm->endpoint(), {}});
+        sources.push_back({"cache", "shm", "cache_shm", shm->endpoint(), {}, {}});
         caches.push_back(std::move(shm));
       }
       caches.push_back(std::move(tcp));
@@ -335,12 +438,35 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                          {"transport", transport},
                          {"version_bytes", size},
                          {"publish_s", seconds_since(t0)}});
-      sources.push_back({path, transport, "store", url, overrides});
+      sources.push_back({path, transport, "store", url, overrides, {}});
     };
     if (wants("store_local"))
       publish_to((scratch / "store").string(), {"store.local_fsync=false"}, "store_local", "file");
     if (moto) publish_to(s3_url, s3_overrides, "store_s3", "http");
 
+    // Times num_deliveries deliveries to the fleet's readers; one row of the report.
+    const auto record = [&](reader_fleet& fleet, const source& src, int n) {
+      std::vector<double> deliver_s;
+      uint64_t peer_bytes = 0;
+      for (int r = 0; r < num_deliveries; ++r) {
+        // Fan-out readers keep what they read: each delivery is a version of its own.
+        const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
+        const double s = fleet.deliver(version, &peer_bytes);
+        if (r >= opt.warmup) deliver_s.push_back(s);
+      }
+      fleet.stop();
+      const double p50 = percentile_of(deliver_s, 50);
+      const double gbps = double(n) * double(size) / p50 / 1e9;
+      paths.push_back({{"path", src.path},
+                       {"transport", src.transport},
+                       {"readers", n},
+                       {"version_bytes", size},
+                       {"deliver_s", summary(deliver_s)},
+                       {"aggregate_gbps", gbps},
+                       {"memcpy_gbps", memcpy_gbps},
+                       {"ratio_to_memcpy", gbps / memcpy_gbps},
+                       {"peer_bytes", peer_bytes}});
+    };
     for (const auto& src : sources) {
       for (int n : opt.readers) {
         if (src.path == "store_s3" && int64_t(n) * size > opt.s3_max_inflight_bytes) {
@@ -353,27 +479,29 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
           continue;
         }
         reader_fleet fleet(ctx, exe, scratch.string());
-        fleet.start(n, src.kind, src.at, src.overrides);
-        std::vector<double> deliver_s;
-        for (int r = 0; r < opt.warmup + opt.reps; ++r) {
-          const double s = fleet.deliver();
-          if (r >= opt.warmup) deliver_s.push_back(s);
-        }
-        fleet.stop();
-        const double p50 = percentile_of(deliver_s, 50);
-        const double gbps = double(n) * double(size) / p50 / 1e9;
-        paths.push_back({{"path", src.path},
-                         {"transport", src.transport},
-                         {"readers", n},
-                         {"version_bytes", size},
-                         {"deliver_s", summary(deliver_s)},
-                         {"aggregate_gbps", gbps},
-                         {"memcpy_gbps", memcpy_gbps},
-                         {"ratio_to_memcpy", gbps / memcpy_gbps}});
+        fleet.start(n, src.kind, src.at, src.overrides, src.reader_args);
+        record(fleet, src, n);
+      }
+    }
+    for (const char* p : {"cache_netns", "fanout_netns"}) {
+      if (!wants(p) || !netns_unavailable.empty()) continue;
+      const bool fan = std::string(p) == "fanout_netns";
+      for (int n : opt.readers) {
+        // A fresh switch per combination: its cache and n readers, each on a host.
+        auto net = need(sims::netns_switch::create(n + 1, opt.netns_link_mbit),
+                        "making " + std::to_string(n + 1) + " network namespaces");
+        const std::string at =
+            "tcp://" + sims::netns_switch::address(0) + ":" + std::to_string(kNetnsPort);
+        netns_cache cache_process(exe, *net, at, size, 1 + num_deliveries, chunk_bytes, scratch);
+        source src{fan ? "fanout" : "cache", "netns", fan ? "fanout" : "cache", at, {}, {}};
+        if (fan) src.reader_args = {"--degree", std::to_string(opt.fanout_degree)};
+        reader_fleet fleet(ctx, exe, scratch.string(),
+                           "ipc://" + (scratch / ("control-" + std::string(p) + ".ipc")).string());
+        fleet.start(n, src.kind, src.at, src.overrides, src.reader_args, net.get());
+        record(fleet, src, n);
       }
     }
   }
-
   return {{"benchmark", "weights"},
           {"memcpy_gbps", memcpy_gbps_all.empty() ? 0.0 : percentile_of(memcpy_gbps_all, 50)},
           {"memcpy", memcpy_runs},
@@ -387,6 +515,8 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
             {"reps", opt.reps},
             {"warmup", opt.warmup},
             {"chunk_bytes", chunk_bytes},
+            {"fanout_degree", opt.fanout_degree},
+            {"netns_link_mbit", opt.netns_link_mbit},
             {"s3_max_inflight_bytes", opt.s3_max_inflight_bytes}}},
           {"load_average", {{"start", load_start}, {"end", host_load_average()}}},
           {"provenance", collect_provenance()}};

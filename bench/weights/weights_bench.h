@@ -2,13 +2,17 @@
 // processes from each place a rollout node can read it, beside the same run's memcpy of the
 // same bytes. Paths: `cache` (a checkpoint cache, weights/cache_server.h, read with the
 // rollout's version_reader: per-chunk and whole-version sha256) over ZeroMQ tcp and ipc on
-// this host, `store_local` (a local store directory, read and hash-checked as a rollout node
-// reads the store) and `store_s3` (a moto S3 server the bench starts, when /usr/bin/python3
-// has moto). Readers are separate processes (`moerl bench weights-reader`), started and
-// connected before timing; a repetition is timed from the moment the bench tells every
-// reader to go until the last one holds a verified copy (one system-wide steady clock).
-// Reports per path, transport, readers and size: deliver_s {p50, p99, max} over the
-// repetitions, aggregate GB/s (readers x bytes / p50) and its ratio to memcpy GB/s.
+// this host, `fanout_tcp` (the readers read from one another through the fan-out tree,
+// weights/FANOUT.md, its root from the cache; ZeroMQ tcp on loopback), `cache_netns` and
+// `fanout_netns` (the cache and each reader on a "host" of its own: a network namespace whose
+// egress is shaped to --netns-link-mbit, sims/netns_switch.h), `store_local` (a local store
+// directory, read and hash-checked as a rollout node reads the store) and `store_s3` (a moto S3
+// server the bench starts, when /usr/bin/python3 has moto). Readers are separate processes (`moerl
+// bench weights-reader`), started and connected before timing; a repetition is timed from the
+// moment the bench tells every reader to go until the last one holds a verified copy (one
+// system-wide steady clock). Reports per path, transport, readers and size: deliver_s {p50, p99,
+// max} over the repetitions, aggregate GB/s (readers x bytes / p50) and its ratio to memcpy GB/s,
+// and peer_bytes (bytes readers read from other readers, all deliveries).
 #pragma once
 
 #include <cstdint>
@@ -28,9 +32,13 @@ namespace moerl::bench {
 struct weights_bench_options {
   std::vector<int64_t> sizes = {64ll << 20, 512ll << 20};  // version bytes
   std::vector<int> readers = {1, 4, 8};                    // reader processes
-  // Of cache_tcp, cache_ipc, cache_shm, store_local, store_s3.
-  std::vector<std::string> paths = {"cache_tcp", "cache_ipc", "cache_shm", "store_local",
-                                    "store_s3"};
+  // Of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, store_local,
+  // store_s3 (the netns paths only as root; listed as skipped otherwise).
+  std::vector<std::string> paths = {"cache_tcp",  "cache_ipc",   "cache_shm",
+                                    "fanout_tcp", "store_local", "store_s3"};
+  int fanout_degree = 2;  // fanout_*: children per reader in the tree (1: a chain)
+  // cache_netns / fanout_netns: each host's egress rate (tc tbf), its NIC; 0: unshaped.
+  int netns_link_mbit = 1000;
   int reps = 5;    // timed deliveries per path, size and reader count
   int warmup = 1;  // untimed deliveries first (connections made, pages faulted)
   // moto holds every GET's whole body in memory: combinations whose readers x size exceed

@@ -7,6 +7,7 @@
 
 #include "bench/support.h"
 #include "bench/weights/weights_bench.h"
+#include "bench/weights/weights_bench_cache.h"
 #include "bench/weights/weights_bench_reader.h"
 
 namespace moerl::bench {
@@ -52,8 +53,15 @@ void add_weights_bench_command(CLI::App& bench) {
       ->delimiter(',')
       ->check(CLI::Range(1, 64));
   cmd->add_option("--paths", opt->paths,
-                  "of cache_tcp, cache_ipc, cache_shm, store_local, store_s3")
+                  "of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, "
+                  "store_local, store_s3")
       ->delimiter(',');
+  cmd->add_option("--fanout-degree", opt->fanout_degree,
+                  "fanout_tcp: children per reader in the tree (1: a chain)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--netns-link-mbit", opt->netns_link_mbit,
+                  "netns paths: each host's egress rate in Mbit/s (0: unshaped)")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--reps", opt->reps, "timed deliveries per combination")
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", opt->warmup, "untimed deliveries first")->check(CLI::Range(0, 100));
@@ -86,12 +94,27 @@ void add_weights_bench_command(CLI::App& bench) {
   reader->group("");
   auto args = std::make_shared<weights_reader_args>();
   reader->add_option("--control", args->control, "the benchmark's control endpoint")->required();
-  reader->add_option("--source", args->source, "cache, cache_shm or store")->required();
+  reader->add_option("--source", args->source, "cache, cache_shm, fanout or store")->required();
   reader->add_option("--at", args->at, "cache endpoint or store URL")->required();
   reader->add_option("--version", args->version, "policy version to read");
+  reader->add_option("--degree", args->degree, "fanout: children per reader");
+  reader->add_option("--bind", args->bind, "fanout: where this reader serves its peers");
   reader->add_option("--set", args->overrides, "config override key=value (repeatable)");
   reader->callback([=] {
     run_bench_command("weights-reader", [&] { need(run_weights_reader(*args), "reading"); });
+  });
+
+  // The netns paths' cache, on a host of its own; started by the benchmark (hidden).
+  auto* cache = bench.add_subcommand("weights-cache", "the cache of `moerl bench weights` netns");
+  cache->group("");
+  auto cargs = std::make_shared<weights_cache_args>();
+  cache->add_option("--bind", cargs->bind, "tcp://ADDR:PORT")->required();
+  cache->add_option("--bytes", cargs->bytes, "version bytes")->required();
+  cache->add_option("--versions", cargs->num_versions, "versions 1..N, the same bytes");
+  cache->add_option("--chunk-bytes", cargs->chunk_bytes, "chunk bytes");
+  cache->add_option("--ready", cargs->ready_file, "file written once bound")->required();
+  cache->callback([=] {
+    run_bench_command("weights-cache", [&] { need(run_weights_cache(*cargs), "serving"); });
   });
 }
 

@@ -133,5 +133,49 @@ TEST(weights_feed, WithoutCachesReadsTheStoreAndRecordsWhenEachVersionArrived) {
   EXPECT_GT(st["first_weights_unix_ms"].get<int64_t>(), 0);
 }
 
+// weights.fanout: two rollout nodes' feeds, each with its own peer server, both listed as the
+// readers present. The first in the sorted list (the root) reads the cache; the other reads
+// from it, and the root's server counts what it served.
+TEST(weights_feed, WithFanOutOneNodeReadsTheCacheAndTheOtherReadsThatNode) {
+  auto ctx = zmq_ctx();
+  testing::served_cache cache(ctx, kChunk);
+  store_fixture store;
+  std::vector<std::shared_ptr<weights::cache_directory>> dirs;
+  std::vector<std::shared_ptr<weights::peer_server>> peers;
+  std::vector<std::string> readers;
+  for (int i = 0; i < 2; ++i) {
+    auto p = weights::peer_server::start(ctx, "tcp://127.0.0.1:*", 2, 64 << 20);
+    ASSERT_TRUE(p) << p.err().to_string();
+    peers.push_back(std::move(*p));
+    readers.push_back(peers.back()->endpoint());
+  }
+  for (int i = 0; i < 2; ++i) {
+    auto dir = std::make_shared<weights::cache_directory>(ctx);
+    dir->set_caches({cache.endpoint()});
+    dir->serve_peers(peers[i], peers[i]->endpoint(), 2);
+    dir->set_readers(readers);
+    dirs.push_back(dir);
+  }
+  // Generous timeouts: the non-root waits for the root to start, however loaded the host.
+  weights_feed a(dirs[0], 10000, false, store.reader()), b(dirs[1], 10000, false, store.reader());
+  const std::string v1 = random_bytes(9 * kChunk + 5, 5);
+  push(ctx, cache.endpoint(), 1, v1);
+  for (auto& d : dirs) d->announce(1);
+  ASSERT_TRUE(wait_held(a, 1));
+  ASSERT_TRUE(wait_held(b, 1));
+  EXPECT_EQ(**a.get(1), v1);
+  EXPECT_EQ(**b.get(1), v1);
+  const int root = readers[0] < readers[1] ? 0 : 1;
+  const auto root_stats = (root == 0 ? a : b).stats(), leaf_stats = (root == 0 ? b : a).stats();
+  EXPECT_EQ(root_stats["bytes_from"]["cache"], v1.size());
+  EXPECT_EQ(root_stats["bytes_from"]["peer"], 0);
+  EXPECT_EQ(leaf_stats["bytes_from"]["peer"], v1.size());
+  EXPECT_EQ(leaf_stats["bytes_from"]["cache"], 0);
+  EXPECT_EQ(store.num_reads, 0);
+  for (int i = 0; i < 200 && peers[root]->counters().bytes_served < v1.size(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // counters follow each poll
+  EXPECT_EQ(peers[root]->counters().bytes_served, v1.size());
+}
+
 }  // namespace
 }  // namespace moerl::job

@@ -43,7 +43,7 @@ TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
 
   // Every path ran for every size and reader count, or says why it was skipped.
   const bool s3_skipped = !r["skipped"].empty();
-  const size_t num_paths = s3_skipped ? 4 : 5;
+  const size_t num_paths = s3_skipped ? 5 : 6;
   EXPECT_EQ(r["paths"].size(), num_paths * 2 * 2) << r["skipped"].dump();
   for (const auto& s : r["skipped"]) EXPECT_EQ(s["path"], "store_s3") << s.dump();
   for (const auto& p : r["paths"]) {
@@ -52,6 +52,10 @@ TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
     EXPECT_GE(p["deliver_s"]["p99"].get<double>(), p["deliver_s"]["p50"].get<double>());
     EXPECT_GT(p["aggregate_gbps"].get<double>(), 0) << p.dump();
     EXPECT_GT(p["ratio_to_memcpy"].get<double>(), 0) << p.dump();
+    // Fan-out: with 3 readers two read from the root (every delivery); alone, none does.
+    if (p["path"] == "fanout") {
+      EXPECT_EQ(p["peer_bytes"].get<int64_t>() > 0, p["readers"].get<int>() > 1) << p.dump();
+    }
   }
   for (const auto& p : r["publish"]) EXPECT_GT(p["publish_s"].get<double>(), 0) << p.dump();
 }
