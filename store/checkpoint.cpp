@@ -152,8 +152,8 @@ result<std::vector<manifest_entry>> write_checkpoint_shard(
     uint32_t num_shards, const std::vector<checkpoint_part>& parts) {
   const std::string dir = checkpoint_dir(prefix, step);
   if (shard >= num_shards)
-    return error(errc::invalid_argument, "checkpoint " + dir + ": shard " +
-                                             std::to_string(shard) + " is not below num_shards " +
+    return error(errc::invalid_argument, "checkpoint " + dir + ": shard " + std::to_string(shard) +
+                                             " is not below num_shards " +
                                              std::to_string(num_shards));
   ASSIGN_OR_RETURN(auto entries, listed_parts(dir, parts, shard_name(shard) + "/"));
   if (auto st = store.remove(join(dir, marker_name)); !st) return st.err();
@@ -167,8 +167,11 @@ result<std::vector<manifest_entry>> write_checkpoint_shard(
   nlohmann::json listed = nlohmann::json::array();
   for (const auto& e : entries)
     listed.push_back({{"name", e.name}, {"size", e.size}, {"sha256", e.sha256}});
-  const nlohmann::json j{{"format", shard_format_name}, {"step", step},         {"shard", shard},
-                         {"num_shards", num_shards},    {"parts", listed}};
+  const nlohmann::json j{{"format", shard_format_name},
+                         {"step", step},
+                         {"shard", shard},
+                         {"num_shards", num_shards},
+                         {"parts", listed}};
   if (auto st = store.put(marker, j.dump()); !st) return st.err();
   return entries;
 }
@@ -199,18 +202,17 @@ result<checkpoint_manifest> commit_sharded_checkpoint(object_store& store,
         !j["shard"].is_number_unsigned() || j["shard"].get<uint64_t>() != k ||
         !j["num_shards"].is_number_unsigned() || j["num_shards"].get<uint64_t>() != num_shards)
       return torn(dir, where + " names step " + j["step"].dump() + ", shard " + j["shard"].dump() +
-                           " of " + j["num_shards"].dump() + ", not step " +
-                           std::to_string(step) + ", " + shard_name(k) + " of " +
-                           std::to_string(num_shards));
+                           " of " + j["num_shards"].dump() + ", not step " + std::to_string(step) +
+                           ", " + shard_name(k) + " of " + std::to_string(num_shards));
     if (!j["parts"].is_array() || j["parts"].empty()) return torn(dir, where + " lists no parts");
     const std::string own = shard_name(k) + "/";
     for (const auto& p : j["parts"]) {
       if (!p.is_object() || !p["name"].is_string() || !p["size"].is_number_unsigned() ||
           !p["sha256"].is_string() || p["name"].get<std::string>().rfind(own, 0) != 0)
-        return torn(dir, where + " has a part without name/size/sha256 or outside the shard: " +
-                             p.dump());
-      m.parts.push_back(
-          {p["name"].get<std::string>(), p["size"].get<uint64_t>(), p["sha256"].get<std::string>()});
+        return torn(
+            dir, where + " has a part without name/size/sha256 or outside the shard: " + p.dump());
+      m.parts.push_back({p["name"].get<std::string>(), p["size"].get<uint64_t>(),
+                         p["sha256"].get<std::string>()});
     }
   }
   std::sort(m.parts.begin(), m.parts.end(),

@@ -21,8 +21,8 @@
 //        "parts": [{"name", "size", "sha256"}, ...]}
 // and the committer (rank 0) writes manifest.json and COMMITTED only once every shard's
 // marker exists, from the markers alone (no part is read twice). The manifest's meta then
-// holds "num_shards". So a checkpoint is whole or not counted, however many writers it has. Functions here are safe from any thread as far
-// as the store is; one writer per (prefix, step).
+// holds "num_shards". So a checkpoint is whole or not counted, however many writers it has.
+// Functions here are safe from any thread as far as the store is; one writer per (prefix, step).
 #pragma once
 
 #include <cstdint>

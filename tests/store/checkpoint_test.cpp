@@ -280,8 +280,7 @@ TEST_F(checkpoint_test, a_corrupted_shard_part_fails_the_shard_read_and_the_chec
   ASSERT_TRUE(store_->put(key(3, "parts/shard-0001/params"), "shard X").ok());
   auto mine = read_checkpoint_shard(*store_, prefix_, *m, 1);
   ASSERT_FALSE(mine.ok());
-  EXPECT_NE(mine.err().message.find("shard-0001/params"), std::string::npos)
-      << mine.err().message;
+  EXPECT_NE(mine.err().message.find("shard-0001/params"), std::string::npos) << mine.err().message;
   EXPECT_TRUE(read_checkpoint_shard(*store_, prefix_, *m, 0).ok());  // the other shard is whole
   // The manifest alone still checks out; the full verification does not.
   EXPECT_TRUE(verify_checkpoint_manifest(*store_, prefix_, 3).ok());
