@@ -31,6 +31,8 @@ class durable_writer {
   void submit(std::string what, std::function<status()> write);
   // Waits until every write submitted so far is done.
   void flush();
+  // No write queued or running.
+  bool idle() const;
   uint64_t num_written() const;
   uint64_t num_failed() const;
 

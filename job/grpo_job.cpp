@@ -470,7 +470,8 @@ class grpo_trainer final : public actors::trainer_step {
     // One checkpoint shard per member process (a single trainer is a group of one).
     ckpt_ = std::make_unique<shard_checkpointer>(
         s_->store, checkpoint_prefix(s_->prefix), 0, group ? group->num_members() : 1,
-        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), keep_every_);
+        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), keep_every_,
+        group ? group->abort_flag() : nullptr);
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
@@ -927,7 +928,7 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
   const uint64_t keep_every = static_cast<uint64_t>(s->cfg.get_int("job.checkpoint_every"));
   shard_checkpointer ckpt(s->store, checkpoint_prefix(s->prefix), me, n,
                           static_cast<uint64_t>(s->cfg.get_int("job.max_durability_lag")),
-                          keep_every);
+                          keep_every, group.abort_flag());
   auto as_parts = [](std::vector<state_part> state) {
     std::vector<store::checkpoint_part> out;
     for (auto& p : state) out.push_back({std::move(p.name), std::move(p.bytes)});

@@ -16,14 +16,16 @@ constexpr auto kShardPoll = std::chrono::milliseconds(20);
 }  // namespace
 
 shard_checkpointer::shard_checkpointer(std::shared_ptr<store::object_store> store,
-                                       std::string ckpt_prefix, uint32_t shard,
-                                       uint32_t num_shards, uint64_t max_lag, uint64_t keep_every)
+                                       std::string ckpt_prefix, uint32_t shard, uint32_t num_shards,
+                                       uint64_t max_lag, uint64_t keep_every,
+                                       std::shared_ptr<const std::atomic<bool>> group_abort)
     : store_(std::move(store)),
       prefix_(std::move(ckpt_prefix)),
       shard_(shard),
       num_shards_(num_shards),
       max_lag_(max_lag),
       keep_every_(keep_every),
+      group_abort_(std::move(group_abort)),
       writer_(std::make_unique<durable_writer>(2 * max_lag + 2)) {}
 
 shard_checkpointer::~shard_checkpointer() {
@@ -36,6 +38,7 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
                                  uint64_t keep_every,
                                  const std::shared_ptr<std::atomic<uint64_t>>& durable,
                                  const std::shared_ptr<std::atomic<bool>>& abandoned,
+                                 const std::shared_ptr<const std::atomic<bool>>& group_abort,
                                  uint64_t version, const std::vector<store::checkpoint_part>& parts,
                                  const nlohmann::json& meta) {
   auto written = store::write_checkpoint_shard(*store, prefix, version, shard, num_shards, parts);
@@ -50,7 +53,8 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
     auto m = store::commit_sharded_checkpoint(*store, prefix, version, num_shards, meta);
     if (m) break;
     if (m.err().code != errc::not_found) return m.err();
-    if (abandoned->load() || std::chrono::steady_clock::now() > deadline)
+    if (abandoned->load() || (group_abort && group_abort->load()) ||
+        std::chrono::steady_clock::now() > deadline)
       return error{errc::timeout, m.err().message + " (gave up waiting for it)"};
     std::this_thread::sleep_for(kShardPoll);
   }
@@ -69,18 +73,18 @@ void shard_checkpointer::submit(uint64_t version, std::vector<store::checkpoint_
       "checkpoint shard " + std::to_string(shard_) + " of policy version " +
           std::to_string(version),
       [store = store_, prefix = prefix_, shard = shard_, n = num_shards_, keep = keep_every_,
-       durable = durable_, abandoned = abandoned_, version, shared_parts,
-       meta = std::move(meta)]() -> status {
-        return write(store, prefix, shard, n, keep, durable, abandoned, version, *shared_parts,
-                     meta);
+       durable = durable_, abandoned = abandoned_, group_abort = group_abort_, version,
+       shared_parts, meta = std::move(meta)]() -> status {
+        return write(store, prefix, shard, n, keep, durable, abandoned, group_abort, version,
+                     *shared_parts, meta);
       });
 }
 
 status shard_checkpointer::write_now(uint64_t version,
                                      const std::vector<store::checkpoint_part>& parts,
                                      const nlohmann::json& meta) {
-  return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, abandoned_, version,
-               parts, meta);
+  return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, abandoned_,
+               group_abort_, version, parts, meta);
 }
 
 status shard_checkpointer::throttle(uint64_t version) {
@@ -90,13 +94,22 @@ status shard_checkpointer::throttle(uint64_t version) {
       "policy version {} waits for the store: {} version(s) announced or ready are not committed "
       "yet (newest committed {}), job.max_durability_lag is {}",
       version, version - durable(), durable(), max_lag_);
-  writer_->flush();
-  if (version <= durable() + max_lag_) return ok_status();
-  return error{errc::io_error,
-               "the store did not take the checkpoints of policy versions " +
-                   std::to_string(durable() + 1) + ".." + std::to_string(version) +
-                   " (job.max_durability_lag " + std::to_string(max_lag_) +
-                   " reached; the log names each failed write)"};
+  // Waits for the commits it needs, not for every queued write (a later version's commit may
+  // wait for a member that is gone).
+  while (version > durable() + max_lag_) {
+    if (group_abort_ && group_abort_->load())
+      return error{errc::peer_dead, "policy version " + std::to_string(version) +
+                                        " not announced: the trainer group lost a member while "
+                                        "its checkpoints were behind"};
+    if (writer_->idle())
+      return error{errc::io_error, "the store did not take the checkpoints of policy versions " +
+                                       std::to_string(durable() + 1) + ".." +
+                                       std::to_string(version) + " (job.max_durability_lag " +
+                                       std::to_string(max_lag_) +
+                                       " reached; the log names each failed write)"};
+    std::this_thread::sleep_for(kShardPoll);
+  }
+  return ok_status();
 }
 
 result<std::pair<store::checkpoint_manifest, std::vector<store::checkpoint_part>>> read_own_shard(

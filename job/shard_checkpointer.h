@@ -27,9 +27,12 @@ class shard_checkpointer {
  public:
   // ckpt_prefix: the run's checkpoint prefix (job::checkpoint_prefix). keep_every:
   // job.checkpoint_every (member 0 removes the previous committed version unless it is a
-  // multiple). max_lag: job.max_durability_lag.
+  // multiple). max_lag: job.max_durability_lag. group_abort: the trainer group's abort flag
+  // (actors/job.h trainer_group::abort_flag; null: never raised): once a member is lost, a
+  // commit waiting for its shard and a throttled step give up at once.
   shard_checkpointer(std::shared_ptr<store::object_store> store, std::string ckpt_prefix,
-                     uint32_t shard, uint32_t num_shards, uint64_t max_lag, uint64_t keep_every);
+                     uint32_t shard, uint32_t num_shards, uint64_t max_lag, uint64_t keep_every,
+                     std::shared_ptr<const std::atomic<bool>> group_abort = nullptr);
   // Finishes the writes queued; a commit still waiting for other members' shards gives up
   // (the group that would write them is gone).
   ~shard_checkpointer();
@@ -44,8 +47,9 @@ class shard_checkpointer {
   status write_now(uint64_t version, const std::vector<store::checkpoint_part>& parts,
                    const nlohmann::json& meta);
   // Member 0, before announcing `version`: returns at once while version - durable() <=
-  // max_lag; else logs why and waits for the queued writes. An error when the store did not
-  // take them (the version must not be announced: a crash would then lose more than the lag).
+  // max_lag; else logs why and waits until it is (only for the writes it needs). An error
+  // when the store did not take them or the group broke (the version must not be announced:
+  // a crash would then lose more than the lag).
   status throttle(uint64_t version);
   // Member 0: the newest committed version; other members: the newest shard written.
   uint64_t durable() const { return durable_->load(); }
@@ -61,7 +65,8 @@ class shard_checkpointer {
   static status write(const std::shared_ptr<store::object_store>& store, const std::string& prefix,
                       uint32_t shard, uint32_t num_shards, uint64_t keep_every,
                       const std::shared_ptr<std::atomic<uint64_t>>& durable,
-                      const std::shared_ptr<std::atomic<bool>>& abandoned, uint64_t version,
+                      const std::shared_ptr<std::atomic<bool>>& abandoned,
+                      const std::shared_ptr<const std::atomic<bool>>& group_abort, uint64_t version,
                       const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta);
 
   std::shared_ptr<store::object_store> store_;
@@ -71,6 +76,7 @@ class shard_checkpointer {
   uint64_t throttled_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> durable_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<const std::atomic<bool>> group_abort_;
   std::unique_ptr<durable_writer> writer_;
 };
 
