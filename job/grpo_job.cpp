@@ -600,9 +600,9 @@ class grpo_trainer final : public actors::trainer_step {
     // store copy is then written in the background, by a single trainer and a trainer group's
     // rank 0 alike (a recreated trainer or a re-formed group rewrites the copy of the version
     // it restores). Without a cache the store copy comes first: a rollout that hears of
-    // version v always finds it complete somewhere. The checkpoint stays on the critical path
-    // in every case: a recreated trainer or a re-formed group restores the newest committed
-    // checkpoint (restore()), which must be the newest version announced.
+    // version v always finds it complete somewhere. The checkpoint is written behind the
+    // announcement too, at most job.max_durability_lag versions behind (below; restore()
+    // announces the restored state past every version that may have been announced).
     const bool in_cache = publish_to_cache(bytes);
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
     if (in_cache)

@@ -279,8 +279,7 @@ void kill_and_reform(kill_at when) {
           for (const auto& q : parts)
             if (now[q.name] != q.bytes)
               return error{errc::internal, "restored " + q.name + " differs"};
-          if (as != v)
-            return ckpt.write_now(as, own->second, {{"max_durability_lag", kLag}});
+          if (as != v) return ckpt.write_now(as, own->second, {{"max_durability_lag", kLag}});
           return ok_status();
         };
         if (me == 1) {
@@ -343,7 +342,8 @@ TEST(sharded_state, a_member_killed_mid_shard_write_leaves_the_last_commit_and_t
   kill_and_reform(kill_at::shard_write);
 }
 
-TEST(sharded_state, a_member_killed_during_publication_leaves_the_last_commit_and_the_group_reforms) {
+TEST(sharded_state,
+     a_member_killed_during_publication_leaves_the_last_commit_and_the_group_reforms) {
   kill_and_reform(kill_at::publication);
 }
 
