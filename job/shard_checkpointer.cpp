@@ -10,9 +10,18 @@ namespace moerl::job {
 
 namespace {
 // How long member 0's commit waits for the other members' shard markers. Long, because a
-// member's store may be slow; a group that broke ends the wait at once (abandoned).
+// member's store may be slow; a group that broke ends the wait at once (its abort flag).
 constexpr auto kShardWait = std::chrono::minutes(10);
 constexpr auto kShardPoll = std::chrono::milliseconds(20);
+// How long a stopping trainer's last commit still waits for the members' shards: they write
+// theirs while member 0 stops (its stop command follows the commit).
+constexpr int64_t kClosingWaitMs = 30000;
+
+int64_t steady_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 shard_checkpointer::shard_checkpointer(std::shared_ptr<store::object_store> store,
@@ -29,15 +38,15 @@ shard_checkpointer::shard_checkpointer(std::shared_ptr<store::object_store> stor
       writer_(std::make_unique<durable_writer>(2 * max_lag + 2)) {}
 
 shard_checkpointer::~shard_checkpointer() {
-  abandoned_->store(true);
-  writer_.reset();  // finishes the queued writes (a waiting commit gives up)
+  give_up_at_ms_->store(steady_now_ms() + kClosingWaitMs);
+  writer_.reset();  // finishes the queued writes
 }
 
 status shard_checkpointer::write(const std::shared_ptr<store::object_store>& store,
                                  const std::string& prefix, uint32_t shard, uint32_t num_shards,
                                  uint64_t keep_every,
                                  const std::shared_ptr<std::atomic<uint64_t>>& durable,
-                                 const std::shared_ptr<std::atomic<bool>>& abandoned,
+                                 const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
                                  const std::shared_ptr<const std::atomic<bool>>& group_abort,
                                  uint64_t version, const std::vector<store::checkpoint_part>& parts,
                                  const nlohmann::json& meta) {
@@ -53,7 +62,8 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
     auto m = store::commit_sharded_checkpoint(*store, prefix, version, num_shards, meta);
     if (m) break;
     if (m.err().code != errc::not_found) return m.err();
-    if (abandoned->load() || (group_abort && group_abort->load()) ||
+    const int64_t give_up = give_up_at_ms->load();
+    if ((give_up > 0 && steady_now_ms() > give_up) || (group_abort && group_abort->load()) ||
         std::chrono::steady_clock::now() > deadline)
       return error{errc::timeout, m.err().message + " (gave up waiting for it)"};
     std::this_thread::sleep_for(kShardPoll);
@@ -73,9 +83,9 @@ void shard_checkpointer::submit(uint64_t version, std::vector<store::checkpoint_
       "checkpoint shard " + std::to_string(shard_) + " of policy version " +
           std::to_string(version),
       [store = store_, prefix = prefix_, shard = shard_, n = num_shards_, keep = keep_every_,
-       durable = durable_, abandoned = abandoned_, group_abort = group_abort_, version,
+       durable = durable_, give_up = give_up_at_ms_, group_abort = group_abort_, version,
        shared_parts, meta = std::move(meta)]() -> status {
-        return write(store, prefix, shard, n, keep, durable, abandoned, group_abort, version,
+        return write(store, prefix, shard, n, keep, durable, give_up, group_abort, version,
                      *shared_parts, meta);
       });
 }
@@ -83,7 +93,7 @@ void shard_checkpointer::submit(uint64_t version, std::vector<store::checkpoint_
 status shard_checkpointer::write_now(uint64_t version,
                                      const std::vector<store::checkpoint_part>& parts,
                                      const nlohmann::json& meta) {
-  return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, abandoned_,
+  return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, give_up_at_ms_,
                group_abort_, version, parts, meta);
 }
 

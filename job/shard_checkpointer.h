@@ -33,8 +33,9 @@ class shard_checkpointer {
   shard_checkpointer(std::shared_ptr<store::object_store> store, std::string ckpt_prefix,
                      uint32_t shard, uint32_t num_shards, uint64_t max_lag, uint64_t keep_every,
                      std::shared_ptr<const std::atomic<bool>> group_abort = nullptr);
-  // Finishes the writes queued; a commit still waiting for other members' shards gives up
-  // (the group that would write them is gone).
+  // Finishes the writes queued (a clean stop commits the last version); a commit still
+  // waiting for other members' shards gives up after kClosingWait, or at once when the group
+  // broke (the members that would write them are gone).
   ~shard_checkpointer();
   shard_checkpointer(const shard_checkpointer&) = delete;
   shard_checkpointer& operator=(const shard_checkpointer&) = delete;
@@ -65,7 +66,7 @@ class shard_checkpointer {
   static status write(const std::shared_ptr<store::object_store>& store, const std::string& prefix,
                       uint32_t shard, uint32_t num_shards, uint64_t keep_every,
                       const std::shared_ptr<std::atomic<uint64_t>>& durable,
-                      const std::shared_ptr<std::atomic<bool>>& abandoned,
+                      const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
                       const std::shared_ptr<const std::atomic<bool>>& group_abort, uint64_t version,
                       const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta);
 
@@ -75,7 +76,8 @@ class shard_checkpointer {
   uint64_t max_lag_, keep_every_;
   uint64_t throttled_ = 0;
   std::shared_ptr<std::atomic<uint64_t>> durable_ = std::make_shared<std::atomic<uint64_t>>(0);
-  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  // Steady-clock ms after which a waiting commit gives up (set by the destructor; 0: never).
+  std::shared_ptr<std::atomic<int64_t>> give_up_at_ms_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<const std::atomic<bool>> group_abort_;
   std::unique_ptr<durable_writer> writer_;
 };
