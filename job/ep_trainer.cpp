@@ -515,6 +515,7 @@ void ep_trainer::stop_members() {
 }
 
 int ep_trainer::num_ranks() const { return impl_->group->num_ranks(); }
+const policy::param_layout& ep_trainer::full_layout() const { return impl_->group->full_layout(); }
 uint64_t ep_trainer::coordinator_bytes() const { return impl_->coordinator_bytes; }
 const std::vector<nlohmann::json>& ep_trainer::member_answers() const { return impl_->answers; }
 

@@ -55,7 +55,8 @@ struct ep_member_hooks {
   std::function<result<nlohmann::json>(uint64_t version)> after_step;
   // Load this member's shard of checkpoint `version` under job prefix `prefix`; then, when
   // as_version differs, write it again as the shard of as_version (the restored state renumbered:
-  // job/README.md).
+  // job/README.md). Version 0: nothing to read (member 0 loaded a checkpoint of another shape
+  // whole into the group); write the member's state as the shard of as_version.
   std::function<status(const std::string& prefix, uint64_t version, uint64_t as_version)> restore;
 };
 
@@ -121,6 +122,8 @@ class ep_trainer {
   result<std::vector<state_part>> local_state() const;
   status load_local_state(const std::vector<state_part>& parts);
   int num_ranks() const;
+  // The whole model's layout (every expert).
+  const policy::param_layout& full_layout() const;
   // Member 0: tells the other members to leave serve() (the destructor does it too).
   void stop_members();
 

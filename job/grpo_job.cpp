@@ -19,6 +19,7 @@
 #include "job/prompt_dataset.h"
 #include "job/shard_checkpointer.h"
 #include "job/weights_feed.h"
+#include "job/whole_checkpoint.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -836,6 +837,7 @@ class grpo_trainer final : public actors::trainer_step {
         std::any_of(m->parts.begin(), m->parts.end(),
                     [](const store::manifest_entry& e) { return e.name == "params"; });
     uint64_t as_version = m->step;
+    bool reshaped = false;
     if (whole) {
       // A checkpoint of one writer with the whole model (written before sharded checkpoints):
       // any trainer shape loads it.
@@ -851,23 +853,38 @@ class grpo_trainer final : public actors::trainer_step {
     } else {
       const uint64_t shards = m->meta.value("num_shards", uint64_t(0));
       const int64_t ranks = m->meta.value("num_ranks", int64_t(0));
-      if (shards != ckpt_->num_shards() || ranks != num_ranks())
-        return error{errc::invalid_config,
-                     "checkpoint " + std::to_string(m->step) + " under " + prefix + " has " +
-                         std::to_string(shards) + " shard(s) of " + std::to_string(ranks) +
-                         " rank(s) in all; this trainer has " +
-                         std::to_string(ckpt_->num_shards()) + " member(s) of " +
-                         std::to_string(num_ranks()) + " rank(s)"};
       // Versions up to step + lag may have been announced with contents this checkpoint lacks:
       // the restored state is announced as the next version after them, never under one of
       // their numbers (job/README.md, "Checkpoints").
       const uint64_t lag = m->meta.value("max_durability_lag", uint64_t(0));
       as_version = m->step + (lag > 0 ? lag + 1 : 0);
-      auto mine = store::read_checkpoint_shard(*s_->store, checkpoint_prefix(prefix), *m, 0);
-      if (!mine) return mine.err();
-      if (auto st = load_my_state(*mine); !st) return st;
-      if (ep_)
-        if (auto st = ep_->restore_members(prefix, m->step, as_version); !st) return st;
+      reshaped = shards != ckpt_->num_shards() || ranks != num_ranks();
+      if (!reshaped) {
+        auto mine = store::read_checkpoint_shard(*s_->store, checkpoint_prefix(prefix), *m, 0);
+        if (!mine) return mine.err();
+        if (auto st = load_my_state(*mine); !st) return st;
+        if (ep_)
+          if (auto st = ep_->restore_members(prefix, m->step, as_version); !st) return st;
+      } else {
+        // Written by a trainer of another shape: the whole model and moments, assembled here
+        // from every shard, load the whole-model way; then each member writes its share of
+        // them as the restored version (version 0 in the command: nothing to read).
+        auto parts = store::read_checkpoint(*s_->store, checkpoint_prefix(prefix), *m);
+        if (!parts) return parts.err();
+        auto whole =
+            assemble_whole_state(*parts, int(ranks), ep_ ? ep_->full_layout() : policy_->layout());
+        if (!whole)
+          return error{whole.err().code, "checkpoint " + std::to_string(m->step) + " under " +
+                                             prefix + ": " + whole.err().message};
+        if (auto st = ep_ ? ep_->load(whole->params) : policy_->load(whole->params); !st) return st;
+        if (auto st = ep_ ? ep_->load_adam(whole->adam) : opt_->load(whole->adam); !st) return st;
+        if (ep_)
+          if (auto st = ep_->restore_members(prefix, 0, as_version); !st) return st;
+        logger("trainer")->info(
+            "checkpoint {} was written by {} shard(s) of {} rank(s); this trainer has {} of {}: "
+            "loaded as the whole model",
+            m->step, shards, ranks, ckpt_->num_shards(), num_ranks());
+      }
     }
     version_ = as_version;
     resumed_from_ = m->step;
@@ -877,7 +894,7 @@ class grpo_trainer final : public actors::trainer_step {
     if (!serialized) return serialized.err();
     const std::string bytes = std::move(*serialized);
     const std::string hash = policy::content_hash(bytes);
-    if (as_version != m->step || prefix != s_->prefix) {
+    if (as_version != m->step || prefix != s_->prefix || reshaped) {
       // Committed under this run's prefix and number before it is announced (the members
       // wrote their shards of it before answering the restore command).
       auto parts = my_state();
@@ -945,6 +962,11 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
     return nlohmann::json{{"bytes", num_bytes}, {"durable", ckpt.durable()}};
   };
   hooks.restore = [&](const std::string& prefix, uint64_t version, uint64_t as_version) -> status {
+    if (version == 0) {  // loaded already (a checkpoint of another shape): write it as_version
+      auto state = t.local_state();
+      if (!state) return state.err();
+      return ckpt.write_now(as_version, as_parts(std::move(*state)), nlohmann::json::object());
+    }
     auto own = read_own_shard(*s->store, checkpoint_prefix(prefix), version, me);
     if (!own) return own.err();
     if (own->first.meta.value("num_shards", uint64_t(0)) != n)
