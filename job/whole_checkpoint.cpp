@@ -20,9 +20,9 @@ result<whole_state> assemble_whole_state(const std::vector<store::checkpoint_par
     const int r = slash == std::string::npos ? -1 : std::atoi(rest.substr(0, slash).c_str());
     const std::string what = slash == std::string::npos ? "" : rest.substr(slash + 1);
     if (r < 0 || r >= num_ranks || (what != "params" && what != "adam"))
-      return error{errc::malformed_message,
-                   "checkpoint part '" + p.name + "' names no rank below " +
-                       std::to_string(num_ranks) + " with params or adam"};
+      return error{errc::malformed_message, "checkpoint part '" + p.name +
+                                                "' names no rank below " +
+                                                std::to_string(num_ranks) + " with params or adam"};
     (what == "params" ? params : adam)[r] = p.bytes;
     (what == "params" ? seen_params : seen_adam)[r] = true;
   }

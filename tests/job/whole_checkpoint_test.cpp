@@ -15,8 +15,8 @@ std::unique_ptr<ep_trainer> two_rank_trainer() {
   grpo.group_size = 4;
   auto model = testing::small_model(31);
   model.aux_loss_coef = 0.0f;
-  auto t = ep_trainer::create(testing::node_config(), model, grpo, policy::adam_config{}, 1.0f, 2,
-                              32);
+  auto t =
+      ep_trainer::create(testing::node_config(), model, grpo, policy::adam_config{}, 1.0f, 2, 32);
   EXPECT_TRUE(t.ok()) << t.err().to_string();
   return t.ok() ? std::move(*t) : nullptr;
 }
@@ -42,9 +42,9 @@ TEST(whole_checkpoint, rank_parts_assemble_to_the_trainers_whole_model_and_momen
   EXPECT_EQ(whole->params, *t->serialize());
   EXPECT_EQ(whole->adam, *t->serialize_adam());
   // And back: a one-rank view of the same state (the whole model as rank 0) assembles too.
-  auto one = assemble_whole_state({{"shard-0000/rank-0/params", whole->params},
-                                   {"shard-0000/rank-0/adam", whole->adam}},
-                                  1, t->full_layout());
+  auto one = assemble_whole_state(
+      {{"shard-0000/rank-0/params", whole->params}, {"shard-0000/rank-0/adam", whole->adam}}, 1,
+      t->full_layout());
   ASSERT_TRUE(one.ok()) << one.err().to_string();
   EXPECT_EQ(one->params, whole->params);
   EXPECT_EQ(one->adam, whole->adam);
