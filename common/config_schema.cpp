@@ -301,6 +301,11 @@ const std::vector<key_spec>& config_schema() {
        "every this many stay, older others are removed (0: no checkpoints, a recreated "
        "trainer starts from fresh weights)",
        "", r::at_least(0)},
+      {"job.max_durability_lag", t::integer, "4",
+       "policy versions the trainer may announce beyond its newest committed checkpoint (written "
+       "in the background); when reached, the trainer waits for the store (0: every version is "
+       "committed before it is announced)",
+       "", r::at_least(0)},
       {"job.resume_from", t::string, "",
        "job.store_prefix of an earlier run to resume from its last committed checkpoint", ""},
       {"job.rollout_ep_ranks", t::integer, "2",

@@ -30,6 +30,11 @@ void durable_writer::flush() {
   cv_.wait(g, [&] { return queue_.empty() && !busy_; });
 }
 
+bool durable_writer::idle() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return queue_.empty() && !busy_;
+}
+
 uint64_t durable_writer::num_written() const {
   std::lock_guard<std::mutex> g(mu_);
   return written_;

@@ -1,6 +1,6 @@
 // The trainer's durable copies, written off the critical path: a version is announced once a
 // checkpoint cache holds it, and its store copy is written here, in order, on one background
-// thread (the checkpoint itself is written before the announcement: job/grpo_job.cpp). A crash
+// thread (checkpoint shards go through one too: job/shard_checkpointer.h). A crash
 // with writes still queued loses only those store copies; readers that miss every cache wait
 // for a store copy briefly and a recreated trainer rewrites its own version's copy.
 // Thread-safe: submit from any thread; the destructor finishes every queued write.
@@ -31,6 +31,8 @@ class durable_writer {
   void submit(std::string what, std::function<status()> write);
   // Waits until every write submitted so far is done.
   void flush();
+  // No write queued or running.
+  bool idle() const;
   uint64_t num_written() const;
   uint64_t num_failed() const;
 

@@ -229,6 +229,17 @@ const fabric::transport_description& ep_policy_group::expert_plane(int rank) con
 const std::vector<float>& ep_policy_group::share(int rank) const {
   return impl_->ranks.at(rank).policy->params();
 }
+status ep_policy_group::load_share(int rank, std::vector<float> params) {
+  if (rank < first_local_rank() || rank >= first_local_rank() + num_local_ranks())
+    return error{errc::invalid_argument, "rank " + std::to_string(rank) + " is not local"};
+  auto& p = impl_->ranks[rank].policy->params();
+  if (params.size() != p.size())
+    return error{errc::malformed_message, "rank " + std::to_string(rank) + "'s share has " +
+                                              std::to_string(params.size()) + " floats, not " +
+                                              std::to_string(p.size())};
+  p = std::move(params);
+  return ok_status();
+}
 
 result<std::vector<float>> ep_policy_group::full_params() const {
   if (impl_->num_local != num_ranks())

@@ -119,6 +119,8 @@ class ep_policy_group {
   int first_local_rank() const;
   int num_local_ranks() const;
   const std::vector<float>& share(int rank) const;
+  // Replaces a local rank's share (owner thread, between calls): a checkpoint shard's load.
+  status load_share(int rank, std::vector<float> params);
   // Which transport carries a local rank's expert plane to each peer ("same_process",
   // "same_host", "network") and its libfabric provider: where a group spanning processes
   // (or network namespaces) shows that its experts really crossed between them.

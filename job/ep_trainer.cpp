@@ -43,8 +43,7 @@ struct ep_trainer::impl {
   // Member 0: the command every other member's serve() takes its part of.
   status command(const nlohmann::json& cmd) {
     if (!leads()) return ok_status();
-    auto bytes = nlohmann::json::to_cbor(cmd);
-    auto r = span.members_allgather(std::string(bytes.begin(), bytes.end()), op_timeout_ms);
+    auto r = round(cmd, op_timeout_ms);
     if (!r)
       return error{r.err().code,
                    "trainer group command " + cmd.value("op", "") + ": " + r.err().message};
@@ -53,20 +52,30 @@ struct ep_trainer::impl {
   // One contribution per member (a gather command's answer round).
   result<std::vector<std::string>> round(const nlohmann::json& mine, int64_t timeout_ms) {
     auto bytes = nlohmann::json::to_cbor(mine);
-    return span.members_allgather(std::string(bytes.begin(), bytes.end()), timeout_ms);
+    auto r = span.members_allgather(std::string(bytes.begin(), bytes.end()), timeout_ms);
+    if (r && leads()) {
+      // The coordinator takes every member's contribution and sends all of them to each.
+      uint64_t in = 0;
+      for (const auto& c : *r) in += c.size();
+      coordinator_bytes += in * (1 + uint64_t(span.num_members));
+    }
+    return r;
   }
+  uint64_t coordinator_bytes = 0;       // member 0: since the last step began
+  std::vector<nlohmann::json> answers;  // member 0: the last step's after_step answers
   result<ep_step_result> run_step(const std::vector<policy::sample>& samples,
                                   const std::vector<double>& advantages);
   nlohmann::json local_shares() const;  // {rank: params.h bytes of its share}
   nlohmann::json local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
-  // Member 0 of a spanning group, right after a step: every rank's parameter share and Adam
-  // moments in one round (the other members send theirs as the step's answer), so that
-  // publishing and checkpointing the version the step made need no further round through
-  // the coordinator (two rounds a version instead of five). Held until the next step or load.
+  // Member 0 of a spanning group, right after a step: every rank's parameter share in one
+  // round (the other members send theirs as the step's answer, with their checkpoint shard's
+  // size and hash: each member checkpoints its own state, so no Adam moment crosses), so that
+  // publishing the version the step made needs no further round through the coordinator.
+  // Held until the next step or load.
   status gather_after_step();
   struct gathered_state {
-    std::vector<std::string> params, adam;  // [global rank]
+    std::vector<std::string> params;  // [global rank]
   };
   std::optional<gathered_state> gathered;
 };
@@ -82,7 +91,7 @@ std::string from_binary(const nlohmann::json& j) {
 }
 
 nlohmann::json encode_batch(const std::vector<policy::sample>& samples,
-                            const std::vector<double>& advantages) {
+                            const std::vector<double>& advantages, uint64_t version) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& s : samples)
     arr.push_back({{"prompt", s.prompt},
@@ -92,7 +101,7 @@ nlohmann::json encode_batch(const std::vector<policy::sample>& samples,
                    {"group", s.group},
                    {"version", s.policy_version},
                    {"from_env", s.from_env}});  // multi-turn: env tokens carry no loss
-  return {{"op", "step"}, {"samples", arr}, {"advantages", advantages}};
+  return {{"op", "step"}, {"samples", arr}, {"advantages", advantages}, {"version", version}};
 }
 
 result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch(
@@ -208,7 +217,7 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(
 }
 
 result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& samples,
-                                        const std::vector<double>& advantages) {
+                                        const std::vector<double>& advantages, uint64_t version) {
   impl& m = *impl_;
   if (m.group->broken() && m.spanning)
     return error{errc::peer_dead, "the trainer group across nodes is broken; it re-forms"};
@@ -266,7 +275,9 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
                                                std::to_string(m.max_tokens_per_rank)};
   }
   m.gathered.reset();
-  if (auto st = m.command(encode_batch(samples, advantages)); !st) return st.err();
+  m.coordinator_bytes = 0;
+  m.answers.clear();
+  if (auto st = m.command(encode_batch(samples, advantages, version)); !st) return st.err();
   auto out = m.run_step(samples, advantages);
   if (!out || !m.leads()) return out;
   if (auto st = m.gather_after_step(); !st) return st.err();
@@ -415,23 +426,21 @@ status ep_trainer::impl::gather_after_step() {
   auto all = round(nlohmann::json::object(), op_timeout_ms);
   if (!all) return error{all.err().code, "trainer group step answer: " + all.err().message};
   const int n = group->num_ranks();
-  gathered_state g{std::vector<std::string>(n), std::vector<std::string>(n)};
-  std::vector<bool> params_seen(n, false), adam_seen(n, false);
+  gathered_state g{std::vector<std::string>(n)};
+  std::vector<bool> params_seen(n, false);
   for (const auto& c : *all) {
     auto j = nlohmann::json::from_cbor(c, true, false);
     if (!j.is_object())
       return error{errc::malformed_message, "a trainer group member's step answer did not decode"};
     if (j.empty()) continue;  // member 0's
-    if (!j.contains("params") || !j.contains("adam"))
+    if (!j.contains("params"))
       return error{errc::malformed_message,
-                   "a trainer group member's step answer has no params or adam shares"};
+                   "a trainer group member's step answer has no parameter shares"};
     if (auto st = take_shares(j["params"], g.params, params_seen); !st) return st;
-    if (auto st = take_shares(j["adam"], g.adam, adam_seen); !st) return st;
+    answers.push_back(j.value("shard", nlohmann::json()));
   }
   if (auto st = take_shares(local_shares(), g.params, params_seen); !st) return st;
-  if (auto st = take_shares(local_adam(), g.adam, adam_seen); !st) return st;
   if (auto st = all_seen(params_seen); !st) return st;
-  if (auto st = all_seen(adam_seen); !st) return st;
   gathered = std::move(g);
   return ok_status();
 }
@@ -482,8 +491,6 @@ result<std::string> ep_trainer::serialize_adam() const {
   if (!m.leads()) {
     for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r)
       parts.push_back(m.ranks[r].opt->serialize());
-  } else if (m.gathered) {
-    parts = m.gathered->adam;  // the last step's answer round carried them
   } else {
     if (auto st = m.command({{"op", "adam"}}); !st) return st.err();
     auto all = m.round(m.local_adam(), m.op_timeout_ms);
@@ -507,7 +514,79 @@ void ep_trainer::stop_members() {
   (void)impl_->command({{"op", "stop"}});
 }
 
-status ep_trainer::serve() {
+int ep_trainer::num_ranks() const { return impl_->group->num_ranks(); }
+const policy::param_layout& ep_trainer::full_layout() const { return impl_->group->full_layout(); }
+uint64_t ep_trainer::coordinator_bytes() const { return impl_->coordinator_bytes; }
+const std::vector<nlohmann::json>& ep_trainer::member_answers() const { return impl_->answers; }
+
+namespace {
+std::string rank_part(int rank, const char* what) {
+  return "rank-" + std::to_string(rank) + "/" + what;
+}
+}  // namespace
+
+result<std::vector<state_part>> ep_trainer::local_state() const {
+  const impl& m = *impl_;
+  std::vector<state_part> out;
+  for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r) {
+    out.push_back({rank_part(r, "params"),
+                   policy::serialize_params(m.group->rank_layout(), m.group->share(r))});
+    out.push_back({rank_part(r, "adam"), m.ranks[r].opt->serialize()});
+  }
+  return out;
+}
+
+status ep_trainer::load_local_state(const std::vector<state_part>& parts) {
+  impl& m = *impl_;
+  m.gathered.reset();
+  auto find = [&](const std::string& name) -> const std::string* {
+    for (const auto& p : parts)
+      if (p.name == name) return &p.bytes;
+    return nullptr;
+  };
+  for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r) {
+    const std::string* params = find(rank_part(r, "params"));
+    const std::string* adam = find(rank_part(r, "adam"));
+    if (!params || !adam)
+      return error{errc::malformed_message, "checkpoint shard has no " +
+                                                rank_part(r, params ? "adam" : "params") +
+                                                " (its ranks are not this member's)"};
+    auto share = policy::deserialize_params(*params, &m.group->rank_layout());
+    if (!share) return error{share.err().code, rank_part(r, "params") + ": " + share.err().message};
+    if (auto st = m.group->load_share(r, std::move(*share)); !st) return st;
+    if (auto st = m.ranks[r].opt->load(*adam); !st)
+      return error{st.err().code, rank_part(r, "adam") + ": " + st.err().message};
+  }
+  return ok_status();
+}
+
+status ep_trainer::restore_members(const std::string& prefix, uint64_t version,
+                                   uint64_t as_version) {
+  impl& m = *impl_;
+  m.gathered.reset();
+  if (!m.leads()) return ok_status();
+  if (auto st = m.command({{"op", "restore"},
+                           {"prefix", prefix},
+                           {"version", version},
+                           {"as_version", as_version}});
+      !st)
+    return st;
+  auto all = m.round(nlohmann::json::object(), m.op_timeout_ms);
+  if (!all) return error{all.err().code, "trainer group restore answer: " + all.err().message};
+  for (size_t k = 1; k < all->size(); ++k) {
+    auto j = nlohmann::json::from_cbor((*all)[k], true, false);
+    if (!j.is_object())
+      return error{errc::malformed_message, "trainer group member " + std::to_string(k) +
+                                                "'s restore answer did not decode"};
+    if (j.contains("error"))
+      return error{errc::internal, "trainer group member " + std::to_string(k) +
+                                       " could not restore its shard of checkpoint " +
+                                       std::to_string(version) + ": " + j["error"].dump()};
+  }
+  return ok_status();
+}
+
+status ep_trainer::serve(const ep_member_hooks& hooks) {
   impl& m = *impl_;
   if (!m.spanning || m.span.member_index == 0)
     return error{errc::internal, "ep_trainer::serve: only a trainer group's members 1.. serve"};
@@ -525,10 +604,28 @@ status ep_trainer::serve() {
       auto batch = decode_batch(cmd);
       if (!batch) return batch.err();
       if (auto st = m.run_step(batch->first, batch->second); !st) return st.err();
-      // The step's answer: this member's shares and moments for the version it made.
-      auto answer =
-          m.round({{"params", m.local_shares()}, {"adam", m.local_adam()}}, m.op_timeout_ms);
+      // This member checkpoints its own state (in the background); the step's answer carries
+      // its parameter shares for publication and only the size and hash of its shard.
+      nlohmann::json shard;
+      if (hooks.after_step) {
+        auto a = hooks.after_step(cmd.value("version", uint64_t(0)));
+        if (!a) return a.err();
+        shard = std::move(*a);
+      }
+      auto answer = m.round({{"params", m.local_shares()}, {"shard", shard}}, m.op_timeout_ms);
       if (!answer) return answer.err();
+    } else if (op == "restore") {
+      m.gathered.reset();
+      const status st =
+          hooks.restore
+              ? hooks.restore(cmd.value("prefix", std::string()), cmd.value("version", uint64_t(0)),
+                              cmd.value("as_version", uint64_t(0)))
+              : status(error{errc::internal, "this member cannot restore checkpoints"});
+      auto answer =
+          m.round(st ? nlohmann::json::object() : nlohmann::json{{"error", st.err().to_string()}},
+                  m.op_timeout_ms);
+      if (!answer) return answer.err();
+      if (!st) return st;
     } else if (op == "params" || op == "adam") {
       auto all = m.round(op == "params" ? m.local_shares() : m.local_adam(), m.op_timeout_ms);
       if (!all) return all.err();

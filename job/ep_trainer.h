@@ -40,6 +40,26 @@ class bootstrap;
 
 namespace moerl::job {
 
+// A named blob of trainer state: a checkpoint shard's part ("rank-3/params", "rank-3/adam").
+struct state_part {
+  std::string name;
+  std::string bytes;
+};
+
+// What a member other than member 0 does with its own state (job/grpo_job.cpp gives the store
+// behind them): each step's answer round carries what after_step returns (its checkpoint
+// shard's size and hash, never the state itself), and a restore command names only the
+// version whose shard each member reads itself.
+struct ep_member_hooks {
+  // After the step that made `version`: hand the member's state to its background writer.
+  std::function<result<nlohmann::json>(uint64_t version)> after_step;
+  // Load this member's shard of checkpoint `version` under job prefix `prefix`; then, when
+  // as_version differs, write it again as the shard of as_version (the restored state renumbered:
+  // job/README.md). Version 0: nothing to read (member 0 loaded a checkpoint of another shape
+  // whole into the group); write the member's state as the shard of as_version.
+  std::function<status(const std::string& prefix, uint64_t version, uint64_t as_version)> restore;
+};
+
 struct ep_step_result {
   policy::update_stats update;  // clip fraction token-weighted over ranks; loads averaged
   double grad_norm = 0;         // global, before clipping
@@ -78,12 +98,32 @@ class ep_trainer {
   // rebuilds the group and carries the parameters and Adam state over (every rank stops
   // at the same collective, so they are consistent: with grpo.epochs = 1 they are exactly
   // the state before the failed step).
+  // `version`: the policy version the step makes (members write their checkpoint shards
+  // under it).
   result<ep_step_result> step(const std::vector<policy::sample>& samples,
-                              const std::vector<double>& advantages);
+                              const std::vector<double>& advantages, uint64_t version = 0);
 
   // A member other than member 0 of a spanning group: takes its part in every command member
   // 0 sends, until it sends stop (ok) or the group breaks (the error).
-  status serve();
+  status serve(const ep_member_hooks& hooks = {});
+  // Member 0: has every other member run hooks.restore(version, as_version); the first
+  // member's failure is the error.
+  status restore_members(const std::string& prefix, uint64_t version, uint64_t as_version);
+  // The last step's answers from members 1.. (after_step's JSON, member order).
+  const std::vector<nlohmann::json>& member_answers() const;
+  // Member 0: bytes through the coordinator's rounds since the last step began (what every
+  // member sent plus what the coordinator sent back to every member): the control plane's
+  // cost of one policy version.
+  uint64_t coordinator_bytes() const;
+
+  // This process's ranks' state as checkpoint parts: "rank-<R>/params" (params.h bytes of
+  // rank R's share, in the rank layout) and "rank-<R>/adam" (its Adam moments). Loading takes
+  // the same parts (an error names a missing or malformed one).
+  result<std::vector<state_part>> local_state() const;
+  status load_local_state(const std::vector<state_part>& parts);
+  int num_ranks() const;
+  // The whole model's layout (every expert).
+  const policy::param_layout& full_layout() const;
   // Member 0: tells the other members to leave serve() (the destructor does it too).
   void stop_members();
 

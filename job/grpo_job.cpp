@@ -17,7 +17,9 @@
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
+#include "job/shard_checkpointer.h"
 #include "job/weights_feed.h"
+#include "job/whole_checkpoint.h"
 #include "policy/adam.h"
 #include "policy/grpo.h"
 #include "policy/model.h"
@@ -530,6 +532,11 @@ class grpo_trainer final : public actors::trainer_step {
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
     keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    // One checkpoint shard per member process (a single trainer is a group of one).
+    ckpt_ = std::make_unique<shard_checkpointer>(
+        s_->store, checkpoint_prefix(s_->prefix), 0, group ? group->num_members() : 1,
+        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), keep_every_,
+        group ? group->abort_flag() : nullptr);
     if (s_->trainer_ep_ranks > 1 || group) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
@@ -551,10 +558,10 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
   // Where every trainer step starts, a single trainer node's or a trainer group's: the newest
-  // committed checkpoint of this run (a recreated trainer node, a re-formed group: the last
-  // published weights plus the optimiser state, since a trainer checkpoints every version it
-  // publishes), else job.resume_from's (an earlier run), else fresh weights (RUNTIME.md,
-  // "Groups across nodes"; README, job.checkpoint_every).
+  // committed checkpoint of this run (a recreated trainer node, a re-formed group: weights
+  // plus optimiser state at most job.max_durability_lag versions behind the newest announced),
+  // else job.resume_from's (an earlier run), else fresh weights (RUNTIME.md, "Groups across
+  // nodes"; README, job.checkpoint_every; job/README.md, "Checkpoints").
   status restore() {
     if (keep_every_ > 0) {
       auto have = store::latest_committed(*s_->store, checkpoint_prefix(s_->prefix));
@@ -577,6 +584,11 @@ class grpo_trainer final : public actors::trainer_step {
     pending_.clear();
     pending_groups_ = 0;
     first_batch_.reset();
+  }
+
+  ~grpo_trainer() override {
+    // Queued checkpoint shards are finished before the step's state goes (they own copies).
+    ckpt_.reset();
   }
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
@@ -629,7 +641,7 @@ class grpo_trainer final : public actors::trainer_step {
     policy::update_stats us;
     double grad_norm = 0;
     if (ep_) {
-      auto r = ep_->step(pending_, adv);
+      auto r = ep_->step(pending_, adv, version_ + 1);
       if (!r) return r.err();
       us = r->update;
       grad_norm = r->grad_norm;
@@ -656,9 +668,9 @@ class grpo_trainer final : public actors::trainer_step {
     // store copy is then written in the background, by a single trainer and a trainer group's
     // rank 0 alike (a recreated trainer or a re-formed group rewrites the copy of the version
     // it restores). Without a cache the store copy comes first: a rollout that hears of
-    // version v always finds it complete somewhere. The checkpoint stays on the critical path
-    // in every case: a recreated trainer or a re-formed group restores the newest committed
-    // checkpoint (restore()), which must be the newest version announced.
+    // version v always finds it complete somewhere. The checkpoint is written behind the
+    // announcement too, at most job.max_durability_lag versions behind (below; restore()
+    // announces the restored state past every version that may have been announced).
     const bool in_cache = publish_to_cache(bytes);
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
     if (in_cache)
@@ -678,8 +690,11 @@ class grpo_trainer final : public actors::trainer_step {
                       {"load_imbalance", us.load_imbalance}});
     double t_checkpoint = 0;
     if (keep_every_ > 0) {
+      // Copies this process's state and queues its shard; the store is written behind the
+      // announcement, up to job.max_durability_lag versions behind (job/README.md).
       t0 = std::chrono::steady_clock::now();
-      if (auto st = checkpoint(bytes, hash); !st) return st.err();
+      if (auto st = checkpoint(hash); !st) return st.err();
+      if (auto st = ckpt_->throttle(version_); !st) return st.err();
       t_checkpoint = seconds_since(t0);
     }
     // t_generate / t_reward: time the rollout and reward nodes spent on this iteration's
@@ -758,7 +773,11 @@ class grpo_trainer final : public actors::trainer_step {
             {"weights",
              {{"versions", published_},
               {"durable_writes", writer_->num_written()},
-              {"durable_writes_failed", writer_->num_failed()}}}};
+              {"durable_writes_failed", writer_->num_failed()},
+              {"checkpoint_shards_written", ckpt_->num_written()},
+              {"checkpoint_shards_failed", ckpt_->num_failed()},
+              {"durable_version", ckpt_->durable()},
+              {"durability_throttled", ckpt_->num_throttled()}}}};
   }
 
  private:
@@ -795,6 +814,12 @@ class grpo_trainer final : public actors::trainer_step {
                           {"bytes", num_bytes},
                           {"t_publish", t_publish},
                           {"via", via},
+                          // The trainer group's rounds through the coordinator for the step
+                          // that made this version (0: a one-process trainer).
+                          {"coordinator_bytes", ep_ ? ep_->coordinator_bytes() : 0},
+                          // Publication is one whole version; checkpoints are per member.
+                          {"num_shards", 1},
+                          {"checkpoint_shards", ckpt_->num_shards()},
                           {"held_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count()}});
@@ -818,55 +843,139 @@ class grpo_trainer final : public actors::trainer_step {
     };
   }
 
-  status checkpoint(const std::string& param_bytes, const std::string& hash) {
-    nlohmann::json meta{
-        {"policy_version", version_},
-        {"content_hash", hash},
-        {"reward_curve", curve_},
-        {"task", s_->task_name()},
-        {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()}};
-    auto adam_bytes = ep_ ? ep_->serialize_adam() : result<std::string>(opt_->serialize());
-    if (!adam_bytes) return adam_bytes.err();
-    auto m = store::write_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), version_,
-                                     {{"params", param_bytes}, {"adam", *adam_bytes}}, meta);
-    if (!m) return m.err();
-    logger("trainer")->info("checkpoint of policy version {} committed ({})", version_,
-                            m->content_hash);
-    // Every version is checkpointed so that a recreated trainer loses none; of the older ones
-    // only every job.checkpoint_every-th stays. Best effort: one left behind costs space only.
-    const uint64_t before = version_ - 1;
-    if (before > 0 && before % keep_every_ != 0)
-      (void)store::remove_checkpoint(*s_->store, checkpoint_prefix(s_->prefix), before);
+  // This process's state as checkpoint parts (ep_trainer.h's "rank-<R>/params|adam"; a
+  // one-rank trainer's rank 0 holds the whole model).
+  result<std::vector<store::checkpoint_part>> my_state() const {
+    std::vector<store::checkpoint_part> out;
+    if (!ep_) {
+      out.push_back({"rank-0/params", policy_->serialize()});
+      out.push_back({"rank-0/adam", opt_->serialize()});
+      return out;
+    }
+    auto parts = ep_->local_state();
+    if (!parts) return parts.err();
+    for (auto& p : *parts) out.push_back({std::move(p.name), std::move(p.bytes)});
+    return out;
+  }
+  status load_my_state(const std::vector<store::checkpoint_part>& parts) {
+    if (ep_) {
+      std::vector<state_part> mine;
+      for (const auto& p : parts) mine.push_back({p.name, p.bytes});
+      return ep_->load_local_state(mine);
+    }
+    const std::string* params = nullptr;
+    const std::string* adam = nullptr;
+    for (const auto& p : parts) {
+      if (p.name == "rank-0/params") params = &p.bytes;
+      if (p.name == "rank-0/adam") adam = &p.bytes;
+    }
+    if (!params || !adam)
+      return error{errc::malformed_message,
+                   "checkpoint shard 0 has no rank-0/params or rank-0/adam"};
+    if (auto st = policy_->load(*params); !st) return st;
+    return opt_->load(*adam);
+  }
+  int num_ranks() const { return ep_ ? ep_->num_ranks() : 1; }
+
+  nlohmann::json checkpoint_meta(const std::string& hash) const {
+    return {{"policy_version", version_},
+            {"content_hash", hash},
+            {"reward_curve", curve_},
+            {"task", s_->task_name()},
+            {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()},
+            {"num_ranks", num_ranks()},
+            // A restore numbers on past every version this run may have announced beyond it.
+            {"max_durability_lag", ckpt_->max_lag()}};
+  }
+
+  // Queues shard 0 of version_ (the other members queue theirs after the step: ep_trainer's
+  // member hooks); shard 0's writer commits once every shard is durable.
+  status checkpoint(const std::string& hash) {
+    auto parts = my_state();
+    if (!parts) return parts.err();
+    ckpt_->submit(version_, std::move(*parts), checkpoint_meta(hash));
     return {};
   }
 
   status resume_from(const std::string& prefix) {
     auto m = store::latest_committed(*s_->store, checkpoint_prefix(prefix));
     if (!m) return error{m.err().code, "job.resume_from " + prefix + ": " + m.err().message};
-    auto parts = store::read_checkpoint(*s_->store, checkpoint_prefix(prefix), *m);
-    if (!parts) return parts.err();
-    for (const auto& p : *parts) {
-      if (p.name == "params") {
-        if (auto st = ep_ ? ep_->load(p.bytes) : policy_->load(p.bytes); !st) return st;
-      } else if (p.name == "adam") {
-        if (auto st = ep_ ? ep_->load_adam(p.bytes) : opt_->load(p.bytes); !st) return st;
+    const bool whole =
+        std::any_of(m->parts.begin(), m->parts.end(),
+                    [](const store::manifest_entry& e) { return e.name == "params"; });
+    uint64_t as_version = m->step;
+    bool reshaped = false;
+    if (whole) {
+      // A checkpoint of one writer with the whole model (written before sharded checkpoints):
+      // any trainer shape loads it.
+      auto parts = store::read_checkpoint(*s_->store, checkpoint_prefix(prefix), *m);
+      if (!parts) return parts.err();
+      for (const auto& p : *parts) {
+        if (p.name == "params") {
+          if (auto st = ep_ ? ep_->load(p.bytes) : policy_->load(p.bytes); !st) return st;
+        } else if (p.name == "adam") {
+          if (auto st = ep_ ? ep_->load_adam(p.bytes) : opt_->load(p.bytes); !st) return st;
+        }
+      }
+    } else {
+      const uint64_t shards = m->meta.value("num_shards", uint64_t(0));
+      const int64_t ranks = m->meta.value("num_ranks", int64_t(0));
+      // Versions up to step + lag may have been announced with contents this checkpoint lacks:
+      // the restored state is announced as the next version after them, never under one of
+      // their numbers (job/README.md, "Checkpoints").
+      const uint64_t lag = m->meta.value("max_durability_lag", uint64_t(0));
+      as_version = m->step + (lag > 0 ? lag + 1 : 0);
+      reshaped = shards != ckpt_->num_shards() || ranks != num_ranks();
+      if (!reshaped) {
+        auto mine = store::read_checkpoint_shard(*s_->store, checkpoint_prefix(prefix), *m, 0);
+        if (!mine) return mine.err();
+        if (auto st = load_my_state(*mine); !st) return st;
+        if (ep_)
+          if (auto st = ep_->restore_members(prefix, m->step, as_version); !st) return st;
+      } else {
+        // Written by a trainer of another shape: the whole model and moments, assembled here
+        // from every shard, load the whole-model way; then each member writes its share of
+        // them as the restored version (version 0 in the command: nothing to read).
+        auto parts = store::read_checkpoint(*s_->store, checkpoint_prefix(prefix), *m);
+        if (!parts) return parts.err();
+        auto whole =
+            assemble_whole_state(*parts, int(ranks), ep_ ? ep_->full_layout() : policy_->layout());
+        if (!whole)
+          return error{whole.err().code, "checkpoint " + std::to_string(m->step) + " under " +
+                                             prefix + ": " + whole.err().message};
+        if (auto st = ep_ ? ep_->load(whole->params) : policy_->load(whole->params); !st) return st;
+        if (auto st = ep_ ? ep_->load_adam(whole->adam) : opt_->load(whole->adam); !st) return st;
+        if (ep_)
+          if (auto st = ep_->restore_members(prefix, 0, as_version); !st) return st;
+        logger("trainer")->info(
+            "checkpoint {} was written by {} shard(s) of {} rank(s); this trainer has {} of {}: "
+            "loaded as the whole model",
+            m->step, shards, ranks, ckpt_->num_shards(), num_ranks());
       }
     }
-    version_ = m->step;
-    resumed_from_ = version_;
+    version_ = as_version;
+    resumed_from_ = m->step;
     if (m->meta.contains("reward_curve"))
       curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
-    // Republish the resumed weights under this run's prefix so rollouts can load them.
     auto serialized = serialize_params();
     if (!serialized) return serialized.err();
     const std::string bytes = std::move(*serialized);
+    const std::string hash = policy::content_hash(bytes);
+    if (as_version != m->step || prefix != s_->prefix || reshaped) {
+      // Committed under this run's prefix and number before it is announced (the members
+      // wrote their shards of it before answering the restore command).
+      auto parts = my_state();
+      if (!parts) return parts.err();
+      if (auto st = ckpt_->write_now(version_, *parts, checkpoint_meta(hash)); !st) return st;
+    } else {
+      ckpt_->set_durable(version_);
+    }
+    // Republish the resumed weights under this run's prefix so rollouts can load them.
     if (auto st = s_->store->put(weights_key(s_->prefix, version_), bytes); !st) return st;
-    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash",
-                                 policy::content_hash(bytes));
-        !st)
-      return st;
+    if (auto st = s_->store->put(weights_key(s_->prefix, version_) + ".hash", hash); !st) return st;
     (void)publish_to_cache(bytes);  // rollouts read it there, else from the store
-    logger("trainer")->info("resumed from {} at policy version {}", prefix, version_);
+    logger("trainer")->info("resumed from {} at policy version {}, announced as version {}", prefix,
+                            m->step, version_);
     return {};
   }
 
@@ -890,9 +999,58 @@ class grpo_trainer final : public actors::trainer_step {
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
   std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
-  // Store copies and checkpoints behind the announcement; its writes own what they write.
+  // Store copies behind the announcement; its writes own what they write.
   std::unique_ptr<durable_writer> writer_ = std::make_unique<durable_writer>(4);
+  std::unique_ptr<shard_checkpointer> ckpt_;  // this process's checkpoint shard (made in init)
 };
+
+// A trainer group member other than member 0: its part of every step, and its own checkpoint
+// shard of every version (written in the background; only its size crosses the coordinator).
+status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
+                    actors::trainer_group& group) {
+  const uint32_t me = group.member_index(), n = group.num_members();
+  const uint64_t keep_every = static_cast<uint64_t>(s->cfg.get_int("job.checkpoint_every"));
+  shard_checkpointer ckpt(s->store, checkpoint_prefix(s->prefix), me, n,
+                          static_cast<uint64_t>(s->cfg.get_int("job.max_durability_lag")),
+                          keep_every, group.abort_flag());
+  auto as_parts = [](std::vector<state_part> state) {
+    std::vector<store::checkpoint_part> out;
+    for (auto& p : state) out.push_back({std::move(p.name), std::move(p.bytes)});
+    return out;
+  };
+  ep_member_hooks hooks;
+  hooks.after_step = [&](uint64_t version) -> result<nlohmann::json> {
+    if (keep_every == 0) return nlohmann::json::object();
+    auto state = t.local_state();
+    if (!state) return state.err();
+    uint64_t num_bytes = 0;
+    for (const auto& p : *state) num_bytes += p.bytes.size();
+    ckpt.submit(version, as_parts(std::move(*state)), nlohmann::json::object());
+    return nlohmann::json{{"bytes", num_bytes}, {"durable", ckpt.durable()}};
+  };
+  hooks.restore = [&](const std::string& prefix, uint64_t version, uint64_t as_version) -> status {
+    if (version == 0) {  // loaded already (a checkpoint of another shape): write it as_version
+      auto state = t.local_state();
+      if (!state) return state.err();
+      return ckpt.write_now(as_version, as_parts(std::move(*state)), nlohmann::json::object());
+    }
+    auto own = read_own_shard(*s->store, checkpoint_prefix(prefix), version, me);
+    if (!own) return own.err();
+    if (own->first.meta.value("num_shards", uint64_t(0)) != n)
+      return error{errc::invalid_config,
+                   "checkpoint " + std::to_string(version) + " has " +
+                       own->first.meta.value("num_shards", nlohmann::json()).dump() +
+                       " shards; this group has " + std::to_string(n) + " members"};
+    std::vector<state_part> parts;
+    for (const auto& p : own->second) parts.push_back({p.name, p.bytes});
+    if (auto st = t.load_local_state(parts); !st) return st;
+    if (as_version != version || prefix != s->prefix)
+      return ckpt.write_now(as_version, own->second, nlohmann::json::object());
+    ckpt.set_durable(version);
+    return ok_status();
+  };
+  return t.serve(hooks);
+}
 
 // ---- the job ------------------------------------------------------------------------------
 
@@ -945,7 +1103,7 @@ class grpo_job final : public actors::job {
     if (!ranks.group()) return error{errc::internal, "serve_trainer_member without a group"};
     auto t = make_ep_trainer(s_, ranks.group());
     if (!t) return t.err();
-    return (*t)->serve();
+    return serve_member(s_, **t, *ranks.group());
   }
   void use_weight_caches(std::shared_ptr<weights::cache_directory> caches) override {
     s_->caches = std::move(caches);

@@ -17,6 +17,7 @@ constexpr const char* format_name = "moerl-checkpoint";
 constexpr const char* marker_name = "COMMITTED";
 constexpr const char* manifest_name = "manifest.json";
 constexpr const char* step_tag = "step-";
+constexpr const char* shard_format_name = "moerl-checkpoint-shard";
 
 std::string join(const std::string& prefix, const std::string& rest) {
   return prefix.empty() ? rest : prefix + "/" + rest;
@@ -81,6 +82,37 @@ bool parse_step(const std::string& segment, uint64_t* step) {
   return true;
 }
 
+// Validates part names (distinct, valid keys) and lists them as manifest entries named
+// `name_prefix` + name, sorted by name.
+result<std::vector<manifest_entry>> listed_parts(const std::string& dir,
+                                                 const std::vector<checkpoint_part>& parts,
+                                                 const std::string& name_prefix) {
+  if (parts.empty())
+    return error(errc::invalid_argument, "checkpoint " + dir + ": no parts to write");
+  std::set<std::string> names;
+  std::vector<manifest_entry> out;
+  for (const auto& p : parts) {
+    if (auto st = validate_key(p.name); !st)
+      return error(errc::invalid_argument, "checkpoint " + dir + " part name: " + st.err().message);
+    if (!names.insert(p.name).second)
+      return error(errc::invalid_argument,
+                   "checkpoint " + dir + ": part '" + p.name + "' given twice");
+    out.push_back({name_prefix + p.name, p.bytes.size(), sha256_hex(p.bytes)});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const manifest_entry& a, const manifest_entry& b) { return a.name < b.name; });
+  return out;
+}
+
+// The commit phase every checkpoint ends with, one writer or many: manifest, then marker.
+status commit_manifest(object_store& store, const std::string& dir, const checkpoint_manifest& m) {
+  if (auto st = store.put(join(dir, manifest_name), to_json(m).dump(2)); !st) return st;
+  if (auto st = store.put(join(dir, marker_name), m.content_hash); !st) return st;
+  logger("store")->info("checkpoint {} committed: {} parts, content {}", dir, m.parts.size(),
+                        m.content_hash.substr(0, 16));
+  return ok_status();
+}
+
 }  // namespace
 
 std::string checkpoint_dir(const std::string& prefix, uint64_t step) {
@@ -94,22 +126,10 @@ result<checkpoint_manifest> write_checkpoint(object_store& store, const std::str
                                              const std::vector<checkpoint_part>& parts,
                                              const nlohmann::json& meta) {
   const std::string dir = checkpoint_dir(prefix, step);
-  if (parts.empty())
-    return error(errc::invalid_argument, "checkpoint " + dir + ": no parts to write");
-  std::set<std::string> names;
   checkpoint_manifest m;
   m.step = step;
   m.meta = meta;
-  for (const auto& p : parts) {
-    if (auto st = validate_key(p.name); !st)
-      return error(errc::invalid_argument, "checkpoint " + dir + " part name: " + st.err().message);
-    if (!names.insert(p.name).second)
-      return error(errc::invalid_argument,
-                   "checkpoint " + dir + ": part '" + p.name + "' given twice");
-    m.parts.push_back({p.name, p.bytes.size(), sha256_hex(p.bytes)});
-  }
-  std::sort(m.parts.begin(), m.parts.end(),
-            [](const manifest_entry& a, const manifest_entry& b) { return a.name < b.name; });
+  ASSIGN_OR_RETURN(m.parts, listed_parts(dir, parts, ""));
   m.content_hash = content_hash_of(m.parts);
 
   // A rewrite must not leave the old marker vouching for half-new parts.
@@ -117,11 +137,110 @@ result<checkpoint_manifest> write_checkpoint(object_store& store, const std::str
   for (const auto& p : parts) {
     if (auto st = store.put(join(dir, "parts/" + p.name), p.bytes); !st) return st.err();
   }
-  if (auto st = store.put(join(dir, manifest_name), to_json(m).dump(2)); !st) return st.err();
-  if (auto st = store.put(join(dir, marker_name), m.content_hash); !st) return st.err();
-  logger("store")->info("checkpoint {} committed: {} parts, content {}", dir, m.parts.size(),
-                        m.content_hash.substr(0, 16));
+  if (auto st = commit_manifest(store, dir, m); !st) return st.err();
   return m;
+}
+
+std::string shard_name(uint32_t shard) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "shard-%04u", shard);
+  return buf;
+}
+
+result<std::vector<manifest_entry>> write_checkpoint_shard(
+    object_store& store, const std::string& prefix, uint64_t step, uint32_t shard,
+    uint32_t num_shards, const std::vector<checkpoint_part>& parts) {
+  const std::string dir = checkpoint_dir(prefix, step);
+  if (shard >= num_shards)
+    return error(errc::invalid_argument, "checkpoint " + dir + ": shard " + std::to_string(shard) +
+                                             " is not below num_shards " +
+                                             std::to_string(num_shards));
+  ASSIGN_OR_RETURN(auto entries, listed_parts(dir, parts, shard_name(shard) + "/"));
+  if (auto st = store.remove(join(dir, marker_name)); !st) return st.err();
+  // The marker goes first out of the way too: a crash mid-rewrite leaves the shard not durable.
+  const std::string marker = join(dir, "shards/" + shard_name(shard) + ".json");
+  if (auto st = store.remove(marker); !st) return st.err();
+  for (const auto& p : parts) {
+    if (auto st = store.put(join(dir, "parts/" + shard_name(shard) + "/" + p.name), p.bytes); !st)
+      return st.err();
+  }
+  nlohmann::json listed = nlohmann::json::array();
+  for (const auto& e : entries)
+    listed.push_back({{"name", e.name}, {"size", e.size}, {"sha256", e.sha256}});
+  const nlohmann::json j{{"format", shard_format_name},
+                         {"step", step},
+                         {"shard", shard},
+                         {"num_shards", num_shards},
+                         {"parts", listed}};
+  if (auto st = store.put(marker, j.dump()); !st) return st.err();
+  return entries;
+}
+
+result<checkpoint_manifest> commit_sharded_checkpoint(object_store& store,
+                                                      const std::string& prefix, uint64_t step,
+                                                      uint32_t num_shards,
+                                                      const nlohmann::json& meta) {
+  const std::string dir = checkpoint_dir(prefix, step);
+  if (num_shards == 0) return error(errc::invalid_argument, "checkpoint " + dir + ": no shards");
+  checkpoint_manifest m;
+  m.step = step;
+  m.meta = meta.is_object() ? meta : nlohmann::json::object();
+  m.meta["num_shards"] = num_shards;
+  for (uint32_t k = 0; k < num_shards; ++k) {
+    const std::string where = "shards/" + shard_name(k) + ".json";
+    auto text = store.get(join(dir, where));
+    if (!text) {
+      if (text.err().code == errc::not_found)
+        return error(errc::not_found, "checkpoint " + dir + ": " + shard_name(k) + " of " +
+                                          std::to_string(num_shards) + " is not durable yet");
+      return text.err();
+    }
+    auto j = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || j.value("format", "") != shard_format_name)
+      return torn(dir, where + " is not a shard marker");
+    if (!j["step"].is_number_unsigned() || j["step"].get<uint64_t>() != step ||
+        !j["shard"].is_number_unsigned() || j["shard"].get<uint64_t>() != k ||
+        !j["num_shards"].is_number_unsigned() || j["num_shards"].get<uint64_t>() != num_shards)
+      return torn(dir, where + " names step " + j["step"].dump() + ", shard " + j["shard"].dump() +
+                           " of " + j["num_shards"].dump() + ", not step " + std::to_string(step) +
+                           ", " + shard_name(k) + " of " + std::to_string(num_shards));
+    if (!j["parts"].is_array() || j["parts"].empty()) return torn(dir, where + " lists no parts");
+    const std::string own = shard_name(k) + "/";
+    for (const auto& p : j["parts"]) {
+      if (!p.is_object() || !p["name"].is_string() || !p["size"].is_number_unsigned() ||
+          !p["sha256"].is_string() || p["name"].get<std::string>().rfind(own, 0) != 0)
+        return torn(
+            dir, where + " has a part without name/size/sha256 or outside the shard: " + p.dump());
+      m.parts.push_back({p["name"].get<std::string>(), p["size"].get<uint64_t>(),
+                         p["sha256"].get<std::string>()});
+    }
+  }
+  std::sort(m.parts.begin(), m.parts.end(),
+            [](const manifest_entry& a, const manifest_entry& b) { return a.name < b.name; });
+  m.content_hash = content_hash_of(m.parts);
+  if (auto st = commit_manifest(store, dir, m); !st) return st.err();
+  return m;
+}
+
+result<std::vector<checkpoint_part>> read_checkpoint_shard(const object_store& store,
+                                                           const std::string& prefix,
+                                                           const checkpoint_manifest& manifest,
+                                                           uint32_t shard) {
+  const std::string dir = checkpoint_dir(prefix, manifest.step);
+  const std::string own = shard_name(shard) + "/";
+  std::vector<checkpoint_part> out;
+  for (const auto& p : manifest.parts) {
+    if (p.name.rfind(own, 0) != 0) continue;
+    ASSIGN_OR_RETURN(auto bytes, store.get(join(dir, "parts/" + p.name)));
+    if (bytes.size() != p.size || sha256_hex(bytes) != p.sha256)
+      return torn(dir, "part '" + p.name + "' does not match its size and sha256 in the manifest");
+    out.push_back({p.name.substr(own.size()), std::move(bytes)});
+  }
+  if (out.empty())
+    return error(errc::not_found, "checkpoint " + dir + " has no " + shard_name(shard) +
+                                      " (its manifest lists " +
+                                      std::to_string(manifest.parts.size()) + " parts)");
+  return out;
 }
 
 namespace {
@@ -129,7 +248,8 @@ namespace {
 // verify_checkpoint's work; with `keep`, the verified parts' bytes are handed back so a
 // loader does not read them twice.
 result<checkpoint_manifest> verify_step(const object_store& store, const std::string& prefix,
-                                        uint64_t step, std::vector<checkpoint_part>* keep) {
+                                        uint64_t step, std::vector<checkpoint_part>* keep,
+                                        bool read_parts = true) {
   const std::string dir = checkpoint_dir(prefix, step);
   auto marker = store.get(join(dir, marker_name));
   if (!marker) {
@@ -154,6 +274,7 @@ result<checkpoint_manifest> verify_step(const object_store& store, const std::st
     return torn(dir, "COMMITTED marker holds '" + marker.value().substr(0, 64) +
                          "', not the manifest's content hash " + m.content_hash);
   for (const auto& p : m.parts) {
+    if (!read_parts) break;
     auto bytes = store.get(join(dir, "parts/" + p.name));
     if (!bytes) {
       if (bytes.err().code == errc::not_found) return torn(dir, "part '" + p.name + "' is missing");
@@ -193,6 +314,11 @@ result<checkpoint_manifest> newest_intact(const object_store& store, const std::
 result<checkpoint_manifest> verify_checkpoint(const object_store& store, const std::string& prefix,
                                               uint64_t step) {
   return verify_step(store, prefix, step, nullptr);
+}
+
+result<checkpoint_manifest> verify_checkpoint_manifest(const object_store& store,
+                                                       const std::string& prefix, uint64_t step) {
+  return verify_step(store, prefix, step, nullptr, /*read_parts=*/false);
 }
 
 result<std::vector<uint64_t>> committed_steps(const object_store& store,

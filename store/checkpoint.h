@@ -10,8 +10,19 @@
 //       "content_hash": sha256 of the parts listing, "meta": caller's JSON}
 //   <prefix>/step-000000000042/COMMITTED      the content hash, written last
 // The content hash identifies the checkpoint's content independent of step and meta (the
-// weight version the trainer announces). Functions here are safe from any thread as far
-// as the store is; one writer per (prefix, step).
+// weight version the trainer announces).
+//
+// A sharded checkpoint (one shard per trainer group member, each written by its own member;
+// job/README.md) adds a phase between parts and manifest:
+//   <prefix>/step-N/parts/shard-0003/<name>   shard 3's parts (the manifest names them
+//                                             "shard-0003/<name>")
+//   <prefix>/step-N/shards/shard-0003.json    the shard's marker, written after its parts:
+//       {"format": "moerl-checkpoint-shard", "step", "shard", "num_shards",
+//        "parts": [{"name", "size", "sha256"}, ...]}
+// and the committer (rank 0) writes manifest.json and COMMITTED only once every shard's
+// marker exists, from the markers alone (no part is read twice). The manifest's meta then
+// holds "num_shards". So a checkpoint is whole or not counted, however many writers it has.
+// Functions here are safe from any thread as far as the store is; one writer per (prefix, step).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +91,38 @@ result<loaded_checkpoint> load_latest_committed(const object_store& store,
 result<std::vector<checkpoint_part>> read_checkpoint(const object_store& store,
                                                      const std::string& prefix,
                                                      const checkpoint_manifest& manifest);
+
+// ---- sharded checkpoints (see the layout above) ----
+
+// "shard-0003": the directory and part-name prefix of shard 3.
+std::string shard_name(uint32_t shard);
+
+// Writes shard `shard` of `num_shards` for `step`: its parts, then its marker. Uncommits the
+// step first (a rewrite must not leave COMMITTED vouching for half-new parts). Part names as
+// for write_checkpoint; returns the shard's manifest entries (names carry the shard prefix).
+result<std::vector<manifest_entry>> write_checkpoint_shard(
+    object_store& store, const std::string& prefix, uint64_t step, uint32_t shard,
+    uint32_t num_shards, const std::vector<checkpoint_part>& parts);
+
+// Commits `step` once every shard's marker is there: manifest (parts of every shard, meta +
+// "num_shards") then COMMITTED. errc::not_found names the first shard not durable yet;
+// errc::malformed_message a marker that does not parse or names another step or shape.
+result<checkpoint_manifest> commit_sharded_checkpoint(object_store& store,
+                                                      const std::string& prefix, uint64_t step,
+                                                      uint32_t num_shards,
+                                                      const nlohmann::json& meta);
+
+// Checks a step's marker and manifest only (no part is read): what a member that will read
+// just its own shard needs. Errors as verify_checkpoint's.
+result<checkpoint_manifest> verify_checkpoint_manifest(const object_store& store,
+                                                       const std::string& prefix, uint64_t step);
+
+// The parts of shard `shard` of a committed checkpoint, names without the shard prefix, each
+// checked against the manifest. errc::not_found when the checkpoint has no such shard.
+result<std::vector<checkpoint_part>> read_checkpoint_shard(const object_store& store,
+                                                           const std::string& prefix,
+                                                           const checkpoint_manifest& manifest,
+                                                           uint32_t shard);
 
 // Steps that have a COMMITTED marker (not yet verified), ascending.
 result<std::vector<uint64_t>> committed_steps(const object_store& store, const std::string& prefix);

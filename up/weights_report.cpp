@@ -61,19 +61,27 @@ json weights_report(const json& trainer_job, const json& nodes) {
          {"bytes", p.value("bytes", uint64_t{0})},
          {"via", p.value("via", std::string())},
          {"t_publish", p.value("t_publish", 0.0)},
+         // The trainer group's rounds through the coordinator for the step that made it.
+         {"coordinator_bytes", p.value("coordinator_bytes", uint64_t{0})},
+         {"num_shards", p.value("num_shards", uint64_t{1})},
+         {"checkpoint_shards", p.value("checkpoint_shards", uint64_t{1})},
          {"num_readers", delays.size()},
          {"t_redistribute_p50", delays.empty() ? none : json(percentile_of(delays, 50))},
          {"t_redistribute_max", delays.empty() ? none : json(percentile_of(delays, 100))}});
   }
-  return {{"versions", versions},
-          {"bytes_from", bytes_from},
-          {"failovers", failovers},
-          {"chunk_refetches", refetches},
-          {"store_fallbacks", store_fallbacks},
-          {"bytes_via_shm", via_shm},
-          {"durable_writes", trainer_job["weights"].value("durable_writes", uint64_t{0})},
-          {"durable_writes_failed",
-           trainer_job["weights"].value("durable_writes_failed", uint64_t{0})}};
+  return {
+      {"versions", versions},
+      {"bytes_from", bytes_from},
+      {"failovers", failovers},
+      {"chunk_refetches", refetches},
+      {"store_fallbacks", store_fallbacks},
+      {"bytes_via_shm", via_shm},
+      {"durable_writes", trainer_job["weights"].value("durable_writes", uint64_t{0})},
+      {"durable_writes_failed", trainer_job["weights"].value("durable_writes_failed", uint64_t{0})},
+      // Checkpoints (job/README.md, "Checkpoints"): the newest committed version and how
+      // often the trainer waited at job.max_durability_lag.
+      {"durable_version", trainer_job["weights"].value("durable_version", uint64_t{0})},
+      {"durability_throttled", trainer_job["weights"].value("durability_throttled", uint64_t{0})}};
 }
 
 json with_time_to_productive(json record, int64_t spawned_unix_ms, const json& nodes) {

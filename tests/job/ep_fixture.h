@@ -4,8 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <vector>
+
 #include "common/config.h"
 #include "policy/model.h"
+#include "policy/reward.h"
+#include "policy/task.h"
+#include "policy/trainer.h"
 #include "tests/support/tiny_model.h"
 
 namespace moerl::job::testing {
@@ -19,6 +25,29 @@ inline config node_config() {
       "", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});
   EXPECT_TRUE(cfg.ok()) << cfg.err().to_string();
   return *cfg;
+}
+
+// One GRPO batch: 4 groups of 4 rollouts of the sort task by `model`'s initial policy,
+// scored by the verifier, with their group advantages.
+struct training_batch {
+  std::vector<policy::sample> samples;
+  std::vector<double> advantages;
+};
+
+inline training_batch make_training_batch(const policy::model_config& model, uint64_t seed) {
+  auto local = policy::make_local_expert_exchange();
+  auto pol = policy::moe_policy::create(model, *local);
+  EXPECT_TRUE(pol.ok());
+  auto task = policy::make_sort_task(3);
+  auto rm = policy::make_verifier_reward(*task);
+  std::mt19937_64 rng(seed);
+  auto s = policy::rollout(**pol, *task, 4, 4, 1.0f, rng, 0, 0);
+  EXPECT_TRUE(s.ok());
+  EXPECT_TRUE(policy::score_samples(*rm, &*s).ok());
+  training_batch b;
+  b.samples = std::move(*s);
+  b.advantages = policy::group_advantages(b.samples);
+  return b;
 }
 
 }  // namespace moerl::job::testing

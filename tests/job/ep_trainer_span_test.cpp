@@ -36,26 +36,8 @@ policy::adam_config adam_cfg() {
   return a;
 }
 
-struct batch {
-  std::vector<policy::sample> samples;
-  std::vector<double> advantages;
-};
-
-batch make_batch(uint64_t seed) {
-  auto local = policy::make_local_expert_exchange();
-  auto pol = policy::moe_policy::create(model(), *local);
-  EXPECT_TRUE(pol.ok());
-  auto task = policy::make_sort_task(3);
-  auto rm = policy::make_verifier_reward(*task);
-  std::mt19937_64 rng(seed);
-  auto s = policy::rollout(**pol, *task, 4, 4, 1.0f, rng, 0, 0);
-  EXPECT_TRUE(s.ok());
-  EXPECT_TRUE(policy::score_samples(*rm, &*s).ok());
-  batch b;
-  b.samples = std::move(*s);
-  b.advantages = policy::group_advantages(b.samples);
-  return b;
-}
+using batch = testing::training_batch;
+batch make_batch(uint64_t seed) { return testing::make_training_batch(model(), seed); }
 
 std::unique_ptr<ep_trainer> make(const ep_trainer_span* span) {
   policy::grpo_config grpo;

@@ -236,5 +236,81 @@ TEST_F(checkpoint_test, remove_checkpoint_uncommits_first_and_leaves_other_steps
   EXPECT_TRUE(remove_checkpoint(*store_, prefix_, 42).ok());
 }
 
+// ---- sharded checkpoints: one writer per shard, rank 0 commits ----
+
+TEST_F(checkpoint_test, a_sharded_checkpoint_commits_only_when_every_shard_is_durable) {
+  ASSERT_TRUE(write_checkpoint(*store_, prefix_, 1, parts_for(1)).ok());  // an older one
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 5, 1, 3, {{"params", "one"}}).ok());
+  auto early = commit_sharded_checkpoint(*store_, prefix_, 5, 3, {{"policy_version", 5}});
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.err().code, errc::not_found);
+  EXPECT_NE(early.err().message.find("shard-0000 of 3 is not durable yet"), std::string::npos)
+      << early.err().message;
+  EXPECT_EQ(latest_step(), 1u);  // nothing of step 5 counts yet
+
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 5, 0, 3, {{"params", "zero"}}).ok());
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 5, 2, 3,
+                                     {{"params", "two"}, {"adam", std::string(100, 'm')}})
+                  .ok());
+  auto m = commit_sharded_checkpoint(*store_, prefix_, 5, 3, {{"policy_version", 5}});
+  ASSERT_TRUE(m.ok()) << m.err().to_string();
+  EXPECT_EQ(m->meta["num_shards"], 3);
+  EXPECT_EQ(m->meta["policy_version"], 5);
+  ASSERT_EQ(m->parts.size(), 4u);
+  EXPECT_EQ(latest_step(), 5u);  // and it verifies like any checkpoint
+
+  auto two = read_checkpoint_shard(*store_, prefix_, *m, 2);
+  ASSERT_TRUE(two.ok()) << two.err().to_string();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[0].name, "adam");
+  EXPECT_EQ((*two)[1].name, "params");
+  EXPECT_EQ((*two)[1].bytes, "two");
+  auto none = read_checkpoint_shard(*store_, prefix_, *m, 3);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.err().code, errc::not_found);
+}
+
+TEST_F(checkpoint_test, a_corrupted_shard_part_fails_the_shard_read_and_the_checkpoint) {
+  for (uint32_t k = 0; k < 2; ++k)
+    ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 3, k, 2,
+                                       {{"params", "shard " + std::to_string(k)}})
+                    .ok());
+  auto m = commit_sharded_checkpoint(*store_, prefix_, 3, 2, nlohmann::json::object());
+  ASSERT_TRUE(m.ok()) << m.err().to_string();
+  ASSERT_TRUE(store_->put(key(3, "parts/shard-0001/params"), "shard X").ok());
+  auto mine = read_checkpoint_shard(*store_, prefix_, *m, 1);
+  ASSERT_FALSE(mine.ok());
+  EXPECT_NE(mine.err().message.find("shard-0001/params"), std::string::npos) << mine.err().message;
+  EXPECT_TRUE(read_checkpoint_shard(*store_, prefix_, *m, 0).ok());  // the other shard is whole
+  // The manifest alone still checks out; the full verification does not.
+  EXPECT_TRUE(verify_checkpoint_manifest(*store_, prefix_, 3).ok());
+  EXPECT_FALSE(verify_checkpoint(*store_, prefix_, 3).ok());
+}
+
+TEST_F(checkpoint_test, a_shard_marker_of_another_shape_is_refused_by_name) {
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 4, 0, 2, {{"params", "a"}}).ok());
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 4, 1, 4, {{"params", "b"}}).ok());
+  auto m = commit_sharded_checkpoint(*store_, prefix_, 4, 2, nlohmann::json::object());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.err().code, errc::malformed_message);
+  EXPECT_NE(m.err().message.find("shards/shard-0001.json names step 4, shard 1 of 4"),
+            std::string::npos)
+      << m.err().message;
+  ASSERT_TRUE(store_->put(key(4, "shards/shard-0001.json"), "{not json").ok());
+  auto garbage = commit_sharded_checkpoint(*store_, prefix_, 4, 2, nlohmann::json::object());
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_NE(garbage.err().message.find("is not a shard marker"), std::string::npos);
+  auto outside = write_checkpoint_shard(*store_, prefix_, 4, 2, 2, {{"params", "c"}});
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.err().code, errc::invalid_argument);
+}
+
+TEST_F(checkpoint_test, rewriting_a_shard_uncommits_the_step) {
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 6, 0, 1, {{"params", "old"}}).ok());
+  ASSERT_TRUE(commit_sharded_checkpoint(*store_, prefix_, 6, 1, nlohmann::json::object()).ok());
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 6, 0, 1, {{"params", "new"}}).ok());
+  EXPECT_FALSE(latest_committed(*store_, prefix_).ok());  // until it is committed again
+}
+
 }  // namespace
 }  // namespace moerl::store

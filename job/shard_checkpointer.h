@@ -1,0 +1,92 @@
+// A trainer member's checkpoints, written off the step loop (job/README.md, "Checkpoints"):
+// member k writes shard k of every policy version (its ranks' parameters and Adam moments)
+// on its own background thread (store/checkpoint.h's sharded layout), and member 0 (shard 0)
+// then commits the version once every shard's marker is there. A single-process trainer is a
+// group of one: one shard, the same path. The step loop never waits on the store, except that
+// member 0 throttles when job.max_durability_lag versions are announced but not committed.
+// Thread-safe: submit, throttle and durable from the trainer's thread; the writes run on one
+// background thread, in order.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "job/durable_writer.h"
+#include "store/checkpoint.h"
+#include "store/object_store.h"
+
+namespace moerl::job {
+
+class shard_checkpointer {
+ public:
+  // ckpt_prefix: the run's checkpoint prefix (job::checkpoint_prefix). keep_every:
+  // job.checkpoint_every (member 0 removes the previous committed version unless it is a
+  // multiple). max_lag: job.max_durability_lag. group_abort: the trainer group's abort flag
+  // (actors/job.h trainer_group::abort_flag; null: never raised): once a member is lost, a
+  // commit waiting for its shard and a throttled step give up at once.
+  shard_checkpointer(std::shared_ptr<store::object_store> store, std::string ckpt_prefix,
+                     uint32_t shard, uint32_t num_shards, uint64_t max_lag, uint64_t keep_every,
+                     std::shared_ptr<const std::atomic<bool>> group_abort = nullptr);
+  // Finishes the writes queued (a clean stop commits the last version); a commit still
+  // waiting for other members' shards gives up after kClosingWait, or at once when the group
+  // broke (the members that would write them are gone).
+  ~shard_checkpointer();
+  shard_checkpointer(const shard_checkpointer&) = delete;
+  shard_checkpointer& operator=(const shard_checkpointer&) = delete;
+
+  // Queues this member's shard of `version`; shard 0 also commits it with `meta`. Blocks only
+  // when 2 * max_lag + 2 writes wait already (memory stays bounded when a member's store is
+  // slower than the group).
+  void submit(uint64_t version, std::vector<store::checkpoint_part> parts, nlohmann::json meta);
+  // The same, now, on the calling thread (a restore writing the restored state renumbered).
+  status write_now(uint64_t version, const std::vector<store::checkpoint_part>& parts,
+                   const nlohmann::json& meta);
+  // Member 0, before announcing `version`: returns at once while version - durable() <=
+  // max_lag; else logs why and waits until it is (only for the writes it needs). An error
+  // when the store did not take them or the group broke (the version must not be announced:
+  // a crash would then lose more than the lag).
+  status throttle(uint64_t version);
+  // Member 0: the newest committed version; other members: the newest shard written.
+  uint64_t durable() const { return durable_->load(); }
+  void set_durable(uint64_t version) { durable_->store(version); }
+  uint64_t max_lag() const { return max_lag_; }
+  uint32_t num_shards() const { return num_shards_; }
+  uint64_t num_written() const { return writer_->num_written(); }
+  uint64_t num_failed() const { return writer_->num_failed(); }
+  uint64_t num_throttled() const { return throttled_; }
+
+ private:
+  // Writes the shard and (shard 0) commits once every shard is durable.
+  static status write(const std::shared_ptr<store::object_store>& store, const std::string& prefix,
+                      uint32_t shard, uint32_t num_shards, uint64_t keep_every,
+                      const std::shared_ptr<std::atomic<uint64_t>>& durable,
+                      const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
+                      const std::shared_ptr<const std::atomic<bool>>& group_abort, uint64_t version,
+                      const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta);
+
+  std::shared_ptr<store::object_store> store_;
+  std::string prefix_;
+  uint32_t shard_, num_shards_;
+  uint64_t max_lag_, keep_every_;
+  uint64_t throttled_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> durable_ = std::make_shared<std::atomic<uint64_t>>(0);
+  // Steady-clock ms after which a waiting commit gives up (set by the destructor; 0: never).
+  std::shared_ptr<std::atomic<int64_t>> give_up_at_ms_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<const std::atomic<bool>> group_abort_;
+  std::unique_ptr<durable_writer> writer_;
+};
+
+// Shard `shard` of committed checkpoint `version` under ckpt_prefix: the manifest and marker
+// checked, then only this shard's parts read (each against its sha256). The manifest comes
+// back too (its meta says the shape the checkpoint was written with).
+result<std::pair<store::checkpoint_manifest, std::vector<store::checkpoint_part>>> read_own_shard(
+    const store::object_store& store, const std::string& ckpt_prefix, uint64_t version,
+    uint32_t shard);
+
+}  // namespace moerl::job

@@ -1,0 +1,149 @@
+// A trainer's checkpoint shards in the background (job/shard_checkpointer.h), one process: a
+// single shard commits on its own; the step loop goes on while up to job.max_durability_lag
+// versions are not committed and is told (an error, never a silent announcement) when the
+// store does not take them; member 0 commits only once the other shard is durable, and gives
+// up at once when the group broke.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "job/shard_checkpointer.h"
+#include "store/local_store.h"
+#include "tests/support/temp_dir.h"
+
+namespace moerl::job {
+namespace {
+
+// A store whose puts wait until opened (a slow store), or fail (an unreachable one).
+class gated_store final : public store::object_store {
+ public:
+  explicit gated_store(std::shared_ptr<store::object_store> inner) : inner_(std::move(inner)) {}
+  void open_gate() {
+    std::lock_guard<std::mutex> g(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void fail_puts() {
+    std::lock_guard<std::mutex> g(mu_);
+    failing_ = open_ = true;
+    cv_.notify_all();
+  }
+  status put(const std::string& key, const std::string& bytes) override {
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait(g, [&] { return open_; });
+    if (failing_) return error{errc::io_error, "store unreachable (test)"};
+    g.unlock();
+    return inner_->put(key, bytes);
+  }
+  result<std::string> get(const std::string& key) const override { return inner_->get(key); }
+  result<std::vector<std::string>> list(const std::string& prefix) const override {
+    return inner_->list(prefix);
+  }
+  status remove(const std::string& key) override { return inner_->remove(key); }
+  std::string describe() const override { return "gated " + inner_->describe(); }
+
+ private:
+  std::shared_ptr<store::object_store> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false, failing_ = false;
+};
+
+class shard_checkpointer_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::local_store::open(dir_.path(), true);
+    ASSERT_TRUE(s.ok()) << s.err().to_string();
+    store_ = std::shared_ptr<store::object_store>(std::move(*s));
+  }
+  static std::vector<store::checkpoint_part> state_of(uint64_t v) {
+    return {{"rank-0/params", "params of version " + std::to_string(v)},
+            {"rank-0/adam", "moments of version " + std::to_string(v)}};
+  }
+  ::moerl::testing::temp_dir dir_;
+  std::shared_ptr<store::object_store> store_;
+  const std::string prefix_ = "run/checkpoints";
+};
+
+TEST_F(shard_checkpointer_test, lag_zero_commits_every_version_before_it_is_announced) {
+  shard_checkpointer ckpt(store_, prefix_, 0, 1, 0, 2);
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ckpt.submit(v, state_of(v), {{"policy_version", v}});
+    ASSERT_TRUE(ckpt.throttle(v).ok());
+    EXPECT_EQ(ckpt.durable(), v);
+  }
+  EXPECT_EQ(ckpt.num_throttled(), 3u);  // lag 0: every version waits for its commit
+  auto m = store::latest_committed(*store_, prefix_);
+  ASSERT_TRUE(m.ok()) << m.err().to_string();
+  EXPECT_EQ(m->step, 3u);
+  EXPECT_EQ(m->meta["num_shards"], 1);
+  // checkpoint_every 2: version 1 went when 2 was committed, 2 stays.
+  EXPECT_FALSE(store::verify_checkpoint(*store_, prefix_, 1).ok());
+  EXPECT_TRUE(store::verify_checkpoint(*store_, prefix_, 2).ok());
+}
+
+TEST_F(shard_checkpointer_test, the_step_loop_runs_ahead_up_to_the_lag_then_waits_for_the_store) {
+  auto slow = std::make_shared<gated_store>(store_);
+  shard_checkpointer ckpt(slow, prefix_, 0, 1, 2, 1);
+  for (uint64_t v = 1; v <= 2; ++v) {
+    ckpt.submit(v, state_of(v), nlohmann::json::object());
+    ASSERT_TRUE(ckpt.throttle(v).ok());  // nothing is durable, and that is within the lag
+  }
+  EXPECT_EQ(ckpt.durable(), 0u);
+  EXPECT_EQ(ckpt.num_throttled(), 0u);
+  ckpt.submit(3, state_of(3), nlohmann::json::object());
+  std::atomic<bool> returned{false};
+  status waited = ok_status();
+  std::thread announcer([&] {
+    waited = ckpt.throttle(3);  // 3 > 0 + 2: waits until version 1 is committed
+    returned = true;
+  });
+  EXPECT_FALSE(returned.load());  // the gate is still shut: nothing can be committed
+  slow->open_gate();
+  announcer.join();
+  ASSERT_TRUE(waited.ok()) << waited.err().to_string();
+  EXPECT_GE(ckpt.durable(), 1u);
+  EXPECT_EQ(ckpt.num_throttled(), 1u);
+}
+
+TEST_F(shard_checkpointer_test, an_unreachable_store_fails_the_version_that_would_exceed_the_lag) {
+  auto down = std::make_shared<gated_store>(store_);
+  down->fail_puts();
+  shard_checkpointer ckpt(down, prefix_, 0, 1, 1, 1);
+  ckpt.submit(1, state_of(1), nlohmann::json::object());
+  EXPECT_TRUE(ckpt.throttle(1).ok());
+  ckpt.submit(2, state_of(2), nlohmann::json::object());
+  auto st = ckpt.throttle(2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, errc::io_error);
+  EXPECT_NE(st.err().message.find("did not take the checkpoints of policy versions 1..2"),
+            std::string::npos)
+      << st.err().message;
+  EXPECT_EQ(ckpt.num_failed(), 2u);
+}
+
+TEST_F(shard_checkpointer_test, member_zero_commits_once_the_other_shard_is_durable) {
+  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  shard_checkpointer zero(store_, prefix_, 0, 2, 0, 1, aborted);
+  shard_checkpointer one(store_, prefix_, 1, 2, 0, 1);
+  zero.submit(1, state_of(1), nlohmann::json::object());
+  one.submit(1, {{"rank-1/params", "p1"}, {"rank-1/adam", "a1"}}, nlohmann::json::object());
+  ASSERT_TRUE(zero.throttle(1).ok());
+  auto m = store::verify_checkpoint(*store_, prefix_, 1);
+  ASSERT_TRUE(m.ok()) << m.err().to_string();
+  EXPECT_EQ(m->parts.size(), 4u);
+  // Version 2: member 1 never writes its shard and the group breaks: member 0 gives up.
+  zero.submit(2, state_of(2), nlohmann::json::object());
+  aborted->store(true);
+  auto st = zero.throttle(2);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, errc::peer_dead);
+  EXPECT_FALSE(store::verify_checkpoint(*store_, prefix_, 2).ok());
+  EXPECT_EQ(store::latest_committed(*store_, prefix_)->step, 1u);
+}
+
+}  // namespace
+}  // namespace moerl::job
