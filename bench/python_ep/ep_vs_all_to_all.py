@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,11 +46,22 @@ import torch.multiprocessing as mp
 import moerl
 import moerl.ep
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def routing(rank: int, case: Dict[str, Any]):
     g = torch.Generator().manual_seed(10_000 * case["seed"] + rank)
     x = (torch.randn(case["tokens"], case["hidden"], generator=g)).to(case["dtype"])
-    idx = torch.rand(case["tokens"], case["experts"], generator=g).topk(case["topk"], dim=1).indices
+    if case["routing"] == "zipf":
+        # Expert popularity 1/i^1.2 over a permutation every rank shares (as fabric/
+        # ep_workload's zipf routing), top-k distinct experts drawn in proportion to it.
+        perm = torch.randperm(case["experts"], generator=torch.Generator().manual_seed(case["seed"]))
+        popularity = torch.empty(case["experts"])
+        popularity[perm] = 1.0 / torch.arange(1, case["experts"] + 1, dtype=torch.float32) ** 1.2
+        idx = torch.multinomial(popularity.expand(max(case["tokens"], 1), -1), case["topk"], generator=g)
+        idx = idx[:case["tokens"]]
+    else:
+        idx = torch.rand(case["tokens"], case["experts"], generator=g).topk(case["topk"], dim=1).indices
     w = torch.rand(case["tokens"], case["topk"], generator=g)
     return x, idx, w
 
@@ -134,10 +147,17 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
                 weighted = impls["moerl_low_latency"]().float()
                 want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
                 torch.testing.assert_close(weighted, want, rtol=2 ** -7, atol=1e-2)
+            # Hidden bytes per (token, destination rank), summed over ranks: what must cross.
+            pairs = torch.tensor([float(sum(int(((idx // (e // world)) == r).any(1).sum()) for r in range(world)))],
+                                 dtype=torch.float64)
+            dist.all_reduce(pairs)
+            logical = int(pairs) * case["hidden"] * x.element_size()
             for name, fn in impls.items():
                 ms = timed(fn, opts["iterations"], opts["warmup"])
-                rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=statistics.median(ms),
-                                 max_ms=max(ms), all_ms=[round(v, 3) for v in ms]))
+                p50 = statistics.median(ms)
+                rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=p50, max_ms=max(ms),
+                                 all_ms=[round(v, 3) for v in ms], logical_bytes=logical,
+                                 logical_gbps=2 * logical / (p50 * 1e6)))
         if rank == 0:
             results.put(("ok", rows, [c for c in normal.transport_report()]))
         dist.barrier()
@@ -163,6 +183,83 @@ def run_world(world: int, cases: List[Dict[str, Any]], opts: Dict[str, Any]):
         return rows, transports
 
 
+def build_mpi(out_dir: str) -> str:
+    """mpi_alltoallv.c compiled with mpicc into out_dir; its path."""
+    if shutil.which("mpicc") is None or shutil.which("mpirun") is None:
+        raise SystemExit("--mpi: mpicc/mpirun not found (Debian: libopenmpi-dev, openmpi-bin)")
+    binary = os.path.join(out_dir, "mpi_alltoallv")
+    subprocess.run(["mpicc", "-O3", "-march=native", "-o", binary, os.path.join(HERE, "mpi_alltoallv.c"), "-lm"], check=True)
+    return binary
+
+
+def run_json(cmd: List[str], what: str) -> Any:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed ({done.returncode}): {' '.join(cmd)}\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    return json.loads(done.stdout[done.stdout.index("{"):])
+
+
+def mpi_rows(binary: str, world: int, case: Dict[str, Any], opts: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The plain MPI exchange and its semantic equivalent (mpi_alltoallv.c) on the case's shape."""
+    rows = []
+    for variant in ("plain", "semantic"):
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(world),
+               "--mca", "btl", "self,vader", binary, str(case["tokens"]), str(case["hidden"]), str(case["experts"]),
+               str(case["topk"]), str(opts["iterations"]), str(opts["warmup"]), variant, case["routing"],
+               str(case["seed"])]
+        r = run_json(cmd, f"MPI {variant}")
+        if r["check"] != "pass":
+            raise SystemExit(f"MPI {variant}: its result check failed: {r}")
+        rows.append(dict(ranks=world, tokens=case["tokens"], impl=f"mpi_alltoallv_{variant}", p50_ms=r["p50_ms"],
+                         max_ms=r["max_ms"], all_ms=r["all_ms"], logical_bytes=r["logical_bytes"],
+                         logical_gbps=2 * r["logical_bytes"] / (r["p50_ms"] * 1e6), check=r["check"],
+                         mpi_library=r["mpi_library"], command=" ".join(cmd)))
+    return rows
+
+
+CPP_IMPLS = {"normal": "cpp_normal", "ll": "cpp_low_latency", "mpi_alltoallv": "cpp_bench_mpi_semantic_peer"}
+
+
+def cpp_rows(moerl_bin: str, world: int, case: Dict[str, Any], opts: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """moerl's C++ path on the same shape: `moerl bench ep` (its shapes: decode = 128 and
+    prefill = 4096 tokens/rank, 256 experts, top-8, bf16), with its own MPI peer."""
+    shape = {128: "decode", 4096: "prefill"}.get(case["tokens"])
+    if shape is None or (case["experts"], case["topk"], case["dtype"]) != (256, 8, torch.bfloat16):
+        return []
+    modes = "normal,ll" if case["tokens"] <= opts["ll_max_tokens"] else "normal"
+    cmd = [moerl_bin, "bench", "ep", "--ranks", str(world), "--shape", shape, "--mode", modes, "--routing",
+           case["routing"], "--hidden", str(case["hidden"]), "--starts", str(opts["cpp_starts"]),
+           "--iterations", str(opts["iterations"]), "--warmup", str(opts["warmup"]), "--peer", "mpi", "--json"]
+    report = run_json(cmd, "moerl bench ep")
+    rows = []
+    for m in report["modes"]:
+        if m["mode"] not in CPP_IMPLS:
+            continue
+        total = m["total_us"]
+        rows.append(dict(ranks=world, tokens=case["tokens"], impl=CPP_IMPLS[m["mode"]], p50_ms=total["p50"] / 1e3,
+                         max_ms=total["max"] / 1e3, samples=total["samples"], logical_bytes=m["logical_bytes"],
+                         logical_gbps=m["logical_gbps"], check=m.get("check"), command=" ".join(cmd)))
+    return rows
+
+
+RATIOS = {  # name: (numerator impl, denominator impl), p50s
+    "torch_over_moerl_normal": ("torch_all_to_all", "moerl_normal"),
+    "moerl_low_latency_over_normal": ("moerl_low_latency", "moerl_normal"),
+    "python_normal_over_cpp_normal": ("moerl_normal", "cpp_normal"),
+    "python_low_latency_over_cpp_low_latency": ("moerl_low_latency", "cpp_low_latency"),
+    "moerl_normal_over_mpi_plain": ("moerl_normal", "mpi_alltoallv_plain"),
+    "moerl_normal_over_mpi_semantic": ("moerl_normal", "mpi_alltoallv_semantic"),
+    "cpp_normal_over_cpp_bench_mpi_semantic_peer": ("cpp_normal", "cpp_bench_mpi_semantic_peer"),
+}
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", default="2,4")
@@ -175,34 +272,63 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--ll-max-tokens", type=int, default=128,
                     help="also time the low-latency calls for token counts up to this")
+    ap.add_argument("--routing", choices=["uniform", "zipf"], default="uniform",
+                    help="expert choice: uniform random, or Zipf popularity (exponent 1.2)")
+    ap.add_argument("--mpi", action="store_true",
+                    help="also run mpi_alltoallv.c (compiled with mpicc), plain and semantic, on each case")
+    ap.add_argument("--cpp", default="none",
+                    help="path of the moerl binary (or 'auto': build/bin/moerl) to also run `moerl bench ep` "
+                         "on the cases it has (128 and 4096 tokens, 256 experts, top-8, bf16)")
+    ap.add_argument("--cpp-starts", type=int, default=1, help="process starts of `moerl bench ep`")
     ap.add_argument("--json", help="write the results here (else print them)")
     args = ap.parse_args()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    cases = [dict(seed=i + 1, tokens=t, hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=dtype)
-             for i, t in enumerate(int(v) for v in args.tokens.split(","))]
-    opts = dict(iterations=args.iterations, warmup=args.warmup, ll_max_tokens=args.ll_max_tokens)
-    load_before = os.getloadavg()
+    cases = [dict(seed=i + 1, tokens=t, hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=dtype,
+                  routing=args.routing) for i, t in enumerate(int(v) for v in args.tokens.split(","))]
+    opts = dict(iterations=args.iterations, warmup=args.warmup, ll_max_tokens=args.ll_max_tokens,
+                cpp_starts=args.cpp_starts)
+    moerl_bin = args.cpp
+    if moerl_bin == "auto":
+        moerl_bin = os.path.join(HERE, "..", "..", "build", "bin", "moerl")
+    if args.mpi and dtype != torch.bfloat16:
+        raise SystemExit("--mpi: mpi_alltoallv.c moves bf16 rows; use --dtype bf16")
+    load_before, uptime_before = os.getloadavg(), uptime()
     rows, transports = [], {}
-    for world in (int(v) for v in args.ranks.split(",")):
-        world_rows, transports[world] = run_world(world, cases, opts)
-        rows += world_rows
-    load_after = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        mpi_binary = build_mpi(tmp) if args.mpi else None
+        for world in (int(v) for v in args.ranks.split(",")):
+            world_rows, transports[world] = run_world(world, cases, opts)
+            rows += world_rows
+            for case in cases:
+                if moerl_bin != "none":
+                    rows += cpp_rows(moerl_bin, world, case, opts)
+                if mpi_binary:
+                    rows += mpi_rows(mpi_binary, world, case, opts)
+    load_after, uptime_after = os.getloadavg(), uptime()
     ratios = []
     for world in sorted({r["ranks"] for r in rows}):
         for tokens in sorted({r["tokens"] for r in rows}):
             by = {r["impl"]: r["p50_ms"] for r in rows if r["ranks"] == world and r["tokens"] == tokens}
-            ratios.append(dict(ranks=world, tokens=tokens,
-                               torch_over_moerl_normal=by["torch_all_to_all"] / by["moerl_normal"],
-                               moerl_low_latency_over_normal=(by["moerl_low_latency"] / by["moerl_normal"]
-                                                              if "moerl_low_latency" in by else None)))
+            entry: Dict[str, Any] = dict(ranks=world, tokens=tokens)
+            for name, (num, den) in RATIOS.items():
+                entry[name] = by[num] / by[den] if num in by and den in by and by[den] > 0 else None
+            ratios.append(entry)
     out = dict(
         benchmark="python_ep",
         definition=("per iteration: barrier, then dispatch + combine (DeepEP layout, identity experts), the "
-                    "slowest rank's wall time; p50/max over iterations after warm-up; ratios from p50s of one run"),
+                    "slowest rank's wall time; p50/max over iterations after warm-up; ratios from p50s of one run "
+                    "(a ratio a_over_b > 1: a is slower). cpp_* rows: `moerl bench ep`'s total_us (dispatch and "
+                    "combine each timed from a barrier; its normal mode returns rows expert-major); mpi_* rows: "
+                    "mpi_alltoallv.c (plain: pack once per destination rank + MPI_Alltoallv there and back; "
+                    "semantic: plus the expert-major fan-out and the weighted combine reduction); "
+                    "logical_gbps = 2 x hidden bytes per (token, destination rank) / p50"),
+        command=" ".join([os.path.basename(sys.executable)] + sys.argv),
         shape=dict(hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=args.dtype,
-                   routing="uniform random top-k"),
+                   routing=args.routing + (" (popularity 1/i^1.2 over a shared permutation)"
+                                           if args.routing == "zipf" else " random top-k")),
         iterations=args.iterations, warmup=args.warmup,
-        host_load_average=dict(before=load_before, after=load_after), cpus=os.cpu_count(),
+        host_load_average=dict(before=load_before, after=load_after),
+        uptime=dict(before=uptime_before, after=uptime_after), cpus=os.cpu_count(),
         torch=torch.__version__, python=sys.version.split()[0], moerl_transports=transports,
         results=rows, ratios=ratios, provenance=moerl.provenance())
     text = json.dumps(out, indent=1)
@@ -210,10 +336,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             f.write(text + "\n")
     for r in ratios:
-        print(f"ranks={r['ranks']} tokens={r['tokens']}: all_to_all_single / moerl normal = "
-              f"{r['torch_over_moerl_normal']:.2f}" +
-              (f", moerl ll / normal = {r['moerl_low_latency_over_normal']:.2f}"
-               if r["moerl_low_latency_over_normal"] is not None else ""))
+        print(f"ranks={r['ranks']} tokens={r['tokens']}: " +
+              ", ".join(f"{k} = {v:.2f}" for k, v in r.items() if k in RATIOS and v is not None))
     if not args.json:
         print(text)
 

@@ -6,7 +6,7 @@ import time
 import traceback
 from datetime import timedelta
 import signal
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -16,8 +16,11 @@ import torch.multiprocessing as mp
 _ctx = mp.get_context("fork")
 
 
-def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, errors: Any, args: tuple) -> None:
+def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, errors: Any, args: tuple,
+           before_init: Optional[Callable[[int], None]]) -> None:
     try:
+        if before_init is not None:
+            before_init(rank)
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=60))
         fn(rank, world, *args)
@@ -29,14 +32,16 @@ def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, error
 
 
 def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90,
-              killed: Sequence[int] = ()) -> None:
+              killed: Sequence[int] = (), before_init: Optional[Callable[[int], None]] = None) -> None:
     """fn(rank, world, *args) on `world` processes; raises with every rank's traceback, or
     when the ranks are not done within timeout_s (then they are killed). The ranks in
-    `killed` must end by SIGKILL (tests of a dead peer kill them from inside fn)."""
+    `killed` must end by SIGKILL (tests of a dead peer kill them from inside fn).
+    before_init(rank), when given, runs in each child before it joins the group (e.g. to
+    enter a network namespace)."""
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         errors = _ctx.SimpleQueue()
-        procs = [_ctx.Process(target=_child, args=(fn, r, world, init_file, errors, args)) for r in range(world)]
+        procs = [_ctx.Process(target=_child, args=(fn, r, world, init_file, errors, args, before_init)) for r in range(world)]
         for p in procs:
             p.start()
         deadline = time.monotonic() + timeout_s
