@@ -74,6 +74,15 @@ struct ep_trainer::impl {
   // publishing the version the step made needs no further round through the coordinator.
   // Held until the next step or load.
   status gather_after_step();
+  // Every rank's parameter share to every rank over the group's dense collectives (one
+  // broadcast per rank, in rank order; exact bytes), not through the coordinator. Collective:
+  // every member calls it right after its part of a step. Returns, on this process's first
+  // rank, every rank's share serialised (params.h, rank layout) [global rank].
+  result<std::vector<std::string>> exchange_shares_on_fabric();
+  // A step's batch from member 0 to every member over the dense collectives (a broadcast
+  // from global rank 0): the command through the coordinator carries only its size.
+  // Collective; `bytes` is read on rank 0 and filled elsewhere.
+  status broadcast_batch(std::string& bytes);
   struct gathered_state {
     std::vector<std::string> params;  // [global rank]
   };
@@ -277,10 +286,21 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
   m.gathered.reset();
   m.coordinator_bytes = 0;
   m.answers.clear();
-  if (auto st = m.command(encode_batch(samples, advantages, version)); !st) return st.err();
+  if (m.leads()) {
+    // The command says a step of this many batch bytes follows; the bytes go over the fabric.
+    const auto cbor = nlohmann::json::to_cbor(encode_batch(samples, advantages, version));
+    std::string batch(cbor.begin(), cbor.end());
+    if (auto st = m.command({{"op", "step"}, {"version", version}, {"batch_bytes", batch.size()}});
+        !st)
+      return st.err();
+    if (auto st = m.broadcast_batch(batch); !st) return st.err();
+  }
   auto out = m.run_step(samples, advantages);
   if (!out || !m.leads()) return out;
+  auto shares = m.exchange_shares_on_fabric();
+  if (!shares) return shares.err();
   if (auto st = m.gather_after_step(); !st) return st.err();
+  m.gathered = impl::gathered_state{std::move(*shares)};
   return out;
 }
 
@@ -422,27 +442,57 @@ result<std::vector<std::string>> per_rank_bytes(const std::vector<std::string>& 
 }  // namespace
 
 status ep_trainer::impl::gather_after_step() {
-  // Member 0 sends nothing: its own shares are read here, not carried through the coordinator.
+  // The answers carry each member's checkpoint shard (size and hash) only: the parameter
+  // shares crossed on the fabric (exchange_shares_on_fabric).
   auto all = round(nlohmann::json::object(), op_timeout_ms);
   if (!all) return error{all.err().code, "trainer group step answer: " + all.err().message};
-  const int n = group->num_ranks();
-  gathered_state g{std::vector<std::string>(n)};
-  std::vector<bool> params_seen(n, false);
   for (const auto& c : *all) {
     auto j = nlohmann::json::from_cbor(c, true, false);
     if (!j.is_object())
       return error{errc::malformed_message, "a trainer group member's step answer did not decode"};
     if (j.empty()) continue;  // member 0's
-    if (!j.contains("params"))
-      return error{errc::malformed_message,
-                   "a trainer group member's step answer has no parameter shares"};
-    if (auto st = take_shares(j["params"], g.params, params_seen); !st) return st;
     answers.push_back(j.value("shard", nlohmann::json()));
   }
-  if (auto st = take_shares(local_shares(), g.params, params_seen); !st) return st;
-  if (auto st = all_seen(params_seen); !st) return st;
-  gathered = std::move(g);
   return ok_status();
+}
+
+result<std::vector<std::string>> ep_trainer::impl::exchange_shares_on_fabric() {
+  const int n = group->num_ranks();
+  // [local rank thread][global rank]: each thread receives every share (a broadcast delivers
+  // to every rank); the first local thread's copy is kept.
+  std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(num_local()));
+  auto st = group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+    auto& mine = got[static_cast<size_t>(ctx.rank - first_local())];
+    mine.assign(static_cast<size_t>(n), {});
+    const size_t count = group->share(ctx.rank).size();
+    for (int root = 0; root < n; ++root) {
+      mine[root] = root == ctx.rank ? group->share(ctx.rank) : std::vector<float>(count);
+      if (auto b = ctx.dense->broadcast(mine[root].data(), count * sizeof(float), root); !b)
+        return error{b.err().code, "parameter share of rank " + std::to_string(root) +
+                                       " over the fabric: " + b.err().message};
+    }
+    return ok_status();
+  });
+  if (!st) return st.err();
+  std::vector<std::string> out;
+  for (const auto& share : got[0])
+    out.push_back(policy::serialize_params(group->rank_layout(), share));
+  return out;
+}
+
+status ep_trainer::impl::broadcast_batch(std::string& bytes) {
+  return group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+    // Rank 0 (member 0's first rank) is the root; every other rank receives into the buffer
+    // its process sized from the command (one buffer per process: its ranks write the same
+    // bytes, so the first local rank's write is the one kept).
+    if (ctx.rank != first_local()) {
+      std::string scratch(bytes.size(), '\0');
+      return ctx.dense->broadcast(scratch.data(), scratch.size(), 0);
+    }
+    auto b = ctx.dense->broadcast(bytes.data(), bytes.size(), 0);
+    if (!b) return error{b.err().code, "trainer group batch over the fabric: " + b.err().message};
+    return ok_status();
+  });
 }
 
 nlohmann::json ep_trainer::expert_plane() const {
@@ -601,9 +651,16 @@ status ep_trainer::serve(const ep_member_hooks& hooks) {
     const std::string op = cmd.is_object() ? cmd.value("op", "") : "";
     if (op == "stop") return ok_status();
     if (op == "step") {
-      auto batch = decode_batch(cmd);
+      const uint64_t size = cmd.value("batch_bytes", uint64_t(0));
+      if (size == 0 || size > (uint64_t(1) << 32))
+        return error{errc::malformed_message,
+                     "trainer group step command without a plausible batch_bytes"};
+      std::string bytes(size, '\0');
+      if (auto st = m.broadcast_batch(bytes); !st) return st;
+      auto batch = decode_batch(nlohmann::json::from_cbor(bytes, true, false));
       if (!batch) return batch.err();
       if (auto st = m.run_step(batch->first, batch->second); !st) return st.err();
+      if (auto shares = m.exchange_shares_on_fabric(); !shares) return shares.err();
       // This member checkpoints its own state (in the background); the step's answer carries
       // its parameter shares for publication and only the size and hash of its shard.
       nlohmann::json shard;
@@ -612,7 +669,7 @@ status ep_trainer::serve(const ep_member_hooks& hooks) {
         if (!a) return a.err();
         shard = std::move(*a);
       }
-      auto answer = m.round({{"params", m.local_shares()}, {"shard", shard}}, m.op_timeout_ms);
+      auto answer = m.round({{"shard", shard}}, m.op_timeout_ms);
       if (!answer) return answer.err();
     } else if (op == "restore") {
       m.gathered.reset();

@@ -580,7 +580,10 @@ def trainer_group(moerl, tmp):
     no rollout node is touched. The members share loopback here (network namespaces: not in
     this test; the fabric is shm between the two processes)."""
     print("trainer_group: members on loopback (no network namespaces in this test)", flush=True)
-    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "40",
+    # Long enough that the kill lands well before the end (the pipelined default runs 40
+    # iterations in ~8 s; the re-formed group also numbers its restored state past the
+    # durability lag, so the iteration counter jumps).
+    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "150",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
     nodes = {n["name"]: n for n in run.nodes()}
