@@ -45,6 +45,11 @@ uint64_t durable_writer::num_failed() const {
   return failed_;
 }
 
+std::string durable_writer::last_failure() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return last_failure_;
+}
+
 void durable_writer::run() {
   std::unique_lock<std::mutex> g(mu_);
   for (;;) {
@@ -60,6 +65,7 @@ void durable_writer::run() {
     g.lock();
     busy_ = false;
     ++(st ? written_ : failed_);
+    if (!st) last_failure_ = what + ": " + st.err().to_string();
     cv_.notify_all();
   }
 }

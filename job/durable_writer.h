@@ -35,6 +35,9 @@ class durable_writer {
   bool idle() const;
   uint64_t num_written() const;
   uint64_t num_failed() const;
+  // The newest failed write, named, with its error ("" when none failed): what a caller that
+  // gives up because of failed writes reports as the cause.
+  std::string last_failure() const;
 
  private:
   void run();
@@ -44,6 +47,7 @@ class durable_writer {
   size_t max_pending_;
   bool busy_ = false, stop_ = false;
   uint64_t written_ = 0, failed_ = 0;
+  std::string last_failure_;
   std::thread thread_;
 };
 

@@ -112,11 +112,11 @@ status shard_checkpointer::throttle(uint64_t version) {
                                         " not announced: the trainer group lost a member while "
                                         "its checkpoints were behind"};
     if (writer_->idle())
-      return error{errc::io_error, "the store did not take the checkpoints of policy versions " +
-                                       std::to_string(durable() + 1) + ".." +
-                                       std::to_string(version) + " (job.max_durability_lag " +
-                                       std::to_string(max_lag_) +
-                                       " reached; the log names each failed write)"};
+      return error{errc::io_error,
+                   "the store did not take the checkpoints of policy versions " +
+                       std::to_string(durable() + 1) + ".." + std::to_string(version) +
+                       " (job.max_durability_lag " + std::to_string(max_lag_) +
+                       " reached; the last failure: " + writer_->last_failure() + ")"};
     std::this_thread::sleep_for(kShardPoll);
   }
   return ok_status();

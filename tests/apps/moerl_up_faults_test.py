@@ -551,8 +551,13 @@ def disk_full(moerl, tmp):
         print(f"SKIP: cannot mount a tmpfs in a private mount namespace here ({' '.join(mount)}:"
               f" {probe.stderr.strip()})", flush=True)
         sys.exit(77)
+    # Durability lag 0: each version's checkpoint is committed before it is announced, so the
+    # trainer meets ENOSPC in its own step. With a lag the background shard writes fail
+    # unseen until the lag is reached, and the coordinator's ledger, on the same full
+    # store, stops answering first (its syncs fail and are retried; the run then waits out
+    # --timeout): a full store under the coordinator is not named as a cause yet.
     run = up_run(moerl, tmp, "disk-full", "--no-interrupt", "--iterations", "200",
-                 "--set", f"store.url={store}",
+                 "--set", f"store.url={store}", "--set", "job.max_durability_lag=0",
                  prefix=[*mount[:-1], mount[-1] + ' && exec "$@"', "sh"], policy=[])
     rep = run.finish(check=False)
     assert run.p.returncode != 0, run.p.returncode
@@ -680,7 +685,9 @@ def rollout_group(moerl, tmp):
     The run ends with nothing lost or duplicated, the ledger balanced, and the trainer group
     never re-formed by either loss. Members on loopback (no network namespaces here)."""
     print("rollout_group: members on loopback (no network namespaces in this test)", flush=True)
-    run = up_run(moerl, tmp, "rollout-group", "--no-interrupt", "--iterations", "40",
+    # Long enough for two kills and two re-formations (the pipelined default runs 40
+    # iterations in ~8 s).
+    run = up_run(moerl, tmp, "rollout-group", "--no-interrupt", "--iterations", "150",
                  "--set", "rollout.group_size=2", "--set", "job.rollout_ep_ranks=1",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
