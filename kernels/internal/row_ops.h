@@ -65,6 +65,23 @@ inline void narrow4(v4f32 f, bf16* p) {
   std::memcpy(static_cast<void*>(p), &h, sizeof h);
 }
 
+// The elements [from, len) of reduce_rows one by one (what its vector steps leave over), with
+// the same per-element sequence of fp32 roundings.
+template <bool Weighted, class T, class O>
+inline void reduce_rows_tail(const T* const* src, const float* w, int n, int64_t from, int64_t len,
+                             O* out) {
+  for (int64_t i = from; i < len; ++i) {
+    float a = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      if constexpr (Weighted)
+        a += w[j] * to_f32(src[j][i]);
+      else
+        a += to_f32(src[j][i]);
+    }
+    from_f32(a, out + i);
+  }
+}
+
 // reduce_rows for bf16 sources and output: the same per-element sequence of fp32 roundings.
 template <bool Weighted>
 inline void reduce_rows_bf16(const bf16* const* src, const float* w, int n, int64_t len,
@@ -82,16 +99,7 @@ inline void reduce_rows_bf16(const bf16* const* src, const float* w, int n, int6
       }
     for (int q = 0; q < 4; ++q) narrow4(acc[q], out + i + 4 * q);
   }
-  for (; i < len; ++i) {
-    float a = 0.0f;
-    for (int j = 0; j < n; ++j) {
-      if constexpr (Weighted)
-        a += w[j] * to_f32(src[j][i]);
-      else
-        a += to_f32(src[j][i]);
-    }
-    from_f32(a, out + i);
-  }
+  reduce_rows_tail<Weighted>(src, w, n, i, len, out);
 }
 
 // out[i] = sum over j = 0..n-1, in that order, of w[j] * src[j][i] (Weighted) or src[j][i],
@@ -120,16 +128,7 @@ inline void reduce_rows(const T* const* src, const float* w, int n, int64_t len,
       }
       for (int l = 0; l < lanes; ++l) from_f32(acc[l], out + i + l);
     }
-    for (; i < len; ++i) {
-      float a = 0.0f;
-      for (int j = 0; j < n; ++j) {
-        if constexpr (Weighted)
-          a += w[j] * to_f32(src[j][i]);
-        else
-          a += to_f32(src[j][i]);
-      }
-      from_f32(a, out + i);
-    }
+    reduce_rows_tail<Weighted>(src, w, n, i, len, out);
   }
 }
 
