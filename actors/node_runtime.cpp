@@ -315,6 +315,12 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
   // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
   ctx->weights_server.reset();
   ctx->peer_server.reset();
+  // The trainer's step (its fabric endpoints: libfabric's shm provider unlinks their /dev/shm
+  // regions only when they close), then the rank pool. The pool's group link holds the
+  // context, so nothing else would ever free them: trainer-0 left two 16 MiB regions in
+  // /dev/shm at every exit.
+  ctx->trainer_state.reset();
+  ctx->trainer_rank_pool.reset();
   log->info("node {} exits with {}", ctx->name, code);
   return code;
 }

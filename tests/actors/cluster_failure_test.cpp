@@ -16,6 +16,7 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
   // (384 samples) could end between two status polls, before the kill (seen once in a full
   // run: the report was written before buffer-0 died).
   start({"actors.iterations=16"});
+  wait_joined("buffer-0");
   auto before = c_->wait_status(
       [](const json& s) { return s["accounting"].value("committed", 0u) >= 32; }, 30000);
   ASSERT_TRUE(before);
@@ -66,6 +67,7 @@ TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_fi
 
 TEST_F(cluster_test, duplicate_and_stale_samples_replayed_at_the_shards_are_refused) {
   start();
+  for (auto* name : {"buffer-0", "buffer-1"}) wait_joined(name);
   c_->wait_status([](const json& s) { return s["accounting"].value("committed", 0u) >= 48; },
                   30000);
   auto refused = [&] {

@@ -97,6 +97,17 @@ class cluster_test : public ::testing::Test {
         if (x.value("name", "") == name) return x;
     return json::object();
   }
+  // Waits until `name` has registered with the coordinator. A test that kills or replays at a
+  // node needs it in the run first: under load a node once joined only after a 16-iteration
+  // job had ended (the job ran on the other shard, and the kill hit a node the run never had).
+  void wait_joined(const std::string& name, int64_t timeout_ms = 20000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      if (node(name).value("state", "") == "running") return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // console poll period
+    }
+    FAIL() << name << " never joined the coordinator";
+  }
   // Waits until `name` holds at least one lease (so a kill lands mid-unit).
   void wait_leases(const std::string& name, int64_t timeout_ms = 20000) {
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

@@ -30,12 +30,22 @@ def check_accounting(report):
     assert a["trained"] == a["committed"] == a["dispatched"] - sum(a["dropped"].values()), a
 
 
+def check_no_shm_left(report):
+    """Every node of a run that ended on its own closed its fabric endpoints: libfabric's shm
+    provider names its regions /dev/shm/<pid>:<n>:<n> and unlinks them on close (trainer-0
+    once left two 16 MiB regions at every exit)."""
+    pids = {str(n["pid"]) for n in report["nodes"]}
+    left = [f for f in os.listdir("/dev/shm") if f.split(":")[0] in pids]
+    assert not left, f"regions of the run's nodes still in /dev/shm: {left}"
+
+
 def main(moerl):
     with tempfile.TemporaryDirectory() as tmp:
         first = os.path.join(tmp, "first.json")
         run_up(moerl, tmp, "--iterations", str(ITERATIONS), "--report", first)
         rep = json.load(open(first))
         check_accounting(rep)
+        check_no_shm_left(rep)
         curve = [p["mean_reward"] for p in rep["reward_curve"]]
         # A step per iteration's worth of groups, plus a short step wherever the trainer was
         # left without data for a while (the runtime's flush: under load, several): every
