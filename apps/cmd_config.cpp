@@ -45,7 +45,7 @@ void add_config_command(CLI::App& root) {
 
   auto* keys = cmd->add_subcommand("keys", "list every configuration key with its default");
   static bool markdown = false;
-  keys->add_flag("--markdown", markdown, "print as the README's Markdown table");
+  keys->add_flag("--markdown", markdown, "print as docs/CONFIG.md's Markdown table");
   keys->callback([] {
     if (markdown) return print_keys_markdown();
     print_keys();

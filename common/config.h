@@ -45,7 +45,7 @@ struct key_spec {
   const char* key;  // dotted path, e.g. "fabric.provider"
   key_type type;
   const char* default_value;  // text form; lists are comma-separated
-  const char* meaning;        // one line, shown in `moerl config keys` and the README
+  const char* meaning;        // one line, shown in `moerl config keys` and docs/CONFIG.md
   const char* choices;        // "a|b|c" for enumerated strings, "" otherwise
   key_range range = {};       // integer and number keys; unbounded unless declared
 };

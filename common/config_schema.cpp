@@ -3,7 +3,7 @@
 // config::load check both, so `moerl config check`, `moerl up` and every node refuse a bad
 // value the same way (exit 2, naming file, line and key). A component that reads a key may
 // check it again, but a range it enforces belongs here first.
-// Keys have exactly two levels, "section.name". README's configuration reference is
+// Keys have exactly two levels, "section.name". docs/CONFIG.md's configuration reference is
 // printed from this table by `moerl config keys --markdown` (a test checks it is current).
 // Components add their keys to their own section below; keep sections together.
 #include "common/config.h"

@@ -1,7 +1,7 @@
 // The coordinator's HTTP console on console.http_address (default 127.0.0.1:7412): the
 // dashboard page (embedded in the binary, console/web/), the JSON API under /api/v1/, the
 // Prometheus /metrics and the Chrome trace at /api/v1/trace. console/CONSOLE.md ("HTTP console")
-// documents the routes; README lists them with the metrics.
+// documents the routes; docs/GUIDE.md lists them with the metrics.
 //
 // Reads go to the coordinator actor as the same admin verbs the ZeroMQ console sends
 // (console/admin_channel.h), so `moerl console VERB` and GET /api/v1/VERB agree. Every route but

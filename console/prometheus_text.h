@@ -1,6 +1,6 @@
 // /metrics: the coordinator's snapshot view and the autoscaling signal in the Prometheus text
 // exposition format (version 0.0.4). Names follow Prometheus conventions: moerl_ prefix, base
-// units (seconds, samples), counters end in _total. README's "HTTP console" lists them.
+// units (seconds, samples), counters end in _total. docs/GUIDE.md's "HTTP console" lists them.
 #pragma once
 
 #include <string>

@@ -54,7 +54,7 @@ std::string new_run_id() {
 // the number of trainer nodes to start. 2 (trainer-0 and trainer-1, one trainer group): since a
 // step's answer round carries the members' shares and moments (job/ep_trainer.cpp), a group
 // step with its publication and checkpoint costs about what the one-process trainer's does,
-// and the run is bound by generation on the 2 shared cores (README, "The main job").
+// and the run is bound by generation on the 2 shared cores (docs/GUIDE.md, "The main job").
 constexpr uint32_t kUpTrainerMembers = 2;
 
 // Whether the config file (already validated by config::load) or an override sets `key`,
@@ -118,7 +118,7 @@ void default_rollout_group(const config& pre, const std::string& config_file,
 // takes up to 8 groups per batch (capped by what its step still needs), unless the config
 // file or an override sets them. Each lease, unit report and trainer claim is a durable
 // ledger write on the coordinator (an fsync, ~8 ms on this machine's disk), so fewer, larger
-// requests shorten the iteration: measured in the README, "The main job".
+// requests shorten the iteration: measured in docs/GUIDE.md, "The main job".
 void default_batching(const config& pre, const std::string& config_file,
                       std::vector<std::string>& overrides) {
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };

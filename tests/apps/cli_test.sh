@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # CLI contract checks of the moerl binary: provenance JSON keys, config error exit codes
 # (ranges included, for config check and moerl up alike), console refusals before connecting,
-# and that the README's configuration reference matches the schema.
+# and that docs/CONFIG.md's configuration reference matches the schema.
 set -euo pipefail
-moerl="$1"; readme="$2"
+moerl="$1"; config_doc="$2"
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # exits WANT COMMAND...: runs it with stdout/stderr in $tmp/out and $tmp/err; fails unless it
@@ -93,7 +93,7 @@ console_refuses "--deadline applies to inject spot|rebalance and drain only" inj
 
 "$moerl" config keys --markdown > "$tmp/keys.md"
 while IFS= read -r line; do
-  grep -qF -- "$line" "$readme" || fail "README configuration reference is stale; missing: $line (regenerate with: moerl config keys --markdown)"
+  grep -qF -- "$line" "$config_doc" || fail "docs/CONFIG.md is stale; missing: $line (regenerate with: scripts/update-config-doc.sh)"
 done < "$tmp/keys.md"
 
 set +e

@@ -1,6 +1,6 @@
 // The multi-turn "guess" task's environment: replies lead to the hidden number, the budget
 // ends an episode, malformed actions are refused by name and leave the episode as it was,
-// and the bounds the README quotes are what they say. Plus GRPO's handling of environment
+// and the bounds docs/GUIDE.md quotes are what they say. Plus GRPO's handling of environment
 // tokens: they carry no loss.
 #include <gtest/gtest.h>
 

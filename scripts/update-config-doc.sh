@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the README's configuration reference from the config schema.
+# Regenerates docs/CONFIG.md (the configuration reference) from the config schema.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=$(build/bin/moerl config keys --markdown)
 /usr/bin/python3 - "$table" <<'PY'
 import re, sys
 table = sys.argv[1]
-s = open("README.md").read()
+s = open("docs/CONFIG.md").read()
 s = re.sub(r"(<!-- config-keys:begin -->\n).*?(<!-- config-keys:end -->)",
            lambda m: m.group(1) + table + "\n" + m.group(2), s, flags=re.S)
-open("README.md", "w").write(s)
+open("docs/CONFIG.md", "w").write(s)
 PY
