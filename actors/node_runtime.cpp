@@ -26,6 +26,7 @@
 #include "env/env_server.h"
 #include "ledger/clock.h"
 #include "store/object_store.h"
+#include "zmq/plane_context.h"
 
 namespace moerl::actors {
 namespace {
@@ -182,12 +183,15 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     return 2;
   }
   ctx->running_job = std::move(*j);
-  auto z = zmq::zmq_context::create();
+  auto z = zmq::make_plane_context(cfg);
   if (!z) {
     log->error("{}", z.err().to_string());
     return 2;
   }
   ctx->zmq = *z;
+  log->info("ZeroMQ planes: {}", ctx->zmq->encrypted()
+                                     ? "CURVE (keys derived from node.plane_secret_file)"
+                                     : "plain (this node listens on loopback only)");
   std::string bind_ep = "tcp://" + cfg.get_string("node.host") + ":*";
   if (role == node_role::buffer) {
     auto so = ledger::shard_options::from_config(cfg, ctx->name);

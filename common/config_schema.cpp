@@ -23,6 +23,11 @@ const std::vector<key_spec>& config_schema() {
        ""},
       {"node.host", t::string, "127.0.0.1", "address this node listens on for the control plane",
        ""},
+      {"node.plane_secret_file", t::string, "",
+       "file holding the cluster's plane secret (>= 32 bytes; `moerl secret init FILE` makes "
+       "one): the ZeroMQ planes (samples, reward, env, weights) use CURVE keys derived from it; "
+       "required when node.host is not loopback, optional on loopback",
+       ""},
       {"node.health_file", t::string, "",
        "file the node agent rewrites every heartbeat tick for its pod's probes (`moerl probe`); "
        "empty: none",

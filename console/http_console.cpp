@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/loopback.h"
 #include "common/secret_compare.h"
 #include "console/chrome_trace.h"
 #include "console/console_client.h"
@@ -26,10 +27,6 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kJson = "application/json";
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
 
 // HOST:PORT (the last colon splits, so an IPv6 host may be bracketed or bare).
 result<std::pair<std::string, int>> split_address(const std::string& address) {
@@ -174,7 +171,7 @@ result<http_console_options> http_console_options::from_config(const config& cfg
         "console.viewer_token and console.operator_token must differ (a viewer could act)");
   const bool defaults = o.viewer_token == find_key("console.viewer_token")->default_value ||
                         o.operator_token == find_key("console.operator_token")->default_value;
-  if (!is_loopback(hp->first) && defaults)
+  if (!is_loopback_host(hp->first) && defaults)
     return error(errc::invalid_config,
                  "the HTTP console refuses to listen on " + o.address +
                      " (not loopback) while console.viewer_token or console.operator_token is "

@@ -282,6 +282,11 @@ class env_client final : public env_link {
       int linger = 0, hwm = 1024;
       (void)zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
       (void)zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+      if (auto secured = opts_.zmq->secure_client(s); !secured) {
+        log_.note("securing the env link failed", ep + ": " + secured.err().to_string());
+        zmq_close(s);
+        continue;
+      }
       if (zmq_connect(s, ep.c_str()) != 0) {
         log_.note("connect failed", ep + ": " + zmq_strerror(zmq_errno()));
         zmq_close(s);

@@ -1,5 +1,7 @@
 #include "ledger/reward_hop.h"
 
+#include "common/status_try.h"
+
 #include <zmq.h>
 
 // The sample plane's checking macro: one macro for the ZeroMQ domain, shared with ledger/.
@@ -21,6 +23,7 @@ result<std::unique_ptr<reward_push>> reward_push::connect(std::shared_ptr<zmq::z
     ZMQ_CHECK(zmq_setsockopt(p->sock_, ZMQ_LINGER, &linger, sizeof linger));
     ZMQ_CHECK(zmq_setsockopt(p->sock_, ZMQ_SNDHWM, &hwm, sizeof hwm));
     ZMQ_CHECK(zmq_setsockopt(p->sock_, ZMQ_SNDTIMEO, &send_timeout_ms, sizeof send_timeout_ms));
+    STATUS_TRY(p->ctx_->secure_client(p->sock_));
     for (auto& e : endpoints) ZMQ_CHECK(zmq_connect(p->sock_, e.c_str()));
     return ok_status();
   };

@@ -28,9 +28,11 @@ void close_socket(void*& sock) {
   sock = nullptr;
 }
 
-// A socket with linger 0, routing id `name` (dealers) and a frame size cap.
-result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t max_frame) {
-  void* sock = zmq_socket(ctx, type);
+// A socket with linger 0, routing id `name` (dealers), a frame size cap and CURVE when the
+// cluster has plane keys (the shard's ROUTER serves, producers' and consumers' DEALERs connect).
+result<void*> open_socket(const zmq::zmq_context& ctx, int type, const std::string& name,
+                          int64_t max_frame) {
+  void* sock = zmq_socket(ctx.handle(), type);
   if (!sock)
     return zmq::detail::zmq_failure("zmq_socket(ctx, type)", zmq_errno(), __FILE__, __LINE__);
   auto setup = [&]() -> status {
@@ -49,7 +51,7 @@ result<void*> open_socket(void* ctx, int type, const std::string& name, int64_t 
       // A reply to a peer that went away fails (EHOSTUNREACH) instead of vanishing.
       ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one));
     }
-    return ok_status();
+    return type == ZMQ_ROUTER ? ctx.secure_server(sock) : ctx.secure_client(sock);
   };
   auto s = setup();
   if (!s) {
@@ -132,7 +134,7 @@ result<std::unique_ptr<sample_producer>> sample_producer::connect(
   p->ctx_ = std::move(ctx);
   p->name_ = name;
   p->drops_ = drop_log("producer " + name + ": dropped a frame", spdlog::level::warn);
-  ASSIGN_OR_RETURN(auto sock, open_socket(p->ctx_->handle(), ZMQ_DEALER, name, 1 << 20));
+  ASSIGN_OR_RETURN(auto sock, open_socket(*p->ctx_, ZMQ_DEALER, name, 1 << 20));
   p->sock_ = sock;
   auto connect = [&]() -> status {
     ZMQ_CHECK(zmq_connect(p->sock_, endpoint.c_str()));
@@ -204,8 +206,7 @@ result<std::unique_ptr<batch_consumer>> batch_consumer::connect(
   const std::string routing_id = incarnation ? name + "@" + std::to_string(incarnation) : name;
   if (auto s = check_name(routing_id, "trainer"); !s)
     return error(s.err().code, s.err().message + " with its incarnation");
-  ASSIGN_OR_RETURN(auto sock,
-                   open_socket(c->ctx_->handle(), ZMQ_DEALER, routing_id, int64_t(1) << 30));
+  ASSIGN_OR_RETURN(auto sock, open_socket(*c->ctx_, ZMQ_DEALER, routing_id, int64_t(1) << 30));
   c->sock_ = sock;
   auto connect = [&]() -> status {
     ZMQ_CHECK(zmq_connect(c->sock_, endpoint.c_str()));
@@ -271,7 +272,7 @@ result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq::
   s->refused_ = drop_log("shard " + shard.name + ": refused a sample", spdlog::level::info);
   s->shard_ = std::make_unique<buffer_shard>(std::move(shard));
   ASSIGN_OR_RETURN(auto sock,
-                   open_socket(s->ctx_->handle(), ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes)));
+                   open_socket(*s->ctx_, ZMQ_ROUTER, "", int64_t(plane.max_frame_bytes)));
   s->sock_ = sock;
   auto bind = [&]() -> status {
     ZMQ_CHECK(zmq_bind(s->sock_, endpoint.c_str()));

@@ -151,7 +151,7 @@ up() {
 # The host keeps the console token in $WORK/secrets for `moerl sim run --against`.
 cluster_secrets() {
   local dir=$WORK/secrets
-  rm -rf "$dir"; mkdir -m 700 -p "$dir/moerl-tls" "$dir/moerl-console"
+  rm -rf "$dir"; mkdir -m 700 -p "$dir/moerl-tls" "$dir/moerl-console" "$dir/moerl-plane"
   (
     cd "$dir/moerl-tls"
     openssl req -x509 -newkey rsa:3072 -nodes -days 2 -subj "/CN=moerl-pods-ca-$(date +%s)" \
@@ -161,6 +161,7 @@ cluster_secrets() {
     rm -f ca.key ca.srl tls.csr
   ) || { log "openssl could not make the cluster's CA and certificate"; exit 1; }
   for f in token viewer operator; do openssl rand -hex 24 > "$dir/moerl-console/$f"; done
+  openssl rand -hex 32 > "$dir/moerl-plane/secret"  # node.plane_secret_file: CURVE on the ZeroMQ planes
   local name mount
   for name in $(python3 -c "import json; print(' '.join(json.load(open('$WORK/plan.json'))['secrets']))"); do
     [ -d "$dir/$name" ] || { log "the pods mount a Secret $name that pods.sh does not make"; exit 1; }
@@ -169,7 +170,7 @@ cluster_secrets() {
     mount=$(podman volume inspect --format '{{.Mountpoint}}' "$name")
     install -m 0400 "$dir/$name"/* "$mount/"
   done
-  log "made the cluster's CA, node certificate and console tokens (Secrets moerl-tls, moerl-console)"
+  log "made the cluster's CA, node certificate, console tokens and plane secret (Secrets moerl-tls, moerl-console, moerl-plane)"
 }
 
 # The host's view of the console: the coordinator pod's address on the pod network, and a

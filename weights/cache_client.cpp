@@ -31,6 +31,7 @@ result<std::unique_ptr<cache_client>> cache_client::connect(std::shared_ptr<zmq:
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(c->sock_, ZMQ_LINGER, &linger, sizeof linger));
     ZMQ_CHECK(zmq_setsockopt(c->sock_, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms));
+    STATUS_TRY(c->ctx_->secure_client(c->sock_));
     ZMQ_CHECK(zmq_connect(c->sock_, endpoint.c_str()));
     return ok_status();
   };

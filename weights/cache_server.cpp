@@ -61,8 +61,8 @@ result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<zmq::zm
     return error(errc::io_error,
                  std::string("zmq_socket(ROUTER) failed: ") + zmq_strerror(zmq_errno()));
   constexpr int kHighWaterMark = 1024;
-  ASSIGN_OR_RETURN(auto bound,
-                   zmq::bind_server_socket(s->sock_, endpoint, kHighWaterMark, kHighWaterMark));
+  ASSIGN_OR_RETURN(auto bound, zmq::bind_server_socket(*s->ctx_, s->sock_, endpoint, kHighWaterMark,
+                                                       kHighWaterMark));
   s->endpoint_ = bound;
   return s;
 }

@@ -2,16 +2,47 @@
 
 #include <zmq.h>
 
+#include "common/status_try.h"
 #include "zmq/check.h"
+#include "zmq/zap_handler.h"
 
 namespace moerl::zmq {
 
-result<std::shared_ptr<zmq_context>> zmq_context::create() {
+result<std::shared_ptr<zmq_context>> zmq_context::create(std::optional<plane_keys> keys) {
   void* ctx = zmq_ctx_new();
   if (!ctx) return detail::zmq_failure("zmq_ctx_new()", zmq_errno(), __FILE__, __LINE__);
-  return std::shared_ptr<zmq_context>(new zmq_context(ctx));
+  std::shared_ptr<zmq_context> c(new zmq_context(ctx, std::move(keys)));
+  if (c->keys_) {
+    ASSIGN_OR_RETURN(auto loop,
+                     bind_zap_handler(ctx, c->keys_->client_public, c->refused_, c->stop_));
+    c->zap_ = std::thread(std::move(loop));
+  }
+  return c;
 }
 
-zmq_context::~zmq_context() { zmq_ctx_term(ctx_); }
+zmq_context::~zmq_context() {
+  stop_->store(true);
+  if (zap_.joinable()) zap_.join();  // closes the handler's socket, which ctx_term waits for
+  zmq_ctx_term(ctx_);
+}
+
+status zmq_context::secure_server(void* sock) const {
+  if (!keys_) return ok_status();
+  const int on = 1;
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &on, sizeof on));
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, keys_->server_secret.c_str(), 40));
+  // A domain makes libzmq ask the ZAP handler for every handshake (and refuse the connection
+  // when no handler answers) instead of admitting any client that knows the server key.
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "moerl", 5));
+  return ok_status();
+}
+
+status zmq_context::secure_client(void* sock) const {
+  if (!keys_) return ok_status();
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, keys_->server_public.c_str(), 40));
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, keys_->client_public.c_str(), 40));
+  ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, keys_->client_secret.c_str(), 40));
+  return ok_status();
+}
 
 }  // namespace moerl::zmq

@@ -1,22 +1,43 @@
 // One libzmq context, shared by every ZeroMQ plane of a process (samples, reward hop, env,
 // weight caches, admin). Thread-safe, as libzmq's context is; sockets made from it are not.
+//
+// A context made with plane keys (zmq/plane_keys.h) secures every socket its planes make:
+// each socket is passed to secure_server() before it binds or secure_client() before it
+// connects (both do nothing without keys: loopback-only runs stay plain, and say so in their
+// provenance). The context then runs the ZAP handler that admits only the cluster's client key.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "common/error.h"
+#include "zmq/plane_keys.h"
 
 namespace moerl::zmq {
 
 class zmq_context {
  public:
-  static result<std::shared_ptr<zmq_context>> create();
+  static result<std::shared_ptr<zmq_context>> create(std::optional<plane_keys> keys = std::nullopt);
   ~zmq_context();
   void* handle() const { return ctx_; }
+  bool encrypted() const { return keys_.has_value(); }
+  // CURVE server options (this cluster's server key pair, ZAP domain "moerl") on `sock`.
+  status secure_server(void* sock) const;
+  // CURVE client options (the cluster's client key pair, the server's public key) on `sock`.
+  status secure_client(void* sock) const;
+  // Handshakes the ZAP handler refused: a peer that knew the server's public key but not the
+  // cluster's client key.
+  uint64_t num_refused_handshakes() const { return refused_->load(); }
 
  private:
-  explicit zmq_context(void* ctx) : ctx_(ctx) {}
+  zmq_context(void* ctx, std::optional<plane_keys> keys) : ctx_(ctx), keys_(std::move(keys)) {}
   void* ctx_;
+  std::optional<plane_keys> keys_;
+  std::shared_ptr<std::atomic<uint64_t>> refused_ = std::make_shared<std::atomic<uint64_t>>(0);
+  std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
+  std::thread zap_;
 };
 
 }  // namespace moerl::zmq

@@ -21,7 +21,7 @@ result<std::unique_ptr<zmq_server_socket>> zmq_server_socket::bind(
   if (!s->sock_)
     return error(errc::io_error,
                  std::string("zmq_socket(") + type_name + ") failed: " + zmq_strerror(zmq_errno()));
-  auto bound = zmq::bind_server_socket(s->sock_, endpoint, rcv_hwm, snd_hwm);
+  auto bound = zmq::bind_server_socket(*s->ctx_, s->sock_, endpoint, rcv_hwm, snd_hwm);
   if (!bound) return bound.err();
   s->endpoint_ = *bound;
   return s;

@@ -19,6 +19,8 @@
 #include "sims/netns_link.h"
 #include "up/local_cluster.h"
 #include "up/local_job.h"
+#include "zmq/context.h"
+#include "zmq/plane_keys.h"
 
 namespace moerl::bench {
 namespace {
@@ -41,9 +43,10 @@ constexpr int kTimeoutMs = 10000;
 // one DEALER, JSON frames, replies matched by id.
 class env_dealer {
  public:
-  explicit env_dealer(const std::string& endpoint) {
-    ctx_ = zmq_ctx_new();
-    sock_ = zmq_socket(ctx_, ZMQ_DEALER);
+  env_dealer(const std::string& endpoint, const zmq::plane_keys& keys) {
+    ctx_ = need(zmq::zmq_context::create(keys), "a ZeroMQ context with the cluster's plane keys");
+    sock_ = zmq_socket(ctx_->handle(), ZMQ_DEALER);
+    need(ctx_->secure_client(sock_), "CURVE on the env link");
     int linger = 0, hwm = 100000;
     zmq_setsockopt(sock_, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock_, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -51,10 +54,7 @@ class env_dealer {
     if (zmq_connect(sock_, endpoint.c_str()) != 0)
       throw std::runtime_error("zmq_connect " + endpoint + ": " + zmq_strerror(zmq_errno()));
   }
-  ~env_dealer() {
-    zmq_close(sock_);
-    zmq_ctx_term(ctx_);
-  }
+  ~env_dealer() { zmq_close(sock_); }
   uint64_t send(json req) {
     const uint64_t id = ++next_id_;
     req["id"] = id;
@@ -87,7 +87,7 @@ class env_dealer {
   }
 
  private:
-  void* ctx_ = nullptr;
+  std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;
   uint64_t next_id_ = 0;
 };
@@ -180,8 +180,8 @@ std::string wait_endpoint(sims::job_console& console, const std::string& name) {
   throw std::runtime_error(name + " did not come up within 60 s");
 }
 
-json measure(const std::string& endpoint, const bench_args& a) {
-  env_dealer d(endpoint);
+json measure(const std::string& endpoint, const bench_args& a, const zmq::plane_keys& keys) {
+  env_dealer d(endpoint, keys);
   (void)step_rtt(d, 200);  // warm-up: connection, the environment actors' first sessions
   json out = {{"endpoint", endpoint}};
   out["step_rtt"] = step_rtt(d, a.requests);
@@ -190,6 +190,11 @@ json measure(const std::string& endpoint, const bench_args& a) {
 }
 
 json run_all(const bench_args& a, const std::string& dir) {
+  // The netns env node listens off loopback, so the cluster needs a plane secret (CURVE on
+  // the env plane); both env nodes use it, so local and netns figures compare like for like.
+  const std::string secret = dir + "/plane.secret";
+  need(zmq::write_new_plane_secret(secret), "writing the cluster's plane secret");
+  const zmq::plane_keys keys = need(zmq::load_plane_keys(secret), "the plane keys");
   up::local_job_options jo;
   jo.overrides = {"job.kind=grpo",
                   "task.name=guess",
@@ -198,7 +203,8 @@ json run_all(const bench_args& a, const std::string& dir) {
                   "env.nodes=0",
                   "env.workers=" + std::to_string(a.workers),
                   "env.step_latency_ms=0",
-                  "store.url=" + dir + "/store"};
+                  "store.url=" + dir + "/store",
+                  "node.plane_secret_file=" + secret};
   jo.store_prefix = "bench";
   jo.iterations = 1000000;
   jo.console = "tcp://127.0.0.1:" + std::to_string(need(up::free_tcp_port(), "a free port"));
@@ -210,15 +216,16 @@ json run_all(const bench_args& a, const std::string& dir) {
   const config defaults = config::defaults();
   sims::job_console console(console_address, defaults.get_string("console.token"),
                             static_cast<int>(defaults.get_int("console.timeout_ms")));
-  json out = {{"bench", "env"},
-              {"task", "guess"},
-              {"turns_per_episode", kTurns},
-              {"env_workers", a.workers},
-              {"env_step_latency_ms", 0},
-              {"transport", "ZeroMQ DEALER -> ROUTER over TCP, JSON frames (env/ENV.md)"},
-              {"load_average_start", host_load_average()}};
+  json out = {
+      {"bench", "env"},
+      {"task", "guess"},
+      {"turns_per_episode", kTurns},
+      {"env_workers", a.workers},
+      {"env_step_latency_ms", 0},
+      {"transport", "ZeroMQ DEALER -> ROUTER over TCP with CURVE, JSON frames (env/ENV.md)"},
+      {"load_average_start", host_load_average()}};
   try {
-    out["local"] = measure(wait_endpoint(console, "env-local"), a);
+    out["local"] = measure(wait_endpoint(console, "env-local"), a, keys);
     std::string why = a.no_netns ? "--no-netns" : sims::netns_link::unavailable_reason();
     std::unique_ptr<sims::netns_link> link;
     if (why.empty()) {
@@ -228,7 +235,7 @@ json run_all(const bench_args& a, const std::string& dir) {
         need(job->add_node({"env", "env-netns", {"node.host=" + link->ns_address()}},
                            link->exec_prefix()),
              "starting the env node inside a network namespace");
-        out["netns"] = measure(wait_endpoint(console, "env-netns"), a);
+        out["netns"] = measure(wait_endpoint(console, "env-netns"), a, keys);
         out["netns"]["link"] = link->host_address() + " <-> " + link->ns_address() + " (veth)";
       } else {
         why = l.err().message;

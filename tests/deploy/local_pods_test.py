@@ -167,8 +167,9 @@ def check_controllers(local):
                     fail(f"{p['pod']}: pod spec is not its controller's template")
                 if p["grace_s"] != template["terminationGracePeriodSeconds"]:
                     fail(f"{p['pod']}: grace {p['grace_s']} is not the manifest's")
-        if plan["secrets"] != ["moerl-console", "moerl-tls"]:
-            fail(f"plan.json lists the Secrets {plan['secrets']}, not moerl-console and moerl-tls")
+        if plan["secrets"] != ["moerl-console", "moerl-plane", "moerl-tls"]:
+            fail(f"plan.json lists the Secrets {plan['secrets']}, "
+                 "not moerl-console, moerl-plane and moerl-tls")
         coord = [p for p in pods.values() if p["role"] == "coordinator"]
         if [p["aliases"] for p in coord] != [["moerl-coordinator"]]:
             fail(f"the coordinator pod does not answer to its Service's name: {coord}")

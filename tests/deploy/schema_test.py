@@ -78,6 +78,7 @@ def check_production(docs):
             fail(f"console.{key}_file is not set: the token would be the built-in default")
     token_dir = str(pathlib.PurePosixPath(cfg["console"]["operator_token_file"]).parent)
     tls_dir = str(pathlib.PurePosixPath(cfg["node"]["tls_certificate"]).parent)
+    plane_dir = str(pathlib.PurePosixPath(cfg["node"]["plane_secret_file"]).parent)
     for role, d in w.items():
         spec = d["spec"]["template"]["spec"]
         c = spec["containers"][0]
@@ -87,6 +88,8 @@ def check_production(docs):
             fail(f"{role}: the TLS Secret moerl-tls is not mounted at {tls_dir}")
         if vols.get(m.get(token_dir), {}).get("secret", {}).get("secretName") != "moerl-console":
             fail(f"{role}: the token Secret moerl-console is not mounted at {token_dir}")
+        if vols.get(m.get(plane_dir), {}).get("secret", {}).get("secretName") != "moerl-plane":
+            fail(f"{role}: the plane Secret moerl-plane is not mounted at {plane_dir}")
         want = "moerl-critical" if role in ("coordinator", "trainer", "buffer", "weights") \
             else "moerl-workers"
         if spec.get("priorityClassName") != want:

@@ -1,0 +1,41 @@
+// The ZeroMQ planes under CURVE across processes: a cluster whose nodes share a plane secret
+// runs to the end with clean books (samples, reward hop, weight caches all secured), and a
+// node that would listen off loopback without one refuses to start and names the key.
+#include <csignal>
+
+#include "common/child_process.h"
+#include "tests/actors/cluster_fixture.h"
+#include "zmq/plane_keys.h"
+
+using namespace moerl::test;
+using namespace moerl;
+
+TEST_F(cluster_test, a_cluster_with_a_plane_secret_runs_every_zmq_plane_encrypted) {
+  const std::string secret = dir_ + "/plane.secret";
+  ASSERT_TRUE(zmq::write_new_plane_secret(secret));
+  start({"node.plane_secret_file=" + secret});
+  auto report = wait_done(60000);
+  expect_clean_books(report);
+  EXPECT_EQ(report["nodes"].size(), 7u);
+  EXPECT_GT(report["accounting"].value("trained", 0u), 0u);
+}
+
+TEST(plane_security_start, a_node_off_loopback_without_the_secret_refuses_naming_the_key) {
+  char tmpl[] = "/tmp/moerl-plane-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string log = std::string(tmpl) + "/node.log";
+  process_spec p{{MOERL_BINARY, "node", "--role", "buffer", "--join", "127.0.0.1:1", "--set",
+                  "node.host=0.0.0.0"},
+                 "",
+                 {}};
+  auto pid = spawn_process(p, {}, log, process_group::own);
+  ASSERT_TRUE(pid) << pid.err().to_string();
+  auto st = moerl::wait_exit(*pid, 30000);
+  ASSERT_TRUE(st) << st.err().to_string();
+  ASSERT_TRUE(WIFEXITED(*st)) << describe_wait_status(*st);
+  EXPECT_EQ(WEXITSTATUS(*st), 2);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("node.plane_secret_file is not set"), std::string::npos) << text;
+  std::filesystem::remove_all(tmpl);
+}

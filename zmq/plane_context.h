@@ -1,0 +1,18 @@
+// The ZeroMQ context of a node, secured as its config requires: with node.plane_secret_file
+// set, every plane socket uses CURVE keys derived from the secret; without it the planes stay
+// plain, which only a node listening on loopback may do. A node on any other address (pods bind
+// 0.0.0.0) without the secret refuses to start and names the key it lacks: there is no switch
+// to forget.
+#pragma once
+
+#include <memory>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "zmq/context.h"
+
+namespace moerl::zmq {
+
+result<std::shared_ptr<zmq_context>> make_plane_context(const config& cfg);
+
+}  // namespace moerl::zmq
