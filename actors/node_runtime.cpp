@@ -142,9 +142,15 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return 2;
   }
-  auto console = console::console_server::start(coordinator_admin_channel(sys, coord),
-                                                cfg.get_string("console.address"),
-                                                static_cast<int>(cp.request_timeout_ms));
+  auto admin_keys = zmq::admin_plane_keys(cfg, cfg.get_string("console.address"));
+  if (!admin_keys) {
+    log->error("console: {}", admin_keys.err().to_string());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 2;
+  }
+  auto console = console::console_server::start(
+      coordinator_admin_channel(sys, coord), cfg.get_string("console.address"),
+      static_cast<int>(cp.request_timeout_ms), std::move(*admin_keys));
   if (!console) {
     log->error("{}", console.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);

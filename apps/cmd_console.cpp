@@ -9,6 +9,7 @@
 #include "apps/console_views.h"
 #include "common/config.h"
 #include "console/console_client.h"
+#include "zmq/plane_context.h"
 
 namespace moerl::apps {
 namespace {
@@ -62,6 +63,11 @@ void add_console_command(CLI::App& root) {
     }
     std::string address = a.connect.empty() ? cfg->get_string("console.address") : a.connect;
     if (address.find("://") == std::string::npos) address = "tcp://" + address;
+    auto keys = zmq::admin_plane_keys(*cfg, address);  // CURVE off loopback
+    if (!keys) {
+      std::cerr << "moerl console: " << keys.err().message << "\n";
+      throw CLI::RuntimeError(2);
+    }
     if (a.words[0] == "top") {
       if (a.words.size() > 1) {
         std::cerr << "moerl console: top takes no arguments, got '" << a.words[1] << "'\n";
@@ -72,6 +78,7 @@ void add_console_command(CLI::App& root) {
       t.token = cfg->get_string("console.token");
       t.timeout_ms = static_cast<int>(cfg->get_int("console.timeout_ms"));
       t.interval_s = a.interval_s;
+      t.keys = *keys;
       if (int rc = console_top(t); rc != 0) throw CLI::RuntimeError(rc);
       return;
     }
@@ -86,8 +93,8 @@ void add_console_command(CLI::App& root) {
       std::cerr << "moerl console: " << st.err().to_string() << "\n";
       throw CLI::RuntimeError(1);
     }
-    auto rep =
-        console::console_call(address, req, static_cast<int>(cfg->get_int("console.timeout_ms")));
+    auto rep = console::console_call(address, req,
+                                     static_cast<int>(cfg->get_int("console.timeout_ms")), *keys);
     if (!rep) {
       std::cerr << "moerl console: " << rep.err().to_string() << "\n";
       throw CLI::RuntimeError(3);

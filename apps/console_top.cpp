@@ -96,7 +96,7 @@ int console_top(const top_options& o) {
     req.request_id = 1;
     req.token = o.token;
     req.command = verb;
-    auto rep = console::console_call(o.address, req, o.timeout_ms);
+    auto rep = console::console_call(o.address, req, o.timeout_ms, o.keys);
     if (!rep) return rep.err();
     if (!rep->ok) return rep->err;
     auto body = json::parse(rep->body_json, nullptr, false);

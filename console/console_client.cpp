@@ -4,15 +4,14 @@
 
 #include <memory>
 
+#include "common/status_try.h"
 #include "common/yaml_scalar.h"
 #include "zmq/check.h"
+#include "zmq/context.h"
 
 namespace moerl::console {
 
 namespace {
-struct zmq_ctx_deleter {
-  void operator()(void* c) const { zmq_ctx_term(c); }
-};
 struct zmq_sock_deleter {
   void operator()(void* s) const { zmq_close(s); }
 };
@@ -72,17 +71,18 @@ status check_console_request(const messages::admin_request& req) {
 }
 
 result<messages::admin_reply> console_call(const std::string& address,
-                                           const messages::admin_request& req, int timeout_ms) {
+                                           const messages::admin_request& req, int timeout_ms,
+                                           std::optional<zmq::plane_keys> keys) {
   if (auto st = check_console_request(req); !st) return st.err();
-  std::unique_ptr<void, zmq_ctx_deleter> ctx(zmq_ctx_new());
-  if (!ctx) return error(errc::io_error, "zmq_ctx_new failed");
-  std::unique_ptr<void, zmq_sock_deleter> sock(zmq_socket(ctx.get(), ZMQ_REQ));
+  ASSIGN_OR_RETURN(auto ctx, zmq::zmq_context::create(std::move(keys)));
+  std::unique_ptr<void, zmq_sock_deleter> sock(zmq_socket(ctx->handle(), ZMQ_REQ));
   if (!sock)
     return error(errc::io_error,
                  std::string("zmq_socket(REQ) failed: ") + zmq_strerror(zmq_errno()));
   auto call = [&]() -> result<std::string> {
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(sock.get(), ZMQ_LINGER, &linger, sizeof linger));
+    STATUS_TRY(ctx->secure_client(sock.get()));
     ZMQ_CHECK(zmq_connect(sock.get(), address.c_str()));
     auto bytes = messages::encode(req);
     ZMQ_CHECK(zmq_send(sock.get(), bytes.data(), bytes.size(), 0));
@@ -90,8 +90,12 @@ result<messages::admin_reply> console_call(const std::string& address,
     int n = zmq_poll(&item, 1, timeout_ms);
     ZMQ_CHECK(n);
     if (n == 0)
-      return error(errc::timeout, "no reply from the coordinator console at " + address +
-                                      " within " + std::to_string(timeout_ms) + " ms");
+      return error(errc::timeout,
+                   "no reply from the coordinator console at " + address + " within " +
+                       std::to_string(timeout_ms) + " ms" +
+                       (ctx->encrypted() ? ""
+                                         : " (a cluster with a plane secret answers only CURVE "
+                                           "clients: set node.plane_secret_file)"));
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     if (zmq_msg_recv(&msg, sock.get(), 0) == -1) {

@@ -3,10 +3,12 @@
 // coordinator gives errc::timeout, not a hang). Not thread-safe; cheap to create per call.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "common/error.h"
 #include "messages/admin.h"
+#include "zmq/plane_keys.h"
 
 namespace moerl::console {
 
@@ -25,8 +27,10 @@ result<double> parse_console_deadline(const std::string& text);
 status check_console_request(const messages::admin_request& req);
 
 // Sends `req` (refused with check_console_request's error before connecting when it is not
-// well formed) and waits up to timeout_ms for the reply.
+// well formed) and waits up to timeout_ms for the reply; with `keys` (zmq::admin_plane_keys: a
+// console off loopback) under CURVE.
 result<messages::admin_reply> console_call(const std::string& address,
-                                           const messages::admin_request& req, int timeout_ms);
+                                           const messages::admin_request& req, int timeout_ms,
+                                           std::optional<zmq::plane_keys> keys = std::nullopt);
 
 }  // namespace moerl::console

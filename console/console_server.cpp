@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include "common/log.h"
+#include "common/status_try.h"
 #include "messages/admin.h"
 #include "zmq/check.h"
 
@@ -10,18 +11,19 @@ namespace moerl::console {
 
 result<std::unique_ptr<console_server>> console_server::start(admin_caller_factory coordinator,
                                                               const std::string& address,
-                                                              int request_timeout_ms) {
+                                                              int request_timeout_ms,
+                                                              std::optional<zmq::plane_keys> keys) {
   std::unique_ptr<console_server> s(new console_server);
   s->coordinator_ = std::move(coordinator);
   s->timeout_ms_ = request_timeout_ms;
-  s->zctx_ = zmq_ctx_new();
-  if (!s->zctx_) return error(errc::io_error, "zmq_ctx_new failed");
-  s->sock_ = zmq_socket(s->zctx_, ZMQ_REP);
+  ASSIGN_OR_RETURN(s->zctx_, zmq::zmq_context::create(std::move(keys)));
+  s->sock_ = zmq_socket(s->zctx_->handle(), ZMQ_REP);
   if (!s->sock_)
     return error(errc::io_error, std::string("zmq_socket(REP): ") + zmq_strerror(zmq_errno()));
   auto init = [&]() -> status {
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
+    STATUS_TRY(s->zctx_->secure_server(s->sock_));
     ZMQ_CHECK(zmq_bind(s->sock_, address.c_str()));
     char buf[256];
     size_t len = sizeof buf;
@@ -37,8 +39,7 @@ result<std::unique_ptr<console_server>> console_server::start(admin_caller_facto
 
 console_server::~console_server() {
   stop();
-  if (sock_) zmq_close(sock_);
-  if (zctx_) zmq_ctx_term(zctx_);
+  if (sock_) zmq_close(sock_);  // before the context goes (its destructor terminates it)
 }
 
 void console_server::stop() {

@@ -7,20 +7,23 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "common/error.h"
 #include "console/admin_channel.h"
+#include "zmq/context.h"
 
 namespace moerl::console {
 
 class console_server {
  public:
-  // Binds `address` now (so a bind failure is reported at start), then serves.
-  static result<std::unique_ptr<console_server>> start(admin_caller_factory coordinator,
-                                                       const std::string& address,
-                                                       int request_timeout_ms);
+  // Binds `address` now (so a bind failure is reported at start), then serves; with `keys`
+  // (zmq::admin_plane_keys: an address off loopback) under CURVE.
+  static result<std::unique_ptr<console_server>> start(
+      admin_caller_factory coordinator, const std::string& address, int request_timeout_ms,
+      std::optional<zmq::plane_keys> keys = std::nullopt);
   ~console_server();
   void stop();
   const std::string& address() const { return address_; }
@@ -29,7 +32,7 @@ class console_server {
   console_server() = default;
   void serve();
   admin_caller_factory coordinator_;
-  void* zctx_ = nullptr;
+  std::shared_ptr<zmq::zmq_context> zctx_;
   void* sock_ = nullptr;
   std::string address_;
   int timeout_ms_ = 5000;

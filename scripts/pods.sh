@@ -181,7 +181,8 @@ console_host() {
   echo "$(podman inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$infra"):$CONSOLE_PORT"
 }
 host_console_config() {
-  printf 'console:\n  token_file: %s\n' "$WORK/secrets/moerl-console/token" > "$WORK/host-console.yaml"
+  printf 'console:\n  token_file: %s\nnode:\n  plane_secret_file: %s\n' "$WORK/secrets/moerl-console/token" \
+    "$WORK/secrets/moerl-plane/secret" > "$WORK/host-console.yaml"
   echo "$WORK/host-console.yaml"
 }
 

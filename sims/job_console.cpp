@@ -16,7 +16,7 @@ result<nlohmann::json> job_console::call(
   req.command = command;
   req.args = args;
   req.options = options;
-  ASSIGN_OR_RETURN(auto rep, console::console_call(address_, req, timeout_ms_));
+  ASSIGN_OR_RETURN(auto rep, console::console_call(address_, req, timeout_ms_, keys_));
   if (!rep.ok) return rep.err;
   auto body = nlohmann::json::parse(rep.body_json, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {

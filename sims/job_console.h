@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,13 +14,19 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "zmq/plane_keys.h"
 
 namespace moerl::sims {
 
 class job_console {
  public:
-  job_console(std::string address, std::string token, int timeout_ms)
-      : address_(std::move(address)), token_(std::move(token)), timeout_ms_(timeout_ms) {}
+  // `keys`: the cluster's, for a console off loopback (zmq::admin_plane_keys).
+  job_console(std::string address, std::string token, int timeout_ms,
+              std::optional<zmq::plane_keys> keys = std::nullopt)
+      : address_(std::move(address)),
+        token_(std::move(token)),
+        timeout_ms_(timeout_ms),
+        keys_(std::move(keys)) {}
 
   // The reply body as JSON; a refused command returns the coordinator's error.
   result<nlohmann::json> call(const std::string& command, const std::vector<std::string>& args = {},
@@ -30,6 +37,7 @@ class job_console {
   std::string address_;
   std::string token_;
   int timeout_ms_;
+  std::optional<zmq::plane_keys> keys_;
   uint64_t next_id_ = 1;
 };
 

@@ -22,6 +22,7 @@
 #include "sims/runner.h"
 #include "sims/timeline.h"
 #include "up/local_job.h"
+#include "zmq/plane_context.h"
 
 namespace moerl::sims {
 
@@ -362,8 +363,9 @@ result<run_measurements> run_local(const scenario& s, const run_options& o, cons
 result<run_measurements> run_attached(const scenario& s, const run_options& o, const config& cfg,
                                       run_measurements m) {
   ASSIGN_OR_RETURN(auto address, console_address_of(o.against));
+  ASSIGN_OR_RETURN(auto keys, zmq::admin_plane_keys(cfg, address));  // CURVE off loopback
   job_console console(address, cfg.get_string("console.token"),
-                      static_cast<int>(cfg.get_int("console.timeout_ms")));
+                      static_cast<int>(cfg.get_int("console.timeout_ms")), std::move(keys));
   auto body = console.call("nodes");
   if (!body) return error{body.err().code, "console at " + address + ": " + body.err().message};
   ASSIGN_OR_RETURN(auto nodes, parse_nodes(*body));

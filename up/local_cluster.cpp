@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "console/console_client.h"
+#include "zmq/plane_context.h"
 
 namespace moerl::up {
 
@@ -149,6 +150,10 @@ result<std::unique_ptr<local_cluster>> local_cluster::start(cluster_options opts
       !http->empty() &&
       (*http != wanted_http || wanted_http == find_key("console.http_address")->default_value);
   c->token_ = cfg->get_string("console.token");
+  // A console off loopback is under CURVE (the coordinator's rule, zmq/plane_context.h).
+  auto admin_keys = zmq::admin_plane_keys(*cfg, *console);
+  if (!admin_keys) return admin_keys.err();
+  c->admin_keys_ = std::move(*admin_keys);
   std::error_code ec;
   std::filesystem::create_directories(c->opts_.log_dir, ec);
   if (ec)
@@ -278,7 +283,7 @@ result<json> local_cluster::console(const std::string& command,
   req.command = command;
   req.args = args;
   req.options = options;
-  auto rep = console::console_call(console_, req, timeout_ms);
+  auto rep = console::console_call(console_, req, timeout_ms, admin_keys_);
   if (!rep) return rep.err();
   if (!rep->ok) return rep->err;
   auto j = json::parse(rep->body_json, nullptr, false);

@@ -11,12 +11,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "zmq/plane_keys.h"
 
 namespace moerl::up {
 
@@ -103,6 +105,7 @@ class local_cluster {
 
   cluster_options opts_;
   std::string console_, join_, token_, http_;
+  std::optional<zmq::plane_keys> admin_keys_;  // the console's, when it is off loopback
   // Whether this run chose its console addresses itself (the built-in default, or a free port
   // instead of a taken default): those may move when taken; a user's may not.
   bool console_chosen_ = false, http_chosen_ = false;

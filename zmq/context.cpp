@@ -11,13 +11,7 @@ namespace moerl::zmq {
 result<std::shared_ptr<zmq_context>> zmq_context::create(std::optional<plane_keys> keys) {
   void* ctx = zmq_ctx_new();
   if (!ctx) return detail::zmq_failure("zmq_ctx_new()", zmq_errno(), __FILE__, __LINE__);
-  std::shared_ptr<zmq_context> c(new zmq_context(ctx, std::move(keys)));
-  if (c->keys_) {
-    ASSIGN_OR_RETURN(auto loop,
-                     bind_zap_handler(ctx, c->keys_->client_public, c->refused_, c->stop_));
-    c->zap_ = std::thread(std::move(loop));
-  }
-  return c;
+  return std::shared_ptr<zmq_context>(new zmq_context(ctx, std::move(keys)));
 }
 
 zmq_context::~zmq_context() {
@@ -28,6 +22,17 @@ zmq_context::~zmq_context() {
 
 status zmq_context::secure_server(void* sock) const {
   if (!keys_) return ok_status();
+  {
+    std::lock_guard<std::mutex> lock(zap_mu_);
+    if (!zap_.joinable() && !zap_failure_) {
+      auto loop = bind_zap_handler(ctx_, keys_->client_public, refused_, stop_);
+      if (loop)
+        zap_ = std::thread(std::move(*loop));
+      else
+        zap_failure_ = loop.err();
+    }
+    if (zap_failure_) return *zap_failure_;
+  }
   const int on = 1;
   ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &on, sizeof on));
   ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, keys_->server_secret.c_str(), 40));

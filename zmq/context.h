@@ -4,11 +4,13 @@
 // A context made with plane keys (zmq/plane_keys.h) secures every socket its planes make:
 // each socket is passed to secure_server() before it binds or secure_client() before it
 // connects (both do nothing without keys: loopback-only runs stay plain, and say so in their
-// provenance). The context then runs the ZAP handler that admits only the cluster's client key.
+// provenance). From its first server socket on, the context runs the ZAP handler that admits
+// only the cluster's client key (a context that only connects, like a console call's, has none).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -37,7 +39,10 @@ class zmq_context {
   std::optional<plane_keys> keys_;
   std::shared_ptr<std::atomic<uint64_t>> refused_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
-  std::thread zap_;
+  // Started by the first secure_server(); its bind error, if any, answers every later call.
+  mutable std::mutex zap_mu_;
+  mutable std::thread zap_;
+  mutable std::optional<error> zap_failure_;
 };
 
 }  // namespace moerl::zmq

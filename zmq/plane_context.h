@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "common/config.h"
 #include "common/error.h"
@@ -14,5 +15,10 @@
 namespace moerl::zmq {
 
 result<std::shared_ptr<zmq_context>> make_plane_context(const config& cfg);
+
+// The same rule for the admin plane, for the console's server and its clients alike, on the
+// host of `endpoint` ("tcp://HOST:PORT"): the cluster's keys when node.plane_secret_file is
+// set; none on loopback without it (tokens still apply); an error naming the key otherwise.
+result<std::optional<plane_keys>> admin_plane_keys(const config& cfg, const std::string& endpoint);
 
 }  // namespace moerl::zmq

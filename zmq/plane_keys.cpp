@@ -18,7 +18,7 @@ namespace {
 // A Curve25519 secret key for `label` from the cluster secret: SHA-256 of label and secret
 // (X25519 clamps whatever 32 bytes it gets), Z85-encoded; its public half through libzmq.
 result<std::pair<std::string, std::string>> derive_pair(const std::string& label,
-                                                         const std::string& secret) {
+                                                        const std::string& secret) {
   std::string input = "moerl plane key v1\n" + label + "\n" + secret;
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(), digest);
@@ -40,8 +40,8 @@ result<plane_keys> derive_plane_keys(const std::string& cluster_secret) {
   std::string s = cluster_secret;
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   if (s.size() < kMinPlaneSecretBytes)
-    return error(errc::invalid_config, "the cluster's plane secret has " + std::to_string(s.size()) +
-                                           " bytes; it needs at least " +
+    return error(errc::invalid_config, "the cluster's plane secret has " +
+                                           std::to_string(s.size()) + " bytes; it needs at least " +
                                            std::to_string(kMinPlaneSecretBytes));
   plane_keys k;
   ASSIGN_OR_RETURN(auto server, derive_pair("server", s));
@@ -61,7 +61,8 @@ result<plane_keys> load_plane_keys(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto keys = derive_plane_keys(ss.str());
-  if (!keys) return error(keys.err().code, "node.plane_secret_file " + path + ": " + keys.err().message);
+  if (!keys)
+    return error(keys.err().code, "node.plane_secret_file " + path + ": " + keys.err().message);
   return keys;
 }
 

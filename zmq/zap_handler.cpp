@@ -27,8 +27,12 @@ std::vector<std::string> receive_frames(void* sock) {
 }
 
 void send_reply(void* sock, const std::string& request_id, bool admitted) {
-  const std::string parts[] = {"1.0", request_id, admitted ? "200" : "400",
-                               admitted ? "OK" : "client key is not this cluster's", "", ""};
+  const std::string parts[] = {"1.0",
+                               request_id,
+                               admitted ? "200" : "400",
+                               admitted ? "OK" : "client key is not this cluster's",
+                               "",
+                               ""};
   for (size_t i = 0; i < 6; ++i)
     zmq_send(sock, parts[i].data(), parts[i].size(), i + 1 < 6 ? ZMQ_SNDMORE : 0);
 }

@@ -13,7 +13,31 @@ using namespace moerl;
 TEST_F(cluster_test, a_cluster_with_a_plane_secret_runs_every_zmq_plane_encrypted) {
   const std::string secret = dir_ + "/plane.secret";
   ASSERT_TRUE(zmq::write_new_plane_secret(secret));
-  start({"node.plane_secret_file=" + secret});
+  // Long enough that the console still serves while the two CLI calls below run.
+  start({"node.plane_secret_file=" + secret, "actors.iterations=40"});
+  // The admin plane too: `moerl console` without the secret hears nothing and says what to
+  // set; with it, it is answered.
+  auto console_cli = [&](const std::vector<std::string>& extra) {
+    process_spec p{{MOERL_BINARY, "console", "--connect", c_->console_address(), "--set",
+                    "console.timeout_ms=2000"},
+                   "",
+                   {}};
+    for (const auto& a : extra) p.argv.push_back(a);
+    p.argv.push_back("status");
+    const std::string log = dir_ + "/console-cli.log";
+    std::filesystem::remove(log);
+    auto pid = spawn_process(p, {}, log, process_group::own);
+    EXPECT_TRUE(pid) << pid.err().to_string();
+    auto st = pid ? moerl::wait_exit(*pid, 30000) : result<int>(error(errc::internal, "no pid"));
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return std::make_pair(st && WIFEXITED(*st) ? WEXITSTATUS(*st) : -1, text);
+  };
+  auto plain = console_cli({});
+  EXPECT_EQ(plain.first, 3) << plain.second;
+  EXPECT_NE(plain.second.find("set node.plane_secret_file"), std::string::npos) << plain.second;
+  auto secured = console_cli({"--set", "node.plane_secret_file=" + secret});
+  EXPECT_EQ(secured.first, 0) << secured.second;
   auto report = wait_done(60000);
   expect_clean_books(report);
   EXPECT_EQ(report["nodes"].size(), 7u);

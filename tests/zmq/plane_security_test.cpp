@@ -38,8 +38,7 @@ std::pair<void*, std::string> bind_router(const zmq_context& ctx) {
 
 // Sends one message from a DEALER made with `client` (secured by it) and reports whether the
 // ROUTER got it within `wait_ms`.
-bool delivered(const zmq_context& client, void* router, const std::string& endpoint,
-               int wait_ms) {
+bool delivered(const zmq_context& client, void* router, const std::string& endpoint, int wait_ms) {
   socket_closer d{zmq_socket(client.handle(), ZMQ_DEALER)};
   const int linger = 0;
   zmq_setsockopt(d.s, ZMQ_LINGER, &linger, sizeof linger);
@@ -145,6 +144,29 @@ TEST(plane_context, off_loopback_a_node_without_the_secret_does_not_start) {
   auto secured = make_plane_context(cfg);
   ASSERT_TRUE(secured) << secured.err().to_string();
   EXPECT_TRUE((*secured)->encrypted());
+}
+
+TEST(plane_context, the_admin_plane_follows_the_same_rule_on_its_endpoints_host) {
+  auto cfg = config::defaults();
+  auto loopback = admin_plane_keys(cfg, "tcp://127.0.0.1:7411");
+  ASSERT_TRUE(loopback);
+  EXPECT_FALSE(loopback->has_value());
+  auto open = admin_plane_keys(cfg, "tcp://0.0.0.0:7410");
+  ASSERT_FALSE(open);
+  EXPECT_NE(open.err().message.find("tcp://0.0.0.0:7410"), std::string::npos) << open.err().message;
+  EXPECT_NE(open.err().message.find("node.plane_secret_file is not set"), std::string::npos);
+
+  auto dir = temp_dir::create("plane-secret");
+  ASSERT_TRUE(dir);
+  const std::string path = (*dir)->path() + "/plane.secret";
+  ASSERT_TRUE(write_new_plane_secret(path));
+  ASSERT_TRUE(cfg.set("node.plane_secret_file", path, "test"));
+  // With a secret, loopback too: a client on 127.0.0.1 and a server on 0.0.0.0 must agree.
+  for (const char* ep : {"tcp://127.0.0.1:7411", "tcp://10.0.0.5:7410"}) {
+    auto keys = admin_plane_keys(cfg, ep);
+    ASSERT_TRUE(keys) << keys.err().to_string();
+    EXPECT_TRUE(keys->has_value()) << ep;
+  }
 }
 
 }  // namespace
