@@ -19,6 +19,7 @@
 
 #include "bench/fleet/fleet_analysis.h"
 #include "bench/fleet/sim_host.h"
+#include "bench/fleet/tick_cost.h"
 #include "bench/support.h"
 #include "common/temp_dir.h"
 #include "provenance/provenance.h"
@@ -33,10 +34,8 @@ struct fleet_args {
   bool json_out = false;
   uint32_t nodes = 1000;
   uint32_t hosts = 4;
-  // 2 s units: a thousand nodes then ask for 500 units/s, which the one trainer process (it
-  // verifies every sample) keeps up with on this 2-core machine; with 1 s units it fell
-  // behind, the queue ran dry and idle nodes polled (not_found every 20 ms, as rollout
-  // workers do), which is measured separately (--unit-ms).
+  // 2 s units: a thousand nodes ask for 500 units/s (seconds of work per unit, as DESIGN.md
+  // wants units to fit inside a Spot notice).
   int64_t unit_ms = 2000;
   uint32_t lease_batch = 1;
   uint32_t samples_per_group = 2;
@@ -47,6 +46,8 @@ struct fleet_args {
   int64_t notice_ms = 800;  // < unit + margin: some units fit, some are given back
   double recovery_ratio = 0.9;
   bool skip_faults = false;
+  uint32_t units_per_iteration = 0;                        // 0: 10 per node
+  std::vector<uint64_t> tick_cost_units{100000, 1000000};  // besides the run's own
   std::string run_dir;  // kept: the nodes' logs and the hosts' records (else a temp dir)
   // Internal: run as one simulated host (sim_host.h).
   std::string sim_join, sim_out;
@@ -62,9 +63,13 @@ std::string self_exe() {
 }
 
 // Every node's configuration (the coordinator's, the shards', the trainer's and the
-// simulated nodes'): the modpow job (the trainer verifies each sample), a unit pool that
-// keeps one iteration per fleet ahead of the trainer, no fsync (the journal still writes
-// every lease before it is answered).
+// simulated nodes'): the modpow job (the trainer verifies each sample); no fsync (the journal
+// still writes every lease before it is answered). The control plane is what is measured, so
+// the other planes must not pace the fleet: the unit pool holds 10 units per node per
+// iteration (the coordinator opens at most two iterations ahead of the trainer's version),
+// and the shards hold what the one trainer process has not consumed yet (on this 2-core
+// machine it trails a thousand nodes: `trained` < `committed` in the books) without refusing
+// credit or dropping samples as stale.
 std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string& dir) {
   return {
       "store.url=" + dir + "/store",
@@ -74,10 +79,17 @@ std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string&
       "ledger.group_size=" + std::to_string(a.samples_per_group),
       "actors.work_rounds=" + std::to_string(a.work_rounds),
       "actors.iterations=1000000",
-      "actors.units_per_iteration=" + std::to_string(std::max<uint32_t>(64, 2 * a.nodes)),
+      "actors.units_per_iteration=" +
+          std::to_string(a.units_per_iteration
+                             ? a.units_per_iteration
+                             : std::min<uint32_t>(1000000, std::max<uint32_t>(64, 10 * a.nodes))),
+      "buffer.capacity_samples=" + std::to_string(uint64_t{1} << 24),
+      "buffer.capacity_bytes=" + std::to_string(uint64_t{1} << 34),
+      "buffer.max_staleness=1000000",
       "actors.lease_batch=" + std::to_string(a.lease_batch),
       "ledger.lease_timeout_ms=" + std::to_string(std::max<int64_t>(30000, 10 * a.unit_ms)),
-      "actors.trainer_batch_groups=64",
+      "actors.trainer_batch_groups=256",
+      "actors.trainer_ranks=1",
       "node.heartbeat_interval_ms=" + std::to_string(a.heartbeat_ms),
       "node.connection_timeout_ms=" + std::to_string(std::max<int64_t>(3000, 6 * a.heartbeat_ms)),
       "log.level=warn"};
@@ -240,6 +252,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   json out{{"benchmark", "fleet"}};
   const auto overrides = fleet_overrides(a, dir);
   out["config"] = {{"nodes", a.nodes},
+                   {"units_per_iteration", a.units_per_iteration},
                    {"hosts", a.hosts},
                    {"unit_ms", a.unit_ms},
                    {"lease_batch", a.lease_batch},
@@ -393,6 +406,13 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   } else {
     out["books"] = {{"error", status.err().to_string()}};
   }
+  // The coordinator's tick at this run's ledger size and at the sizes of longer runs.
+  std::vector<uint64_t> sizes = a.tick_cost_units;
+  if (status) sizes.insert(sizes.begin(), (*status).value("units", uint64_t{0}));
+  json ticks = json::array();
+  for (uint64_t n : sizes)
+    if (n > 0) ticks.push_back(ledger_tick_cost(n, a.nodes, 5));
+  out["coordinator_tick_scans"] = ticks;
   out["load_average_end"] = load_end;
   out["provenance"] = collect_provenance();
   return out;
@@ -449,7 +469,14 @@ void add_fleet_bench_command(CLI::App& bench) {
                   "throughput counts as back at this fraction of the steady units/s")
       ->check(CLI::Range(0.1, 1.0));
   cmd->add_flag("--no-faults", a.skip_faults, "steady phase only");
+  cmd->add_option("--units-per-iteration", a.units_per_iteration,
+                  "units the coordinator opens per iteration (0: 10 per node); the ledger holds "
+                  "every unit a run created, so this also sets its size from the start")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--run-dir", a.run_dir, "keep the nodes' logs and records here");
+  cmd->add_option("--tick-cost-units", a.tick_cost_units,
+                  "ledger sizes (units) at which the coordinator tick's scans are also timed")
+      ->delimiter(',');
   cmd->add_option("--sim-join", a.sim_join, "internal: run as a simulated host")->group("");
   cmd->add_option("--sim-out", a.sim_out, "internal")->group("");
   cmd->add_option("--sim-nodes", a.sim_nodes, "internal")->group("");

@@ -33,7 +33,7 @@ TEST(bench_fleet, TwoHundredNodesSurviveAKillAndASpotNoticeWithBalancedBooks) {
   int rc = -1;
   const std::string out = run(std::string(MOERL_BINARY) +
                                   " bench fleet --json --nodes 200 --hosts 2 --warmup 1"
-                                  " --measure 3 --fault 6 2>/dev/null",
+                                  " --measure 3 --fault 6 --tick-cost-units 20000 2>/dev/null",
                               &rc);
   ASSERT_EQ(rc, 0) << out;
   const json r = json::parse(out, nullptr, false);
@@ -69,6 +69,11 @@ TEST(bench_fleet, TwoHundredNodesSurviveAKillAndASpotNoticeWithBalancedBooks) {
   EXPECT_EQ(notice["victims"], kVictims) << notice.dump();
   EXPECT_EQ(notice["drains_recorded"], kVictims) << notice.dump();
   EXPECT_FALSE(notice["all_drained_s"].is_null()) << notice.dump();
+
+  // The tick's scans were timed at the run's ledger size and at the size asked for.
+  ASSERT_EQ(r["coordinator_tick_scans"].size(), 2u) << r["coordinator_tick_scans"].dump();
+  EXPECT_EQ(r["coordinator_tick_scans"][1]["units"], 20000);
+  EXPECT_GT(r["coordinator_tick_scans"][1]["tick_scans_ms"].get<double>(), 0);
 
   // The books: nothing lost, nothing twice, and the trainer consumed.
   const json& books = r["books"];
