@@ -38,7 +38,13 @@ json coordinator_core::status_json() const {
   for (auto& [id, n] : nodes_)
     if (n.role == node_role::buffer && !n.stats.is_null()) shards[n.name] = n.stats;
   size_t alive = 0;
-  for (auto& [id, n] : nodes_) alive += (n.state == "running" || n.state == "draining");
+  // Nodes per state (running, draining, unreachable, dead, drained): what an operator of a
+  // large fleet watches after a loss without pulling `nodes` (one entry per node).
+  std::map<std::string, uint64_t> by_state;
+  for (auto& [id, n] : nodes_) {
+    alive += (n.state == "running" || n.state == "draining");
+    ++by_state[n.state];
+  }
   return json{{"iteration", policy_version_},
               {"iterations", opts_.iterations},
               {"iterations_opened", iterations_opened_},
@@ -48,6 +54,7 @@ json coordinator_core::status_json() const {
               {"leases", ledger_->num_leased()},
               {"buffer", shards},
               {"nodes_alive", alive},
+              {"nodes_by_state", by_state},
               {"accounting", a.to_json()},
               {"invariant_ok", static_cast<bool>(ledger_->check_invariant())},
               {"invariant_violations", invariant_violations_},

@@ -29,6 +29,7 @@ fleet_merged merge_fleet_records(const std::vector<json>& records) {
   };
   for (const auto& r : records) {
     append(m.lease_rtt, field(r, "lease_rtt"));
+    append(m.report_rtt, field(r, "report_rtt"));
     append(m.grants, field(r, "grants"));
     append(m.orphans, field(r, "orphans"));
     append(m.returned, field(r, "returned"));
@@ -64,6 +65,13 @@ json lease_latency_in(const fleet_merged& m, double from_ms, double to_ms) {
   json out = latency_summary_us(std::move(us));
   out["units_granted"] = units;
   return out;
+}
+
+json report_latency_in(const fleet_merged& m, double from_ms, double to_ms) {
+  std::vector<double> us;
+  for (const auto& r : m.report_rtt)
+    if (r[0] >= from_ms && r[0] < to_ms) us.push_back(r[1]);
+  return latency_summary_us(std::move(us));
 }
 
 namespace {

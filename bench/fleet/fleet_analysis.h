@@ -13,6 +13,7 @@ namespace moerl::bench {
 // Every host's record (fleet_record::to_json), concatenated.
 struct fleet_merged {
   std::vector<std::vector<double>> lease_rtt;          // [t_reply_ms, rtt_us, units]
+  std::vector<std::vector<double>> report_rtt;         // [t_reply_ms, rtt_us] (finished)
   std::vector<std::vector<double>> grants, orphans;    // [t_ms, unit, attempt]
   std::vector<std::vector<double>> returned;           // [t_notice_ms, t_ms, unit, attempt]
   std::vector<std::pair<int64_t, uint64_t>> finished;  // (100 ms bin, units), bins sorted
@@ -26,6 +27,9 @@ fleet_merged merge_fleet_records(const std::vector<nlohmann::json>& records);
 // Lease round trips whose reply came in [from_ms, to_ms): latency_summary_us of them, plus
 // units granted.
 nlohmann::json lease_latency_in(const fleet_merged& m, double from_ms, double to_ms);
+
+// Round trips of `finished` reports whose answer came in [from_ms, to_ms).
+nlohmann::json report_latency_in(const fleet_merged& m, double from_ms, double to_ms);
 
 // Units finished per second over [from_ms, to_ms), from the 100 ms bins.
 double units_per_s_in(const fleet_merged& m, double from_ms, double to_ms);

@@ -46,6 +46,7 @@ struct fleet_args {
   int64_t notice_ms = 800;  // < unit + margin: some units fit, some are given back
   double recovery_ratio = 0.9;
   bool skip_faults = false;
+  uint32_t snapshot_every = 0;                             // 0: the config's ledger.snapshot_every
   uint32_t units_per_iteration = 0;                        // 0: 10 per node
   std::vector<uint64_t> tick_cost_units{100000, 1000000};  // besides the run's own
   std::string run_dir;  // kept: the nodes' logs and the hosts' records (else a temp dir)
@@ -71,7 +72,7 @@ std::string self_exe() {
 // machine it trails a thousand nodes: `trained` < `committed` in the books) without refusing
 // credit or dropping samples as stale.
 std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string& dir) {
-  return {
+  std::vector<std::string> o{
       "store.url=" + dir + "/store",
       "store.local_fsync=false",
       "job.kind=modpow",
@@ -93,6 +94,8 @@ std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string&
       "node.heartbeat_interval_ms=" + std::to_string(a.heartbeat_ms),
       "node.connection_timeout_ms=" + std::to_string(std::max<int64_t>(3000, 6 * a.heartbeat_ms)),
       "log.level=warn"};
+  if (a.snapshot_every) o.push_back("ledger.snapshot_every=" + std::to_string(a.snapshot_every));
+  return o;
 }
 
 // CPU seconds (user + system) and resident bytes of a process, from /proc.
@@ -206,14 +209,13 @@ uint64_t answered_count(const std::string& line) {
   return ok == "ok" ? n : 0;
 }
 
-// Rollout nodes the coordinator holds in each state.
-std::map<std::string, uint64_t> rollout_states(up::local_cluster& c) {
+// Nodes the coordinator holds in each state, from `status` (cheap: polling `nodes`, one
+// entry per node, cost the coordinator more than the fleet did at a thousand nodes).
+std::map<std::string, uint64_t> node_states(up::local_cluster& c) {
   std::map<std::string, uint64_t> out;
-  auto nodes = c.console("nodes", {}, {}, 10000);
-  if (!nodes) return out;
-  const json& arr = nodes->is_array() ? *nodes : nodes->value("nodes", json::array());
-  for (const auto& n : arr)
-    if (n.value("role", "") == "rollout") ++out[n.value("state", "?")];
+  auto s = c.console("status", {}, {}, 10000);
+  if (!s || !s->contains("nodes_by_state")) return out;
+  for (auto& [state, n] : (*s)["nodes_by_state"].items()) out[state] = n.get<uint64_t>();
   return out;
 }
 
@@ -225,7 +227,7 @@ void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<doubl
 json fault_phase(up::local_cluster& c, std::vector<host_proc>& hosts, const std::string& command,
                  const std::string& settled_state, double fault_s, double* t_fault_ms,
                  double* t_end_ms) {
-  const uint64_t before = rollout_states(c)[settled_state];
+  const uint64_t before = node_states(c)[settled_state];
   *t_fault_ms = fleet_now_ms();
   for (auto& h : hosts) h.send(command);
   uint64_t victims = 0;
@@ -234,18 +236,18 @@ json fault_phase(up::local_cluster& c, std::vector<host_proc>& hosts, const std:
   json settled = nullptr;
   std::map<std::string, uint64_t> states;
   while (fleet_now_ms() - *t_fault_ms < fault_s * 1000.0) {
-    states = rollout_states(c);
+    states = node_states(c);
     if (settled.is_null() && states[settled_state] >= before + victims)
       settled = (fleet_now_ms() - *t_fault_ms) / 1000.0;
-    sleep_s(0.25);
+    sleep_s(0.1);
   }
   *t_end_ms = fleet_now_ms();
   return {{"command", command},
           {"victims", victims},
           {"command_delivered_s", (sent_ms - *t_fault_ms) / 1000.0},
           {"all_" + settled_state + "_s", settled},
-          {"coordinator_rollout_states_at_end", states},
-          {"observed_every_s", 0.25}};
+          {"coordinator_node_states_at_end", states},
+          {"observed_every_s", 0.1}};
 }
 
 json run_fleet(const fleet_args& a, const std::string& dir) {
@@ -343,6 +345,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   out["steady"] = {
       {"window_s", measured_s},
       {"lease_rtt", lease_latency_in(m, t_m0, t_m1)},
+      {"report_rtt", report_latency_in(m, t_m0, t_m1)},
       {"units_per_s", baseline},
       {"coordinator_cpu_cores", (u1.cpu_s - u0.cpu_s) / measured_s},
       {"coordinator_cpu_ms_per_s_per_node",
@@ -353,6 +356,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
        (double(u1.rss_bytes) - double(before_fleet.rss_bytes)) / double(a.nodes)},
       {"load_average", load_measure}};
   out["lease_rtt_whole_run"] = lease_latency_in(m, 0, 1e300);
+  out["report_rtt_whole_run"] = report_latency_in(m, 0, 1e300);
   if (!a.skip_faults) {
     std::vector<std::vector<double>> killed_leases;
     for (const auto& o : m.orphans)
@@ -469,6 +473,9 @@ void add_fleet_bench_command(CLI::App& bench) {
                   "throughput counts as back at this fraction of the steady units/s")
       ->check(CLI::Range(0.1, 1.0));
   cmd->add_flag("--no-faults", a.skip_faults, "steady phase only");
+  cmd->add_option("--snapshot-every", a.snapshot_every,
+                  "ledger.snapshot_every of the coordinator (0: the config's)")
+      ->check(CLI::Range(0, 100000000));
   cmd->add_option("--units-per-iteration", a.units_per_iteration,
                   "units the coordinator opens per iteration (0: 10 per node); the ledger holds "
                   "every unit a run created, so this also sets its size from the start")

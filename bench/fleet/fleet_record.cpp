@@ -25,8 +25,9 @@ void fleet_record::lease_refused(const std::string& why) {
   ++refusals_[why];
 }
 
-void fleet_record::unit_finished(double t_ms) {
+void fleet_record::unit_finished(double t_sent_ms, double t_ms) {
   std::lock_guard<std::mutex> lk(mu_);
+  report_rtt_.push_back({t_ms, (t_ms - t_sent_ms) * 1e3});
   ++finished_per_100ms_[static_cast<int64_t>(std::floor(t_ms / 100.0))];
 }
 
@@ -78,6 +79,7 @@ json fleet_record::to_json() const {
   json finished = json::array();
   for (const auto& [bin, n] : finished_per_100ms_) finished.push_back({bin, n});
   return {{"lease_rtt", lease_rtt_},
+          {"report_rtt", report_rtt_},
           {"grants", events_json(grants_)},
           {"orphans", events_json(orphans_)},
           {"returned", returned_},

@@ -33,7 +33,9 @@ class fleet_record {
   void lease_granted(double t_sent_ms, double t_reply_ms, const std::vector<fleet_lease_event>& l);
   // A refused or failed lease request, by what refused it ("not_found", "timeout", ...).
   void lease_refused(const std::string& why);
-  void unit_finished(double t_ms);  // the coordinator accepted the unit's report (finished)
+  // The coordinator accepted the unit's `finished` report, sent at t_sent_ms (its round trip
+  // waits for the journal like a lease's: the same group commit).
+  void unit_finished(double t_sent_ms, double t_ms);
   void unit_failed(const std::string& why);
   void samples_sent(uint64_t n);
   // Leases a node held when it was killed (pending again only once the coordinator notices).
@@ -51,7 +53,8 @@ class fleet_record {
 
  private:
   mutable std::mutex mu_;
-  std::vector<std::vector<double>> lease_rtt_;  // [t_reply_ms, rtt_us, units]
+  std::vector<std::vector<double>> lease_rtt_;   // [t_reply_ms, rtt_us, units]
+  std::vector<std::vector<double>> report_rtt_;  // [t_reply_ms, rtt_us]
   std::vector<fleet_lease_event> grants_, orphans_;
   std::vector<std::vector<double>> returned_;       // [t_notice_ms, t_ms, unit, attempt]
   std::map<int64_t, uint64_t> finished_per_100ms_;  // steady 100 ms bin -> units finished

@@ -110,7 +110,7 @@ void report(sim_actor* self, messages::unit_status status, uint32_t produced,
   rep.status = status;
   rep.samples_produced = produced;
   rep.reason = reason;
-  const double t_notice = st.notice_ms;
+  const double t_notice = st.notice_ms, t_sent = fleet_now_ms();
   self->request(st.coord, milliseconds(st.opts.request_timeout_ms), report_atom::value,
                 messages::encode(rep))
       .then(
@@ -119,7 +119,7 @@ void report(sim_actor* self, messages::unit_status status, uint32_t produced,
             if (auto e = reply_error(r)) {
               s.rec->unit_failed(std::string("report refused: ") + errc_name(e->code));
             } else if (status == messages::unit_status::finished) {
-              s.rec->unit_finished(fleet_now_ms());
+              s.rec->unit_finished(t_sent, fleet_now_ms());
               if (s.draining) ++s.units_finished;
             } else if (status == messages::unit_status::returned) {
               s.rec->returned(t_notice, fleet_now_ms(), rep.unit_id, rep.attempt);
