@@ -4,6 +4,7 @@
 #include "bench/control/control_bench.h"
 #include "bench/env/env_bench.h"
 #include "bench/ep/ep_bench.h"
+#include "bench/fleet/fleet_bench.h"
 #include "bench/job_ep/job_ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "bench/ledger/ledger_bench.h"
@@ -20,6 +21,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_kernels_bench_command(*cmd);  // kernels
   moerl::bench::add_ep_bench_command(*cmd);       // ep
   moerl::bench::add_control_bench_command(*cmd);  // control
+  moerl::bench::add_fleet_bench_command(*cmd);    // fleet (and its hidden simulated host)
   moerl::bench::add_ledger_bench_command(*cmd);   // ledger
   moerl::bench::add_store_bench_command(*cmd);    // store
   moerl::bench::add_policy_bench_command(*cmd);   // policy

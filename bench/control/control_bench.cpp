@@ -439,6 +439,9 @@ void add_control_bench_command(CLI::App& bench) {
         std::cout << out.dump(2) << "\n";
       else
         print_text(out, a);
+      // A run whose cross-process part could not start is a failed benchmark, not a result:
+      // the JSON above says why, and the exit status tells scripts and CI.
+      if (out.contains("error")) throw std::runtime_error("did not run: " + out["error"].dump());
     });
   });
 }

@@ -132,6 +132,33 @@ TEST_F(core_fixture, dead_rollout_node_expires_its_leases_and_leaves_the_trainer
   EXPECT_EQ(err->code, errc::unknown_node);
 }
 
+// The views an operator of a large fleet reads (bench fleet polls status every 0.1 s): the
+// leases each rollout node holds in `nodes` (counted in one pass over the units), and the
+// nodes per state in `status`, both following a node's death.
+TEST_F(core_fixture, nodes_view_counts_each_rollouts_leases_and_status_counts_nodes_by_state) {
+  const std::string other = hex_id('d');
+  ASSERT_TRUE(core->register_node(hb(other, "rollout", "rollout-1")));
+  auto a = lease(rollout + "/0");
+  auto b = lease(other + "/0");
+  auto c = lease(other + "/1");
+  ASSERT_NE(a.unit.id, b.unit.id);
+  ASSERT_NE(b.unit.id, c.unit.id);
+  auto leases_of = [&](const std::string& name) {
+    for (const auto& n : core->nodes_json())
+      if (n["name"] == name) return n["leases"].get<uint32_t>();
+    return uint32_t{999};
+  };
+  EXPECT_EQ(leases_of("rollout-0"), 1u);
+  EXPECT_EQ(leases_of("rollout-1"), 2u);
+  EXPECT_EQ(leases_of("buffer-0"), 0u);
+  EXPECT_EQ(core->status_json()["nodes_by_state"], (nlohmann::json{{"running", 4}}));
+
+  core->node_down(other, "test: SIGKILL");
+  EXPECT_EQ(leases_of("rollout-1"), 0u);
+  EXPECT_EQ(leases_of("rollout-0"), 1u);
+  EXPECT_EQ(core->status_json()["nodes_by_state"], (nlohmann::json{{"dead", 1}, {"running", 3}}));
+}
+
 TEST_F(core_fixture, lost_shard_reopens_units_whose_samples_no_trainer_received) {
   auto l = lease(rollout + "/0");
   commit(l);
