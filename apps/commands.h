@@ -19,8 +19,9 @@ void add_up_command(
     CLI::App& root);  // moerl up [--config F] [--iterations N] [--console A] [--report F]
 void add_console_command(
     CLI::App& root);  // moerl console [--connect A] <status|nodes|inject|drain> [--json]
-void add_learn_command(CLI::App& root);  // moerl learn [--config F] [--set k=v] [--report F]
-void add_sim_command(CLI::App& root);    // moerl sim run|validate SCENARIO [--short] [--json] ...
-void add_probe_command(CLI::App& root);  // moerl probe --file F [--live|--ready] [--within-ms N]
+void add_learn_command(CLI::App& root);   // moerl learn [--config F] [--set k=v] [--report F]
+void add_sim_command(CLI::App& root);     // moerl sim run|validate SCENARIO [--short] [--json] ...
+void add_probe_command(CLI::App& root);   // moerl probe --file F [--live|--ready] [--within-ms N]
+void add_report_command(CLI::App& root);  // moerl report RUN_DIR [RUN_DIR...] [--out FILE]
 
 }  // namespace moerl::apps
