@@ -226,6 +226,13 @@ function drawRun(node, run, index, count) {
   q(".run-title").textContent = (count > 1 ? "run " + (index + 1) + ": " : "") + f.id;
   if (count > 1) q(".run-title").style.color = RUN_COLOURS[index % RUN_COLOURS.length];
   q(".source").textContent = run.source;
+  // A failed run says why first (the cause its node reported, else the job's failure).
+  const why = [r.failed_node && r.failure_cause ? r.failed_node + " gave up: " + r.failure_cause : "",
+    r.failure || "", r.error || ""].filter(Boolean);
+  if (why.length) {
+    q(".failure").hidden = false;
+    q(".failure").textContent = "FAILED: " + why.join("; ");
+  }
   const cards = [["outcome", f.outcome], ["task", f.task], ["iterations", f.iterations],
     ["wall time", secs(f.wall_s)], ["reward (last 10)", fmt(f.reward, 3)],
     ["90% of max at", f.at90 === null ? "not reached" : "iteration " + f.at90],

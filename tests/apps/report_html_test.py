@@ -210,7 +210,21 @@ def main(moerl, artifacts):
         # As text it serialises escaped (&lt;b ...); as an element it would be <b id=...>.
         assert 'data-drawn="1"' in dom and '<b id="injected">' not in dom, "a report's string became HTML"
         assert "&lt;/script&gt;&lt;b id=" in dom, "the hostile run id is not shown as text"
-        for f in ("both.html", "hostile.html"):
+        # A failed run's report (what local_job writes when the console stopped answering:
+        # the accounting as it stood, no curve) still draws, and says why it failed first.
+        failed = {"accounting": dict(report["accounting"], invariant_ok=False), "failed_node": "trainer-0",
+                  "failure_cause": "No space left on device", "failure": "trainer-0 gave up"}
+        path = os.path.join(tmp, "failed.json")
+        with open(path, "w") as f:
+            json.dump(failed, f)
+        r = subprocess.run([moerl, "report", path, "--out", os.path.join(tmp, "failed.html")],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        dom, _ = open_page(os.path.join(tmp, "failed.html"), profile, os.path.join(tmp, "failed.png"))
+        assert 'data-drawn="1"' in dom and "no iterations in this report" in dom, "a failed run's page"
+        assert re.search(r'<p class="failure error">FAILED: trainer-0 gave up: No space left on device', dom)
+        assert '<span class="badge invariant bad">INVARIANT BROKEN</span>' in dom
+        for f in ("both.html", "hostile.html", "failed.html"):
             os.remove(os.path.join(tmp, f))
         # 5. Bad input.
         check_bad_input(moerl, tmp, os.path.join(a, "report.json"))
