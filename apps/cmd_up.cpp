@@ -51,15 +51,21 @@ std::string end_summary(const nlohmann::json& report, uint64_t iterations) {
                   number_or(report, "reward_max", 1.0));
     out += buf;
   }
-  // Samples trained per second between the first and the last iteration's end (start-up
-  // excluded: the page's figure too).
-  if (its.size() > 1 && curve.size() == its.size()) {
+  // Samples trained per second between the first and the last iteration's end that the
+  // report's timings hold (start-up excluded; the page's figure too). The timings may be a
+  // tail of the run and the curve may miss iterations: they are matched by number.
+  if (its.size() > 1) {
+    const double first = number_or(its.front(), "iteration", 0);
+    const double last = number_or(its.back(), "iteration", 0);
     double samples = 0;
-    for (size_t i = 1; i < curve.size(); ++i) samples += number_or(curve[i], "samples", 0.0);
+    for (const auto& p : curve) {
+      const double i = number_or(p, "iteration", -1);
+      if (i > first && i <= last) samples += number_or(p, "samples", 0.0);
+    }
     const double s =
         (number_or(its.back(), "end_unix_ms", 0.0) - number_or(its.front(), "end_unix_ms", 0.0)) /
         1000.0;
-    if (s > 0) {
+    if (s > 0 && samples > 0) {
       std::snprintf(buf, sizeof buf, ", %.0f samples/s", samples / s);
       out += buf;
     }

@@ -10,7 +10,15 @@ cd "$(dirname "$0")/.."
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/moerl-ccache}"
 # Worktrees and clean clones in other directories share the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(dirname "$PWD")}"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERL_WERROR=ON ${MOERL_CMAKE_ARGS:-}
+# Configure only when build/ is not configured as this script configures it, or when
+# MOERL_CMAKE_ARGS asks for something: otherwise the build re-runs CMake by itself when a
+# CMakeLists.txt changed, and a second `scripts/quickstart.sh up` skips a configure that takes
+# 5-30 s on a loaded 2-core machine.
+cache=build/CMakeCache.txt
+if [ -n "${MOERL_CMAKE_ARGS:-}" ] || [ ! -f build/build.ninja ] ||
+   ! grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$cache" || ! grep -qx 'MOERL_WERROR:BOOL=ON' "$cache"; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERL_WERROR=ON ${MOERL_CMAKE_ARGS:-}
+fi
 if (($#)); then
   cmake --build build -j "$(nproc)" --target "$@"
 else

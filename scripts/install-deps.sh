@@ -60,9 +60,14 @@ PYPI_PACKAGES=(
   'kubernetes-validate'  # deploy: offline schema check of every rendered overlay (tests/deploy)
 )
 
+# One dpkg-query for all of them (one per package took seconds on a loaded machine).
+declare -A installed=()
+while read -r pkg status; do
+  [ "$status" = "install ok installed" ] && installed[$pkg]=1
+done < <(dpkg-query -W -f='${Package} ${Status}\n' "${DEBIAN_PACKAGES[@]}" 2>/dev/null || true)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  [ -n "${installed[$pkg]:-}" ] || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   echo "moerl: installing Debian packages: ${missing[*]}"

@@ -78,8 +78,11 @@ function figures(run) {
   const its = r.iterations || [];
   const a = r.accounting || {};
   const dropped = Object.values(a.dropped || {}).reduce((x, y) => x + y, 0);
+  // Samples/s between the first and last iteration end the timings hold (they may be a tail
+  // of the run, and the curve may miss iterations: matched by number).
   const trainS = its.length > 1 ? (its[its.length - 1].end_unix_ms - its[0].end_unix_ms) / 1000 : null;
-  const samples = curve.slice(1).reduce((s, p) => s + (p.samples || 0), 0);
+  const samples = its.length > 1 ? curve.filter(p => p.iteration > its[0].iteration &&
+    p.iteration <= its[its.length - 1].iteration).reduce((s, p) => s + (p.samples || 0), 0) : 0;
   return {
     id: r.run_id || run.source,
     outcome: r.failure ? "failed" : r.done ? "done" : "not done",
