@@ -158,7 +158,11 @@ def check_bad_input(moerl, tmp, good):
     with open(other, "w") as f:
         json.dump({"traceEvents": []}, f)
     refused([good, other], other, "not a run report")
-    assert not [f for f in os.listdir(tmp) if f.endswith(".html")], "a refused report wrote a page"
+    # A page that cannot be written: the error names the path, and nothing is left half-written.
+    out = os.path.join(tmp, "no-such-dir", "page.html")
+    r = subprocess.run([moerl, "report", good, "--out", out], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and out + ": cannot write" in r.stderr, (r.returncode, r.stderr)
+    assert not [f for f in os.listdir(tmp) if ".html" in f], "a refused report wrote a page"
 
 
 def main(moerl, artifacts):
