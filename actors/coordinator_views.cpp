@@ -128,7 +128,9 @@ std::optional<json> snapshot_view(const coordinator_core& core, const std::strin
                 {"nodes", core.nodes_json()},
                 {"iterations", iterations_json(core)},
                 {"interruptions", core.interruptions()},
-                {"ledger", ledger_json(core)}};
+                {"ledger", ledger_json(core)},
+                // The dashboard's groups view: members, incarnation, re-formations.
+                {"groups", core.groups().groups_json()}};
   return std::nullopt;
 }
 

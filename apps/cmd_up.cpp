@@ -19,6 +19,74 @@
 namespace moerl::apps {
 namespace {
 
+// `j[key]` when it is a number, else `otherwise` (a report's NaN is null, and value() throws
+// on a null).
+double number_or(const nlohmann::json& j, const char* key, double otherwise) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : otherwise;
+}
+
+// The end of a run in the order a user reads it: how far it got, how well it learned, how
+// fast, whether anything was lost or counted twice; then what happened to its nodes.
+std::string end_summary(const nlohmann::json& report, uint64_t iterations) {
+  using nlohmann::json;
+  const json acct = report.value("accounting", json::object());
+  const json curve = report.value("reward_curve", json::array());
+  const json its = report.value("iterations", json::array());
+  char buf[512];
+  std::string out = "iteration " + std::to_string(report.value("policy_version", uint64_t{0})) +
+                    (iterations > 0 ? "/" + std::to_string(iterations) : "");
+  if (!curve.empty()) {
+    // The mean of the last (up to) 10 iterations' rewards, as one is noisy (a NaN reward is
+    // null in JSON: skipped).
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = curve.size() > 10 ? curve.size() - 10 : 0; i < curve.size(); ++i)
+      if (const json r = curve[i].value("mean_reward", json()); r.is_number()) {
+        sum += r.get<double>();
+        ++n;
+      }
+    std::snprintf(buf, sizeof buf, ", reward %.3f over the last %zu (random %.3f, max %.1f)",
+                  n ? sum / double(n) : 0.0, n, number_or(report, "reward_random", 0.0),
+                  number_or(report, "reward_max", 1.0));
+    out += buf;
+  }
+  // Samples trained per second between the first and the last iteration's end that the
+  // report's timings hold (start-up excluded; the page's figure too). The timings may be a
+  // tail of the run and the curve may miss iterations: they are matched by number.
+  if (its.size() > 1) {
+    const double first = number_or(its.front(), "iteration", 0);
+    const double last = number_or(its.back(), "iteration", 0);
+    double samples = 0;
+    for (const auto& p : curve) {
+      const double i = number_or(p, "iteration", -1);
+      if (i > first && i <= last) samples += number_or(p, "samples", 0.0);
+    }
+    const double s =
+        (number_or(its.back(), "end_unix_ms", 0.0) - number_or(its.front(), "end_unix_ms", 0.0)) /
+        1000.0;
+    if (s > 0 && samples > 0) {
+      std::snprintf(buf, sizeof buf, ", %.0f samples/s", samples / s);
+      out += buf;
+    }
+  }
+  uint64_t dropped = 0;
+  const json by_reason = acct.value("dropped", json::object());  // items() refers to it
+  for (const auto& [reason, count] : by_reason.items())
+    if (count.is_number_unsigned()) dropped += count.get<uint64_t>();
+  std::snprintf(buf, sizeof buf, ", lost %lu, dup %lu, dropped %lu, invariant %s",
+                static_cast<unsigned long>(acct.value("lost", uint64_t{0})),
+                static_cast<unsigned long>(acct.value("duplicated", uint64_t{0})),
+                static_cast<unsigned long>(dropped),
+                acct.value("invariant_ok", false) ? "holds" : "BROKEN");
+  out += buf;
+  const size_t replaced = report.value("replacements", json::array()).size();
+  const size_t interrupted = report.value("interruptions", json::array()).size();
+  out += "; " + std::to_string(interrupted) + " interruption(s), " + std::to_string(replaced) +
+         " node(s) replaced";
+  return out;
+}
+
 // What the job does to its nodes, in the words of `moerl up`'s output; its progress on the
 // display (in place on a terminal).
 up::job_events printed_events(up_progress& display) {
@@ -80,14 +148,15 @@ int run_up(const up::up_options& a) {
     return 1;
   }
   auto& j = run.job();
-  std::printf(
-      "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
-      j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
+  // Where to look first: the dashboard, then the consoles for scripts.
   if (!j.http_address().empty())
     std::printf("moerl up: dashboard at %s://%s/#token=%s (API /api/v1/, metrics /metrics)\n",
                 j.node_config().get_string("console.tls_cert").empty() ? "http" : "https",
                 j.http_address().c_str(),
                 j.node_config().get_string("console.operator_token").c_str());
+  std::printf(
+      "moerl up: coordinator at %s, console at %s (try: moerl console --connect %s nodes)\n",
+      j.coordinator_join().c_str(), j.console_address().c_str(), j.console_address().c_str());
   std::fflush(stdout);
   // On a terminal the progress line is redrawn in place; in a log, a line per iteration and
   // one at least every 5 s.
@@ -103,14 +172,21 @@ int run_up(const up::up_options& a) {
                 out.trace_path.c_str());
   if (!out.trace_error.empty()) std::cerr << "moerl up: --trace: " << out.trace_error << "\n";
   if (!out.stop_error.empty()) std::cerr << "moerl up: " << out.stop_error << "\n";
-  auto acct = out.report.value("accounting", json::object());
   const char* how = done                                     ? "finished"
                     : out.outcome == up::run_outcome::failed ? "FAILED"
                                                              : "TIMED OUT";
-  std::printf("moerl up: %s after %.1f s; %zu node(s) replaced; accounting %s; report in %s\n", how,
-              out.report["wall_s"].get<double>(),
-              out.report.value("replacements", json::array()).size(), acct.dump().c_str(),
-              out.report_path.c_str());
+  std::printf("moerl up: %s after %.1f s: %s\n", how, out.report["wall_s"].get<double>(),
+              end_summary(out.report, display.last().iterations).c_str());
+  if (!out.html_path.empty()) {
+    const std::string run_dir = out.html_path.substr(0, out.html_path.find_last_of('/') + 1);
+    std::printf(
+        "moerl up: report in %s (open it in a browser; its data: %s; draw it again, or "
+        "beside another run: moerl report %s [OTHER_RUN_DIR])\n",
+        out.html_path.c_str(), out.report_path.c_str(), run_dir.empty() ? "." : run_dir.c_str());
+  } else {
+    std::printf("moerl up: report in %s\n", out.report_path.c_str());
+    std::cerr << "moerl up: report.html not written: " << out.html_error << "\n";
+  }
   if (!j.failure_cause().empty())
     std::printf("moerl up: cause: %s gave up: %s\n", out.report.value("failed_node", "").c_str(),
                 j.failure_cause().c_str());

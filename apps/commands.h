@@ -23,5 +23,6 @@ void add_learn_command(CLI::App& root);   // moerl learn [--config F] [--set k=v
 void add_sim_command(CLI::App& root);     // moerl sim run|validate SCENARIO [--short] [--json] ...
 void add_probe_command(CLI::App& root);   // moerl probe --file F [--live|--ready] [--within-ms N]
 void add_secret_command(CLI::App& root);  // moerl secret init FILE
+void add_report_command(CLI::App& root);  // moerl report RUN_DIR [RUN_DIR...] [--out FILE]
 
 }  // namespace moerl::apps

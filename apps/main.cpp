@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   moerl::apps::add_sim_command(app);
   moerl::apps::add_probe_command(app);
   moerl::apps::add_secret_command(app);
+  moerl::apps::add_report_command(app);
   // Components register further subcommands here (node, up, console, sim).
   CLI11_PARSE(app, argc, argv);
   return 0;

@@ -67,9 +67,11 @@ std::string progress_line(const progress_figures& f, size_t width) {
   std::snprintf(buf, sizeof buf, "  samples/s %.0f  lost %lu  dup %lu", f.samples_per_s,
                 static_cast<unsigned long>(f.lost), static_cast<unsigned long>(f.duplicated));
   parts.push_back({buf, 0});
+  // The ETA with the figures a user reads first; the invariant's "ok" last (it is the
+  // first to go on a narrow terminal; a broken one never goes).
+  parts.push_back({"  ETA " + duration_text(f.eta_s), 0});
   parts.push_back(
       {f.invariant_ok ? "  invariant ok" : "  invariant BROKEN", f.invariant_ok ? 3 : 0});
-  parts.push_back({"  ETA " + duration_text(f.eta_s), 0});
   auto joined = [&](int max_drop) {
     std::string line;
     for (const auto& p : parts)

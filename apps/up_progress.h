@@ -50,6 +50,11 @@ class up_progress {
   void message(const std::string& line);
   // Ends the in-place line (the last figures stay on screen) and gives stderr back.
   void finish();
+  // The figures of the last line drawn (zeros before the first poll).
+  progress_figures last() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
 
  private:
   using clock = std::chrono::steady_clock;
@@ -57,7 +62,7 @@ class up_progress {
   void capture_stderr();
   void pass_stderr_lines();  // the capture's thread: each line as a message()
 
-  std::mutex mu_;  // the screen: the poll's updates and the stderr lines
+  mutable std::mutex mu_;  // the screen: the poll's updates and the stderr lines
   std::FILE* out_;
   bool tty_;
   std::chrono::milliseconds heartbeat_;

@@ -136,6 +136,27 @@ status check_tls_files(const std::string& cert, const std::string& key) {
 const char* const kViewVerbs[] = {"status",        "nodes",  "report",  "iterations",
                                   "interruptions", "ledger", "snapshot"};
 
+// How a policy version reaches the rollout nodes, as weights.* configures it (weights/):
+// from a checkpoint cache unless weights.from_cache is off, over /dev/shm on the cache's own
+// host unless fan-out or weights.same_host_shm says otherwise; the store holds the durable
+// copy and serves a miss.
+json weights_plane(const config& cfg) {
+  const std::string store = cfg.get_string("store.url");
+  if (!cfg.get_bool("weights.from_cache"))
+    return json{{"transport", "object store (every version)"}, {"url", store}};
+  std::string path;
+  if (cfg.get_bool("weights.fanout"))
+    path = "a fan-out tree over the rollout nodes, its root from a cache (ZeroMQ chunks)";
+  else if (cfg.get_bool("weights.same_host_shm"))
+    path = "shared memory (/dev/shm) on the cache's host, ZeroMQ chunks from other hosts";
+  else
+    path = "ZeroMQ chunks";
+  return json{{"transport", "checkpoint cache (" + std::to_string(cfg.get_int("weights.nodes")) +
+                                " weights node(s))"},
+              {"path", path},
+              {"store", store + " (durable copy; read on a cache miss)"}};
+}
+
 }  // namespace
 
 json configured_planes(const config& cfg) {
@@ -143,7 +164,7 @@ json configured_planes(const config& cfg) {
       {"control", {{"transport", "CAF over TCP"}, {"tls", cfg.get_bool("node.tls")}}},
       {"admin", {{"transport", "ZeroMQ REQ/REP"}, {"address", cfg.get_string("console.address")}}},
       {"samples", {{"transport", "ZeroMQ PUSH/PULL over TCP"}}},
-      {"weights", {{"transport", "object store"}, {"url", cfg.get_string("store.url")}}},
+      {"weights", weights_plane(cfg)},
       {"expert_parallel",
        {{"transport", "libfabric"}, {"provider", cfg.get_string("fabric.provider")}}}};
 }

@@ -29,6 +29,7 @@ BUILD_PACKAGES=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libcurl4-openssl-dev
   openssl iproute2 procps
+  python3-dev pybind11-dev  # python/ is configured with every build (only `test` compiles it)
 )
 
 # The tests, benchmarks and development tools on top.
@@ -36,7 +37,7 @@ DEV_PACKAGES=(
   clang-format
   libopenmpi-dev openmpi-bin  # bench/ep: the MPI_Alltoallv peer (optional in CMake)
   linux-perf  # profiling the expert plane (bench/ep)
-  python3 python3-dev python3-pip python3-venv pybind11-dev python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
+  python3 python3-pip python3-venv python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
   curl  # console: the HTTPS console test reads /metrics with it
 )
@@ -59,9 +60,14 @@ PYPI_PACKAGES=(
   'kubernetes-validate'  # deploy: offline schema check of every rendered overlay (tests/deploy)
 )
 
+# One dpkg-query for all of them (one per package took seconds on a loaded machine).
+declare -A installed=()
+while read -r pkg status; do
+  [ "$status" = "install ok installed" ] && installed[$pkg]=1
+done < <(dpkg-query -W -f='${Package} ${Status}\n' "${DEBIAN_PACKAGES[@]}" 2>/dev/null || true)
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  [ -n "${installed[$pkg]:-}" ] || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   echo "moerl: installing Debian packages: ${missing[*]}"

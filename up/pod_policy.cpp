@@ -89,8 +89,13 @@ std::optional<std::string> gave_up(int wait_status) {
 }
 
 nlohmann::json replacement_record::to_json() const {
-  nlohmann::json j{{"node", node}, {"replacement", replacement}, {"role", role}, {"cause", cause},
-                   {"at_s", at_s}, {"delay_ms", delay_ms}};
+  nlohmann::json j{{"node", node},
+                   {"replacement", replacement},
+                   {"role", role},
+                   {"cause", cause},
+                   {"at_s", at_s},
+                   {"delay_ms", delay_ms},
+                   {"started_unix_ms", started_unix_ms}};
   if (!error.empty()) j["error"] = error;
   if (!moved.empty()) j["moved"] = moved;
   return j;

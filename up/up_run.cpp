@@ -12,6 +12,7 @@
 #include "console/http_console.h"
 #include "job/grpo_job.h"
 #include "provenance/provenance.h"
+#include "report/report_html.h"
 #include "store/checkpoint.h"
 #include "store/object_store.h"
 
@@ -211,6 +212,15 @@ up_result up_run::run(job_events events) {
   out.report_path =
       opts_.report.empty() ? opts_.run_dir + "/" + run_id_ + "/report.json" : opts_.report;
   std::ofstream(out.report_path) << out.report.dump(2) << "\n";
+  // The page beside it: report.json's name with .html for .json (report.html by default).
+  std::string html = out.report_path;
+  if (html.size() > 5 && html.compare(html.size() - 5, 5, ".json") == 0)
+    html.resize(html.size() - 5);
+  html += ".html";
+  if (auto st = report::write_report_html({{out.report_path, out.report}}, html); st)
+    out.html_path = html;
+  else
+    out.html_error = st.err().message;
   return out;
 }
 

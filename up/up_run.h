@@ -36,6 +36,8 @@ struct up_result {
   run_outcome outcome = run_outcome::failed;
   nlohmann::json report;
   std::string report_path;
+  std::string html_path;    // report.html beside report_path, when written
+  std::string html_error;   // why report.html was not written
   std::string trace_path;   // written, when asked for and the snapshot answered
   std::string trace_error;  // why the trace was not written, when asked for
   std::string stop_error;   // a node that did not stop in time, when any
@@ -59,7 +61,7 @@ class up_run {
   // Starts every node (the coordinator first).
   status start();
   // Runs the job to its end, its deadline or a node that gave up, then stops the nodes and
-  // writes the report.
+  // writes the report (report.json, and report.html beside it: report/report_html.h).
   up_result run(job_events events);
 
  private:

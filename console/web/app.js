@@ -149,13 +149,67 @@ function nodeActions(n) {
   return span;
 }
 
+// What a node's row says about it. A figure a node does not report is left out, not shown as
+// "undefined": a trainer group's members other than its leader (rank 0) claim no batches
+// (the leader claims them for the group), and a node that just joined has no stats yet.
 function nodeDetail(n) {
-  const s = n.stats || {};
-  if (n.role === "buffer") return "resident " + s.resident_samples + "/" + s.capacity_samples + " samples";
-  if (n.role === "trainer") return "batches " + s.batches + ", stall " + fmt(s.stall_s, 1) + " s";
-  if (n.role === "weights") return "serving v" + s.version;
-  if (n.role === "reward") return "scored " + s.scored;
-  return n.down_reason || "";
+  const s = n.stats || {}, parts = [];
+  if (n.group) parts.push("group " + n.group + (typeof n.rank === "number" ? " rank " + n.rank : ""));
+  if (n.role === "buffer" && typeof s.resident_samples === "number")
+    parts.push("resident " + s.resident_samples + "/" + s.capacity_samples + " samples");
+  if (n.role === "trainer") {
+    if (typeof s.batches === "number") parts.push("batches " + s.batches + ", stall " + fmt(s.stall_s, 1) + " s");
+    else if (n.group && n.rank > 0) parts.push("steps with its group's leader (rank 0), which claims the batches");
+    else if (n.state === "running") parts.push("no batch yet");
+  }
+  if (n.role === "weights" && typeof s.version === "number") parts.push("serving v" + s.version);
+  if (n.role === "reward" && typeof s.scored === "number") parts.push("scored " + s.scored);
+  if (n.down_reason) parts.push(n.down_reason);
+  return parts.join("; ");
+}
+
+// ---- groups ------------------------------------------------------------------------------
+
+function drawGroups(groups) {
+  fillTable($("groups-table").tBodies[0], (groups || []).map(g => {
+    const re = g.reformed || [];
+    const last = re.length ? re[re.length - 1] : null;
+    return [g.name, g.role, (g.members || []).join(", "), g.incarnation, g.state,
+      re.length ? re.length + " (last: " + last.cause + (typeof last.downtime_s === "number"
+        ? ", down " + fmt(last.downtime_s, 1) + " s" : "") + ")" : "none"];
+  }));
+  [...$("groups-table").tBodies[0].rows].forEach((r, i) => r.dataset.group = groups[i].name);
+}
+
+// ---- autoscaling signal --------------------------------------------------------------------
+
+const AUTOSCALE_ROWS = [  // [path in /api/v1/autoscale, label, digits, meaning]
+  ["desired_replicas.rollout", "desired rollout replicas", 0, "what KEDA scales the rollout Deployment to"],
+  ["desired_replicas.env", "desired env replicas", 0, "keeps the configured env:rollout ratio"],
+  ["running.rollout", "rollouts running", 0, ""],
+  ["running.env", "env nodes running", 0, ""],
+  ["inputs.trainer_consumption_samples_per_s", "trainer consumption", 1, "samples/s the trainer takes when it never waits"],
+  ["inputs.rollout_generation_samples_per_s", "generation per rollout", 1, "samples/s one rollout node makes"],
+  ["inputs.interruptions_per_node_s", "interruption rate", 6, "interruptions per node-second"],
+  ["inputs.replacement_s", "replacement time", 1, "s from a node's loss to its replacement working (-1: none yet)"],
+  ["inputs.num_replacements", "replacements seen", 0, ""],
+  ["inputs.queue_depth", "queue depth", 0, "units waiting: the upper bound with leases"],
+  ["inputs.leases", "leases", 0, ""],
+  ["terms.base", "base", 2, "consumption / generation"],
+  ["terms.out_share", "out share", 3, "min(0.5, rate x replacement time): capacity out at any moment"],
+  ["terms.headroom", "headroom", 3, "1 / (1 - out share)"],
+  ["inputs.done", "job done", undefined, "0 replicas once done"],
+];
+
+function drawAutoscale(scale) {
+  const at = (o, path) => path.split(".").reduce((x, k) => (x && typeof x === "object" ? x[k] : undefined), o);
+  fillTable($("autoscale-table").tBodies[0], AUTOSCALE_ROWS.filter(([p]) => at(scale, p) !== undefined)
+    .map(([p, label, digits, meaning]) => {
+      const v = at(scale, p);
+      return [label, typeof v === "number" ? fmt(v, digits) : String(v), meaning];
+    }));
+  [...$("autoscale-table").tBodies[0].rows].forEach(r => r.cells[1].className = "num");
+  $("autoscale-formula").textContent = scale && scale.formula ? "formula: " + scale.formula : "";
 }
 
 function drawNodes(nodes) {
@@ -262,7 +316,8 @@ async function poll() {
     drawStaleness(snap.iterations.iterations || []);
     drawInterruptions(snap.interruptions);
     drawLedger(snap.ledger);
-    $("autoscale").textContent = JSON.stringify(scale, null, 1);
+    drawGroups(snap.groups);
+    drawAutoscale(scale);
     live.textContent = "live " + new Date().toLocaleTimeString();
     live.className = "badge ok";
     live.dataset.polls = String(+(live.dataset.polls || 0) + 1);
@@ -289,7 +344,9 @@ async function open(t) {
   $("main").hidden = false;
   try {
     const planes = await api("/api/v1/planes");
-    fillTable($("planes").tBodies[0], Object.entries(planes).map(([k, v]) => [k, Object.entries(v).map(([a, b]) => a + ": " + b).join(", ")]));
+    // Each plane's transport first, then its details.
+    fillTable($("planes").tBodies[0], Object.entries(planes).map(([k, v]) => [k, Object.entries(v)
+      .sort(([a], [b]) => (b === "transport") - (a === "transport")).map(([a, b]) => a + ": " + b).join(", ")]));
   } catch (e) { /* the table stays empty */ }
   $("trace-link").onclick = async ev => {
     ev.preventDefault();

@@ -144,7 +144,14 @@ def check_api(h, zmq, moerl):
     led = views["ledger"]
     assert sum(led["by_state"].values()) == led["num_units"] > 0, led["by_state"]
     snap = views["snapshot"]
-    assert set(snap) == {"status", "nodes", "iterations", "interruptions", "ledger"}, snap.keys()
+    assert set(snap) == {"status", "nodes", "iterations", "interruptions", "ledger", "groups"}, snap.keys()
+    # moerl up's trainer and rollouts are 2-member groups (up/up_run.cpp).
+    assert {g["role"] for g in snap["groups"]} >= {"trainer", "rollout"}, snap["groups"]
+    for g in snap["groups"]:
+        assert len(g["members"]) == g["size"] and g["incarnation"] >= 1, g
+    # Weights come from the checkpoint cache over shared memory by default, and say so.
+    w = views["planes"]["weights"]
+    assert "checkpoint cache" in w["transport"] and "shared memory" in w["path"], w
     assert set(views["dashboard"]) == {"snapshot", "autoscale", "trace"}, views["dashboard"].keys()
     scale = views["autoscale"]
     assert scale["desired_replicas"]["rollout"] >= 1 and "formula" in scale, scale
@@ -301,6 +308,35 @@ class browser:
         self.p.wait()
 
 
+def check_page_views(b, h):
+    """The views issue 30 found wrong or missing: every node row reads as figures (no
+    "undefined"; a trainer group's non-leader says it steps with its leader), the planes say
+    where weights come from, the groups have a table, the autoscaling signal is a table no
+    wider than the page."""
+    details = b.eval("Object.fromEntries([...document.querySelectorAll('#nodes-table tbody tr')]"
+                     ".map(r => [r.dataset.node, r.cells[6].textContent]))")
+    for node, text in details.items():
+        assert "undefined" not in text and "NaN" not in text, (node, text)
+    assert "rank 1" in details["trainer-1"] and "leader" in details["trainer-1"], details["trainer-1"]
+    assert re.search(r"batches \d+", details["trainer-0"]), details["trainer-0"]
+    planes = b.eval("Object.fromEntries([...document.querySelectorAll('#planes tbody tr')]"
+                    ".map(r => [r.cells[0].textContent, r.cells[1].textContent]))")
+    assert "checkpoint cache" in planes["weights"] and "shared memory" in planes["weights"], planes
+    groups = h.json("/api/v1/snapshot")[1]["groups"]
+    wait_for("the groups table", lambda: b.eval("document.querySelectorAll('#groups-table tbody tr').length") == len(groups))
+    rows = b.eval("[...document.querySelectorAll('#groups-table tbody tr')].map(r => [r.dataset.group, r.cells[2].textContent, r.cells[3].textContent])")
+    for g, (name, members, incarnation) in zip(groups, rows):
+        assert name == g["name"] and all(m in members for m in g["members"]), (g, name, members)
+        assert int(incarnation) >= 1, incarnation
+    scale = b.eval("Object.fromEntries([...document.querySelectorAll('#autoscale-table tbody tr')]"
+                   ".map(r => [r.cells[0].textContent, r.cells[1].textContent]))")
+    assert len(scale) >= 10 and int(scale["desired rollout replicas"]) >= 1, scale
+    assert "formula: rollout = " in b.eval("document.getElementById('autoscale-formula').textContent")
+    assert b.eval("document.getElementById('autoscale-table').getBoundingClientRect().right <= innerWidth")
+    assert b.eval("document.documentElement.scrollWidth <= document.documentElement.clientWidth"), \
+        "the page is wider than the window"
+
+
 def check_page(h, artifacts, tmp):
     b = browser(os.path.join(tmp, "chromium"))
     try:
@@ -325,6 +361,7 @@ def check_page(h, artifacts, tmp):
         shown = sorted(b.eval("[...document.querySelectorAll('#nodes-table tbody tr')].map(r => r.dataset.node)"))
         assert shown == names, (shown, names, b.eval("document.getElementById('live').textContent"))
         assert b.eval("document.querySelectorAll('#timeline-svg rect').length") > 0
+        check_page_views(b, h)
         b.screenshot(os.path.join(artifacts, "dashboard-operator.png"))
         # An operator's click: a Spot notice to a rollout node shows in the interruption log.
         target = b.eval("document.querySelector(\"#nodes-table tr[data-node^='rollout'] button[data-action='spot']\").dataset.node")

@@ -1,13 +1,16 @@
 // The HTTP console's renderers on a fixed snapshot: the Prometheus text (families, labels and
 // their escaping), the Chrome trace (lanes, phases placed back from each step's end) and the
-// autoscaling signal (formula terms, bounds, replacement times). The live routes are tested
+// autoscaling signal (formula terms, bounds, replacement times); and the planes table as the
+// config sets it. The live routes are tested
 // against a real `moerl up` in tests/apps/http_console_test.py.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "console/autoscale_signal.h"
 #include "console/chrome_trace.h"
+#include "console/http_console.h"
 #include "console/prometheus_text.h"
 
 namespace moerl::console {
@@ -172,6 +175,29 @@ TEST(http_console_views, ReplacementTimeRunsFromLossToFirstLease) {
   t.observe(json::array({node("rollout-0", "rollout", "drained"), fresh}), 4000);
   EXPECT_DOUBLE_EQ(t.mean_replacement_s(), 3.0);
   EXPECT_EQ(t.num_replacements(), 1u);
+}
+
+// The dashboard once said weights travel by "object store" while, by default, they come from
+// a checkpoint cache over shared memory: the planes table follows weights.* now.
+TEST(http_console_views, PlanesSayWhereWeightsComeFromAsConfigured) {
+  auto weights_of = [](std::vector<std::string> overrides) {
+    auto cfg = config::load("", overrides);
+    EXPECT_TRUE(cfg.ok()) << (cfg.ok() ? "" : cfg.err().to_string());
+    return configured_planes(*cfg)["weights"];
+  };
+  const json by_default = weights_of({});
+  EXPECT_NE(by_default["transport"].get<std::string>().find("checkpoint cache"), std::string::npos)
+      << by_default;
+  EXPECT_NE(by_default["path"].get<std::string>().find("shared memory"), std::string::npos)
+      << by_default;
+  const json fanout = weights_of({"weights.fanout=true"});
+  EXPECT_NE(fanout["path"].get<std::string>().find("fan-out"), std::string::npos) << fanout;
+  const json no_shm = weights_of({"weights.same_host_shm=false"});
+  EXPECT_EQ(no_shm["path"], "ZeroMQ chunks") << no_shm;
+  const json store_only = weights_of({"weights.from_cache=false"});
+  EXPECT_NE(store_only["transport"].get<std::string>().find("object store"), std::string::npos)
+      << store_only;
+  EXPECT_FALSE(store_only.contains("path")) << store_only;
 }
 
 }  // namespace
