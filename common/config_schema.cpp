@@ -275,6 +275,26 @@ const std::vector<key_spec>& config_schema() {
        "fault injection: an environment actor crashes after this many steps (0: never)", "",
        r::at_least(0)},
 
+      // ---- external workers (a user's process does a role's work; python/WORKERS.md) --
+      {"reward.worker", t::string, "",
+       "the reward nodes' scorer: empty: the job's own; python:PKG.MODULE:FUNCTION (a Python "
+       "`score(sample) -> float`) or exec:COMMAND (a program serving moerl.worker), started and "
+       "restarted by each reward node",
+       ""},
+      {"reward.worker_timeout_ms", t::integer, "10000",
+       "the longest an external reward worker may take to score one sample: past it the sample "
+       "fails and the worker is killed and restarted",
+       "", r::at_least(1)},
+      {"worker.python", t::string, "/usr/bin/python3",
+       "interpreter of python: workers (reward.worker, rollout.worker)", ""},
+      {"worker.start_timeout_ms", t::integer, "30000",
+       "an external worker that has not said hello this long after its start is killed and "
+       "restarted",
+       "", r::at_least(1)},
+      {"worker.restart_backoff_ms", t::integer, "1000",
+       "wait before an external worker that died, hung or failed to start is started again", "",
+       r::at_least(0)},
+
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8",
        "samples per prompt (G); advantages are normalised inside a group", "", r::closed(2, 4096)},
