@@ -285,6 +285,13 @@ const std::vector<key_spec>& config_schema() {
        "the longest an external reward worker may take to score one sample: past it the sample "
        "fails and the worker is killed and restarted",
        "", r::at_least(1)},
+      {"rollout.worker", t::string, "",
+       "the rollout workers' generator: empty: the job's own policy; python:PKG.MODULE:FUNCTION "
+       "(a Python function given a moerl.worker.RolloutWorker: `for lease in worker.leases()`) "
+       "or exec:COMMAND, one process per rollout worker actor, started and restarted by its "
+       "node; every sample it submits is checked against the lease (fencing token, unit, "
+       "duplicates, shape) before delivery",
+       ""},
       {"worker.python", t::string, "/usr/bin/python3",
        "interpreter of python: workers (reward.worker, rollout.worker)", ""},
       {"worker.start_timeout_ms", t::integer, "30000",

@@ -36,8 +36,8 @@ void external_scorer::drop_worker(const std::string& why) {
 status external_scorer::ensure_started() {
   if (proc_) return {};
   if (now_ms() < next_start_ms_)
-    return error(errc::peer_dead, "reward worker '" + spec_.text + "' is restarting after: " +
-                                      last_death_);
+    return error(errc::peer_dead,
+                 "reward worker '" + spec_.text + "' is restarting after: " + last_death_);
   auto p = worker_process::spawn(spec_, "reward");
   if (!p) {
     next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
@@ -109,8 +109,7 @@ result<float> external_scorer::score(const std::vector<uint32_t>& prompt,
     }
     if (!*got) {
       ++timed_out_;
-      drop_worker("no answer within reward.worker_timeout_ms=" +
-                  std::to_string(opts_.timeout_ms));
+      drop_worker("no answer within reward.worker_timeout_ms=" + std::to_string(opts_.timeout_ms));
       return error(errc::timeout, "reward worker gave no score for unit " + std::to_string(unit) +
                                       " seq " + std::to_string(seq) + " within " +
                                       std::to_string(opts_.timeout_ms) + " ms");
@@ -145,8 +144,8 @@ result<float> external_scorer::score(const std::vector<uint32_t>& prompt,
     if (c.type == "score_error") {
       ++raised_;
       return error(errc::invalid_argument,
-                   "the reward worker's function raised on unit " + std::to_string(unit) +
-                       " seq " + std::to_string(seq) + ": " + msg.value("error", "?") + "\n" +
+                   "the reward worker's function raised on unit " + std::to_string(unit) + " seq " +
+                       std::to_string(seq) + ": " + msg.value("error", "?") + "\n" +
                        msg.value("traceback", ""));
     }
     ++scored_;
@@ -155,9 +154,8 @@ result<float> external_scorer::score(const std::vector<uint32_t>& prompt,
 }
 
 nlohmann::json external_scorer::stats() const {
-  return {{"scored", scored_},           {"raised", raised_},
-          {"timed_out", timed_out_},     {"refused_replies", refused_},
-          {"worker_starts", starts_},    {"worker_deaths", deaths_}};
+  return {{"scored", scored_},           {"raised", raised_},        {"timed_out", timed_out_},
+          {"refused_replies", refused_}, {"worker_starts", starts_}, {"worker_deaths", deaths_}};
 }
 
 }  // namespace moerl::workers

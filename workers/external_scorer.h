@@ -19,10 +19,10 @@
 namespace moerl::workers {
 
 struct external_scorer_options {
-  std::string worker;             // reward.worker
-  std::string python;             // worker.python: the interpreter for python: workers
-  int64_t timeout_ms = 10000;     // reward.worker_timeout_ms: one score, answer included
-  int64_t start_timeout_ms = 30000;  // worker.start_timeout_ms: spawn to "hello"
+  std::string worker;                 // reward.worker
+  std::string python;                 // worker.python: the interpreter for python: workers
+  int64_t timeout_ms = 10000;         // reward.worker_timeout_ms: one score, answer included
+  int64_t start_timeout_ms = 30000;   // worker.start_timeout_ms: spawn to "hello"
   int64_t restart_backoff_ms = 1000;  // worker.restart_backoff_ms: after a failed start/death
 };
 

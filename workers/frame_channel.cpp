@@ -55,7 +55,8 @@ status frame_channel::send(const nlohmann::json& msg, int64_t timeout_ms) {
   size_t off = 0;
   while (off < frame.size()) {
     // MSG_NOSIGNAL: a worker that died must be an error here, not a SIGPIPE for the node.
-    const ssize_t w = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t w =
+        ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       off += static_cast<size_t>(w);
       continue;
@@ -63,8 +64,8 @@ status frame_channel::send(const nlohmann::json& msg, int64_t timeout_ms) {
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (!wait_for(fd_, POLLOUT, deadline))
-        return error(errc::timeout, "worker did not read a frame within " +
-                                        std::to_string(timeout_ms) + " ms");
+        return error(errc::timeout,
+                     "worker did not read a frame within " + std::to_string(timeout_ms) + " ms");
       continue;
     }
     const std::string why = w < 0 ? std::strerror(errno) : "closed";
@@ -79,7 +80,8 @@ result<std::optional<nlohmann::json>> frame_channel::receive(int64_t timeout_ms)
   for (;;) {
     if (in_.size() >= 4) {
       uint32_t n = 0;
-      for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<uint8_t>(in_[i])) << (8 * i);
+      for (int i = 0; i < 4; ++i)
+        n |= static_cast<uint32_t>(static_cast<uint8_t>(in_[i])) << (8 * i);
       if (n > kMaxFrameBytes) {
         close_fd();
         return error(errc::message_too_large, "worker frame of " + std::to_string(n) +

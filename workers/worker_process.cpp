@@ -58,8 +58,8 @@ result<worker_spec> parse_worker_spec(const std::string& text, const std::string
     const auto colon = target.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
         target.find_first_of(" \t\n") != std::string::npos)
-      return error(errc::invalid_config, "worker '" + text +
-                                             "': expected python:PKG.MODULE:FUNCTION");
+      return error(errc::invalid_config,
+                   "worker '" + text + "': expected python:PKG.MODULE:FUNCTION");
     spec.argv = {python, "-m", "moerl.worker", role, target};
     return spec;
   }
@@ -78,7 +78,8 @@ worker_process::~worker_process() { kill(); }
 
 result<std::unique_ptr<worker_process>> worker_process::spawn(const worker_spec& spec,
                                                               const std::string& role) {
-  if (spec.argv.empty()) return error(errc::invalid_config, "worker '" + spec.text + "': no command");
+  if (spec.argv.empty())
+    return error(errc::invalid_config, "worker '" + spec.text + "': no command");
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return error(errc::io_error, std::string("socketpair: ") + std::strerror(errno));
@@ -140,8 +141,7 @@ void worker_process::kill() {
   if (exit_) return;
   ::kill(pid_, SIGKILL);
   int st = 0;
-  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {}
   exit_ = describe_status(st);
 }
 

@@ -27,8 +27,8 @@ checked check_envelope(const nlohmann::json& msg, std::initializer_list<const ch
   auto v = msg.find("v");
   if (v == msg.end() || !v->is_number_integer() || v->get<int64_t>() != kProtocolVersion) {
     c.why = refusal::bad_version;
-    c.detail = "\"v\" is " + (v == msg.end() ? std::string("missing") : v->dump()) +
-               "; expected " + std::to_string(kProtocolVersion);
+    c.detail = "\"v\" is " + (v == msg.end() ? std::string("missing") : v->dump()) + "; expected " +
+               std::to_string(kProtocolVersion);
     return c;
   }
   auto t = msg.find("type");
@@ -109,7 +109,9 @@ bool read_float_list(const nlohmann::json& msg, const char* field, std::vector<f
 }
 
 nlohmann::json error_frame(refusal why, const std::string& detail) {
-  return {{"v", kProtocolVersion}, {"type", "error"}, {"reason", refusal_name(why)},
+  return {{"v", kProtocolVersion},
+          {"type", "error"},
+          {"reason", refusal_name(why)},
           {"detail", detail}};
 }
 

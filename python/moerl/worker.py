@@ -13,6 +13,23 @@ Reward::
 
 An exception in ``score`` fails that one sample (its traceback goes to the node's log; the
 sample's unit runs again under a new lease); the worker keeps serving.
+
+Rollout::
+
+    def main(worker: moerl.worker.RolloutWorker) -> None:
+        for lease in worker.leases():          # one leased work unit at a time
+            for group in lease.groups:         # group.group_id, group.prompt (token ids)
+                for i in range(lease.group_size):
+                    tokens, logprobs = my_generate(group.prompt, lease.sampling)
+                    lease.submit(group.group_id, i, tokens, logprobs)
+            lease.done()                        # (also implied by asking for the next lease)
+            if worker.notice:                   # a Spot notice / drain: finish or give back
+                break
+    # rollout.worker: python:my_pkg.my_module:main
+
+``lease.submit`` returns once the node delivered the sample towards its shard; a sample the
+node refuses (a stale fencing token, a unit not leased, a duplicate, garbage) raises
+``SampleRefused`` naming the reason, and nothing of it is admitted.
 """
 
 import importlib
@@ -24,7 +41,7 @@ import struct
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 PROTOCOL_VERSION = 1
 _MAX_FRAME_BYTES = 16 << 20  # the node's kMaxFrameBytes
@@ -135,6 +152,170 @@ def serve_reward(score: Callable[[Sample], float]) -> None:
         ch.send("score_result", id=msg["id"], reward=reward)
 
 
+class SampleRefused(RuntimeError):
+    """The node refused a submitted sample; ``reason`` is the protocol's name for why
+    (``stale_fencing_token``, ``unknown_unit``, ``duplicate``, ``malformed``, ...)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class LeaseClosed(RuntimeError):
+    """The node ended the lease (its deadline passed, the node drains or stops); ``status``
+    is what it reported: ``finished``, ``returned`` or ``failed``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(f"lease closed ({status}): {reason}")
+        self.status = status
+        self.reason = reason
+
+
+@dataclass
+class Notice:
+    """A Spot notice or drain of the node: it stops by ``deadline_unix_ms`` (wall clock).
+    A lease not done by then goes back to the queue, exactly as a native rollout's."""
+
+    deadline_unix_ms: int
+    reason: str
+
+    def seconds_left(self) -> float:
+        import time
+        return self.deadline_unix_ms / 1000.0 - time.time()
+
+
+@dataclass
+class Group:
+    """One prompt group of a lease: generate ``lease.group_size`` responses to ``prompt``."""
+
+    group_id: int
+    prompt: List[int]
+
+
+class Lease:
+    """One leased work unit. ``attempt`` is its fencing token: samples carry it, and the node
+    refuses any whose token is not the lease's current one."""
+
+    def __init__(self, worker: "RolloutWorker", msg: Dict[str, Any]) -> None:
+        self._worker = worker
+        self.unit: int = msg["unit"]
+        self.attempt: int = msg["attempt"]
+        self.policy_version: int = msg["policy_version"]
+        self.group_size: int = msg["group_size"]
+        self.deadline_unix_ms: int = msg["deadline_unix_ms"]
+        self.sampling: Dict[str, Any] = msg.get("sampling", {})
+        self.groups: List[Group] = [Group(g["group_id"], g["prompt"]) for g in msg["groups"]]
+        self.closed: Optional[str] = None  # the status once the node closed it
+
+    @property
+    def fencing_token(self) -> int:
+        return self.attempt
+
+    def submit(self, group_id: int, index: int, tokens: List[int], logprobs: List[float]) -> None:
+        """Submits response ``index`` (0 <= index < group_size) of group ``group_id``: its token
+        ids and the behaviour log-probability of each under ``policy_version``. Returns when
+        the node delivered it; raises SampleRefused (nothing admitted) or LeaseClosed."""
+        self._submit(self.unit, self.attempt, group_id, index, tokens, logprobs)
+
+    def _submit(self, unit: int, attempt: int, group_id: int, index: int, tokens: Any,
+                logprobs: Any) -> None:
+        # Fields as given: the node checks them all, so tests can send what a buggy worker
+        # would (another unit, an old attempt, garbage) through the same path.
+        if self.closed is not None:
+            raise LeaseClosed(self.closed, "submit after the lease was closed")
+        self._worker._ch.send("sample", unit=unit, attempt=attempt, group_id=group_id,
+                              index=index, tokens=_plain(tokens), logprobs=_plain(logprobs))
+        reply = self._worker._wait({"sample_ack", "error"}, self)
+        if reply["type"] == "error":
+            raise SampleRefused(reply.get("reason", "?"), reply.get("detail", ""))
+
+    def done(self) -> str:
+        """Ends the lease after its last sample; returns the node's status for it."""
+        return self._end("lease_done", "")
+
+    def give_back(self, reason: str = "") -> str:
+        """Returns the lease unfinished (e.g. on a notice): the unit is pending again at once."""
+        return self._end("give_back", reason)
+
+    def _end(self, kind: str, reason: str) -> str:
+        if self.closed is None:
+            self._worker._ch.send(kind, unit=self.unit, attempt=self.attempt, reason=reason)
+            self._worker._wait({"lease_closed"}, self)
+        return self.closed or "?"
+
+
+def _plain(x: Any) -> Any:
+    """Lists of Python numbers from lists or tensors (``tolist()``)."""
+    return x.tolist() if hasattr(x, "tolist") else x
+
+
+class RolloutWorker:
+    """The rollout node's side of this process: leases, submissions, notices."""
+
+    def __init__(self, on_notice: Optional[Callable[[Notice], None]] = None) -> None:
+        self._ch = _Channel.from_env()
+        self._ch.send("hello", role="rollout", pid=os.getpid())
+        welcome = self._ch.recv()
+        if welcome is None or welcome.get("type") != "welcome":
+            raise ProtocolError(f"the node refused this worker: {welcome}")
+        self.vocab_size: int = welcome.get("vocab_size", 0)  #: token ids must be below (0: any)
+        self.max_completion_tokens: int = welcome.get("max_completion_tokens", 0)
+        self.notice: Optional[Notice] = None  #: set once the node got a Spot notice / drains
+        self.on_notice = on_notice
+        self._current: Optional[Lease] = None
+
+    def leases(self) -> Iterator[Lease]:
+        """Each lease the node hands this worker, until the node stops it. Asking for the next
+        one ends the previous with ``done()`` if the loop did not."""
+        while True:
+            if self._current is not None and self._current.closed is None:
+                self._current.done()
+            msg = self._wait({"lease"}, None)
+            if msg is None:
+                return
+            self._current = Lease(self, msg)
+            yield self._current
+
+    def _wait(self, kinds: set, lease: Optional[Lease]) -> Optional[Dict[str, Any]]:
+        """The next message of one of `kinds`, handling notices and lease closings on the way."""
+        while True:
+            msg = self._ch.recv()
+            if msg is None:
+                if lease is None:
+                    return None
+                raise LeaseClosed("failed", "the node closed the channel")
+            kind = msg.get("type")
+            if kind == "notice":
+                self.notice = Notice(msg["deadline_unix_ms"], msg.get("reason", ""))
+                if self.on_notice is not None:
+                    self.on_notice(self.notice)
+                continue
+            if kind == "lease_closed":
+                current = self._current
+                if current is not None and (current.unit, current.attempt) == (
+                        msg["unit"], msg["attempt"]):
+                    current.closed = msg.get("status", "?")
+                    if "lease_closed" not in kinds and lease is current:
+                        raise LeaseClosed(current.closed, msg.get("reason", ""))
+                if "lease_closed" in kinds:
+                    return msg
+                continue
+            if kind in kinds:
+                return msg
+            if kind == "error":
+                _log_refusal(msg)
+                continue
+            raise ProtocolError(f"a rollout worker got an unexpected {kind!r} message")
+
+
+def serve_rollout(main: Callable[[RolloutWorker], None]) -> None:
+    """Runs ``main(worker)`` for the rollout node that started this process."""
+    if not callable(main):
+        raise TypeError(f"main is {main!r}; expected a callable (RolloutWorker) -> None")
+    main(RolloutWorker())
+
+
 def _load(target: str) -> Callable[..., Any]:
     module, _, name = target.rpartition(":")
     if not module or not name:
@@ -156,7 +337,10 @@ def main(argv: List[str]) -> int:
     return 0
 
 
-_ROLES: Dict[str, Callable[[Callable[..., Any]], None]] = {"reward": serve_reward}
+_ROLES: Dict[str, Callable[[Callable[..., Any]], None]] = {
+    "reward": serve_reward,
+    "rollout": serve_rollout,
+}
 
 if __name__ == "__main__":
     # Run through the importable module, so a user's `from moerl.worker import Sample` and this

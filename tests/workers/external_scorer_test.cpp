@@ -42,8 +42,8 @@ const std::vector<uint32_t> kPrompt{1, 15, 7, 4, 14};  // "^s41="
 const std::vector<uint32_t> kRight{4, 7, 2};           // "14$"
 
 TEST(external_scorer, a_worker_spec_that_is_neither_python_nor_exec_is_a_config_error) {
-  for (const char* bad : {"torch:thing", "python:no_function", "python::f", "python:a b:f",
-                          "exec:", ""}) {
+  for (const char* bad :
+       {"torch:thing", "python:no_function", "python::f", "python:a b:f", "exec:", ""}) {
     external_scorer_options o;
     o.worker = bad;
     auto s = external_scorer::create(o);
@@ -118,8 +118,7 @@ TEST(external_scorer, a_worker_silent_at_start_is_killed_at_the_start_timeout) {
   auto s = make(fake("silent"), 10000, 300);
   auto r = s->score(kPrompt, kRight, 1, 0);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.err().message.find("no hello within worker.start_timeout_ms=300"),
-            std::string::npos)
+  EXPECT_NE(r.err().message.find("no hello within worker.start_timeout_ms=300"), std::string::npos)
       << r.err().message;
 }
 
