@@ -44,6 +44,7 @@ class rollout_worker {
   // error before its work leaves the group's fabric (the ranks' teardown meets the members').
   status run() {
     status st = work_and_lease();
+    if (external_) external_->stop(kWorkerStopGraceMs);
     if (!st && group_) group_->report_failure(st.err().message);
     work_.reset();
     return st;
@@ -101,7 +102,11 @@ class rollout_worker {
     status out = ok_status();
     while (mailbox_ok(self_, *ctx_, 0)) {
       if (worker_index_ == 0) send_env_stats();
-      if (draining()) break;  // stop leasing; exit normally (transient: no restart)
+      if (draining()) {  // stop leasing; exit normally (transient: no restart)
+        // An external worker hears the notice also between leases (before it is stopped).
+        if (external_) (void)external_->notice(drain_by(), "drain");
+        break;
+      }
       if (!work_->usable() || (group_ && !group_->still_current())) {
         out = error(errc::peer_dead, "its rollout group broke");
         break;
@@ -393,7 +398,7 @@ class rollout_worker {
         break;
       }
       if (draining()) {
-        if (!noticed) {
+        if (!noticed) {  // once per lease here; the session sends it once per process
           noticed = true;
           if (auto st = external_->notice(drain_by(), "drain"); !st) fail = st.err().to_string();
         }
@@ -414,7 +419,8 @@ class rollout_worker {
         break;
       }
       if (ev->kind == workers::rollout_event_kind::none) {
-        (void)mailbox_ok(self_, *ctx_, 0);  // keep hearing stop/drain while the worker works
+        // Keep hearing stop/drain while the worker works; a shutdown returns the unit.
+        if (!mailbox_ok(self_, *ctx_, 0)) returned = true;
         continue;
       }
       if (ev->kind == workers::rollout_event_kind::give_back) {
@@ -578,6 +584,8 @@ class rollout_worker {
     if (auto c = ctx_->coordinator()) self_->send(c, stats_atom::value, ctx_->id, st.dump());
   }
 
+  // An external worker told to stop (its channel closed) gets this long to leave by itself.
+  static constexpr int64_t kWorkerStopGraceMs = 1000;
   uint32_t worker_index_;
   group_member_link* group_;  // null: not a rollout group's leader
   int64_t last_env_stats_ = 0;

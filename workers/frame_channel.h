@@ -32,6 +32,8 @@ class frame_channel {
   // message_too_large when its length is over kMaxFrameBytes (the channel is closed).
   result<std::optional<nlohmann::json>> receive(int64_t timeout_ms);
   bool closed() const { return fd_ < 0; }
+  // Closes this end: the peer reads end-of-stream (a worker's SDK then returns and exits).
+  void close() { close_fd(); }
   int fd() const { return fd_; }
 
  private:

@@ -27,23 +27,23 @@ void rollout_session::drop_worker(const std::string& why) {
   if (!proc_) return;
   proc_->kill();
   last_death_ = why + " (" + proc_->poll_exit().value_or("?") + ")";
-  logger("rollout")->warn("rollout worker pid {} stopped: {}; restarting it in {} ms",
-                          proc_->pid(), last_death_, opts_.restart_backoff_ms);
+  logger("rollout")->warn("rollout worker pid {} stopped: {}; restarting it in {} ms", proc_->pid(),
+                          last_death_, opts_.restart_backoff_ms);
   ++deaths_;
   proc_.reset();
   next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
 }
 
-void rollout_session::stop() {
-  if (proc_) proc_->kill();
+void rollout_session::stop(int64_t grace_ms) {
+  if (proc_) proc_->stop(grace_ms);
   proc_.reset();
 }
 
 status rollout_session::ensure_started() {
   if (proc_) return {};
   if (now_ms() < next_start_ms_)
-    return error(errc::peer_dead, "rollout worker '" + spec_.text + "' is restarting after: " +
-                                      last_death_);
+    return error(errc::peer_dead,
+                 "rollout worker '" + spec_.text + "' is restarting after: " + last_death_);
   auto p = worker_process::spawn(spec_, "rollout");
   if (!p) {
     next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
@@ -52,6 +52,7 @@ status rollout_session::ensure_started() {
   }
   proc_ = std::move(*p);
   ++starts_;
+  noticed_ = false;
   logger("rollout")->info("rollout worker '{}' started: pid {}", spec_.text, proc_->pid());
   auto got = proc_->channel().receive(opts_.start_timeout_ms);
   std::string why;
@@ -93,7 +94,8 @@ status rollout_session::offer(const lease_offer& l) {
   m["deadline_unix_ms"] = l.deadline_unix_ms;
   m["sampling"] = l.sampling.is_null() ? nlohmann::json::object() : l.sampling;
   auto groups = nlohmann::json::array();
-  for (const auto& [id, prompt] : l.groups) groups.push_back({{"group_id", id}, {"prompt", prompt}});
+  for (const auto& [id, prompt] : l.groups)
+    groups.push_back({{"group_id", id}, {"prompt", prompt}});
   m["groups"] = std::move(groups);
   if (auto s = proc_->channel().send(m, 5000); !s) {
     drop_worker("lease offer: " + s.err().to_string());
@@ -125,8 +127,8 @@ bool rollout_session::check_sample(const nlohmann::json& msg, accepted_sample& o
       refuse(refusal::stale_fencing_token,
              what + ": that lease has ended (attempt " + std::to_string(past->second) + ")");
     else
-      refuse(refusal::unknown_unit, what + ": this worker holds no lease on unit " +
-                                        std::to_string(unit));
+      refuse(refusal::unknown_unit,
+             what + ": this worker holds no lease on unit " + std::to_string(unit));
     return false;
   }
   if (attempt != lease_.attempt) {
@@ -137,7 +139,8 @@ bool rollout_session::check_sample(const nlohmann::json& msg, accepted_sample& o
   uint32_t gi = 0;
   while (gi < lease_.groups.size() && lease_.groups[gi].first != group_id) ++gi;
   if (gi == lease_.groups.size()) {
-    refuse(refusal::malformed, what + ": group " + std::to_string(group_id) + " is not in the lease");
+    refuse(refusal::malformed,
+           what + ": group " + std::to_string(group_id) + " is not in the lease");
     return false;
   }
   if (index >= lease_.group_size) {
@@ -223,8 +226,8 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
       const bool known = has_lease_ && unit == lease_.unit;
       refuse(known || past_attempts_.count(unit) ? refusal::stale_fencing_token
                                                  : refusal::unknown_unit,
-             c.type + " for unit " + std::to_string(unit) + " attempt " +
-                 std::to_string(attempt) + ": not the current lease");
+             c.type + " for unit " + std::to_string(unit) + " attempt " + std::to_string(attempt) +
+                 ": not the current lease");
       continue;
     }
     ev.kind = c.type == "lease_done" ? rollout_event_kind::done : rollout_event_kind::give_back;
@@ -249,6 +252,8 @@ status rollout_session::ack(const accepted_sample& s) {
 
 status rollout_session::notice(int64_t deadline_unix_ms, const std::string& reason) {
   if (!proc_) return error(errc::peer_dead, "rollout worker: " + last_death_);
+  if (noticed_) return {};
+  noticed_ = true;
   auto m = frame("notice");
   m["deadline_unix_ms"] = deadline_unix_ms;
   m["reason"] = reason;
@@ -277,8 +282,10 @@ status rollout_session::close(const std::string& st, const std::string& reason) 
 }
 
 nlohmann::json rollout_session::stats() const {
-  return {{"samples_accepted", accepted_}, {"refused", refused_},
-          {"worker_starts", starts_},      {"worker_deaths", deaths_},
+  return {{"samples_accepted", accepted_},
+          {"refused", refused_},
+          {"worker_starts", starts_},
+          {"worker_deaths", deaths_},
           {"leases_offered", offered_}};
 }
 

@@ -77,14 +77,16 @@ class rollout_session {
   result<rollout_event> next(int64_t wait_ms);
   // The sample was delivered (to a reward node or its shard): tell the worker.
   status ack(const accepted_sample& s);
-  // A Spot notice or drain: the node stops by deadline_unix_ms (sent once per lease at most
-  // by the caller; the worker's SDK raises its flag and calls its callback).
+  // A Spot notice or drain: the node stops by deadline_unix_ms (the worker's SDK raises its
+  // flag and calls its callback). Sent once per worker process; later calls do nothing.
   status notice(int64_t deadline_unix_ms, const std::string& reason);
   // The lease ended (status "finished", "returned" or "failed", as reported to the
   // coordinator); its unit stays known so late samples are refused as stale.
   status close(const std::string& status, const std::string& reason);
-  // Stops the worker (the actor leaves).
-  void stop();
+  // Stops the worker (the actor leaves): its channel closed, so its leases() loop ends and
+  // the process exits by itself (it has seen every notice sent before); killed after
+  // grace_ms if it does not.
+  void stop(int64_t grace_ms);
   // {samples_accepted, refused: {reason: n}, worker_starts, worker_deaths, leases_offered}
   nlohmann::json stats() const;
   bool running() const { return proc_ != nullptr; }
@@ -104,9 +106,10 @@ class rollout_session {
   int64_t next_start_ms_ = 0;
   std::string last_death_;
   bool has_lease_ = false;
+  bool noticed_ = false;  // this process was sent the notice
   lease_offer lease_;
   std::set<std::pair<uint32_t, uint32_t>> submitted_;  // (group index, index) of this lease
-  std::map<uint64_t, uint32_t> past_attempts_;          // unit -> last attempt closed here
+  std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
   uint64_t accepted_ = 0, offered_ = 0, starts_ = 0, deaths_ = 0;
   std::map<std::string, uint64_t> refused_;
 };

@@ -145,6 +145,12 @@ void worker_process::kill() {
   exit_ = describe_status(st);
 }
 
+void worker_process::stop(int64_t grace_ms) {
+  channel_->close();
+  for (int64_t waited = 0; waited < grace_ms && !poll_exit(); waited += 10) ::usleep(10 * 1000);
+  kill();
+}
+
 std::optional<std::string> worker_process::poll_exit() {
   if (exit_ || pid_ <= 0) return exit_;
   int st = 0;

@@ -43,6 +43,9 @@ class worker_process {
   pid_t pid() const { return pid_; }
   // SIGKILL (a hung worker cannot be interrupted politely mid-call) and reap.
   void kill();
+  // Closes the channel (the SDK returns from its loop and the process exits on its own) and
+  // waits up to grace_ms for that; then kill().
+  void stop(int64_t grace_ms);
   // How the worker ended ("exit status 1", "signal 9"), once it has; nullopt while it runs.
   std::optional<std::string> poll_exit();
 

@@ -11,7 +11,8 @@ invocation:
   python_rollout_test.py MOERL killed     SIGKILL of a Python rollout worker mid-lease: its node
                                           starts a new one, the unit runs again
   python_rollout_test.py MOERL notice     the mid-run Spot notice of `moerl up` reaches the
-                                          worker of the drained node as a notice with a deadline
+                                          workers of the drained node (mid-lease or between
+                                          leases) as a notice with the node's deadline
 
 Every case ends with lost = 0, duplicated = 0, the ledger balanced and the run done. Every wait
 is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
@@ -133,7 +134,9 @@ def notice(moerl, tmp):
     notices = [line for f in glob.glob(os.path.join(tmp, "out", "*.notices"))
                for line in open(f).read().splitlines()]
     print(f"notices: {notices}", flush=True)
-    assert notices and all(int(n.split()[0]) > 1e12 for n in notices), notices
+    # Every worker of the one drained node heard it, with that node's drain deadline (unix ms).
+    assert notices and len({n.split()[0] for n in notices}) == 1, notices
+    assert int(notices[0].split()[0]) > 1e12 and notices[0].split()[1] == "drain", notices
 
 
 CASES = {"generates": generates, "refuses": refuses, "killed": killed, "notice": notice}
