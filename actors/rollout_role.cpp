@@ -72,11 +72,7 @@ class rollout_worker {
       o.restart_backoff_ms = ctx_->cfg.get_int("worker.restart_backoff_ms");
       o.vocab_size = ctx_->running_job->vocab_size();
       o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
-      auto e = group_ ? result<std::unique_ptr<workers::rollout_session>>(
-                            error(errc::invalid_config,
-                                  "rollout.worker runs one process per rollout node: "
-                                  "rollout.group_size must be 1"))
-                      : workers::rollout_session::create(std::move(o));
+      auto e = workers::rollout_session::create(std::move(o));  // group_ is null (rollout_loop)
       if (!e) {
         fail_actor(self_, e.err().to_string());
         return ok_status();
@@ -656,6 +652,15 @@ void rollout_group_loop(caf::blocking_actor* self, const std::shared_ptr<node_co
 void rollout_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                   uint32_t worker_index) {
   running_guard g(ctx->workers_running);
+  if (!ctx->cfg.get_string("rollout.worker").empty() &&
+      ctx->cfg.get_int("rollout.group_size") > 1) {
+    // A config error, not a broken group: re-forming the group would only fail again.
+    fail_actor(self, error(errc::invalid_config,
+                           "rollout.worker runs one worker process per rollout worker: "
+                           "rollout.group_size must be 1")
+                         .to_string());
+    return;
+  }
   if (ctx->cfg.get_int("rollout.group_size") <= 1) {
     (void)rollout_worker(self, std::move(ctx), worker_index).run();
     return;
