@@ -486,30 +486,26 @@ class rollout_worker {
   status deliver(messages::sample& s, const std::string& shard_ep,
                  uint64_t lease_deadline_unix_ms) {
     if (s.rewarded) return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
-    if (steady_ms() >= next_discovery_) {
-      auto found = discover(self_, *ctx_, node_role::reward);
-      next_discovery_ = steady_ms() + 2000;
-      if (found && *found != reward_eps_) {
-        const auto& eps = *found;
-        reward_eps_ = eps;
-        push_.reset();
-        if (!eps.empty()) {
-          auto p = ledger::reward_push::connect(ctx_->zmq, eps, 1000);
-          if (p)
-            push_ = std::move(*p);
-          else
-            log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
-        }
-      }
+    if (steady_ms() >= next_discovery_) find_reward_nodes();
+    // reward.worker: only the reward nodes run the user's reward (python/WORKERS.md), so
+    // this process never scores with the job's own: wait for a reward node, up to the lease.
+    const bool remote_only = !ctx_->cfg.get_string("reward.worker").empty();
+    while (remote_only && !push_) {
+      if (static_cast<uint64_t>(unix_now_ms()) > lease_deadline_unix_ms)
+        return error(errc::timeout,
+                     "no reward node alive to score with reward.worker before the lease deadline");
+      if (!mailbox_ok(self_, *ctx_, 200)) return error(errc::shutting_down, "node stopping");
+      find_reward_nodes();
     }
     if (push_) {
       auto st = push_->send(shard_ep, messages::encode(s));
       if (st) return st;
-      log_->warn("{}: no reward node took a sample ({}); scoring locally", worker_,
-                 st.err().message);
+      log_->warn("{}: no reward node took a sample ({}){}", worker_, st.err().message,
+                 remote_only ? "" : "; scoring locally");
       push_.reset();
       reward_eps_.clear();
       next_discovery_ = steady_ms() + 2000;
+      if (remote_only) return st;  // the unit fails and runs again
     } else if (!warned_local_) {
       log_->warn("{}: no reward node alive: scoring in the rollout process", worker_);
       warned_local_ = true;
@@ -521,6 +517,23 @@ class rollout_worker {
     s.reward = *score;
     s.rewarded = true;
     return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
+  }
+
+  // The live reward nodes, asked of the coordinator; the reward hop reconnected when they
+  // changed.
+  void find_reward_nodes() {
+    auto found = discover(self_, *ctx_, node_role::reward);
+    next_discovery_ = steady_ms() + 2000;
+    if (!found || *found == reward_eps_) return;
+    const auto& eps = *found;
+    reward_eps_ = eps;
+    push_.reset();
+    if (eps.empty()) return;
+    auto p = ledger::reward_push::connect(ctx_->zmq, eps, 1000);
+    if (p)
+      push_ = std::move(*p);
+    else
+      log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
   }
 
   // A scored sample straight to its shard, waiting for credit up to the lease deadline.
