@@ -11,8 +11,11 @@ verifier written in Python). One case per invocation:
                                         starts a new one and the run finishes
   python_reward_test.py MOERL hangs     the function never returns: past reward.worker_timeout_ms
                                         the node kills and restarts its worker
+  python_reward_test.py MOERL node_killed  SIGKILL of the reward node: it is replaced, its worker
+                                        dies with it, the replacement starts its own
 
-Every case ends with lost = 0, duplicated = 0, the ledger balanced and the run done. Every wait
+Every case ends with lost = 0, duplicated = 0, the ledger balanced, the run done and no worker
+process left. Every wait
 is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
 import glob
 import os
@@ -43,6 +46,29 @@ def calls(tmp):
     return out
 
 
+def leftover_workers(tmp):
+    """Worker processes of this run still alive (their environment names its directory)."""
+    mine = f"MOERL_TEST_REWARD_DIR={os.path.join(tmp, 'calls')}".encode()
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if mine in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def check_no_leftover_workers(tmp):
+    """A worker never outlives its node: all are gone soon after `moerl up` ends."""
+    deadline = time.monotonic() + 10
+    while leftover_workers(tmp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leftover_workers(tmp), leftover_workers(tmp)
+
+
 def wait_for(pred, what, run):
     deadline = time.monotonic() + BOUND_S
     while time.monotonic() < deadline:
@@ -60,6 +86,7 @@ def reward_log(run):
 
 
 def check_books(rep, tmp):
+    check_no_leftover_workers(tmp)
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
@@ -113,6 +140,27 @@ def killed(moerl, tmp):
     assert f"reward worker pid {first} stopped" in reward_log(run)
 
 
+def node_killed(moerl, tmp):
+    """SIGKILL of the reward node itself: `moerl up` replaces it, the replacement starts its
+    own worker, and the dead node's worker does not outlive it (PR_SET_PDEATHSIG)."""
+    run = start(moerl, tmp, "node-killed", {}, "--iterations", "14", *SHORT_LEASE)
+    first = wait_for(lambda: [p for p, v in calls(tmp).items() if len(v) >= 100],
+                     "the Python worker scoring", run)[0]
+    run.kill("reward-0", signal.SIGKILL)
+    wait_for(lambda: [p for p in calls(tmp) if p != first], "the replacement's Python worker", run)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{first}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    rep = run.finish()
+    a = rep["accounting"]
+    check_no_leftover_workers(tmp)
+    check_safety(rep)
+    check_balanced(a)
+    assert sum(len(v) for v in calls(tmp).values()) >= a["trained"] > 0, (calls(tmp), a)
+    assert [r for r in rep["replacements"] if r["node"] == "reward-0"], rep["replacements"]
+    print(f"trained {a['trained']}, workers {num_calls(tmp)}, dropped {a['dropped']}", flush=True)
+
+
 def hangs(moerl, tmp):
     run = start(moerl, tmp, "hangs", {"MOERL_TEST_REWARD_HANG_AT": "150"}, "--iterations", "12",
                 *SHORT_LEASE, "--set", "reward.worker_timeout_ms=1500")
@@ -122,7 +170,8 @@ def hangs(moerl, tmp):
     assert "no answer within reward.worker_timeout_ms=1500" in reward_log(run)
 
 
-CASES = {"scores": scores, "raises": raises, "killed": killed, "hangs": hangs}
+CASES = {"scores": scores, "raises": raises, "killed": killed, "hangs": hangs,
+         "node_killed": node_killed}
 
 if __name__ == "__main__":
     moerl, case = os.path.abspath(sys.argv[1]), sys.argv[2]

@@ -14,7 +14,8 @@ invocation:
                                           workers of the drained node (mid-lease or between
                                           leases) as a notice with the node's deadline
 
-Every case ends with lost = 0, duplicated = 0, the ledger balanced and the run done. Every wait
+Every case ends with lost = 0, duplicated = 0, the ledger balanced, the run done and no worker
+process left. Every wait
 is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
 import glob
 import os
@@ -37,6 +38,29 @@ def leases(tmp):
         rows = [line.split() for line in open(f).read().splitlines()]
         out[int(os.path.basename(f).split(".")[0])] = rows
     return out
+
+
+def leftover_workers(tmp):
+    """Worker processes of this run still alive (their environment names its directory)."""
+    mine = f"MOERL_TEST_ROLLOUT_DIR={os.path.join(tmp, 'out')}".encode()
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if mine in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def check_no_leftover_workers(tmp):
+    """A worker never outlives its node: all are gone soon after `moerl up` ends."""
+    deadline = time.monotonic() + 10
+    while leftover_workers(tmp) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leftover_workers(tmp), leftover_workers(tmp)
 
 
 def wait_for(pred, what, run):
@@ -62,6 +86,7 @@ def external_stats(run):
 
 
 def check_books(rep, tmp):
+    check_no_leftover_workers(tmp)
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
