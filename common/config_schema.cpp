@@ -279,7 +279,8 @@ const std::vector<key_spec>& config_schema() {
       {"reward.worker", t::string, "",
        "the reward nodes' scorer: empty: the job's own; python:PKG.MODULE:FUNCTION (a Python "
        "`score(sample) -> float`) or exec:COMMAND (a program serving moerl.worker), started and "
-       "restarted by each reward node",
+       "restarted by each reward node; attach:/SOCKET/PATH: a worker the user started "
+       "(MOERL_WORKER_SOCKET=PATH)",
        ""},
       {"reward.worker_timeout_ms", t::integer, "10000",
        "the longest an external reward worker may take to score one sample: past it the sample "
@@ -289,7 +290,8 @@ const std::vector<key_spec>& config_schema() {
        "the rollout workers' generator: empty: the job's own policy; python:PKG.MODULE:FUNCTION "
        "(a Python function given a moerl.worker.RolloutWorker: `for lease in worker.leases()`) "
        "or exec:COMMAND, one process per rollout worker actor, started and restarted by its "
-       "node; every sample it submits is checked against the lease (fencing token, unit, "
+       "node (attach:/SOCKET/PATH: workers the user started); every sample it submits is checked "
+       "against the lease (fencing token, unit, "
        "duplicates, shape) before delivery",
        ""},
       {"worker.python", t::string, "/usr/bin/python3",

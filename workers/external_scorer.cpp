@@ -8,6 +8,10 @@
 namespace moerl::workers {
 namespace {
 
+// attach: how long one start waits for the user's worker to connect. Short: the caller is
+// a role loop, and a sample or lease without a worker fails and is tried again later.
+constexpr int64_t kAttachWaitMs = 1000;
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -38,7 +42,7 @@ status external_scorer::ensure_started() {
   if (now_ms() < next_start_ms_)
     return error(errc::peer_dead,
                  "reward worker '" + spec_.text + "' is restarting after: " + last_death_);
-  auto p = worker_process::spawn(spec_, "reward");
+  auto p = worker_process::start(spec_, "reward", kAttachWaitMs);
   if (!p) {
     next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
     last_death_ = p.err().to_string();

@@ -7,6 +7,10 @@
 namespace moerl::workers {
 namespace {
 
+// attach: how long one start waits for the user's worker to connect. Short: the caller is
+// a role loop, and a sample or lease without a worker fails and is tried again later.
+constexpr int64_t kAttachWaitMs = 1000;
+
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -44,7 +48,7 @@ status rollout_session::ensure_started() {
   if (now_ms() < next_start_ms_)
     return error(errc::peer_dead,
                  "rollout worker '" + spec_.text + "' is restarting after: " + last_death_);
-  auto p = worker_process::spawn(spec_, "rollout");
+  auto p = worker_process::start(spec_, "rollout", kAttachWaitMs);
   if (!p) {
     next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
     last_death_ = p.err().to_string();

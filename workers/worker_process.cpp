@@ -2,14 +2,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 extern char** environ;
 
@@ -63,16 +68,87 @@ result<worker_spec> parse_worker_spec(const std::string& text, const std::string
     spec.argv = {python, "-m", "moerl.worker", role, target};
     return spec;
   }
+  if (text.rfind("attach:", 0) == 0) {
+    spec.attach_path = text.substr(7);
+    if (spec.attach_path.empty() || spec.attach_path[0] != '/' ||
+        spec.attach_path.size() >= sizeof(sockaddr_un{}.sun_path))
+      return error(errc::invalid_config,
+                   "worker '" + text +
+                       "': expected attach:/ABSOLUTE/PATH (a unix socket path of "
+                       "at most " +
+                       std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes)");
+    return spec;
+  }
   if (text.rfind("exec:", 0) == 0 && text.size() > 5) {
     spec.argv = {"/bin/sh", "-c", text.substr(5)};
     return spec;
   }
-  return error(errc::invalid_config,
-               "worker '" + text + "': expected python:PKG.MODULE:FUNCTION or exec:COMMAND");
+  return error(errc::invalid_config, "worker '" + text +
+                                         "': expected python:PKG.MODULE:FUNCTION, exec:COMMAND "
+                                         "or attach:/SOCKET/PATH");
 }
 
-worker_process::worker_process(pid_t pid, int fd)
-    : pid_(pid), channel_(std::make_unique<frame_channel>(fd)) {}
+worker_process::worker_process(pid_t pid, int fd, bool attached)
+    : pid_(pid), attached_(attached), channel_(std::make_unique<frame_channel>(fd)) {}
+
+namespace {
+
+// attach: listening sockets by path, one per process, shared by every actor that serves
+// workers there (each accepts its own connections on it). Never closed: they live as long as
+// the node, which removes nothing (a later node replaces a stale socket file when it binds).
+result<int> listener_for(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, int> listeners;
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto it = listeners.find(path); it != listeners.end()) return it->second;
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return error(errc::io_error, std::string("socket: ") + std::strerror(errno));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return error(errc::io_error, "attach: cannot listen on " + path + ": " + std::strerror(e));
+  }
+  listeners[path] = fd;
+  return fd;
+}
+
+}  // namespace
+
+result<std::unique_ptr<worker_process>> worker_process::attach(const worker_spec& spec,
+                                                               int64_t timeout_ms) {
+  auto lfd = listener_for(spec.attach_path);
+  if (!lfd) return lfd.err();
+  pollfd p{*lfd, POLLIN, 0};
+  for (;;) {
+    const int r = ::poll(&p, 1, static_cast<int>(timeout_ms));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return error(errc::peer_dead,
+                   "no worker attached at " + spec.attach_path + " within " +
+                       std::to_string(timeout_ms) +
+                       " ms (start it with MOERL_WORKER_SOCKET=" + spec.attach_path + ")");
+    break;
+  }
+  const int fd = ::accept4(*lfd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0)  // another actor took that connection
+    return error(errc::peer_dead,
+                 "no worker attached at " + spec.attach_path + ": " + std::strerror(errno));
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  const pid_t pid = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : -1;
+  return std::unique_ptr<worker_process>(new worker_process(pid, fd, /*attached=*/true));
+}
+
+result<std::unique_ptr<worker_process>> worker_process::start(const worker_spec& spec,
+                                                              const std::string& role,
+                                                              int64_t attach_timeout_ms) {
+  return spec.attach_path.empty() ? spawn(spec, role) : attach(spec, attach_timeout_ms);
+}
 
 worker_process::~worker_process() { kill(); }
 
@@ -134,6 +210,11 @@ result<std::unique_ptr<worker_process>> worker_process::spawn(const worker_spec&
 }
 
 void worker_process::kill() {
+  if (attached_) {  // not ours to signal: the user's process sees its connection close
+    channel_->close();
+    exit_ = "disconnected";
+    return;
+  }
   if (pid_ <= 0) return;
   // The whole process group, also once the leader is gone: an exec: worker is a shell whose
   // children do the work. (A pid is not reused while a group of that id has members.)
@@ -147,11 +228,16 @@ void worker_process::kill() {
 
 void worker_process::stop(int64_t grace_ms) {
   channel_->close();
+  if (attached_) {
+    exit_ = "disconnected";
+    return;
+  }
   for (int64_t waited = 0; waited < grace_ms && !poll_exit(); waited += 10) ::usleep(10 * 1000);
   kill();
 }
 
 std::optional<std::string> worker_process::poll_exit() {
+  if (attached_) return channel_->closed() ? std::optional<std::string>("disconnected") : exit_;
   if (exit_ || pid_ <= 0) return exit_;
   int st = 0;
   const pid_t r = ::waitpid(pid_, &st, WNOHANG);

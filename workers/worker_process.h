@@ -21,9 +21,13 @@ namespace moerl::workers {
 // `rollout.worker`):
 //   python:PKG.MODULE:FUNCTION  -> PYTHON -m moerl.worker ROLE PKG.MODULE:FUNCTION
 //   exec:COMMAND LINE           -> /bin/sh -c 'COMMAND LINE' (a program using moerl.worker)
+//   attach:/ABSOLUTE/PATH       -> nothing started: the node listens on that unix socket and
+//                                  serves the worker the user started with
+//                                  MOERL_WORKER_SOCKET=PATH (one connection per worker)
 struct worker_spec {
   std::string text;               // the config value, for logs
-  std::vector<std::string> argv;  // argv[0] is a path or found on PATH
+  std::vector<std::string> argv;  // argv[0] is a path or found on PATH (empty for attach:)
+  std::string attach_path;        // attach:'s socket path (empty otherwise)
 };
 result<worker_spec> parse_worker_spec(const std::string& text, const std::string& role,
                                       const std::string& python);
@@ -35,12 +39,22 @@ class worker_process {
   // directory first on PYTHONPATH, so `python:` workers import the package of this build.
   static result<std::unique_ptr<worker_process>> spawn(const worker_spec& spec,
                                                        const std::string& role);
-  ~worker_process();  // SIGKILLs and reaps a worker still running
+  // Waits up to timeout_ms for a worker the user started to connect to spec.attach_path
+  // (bound and listened on at the first call for that path, shared by the node's actors; a
+  // stale socket file there is replaced). An attached worker is never signalled: kill() and
+  // stop() only close its connection, and it may connect again.
+  static result<std::unique_ptr<worker_process>> attach(const worker_spec& spec,
+                                                        int64_t timeout_ms);
+  // spawn() or attach(), as the spec says.
+  static result<std::unique_ptr<worker_process>> start(const worker_spec& spec,
+                                                       const std::string& role,
+                                                       int64_t attach_timeout_ms);
+  ~worker_process();  // SIGKILLs and reaps a worker still running (spawned ones)
   worker_process(const worker_process&) = delete;
   worker_process& operator=(const worker_process&) = delete;
 
   frame_channel& channel() { return *channel_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return pid_; }  // an attached worker's: from SO_PEERCRED
   // SIGKILL (a hung worker cannot be interrupted politely mid-call) and reap.
   void kill();
   // Closes the channel (the SDK returns from its loop and the process exits on its own) and
@@ -50,8 +64,9 @@ class worker_process {
   std::optional<std::string> poll_exit();
 
  private:
-  worker_process(pid_t pid, int fd);
+  worker_process(pid_t pid, int fd, bool attached = false);
   pid_t pid_ = -1;
+  bool attached_ = false;  // connected by the user's process, not started here
   std::optional<std::string> exit_;
   std::unique_ptr<frame_channel> channel_;
 };

@@ -39,6 +39,7 @@ import os
 import socket
 import struct
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -60,12 +61,32 @@ class _Channel:
 
     @classmethod
     def from_env(cls) -> "_Channel":
+        """The node's socket: MOERL_WORKER_FD when the node started this process, else
+        MOERL_WORKER_SOCKET, the path a node configured with ``attach:PATH`` listens on."""
         fd = os.environ.get("MOERL_WORKER_FD")
-        if fd is None or not fd.isdigit():
-            raise ProtocolError(
-                "MOERL_WORKER_FD is not set: this process must be started by a moerl node "
-                "(reward.worker / rollout.worker)")
-        return cls(int(fd))
+        if fd is not None and fd.isdigit():
+            return cls(int(fd))
+        path = os.environ.get("MOERL_WORKER_SOCKET")
+        if path:
+            # The node may start after this process: try for MOERL_WORKER_CONNECT_TIMEOUT_S.
+            deadline = time.monotonic() + float(os.environ.get("MOERL_WORKER_CONNECT_TIMEOUT_S",
+                                                               "60"))
+            while True:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(path)
+                    return cls(sock.detach())
+                except OSError as e:
+                    sock.close()
+                    if time.monotonic() >= deadline:
+                        raise ProtocolError(
+                            f"MOERL_WORKER_SOCKET={path}: cannot connect to the node ({e}); is "
+                            f"its worker key attach:{path}?") from None
+                    time.sleep(0.2)
+        raise ProtocolError(
+            "MOERL_WORKER_FD is not set: this process must be started by a moerl node "
+            "(reward.worker / rollout.worker), or attach to one with MOERL_WORKER_SOCKET=PATH "
+            "(the node's worker key set to attach:PATH)")
 
     def send(self, type_: str, **fields: Any) -> None:
         body = json.dumps({"v": PROTOCOL_VERSION, "type": type_, **fields},
@@ -181,7 +202,6 @@ class Notice:
     reason: str
 
     def seconds_left(self) -> float:
-        import time
         return self.deadline_unix_ms / 1000.0 - time.time()
 
 

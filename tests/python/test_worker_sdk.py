@@ -113,6 +113,7 @@ def test_a_rollout_worker_gets_leases_and_its_samples_refused_by_name(monkeypatc
 
 def test_a_worker_started_by_hand_says_what_is_missing(monkeypatch):
     monkeypatch.delenv("MOERL_WORKER_FD", raising=False)
+    monkeypatch.delenv("MOERL_WORKER_SOCKET", raising=False)
     with pytest.raises(worker.ProtocolError, match="MOERL_WORKER_FD is not set"):
         worker.RolloutWorker()
     assert worker.main([]) == 2
@@ -121,3 +122,11 @@ def test_a_worker_started_by_hand_says_what_is_missing(monkeypatch):
         worker._load("no_function")
     with pytest.raises(ValueError, match="has no attribute 'nope'"):
         worker._load("json:nope")
+
+
+def test_attaching_to_a_socket_where_no_node_listens_names_the_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("MOERL_WORKER_FD", raising=False)
+    monkeypatch.setenv("MOERL_WORKER_SOCKET", str(tmp_path / "none.sock"))
+    monkeypatch.setenv("MOERL_WORKER_CONNECT_TIMEOUT_S", "0.5")
+    with pytest.raises(worker.ProtocolError, match="none.sock: cannot connect to the node"):
+        worker.RolloutWorker()

@@ -4,6 +4,10 @@
 // the real moerl.worker SDK serving a Python function.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -143,6 +147,61 @@ TEST(external_scorer, a_worker_that_dies_mid_score_is_restarted_for_the_next_one
   ASSERT_TRUE(s->score(kPrompt, kRight, 1, 2).ok());
   EXPECT_EQ(s->stats()["worker_starts"], 2);
   EXPECT_EQ(s->stats()["worker_deaths"], 1);
+}
+
+// A reward worker the "user" starts with MOERL_WORKER_SOCKET (not the node); returns its pid.
+pid_t start_attached_worker(const std::string& path) {
+  const std::string py = python();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("MOERL_WORKER_SOCKET", path.c_str(), 1);
+    ::unsetenv("MOERL_WORKER_FD");
+    ::execl(py.c_str(), py.c_str(), "-m", "moerl.worker", "reward", "worker_functions:sort_score",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Scores until a worker is attached (its start takes a moment); the last result.
+result<float> score_when_attached(external_scorer& s) {
+  result<float> r = error(errc::peer_dead, "not tried");
+  for (int i = 0; i < 60 && !r.ok(); ++i) r = s.score(kPrompt, kRight, 5, i);
+  return r;
+}
+
+TEST(external_scorer, a_worker_the_user_started_attaches_and_a_new_one_takes_over_when_it_dies) {
+  const std::string path = "/tmp/moerl-attach-test-" + std::to_string(::getpid()) + ".sock";
+  auto s = make("attach:" + path);
+  auto r = s->score(kPrompt, kRight, 5, 0);  // nobody attached yet
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("no worker attached at " + path), std::string::npos)
+      << r.err().message;
+  const pid_t first = start_attached_worker(path);
+  r = score_when_attached(*s);
+  ASSERT_TRUE(r.ok()) << r.err().to_string();
+  EXPECT_EQ(*r, 1.0f);
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+  r = s->score(kPrompt, kRight, 6, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::peer_dead);
+  const pid_t second = start_attached_worker(path);
+  r = score_when_attached(*s);
+  ASSERT_TRUE(r.ok()) << r.err().to_string();
+  s.reset();  // the node lets go: the attached worker sees end-of-stream and leaves by itself
+  int st = 0;
+  ASSERT_EQ(::waitpid(second, &st, 0), second);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  ::unlink(path.c_str());
+}
+
+TEST(external_scorer, an_attach_path_that_is_not_absolute_is_a_config_error) {
+  external_scorer_options o;
+  o.worker = "attach:relative.sock";
+  auto s = external_scorer::create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.err().message.find("expected attach:/ABSOLUTE/PATH"), std::string::npos);
 }
 
 }  // namespace

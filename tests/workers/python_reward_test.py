@@ -13,6 +13,8 @@ verifier written in Python). One case per invocation:
                                         the node kills and restarts its worker
   python_reward_test.py MOERL node_killed  SIGKILL of the reward node: it is replaced, its worker
                                         dies with it, the replacement starts its own
+  python_reward_test.py MOERL attached  reward.worker=attach:PATH: a worker the user started
+                                        (MOERL_WORKER_SOCKET=PATH) scores every sample
 
 Every case ends with lost = 0, duplicated = 0, the ledger balanced, the run done and no worker
 process left. Every wait
@@ -20,6 +22,7 @@ is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
 import glob
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,6 +164,26 @@ def node_killed(moerl, tmp):
     print(f"trained {a['trained']}, workers {num_calls(tmp)}, dropped {a['dropped']}", flush=True)
 
 
+def attached(moerl, tmp):
+    """reward.worker=attach:PATH: the user starts the worker (before the node, which it waits
+    for); the reward node serves it over that socket and never signals it; the worker leaves by
+    itself when the run ends."""
+    path = os.path.join(tmp, "reward.sock")
+    os.makedirs(os.path.join(tmp, "calls"), exist_ok=True)
+    env = dict(os.environ, MOERL_WORKER_SOCKET=path,
+               MOERL_TEST_REWARD_DIR=os.path.join(tmp, "calls"),
+               PYTHONPATH=os.pathsep.join([HERE, os.path.join(os.path.dirname(moerl), "..",
+                                                               "python")]))
+    user = subprocess.Popen([sys.executable, "-m", "moerl.worker", "reward", "sort_reward:score"],
+                            env=env)
+    run = up_run(moerl, tmp, "attached", "--no-interrupt", "--set", f"reward.worker=attach:{path}",
+                 "--iterations", "12")
+    rep = run.finish()
+    assert user.wait(timeout=30) == 0, "the attached worker did not leave by itself"
+    check_books(rep, tmp)
+    assert list(calls(tmp)) == [user.pid], num_calls(tmp)
+
+
 def hangs(moerl, tmp):
     run = start(moerl, tmp, "hangs", {"MOERL_TEST_REWARD_HANG_AT": "150"}, "--iterations", "12",
                 *SHORT_LEASE, "--set", "reward.worker_timeout_ms=1500")
@@ -171,7 +194,7 @@ def hangs(moerl, tmp):
 
 
 CASES = {"scores": scores, "raises": raises, "killed": killed, "hangs": hangs,
-         "node_killed": node_killed}
+         "node_killed": node_killed, "attached": attached}
 
 if __name__ == "__main__":
     moerl, case = os.path.abspath(sys.argv[1]), sys.argv[2]
