@@ -294,6 +294,16 @@ const std::vector<key_spec>& config_schema() {
        "against the lease (fencing token, unit, "
        "duplicates, shape) before delivery",
        ""},
+      {"env.worker", t::string, "",
+       "the env nodes' environments: empty: the job's own; python:PKG.MODULE:FACTORY (a Python "
+       "`FACTORY(task)` returning an object with `reset(seed)` and `step(action)`), exec:COMMAND "
+       "or attach:/SOCKET/PATH; one process per environment actor (env.workers), each episode "
+       "a session in it",
+       ""},
+      {"env.worker_timeout_ms", t::integer, "5000",
+       "the longest an external environment may take for one reset or step: past it the step "
+       "fails and the worker is killed and restarted (its episodes fail)",
+       "", r::at_least(1)},
       {"worker.python", t::string, "/usr/bin/python3",
        "interpreter of python: workers (reward.worker, rollout.worker)", ""},
       {"worker.start_timeout_ms", t::integer, "30000",

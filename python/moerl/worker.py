@@ -336,6 +336,64 @@ def serve_rollout(main: Callable[[RolloutWorker], None]) -> None:
     main(RolloutWorker())
 
 
+def _observation(value: Any, what: str) -> Dict[str, Any]:
+    """reset()/step() results as the wire's {tokens, reward, done}: a token list (reward 0, not
+    done) or a (tokens, reward, done) tuple."""
+    if isinstance(value, tuple) and len(value) == 3:
+        tokens, reward, done = value
+    else:
+        tokens, reward, done = value, 0.0, False
+    tokens = _plain(tokens)
+    if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in tokens):
+        raise TypeError(f"{what} returned tokens {tokens!r}; expected a list of token ids")
+    if not isinstance(done, bool):
+        raise TypeError(f"{what} returned done={done!r}; expected a bool")
+    return {"tokens": tokens, "reward": _as_reward(reward), "done": done}
+
+
+def serve_env(factory: Callable[[str], Any]) -> None:
+    """Serves environments to the env node that started this process: ``factory(task)`` makes
+    one per episode (a session), with ``reset(seed)`` -> observation tokens (or a (tokens,
+    reward, done) tuple) and ``step(action: List[int])`` -> (tokens, reward, done). An
+    exception fails that reset or step (its traceback in the node's log), never the worker."""
+    if not callable(factory):
+        raise TypeError(f"factory is {factory!r}; expected a callable (task) -> environment")
+    ch = _Channel.from_env()
+    _handshake(ch, "env")
+    sessions: Dict[int, Any] = {}
+    while True:
+        msg = ch.recv()
+        if msg is None:
+            return
+        kind = msg.get("type")
+        if kind == "error":
+            _log_refusal(msg)
+            continue
+        if kind == "env_close":
+            sessions.pop(msg.get("session"), None)
+            continue
+        if kind not in ("env_reset", "env_step"):
+            raise ProtocolError(f"an env worker got a {kind!r} message")
+        try:
+            if kind == "env_reset":
+                env = factory(msg["task"])
+                obs = _observation(env.reset(msg["seed"]), "reset()")
+                sessions[msg["session"]] = env
+            else:
+                env = sessions.get(msg["session"])
+                if env is None:
+                    raise KeyError(f"unknown session {msg['session']} (ended, or never reset)")
+                obs = _observation(env.step(msg["action"]), "step()")
+                if obs["done"]:
+                    sessions.pop(msg["session"], None)
+        except Exception as e:  # the user's environment failed this step, not the worker
+            ch.send("env_error", id=msg["id"], error=f"{type(e).__name__}: {e}",
+                    traceback=traceback.format_exc())
+            continue
+        ch.send("env_result", id=msg["id"], **obs)
+
+
 def _load(target: str) -> Callable[..., Any]:
     module, _, name = target.rpartition(":")
     if not module or not name:
@@ -360,6 +418,7 @@ def main(argv: List[str]) -> int:
 _ROLES: Dict[str, Callable[[Callable[..., Any]], None]] = {
     "reward": serve_reward,
     "rollout": serve_rollout,
+    "env": serve_env,
 }
 
 if __name__ == "__main__":
