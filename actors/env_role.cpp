@@ -17,6 +17,7 @@
 #include "actors/interruption.h"
 #include "common/log.h"
 #include "env/env_server.h"
+#include "workers/external_environment.h"
 
 namespace moerl::actors {
 namespace {
@@ -72,6 +73,22 @@ void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
   std::map<uint64_t, std::unique_ptr<env::environment>> episodes;  // by session
   step_latency latency(ctx->cfg);
   const int64_t crash_every = ctx->cfg.get_int("env.crash_every_steps");
+  // env.worker: this actor's episodes are sessions in a user's process (python/WORKERS.md).
+  std::shared_ptr<workers::env_host> external;
+  if (const auto spec = ctx->cfg.get_string("env.worker"); !spec.empty()) {
+    workers::env_host_options o;
+    o.worker = spec;
+    o.python = ctx->cfg.get_string("worker.python");
+    o.timeout_ms = ctx->cfg.get_int("env.worker_timeout_ms");
+    o.start_timeout_ms = ctx->cfg.get_int("worker.start_timeout_ms");
+    o.restart_backoff_ms = ctx->cfg.get_int("worker.restart_backoff_ms");
+    auto h = workers::env_host::create(std::move(o));
+    if (!h) {
+      fail_actor(self, h.err().to_string());
+      return;
+    }
+    external = std::move(*h);
+  }
   int64_t num_steps = 0;
   bool keep = true, crashed = false;
   while (keep && serving(*ctx)) {
@@ -95,7 +112,9 @@ void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
           }
           if (op == "reset") {
             const std::string task = req.value("task", "");
-            auto env = ctx->running_job->make_environment(task);
+            auto env = external ? result<std::unique_ptr<env::environment>>(
+                                      workers::make_external_environment(external, session, task))
+                                : ctx->running_job->make_environment(task);
             if (!env) return refuse(env.err().message, true);
             auto o = (*env)->reset(req.value("seed", uint64_t{0}));
             if (!o) return refuse(o.err().message, true);

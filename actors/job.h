@@ -114,6 +114,13 @@ class job {
   // One per rollout worker (each used by one thread).
   virtual result<std::unique_ptr<rollout_work>> make_rollout_work() = 0;
   virtual result<std::unique_ptr<reward_function>> make_reward() = 0;
+  // What samples from outside the job's own generator (an external rollout worker,
+  // python/WORKERS.md) must respect to be trainable: token ids below vocab_size(), at most
+  // max_completion_tokens() generated tokens. 0: not checked. sampling(): the settings the
+  // job's own generator samples with, passed to external workers with every lease.
+  virtual uint32_t vocab_size() const { return 0; }
+  virtual uint32_t max_completion_tokens() const { return 0; }
+  virtual nlohmann::json sampling() const { return nlohmann::json::object(); }
   // Trainer rank 0's step (never null). `ranks` stays valid for the step's whole life; a
   // step that does all its work on rank 0 may ignore it.
   virtual result<std::unique_ptr<trainer_step>> make_trainer(trainer_ranks& ranks) = 0;

@@ -17,6 +17,7 @@
 #include "ledger/event_codec.h"
 #include "messages/work.h"
 #include "weights/version_reader.h"
+#include "workers/external_scorer.h"
 
 namespace moerl::actors {
 
@@ -25,12 +26,31 @@ namespace moerl::actors {
 void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
   auto log = logger("reward");
-  auto verifier_or = ctx->running_job->make_reward();
-  if (!verifier_or) {
-    fail_actor(self, verifier_or.err().to_string());
-    return;
+  // Either the job's own reward or, with reward.worker set, a user's process scores
+  // (python/WORKERS.md). A failure of that process fails one sample, never this actor.
+  std::unique_ptr<reward_function> verifier;
+  std::unique_ptr<workers::external_scorer> external;
+  if (const auto spec = ctx->cfg.get_string("reward.worker"); !spec.empty()) {
+    workers::external_scorer_options o;
+    o.worker = spec;
+    o.python = ctx->cfg.get_string("worker.python");
+    o.timeout_ms = ctx->cfg.get_int("reward.worker_timeout_ms");
+    o.start_timeout_ms = ctx->cfg.get_int("worker.start_timeout_ms");
+    o.restart_backoff_ms = ctx->cfg.get_int("worker.restart_backoff_ms");
+    auto e = workers::external_scorer::create(std::move(o));
+    if (!e) {
+      fail_actor(self, e.err().to_string());
+      return;
+    }
+    external = std::move(*e);
+  } else {
+    auto verifier_or = ctx->running_job->make_reward();
+    if (!verifier_or) {
+      fail_actor(self, verifier_or.err().to_string());
+      return;
+    }
+    verifier = std::move(*verifier_or);
   }
-  const reward_function& verifier = **verifier_or;
   std::optional<std::pair<std::string, messages::sample>> pending;
   uint64_t scored = 0, malformed = 0;
   int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
@@ -50,6 +70,7 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
                         {"malformed", malformed},
                         {"bad_frames", ctx->pull->num_bad_frames()},
                         {"dropped_for_gone_shards", dropped_for_gone}};
+      if (external) st["external_worker"] = external->stats();
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
     if (!pending) {
@@ -70,7 +91,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       }
       // A multi-turn episode arrives scored by its environment (env/ENV.md).
       const auto t_score = std::chrono::steady_clock::now();
-      auto r = s->rewarded ? result<float>(s->reward) : verifier.score(s->prompt_tokens, s->tokens);
+      auto r = s->rewarded ? result<float>(s->reward)
+               : external  ? external->score(s->prompt_tokens, s->tokens, s->work_unit, s->seq)
+                           : verifier->score(s->prompt_tokens, s->tokens);
       s->reward_us = micros_since(t_score);
       if (!r) {
         // Never forwarded: its attempt stays incomplete and the lease expires.

@@ -280,6 +280,45 @@ const std::vector<key_spec>& config_schema() {
        "fault injection: an environment actor crashes after this many steps (0: never)", "",
        r::at_least(0)},
 
+      // ---- external workers (a user's process does a role's work; python/WORKERS.md) --
+      {"reward.worker", t::string, "",
+       "the reward nodes' scorer: empty: the job's own; python:PKG.MODULE:FUNCTION (a Python "
+       "`score(sample) -> float`) or exec:COMMAND (a program serving moerl.worker), started and "
+       "restarted by each reward node; attach:/SOCKET/PATH: a worker the user started "
+       "(MOERL_WORKER_SOCKET=PATH)",
+       ""},
+      {"reward.worker_timeout_ms", t::integer, "10000",
+       "the longest an external reward worker may take to score one sample: past it the sample "
+       "fails and the worker is killed and restarted",
+       "", r::at_least(1)},
+      {"rollout.worker", t::string, "",
+       "the rollout workers' generator: empty: the job's own policy; python:PKG.MODULE:FUNCTION "
+       "(a Python function given a moerl.worker.RolloutWorker: `for lease in worker.leases()`) "
+       "or exec:COMMAND, one process per rollout worker actor, started and restarted by its "
+       "node (attach:/SOCKET/PATH: workers the user started); every sample it submits is checked "
+       "against the lease (fencing token, unit, "
+       "duplicates, shape) before delivery",
+       ""},
+      {"env.worker", t::string, "",
+       "the env nodes' environments: empty: the job's own; python:PKG.MODULE:FACTORY (a Python "
+       "`FACTORY(task)` returning an object with `reset(seed)` and `step(action)`), exec:COMMAND "
+       "or attach:/SOCKET/PATH; one process per environment actor (env.workers), each episode "
+       "a session in it",
+       ""},
+      {"env.worker_timeout_ms", t::integer, "5000",
+       "the longest an external environment may take for one reset or step: past it the step "
+       "fails and the worker is killed and restarted (its episodes fail)",
+       "", r::at_least(1)},
+      {"worker.python", t::string, "/usr/bin/python3",
+       "interpreter of python: workers (reward.worker, rollout.worker)", ""},
+      {"worker.start_timeout_ms", t::integer, "30000",
+       "an external worker that has not said hello this long after its start is killed and "
+       "restarted",
+       "", r::at_least(1)},
+      {"worker.restart_backoff_ms", t::integer, "1000",
+       "wait before an external worker that died, hung or failed to start is started again", "",
+       r::at_least(0)},
+
       // ---- grpo (the policy-gradient algorithm) ------------------------------------
       {"grpo.group_size", t::integer, "8",
        "samples per prompt (G); advantages are normalised inside a group", "", r::closed(2, 4096)},

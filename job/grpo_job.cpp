@@ -1058,6 +1058,15 @@ class grpo_job final : public actors::job {
  public:
   explicit grpo_job(std::shared_ptr<job_setup> s) : s_(std::move(s)) {}
   std::string name() const override { return "grpo"; }
+  uint32_t vocab_size() const override { return policy::num_vocab; }
+  uint32_t max_completion_tokens() const override {
+    return static_cast<uint32_t>(s_->max_completion_length());
+  }
+  nlohmann::json sampling() const override {
+    return {{"temperature", s_->temperature},
+            {"vocab_size", policy::num_vocab},
+            {"max_completion_tokens", s_->max_completion_length()}};
+  }
 
   result<std::vector<uint32_t>> prompt(uint64_t group_id) const override {
     if (s_->multi_turn()) {  // the env node's reset gives the same; every group has one

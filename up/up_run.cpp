@@ -98,7 +98,8 @@ uint32_t default_trainer_members(const config& pre, const std::string& config_fi
 
 // `moerl up` runs its two rollout nodes as one rollout EP group across node processes
 // (rollout.group_size = 2, one rank each: the model sharded over rollout-0 and rollout-1) unless
-// the config file or an override sets rollout.group_size, or the task is multi-turn (one rank).
+// the config file or an override sets rollout.group_size, the task is multi-turn (one rank), or
+// an external worker generates (rollout.worker: one process per node, python/WORKERS.md).
 // Measured back to back on the shared 2-core machine (load 18-30): the default run reached a
 // 10-iteration mean reward of 0.9 at iteration 338, 267 s in, against 353 / 242 s with every
 // rollout node its own in-process EP instance (actors/RUNTIME.md, "Rollout groups across nodes").
@@ -108,7 +109,7 @@ void default_rollout_group(const config& pre, const std::string& config_file,
                            std::vector<std::string>& overrides) {
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
   if (pre.get_string("job.kind") != "grpo" || pre.get_string("task.name") == "guess" ||
-      named("rollout.group_size"))
+      !pre.get_string("rollout.worker").empty() || named("rollout.group_size"))
     return;
   overrides.insert(overrides.begin(), "rollout.group_size=" + std::to_string(kUpRolloutMembers));
   if (!named("job.rollout_ep_ranks")) overrides.insert(overrides.begin(), "job.rollout_ep_ranks=1");
@@ -160,6 +161,11 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
       o.iterations = pre->get_int("grpo.iterations");
     trainer_members = default_trainer_members(*pre, a.config_file, o.overrides);
     default_rollout_group(*pre, a.config_file, o.overrides);
+    if (!pre->get_string("rollout.worker").empty() && pre->get_int("rollout.group_size") > 1)
+      return error(errc::invalid_config,
+                   "rollout.worker runs one worker process per rollout node: rollout.group_size "
+                   "must be 1, not " +
+                       std::to_string(pre->get_int("rollout.group_size")));
     default_batching(*pre, a.config_file, o.overrides);
     if (a.resume) {
       auto from = latest_resumable_run(*pre);

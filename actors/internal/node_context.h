@@ -72,6 +72,10 @@ struct node_context {
   std::atomic<uint32_t> units_finished{0};  // during drain
   std::atomic<uint32_t> units_returned{0};  // during drain
   std::atomic<uint32_t> active_units{0};
+  // An external rollout worker's counters (rollout.worker, python/WORKERS.md) per rollout
+  // worker index, as JSON text: the node's stats carry them all.
+  std::mutex external_mu;
+  std::map<uint32_t, std::string> external_stats;
   std::atomic<uint32_t> workers_running{0};  // role loops alive (drain completion)
   std::atomic<uint32_t> restarts{0};
   std::atomic<uint64_t> policy_version{0};

@@ -1,0 +1,83 @@
+"""Reward workers that misbehave on purpose, for external_scorer_test.cpp. Run as
+`python3 fake_workers.py BEHAVIOUR` by a node-side scorer (exec: spec); each speaks the wire
+protocol by hand where moerl.worker would refuse to send what is being tested."""
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+sock = socket.socket(fileno=int(os.environ["MOERL_WORKER_FD"]))
+buf = b""
+
+
+def send_raw(body: bytes):
+    sock.sendall(struct.pack("<I", len(body)) + body)
+
+
+def send(**msg):
+    send_raw(json.dumps(msg).encode())
+
+
+def recv():
+    global buf
+    while True:
+        if len(buf) >= 4:
+            (n,) = struct.unpack("<I", buf[:4])
+            if len(buf) >= 4 + n:
+                body, buf = buf[4:4 + n], buf[4 + n:]
+                return json.loads(body)
+        chunk = sock.recv(65536)
+        if not chunk:
+            sys.exit(0)
+        buf += chunk
+
+
+def hello(role="reward", v=1):
+    send(v=v, type="hello", role=role, pid=os.getpid())
+    return recv()
+
+
+behaviour = sys.argv[1]
+if behaviour == "garbage":
+    # Every reply is wrong in one way before the right one; the node must refuse each by
+    # name (an "error" frame back) and still take the right one.
+    assert hello()["type"] == "welcome"
+    while True:
+        req = recv()
+        if req["type"] != "score":
+            continue
+        refusals = []
+        for bad in [b"not json", b"[1, 2]", json.dumps({"v": 2, "type": "score_result"}).encode(),
+                    json.dumps({"v": 1, "type": "lease"}).encode(),
+                    json.dumps({"v": 1, "type": "score_result", "id": req["id"] + 7,
+                                "reward": 1.0}).encode(),
+                    json.dumps({"v": 1, "type": "score_result", "id": req["id"],
+                                "reward": "high"}).encode(),
+                    b'{"v": 1, "type": "score_result", "id": %d, "reward": NaN}' % req["id"]]:
+            send_raw(bad)
+            refusals.append(recv()["reason"])
+        # The reward says which refusals came back, in order, so the test can check them.
+        codes = {"malformed": 1, "bad_version": 2, "unknown_type": 3, "wrong_id": 4}
+        reward = float("".join(str(codes[r]) for r in refusals))
+        send(v=1, type="score_result", id=req["id"], reward=reward)
+elif behaviour == "wrong_role":
+    hello(role="rollout")
+    recv()
+elif behaviour == "old_version":
+    hello(v=0)
+    recv()
+elif behaviour == "exit_at_start":
+    sys.exit(3)
+elif behaviour == "silent":
+    time.sleep(3600)
+elif behaviour == "die_on_second":
+    assert hello()["type"] == "welcome"
+    n = 0
+    while True:
+        req = recv()
+        n += 1
+        if n == 2:
+            os._exit(5)
+        send(v=1, type="score_result", id=req["id"], reward=0.5)

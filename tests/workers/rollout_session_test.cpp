@@ -1,0 +1,110 @@
+// The node side of an external rollout worker (workers/rollout_session.h) against the real
+// moerl.worker SDK (worker_functions.py): every sample checked against the lease and refused
+// by name (stale fencing token, unknown unit, malformed, duplicate) before anything is
+// delivered; the notice; a worker that dies mid-lease.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "workers/rollout_session.h"
+
+namespace moerl::workers {
+namespace {
+
+std::unique_ptr<rollout_session> make(const std::string& fn) {
+  rollout_session_options o;
+  o.worker = "python:worker_functions:" + fn;
+  const char* py = std::getenv("MOERL_PYTHON");
+  o.python = py ? py : "/usr/bin/python3";
+  o.restart_backoff_ms = 0;
+  o.vocab_size = 16;
+  o.max_completion_tokens = 8;
+  auto s = rollout_session::create(o);
+  EXPECT_TRUE(s.ok()) << s.err().to_string();
+  return std::move(*s);
+}
+
+lease_offer offer(uint64_t unit, uint32_t attempt) {
+  lease_offer l;
+  l.unit = unit;
+  l.attempt = attempt;
+  l.policy_version = 3;
+  l.group_size = 4;
+  l.deadline_unix_ms = 1;
+  l.groups = {{100, {1, 15, 4, 14}}, {101, {1, 15, 7, 14}}};
+  return l;
+}
+
+// Runs the lease until the worker gives it back; returns the accepted samples and its reason.
+std::pair<std::vector<accepted_sample>, std::string> run(rollout_session& s) {
+  std::vector<accepted_sample> got;
+  for (int i = 0; i < 200; ++i) {
+    auto ev = s.next(100);
+    EXPECT_TRUE(ev.ok()) << ev.err().to_string();
+    if (!ev) break;
+    if (ev->kind == rollout_event_kind::sample) {
+      got.push_back(ev->sample);
+      EXPECT_TRUE(s.ack(ev->sample).ok());
+    } else if (ev->kind == rollout_event_kind::give_back) {
+      return {got, ev->reason};
+    }
+  }
+  return {got, "(no give_back)"};
+}
+
+TEST(rollout_session, every_bad_sample_is_refused_by_name_and_only_the_good_one_is_delivered) {
+  auto s = make("rollout_probe");
+  ASSERT_TRUE(s->offer(offer(7, 2)).ok());
+  auto [samples, reason] = run(*s);
+  EXPECT_EQ(reason,
+            "stale_fencing_token,unknown_unit,malformed,malformed,malformed,malformed,duplicate");
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].group_index, 0u);
+  EXPECT_EQ(samples[0].index_in_group, 0u);
+  EXPECT_EQ(samples[0].tokens, (std::vector<uint32_t>{3, 2}));
+  EXPECT_EQ(samples[0].logprobs, (std::vector<float>{-1.0f, -0.5f}));
+  auto st = s->stats();
+  EXPECT_EQ(st["samples_accepted"], 1);
+  EXPECT_EQ(st["refused"]["stale_fencing_token"], 1);
+  EXPECT_EQ(st["refused"]["unknown_unit"], 1);
+  EXPECT_EQ(st["refused"]["malformed"], 4);
+  EXPECT_EQ(st["refused"]["duplicate"], 1);
+  ASSERT_TRUE(s->close("returned", "test").ok());
+
+  // The next lease of the same unit (a new attempt): the old one's token is stale now, and
+  // the notice sent before it reaches the worker.
+  ASSERT_TRUE(s->notice(1796400000000, "drain").ok());
+  ASSERT_TRUE(s->offer(offer(7, 3)).ok());
+  auto [again, why] = run(*s);
+  EXPECT_EQ(again.size(), 1u);
+  EXPECT_EQ(why,
+            "stale_fencing_token,unknown_unit,malformed,malformed,malformed,malformed,duplicate,"
+            "notice 1796400000000 drain");
+  EXPECT_EQ(s->stats()["worker_starts"], 1);
+}
+
+TEST(rollout_session, a_worker_that_dies_mid_lease_fails_it_and_the_next_offer_starts_a_new_one) {
+  auto s = make("rollout_dies");
+  ASSERT_TRUE(s->offer(offer(1, 1)).ok());
+  result<rollout_event> ev = rollout_event{};
+  for (int i = 0; i < 100 && ev.ok(); ++i) ev = s->next(100);
+  ASSERT_FALSE(ev.ok());
+  EXPECT_EQ(ev.err().code, errc::peer_dead);
+  EXPECT_NE(ev.err().message.find("exit status 7"), std::string::npos) << ev.err().message;
+  ASSERT_TRUE(s->close("failed", "worker died").ok());
+  ASSERT_TRUE(s->offer(offer(2, 1)).ok());
+  EXPECT_EQ(s->stats()["worker_starts"], 2);
+  EXPECT_EQ(s->stats()["worker_deaths"], 1);
+}
+
+TEST(rollout_session, a_rollout_spec_that_is_neither_python_nor_exec_is_a_config_error) {
+  rollout_session_options o;
+  o.worker = "vllm:serve";
+  auto s = rollout_session::create(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err().code, errc::invalid_config);
+}
+
+}  // namespace
+}  // namespace moerl::workers

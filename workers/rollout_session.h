@@ -1,0 +1,117 @@
+// The node side of an external rollout worker (`rollout.worker`, python/WORKERS.md): the
+// rollout worker actor keeps leasing, fencing, delivery and reports exactly as for native
+// work; this session offers each lease to the user's process and checks every sample it
+// submits before the actor delivers it. A sample is refused, by name and counted, when it
+// carries a fencing token other than the lease's (stale_fencing_token), names a unit this
+// worker holds no lease on (unknown_unit), repeats a (group, index) (duplicate), or is
+// malformed (a group not in the lease, an index >= group size, token ids outside the job's
+// vocabulary, more tokens than the job trains on, logprobs not one finite float per token).
+// Nothing refused reaches the sample plane. Used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "workers/worker_process.h"
+#include "workers/worker_protocol.h"
+
+namespace moerl::workers {
+
+struct rollout_session_options {
+  std::string worker;  // rollout.worker
+  std::string python;  // worker.python
+  int64_t start_timeout_ms = 30000;
+  int64_t restart_backoff_ms = 1000;
+  uint32_t vocab_size = 0;             // token ids must be below it (0: not checked)
+  uint32_t max_completion_tokens = 0;  // at most this many generated tokens (0: not checked)
+};
+
+// One leased unit as offered to the worker.
+struct lease_offer {
+  uint64_t unit = 0;
+  uint32_t attempt = 0;  // the fencing token
+  uint64_t policy_version = 0;
+  uint32_t group_size = 0;
+  uint64_t deadline_unix_ms = 0;
+  std::vector<std::pair<uint64_t, std::vector<uint32_t>>> groups;  // (group id, prompt)
+  nlohmann::json sampling;  // the job's sampling settings, passed through
+};
+
+// A sample the session accepted: group_index is its group's position in the offer.
+struct accepted_sample {
+  uint32_t group_index = 0;
+  uint32_t index_in_group = 0;
+  std::vector<uint32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+enum class rollout_event_kind {
+  none,       // nothing arrived in time
+  sample,     // an accepted sample: deliver it, then ack()
+  done,       // the worker says it submitted the whole lease
+  give_back,  // the worker cannot finish the lease (its own decision)
+};
+struct rollout_event {
+  rollout_event_kind kind = rollout_event_kind::none;
+  accepted_sample sample;
+  std::string reason;  // give_back's
+};
+
+class rollout_session {
+ public:
+  static result<std::unique_ptr<rollout_session>> create(rollout_session_options opts);
+  // Starts the worker if it is not running (waiting for its hello) and sends it the lease.
+  // The lease is current until close(); samples for any other are refused.
+  status offer(const lease_offer& l);
+  // The next event of the current lease, waiting at most wait_ms. Refused messages are
+  // answered with an "error" frame and counted, never returned. peer_dead when the worker
+  // died or broke the framing (it is killed; the next offer starts a new one).
+  result<rollout_event> next(int64_t wait_ms);
+  // The sample was delivered (to a reward node or its shard): tell the worker.
+  status ack(const accepted_sample& s);
+  // A Spot notice or drain: the node stops by deadline_unix_ms (the worker's SDK raises its
+  // flag and calls its callback). Sent once per worker process; later calls do nothing.
+  status notice(int64_t deadline_unix_ms, const std::string& reason);
+  // The lease ended (status "finished", "returned" or "failed", as reported to the
+  // coordinator); its unit stays known so late samples are refused as stale.
+  status close(const std::string& status, const std::string& reason);
+  // Stops the worker (the actor leaves): its channel closed, so its leases() loop ends and
+  // the process exits by itself (it has seen every notice sent before); killed after
+  // grace_ms if it does not.
+  void stop(int64_t grace_ms);
+  // {samples_accepted, refused: {reason: n}, worker_starts, worker_deaths, leases_offered}
+  nlohmann::json stats() const;
+  bool running() const { return proc_ != nullptr; }
+
+ private:
+  explicit rollout_session(rollout_session_options o, worker_spec s)
+      : opts_(std::move(o)), spec_(std::move(s)) {}
+  status ensure_started();
+  void drop_worker(const std::string& why);
+  void refuse(refusal why, const std::string& detail);
+  // Checks a "sample" message against the current lease; refuses and returns false if bad.
+  bool check_sample(const nlohmann::json& msg, accepted_sample& out);
+
+  rollout_session_options opts_;
+  worker_spec spec_;
+  std::unique_ptr<worker_process> proc_;
+  int64_t next_start_ms_ = 0;
+  std::string last_death_;
+  bool has_lease_ = false;
+  bool noticed_ = false;  // this process was sent the notice
+  lease_offer lease_;
+  std::set<std::pair<uint32_t, uint32_t>> submitted_;  // (group index, index) of this lease
+  std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
+  uint64_t accepted_ = 0, offered_ = 0, starts_ = 0, deaths_ = 0;
+  std::map<std::string, uint64_t> refused_;
+};
+
+}  // namespace moerl::workers
