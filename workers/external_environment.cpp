@@ -94,8 +94,8 @@ status env_host::ensure_started() {
     (void)proc_->channel().send(error_frame(refusal::malformed, why), 1000);
   }
   if (why.empty()) {
-    auto s = proc_->channel().send(
-        {{"v", kProtocolVersion}, {"type", "welcome"}, {"role", "env"}}, 1000);
+    auto s = proc_->channel().send({{"v", kProtocolVersion}, {"type", "welcome"}, {"role", "env"}},
+                                   1000);
     if (s) return {};
     why = "welcome: " + s.err().to_string();
   }
@@ -168,8 +168,8 @@ result<env::env_observation> env_host::call(const char* type, uint64_t session,
       ++raised_;
       logger("env")->warn("the env worker's environment raised in {}: {}\n{}", what,
                           msg.value("error", "?"), msg.value("traceback", ""));
-      return error(errc::invalid_argument, "the env worker's environment raised in " + what +
-                                               ": " + msg.value("error", "?") + "\n" +
+      return error(errc::invalid_argument, "the env worker's environment raised in " + what + ": " +
+                                               msg.value("error", "?") + "\n" +
                                                msg.value("traceback", ""));
     }
     o.reward = static_cast<float>(reward);
@@ -185,9 +185,8 @@ void env_host::close(uint64_t session) {
 }
 
 nlohmann::json env_host::stats() const {
-  return {{"requests", requests_},          {"raised", raised_},
-          {"timed_out", timed_out_},        {"refused_replies", refused_},
-          {"worker_starts", starts_},       {"worker_deaths", deaths_}};
+  return {{"requests", requests_},       {"raised", raised_},        {"timed_out", timed_out_},
+          {"refused_replies", refused_}, {"worker_starts", starts_}, {"worker_deaths", deaths_}};
 }
 
 std::unique_ptr<env::environment> make_external_environment(std::shared_ptr<env_host> host,

@@ -21,8 +21,8 @@
 namespace moerl::workers {
 
 struct env_host_options {
-  std::string worker;  // env.worker
-  std::string python;  // worker.python
+  std::string worker;         // env.worker
+  std::string python;         // worker.python
   int64_t timeout_ms = 5000;  // env.worker_timeout_ms: one reset or step, answer included
   int64_t start_timeout_ms = 30000;
   int64_t restart_backoff_ms = 1000;
