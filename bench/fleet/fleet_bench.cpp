@@ -250,6 +250,10 @@ json fault_phase(up::local_cluster& c, std::vector<host_proc>& hosts, const std:
           {"observed_every_s", 0.1}};
 }
 
+// Throughput windows after a fault: two unit times (at least 1 s), so the fleet's waves
+// (fleet_analysis.h) average out.
+double recovery_window_ms(const fleet_args& a) { return std::max(1000.0, 2.0 * double(a.unit_ms)); }
+
 json run_fleet(const fleet_args& a, const std::string& dir) {
   json out{{"benchmark", "fleet"}};
   const auto overrides = fleet_overrides(a, dir);
@@ -363,7 +367,8 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
       if (o[0] >= t_kill && o[0] < t_kill_end) killed_leases.push_back(o);
     kill["leases_held_by_victims"] = killed_leases.size();
     kill["leased_again"] = time_to_lease_again(m, killed_leases, t_kill, t_kill_end);
-    kill["throughput"] = throughput_recovery(m, t_kill, t_kill_end, baseline, a.recovery_ratio);
+    kill["throughput"] = throughput_recovery(m, t_kill, t_kill_end, baseline, a.recovery_ratio,
+                                             recovery_window_ms(a));
     std::vector<std::vector<double>> given_back;
     std::vector<double> pending_s;
     for (const auto& r : m.returned)
@@ -392,8 +397,8 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
                                                 {"p50", nearest_rank_percentile(pending_s, 50)},
                                                 {"max", pending_s.back()}};
     notice["leased_again"] = time_to_lease_again(m, given_back, t_notice, t_notice_end);
-    notice["throughput"] =
-        throughput_recovery(m, t_notice, t_notice_end, baseline, a.recovery_ratio);
+    notice["throughput"] = throughput_recovery(m, t_notice, t_notice_end, baseline,
+                                               a.recovery_ratio, recovery_window_ms(a));
     out["kill"] = kill;
     out["notice"] = notice;
   }
@@ -463,7 +468,7 @@ void add_fleet_bench_command(CLI::App& bench) {
       ->check(CLI::Range(0.0, 600.0));
   cmd->add_option("--measure", a.measure_s, "seconds of the steady measurement")
       ->check(CLI::Range(0.5, 3600.0));
-  cmd->add_option("--fault", a.fault_s, "seconds each fault phase is watched")
+  cmd->add_option("--fault", a.fault_s, "seconds each fault phase is watched (> 2 unit times)")
       ->check(CLI::Range(1.0, 600.0));
   cmd->add_option("--fraction", a.fraction, "fraction of the nodes killed / noticed at once")
       ->check(CLI::Range(0.0, 1.0));
