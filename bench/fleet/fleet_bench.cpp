@@ -440,9 +440,28 @@ void print_text(const json& r) {
       s["units_per_s"].get<double>(), s["coordinator_cpu_cores"].get<double>(),
       s["coordinator_rss_bytes"].get<double>() / 1048576.0,
       s["coordinator_rss_bytes_per_node"].get<double>() / 1024.0);
-  for (const char* phase : {"kill", "notice"})
-    if (r.contains(phase)) std::printf("%s: %s\n", phase, r[phase].dump().substr(0, 600).c_str());
-  std::printf("books: %s\n", r["books"].dump().c_str());
+  auto secs = [](const json& v) { return v.is_number() ? v.get<double>() : -1.0; };
+  if (r.contains("kill")) {
+    const auto& k = r["kill"];
+    std::printf(
+        "kill %lu: all dead (their leases pending again) after %.2f s; units/s back at "
+        "%.0f%% after %.1f s (-1: not within the phase)\n",
+        k.value("victims", 0ul), secs(k["all_dead_s"]),
+        100 * k["throughput"].value("ratio_required", 0.0),
+        secs(k["throughput"].contains("recovered_s") ? k["throughput"]["recovered_s"] : json()));
+  }
+  if (r.contains("notice")) {
+    const auto& n = r["notice"];
+    std::printf("notice %lu: all drained after %.2f s; %lu units finished, %lu given back\n",
+                n.value("victims", 0ul), secs(n["all_drained_s"]),
+                n.value("units_finished_by_victims", 0ul), n.value("units_given_back", 0ul));
+  }
+  json acct = json::object();
+  if (r["books"].contains("accounting")) acct = r["books"]["accounting"];
+  std::printf("books: lost %lu, duplicated %lu, invariant %s, committed %lu, trained %lu\n",
+              acct.value("lost", 0ul), acct.value("duplicated", 0ul),
+              r["books"].value("invariant_ok", false) ? "ok" : "BROKEN",
+              acct.value("committed", 0ul), acct.value("trained", 0ul));
 }
 
 }  // namespace
