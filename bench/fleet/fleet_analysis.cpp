@@ -92,17 +92,18 @@ double units_per_s_in(const fleet_merged& m, double from_ms, double to_ms) {
 }
 
 json throughput_recovery(const fleet_merged& m, double t_fault_ms, double t_end_ms,
-                         double baseline_per_s, double ratio) {
+                         double baseline_per_s, double ratio, double window_ms) {
   std::vector<std::pair<double, double>> w;  // (start ms, ratio to the baseline)
-  for (double start = t_fault_ms; start + 1000.0 <= t_end_ms; start += 100.0)
+  for (double start = t_fault_ms; start + window_ms <= t_end_ms; start += 100.0)
     w.emplace_back(start, baseline_per_s > 0
-                              ? units_per_s_in(m, start, start + 1000.0) / baseline_per_s
+                              ? units_per_s_in(m, start, start + window_ms) / baseline_per_s
                               : 0.0);
   json windows = json::array();
   for (const auto& [start, r] : w)
     windows.push_back({std::round((start - t_fault_ms) / 100.0) / 10.0, r});
   json out{{"baseline_units_per_s", baseline_per_s},
            {"ratio_required", ratio},
+           {"window_s", window_ms / 1000.0},
            {"windows_start_s_ratio", windows}};
   if (w.empty()) return out;
   // The trough is the fault's effect (it can come a unit time after the fault: the units the
@@ -119,7 +120,7 @@ json throughput_recovery(const fleet_merged& m, double t_fault_ms, double t_end_
   out["recovered_s"] = nullptr;
   for (auto it = trough; it != w.end(); ++it)
     if (it->second >= ratio) {
-      out["recovered_s"] = (it->first + 1000.0 - t_fault_ms) / 1000.0;
+      out["recovered_s"] = (it->first + window_ms - t_fault_ms) / 1000.0;
       break;
     }
   return out;

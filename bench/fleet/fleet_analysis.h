@@ -34,13 +34,15 @@ nlohmann::json report_latency_in(const fleet_merged& m, double from_ms, double t
 // Units finished per second over [from_ms, to_ms), from the 100 ms bins.
 double units_per_s_in(const fleet_merged& m, double from_ms, double to_ms);
 
-// After a fault at `t_fault_ms` (until `t_end_ms`): the units/s of every 1 s window sliding
-// by 100 ms, relative to `baseline_per_s`; the lowest one (the trough) and where it starts;
-// and `recovered_s`, counted from the fault: the end of the first window from the trough on
-// that is back at `ratio` x baseline (0 when no window fell below it; null when none came
-// back before t_end_ms).
+// After a fault at `t_fault_ms` (until `t_end_ms`): the units/s of every `window_ms` window
+// sliding by 100 ms, relative to `baseline_per_s`; the lowest one (the trough) and where it
+// starts; and `recovered_s`, counted from the fault: the end of the first window from the
+// trough on that is back at `ratio` x baseline (0 when no window fell below it; null when
+// none came back before t_end_ms). Windows should span a few unit times: a fleet's units
+// fall into step (a group commit answers every waiting report at once, and their next units
+// then end together), so shorter windows see the waves, not the fault.
 nlohmann::json throughput_recovery(const fleet_merged& m, double t_fault_ms, double t_end_ms,
-                                   double baseline_per_s, double ratio);
+                                   double baseline_per_s, double ratio, double window_ms);
 
 // For every lease in `lost` (a killed node's, or one given back under a notice): how long
 // after `t_fault_ms` the unit was leased again under a higher attempt (the first grant after

@@ -1,9 +1,6 @@
 #include "bench/fleet/fleet_bench.h"
 
-#include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/fleet/fleet_analysis.h"
+#include "bench/fleet/host_process.h"
 #include "bench/fleet/sim_host.h"
 #include "bench/fleet/tick_cost.h"
 #include "bench/support.h"
@@ -56,13 +54,6 @@ struct fleet_args {
   std::vector<std::string> sim_overrides;
 };
 
-std::string self_exe() {
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = 0;
-  return exe;
-}
-
 // Every node's configuration (the coordinator's, the shards', the trainer's and the
 // simulated nodes'): the modpow job (the trainer verifies each sample); no fsync (the journal
 // still writes every lease before it is answered). The control plane is what is measured, so
@@ -98,105 +89,24 @@ std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string&
   return o;
 }
 
-// CPU seconds (user + system) and resident bytes of a process, from /proc.
-struct proc_usage {
-  double cpu_s = 0;
-  uint64_t rss_bytes = 0;
-};
-proc_usage usage_of(pid_t pid) {
-  proc_usage u;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(stat)), {});
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  auto close = s.rfind(')');
-  if (close != std::string::npos) {
-    std::istringstream in(s.substr(close + 2));
-    std::string f;
-    std::vector<std::string> fields;
-    while (in >> f) fields.push_back(f);
-    // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    if (fields.size() > 12)
-      u.cpu_s = double(std::stoull(fields[11]) + std::stoull(fields[12])) /
-                double(::sysconf(_SC_CLK_TCK));
-  }
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) u.rss_bytes = std::stoull(line.substr(6)) * 1024;
-  return u;
-}
-
-// A simulated-host child: its stdin takes commands, its stdout answers one line each.
-struct host_proc {
-  pid_t pid = -1;
-  int in_fd = -1, out_fd = -1;
-  std::string buffered;
-  std::string out_file;
-
-  void send(const std::string& line) {
-    std::string l = line + "\n";
-    if (::write(in_fd, l.data(), l.size()) < 0) { /* a dead host shows up as no answer */
-    }
-  }
-  // The next answer it printed ("ok ..." or "error ..."; log lines are skipped), or "" when
-  // none came within timeout_ms.
-  std::string read_line(int64_t timeout_ms) {
-    auto until = bench_clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      if (auto nl = buffered.find('\n'); nl != std::string::npos) {
-        std::string line = buffered.substr(0, nl);
-        buffered.erase(0, nl + 1);
-        if (line.rfind("ok ", 0) == 0 || line.rfind("error ", 0) == 0) return line;
-        continue;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - bench_clock::now());
-      if (left.count() <= 0) return "";
-      pollfd p{out_fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[4096];
-      ssize_t n = ::read(out_fd, buf, sizeof buf);
-      if (n <= 0) return "";
-      buffered.append(buf, static_cast<size_t>(n));
-    }
-  }
-};
-
-host_proc spawn_host(const fleet_args& a, const std::string& join, uint32_t index, uint32_t nodes,
-                     const std::vector<std::string>& overrides, const std::string& dir) {
-  host_proc h;
-  h.out_file = dir + "/host-" + std::to_string(index) + ".json";
-  int in[2], out[2];
-  if (::pipe(in) != 0 || ::pipe(out) != 0) throw std::runtime_error("pipe failed");
+host_process spawn_host(const fleet_args& a, const std::string& join, uint32_t index,
+                        uint32_t nodes, const std::vector<std::string>& overrides,
+                        const std::string& dir) {
+  const std::string out_file = dir + "/host-" + std::to_string(index) + ".json";
   std::vector<std::string> args{"bench",         "fleet",
                                 "--sim-join",    join,
                                 "--sim-nodes",   std::to_string(nodes),
                                 "--sim-index",   std::to_string(index),
-                                "--sim-out",     h.out_file,
+                                "--sim-out",     out_file,
                                 "--unit-ms",     std::to_string(a.unit_ms),
                                 "--lease-batch", std::to_string(a.lease_batch)};
   for (const auto& kv : overrides) {
     args.push_back("--sim-set");
     args.push_back(kv);
   }
-  const std::string exe = self_exe(), log = dir + "/host-" + std::to_string(index) + ".log";
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    FILE* f = std::freopen(log.c_str(), "a", stderr);
-    (void)f;
-    ::close(in[1]);
-    ::close(out[0]);
-    std::vector<char*> argv{const_cast<char*>(exe.c_str())};
-    for (auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    ::execv(exe.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(in[0]);
-  ::close(out[1]);
-  h.pid = pid;
-  h.in_fd = in[1];
-  h.out_fd = out[0];
+  host_process h = need(host_process::spawn(args, dir + "/host-" + std::to_string(index) + ".log"),
+                        "simulated host " + std::to_string(index));
+  h.record_file = out_file;
   return h;
 }
 
@@ -224,14 +134,14 @@ void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<doubl
 // One fault phase: sends `command` to every host, then watches the coordinator's view until
 // the phase's time is over. `settled_state`: the state every victim reaches in it ("dead",
 // "drained"); the phase records when the coordinator held `before + victims` nodes in it.
-json fault_phase(up::local_cluster& c, std::vector<host_proc>& hosts, const std::string& command,
+json fault_phase(up::local_cluster& c, std::vector<host_process>& hosts, const std::string& command,
                  const std::string& settled_state, double fault_s, double* t_fault_ms,
                  double* t_end_ms) {
   const uint64_t before = node_states(c)[settled_state];
   *t_fault_ms = fleet_now_ms();
   for (auto& h : hosts) h.send(command);
   uint64_t victims = 0;
-  for (auto& h : hosts) victims += answered_count(h.read_line(10000));
+  for (auto& h : hosts) victims += answered_count(h.read_answer(10000));
   const double sent_ms = fleet_now_ms();
   json settled = nullptr;
   std::map<std::string, uint64_t> states;
@@ -249,6 +159,10 @@ json fault_phase(up::local_cluster& c, std::vector<host_proc>& hosts, const std:
           {"coordinator_node_states_at_end", states},
           {"observed_every_s", 0.1}};
 }
+
+// Throughput windows after a fault: two unit times (at least 1 s), so the fleet's waves
+// (fleet_analysis.h) average out.
+double recovery_window_ms(const fleet_args& a) { return std::max(1000.0, 2.0 * double(a.unit_ms)); }
 
 json run_fleet(const fleet_args& a, const std::string& dir) {
   json out{{"benchmark", "fleet"}};
@@ -271,7 +185,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   out["load_average_start"] = host_load_average();
 
   up::cluster_options co;
-  co.binary = self_exe();
+  co.binary = self_executable();
   co.overrides = overrides;
   co.log_dir = dir + "/logs";
   co.nodes = {{"buffer", "buffer-0", {}}, {"buffer", "buffer-1", {}}, {"trainer", "trainer", {}}};
@@ -282,7 +196,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   const proc_usage before_fleet = usage_of(coord_pid);
 
   // The fleet: hosts share the nodes evenly.
-  std::vector<host_proc> hosts;
+  std::vector<host_process> hosts;
   const double t_start_ms = fleet_now_ms();
   for (uint32_t h = 0; h < a.hosts; ++h) {
     uint32_t n = a.nodes / a.hosts + (h < a.nodes % a.hosts ? 1 : 0);
@@ -291,13 +205,12 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
   auto stop_hosts = [&] {
     for (auto& h : hosts) h.send("stop");
     for (auto& h : hosts) {
-      (void)h.read_line(30000);
-      ::kill(h.pid, SIGKILL);  // gone already after "stopped"; a stuck one goes now
-      ::waitpid(h.pid, nullptr, 0);
+      (void)h.read_answer(30000);
+      h.end();  // gone already after "stopped"; a stuck one goes now
     }
   };
   for (auto& h : hosts)
-    if (h.read_line(60000).rfind("ok started", 0) != 0) {
+    if (h.read_answer(60000).rfind("ok started", 0) != 0) {
       stop_hosts();
       throw std::runtime_error("a simulated host did not start (see its log in the run dir)");
     }
@@ -333,7 +246,7 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
 
   std::vector<json> records;
   for (auto& h : hosts) {
-    std::ifstream f(h.out_file);
+    std::ifstream f(h.record_file);
     auto j = json::parse(f, nullptr, false);
     if (j.is_object()) records.push_back(std::move(j));
   }
@@ -363,7 +276,8 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
       if (o[0] >= t_kill && o[0] < t_kill_end) killed_leases.push_back(o);
     kill["leases_held_by_victims"] = killed_leases.size();
     kill["leased_again"] = time_to_lease_again(m, killed_leases, t_kill, t_kill_end);
-    kill["throughput"] = throughput_recovery(m, t_kill, t_kill_end, baseline, a.recovery_ratio);
+    kill["throughput"] = throughput_recovery(m, t_kill, t_kill_end, baseline, a.recovery_ratio,
+                                             recovery_window_ms(a));
     std::vector<std::vector<double>> given_back;
     std::vector<double> pending_s;
     for (const auto& r : m.returned)
@@ -392,8 +306,8 @@ json run_fleet(const fleet_args& a, const std::string& dir) {
                                                 {"p50", nearest_rank_percentile(pending_s, 50)},
                                                 {"max", pending_s.back()}};
     notice["leased_again"] = time_to_lease_again(m, given_back, t_notice, t_notice_end);
-    notice["throughput"] =
-        throughput_recovery(m, t_notice, t_notice_end, baseline, a.recovery_ratio);
+    notice["throughput"] = throughput_recovery(m, t_notice, t_notice_end, baseline,
+                                               a.recovery_ratio, recovery_window_ms(a));
     out["kill"] = kill;
     out["notice"] = notice;
   }
@@ -435,9 +349,28 @@ void print_text(const json& r) {
       s["units_per_s"].get<double>(), s["coordinator_cpu_cores"].get<double>(),
       s["coordinator_rss_bytes"].get<double>() / 1048576.0,
       s["coordinator_rss_bytes_per_node"].get<double>() / 1024.0);
-  for (const char* phase : {"kill", "notice"})
-    if (r.contains(phase)) std::printf("%s: %s\n", phase, r[phase].dump().substr(0, 600).c_str());
-  std::printf("books: %s\n", r["books"].dump().c_str());
+  auto secs = [](const json& v) { return v.is_number() ? v.get<double>() : -1.0; };
+  if (r.contains("kill")) {
+    const auto& k = r["kill"];
+    std::printf(
+        "kill %lu: all dead (their leases pending again) after %.2f s; units/s back at "
+        "%.0f%% after %.1f s (-1: not within the phase)\n",
+        k.value("victims", 0ul), secs(k["all_dead_s"]),
+        100 * k["throughput"].value("ratio_required", 0.0),
+        secs(k["throughput"].contains("recovered_s") ? k["throughput"]["recovered_s"] : json()));
+  }
+  if (r.contains("notice")) {
+    const auto& n = r["notice"];
+    std::printf("notice %lu: all drained after %.2f s; %lu units finished, %lu given back\n",
+                n.value("victims", 0ul), secs(n["all_drained_s"]),
+                n.value("units_finished_by_victims", 0ul), n.value("units_given_back", 0ul));
+  }
+  json acct = json::object();
+  if (r["books"].contains("accounting")) acct = r["books"]["accounting"];
+  std::printf("books: lost %lu, duplicated %lu, invariant %s, committed %lu, trained %lu\n",
+              acct.value("lost", 0ul), acct.value("duplicated", 0ul),
+              r["books"].value("invariant_ok", false) ? "ok" : "BROKEN",
+              acct.value("committed", 0ul), acct.value("trained", 0ul));
 }
 
 }  // namespace
@@ -463,7 +396,7 @@ void add_fleet_bench_command(CLI::App& bench) {
       ->check(CLI::Range(0.0, 600.0));
   cmd->add_option("--measure", a.measure_s, "seconds of the steady measurement")
       ->check(CLI::Range(0.5, 3600.0));
-  cmd->add_option("--fault", a.fault_s, "seconds each fault phase is watched")
+  cmd->add_option("--fault", a.fault_s, "seconds each fault phase is watched (> 2 unit times)")
       ->check(CLI::Range(1.0, 600.0));
   cmd->add_option("--fraction", a.fraction, "fraction of the nodes killed / noticed at once")
       ->check(CLI::Range(0.0, 1.0));

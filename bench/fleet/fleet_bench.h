@@ -17,7 +17,7 @@
 //              units finished and given back, time until the given-back units were pending
 //              (the coordinator's answer) and leased again, throughput recovery
 // then the books: the coordinator's accounting (lost, duplicated, invariant) and the trainer's.
-// JSON with the configuration, load average and provenance (bench/fleet/README.md).
+// JSON with the configuration, load average and provenance (bench/control/README.md).
 #pragma once
 
 namespace CLI {

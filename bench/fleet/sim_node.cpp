@@ -133,18 +133,31 @@ void report(sim_actor* self, messages::unit_status status, uint32_t produced,
           });
 }
 
+// The node's producer towards a shard (one per shard it was leased units of), connected on
+// first use; null with `why` set when it cannot connect.
+ledger::sample_producer* producer_for(sim_state& st, const std::string& endpoint,
+                                      std::string& why) {
+  auto& p = st.producers[endpoint];
+  if (!p) {
+    auto c = ledger::sample_producer::connect(st.zmq, endpoint, st.worker);
+    if (!c) {
+      why = c.err().to_string();
+      return nullptr;
+    }
+    p = std::move(*c);
+  }
+  return p.get();
+}
+
 // Sends the unit's samples as the shard grants credit, then reports the unit.
 void pump(sim_actor* self) {
   auto& st = self->state;
   if (!st.unit) return;
-  auto& p = st.producers[st.unit->shard_endpoint];
   const uint32_t n =
       static_cast<uint32_t>(st.unit->unit.group_ids.size()) * st.unit->unit.samples_per_group;
-  if (!p) {
-    auto c = ledger::sample_producer::connect(st.zmq, st.unit->shard_endpoint, st.worker);
-    if (!c) return report(self, messages::unit_status::failed, 0, c.err().to_string());
-    p = std::move(*c);
-  }
+  std::string why;
+  auto* p = producer_for(st, st.unit->shard_endpoint, why);
+  if (!p) return report(self, messages::unit_status::failed, 0, why);
   if (auto s = p->poll(0); !s)
     return report(self, messages::unit_status::failed, 0, s.err().message);
   while (!st.outgoing.empty()) {
@@ -191,8 +204,9 @@ void generate(sim_actor* self) {
       st.outgoing.push_back(std::move(s));
     }
   }
-  auto& p = st.producers[l.shard_endpoint];
-  if (p) (void)p->declare_backlog(seq);  // credit for the whole unit in one round trip
+  // Credit for the whole unit in one round trip (pump reports a producer that cannot connect).
+  std::string why;
+  if (auto* p = producer_for(st, l.shard_endpoint, why)) (void)p->declare_backlog(seq);
   pump(self);
 }
 

@@ -42,18 +42,23 @@ TEST(fleet_analysis, RecoveryIsCountedFromTheTroughNotFromTheFirstGoodWindow) {
   json h = steady_host(0, 20, 10);
   for (int64_t b = 30; b < 100; ++b) h["finished_per_100ms"].push_back({b, 10});
   auto m = merge_fleet_records({h});
-  auto r = throughput_recovery(m, 0, 10000, 100.0, 0.95);
+  auto r = throughput_recovery(m, 0, 10000, 100.0, 0.95, 1000);
   EXPECT_DOUBLE_EQ(r["lowest_ratio"].get<double>(), 0.0);
   EXPECT_NEAR(r["lowest_window_start_s"].get<double>(), 2.0, 1e-9);
   EXPECT_NEAR(r["recovered_s"].get<double>(), 4.0, 1e-9);
+  // A 2 s window holding the whole hole is at 0.5 (its trough), and it is back at 0.95 once
+  // at most one empty bin in twenty is left: the window [2.9, 4.9) s.
+  auto wide = throughput_recovery(m, 0, 10000, 100.0, 0.95, 2000);
+  EXPECT_NEAR(wide["lowest_ratio"].get<double>(), 0.5, 1e-9);
+  EXPECT_NEAR(wide["recovered_s"].get<double>(), 4.9, 1e-9);
 }
 
 TEST(fleet_analysis, NoDipMeansRecoveredAtOnceAndNoComebackMeansNull) {
   auto flat = merge_fleet_records({steady_host(0, 100, 10)});
-  EXPECT_DOUBLE_EQ(throughput_recovery(flat, 0, 10000, 100.0, 0.9)["recovered_s"].get<double>(),
-                   0.0);
+  EXPECT_DOUBLE_EQ(
+      throughput_recovery(flat, 0, 10000, 100.0, 0.9, 1000)["recovered_s"].get<double>(), 0.0);
   auto dead = merge_fleet_records({steady_host(0, 10, 10)});
-  EXPECT_TRUE(throughput_recovery(dead, 0, 10000, 100.0, 0.9)["recovered_s"].is_null());
+  EXPECT_TRUE(throughput_recovery(dead, 0, 10000, 100.0, 0.9, 1000)["recovered_s"].is_null());
 }
 
 TEST(fleet_analysis, AUnitCountsAsLeasedAgainOnlyUnderAHigherAttempt) {

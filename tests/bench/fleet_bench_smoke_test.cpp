@@ -2,7 +2,7 @@
 // processes, against a real `moerl node --role coordinator`, 2 buffer shards and a trainer.
 // The test checks that every phase ran and that the books balance (lost = duplicated = 0,
 // the invariant holds, the trainer trained); never how fast: the figures are the
-// benchmark's (bench/fleet/README.md).
+// benchmark's (bench/control/README.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>
