@@ -101,8 +101,8 @@ TEST(external_environment, a_dead_worker_takes_its_sessions_and_a_new_one_serves
   // Kill the process serving the session: the next step finds it dead.
   auto pid_of = [] {
     // The worker is this process's only child running moerl.worker env.
-    FILE* f = ::popen(("pgrep -P " + std::to_string(::getpid()) + " -f 'moerl.worker env'").c_str(),
-                      "r");
+    FILE* f =
+        ::popen(("pgrep -P " + std::to_string(::getpid()) + " -f 'moerl.worker env'").c_str(), "r");
     int pid = 0;
     if (f) {
       if (std::fscanf(f, "%d", &pid) != 1) pid = 0;
