@@ -40,10 +40,6 @@ void rollout_session::stop(int64_t grace_ms) { link_.stop(grace_ms); }
 
 status rollout_session::offer(const lease_offer& l) {
   if (auto s = link_.ensure_started(); !s) return s;
-  if (link_.starts() != starts_seen_) {  // a new process has not seen the notice
-    starts_seen_ = link_.starts();
-    noticed_ = false;
-  }
   lease_ = l;
   has_lease_ = true;
   submitted_.clear();
@@ -209,8 +205,8 @@ status rollout_session::ack(const accepted_sample& s) {
 
 status rollout_session::notice(int64_t deadline_unix_ms, const std::string& reason) {
   if (!link_.running()) return error(errc::peer_dead, "rollout worker: " + link_.last_death());
-  if (noticed_) return {};
-  noticed_ = true;
+  if (noticed_at_start_ == link_.starts()) return {};  // this process has it already
+  noticed_at_start_ = link_.starts();
   auto m = frame("notice");
   m["deadline_unix_ms"] = deadline_unix_ms;
   m["reason"] = reason;

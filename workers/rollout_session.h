@@ -102,11 +102,11 @@ class rollout_session {
   rollout_session_options opts_;
   worker_link link_;
   bool has_lease_ = false;
-  bool noticed_ = false;  // this process was sent the notice
+  uint64_t noticed_at_start_ = 0;  // link_.starts() of the process sent the notice (0: none)
   lease_offer lease_;
   std::set<std::pair<uint32_t, uint32_t>> submitted_;  // (group index, index) of this lease
   std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
-  uint64_t accepted_ = 0, offered_ = 0, starts_seen_ = 0;
+  uint64_t accepted_ = 0, offered_ = 0;
   std::map<std::string, uint64_t> refused_;
 };
 
