@@ -8,8 +8,6 @@
 namespace moerl::workers {
 namespace {
 
-constexpr int64_t kAttachWaitMs = 1000;  // as for the other roles: a start waits this long
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -49,75 +47,31 @@ class external_environment final : public env::environment {
 
 }  // namespace
 
+env_host::env_host(env_host_options o, worker_spec s)
+    : opts_(std::move(o)),
+      link_(std::move(s), {"env", opts_.start_timeout_ms, opts_.restart_backoff_ms, {}}) {}
+
 result<std::shared_ptr<env_host>> env_host::create(env_host_options opts) {
   auto spec = parse_worker_spec(opts.worker, "env", opts.python);
   if (!spec) return spec.err();
   return std::shared_ptr<env_host>(new env_host(std::move(opts), std::move(*spec)));
 }
 
-void env_host::drop_worker(const std::string& why) {
-  if (!proc_) return;
-  proc_->kill();
-  last_death_ = why + " (" + proc_->poll_exit().value_or("?") + ")";
-  logger("env")->warn("env worker pid {} stopped: {}; restarting it in {} ms", proc_->pid(),
-                      last_death_, opts_.restart_backoff_ms);
-  ++deaths_;
-  proc_.reset();
-  next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
-}
-
-status env_host::ensure_started() {
-  if (proc_) return {};
-  if (now_ms() < next_start_ms_)
-    return error(errc::peer_dead,
-                 "env worker '" + spec_.text + "' is restarting after: " + last_death_);
-  auto p = worker_process::start(spec_, "env", kAttachWaitMs);
-  if (!p) {
-    next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
-    last_death_ = p.err().to_string();
-    return p.err();
-  }
-  proc_ = std::move(*p);
-  ++starts_;
-  logger("env")->info("env worker '{}' started: pid {}", spec_.text, proc_->pid());
-  auto got = proc_->channel().receive(opts_.start_timeout_ms);
-  std::string why;
-  if (!got) {
-    why = "before its hello: " + got.err().to_string();
-  } else if (!*got) {
-    why = "no hello within worker.start_timeout_ms=" + std::to_string(opts_.start_timeout_ms);
-  } else if (auto c = check_envelope(**got, {"hello"}); !c.ok) {
-    why = std::string("its hello was refused: ") + refusal_name(c.why) + ": " + c.detail;
-    (void)proc_->channel().send(error_frame(c.why, c.detail), 1000);
-  } else if ((**got).value("role", "") != "env") {
-    why = "it said hello as role '" + (**got).value("role", "") + "', not env";
-    (void)proc_->channel().send(error_frame(refusal::malformed, why), 1000);
-  }
-  if (why.empty()) {
-    auto s = proc_->channel().send({{"v", kProtocolVersion}, {"type", "welcome"}, {"role", "env"}},
-                                   1000);
-    if (s) return {};
-    why = "welcome: " + s.err().to_string();
-  }
-  drop_worker("failed to start: " + why);
-  return error(errc::peer_dead, "env worker '" + spec_.text + "' " + last_death_);
-}
-
 result<env::env_observation> env_host::call(const char* type, uint64_t session,
                                             nlohmann::json fields) {
-  if (auto s = ensure_started(); !s) return s.err();
+  if (auto s = link_.ensure_started(); !s) return s.err();
   ++requests_;
   const uint64_t id = next_id_++;
   const int64_t deadline = now_ms() + opts_.timeout_ms;
-  auto& ch = proc_->channel();
+  auto& ch = link_.channel();
   fields["v"] = kProtocolVersion;
   fields["type"] = type;
   fields["id"] = id;
   fields["session"] = session;
   const std::string what = std::string(type) + " of session " + std::to_string(session);
   if (auto s = ch.send(fields, opts_.timeout_ms); !s) {
-    drop_worker(what + ": " + s.err().to_string());
-    return error(errc::peer_dead, "env worker: " + last_death_);
+    link_.drop(what + ": " + s.err().to_string());
+    return error(errc::peer_dead, "env worker: " + link_.last_death());
   }
   for (;;) {
     const int64_t left = deadline - now_ms();
@@ -128,12 +82,12 @@ result<env::env_observation> env_host::call(const char* type, uint64_t session,
         (void)ch.send(error_frame(refusal::malformed, got.err().message), 1000);
         continue;
       }
-      drop_worker(got.err().to_string());
-      return error(errc::peer_dead, "env worker died in " + what + ": " + last_death_);
+      link_.drop(got.err().to_string());
+      return error(errc::peer_dead, "env worker died in " + what + ": " + link_.last_death());
     }
     if (!*got) {
       ++timed_out_;
-      drop_worker("no answer within env.worker_timeout_ms=" + std::to_string(opts_.timeout_ms));
+      link_.drop("no answer within env.worker_timeout_ms=" + std::to_string(opts_.timeout_ms));
       return error(errc::timeout, "env worker gave no answer to " + what + " within " +
                                       std::to_string(opts_.timeout_ms) + " ms");
     }
@@ -179,14 +133,15 @@ result<env::env_observation> env_host::call(const char* type, uint64_t session,
 }
 
 void env_host::close(uint64_t session) {
-  if (!proc_) return;
-  (void)proc_->channel().send(
-      {{"v", kProtocolVersion}, {"type", "env_close"}, {"session", session}}, 1000);
+  if (!link_.running()) return;
+  (void)link_.channel().send({{"v", kProtocolVersion}, {"type", "env_close"}, {"session", session}},
+                             1000);
 }
 
 nlohmann::json env_host::stats() const {
-  return {{"requests", requests_},       {"raised", raised_},        {"timed_out", timed_out_},
-          {"refused_replies", refused_}, {"worker_starts", starts_}, {"worker_deaths", deaths_}};
+  return {{"requests", requests_},           {"raised", raised_},
+          {"timed_out", timed_out_},         {"refused_replies", refused_},
+          {"worker_starts", link_.starts()}, {"worker_deaths", link_.deaths()}};
 }
 
 std::unique_ptr<env::environment> make_external_environment(std::shared_ptr<env_host> host,

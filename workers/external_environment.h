@@ -16,7 +16,7 @@
 
 #include "common/error.h"
 #include "env/env_api.h"
-#include "workers/worker_process.h"
+#include "workers/worker_link.h"
 
 namespace moerl::workers {
 
@@ -36,22 +36,17 @@ class env_host {
   // Fire and forget: the process drops the session.
   void close(uint64_t session);
   // +1 per process started: sessions opened under an older one are gone.
-  uint64_t incarnation() const { return starts_; }
+  uint64_t incarnation() const { return link_.starts(); }
   // {requests, raised, timed_out, refused_replies, worker_starts, worker_deaths}
   nlohmann::json stats() const;
 
  private:
-  explicit env_host(env_host_options o, worker_spec s) : opts_(std::move(o)), spec_(std::move(s)) {}
-  status ensure_started();
-  void drop_worker(const std::string& why);
+  env_host(env_host_options o, worker_spec s);
 
   env_host_options opts_;
-  worker_spec spec_;
-  std::unique_ptr<worker_process> proc_;
-  int64_t next_start_ms_ = 0;
-  std::string last_death_;
+  worker_link link_;
   uint64_t next_id_ = 1;
-  uint64_t requests_ = 0, raised_ = 0, timed_out_ = 0, refused_ = 0, starts_ = 0, deaths_ = 0;
+  uint64_t requests_ = 0, raised_ = 0, timed_out_ = 0, refused_ = 0;
 };
 
 // One episode of `task` in the host's process (session ids are the env node's).

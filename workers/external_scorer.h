@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "workers/worker_process.h"
+#include "workers/worker_link.h"
 
 namespace moerl::workers {
 
@@ -37,19 +37,12 @@ class external_scorer {
   nlohmann::json stats() const;
 
  private:
-  explicit external_scorer(external_scorer_options opts, worker_spec spec)
-      : opts_(std::move(opts)), spec_(std::move(spec)) {}
-  status ensure_started();
-  // Stops the worker (SIGKILL) after `why`; the next score starts a new one after the backoff.
-  void drop_worker(const std::string& why);
+  external_scorer(external_scorer_options opts, worker_spec spec);
 
   external_scorer_options opts_;
-  worker_spec spec_;
-  std::unique_ptr<worker_process> proc_;
-  int64_t next_start_ms_ = 0;
-  std::string last_death_;
+  worker_link link_;
   uint64_t next_id_ = 1;
-  uint64_t scored_ = 0, raised_ = 0, timed_out_ = 0, refused_ = 0, starts_ = 0, deaths_ = 0;
+  uint64_t scored_ = 0, raised_ = 0, timed_out_ = 0, refused_ = 0;
 };
 
 }  // namespace moerl::workers

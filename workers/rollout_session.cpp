@@ -7,10 +7,6 @@
 namespace moerl::workers {
 namespace {
 
-// attach: how long one start waits for the user's worker to connect. Short: the caller is
-// a role loop, and a sample or lease without a worker fails and is tried again later.
-constexpr int64_t kAttachWaitMs = 1000;
-
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -21,71 +17,29 @@ nlohmann::json frame(const char* type) { return {{"v", kProtocolVersion}, {"type
 
 }  // namespace
 
+rollout_session::rollout_session(rollout_session_options o, worker_spec s)
+    : opts_(std::move(o)),
+      link_(std::move(s), {"rollout",
+                           opts_.start_timeout_ms,
+                           opts_.restart_backoff_ms,
+                           {{"vocab_size", opts_.vocab_size},
+                            {"max_completion_tokens", opts_.max_completion_tokens}}}) {}
+
 result<std::unique_ptr<rollout_session>> rollout_session::create(rollout_session_options opts) {
   auto spec = parse_worker_spec(opts.worker, "rollout", opts.python);
   if (!spec) return spec.err();
   return std::unique_ptr<rollout_session>(new rollout_session(std::move(opts), std::move(*spec)));
 }
 
-void rollout_session::drop_worker(const std::string& why) {
-  if (!proc_) return;
-  proc_->kill();
-  last_death_ = why + " (" + proc_->poll_exit().value_or("?") + ")";
-  logger("rollout")->warn("rollout worker pid {} stopped: {}; restarting it in {} ms", proc_->pid(),
-                          last_death_, opts_.restart_backoff_ms);
-  ++deaths_;
-  proc_.reset();
-  next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
+status rollout_session::lost(const std::string& why) {
+  link_.drop(why);
+  return error(errc::peer_dead, "rollout worker: " + link_.last_death());
 }
 
-void rollout_session::stop(int64_t grace_ms) {
-  if (proc_) proc_->stop(grace_ms);
-  proc_.reset();
-}
-
-status rollout_session::ensure_started() {
-  if (proc_) return {};
-  if (now_ms() < next_start_ms_)
-    return error(errc::peer_dead,
-                 "rollout worker '" + spec_.text + "' is restarting after: " + last_death_);
-  auto p = worker_process::start(spec_, "rollout", kAttachWaitMs);
-  if (!p) {
-    next_start_ms_ = now_ms() + opts_.restart_backoff_ms;
-    last_death_ = p.err().to_string();
-    return p.err();
-  }
-  proc_ = std::move(*p);
-  ++starts_;
-  noticed_ = false;
-  logger("rollout")->info("rollout worker '{}' started: pid {}", spec_.text, proc_->pid());
-  auto got = proc_->channel().receive(opts_.start_timeout_ms);
-  std::string why;
-  if (!got) {
-    why = "before its hello: " + got.err().to_string();
-  } else if (!*got) {
-    why = "no hello within worker.start_timeout_ms=" + std::to_string(opts_.start_timeout_ms);
-  } else if (auto c = check_envelope(**got, {"hello"}); !c.ok) {
-    why = std::string("its hello was refused: ") + refusal_name(c.why) + ": " + c.detail;
-    (void)proc_->channel().send(error_frame(c.why, c.detail), 1000);
-  } else if ((**got).value("role", "") != "rollout") {
-    why = "it said hello as role '" + (**got).value("role", "") + "', not rollout";
-    (void)proc_->channel().send(error_frame(refusal::malformed, why), 1000);
-  }
-  if (why.empty()) {
-    auto w = frame("welcome");
-    w["role"] = "rollout";
-    w["vocab_size"] = opts_.vocab_size;
-    w["max_completion_tokens"] = opts_.max_completion_tokens;
-    auto s = proc_->channel().send(w, 1000);
-    if (s) return {};
-    why = "welcome: " + s.err().to_string();
-  }
-  drop_worker("failed to start: " + why);
-  return error(errc::peer_dead, "rollout worker '" + spec_.text + "' " + last_death_);
-}
+void rollout_session::stop(int64_t grace_ms) { link_.stop(grace_ms); }
 
 status rollout_session::offer(const lease_offer& l) {
-  if (auto s = ensure_started(); !s) return s;
+  if (auto s = link_.ensure_started(); !s) return s;
   lease_ = l;
   has_lease_ = true;
   submitted_.clear();
@@ -101,17 +55,15 @@ status rollout_session::offer(const lease_offer& l) {
   for (const auto& [id, prompt] : l.groups)
     groups.push_back({{"group_id", id}, {"prompt", prompt}});
   m["groups"] = std::move(groups);
-  if (auto s = proc_->channel().send(m, 5000); !s) {
-    drop_worker("lease offer: " + s.err().to_string());
-    return error(errc::peer_dead, "rollout worker: " + last_death_);
-  }
+  if (auto s = link_.channel().send(m, 5000); !s)
+    return lost("lease offer: " + s.err().to_string());
   return {};
 }
 
 void rollout_session::refuse(refusal why, const std::string& detail) {
   ++refused_[refusal_name(why)];
   logger("rollout")->warn("rollout worker message refused ({}): {}", refusal_name(why), detail);
-  if (proc_) (void)proc_->channel().send(error_frame(why, detail), 1000);
+  if (link_.running()) (void)link_.channel().send(error_frame(why, detail), 1000);
 }
 
 bool rollout_session::check_sample(const nlohmann::json& msg, accepted_sample& out) {
@@ -192,18 +144,17 @@ bool rollout_session::check_sample(const nlohmann::json& msg, accepted_sample& o
 }
 
 result<rollout_event> rollout_session::next(int64_t wait_ms) {
-  if (!proc_) return error(errc::peer_dead, "rollout worker: " + last_death_);
+  if (!link_.running()) return error(errc::peer_dead, "rollout worker: " + link_.last_death());
   const int64_t deadline = now_ms() + wait_ms;
   for (;;) {
     const int64_t left = deadline - now_ms();
-    auto got = proc_->channel().receive(left > 0 ? left : 0);
+    auto got = link_.channel().receive(left > 0 ? left : 0);
     if (!got) {
       if (got.err().code == errc::malformed_message) {
         refuse(refusal::malformed, got.err().message);
         continue;
       }
-      drop_worker(got.err().to_string());
-      return error(errc::peer_dead, "rollout worker: " + last_death_);
+      return lost(got.err().to_string()).err();
     }
     if (!*got) return rollout_event{};
     const auto& msg = **got;
@@ -241,30 +192,25 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
 }
 
 status rollout_session::ack(const accepted_sample& s) {
-  if (!proc_) return error(errc::peer_dead, "rollout worker: " + last_death_);
+  if (!link_.running()) return error(errc::peer_dead, "rollout worker: " + link_.last_death());
   auto m = frame("sample_ack");
   m["unit"] = lease_.unit;
   m["attempt"] = lease_.attempt;
   m["group_id"] = lease_.groups[s.group_index].first;
   m["index"] = s.index_in_group;
-  if (auto st = proc_->channel().send(m, 5000); !st) {
-    drop_worker("sample ack: " + st.err().to_string());
-    return error(errc::peer_dead, "rollout worker: " + last_death_);
-  }
+  if (auto st = link_.channel().send(m, 5000); !st)
+    return lost("sample ack: " + st.err().to_string());
   return {};
 }
 
 status rollout_session::notice(int64_t deadline_unix_ms, const std::string& reason) {
-  if (!proc_) return error(errc::peer_dead, "rollout worker: " + last_death_);
-  if (noticed_) return {};
-  noticed_ = true;
+  if (!link_.running()) return error(errc::peer_dead, "rollout worker: " + link_.last_death());
+  if (noticed_at_start_ == link_.starts()) return {};  // this process has it already
+  noticed_at_start_ = link_.starts();
   auto m = frame("notice");
   m["deadline_unix_ms"] = deadline_unix_ms;
   m["reason"] = reason;
-  if (auto st = proc_->channel().send(m, 1000); !st) {
-    drop_worker("notice: " + st.err().to_string());
-    return error(errc::peer_dead, "rollout worker: " + last_death_);
-  }
+  if (auto st = link_.channel().send(m, 1000); !st) return lost("notice: " + st.err().to_string());
   return {};
 }
 
@@ -272,24 +218,22 @@ status rollout_session::close(const std::string& st, const std::string& reason) 
   if (!has_lease_) return {};
   past_attempts_[lease_.unit] = lease_.attempt;
   has_lease_ = false;
-  if (!proc_) return {};
+  if (!link_.running()) return {};
   auto m = frame("lease_closed");
   m["unit"] = lease_.unit;
   m["attempt"] = lease_.attempt;
   m["status"] = st;
   m["reason"] = reason;
-  if (auto s = proc_->channel().send(m, 1000); !s) {
-    drop_worker("lease close: " + s.err().to_string());
-    return error(errc::peer_dead, "rollout worker: " + last_death_);
-  }
+  if (auto s = link_.channel().send(m, 1000); !s)
+    return lost("lease close: " + s.err().to_string());
   return {};
 }
 
 nlohmann::json rollout_session::stats() const {
   return {{"samples_accepted", accepted_},
           {"refused", refused_},
-          {"worker_starts", starts_},
-          {"worker_deaths", deaths_},
+          {"worker_starts", link_.starts()},
+          {"worker_deaths", link_.deaths()},
           {"leases_offered", offered_}};
 }
 

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "workers/worker_process.h"
+#include "workers/worker_link.h"
 #include "workers/worker_protocol.h"
 
 namespace moerl::workers {
@@ -89,28 +89,24 @@ class rollout_session {
   void stop(int64_t grace_ms);
   // {samples_accepted, refused: {reason: n}, worker_starts, worker_deaths, leases_offered}
   nlohmann::json stats() const;
-  bool running() const { return proc_ != nullptr; }
+  bool running() const { return link_.running(); }
 
  private:
-  explicit rollout_session(rollout_session_options o, worker_spec s)
-      : opts_(std::move(o)), spec_(std::move(s)) {}
-  status ensure_started();
-  void drop_worker(const std::string& why);
+  rollout_session(rollout_session_options o, worker_spec s);
+  // Stops the worker after `why` (see worker_link::drop); the lease in hand fails with it.
+  status lost(const std::string& why);
   void refuse(refusal why, const std::string& detail);
   // Checks a "sample" message against the current lease; refuses and returns false if bad.
   bool check_sample(const nlohmann::json& msg, accepted_sample& out);
 
   rollout_session_options opts_;
-  worker_spec spec_;
-  std::unique_ptr<worker_process> proc_;
-  int64_t next_start_ms_ = 0;
-  std::string last_death_;
+  worker_link link_;
   bool has_lease_ = false;
-  bool noticed_ = false;  // this process was sent the notice
+  uint64_t noticed_at_start_ = 0;  // link_.starts() of the process sent the notice (0: none)
   lease_offer lease_;
   std::set<std::pair<uint32_t, uint32_t>> submitted_;  // (group index, index) of this lease
   std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
-  uint64_t accepted_ = 0, offered_ = 0, starts_ = 0, deaths_ = 0;
+  uint64_t accepted_ = 0, offered_ = 0;
   std::map<std::string, uint64_t> refused_;
 };
 

@@ -2,7 +2,6 @@
 socketpair: the handshake, a score, a raised exception travelling as score_error with its
 traceback, bad return values, refusals from the node, and the errors a user meets first."""
 import json
-import os
 import socket
 import struct
 import threading

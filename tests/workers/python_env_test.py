@@ -76,9 +76,11 @@ def run_episodes(moerl, config, tmp):
 
 
 def raises(moerl, config, tmp):
-    run = start(moerl, config, tmp, "raises", {"MOERL_TEST_ENV_RAISE_AT": "300"},
+    # Early in every worker's share (each steps a few hundred times in this run): at step 300
+    # one loop run of ten ended before any worker got there.
+    run = start(moerl, config, tmp, "raises", {"MOERL_TEST_ENV_RAISE_AT": "40"},
                 "--iterations", "8", "--set", "ledger.lease_timeout_ms=4000")
-    log = run.wait_log("planted environment failure at step 300")
+    log = run.wait_log("planted environment failure at step 40")
     rep = run.finish()
     check_books(rep, tmp)
     text = open(log, errors="replace").read()
