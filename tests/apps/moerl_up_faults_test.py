@@ -369,7 +369,10 @@ def buffer_frozen(moerl, tmp):
     """A shard frozen for good (SIGSTOP, never continued) cannot fence itself: `moerl up`, as
     a failing liveness probe would, kills the process the coordinator lists as dead, and the
     StatefulSet node is recreated empty; nothing is trained twice."""
-    run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "60")
+    # Long enough to outlast the freeze's detection, the kill 3 s later and the recreation 1 s
+    # after that: with 60 iterations the run once ended between the kill and the recreation
+    # (13.4 s in all), so the recreation this case checks never came.
+    run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "200")
     i = run.wait_iteration(3)
     # Its pod's probes (`moerl probe`, as deploy/ runs them) read the health file it writes.
     health = os.path.join(run.wait_line(r"logs in (\S+)")[1].group(1), "buffer-0.health.json")
