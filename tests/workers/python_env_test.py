@@ -16,11 +16,11 @@ import glob
 import os
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "apps"))
 from moerl_up_faults_test import check_balanced, check_safety, up_run  # noqa: E402
+from worker_runs import check_no_leftover_workers  # noqa: E402
 
 
 def episodes(tmp):
@@ -28,25 +28,8 @@ def episodes(tmp):
             for f in glob.glob(os.path.join(tmp, "out", "*.episodes"))}
 
 
-def leftover_workers(tmp):
-    mine = f"MOERL_TEST_ENV_DIR={os.path.join(tmp, 'out')}".encode()
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            if mine in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-                out.append(int(pid))
-        except OSError:
-            continue
-    return out
-
-
 def check_books(rep, tmp):
-    deadline = time.monotonic() + 10
-    while leftover_workers(tmp) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not leftover_workers(tmp), leftover_workers(tmp)
+    check_no_leftover_workers("MOERL_TEST_ENV_DIR", os.path.join(tmp, "out"))
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)

@@ -29,7 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "apps"))
-from moerl_up_faults_test import BOUND_S, check_balanced, check_safety, up_run  # noqa: E402
+from moerl_up_faults_test import check_balanced, check_safety, up_run  # noqa: E402
+from worker_runs import check_no_leftover_workers, wait_for  # noqa: E402
 
 WORKER = ["--set", "reward.worker=python:sort_reward:score"]
 # A unit that lost a sample to a failed score waits for its lease to expire before it runs
@@ -49,47 +50,13 @@ def calls(tmp):
     return out
 
 
-def leftover_workers(tmp):
-    """Worker processes of this run still alive (their environment names its directory)."""
-    mine = f"MOERL_TEST_REWARD_DIR={os.path.join(tmp, 'calls')}".encode()
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            if mine in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-                out.append(int(pid))
-        except OSError:
-            continue
-    return out
-
-
-def check_no_leftover_workers(tmp):
-    """A worker never outlives its node: all are gone soon after `moerl up` ends."""
-    deadline = time.monotonic() + 10
-    while leftover_workers(tmp) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not leftover_workers(tmp), leftover_workers(tmp)
-
-
-def wait_for(pred, what, run):
-    deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    run.finish(check=False)
-    sys.exit(f"FAIL: never saw {what}")
-
-
 def reward_log(run):
     return "".join(open(f, errors="replace").read()
                    for f in glob.glob(os.path.join(run.run_dir, "*", "logs", "reward-*.log")))
 
 
 def check_books(rep, tmp):
-    check_no_leftover_workers(tmp)
+    check_no_leftover_workers("MOERL_TEST_REWARD_DIR", os.path.join(tmp, "calls"))
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
@@ -156,7 +123,7 @@ def node_killed(moerl, tmp):
         time.sleep(0.1)
     rep = run.finish()
     a = rep["accounting"]
-    check_no_leftover_workers(tmp)
+    check_no_leftover_workers("MOERL_TEST_REWARD_DIR", os.path.join(tmp, "calls"))
     check_safety(rep)
     check_balanced(a)
     assert sum(len(v) for v in calls(tmp).values()) >= a["trained"] > 0, (calls(tmp), a)

@@ -22,11 +22,11 @@ import os
 import signal
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "apps"))
-from moerl_up_faults_test import BOUND_S, check_balanced, check_safety, up_run  # noqa: E402
+from moerl_up_faults_test import check_balanced, check_safety, up_run  # noqa: E402
+from worker_runs import check_no_leftover_workers, wait_for  # noqa: E402
 
 SHORT_LEASE = ["--set", "ledger.lease_timeout_ms=4000"]
 
@@ -38,40 +38,6 @@ def leases(tmp):
         rows = [line.split() for line in open(f).read().splitlines()]
         out[int(os.path.basename(f).split(".")[0])] = rows
     return out
-
-
-def leftover_workers(tmp):
-    """Worker processes of this run still alive (their environment names its directory)."""
-    mine = f"MOERL_TEST_ROLLOUT_DIR={os.path.join(tmp, 'out')}".encode()
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            if mine in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-                out.append(int(pid))
-        except OSError:
-            continue
-    return out
-
-
-def check_no_leftover_workers(tmp):
-    """A worker never outlives its node: all are gone soon after `moerl up` ends."""
-    deadline = time.monotonic() + 10
-    while leftover_workers(tmp) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not leftover_workers(tmp), leftover_workers(tmp)
-
-
-def wait_for(pred, what, run):
-    deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    run.finish(check=False)
-    sys.exit(f"FAIL: never saw {what}")
 
 
 def external_stats(run):
@@ -86,7 +52,7 @@ def external_stats(run):
 
 
 def check_books(rep, tmp):
-    check_no_leftover_workers(tmp)
+    check_no_leftover_workers("MOERL_TEST_ROLLOUT_DIR", os.path.join(tmp, "out"))
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
