@@ -14,6 +14,7 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/role_loops.h"
+#include "actors/internal/worker_options.h"
 #include "actors/interruption.h"
 #include "common/log.h"
 #include "env/env_server.h"
@@ -76,12 +77,8 @@ void env_worker_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
   // env.worker: this actor's episodes are sessions in a user's process (python/WORKERS.md).
   std::shared_ptr<workers::env_host> external;
   if (const auto spec = ctx->cfg.get_string("env.worker"); !spec.empty()) {
-    workers::env_host_options o;
-    o.worker = spec;
-    o.python = ctx->cfg.get_string("worker.python");
+    auto o = worker_options_from_config<workers::env_host_options>(ctx->cfg, spec);
     o.timeout_ms = ctx->cfg.get_int("env.worker_timeout_ms");
-    o.start_timeout_ms = ctx->cfg.get_int("worker.start_timeout_ms");
-    o.restart_backoff_ms = ctx->cfg.get_int("worker.restart_backoff_ms");
     auto h = workers::env_host::create(std::move(o));
     if (!h) {
       fail_actor(self, h.err().to_string());

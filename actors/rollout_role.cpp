@@ -18,6 +18,7 @@
 #include "actors/atoms.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
+#include "actors/internal/worker_options.h"
 #include "actors/interruption.h"
 #include "common/log.h"
 #include "env/env_client.h"
@@ -65,11 +66,7 @@ class rollout_worker {
     // rollout.worker: a user's process generates; this actor keeps leasing, fencing,
     // delivery and reports (python/WORKERS.md). One process per rollout worker actor.
     if (const auto spec = ctx_->cfg.get_string("rollout.worker"); !spec.empty()) {
-      workers::rollout_session_options o;
-      o.worker = spec;
-      o.python = ctx_->cfg.get_string("worker.python");
-      o.start_timeout_ms = ctx_->cfg.get_int("worker.start_timeout_ms");
-      o.restart_backoff_ms = ctx_->cfg.get_int("worker.restart_backoff_ms");
+      auto o = worker_options_from_config<workers::rollout_session_options>(ctx_->cfg, spec);
       o.vocab_size = ctx_->running_job->vocab_size();
       o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
       auto e = workers::rollout_session::create(std::move(o));  // group_ is null (rollout_loop)

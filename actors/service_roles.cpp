@@ -12,6 +12,7 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/role_loops.h"
+#include "actors/internal/worker_options.h"
 #include "actors/interruption.h"
 #include "common/log.h"
 #include "ledger/event_codec.h"
@@ -31,12 +32,8 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   std::unique_ptr<reward_function> verifier;
   std::unique_ptr<workers::external_scorer> external;
   if (const auto spec = ctx->cfg.get_string("reward.worker"); !spec.empty()) {
-    workers::external_scorer_options o;
-    o.worker = spec;
-    o.python = ctx->cfg.get_string("worker.python");
+    auto o = worker_options_from_config<workers::external_scorer_options>(ctx->cfg, spec);
     o.timeout_ms = ctx->cfg.get_int("reward.worker_timeout_ms");
-    o.start_timeout_ms = ctx->cfg.get_int("worker.start_timeout_ms");
-    o.restart_backoff_ms = ctx->cfg.get_int("worker.restart_backoff_ms");
     auto e = workers::external_scorer::create(std::move(o));
     if (!e) {
       fail_actor(self, e.err().to_string());
