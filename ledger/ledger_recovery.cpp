@@ -42,7 +42,7 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
       st.next_seq = last + 1;
       ri.recovered = true;
     }
-    // 2. Journal segments after it, in order. Only the last segment may end torn.
+    // 2. Journal segments after it, in order.
     ASSIGN_OR_RETURN(auto segs, store->list(detail::journal_dir(prefix)));
     std::vector<std::pair<uint64_t, std::string>> seg_keys;
     for (const auto& k : segs)
@@ -50,23 +50,32 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
         seg_keys.emplace_back(*seq, k);
     std::sort(seg_keys.begin(), seg_keys.end());
     st.replaying = true;
-    for (size_t i = 0; i < seg_keys.size(); ++i) {
-      const auto& key = seg_keys[i].second;
+    // Torn bytes end a segment whose last write failed or was cut by a crash: those records
+    // were never acknowledged, and sync() writes them again at the start of a later segment.
+    // So a torn segment may sit anywhere; what may not is a gap, which the sequence check
+    // finds (damage to acknowledged records leaves one) and blames on the torn segment.
+    struct torn_segment {
+      std::string key;
+      size_t valid_bytes;
+      size_t torn_bytes;
+    };
+    std::vector<torn_segment> torn;
+    for (const auto& seg : seg_keys) {
+      const std::string& key = seg.second;
       ASSIGN_OR_RETURN(auto bytes, store->get(key));
       auto fr = detail::read_frames(bytes);
-      bool last_segment = i + 1 == seg_keys.size();
-      if (fr.torn_bytes && !last_segment)
-        return error(errc::io_error, "ledger journal " + key + ": damaged record at byte " +
-                                         std::to_string(fr.valid_bytes) +
-                                         " in a segment that is not the last");
       for (const auto& payload : fr.payloads) {
         auto r = detail::decode_record(payload);
         if (!r) return error(errc::io_error, "ledger journal " + key + ": " + r.err().message);
         if (r->seq < st.next_seq) continue;  // covered by the snapshot
-        if (r->seq != st.next_seq)
-          return error(errc::io_error, "ledger journal " + key + ": record " +
-                                           std::to_string(r->seq) + " where " +
-                                           std::to_string(st.next_seq) + " was expected");
+        if (r->seq != st.next_seq) {
+          std::string why = "ledger journal " + key + ": record " + std::to_string(r->seq) +
+                            " where " + std::to_string(st.next_seq) + " was expected";
+          if (!torn.empty())
+            why += " (damaged record at byte " + std::to_string(torn.back().valid_bytes) + " of " +
+                   torn.back().key + ")";
+          return error(errc::io_error, why);
+        }
         auto s = detail::apply_record(st, l->acct_, l->epoch_, options, *r);
         if (!s) return s.err();
         st.next_seq = r->seq + 1;
@@ -74,14 +83,16 @@ result<std::unique_ptr<work_ledger>> work_ledger::open(const ledger_options& opt
         ++ri.records_replayed;
         ri.recovered = true;
       }
-      if (fr.torn_bytes) {
-        // Keep only the good prefix, so that a later recovery does not find a torn
-        // segment in the middle of the journal.
-        ri.torn_bytes = fr.torn_bytes;
-        auto put = store->put(key, bytes.substr(0, fr.valid_bytes));
-        if (!put) return put.err();
-        logger("ledger")->warn("journal {}: ignored {} torn bytes at its end", key, fr.torn_bytes);
-      }
+      if (fr.torn_bytes) torn.push_back({key, fr.valid_bytes, fr.torn_bytes});
+    }
+    // The journal held together: cut every torn segment to its good prefix, so that a later
+    // recovery (and a later segment's sync) never meets those bytes again.
+    for (const auto& t : torn) {
+      ASSIGN_OR_RETURN(auto bytes, store->get(t.key));
+      auto put = store->put(t.key, bytes.substr(0, t.valid_bytes));
+      if (!put) return put.err();
+      ri.torn_bytes += t.torn_bytes;
+      logger("ledger")->warn("journal {}: ignored {} torn bytes at its end", t.key, t.torn_bytes);
     }
     st.replaying = false;
   }

@@ -8,6 +8,24 @@ void emit(work_ledger::state& st, ledger_event e) {
   if (!st.replaying) st.events_unsynced.push_back(std::move(e));
 }
 
+void set_unit_state(work_ledger::state& st, unit_rec& u, unit_state s) {
+  if (u.state == s) return;
+  if (u.state == unit_state::pending) --st.num_pending;
+  if (u.state == unit_state::leased) st.leased_ids.erase(u.id);
+  u.state = s;
+  if (s == unit_state::pending) ++st.num_pending;
+  if (s == unit_state::leased) st.leased_ids.insert(u.id);
+}
+
+void rebuild_unit_indexes(work_ledger::state& st) {
+  st.leased_ids.clear();
+  st.num_pending = 0;
+  for (const auto& [id, u] : st.units) {
+    if (u.state == unit_state::pending) ++st.num_pending;
+    if (u.state == unit_state::leased) st.leased_ids.insert(id);
+  }
+}
+
 namespace {
 
 // Committed groups whose samples are gone (their shard was lost, or they were claimed by a
@@ -26,7 +44,7 @@ void reopen_groups(work_ledger::state& st, accounting& acct, const ledger_option
   acct.dropped[drop_reason::shard_lost] += reopen.size() * g;
   if (u.state == unit_state::committed) {
     u.todo = reopen;
-    u.state = unit_state::pending;
+    set_unit_state(st, u, unit_state::pending);
     st.pending.push_back(u.id);
   } else {
     // Pending already (re-opened before, not leased again yet): these groups join its next
@@ -55,7 +73,7 @@ void end_lease(work_ledger::state& st, accounting& acct, const ledger_options& o
   auto occ = st.occupied.find(u.shard);
   if (occ != st.occupied.end()) occ->second -= n;
   emit(st, {ledger_event::kind::attempt_fenced, u.shard, u.id, u.attempt, {}, 0});
-  u.state = unit_state::pending;
+  set_unit_state(st, u, unit_state::pending);
   u.worker.clear();
   u.deadline = 0;
   u.reported = false;
@@ -76,7 +94,7 @@ void commit(work_ledger::state& st, accounting& acct, const ledger_options& opts
     if (occ != st.occupied.end()) occ->second -= u.ack_stale.size() * g;
   }
   for (auto grp : u.ack_accepted) u.committed.insert(grp);
-  u.state = unit_state::committed;
+  set_unit_state(st, u, unit_state::committed);
   u.worker.clear();
   u.todo.clear();
   u.reported = false;
@@ -111,7 +129,8 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
     u.groups = r.groups;
     u.todo = r.groups;
     st.next_unit = std::max(st.next_unit, r.unit + 1);
-    st.units.emplace(u.id, std::move(u));
+    st.units.emplace(u.id, std::move(u));  // pending
+    ++st.num_pending;
     st.pending.push_back(r.unit);
     return ok_status();
   }
@@ -158,7 +177,7 @@ status apply_record(work_ledger::state& st, accounting& acct, uint32_t& epoch,
   switch (r.type) {
     case record_type::leased: {
       if (u.state != unit_state::pending) return bug("lease of a unit that is not pending");
-      u.state = unit_state::leased;
+      set_unit_state(st, u, unit_state::leased);
       u.attempt = r.attempt;
       u.worker = r.name;
       u.shard = r.shard;

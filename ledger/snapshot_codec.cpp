@@ -200,6 +200,7 @@ status decode_snapshot(const std::string& bytes, work_ledger::state& st, account
     }
   }
   if (!rd.ok() || !rd.at_end()) return bad("does not decode");
+  rebuild_unit_indexes(st);
   // The CRC guards against damage; these guard the rest of the ledger against a snapshot
   // that decodes but names things that do not exist.
   for (auto id : st.pending)

@@ -442,7 +442,11 @@ std::vector<ended_lease> work_ledger::worker_dead(const worker_id& worker) {
 status work_ledger::check_invariant() const {
   accounting re;
   uint64_t g = opts_.group_size;
+  size_t num_pending = 0;
+  std::set<unit_id> leased;
   for (const auto& [id, u] : st_->units) {
+    num_pending += u.state == unit_state::pending;
+    if (u.state == unit_state::leased) leased.insert(id);
     if (u.state == unit_state::leased) re.in_flight += slots(u, opts_.group_size);
     re.committed += u.committed.size() * g;
     re.trained += u.trained.size() * g;
@@ -459,6 +463,12 @@ status work_ledger::check_invariant() const {
       if (!u.handed.count(grp))
         return error(errc::internal, "ledger: unit " + std::to_string(id) + " group " +
                                          std::to_string(grp) + " claimed but not handed");
+  if (num_pending != st_->num_pending || leased != st_->leased_ids)
+    return error(errc::internal, "ledger: unit indexes disagree with units (pending " +
+                                     std::to_string(st_->num_pending) + " vs " +
+                                     std::to_string(num_pending) + ", leased " +
+                                     std::to_string(st_->leased_ids.size()) + " vs " +
+                                     std::to_string(leased.size()) + ")");
   if (re.in_flight != acct_.in_flight || re.committed != acct_.committed ||
       re.trained != acct_.trained || re.handed != acct_.handed)
     return error(errc::internal,
@@ -493,15 +503,7 @@ std::optional<unit_view> work_ledger::find(unit_id unit) const {
 }
 
 size_t work_ledger::num_units() const { return st_->units.size(); }
-size_t work_ledger::num_pending() const {
-  size_t n = 0;
-  for (const auto& [id, u] : st_->units) n += u.state == unit_state::pending;
-  return n;
-}
-size_t work_ledger::num_leased() const {
-  size_t n = 0;
-  for (const auto& [id, u] : st_->units) n += u.state == unit_state::leased;
-  return n;
-}
+size_t work_ledger::num_pending() const { return st_->num_pending; }
+size_t work_ledger::num_leased() const { return st_->leased_ids.size(); }
 
 }  // namespace moerl::ledger

@@ -126,6 +126,38 @@ status local_store::put(const std::string& key, const std::string& bytes) {
   return ok_status();
 }
 
+status local_store::append(const std::string& key, const std::string& bytes) {
+  if (auto st = validate_key(key); !st) return st;
+  if (auto st = make_dirs(root_, key); !st) return st;
+  const std::string path = path_of(key);
+  fd_guard f;
+  // O_EXCL first, to know whether this call created the file (its entry then needs syncing).
+  f.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const bool created = f.fd >= 0;
+  if (f.fd == -1 && errno == EEXIST) {
+    POSIX_CHECK(f.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC), "opening " + path);
+  } else {
+    POSIX_CHECK(f.fd, "creating " + path);
+  }
+  struct stat sb {};
+  POSIX_CHECK(::fstat(f.fd, &sb), "stat of " + path);
+  status st = write_all(f.fd, bytes, path);
+  if (st && durable_) {
+    st = [&]() -> status {
+      POSIX_CHECK(::fdatasync(f.fd), "fdatasync of " + path);
+      return ok_status();
+    }();
+  }
+  if (!st) {
+    // Best effort: the failure being reported matters more than one in cutting back.
+    if (::ftruncate(f.fd, sb.st_size) != 0) {}
+    return st;
+  }
+  // A new file's directory entry is durable only once the directory is on disk.
+  if (created && durable_) return fsync_dir(path.substr(0, path.rfind('/')));
+  return ok_status();
+}
+
 result<std::string> local_store::get(const std::string& key) const {
   if (auto st = validate_key(key); !st) return st.err();
   const std::string path = path_of(key);

@@ -30,6 +30,11 @@ class local_store final : public object_store {
   // Unlinks without the directory fsync remove() does per key (a compaction removes
   // hundreds of journal segments at once; one fsync each stalled the coordinator for 1-3 s).
   status remove_unsynced(const std::vector<std::string>& keys) override;
+  bool supports_append() const override { return true; }
+  // O_APPEND write, then fdatasync (and, when it created the file, an fsync of its
+  // directory). On a failed write the file is cut back to its length before the call when
+  // the file system lets us, so a retry does not land after torn bytes.
+  status append(const std::string& key, const std::string& bytes) override;
   std::string describe() const override { return "file://" + root_; }
 
   const std::string& root() const { return root_; }

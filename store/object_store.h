@@ -32,6 +32,18 @@ class object_store {
       if (auto st = remove(k); !st && first) first = st;
     return first;
   }
+  // Whether append() works here. S3 objects are immutable (no append), a local file is not.
+  virtual bool supports_append() const { return false; }
+  // Appends `bytes` to the object (created when missing) and makes them durable before it
+  // returns. Unlike put, a reader may see a partial append, and a crash or an error may leave
+  // any prefix of `bytes` behind: a caller frames what it appends and checks the frames when
+  // it reads (the ledger's journal does). Backends without appends return errc::io_error;
+  // ask supports_append() first. Why it exists: a journal that creates one object per group
+  // commit made the file system's inode allocation the coordinator's main cost late in a run.
+  virtual status append(const std::string& key, const std::string& /*bytes*/) {
+    return error(errc::io_error, "cannot append to '" + key + "' in " + describe() +
+                                     ": this store has no appends (write whole objects)");
+  }
   // "file:///abs/dir" or "s3://bucket/prefix", for reports.
   virtual std::string describe() const = 0;
 };

@@ -29,6 +29,15 @@ std::map<std::string, std::string> files_under(const fs::path& root) {
   return out;
 }
 
+// The journal's records, in order: the frames of every segment in key order. How records
+// are grouped into segment objects depends on the store (appends or not) and is not format.
+std::string journal_records(const std::map<std::string, std::string>& files) {
+  std::string out;
+  for (const auto& [name, bytes] : files)
+    if (name.rfind("ledger/journal/", 0) == 0) out += bytes;
+  return out;
+}
+
 TEST(ledger_format_fixture, the_same_run_writes_the_same_journal_and_snapshot_bytes) {
   moerl::testing::temp_dir dir("ledger-format");
   auto st = store::local_store::open(dir.path(), /*durable=*/false);
@@ -36,12 +45,17 @@ TEST(ledger_format_fixture, the_same_run_writes_the_same_journal_and_snapshot_by
   ASSERT_TRUE(fixture::run_format_fixture(**st));
   auto written = files_under(dir.path());
   auto fixture = files_under(MOERL_LEDGER_FORMAT_FIXTURE);
-  ASSERT_EQ(fixture.size(), 3u);  // one snapshot, two journal segments
-  ASSERT_EQ(written.size(), fixture.size());
+  ASSERT_EQ(fixture.size(), 3u);  // one snapshot, two journal segments (written by puts)
+  size_t snapshots = 0;
   for (const auto& [name, bytes] : fixture) {
+    if (name.rfind("ledger/snapshot/", 0) != 0) continue;
+    ++snapshots;
     ASSERT_TRUE(written.count(name)) << name;
     EXPECT_TRUE(written.at(name) == bytes) << name << " differs from the fixture";
   }
+  EXPECT_EQ(snapshots, 1u);
+  EXPECT_TRUE(journal_records(written) == journal_records(fixture))
+      << "the journal's records differ from the fixture's";
 }
 
 TEST(ledger_format_fixture, a_store_written_by_the_earlier_version_recovers) {

@@ -53,6 +53,21 @@ TEST_F(local_store_test, put_replaces_an_existing_object) {
   EXPECT_EQ(store_->get("k").value(), "second");
 }
 
+TEST_F(local_store_test, append_creates_then_extends_an_object_and_bad_keys_are_refused) {
+  ASSERT_TRUE(store_->supports_append());
+  ASSERT_TRUE(store_->append("log/seg", "first|").ok());
+  ASSERT_TRUE(store_->append("log/seg", std::string("\0second", 7)).ok());
+  EXPECT_EQ(store_->get("log/seg").value(), std::string("first|\0second", 13));
+  EXPECT_EQ(store_->list("log/").value(), std::vector<std::string>{"log/seg"});
+  ASSERT_TRUE(store_->put("log/seg", "replaced").ok());
+  ASSERT_TRUE(store_->append("log/seg", "+").ok());
+  EXPECT_EQ(store_->get("log/seg").value(), "replaced+");
+  auto bad = store_->append("../escape", "x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.err().code, errc::invalid_argument);
+  EXPECT_EQ(count_temporaries(), 0);
+}
+
 TEST_F(local_store_test, get_of_a_missing_key_is_not_found_and_names_it) {
   auto r = store_->get("no/such/key");
   ASSERT_FALSE(r.ok());

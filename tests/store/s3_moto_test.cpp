@@ -109,6 +109,16 @@ TEST_F(s3_moto_test, put_get_list_remove_round_trip_with_awkward_key_characters)
   EXPECT_EQ(store->list("ckpt/").value().size(), 2u);
 }
 
+// S3 objects are immutable: no appends, and a caller that tries anyway is told so.
+TEST_F(s3_moto_test, appends_are_refused_with_a_named_cause) {
+  auto store = open(settings_for("append"));
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->supports_append());
+  auto st = store->append("journal/1", "x");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.err().message.find("no appends"), std::string::npos) << st.err().message;
+}
+
 TEST_F(s3_moto_test, binary_and_empty_objects_survive_and_put_replaces) {
   auto store = open(settings_for("binary"));
   ASSERT_TRUE(store);
