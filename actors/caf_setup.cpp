@@ -64,6 +64,19 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
   // Eight processes share two cores in `moerl up`: a small scheduler per node avoids
   // oversubscription (CAF defaults to one worker per core and more).
   set("scheduler.max-threads", static_cast<size_t>(2));
+  // An idle CAF worker spins, then sleeps 50 us at a time for 500 attempts before it waits
+  // on its condition variable. A node gets a message every few milliseconds, so its workers
+  // never reached the wait: ~20,000 wake-ups per second per thread, and with every node doing
+  // it, 43% of a default `moerl up`'s CPU was the kernel switching to and from those sleeps
+  // (perf: finish_task_switch). So an idle worker spins briefly and then waits. The wait has a
+  // 1 ms timeout after which it tries to steal: a message an actor sends inside the process
+  // lands in the sender's worker queue with no wake-up, and when that worker is busy with a
+  // long job (a trainer step, a generation) the other worker must come and take it; with
+  // CAF's 10 ms default that hop cost up to 10 ms.
+  set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(10));
+  set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
+  set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  set("work-stealing.relaxed-steal-interval", static_cast<size_t>(1));
   set("logger.console", caf::atom("none"));
 }
 
