@@ -9,6 +9,7 @@
 // and deadlines sent to nodes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -222,6 +223,10 @@ class coordinator_core {
   void consumer_lost(const node_record& trainer);
   uint64_t invariant_violations_ = 0;
   std::string last_violation_;
+  // record_invariant's pacing and its last answer (status reads it instead of recomputing).
+  std::chrono::steady_clock::time_point invariant_checked_at_{};
+  std::chrono::steady_clock::duration invariant_check_cost_{};
+  bool invariant_ok_ = true;
   bool shutdown_ = false;
   std::function<status(const nlohmann::json&)> group_history_sink_;
   uint64_t group_history_saved_ = 0;  // node_group_core::history_version() last saved

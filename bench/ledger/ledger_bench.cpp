@@ -125,7 +125,42 @@ nlohmann::json bench_journaled(const ledger_bench_options& opt, const fs::path& 
           {"sync_p99_us", spread(sync_p99)},
           {"recovery_s", spread(recover_s)},
           {"recovery_records_replayed", records},
-          {"note", "sync() after every unit cycle (one journal segment per unit)"}};
+          {"note",
+           "sync() after every unit cycle: one group commit per unit (a local store "
+           "appends it to the open journal segment)"}};
+}
+
+// What the coordinator's 100 ms tick asks the ledger, against the ledger's size: a run keeps
+// every unit it created, and these queries once walked all of them (issue 28). N units, all
+// trained but 64 leased; the time of expire_due (nothing due) + num_pending + num_leased, and
+// of check_invariant (still a walk over every unit: it recomputes the books from them).
+nlohmann::json bench_tick(const ledger_bench_options& opt) {
+  steady_clock_source c;
+  nlohmann::json rows = nlohmann::json::array();
+  for (int n : opt.tick_units) {
+    auto l = fresh_ledger(c, nullptr, n);
+    constexpr int kOpen = 64;
+    for (int u = 0; u + kOpen < n; ++u) cycle(*l, "w" + std::to_string(u % 8));
+    for (int u = 0; u < kOpen && u < n; ++u) (void)need(l->acquire("open"), "acquire");
+    std::vector<double> queries, invariant;
+    for (int r = 0; r < 50; ++r) {
+      auto t0 = clk::now();
+      auto ended = l->expire_due();
+      size_t seen = l->num_pending() + l->num_leased() + ended.size();
+      queries.push_back(us_since(t0));
+      if (seen != size_t(std::min(n, kOpen))) throw std::runtime_error("tick: wrong lease count");
+    }
+    for (int r = 0; r < 5; ++r) {
+      auto t0 = clk::now();
+      need(l->check_invariant(), "invariant");
+      invariant.push_back(us_since(t0));
+    }
+    rows.push_back({{"units", n},
+                    {"open_leases", std::min(n, kOpen)},
+                    {"tick_queries_us", spread(queries)},
+                    {"check_invariant_us", spread(invariant)}});
+  }
+  return rows;
 }
 
 nlohmann::json bench_sample_plane(const ledger_bench_options& opt) {
@@ -260,13 +295,15 @@ nlohmann::json run_ledger_bench(const ledger_bench_options& opt) {
                                      : fs::path(opt.scratch);
   nlohmann::json out;
   out["benchmark"] = "ledger";
-  out["config"] = {{"units", opt.units},       {"journaled_units", opt.journaled_units},
-                   {"samples", opt.samples},   {"runs", opt.runs},
-                   {"group_size", kGroupSize}, {"groups_per_unit", kGroupsPerUnit}};
+  out["config"] = {{"units", opt.units},          {"journaled_units", opt.journaled_units},
+                   {"samples", opt.samples},      {"runs", opt.runs},
+                   {"group_size", kGroupSize},    {"groups_per_unit", kGroupsPerUnit},
+                   {"tick_units", opt.tick_units}};
   out["lease_cycle_in_memory"] = bench_in_memory(opt);
   out["lease_cycle_journaled_nofsync"] = bench_journaled(opt, dir, false);
   out["lease_cycle_journaled_fsync"] = bench_journaled(opt, dir, true);
   out["sample_plane"] = bench_sample_plane(opt);
+  out["coordinator_tick"] = bench_tick(opt);
   out["provenance"] = collect_provenance();
   return out;
 }

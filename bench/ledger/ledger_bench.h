@@ -5,12 +5,14 @@
 //    unit, with and without fsync;
 //  - recovery: time to rebuild a ledger from its journal;
 //  - sample_plane: samples/s producer -> shard -> trainer over ZeroMQ on loopback with
-//    credit flow control, and the shard's peak residency against its capacity.
+//    credit flow control, and the shard's peak residency against its capacity;
+//  - coordinator_tick: the ledger queries of the coordinator's tick against ledger size.
 // Prints JSON with provenance. Not a test: no thresholds.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,7 +27,8 @@ struct ledger_bench_options {
   int journaled_units = 500;  // units through the journaled cycle (each one sync)
   int samples = 100000;       // samples through the sample plane
   int runs = 3;               // repetitions of each measurement (variance is reported)
-  std::string scratch;        // directory for the store (default: a fresh temp dir)
+  std::vector<int> tick_units = {10000, 100000};  // ledger sizes for the coordinator's tick
+  std::string scratch;  // directory for the store (default: a fresh temp dir)
 };
 
 // Throws std::runtime_error naming the step that failed.

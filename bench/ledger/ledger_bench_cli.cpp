@@ -19,6 +19,8 @@ void add_ledger_bench_command(CLI::App& bench) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--samples", opt.samples, "samples through the sample plane")
       ->check(CLI::Range(16, 100000000));
+  cmd->add_option("--tick-units", opt.tick_units, "ledger sizes for the coordinator's tick queries")
+      ->check(CLI::Range(1, 2000000));
   cmd->add_option("--runs", opt.runs, "repetitions of each measurement")->check(CLI::Range(1, 100));
   cmd->add_option("--scratch", opt.scratch, "directory for the journal store (removed afterwards)");
   cmd->callback([] {
