@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/command_output.h"
+
 #ifndef MOERL_BINARY
 #error "MOERL_BINARY must name the moerl binary (tests/bench/CMakeLists.txt)"
 #endif
@@ -19,15 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  *rc = ::pclose(p);
-  return out;
-}
+using moerl::testing::command_output;
 
 // Every round-trip run of `runs` granted a unit per request (K units for the batch run).
 void expect_round_trips(const json& runs, int requests, uint32_t batch, const char* where) {
@@ -50,11 +44,11 @@ TEST(bench_control, ShortFormRunsEveryPartOnTheDefaultConfiguration) {
   int rc = -1;
   // Only the sizes shrink: the coordinator's configuration is the bench's own (the one that
   // broke), so a config check that refuses it fails here.
-  const std::string out =
-      run(std::string(MOERL_BINARY) + " bench control --json --requests " +
-              std::to_string(kRequests) + " --nodes " + std::to_string(kNodes) + " --batch " +
-              std::to_string(kBatch) + " --duration 0.3 --repeat 1 2>/dev/null",
-          &rc);
+  const std::string out = command_output(
+      std::string(MOERL_BINARY) + " bench control --json --requests " + std::to_string(kRequests) +
+          " --nodes " + std::to_string(kNodes) + " --batch " + std::to_string(kBatch) +
+          " --duration 0.3 --repeat 1 2>/dev/null",
+      &rc);
   ASSERT_EQ(rc, 0) << out;
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;
@@ -81,7 +75,7 @@ TEST(bench_control, ShortFormRunsEveryPartOnTheDefaultConfiguration) {
 TEST(bench_control, AnOutOfRangeSizeIsRefusedByName) {
   int rc = -1;
   const std::string out =
-      run(std::string(MOERL_BINARY) + " bench control --requests 0 --json 2>&1", &rc);
+      command_output(std::string(MOERL_BINARY) + " bench control --requests 0 --json 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--requests"), std::string::npos) << out;
 }

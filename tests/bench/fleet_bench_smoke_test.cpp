@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/command_output.h"
+
 #ifndef MOERL_BINARY
 #error "MOERL_BINARY must name the moerl binary (tests/bench/CMakeLists.txt)"
 #endif
@@ -18,23 +20,16 @@ namespace {
 
 using nlohmann::json;
 
-std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  *rc = ::pclose(p);
-  return out;
-}
+using moerl::testing::command_output;
 
 TEST(bench_fleet, TwoHundredNodesSurviveAKillAndASpotNoticeWithBalancedBooks) {
   constexpr int kNodes = 200, kVictims = 20;  // --fraction 0.1 of each host's 100
   int rc = -1;
-  const std::string out = run(std::string(MOERL_BINARY) +
-                                  " bench fleet --json --nodes 200 --hosts 2 --warmup 1"
-                                  " --measure 3 --fault 6 --tick-cost-units 20000 2>/dev/null",
-                              &rc);
+  const std::string out =
+      command_output(std::string(MOERL_BINARY) +
+                         " bench fleet --json --nodes 200 --hosts 2 --warmup 1"
+                         " --measure 3 --fault 6 --tick-cost-units 20000 2>/dev/null",
+                     &rc);
   ASSERT_EQ(rc, 0) << out;
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;
