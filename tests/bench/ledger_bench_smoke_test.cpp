@@ -31,9 +31,8 @@ TEST(bench_ledger, ShortFormRunsEveryPart) {
   ASSERT_TRUE(r.is_object()) << out;
   EXPECT_TRUE(r.contains("provenance"));
   EXPECT_GT(r["lease_cycle_in_memory"]["units_per_s"]["median"].get<double>(), 0);
-  for (const char* part :
-       {"lease_cycle_journaled_nofsync_objects", "lease_cycle_journaled_nofsync",
-        "lease_cycle_journaled_fsync_objects", "lease_cycle_journaled_fsync"}) {
+  for (const char* part : {"lease_cycle_journaled_nofsync_objects", "lease_cycle_journaled_nofsync",
+                           "lease_cycle_journaled_fsync_objects", "lease_cycle_journaled_fsync"}) {
     SCOPED_TRACE(part);
     ASSERT_TRUE(r.contains(part)) << out;
     EXPECT_EQ(r[part]["units"], 20);

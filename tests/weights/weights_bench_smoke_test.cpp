@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/command_output.h"
+
 #ifndef MOERL_BINARY
 #error "MOERL_BINARY must name the moerl binary (tests/weights/CMakeLists.txt)"
 #endif
@@ -17,22 +19,15 @@ namespace {
 
 using nlohmann::json;
 
-std::string run(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  *rc = ::pclose(p);
-  return out;
-}
+using moerl::testing::command_output;
 
 TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
   int rc = -1;
-  const std::string out = run(std::string(MOERL_BINARY) +
-                                  " bench weights --sizes 1048576,3000000 --readers 1,3 --reps 2"
-                                  " --warmup 1 --set weights.chunk_bytes=262144 --json",
-                              &rc);
+  const std::string out =
+      command_output(std::string(MOERL_BINARY) +
+                         " bench weights --sizes 1048576,3000000 --readers 1,3 --reps 2"
+                         " --warmup 1 --set weights.chunk_bytes=262144 --json",
+                     &rc);
   ASSERT_EQ(rc, 0) << out;
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;
@@ -62,8 +57,8 @@ TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
 
 TEST(weights_bench, AnUnknownPathIsRefusedByName) {
   int rc = -1;
-  const std::string out =
-      run(std::string(MOERL_BINARY) + " bench weights --paths cache_tcp,carrier_pigeon 2>&1", &rc);
+  const std::string out = command_output(
+      std::string(MOERL_BINARY) + " bench weights --paths cache_tcp,carrier_pigeon 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("unknown path 'carrier_pigeon'"), std::string::npos) << out;
 }
