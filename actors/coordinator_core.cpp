@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 
+#include "actors/internal/job_history.h"
 #include "actors/interruption.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -264,7 +265,11 @@ void coordinator_core::gave_up(const std::string& node, const std::string& cause
 }
 
 void coordinator_core::node_stats(const std::string& node, const json& stats) {
-  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.stats = stats;
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  json merged = stats;
+  merge_job_history(merged, std::move(it->second.stats));
+  it->second.stats = std::move(merged);
 }
 
 // ---- work -------------------------------------------------------------------------------

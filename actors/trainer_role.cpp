@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/internal/job_history.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
 #include "actors/internal/trainer_claim.h"
@@ -137,6 +138,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   };
   std::map<std::string, source> sources;
   int64_t next_refresh = 0, last_stats = 0;
+  job_history_sender history;  // the job's per-iteration lists, sent once each
   struct {
     uint64_t verified = 0, bad = 0, groups = 0;
     double sum_abs_advantage = 0;
@@ -435,6 +437,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
                         {"mean_abs_advantage", mean_abs_advantage},
                         {"job", step.stats()}};
       if (auto c = ctx->coordinator()) {
+        history.strip_sent(st["job"], caf::to_string(c.address()));
         self->send(c, stats_atom::value, ctx->id, st.dump());
         // Re-announced each time: a restarted coordinator learns the version again.
         if (ctx->policy_version > 0) {

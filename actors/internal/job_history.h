@@ -1,0 +1,43 @@
+// A trainer's per-iteration lists (the job stats' "reward_curve" and "iterations") cross to the
+// coordinator once each instead of whole with every stats message. Whole, they were ~400 KB
+// of JSON by iteration 800 of the default run, sent after every policy version and parsed on
+// the coordinator's one actor thread: time on the critical path that grew with the run
+// (issue 27). The trainer sends the entries the coordinator has not had ("history_from" =
+// the index of the first one sent) and everything again to a coordinator it has not sent to
+// (a restarted one starts empty); the coordinator appends them to what it holds, so the
+// node's stats it keeps, and every view and report built on them, still hold whole lists.
+#pragma once
+
+#ifndef MOERL_INSIDE_moerl_actors
+#error "actors/internal/job_history.h is private to moerl_actors (actors/)"
+#endif
+
+#include <cstddef>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace moerl::actors {
+
+// The job-stats keys whose lists only grow (one entry per iteration).
+inline constexpr const char* kJobHistoryKeys[] = {"reward_curve", "iterations"};
+
+// Trainer side; one per trainer actor.
+class job_history_sender {
+ public:
+  // Drops from `job` the entries of the history lists already sent to `coordinator` (an
+  // identity that changes when the coordinator process does) and marks the rest with
+  // "history_from". Call right before sending; assumes the send reaches it (one link).
+  void strip_sent(nlohmann::json& job, const std::string& coordinator);
+
+ private:
+  std::string coordinator_;
+  size_t sent_ = 0;  // entries of each list the coordinator holds (the lists grow together)
+};
+
+// Coordinator side: `incoming` (a node's new stats; its "job" may carry "history_from") gets
+// the history lists of `held` (that node's stats before, consumed) in front of its new
+// entries. Stats without "history_from" are left as they are (they replace what was held).
+void merge_job_history(nlohmann::json& incoming, nlohmann::json&& held);
+
+}  // namespace moerl::actors

@@ -1,0 +1,80 @@
+// A trainer's per-iteration lists cross to the coordinator once each (actors/internal/
+// job_history.h): the coordinator still holds them whole, a new coordinator gets them whole,
+// and a job that starts its lists again (a restore) is sent whole.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/internal/job_history.h"
+
+namespace moerl::actors {
+namespace {
+
+using nlohmann::json;
+
+// The job's stats after `n` iterations: both lists hold entries 1..n.
+json job_after(int n) {
+  json curve = json::array(), timings = json::array();
+  for (int i = 1; i <= n; ++i) {
+    curve.push_back({{"iteration", i}, {"mean_reward", i / 100.0}});
+    timings.push_back({{"iteration", i}, {"t_train", 0.01 * i}});
+  }
+  return {{"policy_version", n}, {"reward_curve", curve}, {"iterations", timings}};
+}
+
+// What the coordinator holds after receiving `job` as a node's stats on top of `held`.
+json receive(const json& job, json held) {
+  json incoming{{"batches", 1}, {"job", job}};
+  merge_job_history(incoming, std::move(held));
+  return incoming;
+}
+
+TEST(job_history, each_entry_crosses_once_and_the_coordinator_holds_the_whole_lists) {
+  job_history_sender sender;
+  json held;
+  size_t sent_entries = 0;
+  for (int n : {3, 3, 7, 12}) {
+    json job = job_after(n);
+    sender.strip_sent(job, "coordinator@1");
+    sent_entries += job["reward_curve"].size();
+    held = receive(job, std::move(held));
+    EXPECT_EQ(held["job"], job_after(n)) << "after " << n << " iterations";
+    EXPECT_FALSE(held["job"].contains("history_from"));
+  }
+  EXPECT_EQ(sent_entries, 12u) << "every entry once";
+}
+
+TEST(job_history, a_new_coordinator_gets_everything_again) {
+  job_history_sender sender;
+  json job = job_after(5);
+  sender.strip_sent(job, "coordinator@1");
+  json first = job_after(8);
+  sender.strip_sent(first, "coordinator@1");
+  EXPECT_EQ(first["reward_curve"].size(), 3u);
+  json again = job_after(9);
+  sender.strip_sent(again, "coordinator@2");  // a restarted coordinator process
+  EXPECT_EQ(again["history_from"], 0);
+  EXPECT_EQ(receive(again, json())["job"], job_after(9));
+}
+
+TEST(job_history, lists_that_start_again_are_sent_whole_and_replace_what_was_held) {
+  job_history_sender sender;
+  json held;
+  json job = job_after(10);
+  sender.strip_sent(job, "c");
+  held = receive(job, std::move(held));
+  json restored = job_after(2);  // a job restored from a checkpoint keeps fewer entries
+  sender.strip_sent(restored, "c");
+  EXPECT_EQ(restored["history_from"], 0);
+  EXPECT_EQ(receive(restored, std::move(held))["job"], job_after(2));
+}
+
+TEST(job_history, stats_without_history_from_replace_what_was_held) {
+  json held = receive(job_after(4), json());
+  json plain{{"job", job_after(1)}};
+  merge_job_history(plain, std::move(held));
+  EXPECT_EQ(plain["job"], job_after(1));
+}
+
+}  // namespace
+}  // namespace moerl::actors
