@@ -126,6 +126,8 @@ class external_trainer_step final : public actors::trainer_step {
       reward_us_ += m.reward_us;
       ++samples_;
     }
+    // Only a flush hands the worker an empty batch (every sample of this one was refused).
+    if (groups.empty() && !batch.empty()) return out;
     out.groups = groups.size();
     held_groups_ += groups.size();
     held_for_curve_ += groups.size();
