@@ -153,6 +153,13 @@ class job {
   // The node's weight-plane figures for its stats (bytes_from, when it held each version);
   // null when it read none.
   virtual nlohmann::json weights_stats() const { return nullptr; }
+  // Policy version v's bytes as this node's weight feed holds them (checked whole against
+  // the version's content hash), for an external rollout worker's weights(v). A job that
+  // keeps no policy versions has none.
+  virtual result<std::shared_ptr<const std::string>> policy_version_bytes(uint64_t version) {
+    return error(errc::not_found, "job " + name() + " keeps no policy versions (asked for " +
+                                      std::to_string(version) + ")");
+  }
   // An env node's environment for one episode of `task` (env/ENV.md). A job whose tasks
   // are single-turn has none.
   virtual result<std::unique_ptr<env::environment>> make_environment(const std::string& task) {

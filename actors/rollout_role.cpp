@@ -24,6 +24,7 @@
 #include "env/env_client.h"
 #include "messages/work.h"
 #include "workers/rollout_session.h"
+#include "workers/version_files.h"
 
 namespace moerl::actors {
 namespace {
@@ -69,6 +70,14 @@ class rollout_worker {
       auto o = worker_options_from_config<workers::rollout_session_options>(ctx_->cfg, spec);
       o.vocab_size = ctx_->running_job->vocab_size();
       o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
+      // weights(v): the node's feed's verified bytes, as a file in shared memory the worker
+      // maps; one set of files per node process, shared by its rollout actors.
+      o.weights = [job = ctx_->running_job](uint64_t v, bool refetch) -> result<nlohmann::json> {
+        static workers::version_files files;
+        auto bytes = job->policy_version_bytes(v);
+        if (!bytes) return bytes.err();
+        return files.file_of(v, **bytes, refetch);
+      };
       auto e = workers::rollout_session::create(std::move(o));  // group_ is null (rollout_loop)
       if (!e) {
         fail_actor(self_, e.err().to_string());

@@ -299,6 +299,18 @@ const std::vector<key_spec>& config_schema() {
        "against the lease (fencing token, unit, "
        "duplicates, shape) before delivery",
        ""},
+      {"trainer.worker", t::string, "",
+       "the trainer's learning step: empty: the job's own; python:PKG.MODULE:FUNCTION (a Python "
+       "function given a moerl.worker.Trainer: `for batch in trainer.batches()`, "
+       "`trainer.publish(tensors)`, `trainer.checkpoint(tensors)`) or exec:COMMAND, one process "
+       "per trainer node, started and restarted by it (attach:/SOCKET/PATH: a worker the user "
+       "started); needs trainer.group_size 1",
+       ""},
+      {"trainer.worker_timeout_ms", t::integer, "600000",
+       "the longest an external trainer may stay silent holding a batch (its training step) "
+       "or before asking for its first: past it the worker is killed and the groups it held "
+       "are served again",
+       "", r::at_least(1)},
       {"env.worker", t::string, "",
        "the env nodes' environments: empty: the job's own; python:PKG.MODULE:FACTORY (a Python "
        "`FACTORY(task)` returning an object with `reset(seed)` and `step(action)`), exec:COMMAND "
@@ -310,7 +322,8 @@ const std::vector<key_spec>& config_schema() {
        "fails and the worker is killed and restarted (its episodes fail)",
        "", r::at_least(1)},
       {"worker.python", t::string, "/usr/bin/python3",
-       "interpreter of python: workers (reward.worker, rollout.worker)", ""},
+       "interpreter of python: workers (reward.worker, rollout.worker, env.worker, trainer.worker)",
+       ""},
       {"worker.start_timeout_ms", t::integer, "30000",
        "an external worker that has not said hello this long after its start is killed and "
        "restarted",

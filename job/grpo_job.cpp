@@ -12,6 +12,7 @@
 #include "job/durable_writer.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
+#include "job/external_trainer_step.h"
 #include "job/group_bootstrap.h"
 #include "job/internal/rollout_group.h"
 #include "job/modpow_job.h"
@@ -522,6 +523,71 @@ result<std::unique_ptr<ep_trainer>> make_ep_trainer(const std::shared_ptr<job_se
                             span.num_members * span.ranks_per_member, max_samples, &span);
 }
 
+// Pushes version v to the least-loaded checkpoint cache: the endpoint of the one that holds
+// it, or why none does (the native step and the external trainer's publish alike).
+result<std::string> push_to_cache(job_setup& s, uint64_t v, const std::string& bytes) {
+  s.caches->wait_refreshed(std::chrono::milliseconds(3000));
+  const auto caches = s.caches->caches();
+  if (caches.empty()) return error{errc::not_found, "no cache is alive"};
+  return weights::push_to_a_cache(s.caches->zmq(), caches, v, bytes, store::sha256_hex(bytes),
+                                  s.chunk_bytes, s.cache_timeout_ms);
+}
+
+// Writes version v's store copy (weights, then the hash object) and removes the version
+// that no admissible sample can still be generated from (a lease names at most the version
+// current when it was granted). Self-contained: it may run after the trainer is gone.
+std::function<status()> version_store_copy(std::shared_ptr<job_setup> s, uint64_t v,
+                                           std::shared_ptr<const std::string> bytes,
+                                           std::string hash) {
+  return [s = std::move(s), v, bytes = std::move(bytes), hash = std::move(hash)]() -> status {
+    if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
+    if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
+    const uint64_t keep = static_cast<uint64_t>(s->cfg.get_int("buffer.max_staleness")) + 3;
+    if (v > keep) {
+      (void)s->store->remove(weights_key(s->prefix, v - keep));
+      (void)s->store->remove(weights_key(s->prefix, v - keep) + ".hash");
+    }
+    return {};
+  };
+}
+
+// trainer.worker: the learning step is a user's process (job/external_trainer_step.h); its
+// versions reach the rollouts as the native step's do: a cache first, the store copy behind.
+result<std::unique_ptr<actors::trainer_step>> make_external_trainer(std::shared_ptr<job_setup> s) {
+  external_trainer_setup e;
+  auto writer = std::make_shared<durable_writer>(4);
+  e.publish = [s, writer](uint64_t v,
+                          std::shared_ptr<const std::string> bytes) -> result<std::string> {
+    auto copy = version_store_copy(s, v, bytes, policy::content_hash(*bytes));
+    if (s->use_caches()) {
+      auto ep = push_to_cache(*s, v, *bytes);
+      if (ep) {
+        writer->submit("weights of policy version " + std::to_string(v), copy);
+        return std::string("cache");
+      }
+      logger("trainer")->warn(
+          "policy version {}: no checkpoint cache took it ({}): publishing "
+          "through the store",
+          v, ep.err().message);
+    }
+    if (auto st = copy(); !st) return st.err();
+    return std::string("store");
+  };
+  e.store = s->store;
+  e.store_prefix = s->prefix;
+  const bool mt = s->multi_turn();
+  e.facts = {
+      {"kind", "grpo"},
+      {"task", s->task_name()},
+      {"difficulty", mt ? s->guess_turns : s->task->difficulty()},
+      {"reward_random",
+       mt ? policy::guess_reward_random(s->guess_turns) : s->task->reward_random()},
+      {"reward_max", mt ? policy::guess_closed_loop_bound(s->guess_turns) : s->task->reward_max()}};
+  e.groups_per_iteration = static_cast<uint64_t>(s->cfg.get_int("actors.units_per_iteration") *
+                                                 s->cfg.get_int("actors.groups_per_unit"));
+  return make_external_trainer_step(s->cfg, std::move(e));
+}
+
 class grpo_trainer final : public actors::trainer_step {
  public:
   explicit grpo_trainer(std::shared_ptr<job_setup> s) : s_(std::move(s)) {}
@@ -792,12 +858,7 @@ class grpo_trainer final : public actors::trainer_step {
   bool publish_to_cache(const std::string& bytes) {
     if (!s_->use_caches()) return false;
     const auto t0 = std::chrono::steady_clock::now();
-    s_->caches->wait_refreshed(std::chrono::milliseconds(3000));
-    const auto caches = s_->caches->caches();
-    auto ep = caches.empty() ? result<std::string>(error{errc::not_found, "no cache is alive"})
-                             : weights::push_to_a_cache(s_->caches->zmq(), caches, version_, bytes,
-                                                        store::sha256_hex(bytes), s_->chunk_bytes,
-                                                        s_->cache_timeout_ms);
+    auto ep = push_to_cache(*s_, version_, bytes);
     if (!ep) {
       logger("trainer")->warn(
           "policy version {}: no checkpoint cache took it ({}): publishing through the store",
@@ -831,16 +892,7 @@ class grpo_trainer final : public actors::trainer_step {
   // current when it was granted). Self-contained: it may run after the trainer is gone.
   std::function<status()> store_copy_of(uint64_t v, std::shared_ptr<const std::string> bytes,
                                         std::string hash) const {
-    return [s = s_, v, bytes = std::move(bytes), hash = std::move(hash)]() -> status {
-      if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
-      if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
-      const uint64_t keep = static_cast<uint64_t>(s->cfg.get_int("buffer.max_staleness")) + 3;
-      if (v > keep) {
-        (void)s->store->remove(weights_key(s->prefix, v - keep));
-        (void)s->store->remove(weights_key(s->prefix, v - keep) + ".hash");
-      }
-      return {};
-    };
+    return version_store_copy(s_, v, std::move(bytes), std::move(hash));
   }
 
   // This process's state as checkpoint parts (ep_trainer.h's "rank-<R>/params|adam"; a
@@ -1104,6 +1156,7 @@ class grpo_job final : public actors::job {
   }
   result<std::unique_ptr<actors::trainer_step>> make_trainer(
       actors::trainer_ranks& ranks) override {
+    if (!s_->cfg.get_string("trainer.worker").empty()) return make_external_trainer(s_);
     auto t = std::make_unique<grpo_trainer>(s_);
     if (auto st = t->init(ranks.group()); !st) return st.err();
     return std::unique_ptr<actors::trainer_step>(std::move(t));
@@ -1120,6 +1173,12 @@ class grpo_job final : public actors::job {
   nlohmann::json weights_stats() const override {
     std::lock_guard<std::mutex> g(s_->feed_mu);
     return s_->feed ? s_->feed->stats() : nlohmann::json();
+  }
+  result<std::shared_ptr<const std::string>> policy_version_bytes(uint64_t version) override {
+    if (version == 0)
+      return error{errc::not_found,
+                   "policy version 0 is the initial weights: no version was published yet"};
+    return s_->version_bytes(version);
   }
   result<std::unique_ptr<env::environment>> make_environment(const std::string& task) override {
     if (task == "guess" && s_->multi_turn())

@@ -87,6 +87,8 @@ uint32_t default_trainer_members(const config& pre, const std::string& config_fi
   if (pre.get_string("job.kind") != "grpo")
     return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
   auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
+  // An external trainer (trainer.worker) is one worker process: a group of one.
+  if (!named("trainer.group_size") && !pre.get_string("trainer.worker").empty()) return 1;
   if (!named("trainer.group_size")) {
     members = kUpTrainerMembers;
     overrides.insert(overrides.begin(), "trainer.group_size=" + std::to_string(members));
@@ -166,6 +168,11 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
                    "rollout.worker runs one worker process per rollout node: rollout.group_size "
                    "must be 1, not " +
                        std::to_string(pre->get_int("rollout.group_size")));
+    if (!pre->get_string("trainer.worker").empty() && trainer_members > 1)
+      return error(errc::invalid_config,
+                   "trainer.worker runs the trainer in one worker process: trainer.group_size "
+                   "must be 1, not " +
+                       std::to_string(trainer_members));
     default_batching(*pre, a.config_file, o.overrides);
     if (a.resume) {
       auto from = latest_resumable_run(*pre);

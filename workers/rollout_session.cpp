@@ -158,9 +158,13 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
     }
     if (!*got) return rollout_event{};
     const auto& msg = **got;
-    auto c = check_envelope(msg, {"sample", "lease_done", "give_back"});
+    auto c = check_envelope(msg, {"sample", "lease_done", "give_back", "weights"});
     if (!c.ok) {
       refuse(c.why, c.detail);
+      continue;
+    }
+    if (c.type == "weights") {
+      if (auto st = answer_weights(msg); !st) return st.err();
       continue;
     }
     rollout_event ev;
@@ -189,6 +193,37 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
     ev.reason = msg.value("reason", "");
     return ev;
   }
+}
+
+status rollout_session::answer_weights(const nlohmann::json& msg) {
+  uint64_t version = 0;
+  std::string d;
+  if (!read_u64(msg, "version", version, d)) {
+    refuse(refusal::malformed, d);
+    return {};
+  }
+  // Only the version the lease in hand names: the one its samples are generated with.
+  if (!has_lease_ || version != lease_.policy_version) {
+    refuse(refusal::malformed,
+           "weights of version " + std::to_string(version) + ": the lease in hand names " +
+               (has_lease_ ? "version " + std::to_string(lease_.policy_version) : "none"));
+    return {};
+  }
+  const bool refetch = msg.value("refetch", false);
+  auto got = opts_.weights
+                 ? opts_.weights(version, refetch)
+                 : result<nlohmann::json>(error(errc::not_found, "this node offers no weights"));
+  auto m = frame(got ? "weights_ready" : "weights_error");
+  m["version"] = version;
+  if (got) {
+    for (const auto& [k, v] : got->items()) m[k] = v;
+    ++weights_served_;
+  } else {
+    m["error"] = got.err().to_string();
+  }
+  if (refetch) ++weights_refetched_;
+  if (auto st = link_.channel().send(m, 5000); !st) return lost("weights: " + st.err().to_string());
+  return {};
 }
 
 status rollout_session::ack(const accepted_sample& s) {
@@ -234,7 +269,9 @@ nlohmann::json rollout_session::stats() const {
           {"refused", refused_},
           {"worker_starts", link_.starts()},
           {"worker_deaths", link_.deaths()},
-          {"leases_offered", offered_}};
+          {"leases_offered", offered_},
+          {"weights_served", weights_served_},
+          {"weights_refetched", weights_refetched_}};
 }
 
 }  // namespace moerl::workers

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -32,6 +33,10 @@ struct rollout_session_options {
   int64_t restart_backoff_ms = 1000;
   uint32_t vocab_size = 0;             // token ids must be below it (0: not checked)
   uint32_t max_completion_tokens = 0;  // at most this many generated tokens (0: not checked)
+  // The worker's `weights` request (RolloutWorker.weights(v)): version v's bytes as a file the
+  // worker maps, {path, bytes, sha256}; `refetch`: the worker found the last file's bytes did
+  // not match its sha256, so fetch the version again. Null: the node offers no weights.
+  std::function<result<nlohmann::json>(uint64_t version, bool refetch)> weights;
 };
 
 // One leased unit as offered to the worker.
@@ -98,6 +103,8 @@ class rollout_session {
   void refuse(refusal why, const std::string& detail);
   // Checks a "sample" message against the current lease; refuses and returns false if bad.
   bool check_sample(const nlohmann::json& msg, accepted_sample& out);
+  // Answers a `weights` request (weights_ready / weights_error); an error when the worker died.
+  status answer_weights(const nlohmann::json& msg);
 
   rollout_session_options opts_;
   worker_link link_;
@@ -107,6 +114,7 @@ class rollout_session {
   std::set<std::pair<uint32_t, uint32_t>> submitted_;  // (group index, index) of this lease
   std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
   uint64_t accepted_ = 0, offered_ = 0;
+  uint64_t weights_served_ = 0, weights_refetched_ = 0;
   std::map<std::string, uint64_t> refused_;
 };
 

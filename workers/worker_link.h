@@ -36,6 +36,8 @@ class worker_link {
   void drop(const std::string& why);
   // The node lets go of its worker (closes the channel; kills it after grace_ms).
   void stop(int64_t grace_ms);
+  // The welcome's extra fields for the next worker started (the trainer's resume point).
+  void set_welcome(nlohmann::json welcome) { opts_.welcome = std::move(welcome); }
   // Why the last worker ended, for errors.
   const std::string& last_death() const { return last_death_; }
   const worker_spec& spec() const { return spec_; }

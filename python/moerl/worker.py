@@ -42,7 +42,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 PROTOCOL_VERSION = 1
 _MAX_FRAME_BYTES = 16 << 20  # the node's kMaxFrameBytes
@@ -270,6 +270,10 @@ def _plain(x: Any) -> Any:
     return x.tolist() if hasattr(x, "tolist") else x
 
 
+class WeightsUnavailable(RuntimeError):
+    """The node could not give this worker the policy version it asked for."""
+
+
 class RolloutWorker:
     """The rollout node's side of this process: leases, submissions, notices."""
 
@@ -284,6 +288,7 @@ class RolloutWorker:
         self.notice: Optional[Notice] = None  #: set once the node got a Spot notice / drains
         self.on_notice = on_notice
         self._current: Optional[Lease] = None
+        self._weights: Optional[Tuple[int, Dict[str, Any], Any]] = None  # (version, tensors, mmap)
 
     def leases(self) -> Iterator[Lease]:
         """Each lease the node hands this worker, until the node stops it. Asking for the next
@@ -296,6 +301,33 @@ class RolloutWorker:
                 return
             self._current = Lease(self, msg)
             yield self._current
+
+    def weights(self, version: int) -> Dict[str, Any]:
+        """Policy `version` (the one the lease in hand names) as name -> torch tensor, as the
+        trainer published it (``Trainer.publish``; safetensors layout, ``moerl.tensors``). The
+        node writes the version, verified against its content hash by its weight feed, once
+        into shared memory; this maps it copy-on-write (no copy of the bytes) and checks the
+        mapping's sha256 before use: a mismatch asks the node to write it again, once, then
+        raises ``WeightsUnavailable``. Version 0 (nothing published yet) raises too: generate
+        with your own initial weights. The newest mapping is kept for the next call."""
+        if self._weights is not None and self._weights[0] == version:
+            return self._weights[1]
+        import hashlib
+        from moerl import tensors as _t
+        for refetch in (False, True):
+            self._ch.send("weights", version=version, refetch=refetch)
+            msg = self._wait({"weights_ready", "weights_error", "error"}, self._current)
+            if msg is None or msg.get("type") != "weights_ready":
+                what = (msg or {}).get("error") or (msg or {}).get("detail") or "channel closed"
+                raise WeightsUnavailable(f"policy version {version}: {what}")
+            m, named, _ = _t.map_file(msg["path"])
+            if len(m) == msg["bytes"] and hashlib.sha256(m).hexdigest() == msg["sha256"]:
+                self._weights = (version, named, m)
+                return named
+            print(f"moerl.worker: policy version {version} at {msg['path']} does not match its "
+                  f"sha256; asking the node to write it again", file=sys.stderr, flush=True)
+        raise WeightsUnavailable(f"policy version {version}: the node's copy does not match its "
+                                 f"sha256 twice")
 
     def _wait(self, kinds: set, lease: Optional[Lease]) -> Optional[Dict[str, Any]]:
         """The next message of one of `kinds`, handling notices and lease closings on the way."""
@@ -394,6 +426,152 @@ def serve_env(factory: Callable[[str], Any]) -> None:
         ch.send("env_result", id=msg["id"], **obs)
 
 
+@dataclass
+class TrainSample:
+    """One response of a group as its shard handed it to the trainer."""
+    index: int                 # its index in the group
+    tokens: List[int]          # the generated token ids
+    logprobs: List[float]      # the behaviour logprob of each token (the rollout's policy)
+    reward: float
+    policy_version: int        # the version it was generated with
+
+
+@dataclass
+class TrainGroup:
+    """A whole prompt group, handed exactly once (unless the trainer dies holding it)."""
+    group_id: int
+    unit: int
+    prompt: List[int]
+    samples: List[TrainSample]
+
+    @property
+    def rewards(self) -> List[float]:
+        return [s.reward for s in self.samples]
+
+    def advantages(self, eps: float = 1e-6) -> List[float]:
+        """GRPO's group-relative advantages: (reward - group mean) / (group std + eps)."""
+        r = self.rewards
+        mean = sum(r) / len(r)
+        std = math.sqrt(sum((x - mean) ** 2 for x in r) / len(r))
+        return [(x - mean) / (std + eps) for x in r]
+
+
+@dataclass
+class Batch:
+    groups: List[TrainGroup]
+    flush: bool  # no batch came for a while: train on what you hold (groups may be empty)
+
+
+class PublishFailed(RuntimeError):
+    """The node could not make a version or checkpoint of what this trainer sent."""
+
+
+class Trainer:
+    """The trainer node's side of this process: batches of whole groups in, policy versions and
+    checkpoints out. Groups handed since the last ``publish`` are held by this process; a
+    publish covers every group handed before it (the node then confirms them trained). If the
+    process dies, the groups it held are served again to its successor."""
+
+    def __init__(self) -> None:
+        self._ch = _Channel.from_env()
+        self._ch.send("hello", role="trainer", pid=os.getpid())
+        welcome = self._ch.recv()
+        if welcome is None or welcome.get("type") != "welcome":
+            raise ProtocolError(f"the node refused this worker: {welcome}")
+        self.version: int = welcome.get("version", 0)  #: the newest version published
+        #: groups the coordinator opens per policy iteration (publish once per iteration)
+        self.groups_per_iteration: int = welcome.get("groups_per_iteration", 1)
+        self._prefix: str = welcome["file_prefix"]
+        self._resume = welcome.get("checkpoint")
+        self._seq = 0
+
+    def resume(self) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+        """(tensors, meta) of the newest checkpoint this job's trainer wrote, or None; its
+        ``meta["policy_version"]`` is the version it was taken at. Once per process."""
+        r, self._resume = self._resume, None
+        if not r:
+            return None
+        from moerl import tensors as _t
+        try:
+            named, _ = _t.load_file(r["path"])
+        finally:
+            try:
+                os.unlink(r["path"])
+            except OSError:
+                pass
+        return named, r.get("meta", {})
+
+    def batches(self, groups: Any = 0) -> Iterator[Batch]:
+        """Each batch the node hands this trainer, until the node stops it. `groups`: how many
+        groups to ask for next (an int, or a callable returning one; 0: any)."""
+        while True:
+            want = groups() if callable(groups) else groups
+            self._ch.send("next", groups=max(0, int(want)))
+            msg = self._wait("batch")
+            if msg is None:
+                return
+            yield Batch([TrainGroup(g["group_id"], g["unit"], g["prompt"],
+                                    [TrainSample(x["index"], x["tokens"], x["logprobs"],
+                                                 x["reward"], x["policy_version"])
+                                     for x in g["samples"]]) for g in msg["groups"]],
+                        bool(msg.get("flush", False)))
+
+    def publish(self, tensors: Any, metrics: Optional[Dict[str, float]] = None) -> int:
+        """Makes `tensors` (a state_dict, name -> tensor, or an nn.Module) the next policy
+        version; returns its number once a checkpoint cache (or the store) holds it. The
+        tensors travel as a file in shared memory, never through the JSON channel."""
+        msg = self._request("publish", tensors, metrics=metrics or {})
+        self.version = msg["version"]
+        return self.version
+
+    def checkpoint(self, tensors: Any, meta: Optional[Dict[str, Any]] = None) -> int:
+        """A durable checkpoint of `tensors` (weights and optimiser state, as you like) in
+        moerl's store, numbered with the newest version published; ``resume()`` in a later
+        process returns the newest."""
+        return self._request("checkpoint", tensors, meta=meta or {})["version"]
+
+    def _request(self, kind: str, tensors: Any, **fields: Any) -> Dict[str, Any]:
+        from moerl import tensors as _t
+        self._seq += 1
+        path = f"{self._prefix}{os.getpid()}-{self._seq}"
+        try:
+            size = _t.save_file(tensors, path)
+            self._ch.send(kind, path=path, bytes=size, **fields)
+        except BaseException:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        msg = self._wait("published" if kind == "publish" else "checkpointed")
+        if msg is None:
+            raise ProtocolError("the node closed the channel")
+        return msg
+
+    def _wait(self, kind: str) -> Optional[Dict[str, Any]]:
+        while True:
+            msg = self._ch.recv()
+            if msg is None:
+                return None
+            t = msg.get("type")
+            if t == kind:
+                return msg
+            if t == "request_failed":
+                raise PublishFailed(f"{msg.get('request')}: {msg.get('error')}")
+            if t == "error":
+                _log_refusal(msg)
+                raise ProtocolError(f"the node refused this trainer's message "
+                                    f"({msg.get('reason')}): {msg.get('detail')}")
+            raise ProtocolError(f"a trainer got an unexpected {t!r} message")
+
+
+def serve_trainer(main: Callable[[Trainer], None]) -> None:
+    """Runs ``main(trainer)`` for the trainer node that started this process."""
+    if not callable(main):
+        raise TypeError(f"main is {main!r}; expected a callable (Trainer) -> None")
+    main(Trainer())
+
+
 def _load(target: str) -> Callable[..., Any]:
     module, _, name = target.rpartition(":")
     if not module or not name:
@@ -419,6 +597,7 @@ _ROLES: Dict[str, Callable[[Callable[..., Any]], None]] = {
     "reward": serve_reward,
     "rollout": serve_rollout,
     "env": serve_env,
+    "trainer": serve_trainer,
 }
 
 if __name__ == "__main__":

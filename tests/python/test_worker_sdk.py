@@ -116,7 +116,7 @@ def test_a_worker_started_by_hand_says_what_is_missing(monkeypatch):
     with pytest.raises(worker.ProtocolError, match="MOERL_WORKER_FD is not set"):
         worker.RolloutWorker()
     assert worker.main([]) == 2
-    assert worker.main(["trainer", "x:y"]) == 2
+    assert worker.main(["critic", "x:y"]) == 2
     with pytest.raises(ValueError, match="expected PKG.MODULE:FUNCTION"):
         worker._load("no_function")
     with pytest.raises(ValueError, match="has no attribute 'nope'"):

@@ -1,0 +1,131 @@
+"""The policy: a small MoE language model over the `sort` task's 16-token vocabulary.
+
+Each step's input is what a sorter needs and no more: a bag of the prompt's token embeddings
+(order does not matter to sorting), a bag of the tokens generated so far and the position's
+embedding; a gated mixture of SiLU experts (top-k routing, `moerl.examples.moe_layer`) over
+that, then the logits. With more than one rank the experts are sharded over an expert-parallel
+group through `moerl.ep.Buffer` (`ExpertParallelMoE`); in one process they run locally."""
+
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from moerl.examples.moe_layer import ExpertParallelMoE, moe_reference
+
+VOCAB = 16
+TOK_EOS = 2
+TOK_DIGIT0 = 3
+MAX_NEW = 4  # sort at difficulty 3: three digits and EOS
+
+
+class MoE(nn.Module):
+    """Top-k gated experts; `buffer` (a moerl.ep.Buffer over >1 rank) shards them."""
+
+    def __init__(self, hidden: int, ffn: int, num_experts: int, topk: int,
+                 buffer: Optional[object] = None) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        gate = torch.randn(num_experts, hidden, generator=g) * 0.02
+        w_in = torch.randn(num_experts, hidden, ffn, generator=g) / math.sqrt(hidden)
+        w_out = torch.randn(num_experts, ffn, hidden, generator=g) / math.sqrt(ffn)
+        self.topk = topk
+        if buffer is not None and getattr(buffer, "group_size", 1) > 1:
+            rank, world = buffer.rank, buffer.group_size
+            local = num_experts // world
+            self.ep = ExpertParallelMoE(buffer, gate, w_in[rank * local:(rank + 1) * local],
+                                        w_out[rank * local:(rank + 1) * local], topk)
+        else:
+            self.ep = None
+            self.gate_weight = nn.Parameter(gate)
+            self.w_in = nn.Parameter(w_in)
+            self.w_out = nn.Parameter(w_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ep is not None:
+            return self.ep(x)
+        return moe_reference(x, self.gate_weight, self.w_in, self.w_out, self.topk)
+
+
+class SortPolicy(nn.Module):
+    def __init__(self, hidden: int = 64, ffn: int = 64, num_experts: int = 4, topk: int = 2,
+                 buffer: Optional[object] = None) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.prompt_emb = nn.Embedding(VOCAB, hidden)
+        self.done_emb = nn.Embedding(VOCAB, hidden)
+        self.pos_emb = nn.Embedding(MAX_NEW + 1, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.moe = MoE(hidden, ffn, num_experts, topk, buffer)
+        self.out = nn.Linear(hidden, VOCAB)
+
+    def logits(self, prompts: torch.Tensor, done: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """prompts [B, P] ids; done [B, VOCAB] counts of the tokens generated so far; pos [B]."""
+        x = self.prompt_emb(prompts).sum(1) + done @ self.done_emb.weight + self.pos_emb(pos)
+        x = self.norm(x)
+        return self.out(x + self.moe(x))
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], temperature: float = 1.0,
+                 rng: Optional[torch.Generator] = None) -> Tuple[List[List[int]], List[List[float]]]:
+        """One completion per prompt (stopping at EOS or MAX_NEW tokens) and the logprob of
+        each sampled token under this policy (the behaviour logprobs)."""
+        p = torch.tensor([list(x) for x in prompts], dtype=torch.long)
+        b = p.shape[0]
+        done = torch.zeros(b, VOCAB)
+        alive = torch.ones(b, dtype=torch.bool)
+        toks: List[List[int]] = [[] for _ in range(b)]
+        lps: List[List[float]] = [[] for _ in range(b)]
+        for t in range(MAX_NEW):
+            logp = torch.log_softmax(self.logits(p, done, torch.full((b,), t)) / temperature, -1)
+            nxt = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(1)
+            chosen = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
+            for i in torch.nonzero(alive).flatten().tolist():
+                toks[i].append(int(nxt[i]))
+                lps[i].append(min(0.0, float(chosen[i])))
+            done[torch.arange(b), nxt] += alive.float()
+            alive &= nxt != TOK_EOS
+            if not alive.any():
+                break
+        return toks, lps
+
+    def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                       temperature: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(logprobs [B, T], mask [B, T]) of the given completions under this policy
+        (differentiable), T the longest completion."""
+        b = len(completions)
+        t_max = max(len(c) for c in completions)
+        p = torch.tensor([list(x) for x in prompts], dtype=torch.long)
+        tok = torch.zeros(b, t_max, dtype=torch.long)
+        mask = torch.zeros(b, t_max)
+        for i, c in enumerate(completions):
+            tok[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+            mask[i, :len(c)] = 1
+        done = torch.zeros(b, VOCAB)
+        out = []
+        for t in range(t_max):
+            logp = torch.log_softmax(self.logits(p, done, torch.full((b,), t)) / temperature, -1)
+            out.append(logp.gather(1, tok[:, t:t + 1]).squeeze(1))
+            done = done + nn.functional.one_hot(tok[:, t], VOCAB).float() * mask[:, t:t + 1]
+        return torch.stack(out, 1), mask
+
+
+def sort_reward(prompt: Sequence[int], tokens: Sequence[int]) -> float:
+    """The `sort` task's verifier (policy/task_sort.cpp): the fraction of the target (the
+    prompt's digits ascending, then EOS) matched position by position, up to the first EOS."""
+    target = sorted(prompt[2:-1]) + [TOK_EOS]
+    right = 0
+    for want, got in zip(target, tokens):
+        right += want == got
+        if got == TOK_EOS:
+            break
+    return right / len(target)
+
+
+def random_prompt(rng: torch.Generator, digits: int = 3) -> List[int]:
+    """"^ s d1..dk =" as the task makes it (policy/task_sort.cpp)."""
+    d = torch.randint(0, 10, (digits,), generator=rng).tolist()
+    return [1, 15] + [TOK_DIGIT0 + x for x in d] + [14]

@@ -1,0 +1,31 @@
+"""The rollout worker (`rollout.worker: python:moerl.examples.torch_moe.rollout:main`): for each
+lease, the policy version it names (``worker.weights(v)``: the trainer's published tensors,
+mapped from the node's shared-memory copy), then `group_size` completions per prompt with their
+behaviour logprobs. Version 0 is the seeded initial policy every process builds alike."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from moerl.examples.torch_moe.policy import SortPolicy
+from moerl.worker import RolloutWorker
+
+
+def main(worker: RolloutWorker) -> None:
+    torch.set_num_threads(1)
+    policy = SortPolicy()
+    version = 0
+    rng = torch.Generator().manual_seed((os.getpid() << 20) ^ time.time_ns())
+    for lease in worker.leases():
+        if lease.policy_version != version:
+            policy.load_state_dict(worker.weights(lease.policy_version))
+            version = lease.policy_version
+        temperature = float(lease.sampling.get("temperature", 1.0))
+        for g in lease.groups:
+            toks, lps = policy.generate([g.prompt] * lease.group_size, temperature, rng)
+            for i, (t, lp) in enumerate(zip(toks, lps)):
+                lease.submit(g.group_id, i, t, lp)
+        lease.done()

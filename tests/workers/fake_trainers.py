@@ -1,0 +1,75 @@
+"""Trainer workers for external_trainer_test.cpp, speaking the wire protocol by hand
+(workers/PROTOCOL.md, "Trainer") where moerl.worker would refuse to send what is tested. Run as
+`python3 fake_trainers.py BEHAVIOUR` by the node side (exec: spec)."""
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+sock = socket.socket(fileno=int(os.environ["MOERL_WORKER_FD"]))
+buf = b""
+
+
+def send(**msg):
+    body = json.dumps({"v": 1, **msg}).encode()
+    sock.sendall(struct.pack("<I", len(body)) + body)
+
+
+def recv():
+    global buf
+    while True:
+        if len(buf) >= 4:
+            (n,) = struct.unpack("<I", buf[:4])
+            if len(buf) >= 4 + n:
+                body, buf = buf[4:4 + n], buf[4 + n:]
+                return json.loads(body)
+        chunk = sock.recv(65536)
+        if not chunk:
+            sys.exit(0)
+        buf += chunk
+
+
+send(type="hello", role="trainer", pid=os.getpid())
+welcome = recv()
+prefix = welcome["file_prefix"]
+behaviour = sys.argv[1]
+
+
+def file_with(name, data):
+    path = prefix + name
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+if behaviour == "misbehaves":
+    # Each wrong request is answered (refused or failed) and the node still serves the rest.
+    send(type="next", groups=3)
+    batch = recv()
+    answers = []
+    send(type="publish", path="/etc/passwd", bytes=10)                        # outside the prefix
+    answers.append(recv())
+    send(type="publish", path=file_with("short", b"abc"), bytes=10)           # wrong size
+    answers.append(recv())
+    send(type="train", groups=[])                                             # unknown type
+    answers.append(recv())
+    send(type="publish", path=file_with("v1", b"weights!"), bytes=8, metrics={"loss": 1})
+    answers.append(recv())
+    send(type="checkpoint", path=file_with("ck", b"state"), bytes=5, meta={})
+    answers.append(recv())
+    with open(prefix + "answers.json", "w") as f:
+        json.dump({"batch": batch, "answers": answers,
+                   "short_left": os.path.exists(prefix + "short")}, f)
+    send(type="next", groups=0)
+    while recv():
+        pass
+elif behaviour == "dies_holding":
+    send(type="next")
+    recv()
+    os._exit(3)  # holding the batch
+elif behaviour == "silent":
+    send(type="next")
+    recv()
+    time.sleep(3600)

@@ -1,0 +1,84 @@
+// The node side of an external trainer (`trainer.worker`, python/WORKERS.md): the trainer
+// node's driver keeps pulling batches from the shards, claiming their groups from the ledger
+// and confirming them once a policy version has them, exactly as for the native step
+// (ledger/LEDGER.md, "Handed to a trainer"); this object hands each batch's groups to the
+// user's process and serves what it asks for while it holds them: `publish` (its weights
+// become the next policy version) and `checkpoint` (a durable checkpoint in the store). The
+// tensors travel as files the worker writes under a prefix the node names (/dev/shm on
+// Linux): only their path and size cross the JSON channel. Used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "workers/worker_link.h"
+
+namespace moerl::workers {
+
+struct external_trainer_options {
+  std::string worker;  // trainer.worker
+  std::string python;  // worker.python
+  int64_t start_timeout_ms = 30000;
+  int64_t restart_backoff_ms = 1000;
+  // trainer.worker_timeout_ms: the longest the worker may be silent while it holds a batch
+  // (its training step) or before its first `next`; past it the worker is killed.
+  int64_t step_timeout_ms = 600000;
+  // Where the worker writes its tensor files: every path it names must begin with this
+  // (e.g. "/dev/shm/1234:trainer:"); anything else is refused as malformed.
+  std::string file_prefix;
+};
+
+// What the node does with the worker's requests. Each gets the file's bytes (read and
+// removed by the session) and the request's JSON; its answer's fields go back to the worker
+// (an error goes back as `request_failed` with its message; the worker goes on).
+struct external_trainer_handlers {
+  std::function<result<nlohmann::json>(std::string bytes, const nlohmann::json& request)> publish;
+  std::function<result<nlohmann::json>(std::string bytes, const nlohmann::json& request)>
+      checkpoint;
+  // The welcome of a newly started worker (its policy version, the checkpoint to resume
+  // from): asked each time a worker is started.
+  std::function<nlohmann::json()> welcome;
+};
+
+class external_trainer {
+ public:
+  static result<std::unique_ptr<external_trainer>> create(external_trainer_options opts,
+                                                          external_trainer_handlers handlers);
+  ~external_trainer();
+  // Hands `groups` (a JSON list; empty with flush: no batch came for a while, train on what
+  // you hold) to the worker, starting one first if none runs, and returns once the worker
+  // asks for the next batch: the number of groups it wants next (0: any). Its requests on
+  // the way go to the handlers. peer_dead / timeout: the worker died, broke the protocol's
+  // framing or stayed silent past step_timeout_ms (it is killed; the next call starts another).
+  result<uint64_t> hand(const nlohmann::json& groups, bool flush);
+  // True while a worker runs (a restarted driver must drop the groups a live one holds).
+  bool running() const { return link_.running(); }
+  // Stops the worker (closes its channel; killed after grace_ms).
+  void stop(int64_t grace_ms);
+  // {batches, publishes, checkpoints, refused_requests, failed_requests, worker_starts,
+  // worker_deaths}
+  nlohmann::json stats() const;
+
+ private:
+  external_trainer(external_trainer_options opts, external_trainer_handlers handlers,
+                   worker_spec spec);
+  // Reads frames until the worker's `next`, serving publish/checkpoint on the way.
+  result<uint64_t> until_next();
+  // The bytes of the file a request names (checked against the prefix and its size; the
+  // file is removed), or why not.
+  result<std::string> take_file(const nlohmann::json& msg);
+
+  external_trainer_options opts_;
+  external_trainer_handlers handlers_;
+  worker_link link_;
+  bool ready_ = false;  // the worker asked for a batch and has not got it yet
+  uint64_t wanted_ = 0;
+  uint64_t batches_ = 0, publishes_ = 0, checkpoints_ = 0, refused_ = 0, failed_ = 0;
+};
+
+}  // namespace moerl::workers
