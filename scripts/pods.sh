@@ -212,7 +212,9 @@ down() {
   done
   # One call for all (one at a time took ~5 s a pod); podman's complaints about systemd
   # health-check timers (no systemd here) go to down.log.
-  if ((${#present[@]})); then podman pod rm -f -t 0 "${present[@]}" > /dev/null 2>> "$WORK/down.log"; fi
+  if ((${#present[@]})); then
+    podman pod rm -f -t 0 "${present[@]}" > /dev/null 2>> "$WORK/down.log" || remove_pods "${present[@]}"
+  fi
   # The claims' volumes, the Secrets, and the volumes podman made for configMap mounts
   # (named after their ConfigMap).
   python3 - "$WORK/resources.yaml" "$WORK/configmaps.yaml" <<'EOF' | while read -r kind name; do
@@ -234,6 +236,19 @@ EOF
   if podman network exists "$NETWORK"; then podman network rm -f "$NETWORK" > /dev/null; fi
   rm -f "$WORK/plan.json" "$WORK/replaced" "$WORK/nodes.tsv"
   log "removed the pods, volumes and network that up made"
+}
+
+# podman 4.3 may refuse `pod rm -f` of a pod whose node container it holds as "stopped"
+# ("container state improper", seen after a pod kill under load): the pod is stopped first,
+# then removed, one at a time. Never fails (down goes on to the volumes and the network).
+remove_pods() {  # POD...
+  local pod
+  for pod in "$@"; do
+    podman pod exists "$pod" || continue
+    podman pod stop -t 0 "$pod" > /dev/null 2>> "$WORK/down.log" || true
+    podman pod rm -f -t 0 "$pod" > /dev/null 2>> "$WORK/down.log" \
+      || log "could not remove pod $pod (see $WORK/down.log)"
+  done
 }
 
 # ---- faults the way Kubernetes delivers them (`pods.sh fault`, for moerl sim) --------------
@@ -330,12 +345,12 @@ fault_replace() {  # NODE
   # waiting for its removal: play first, then save the old pod's log and remove it.
   if [ "$new" = "$old" ]; then  # a StatefulSet's pod: its name must be free first
     save_log "$old"
-    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log" || remove_pods "$old"; fi
     play_pod "$new"
   else
     play_pod "$new"
     save_log "$old"
-    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log" || remove_pods "$old"; fi
   fi
   flock -u 9
   for _ in $(seq 1 240); do
