@@ -75,6 +75,7 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
     auto written =
         store::write_checkpoint_shard(*store, prefix, version, shard, num_shards, parts, again);
     if (written) break;
+    if (!store_outage::is_outage(written.err())) return written.err();  // not the store's state
     outage->failed("checkpoint shard " + std::to_string(shard) + " of policy version " +
                    std::to_string(version) + ": " + written.err().to_string());
     if (giving_up()) return written.err();
@@ -92,6 +93,7 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
     auto m = store::commit_sharded_checkpoint(*store, prefix, version, num_shards, meta);
     if (m) break;
     const bool store_failed = m.err().code != errc::not_found;
+    if (store_failed && !store_outage::is_outage(m.err())) return m.err();  // a torn marker etc.
     if (store_failed)
       outage->failed("commit of policy version " + std::to_string(version) + ": " +
                      m.err().to_string());
@@ -129,6 +131,10 @@ status shard_checkpointer::write_now(uint64_t version,
                                      const nlohmann::json& meta) {
   return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, give_up_at_ms_,
                group_abort_, outage_, patience_, version, parts, meta);
+}
+
+bool store_outage::is_outage(const error& e) {
+  return e.code == errc::io_error || e.code == errc::timeout;
 }
 
 void store_outage::failed(std::string what) {
