@@ -1,7 +1,9 @@
 #include "job/shard_checkpointer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "common/log.h"
@@ -134,6 +136,9 @@ status shard_checkpointer::write_now(uint64_t version,
 }
 
 bool store_outage::is_outage(const error& e) {
+  // A full store does not empty itself: the run ends with the cause named at once (issue 11's
+  // disk_full case) rather than wait for an operator. An unreachable one comes back.
+  if (e.message.find(std::strerror(ENOSPC)) != std::string::npos) return false;
   return e.code == errc::io_error || e.code == errc::timeout;
 }
 

@@ -30,8 +30,9 @@ namespace moerl::job {
 // trainer's thread.
 class store_outage {
  public:
-  // What a store that does not answer, or cannot write, returns (io_error, timeout): worth
-  // another try. Anything else (a bad part list, a marker of another shape) fails at once.
+  // What a store that does not answer returns (io_error, timeout): worth another try.
+  // Anything else (a bad part list, a marker of another shape) and a full store (ENOSPC:
+  // it does not empty itself) fail at once.
   static bool is_outage(const error& e);
   void failed(std::string what);  // logs the first failure of an outage
   void answered();                // logs the end of an outage
