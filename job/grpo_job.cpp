@@ -843,7 +843,11 @@ class grpo_trainer final : public actors::trainer_step {
               {"checkpoint_shards_written", ckpt_->num_written()},
               {"checkpoint_shards_failed", ckpt_->num_failed()},
               {"durable_version", ckpt_->durable()},
-              {"durability_throttled", ckpt_->num_throttled()}}}};
+              {"durability_throttled", ckpt_->num_throttled()},
+              // A store that refuses checkpoint writes: tries refused, and the newest refusal
+              // while it lasts ("" when the store answers).
+              {"store_failures", ckpt_->num_store_failures()},
+              {"store_failing", ckpt_->store_failing()}}}};
   }
 
  private:

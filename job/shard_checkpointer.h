@@ -9,8 +9,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,26 @@
 
 namespace moerl::job {
 
+// Whether the store takes this member's checkpoint writes: the newest failure ("" once a
+// write went through again) and how many tries failed. Shared by the writer thread and the
+// trainer's thread.
+class store_outage {
+ public:
+  // What a store that does not answer returns (io_error, timeout): worth another try.
+  // Anything else (a bad part list, a marker of another shape) and a full store (ENOSPC:
+  // it does not empty itself) fail at once.
+  static bool is_outage(const error& e);
+  void failed(std::string what);  // logs the first failure of an outage
+  void answered();                // logs the end of an outage
+  std::string failing() const;
+  uint64_t failures() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string last_error_;
+  uint64_t failures_ = 0;
+};
+
 class shard_checkpointer {
  public:
   // ckpt_prefix: the run's checkpoint prefix (job::checkpoint_prefix). keep_every:
@@ -32,7 +54,11 @@ class shard_checkpointer {
   // commit waiting for its shard and a throttled step give up at once.
   shard_checkpointer(std::shared_ptr<store::object_store> store, std::string ckpt_prefix,
                      uint32_t shard, uint32_t num_shards, uint64_t max_lag, uint64_t keep_every,
-                     std::shared_ptr<const std::atomic<bool>> group_abort = nullptr);
+                     std::shared_ptr<const std::atomic<bool>> group_abort = nullptr,
+                     std::chrono::milliseconds patience = kStorePatience);
+  // How long one write keeps trying a store that refuses it, and member 0's commit waits for
+  // the other members' shards, before it gives up (the trainer then fails at the lag).
+  static constexpr std::chrono::milliseconds kStorePatience{10 * 60 * 1000};
   // Finishes the writes queued (a clean stop commits the last version); a commit still
   // waiting for other members' shards gives up after kClosingWait, or at once when the group
   // broke (the members that would write them are gone).
@@ -48,9 +74,12 @@ class shard_checkpointer {
   status write_now(uint64_t version, const std::vector<store::checkpoint_part>& parts,
                    const nlohmann::json& meta);
   // Member 0, before announcing `version`: returns at once while version - durable() <=
-  // max_lag; else logs why and waits until it is (only for the writes it needs). An error
-  // when the store did not take them or the group broke (the version must not be announced:
-  // a crash would then lose more than the lag).
+  // max_lag; else logs why and waits until it is (only for the writes it needs). A store
+  // that does not answer is waited out: its writes are retried (backoff up to 2 s) and the
+  // wait says so every 10 s with the store's error; once the store answers the checkpoints
+  // catch up in order and the step goes on. An error when a write gave up (the store refused
+  // it for `patience`, 10 minutes by default) or the group broke (the version must not be
+  // announced: a crash would then lose more than the lag).
   status throttle(uint64_t version);
   // Member 0: the newest committed version; other members: the newest shard written.
   uint64_t durable() const { return durable_->load(); }
@@ -60,6 +89,10 @@ class shard_checkpointer {
   uint64_t num_written() const { return writer_->num_written(); }
   uint64_t num_failed() const { return writer_->num_failed(); }
   uint64_t num_throttled() const { return throttled_; }
+  // Tries of a checkpoint write the store refused, and the newest refusal ("" when the
+  // store answers).
+  uint64_t num_store_failures() const { return outage_->failures(); }
+  std::string store_failing() const { return outage_->failing(); }
 
  private:
   // Writes the shard and (shard 0) commits once every shard is durable.
@@ -67,14 +100,18 @@ class shard_checkpointer {
                       uint32_t shard, uint32_t num_shards, uint64_t keep_every,
                       const std::shared_ptr<std::atomic<uint64_t>>& durable,
                       const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
-                      const std::shared_ptr<const std::atomic<bool>>& group_abort, uint64_t version,
+                      const std::shared_ptr<const std::atomic<bool>>& group_abort,
+                      const std::shared_ptr<store_outage>& outage,
+                      std::chrono::milliseconds patience, uint64_t version,
                       const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta);
 
   std::shared_ptr<store::object_store> store_;
   std::string prefix_;
   uint32_t shard_, num_shards_;
   uint64_t max_lag_, keep_every_;
+  std::chrono::milliseconds patience_;
   uint64_t throttled_ = 0;
+  std::shared_ptr<store_outage> outage_ = std::make_shared<store_outage>();
   std::shared_ptr<std::atomic<uint64_t>> durable_ = std::make_shared<std::atomic<uint64_t>>(0);
   // Steady-clock ms after which a waiting commit gives up (set by the destructor; 0: never).
   std::shared_ptr<std::atomic<int64_t>> give_up_at_ms_ = std::make_shared<std::atomic<int64_t>>(0);

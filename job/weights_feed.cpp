@@ -53,6 +53,11 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
     std::lock_guard<std::mutex> g(mu_);
     if (auto it = held_.find(version); it != held_.end()) return it->second.bytes;
   }
+  weights::reader_counters before;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    before = counters_;
+  }
   auto got = caches_ ? fetch_from_caches(version) : fetch_from_store(version);
   std::lock_guard<std::mutex> g(mu_);
   if (caches_) counters_ = fanout_ ? fanout_->counters() : reader_.counters();
@@ -62,6 +67,12 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
   while (held_.size() > kVersionsKept) held_.erase(held_.begin());
   held_at_unix_ms_.emplace(version, now);
   while (held_at_unix_ms_.size() > kHoldTimesKept) held_at_unix_ms_.erase(held_at_unix_ms_.begin());
+  // What this version's fetch read from where (fetches are serialised by fetch_mu_, so the
+  // counters' growth since `before` is this fetch's, a failed earlier attempt's excluded).
+  held_from_[version] = {counters_.bytes_from_cache - before.bytes_from_cache,
+                         counters_.bytes_from_peer - before.bytes_from_peer,
+                         counters_.bytes_from_store - before.bytes_from_store};
+  while (held_from_.size() > kHoldTimesKept) held_from_.erase(held_from_.begin());
   if (!first_weights_unix_ms_) first_weights_unix_ms_ = now;
   logger("rollout")->debug("holds policy version {} ({} bytes from the {})", version,
                            got->bytes->size(), got->source);
@@ -110,8 +121,12 @@ nlohmann::json weights_feed::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   nlohmann::json held = nlohmann::json::object();
   for (auto& [v, t] : held_at_unix_ms_) held[std::to_string(v)] = t;
+  nlohmann::json from = nlohmann::json::object();
+  // [cache, peer, store] per version: compact, as a node sends this with every stats report.
+  for (auto& [v, b] : held_from_) from[std::to_string(v)] = {b[0], b[1], b[2]};
   nlohmann::json out = counters_.to_json();
   out["held_unix_ms"] = held;
+  out["held_bytes_from"] = from;
   out["first_weights_unix_ms"] = first_weights_unix_ms_;
   return out;
 }

@@ -12,6 +12,7 @@
 // (weights/FANOUT.md). Thread-safe.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -42,8 +43,8 @@ class weights_feed {
 
   // The bytes of `version` (> 0), fetched now unless held already.
   result<std::shared_ptr<const std::string>> get(uint64_t version);
-  // bytes_from, failovers, and when this node came to hold each version (for the report's
-  // redistribution times).
+  // bytes_from, failovers, and when this node came to hold each version and from where
+  // (held_unix_ms, held_bytes_from: for the report's redistribution times and source mix).
   nlohmann::json stats() const;
 
  private:
@@ -67,6 +68,9 @@ class weights_feed {
   mutable std::mutex mu_;
   std::map<uint64_t, held_version> held_;        // the newest few, bytes and all
   std::map<uint64_t, int64_t> held_at_unix_ms_;  // every version held, bounded
+  // Per version held: the bytes its fetch read from caches, peers and the store (bounded as
+  // held_at_unix_ms_): the report's per-version source mix.
+  std::map<uint64_t, std::array<uint64_t, 3>> held_from_;
   weights::reader_counters counters_;  // a copy of the reader's (store only: its own), under mu_
   int64_t first_weights_unix_ms_ = 0;
   std::atomic<bool> stop_{false};

@@ -7,9 +7,11 @@
 #                                      pod-drains.yaml (short form) through the console:
 #                                      `moerl sim run --against COORDINATOR:7410
 #                                      --deliver-via "scripts/pods.sh fault"`, a Spot drain
-#                                      (podman stop --time GRACE) and a node loss (pod kill),
-#                                      each replaced as its controller would; writes the
-#                                      report, checks lost = duplicated = 0, then down
+#                                      (podman stop --time GRACE) of a rollout group member,
+#                                      then a rollout and a trainer group member lost (pod
+#                                      kill), each replaced as its controller would; writes the
+#                                      report, checks lost = duplicated = 0 and both groups
+#                                      re-formed without the killed member, then down
 #   scripts/pods.sh down               remove what up made: its pods, network and volumes
 #   scripts/pods.sh fault ACTION NODE [ARG]
 #                                      the sims' fault delivery for pods (sims/fault_delivery.h):
@@ -19,7 +21,8 @@
 # The node image is deploy/image/Dockerfile (compiles moerl, as production does) on a Debian
 # 12 base built here with debootstrap (no registry is reachable) and kept between runs.
 # MOERL_IMAGE_FROM_BUILD=1 builds deploy/image/Dockerfile.from-build instead: the existing
-# build/bin/moerl and the Debian packages of the libraries it links (local rehearsal).
+# build/bin/moerl (MOERL_BUILD_DIR=DIR: DIR/bin/moerl, e.g. a CUDA-off build beside a CUDA
+# one) and the Debian packages of the libraries it links (local rehearsal).
 # The manifests are `kubectl kustomize deploy/overlays/local-pods`; deploy/podman/
 # controllers.py turns them into the pods Kubernetes' controllers would create.
 # MOERL_PODS_KEEP=1 leaves the pods running after `test` (then run `down`).
@@ -84,16 +87,17 @@ base_image() {
 node_image() {
   local t0; t0=$(now)
   if [ "${MOERL_IMAGE_FROM_BUILD:-0}" = 1 ]; then
-    [ -x build/bin/moerl ] || { log "MOERL_IMAGE_FROM_BUILD=1 needs build/bin/moerl: run scripts/build.sh"; exit 2; }
+    local bin="${MOERL_BUILD_DIR:-build}/bin/moerl"
+    [ -x "$bin" ] || { log "MOERL_IMAGE_FROM_BUILD=1 needs $bin: run scripts/build.sh"; exit 2; }
     # The image gets the binary and the Debian packages of its libraries, nothing else;
     # runtime-packages.sh refuses a binary linking libraries outside the system's library
     # directories (a CUDA-found build: every pod exited "libcublas.so.13: cannot open").
     local ctx pkgs; ctx="$WORK/image-context"; rm -rf "$ctx"; mkdir -p "$ctx"
-    pkgs=$(scripts/runtime-packages.sh build/bin/moerl) || {
+    pkgs=$(scripts/runtime-packages.sh "$bin") || {
       log "MOERL_IMAGE_FROM_BUILD=1: use a build configured with -DMOERL_ENABLE_CUDA=OFF, or the default image build"
       exit 2; }
-    cp build/bin/moerl "$ctx/"
-    log "building $IMAGE from build/bin/moerl (MOERL_IMAGE_FROM_BUILD=1)"
+    cp "$bin" "$ctx/"
+    log "building $IMAGE from $bin (MOERL_IMAGE_FROM_BUILD=1)"
     nice -n 19 podman build -q --pull=never -f deploy/image/Dockerfile.from-build \
       --build-arg "RUNTIME_PACKAGES=$pkgs" -t "$IMAGE" "$ctx" > "$WORK/image-build.log" 2>&1 \
       || { tail -20 "$WORK/image-build.log"; exit 1; }
@@ -208,7 +212,9 @@ down() {
   done
   # One call for all (one at a time took ~5 s a pod); podman's complaints about systemd
   # health-check timers (no systemd here) go to down.log.
-  if ((${#present[@]})); then podman pod rm -f -t 0 "${present[@]}" > /dev/null 2>> "$WORK/down.log"; fi
+  if ((${#present[@]})); then
+    podman pod rm -f -t 0 "${present[@]}" > /dev/null 2>> "$WORK/down.log" || remove_pods "${present[@]}"
+  fi
   # The claims' volumes, the Secrets, and the volumes podman made for configMap mounts
   # (named after their ConfigMap).
   python3 - "$WORK/resources.yaml" "$WORK/configmaps.yaml" <<'EOF' | while read -r kind name; do
@@ -230,6 +236,19 @@ EOF
   if podman network exists "$NETWORK"; then podman network rm -f "$NETWORK" > /dev/null; fi
   rm -f "$WORK/plan.json" "$WORK/replaced" "$WORK/nodes.tsv"
   log "removed the pods, volumes and network that up made"
+}
+
+# podman 4.3 may refuse `pod rm -f` of a pod whose node container it holds as "stopped"
+# ("container state improper", seen after a pod kill under load): the pod is stopped first,
+# then removed, one at a time. Never fails (down goes on to the volumes and the network).
+remove_pods() {  # POD...
+  local pod
+  for pod in "$@"; do
+    podman pod exists "$pod" || continue
+    podman pod stop -t 0 "$pod" > /dev/null 2>> "$WORK/down.log" || true
+    podman pod rm -f -t 0 "$pod" > /dev/null 2>> "$WORK/down.log" \
+      || log "could not remove pod $pod (see $WORK/down.log)"
+  done
 }
 
 # ---- faults the way Kubernetes delivers them (`pods.sh fault`, for moerl sim) --------------
@@ -326,12 +345,12 @@ fault_replace() {  # NODE
   # waiting for its removal: play first, then save the old pod's log and remove it.
   if [ "$new" = "$old" ]; then  # a StatefulSet's pod: its name must be free first
     save_log "$old"
-    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log" || remove_pods "$old"; fi
     play_pod "$new"
   else
     play_pod "$new"
     save_log "$old"
-    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log"; fi
+    if podman pod exists "$old"; then podman pod rm -f -t 0 "$old" > /dev/null 2>> "$WORK/podman-errors.log" || remove_pods "$old"; fi
   fi
   flock -u 9
   for _ in $(seq 1 240); do
@@ -413,14 +432,31 @@ rep = {"pods": {"engine": "podman kube play", "scenario": sim.get("scenario"),
                 "image_build_s": float(build_s), "played_to_first_commit_s": float(first_s),
                 "wall_s": float(wall_s), "delivered": delivered},
        "sim": sim, "coordinator_report": coordinator}
-json.dump(rep, open(out, "w"), indent=2)
 a = sim.get("accounting") or {}
 print(f"pods: scenario verdict {sim.get('verdict')}; accounting {json.dumps(a)}")
 for d in drains:
     print(f"pods: drain of {d['pod']}: {d['drain_s']} s inside a grace of {d['grace_s']} s, "
           f"exit code {d['exit_code']}")
+# The groups as pods: a member of each group lost (podman pod kill), each group re-formed with
+# its controller's new pod, the killed member no longer among its members.
+kills = [f for f in delivered if f["fault"] == "node_loss"]
+groups = (coordinator or {}).get("groups") or []
+groups_ok = True
+for role in ("trainer", "rollout"):
+    killed = [k for k in kills if k["pod"].startswith(f"moerl-{role}-")]
+    mine = [g for g in groups if g.get("role") == role]
+    g = mine[0] if mine else {}
+    ok_g = (len(mine) == 1 and killed and g.get("state") == "formed" and g.get("reformed")
+            and not any(k["node"] in g.get("members", []) for k in killed))
+    groups_ok = groups_ok and bool(ok_g)
+    print(f"pods: {role} group {g.get('name')}: {'re-formed' if ok_g else 'NOT re-formed'} after "
+          f"{len(killed)} member kill(s); state {g.get('state')}, incarnation {g.get('incarnation')}, "
+          f"members {g.get('members')}, re-formations {[r.get('cause') for r in g.get('reformed', [])]}")
+rep["pods"]["groups"] = groups
+json.dump(rep, open(out, "w"), indent=2)
 ok = (sim.get("verdict") == "pass" and int(sim_rc) == 0 and a.get("lost") == 0
-      and a.get("duplicated") == 0 and drains and all(d["exit_code"] == 0 for d in drains))
+      and a.get("duplicated") == 0 and drains and all(d["exit_code"] == 0 for d in drains)
+      and groups_ok)
 sys.exit(0 if ok else 1)
 EOF
   log "report in $report_file (the scenario's own: $WORK/sim-report.json)"
@@ -434,6 +470,6 @@ case "$mode" in
   test)
     [ "${MOERL_PODS_KEEP:-0}" = 1 ] || trap down EXIT
     mkdir -p "$WORK"; down > /dev/null
-    if run_test; then log "test passed: the scenario passed (lost 0, duplicated 0, invariants hold), the drain exited 0"
+    if run_test; then log "test passed: the scenario passed (lost 0, duplicated 0, invariants hold), the drain exited 0, both groups re-formed after a member's kill"
     else keep_failed_run_logs; log "test FAILED"; exit 1; fi ;;
 esac

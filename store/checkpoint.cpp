@@ -149,17 +149,20 @@ std::string shard_name(uint32_t shard) {
 
 result<std::vector<manifest_entry>> write_checkpoint_shard(
     object_store& store, const std::string& prefix, uint64_t step, uint32_t shard,
-    uint32_t num_shards, const std::vector<checkpoint_part>& parts) {
+    uint32_t num_shards, const std::vector<checkpoint_part>& parts, bool again) {
   const std::string dir = checkpoint_dir(prefix, step);
   if (shard >= num_shards)
     return error(errc::invalid_argument, "checkpoint " + dir + ": shard " + std::to_string(shard) +
                                              " is not below num_shards " +
                                              std::to_string(num_shards));
   ASSIGN_OR_RETURN(auto entries, listed_parts(dir, parts, shard_name(shard) + "/"));
-  if (auto st = store.remove(join(dir, marker_name)); !st) return st.err();
-  // The marker goes first out of the way too: a crash mid-rewrite leaves the shard not durable.
   const std::string marker = join(dir, "shards/" + shard_name(shard) + ".json");
-  if (auto st = store.remove(marker); !st) return st.err();
+  if (!again) {
+    if (auto st = store.remove(join(dir, marker_name)); !st) return st.err();
+    // The marker goes first out of the way too: a crash mid-rewrite leaves the shard not
+    // durable.
+    if (auto st = store.remove(marker); !st) return st.err();
+  }
   for (const auto& p : parts) {
     if (auto st = store.put(join(dir, "parts/" + shard_name(shard) + "/" + p.name), p.bytes); !st)
       return st.err();

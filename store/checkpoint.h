@@ -100,9 +100,13 @@ std::string shard_name(uint32_t shard);
 // Writes shard `shard` of `num_shards` for `step`: its parts, then its marker. Uncommits the
 // step first (a rewrite must not leave COMMITTED vouching for half-new parts). Part names as
 // for write_checkpoint; returns the shard's manifest entries (names carry the shard prefix).
+// `again`: the same parts once more after a try whose outcome is unknown (the store timed
+// out; the puts may have landed and the step been committed since): nothing is removed, the
+// parts and the marker are put again with the bytes they already had or were meant to have,
+// so a commit made meanwhile stays valid.
 result<std::vector<manifest_entry>> write_checkpoint_shard(
     object_store& store, const std::string& prefix, uint64_t step, uint32_t shard,
-    uint32_t num_shards, const std::vector<checkpoint_part>& parts);
+    uint32_t num_shards, const std::vector<checkpoint_part>& parts, bool again = false);
 
 // Commits `step` once every shard's marker is there: manifest (parts of every shard, meta +
 // "num_shards") then COMMITTED. errc::not_found names the first shard not durable yet;

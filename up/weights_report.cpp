@@ -45,9 +45,19 @@ json weights_report(const json& trainer_job, const json& nodes) {
     const uint64_t v = p.value("version", uint64_t{0});
     const int64_t readable = p.value("held_unix_ms", int64_t{0});
     std::vector<double> delays;
+    // Where the rollout nodes read it from (each node's fetch of v: [cache, peer, store]).
+    uint64_t from_v[3] = {0, 0, 0};
     for (const json* w : readers) {
+      const std::string key = std::to_string(v);
+      if (auto f = w->find("held_bytes_from"); f != w->end() && f->is_object()) {
+        auto b = f->find(key);
+        if (b != f->end() && b->is_array() && b->size() == 3)
+          for (size_t k = 0; k < 3; ++k)
+            if ((*b)[k].is_number_integer() && (*b)[k].get<int64_t>() > 0)
+              from_v[k] += (*b)[k].get<uint64_t>();
+      }
       const json held = w->value("held_unix_ms", json::object());
-      auto it = held.find(std::to_string(v));
+      auto it = held.find(key);
       if (it == held.end() || !it->is_number()) continue;
       // A node may hold a version before the trainer's clock says it was readable (clock
       // resolution, or skew across hosts): never a negative delay.
@@ -66,6 +76,7 @@ json weights_report(const json& trainer_job, const json& nodes) {
          {"num_shards", p.value("num_shards", uint64_t{1})},
          {"checkpoint_shards", p.value("checkpoint_shards", uint64_t{1})},
          {"num_readers", delays.size()},
+         {"bytes_from", {{"cache", from_v[0]}, {"peer", from_v[1]}, {"store", from_v[2]}}},
          {"t_redistribute_p50", delays.empty() ? none : json(percentile_of(delays, 50))},
          {"t_redistribute_max", delays.empty() ? none : json(percentile_of(delays, 100))}});
   }

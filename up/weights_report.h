@@ -1,6 +1,7 @@
 // The run report's weight-plane figures, from the coordinator's node view (each node's last
-// stats): `weights` (per version its size, t_publish and how long it took to reach the
-// rollout nodes; bytes read from caches, peers and the store) and, for each node started
+// stats): `weights` (per version its size, shard count, coordinator bytes, t_publish, how long
+// it took to reach the rollout nodes (p50/max) and what they read for it from caches, peers
+// and the store (bytes_from); the run's bytes from each source) and, for each node started
 // mid-run, its way to being productive. Times across nodes compare wall clocks (one machine
 // for `moerl up`; NTP-level skew across hosts).
 #pragma once

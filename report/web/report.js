@@ -36,6 +36,8 @@ function secs(s) {
   if (s < 120) return s.toFixed(1) + " s";
   return Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
 }
+// Sub-second durations in ms (a version's publish and redistribution times).
+function dur(s) { return num(s) && s < 1 ? Math.round(s * 1000) + " ms" : secs(s); }
 function bytes(b) {
   if (!num(b)) return "-";
   const u = ["B", "KiB", "MiB", "GiB"];
@@ -59,6 +61,34 @@ function fillTable(table, rows, empty) {
 }
 
 // The mean of the last `n` values up to each index.
+// At most `n` of `items`, evenly spaced, the first and the last always in (a run of 800
+// versions is a table of 24 rows; report.json keeps every one).
+function sample(items, n) {
+  if (items.length <= n) return items;
+  const out = [];
+  for (let i = 0; i < n; ++i) out.push(items[Math.round(i * (items.length - 1) / (n - 1))]);
+  return out;
+}
+
+// "cache 75% / peer 25%": the shares of a version's bytes the rollout nodes read from each
+// source, the sources they did not use left out.
+function sourceMix(from) {
+  const keys = ["cache", "peer", "store"], total = keys.reduce((t, k) => t + (num(from[k]) ? from[k] : 0), 0);
+  if (!total) return "-";
+  return keys.filter(k => num(from[k]) && from[k] > 0).map(k => k + " " + Math.round(100 * from[k] / total) + "%").join(" / ");
+}
+
+const VERSION_ROWS = 24;
+
+function fillVersions(table, note, w) {
+  const all = w.versions || [], shown = sample(all, VERSION_ROWS);
+  fillTable(table, shown.map(v => [fmt(v.version), fmt(v.num_shards), fmt(v.checkpoint_shards), bytes(v.bytes), bytes(v.coordinator_bytes),
+    dur(v.t_publish), dur(v.t_redistribute_p50), dur(v.t_redistribute_max), fmt(v.num_readers),
+    sourceMix(v.bytes_from || {})]), "no policy versions published");
+  note.textContent = shown.length < all.length ? shown.length + " of " + all.length +
+    " versions shown, evenly spaced (every version is in report.json)" : "";
+}
+
 function runningMean(values, n) {
   let sum = 0;
   return values.map((v, i) => {
@@ -274,6 +304,7 @@ function drawRun(node, run, index, count) {
     ["bytes from the cache", bytes(from.cache)], ["bytes from peers", bytes(from.peer)],
     ["bytes from the object store", bytes(from.store)], ["bytes over shared memory", bytes(w.bytes_via_shm)],
     ["durable version", fmt(w.durable_version)]].map(([k, v]) => [k, v === undefined ? "-" : v]));
+  fillVersions(q("table.versions"), q(".versions-note"), w);
   const p = r.provenance || {};
   fillTable(q("table.provenance"), [["version", p.version], ["commit", p.commit], ["compiler", p.compiler],
     ["build type", p.build_type], ["host", p.host ? p.host.hostname + ", " + p.host.cpus + " CPUs" : undefined],

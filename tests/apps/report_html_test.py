@@ -136,8 +136,35 @@ def check_one_run(dom, report, pixels):
     assert len(groups) == len(report["groups"]) >= 2, groups
     for g, row in zip(report["groups"], groups):
         assert g["name"] in row and all(m in row for m in g["members"]), (g, row)
+    check_versions(dom, report)
     assert pixels > 200, f"the screenshot shows {pixels} pixels of the reward curve"
     assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', dom), "the page fetches"
+
+
+def check_versions(dom, report):
+    """The policy-version table: one row per version (evenly sampled to at most 24, the first
+    and last always in), each with its shard counts (published, checkpoint), coordinator bytes,
+    publish and redistribution times and the source mix the rollout nodes' fetches add up to."""
+    versions = report["weights"]["versions"]
+    assert versions, "the run published no policy versions"
+    rows = [re.split(r"\|+", r.strip("|")) for r in table_rows(dom, "versions")]
+    assert len(rows) == min(len(versions), 24), (len(rows), len(versions))
+    by_version = {str(v["version"]): v for v in versions}
+    assert rows[0][0] == str(versions[0]["version"]) and rows[-1][0] == str(versions[-1]["version"])
+    read = 0
+    for row in rows:
+        v = by_version[row[0]]
+        assert row[1] == str(v["num_shards"]) and row[2] == str(v["checkpoint_shards"]), (row, v)
+        # The trainer group's control messages for the version, never its bytes.
+        assert 0 < v["coordinator_bytes"] < 64 * 1024, v
+        assert row[4] != "-" and row[5] != "-", row
+        if v["num_readers"]:
+            read += 1
+            assert row[6] != "-" and row[7] != "-", row
+            # Each node that holds it read the whole version from somewhere.
+            assert sum(v["bytes_from"].values()) >= v["bytes"] > 0, v
+            assert re.match(r"(cache|peer|store) \d+%", row[9]), row
+    assert read > 0, "no rollout node's redistribution in the version table"
 
 
 def check_bad_input(moerl, tmp, good):

@@ -20,7 +20,10 @@ CONTROLLERS = DEPLOY / "podman" / "controllers.py"
 # overlays/dev's changes (CPU only, no capacity selectors), which local-pods builds on.
 CPU_ONLY = {"moerl-rollout", "moerl-trainer"}
 # local-pods' own changes.
-LOCAL_REPLICAS = {"moerl-rollout": 2}
+# The groups as pods: a 2-member trainer group (its StatefulSet's members, started together)
+# and one 2-member rollout group (the rollout Deployment's pods).
+LOCAL_REPLICAS = {"moerl-rollout": 2, "moerl-trainer": 2}
+LOCAL_SPEC = {"moerl-trainer": {"podManagementPolicy": "Parallel"}}
 STORE_VOLUME = {"name": "store", "persistentVolumeClaim": {"claimName": "moerl-store"}}
 STORE_MOUNT = {"name": "store", "mountPath": "/var/lib/moerl/store"}
 BLAS_ENV = {"name": "OPENBLAS_NUM_THREADS", "value": "1"}
@@ -35,7 +38,12 @@ SECRET_MOUNTS = [{"mountPath": "/etc/moerl-tls", "name": "tls", "readOnly": True
 LOCAL_CONFIG_KEYS = {"log.level", "node.request_timeout_ms", "store.url", "actors.iterations",
                      "grpo.iterations", "node.tls", "node.tls_certificate", "node.tls_key",
                      "node.tls_ca", "console.address", "console.token_file",
-                     "console.viewer_token_file", "console.operator_token_file"}
+                     "console.viewer_token_file", "console.operator_token_file",
+                     "trainer.group_size", "rollout.group_size", "job.trainer_ep_ranks",
+                     "job.rollout_ep_ranks"}
+# What the groups' keys must be (= the replicas above, one rank per member pod).
+GROUP_CONFIG = {"trainer.group_size": 2, "rollout.group_size": 2, "job.trainer_ep_ranks": 1,
+                "job.rollout_ep_ranks": 1}
 
 
 def fail(msg):
@@ -87,6 +95,7 @@ def expected_local(base_workload, base_cm, local_cm):
     c["env"].append(BLAS_ENV)
     if name in LOCAL_REPLICAS:
         w["spec"]["replicas"] = LOCAL_REPLICAS[name]
+    w["spec"].update(LOCAL_SPEC.get(name, {}))
     return w
 
 
@@ -116,6 +125,9 @@ def main():
     if changed != LOCAL_CONFIG_KEYS:
         fail(f"local-pods' moerl.yaml changes {sorted(changed)} against overlays/dev's; "
              f"listed: {sorted(LOCAL_CONFIG_KEYS)}")
+    for key, want in GROUP_CONFIG.items():
+        if local_cfg.get(key) != want:
+            fail(f"local-pods' {key} is {local_cfg.get(key)}, want {want} (its groups' pods)")
     if local_cfg["fabric.provider"] != "tcp;ofi_rxm" or not local_cfg["fabric.require_provider"]:
         fail("local-pods must require the tcp fabric (no EFA or shared memory between pods)")
     if local_cfg["node.tls"] is not True:
@@ -177,7 +189,7 @@ def check_controllers(local):
             fail("the coordinator's pod is not played first")
         # A Deployment's replacement gets a new name, a StatefulSet's its old one.
         rollout = next(p["pod"] for p in plan["pods"] if p["role"] == "rollout")
-        for old, same in ((rollout, False), ("moerl-trainer-0", True)):
+        for old, same in ((rollout, False), ("moerl-trainer-1", True)):
             r = subprocess.run([sys.executable, str(CONTROLLERS), "replace", str(out), old],
                                check=True, capture_output=True, text=True)
             if (r.stdout.strip() == old) != same:

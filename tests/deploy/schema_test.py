@@ -114,6 +114,29 @@ def check_production(docs):
         fail("the trainer group is not held to one zone")
 
 
+def check_groups(docs, where):
+    """The groups as pods: a trainer group is its StatefulSet's members (replicas =
+    trainer.group_size; started together, since a member is not Ready before its group formed),
+    and a rollout group of the Deployment's pods has exactly rollout.group_size of them (they
+    share one group name: a pod beyond the group's size would never join it)."""
+    w = {d["metadata"]["labels"]["moerl.io/role"]: d for d in docs
+         if d["kind"] in ("Deployment", "StatefulSet")}
+    cfg = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["moerl.yaml"])
+    trainer_size = cfg.get("trainer", {}).get("group_size", 1)
+    rollout_size = cfg.get("rollout", {}).get("group_size", 1)
+    t = w["trainer"]
+    if t["kind"] != "StatefulSet" or t["spec"].get("replicas", 1) != trainer_size:
+        fail(f"{where}: the trainer {t['kind']} has {t['spec'].get('replicas', 1)} replicas, "
+             f"trainer.group_size is {trainer_size}")
+    if trainer_size > 1 and t["spec"].get("podManagementPolicy") != "Parallel":
+        fail(f"{where}: a trainer group of {trainer_size} must start its members together "
+             "(podManagementPolicy Parallel)")
+    r = w["rollout"]["spec"].get("replicas", 1)
+    if rollout_size > 1 and r != rollout_size:
+        fail(f"{where}: {r} rollout pods for one rollout group of rollout.group_size {rollout_size}")
+    return trainer_size, rollout_size
+
+
 def check_karpenter(path):
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     pool = next(d for d in docs if d["kind"] == "NodePool")
@@ -146,8 +169,12 @@ def main():
         validate(docs, overlay.name, version)
         if overlay.name == "efa-spot":
             check_production(docs)
-        print(f"{overlay.name}: {len(docs)} resources valid against Kubernetes {version}",
-              flush=True)
+        groups = check_groups(docs, overlay.name)
+        if overlay.name == "local-pods" and groups != (2, 2):
+            fail(f"local-pods runs a trainer group of {groups[0]} and a rollout group of "
+                 f"{groups[1]} pods, want 2 and 2 (scripts/pods.sh kills a member of each)")
+        print(f"{overlay.name}: {len(docs)} resources valid against Kubernetes {version}; "
+              f"trainer group of {groups[0]}, rollout group of {groups[1]} pod(s)", flush=True)
     validate(render(DEPLOY / "autoscale"), "autoscale", version)
     print("deploy schema checks passed", flush=True)
 

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "job/shard_checkpointer.h"
 #include "store/local_store.h"
@@ -29,6 +31,12 @@ class gated_store final : public store::object_store {
   void fail_puts() {
     std::lock_guard<std::mutex> g(mu_);
     failing_ = open_ = true;
+    cv_.notify_all();
+  }
+  void heal() {
+    std::lock_guard<std::mutex> g(mu_);
+    failing_ = false;
+    open_ = true;
     cv_.notify_all();
   }
   status put(const std::string& key, const std::string& bytes) override {
@@ -109,20 +117,65 @@ TEST_F(shard_checkpointer_test, the_step_loop_runs_ahead_up_to_the_lag_then_wait
   EXPECT_EQ(ckpt.num_throttled(), 1u);
 }
 
-TEST_F(shard_checkpointer_test, an_unreachable_store_fails_the_version_that_would_exceed_the_lag) {
+TEST_F(shard_checkpointer_test, a_store_down_past_the_patience_fails_the_version_beyond_the_lag) {
   auto down = std::make_shared<gated_store>(store_);
   down->fail_puts();
-  shard_checkpointer ckpt(down, prefix_, 0, 1, 1, 1);
+  shard_checkpointer ckpt(down, prefix_, 0, 1, 1, 1, nullptr, std::chrono::milliseconds(300));
   ckpt.submit(1, state_of(1), nlohmann::json::object());
   EXPECT_TRUE(ckpt.throttle(1).ok());
   ckpt.submit(2, state_of(2), nlohmann::json::object());
-  auto st = ckpt.throttle(2);
+  auto st = ckpt.throttle(2);  // waits while the writes are retried, fails once they give up
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.err().code, errc::io_error);
   EXPECT_NE(st.err().message.find("did not take the checkpoints of policy versions 1..2"),
             std::string::npos)
       << st.err().message;
   EXPECT_EQ(ckpt.num_failed(), 2u);
+  EXPECT_GE(ckpt.num_store_failures(), 2u);  // each write was tried more than once
+}
+
+// The store goes down mid-run and comes back: the step loop runs on up to the lag, then
+// waits (saying why: the store's refusal), and once the store answers every version's
+// checkpoint is written, in order, none skipped.
+TEST_F(shard_checkpointer_test, a_store_that_comes_back_catches_up_with_nothing_skipped) {
+  auto flaky = std::make_shared<gated_store>(store_);
+  flaky->fail_puts();
+  shard_checkpointer ckpt(flaky, prefix_, 0, 1, 2, 1);
+  for (uint64_t v = 1; v <= 2; ++v) {
+    ckpt.submit(v, state_of(v), nlohmann::json::object());
+    ASSERT_TRUE(ckpt.throttle(v).ok());  // within the lag: no wait
+  }
+  ckpt.submit(3, state_of(3), nlohmann::json::object());
+  std::atomic<bool> done{false};
+  status waited = ok_status();
+  std::thread stepper([&] {
+    waited = ckpt.throttle(3);  // 3 > 0 + 2
+    done = true;
+  });
+  // It waits for as long as the store refuses (however long the retries take).
+  while (ckpt.num_store_failures() < 3 || ckpt.store_failing().empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(done.load());
+  EXPECT_NE(ckpt.store_failing().find("store unreachable (test)"), std::string::npos)
+      << ckpt.store_failing();
+  flaky->heal();
+  stepper.join();
+  ASSERT_TRUE(waited.ok()) << waited.err().to_string();
+  for (uint64_t v = 4; v <= 5; ++v) {
+    ckpt.submit(v, state_of(v), nlohmann::json::object());
+    ASSERT_TRUE(ckpt.throttle(v).ok()) << v;
+  }
+  while (ckpt.durable() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(ckpt.num_failed(), 0u);  // no write gave up
+  EXPECT_EQ(ckpt.num_written(), 5u);
+  EXPECT_TRUE(ckpt.store_failing().empty());
+  EXPECT_GE(ckpt.num_throttled(), 1u);  // 3 waited (4 and 5 may too, while it caught up)
+  auto five = read_own_shard(*store_, prefix_, 5, 0);
+  ASSERT_TRUE(five) << five.err().to_string();
+  std::map<std::string, std::string> got, want;
+  for (const auto& p : five->second) got[p.name] = p.bytes;
+  for (const auto& p : state_of(5)) want[p.name] = p.bytes;
+  EXPECT_EQ(got, want);
 }
 
 TEST_F(shard_checkpointer_test, member_zero_commits_once_the_other_shard_is_durable) {

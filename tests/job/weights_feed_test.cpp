@@ -87,6 +87,9 @@ TEST(weights_feed, PrefetchesEachAnnouncedVersionFromTheCache) {
   EXPECT_EQ(store.num_reads, 0);
   EXPECT_GT(st["first_weights_unix_ms"].get<int64_t>(), 0);
   EXPECT_LE(st["held_unix_ms"]["1"].get<int64_t>(), st["held_unix_ms"]["2"].get<int64_t>());
+  // Per version, what its fetch read from [cache, peer, store].
+  EXPECT_EQ(st["held_bytes_from"]["1"], (nlohmann::json{v1.size(), 0, 0}));
+  EXPECT_EQ(st["held_bytes_from"]["2"], (nlohmann::json{v2.size(), 0, 0}));
 }
 
 TEST(weights_feed, ReadsTheStoreForAVersionNoCacheHolds) {
@@ -108,6 +111,7 @@ TEST(weights_feed, ReadsTheStoreForAVersionNoCacheHolds) {
   const auto st = feed.stats();
   EXPECT_EQ(st["bytes_from"]["store"], v3.size());
   EXPECT_EQ(st["store_fallbacks"], 1);
+  EXPECT_EQ(st["held_bytes_from"]["3"], (nlohmann::json{0, 0, v3.size()}));
 
   auto missing = feed.get(9);  // in neither
   ASSERT_FALSE(missing);
@@ -171,6 +175,7 @@ TEST(weights_feed, WithFanOutOneNodeReadsTheCacheAndTheOtherReadsThatNode) {
   EXPECT_EQ(root_stats["bytes_from"]["peer"], 0);
   EXPECT_EQ(leaf_stats["bytes_from"]["peer"], v1.size());
   EXPECT_EQ(leaf_stats["bytes_from"]["cache"], 0);
+  EXPECT_EQ(leaf_stats["held_bytes_from"]["1"], (nlohmann::json{0, v1.size(), 0}));
   EXPECT_EQ(store.num_reads, 0);
   for (int i = 0; i < 200 && peers[root]->counters().bytes_served < v1.size(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // counters follow each poll

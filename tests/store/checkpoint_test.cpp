@@ -270,6 +270,22 @@ TEST_F(checkpoint_test, a_sharded_checkpoint_commits_only_when_every_shard_is_du
   EXPECT_EQ(none.err().code, errc::not_found);
 }
 
+// A shard written again after a try the store timed out (`again`): the step committed
+// meanwhile stays committed (a plain rewrite uncommits it first).
+TEST_F(checkpoint_test, a_shard_written_again_leaves_the_commit_a_rewrite_removes) {
+  for (uint32_t k = 0; k < 2; ++k)
+    ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 6, k, 2,
+                                       {{"params", "shard " + std::to_string(k)}})
+                    .ok());
+  ASSERT_TRUE(commit_sharded_checkpoint(*store_, prefix_, 6, 2, nlohmann::json::object()).ok());
+  ASSERT_TRUE(
+      write_checkpoint_shard(*store_, prefix_, 6, 1, 2, {{"params", "shard 1"}}, true).ok());
+  EXPECT_TRUE(verify_checkpoint(*store_, prefix_, 6).ok());
+  EXPECT_EQ(latest_step(), 6u);
+  ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 6, 1, 2, {{"params", "shard 1"}}).ok());
+  EXPECT_FALSE(verify_checkpoint_manifest(*store_, prefix_, 6).ok());  // uncommitted
+}
+
 TEST_F(checkpoint_test, a_corrupted_shard_part_fails_the_shard_read_and_the_checkpoint) {
   for (uint32_t k = 0; k < 2; ++k)
     ASSERT_TRUE(write_checkpoint_shard(*store_, prefix_, 3, k, 2,

@@ -29,6 +29,8 @@ class moto_server {
   static result<std::unique_ptr<moto_server>> start(const std::string& script, int timeout_ms);
   ~moto_server();
   const moto_info& info() const { return info_; }
+  // The server's process (a test freezes it with SIGSTOP to make the store unreachable).
+  pid_t pid() const { return pid_; }
 
  private:
   moto_server() = default;

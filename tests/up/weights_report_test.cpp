@@ -25,22 +25,29 @@ TEST(weights_report, RedistributionDelaysAndBytesFromRolloutNodes) {
                           {"via", "cache"},
                           {"held_unix_ms", 10000}}}},
                        {"durable_writes", 1}}}};
-  const json nodes{
-      rollout("rollout-0", {{"bytes_from", {{"cache", 100}}}, {"held_unix_ms", {{"1", 10200}}}}),
-      rollout("rollout-1", {{"bytes_from", {{"store", 100}}},
-                            {"held_unix_ms", {{"1", 10600}}},
-                            {"store_fallbacks", 1}}),
-      // Not a rollout node: its bytes are a cache's, not a reader's.
-      {{"name", "weights-1"},
-       {"role", "weights"},
-       {"stats", {{"weights", {{"bytes_from", {{"peer", 100}}}}}}}}};
+  const json nodes{rollout("rollout-0", {{"bytes_from", {{"cache", 100}}},
+                                         {"held_unix_ms", {{"1", 10200}}},
+                                         {"held_bytes_from", {{"1", {100, 0, 0}}}}}),
+                   rollout("rollout-1", {{"bytes_from", {{"store", 100}}},
+                                         {"held_unix_ms", {{"1", 10600}}},
+                                         {"held_bytes_from", {{"1", {0, 0, 100}}}},
+                                         {"store_fallbacks", 1}}),
+                   rollout("rollout-2", {{"bytes_from", {{"peer", 100}}},
+                                         {"held_unix_ms", {{"1", 10400}}},
+                                         // garbled entries are skipped, not summed
+                                         {"held_bytes_from", {{"1", {0, 100, 0}}, {"2", "x"}}}}),
+                   // Not a rollout node: its bytes are a cache's, not a reader's.
+                   {{"name", "weights-1"},
+                    {"role", "weights"},
+                    {"stats", {{"weights", {{"bytes_from", {{"peer", 100}}}}}}}}};
   const json w = weights_report(trainer, nodes);
-  EXPECT_EQ(w["bytes_from"], (json{{"cache", 100}, {"peer", 0}, {"store", 100}}));
+  EXPECT_EQ(w["bytes_from"], (json{{"cache", 100}, {"peer", 100}, {"store", 100}}));
   EXPECT_EQ(w["store_fallbacks"], 1);
   EXPECT_EQ(w["durable_writes"], 1);
   ASSERT_EQ(w["versions"].size(), 1u);
   const json& v = w["versions"][0];
-  EXPECT_EQ(v["num_readers"], 2);
+  EXPECT_EQ(v["num_readers"], 3);
+  EXPECT_EQ(v["bytes_from"], (json{{"cache", 100}, {"peer", 100}, {"store", 100}}));
   EXPECT_EQ(v["via"], "cache");
   EXPECT_DOUBLE_EQ(v["t_redistribute_max"].get<double>(), 0.6);
   EXPECT_GE(v["t_redistribute_p50"].get<double>(), 0.2);
@@ -60,6 +67,8 @@ TEST(weights_report, RedistributionNullForAVersionNoRolloutNodeRead) {
   EXPECT_EQ(w["versions"][0]["num_readers"], 0);
   EXPECT_TRUE(w["versions"][0]["t_redistribute_p50"].is_null());
   EXPECT_TRUE(w["versions"][0]["t_redistribute_max"].is_null());
+  // A node without per-version sources (an older node's stats): zeros, not an error.
+  EXPECT_EQ(w["versions"][1]["bytes_from"], (json{{"cache", 0}, {"peer", 0}, {"store", 0}}));
   EXPECT_DOUBLE_EQ(w["versions"][1]["t_redistribute_max"].get<double>(), 0.1);
 }
 
