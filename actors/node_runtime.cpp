@@ -1,4 +1,5 @@
 #include "actors/node_runtime.h"
+#include "common/json_text.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -85,7 +86,7 @@ status keep_group_history(coordinator_core& core, store::object_store& store,
                  "reading the groups' history " + key + ": " + saved.err().message};
   }
   core.set_group_history_sink(
-      [&store, key](const nlohmann::json& j) { return store.put(key, j.dump()); });
+      [&store, key](const nlohmann::json& j) { return store.put(key, json_text(j)); });
   return ok_status();
 }
 

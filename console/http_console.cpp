@@ -1,4 +1,5 @@
 #include "console/http_console.h"
+#include "common/json_text.h"
 
 #include <httplib.h>
 #include <openssl/err.h>
@@ -48,7 +49,7 @@ result<std::pair<std::string, int>> split_address(const std::string& address) {
 
 void send_json(httplib::Response& res, int code, const json& body) {
   res.status = code;
-  res.set_content(body.dump(), kJson);
+  res.set_content(json_text(body), kJson);
 }
 
 void send_error(httplib::Response& res, int code, const std::string& kind,
