@@ -3,7 +3,8 @@
 # $1) to every listening port of a `moerl up`, once as the loopback default (plain; CAF's port
 # skipped) and once as a cluster off loopback (CAF over TLS, CURVE planes, every port). Figures
 # (inputs per port, what the nodes refused, load average) go to $2 (default build/fuzz-ports/).
-# Needs root for tcpdump on lo; takes about an hour on 2 loaded cores.
+# Needs root for tcpdump on lo; at the ~30 inputs/s per port a loaded 2-core machine allows, a
+# mode takes about an hour.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 inputs="${1:-100000}"
