@@ -10,6 +10,7 @@
 #include "actors/internal/openssl_error_queue.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/loopback.h"
 
 namespace moerl::actors {
 
@@ -18,7 +19,7 @@ result<control_plane_options> control_plane_options::from_config(const config& c
   o.heartbeat_interval_ms = cfg.get_int("node.heartbeat_interval_ms");
   o.connection_timeout_ms = cfg.get_int("node.connection_timeout_ms");
   o.request_timeout_ms = cfg.get_int("node.request_timeout_ms");
-  o.tls = cfg.get_bool("node.tls");
+  o.tls = control_plane_tls(cfg);
   o.tls_certificate = cfg.get_string("node.tls_certificate");
   o.tls_key = cfg.get_string("node.tls_key");
   o.tls_ca = cfg.get_string("node.tls_ca");
@@ -36,8 +37,18 @@ result<control_plane_options> control_plane_options::from_config(const config& c
       const char* key = kv == &o.tls_certificate ? "node.tls_certificate"
                         : kv == &o.tls_key       ? "node.tls_key"
                                                  : "node.tls_ca";
-      if (kv->empty())
-        return error(errc::invalid_config, std::string(key) + " is required when node.tls is true");
+      if (kv->empty()) {
+        const std::string host = cfg.get_string("node.host");
+        return error(errc::invalid_config,
+                     std::string(key) + " is not set and the control plane must run TLS: " +
+                         (is_loopback_host(host)
+                              ? std::string("node.tls or another node.tls_* file is set")
+                              : "node.host is " + host +
+                                    " (not loopback), where plain CAF would take any peer's "
+                                    "messages") +
+                         "; give every node the cluster's CA and a certificate it signed "
+                         "(`moerl ca init DIR` makes them)");
+      }
       if (!std::ifstream(*kv))
         return error(errc::invalid_config, std::string(key) + ": cannot read '" + *kv + "'");
     }

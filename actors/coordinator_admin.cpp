@@ -11,6 +11,7 @@
 #include "actors/coordinator_core.h"
 #include "actors/internal/coordinator_views.h"
 #include "actors/interruption.h"
+#include "common/json_text.h"
 #include "common/secret_compare.h"
 
 namespace moerl::actors {
@@ -220,7 +221,7 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
                 "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
   }
   rep.ok = true;
-  rep.body_json = body.dump();
+  rep.body_json = json_text(body);
   return rep;
 }
 

@@ -1,4 +1,5 @@
 #include "actors/internal/node_agent.h"
+#include "common/json_text.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -250,10 +251,10 @@ void complete_drain(agent_actor* self) {
                      {"units_returned", ctx.units_returned.load()},
                      {"units_finished", ctx.units_finished.load()},
                      {"drain_ms", unix_now_ms() - st.drain_started_ms}};
-  logger("node")->info("drain complete: {}", rec.dump());
+  logger("node")->info("drain complete: {}", json_text(rec));
   if (auto c = ctx.coordinator()) {
     // Deregistration: wait (bounded) for the coordinator to record it, then exit 0.
-    self->request(c, ms(ctx.cp.request_timeout_ms), drained_atom::value, ctx.id, rec.dump())
+    self->request(c, ms(ctx.cp.request_timeout_ms), drained_atom::value, ctx.id, json_text(rec))
         .then([self](const std::string&) { finish(self, 0); },
               [self](caf::error&) { finish(self, 0); });
   } else {

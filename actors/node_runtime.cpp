@@ -1,4 +1,5 @@
 #include "actors/node_runtime.h"
+#include "common/json_text.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -85,7 +86,7 @@ status keep_group_history(coordinator_core& core, store::object_store& store,
                  "reading the groups' history " + key + ": " + saved.err().message};
   }
   core.set_group_history_sink(
-      [&store, key](const nlohmann::json& j) { return store.put(key, j.dump()); });
+      [&store, key](const nlohmann::json& j) { return store.put(key, json_text(j)); });
   return ok_status();
 }
 
@@ -198,6 +199,8 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
   log->info("ZeroMQ planes: {}", ctx->zmq->encrypted()
                                      ? "CURVE (keys derived from node.plane_secret_file)"
                                      : "plain (this node listens on loopback only)");
+  log->info("control plane: {}", cp.tls ? "TLS (the cluster CA's node.tls_* files)"
+                                        : "plain CAF (this node listens on loopback only)");
   std::string bind_ep = "tcp://" + cfg.get_string("node.host") + ":*";
   if (role == node_role::buffer) {
     auto so = ledger::shard_options::from_config(cfg, ctx->name);
@@ -360,6 +363,9 @@ int run_node(const node_args& args) {
   auto cp = control_plane_options::from_config(*cfg);
   if (!cp) {
     std::cerr << "moerl node: " << cp.err().message << "\n";
+    // Off loopback, name every missing credential at once, not one per attempt.
+    if (auto z = zmq::make_plane_context(*cfg); !z)
+      std::cerr << "moerl node: " << z.err().message << "\n";
     return 2;
   }
   if (auto r = cfg->get_int("actors.work_rounds"); r < 1 || r > 4096) {

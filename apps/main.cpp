@@ -1,6 +1,7 @@
 // moerl: one binary, subcommands in the manner of `ray` and `kubectl`.
 #include <CLI/CLI.hpp>
 
+#include "apps/cmd_ca.h"
 #include "apps/commands.h"
 
 int main(int argc, char** argv) {
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   moerl::apps::add_sim_command(app);
   moerl::apps::add_probe_command(app);
   moerl::apps::add_secret_command(app);
+  moerl::apps::add_ca_command(app);
   moerl::apps::add_report_command(app);
   // Components register further subcommands here (node, up, console, sim).
   CLI11_PARSE(app, argc, argv);

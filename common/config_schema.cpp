@@ -28,6 +28,11 @@ const std::vector<key_spec>& config_schema() {
        "one): the ZeroMQ planes (samples, reward, env, weights) use CURVE keys derived from it; "
        "required when node.host is not loopback, optional on loopback",
        ""},
+      {"node.max_frame_bytes", t::integer, "67108864",
+       "largest ZeroMQ message any plane's server socket (samples, reward, env, weight requests, "
+       "admin) takes (ZMQ_MAXMSGSIZE): a peer sending a larger one is disconnected before it is "
+       "buffered",
+       "", r::closed(1024, 2147483647)},
       {"node.health_file", t::string, "",
        "file the node agent rewrites every heartbeat tick for its pod's probes (`moerl probe`); "
        "empty: none",
@@ -41,7 +46,10 @@ const std::vector<key_spec>& config_schema() {
        r::at_least(1)},
       {"node.request_timeout_ms", t::integer, "5000", "timeout on every remote request", "",
        r::at_least(1)},
-      {"node.tls", t::boolean, "false", "TLS (caf_openssl) on the control plane", ""},
+      {"node.tls", t::boolean, "false",
+       "TLS (caf_openssl) on the control plane; also on whenever a node.tls_* file is set or "
+       "node.host is not loopback (then the three files are required: `moerl ca init DIR`)",
+       ""},
       {"node.tls_certificate", t::string, "", "PEM certificate of this node (node.tls)", ""},
       {"node.tls_key", t::string, "", "PEM private key of this node (node.tls)", ""},
       {"node.tls_ca", t::string, "", "PEM CA file; peers must present a certificate it signed", ""},
@@ -145,6 +153,11 @@ const std::vector<key_spec>& config_schema() {
       {"console.http_max_body_bytes", t::integer, "65536",
        "largest request body the HTTP console reads; a larger one gets 413", "",
        r::closed(1, 16777216)},
+      {"console.http_requests_per_s", t::integer, "100",
+       "requests a second the HTTP console takes from one client address (bursts of twice "
+       "that); more get 429 and are counted (/metrics moerl_http_console_refused_total); 0: no "
+       "limit",
+       "", r::closed(0, 1000000)},
 
       // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
       {"cluster.restart_delay_ms", t::integer, "1000",

@@ -1,4 +1,5 @@
 #include "common/health_file.h"
+#include "common/json_text.h"
 
 #include <cstdio>
 #include <fstream>
@@ -18,7 +19,7 @@ status write_health(const std::string& path, const health_record& r) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump() << "\n";
+    out << json_text(j) << "\n";
     if (!out.flush()) return error(errc::io_error, "cannot write the health file " + tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)

@@ -24,6 +24,12 @@ result<std::unique_ptr<console_server>> console_server::start(admin_caller_facto
     int linger = 0;
     ZMQ_CHECK(zmq_setsockopt(s->sock_, ZMQ_LINGER, &linger, sizeof linger));
     STATUS_TRY(s->zctx_->secure_server(s->sock_));
+    // An admin request is a token, a verb and a few arguments: a peer announcing a larger
+    // message is disconnected before it is buffered (after secure_server, which sets the
+    // planes' larger node.max_frame_bytes).
+    const int64_t max_request_bytes = 1 << 20;
+    ZMQ_CHECK(
+        zmq_setsockopt(s->sock_, ZMQ_MAXMSGSIZE, &max_request_bytes, sizeof max_request_bytes));
     ZMQ_CHECK(zmq_bind(s->sock_, address.c_str()));
     char buf[256];
     size_t len = sizeof buf;

@@ -1,4 +1,5 @@
 #include "console/http_console.h"
+#include "common/json_text.h"
 
 #include <httplib.h>
 #include <openssl/err.h>
@@ -48,7 +49,7 @@ result<std::pair<std::string, int>> split_address(const std::string& address) {
 
 void send_json(httplib::Response& res, int code, const json& body) {
   res.status = code;
-  res.set_content(body.dump(), kJson);
+  res.set_content(json_text(body), kJson);
 }
 
 void send_error(httplib::Response& res, int code, const std::string& kind,
@@ -161,7 +162,7 @@ json weights_plane(const config& cfg) {
 
 json configured_planes(const config& cfg) {
   return json{
-      {"control", {{"transport", "CAF over TCP"}, {"tls", cfg.get_bool("node.tls")}}},
+      {"control", {{"transport", "CAF over TCP"}, {"tls", control_plane_tls(cfg)}}},
       {"admin", {{"transport", "ZeroMQ REQ/REP"}, {"address", cfg.get_string("console.address")}}},
       {"samples", {{"transport", "ZeroMQ PUSH/PULL over TCP"}}},
       {"weights", weights_plane(cfg)},
@@ -179,6 +180,7 @@ result<http_console_options> http_console_options::from_config(const config& cfg
   o.tls_cert = cfg.get_string("console.tls_cert");
   o.tls_key = cfg.get_string("console.tls_key");
   o.max_body_bytes = static_cast<size_t>(cfg.get_int("console.http_max_body_bytes"));
+  o.requests_per_s = static_cast<double>(cfg.get_int("console.http_requests_per_s"));
   o.request_timeout_ms = request_timeout_ms;
   o.planes = configured_planes(cfg);
   auto hp = split_address(o.address);
@@ -220,6 +222,7 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
   std::unique_ptr<http_console> c(new http_console);
   c->coordinator_ = std::move(coordinator);
   c->opts_ = std::move(opts);
+  c->rate_limit_ = std::make_unique<peer_rate_limit>(c->opts_.requests_per_s);
   if (c->opts_.tls_cert.empty()) {
     c->server_ = std::make_unique<httplib::Server>();
   } else {
@@ -255,6 +258,12 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
 }
 
 http_console::~http_console() { stop(); }
+
+json http_console::refusals() const {
+  return json{{"rate_limited", rate_limit_ ? rate_limit_->refused() : 0},
+              {"body_too_large", refused_too_large_.load()},
+              {"bad_request", refused_bad_request_.load()}};
+}
 
 void http_console::stop() {
   stop_ = true;
@@ -335,15 +344,30 @@ void http_console::routes() {
   auto& srv = *server_;
   // Every error that reaches the client without a body of ours (httplib's own 400/404/413,
   // a method it does not route) gets the JSON error shape too.
-  srv.set_error_handler(
-      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  srv.set_error_handler(httplib::Server::HandlerWithResponse(
+      [this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) ++refused_too_large_;
+        if (res.status == 400) ++refused_bad_request_;
         std::string why = res.status == 413 ? "request body too large (console.http_max_body_bytes)"
                           : res.status == 404 ? "no such path: " + req.path
                                               : "bad request";
         send_error(res, res.status, res.status == 413 ? "payload_too_large" : "bad_request", why);
         return httplib::Server::HandlerResponse::Handled;
       }));
+  // Every request first passes its client's rate (peer_rate_limit.h): a flood from one
+  // address gets 429s, costs no coordinator request, and leaves the others their share.
+  srv.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+    if (rate_limit_->allow(req.remote_addr, now))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Retry-After", "1");
+    send_error(res, 429, "rate_limited",
+               "more than console.http_requests_per_s requests a second from " + req.remote_addr);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   srv.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "internal error";
@@ -388,7 +412,14 @@ void http_console::routes() {
     send_json(res, 200, chrome_trace(snap));
   });
   snapshot_route("/metrics", [this](json& snap, httplib::Response& res) {
-    res.set_content(prometheus_text(snap, autoscale(snap)), "text/plain; version=0.0.4");
+    std::string text = prometheus_text(snap, autoscale(snap));
+    text +=
+        "# HELP moerl_http_console_refused_total Requests the HTTP console refused before any "
+        "route, by cause\n# TYPE moerl_http_console_refused_total counter\n";
+    const json refused = refusals();
+    for (const auto& [reason, n] : refused.items())
+      text += "moerl_http_console_refused_total{reason=\"" + reason + "\"} " + n.dump() + "\n";
+    res.set_content(text, "text/plain; version=0.0.4");
   });
   // Actions: {"action": "inject", "kind": "spot|rebalance|kill|sigterm", "node": N,
   // "deadline_s": S} or {"action": "drain", "node": N, "deadline_s": S}; operator only.

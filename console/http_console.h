@@ -27,6 +27,7 @@
 #include "common/error.h"
 #include "console/admin_channel.h"
 #include "console/autoscale_signal.h"
+#include "console/peer_rate_limit.h"
 
 namespace httplib {
 class Server;
@@ -47,6 +48,7 @@ struct http_console_options {
   std::string operator_token;     // console.operator_token
   std::string tls_cert, tls_key;  // console.tls_cert / tls_key: HTTPS when set
   size_t max_body_bytes = 65536;
+  double requests_per_s = 100;  // console.http_requests_per_s, per client address; 0: no limit
   int request_timeout_ms = 5000;
   nlohmann::json planes;  // each plane's transport and provider, as configured
 
@@ -75,6 +77,10 @@ class http_console {
   void stop();
   const std::string& address() const { return address_; }  // HOST:PORT actually bound
   bool tls() const { return !opts_.tls_cert.empty(); }
+  // Requests refused before any route ran, by cause (also in /metrics as
+  // moerl_http_console_refused_total{reason}): over the client's rate (429), a body over
+  // console.http_max_body_bytes (413), a request httplib could not parse (400).
+  nlohmann::json refusals() const;
 
  private:
   http_console() = default;
@@ -100,6 +106,8 @@ class http_console {
   std::atomic<bool> stop_{false};
   std::mutex tracker_mu_;
   replacement_tracker tracker_;
+  std::unique_ptr<peer_rate_limit> rate_limit_;
+  std::atomic<uint64_t> refused_too_large_{0}, refused_bad_request_{0};
 };
 
 // The coordinator's HTTP console as the config sets it: nullptr when console.http_address is

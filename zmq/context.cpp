@@ -4,9 +4,17 @@
 
 #include "common/status_try.h"
 #include "zmq/check.h"
+#include "zmq/frame_limit.h"
 #include "zmq/zap_handler.h"
 
 namespace moerl::zmq {
+
+namespace {
+std::atomic<int64_t> g_max_frame_bytes{0};
+}
+
+void set_max_frame_bytes(int64_t bytes) { g_max_frame_bytes = bytes; }
+int64_t max_frame_bytes() { return g_max_frame_bytes; }
 
 result<std::shared_ptr<zmq_context>> zmq_context::create(std::optional<plane_keys> keys) {
   void* ctx = zmq_ctx_new();
@@ -21,6 +29,8 @@ zmq_context::~zmq_context() {
 }
 
 status zmq_context::secure_server(void* sock) const {
+  if (const int64_t limit = max_frame_bytes(); limit > 0)
+    ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &limit, sizeof limit));
   if (!keys_) return ok_status();
   {
     std::lock_guard<std::mutex> lock(zap_mu_);
