@@ -80,9 +80,9 @@ status write_pem(const std::string& path, mode_t mode, X509* cert, EVP_PKEY* key
   if (!f) return error(errc::io_error, "moerl ca init: " + path + ": " + std::strerror(errno));
   if (::fchmod(::fileno(f.get()), mode) != 0)
     return error(errc::io_error, "moerl ca init: chmod " + path + ": " + std::strerror(errno));
-  const bool ok = cert ? PEM_write_X509(f.get(), cert) == 1
-                       : PEM_write_PrivateKey(f.get(), key, nullptr, nullptr, 0, nullptr,
-                                              nullptr) == 1;
+  const bool ok =
+      cert ? PEM_write_X509(f.get(), cert) == 1
+           : PEM_write_PrivateKey(f.get(), key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
   if (!ok) return ssl_failure("writing " + path);
   return ok_status();
 }
@@ -95,7 +95,8 @@ status write_cluster_ca(const std::string& dir, int days) {
                  "moerl ca init: cannot make " + dir + ": " + std::strerror(errno) +
                      (errno == EEXIST ? " (a CA is never overwritten; pick a new directory)" : ""));
   ASSIGN_OR_RETURN(auto ca_key, new_key());
-  ASSIGN_OR_RETURN(auto ca, make_cert(ca_key.get(), "moerl-cluster-ca", nullptr, ca_key.get(), days));
+  ASSIGN_OR_RETURN(auto ca,
+                   make_cert(ca_key.get(), "moerl-cluster-ca", nullptr, ca_key.get(), days));
   ASSIGN_OR_RETURN(auto node_key, new_key());
   ASSIGN_OR_RETURN(auto node,
                    make_cert(node_key.get(), "moerl-node", ca.get(), ca_key.get(), days));

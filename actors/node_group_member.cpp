@@ -179,6 +179,11 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
                                                               const std::vector<int>& participants,
                                                               int self, const std::string& mine,
                                                               int64_t timeout_ms) {
+  // A stopping node's trainer step still asks its members to stop as it is freed (after the
+  // node's actors ended): there is no round to run then, and CAF may be going away under it
+  // (trainer-0 crashed at every exit inside scoped_actor and render).
+  if (ctx_->stopping.load())
+    return error{errc::shutting_down, "group " + view_.group + " all-gather: the node is stopping"};
   auto c = ctx_->coordinator();
   if (!c) return error{errc::peer_dead, "group all-gather: not connected to the coordinator"};
   // Sent, not requested, with the coordinator monitored: CAF 0.17 does not fail a pending
@@ -203,13 +208,16 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
           waiting = false;
         },
         [&](caf::error& e) {
-          out = error{errc::peer_dead, "group " + view_.group + " all-gather: " + sys_.render(e)};
+          // to_string, not sys_.render: this thread may run while the node's actor system is
+          // being destroyed (the coordinator's link drops at shutdown), and render reads it.
+          out =
+              error{errc::peer_dead, "group " + view_.group + " all-gather: " + caf::to_string(e)};
           waiting = false;
         },
         [&](caf::down_msg& d) {
           out = error{errc::peer_dead, "group " + view_.group +
                                            " all-gather: lost the coordinator (" +
-                                           sys_.render(d.reason) + ")"};
+                                           caf::to_string(d.reason) + ")"};
           waiting = false;
         },
         caf::after(std::chrono::milliseconds(200)) >>
@@ -240,6 +248,7 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
 int64_t group_member_link::drain_by_unix_ms() const { return ctx_->drain_by_ms.load(); }
 
 void group_member_link::report_failure(const std::string& cause) {
+  if (ctx_->stopping.load()) return;  // no coordinator to tell (see allgather)
   if (auto c = ctx_->coordinator()) {
     caf_logger_released_on_scope_exit release;
     caf::scoped_actor me{sys_};
@@ -248,6 +257,7 @@ void group_member_link::report_failure(const std::string& cause) {
 }
 
 void group_member_link::report_restored(uint64_t version) {
+  if (ctx_->stopping.load()) return;  // no coordinator to tell (see allgather)
   if (auto c = ctx_->coordinator()) {
     caf_logger_released_on_scope_exit release;
     caf::scoped_actor me{sys_};

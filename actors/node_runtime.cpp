@@ -328,12 +328,14 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
   // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
   ctx->weights_server.reset();
   ctx->peer_server.reset();
-  // The trainer's step (its fabric endpoints: libfabric's shm provider unlinks their /dev/shm
-  // regions only when they close), then the rank pool. The pool's group link holds the
-  // context, so nothing else would ever free them: trainer-0 left two 16 MiB regions in
-  // /dev/shm at every exit.
-  ctx->trainer_state.reset();
-  ctx->trainer_rank_pool.reset();
+  // A trainer's step and rank pool are not freed: the pool's rank threads and the group link
+  // run on (the link holds the context), and freeing them under those threads crashed
+  // trainer-0 and trainer-1 at every exit (SIGSEGV in scoped_actor's clean-up, in
+  // actor_system::render, in a rank thread's bootstrap). What they would leave is their
+  // fabric endpoints' /dev/shm regions (libfabric's shm provider unlinks them only on close):
+  // trainer-0 left two 16 MiB regions at every exit. They are named after this process, so
+  // the node removes them by name; the mappings stay valid until the process ends.
+  if (ctx->trainer_state || ctx->trainer_rank_pool) remove_shm_regions_of(::getpid(), "node");
   log->info("node {} exits with {}", ctx->name, code);
   return code;
 }

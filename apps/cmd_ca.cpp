@@ -11,14 +11,14 @@
 namespace moerl::apps {
 
 void add_ca_command(CLI::App& root) {
-  auto* cmd = root.add_subcommand("ca", "the cluster's CA for the control plane's TLS (node.tls_*)");
+  auto* cmd =
+      root.add_subcommand("ca", "the cluster's CA for the control plane's TLS (node.tls_*)");
   cmd->require_subcommand(1);
   auto* init = cmd->add_subcommand(
       "init", "write a new CA (ca.crt, ca.key) and a node certificate (tls.crt, tls.key) to DIR");
   static std::string dir;
   static int days = 365;
-  init->add_option("DIR", dir, "a new directory (an existing one is never written to)")
-      ->required();
+  init->add_option("DIR", dir, "a new directory (an existing one is never written to)")->required();
   init->add_option("--days", days, "validity of both certificates (default 365)")
       ->check(CLI::Range(1, 3650));
   init->callback([] {

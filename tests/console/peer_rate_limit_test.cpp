@@ -13,7 +13,7 @@ TEST(peer_rate_limit, a_burst_past_twice_the_rate_is_refused_and_counted) {
   for (int i = 0; i < 50; ++i) allowed += limit.allow("10.0.0.1", 1000);
   EXPECT_EQ(allowed, 20);  // the burst: 2 x rate
   EXPECT_EQ(limit.refused(), 30u);
-  EXPECT_TRUE(limit.allow("10.0.0.2", 1000));  // another client keeps its share
+  EXPECT_TRUE(limit.allow("10.0.0.2", 1000));   // another client keeps its share
   EXPECT_FALSE(limit.allow("10.0.0.1", 1050));  // half a token
   EXPECT_TRUE(limit.allow("10.0.0.1", 1100));   // one token after 100 ms at 10/s
 }
