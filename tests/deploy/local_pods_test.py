@@ -34,10 +34,11 @@ SECRET_VOLUMES = [{"name": "tls", "secret": {"defaultMode": 0o400, "secretName":
                    "secret": {"defaultMode": 0o400, "secretName": "moerl-console"}}]
 SECRET_MOUNTS = [{"mountPath": "/etc/moerl-tls", "name": "tls", "readOnly": True},
                  {"mountPath": "/etc/moerl-console", "name": "console-tokens", "readOnly": True}]
-# Config keys local-pods sets differently from overlays/dev's moerl.yaml.
+# Config keys local-pods sets differently from overlays/dev's moerl.yaml (dev takes the same
+# TLS files from the Secret moerl-tls, deploy/components/cluster-tls; local-pods also says
+# node.tls outright).
 LOCAL_CONFIG_KEYS = {"log.level", "node.request_timeout_ms", "store.url", "actors.iterations",
-                     "grpo.iterations", "node.tls", "node.tls_certificate", "node.tls_key",
-                     "node.tls_ca", "console.address", "console.token_file",
+                     "grpo.iterations", "node.tls", "console.address", "console.token_file",
                      "console.viewer_token_file", "console.operator_token_file",
                      "trainer.group_size", "rollout.group_size", "job.trainer_ep_ranks",
                      "job.rollout_ep_ranks"}
