@@ -1,32 +1,12 @@
 """moerl.worker (python/WORKERS.md) on its own, the test playing the node's end of the
 socketpair: the handshake, a score, a raised exception travelling as score_error with its
 traceback, bad return values, refusals from the node, and the errors a user meets first."""
-import json
-import socket
-import struct
 import threading
 
 import pytest
+from node_end import node_end, recv, send  # tests/python/node_end.py
 
 from moerl import worker
-
-
-def node_end(monkeypatch):
-    """The node's end of a socketpair; the worker's end is announced in MOERL_WORKER_FD."""
-    mine, theirs = socket.socketpair()
-    monkeypatch.setenv("MOERL_WORKER_FD", str(theirs.detach()))
-    return mine
-
-
-def send(sock, **msg):
-    body = json.dumps({"v": 1, **msg}).encode()
-    sock.sendall(struct.pack("<I", len(body)) + body)
-
-
-def recv(sock):
-    head = sock.recv(4, socket.MSG_WAITALL)
-    (n,) = struct.unpack("<I", head)
-    return json.loads(sock.recv(n, socket.MSG_WAITALL))
 
 
 def test_a_reward_worker_scores_and_reports_exceptions_with_their_traceback(monkeypatch):

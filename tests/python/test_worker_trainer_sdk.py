@@ -3,31 +3,15 @@ the node's end of the socketpair; and moerl.tensors, the safetensors layout both
 import hashlib
 import json
 import os
-import socket
 import struct
 import tempfile
 import threading
 
 import pytest
 import torch
+from node_end import node_end, recv, send  # tests/python/node_end.py
 
 from moerl import tensors, worker
-
-
-def node_end(monkeypatch):
-    mine, theirs = socket.socketpair()
-    monkeypatch.setenv("MOERL_WORKER_FD", str(theirs.detach()))
-    return mine
-
-
-def send(sock, **msg):
-    body = json.dumps({"v": 1, **msg}).encode()
-    sock.sendall(struct.pack("<I", len(body)) + body)
-
-
-def recv(sock):
-    (n,) = struct.unpack("<I", sock.recv(4, socket.MSG_WAITALL))
-    return json.loads(sock.recv(n, socket.MSG_WAITALL))
 
 
 def sample_tensors():

@@ -3,32 +3,15 @@
 `python3 fake_trainers.py BEHAVIOUR` by the node side (exec: spec)."""
 import json
 import os
-import socket
-import struct
 import sys
 import time
 
-sock = socket.socket(fileno=int(os.environ["MOERL_WORKER_FD"]))
-buf = b""
+import raw_wire  # tests/workers/raw_wire.py
+from raw_wire import recv
 
 
 def send(**msg):
-    body = json.dumps({"v": 1, **msg}).encode()
-    sock.sendall(struct.pack("<I", len(body)) + body)
-
-
-def recv():
-    global buf
-    while True:
-        if len(buf) >= 4:
-            (n,) = struct.unpack("<I", buf[:4])
-            if len(buf) >= 4 + n:
-                body, buf = buf[4:4 + n], buf[4 + n:]
-                return json.loads(body)
-        chunk = sock.recv(65536)
-        if not chunk:
-            sys.exit(0)
-        buf += chunk
+    raw_wire.send(v=1, **msg)
 
 
 send(type="hello", role="trainer", pid=os.getpid())

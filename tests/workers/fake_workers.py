@@ -3,35 +3,10 @@
 protocol by hand where moerl.worker would refuse to send what is being tested."""
 import json
 import os
-import socket
-import struct
 import sys
 import time
 
-sock = socket.socket(fileno=int(os.environ["MOERL_WORKER_FD"]))
-buf = b""
-
-
-def send_raw(body: bytes):
-    sock.sendall(struct.pack("<I", len(body)) + body)
-
-
-def send(**msg):
-    send_raw(json.dumps(msg).encode())
-
-
-def recv():
-    global buf
-    while True:
-        if len(buf) >= 4:
-            (n,) = struct.unpack("<I", buf[:4])
-            if len(buf) >= 4 + n:
-                body, buf = buf[4:4 + n], buf[4 + n:]
-                return json.loads(body)
-        chunk = sock.recv(65536)
-        if not chunk:
-            sys.exit(0)
-        buf += chunk
+from raw_wire import recv, send, send_raw  # tests/workers/raw_wire.py
 
 
 def hello(role="reward", v=1):
