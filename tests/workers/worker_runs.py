@@ -32,12 +32,16 @@ def check_no_leftover_workers(env_var, directory):
 
 
 def wait_for(pred, what, run):
-    """pred()'s first truthy value within the liveness bound; else the run ends and the test fails."""
+    """pred()'s first truthy value within the liveness bound while the run goes on; else the run
+    ends and the test fails (at once when the run ended first: nothing more can come)."""
     deadline = time.monotonic() + BOUND_S
     while time.monotonic() < deadline:
+        ended = run.p.poll() is not None  # before pred: what the run left counts
         v = pred()
         if v:
             return v
+        if ended:
+            break  # nothing more can come
         time.sleep(0.1)
     run.finish(check=False)
     sys.exit(f"FAIL: never saw {what}")
