@@ -10,9 +10,11 @@
 
 #include "actors/coordinator_core.h"
 #include "actors/internal/coordinator_views.h"
+#include "actors/internal/job_history.h"
 #include "actors/interruption.h"
 #include "common/json_text.h"
 #include "common/secret_compare.h"
+#include "console/console_client.h"
 
 namespace moerl::actors {
 
@@ -68,16 +70,41 @@ json coordinator_core::status_json() const {
               {"pid", static_cast<int64_t>(::getpid())}};
 }
 
-json coordinator_core::nodes_json() const {
-  json arr = json::array();
-  // Leases held per node, in one pass over the ledger's units: a pass per rollout node made
-  // `nodes` cost nodes x units unit copies, ~seconds of the coordinator's only thread at a
-  // thousand nodes (bench fleet), during which no lease was answered.
-  std::map<std::string, uint32_t> leases_of;
-  for (size_t u = 1; u <= ledger_->num_units(); ++u) {
-    auto v = ledger_->find(u);
-    if (v && v->state == ledger::unit_state::leased) ++leases_of[owner_of_worker(v->worker)];
+namespace {
+
+// A node's stats for the `nodes` view, with the job stats' per-iteration lists cut to their
+// newest `tail` entries: built key by key, so the cut entries are never copied.
+json stats_with_history_tail(const json& stats, size_t tail) {
+  if (!stats.is_object() || !stats.contains("job") || !stats["job"].is_object()) return stats;
+  json out = json::object();
+  for (const auto& [key, value] : stats.items())
+    if (key != "job") out[key] = value;
+  json job = json::object();
+  for (const auto& [key, value] : stats["job"].items()) {
+    const bool history = std::any_of(std::begin(kJobHistoryKeys), std::end(kJobHistoryKeys),
+                                     [&](const char* k) { return key == k; });
+    if (!history || !value.is_array() || value.size() <= tail) {
+      job[key] = value;
+      continue;
+    }
+    json cut = json::array();
+    for (size_t i = value.size() - tail; i < value.size(); ++i) cut.push_back(value[i]);
+    job[key] = std::move(cut);
   }
+  out["job"] = std::move(job);
+  return out;
+}
+
+}  // namespace
+
+json coordinator_core::nodes_json(std::optional<size_t> history_tail) const {
+  json arr = json::array();
+  // Leases held per node, from the ledger's leased-unit index: a pass over every unit per
+  // request was a quarter of the coordinator's CPU by iteration 300 of the default run
+  // (perf, 5 Dec), and a pass per rollout node seconds at a thousand nodes (bench fleet).
+  std::map<std::string, uint32_t> leases_of;
+  for (const auto& [worker, n] : ledger_->leases_per_worker())
+    leases_of[owner_of_worker(worker)] += n;
   for (auto& [id, n] : nodes_) {
     uint32_t leases = 0;
     if (auto it = leases_of.find(id); n.role == node_role::rollout && it != leases_of.end())
@@ -91,7 +118,8 @@ json coordinator_core::nodes_json() const {
     j["group"] = g.is_null() ? json("") : g["group"];
     j["rank"] = g.is_null() ? json("") : g["rank"];
     if (!g.is_null()) j["group_ranks"] = g.value("ranks", json::array());
-    if (!n.stats.is_null()) j["stats"] = n.stats;
+    if (!n.stats.is_null())
+      j["stats"] = history_tail ? stats_with_history_tail(n.stats, *history_tail) : n.stats;
     arr.push_back(j);
   }
   return arr;
@@ -154,7 +182,13 @@ messages::admin_reply coordinator_core::admin(const messages::admin_request& req
   if (cmd == "status") {
     body = status_json();
   } else if (cmd == "nodes") {
-    body = nodes_json();
+    std::optional<size_t> history_tail;
+    if (const std::string h = opt("history"); !h.empty()) {
+      auto n = console::parse_console_history(h);
+      if (!n) return fail(n.err().code, n.err().message);
+      history_tail = *n;
+    }
+    body = nodes_json(history_tail);
   } else if (cmd == "report") {
     body = report_json();
   } else if (cmd == "shutdown") {

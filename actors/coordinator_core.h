@@ -150,7 +150,10 @@ class coordinator_core {
   // ---- admin ------------------------------------------------------------------------
   messages::admin_reply admin(const messages::admin_request& req);
   nlohmann::json status_json() const;
-  nlohmann::json nodes_json() const;
+  // Every node with its stats; `history_tail` keeps only the newest entries of the job
+  // stats' per-iteration lists (job_history.h), which are most of a trainer's stats late in a
+  // run and which a poller that shows progress does not need whole.
+  nlohmann::json nodes_json(std::optional<size_t> history_tail = std::nullopt) const;
   nlohmann::json report_json() const;
   // The report's `expert_planes`: [{node, group, provider, peer_paths}] for every node whose
   // job runs expert-parallel ranks, as its last stats named the transport each peer pair

@@ -19,6 +19,7 @@ struct console_args {
   std::vector<std::string> overrides;
   std::vector<std::string> words;  // command and its arguments
   std::string deadline;            // --deadline as given; checked before connecting
+  std::string history;             // --history as given (nodes); checked before connecting
   double interval_s = 0;           // top: seconds between frames
   bool json = false;
 };
@@ -49,6 +50,8 @@ void add_console_command(CLI::App& root) {
   cmd->add_option("--set", a.overrides, "override key=value (repeatable)")->allow_extra_args(false);
   cmd->add_option("--deadline", a.deadline,
                   "seconds until the injected interruption's deadline, in (0, 86400]");
+  cmd->add_option("--history", a.history,
+                  "nodes: keep the newest N entries of each per-iteration stats list");
   cmd->add_option("--interval", a.interval_s,
                   "top: seconds between frames (default 1 on a terminal, 5 otherwise)");
   cmd->add_flag("--json", a.json, "print the reply as JSON");
@@ -88,6 +91,7 @@ void add_console_command(CLI::App& root) {
     req.command = a.words[0];
     req.args.assign(a.words.begin() + 1, a.words.end());
     if (!a.deadline.empty()) req.options.push_back({"deadline", a.deadline});
+    if (!a.history.empty()) req.options.push_back({"history", a.history});
     // Refused here, before connecting: the same exit 1 the coordinator's refusal would give.
     if (auto st = console::check_console_request(req); !st) {
       std::cerr << "moerl console: " << st.err().to_string() << "\n";

@@ -27,6 +27,21 @@ result<double> parse_console_deadline(const std::string& text) {
   return *s;
 }
 
+result<size_t> parse_console_history(const std::string& text) {
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || text[0] == '-' || n > kMaxConsoleHistory)
+    return error(errc::invalid_argument,
+                 "--history must be a count of entries in [0, " +
+                     std::to_string(kMaxConsoleHistory) + "], got '" + text + "'");
+  return static_cast<size_t>(n);
+}
+
 status check_console_request(const messages::admin_request& req) {
   const std::string& cmd = req.command;
   const auto& args = req.args;
@@ -44,6 +59,7 @@ status check_console_request(const messages::admin_request& req) {
     return ok_status();
   };
   bool takes_deadline = false;
+  const bool takes_history = cmd == "nodes";
   if (messages::is_view_verb(cmd) || cmd == "shutdown") {
     if (auto st = no_args(); !st) return st;
   } else if (cmd == "inject") {
@@ -61,6 +77,11 @@ status check_console_request(const messages::admin_request& req) {
                  "unknown command '" + cmd + "' (" + messages::kAdminVerbs + ")");
   }
   for (const auto& [name, value] : req.options) {
+    if (name == "history") {
+      if (!takes_history) return error(errc::invalid_argument, "--history applies to nodes only");
+      if (auto n = parse_console_history(value); !n) return n.err();
+      continue;
+    }
     if (name != "deadline") return error(errc::invalid_argument, "unknown option '" + name + "'");
     if (!takes_deadline)
       return error(errc::invalid_argument,

@@ -20,9 +20,19 @@ constexpr double kMaxConsoleDeadlineS = 86400;
 // naming the value otherwise (negative, zero, NaN, infinite, absurd, not a number).
 result<double> parse_console_deadline(const std::string& text);
 
+// Most entries of each per-iteration list a `nodes --history N` reply keeps: more than any
+// run has iterations; beyond it the option means "all", which is what leaving it out says.
+constexpr size_t kMaxConsoleHistory = 100'000'000;
+
+// A --history value (`nodes`: the newest N entries of each node's per-iteration stats lists,
+// the rest left out): a decimal count in [0, kMaxConsoleHistory]. errc::invalid_argument
+// naming the value otherwise.
+result<size_t> parse_console_history(const std::string& text);
+
 // Checks a request before it is sent (see console/CONSOLE.md, Console): a known command with the
 // arguments it takes (status|nodes|report|shutdown none, inject KIND NODE, drain NODE),
-// `deadline` only where a notice carries one and in range, no other option. Errors:
+// `deadline` only where a notice carries one and in range, `history` only for nodes, no other
+// option. Errors:
 // errc::unknown_command (the verb or inject kind), errc::invalid_argument (the rest).
 status check_console_request(const messages::admin_request& req);
 

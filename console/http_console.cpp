@@ -308,7 +308,8 @@ json http_console::autoscale(const json& snapshot) {
 // for /metrics or /api/v1/autoscale also looks, so a scrape is never older than its reply).
 void http_console::sample() {
   while (!stop_) {
-    auto [code, nodes] = ask("nodes");
+    // Node states only: the trainer's per-iteration lists are most of `nodes` late in a run.
+    auto [code, nodes] = ask("nodes", {}, {{"history", "0"}});
     if (code == 200) {
       const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::steady_clock::now().time_since_epoch())

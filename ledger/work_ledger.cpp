@@ -506,4 +506,10 @@ size_t work_ledger::num_units() const { return st_->units.size(); }
 size_t work_ledger::num_pending() const { return st_->num_pending; }
 size_t work_ledger::num_leased() const { return st_->leased_ids.size(); }
 
+std::map<worker_id, uint32_t> work_ledger::leases_per_worker() const {
+  std::map<worker_id, uint32_t> out;
+  for (unit_id id : st_->leased_ids) ++out[st_->units.at(id).worker];
+  return out;
+}
+
 }  // namespace moerl::ledger

@@ -187,6 +187,10 @@ class work_ledger {
   size_t num_units() const;
   size_t num_pending() const;
   size_t num_leased() const;
+  // Leased units per worker, from the leased-unit index: what the `nodes` view shows, without
+  // the walk over every unit the run created that it cost before (the coordinator answers
+  // `nodes` twice a second under `moerl up`).
+  std::map<worker_id, uint32_t> leases_per_worker() const;
   uint32_t epoch() const { return epoch_; }
   const ledger_options& options() const { return opts_; }
 

@@ -20,6 +20,10 @@ using nlohmann::json;
 using clock = std::chrono::steady_clock;
 
 constexpr int kConsoleTimeoutMs = 2000;
+// `nodes` without the trainer's per-iteration lists (node states are what is looked at), and
+// with the newest few (the progress display's last reward).
+const std::vector<std::pair<std::string, std::string>> kNodesNoHistory{{"history", "0"}};
+const std::vector<std::pair<std::string, std::string>> kNodesRecentHistory{{"history", "10"}};
 constexpr auto kPollPeriod = std::chrono::milliseconds(500);  // the progress print period
 // How long a node the coordinator declared dead may still run before it is killed. A node
 // fences itself within milliseconds of its next exchange with the coordinator (node_agent.cpp:
@@ -170,7 +174,7 @@ status local_job::schedule_replacement(const std::string& name, int wait_status,
 }
 
 std::string local_job::reported_cause(const std::string& name) {
-  auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs);
+  auto nodes = cluster_->console("nodes", {}, kNodesNoHistory, kConsoleTimeoutMs);
   if (!nodes || !nodes->is_array()) return "";
   for (const auto& n : *nodes)
     if (n.value("name", "") == name && n.contains("gave_up")) return n.value("gave_up", "");
@@ -250,7 +254,7 @@ void local_job::kill_dead_but_running(const json& nodes, const job_events& event
 }
 
 void local_job::interrupt_a_rollout(const run_policy& policy, const job_events& events) {
-  auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs);
+  auto nodes = cluster_->console("nodes", {}, kNodesNoHistory, kConsoleTimeoutMs);
   if (!nodes) return;
   for (const auto& n : *nodes) {
     if (n.value("role", "") != "rollout" || n.value("state", "") != "running") continue;
@@ -283,7 +287,10 @@ run_outcome local_job::run(const run_policy& policy, const job_events& events) {
     if (s) {
       last_status_ = *s;
       const std::string line = status_line(*s);
-      if (auto nodes = cluster_->console("nodes", {}, {}, kConsoleTimeoutMs)) {
+      // The newest entries only: the progress line and display show the last iteration's
+      // reward, and the whole lists grew to ~400 KB by iteration 800, built, sent and parsed
+      // twice a second.
+      if (auto nodes = cluster_->console("nodes", {}, kNodesRecentHistory, kConsoleTimeoutMs)) {
         auto js = trainer_job_stats(*nodes);
         if (!js.is_null()) job_stats = js;
         kill_dead_but_running(*nodes, events);

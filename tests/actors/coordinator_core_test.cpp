@@ -229,6 +229,51 @@ TEST_F(core_fixture, admin_errors_name_the_problem_and_inject_targets_one_node) 
   EXPECT_EQ(json::parse(r.body_json).size(), 3u);
 }
 
+// `nodes --history N`: the trainer's per-iteration lists cut to their newest N entries (what
+// `moerl up` polls twice a second), the rest of the stats whole; bad counts named.
+TEST_F(core_fixture, nodes_history_option_keeps_the_newest_entries_of_each_iteration_list) {
+  json curve = json::array(), iterations = json::array();
+  for (int i = 0; i < 30; ++i) {
+    curve.push_back({{"iteration", i}, {"mean_reward", i / 30.0}});
+    iterations.push_back({{"iteration", i}, {"t_train", 0.01}});
+  }
+  core->node_stats(trainer, {{"job",
+                              {{"reward_curve", curve},
+                               {"iterations", iterations},
+                               {"reward_max", 1.0},
+                               {"pending_groups", 2}}},
+                             {"steps", 30}});
+  auto trainer_stats = [&](const std::vector<std::pair<std::string, std::string>>& options) {
+    auto req = admin("nodes");
+    req.options = options;
+    auto r = core->admin(req);
+    EXPECT_TRUE(r.ok) << r.err.to_string();
+    for (const auto& n : json::parse(r.body_json))
+      if (n["id"] == trainer) return n["stats"];
+    return json();
+  };
+  const json whole = trainer_stats({});
+  EXPECT_EQ(whole["job"]["reward_curve"], curve);
+  const json cut = trainer_stats({{"history", "3"}});
+  ASSERT_EQ(cut["job"]["reward_curve"].size(), 3u);
+  EXPECT_EQ(cut["job"]["reward_curve"].back(), curve.back());
+  EXPECT_EQ(cut["job"]["reward_curve"][0], curve[27]);
+  EXPECT_EQ(cut["job"]["iterations"].size(), 3u);
+  EXPECT_EQ(cut["job"]["reward_max"], 1.0);
+  EXPECT_EQ(cut["job"]["pending_groups"], 2);
+  EXPECT_EQ(cut["steps"], 30);
+  EXPECT_EQ(trainer_stats({{"history", "0"}})["job"]["reward_curve"], json::array());
+  EXPECT_EQ(trainer_stats({{"history", "100"}})["job"]["reward_curve"], curve);
+  for (const char* bad : {"-1", "3x", "1e3", "999999999999"}) {
+    auto req = admin("nodes");
+    req.options = {{"history", bad}};
+    auto r = core->admin(req);
+    EXPECT_FALSE(r.ok) << bad;
+    EXPECT_EQ(r.err.code, errc::invalid_argument) << bad;
+    EXPECT_NE(r.err.message.find("--history"), std::string::npos) << r.err.message;
+  }
+}
+
 TEST_F(core_fixture, registration_refuses_bad_ids_roles_and_shards_without_endpoint) {
   EXPECT_EQ(core->register_node(hb("xyz", "rollout", "r")).err().code, errc::invalid_argument);
   EXPECT_EQ(core->register_node(hb(hex_id('d'), "wizard", "w")).err().code, errc::invalid_argument);
