@@ -72,22 +72,27 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
       caf::timespan{std::chrono::milliseconds(o.heartbeat_interval_ms)});
   set("middleman.connection-timeout",
       caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
-  // Eight processes share two cores in `moerl up`: a small scheduler per node avoids
+  // Nine processes share two cores in `moerl up`: a small scheduler per node avoids
   // oversubscription (CAF defaults to one worker per core and more).
-  set("scheduler.max-threads", static_cast<size_t>(2));
+  set("scheduler.max-threads", o.scheduler_threads);
   // An idle CAF worker spins, then sleeps 50 us at a time for 500 attempts before it waits
   // on its condition variable. A node gets a message every few milliseconds, so its workers
   // never reached the wait: ~20,000 wake-ups per second per thread, and with every node doing
   // it, 43% of a default `moerl up`'s CPU was the kernel switching to and from those sleeps
-  // (perf: finish_task_switch). So an idle worker spins briefly and then waits. The wait has a
-  // 1 ms timeout after which it tries to steal: a message an actor sends inside the process
-  // lands in the sender's worker queue with no wake-up, and when that worker is busy with a
-  // long job (a trainer step, a generation) the other worker must come and take it; with
-  // CAF's 10 ms default that hop cost up to 10 ms.
+  // (perf: finish_task_switch). So an idle worker spins briefly and then waits.
   set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(10));
   set("work-stealing.moderate-poll-attempts", static_cast<size_t>(0));
-  set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   set("work-stealing.relaxed-steal-interval", static_cast<size_t>(1));
+  // The wait's timeout is when the worker looks for work to steal. A message an actor sends
+  // inside the process lands in the sender's worker queue with no wake-up: with several
+  // workers, one busy with a long job leaves it to another, which must come and take it
+  // (CAF's 10 ms default cost up to 10 ms a hop), so they look every millisecond. A lone
+  // worker has nobody to steal from and is woken for everything sent from outside it, so it
+  // sleeps until then (100 ms at most): waking every millisecond was ~800 switches a second in each of the
+  // nine processes, and one worker instead of two halved a default run's context switches
+  // (3.4-3.7 M to 1.5-1.7 M per 400 iterations; CPU 83-89 s to 57-64 s; 5 Dec).
+  set("work-stealing.relaxed-sleep-duration",
+      caf::timespan{std::chrono::milliseconds(o.scheduler_threads > 1 ? 1 : 100)});
   set("logger.console", caf::atom("none"));
 }
 

@@ -25,6 +25,11 @@ struct control_plane_options {
   int64_t request_timeout_ms = 5000;
   bool tls = false;
   std::string tls_certificate, tls_key, tls_ca;
+  // CAF scheduler workers. A node's role loops are blocking actors with threads of their own;
+  // the pool runs only event-based actors (supervisor, group links, the coordinator), so one
+  // worker serves a node and it can sleep until work comes (see node_caf_config). Processes
+  // multiplexing many simulated nodes (bench fleet, bench control) ask for more.
+  size_t scheduler_threads = 1;
 
   // Validates: heartbeat > 0, timeout > heartbeat, request timeout > 0, TLS files readable.
   static result<control_plane_options> from_config(const config& cfg);

@@ -69,6 +69,7 @@ int run_sim_host(const sim_host_args& a) {
     std::cerr << "sim host: " << (!cp ? cp.err() : zmq.err()).to_string() << "\n";
     return 2;
   }
+  cp->scheduler_threads = 2;  // hundreds of simulated nodes' actors share this process
   node_caf_config ccfg(*cp);
   caf::actor_system sys{ccfg};
   auto coord = connect_with_retry(sys, *cp, hp->first, hp->second, 20000);
