@@ -2,9 +2,12 @@
 
 An input of kind "bench" names its JSON file(s) and an extractor below; the value is read at
 every run, so a new measurement changes the model's outputs without editing any number here.
-`{sitting}` in a file name is the validation sitting (bench/model/reference/<sitting>/).
+A file name may be a glob: the value is then the median over the files it matches (the
+validation sittings' benchmarks, bench/model/reference/*/, taken on a shared machine whose
+load moves any one sitting 2-5x).
 """
 
+import glob
 import json
 import os
 import statistics
@@ -50,7 +53,7 @@ def _ledger_fsync_append_p50(doc):
     return cycle["sync_p50_us"]["median"] * 1e-6
 
 
-def load_inputs(path=None, sitting="sitting1"):
+def load_inputs(path=None):
     """Returns {name: entry}, each entry with a resolved 'value'."""
     path = path or os.path.join(HERE, "inputs.json")
     with open(path) as f:
@@ -64,23 +67,29 @@ def load_inputs(path=None, sitting="sitting1"):
             if field not in entry:
                 raise ValueError(f"input '{name}' has no {field}")
         if entry["kind"] == "bench":
-            entry["value"] = resolve_bench(name, entry["bench"], sitting)
+            entry["value"] = resolve_bench(name, entry["bench"])
         elif "value" not in entry:
             raise ValueError(f"input '{name}' has no value")
         inputs[name] = entry
     return inputs
 
 
-def resolve_bench(name, spec, sitting):
+def bench_files(name, spec):
+    files = []
+    for pattern in spec["files"]:
+        found = sorted(glob.glob(os.path.join(REPO, pattern)))
+        if not found:
+            raise ValueError(f"input '{name}': no bench file matches {pattern}")
+        files += found
+    return files
+
+
+def resolve_bench(name, spec):
     extract = EXTRACTORS.get(spec["extract"])
     if extract is None:
         raise ValueError(f"input '{name}': unknown extractor '{spec['extract']}'")
     values = []
-    for rel in spec["files"]:
-        rel = rel.format(sitting=sitting)
-        full = os.path.join(REPO, rel)
-        if not os.path.exists(full):
-            raise ValueError(f"input '{name}': bench file {rel} not found")
+    for full in bench_files(name, spec):
         with open(full) as f:
             values.append(extract(json.load(f), spec))
     return _median(values)

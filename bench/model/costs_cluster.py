@@ -65,6 +65,7 @@ class ClusterCosts:
         self.lease_retry_s = self.v["lease_retry_s"]
         self.g = generic_comm_factor(self.v, shape.table) if shape.ep == "generic" else 1.0
         self.train_free = False
+        self.weights_free = False  # the answer's first steps leave redistribution out
 
     # --- generation ---------------------------------------------------------------------
     def exchange_s(self, tokens):
@@ -132,7 +133,7 @@ class ClusterCosts:
 
     def publish(self):
         """Until the first copy is available to the rollout side."""
-        if self.s.weights == "store":
+        if self.s.weights == "store" and not self.weights_free:
             return self.store_put_s()
         return 0.0  # the fan-out starts from the trainers' memory
 
@@ -142,6 +143,8 @@ class ClusterCosts:
         return s.total_params * v["rollout_weight_bytes_per_param"] / s.instances_per_replica
 
     def redistribute(self, index, count):
+        if self.weights_free:
+            return 0.0
         if self.s.weights == "store":
             return store_get_s(self.v, self.shard_bytes(), self.s.rollout_instances)
         return fanout_s(self.v, self.shard_bytes(), self.s.replicas)

@@ -316,6 +316,10 @@ class Run:
                     target = r
                     break
                 pick -= r.instances
+        self.notice(target)
+
+    def notice(self, target):
+        """A Spot notice to one of `target`'s machines (the trainer or a rollout instance)."""
         record = {"at_s": self.sim.now, "node": "trainer" if target is self.trainer else target.name,
                   "returned_units": 0, "lost_work_s": 0.0}
         self.interruptions.append(record)
@@ -323,6 +327,7 @@ class Run:
             self.trainer_notice(record)
         else:
             self.rollout_notice(target, record)
+        return record
 
     def rollout_notice(self, r, record):
         if r.state == "down" or r.draining:

@@ -17,7 +17,7 @@ def fleet(v, size):
 
 
 def simulate(v, size="seed", ep="specialised", iterations=4, spot_rate=0.0, seed=1,
-             rollout_only=False, **shape_args):
+             rollout_only=False, weights_free=False, **shape_args):
     trainers, rollouts = fleet(v, size)
     tokens = shape_args.pop("tokens_per_gpu", None)
     shape = Shape(v, trainers, rollouts, ep=ep, tokens_per_gpu=1, **shape_args)
@@ -26,6 +26,7 @@ def simulate(v, size="seed", ep="specialised", iterations=4, spot_rate=0.0, seed
     shape.tokens_per_gpu = tokens
     costs = ClusterCosts(shape)
     costs.train_free = rollout_only
+    costs.weights_free = weights_free
     g = v["group_size"]
     wave_units = max(1, shape.wave_samples // g)
     job = Job(iterations=iterations, units_per_iteration=wave_units * shape.replicas,
@@ -45,12 +46,7 @@ def simulate(v, size="seed", ep="specialised", iterations=4, spot_rate=0.0, seed
         "iteration_s_median": statistics.median(steady),
         "samples_per_s": samples * len(periods) / fig["wall_s"],
         "samples_per_s_steady": samples / statistics.mean(steady),
-        "wave_s": costs.wave_s(tokens), "train_s": ClusterCosts.train(_with_trainer(costs), samples),
+        "wave_s": costs.wave_s(tokens), "train_s": ClusterCosts(shape).train(samples),
         "redistribute_s": costs.redistribute(0, shape.replicas), "publish_s": costs.publish(),
     })
     return fig
-
-
-def _with_trainer(costs):
-    c = ClusterCosts(costs.s)
-    return c
