@@ -63,10 +63,13 @@ class Job:
 class Spot:
     """Spot interruptions: each instance is interrupted at `rate_per_hour` (Poisson)."""
 
-    def __init__(self, rate_per_hour, notice_s, replacement_s, seed=1):
+    def __init__(self, rate_per_hour, notice_s, replacement_s, seed=1, trainer_replacement_s=None):
         self.rate_per_hour = rate_per_hour
         self.notice_s = notice_s
         self.replacement_s = replacement_s
+        # A warm spare trainer instance joins at the reclaim instead of being launched.
+        self.trainer_replacement_s = (replacement_s if trainer_replacement_s is None
+                                      else trainer_replacement_s)
         self.seed = seed
 
 
@@ -400,7 +403,7 @@ class Run:
                 t.state = "down"
         elif t.state == "claiming":
             t.state = "down"  # claimed groups stay in the buffer for the re-formed group
-        back = self.sim.now + max(self.spot.notice_s, self.spot.replacement_s) + \
+        back = self.sim.now + max(self.spot.notice_s, self.spot.trainer_replacement_s) + \
             self.costs.trainer_restore()
         self.sim.at(back, self.trainer_replaced)
 

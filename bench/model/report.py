@@ -74,7 +74,7 @@ def markdown(out):
               "|---|---|---|---|---|---|"]
     for label, data in et.items():
         for r in data["rows"]:
-            lines.append(f"| {data['replacement_s']:g} s | {100 * r['rate_per_hour']:g}% | "
+            lines.append(f"| {label.replace('replacement ', '')} | {100 * r['rate_per_hour']:g}% | "
                          f"{r['ettr_mean']:.3f} ({r['ettr_min']:.3f}-{r['ettr_max']:.3f}) | "
                          f"{r['interruptions_mean']:.1f} | {r['returned_units_mean']:.0f} | "
                          f"{r['lost_work_s_mean']:.0f} s |")

@@ -54,6 +54,8 @@ def build(quick):
     out["throughput"] = sweeps.throughput(v, quick)
     out["ettr"] = {f"replacement {r:g} s": sweeps.ettr(v, quick, replacement_s=r)
                    for r in ([v["replacement_s"]] if quick else [300, v["replacement_s"], 1200])}
+    out["ettr"][f"replacement {v['replacement_s']:g} s, warm spare trainer instance"] = \
+        sweeps.ettr(v, quick, trainer_spare=True)
     out["weights"] = sweeps.weights(v, quick)
     out["validation"] = validate.validate()
     out["provenance"] = provenance(started)

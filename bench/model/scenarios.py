@@ -17,7 +17,8 @@ def fleet(v, size):
 
 
 def simulate(v, size="seed", ep="specialised", iterations=4, spot_rate=0.0, seed=1,
-             rollout_only=False, weights_free=False, **shape_args):
+             rollout_only=False, weights_free=False, trainer_spare=False,
+             **shape_args):
     trainers, rollouts = fleet(v, size)
     tokens = shape_args.pop("tokens_per_gpu", None)
     shape = Shape(v, trainers, rollouts, ep=ep, tokens_per_gpu=1, **shape_args)
@@ -32,7 +33,10 @@ def simulate(v, size="seed", ep="specialised", iterations=4, spot_rate=0.0, seed
     job = Job(iterations=iterations, units_per_iteration=wave_units * shape.replicas,
               groups_per_unit=1, group_size=g, lease_units=wave_units,
               claim_groups=wave_units * shape.replicas, max_staleness=v["max_staleness"])
-    spot = Spot(spot_rate, v["spot_notice_s"], v["replacement_s"], seed) if spot_rate > 0 else None
+    spot = None
+    if spot_rate > 0:
+        spot = Spot(spot_rate, v["spot_notice_s"], v["replacement_s"], seed,
+                    trainer_replacement_s=v["spot_notice_s"] if trainer_spare else None)
     run = Run(job, costs, rollouts=shape.replicas, trainer_instances=trainers,
               rollout_instances_each=shape.instances_per_replica, spot=spot)
     fig = run.run()

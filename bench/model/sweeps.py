@@ -52,7 +52,7 @@ def throughput(v, quick):
     return out
 
 
-def ettr(v, quick, replacement_s=None, rates=None):
+def ettr(v, quick, replacement_s=None, rates=None, trainer_spare=False):
     """ETTR = the run's time without interruptions / its time with them, same iterations,
     mean over seeds (the seed fleet, specialised EP, fan-out)."""
     rates = rates or ([0.0, 0.02, 0.05, 0.1, 0.2] if quick else [0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3])
@@ -64,7 +64,8 @@ def ettr(v, quick, replacement_s=None, rates=None):
     ideal = simulate(w, "seed", iterations=iterations)
     rows = []
     for rate in rates:
-        runs = [simulate(w, "seed", iterations=iterations, spot_rate=rate, seed=s)
+        runs = [simulate(w, "seed", iterations=iterations, spot_rate=rate, seed=s,
+                         trainer_spare=trainer_spare)
                 for s in range(1, (seeds if rate > 0 else 1) + 1)]
         ratios = [ideal["wall_s"] / r["wall_s"] for r in runs]
         rows.append({
@@ -77,6 +78,7 @@ def ettr(v, quick, replacement_s=None, rates=None):
             "hours": statistics.mean(r["wall_s"] for r in runs) / 3600,
         })
     return {"iterations": iterations, "replacement_s": w["replacement_s"],
+            "trainer_spare": trainer_spare,
             "ideal_wall_s": ideal["wall_s"], "rows": rows}
 
 

@@ -149,3 +149,19 @@ def test_fanout_grows_with_log_fleet_and_store_pull_with_fleet():
     prefix = v["s3_get_per_s_per_prefix"] * v["s3_range_bytes"]
     assert store[-1] == pytest.approx(1024 * shard / prefix)
     assert math.isclose(cc.fanout_efficiency(v), 62.5e9 / 400e9 / 1.3)
+
+
+def test_trainer_notice_abandons_a_step_that_cannot_publish_in_time_and_redoes_it():
+    # The step runs 1.375-3.375; a notice at 2.0 leaves 1.375 s + 0.5 s publish > 0.25 s:
+    # abandoned (0.625 s lost), the group is back at 3.0 with its claimed groups, steps
+    # 3.0-5.0, version 1 at 5.5. Iteration 2 (committed at 2.375): 5.625-7.625, version 2
+    # at 8.125. Iteration 3 opens at 5.5; the rollout's ask lands at 5.625, version 1 arrives
+    # at 5.75, generation until 6.75; its step 8.25-10.25, version 3 at 10.75.
+    run = Run(hand_job(), FixedCosts(), rollouts=1,
+              spot=Spot(rate_per_hour=0.0, notice_s=0.25, replacement_s=1.0))
+    records = []
+    run.sim.at(2.0, lambda: records.append(run.notice(run.trainer)))
+    fig = run.run()
+    assert records[0]["lost_work_s"] == 0.625
+    assert [e["end_s"] for e in run.iteration_log] == [5.5, 8.125, 10.75]
+    assert fig["accounting"]["committed_units"] == 6
