@@ -12,10 +12,10 @@ SIZES = ("seed", "large")
 def _points(quick):
     if quick:
         return {
-            "top_k": [1, 2, 4, 8, 16],
-            "tokens_per_gpu": [8, 32, 128, 256],
+            "top_k": [1, 4, 8, 16],
+            "tokens_per_gpu": [8, 32, 128],
             "env_s": [0, 10, 60, 300],
-            "generation_tokens": [256, 1024, 4096, 16384],
+            "generation_tokens": [256, 4096, 16384],
         }
     return {
         "top_k": [1, 2, 4, 6, 8, 12, 16],
@@ -55,9 +55,9 @@ def throughput(v, quick):
 def ettr(v, quick, replacement_s=None, rates=None, trainer_spare=False):
     """ETTR = the run's time without interruptions / its time with them, same iterations,
     mean over seeds (the seed fleet, specialised EP, fan-out)."""
-    rates = rates or ([0.0, 0.02, 0.05, 0.1, 0.2] if quick else [0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3])
-    seeds = 4 if quick else 12
-    iterations = 40 if quick else 80
+    rates = rates or ([0.0, 0.05, 0.1, 0.2] if quick else [0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3])
+    seeds = 3 if quick else 12
+    iterations = 30 if quick else 80
     w = dict(v)
     if replacement_s is not None:
         w["replacement_s"] = replacement_s
