@@ -17,9 +17,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+try:
+    import plots  # noqa: E402  (matplotlib)
+except ImportError as e:
+    sys.exit(f"scale_model: {e}: the plots need matplotlib (Debian: python3-matplotlib, "
+             "scripts/install-deps.sh; run it with /usr/bin/python3)")
 import answer  # noqa: E402
 import calibrate  # noqa: E402
-import plots  # noqa: E402
 import report  # noqa: E402
 import sweeps  # noqa: E402
 import validate  # noqa: E402
