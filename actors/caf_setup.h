@@ -25,6 +25,10 @@ struct control_plane_options {
   int64_t request_timeout_ms = 5000;
   bool tls = false;
   std::string tls_certificate, tls_key, tls_ca;
+  // Bounds on the TLS handshakes a published port runs (actors/tls_acceptor.h).
+  int64_t tls_handshake_timeout_ms = 5000;
+  int64_t tls_max_pending_handshakes = 512;
+  int64_t tls_max_pending_per_peer = 64;
 
   // Validates: heartbeat > 0, timeout > heartbeat, request timeout > 0, TLS files readable.
   static result<control_plane_options> from_config(const config& cfg);
@@ -36,7 +40,8 @@ class node_caf_config : public caf::actor_system_config {
   control_plane_options opts;
 };
 
-// Publishes `a` on host:port (port 0 picks one); returns the bound port.
+// Publishes `a` on host:port (port 0 picks one); returns the bound port. With TLS the port is
+// served by moerl's own acceptor (actors/tls_acceptor.h), not caf_openssl's.
 result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_options& o,
                                const caf::actor& a, const std::string& host, uint16_t port);
 
