@@ -247,8 +247,8 @@ class tls_doorman final : public caf::io::doorman {
     sigset_t pipe_mask;
     sigemptyset(&pipe_mask);
     sigaddset(&pipe_mask, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_mask, nullptr);  // for good on this thread
-    pthread_setname_np(pthread_self(), "moerl.tls-accept");
+    pthread_sigmask(SIG_BLOCK, &pipe_mask, nullptr);        // for good on this thread
+    pthread_setname_np(pthread_self(), "moerl.tlsaccept");  // 15 characters at most
     ep_ = ::epoll_create1(EPOLL_CLOEXEC);
     watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
     watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);

@@ -3,15 +3,16 @@
 held or repeated for a while, so a node's TLS listener can be watched under it.
 
     tls_storm.py HOST:PORT [--connections N] [--modes silent,partial,garbage,nocert,badcert]
-                 [--duration S] [--rogue-cert PEM --rogue-key KEY] [--json OUT]
+                 [--duration S] [--pause S] [--rogue-cert PEM --rogue-key KEY] [--json OUT]
 
 Kinds (each gets N connections, all kinds at once):
   silent   connects and sends nothing, until the server closes it or the duration ends
   partial  sends the first 40 bytes of a real ClientHello, then stalls
-  garbage  sends 512 random bytes, then waits for the close; reconnects until the duration ends
-  nocert   completes a TLS handshake without a client certificate; reconnects likewise
+  garbage  sends 512 random bytes, then waits for the close
+  nocert   completes a TLS handshake without a client certificate
   badcert  completes a TLS handshake with a certificate of another CA (--rogue-cert/--rogue-key,
-           made here with the openssl CLI when not given); reconnects likewise
+           made here with the openssl CLI when not given)
+Every client the server closes reconnects after about --pause s, until the duration ends.
 
 Prints (and with --json writes) what happened per kind: connections opened, closed by the
 server, still open at the end, failed to connect, handshakes the server refused or completed.
@@ -123,27 +124,31 @@ async def one_connection(host, port, mode, tally, until, hello, tls_ctx):
     return closed
 
 
-async def client_loop(host, port, mode, tally, until, hello, tls_ctx):
-    # A client the server closed comes back at once: the storm keeps its size.
+async def client_loop(host, port, mode, tally, until, hello, tls_ctx, pause):
+    # A client the server closed comes back after `pause` s: the storm keeps its size
+    # without turning into a connect-rate benchmark of this machine's own CPUs.
     while time.monotonic() < until:
         if not await one_connection(host, port, mode, tally, until, hello, tls_ctx):
             break
+        await asyncio.sleep(pause * random.uniform(0.5, 1.5))
 
 
-async def run_storm(host, port, connections, modes, duration, rogue):
+async def run_storm(host, port, connections, modes, duration, rogue, pause):
     hello = client_hello_bytes()
     until = time.monotonic() + duration
     tallies = {m: {"opened": 0, "closed_by_server": 0, "open_at_end": 0, "connect_failed": 0,
                    "refused_in_handshake": 0, "handshake_completed": 0} for m in modes}
     ctxs = {"nocert": client_context(), "badcert": client_context(*rogue) if rogue else None}
-    tasks = [client_loop(host, port, m, tallies[m], until, hello, ctxs.get(m))
+    tasks = [client_loop(host, port, m, tallies[m], until, hello, ctxs.get(m), pause)
              for m in modes for _ in range(connections)]
     await asyncio.gather(*tasks)
     return tallies
 
 
-def storm(host, port, connections=1000, modes=MODES, duration=10.0, rogue=None, workdir=None):
-    """Runs the storm; returns {mode: tally}. `rogue` = (cert, key) for badcert."""
+def storm(host, port, connections=1000, modes=MODES, duration=10.0, rogue=None, workdir=None,
+          pause=1.0):
+    """Runs the storm; returns {mode: tally}. `rogue` = (cert, key) for badcert; a client the
+    server closed reconnects after ~`pause` s."""
     if "badcert" in modes and rogue is None:
         rogue = rogue_credentials(workdir or tempfile.mkdtemp(prefix="moerl-storm-"))
     import resource
@@ -151,7 +156,7 @@ def storm(host, port, connections=1000, modes=MODES, duration=10.0, rogue=None, 
     need = connections * len(modes) + 64
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
-    return asyncio.run(run_storm(host, port, connections, modes, duration, rogue))
+    return asyncio.run(run_storm(host, port, connections, modes, duration, rogue, pause))
 
 
 def main():
@@ -160,6 +165,8 @@ def main():
     ap.add_argument("--connections", type=int, default=1000, help="connections per kind")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--duration", type=float, default=10.0, help="seconds the storm lasts")
+    ap.add_argument("--pause", type=float, default=1.0,
+                    help="seconds a client the server closed waits before it reconnects")
     ap.add_argument("--rogue-cert")
     ap.add_argument("--rogue-key")
     ap.add_argument("--json")
@@ -171,7 +178,7 @@ def main():
             sys.exit(f"unknown mode {m!r}: one of {', '.join(MODES)}")
     rogue = (a.rogue_cert, a.rogue_key) if a.rogue_cert else None
     t0 = time.monotonic()
-    out = storm(host, int(port), a.connections, modes, a.duration, rogue)
+    out = storm(host, int(port), a.connections, modes, a.duration, rogue, pause=a.pause)
     res = {"target": a.target, "connections_per_kind": a.connections, "duration_s": a.duration,
            "elapsed_s": time.monotonic() - t0, "kinds": out, "loadavg": os.getloadavg()}
     print(json.dumps(res, indent=2))

@@ -5,7 +5,7 @@ each bad kind at once at the coordinator's CAF port (silent, half a ClientHello,
 handshake without a certificate, one with a certificate of another CA) for a while.
 
     tls_storm_test.py MOERL [--connections N] [--storm-s S]
-                            [--bench PROBE --json OUT [--window-s S]]
+                            [--bench PROBE --json OUT [--window-s S] [--cycles N]]
 
 Passes when: no node process died or was replaced, no node was declared unreachable or dead
 (the coordinator's status polled through the storm, and the nodes' logs), the job trains after
@@ -13,9 +13,9 @@ the storm, lost = duplicated = 0 with the invariant intact, and the coordinator 
 refused (status control_plane.refused: handshakes timed out, failed, over the bounds).
 Liveness bounds only: no timing is asserted.
 
---bench: also times lease and heartbeat round trips (PROBE = build/bin/moerl_tls_probe) for
---window-s without the storm, then with it, and writes p50/p99 of both, the trainer's
-iteration periods in both windows, and the load average, to --json."""
+--bench: also times lease and heartbeat round trips (PROBE = build/bin/moerl_tls_probe) in
+--cycles pairs of --window-s windows, without the storm and with it, alternating, and writes
+p50/p99 of both, the trainer's iteration periods in both, and the load average, to --json."""
 import argparse
 import json
 import os
@@ -62,12 +62,27 @@ def iteration_periods_ms(http, t0_ms, t1_ms):
     return []
 
 
-def probe(probe_bin, target, seconds, tls_sets):
-    out = subprocess.run([probe_bin, target, "--seconds", str(seconds), *tls_sets],
-                         capture_output=True, text=True, timeout=seconds + 120)
-    if out.returncode != 0:
-        sys.exit(f"FAIL: probe exited {out.returncode}: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class probe:
+    """moerl_tls_probe connected before the storm and timing round trips through both
+    windows (a connect during the storm would itself be one of the refused handshakes)."""
+
+    def __init__(self, probe_bin, target, seconds, tls_sets):
+        self.p = subprocess.Popen([probe_bin, target, "--seconds", str(seconds), *tls_sets],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.seconds = seconds
+
+    def samples(self):
+        """{kind: [(t_unix_ms, us)], kind_unanswered: n} once the probe ended."""
+        out, err = self.p.communicate(timeout=self.seconds + 120)
+        if self.p.returncode != 0:
+            sys.exit(f"FAIL: probe exited {self.p.returncode}: {err[-2000:]}")
+        res = json.loads(out.strip().splitlines()[-1])
+        return {k: list(zip(v["t_ms"], v["us"])) for k, v in res.items()}, \
+            {k: v["unanswered"] for k, v in res.items()}
+
+
+def window(samples, t0, t1):
+    return [us for t, us in samples if t0 <= t < t1]
 
 
 def main():
@@ -76,7 +91,9 @@ def main():
     ap.add_argument("--connections", type=int, default=300, help="connections per bad kind")
     ap.add_argument("--storm-s", type=float, default=12.0, help="how long the storm lasts")
     ap.add_argument("--bench", help="moerl_tls_probe binary: also measure round trips")
-    ap.add_argument("--window-s", type=float, default=20.0, help="each --bench window")
+    ap.add_argument("--window-s", type=float, default=8.0, help="each --bench window")
+    ap.add_argument("--cycles", type=int, default=4,
+                    help="--bench: windows without and with the storm, alternating")
     ap.add_argument("--json", help="--bench: write the figures here")
     ap.add_argument("--keep", help="keep the run's directory here")
     ap.add_argument("--baseline", action="store_true",
@@ -92,8 +109,9 @@ def main():
     # A handshake deadline shorter than the storm, so stalled handshakes are seen timing out.
     # CAF's connection timeout as in actors_cluster_tls_test: at load 30 a starved node (the
     # machine's load, not the storm) must not read as a lost link.
-    extra = tls_sets + ["--set", "node.tls_handshake_timeout_ms=2000",
-                        "--set", "node.connection_timeout_ms=10000"]
+    extra = tls_sets + ["--set", "node.connection_timeout_ms=10000"]
+    if not args.baseline:  # a moerl before the fix has no such key
+        extra += ["--set", "node.tls_handshake_timeout_ms=2000"]
     run = lpf.up_run(moerl, workdir, os.path.join(workdir, "run"), console, http, extra)
     ok = False
     try:
@@ -102,15 +120,24 @@ def main():
         names = lpf.nodes_of(run.p.pid)
         before = lpf.wait_for("status", lambda: lpf.status(http))
         refused_before = (before.get("control_plane") or {}).get("refused", {})
-        figures = {}
+        # Bench: `cycles` x (window_s without the storm, then window_s with it, from 2 s after
+        # it began), interleaved so the machine's load drift hits both alike; the probe stays
+        # connected throughout. Test: one storm of storm_s.
+        cycles = args.cycles if args.bench else 1
+        storm_s = args.window_s + 2.5 if args.bench else args.storm_s
+        windows = {"without_storm": [], "with_storm": []}
         if args.bench:
-            t0 = int(time.time() * 1000)
-            figures["without_storm"] = probe(args.bench, target, args.window_s, tls_sets)
-            figures["without_storm"]["iteration_ms"] = iteration_periods_ms(
-                http, t0, int(time.time() * 1000))
-            figures["without_storm"]["loadavg"] = os.getloadavg()
+            prober = probe(args.bench, target, 4 + cycles * (2 * args.window_s + 5), tls_sets)
+            time.sleep(4)  # connected and past its first round trips
 
-        # The storm, with the coordinator's view of the nodes polled throughout.
+        def measure(kind):
+            t0 = int(time.time() * 1000)
+            time.sleep(args.window_s)
+            t1 = int(time.time() * 1000)
+            windows[kind].append({"window_ms": [t0, t1], "loadavg": os.getloadavg(),
+                                  "iteration_ms": iteration_periods_ms(http, t0, t1)})
+
+        # The coordinator's view of the nodes, polled throughout.
         bad_states = []
         storm_done = threading.Event()
 
@@ -124,27 +151,29 @@ def main():
                 time.sleep(0.5)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        storm_s = max(args.storm_s, args.window_s + 4) if args.bench else args.storm_s
+        rogue = tls_storm.rogue_credentials(workdir)
         result = {}
-
-        def fire():
-            result.update(tls_storm.storm("127.0.0.1", int(target.split(":")[1]),
-                                          args.connections, tls_storm.MODES, storm_s,
-                                          workdir=workdir))
-        t0 = int(time.time() * 1000)
-        storm = threading.Thread(target=fire)
-        storm.start()
-        if args.bench:
-            time.sleep(2)  # the storm at full size first
-            figures["with_storm"] = probe(args.bench, target, args.window_s, tls_sets)
-            figures["with_storm"]["iteration_ms"] = iteration_periods_ms(
-                http, t0 + 2000, int(time.time() * 1000))
-            figures["with_storm"]["loadavg"] = os.getloadavg()
-        storm.join(timeout=storm_s + lpf.BOUND_S)
-        assert not storm.is_alive(), "the storm did not end"
+        for _ in range(cycles):
+            if args.bench:
+                measure("without_storm")
+            one = {}
+            storm = threading.Thread(target=lambda: one.update(tls_storm.storm(
+                "127.0.0.1", int(target.split(":")[1]), args.connections, tls_storm.MODES,
+                storm_s, rogue=rogue)))
+            storm.start()
+            if args.bench:
+                time.sleep(2)  # the storm at full size first
+                measure("with_storm")
+            storm.join(timeout=storm_s + lpf.BOUND_S)
+            assert not storm.is_alive(), "the storm did not end"
+            for mode, t in one.items():
+                acc = result.setdefault(mode, {})
+                for k, v in t.items():
+                    if isinstance(v, int):
+                        acc[k] = acc.get(k, 0) + v
         storm_done.set()
         watcher.join()
-        print(f"storm: {args.connections} connections per kind for {storm_s:.0f} s:")
+        print(f"storm: {args.connections} connections per kind, {cycles} x {storm_s:.0f} s:")
         for mode, t in result.items():
             print(f"  {mode}: " + ", ".join(f"{k} {v}" for k, v in t.items()))
 
@@ -188,20 +217,25 @@ def main():
         if args.bench:
             out = {"what": "lease and heartbeat round trips to the coordinator over TLS "
                            "(moerl_tls_probe, refused as unregistered: the control-plane path "
-                           "without the ledger), and trainer-0's iteration periods, each in a "
-                           f"{args.window_s:.0f} s window without and then with the storm",
-                   "storm": {"connections_per_kind": args.connections, "kinds": list(result),
+                           "without the ledger), and trainer-0's iteration periods, in "
+                           f"{cycles} x {args.window_s:.0f} s windows without and with the "
+                           "storm, alternating",
+                   "storm": {"connections_per_kind": args.connections, "cycles": cycles,
+                             "seconds_each": storm_s, "kinds": list(result),
                              "tallies": result},
                    "refused": rose, "accounting": a, "baseline": args.baseline,
                    "verdict_failures": failures}
-            for w in ("without_storm", "with_storm"):
-                f = figures[w]
-                out[w] = {"lease_rtt_us": percentiles(f["lease"]["us"]),
-                          "lease_unanswered": f["lease"]["unanswered"],
-                          "heartbeat_rtt_us": percentiles(f["heartbeat"]["us"]),
-                          "heartbeat_unanswered": f["heartbeat"]["unanswered"],
-                          "iteration_period_ms": percentiles(f["iteration_ms"]),
-                          "loadavg_at_end": f["loadavg"]}
+            samples, unanswered = prober.samples()
+            for w, ws in windows.items():
+                within = lambda kind: [us for x in ws for us in window(samples[kind],  # noqa
+                                                                      *x["window_ms"])]
+                out[w] = {"lease_rtt_us": percentiles(within("lease")),
+                          "heartbeat_rtt_us": percentiles(within("heartbeat")),
+                          "iteration_period_ms": percentiles(
+                              [ms for x in ws for ms in x["iteration_ms"]]),
+                          "loadavg_1min_at_window_ends": [round(x["loadavg"][0], 1) for x in ws],
+                          "windows_ms": [x["window_ms"] for x in ws]}
+            out["probe_unanswered"] = unanswered
             out["provenance"] = {"commit": subprocess.run(
                 ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip(),
