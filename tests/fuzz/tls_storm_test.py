@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -259,6 +260,8 @@ def main():
         if not ok:
             print("\n".join(run.lines[-30:]))
             print(f"(run directory kept: {workdir})")
+        elif not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
