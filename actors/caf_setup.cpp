@@ -8,6 +8,7 @@
 #include <caf/openssl/all.hpp>
 
 #include "actors/internal/openssl_error_queue.h"
+#include "actors/tls_acceptor.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/loopback.h"
@@ -23,6 +24,9 @@ result<control_plane_options> control_plane_options::from_config(const config& c
   o.tls_certificate = cfg.get_string("node.tls_certificate");
   o.tls_key = cfg.get_string("node.tls_key");
   o.tls_ca = cfg.get_string("node.tls_ca");
+  o.tls_handshake_timeout_ms = cfg.get_int("node.tls_handshake_timeout_ms");
+  o.tls_max_pending_handshakes = cfg.get_int("node.tls_max_pending_handshakes");
+  o.tls_max_pending_per_peer = cfg.get_int("node.tls_max_pending_per_peer");
   if (o.heartbeat_interval_ms <= 0)
     return error(errc::invalid_config,
                  "node.heartbeat_interval_ms must be > 0 (0 disables failure detection)");
@@ -98,8 +102,11 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
 
 result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_options& o,
                                const caf::actor& a, const std::string& host, uint16_t port) {
-  auto res = o.tls ? caf::openssl::publish(a, port, host.c_str(), true)
-                   : sys.middleman().publish(a, port, host.c_str(), true);
+  if (o.tls)
+    return publish_tls(
+        sys, a, host, port, {o.tls_certificate, o.tls_key, o.tls_ca},
+        {o.tls_handshake_timeout_ms, o.tls_max_pending_handshakes, o.tls_max_pending_per_peer});
+  auto res = sys.middleman().publish(a, port, host.c_str(), true);
   if (!res)
     return error(errc::io_error, "cannot publish on " + host + ":" + std::to_string(port) + ": " +
                                      sys.render(res.error()));

@@ -28,8 +28,12 @@ struct control_plane_options {
   // CAF scheduler workers. A node's role loops are blocking actors with threads of their own;
   // the pool runs only event-based actors (supervisor, group links, the coordinator), so one
   // worker serves a node and it can sleep until work comes (see node_caf_config). Processes
-  // multiplexing many simulated nodes (bench fleet, bench control) ask for more.
+  // multiplexing many simulated nodes (bench fleet) ask for more.
   size_t scheduler_threads = 1;
+  // Bounds on the TLS handshakes a published port runs (actors/tls_acceptor.h).
+  int64_t tls_handshake_timeout_ms = 5000;
+  int64_t tls_max_pending_handshakes = 512;
+  int64_t tls_max_pending_per_peer = 64;
 
   // Validates: heartbeat > 0, timeout > heartbeat, request timeout > 0, TLS files readable.
   static result<control_plane_options> from_config(const config& cfg);
@@ -41,7 +45,8 @@ class node_caf_config : public caf::actor_system_config {
   control_plane_options opts;
 };
 
-// Publishes `a` on host:port (port 0 picks one); returns the bound port.
+// Publishes `a` on host:port (port 0 picks one); returns the bound port. With TLS the port is
+// served by moerl's own acceptor (actors/tls_acceptor.h), not caf_openssl's.
 result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_options& o,
                                const caf::actor& a, const std::string& host, uint16_t port);
 

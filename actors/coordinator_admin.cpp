@@ -12,6 +12,7 @@
 #include "actors/internal/coordinator_views.h"
 #include "actors/internal/job_history.h"
 #include "actors/interruption.h"
+#include "actors/tls_acceptor.h"
 #include "common/json_text.h"
 #include "common/secret_compare.h"
 #include "console/console_client.h"
@@ -64,6 +65,8 @@ json coordinator_core::status_json() const {
               {"invariant_ok", invariant_ok_},
               {"invariant_violations", invariant_violations_},
               {"ledger_epoch", ledger_->epoch()},
+              // The TLS port's handshakes: accepted, and refused by cause (storms, strangers).
+              {"control_plane", tls_accept_counters()},
               {"done", done()},
               // Who answers: a local cluster waiting for its own coordinator must not take
               // another job's console for it (two runs choosing the same default port).

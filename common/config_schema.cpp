@@ -53,6 +53,18 @@ const std::vector<key_spec>& config_schema() {
       {"node.tls_certificate", t::string, "", "PEM certificate of this node (node.tls)", ""},
       {"node.tls_key", t::string, "", "PEM private key of this node (node.tls)", ""},
       {"node.tls_ca", t::string, "", "PEM CA file; peers must present a certificate it signed", ""},
+      {"node.tls_handshake_timeout_ms", t::integer, "5000",
+       "a TLS handshake to the coordinator's port not finished by then is closed and counted "
+       "(/api/v1/status control_plane.refused.handshake_timeout)",
+       "", r::at_least(1)},
+      {"node.tls_max_pending_handshakes", t::integer, "512",
+       "TLS handshakes the coordinator's port runs at once; a connection over it is closed at "
+       "once and counted (too_many_pending)",
+       "", r::at_least(1)},
+      {"node.tls_max_pending_per_peer", t::integer, "64",
+       "TLS handshakes the coordinator's port runs at once from one peer address; more are "
+       "closed at once and counted (too_many_from_peer)",
+       "", r::at_least(1)},
 
       // ---- actors (runtime: work, supervision, drain) ----------------------------
       {"actors.iterations", t::integer, "3",
