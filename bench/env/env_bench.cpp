@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster_ca.h"
 #include "bench/support.h"
 #include "common/config.h"
 #include "common/temp_dir.h"
@@ -195,6 +196,10 @@ json run_all(const bench_args& a, const std::string& dir) {
   const std::string secret = dir + "/plane.secret";
   need(zmq::write_new_plane_secret(secret), "writing the cluster's plane secret");
   const zmq::plane_keys keys = need(zmq::load_plane_keys(secret), "the plane keys");
+  // The netns env node's control plane is off loopback too, so it must run TLS (the control
+  // plane's rule, actors/caf_setup.h): the whole cluster gets one CA, local and netns alike.
+  const std::string ca = dir + "/ca";
+  need(actors::write_cluster_ca(ca, 1), "writing the cluster's CA");
   up::local_job_options jo;
   jo.overrides = {"job.kind=grpo",
                   "task.name=guess",
@@ -204,7 +209,10 @@ json run_all(const bench_args& a, const std::string& dir) {
                   "env.workers=" + std::to_string(a.workers),
                   "env.step_latency_ms=0",
                   "store.url=" + dir + "/store",
-                  "node.plane_secret_file=" + secret};
+                  "node.plane_secret_file=" + secret,
+                  "node.tls_ca=" + ca + "/ca.crt",
+                  "node.tls_certificate=" + ca + "/tls.crt",
+                  "node.tls_key=" + ca + "/tls.key"};
   jo.store_prefix = "bench";
   jo.iterations = 1000000;
   jo.console = "tcp://127.0.0.1:" + std::to_string(need(up::free_tcp_port(), "a free port"));
@@ -214,8 +222,10 @@ json run_all(const bench_args& a, const std::string& dir) {
   auto job = need(up::local_job::configure(std::move(jo)), "configuring the env node");
   need(job->start(), "starting a coordinator and an env node");
   const config defaults = config::defaults();
+  // The cluster has a plane secret, so its console answers CURVE clients only (the admin
+  // plane's rule, zmq::admin_plane_keys): the same keys as the env plane's.
   sims::job_console console(console_address, defaults.get_string("console.token"),
-                            static_cast<int>(defaults.get_int("console.timeout_ms")));
+                            static_cast<int>(defaults.get_int("console.timeout_ms")), keys);
   json out = {
       {"bench", "env"},
       {"task", "guess"},
