@@ -40,6 +40,7 @@ DEV_PACKAGES=(
   python3 python3-pip python3-venv python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
   curl  # console: the HTTPS console test reads /metrics with it
+  python3-matplotlib  # bench/package: the report's PNG plots (issue 28)
   zzuf tcpdump  # tests/fuzz: the live-port fuzzer (zzuf) mutating frames captured from the run (tcpdump)
 )
 
