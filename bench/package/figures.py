@@ -17,12 +17,12 @@ SKIP_KEYS = {"provenance", "config", "options", "policy", "load_average_start",
              "transport_mix", "total_us_spread", "targets", "targets_goal", "books"}
 # Keys that name a list entry (a mode, an operation, a path), so repeats line up by meaning.
 ID_KEYS = ("name", "mode", "op", "path", "k", "bytes", "ranks", "readers", "kind", "node",
-           "tokens", "impl", "implementation", "source")
+           "tokens", "impl", "implementation", "source", "transport", "version_bytes", "units")
 # Leaf names that are figures. `median` and `p50` of a {min, median, max, runs} summary take
 # the summary's own name (ledger's units_per_s.median -> units_per_s).
 FIGURE = re.compile(
     r"(^|_)(p50|p99)(_us|_ms|_s)?$|^(p50|p99)_us_per_unit$|_per_s$|^units_per_s$|gbps$|gflops$"
-    r"|_over_|_vs_|^(baseline_)?(mean_)?iteration_s$|^(baseline_)?trainer_stall_(s|fraction)$"
+    r"|_over_|_vs_|^ratio_|^(baseline_)?(mean_)?iteration_s$|^(baseline_)?trainer_stall_(s|fraction)$"
     r"|^train_step_s$|^train_step_cpu_s$|^generate_group_s$"
     r"|^recovery_s$|_s_p50$|_s_p99$|^all_dead_s$|^back_to_full_s$|^steps_per_s$")
 SUMMARY_CHILD = {"median", "p50"}
@@ -101,6 +101,9 @@ BASELINES = {
     "ledger": [(r"^lease_cycle_journaled_[a-z_]+\.", "lease_cycle_in_memory.")],
     "scenario": [(r"^(mean_iteration_s|trainer_stall_s|trainer_stall_fraction)$", r"baseline_\1")],
     "fleet": [(r"^(kill|notice)\.", "steady.")],
+    # A checkpoint cache or the fan-out tree beside every reader pulling from the store.
+    "weights": [(r"path=(cache|fanout),readers=(\d+),transport=\w+",
+                 r"path=store_local,readers=\2,transport=file")],
 }
 
 

@@ -58,7 +58,9 @@ std::string default_out() {
                                    "--out",
                                    a.out.empty() ? default_out() : a.out,
                                    "--mode",
-                                   a.tiny ? "tiny" : a.quick ? "quick" : "full",
+                                   a.tiny    ? "tiny"
+                                   : a.quick ? "quick"
+                                             : "full",
                                    "--repeats",
                                    std::to_string(repeats),
                                    "--timeout",

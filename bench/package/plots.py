@@ -3,6 +3,7 @@
 - one per group with p50/p99 latency figures: each figure's mean with its stddev over the
   repeats as an error bar, beside its same-run baseline where it has one (log scale);
 - one per group with rates (per second, GB/s): the same, linear within the group;
+- scenarios.png: each scenario's mean iteration time and trainer stall beside its baseline;
 - runs.png: every run's wall time, coloured by the load average before it.
 """
 
@@ -20,7 +21,11 @@ MAX_BARS = 16
 
 
 def _short(path):
-    return path if len(path) <= 48 else "…" + path[-47:]
+    # The identifying keys' names are the long part of a label; their values say enough.
+    for key in ("version_bytes=", "transport=", "readers=", "bytes=", "mode=", "name=", "path=",
+                "impl=", "op=", "ranks=", "tokens="):
+        path = path.replace(key, "")
+    return path if len(path) <= 64 else "…" + path[-63:]
 
 
 def _bars(ax, rows, log):
@@ -43,7 +48,7 @@ def _bars(ax, rows, log):
 
 
 def _plot(rows, title, xlabel, path, log):
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * len(rows)))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.32 * len(rows)))
     _bars(ax, rows, log)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel, fontsize=8)
@@ -77,6 +82,25 @@ def make_all(summary, out_dir):
             _plot(rows, f"{g['group']} {g['name']}: {kind} (mean ± sd over {n} runs)",
                   unit, os.path.join(out_dir, name), log)
             made.append(name)
+    scen = [g for g in summary["groups"] if g["group"] == "scenario" and g["figures"]]
+    if scen:  # every scenario's iteration time and trainer stall beside its fault-free run
+        fig, axes = plt.subplots(1, 2, figsize=(10, 1.5 + 0.4 * len(scen)))
+        for ax, fig_name, unit in ((axes[0], "mean_iteration_s", "mean iteration s"),
+                                   (axes[1], "trainer_stall_s", "trainer stall s")):
+            rows = []
+            for g in scen:
+                row = next((r for r in g["figures"] if r["figure"] == fig_name), None)
+                if row:
+                    rows.append(dict(row, figure=g["name"]))
+            if rows:
+                _bars(ax, rows, log=False)
+            ax.set_xlabel(unit, fontsize=8)
+        fig.suptitle("scenario short forms: fault run vs its fault-free baseline "
+                     f"({summary['package']['scenario_repeats']} run each)", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "scenarios.png"), dpi=80)
+        plt.close(fig)
+        made.append("scenarios.png")
     runs = summary["runs"]
     if runs:
         fig, ax = plt.subplots(figsize=(8, 1.2 + 0.22 * len(runs)))

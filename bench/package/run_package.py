@@ -20,6 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # nothing written into the source tree
 import figures  # noqa: E402
 
 # Each benchmark's forms: `full` is the benchmark's own default (its documented run), `quick`
@@ -55,7 +56,7 @@ BENCHES = [
     {"name": "job-ep", "full": [], "quick": ["--ranks", "2", "--reps", "3"],
      "tiny": ["--ranks", "2", "--reps", "1"], "no_json_flag": True},
     {"name": "env", "full": [], "quick": ["--requests", "300", "--duration", "1"],
-     "tiny": ["--requests", "20", "--duration", "0.2", "--no-netns"]},
+     "tiny": ["--requests", "20", "--duration", "0.2"]},
     {"name": "weights", "full": [],
      "quick": ["--sizes", "1048576,8388608", "--readers", "1,3", "--reps", "2", "--warmup", "1",
                "--set", "weights.chunk_bytes=262144"],
@@ -171,6 +172,35 @@ def detect_peers(moerl):
     return peers
 
 
+def write_outputs(summary, out_dir):
+    """summary.json, the plots and report.md from the runs' raw JSON (summary["runs"])."""
+    docs = {}
+    for r in summary["runs"]:
+        if r["group"] == "model" or "raw" not in r:
+            continue
+        with open(os.path.join(out_dir, r["raw"])) as f:
+            docs.setdefault((r["group"], r["name"]), []).append(json.load(f))
+    seen = []
+    for r in summary["runs"]:
+        if (r["group"], r["name"]) not in seen and r["group"] != "model":
+            seen.append((r["group"], r["name"]))
+    summary["groups"] = []
+    for group, name in seen:
+        ds = docs.get((group, name), [])
+        key = "scenario" if group == "scenario" else name
+        summary["groups"].append({
+            "group": group, "name": name, "repeats_ok": len(ds),
+            "figures": figures.aggregate(key, ds) if ds else [],
+            "planes": sorted({f"{p}: {v}" for d in ds
+                              for p, v in figures.strings(d, figures.PLANE_KEYS)})[:24],
+            "provenance": ds[0].get("provenance") if ds else None})
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    import plots   # the PNGs, from the summary only
+    import report  # the Markdown report, from the summary only
+    report.write(summary, plots.make_all(summary, out_dir), out_dir)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--moerl", required=True, help="the moerl binary whose benchmarks run")
@@ -183,56 +213,19 @@ def main():
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--no-model", action="store_true")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per child run")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="only remake summary.json, the plots and report.md of --out from its "
+                         "raw JSON (after a change to figures.py, report.py or plots.py)")
     a = ap.parse_args()
-    moerl = os.path.abspath(a.moerl)
-    os.makedirs(a.out, exist_ok=True)
-    runner = Runner(a.out, a.timeout)
-    t_start = time.monotonic()
-    started = utc_now()
-    load_start = load_average()
-
+    if a.rewrite:
+        with open(os.path.join(a.out, "summary.json")) as f:
+            write_outputs(json.load(f), a.out)
+        return 0
     names = [b["name"] for b in BENCHES]
     chosen = [n for n in a.benches.split(",") if n] or names
     unknown = [n for n in chosen if n not in names]
     if unknown:
         sys.exit(f"moerl bench package: unknown benchmark(s) {unknown}; known: {names}")
-    peers = {"mpi": {"present": False, "detail": "--no-peers"},
-             "torch": {"present": False, "detail": "--no-peers"}} if a.no_peers else \
-        detect_peers(moerl)
-
-    results = {}  # group/name -> list of JSON docs
-    for b in BENCHES:
-        if b["name"] not in chosen:
-            continue
-        argv = [moerl, "bench", b["name"], *b[a.mode]]
-        if not b.get("no_json_flag"):
-            argv.append("--json")
-        if b["name"] == "ep":
-            argv += ["--peer", "mpi" if peers["mpi"]["present"] else "none"]
-        docs = []
-        for r in range(a.repeats):
-            d = runner.run("bench", b["name"], r + 1, argv)
-            if d is not None:
-                docs.append(d)
-        results[("bench", b["name"])] = docs
-
-    if peers["torch"]["present"]:
-        shape = (["--ranks", "2", "--tokens", "16,128", "--hidden", "1024", "--experts", "64",
-                  "--topk", "8", "--iterations", "5", "--warmup", "1"] if a.mode != "full" else
-                 ["--ranks", "2,4", "--tokens", "128,512"])
-        docs = []
-        for r in range(a.repeats):
-            path = os.path.join(runner.raw_dir, f".torch-{r}.json")
-            argv = ["/usr/bin/python3", TORCH_PEER, *shape, "--routing", "zipf", "--json", path]
-            if peers["mpi"]["present"]:
-                argv.append("--mpi")
-            d = runner.run("peer", "torch", r + 1, argv, json_from=path, env=peers["torch"]["env"])
-            if os.path.exists(path):
-                os.remove(path)
-            if d is not None:
-                docs.append(d)
-        results[("peer", "torch")] = docs
-
     shipped = sorted(f[:-5] for f in os.listdir(SCENARIO_DIR) if f.endswith(".yaml"))
     if a.scenarios == "none":
         scenarios = []
@@ -248,21 +241,52 @@ def main():
     else:
         scenarios = shipped
     left_out = [s for s in shipped if s not in scenarios]
+    moerl = os.path.abspath(a.moerl)
+    os.makedirs(a.out, exist_ok=True)
+    runner = Runner(a.out, a.timeout)
+    t_start = time.monotonic()
+    started = utc_now()
+    load_start = load_average()
+
+    peers = {"mpi": {"present": False, "detail": "--no-peers"},
+             "torch": {"present": False, "detail": "--no-peers"}} if a.no_peers else \
+        detect_peers(moerl)
+
+    for b in BENCHES:
+        if b["name"] not in chosen:
+            continue
+        argv = [moerl, "bench", b["name"], *b[a.mode]]
+        if not b.get("no_json_flag"):
+            argv.append("--json")
+        if b["name"] == "ep":
+            argv += ["--peer", "mpi" if peers["mpi"]["present"] else "none"]
+        for r in range(a.repeats):
+            runner.run("bench", b["name"], r + 1, argv)
+
+    if peers["torch"]["present"]:
+        shape = (["--ranks", "2", "--tokens", "16,128", "--hidden", "1024", "--experts", "64",
+                  "--topk", "8", "--iterations", "5", "--warmup", "1"] if a.mode != "full" else
+                 ["--ranks", "2,4", "--tokens", "128,512"])
+        for r in range(a.repeats):
+            path = os.path.join(runner.raw_dir, f".torch-{r}.json")
+            argv = ["/usr/bin/python3", TORCH_PEER, *shape, "--routing", "zipf", "--json", path]
+            if peers["mpi"]["present"]:
+                argv.append("--mpi")
+            runner.run("peer", "torch", r + 1, argv, json_from=path, env=peers["torch"]["env"])
+            if os.path.exists(path):
+                os.remove(path)
+
     # A scenario's short form is a whole cluster run with its own fault-free baseline (~1 min
     # on 2 cores): repeated only in the full package, once under --quick to fit its budget.
     scenario_repeats = a.repeats if a.mode == "full" else 1
     for s in scenarios:
-        docs = []
         for r in range(scenario_repeats):
             path = os.path.join(runner.raw_dir, f".scenario-{s}-{r}.json")
             argv = [moerl, "sim", "run", os.path.join(SCENARIO_DIR, s + ".yaml"), "--short",
                     "--json", "--report", path]
-            d = runner.run("scenario", s, r + 1, argv, json_from=path)
+            runner.run("scenario", s, r + 1, argv, json_from=path)
             if os.path.exists(path):
                 os.remove(path)
-            if d is not None:
-                docs.append(d)
-        results[("scenario", s)] = docs
 
     model = {"ran": False}
     if a.no_model:
@@ -292,23 +316,8 @@ def main():
         "model": model,
         "scenarios_left_out": left_out,
         "runs": runner.runs,
-        "groups": [],
     }
-    for (group, name), docs in results.items():
-        key = "scenario" if group == "scenario" else name
-        g = {"group": group, "name": name, "repeats_ok": len(docs),
-             "figures": figures.aggregate(key, docs) if docs else [],
-             "planes": sorted({f"{p}: {v}" for d in docs for p, v in figures.strings(
-                 d, figures.PLANE_KEYS)})[:24],
-             "provenance": docs[0].get("provenance") if docs else None}
-        summary["groups"].append(g)
-    with open(os.path.join(a.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-
-    import report  # the Markdown report, from summary.json only
-    import plots   # the PNGs, from summary.json only
-    pngs = plots.make_all(summary, a.out)
-    report.write(summary, pngs, a.out)
+    write_outputs(summary, a.out)
     failed = [r for r in runner.runs if "error" in r]
     print(f"[package] wrote {a.out}/report.md ({len(runner.runs)} runs, {len(failed)} failed, "
           f"{summary['package']['wall_s']:.0f} s)", file=sys.stderr)
