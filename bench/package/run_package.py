@@ -56,7 +56,7 @@ BENCHES = [
     {"name": "job-ep", "full": [], "quick": ["--ranks", "2", "--reps", "3"],
      "tiny": ["--ranks", "2", "--reps", "1"], "no_json_flag": True},
     {"name": "env", "full": [], "quick": ["--requests", "300", "--duration", "1"],
-     "tiny": ["--requests", "20", "--duration", "0.2"]},
+     "tiny": ["--requests", "20", "--duration", "0.2", "--no-netns"]},
     {"name": "weights", "full": [],
      "quick": ["--sizes", "1048576,8388608", "--readers", "1,3", "--reps", "2", "--warmup", "1",
                "--set", "weights.chunk_bytes=262144"],
