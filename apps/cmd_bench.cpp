@@ -8,6 +8,7 @@
 #include "bench/job_ep/job_ep_bench.h"
 #include "bench/kernels/kernels_bench.h"
 #include "bench/ledger/ledger_bench.h"
+#include "bench/package/package_bench.h"
 #include "bench/policy/policy_bench.h"
 #include "bench/store/store_bench.h"
 #include "bench/weights/weights_bench.h"
@@ -28,6 +29,7 @@ void add_bench_command(CLI::App& root) {
   moerl::bench::add_job_ep_bench_command(*cmd);   // job-ep
   moerl::bench::add_env_bench_command(*cmd);      // env
   moerl::bench::add_weights_bench_command(*cmd);  // weights (and its hidden weights-reader)
+  moerl::bench::add_package_bench_command(*cmd);  // package: all of the above, one report
 }
 
 }  // namespace moerl::apps

@@ -38,7 +38,7 @@ DEV_PACKAGES=(
   libopenmpi-dev openmpi-bin  # bench/ep: the MPI_Alltoallv peer (optional in CMake)
   linux-perf  # profiling the expert plane (bench/ep)
   python3 python3-pip python3-venv python3-torch python3-numpy python3-pytest python3-yaml python3-zmq
-  python3-matplotlib  # bench/model: the scale model's plots
+  python3-matplotlib  # bench/model (the scale model) and bench/package (the report): PNG plots
   prometheus chromium python3-websocket  # console: promtool check metrics; the dashboard test's headless browser
   curl  # console: the HTTPS console test reads /metrics with it
   zzuf tcpdump  # tests/fuzz: the live-port fuzzer (zzuf) mutating frames captured from the run (tcpdump)

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/cluster_ca.h"
 #include "bench/support.h"
 #include "common/config.h"
 #include "common/temp_dir.h"
@@ -65,6 +66,12 @@ class env_dealer {
   }
   // The next reply; a refusal or silence past the timeout stops the benchmark.
   json recv() {
+    json r = recv_any();
+    if (!r.value("ok", false)) throw std::runtime_error("env node refused a request: " + r.dump());
+    return r;
+  }
+  // The next reply, a refusal too; silence past the timeout stops the benchmark.
+  json recv_any() {
     zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
     if (zmq_poll(&item, 1, kTimeoutMs) <= 0)
       throw std::runtime_error("no reply from the env node within " + std::to_string(kTimeoutMs) +
@@ -76,8 +83,7 @@ class env_dealer {
         json::parse(std::string(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg)),
                     nullptr, false);
     zmq_msg_close(&msg);
-    if (!r.is_object() || !r.value("ok", false))
-      throw std::runtime_error("env node refused a request: " + r.dump());
+    if (!r.is_object()) throw std::runtime_error("env node sent a non-object: " + r.dump());
     return r;
   }
   json reset(uint64_t seed) { return json{{"op", "reset"}, {"task", "guess"}, {"seed", seed}}; }
@@ -180,8 +186,32 @@ std::string wait_endpoint(sims::job_console& console, const std::string& name) {
   throw std::runtime_error(name + " did not come up within 60 s");
 }
 
+// Until every environment actor of the node is up: the node lists itself running before its
+// actors have all started (on a loaded machine, seconds before), and refuses a reset routed
+// to one that is not there yet ("environment N is restarting"). `workers` sessions held open
+// at once take one actor each (a reset goes to the least-loaded actor), so they all open only
+// once every actor answers. They stay open, one idle session per actor: the load stays even.
+void wait_env_actors(env_dealer& d, int workers) {
+  const auto until = bench_clock::now() + std::chrono::seconds(60);
+  int open = 0;
+  uint64_t seed = 500;
+  while (open < workers) {
+    d.send(d.reset(++seed));
+    const json r = d.recv_any();
+    if (r.value("ok", false)) {
+      ++open;
+      continue;
+    }
+    const std::string why = r.value("error", "");
+    if (why.find("is restarting") == std::string::npos || bench_clock::now() > until)
+      throw std::runtime_error("env node refused a request: " + r.dump());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 json measure(const std::string& endpoint, const bench_args& a, const zmq::plane_keys& keys) {
   env_dealer d(endpoint, keys);
+  wait_env_actors(d, a.workers);
   (void)step_rtt(d, 200);  // warm-up: connection, the environment actors' first sessions
   json out = {{"endpoint", endpoint}};
   out["step_rtt"] = step_rtt(d, a.requests);
@@ -195,6 +225,10 @@ json run_all(const bench_args& a, const std::string& dir) {
   const std::string secret = dir + "/plane.secret";
   need(zmq::write_new_plane_secret(secret), "writing the cluster's plane secret");
   const zmq::plane_keys keys = need(zmq::load_plane_keys(secret), "the plane keys");
+  // The netns env node's control plane is off loopback too, so it must run TLS (the control
+  // plane's rule, actors/caf_setup.h): the whole cluster gets one CA, local and netns alike.
+  const std::string ca = dir + "/ca";
+  need(actors::write_cluster_ca(ca, 1), "writing the cluster's CA");
   up::local_job_options jo;
   jo.overrides = {"job.kind=grpo",
                   "task.name=guess",
@@ -204,7 +238,10 @@ json run_all(const bench_args& a, const std::string& dir) {
                   "env.workers=" + std::to_string(a.workers),
                   "env.step_latency_ms=0",
                   "store.url=" + dir + "/store",
-                  "node.plane_secret_file=" + secret};
+                  "node.plane_secret_file=" + secret,
+                  "node.tls_ca=" + ca + "/ca.crt",
+                  "node.tls_certificate=" + ca + "/tls.crt",
+                  "node.tls_key=" + ca + "/tls.key"};
   jo.store_prefix = "bench";
   jo.iterations = 1000000;
   jo.console = "tcp://127.0.0.1:" + std::to_string(need(up::free_tcp_port(), "a free port"));
@@ -214,8 +251,10 @@ json run_all(const bench_args& a, const std::string& dir) {
   auto job = need(up::local_job::configure(std::move(jo)), "configuring the env node");
   need(job->start(), "starting a coordinator and an env node");
   const config defaults = config::defaults();
+  // The cluster has a plane secret, so its console answers CURVE clients only (the admin
+  // plane's rule, zmq::admin_plane_keys): the same keys as the env plane's.
   sims::job_console console(console_address, defaults.get_string("console.token"),
-                            static_cast<int>(defaults.get_int("console.timeout_ms")));
+                            static_cast<int>(defaults.get_int("console.timeout_ms")), keys);
   json out = {
       {"bench", "env"},
       {"task", "guess"},
