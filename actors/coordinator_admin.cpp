@@ -75,26 +75,26 @@ json coordinator_core::status_json() const {
 
 namespace {
 
-// A node's stats for the `nodes` view, with the job stats' per-iteration lists cut to their
-// newest `tail` entries: built key by key, so the cut entries are never copied.
+// A node's stats for the `nodes` view, with the job stats' history lists (job_history.h) cut
+// to their newest `tail` entries: copied object by object, so the cut entries never are.
+json with_history_tail(const json& v, const std::string& pointer, size_t tail) {
+  if (v.is_array() && v.size() > tail && is_job_history_list(pointer)) {
+    json cut = json::array();
+    for (size_t i = v.size() - tail; i < v.size(); ++i) cut.push_back(v[i]);
+    return cut;
+  }
+  if (!v.is_object()) return v;
+  json out = json::object();
+  for (const auto& [key, value] : v.items())
+    out[key] = with_history_tail(value, pointer + "/" + key, tail);
+  return out;
+}
+
 json stats_with_history_tail(const json& stats, size_t tail) {
   if (!stats.is_object() || !stats.contains("job") || !stats["job"].is_object()) return stats;
   json out = json::object();
   for (const auto& [key, value] : stats.items())
-    if (key != "job") out[key] = value;
-  json job = json::object();
-  for (const auto& [key, value] : stats["job"].items()) {
-    const bool history = std::any_of(std::begin(kJobHistoryKeys), std::end(kJobHistoryKeys),
-                                     [&](const char* k) { return key == k; });
-    if (!history || !value.is_array() || value.size() <= tail) {
-      job[key] = value;
-      continue;
-    }
-    json cut = json::array();
-    for (size_t i = value.size() - tail; i < value.size(); ++i) cut.push_back(value[i]);
-    job[key] = std::move(cut);
-  }
-  out["job"] = std::move(job);
+    out[key] = key == "job" ? with_history_tail(value, "", tail) : value;
   return out;
 }
 

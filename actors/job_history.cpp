@@ -6,49 +6,55 @@ namespace moerl::actors {
 
 using nlohmann::json;
 
+bool is_job_history_list(const std::string& pointer) {
+  return std::any_of(std::begin(kJobHistoryLists), std::end(kJobHistoryLists),
+                     [&](const char* p) { return pointer == p; });
+}
+
 void job_history_sender::strip_sent(json& job, const std::string& coordinator) {
   if (!job.is_object()) return;
   if (coordinator != coordinator_) {
     coordinator_ = coordinator;
-    sent_ = 0;  // a coordinator we have not sent to holds nothing of ours
+    sent_.clear();  // a coordinator we have not sent to holds nothing of ours
   }
-  size_t longest = 0;
-  for (const char* key : kJobHistoryKeys) {
-    auto it = job.find(key);
-    if (it == job.end() || !it->is_array()) continue;
+  json from = json::object();
+  for (const char* path : kJobHistoryLists) {
+    const json::json_pointer ptr(path);
+    if (!job.contains(ptr) || !job[ptr].is_array()) continue;
+    json& list = job[ptr];
+    size_t& sent = sent_[path];
     // A list shorter than what was sent (a job restored from a checkpoint starts again):
     // send it whole.
-    if (it->size() < sent_) sent_ = 0;
+    if (list.size() < sent) sent = 0;
+    from[path] = sent;
+    const size_t size = list.size();
+    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(sent));
+    sent = size;
   }
-  for (const char* key : kJobHistoryKeys) {
-    auto it = job.find(key);
-    if (it == job.end() || !it->is_array()) continue;
-    longest = std::max(longest, it->size());
-    it->erase(it->begin(), it->begin() + static_cast<std::ptrdiff_t>(std::min(sent_, it->size())));
-  }
-  job["history_from"] = sent_;
-  sent_ = std::max(sent_, longest);
+  job["history_from"] = std::move(from);
 }
 
 void merge_job_history(json& incoming, json&& held) {
   if (!incoming.is_object()) return;
   auto job = incoming.find("job");
   if (job == incoming.end() || !job->is_object() || !job->contains("history_from")) return;
-  const size_t from = job->value("history_from", size_t{0});
+  const json from = std::move((*job)["history_from"]);
   job->erase("history_from");
   json* held_job =
       held.is_object() && held.contains("job") && held["job"].is_object() ? &held["job"] : nullptr;
-  for (const char* key : kJobHistoryKeys) {
-    auto it = job->find(key);
-    if (it == job->end() || !it->is_array()) continue;
+  for (const char* path : kJobHistoryLists) {
+    const json::json_pointer ptr(path);
+    if (!job->contains(ptr) || !(*job)[ptr].is_array()) continue;
+    const size_t first = from.is_object() ? from.value(path, size_t{0}) : 0;
+    json& fresh = (*job)[ptr];
     json merged = json::array();
-    if (held_job && held_job->contains(key) && (*held_job)[key].is_array()) {
-      json& old = (*held_job)[key];
-      // Keep what came before `from`; a gap (fewer held than `from`) keeps what there is.
-      for (size_t i = 0; i < std::min(from, old.size()); ++i) merged.push_back(std::move(old[i]));
+    if (held_job && held_job->contains(ptr) && (*held_job)[ptr].is_array()) {
+      json& old = (*held_job)[ptr];
+      // Keep what came before `first`; a gap (fewer held than `first`) keeps what there is.
+      for (size_t i = 0; i < std::min(first, old.size()); ++i) merged.push_back(std::move(old[i]));
     }
-    for (auto& e : *it) merged.push_back(std::move(e));
-    *it = std::move(merged);
+    for (auto& e : fresh) merged.push_back(std::move(e));
+    fresh = std::move(merged);
   }
 }
 

@@ -13,26 +13,34 @@
 #endif
 
 #include <cstddef>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace moerl::actors {
 
-// The job-stats keys whose lists only grow (one entry per iteration).
-inline constexpr const char* kJobHistoryKeys[] = {"reward_curve", "iterations"};
+// The job stats' lists that only grow (one entry per iteration or per policy version), as JSON
+// pointers into the job stats: the reward curve, the iteration timings, and the weight plane's
+// per-version records (~175 B each, 70 KB by version 400 of the default run).
+inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations",
+                                                   "/weights/versions"};
+
+// True when `pointer` (a JSON pointer into the job stats) names one of kJobHistoryLists.
+bool is_job_history_list(const std::string& pointer);
 
 // Trainer side; one per trainer actor.
 class job_history_sender {
  public:
   // Drops from `job` the entries of the history lists already sent to `coordinator` (an
-  // identity that changes when the coordinator process does) and marks the rest with
-  // "history_from". Call right before sending; assumes the send reaches it (one link).
+  // identity that changes when the coordinator process does) and marks what is left with
+  // "history_from" ({pointer: index of the first entry sent}). Call right before sending;
+  // assumes the send reaches it (one link).
   void strip_sent(nlohmann::json& job, const std::string& coordinator);
 
  private:
   std::string coordinator_;
-  size_t sent_ = 0;  // entries of each list the coordinator holds (the lists grow together)
+  std::map<std::string, size_t> sent_;  // per list: entries the coordinator holds
 };
 
 // Coordinator side: `incoming` (a node's new stats; its "job" may carry "history_from") gets

@@ -237,9 +237,12 @@ TEST_F(core_fixture, nodes_history_option_keeps_the_newest_entries_of_each_itera
     curve.push_back({{"iteration", i}, {"mean_reward", i / 30.0}});
     iterations.push_back({{"iteration", i}, {"t_train", 0.01}});
   }
+  json versions = json::array();
+  for (int v = 1; v <= 40; ++v) versions.push_back({{"version", v}, {"bytes", 100}});
   core->node_stats(trainer, {{"job",
                               {{"reward_curve", curve},
                                {"iterations", iterations},
+                               {"weights", {{"versions", versions}, {"durable_version", 38}}},
                                {"reward_max", 1.0},
                                {"pending_groups", 2}}},
                              {"steps", 30}});
@@ -259,6 +262,9 @@ TEST_F(core_fixture, nodes_history_option_keeps_the_newest_entries_of_each_itera
   EXPECT_EQ(cut["job"]["reward_curve"].back(), curve.back());
   EXPECT_EQ(cut["job"]["reward_curve"][0], curve[27]);
   EXPECT_EQ(cut["job"]["iterations"].size(), 3u);
+  ASSERT_EQ(cut["job"]["weights"]["versions"].size(), 3u);
+  EXPECT_EQ(cut["job"]["weights"]["versions"][0]["version"], 38);
+  EXPECT_EQ(cut["job"]["weights"]["durable_version"], 38);
   EXPECT_EQ(cut["job"]["reward_max"], 1.0);
   EXPECT_EQ(cut["job"]["pending_groups"], 2);
   EXPECT_EQ(cut["steps"], 30);

@@ -3,6 +3,9 @@
 // and a job that starts its lists again (a restore) is sent whole.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "actors/internal/job_history.h"
@@ -12,14 +15,21 @@ namespace {
 
 using nlohmann::json;
 
-// The job's stats after `n` iterations: both lists hold entries 1..n.
-json job_after(int n) {
-  json curve = json::array(), timings = json::array();
+// The job's stats after `n` iterations: the per-iteration lists hold entries 1..n, and the
+// weight plane's per-version list `versions` entries (a flush publishes more versions than
+// iterations, so that list grows at its own pace).
+json job_after(int n, int versions = -1) {
+  json curve = json::array(), timings = json::array(), published = json::array();
   for (int i = 1; i <= n; ++i) {
     curve.push_back({{"iteration", i}, {"mean_reward", i / 100.0}});
     timings.push_back({{"iteration", i}, {"t_train", 0.01 * i}});
   }
-  return {{"policy_version", n}, {"reward_curve", curve}, {"iterations", timings}};
+  for (int v = 1; v <= (versions < 0 ? n : versions); ++v)
+    published.push_back({{"version", v}, {"bytes", 1000 + v}});
+  return {{"policy_version", n},
+          {"reward_curve", curve},
+          {"iterations", timings},
+          {"weights", {{"durable_version", n}, {"versions", published}}}};
 }
 
 // What the coordinator holds after receiving `job` as a node's stats on top of `held`.
@@ -53,7 +63,8 @@ TEST(job_history, a_new_coordinator_gets_everything_again) {
   EXPECT_EQ(first["reward_curve"].size(), 3u);
   json again = job_after(9);
   sender.strip_sent(again, "coordinator@2");  // a restarted coordinator process
-  EXPECT_EQ(again["history_from"], 0);
+  EXPECT_EQ(again["history_from"],
+            (json{{"/reward_curve", 0}, {"/iterations", 0}, {"/weights/versions", 0}}));
   EXPECT_EQ(receive(again, json())["job"], job_after(9));
 }
 
@@ -65,8 +76,23 @@ TEST(job_history, lists_that_start_again_are_sent_whole_and_replace_what_was_hel
   held = receive(job, std::move(held));
   json restored = job_after(2);  // a job restored from a checkpoint keeps fewer entries
   sender.strip_sent(restored, "c");
-  EXPECT_EQ(restored["history_from"], 0);
+  EXPECT_EQ(restored["history_from"]["/reward_curve"], 0);
   EXPECT_EQ(receive(restored, std::move(held))["job"], job_after(2));
+}
+
+TEST(job_history, lists_growing_at_their_own_pace_each_cross_once) {
+  job_history_sender sender;
+  json held;
+  size_t sent_versions = 0;
+  for (auto [n, versions] : std::vector<std::pair<int, int>>{{2, 2}, {3, 5}, {3, 6}, {8, 11}}) {
+    json job = job_after(n, versions);
+    sender.strip_sent(job, "c");
+    sent_versions += job["weights"]["versions"].size();
+    EXPECT_EQ(job["weights"]["durable_version"], n) << "only the lists are cut";
+    held = receive(job, std::move(held));
+    EXPECT_EQ(held["job"], job_after(n, versions)) << n << " iterations, " << versions;
+  }
+  EXPECT_EQ(sent_versions, 11u) << "every version's record once";
 }
 
 TEST(job_history, stats_without_history_from_replace_what_was_held) {
