@@ -92,8 +92,8 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
   // workers, one busy with a long job leaves it to another, which must come and take it
   // (CAF's 10 ms default cost up to 10 ms a hop), so they look every millisecond. A lone
   // worker has nobody to steal from and is woken for everything sent from outside it, so it
-  // sleeps until then (100 ms at most): waking every millisecond was ~800 switches a second in each of the
-  // nine processes, and one worker instead of two halved a default run's context switches
+  // sleeps until then (100 ms at most): waking every millisecond was ~800 switches a second in each
+  // of the nine processes, and one worker instead of two halved a default run's context switches
   // (3.4-3.7 M to 1.5-1.7 M per 400 iterations; CPU 83-89 s to 57-64 s; 5 Dec).
   set("work-stealing.relaxed-sleep-duration",
       caf::timespan{std::chrono::milliseconds(o.scheduler_threads > 1 ? 1 : 100)});

@@ -36,9 +36,9 @@ result<size_t> parse_console_history(const std::string& text) {
     used = 0;
   }
   if (text.empty() || used != text.size() || text[0] == '-' || n > kMaxConsoleHistory)
-    return error(errc::invalid_argument,
-                 "--history must be a count of entries in [0, " +
-                     std::to_string(kMaxConsoleHistory) + "], got '" + text + "'");
+    return error(errc::invalid_argument, "--history must be a count of entries in [0, " +
+                                             std::to_string(kMaxConsoleHistory) + "], got '" +
+                                             text + "'");
   return static_cast<size_t>(n);
 }
 
