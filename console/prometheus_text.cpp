@@ -115,6 +115,17 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
         "times the coordinator's periodic check found the invariant broken",
         num(status, "invariant_violations"));
 
+  // The coordinator's TLS port (actors/tls_acceptor.h): handshakes finished and connections
+  // refused, by reason (a handshake storm shows here before anywhere else).
+  const json tls = status.value("control_plane", json::object());
+  w.one("moerl_control_plane_tls_accepted_total", "counter",
+        "TLS handshakes the coordinator's port finished", num(tls, "accepted"));
+  w.family("moerl_control_plane_tls_refused_total", "counter",
+           "connections the coordinator's TLS port refused, by reason");
+  const json refused = tls.value("refused", json::object());  // items() must not outlive it
+  for (const auto& [reason, n] : refused.items())
+    w.sample(n.is_number() ? n.get<double>() : 0.0, {{"reason", reason}});
+
   // Learning and speed.
   w.one("moerl_reward_mean", "gauge", "mean reward of the last policy iteration",
         num(last, "mean_reward"));

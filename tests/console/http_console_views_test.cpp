@@ -48,6 +48,8 @@ json fixed_snapshot() {
         {"queue_depth", 3},
         {"leases", 2},
         {"invariant_ok", true},
+        {"control_plane",
+         {{"accepted", 7}, {"refused", {{"handshake_timeout", 3}, {"too_many_from_peer", 0}}}}},
         {"accounting",
          {{"dispatched", 10},
           {"committed", 8},
@@ -84,6 +86,10 @@ TEST(http_console_views, PrometheusTextNamesFamiliesAndEscapesLabels) {
       << text;
   EXPECT_NE(text.find("moerl_interruptions_total{source=\"console\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("moerl_desired_replicas{role=\"rollout\"} "), std::string::npos);
+  EXPECT_NE(text.find("moerl_control_plane_tls_accepted_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("moerl_control_plane_tls_refused_total{reason=\"handshake_timeout\"} 3\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(http_console_views, TracePlacesTrainerPhasesBackFromTheStepEnd) {
