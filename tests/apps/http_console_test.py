@@ -73,11 +73,14 @@ def expect_error(h, code, path, token=VIEWER, **kw):
 
 
 class up_run:
-    def __init__(self, moerl, cwd, run_dir, *extra):
+    """An endless `moerl up` (until `timeout_s`) whose output is kept; shared by the console,
+    terminal and live-port fuzz tests."""
+
+    def __init__(self, moerl, cwd, run_dir, *extra, timeout_s=900):
         # Its own session: the nodes inherit its process group, so the end of the test can
         # stop the whole cluster with one killpg.
         self.p = subprocess.Popen(
-            [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", "900",
+            [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", str(timeout_s),
              "--run-dir", run_dir, *SMALL, *extra],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True)

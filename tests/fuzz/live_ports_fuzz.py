@@ -29,15 +29,14 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 
-SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
-         "--set", "grpo.prompts_per_iteration=8"]
-VIEWER, OPERATOR = "moerl-viewer", "moerl-operator"
-BOUND_S = 120  # liveness bound for every wait (the run must get there at all)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "apps"))
+# The console tests' endless cluster runner, policy size, tokens and liveness-bounded wait.
+from http_console_test import BOUND_S, OPERATOR, SMALL, VIEWER, up_run, wait_for  # noqa: E402,F401
+
 SEED_BYTES = 4096  # prefix of each captured client stream kept as a seed
 MAX_SEEDS = 12  # per port
 BATCH = 500  # inputs per zzuf run
@@ -55,55 +54,6 @@ def free_port():
 def skip(why):
     print("SKIP: " + why)
     sys.exit(77)
-
-
-class up_run:
-    """`moerl up` in its own session (one killpg ends the cluster), output kept."""
-
-    def __init__(self, moerl, cwd, run_dir, console, http, extra):
-        self.p = subprocess.Popen(
-            [moerl, "up", "--no-interrupt", "--iterations", "100000", "--timeout", "86400",
-             "--run-dir", run_dir, "--console", console, "--set", "console.http_address=" + http,
-             *SMALL, *extra],
-            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-        self.lines = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def find(self, pattern):
-        for line in list(self.lines):
-            m = re.search(pattern, line)
-            if m:
-                return m
-        if self.p.poll() is not None:
-            sys.exit("FAIL: moerl up exited early:\n" + "\n".join(self.lines[-40:]))
-        return None
-
-    def stop(self):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.p.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.p.wait(timeout=15)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def wait_for(what, fn):
-    deadline = time.monotonic() + BOUND_S
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.2)
-    sys.exit(f"FAIL: no {what} within {BOUND_S} s")
 
 
 def api(http, path, token=VIEWER, method="GET", body=None):
@@ -402,7 +352,8 @@ def main():
     extra = ["--config", os.path.abspath(args.config)] if args.config else []
     if args.secure:
         extra += secure_settings(moerl, workdir)
-    run = up_run(moerl, workdir, os.path.join(workdir, "run"), console, http, extra)
+    run = up_run(moerl, workdir, os.path.join(workdir, "run"), "--console", console, "--set",
+                 "console.http_address=" + http, *extra, timeout_s=86400)
     ok = False
     try:
         wait_for("iteration 3", lambda: run.find(r"iteration ([3-9]|\d\d+)/"))

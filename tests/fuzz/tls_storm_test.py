@@ -113,7 +113,8 @@ def main():
     extra = tls_sets + ["--set", "node.connection_timeout_ms=10000"]
     if not args.baseline:  # a moerl before the fix has no such key
         extra += ["--set", "node.tls_handshake_timeout_ms=2000"]
-    run = lpf.up_run(moerl, workdir, os.path.join(workdir, "run"), console, http, extra)
+    run = lpf.up_run(moerl, workdir, os.path.join(workdir, "run"), "--console", console, "--set",
+                     "console.http_address=" + http, *extra, timeout_s=86400)
     ok = False
     try:
         lpf.wait_for("iteration 3", lambda: run.find(r"iteration ([3-9]|\d\d+)/"))
