@@ -41,18 +41,12 @@ void wait_until(F done) {  // a liveness bound only: the asserts say what did no
 }
 
 TEST(store_outage, the_run_throttles_at_the_lag_says_why_and_catches_up_with_nothing_lost) {
-  if (!store::testing::python_has_moto()) {
-    const char* required = std::getenv("MOERL_REQUIRE_S3_TESTS");
-    if (required != nullptr && *required != '\0' && std::string(required) != "0")
-      FAIL() << "MOERL_REQUIRE_S3_TESTS is set but /usr/bin/python3 cannot import moto";
-    GTEST_SKIP() << "moto is not installed for /usr/bin/python3 (see scripts/install-deps.sh)";
-  }
+  MOERL_SKIP_TEST_WITHOUT_MOTO();
   auto server = store::testing::moto_server::start(
       std::string(MOERL_STORE_TEST_DIR) + "/moto_s3_server.py", 120000);
   ASSERT_TRUE(server.ok()) << server.err().to_string();
   const auto& info = (*server)->info();
-  ::setenv("AWS_ACCESS_KEY_ID", info.access_key_id.c_str(), 1);
-  ::setenv("AWS_SECRET_ACCESS_KEY", info.secret_access_key.c_str(), 1);
+  store::testing::export_credentials(info);
   config cfg = config::defaults();
   for (auto [k, v] : std::map<std::string, std::string>{{"store.s3_endpoint", info.endpoint},
                                                         {"store.s3_region", info.region},

@@ -36,6 +36,16 @@ std::string read_file(const std::string& path) {
 }
 }  // namespace
 
+bool s3_tests_required() {
+  const char* required = std::getenv("MOERL_REQUIRE_S3_TESTS");
+  return required != nullptr && *required != '\0' && std::string(required) != "0";
+}
+
+void export_credentials(const moto_info& info) {
+  ::setenv("AWS_ACCESS_KEY_ID", info.access_key_id.c_str(), 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", info.secret_access_key.c_str(), 1);
+}
+
 bool python_has_moto() {
   pid_t pid = -1;
   const std::string py = python_path();

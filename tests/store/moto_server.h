@@ -23,6 +23,10 @@ struct moto_info {
 // True when the test python (/usr/bin/python3, or MOERL_TEST_PYTHON) has moto and boto3.
 bool python_has_moto();
 
+// True when MOERL_REQUIRE_S3_TESTS is set (not empty, not "0"), as CI sets it: a missing moto
+// then fails the S3 tests instead of skipping them.
+bool s3_tests_required();
+
 class moto_server {
  public:
   // Waits up to `timeout_ms` for the server's JSON line; the error carries its stderr.
@@ -40,4 +44,18 @@ class moto_server {
   moto_info info_;
 };
 
+// Sets AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY to the server's credentials (what the S3
+// store reads).
+void export_credentials(const moto_info& info);
+
 }  // namespace moerl::store::testing
+
+// In a test body: without moto, skips (or fails where s3_tests_required()).
+#define MOERL_SKIP_TEST_WITHOUT_MOTO()                                                            \
+  do {                                                                                            \
+    if (!::moerl::store::testing::python_has_moto()) {                                            \
+      if (::moerl::store::testing::s3_tests_required())                                           \
+        FAIL() << "MOERL_REQUIRE_S3_TESTS is set but /usr/bin/python3 cannot import moto";        \
+      GTEST_SKIP() << "moto is not installed for /usr/bin/python3 (see scripts/install-deps.sh)"; \
+    }                                                                                             \
+  } while (0)

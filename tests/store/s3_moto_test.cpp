@@ -43,8 +43,7 @@ class s3_moto_test : public ::testing::Test {
     if (server_ != nullptr) return;
     if (start_error_ != nullptr)
       FAIL() << "moto is installed but its server did not start: " << *start_error_;
-    const char* required = std::getenv("MOERL_REQUIRE_S3_TESTS");
-    if (required != nullptr && *required != '\0' && std::string(required) != "0")
+    if (::moerl::store::testing::s3_tests_required())
       FAIL() << "MOERL_REQUIRE_S3_TESTS is set but /usr/bin/python3 cannot import moto; install it "
                 "with: /usr/bin/python3 -m pip install --break-system-packages 'moto[server]'";
     GTEST_SKIP() << "moto is not installed for /usr/bin/python3, so there is no S3 server to test "
