@@ -648,9 +648,15 @@ def weights_kill(moerl, tmp):
     assert w["bytes_from"]["cache"] > 0, w
     versions = w["versions"]
     assert versions and versions[-1]["version"] == rep["policy_version"], versions
-    # The versions made after the kill went through a surviving cache to the rollouts.
+    # The versions made after the kill went through a surviving cache to the rollouts. A
+    # rollout fetches the newest version when it starts a unit, so one that a quicker next
+    # version overtook may have had no reader at all (CI saw version 39 of 40 unread); every
+    # late version that was read was read from a cache, and at least one was read.
     late = [v for v in versions if v["version"] >= versions[-1]["version"] - 3]
-    assert all(v["via"] == "cache" and v["num_readers"] > 0 for v in late), late
+    assert all(v["via"] == "cache" for v in late), late
+    read = [v for v in late if v["num_readers"] > 0]
+    assert read, late
+    assert all(v["bytes_from"]["cache"] > 0 for v in read), read
 
 
 def group_coordinator(moerl, tmp):
