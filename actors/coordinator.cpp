@@ -189,29 +189,29 @@ caf::behavior coordinator_impl(coord_actor* self,
         if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
         return reply_durable(self, reply_bytes(self->state.core->report(*rep)));
       },
-      [self](ack_atom, const std::string& bytes) -> caf::result<std::string> {
-        auto ack = ledger::decode_shard_ack(bytes);
-        if (!ack) return encode_error(ack.err().code, "shard ack: " + ack.err().message);
-        auto st = self->state.core->shard_ack(*ack);
-        if (!st)
-          logger("coordinator")
-              ->warn("shard ack of unit {} attempt {}: {}", ack->unit, ack->attempt,
-                     st.err().to_string());
-        return reply_durable(self, reply_bytes(st));
-      },
-      [self](consumed_atom, uint64_t unit, uint32_t attempt, uint64_t group, uint32_t n,
-             uint64_t handout, uint32_t step) -> caf::result<std::string> {
-        if (step > static_cast<uint32_t>(ledger::handout_step::dropped))
-          return encode_error(errc::malformed_message,
-                              "consumed: unknown hand-out step " + std::to_string(step));
-        const auto what = static_cast<ledger::handout_step>(step);
-        auto st =
-            self->state.core->consumed(ledger::consumption{unit, attempt, group, n, handout, what});
-        if (!st)
-          logger("coordinator")
-              ->error("{} unit {} group {}: {}", ledger::handout_step_name(what), unit, group,
-                      st.err().to_string());
-        return reply_durable(self, reply_bytes(st));
+      [self](shardrep_atom, const std::string& bytes) -> caf::result<std::string> {
+        auto reports = ledger::decode_shard_reports(bytes);
+        if (!reports)
+          return encode_error(reports.err().code, "shard reports: " + reports.err().message);
+        auto& core = *self->state.core;
+        messages::shard_reports_reply reply;
+        for (const auto& ack : reports->acks) {
+          auto st = core.shard_ack(ack);
+          if (!st)
+            logger("coordinator")
+                ->warn("shard ack of unit {} attempt {}: {}", ack.unit, ack.attempt,
+                       st.err().to_string());
+          reply.errors.push_back(st ? std::string() : st.err().to_string());
+        }
+        for (const auto& c : reports->consumed) {
+          auto st = core.consumed(c);
+          if (!st)
+            logger("coordinator")
+                ->error("{} unit {} group {}: {}", ledger::handout_step_name(c.step), c.unit,
+                        c.group, st.err().to_string());
+          reply.errors.push_back(st ? std::string() : st.err().to_string());
+        }
+        return reply_durable(self, messages::encode(reply));
       },
       [self](claim_atom, const std::string& bytes) -> caf::result<std::string> {
         auto c = messages::decode<messages::trainer_claim>(bytes);

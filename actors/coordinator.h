@@ -16,9 +16,9 @@
 //        up to min(max_units, actors.lease_batch) leases
 //   (giveback_atom, lease_give_back bytes)        -> "" | error bytes of the first refusal
 //   (report_atom, unit_report bytes)              -> ""  | error bytes
-//   (ack_atom, shard_ack bytes)                   -> ""  | error bytes
-//   (consumed_atom, unit, attempt, group, num_samples, handout, step) -> "" | error bytes
-//        step: ledger::handout_step (consumed, handed, trained, returned, dropped)
+//   (shardrep_atom, shard_reports bytes)          -> shard_reports_reply bytes | error bytes
+//        a shard's acks and hand-out steps (ledger::handout_step), each recorded in order;
+//        the reply says per item whether the ledger refused it
 //   (claim_atom, trainer_claim bytes)             -> trainer_claim_reply bytes | error bytes
 //        answered once durable; the trainer trains only the groups granted
 //   (stats_atom, node id, JSON text)

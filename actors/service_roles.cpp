@@ -1,6 +1,7 @@
 // The small roles, one actor each: reward (score samples from the rollout nodes and forward
 // them to their shards), buffer (the shard loop between the sample plane and the ledger),
 // weights (the checkpoint cache: serve policy versions, weights/). The env role is env_role.cpp.
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -150,6 +151,56 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
 
 // ---- buffer shard -------------------------------------------------------------------------
 
+namespace {
+
+// Sends the shard's acks and (when `consumed` is given) hand-out steps, oldest first, at most
+// kMaxShardReports in one durable call (one call per item kept the shard loop from its socket
+// for a quarter of its time), and removes what the coordinator answered. False when it did
+// not answer (gone or timed out): everything is kept for the next try. A refused item (the
+// ledger's verdict) is logged and not sent again, as a refused single call always was.
+bool send_shard_reports(caf::blocking_actor* self, node_context& ctx,
+                        std::deque<ledger::shard_ack>& acks,
+                        std::deque<ledger::consumption>* consumed) {
+  constexpr size_t kMaxShardReports = 512;
+  const size_t num_acks = std::min(acks.size(), kMaxShardReports);
+  const size_t num_steps =
+      consumed ? std::min(consumed->size(), kMaxShardReports - num_acks) : size_t{0};
+  const std::vector<ledger::shard_ack> ack_part(acks.begin(), acks.begin() + num_acks);
+  std::vector<ledger::consumption> step_part;
+  if (consumed) step_part.assign(consumed->begin(), consumed->begin() + num_steps);
+  auto res = call_coordinator(
+      self, ctx,
+      caf::make_message(shardrep_atom::value, ledger::encode_shard_reports(ack_part, step_part)));
+  if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) return false;
+  auto log = logger("buffer");
+  std::optional<messages::shard_reports_reply> reply;
+  if (res) {
+    if (auto r = messages::decode<messages::shard_reports_reply>(*res); r)
+      reply = std::move(*r);
+    else
+      log->error("the coordinator's answer to {} report(s): {}", num_acks + num_steps,
+                 r.err().to_string());
+  } else {
+    log->error("{} report(s) refused: {}", num_acks + num_steps, res.err().to_string());
+  }
+  auto why = [&](size_t i) -> const std::string* {
+    return reply && i < reply->errors.size() && !reply->errors[i].empty() ? &reply->errors[i]
+                                                                          : nullptr;
+  };
+  for (size_t i = 0; i < num_acks; ++i)
+    if (auto w = why(i))
+      log->warn("ack of unit {} attempt {} refused: {}", ack_part[i].unit, ack_part[i].attempt, *w);
+  for (size_t i = 0; i < num_steps; ++i)
+    if (auto w = why(num_acks + i))
+      log->error("consumption of unit {} group {} refused: {}", step_part[i].unit,
+                 step_part[i].group, *w);
+  acks.erase(acks.begin(), acks.begin() + num_acks);
+  if (consumed) consumed->erase(consumed->begin(), consumed->begin() + num_steps);
+  return true;
+}
+
+}  // namespace
+
 void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   running_guard g(ctx->workers_running);
   auto log = logger("buffer");
@@ -196,30 +247,11 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       ctx->lost_consumers.clear();
     }
     // Acks and consumption must reach the ledger: keep them until the coordinator answered.
-    while (!acks.empty()) {
-      auto& a = acks.front();
-      auto res = call_coordinator(self, *ctx,
-                                  caf::make_message(ack_atom::value, ledger::encode_shard_ack(a)));
-      if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
-      if (!res)
-        log->warn("ack of unit {} attempt {} refused: {}", a.unit, a.attempt, res.err().message);
-      acks.pop_front();
-    }
     // Hand-out steps go out only on the same proof as serving: a shard the coordinator may
     // have declared lost keeps them (a fenced one exits with them), so a hand-out made before
     // a stall is not reported after its group was re-opened.
-    while (!consumed.empty() && svc.serving()) {
-      auto& c = consumed.front();
-      auto res = call_coordinator(
-          self, *ctx,
-          caf::make_message(consumed_atom::value, c.unit, c.attempt, c.group, c.num_samples,
-                            c.handout, static_cast<uint32_t>(c.step)));
-      if (!res && (res.err().code == errc::peer_dead || res.err().code == errc::timeout)) break;
-      if (!res)
-        log->error("consumption of unit {} group {} refused: {}", c.unit, c.group,
-                   res.err().message);
-      consumed.pop_front();
-    }
+    while (!acks.empty() || (!consumed.empty() && svc.serving()))
+      if (!send_shard_reports(self, *ctx, acks, svc.serving() ? &consumed : nullptr)) break;
     if (steady_ms() - last_stats > 500) {
       last_stats = steady_ms();
       auto st = svc.shard().stats().to_json();

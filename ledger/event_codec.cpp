@@ -38,16 +38,37 @@ result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
   return out;
 }
 
-std::string encode_shard_ack(const shard_ack& ack) {
-  return messages::encode(
-      messages::shard_ack{ack.unit, ack.attempt, ack.shard, ack.accepted_groups, ack.stale_groups});
+std::string encode_shard_reports(const std::vector<shard_ack>& acks,
+                                 const std::vector<consumption>& consumed) {
+  messages::shard_reports m;
+  m.acks.reserve(acks.size());
+  for (const auto& a : acks)
+    m.acks.push_back({a.unit, a.attempt, a.shard, a.accepted_groups, a.stale_groups});
+  m.consumed.reserve(consumed.size());
+  for (const auto& c : consumed)
+    m.consumed.push_back(
+        {c.unit, c.attempt, c.group, c.num_samples, c.handout, static_cast<uint8_t>(c.step)});
+  return messages::encode(m);
 }
 
-result<shard_ack> decode_shard_ack(const std::string& bytes) {
-  auto m = messages::decode<messages::shard_ack>(bytes);
+result<shard_reports> decode_shard_reports(const std::string& bytes) {
+  auto m = messages::decode<messages::shard_reports>(bytes);
   if (!m) return m.err();
-  return shard_ack{m->unit, m->attempt, std::move(m->shard), std::move(m->accepted_groups),
-                   std::move(m->stale_groups)};
+  shard_reports out;
+  out.acks.reserve(m->acks.size());
+  for (auto& a : m->acks)
+    out.acks.push_back({a.unit, a.attempt, std::move(a.shard), std::move(a.accepted_groups),
+                        std::move(a.stale_groups)});
+  out.consumed.reserve(m->consumed.size());
+  for (size_t i = 0; i < m->consumed.size(); ++i) {
+    const auto& c = m->consumed[i];
+    if (c.step > static_cast<uint8_t>(handout_step::dropped))
+      return error(errc::malformed_message, "hand-out step " + std::to_string(i) +
+                                                ": unknown step " + std::to_string(c.step));
+    out.consumed.push_back(
+        {c.unit, c.attempt, c.group, c.num_samples, c.handout, static_cast<handout_step>(c.step)});
+  }
+  return out;
 }
 
 }  // namespace moerl::ledger

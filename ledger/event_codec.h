@@ -18,7 +18,14 @@ std::string encode_ledger_events(const std::vector<ledger_event>& events);
 result<std::vector<ledger_event>> decode_ledger_events(const std::string& bytes,
                                                        const std::string& shard);
 
-std::string encode_shard_ack(const shard_ack& ack);
-result<shard_ack> decode_shard_ack(const std::string& bytes);
+// One pass of a shard's loop for the ledger: its acks and its groups' hand-out steps, in the
+// order it made them (encoded messages::shard_reports). Decoding refuses an unknown step.
+std::string encode_shard_reports(const std::vector<shard_ack>& acks,
+                                 const std::vector<consumption>& consumed);
+struct shard_reports {
+  std::vector<shard_ack> acks;
+  std::vector<consumption> consumed;
+};
+result<shard_reports> decode_shard_reports(const std::string& bytes);
 
 }  // namespace moerl::ledger

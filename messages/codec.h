@@ -43,8 +43,10 @@ enum class kind : uint16_t {
   shard_ack = 21,
   trainer_claim = 22,
   trainer_claim_reply = 23,
+  shard_reports = 24,
+  shard_reports_reply = 25,
 };
-constexpr uint16_t kMaxKind = 23;
+constexpr uint16_t kMaxKind = 25;
 
 const char* kind_name(kind k);
 

@@ -27,6 +27,8 @@ const char* kind_name(kind k) {
     case kind::shard_ack: return "shard_ack";
     case kind::trainer_claim: return "trainer_claim";
     case kind::trainer_claim_reply: return "trainer_claim_reply";
+    case kind::shard_reports: return "shard_reports";
+    case kind::shard_reports_reply: return "shard_reports_reply";
   }
   return "unknown";
 }

@@ -59,9 +59,32 @@ struct trainer_claim_reply {
   std::vector<bool> granted;  // per claim, in order
 };
 
+// One step of a group a shard handed to a trainer (ledger::consumption on the wire).
+struct consumption_step {
+  uint64_t unit = 0;
+  uint32_t attempt = 0;
+  uint64_t group = 0;
+  uint32_t num_samples = 0;
+  uint64_t handout = 0;
+  uint8_t step = 0;  // ledger::handout_step; checked by the ledger's side of the edge
+};
+
+// Everything one pass of a shard's loop has for the ledger, sent in one call.
+struct shard_reports {
+  std::vector<shard_ack> acks;
+  std::vector<consumption_step> consumed;
+};
+
+// Per item of a shard_reports, acks first: "" recorded, else why it was refused.
+struct shard_reports_reply {
+  std::vector<std::string> errors;
+};
+
 MOERL_MESSAGE_KIND(ledger_events, kind::ledger_events);
 MOERL_MESSAGE_KIND(trainer_claim, kind::trainer_claim);
 MOERL_MESSAGE_KIND(trainer_claim_reply, kind::trainer_claim_reply);
 MOERL_MESSAGE_KIND(shard_ack, kind::shard_ack);
+MOERL_MESSAGE_KIND(shard_reports, kind::shard_reports);
+MOERL_MESSAGE_KIND(shard_reports_reply, kind::shard_reports_reply);
 
 }  // namespace moerl::messages

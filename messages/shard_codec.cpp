@@ -44,26 +44,89 @@ result<ledger_events> decode(const void* data, size_t size, const decode_limits&
       });
 }
 
-template <>
-std::string encode(const shard_ack& m) {
-  capnp::MallocMessageBuilder b;
-  auto r = b.initRoot<schema::ShardAck>();
+namespace {
+
+// A shard ack alone (shard_ack) or in a list (shard_reports).
+void write_ack(schema::ShardAck::Builder r, const shard_ack& m) {
   r.setUnit(m.unit);
   r.setAttempt(m.attempt);
   r.setShard(text(m.shard));
   fill(r.initAcceptedGroups(static_cast<unsigned>(m.accepted_groups.size())), m.accepted_groups);
   fill(r.initStaleGroups(static_cast<unsigned>(m.stale_groups.size())), m.stale_groups);
+}
+
+void read_ack(schema::ShardAck::Reader r, shard_ack& m) {
+  m.unit = r.getUnit();
+  m.attempt = r.getAttempt();
+  m.shard = str(r.getShard());
+  copy(m.accepted_groups, r.getAcceptedGroups());
+  copy(m.stale_groups, r.getStaleGroups());
+}
+
+}  // namespace
+
+template <>
+std::string encode(const shard_ack& m) {
+  capnp::MallocMessageBuilder b;
+  write_ack(b.initRoot<schema::ShardAck>(), m);
   return frame(kind::shard_ack, b);
 }
 template <>
 result<shard_ack> decode(const void* data, size_t size, const decode_limits& lim) {
   return decode_frame<schema::ShardAck, shard_ack>(
       kind::shard_ack, data, size, lim, [](schema::ShardAck::Reader r, shard_ack& m) -> status {
-        m.unit = r.getUnit();
-        m.attempt = r.getAttempt();
-        m.shard = str(r.getShard());
-        copy(m.accepted_groups, r.getAcceptedGroups());
-        copy(m.stale_groups, r.getStaleGroups());
+        read_ack(r, m);
+        return {};
+      });
+}
+
+template <>
+std::string encode(const shard_reports& m) {
+  capnp::MallocMessageBuilder b;
+  auto r = b.initRoot<schema::ShardReports>();
+  auto acks = r.initAcks(static_cast<unsigned>(m.acks.size()));
+  for (unsigned i = 0; i < m.acks.size(); ++i) write_ack(acks[i], m.acks[i]);
+  auto steps = r.initConsumed(static_cast<unsigned>(m.consumed.size()));
+  for (unsigned i = 0; i < m.consumed.size(); ++i) {
+    const consumption_step& c = m.consumed[i];
+    steps[i].setUnit(c.unit);
+    steps[i].setAttempt(c.attempt);
+    steps[i].setGroup(c.group);
+    steps[i].setNumSamples(c.num_samples);
+    steps[i].setHandout(c.handout);
+    steps[i].setStep(c.step);
+  }
+  return frame(kind::shard_reports, b);
+}
+template <>
+result<shard_reports> decode(const void* data, size_t size, const decode_limits& lim) {
+  return decode_frame<schema::ShardReports, shard_reports>(
+      kind::shard_reports, data, size, lim,
+      [](schema::ShardReports::Reader r, shard_reports& m) -> status {
+        m.acks.resize(r.getAcks().size());
+        for (unsigned i = 0; i < m.acks.size(); ++i) read_ack(r.getAcks()[i], m.acks[i]);
+        m.consumed.reserve(r.getConsumed().size());
+        for (auto c : r.getConsumed())
+          m.consumed.push_back({c.getUnit(), c.getAttempt(), c.getGroup(), c.getNumSamples(),
+                                c.getHandout(), c.getStep()});
+        return {};
+      });
+}
+
+template <>
+std::string encode(const shard_reports_reply& m) {
+  capnp::MallocMessageBuilder b;
+  auto list =
+      b.initRoot<schema::ShardReportsReply>().initErrors(static_cast<unsigned>(m.errors.size()));
+  for (unsigned i = 0; i < m.errors.size(); ++i) list.set(i, text(m.errors[i]));
+  return frame(kind::shard_reports_reply, b);
+}
+template <>
+result<shard_reports_reply> decode(const void* data, size_t size, const decode_limits& lim) {
+  return decode_frame<schema::ShardReportsReply, shard_reports_reply>(
+      kind::shard_reports_reply, data, size, lim,
+      [](schema::ShardReportsReply::Reader r, shard_reports_reply& m) -> status {
+        for (auto e : r.getErrors()) m.errors.push_back(str(e));
         return {};
       });
 }

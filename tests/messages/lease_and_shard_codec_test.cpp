@@ -176,6 +176,29 @@ TEST(shard_ack_and_prompt_codec, group_lists_and_tokens_round_trip) {
   EXPECT_EQ(pb->tokens, p.tokens);
 }
 
+TEST(shard_reports_codec, acks_steps_and_per_item_errors_round_trip_in_order) {
+  shard_reports r{{{7, 3, "buffer-2", {1, ~0ull}, {5}}, {8, 1, "buffer-2", {}, {}}},
+                  {{7, 3, ~0ull, 8, 41, 4}, {6, 2, 9, 8, 12, 0}}};
+  auto back = decode<shard_reports>(encode(r));
+  ASSERT_TRUE(back) << back.err().to_string();
+  ASSERT_EQ(back->acks.size(), 2u);
+  EXPECT_EQ(back->acks[0].accepted_groups, r.acks[0].accepted_groups);
+  EXPECT_EQ(back->acks[0].stale_groups, r.acks[0].stale_groups);
+  EXPECT_EQ(back->acks[1].unit, 8u);
+  ASSERT_EQ(back->consumed.size(), 2u);
+  EXPECT_EQ(back->consumed[0].group, ~0ull);
+  EXPECT_EQ(back->consumed[0].handout, 41u);
+  EXPECT_EQ(back->consumed[0].step, 4u);
+  EXPECT_EQ(back->consumed[1].unit, 6u);
+  EXPECT_EQ(back->consumed[1].num_samples, 8u);
+  auto none = decode<shard_reports>(encode(shard_reports{}));
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->acks.empty() && none->consumed.empty());
+  auto rep = decode<shard_reports_reply>(encode(shard_reports_reply{{"", "refused", ""}}));
+  ASSERT_TRUE(rep) << rep.err().to_string();
+  EXPECT_EQ(rep->errors, (std::vector<std::string>{"", "refused", ""}));
+}
+
 TEST(trainer_claim_codec, claims_confirmations_and_grants_round_trip) {
   trainer_claim c{"trainer-0", ~0ull, {{7, 3, 1, 40}, {7, 3, ~0ull, 41}}, {{6, 2, 9, 12}}};
   auto back = decode<trainer_claim>(encode(c));

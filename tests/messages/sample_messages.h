@@ -92,6 +92,9 @@ inline std::vector<example> all_examples() {
       make_example(shard_ack{17, 2, "buffer-0", {1, 2}, {3}}),
       make_example(trainer_claim{"trainer-0", 1764600000000000, {{17, 2, 1, 5}}, {{16, 1, 3, 4}}}),
       make_example(trainer_claim_reply{{true, false}}),
+      make_example(shard_reports{{{17, 2, "buffer-0", {1, 2}, {3}}, {18, 1, "buffer-0", {}, {4}}},
+                                 {{17, 2, 1, 8, 5, 1}, {16, 1, 3, 8, 4, 2}}}),
+      make_example(shard_reports_reply{{"", "unit 18: not leased"}}),
   };
 }
 
