@@ -151,6 +151,14 @@ class cluster_test : public ::testing::Test {
   static int exit_status(int wait_status) {
     return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
   }
+  // The report's entry of node `name` (an empty object if it has none). Read a node's state at
+  // the end from the report wait_done() fetched, not from a later console call: the run may be
+  // over by then (seen in a full suite: a console call after done read state "").
+  static json node_of(const json& report, const std::string& name) {
+    for (const auto& n : report.value("nodes", json::array()))
+      if (n.value("name", "") == name) return n;
+    return json::object();
+  }
   // The report's `interruptions` entry of a node (an empty object if it has none).
   static json interruption_of(const json& report, const std::string& node) {
     for (auto& i : report.value("interruptions", json::array()))
