@@ -735,9 +735,12 @@ def rollout_group(moerl, tmp):
     assert g["role"] == "rollout" and len(g["members"]) == 2, g
     causes = " | ".join(r["cause"] for r in g["reformed"])
     assert all(k in causes for k in killed), (killed, g["reformed"])
-    # A rollout member's loss never touches the trainer group.
+    # A rollout member's loss never touches the trainer group: no re-formation of it names a
+    # rollout node. (Not "none at all": on a loaded machine a CAF link blip past the re-join
+    # grace can declare a live trainer member down, and the group re-forms with that member
+    # named as the cause, as trainer_group allows; that is no effect of the rollout kills.)
     t = groups["trainer"]
-    assert t["reformed"] == [], t["reformed"]
+    assert all(r["cause"].startswith("trainer-") for r in t["reformed"]), t["reformed"]
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("trainer") for n in touched), rep["replacements"]
     for v in killed:
