@@ -94,12 +94,16 @@ class up_run:
         return self.wait_iteration(int(m.group(1)) + 2, j)
 
     def wait_log(self, text):
-        """The node log (this run's logs/) that says `text`; fails the test past the bound."""
+        """The node log (this run's logs/) that says `text`; fails the test past the bound, or
+        at once when the run has ended and its logs do not say it (nothing more can come)."""
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline:
+            ended = self.p.poll() is not None  # before reading: what the run left counts
             for f in glob.glob(os.path.join(self.run_dir, "*", "logs", "*.log")):
                 if text in open(f, errors="replace").read():
                     return f
+            if ended:
+                break
             time.sleep(0.1)
         self.finish(check=False)
         sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
