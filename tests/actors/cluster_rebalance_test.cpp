@@ -14,7 +14,7 @@ struct rebalance_cluster_test : cluster_test {
     EXPECT_EQ(exit_status(st), 0);
     auto report = wait_done(60000);
     expect_clean_books(report);
-    EXPECT_EQ(node(name).value("state", ""), "drained");
+    EXPECT_EQ(node_of(report, name).value("state", ""), "drained");  // see node_of
     auto i = interruption_of(report, name);
     EXPECT_EQ(i.value("source", ""), "imds_rebalance") << report["interruptions"].dump();
     return i;
