@@ -91,6 +91,7 @@ TEST_F(cluster_test,
   st = run("status --set console.token=wrong", &out);
   EXPECT_NE(WEXITSTATUS(st), 0);
   EXPECT_NE(out.find("unauthorized"), std::string::npos) << out;
+  wait_all_joined();  // all 7 in the list: see wait_all_joined
   st = run("nodes --json", &out);
   EXPECT_EQ(WEXITSTATUS(st), 0) << out;
   auto nodes = json::parse(out, nullptr, false);

@@ -43,6 +43,7 @@ TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_fi
   // tries again, and with 5 iterations the job once ended 1.2 s after the restart, with
   // rollout-0 still waiting (6 of 7 nodes in the report).
   start({"actors.iterations=40"});
+  wait_all_joined();  // so that the 7 in the report are nodes that re-joined
   auto before = c_->wait_status(
       [](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
   ASSERT_TRUE(before);
