@@ -779,8 +779,10 @@ def rollout_group_drain(moerl, tmp):
     assert [x["node"] for x in rep["interruptions"]] == [follower], rep["interruptions"]
     g = {g["name"]: g for g in rep["groups"]}["rollout-g0"]
     print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
-    assert len(g["reformed"]) >= 1 and "drain" in g["reformed"][0]["cause"], g["reformed"]
-    assert g["reformed"][0]["downtime_s"] is not None, g["reformed"]
+    # The drain's re-formation, whichever it is: a CAF link blip under load before the notice
+    # can put a member's own re-formation first (as trainer_group allows for its group).
+    drains = [r for r in g["reformed"] if "drain" in r["cause"]]
+    assert drains and drains[0]["downtime_s"] is not None, g["reformed"]
 
 
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
