@@ -33,10 +33,10 @@ def check_env_report(rep):
 
 def env_kill(moerl, config, tmp):
     # One env node: with env-1 beside it the job went on without env-0 and could end before
-    # env-0's replacement (1 s delay, then a node start): seen here at iteration 19-21 of 30,
-    # on a quicker machine later. Alone, no episode runs until env-0-r1 serves, and the buffer
-    # holds at most buffer.max_staleness versions ahead, so the 27 iterations left after the
-    # kill wait for the replacement: it comes before the end by construction.
+    # env-0's replacement (1 s delay, then a node start): it came between iterations 18 and 21
+    # of 30 here, on a quicker machine later. Alone, no episode runs until env-0-r1 serves, and
+    # the buffer holds at most buffer.max_staleness versions ahead, so the iterations left
+    # after the kill wait for the replacement: it comes before the end by construction.
     run = up_run(moerl, tmp, "env-kill", "--config", config, "--no-interrupt",
                  "--iterations", "30", "--set", "env.nodes=1")
     i = run.wait_iteration(3)
