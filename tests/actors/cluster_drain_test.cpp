@@ -33,7 +33,7 @@ TEST_F(cluster_test, sigterm_drains_the_node_finishes_its_unit_and_exits_zero) {
   // It held a lease when the signal came and had 7.5 s: the unit fits and is finished.
   EXPECT_GE(i.value("units_finished", 0u), 1u) << i.dump();
   EXPECT_EQ(i.value("units_returned", 9u), 0u) << i.dump();
-  EXPECT_EQ(node("rollout-0").value("state", ""), "drained");
+  EXPECT_EQ(node_of(report, "rollout-0").value("state", ""), "drained");  // see node_of
 }
 
 TEST_F(cluster_test, imds_spot_notice_from_a_local_server_drains_the_node) {
@@ -91,6 +91,7 @@ TEST_F(cluster_test,
   st = run("status --set console.token=wrong", &out);
   EXPECT_NE(WEXITSTATUS(st), 0);
   EXPECT_NE(out.find("unauthorized"), std::string::npos) << out;
+  wait_all_joined();  // all 7 in the list: see wait_all_joined
   st = run("nodes --json", &out);
   EXPECT_EQ(WEXITSTATUS(st), 0) << out;
   auto nodes = json::parse(out, nullptr, false);

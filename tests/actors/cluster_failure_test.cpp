@@ -25,11 +25,7 @@ TEST_F(cluster_test, buffer_shard_killed_mid_run_reopens_its_units_and_loses_not
   ASSERT_TRUE(WIFSIGNALED(c_->wait_exit("buffer-0", 5000)));
   auto report = wait_done(60000);
   expect_clean_books(report);
-  // From the report fetched at done, not a later console call: the run may have ended (and
-  // its console with it) by then, which read as a node with no state (seen in a full suite).
-  json buffer0 = json::object();
-  for (const auto& n : report.value("nodes", json::array()))
-    if (n.value("name", "") == "buffer-0") buffer0 = n;
+  const json buffer0 = node_of(report, "buffer-0");  // from the report: see node_of
   EXPECT_EQ(buffer0.value("state", ""), "dead") << buffer0.dump();
   // Whatever buffer-0 held that no trainer had received was dropped as shard_lost and
   // regenerated elsewhere; leases that targeted it expired.
@@ -47,6 +43,7 @@ TEST_F(cluster_test, coordinator_killed_and_restarted_recovers_the_ledger_and_fi
   // tries again, and with 5 iterations the job once ended 1.2 s after the restart, with
   // rollout-0 still waiting (6 of 7 nodes in the report).
   start({"actors.iterations=40"});
+  wait_all_joined();  // so that the 7 in the report are nodes that re-joined
   auto before = c_->wait_status(
       [](const json& s) { return s["accounting"].value("committed", 0u) >= 48; }, 30000);
   ASSERT_TRUE(before);

@@ -27,6 +27,7 @@ class cluster_test : public ::testing::Test {
  protected:
   std::string dir_;
   std::unique_ptr<up::local_cluster> c_;
+  std::vector<std::string> node_names_;  // of the cluster start() started
 
   void SetUp() override {
     char tmpl[] = "/tmp/moerl-cluster-XXXXXX";
@@ -80,6 +81,7 @@ class cluster_test : public ::testing::Test {
     o.overrides = base_overrides();
     for (auto& kv : extra) o.overrides.push_back(kv);
     o.log_dir = dir_ + "/logs";
+    for (const auto& n : nodes) node_names_.push_back(n.name);
     o.nodes = std::move(nodes);
     auto c = up::local_cluster::start(o);
     ASSERT_TRUE(c) << c.err().to_string();
@@ -107,6 +109,12 @@ class cluster_test : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // console poll period
     }
     FAIL() << name << " never joined the coordinator";
+  }
+  // Waits until every node start() spawned has registered: a test that counts the nodes
+  // (report["nodes"].size()) needs them all in the run first; start() only spawns them, and
+  // a 4-iteration job can end on the nodes that joined in time.
+  void wait_all_joined() {
+    for (const auto& name : node_names_) wait_joined(name);
   }
   // Waits until `name` holds at least one lease (so a kill lands mid-unit).
   void wait_leases(const std::string& name, int64_t timeout_ms = 20000) {
@@ -150,6 +158,14 @@ class cluster_test : public ::testing::Test {
   }
   static int exit_status(int wait_status) {
     return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+  }
+  // The report's entry of node `name` (an empty object if it has none). Read a node's state at
+  // the end from the report wait_done() fetched, not from a later console call: the run may be
+  // over by then (seen in a full suite: a console call after done read state "").
+  static json node_of(const json& report, const std::string& name) {
+    for (const auto& n : report.value("nodes", json::array()))
+      if (n.value("name", "") == name) return n;
+    return json::object();
   }
   // The report's `interruptions` entry of a node (an empty object if it has none).
   static json interruption_of(const json& report, const std::string& node) {

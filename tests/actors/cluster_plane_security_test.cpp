@@ -38,6 +38,7 @@ TEST_F(cluster_test, a_cluster_with_a_plane_secret_runs_every_zmq_plane_encrypte
   EXPECT_NE(plain.second.find("set node.plane_secret_file"), std::string::npos) << plain.second;
   auto secured = console_cli({"--set", "node.plane_secret_file=" + secret});
   EXPECT_EQ(secured.first, 0) << secured.second;
+  wait_all_joined();  // all 7 in the report: see wait_all_joined
   auto report = wait_done(60000);
   expect_clean_books(report);
   EXPECT_EQ(report["nodes"].size(), 7u);

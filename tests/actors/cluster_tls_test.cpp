@@ -101,6 +101,7 @@ TEST_F(tls_cluster_test, a_killed_node_leaves_every_other_tls_link_up) {
 
 TEST_F(tls_cluster_test, a_cluster_runs_to_the_end_with_clean_books) {
   start_tls();
+  wait_all_joined();  // every node joined over TLS, before the job could end without one
   auto report = wait_done(60000);
   expect_clean_books(report);
   EXPECT_EQ(report["nodes"].size(), 7u);

@@ -51,14 +51,20 @@ def main(moerl):
             h = http(m.group(1))
             wait_for("iteration 2", lambda: run.find(r"iteration ([2-9]|\d\d+)/"))
             codes = []
+            t0 = time.monotonic()
             for _ in range(40):
                 code, headers, raw = h.call("/api/v1/whoami", VIEWER)
                 codes.append(code)
                 if code == 429:
                     assert headers.get("Retry-After") == "1", dict(headers)
                     assert b'"rate_limited"' in raw, raw
+            elapsed = time.monotonic() - t0
             refused = codes.count(429)
-            assert refused >= 40 - 4 - 18 * 2 and set(codes) <= {200, 429}, codes
+            # The bucket (burst 4, 2 a second) admits at most 4 + 2 x the time the 40 took, as
+            # measured here (the server's span lies inside it); +1 for rounding. (It was
+            # "refused >= 40 - 4 - 18 * 2", which holds for any outcome.)
+            assert codes.count(200) <= 4 + 2 * elapsed + 1 and set(codes) <= {200, 429}, \
+                (elapsed, codes)
             # Another address is not held back by this one's flood.
             other = from_address(m.group(1), "127.0.0.2")
             assert other.call("/api/v1/whoami", VIEWER)[0] == 200

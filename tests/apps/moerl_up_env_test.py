@@ -2,8 +2,9 @@
 """`moerl up --config configs/multi-turn.yaml` (issue 14): the multi-turn task's episodes run
 on env nodes. One case per invocation:
 
-  moerl_up_env_test.py MOERL CONFIG env_kill    SIGKILL env-0 mid-episode: its episodes fail,
-                                                 their units are re-leased, the node replaced
+  moerl_up_env_test.py MOERL CONFIG env_kill    SIGKILL env-0 (the one env node) mid-episode:
+                                                 its episodes fail, their units are re-leased,
+                                                 the node replaced
   moerl_up_env_test.py MOERL CONFIG env_crash   environment actors crash (fault injection) and
                                                  restart one-for-one; their episodes fail cleanly
   moerl_up_env_test.py MOERL CONFIG bad_input   malformed requests straight to an env node:
@@ -31,8 +32,13 @@ def check_env_report(rep):
 
 
 def env_kill(moerl, config, tmp):
+    # One env node: with env-1 beside it the job went on without env-0 and could end before
+    # env-0's replacement (1 s delay, then a node start): it came between iterations 18 and 21
+    # of 30 here, on a quicker machine later. Alone, no episode runs until env-0-r1 serves, and
+    # the buffer holds at most buffer.max_staleness versions ahead, so the iterations left
+    # after the kill wait for the replacement: it comes before the end by construction.
     run = up_run(moerl, tmp, "env-kill", "--config", config, "--no-interrupt",
-                 "--iterations", "30")
+                 "--iterations", "30", "--set", "env.nodes=1")
     i = run.wait_iteration(3)
     run.kill("env-0", signal.SIGKILL)
     run.wait_line(r">>> replaced env-0 by env-0-r1 ", i)

@@ -94,12 +94,16 @@ class up_run:
         return self.wait_iteration(int(m.group(1)) + 2, j)
 
     def wait_log(self, text):
-        """The node log (this run's logs/) that says `text`; fails the test past the bound."""
+        """The node log (this run's logs/) that says `text`; fails the test past the bound, or
+        at once when the run has ended and its logs do not say it (nothing more can come)."""
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline:
+            ended = self.p.poll() is not None  # before reading: what the run left counts
             for f in glob.glob(os.path.join(self.run_dir, "*", "logs", "*.log")):
                 if text in open(f, errors="replace").read():
                     return f
+            if ended:
+                break
             time.sleep(0.1)
         self.finish(check=False)
         sys.exit(f"FAIL [{self.name}]: no node log says {text!r}\n{self.output()}")
@@ -610,12 +614,14 @@ def trainer_group(moerl, tmp):
     groups = {g["name"]: g for g in rep["groups"]}
     g = groups["trainer"]
     assert g["members"] == ["trainer-0", "trainer-1"], g
-    # The kill's re-formation comes first; a machine under load can add one more (a CAF link
-    # blip past the re-join grace declares a live member down, and it re-joins).
-    assert len(g["reformed"]) >= 1, g["reformed"]
-    r = g["reformed"][0]
+    # The kill's re-formation, found by its cause: a machine under load can add one more (a CAF
+    # link blip past the re-join grace declares a live member down, and it re-joins), before
+    # the kill as well as after it.
     print("trainer group re-formed:", json.dumps(g["reformed"]), flush=True)
-    assert "trainer-1" in r["cause"] and r["downtime_s"] is not None, r
+    mine = [r for r in g["reformed"] if "trainer-1" in r["cause"]]
+    assert mine, g["reformed"]
+    r = mine[0]
+    assert r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
     # The report names the transport the group's expert plane actually used (rank 0, which
     # runs the job, reports it): the two processes share this host, so rank 0 reaches rank 1
@@ -735,9 +741,12 @@ def rollout_group(moerl, tmp):
     assert g["role"] == "rollout" and len(g["members"]) == 2, g
     causes = " | ".join(r["cause"] for r in g["reformed"])
     assert all(k in causes for k in killed), (killed, g["reformed"])
-    # A rollout member's loss never touches the trainer group.
+    # A rollout member's loss never touches the trainer group: no re-formation of it names a
+    # rollout node. (Not "none at all": on a loaded machine a CAF link blip past the re-join
+    # grace can declare a live trainer member down, and the group re-forms with that member
+    # named as the cause, as trainer_group allows; that is no effect of the rollout kills.)
     t = groups["trainer"]
-    assert t["reformed"] == [], t["reformed"]
+    assert all(r["cause"].startswith("trainer-") for r in t["reformed"]), t["reformed"]
     touched = [x["node"] for x in rep["replacements"]]
     assert not any(n.startswith("trainer") for n in touched), rep["replacements"]
     for v in killed:
@@ -772,8 +781,10 @@ def rollout_group_drain(moerl, tmp):
     assert [x["node"] for x in rep["interruptions"]] == [follower], rep["interruptions"]
     g = {g["name"]: g for g in rep["groups"]}["rollout-g0"]
     print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
-    assert len(g["reformed"]) >= 1 and "drain" in g["reformed"][0]["cause"], g["reformed"]
-    assert g["reformed"][0]["downtime_s"] is not None, g["reformed"]
+    # The drain's re-formation, whichever it is: a CAF link blip under load before the notice
+    # can put a member's own re-formation first (as trainer_group allows for its group).
+    drains = [r for r in g["reformed"] if "drain" in r["cause"]]
+    assert drains and drains[0]["downtime_s"] is not None, g["reformed"]
 
 
 CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,

@@ -21,10 +21,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from http_console_test import BOUND_S, SMALL, wait_for  # noqa: E402
+from http_console_test import BOUND_S, SMALL, up_run, wait_for  # noqa: E402
 
 COLUMNS = 100
-ITERATIONS = 24  # of the run on the terminal: long enough for top's checks beside it
+ITERATIONS = 24  # of the run on the terminal: the Spot notice (at 8) and redraws after it
 FINISH_S = 300   # liveness bound of that run (the suite's machine may be heavily loaded)
 
 
@@ -105,13 +105,17 @@ def check_up_on_terminal(up, rc):
 
 
 def check_top_quits(moerl, console, cwd, keys, how):
+    """`moerl console top` on a terminal against an endless run's `console`: a redrawn frame
+    listing the nodes, then `keys` quit it. The run must outlast both tops (top ends by itself
+    at the job's done), so it is one that never ends on its own (a 24-iteration run once
+    could: two tops of three 0.5 s frames each beside 24 iterations of ~0.2 s)."""
     top = on_pty([moerl, "console", "--connect", console, "top", "--interval", "0.5"], cwd)
     # A second frame (so it redraws) that lists the nodes (they join after the console answers).
     frames = lambda: top.text().split("\x1b[H\x1b[2J")[1:]
     wait_for(f"a redrawn frame of top listing the nodes ({how})", lambda: len(frames()) >= 2 and any(
         "trainer-0" in f and "rollout-0" in f for f in frames()[1:-1]))
     frame = [f for f in frames()[1:-1] if "trainer-0" in f and "rollout-0" in f][-1]
-    assert re.search(r"iteration \d+/%d" % ITERATIONS, frame) and "NAME" in frame, frame
+    assert re.search(r"iteration \d+/\d+", frame) and "NAME" in frame, frame
     top.type(keys)
     rc, lflag = top.finish(bound=30)
     assert rc == 0, f"top after {how} exited {rc}:\n{top.text()[-2000:]}"
@@ -139,15 +143,24 @@ def main(moerl, artifacts):
         assert iters == sorted(iters) and iters[-1] >= 6, iters
         print(f"up through a pipe: {len(piped)} line(s) for 6 iterations", flush=True)
 
+        # top on a terminal, quit by q and by Ctrl-C, against a run that ends only when stopped.
+        endless = up_run(moerl, tmp, os.path.join(artifacts, "top"))
+        try:
+            console = wait_for("the endless run's console line",
+                               lambda: endless.find(r"console at (tcp://\S+) ")).group(1)
+            check_top_quits(moerl, console, tmp, b"q", "q")
+            check_top_quits(moerl, console, tmp, b"\x03", "Ctrl-C")
+        finally:
+            endless.stop()
+
         up = on_pty([moerl, "up", "--iterations", str(ITERATIONS), "--run-dir", os.path.join(artifacts, "tty"),
                      *SMALL], tmp)
         m = wait_for("the console line", lambda: re.search(r"console at (tcp://\S+) ", up.text()))
         console = m.group(1)
+        # top through a pipe ends by itself at done, so it watches this run, which ends.
         piped_top = subprocess.Popen([moerl, "console", "--connect", console, "top", "--interval", "1"],
                                      cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
-        check_top_quits(moerl, console, tmp, b"q", "q")
-        check_top_quits(moerl, console, tmp, b"\x03", "Ctrl-C")
         rc, _ = up.finish(bound=FINISH_S)
         check_up_on_terminal(up, rc)
         out, err = piped_top.communicate(timeout=FINISH_S)
