@@ -284,7 +284,8 @@ class rollout_worker {
     ++ctx_->active_units;
     const uint32_t G = l.unit.samples_per_group;
     const uint32_t n = static_cast<uint32_t>(l.unit.group_ids.size()) * G;
-    uint32_t seq = 0;
+    uint32_t seq = 0;        // samples generated: each one's seq in the unit
+    uint32_t delivered = 0;  // samples handed to the reward hop or the shard
     std::string fail;
     bool returned = false;
     int64_t t0 = steady_ms();
@@ -296,6 +297,10 @@ class rollout_worker {
       }
       const auto& prompt = *prompt_or;
       work_->begin_group(l.unit.group_ids[gi]);
+      // A group's samples go out together (one message on each hop); a unit given back or
+      // failed mid-group delivers none of that group (its attempt is fenced anyway).
+      std::vector<messages::sample> group;
+      group.reserve(G);
       for (uint32_t i = 0; i < G; ++i) {
         if (ctx_->stopping) {
           returned = true;
@@ -337,19 +342,22 @@ class rollout_worker {
         s.from_env = std::move(gs->from_env);
         s.env_us = gs->env_us;
         s.env_steps = gs->env_steps;
-        if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) {
-          fail = st.err().to_string();
-          break;
-        }
+        group.push_back(std::move(s));
         ++seq;
       }
+      if (!fail.empty() || returned) break;
+      if (auto st = deliver(group, l.shard_endpoint, l.deadline_unix_ms); !st) {
+        fail = st.err().to_string();
+        break;
+      }
+      delivered += static_cast<uint32_t>(group.size());
     }
     if (seq) avg_sample_ms_ = 0.7 * avg_sample_ms_ + 0.3 * double(steady_ms() - t0) / seq;
     messages::unit_report rep;
     rep.unit_id = l.unit.id;
     rep.attempt = l.attempt;
     rep.worker = worker_;
-    rep.samples_produced = seq;
+    rep.samples_produced = delivered;
     if (fail.empty() && !returned) {
       rep.status = messages::unit_status::finished;
     } else {
@@ -450,7 +458,8 @@ class rollout_worker {
       s.logprobs = std::move(x.logprobs);
       s.worker = worker_;
       s.generate_us = micros_since(t_last);
-      if (auto st = deliver(s, l.shard_endpoint, l.deadline_unix_ms); !st) {
+      std::vector<messages::sample> one{std::move(s)};  // acknowledged to the worker one by one
+      if (auto st = deliver(one, l.shard_endpoint, l.deadline_unix_ms); !st) {
         fail = st.err().to_string();
         break;
       }
@@ -488,10 +497,13 @@ class rollout_worker {
     return fail.empty();
   }
 
-  // Through a reward node when one is alive; otherwise scored here and sent to the shard.
-  status deliver(messages::sample& s, const std::string& shard_ep,
+  // One group's samples (or one sample) of a lease: through a reward node when one is alive,
+  // as one message; otherwise scored here and sent to the shard. Samples an environment
+  // scored (multi-turn episodes) go straight to the shard.
+  status deliver(std::vector<messages::sample>& samples, const std::string& shard_ep,
                  uint64_t lease_deadline_unix_ms) {
-    if (s.rewarded) return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
+    if (std::all_of(samples.begin(), samples.end(), [](const auto& s) { return s.rewarded; }))
+      return send_to_shard(samples, shard_ep, lease_deadline_unix_ms);
     if (steady_ms() >= next_discovery_) find_reward_nodes();
     // reward.worker: only the reward nodes run the user's reward (python/WORKERS.md), so
     // this process never scores with the job's own: wait for a reward node, up to the lease.
@@ -504,10 +516,13 @@ class rollout_worker {
       find_reward_nodes();
     }
     if (push_) {
-      auto st = push_->send(shard_ep, messages::encode(s));
+      std::vector<std::string> encoded;
+      encoded.reserve(samples.size());
+      for (const auto& s : samples) encoded.push_back(messages::encode(s));
+      auto st = push_->send(shard_ep, encoded);
       if (st) return st;
-      log_->warn("{}: no reward node took a sample ({}){}", worker_, st.err().message,
-                 remote_only ? "" : "; scoring locally");
+      log_->warn("{}: no reward node took {} sample(s) ({}){}", worker_, samples.size(),
+                 st.err().message, remote_only ? "" : "; scoring locally");
       push_.reset();
       reward_eps_.clear();
       next_discovery_ = steady_ms() + 2000;
@@ -516,13 +531,16 @@ class rollout_worker {
       log_->warn("{}: no reward node alive: scoring in the rollout process", worker_);
       warned_local_ = true;
     }
-    const auto t_score = std::chrono::steady_clock::now();
-    auto score = reward_->score(s.prompt_tokens, s.tokens);
-    if (!score) return score.err();
-    s.reward_us = micros_since(t_score);
-    s.reward = *score;
-    s.rewarded = true;
-    return send_to_shard(s, shard_ep, lease_deadline_unix_ms);
+    for (auto& s : samples) {
+      if (s.rewarded) continue;
+      const auto t_score = std::chrono::steady_clock::now();
+      auto score = reward_->score(s.prompt_tokens, s.tokens);
+      if (!score) return score.err();
+      s.reward_us = micros_since(t_score);
+      s.reward = *score;
+      s.rewarded = true;
+    }
+    return send_to_shard(samples, shard_ep, lease_deadline_unix_ms);
   }
 
   // The live reward nodes, asked of the coordinator; the reward hop reconnected when they
@@ -542,8 +560,9 @@ class rollout_worker {
       log_->warn("{}: reward hop: {}", worker_, p.err().to_string());
   }
 
-  // A scored sample straight to its shard, waiting for credit up to the lease deadline.
-  status send_to_shard(const messages::sample& s, const std::string& shard_ep,
+  // Scored samples straight to their shard (as few messages as the credit allows), waiting
+  // for credit up to the lease deadline.
+  status send_to_shard(const std::vector<messages::sample>& samples, const std::string& shard_ep,
                        uint64_t lease_deadline_unix_ms) {
     auto& p = direct_[shard_ep];
     if (!p) {
@@ -552,10 +571,13 @@ class rollout_worker {
       p = std::move(*c);
     }
     int64_t next_check = steady_ms() + 1000;
-    for (;;) {
-      auto st = p->try_send(s);
-      if (st) return st;
-      if (st.err().code != errc::capacity_exceeded) return st;
+    for (size_t sent = 0; sent < samples.size();) {
+      auto n = p->try_send_some(samples, sent);
+      if (n) {
+        sent += *n;
+        continue;
+      }
+      if (n.err().code != errc::capacity_exceeded) return n.err();
       if (ctx_->stopping) return error(errc::shutting_down, "node stopping");
       // No credit: a slow trainer (wait) or a dead shard (give up; the ledger has expired
       // the lease and re-opens the unit). A dead peer never answers, so ask the coordinator.
@@ -571,6 +593,7 @@ class rollout_worker {
       }
       if (auto pst = p->poll(50); !pst) return pst;  // wait for the shard's credit
     }
+    return ok_status();
   }
 
   // The node's env-link counters in its stats (episodes, steps, failures by reason).

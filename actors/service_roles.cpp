@@ -49,7 +49,14 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
     }
     verifier = std::move(*verifier_or);
   }
-  std::optional<std::pair<std::string, messages::sample>> pending;
+  // What a message from a rollout brought, scored: its shard's endpoint and its samples
+  // (usually a whole group), forwarded as one message when the shard's credit allows.
+  struct scored_batch {
+    std::string shard;
+    std::vector<messages::sample> samples;
+    size_t sent = 0;  // samples[0, sent) forwarded
+  };
+  std::optional<scored_batch> pending;
   uint64_t scored = 0, malformed = 0;
   int64_t idle_since = steady_ms(), last_stats = 0, blocked_since = 0;
   // Shards found gone, by endpoint -> when to look again: later samples for them are dropped
@@ -61,6 +68,25 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   constexpr int64_t kLookAgainMs = 5000;
   std::map<std::string, int64_t> gone_shards;
   uint64_t dropped_for_gone = 0;
+  // Scores one sample of a message; false when it cannot be (never forwarded: its attempt
+  // stays incomplete and the lease expires).
+  auto score = [&](messages::sample& s) {
+    // A multi-turn episode arrives scored by its environment (env/ENV.md).
+    const auto t_score = std::chrono::steady_clock::now();
+    auto r = s.rewarded ? result<float>(s.reward)
+             : external ? external->score(s.prompt_tokens, s.tokens, s.work_unit, s.seq)
+                        : verifier->score(s.prompt_tokens, s.tokens);
+    s.reward_us = micros_since(t_score);
+    if (!r) {
+      ++malformed;
+      log->warn("sample of unit {} seq {} not scorable: {}", s.work_unit, s.seq, r.err().message);
+      return false;
+    }
+    s.reward = *r;
+    s.rewarded = true;
+    ++scored;
+    return true;
+  };
   while (mailbox_ok(self, *ctx, 0)) {
     if (steady_ms() - last_stats > 1000) {
       last_stats = steady_ms();
@@ -82,68 +108,61 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
         continue;
       }
       idle_since = steady_ms();
-      auto s = messages::decode<messages::sample>((*got)->second);
-      if (!s) {
-        ++malformed;
-        continue;
+      auto& parts = **got;
+      scored_batch b{std::move(parts[0]), {}, 0};
+      for (size_t i = 1; i < parts.size(); ++i) {
+        auto s = messages::decode<messages::sample>(parts[i]);
+        if (!s) {
+          ++malformed;
+          continue;
+        }
+        if (score(*s)) b.samples.push_back(std::move(*s));
       }
-      // A multi-turn episode arrives scored by its environment (env/ENV.md).
-      const auto t_score = std::chrono::steady_clock::now();
-      auto r = s->rewarded ? result<float>(s->reward)
-               : external  ? external->score(s->prompt_tokens, s->tokens, s->work_unit, s->seq)
-                           : verifier->score(s->prompt_tokens, s->tokens);
-      s->reward_us = micros_since(t_score);
-      if (!r) {
-        // Never forwarded: its attempt stays incomplete and the lease expires.
-        ++malformed;
-        log->warn("sample of unit {} seq {} not scorable: {}", s->work_unit, s->seq,
-                  r.err().message);
-        continue;
-      }
-      s->reward = *r;
-      s->rewarded = true;
-      ++scored;
-      pending.emplace((*got)->first, std::move(*s));
+      if (b.samples.empty()) continue;
+      pending.emplace(std::move(b));
     }
-    if (auto g = gone_shards.find(pending->first); g != gone_shards.end()) {
+    if (auto g = gone_shards.find(pending->shard); g != gone_shards.end()) {
       if (steady_ms() < g->second) {
-        ++dropped_for_gone;  // its unit's lease is expired or will be: the unit is re-run
+        // Their unit's lease is expired or will be: the unit is re-run.
+        dropped_for_gone += pending->samples.size() - pending->sent;
         pending.reset();
         continue;
       }
-      gone_shards.erase(g);  // look again: this sample waits for credit, then is re-checked
+      gone_shards.erase(g);  // look again: these samples wait for credit, then are re-checked
     }
-    auto& p = ctx->producers[pending->first];
+    auto& p = ctx->producers[pending->shard];
     if (!p) {
-      auto c = ledger::sample_producer::connect(ctx->zmq, pending->first, ctx->name);
+      auto c = ledger::sample_producer::connect(ctx->zmq, pending->shard, ctx->name);
       if (!c) {
-        log->error("connect to shard {}: {}", pending->first, c.err().to_string());
+        log->error("connect to shard {}: {}", pending->shard, c.err().to_string());
         pending.reset();
         continue;
       }
       p = std::move(*c);
     }
-    auto st = p->try_send(pending->second);
-    if (st) {
-      pending.reset();
+    auto n = p->try_send_some(pending->samples, pending->sent);
+    if (n) {
+      pending->sent += *n;
+      if (pending->sent == pending->samples.size()) pending.reset();
       blocked_since = 0;
-    } else if (st.err().code == errc::capacity_exceeded) {
+    } else if (n.err().code == errc::capacity_exceeded) {
       // Wait for credit, but not on a dead shard: its unit's lease is expired anyway.
       if (!blocked_since) blocked_since = steady_ms();
       if (steady_ms() - blocked_since > 1000) {
         blocked_since = steady_ms();
-        if (known_gone(self, *ctx, node_role::buffer, pending->first)) {
+        if (known_gone(self, *ctx, node_role::buffer, pending->shard)) {
           log->warn("shard {} is gone: dropping its samples for {} s (first: unit {})",
-                    pending->first, kLookAgainMs / 1000, pending->second.work_unit);
-          gone_shards[pending->first] = steady_ms() + kLookAgainMs;
-          ctx->producers.erase(pending->first);
+                    pending->shard, kLookAgainMs / 1000, pending->samples[pending->sent].work_unit);
+          gone_shards[pending->shard] = steady_ms() + kLookAgainMs;
+          ctx->producers.erase(pending->shard);
+          dropped_for_gone += pending->samples.size() - pending->sent;
           pending.reset();
           continue;
         }
       }
       (void)p->poll(20);
     } else {
-      log->error("forward to {}: {}", pending->first, st.err().to_string());
+      log->error("forward to {}: {}", pending->shard, n.err().to_string());
       pending.reset();
     }
   }

@@ -35,9 +35,18 @@ reward_push::~reward_push() {
   if (sock_) zmq_close(sock_);
 }
 
-status reward_push::send(const std::string& shard_endpoint, const std::string& sample_bytes) {
+status reward_push::send(const std::string& shard_endpoint,
+                         const std::vector<std::string>& sample_bytes) {
+  if (sample_bytes.empty() || sample_bytes.size() > kMaxSamplesPerMessage)
+    return error(errc::invalid_argument,
+                 "reward hop: a message carries 1.." + std::to_string(kMaxSamplesPerMessage) +
+                     " samples, not " + std::to_string(sample_bytes.size()));
+  // The first part waits for the send timeout when no reward node has room; the rest of a
+  // multipart message then goes out whole (ZeroMQ queues it atomically).
   ZMQ_CHECK(zmq_send(sock_, shard_endpoint.data(), shard_endpoint.size(), ZMQ_SNDMORE));
-  ZMQ_CHECK(zmq_send(sock_, sample_bytes.data(), sample_bytes.size(), 0));
+  for (size_t i = 0; i < sample_bytes.size(); ++i)
+    ZMQ_CHECK(zmq_send(sock_, sample_bytes[i].data(), sample_bytes[i].size(),
+                       i + 1 < sample_bytes.size() ? ZMQ_SNDMORE : 0));
   return ok_status();
 }
 

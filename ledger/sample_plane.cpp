@@ -171,6 +171,28 @@ status sample_producer::try_send(const messages::sample& s) {
   return ok_status();
 }
 
+result<size_t> sample_producer::try_send_some(const std::vector<messages::sample>& samples,
+                                              size_t from) {
+  if (from >= samples.size()) return size_t{0};
+  const size_t left = samples.size() - from;
+  if (credits_ == 0) {
+    if (!asked_) {
+      if (auto d = declare_backlog(static_cast<uint32_t>(std::min<size_t>(left, UINT32_MAX))); !d)
+        return d.err();
+    }
+    return error(errc::capacity_exceeded, "producer " + name_ + ": no credit from the shard");
+  }
+  const size_t n = std::min<size_t>({left, credits_, kMaxSamplesPerMessage});
+  for (size_t i = 0; i < n; ++i)
+    if (auto st =
+            send_frame(sock_, messages::encode(samples[from + i]), i + 1 < n ? ZMQ_SNDMORE : 0);
+        !st)
+      return st.err();  // a multipart message is sent whole or not at all
+  credits_ -= static_cast<uint32_t>(n);
+  sent_ += n;
+  return n;
+}
+
 status sample_producer::poll(int timeout_ms) {
   auto ready = wait_readable(sock_, timeout_ms);
   if (!ready) return ready.err();
@@ -305,82 +327,88 @@ std::vector<consumption> shard_service::take_consumed() {
 result<size_t> shard_service::pump(int timeout_ms) {
   size_t handled = 0;
   ASSIGN_OR_RETURN(auto ready, wait_readable(sock_, timeout_ms));
-  // Every frame that is not used is counted and its reason logged (rate-limited).
-  auto drop = [&](const std::string& reason, const std::string& detail) {
-    ++bad_frames_;
-    drops_->note(reason, detail);
-  };
   while (ready) {
     ASSIGN_OR_RETURN(auto frames, recv_message(sock_));
     if (frames.empty()) break;
     ++handled;
     // Peers name themselves with their routing id; one that did not has a binary one.
     auto from = [&] { return " from " + printable_excerpt(frames[0]); };
-    if (frames.size() != 2) {
-      drop("a multipart message", std::to_string(frames.size() - 1) + " body frames" + from());
+    if (frames.size() < 2 || frames.size() - 1 > kMaxSamplesPerMessage) {
+      ++bad_frames_;  // counted and its reason logged (rate-limited), as every unused frame
+      drops_->note("a message of " + std::to_string(frames.size() - 1) + " bodies",
+                   "1.." + std::to_string(kMaxSamplesPerMessage) + " are taken" + from());
       continue;
     }
     const std::string& peer = frames[0];
-    const std::string& body = frames[1];
-    auto k = messages::peek_kind(body.data(), body.size());
-    if (!k) {
-      drop("not a moerl message", k.err().message + from());
-      continue;
-    }
-    if (*k == messages::kind::sample) {
-      auto smp = messages::decode<messages::sample>(body);
-      auto it = producers_.find(peer);
-      if (it != producers_.end()) ++it->second.received;
-      if (!smp) {
-        drop("an undecodable sample", smp.err().message + from());
-        continue;
-      }
-      // Refusals are counted in the shard's stats; the credit is spent either way and is
-      // granted again below, since a refused sample takes no room.
-      if (auto admitted = shard_->admit(std::move(*smp)); !admitted)
-        refused_->note(errc_name(admitted.err().code), admitted.err().message + from());
-    } else if (*k == messages::kind::credit) {
-      auto demand = messages::decode<messages::credit>(body);
-      if (!demand) {
-        drop("an undecodable credit", demand.err().message + from());
-        continue;
-      }
-      // Every sample the producer sent before this declaration has been received (FIFO).
-      auto& p = producers_[peer];
-      p.demand = p.received + demand->credits;
-    } else if (*k == messages::kind::batch_request) {
-      auto req = messages::decode<messages::batch_request>(body);
-      if (!req || (req->num_groups == 0 && req->confirmed_batches.empty())) {
-        drop("a bad batch request", (req ? "0 groups" : req.err().message) + from());
-        continue;
-      }
-      const consumer_ref who{req->trainer.empty() ? peer : req->trainer, req->incarnation};
-      // A newer incarnation first releases what the older ones held (served again below);
-      // a lost one is fenced: it gets nothing and its confirmations count for nothing.
-      auto released = shard_->consumer_seen(who);
-      if (!released) {
-        refused_->note("fenced trainer", released.err().message + from());
-        continue;
-      }
-      for (auto& c : *released) consumed_.push_back(c);
-      for (uint64_t id : req->confirmed_batches) {
-        auto trained = shard_->confirm(who, id);
-        if (!trained) {
-          refused_->note("fenced confirmation", trained.err().message + from());
-          continue;
-        }
-        for (auto& c : *trained) consumed_.push_back(c);
-      }
-      if (req->num_groups > 0) waiting_[peer] = {req->num_groups, who};
-    } else {
-      drop("a message the shard does not take",
-           "kind " + std::to_string(static_cast<int>(*k)) + from());
-    }
+    for (size_t f = 1; f < frames.size(); ++f) handle_body(peer, frames[f], from);
   }
   if (!serving_) return handled;
   if (auto s = serve_waiting(); !s) return s.err();
   if (auto s = grant_credits(); !s) return s.err();
   return handled;
+}
+
+void shard_service::handle_body(const std::string& peer, const std::string& body,
+                                const std::function<std::string()>& from) {
+  // Every frame that is not used is counted and its reason logged (rate-limited).
+  auto drop = [&](const std::string& reason, const std::string& detail) {
+    ++bad_frames_;
+    drops_->note(reason, detail);
+  };
+  auto k = messages::peek_kind(body.data(), body.size());
+  if (!k) {
+    drop("not a moerl message", k.err().message + from());
+    return;
+  }
+  if (*k == messages::kind::sample) {
+    auto smp = messages::decode<messages::sample>(body);
+    auto it = producers_.find(peer);
+    if (it != producers_.end()) ++it->second.received;
+    if (!smp) {
+      drop("an undecodable sample", smp.err().message + from());
+      return;
+    }
+    // Refusals are counted in the shard's stats; the credit is spent either way and is
+    // granted again below, since a refused sample takes no room.
+    if (auto admitted = shard_->admit(std::move(*smp)); !admitted)
+      refused_->note(errc_name(admitted.err().code), admitted.err().message + from());
+  } else if (*k == messages::kind::credit) {
+    auto demand = messages::decode<messages::credit>(body);
+    if (!demand) {
+      drop("an undecodable credit", demand.err().message + from());
+      return;
+    }
+    // Every sample the producer sent before this declaration has been received (FIFO).
+    auto& p = producers_[peer];
+    p.demand = p.received + demand->credits;
+  } else if (*k == messages::kind::batch_request) {
+    auto req = messages::decode<messages::batch_request>(body);
+    if (!req || (req->num_groups == 0 && req->confirmed_batches.empty())) {
+      drop("a bad batch request", (req ? "0 groups" : req.err().message) + from());
+      return;
+    }
+    const consumer_ref who{req->trainer.empty() ? peer : req->trainer, req->incarnation};
+    // A newer incarnation first releases what the older ones held (served again below);
+    // a lost one is fenced: it gets nothing and its confirmations count for nothing.
+    auto released = shard_->consumer_seen(who);
+    if (!released) {
+      refused_->note("fenced trainer", released.err().message + from());
+      return;
+    }
+    for (auto& c : *released) consumed_.push_back(c);
+    for (uint64_t id : req->confirmed_batches) {
+      auto trained = shard_->confirm(who, id);
+      if (!trained) {
+        refused_->note("fenced confirmation", trained.err().message + from());
+        continue;
+      }
+      for (auto& c : *trained) consumed_.push_back(c);
+    }
+    if (req->num_groups > 0) waiting_[peer] = {req->num_groups, who};
+  } else {
+    drop("a message the shard does not take",
+         "kind " + std::to_string(static_cast<int>(*k)) + from());
+  }
 }
 
 status shard_service::serve_waiting() {

@@ -4,6 +4,9 @@
 //   producer (DEALER) --sample--> shard (ROUTER) <--batch_request-- trainer (DEALER)
 //            <--credit--                          --batch-->
 //
+// A message is [body]... (the shard's ROUTER sees [routing id][body]...): one or more
+// moerl_messages frames, handled in order, so a producer sends a whole group as one message.
+//
 // Credit is demand-driven. A producer declares its backlog with
 // credit{consumer=<its name>, credits=n}: "I intend to send n more samples" (n=0 is the
 // hello at connect). The shard grants increments credit{consumer=<shard name>, credits=k}
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,6 +62,12 @@ class sample_producer {
   // Out of credit with no declaration pending, it declares a backlog of 1 itself, so a
   // caller that never declares still progresses, one round trip per sample.
   status try_send(const messages::sample& s);
+  // Sends samples[from..] as far as the credit goes (at most kMaxSamplesPerMessage) in ONE
+  // multipart message, and says how many went; errc::capacity_exceeded when none could (out
+  // of credit, it declares the rest as its backlog unless a declaration is pending). One
+  // message per group instead of per sample: each message wakes the shard's loop and both
+  // sides' ZeroMQ I/O threads.
+  result<size_t> try_send_some(const std::vector<messages::sample>& samples, size_t from = 0);
   // Reads credit grants; waits up to timeout_ms for the first one (0: don't wait).
   status poll(int timeout_ms);
   uint32_t credits() const { return credits_; }
@@ -111,6 +121,10 @@ class batch_consumer {
   std::unique_ptr<rate_limited_log> drops_;
 };
 
+// The most samples one sample-plane message carries (a shard drops a message with more
+// bodies as a whole); a prompt group is usually 8-64.
+constexpr size_t kMaxSamplesPerMessage = 256;
+
 struct sample_plane_options {
   uint32_t credits_per_producer = 64;  // buffer.credits_per_producer: max outstanding per producer
   size_t max_frame_bytes = 16u << 20;  // buffer.max_frame_bytes: larger frames are dropped
@@ -157,6 +171,10 @@ class shard_service {
   shard_service() = default;
   status grant_credits();
   status serve_waiting();
+  // One body of a message from `peer` (a sample, a credit declaration or a batch request);
+  // `from` names the peer in the log line of a body that is dropped.
+  void handle_body(const std::string& peer, const std::string& body,
+                   const std::function<std::string()>& from);
 
   std::shared_ptr<zmq::zmq_context> ctx_;
   void* sock_ = nullptr;

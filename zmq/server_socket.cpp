@@ -31,20 +31,29 @@ zmq_server_socket::~zmq_server_socket() {
   if (sock_) zmq_close(sock_);
 }
 
-result<std::optional<std::pair<std::string, std::string>>> zmq_server_socket::poll(int timeout_ms) {
-  using out_t = std::optional<std::pair<std::string, std::string>>;
+result<std::optional<std::vector<std::string>>> zmq_server_socket::poll_parts(int timeout_ms,
+                                                                              size_t min_parts,
+                                                                              size_t max_parts) {
+  using out_t = std::optional<std::vector<std::string>>;
   zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
   const int n = zmq_poll(&item, 1, timeout_ms);
   ZMQ_CHECK(n);
   if (n == 0) return out_t();
   auto received = zmq::recv_message_parts(sock_, "zmq_msg_recv(" + type_name_ + ")");
   if (!received) return received.err();
-  auto& parts = *received;
-  if (parts.size() != 2) {
+  if (received->size() < min_parts || received->size() > max_parts) {
     ++num_bad_frames_;
     return out_t();
   }
-  return out_t(std::make_pair(std::move(parts[0]), std::move(parts[1])));
+  return out_t(std::move(*received));
+}
+
+result<std::optional<std::pair<std::string, std::string>>> zmq_server_socket::poll(int timeout_ms) {
+  using out_t = std::optional<std::pair<std::string, std::string>>;
+  auto parts = poll_parts(timeout_ms, 2, 2);
+  if (!parts) return parts.err();
+  if (!*parts) return out_t();
+  return out_t(std::make_pair(std::move((**parts)[0]), std::move((**parts)[1])));
 }
 
 }  // namespace moerl::zmq

@@ -1,8 +1,8 @@
 // The server half shared by the reward node's PULL (ledger/reward_hop.h) and the env node's
 // ROUTER (env/env_server.h): bind a socket and read the endpoint it got, and receive one
-// two-part message at a time. Both planes frame every message as exactly two parts (reward:
-// [shard endpoint][sample]; env: [client identity][request]); anything else is dropped and
-// counted, so a stray sender cannot wedge the node.
+// message at a time. The env plane frames every message as two parts ([client identity]
+// [request]), the reward hop as [shard endpoint][sample]... (a group's samples in one
+// message); anything else is dropped and counted, so a stray sender cannot wedge the node.
 // Threading: a socket is used by one thread at a time, as ZeroMQ requires.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "zmq/context.h"
@@ -30,6 +31,10 @@ class zmq_server_socket {
   // One two-part message if one arrives within timeout_ms; a message of another shape is
   // dropped and counted (num_bad_frames).
   result<std::optional<std::pair<std::string, std::string>>> poll(int timeout_ms);
+  // One message of min_parts..max_parts parts if one arrives within timeout_ms; a message of
+  // another shape is dropped and counted (num_bad_frames).
+  result<std::optional<std::vector<std::string>>> poll_parts(int timeout_ms, size_t min_parts,
+                                                             size_t max_parts);
   void* handle() const { return sock_; }
   const std::string& endpoint() const { return endpoint_; }
   uint64_t num_bad_frames() const { return num_bad_frames_; }
