@@ -7,7 +7,7 @@ busy processes at normal priority (nice 0: CI's compile jobs, which starve nodes
 
 The count of busy workers is set every 0.5 s from /proc/loadavg: the runnable tasks right now
 (4th field) minus our own workers is the rest of the machine; the workers make up the
-difference to an instantaneous target that starts at up to 1.5x the goal while the 1-minute
+difference to an instantaneous target that starts at up to 1.5x the goal (at most 60) while the 1-minute
 average is still below it (so that the figure the kernel reports reaches the goal in tens of
 seconds, not minutes) and settles at the goal once it is there.
 
@@ -74,8 +74,9 @@ def run(goal, limit_s, parent):
             load1, runnable = read_loadavg()
             window = (window + [runnable - len(workers)])[-4:]
             others = max(0, sorted(window)[len(window) // 2])  # median: the rest of the machine
-            # Up to 1.5x the goal while the kernel's 1-minute average lags below it.
-            aim = min(1.5 * goal, max(goal, goal + 3 * (goal - load1)))
+            # Up to 1.5x the goal (never past 60, the top of the range it is for) while the
+            # kernel's 1-minute average lags below it.
+            aim = min(max(goal, min(1.5 * goal, 60)), max(goal, goal + 3 * (goal - load1)))
             want = max(0, int(round(aim - others)))
             if os.environ.get("CPU_HOG_TRACE"):
                 print(f"load1 {load1} runnable {runnable} workers {len(workers)} others {others} "
