@@ -11,6 +11,7 @@
 
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
+#include "actors/internal/control_priority.h"
 #include "actors/internal/node_roles.h"
 #include "actors/internal/role_loops.h"
 #include "actors/interruption.h"
@@ -311,6 +312,13 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   so.observer = caf::actor_cast<caf::actor>(self);
   st.supervisor = spawn_supervisor(self->system(), so, role_children(ctx));
   self->link_to(st.supervisor);
+  // Detached: this runs on the agent's own thread, which sends the heartbeats. Raised only
+  // now: the supervisor's thread (and every role thread it starts) was made from this one
+  // and keeps the default priority. CAF's timer thread names itself after it starts, so it
+  // is looked for again here.
+  const int nice = static_cast<int>(ctx->cfg.get_int("node.control_nice"));
+  prioritize_this_thread(nice);
+  prioritize_caf_io_threads(self->system(), nice);
   self->set_exit_handler([self](caf::exit_msg& m) {
     if (m.source == self->state.supervisor.address() && !self->state.finishing) {
       // The supervisor gave up (restart intensity): escalate by ending the node non-zero,
