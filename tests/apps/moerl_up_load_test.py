@@ -6,7 +6,7 @@ The run must finish with nothing lost or duplicated and no node declared dead wh
 alive: the only replacement and re-formation allowed are the ones the Spot notice plans (the
 drained rollout replaced, its group re-formed).
 
-    moerl_up_load_test.py MOERL [--load 30] [--iterations 15] [--runs 1]
+    moerl_up_load_test.py MOERL [--load 30] [--iterations 15] [--runs 1] [--set KEY=VALUE]...
 
 The CI form (ctest apps_moerl_up_load_test) is the defaults, about a minute; the long form is
 scripts/load-test.sh (docs/TESTING.md). Prints the load during the run (the kernel's 1-minute
@@ -89,8 +89,9 @@ def heartbeat_figures(rep):
             for n in rep["nodes"]}
 
 
-def one_run(moerl, tmp, k, load, iterations):
+def one_run(moerl, tmp, k, load, iterations, overrides):
     run = up_run(moerl, tmp, f"load-{k}", "--iterations", str(iterations),
+                 *[x for kv in overrides for x in ("--set", kv)],
                  "--console", f"tcp://127.0.0.1:{free_port()}",
                  "--set", f"console.http_address=127.0.0.1:{free_port()}", policy=())
     # The hog starts once the cluster is up: what is under test is a running cluster's
@@ -140,6 +141,8 @@ def main():
     ap.add_argument("--load", type=float, default=30)
     ap.add_argument("--iterations", type=int, default=15)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to moerl up (e.g. node.control_nice=0 for the run before the fix)")
     a = ap.parse_args()
     moerl = os.path.abspath(a.moerl)
     failed = 0
@@ -147,7 +150,7 @@ def main():
         keep = os.environ.get("MOERL_KEEP_TMP")  # keep the run's logs for a post-mortem
         tmp = tempfile.mkdtemp(prefix="moerl-up-load-") if keep else None
         with tempfile.TemporaryDirectory() as auto:
-            problems = one_run(moerl, tmp or auto, k, a.load, a.iterations)
+            problems = one_run(moerl, tmp or auto, k, a.load, a.iterations, a.set)
         if tmp:
             print("logs kept under", tmp, flush=True)
         for p in problems:
