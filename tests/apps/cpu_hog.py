@@ -23,7 +23,7 @@ ONE task however many workers it has (seen: 80 runnable workers, `moerl up` as f
 CI's compile jobs and the tests share a session; so do the hog and the run beside it.
 
 As a module: `with hog(load, limit_s): ...` runs it as that subprocess and kills its group on
-the way out, whatever happened inside."""
+the way out, whatever happened inside. CPU_HOG_TRACE=1 prints each adjustment to stderr."""
 import argparse
 import ctypes
 import os
