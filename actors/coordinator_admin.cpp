@@ -117,6 +117,10 @@ json coordinator_core::nodes_json(std::optional<size_t> history_tail) const {
            {"leases", leases}, {"endpoint", n.endpoint}};
     if (!n.down_reason.empty()) j["down_reason"] = n.down_reason;
     if (!n.gave_up.empty()) j["gave_up"] = n.gave_up;
+    j["heartbeat"] = {{"count", n.heartbeats},
+                      {"max_silence_ms", n.max_silence_ms},
+                      {"max_delay_ms", n.max_delay_ms},
+                      {"timeout_ms", opts_.heartbeat_timeout_ms}};
     auto g = groups_.node_json(id);
     j["group"] = g.is_null() ? json("") : g["group"];
     j["rank"] = g.is_null() ? json("") : g["rank"];

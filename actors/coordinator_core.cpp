@@ -139,7 +139,15 @@ status coordinator_core::heartbeat(const messages::heartbeat& hb) {
   if (n.state != "running" && n.state != "draining")
     return error(errc::unknown_node,
                  "heartbeat from node " + n.name + " in state " + n.state + ": re-join first");
-  n.last_seen_ms = clock_.now_ms();
+  const int64_t now = clock_.now_ms();
+  ++n.heartbeats;
+  n.max_silence_ms = std::max(n.max_silence_ms, now - n.last_seen_ms);
+  // The send time is the node's wall clock: meaningful on one host (moerl up, a pod's
+  // neighbours); across hosts it carries the clocks' offset.
+  if (hb.sent_unix_ms > 0)
+    n.max_delay_ms =
+        std::max(n.max_delay_ms, unix_now_ms() - static_cast<int64_t>(hb.sent_unix_ms));
+  n.last_seen_ms = now;
   n.restarts = hb.restarts;
   if (n.state == "running" && hb.state == "draining") n.state = "draining";
   return ok_status();

@@ -61,7 +61,12 @@ struct node_record {
   uint32_t restarts = 0;
   uint32_t leases = 0;  // leases held (ledger view for rollouts)
   int64_t last_seen_ms = 0;
-  nlohmann::json stats;  // last stats the node sent (buffer fill, trainer checks)
+  // Heartbeats as the coordinator saw them (nodes_json "heartbeat"): how close the node came
+  // to being declared dead, and where a late heartbeat spent its time.
+  uint64_t heartbeats = 0;
+  int64_t max_silence_ms = 0;  // longest silence counted against it (what the timeout judges)
+  int64_t max_delay_ms = 0;    // longest from its send to the coordinator handling it (one host)
+  nlohmann::json stats;        // last stats the node sent (buffer fill, trainer checks)
 };
 
 // Something the actor must send to a node (looked up by node id).

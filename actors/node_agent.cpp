@@ -11,6 +11,7 @@
 
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
+#include "actors/internal/control_priority.h"
 #include "actors/internal/node_roles.h"
 #include "actors/internal/role_loops.h"
 #include "actors/interruption.h"
@@ -133,22 +134,39 @@ bool register_once(agent_actor* self, int64_t give_up) {
   ctx.set_coordinator(*coord);
   self->monitor(*coord);
   bool ok = false;
-  std::string why;
+  std::string why = "no answer in " + std::to_string(ctx.cp.request_timeout_ms) + " ms";
   auto bytes = messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running"));
   const auto link = ctx.trust.current_link();
   const int64_t sent = steady_ms();
+  // Sent, not requested, with the coordinator monitored (as group_member_link::allgather):
+  // CAF 0.17 does not fail a pending request when the link drops, and at load a link made to
+  // re-join can drop at once (the coordinator's middleman, starved, times out the old link
+  // after the node reconnected and takes the node's new proxies with it). A request waited
+  // node.request_timeout_ms (5 s) for an answer that could not come, past the coordinator's
+  // re-join grace (2 s): the node was declared dead while it was re-joining (load 60).
   caf::scoped_actor blocking{self->system()};
-  blocking
-      ->request(*coord, ms(ctx.cp.request_timeout_ms), register_atom::value, bytes,
-                caf::actor_cast<caf::actor>(self))
-      .receive(
-          [&](std::string& r) {
-            auto refused = refusal_in(r);
-            ok = refused.code == errc::ok;
-            if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
-            why = ok ? "" : "refused: " + refused.to_string();
-          },
-          [&](caf::error& e) { why = self->system().render(e); });
+  blocking->monitor(*coord);
+  blocking->send(*coord, register_atom::value, bytes, caf::actor_cast<caf::actor>(self));
+  const auto deadline = std::chrono::steady_clock::now() + ms(ctx.cp.request_timeout_ms);
+  for (bool waiting = true; waiting;) {
+    blocking->receive(
+        [&](std::string& r) {
+          auto refused = refusal_in(r);
+          ok = refused.code == errc::ok;
+          if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
+          why = ok ? "" : "refused: " + refused.to_string();
+          waiting = false;
+        },
+        [&](caf::error& e) {
+          why = self->system().render(e);
+          waiting = false;
+        },
+        [&](caf::down_msg& d) {
+          why = "the link dropped while registering (" + caf::to_string(d.reason) + ")";
+          waiting = false;
+        },
+        caf::after(ms(100)) >> [&] { waiting = std::chrono::steady_clock::now() < deadline; });
+  }
   if (!ok) {
     log->error("registration with the coordinator failed: {}", why);
   } else {
@@ -207,6 +225,15 @@ void send_heartbeat(agent_actor* self) {
             } else if (refused.code == errc::peer_dead) {
               fenced_by_coordinator(self, refused.message);
               finish(self, kFencedExit);
+            } else if (refused.code == errc::unknown_node && self->state.registered) {
+              // The coordinator lost our link (it counts us unreachable, "re-join first") while
+              // ours stayed up, so no down message will tell us: re-join now, inside its
+              // grace, instead of heartbeating into refusals until it declares us dead.
+              auto& st = self->state;
+              st.ctx->trust.link_lost();
+              st.registered = false;
+              logger("node")->warn("heartbeat refused ({}); re-joining", refused.message);
+              if (!connect_and_register(self)) finish(self, st.fenced ? kFencedExit : 3);
             }
           },
           [](caf::error&) {});  // no answer: the trust runs out, the next heartbeat retries
@@ -285,6 +312,13 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
   so.observer = caf::actor_cast<caf::actor>(self);
   st.supervisor = spawn_supervisor(self->system(), so, role_children(ctx));
   self->link_to(st.supervisor);
+  // Detached: this runs on the agent's own thread, which sends the heartbeats. Raised only
+  // now: the supervisor's thread (and every role thread it starts) was made from this one
+  // and keeps the default priority. CAF's timer thread names itself after it starts, so it
+  // is looked for again here.
+  const int nice = static_cast<int>(ctx->cfg.get_int("node.control_nice"));
+  prioritize_this_thread(nice);
+  prioritize_caf_io_threads(self->system(), nice);
   self->set_exit_handler([self](caf::exit_msg& m) {
     if (m.source == self->state.supervisor.address() && !self->state.finishing) {
       // The supervisor gave up (restart intensity): escalate by ending the node non-zero,

@@ -1,4 +1,5 @@
 #include "actors/node_runtime.h"
+#include "actors/internal/control_priority.h"
 #include "common/json_text.h"
 
 #include <signal.h>
@@ -93,6 +94,8 @@ status keep_group_history(coordinator_core& core, store::object_store& store,
 int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
                     const std::string& host, uint16_t port, const std::string& node_id) {
   auto log = logger("node");
+  // The coordinator is all control plane: every thread it starts from here on inherits this.
+  prioritize_this_thread(static_cast<int>(cfg.get_int("node.control_nice")));
   auto copts = coordinator_options::from_config(cfg);
   if (!copts) {
     log->error("{}", copts.err().to_string());
@@ -289,6 +292,9 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
   {
     node_caf_config ccfg(cp);
     caf::actor_system sys{ccfg};
+    // Only the control threads: the role's bulk work (generation, training) stays at the
+    // default priority, below them.
+    prioritize_caf_io_threads(sys, static_cast<int>(cfg.get_int("node.control_nice")));
     auto agent = spawn_node_agent(sys, ctx, exit_code);
     int64_t grace = cfg.get_int("actors.sigterm_grace_ms");
     relay.set([agent, ctx, grace](int sig) {

@@ -46,6 +46,12 @@ const std::vector<key_spec>& config_schema() {
        r::at_least(1)},
       {"node.request_timeout_ms", t::integer, "5000", "timeout on every remote request", "",
        r::at_least(1)},
+      {"node.control_nice", t::integer, "-10",
+       "nice value of the heartbeat-critical threads (the coordinator process; each node's agent "
+       "and CAF I/O and timer threads), so that CPU-bound neighbours at nice 0 do not starve them "
+       "(issue 31); needs CAP_SYS_NICE, without it the node logs once and runs as before; 0: "
+       "leave them",
+       "", r::closed(-20, 19)},
       {"node.tls", t::boolean, "false",
        "TLS (caf_openssl) on the control plane; also on whenever a node.tls_* file is set or "
        "node.host is not loopback (then the three files are required: `moerl ca init DIR`)",
