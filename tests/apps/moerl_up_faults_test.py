@@ -350,7 +350,10 @@ def buffer_stopped(moerl, tmp):
     is declared dead and its groups re-opened; alive again, it must not serve them as well.
     The coordinator refuses it as fenced, the shard exits and is recreated empty, and nothing
     is trained twice (duplicated == 0)."""
-    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "60")
+    # Long enough to outlast the fenced shard's exit: a call to the coordinator in flight when
+    # the shard was stopped can hold its loop for node.request_timeout_ms (5 s) after it is
+    # continued, and a 60-iteration run once ended 4.6 s after the fence, the shard still up.
+    run = up_run(moerl, tmp, "buffer-stopped", "--no-interrupt", "--iterations", "200")
     i = run.wait_iteration(3)
     stop_buffer_past_heartbeat(run, i)
 
@@ -362,7 +365,7 @@ def buffer_stopped_late(moerl, tmp):
     it dead and re-opened its groups. The trainer claims before it trains, so the late copy is
     refused (refused_claims) and only the regenerated one is trained: duplicated == 0, lost == 0
     (seen before the claim: 1 run in 3 ended with duplicated = 8)."""
-    run = up_run(moerl, tmp, "buffer-stopped-late", "--no-interrupt", "--iterations", "60",
+    run = up_run(moerl, tmp, "buffer-stopped-late", "--no-interrupt", "--iterations", "200",
                  "--set", "node.connection_timeout_ms=20000")
     i = run.wait_iteration(3)
     run.handed()  # groups are out with the trainer now: stop the shard mid-hand-out
