@@ -258,6 +258,70 @@ TEST_F(plane, garbage_frames_from_a_peer_are_counted_and_the_shard_keeps_serving
   zmq_close(raw);
 }
 
+TEST_F(plane, a_group_goes_as_one_message_as_far_as_the_credit_allows_and_acks_whole) {
+  auto svc = bind(64, 3);  // 3 credits per producer: a group of 4 needs two messages
+  ASSERT_TRUE(svc);
+  auto prod = sample_producer::connect(ctx, svc->endpoint(), "p0");
+  ASSERT_TRUE(prod.ok());
+  svc->shard().apply({ledger_event::kind::attempt_opened, "s0", 1, 1, {10, 11}, kG});
+  std::vector<messages::sample> group;
+  for (uint32_t i = 0; i < kG; ++i) group.push_back(make(1, 1, i, 10, i));
+  // No credit yet: nothing goes, and the whole rest is declared as the backlog.
+  auto none = (*prod)->try_send_some(group, 0);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.err().code, errc::capacity_exceeded);
+  size_t sent = 0;
+  for (int round = 0; round < 100000 && sent < group.size(); ++round) {
+    ASSERT_TRUE(svc->pump(1).ok());
+    ASSERT_TRUE((*prod)->poll(0).ok());
+    auto n = (*prod)->try_send_some(group, sent);
+    if (n) {
+      EXPECT_LE(*n, 3u) << "never more than the credit";
+      sent += *n;
+    }
+  }
+  ASSERT_EQ(sent, group.size());
+  EXPECT_EQ((*prod)->num_sent(), kG);
+  // The second group in one call once credit is back; then the unit is acked whole.
+  std::vector<messages::sample> second;
+  for (uint32_t i = 0; i < kG; ++i) second.push_back(make(1, 1, kG + i, 11, i));
+  for (size_t done = 0, round = 0; round < 100000 && done < second.size(); ++round) {
+    ASSERT_TRUE(svc->pump(1).ok());
+    ASSERT_TRUE((*prod)->poll(0).ok());
+    if (auto n = (*prod)->try_send_some(second, done)) done += *n;
+  }
+  std::vector<shard_ack> acks;
+  for (int round = 0; round < 100000 && acks.empty(); ++round) {
+    ASSERT_TRUE(svc->pump(1).ok());
+    acks = svc->take_acks();
+  }
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].unit, 1u);
+  EXPECT_EQ(acks[0].accepted_groups, (std::vector<group_id>{10, 11}));
+  EXPECT_EQ(svc->shard().stats().resident_samples, 2 * kG);
+  EXPECT_EQ(svc->num_bad_frames(), 0u);
+}
+
+TEST_F(plane, a_message_of_too_many_bodies_is_dropped_whole_and_counted) {
+  auto svc = bind(4096, 4096);
+  ASSERT_TRUE(svc);
+  svc->shard().apply({ledger_event::kind::attempt_opened, "s0", 1, 1, {10}, kG});
+  void* raw = zmq_socket(ctx->handle(), ZMQ_DEALER);
+  ASSERT_NE(raw, nullptr);
+  int zero = 0;
+  zmq_setsockopt(raw, ZMQ_LINGER, &zero, sizeof zero);
+  ASSERT_EQ(zmq_connect(raw, svc->endpoint().c_str()), 0);
+  const std::string one = messages::encode(make(1, 1, 0, 10, 0));
+  for (size_t i = 0; i <= kMaxSamplesPerMessage; ++i)  // one body over the limit
+    ASSERT_EQ(zmq_send(raw, one.data(), one.size(), i < kMaxSamplesPerMessage ? ZMQ_SNDMORE : 0),
+              int(one.size()));
+  for (int round = 0; round < 100000 && svc->num_bad_frames() == 0; ++round)
+    ASSERT_TRUE(svc->pump(1).ok());
+  EXPECT_EQ(svc->num_bad_frames(), 1u);
+  EXPECT_EQ(svc->shard().stats().resident_samples, 0u) << "none of its samples was taken";
+  zmq_close(raw);
+}
+
 TEST_F(plane, bad_endpoints_and_names_are_clear_errors) {
   shard_options so;
   so.name = "s0";
