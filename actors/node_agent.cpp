@@ -400,6 +400,7 @@ caf::behavior agent_impl(agent_actor* self, std::shared_ptr<node_context> ctx,
       [self](version_atom, uint64_t v) {
         auto& pv = self->state.ctx->policy_version;
         if (v > pv) pv = v;
+        self->state.ctx->work_may_be_ready();
       },
       [self](restarted_atom, const std::string& child, const std::string& reason, uint64_t total) {
         self->state.ctx->restarts = static_cast<uint32_t>(total);

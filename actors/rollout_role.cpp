@@ -115,6 +115,7 @@ class rollout_worker {
       }
       if (queue_.empty()) {
         settle_reports();  // the batch's reports became durable while its last unit ran
+        const uint64_t work_seen = ctx_->work_signal();  // before asking: no wake-up is missed
         auto got = fetch_leases();
         if (!got) {
           auto c = got.err().code;
@@ -131,7 +132,13 @@ class rollout_worker {
             log_->warn("{}: lease failed: {}", worker_, got.err().to_string());
             last_err_log = steady_ms();
           }
-          if (!mailbox_ok(self_, *ctx_, c == errc::not_found ? 20 : 200)) break;  // wait for work
+          if (c == errc::not_found) {
+            // Empty queue: the next iteration opens when a version arrives, which wakes this.
+            ctx_->wait_for_work(work_seen, 20);
+            if (!mailbox_ok(self_, *ctx_, 0)) break;
+          } else if (!mailbox_ok(self_, *ctx_, 200)) {
+            break;
+          }
           continue;
         }
         queue_.assign(got->begin(), got->end());
