@@ -59,16 +59,24 @@ endif()
 
 function(moerl_build_speed target)
   get_target_property(_type ${target} TYPE)
-  if(MOERL_PCH)
-    if(_type STREQUAL "EXECUTABLE")
-      if(target IN_LIST MOERL_PCH_BINARIES)
-        target_precompile_headers(${target} PRIVATE ${MOERL_PCH_BASE})
-      endif()
-    elseif(target IN_LIST MOERL_PCH_CAF_TARGETS)
-      target_precompile_headers(${target} REUSE_FROM moerl_pch_caf)
-    elseif(NOT target IN_LIST MOERL_PCH_NONE_TARGETS)
-      target_precompile_headers(${target} REUSE_FROM moerl_pch_base)
+  set(_reuse "")
+  if(NOT MOERL_PCH)
+  elseif(_type STREQUAL "EXECUTABLE")
+    if(target IN_LIST MOERL_PCH_BINARIES)
+      target_precompile_headers(${target} PRIVATE ${MOERL_PCH_BASE})
     endif()
+  elseif(target IN_LIST MOERL_PCH_CAF_TARGETS)
+    set(_reuse moerl_pch_caf)
+  elseif(NOT target IN_LIST MOERL_PCH_NONE_TARGETS)
+    set(_reuse moerl_pch_base)
+  endif()
+  if(_reuse)
+    target_precompile_headers(${target} REUSE_FROM ${_reuse})
+    # The PCH holds spdlog's headers as compiled with spdlog's definitions
+    # (SPDLOG_FMT_EXTERNAL, ...): a target that does not link spdlog itself must compile with
+    # them too, or GCC refuses the PCH.
+    target_compile_definitions(${target} PRIVATE
+      $<TARGET_PROPERTY:spdlog::spdlog,INTERFACE_COMPILE_DEFINITIONS>)
   endif()
   if(MOERL_UNITY_BUILD AND target IN_LIST MOERL_UNITY_TARGETS)
     set_target_properties(${target} PROPERTIES UNITY_BUILD ON
