@@ -113,7 +113,9 @@ def killed(moerl, tmp):
 def node_killed(moerl, tmp):
     """SIGKILL of the reward node itself: `moerl up` replaces it, the replacement starts its
     own worker, and the dead node's worker does not outlive it (PR_SET_PDEATHSIG)."""
-    run = start(moerl, tmp, "node-killed", {}, "--iterations", "14", *SHORT_LEASE)
+    # Long enough that work is left for the replacement's worker: a 14-iteration run once
+    # ended at iteration 14, 4.8 s in, right after the replacement joined (5 Dec).
+    run = start(moerl, tmp, "node-killed", {}, "--iterations", "60", *SHORT_LEASE)
     first = wait_for(lambda: [p for p, v in calls(tmp).items() if len(v) >= 100],
                      "the Python worker scoring", run)[0]
     run.kill("reward-0", signal.SIGKILL)
