@@ -430,7 +430,9 @@ def case3(moerl, tmp):
 def two_jobs(moerl, tmp):
     """Issue 11 case 7: a second run while the first holds its console talks only to its own
     job; an explicitly given console address that is taken is refused before anything starts."""
-    first = up_run(moerl, tmp, "first", "--no-interrupt", "--iterations", "30")
+    # The first run must still hold its console through the refused start and the second
+    # run: 30 iterations take ~1.5 s at ~45 ms each (5 Dec), too close to a process start.
+    first = up_run(moerl, tmp, "first", "--no-interrupt", "--iterations", "300")
     first.wait_iteration(1)
     taken = first.console_address()
     r = subprocess.run([moerl, "up", "--console", taken, "--iterations", "1", "--run-dir",
