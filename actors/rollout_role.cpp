@@ -391,12 +391,19 @@ class rollout_worker {
     workers::lease_offer off;
     off.unit = l.unit.id;
     off.attempt = l.attempt;
-    off.policy_version = l.policy_version;
+    // The newest version this node has heard of when the lease names an older one: the lease
+    // was granted before the worker could take it (a worker still starting), and an overtaken
+    // version soon leaves every cache (an external trainer publishes only through them) and
+    // its samples are stale. A newer version than the lease's only makes samples fresher.
+    // Picked once the worker runs: starting it may take longer than a version lives.
+    std::string fail, give_back_reason;
+    if (auto st = external_->start(); !st) fail = st.err().to_string();
+    off.policy_version = std::max(l.policy_version, ctx_->policy_version.load());
     off.group_size = G;
     off.deadline_unix_ms = l.deadline_unix_ms;
     off.sampling = ctx_->running_job->sampling();
-    std::string fail, give_back_reason;
     for (auto id : l.unit.group_ids) {
+      if (!fail.empty()) break;
       auto prompt = ctx_->running_job->prompt(id);
       if (!prompt) {
         fail = prompt.err().to_string();
@@ -457,7 +464,7 @@ class rollout_worker {
       s.work_unit = l.unit.id;
       s.attempt = l.attempt;
       s.seq = x.group_index * G + x.index_in_group;  // any submission order, one seq each
-      s.policy_version = l.policy_version;
+      s.policy_version = off.policy_version;
       s.group_id = l.unit.group_ids[x.group_index];
       s.index_in_group = x.index_in_group;
       s.prompt_tokens = off.groups[x.group_index].second;

@@ -78,9 +78,16 @@ struct job_setup {
 
   bool use_caches() const { return caches && from_cache; }
 
+  // How many versions' store copies are kept (version_store_copy prunes the older ones).
+  uint64_t store_copies_kept() const {
+    return static_cast<uint64_t>(cfg.get_int("buffer.max_staleness")) + 3;
+  }
+
   // Version v's durable copy, checked against its hash. With the caches in front, the trainer
   // writes the store copy after announcing the version: a reader that missed every cache
-  // waits a little for it rather than fail the unit.
+  // waits a little for it rather than fail the unit. Not for a version that many newer ones
+  // have overtaken: its copy was pruned and never comes back, and waiting for it stalled an
+  // external worker's lease 10 s (python/WORKERS.md, "Weights for Python rollouts").
   result<std::string> read_store_version(uint64_t version) const {
     const std::string key = weights_key(prefix, version);
     for (int attempt = 0;; ++attempt) {
@@ -94,7 +101,8 @@ struct job_setup {
         return std::move(*bytes);
       }
       const error e = bytes ? hash.err() : bytes.err();
-      if (e.code != errc::not_found || !use_caches() || attempt >= 50)
+      const bool pruned = caches && version + store_copies_kept() <= caches->announced();
+      if (e.code != errc::not_found || !use_caches() || pruned || attempt >= 50)
         return error{e.code,
                      "weights of policy version " + std::to_string(version) + ": " + e.message};
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -542,7 +550,7 @@ std::function<status()> version_store_copy(std::shared_ptr<job_setup> s, uint64_
   return [s = std::move(s), v, bytes = std::move(bytes), hash = std::move(hash)]() -> status {
     if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
     if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
-    const uint64_t keep = static_cast<uint64_t>(s->cfg.get_int("buffer.max_staleness")) + 3;
+    const uint64_t keep = s->store_copies_kept();
     if (v > keep) {
       (void)s->store->remove(weights_key(s->prefix, v - keep));
       (void)s->store->remove(weights_key(s->prefix, v - keep) + ".hash");

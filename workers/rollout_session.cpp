@@ -38,8 +38,15 @@ status rollout_session::lost(const std::string& why) {
 
 void rollout_session::stop(int64_t grace_ms) { link_.stop(grace_ms); }
 
+status rollout_session::start() { return link_.ensure_started(); }
+
 status rollout_session::offer(const lease_offer& l) {
   if (auto s = link_.ensure_started(); !s) return s;
+  // Write the version's file before the worker asks for it: a worker still starting (importing
+  // its framework) asks a second later, when newer versions may have pushed this one out of
+  // every cache. The file stays until newer ones replace it. A failure here is the worker's
+  // answer to its own request (weights_error), not the offer's.
+  if (l.policy_version > 0 && opts_.weights) (void)opts_.weights(l.policy_version, false);
   lease_ = l;
   has_lease_ = true;
   submitted_.clear();

@@ -73,8 +73,13 @@ struct rollout_event {
 class rollout_session {
  public:
   static result<std::unique_ptr<rollout_session>> create(rollout_session_options opts);
-  // Starts the worker if it is not running (waiting for its hello) and sends it the lease.
-  // The lease is current until close(); samples for any other are refused.
+  // Starts the worker if it is not running (waiting for its hello: a second or more for a
+  // Python worker importing its framework). offer() does it too; calling it first lets the
+  // caller pick the lease's policy version once the worker can take it.
+  status start();
+  // Starts the worker if it is not running, writes the lease's version file (see the .cpp)
+  // and sends it the lease. The lease is current until close(); samples for any other are
+  // refused.
   status offer(const lease_offer& l);
   // The next event of the current lease, waiting at most wait_ms. Refused messages are
   // answered with an "error" frame and counted, never returned. peer_dead when the worker

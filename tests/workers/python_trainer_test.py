@@ -4,7 +4,7 @@ python/WORKERS.md, "Bring your own model"): the PyTorch MoE policy of
 python/moerl/examples/torch_moe generating on two rollout workers with the versions its
 Python trainer publishes, scored by the Python verifier. One case per invocation:
 
-  python_trainer_test.py MOERL CONFIG learns        the run (80 iterations at most, with the
+  python_trainer_test.py MOERL CONFIG learns        the run (150 iterations at most, with the
                                                     mid-run Spot notice) reaches 90% of
                                                     reward_max (mean of 10 iterations), every
                                                     version published by the Python trainer
@@ -73,6 +73,12 @@ def learns(moerl, config, tmp):
           f"interruptions {len(rep['interruptions'])}", flush=True)
     assert best >= 0.9 * js["reward_max"], best
     assert rep["interruptions"], "the mid-run Spot notice did not happen"
+    # No rollout worker died: the replacement node's worker, still importing torch when its
+    # first lease came, once asked for a version no holder served any more and died of it.
+    for n in rep["nodes"]:
+        for k, w in (n.get("stats", {}).get("external_worker") or {}).items():
+            if isinstance(w, dict) and "leases_offered" in w:
+                assert w["worker_deaths"] == 0, (n["name"], k, w)
     # The peer figure (python/WORKERS.md): the version whose 10-version mean first reached 90%,
     # its time since the first version was published, and samples/s over the run.
     curve, its = js["reward_curve"], js["iterations"]

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "workers/rollout_session.h"
 
@@ -96,6 +97,34 @@ TEST(rollout_session, a_worker_that_dies_mid_lease_fails_it_and_the_next_offer_s
   ASSERT_TRUE(s->offer(offer(2, 1)).ok());
   EXPECT_EQ(s->stats()["worker_starts"], 2);
   EXPECT_EQ(s->stats()["worker_deaths"], 1);
+}
+
+// A worker still starting asks for the lease's version a second or more after the offer, when
+// newer versions may have pushed it out of every cache: the version's file is written before
+// the lease goes out, and start() lets the caller pick the version once the worker runs.
+TEST(rollout_session, the_lease_version_file_is_written_before_the_offer_reaches_the_worker) {
+  rollout_session_options o;
+  o.worker = "python:worker_functions:rollout_probe";
+  const char* py = std::getenv("MOERL_PYTHON");
+  o.python = py ? py : "/usr/bin/python3";
+  std::vector<uint64_t> written;
+  o.weights = [&](uint64_t v, bool) -> result<nlohmann::json> {
+    written.push_back(v);
+    return error(errc::not_found, "this test serves no bytes");
+  };
+  auto s = rollout_session::create(o);
+  ASSERT_TRUE(s.ok()) << s.err().to_string();
+  ASSERT_TRUE((*s)->start().ok());
+  EXPECT_EQ((*s)->stats()["worker_starts"], 1);
+  EXPECT_TRUE(written.empty());
+  ASSERT_TRUE((*s)->offer(offer(9, 1)).ok());
+  EXPECT_EQ(written, (std::vector<uint64_t>{3}));  // before any next(): at the offer
+  EXPECT_EQ((*s)->stats()["worker_starts"], 1);    // start() had started it
+  auto l = offer(10, 1);
+  l.policy_version = 0;  // nothing published yet: nothing to write
+  ASSERT_TRUE((*s)->close("returned", "test").ok());
+  ASSERT_TRUE((*s)->offer(l).ok());
+  EXPECT_EQ(written.size(), 1u);
 }
 
 TEST(rollout_session, a_rollout_spec_that_is_neither_python_nor_exec_is_a_config_error) {

@@ -11,7 +11,7 @@ import time
 import torch
 
 from moerl.examples.torch_moe.policy import SortPolicy
-from moerl.worker import RolloutWorker
+from moerl.worker import RolloutWorker, WeightsUnavailable
 
 
 def main(worker: RolloutWorker) -> None:
@@ -21,7 +21,13 @@ def main(worker: RolloutWorker) -> None:
     rng = torch.Generator().manual_seed((os.getpid() << 20) ^ time.time_ns())
     for lease in worker.leases():
         if lease.policy_version != version:
-            policy.load_state_dict(worker.weights(lease.policy_version))
+            try:
+                policy.load_state_dict(worker.weights(lease.policy_version))
+            except WeightsUnavailable as e:
+                # No holder serves that version now (every cache lost): the unit goes back to
+                # the queue at once, and the next lease names a version that is served.
+                lease.give_back(str(e))
+                continue
             version = lease.policy_version
         temperature = float(lease.sampling.get("temperature", 1.0))
         for g in lease.groups:
