@@ -103,6 +103,10 @@ class trainer_step {
   // Forget the groups held back and not trained yet: the runtime starts a new consumer
   // incarnation (a restart of the ranks), so the shards serve those groups again.
   virtual void drop_held() {}
+  // Called once the step is made and its version announced, before the first batch: a step
+  // whose work is another process (trainer.worker) starts it here, so its start-up overlaps
+  // the first rollouts rather than following the first batch.
+  virtual void prepare() {}
 };
 
 class job {

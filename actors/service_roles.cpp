@@ -41,6 +41,7 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       return;
     }
     external = std::move(*e);
+    (void)external->start();  // its import overlaps the first units; a failure: see start()
   } else {
     auto verifier_or = ctx->running_job->make_reward();
     if (!verifier_or) {

@@ -230,6 +230,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       if (auto c = ctx->coordinator())
         self->send(c, version_atom::value, m.version, messages::encode(m));
     }
+    ctx->trainer_state->prepare();
   }
   // Every start of the driver is a new consumer incarnation that holds nothing, so the shards
   // serve again every group handed to the old one and not confirmed: those its step held, and

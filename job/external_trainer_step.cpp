@@ -85,6 +85,10 @@ class external_trainer_step final : public actors::trainer_step {
   uint64_t num_held_groups() const override { return held_groups_; }
   uint64_t num_groups_wanted() const override { return wanted_; }
 
+  // Its import and checkpoint load overlap the first rollouts. A failure is the first
+  // train()'s to report (hand() starts another after the backoff).
+  void prepare() override { (void)worker_->start(); }
+
   void drop_held() override {
     // A worker still holding groups would train them again when the new incarnation's
     // shards serve them: it goes, and its successor resumes from its checkpoint.

@@ -26,6 +26,8 @@ result<std::unique_ptr<external_scorer>> external_scorer::create(external_scorer
   return std::unique_ptr<external_scorer>(new external_scorer(std::move(opts), std::move(*spec)));
 }
 
+status external_scorer::start() { return link_.ensure_started(); }
+
 result<float> external_scorer::score(const std::vector<uint32_t>& prompt,
                                      const std::vector<uint32_t>& tokens, uint64_t unit,
                                      uint64_t seq) {

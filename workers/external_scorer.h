@@ -31,6 +31,10 @@ class external_scorer {
   static result<std::unique_ptr<external_scorer>> create(external_scorer_options opts);
   // The worker's reward for one response; `unit`/`seq` name the sample in errors and are
   // passed to the worker.
+  // Starts the worker now (spawn, then its hello) rather than with the first sample: its
+  // import (torch: ~1 s of a core) then overlaps the rollouts' first units instead of
+  // following them. A failure is the first score's to report again, after the backoff.
+  status start();
   result<float> score(const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& tokens,
                       uint64_t unit, uint64_t seq);
   // {scored, raised, timed_out, refused_replies, worker_starts, worker_deaths}

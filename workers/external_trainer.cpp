@@ -147,13 +147,19 @@ result<uint64_t> external_trainer::until_next() {
   }
 }
 
+status external_trainer::start() {
+  if (link_.running()) return {};
+  ready_ = false;
+  if (handlers_.welcome) link_.set_welcome(handlers_.welcome());
+  if (auto s = link_.ensure_started(); !s) return s;
+  auto w = until_next();  // its first `next`, after it loaded its checkpoint
+  if (!w) return w.err();
+  return {};
+}
+
 result<uint64_t> external_trainer::hand(const nlohmann::json& groups, bool flush) {
-  if (!link_.running()) {
-    ready_ = false;
-    if (handlers_.welcome) link_.set_welcome(handlers_.welcome());
-    if (auto s = link_.ensure_started(); !s) return s.err();
-  }
-  if (!ready_) {  // a new worker: its first `next` (after it loaded its checkpoint)
+  if (auto s = start(); !s) return s.err();
+  if (!ready_) {  // a batch only answers a `next` (every failure above drops the worker)
     auto w = until_next();
     if (!w) return w.err();
   }

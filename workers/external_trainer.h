@@ -56,6 +56,10 @@ class external_trainer {
   // the way go to the handlers. peer_dead / timeout: the worker died, broke the protocol's
   // framing or stayed silent past step_timeout_ms (it is killed; the next call starts another).
   result<uint64_t> hand(const nlohmann::json& groups, bool flush);
+  // Starts a worker if none runs and waits for its first `next` (it loaded its checkpoint):
+  // the step's owner calls it at once, so the worker's import overlaps the first rollouts
+  // instead of following the first batch. hand() starts one itself when none runs.
+  status start();
   // True while a worker runs (a restarted driver must drop the groups a live one holds).
   bool running() const { return link_.running(); }
   // Stops the worker (closes its channel; killed after grace_ms).
