@@ -262,7 +262,10 @@ class browser:
         port = open(port_file).read().split()[0]
         targets = wait_for("a page target", lambda: [t for t in json.load(
             urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10)) if t["type"] == "page"])
-        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=60)
+        # No Origin header: Chromium refuses a DevTools websocket whose Origin it was not told
+        # to allow (403; Debian's chromium 150 on a fresh machine did, the 156 here did not).
+        self.ws = websocket.create_connection(targets[0]["webSocketDebuggerUrl"], timeout=60,
+                                              suppress_origin=True)
         self.next_id = 0
 
     def cmd(self, method, **params):
