@@ -88,7 +88,7 @@ class shard_checkpointer {
   uint32_t num_shards() const { return num_shards_; }
   uint64_t num_written() const { return writer_->num_written(); }
   uint64_t num_failed() const { return writer_->num_failed(); }
-  uint64_t num_throttled() const { return throttled_; }
+  uint64_t num_throttled() const { return throttled_.load(); }
   // Tries of a checkpoint write the store refused, and the newest refusal ("" when the
   // store answers).
   uint64_t num_store_failures() const { return outage_->failures(); }
@@ -110,7 +110,7 @@ class shard_checkpointer {
   uint32_t shard_, num_shards_;
   uint64_t max_lag_, keep_every_;
   std::chrono::milliseconds patience_;
-  uint64_t throttled_ = 0;
+  std::atomic<uint64_t> throttled_{0};  // read by stats (and tests) beside the step loop
   std::shared_ptr<store_outage> outage_ = std::make_shared<store_outage>();
   std::shared_ptr<std::atomic<uint64_t>> durable_ = std::make_shared<std::atomic<uint64_t>>(0);
   // Steady-clock ms after which a waiting commit gives up (set by the destructor; 0: never).

@@ -109,7 +109,12 @@ TEST_F(shard_checkpointer_test, the_step_loop_runs_ahead_up_to_the_lag_then_wait
     waited = ckpt.throttle(3);  // 3 > 0 + 2: waits until version 1 is committed
     returned = true;
   });
-  EXPECT_FALSE(returned.load());  // the gate is still shut: nothing can be committed
+  // Open the gate only once the announcer waits: opened before it got there, the writer
+  // committed versions 1 and 2 and throttle(3) had nothing to wait for (seen on a fresh machine).
+  for (int i = 0; i < 10000 && ckpt.num_throttled() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(ckpt.num_throttled(), 1u);  // waiting: the gate is still shut, nothing committed
+  EXPECT_FALSE(returned.load());
   slow->open_gate();
   announcer.join();
   ASSERT_TRUE(waited.ok()) << waited.err().to_string();
