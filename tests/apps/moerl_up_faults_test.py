@@ -379,10 +379,11 @@ def buffer_frozen(moerl, tmp):
     """A shard frozen for good (SIGSTOP, never continued) cannot fence itself: `moerl up`, as
     a failing liveness probe would, kills the process the coordinator lists as dead, and the
     StatefulSet node is recreated empty; nothing is trained twice."""
-    # Long enough to outlast the freeze's detection, the kill 3 s later and the recreation 1 s
-    # after that: with 60 iterations the run once ended between the kill and the recreation
-    # (13.4 s in all), so the recreation this case checks never came.
-    run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "200")
+    # Long enough to outlast the freeze's detection (8 missed heartbeats), the kill 3 s later
+    # and the recreation 1 s after that: with 60 iterations the run once ended between the kill
+    # and the recreation, and with 200 (11.9 s at today's ~45 ms an iteration) before the
+    # detection; 600 run ~30 s, ~20 s past the freeze.
+    run = up_run(moerl, tmp, "buffer-frozen", "--no-interrupt", "--iterations", "600")
     i = run.wait_iteration(3)
     # Its pod's probes (`moerl probe`, as deploy/ runs them) read the health file it writes.
     health = os.path.join(run.wait_line(r"logs in (\S+)")[1].group(1), "buffer-0.health.json")
@@ -600,10 +601,11 @@ def trainer_group(moerl, tmp):
     no rollout node is touched. The members share loopback here (network namespaces: not in
     this test; the fabric is shm between the two processes)."""
     print("trainer_group: members on loopback (no network namespaces in this test)", flush=True)
-    # Long enough that the kill lands well before the end (the pipelined default runs 40
-    # iterations in ~8 s; the re-formed group also numbers its restored state past the
-    # durability lag, so the iteration counter jumps).
-    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "150",
+    # Long enough that the kill lands well before the end (the re-formed group also numbers
+    # its restored state past the durability lag, so the iteration counter jumps): at today's
+    # ~45 ms an iteration 150 ran 7 s, and in a loaded suite the kill came at iteration 135
+    # and the run ended before training resumed; 600 run ~27 s.
+    run = up_run(moerl, tmp, "group", "--no-interrupt", "--iterations", "600",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
     nodes = {n["name"]: n for n in run.nodes()}
