@@ -12,6 +12,7 @@
 #include "actors/atoms.h"
 #include "actors/caf_setup.h"
 #include "actors/internal/control_priority.h"
+#include "actors/internal/monitored_ask.h"
 #include "actors/internal/node_roles.h"
 #include "actors/internal/role_loops.h"
 #include "actors/interruption.h"
@@ -134,38 +135,27 @@ bool register_once(agent_actor* self, int64_t give_up) {
   ctx.set_coordinator(*coord);
   self->monitor(*coord);
   bool ok = false;
-  std::string why = "no answer in " + std::to_string(ctx.cp.request_timeout_ms) + " ms";
+  std::string why;
   auto bytes = messages::encode(make_heartbeat(self, ctx.draining() ? "draining" : "running"));
   const auto link = ctx.trust.current_link();
   const int64_t sent = steady_ms();
-  // Sent, not requested, with the coordinator monitored (as group_member_link::allgather):
-  // CAF 0.17 does not fail a pending request when the link drops, and at load a link made to
-  // re-join can drop at once (the coordinator's middleman, starved, times out the old link
-  // after the node reconnected and takes the node's new proxies with it). A request waited
-  // node.request_timeout_ms (5 s) for an answer that could not come, past the coordinator's
-  // re-join grace (2 s): the node was declared dead while it was re-joining (load 60).
+  // Asked with the coordinator monitored (monitored_ask.h): at load a link made to re-join can
+  // drop at once, and waiting out node.request_timeout_ms (5 s) there outlived the
+  // coordinator's re-join grace (2 s).
   caf::scoped_actor blocking{self->system()};
-  blocking->monitor(*coord);
-  blocking->send(*coord, register_atom::value, bytes, caf::actor_cast<caf::actor>(self));
-  const auto deadline = std::chrono::steady_clock::now() + ms(ctx.cp.request_timeout_ms);
-  for (bool waiting = true; waiting;) {
-    blocking->receive(
-        [&](std::string& r) {
-          auto refused = refusal_in(r);
-          ok = refused.code == errc::ok;
-          if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
-          why = ok ? "" : "refused: " + refused.to_string();
-          waiting = false;
-        },
-        [&](caf::error& e) {
-          why = self->system().render(e);
-          waiting = false;
-        },
-        [&](caf::down_msg& d) {
-          why = "the link dropped while registering (" + caf::to_string(d.reason) + ")";
-          waiting = false;
-        },
-        caf::after(ms(100)) >> [&] { waiting = std::chrono::steady_clock::now() < deadline; });
+  monitored_ask_options opt;
+  opt.timeout = ms(ctx.cp.request_timeout_ms);
+  opt.what = "the coordinator (registering)";
+  auto answer = ask_monitored<std::string>(
+      blocking.ptr(), *coord,
+      caf::make_message(register_atom::value, bytes, caf::actor_cast<caf::actor>(self)), opt);
+  if (!answer) {
+    why = answer.err().message;
+  } else {
+    auto refused = refusal_in(*answer);
+    ok = refused.code == errc::ok;
+    if (refused.code == errc::peer_dead) fenced_by_coordinator(self, refused.message);
+    why = ok ? "" : "refused: " + refused.to_string();
   }
   if (!ok) {
     log->error("registration with the coordinator failed: {}", why);

@@ -8,6 +8,7 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/caf_thread_state.h"
+#include "actors/internal/monitored_ask.h"
 #include "actors/internal/role_loops.h"
 #include "actors/interruption.h"
 #include "common/log.h"
@@ -186,63 +187,31 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
     return error{errc::shutting_down, "group " + view_.group + " all-gather: the node is stopping"};
   auto c = ctx_->coordinator();
   if (!c) return error{errc::peer_dead, "group all-gather: not connected to the coordinator"};
-  // Sent, not requested, with the coordinator monitored: CAF 0.17 does not fail a pending
-  // request when the coordinator's node disconnects, so a member waiting for rank 0's next
-  // command (an hour) would wait on a dead coordinator after its restart and the group would
-  // never re-form. The promise's answer arrives as an ordinary message; the scoped actor is
-  // this call's own, so no answer of another round can reach it. It runs on the job's rank
-  // threads, which outlive the actor system (caf_thread_state.h).
+  // Asked with the coordinator monitored (monitored_ask.h): a member waiting for rank 0's next
+  // command (an hour) would otherwise wait on a dead coordinator after its restart, and the
+  // group would never re-form. It runs on the job's rank threads, which outlive the actor
+  // system (caf_thread_state.h).
   caf_logger_released_on_scope_exit release;
   caf::scoped_actor me{sys_};
-  me->monitor(c);
-  me->send(c, ggather_atom::value, ctx_->id, view_.incarnation, channel, join_ints(participants),
-           static_cast<int32_t>(self), mine);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  result<std::vector<std::string>> out =
-      error{errc::timeout, "group " + view_.group + " all-gather on " + channel +
-                               " got no reply in " + std::to_string(timeout_ms) + " ms"};
-  for (bool waiting = true; waiting;) {
-    me->receive(
-        [&](std::vector<std::string>& all) {
-          out = std::move(all);
-          waiting = false;
-        },
-        [&](caf::error& e) {
-          // to_string, not sys_.render: this thread may run while the node's actor system is
-          // being destroyed (the coordinator's link drops at shutdown), and render reads it.
-          out =
-              error{errc::peer_dead, "group " + view_.group + " all-gather: " + caf::to_string(e)};
-          waiting = false;
-        },
-        [&](caf::down_msg& d) {
-          out = error{errc::peer_dead, "group " + view_.group +
-                                           " all-gather: lost the coordinator (" +
-                                           caf::to_string(d.reason) + ")"};
-          waiting = false;
-        },
-        caf::after(std::chrono::milliseconds(200)) >>
-            [&] {
-              if (broken_->load(std::memory_order_acquire)) {
-                out = error{errc::peer_dead, "group " + view_.group + " all-gather on " + channel +
-                                                 ": the group broke (incarnation " +
-                                                 std::to_string(view_.incarnation) + " ended)"};
-                waiting = false;
-              } else if (ctx_->coordinator() != c) {
-                out =
-                    error{errc::peer_dead, "group " + view_.group +
-                                               " all-gather: the coordinator changed (restarted)"};
-                waiting = false;
-              } else if (ctx_->draining() && unix_now_ms() > ctx_->drain_by_ms.load()) {
-                out =
-                    error{errc::shutting_down, "group " + view_.group + " all-gather on " +
-                                                   channel + ": this node's drain deadline passed"};
-                waiting = false;
-              } else if (std::chrono::steady_clock::now() >= deadline) {
-                waiting = false;  // `out` says timeout
-              }
-            });
-  }
-  return out;
+  monitored_ask_options opt;
+  opt.timeout = std::chrono::milliseconds(timeout_ms);
+  opt.what = "group " + view_.group + " all-gather on " + channel;
+  opt.poll = std::chrono::milliseconds(200);
+  opt.still_wanted = [&]() -> status {
+    if (broken_->load(std::memory_order_acquire))
+      return error{errc::peer_dead, opt.what + ": the group broke (incarnation " +
+                                        std::to_string(view_.incarnation) + " ended)"};
+    if (ctx_->coordinator() != c)
+      return error{errc::peer_dead, opt.what + ": the coordinator changed (restarted)"};
+    if (ctx_->draining() && unix_now_ms() > ctx_->drain_by_ms.load())
+      return error{errc::shutting_down, opt.what + ": this node's drain deadline passed"};
+    return {};
+  };
+  return ask_monitored<std::vector<std::string>>(
+      me.ptr(), c,
+      caf::make_message(ggather_atom::value, ctx_->id, view_.incarnation, channel,
+                        join_ints(participants), static_cast<int32_t>(self), mine),
+      opt);
 }
 
 int64_t group_member_link::drain_by_unix_ms() const { return ctx_->drain_by_ms.load(); }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/internal/monitored_ask.h"
 #include "actors/internal/role_loops.h"
 #include "common/status_try.h"
 #include "messages/admin.h"
@@ -33,14 +34,14 @@ result<std::string> call_coordinator(caf::blocking_actor* self, node_context& ct
                                      caf::message request) {
   auto coord = ctx.coordinator();
   if (!coord) return error(errc::peer_dead, "not connected to the coordinator");
-  result<std::string> out = error(errc::timeout, "no reply");
-  self->request(coord, milliseconds(ctx.cp.request_timeout_ms), std::move(request))
-      .receive([&](std::string& r) { out = std::move(r); },
-               [&](caf::error& e) {
-                 out = error(errc::peer_dead, "coordinator: " + self->system().render(e));
-               });
-  if (!out) return out;
-  return coordinator_reply(std::move(*out));
+  // Asked from a scoped actor of its own (monitored_ask.h): a dropped link ends the wait at
+  // once, not after request_timeout_ms.
+  caf::scoped_actor me{self->system()};
+  monitored_ask_options opt;
+  opt.timeout = milliseconds(ctx.cp.request_timeout_ms);
+  opt.what = "the coordinator";
+  ASSIGN_OR_RETURN(auto raw, ask_monitored<std::string>(me.ptr(), coord, std::move(request), opt));
+  return coordinator_reply(std::move(raw));
 }
 
 result<std::string> coordinator_reply(std::string raw) {

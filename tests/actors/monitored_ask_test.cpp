@@ -1,0 +1,158 @@
+// ask_monitored (actors/internal/monitored_ask.h): a question to a remote actor ends as soon as
+// its answer cannot come. The remote peer is a real second process (a forked child with its own
+// actor system and middleman, published on loopback), so a dropped link is a real one: the
+// child is killed with SIGKILL while the question waits.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <chrono>
+#include <string>
+
+#include "actors/internal/monitored_ask.h"
+
+namespace moerl::actors {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A peer that answers "pong" to "ping" and never answers "hold".
+caf::behavior answering_peer(caf::event_based_actor*) {
+  return {[](const std::string& q) -> caf::result<std::string> {
+    if (q == "ping") return std::string("pong");
+    return caf::delegated<std::string>{};  // "hold": no answer, ever
+  }};
+}
+
+caf::actor_system_config& with_middleman(caf::actor_system_config& cfg) {
+  cfg.load<caf::io::middleman>();
+  return cfg;
+}
+
+// A child process publishing answering_peer on a loopback port; killed by the destructor.
+class peer_process {
+ public:
+  peer_process() {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      caf::actor_system_config cfg;
+      caf::actor_system sys{with_middleman(cfg)};
+      auto port = sys.middleman().publish(sys.spawn(answering_peer), 0, "127.0.0.1");
+      uint16_t p = port ? *port : 0;
+      if (::write(fds[1], &p, sizeof p) != sizeof p) ::_exit(1);
+      for (;;) ::pause();
+    }
+    ::close(fds[1]);
+    if (::read(fds[0], &port_, sizeof port_) != sizeof port_) port_ = 0;
+    ::close(fds[0]);
+  }
+  ~peer_process() { kill(); }
+  uint16_t port() const { return port_; }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+};
+
+class monitored_ask_test : public ::testing::Test {
+ protected:
+  // Forked before this process starts an actor system: the child must not inherit its threads.
+  peer_process child_;
+  caf::actor_system_config cfg_;
+  caf::actor_system sys_{with_middleman(cfg_)};
+
+  caf::actor remote_peer() {
+    auto a = sys_.middleman().remote_actor("127.0.0.1", child_.port());
+    EXPECT_TRUE(a) << sys_.render(a.error());
+    return a ? *a : caf::actor{};
+  }
+};
+
+TEST_F(monitored_ask_test, an_answer_comes_back_from_the_remote_peer) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  caf::scoped_actor me{sys_};
+  monitored_ask_options opt;
+  opt.timeout = 30s;
+  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("ping")), opt);
+  ASSERT_TRUE(r) << r.err().to_string();
+  EXPECT_EQ(*r, "pong");
+}
+
+TEST_F(monitored_ask_test, a_dropped_link_ends_the_wait_as_peer_dead_not_as_a_timeout) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  // The question waits (the peer never answers "hold") until the child dies 300 ms in. A plain
+  // CAF request would wait out its whole 60 s timeout here.
+  std::thread killer([this] {
+    std::this_thread::sleep_for(300ms);
+    child_.kill();
+  });
+  caf::scoped_actor me{sys_};
+  monitored_ask_options opt;
+  opt.timeout = 60s;
+  opt.what = "the test peer";
+  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  killer.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
+  EXPECT_NE(r.err().message.find("the test peer: the link dropped"), std::string::npos)
+      << r.err().message;
+}
+
+TEST_F(monitored_ask_test, a_peer_that_is_already_gone_is_reported_at_once) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  child_.kill();
+  caf::scoped_actor me{sys_};
+  monitored_ask_options opt;
+  opt.timeout = 60s;
+  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("ping")), opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
+}
+
+TEST_F(monitored_ask_test, still_wanted_ends_the_wait_with_its_error) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  caf::scoped_actor me{sys_};
+  monitored_ask_options opt;
+  opt.timeout = 60s;
+  opt.poll = 20ms;
+  int polls = 0;
+  opt.still_wanted = [&]() -> status {
+    if (++polls < 3) return {};
+    return error{errc::shutting_down, "the caller gave up"};
+  };
+  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, errc::shutting_down);
+  EXPECT_EQ(polls, 3);
+}
+
+TEST_F(monitored_ask_test, silence_from_a_live_peer_is_a_timeout) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  caf::scoped_actor me{sys_};
+  monitored_ask_options opt;
+  opt.timeout = 300ms;
+  opt.poll = 50ms;
+  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, errc::timeout) << r.err().to_string();
+}
+
+}  // namespace
+}  // namespace moerl::actors
