@@ -97,6 +97,9 @@ def main():
                     help="--bench: windows without and with the storm, alternating")
     ap.add_argument("--json", help="--bench: write the figures here")
     ap.add_argument("--keep", help="keep the run's directory here")
+    ap.add_argument("--pin", action="store_true",
+                    help="the cluster and the probe on CPU 0, the storm on CPU 1: the attacker "
+                         "as another host, whose CPU the cluster does not share (both windows)")
     ap.add_argument("--baseline", action="store_true",
                     help="a moerl without the TLS acceptor (before issue 31's fix): measure, "
                          "report the verdict's failures instead of failing on them")
@@ -113,6 +116,8 @@ def main():
     extra = tls_sets + ["--set", "node.connection_timeout_ms=10000"]
     if not args.baseline:  # a moerl before the fix has no such key
         extra += ["--set", "node.tls_handshake_timeout_ms=2000"]
+    if args.pin:  # children inherit this thread's affinity: the cluster, then the probe
+        os.sched_setaffinity(0, {0})
     run = lpf.up_run(moerl, workdir, os.path.join(workdir, "run"), "--console", console, "--set",
                      "console.http_address=" + http, *extra, timeout_s=86400)
     ok = False
@@ -131,6 +136,8 @@ def main():
         if args.bench:
             prober = probe(args.bench, target, 4 + cycles * (2 * args.window_s + 5), tls_sets)
             time.sleep(4)  # connected and past its first round trips
+        if args.pin:  # this thread, and the storm threads it starts from here on
+            os.sched_setaffinity(0, {1})
 
         def measure(kind):
             t0 = int(time.time() * 1000)
@@ -233,6 +240,8 @@ def main():
                              "seconds_each": storm_s, "kinds": list(result),
                              "tallies": result},
                    "refused": rose, "accounting": a, "baseline": args.baseline,
+                   "pinned": ("cluster and probe on CPU 0, storm on CPU 1" if args.pin
+                              else "none: cluster, probe and storm share every CPU"),
                    "verdict_failures": failures}
             samples, unanswered = prober.samples()
             for w, ws in windows.items():
