@@ -97,6 +97,13 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
   // (3.4-3.7 M to 1.5-1.7 M per 400 iterations; CPU 83-89 s to 57-64 s; 5 Dec).
   set("work-stealing.relaxed-sleep-duration",
       caf::timespan{std::chrono::milliseconds(o.scheduler_threads > 1 ? 1 : 100)});
+  // An actor gives its worker back after this many messages. CAF's default is no bound: an
+  // actor resumed with a full mailbox keeps the worker until the mailbox is empty. With one
+  // worker per node, the middleman's BASP worker, which deserializes every message arriving
+  // from other nodes, runs on that same thread: while console requests kept the coordinator's
+  // mailbox full (the live-port fuzzer, authenticated HTTP and admin requests from every port
+  // at once), no heartbeat was deserialized for 4 s and every node was declared dead at once.
+  set("scheduler.max-throughput", static_cast<size_t>(16));
   set("logger.console", caf::atom("none"));
 }
 
