@@ -48,8 +48,8 @@ result<T> ask_monitored(caf::blocking_actor* me, const caf::actor& peer, caf::me
   me->monitor(peer);
   me->send(peer, std::move(question));
   const auto deadline = std::chrono::steady_clock::now() + opt.timeout;
-  result<T> out = error{errc::timeout, opt.what + ": no answer in " +
-                                           std::to_string(opt.timeout.count()) + " ms"};
+  result<T> out = error{errc::timeout,
+                        opt.what + ": no answer in " + std::to_string(opt.timeout.count()) + " ms"};
   for (bool waiting = true; waiting;) {
     me->receive(
         [&](T& answer) {
@@ -67,16 +67,17 @@ result<T> ask_monitored(caf::blocking_actor* me, const caf::actor& peer, caf::me
                       opt.what + ": the link dropped (" + caf::to_string(d.reason) + ")"};
           waiting = false;
         },
-        caf::after(opt.poll) >> [&] {
-          if (opt.still_wanted) {
-            if (auto st = opt.still_wanted(); !st) {
-              out = st.err();
-              waiting = false;
-              return;
-            }
-          }
-          if (std::chrono::steady_clock::now() >= deadline) waiting = false;  // `out`: timeout
-        });
+        caf::after(opt.poll) >>
+            [&] {
+              if (opt.still_wanted) {
+                if (auto st = opt.still_wanted(); !st) {
+                  out = st.err();
+                  waiting = false;
+                  return;
+                }
+              }
+              if (std::chrono::steady_clock::now() >= deadline) waiting = false;  // `out`: timeout
+            });
   }
   return out;
 }
