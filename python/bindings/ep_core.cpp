@@ -104,7 +104,15 @@ result<std::unique_ptr<fabric::ep_group>> ep_core::make_group(const fabric::ep_c
   return fabric::ep_group::create(opt_.transport, boot, members, cfg);
 }
 
+void ep_core::close() {
+  last_x_ = last_meta_ = nullptr;
+  channels_.clear();
+  ll_channels_.clear();
+  closed_ = true;
+}
+
 result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype, int64_t width) {
+  if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
   const channel_key key{meta, static_cast<int>(dtype), width};
   if (auto it = channels_.find(key); it != channels_.end()) return it->second.get();
   auto c = std::make_unique<channel>();

@@ -122,6 +122,11 @@ class ep_core {
   // Closes every open low-latency step (a dropped combine): collective, like DeepEP's.
   status ll_clean();
 
+  // Frees every channel's fabric endpoints and regions now, whoever still holds this object
+  // (a stored traceback's frame can keep the Python wrapper alive past the Buffer); later calls
+  // that need a channel fail with "destroyed". Not collective.
+  void close();
+
   // Per channel: its key and which transport each peer used.
   struct channel_info {
     std::string name;
@@ -157,6 +162,7 @@ class ep_core {
   kernels::thread_pool pool_;
   std::map<channel_key, std::unique_ptr<channel>> channels_;
   std::map<ll_key, std::unique_ptr<ll_channel>> ll_channels_;
+  bool closed_ = false;
   channel* last_x_ = nullptr;
   channel* last_meta_ = nullptr;
   int last_topk_ = 0;

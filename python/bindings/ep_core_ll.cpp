@@ -21,6 +21,7 @@
 namespace moerl::py {
 
 result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
+  if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
   const ll_key key{static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts,
                    shape.topk};
   if (auto it = ll_channels_.find(key); it != ll_channels_.end()) return it->second.get();

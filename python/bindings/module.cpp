@@ -91,6 +91,8 @@ PYBIND11_MODULE(_moerl, m) {
            py::arg("rank"), py::arg("num_ranks"), py::arg("buffer_bytes"), py::arg("op_timeout_ms"),
            py::arg("allgather"), py::arg("provider") = "", py::arg("paths") = "auto",
            py::arg("reorder_shim") = false)
+      .def("close", &ep_core::close,
+           "Frees the fabric endpoints and regions now (the Buffer's finalizer calls it).")
       .def("capacity", &ep_core::capacity)
       .def("bytes_needed", &ep_core::bytes_needed)
       .def("layout",

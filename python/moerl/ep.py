@@ -18,6 +18,7 @@ Not yet (issue 25): CUDA tensors.
 from __future__ import annotations
 
 import itertools
+import multiprocessing.util
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
@@ -64,6 +65,12 @@ class _HandleState:
         self.num_tokens = num_tokens
         self.num_recv = num_recv
         self.topk = topk
+
+
+def _release_core(box: List[Any]) -> None:
+    core, box[0] = box[0], None
+    if core is not None:
+        core.close()  # now, even if a stored traceback's frame still holds the core
 
 
 def _group_allgather(group: Any, size: int) -> Any:
@@ -123,19 +130,28 @@ class Buffer(LowLatencyCalls):
         self.explicitly_destroy = explicitly_destroy
         self._id = next(_buffer_ids)
         self._routing_ids = itertools.count()
-        self._core: Optional[_moerl.EpCore] = _moerl.EpCore(
+        # The finalizer empties this box and closes the core: when the Buffer is collected, at
+        # destroy(), or, failing both, as the process exits. Ranks started by multiprocessing
+        # (torch.multiprocessing.spawn) leave through os._exit, which runs no destructor, and
+        # libfabric's shm provider then left its /dev/shm regions (16 MiB each) behind;
+        # multiprocessing runs its finalizers before that os._exit. close() frees the regions
+        # even while something else still holds the core (a stored exception's frames).
+        self._core_box: List[Optional[_moerl.EpCore]] = [_moerl.EpCore(
             self.rank, self.group_size, num_nvl_bytes + num_rdma_bytes, op_timeout_ms,
-            _group_allgather(group, self.group_size), fabric_provider or "", fabric_paths, reorder_shim)
+            _group_allgather(group, self.group_size), fabric_provider or "", fabric_paths, reorder_shim)]
+        self._release = multiprocessing.util.Finalize(self, _release_core, args=(self._core_box,),
+                                                      exitpriority=0)
 
     def destroy(self) -> None:
         """Releases the fabric endpoints and regions (DeepEP: needs explicitly_destroy=True)."""
         assert self.explicitly_destroy, "`explicitly_destroy` flag must be set"
-        self._core = None
+        self._release()
 
     def _live_core(self) -> "_moerl.EpCore":
-        if self._core is None:
+        core = self._core_box[0]
+        if core is None:
             raise RuntimeError("moerl.ep.Buffer was destroyed")
-        return self._core
+        return core
 
     def transport_report(self) -> List[dict]:
         """Per channel (created on first use): {channel, provider, peer_paths, reorder_shim};

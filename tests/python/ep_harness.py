@@ -31,6 +31,11 @@ def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, error
         os._exit(1)
 
 
+def _shm_regions_of(pid: int) -> list:
+    """libfabric's shm regions of `pid` (named <pid>:<n>:<n>)."""
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(f"{pid}:"))
+
+
 def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90,
               killed: Sequence[int] = (), before_init: Optional[Callable[[int], None]] = None) -> None:
     """fn(rank, world, *args) on `world` processes; raises with every rank's traceback, or
@@ -56,6 +61,16 @@ def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float 
             messages.append(errors.get())
         if hung:
             messages.append(f"ranks {hung} still running after {timeout_s} s (killed)")
+        # /dev/shm as the ranks found it: a rank that ended cleanly freed its fabric regions
+        # (moerl.ep frees them as the process exits); what a killed or failed rank left, this
+        # parent removes, as moerl's own parents do (common/shm_leftovers.h).
+        for r, p in enumerate(procs):
+            left = _shm_regions_of(p.pid)
+            if p.exitcode != 0:
+                for name in left:
+                    os.remove(os.path.join("/dev/shm", name))
+            elif left:
+                messages.append(f"rank {r} exited cleanly but left /dev/shm regions {left}")
         want = {r: -signal.SIGKILL if r in killed else 0 for r in range(world)}
         bad = [r for r, p in enumerate(procs) if p.exitcode != want[r] and r not in hung]
         if bad and not messages:
