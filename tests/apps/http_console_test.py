@@ -101,15 +101,58 @@ class up_run:
         return None
 
     def stop(self):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        members = set()
+        try:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                members |= _group_members(self.p.pid)  # replacements started meanwhile too
+                try:
+                    os.killpg(self.p.pid, sig)
+                except ProcessLookupError:
+                    return
+                try:
+                    self.p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            _remove_shm_of_dead(members)
+
+
+def _group_members(pgid):
+    """The pids of process group `pgid`."""
+    out = set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
             try:
-                os.killpg(self.p.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                self.p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
+                if os.getpgid(int(d)) == pgid:
+                    out.add(int(d))
+            except (ProcessLookupError, PermissionError):
                 pass
+    return out
+
+
+def _remove_shm_of_dead(pids):
+    """/dev/shm as the run found it: a node SIGKILLed with its group (`moerl up`, which reaps
+    what its killed nodes leave, went first) leaves its fabric regions and weight copies
+    (<pid>:...); remove those of every member that no longer runs (a zombie counts as gone)."""
+    def gone(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    deadline = time.monotonic() + 5
+    for pid in pids:
+        while not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not gone(pid):
+            continue  # still running: not ours to clean
+        for name in os.listdir("/dev/shm"):
+            if name.startswith(f"{pid}:"):
+                try:
+                    os.remove(os.path.join("/dev/shm", name))
+                except FileNotFoundError:
+                    pass
 
 
 def check_api(h, zmq, moerl):
