@@ -78,15 +78,20 @@ class monitored_ask_test : public ::testing::Test {
     EXPECT_TRUE(a) << sys_.render(a.error());
     return a ? *a : caf::actor{};
   }
+  // One question to `peer` from a scoped actor of its own, as the runtime asks.
+  result<std::string> ask(const caf::actor& peer, const std::string& question,
+                          const monitored_ask_options& opt) {
+    caf::scoped_actor me{sys_};
+    return ask_monitored<std::string>(me.ptr(), peer, caf::make_message(question), opt);
+  }
 };
 
 TEST_F(monitored_ask_test, an_answer_comes_back_from_the_remote_peer) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = 30s;
-  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("ping")), opt);
+  auto r = ask(peer, "ping", opt);
   ASSERT_TRUE(r) << r.err().to_string();
   EXPECT_EQ(*r, "pong");
 }
@@ -100,11 +105,10 @@ TEST_F(monitored_ask_test, a_dropped_link_ends_the_wait_as_peer_dead_not_as_a_ti
     std::this_thread::sleep_for(300ms);
     child_.kill();
   });
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = 60s;
   opt.what = "the test peer";
-  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  auto r = ask(peer, "hold", opt);
   killer.join();
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
@@ -116,10 +120,9 @@ TEST_F(monitored_ask_test, a_peer_that_is_already_gone_is_reported_at_once) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
   child_.kill();
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = 60s;
-  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("ping")), opt);
+  auto r = ask(peer, "ping", opt);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
 }
@@ -127,7 +130,6 @@ TEST_F(monitored_ask_test, a_peer_that_is_already_gone_is_reported_at_once) {
 TEST_F(monitored_ask_test, still_wanted_ends_the_wait_with_its_error) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = 60s;
   opt.poll = 20ms;
@@ -136,7 +138,7 @@ TEST_F(monitored_ask_test, still_wanted_ends_the_wait_with_its_error) {
     if (++polls < 3) return {};
     return error{errc::shutting_down, "the caller gave up"};
   };
-  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  auto r = ask(peer, "hold", opt);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::shutting_down);
   EXPECT_EQ(polls, 3);
@@ -145,11 +147,10 @@ TEST_F(monitored_ask_test, still_wanted_ends_the_wait_with_its_error) {
 TEST_F(monitored_ask_test, silence_from_a_live_peer_is_a_timeout) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = 300ms;
   opt.poll = 50ms;
-  auto r = ask_monitored<std::string>(me.ptr(), peer, caf::make_message(std::string("hold")), opt);
+  auto r = ask(peer, "hold", opt);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::timeout) << r.err().to_string();
 }
