@@ -3,8 +3,12 @@
 
 #include "apps/cmd_ca.h"
 #include "apps/commands.h"
+#include "common/allocator_tuning.h"
 
 int main(int argc, char** argv) {
+  // Before anything allocates. A refusal (a sanitizer's allocator) leaves glibc's defaults:
+  // slower steps, nothing else.
+  (void)moerl::keep_freed_heap_for_reuse();
   CLI::App app{"moerl: RL post-training runtime for Mixture-of-Experts models"};
   app.require_subcommand(1);
   moerl::apps::add_version_command(app);
