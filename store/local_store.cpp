@@ -27,17 +27,6 @@ struct fd_guard {
   }
 };
 
-// mkdir -p for the directories of a key. EEXIST from a concurrent creator is fine.
-status make_dirs(const std::string& root, const std::string& key) {
-  size_t pos = 0;
-  while ((pos = key.find('/', pos)) != std::string::npos) {
-    const std::string dir = root + "/" + key.substr(0, pos);
-    POSIX_CHECK_EXCEPT(::mkdir(dir.c_str(), 0755), EEXIST, "creating directory " + dir);
-    ++pos;
-  }
-  return ok_status();
-}
-
 status write_all(int fd, const std::string& bytes, const std::string& path) {
   size_t done = 0;
   while (done < bytes.size()) {
@@ -47,6 +36,37 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
     if (n > 0) done += static_cast<size_t>(n);
   }
   return ok_status();
+}
+
+// open(2) of a file in a key's directory, creating the directories only when they are
+// missing (a store's writes mostly go to directories that exist: one open instead of a mkdir
+// per path segment, which the coordinator's journal paid on every append). A directory
+// removed by a concurrent remove() between mkdir and open is made again (a few tries).
+int open_in_key_dir(const std::string& root, const std::string& key, const std::string& path,
+                    int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags, mode);
+  for (int tries = 0; fd == -1 && errno == ENOENT && tries < 3; ++tries) {
+    // mkdir -p; EEXIST from a concurrent creator is fine. A failure returns -1 with the
+    // mkdir's errno, which the caller reports as the open's.
+    for (size_t pos = key.find('/'); pos != std::string::npos; pos = key.find('/', pos + 1)) {
+      const std::string dir = root + "/" + key.substr(0, pos);
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return -1;
+    }
+    fd = ::open(path.c_str(), flags, mode);
+  }
+  return fd;
+}
+
+// After an object's file is gone: removes its directories that became empty, deepest
+// first, up to the root (an object store has no empty prefixes, and a run that removes
+// every version's checkpoint would otherwise leave a directory per version behind).
+// Stops at the first directory that is not empty or cannot be removed.
+void remove_empty_dirs(const std::string& root, std::string path) {
+  for (size_t slash = path.rfind('/'); slash != std::string::npos && slash > root.size();
+       slash = path.rfind('/')) {
+    path.resize(slash);
+    if (::rmdir(path.c_str()) != 0) return;
+  }
 }
 
 status fsync_dir(const std::string& dir) {
@@ -87,7 +107,6 @@ result<std::unique_ptr<local_store>> local_store::open(const std::string& root, 
 
 status local_store::put(const std::string& key, const std::string& bytes) {
   if (auto st = validate_key(key); !st) return st;
-  if (auto st = make_dirs(root_, key); !st) return st;
   const std::string target = path_of(key);
   const size_t slash = target.rfind('/');
   const std::string dir = target.substr(0, slash);
@@ -95,8 +114,9 @@ status local_store::put(const std::string& key, const std::string& bytes) {
 
   fd_guard f;
   status st = [&]() -> status {
-    POSIX_CHECK(f.fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
-                "creating " + temp);
+    POSIX_CHECK(
+        f.fd = open_in_key_dir(root_, key, temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
+        "creating " + temp);
     return ok_status();
   }();
   if (!st && st.err().code == errc::not_found)
@@ -128,11 +148,11 @@ status local_store::put(const std::string& key, const std::string& bytes) {
 
 status local_store::append(const std::string& key, const std::string& bytes) {
   if (auto st = validate_key(key); !st) return st;
-  if (auto st = make_dirs(root_, key); !st) return st;
   const std::string path = path_of(key);
   fd_guard f;
   // O_EXCL first, to know whether this call created the file (its entry then needs syncing).
-  f.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  f.fd =
+      open_in_key_dir(root_, key, path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   const bool created = f.fd >= 0;
   if (f.fd == -1 && errno == EEXIST) {
     POSIX_CHECK(f.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC), "opening " + path);
@@ -190,20 +210,31 @@ result<std::vector<std::string>> local_store::list(const std::string& prefix) co
   const std::string start =
       slash == std::string::npos ? root_ : root_ + "/" + prefix.substr(0, slash);
   std::vector<std::string> keys;
-  std::error_code ec;
-  if (!fs::is_directory(start, ec)) return keys;
-  fs::recursive_directory_iterator it(start, fs::directory_options::none, ec), end;
-  if (ec) return error(errc::io_error, "listing " + start + ": " + ec.message());
-  for (; it != end; it.increment(ec)) {
-    if (ec) return error(errc::io_error, "listing " + start + ": " + ec.message());
-    const std::string name = it->path().filename().string();
-    if (name.rfind(reserved_segment_prefix, 0) == 0) {
-      if (it->is_directory(ec)) it.disable_recursion_pending();
-      continue;  // a put in progress (or one that crashed): not an object
+  // A walk of our own rather than recursive_directory_iterator: remove() takes away
+  // directories that became empty, so a directory met in the walk may be gone by the time
+  // it is opened; that one held no objects any more and is skipped, not an error.
+  std::vector<std::string> dirs{start};
+  while (!dirs.empty()) {
+    const std::string dir = std::move(dirs.back());
+    dirs.pop_back();
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec), end;
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) continue;
+    if (ec) return error(errc::io_error, "listing " + dir + ": " + ec.message());
+    for (; it != end; it.increment(ec)) {
+      if (ec) return error(errc::io_error, "listing " + dir + ": " + ec.message());
+      const std::string name = it->path().filename().string();
+      // A put in progress (or one that crashed): not an object.
+      if (name.rfind(reserved_segment_prefix, 0) == 0) continue;
+      std::error_code type_ec;  // an entry removed meanwhile is neither type: skipped
+      if (it->is_directory(type_ec)) {
+        dirs.push_back(it->path().string());
+        continue;
+      }
+      if (!it->is_regular_file(type_ec)) continue;
+      std::string key = it->path().string().substr(root_.size() + 1);
+      if (key.compare(0, prefix.size(), prefix) == 0) keys.push_back(std::move(key));
     }
-    if (!it->is_regular_file(ec)) continue;
-    std::string key = it->path().string().substr(root_.size() + 1);
-    if (key.compare(0, prefix.size(), prefix) == 0) keys.push_back(std::move(key));
   }
   std::sort(keys.begin(), keys.end());
   return keys;
@@ -220,6 +251,7 @@ status local_store::unlink_object(const std::string& key) const {
     return ok_status();
   }();
   if (!st && st.err().code != errc::not_found) return st;
+  if (st) remove_empty_dirs(root_, path);
   return ok_status();
 }
 

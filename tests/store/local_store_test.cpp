@@ -110,6 +110,60 @@ TEST_F(local_store_test, remove_deletes_and_removing_a_missing_key_is_fine) {
   EXPECT_TRUE(store_->list("r/").value().empty());
 }
 
+TEST_F(local_store_test, removing_the_last_object_of_a_prefix_leaves_no_directory_behind) {
+  ASSERT_TRUE(store_->put("ckpt/step-1/parts/shard-0/params", "p").ok());
+  ASSERT_TRUE(store_->put("ckpt/step-1/COMMITTED", "").ok());
+  ASSERT_TRUE(store_->put("ckpt/step-2/COMMITTED", "").ok());
+  ASSERT_TRUE(store_->remove("ckpt/step-1/parts/shard-0/params").ok());
+  // parts/ went with its last object; step-1/ still holds COMMITTED.
+  EXPECT_FALSE(fs::exists(store_->root() + "/ckpt/step-1/parts"));
+  EXPECT_TRUE(fs::exists(store_->root() + "/ckpt/step-1/COMMITTED"));
+  ASSERT_TRUE(store_->remove_unsynced({"ckpt/step-1/COMMITTED"}).ok());
+  EXPECT_FALSE(fs::exists(store_->root() + "/ckpt/step-1"));
+  EXPECT_TRUE(fs::exists(store_->root() + "/ckpt/step-2/COMMITTED"));  // a sibling stays
+  ASSERT_TRUE(store_->remove("ckpt/step-2/COMMITTED").ok());
+  EXPECT_FALSE(fs::exists(store_->root() + "/ckpt"));
+  EXPECT_TRUE(fs::is_directory(store_->root()));  // never the root itself
+  // Writes and appends make the directories again.
+  ASSERT_TRUE(store_->put("ckpt/step-3/COMMITTED", "c").ok());
+  ASSERT_TRUE(store_->append("ckpt/journal/seg", "a").ok());
+  EXPECT_EQ(store_->list("ckpt/").value(),
+            (std::vector<std::string>{"ckpt/journal/seg", "ckpt/step-3/COMMITTED"}));
+}
+
+// remove() takes directories away while another thread lists and writes beside them (a
+// trainer member restoring while member 0 drops an old checkpoint): no list or put fails.
+TEST_F(local_store_test, list_and_put_go_on_while_removals_take_directories_away) {
+  // Without fsync, so that the churn is fast enough to reach the windows between a listing's
+  // readdir and its opening of a subdirectory, and between a put's mkdir and its open.
+  auto fast = local_store::open(dir_.path() + "/fast", false);
+  ASSERT_TRUE(fast.ok()) << fast.err().to_string();
+  local_store& store = **fast;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0}, lists{0};
+  std::thread churn([&] {
+    for (int i = 0; i < 4000; ++i) {
+      const std::string key = "c/step-" + std::to_string(i % 7) + "/parts/p";
+      if (!store.put(key, "x").ok() || !store.remove(key).ok()) ++failures;
+    }
+    stop = true;
+  });
+  std::thread reader([&] {
+    while (!stop) {
+      auto keys = store.list("c/");
+      ++lists;
+      if (!keys.ok()) {
+        if (++failures == 1) ADD_FAILURE() << keys.err().to_string();
+      }
+      if (!store.put("c/step-3/parts/q", "y").ok()) ++failures;
+    }
+  });
+  churn.join();
+  reader.join();
+  EXPECT_GT(lists.load(), 0);
+  EXPECT_EQ(failures.load(), 0);
+}
+
 TEST_F(local_store_test,
        unsynced_removal_removes_every_key_and_reports_a_bad_one_after_trying_all) {
   for (const std::string k : {"j/1", "j/2", "j/3"}) ASSERT_TRUE(store_->put(k, "x").ok());
