@@ -381,6 +381,11 @@ const std::vector<key_spec>& config_schema() {
       {"job.kind", t::string, "grpo",
        "grpo: GRPO on the MoE policy (job/); modpow: the deterministic test work of actors/",
        "grpo|modpow"},
+      {"job.device", t::string, "cpu",
+       "where the policy's forward, backward, generation and Adam run; cpu is the only device "
+       "today: cuda is refused with the reason (a build without CUDA, no visible device, or the "
+       "policy's CUDA path, which is not built yet: issue 29, job/device.h)",
+       "cpu|cuda"},
       {"job.store_prefix", t::string, "job",
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",
        ""},

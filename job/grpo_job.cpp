@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/percentile.h"
+#include "job/device.h"
 #include "job/durable_writer.h"
 #include "job/ep_policy_group.h"
 #include "job/ep_trainer.h"
@@ -1211,6 +1212,7 @@ std::string weights_key(const std::string& prefix, uint64_t version) {
 std::string checkpoint_prefix(const std::string& prefix) { return prefix + "/checkpoints"; }
 
 result<std::shared_ptr<actors::job>> make_job(const config& cfg, actors::node_role role) {
+  if (auto st = check_job_device(cfg); !st) return st.err();
   const std::string kind = cfg.get_string("job.kind");
   if (kind == "modpow") return make_modpow_job(cfg);
   auto s = job_setup::create(cfg, role);

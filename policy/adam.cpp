@@ -4,6 +4,7 @@
 
 #include "common/byte_codec.h"
 #include "common/status_try.h"
+#include "policy/internal/adam_update.h"
 
 namespace moerl::policy {
 
@@ -37,17 +38,11 @@ result<double> adam::step(std::vector<float>& params, const std::vector<float>& 
   const double norm = std::sqrt(sq);
   if (!std::isfinite(norm))
     return error{errc::invalid_argument, "adam: gradient is not finite; step skipped"};
-  const double scale = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? cfg_.grad_clip / norm : 1.0;
   ++t_;
-  const double b1 = cfg_.beta1, b2 = cfg_.beta2;
-  const double c1 = 1.0 - std::pow(b1, double(t_)), c2 = 1.0 - std::pow(b2, double(t_));
-  const double lr = cfg_.learning_rate * std::sqrt(c2) / c1;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const double g = grads[i] * scale;
-    m_[i] = float(b1 * m_[i] + (1 - b1) * g);
-    v_[i] = float(b2 * v_[i] + (1 - b2) * g * g);
-    params[i] -= float(lr * m_[i] / (std::sqrt(double(v_[i])) + cfg_.eps));
-  }
+  const detail::adam_step_coeffs c =
+      detail::adam_coeffs(cfg_, t_, detail::adam_clip_scale(cfg_, norm));
+  for (size_t i = 0; i < params.size(); ++i)
+    detail::adam_update_one(c, grads[i], m_[i], v_[i], params[i]);
   return norm;
 }
 
@@ -90,10 +85,7 @@ std::string adam::serialize() const { return write_adam_state(uint64_t(t_), m_, 
 
 status adam::load(const std::string& bytes) {
   ASSIGN_OR_RETURN(adam_state state, read_adam_state(bytes));
-  if (state.m.size() != m_.size())
-    return error{errc::invalid_argument,
-                 "optimiser state: holds " + std::to_string(state.m.size()) +
-                     " moments, this model has " + std::to_string(m_.size()) + " parameters"};
+  if (auto st = detail::check_adam_state_size(state, m_.size()); !st) return st;
   m_ = std::move(state.m);
   v_ = std::move(state.v);
   t_ = static_cast<int64_t>(state.steps);

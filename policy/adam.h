@@ -1,5 +1,7 @@
 // Adam (Kingma & Ba) with bias correction and optional global-norm gradient clipping, over
-// a flat parameter buffer (params.h layout). Moments are part of a checkpoint's state.
+// a flat parameter buffer (params.h layout). Moments are part of a checkpoint's state. The
+// CUDA twin over device buffers: policy/cuda/adam_cuda.h (the same update arithmetic,
+// policy/internal/adam_update.h).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // maps through BLAS, RMSNorm, causal multi-head attention (full-sequence for training, one
 // position at a time against a KV cache for generation), log-softmax. fp32 throughout.
 // Backward functions ACCUMULATE into parameter gradients (dW, dg) and OVERWRITE input
-// gradients (dx) unless documented otherwise. Row-major everywhere.
+// gradients (dx) unless documented otherwise. Row-major everywhere. CUDA twins with the same
+// contracts: policy/cuda/dense_ops_cuda.h (their tolerances against these, and why).
 #pragma once
 
 #include <cstdint>

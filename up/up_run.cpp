@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "console/chrome_trace.h"
 #include "console/http_console.h"
+#include "job/device.h"
 #include "job/grpo_job.h"
 #include "provenance/provenance.h"
 #include "report/report_html.h"
@@ -157,6 +158,9 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
     // The coordinator would refuse these too, but only in its log: say it up front.
     if (auto st = console::check_http_console_config(*pre); !st)
       return error(errc::invalid_config, st.err().message);
+    // Every node would refuse job.device=cuda (job/device.h) and be restarted until
+    // cluster.max_restarts: refuse it once, before any node starts.
+    if (auto st = job::check_job_device(*pre); !st) return st.err();
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
     o.iterations = a.iterations;
     if (o.iterations <= 0 && pre->get_string("job.kind") == "grpo")

@@ -1,5 +1,6 @@
-// Private to kernels/cuda: CUBLAS_CHECK, CUDA_CHECK's twin for cuBLAS calls (kept apart so
-// that users of CUDA_CHECK outside kernels/ do not see cuBLAS). A failed call returns
+// For the CUDA twins (kernels/cuda, policy/cuda): CUBLAS_CHECK, CUDA_CHECK's twin for cuBLAS
+// calls (kept apart so that other users of CUDA_CHECK, fabric's NCCL backend, do not see
+// cuBLAS). A failed call returns
 // errc::cuda_error naming the call, its status string, the file and the line.
 #pragma once
 

@@ -42,5 +42,13 @@ status cublas_handle(cudaStream_t stream, cublasHandle_t* out) {
   return ok_status();
 }
 
+status rm_sgemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
+                           &beta, C, ldc));
+  return ok_status();
+}
+
 }  // namespace detail
 }  // namespace moerl::kernels::cuda

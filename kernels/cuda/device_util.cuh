@@ -1,5 +1,6 @@
-// Private to kernels/cuda: device helpers shared by the twins. Conversions use the same bit
-// recipes as kernels/dtypes.h so CPU and GPU round identically.
+// Device helpers shared by the CUDA twins: kernels/cuda's and policy/cuda's (the policy's dense
+// ops; policy sits above kernels). Not for code outside the twins. Conversions use the same
+// bit recipes as kernels/dtypes.h so CPU and GPU round identically.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +59,11 @@ class scratch {
 
 // The cuBLAS handle of the calling thread, bound to `stream`.
 status cublas_handle(cudaStream_t stream, cublasHandle_t* out);
+
+// Row-major C[M,N] = alpha op(A) op(B) + beta C as cblas_sgemm(CblasRowMajor, ...) computes
+// it, expressed in cuBLAS's column-major terms by swapping the operands (full fp32: the
+// handle keeps cuBLAS's default math mode, no TF32).
+status rm_sgemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
 }  // namespace moerl::kernels::cuda::detail

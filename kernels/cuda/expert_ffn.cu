@@ -8,19 +8,10 @@
 
 namespace moerl::kernels::cuda {
 
+using detail::rm_sgemm;
 using kernels::detail::check_expert_ffn_shape;
 
 namespace {
-
-// Row-major C[M,N] = op(A) op(B) as cblas_sgemm(CblasRowMajor, ...) writes it, expressed in
-// cuBLAS's column-major terms by swapping the operands.
-status rm_sgemm(cublasHandle_t h, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A, lda,
-                           &beta, C, ldc));
-  return ok_status();
-}
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 

@@ -65,6 +65,28 @@ for kv in actors.units_per_iteration=0 ledger.lease_timeout_ms=-1 node.heartbeat
   [ ! -e "$tmp/runs" ] || fail "moerl up --set $kv started a run: $(ls -R "$tmp/runs")"
 done
 
+# job.device=cuda is refused before any node starts, with the reason this build and host give
+# (job/device.h): no CUDA in the build, no visible device, or (with one) the policy's CUDA path,
+# which is not built yet (issue 29). Never accepted and run on the CPU.
+want=$(/usr/bin/python3 - "$tmp/v.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+if d["cuda"] == "absent":
+    print("this moerl was built without CUDA")
+elif d["gpu"] == "none":
+    print("no CUDA device visible")
+else:
+    print("the policy's device path is not built yet")
+PY
+)
+exits 2 timeout 60 "$moerl" up --timeout 15 --run-dir "$tmp/runs" --set job.device=cuda
+grep -qF "moerl up: invalid configuration: job.device=cuda: $want" "$tmp/err" \
+  || fail "moerl up --set job.device=cuda: want '$want', got: $(cat "$tmp/err")"
+[ ! -e "$tmp/runs" ] || fail "moerl up --set job.device=cuda started a run: $(ls -R "$tmp/runs")"
+exits 2 timeout 60 "$moerl" up --timeout 15 --run-dir "$tmp/runs" --set job.device=tpu
+grep -qF "key 'job.device': 'tpu' is not one of cpu|cuda" "$tmp/err" \
+  || fail "moerl up --set job.device=tpu: unexpected message: $(cat "$tmp/err")"
+
 # A binary file is refused by offset and line without echoing its bytes; a huge one at once.
 printf 'log:\n  level: info\n\x89PNG\r\n\x1a\n\x00\x00' > "$tmp/weights.bin"
 exits 2 "$moerl" config check "$tmp/weights.bin"

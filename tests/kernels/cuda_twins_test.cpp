@@ -15,61 +15,15 @@
 #include "kernels/permute.h"
 #include "kernels/routing.h"
 #include "test_util.h"
+#include "tests/support/cuda_test_util.h"
 
 using namespace moerl::kernels;
 using namespace moerl::kernels::testing;
 
 namespace {
-
-#define REQUIRE_GPU()                                                   \
-  do {                                                                  \
-    if (!cuda::device_available())                                      \
-      GTEST_SKIP() << "no CUDA device visible: CUDA twins not checked"; \
-  } while (0)
-
-// A device copy of a host vector (or zeroed storage), copied back with host().
-template <class T>
-class dev {
- public:
-  explicit dev(size_t n) : n_(n) {
-    if (n_) {
-      EXPECT_EQ(cudaMalloc(&p_, n_ * sizeof(T)), cudaSuccess);
-      EXPECT_EQ(cudaMemset(p_, 0, n_ * sizeof(T)), cudaSuccess);
-    }
-  }
-  explicit dev(const std::vector<T>& h) : dev(h.size()) {
-    if (n_) {
-      EXPECT_EQ(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  ~dev() {
-    if (p_) cudaFree(p_);
-  }
-  T* get() const { return p_; }
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (n_) {
-      EXPECT_EQ(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
-
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rtol,
-                  const char* what) {
-  ASSERT_EQ(gpu.size(), cpu.size()) << what;
-  double scale = 0;
-  for (float v : cpu) scale = std::max(scale, std::fabs(double(v)));
-  for (size_t i = 0; i < cpu.size(); ++i)
-    ASSERT_LE(std::fabs(double(gpu[i]) - cpu[i]), rtol * (std::fabs(double(cpu[i])) + scale))
-        << what << " at " << i;
-}
-
+#define REQUIRE_GPU() MOERL_REQUIRE_GPU("CUDA twins")
+using moerl::testing::dev;
+using moerl::testing::expect_close;
 }  // namespace
 
 TEST(cuda_twins, routing_forward_and_backward_match_the_cpu) {

@@ -1,0 +1,67 @@
+// The policy's CUDA twins (policy/cuda/) where no GPU is needed: argument checks happen on the
+// host before any CUDA call, and a missing device is an error value. A separate suite from
+// cuda_twins_test.cpp because that one is reported as skipped without a GPU (CTest's
+// SKIP_REGULAR_EXPRESSION), which would hide a failure here; this one runs everywhere.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/cuda/kernels_cuda.h"
+#include "policy/adam.h"
+#include "policy/cuda/adam_cuda.h"
+#include "policy/cuda/dense_ops_cuda.h"
+
+namespace moerl::policy {
+namespace {
+
+// Checked on the host before any CUDA call: runs with or without a GPU.
+TEST(policy_cuda_host_checks, bad_shapes_are_refused_on_the_host_naming_function_and_argument) {
+  auto expect_refused = [](status st, const std::string& words) {
+    ASSERT_FALSE(st.ok()) << words;
+    EXPECT_EQ(st.err().code, errc::invalid_argument) << st.err().to_string();
+    EXPECT_NE(st.err().message.find(words), std::string::npos) << st.err().message;
+  };
+  float* none = nullptr;
+  expect_refused(cuda::linear_forward(nullptr, none, none, -1, 4, 4, none),
+                 "cuda::linear_forward: n = -1");
+  expect_refused(cuda::linear_forward(nullptr, none, none, 2, 4, 4, none),
+                 "cuda::linear_forward: x is null but holds 8 elements");
+  expect_refused(
+      cuda::linear_backward(nullptr, none, none, none, 1, int64_t(1) << 40, 1, none, none),
+      "cuda::linear_backward: d_in = 1099511627776 is outside 0..2147483647");
+  expect_refused(cuda::rmsnorm_backward(nullptr, none, none, none, none, 3, -2, none, none),
+                 "cuda::rmsnorm_backward: d = -2");
+  expect_refused(cuda::attention_forward(nullptr, none, 1, 4, 0, 8, none, none),
+                 "cuda::attention_forward: num_heads 0 < 1");
+  expect_refused(cuda::attention_backward(nullptr, none, none, none, 1, 4, 2, 8, none),
+                 "cuda::attention_backward: qkv is null");
+  expect_refused(cuda::attention_decode(nullptr, none, none, none, 2, 8, 8, 2, 4, none),
+                 "cuda::attention_decode: pos 8 is outside the cache's 0..7");
+  expect_refused(cuda::log_softmax_row(nullptr, none, 4, 0.0f, none),
+                 "cuda::log_softmax_row: temperature");
+  // A null pointer for a tensor that holds data is refused even when nothing is computed.
+  expect_refused(cuda::rmsnorm_forward(nullptr, none, none, 0, 16, none, none),
+                 "cuda::rmsnorm_forward: g is null but holds 16 elements");
+  // Nothing to do is not an error and touches no device (the weights' pointer is never read
+  // for zero rows): empty shapes return ok anywhere.
+  float weights[16] = {};
+  EXPECT_TRUE(cuda::linear_forward(nullptr, none, weights, 0, 4, 4, none).ok());
+  EXPECT_TRUE(cuda::attention_forward(nullptr, none, 0, 4, 2, 8, none, none).ok());
+  EXPECT_TRUE(cuda::rmsnorm_forward(nullptr, none, weights, 0, 16, none, none).ok());
+  EXPECT_TRUE(cuda::log_softmax_row(nullptr, none, 0, 1.0f, none).ok());
+}
+
+// Without a device, creating the optimiser's device state fails as a value naming the CUDA
+// call; it does not crash. With a GPU there is nothing to refuse and the test returns at once
+// (not a skip: bench/gpu_check.sh counts a skip there as a GPU that was not seen).
+TEST(policy_cuda_host_checks, without_a_gpu_adam_create_fails_with_cuda_error_naming_the_call) {
+  if (kernels::cuda::device_available()) return;
+  auto gpu = cuda::adam::create(adam_config{}, 10);
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_EQ(gpu.err().code, errc::cuda_error);
+  EXPECT_NE(gpu.err().message.find("cudaMalloc"), std::string::npos) << gpu.err().message;
+}
+
+}  // namespace
+}  // namespace moerl::policy
