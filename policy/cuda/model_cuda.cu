@@ -23,7 +23,10 @@ result<std::unique_ptr<moe_policy>> moe_policy::create(const model_config& cfg,
 status moe_policy::init(const model_config& cfg) {
   host_exchange_ = make_local_expert_exchange();
   ASSIGN_OR_RETURN(host_, policy::moe_policy::create(cfg, *host_exchange_));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // A blocking stream (not cudaStreamNonBlocking): work its users put on the legacy default
+  // stream (cuda::adam::create's cudaMemset of the moments, a test's cudaMemcpy) is ordered
+  // before what this stream runs next, with no explicit synchronisation.
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault));
   STATUS_TRY(params_.upload(host_->params(), stream_));
   tok_emb_ = offset_of("tok_emb");
   pos_emb_ = offset_of("pos_emb");
