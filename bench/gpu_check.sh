@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check, sized for a short device lease (< 8 minutes on an H200):
-#   1. configures and builds only the CUDA tests, the kernels benchmark and `moerl`,
+#   1. configures and builds only the CUDA tests and the kernels benchmark (`moerl`, most of
+#      the build, comes before step 4, so that a slow build costs that step only),
 #   2. runs the CUDA-vs-CPU tests (gtest JSON each): kernels/'s MoE twins, the policy's
 #      dense-op and Adam twins (and their host-side checks), the device policy against the CPU
 #      policy (policy_model_cuda_test), and fabric's NCCL path on a one-member group (built
@@ -44,7 +45,7 @@ if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^fabric_nccl_smoke_te
   TESTS+=(fabric_nccl_smoke_test)
   have_nccl=1
 fi
-run_step build 330 ninja -C "$BUILD" -j"$JOBS" "${TESTS[@]}" moerl_bench_kernels_main moerl
+run_step build 240 ninja -C "$BUILD" -j"$JOBS" "${TESTS[@]}" moerl_bench_kernels_main
 
 run_gtest() {  # run_gtest TEST_TARGET: a step named after it, its JSON and log under $OUT
   local t=$1
@@ -71,6 +72,11 @@ if [[ ${step_rc[build]} -eq 0 ]]; then
   echo "gpu_check: bench rc=${step_rc[bench]} (${step_s[bench]} s)"
 
   # Step 4: the same GRPO run on the device and on the CPU, concurrently (see the header).
+  # moerl is built only now (it is most of the build): a slow build costs this step only,
+  # not the test results above.
+  run_step build_moerl 270 ninja -C "$BUILD" -j"$JOBS" moerl
+fi
+if [[ ${step_rc[build_moerl]:-1} -eq 0 ]]; then
   s=$(date +%s)
   for dev in cuda cpu; do
     timeout 150 "$BUILD/bin/moerl" learn --set job.device=$dev --set grpo.iterations=200 \
@@ -122,7 +128,7 @@ overall=0
   first=1
   for name in gpu_visible configure build kernels_cuda_twins_test policy_cuda_twins_test \
     policy_cuda_host_checks_test policy_model_cuda_test fabric_nccl_smoke_test bench \
-    learn_cuda learn_cpu; do
+    build_moerl learn_cuda learn_cpu; do
     [[ -v step_rc[$name] ]] || continue
     [[ ${step_rc[$name]} -ne 0 ]] && overall=1
     [[ $first -eq 1 ]] || echo ","
