@@ -1,11 +1,15 @@
 // moerl learn: GRPO on the MoE policy in this one process (local expert exchange), the
-// single-process baseline of the distributed run. Prints progress, then a JSON report
+// single-process baseline of the distributed run. job.device=cuda runs the device policy
+// (policy/cuda/trainer_cuda.h: the same GRPO iteration, tensors in device memory) when this
+// build has CUDA and a device is visible; otherwise it is refused with the reason
+// (job/device.h), never run on the CPU instead. Prints progress, then a JSON report
 // (stdout or --report FILE) with the reward curve, per-iteration timings, the effective
 // configuration and provenance.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -13,9 +17,14 @@
 
 #include "apps/commands.h"
 #include "common/config.h"
+#include "job/device.h"
 #include "policy/dense_ops.h"
 #include "policy/trainer.h"
 #include "provenance/provenance.h"
+
+#ifdef MOERL_HAVE_CUDA
+#include "policy/cuda/trainer_cuda.h"
+#endif
 
 namespace moerl::apps {
 namespace {
@@ -67,20 +76,54 @@ int run_learn(const learn_options& o) {
   if (!mc) return fail(mc.err(), 2);
   auto tc = train_config::from_config(*cfg);
   if (!tc) return fail(tc.err(), 2);
+  if (auto st = job::check_job_device(*cfg, job::device_scope::single_process); !st)
+    return fail(st.err(), 2);
+  const std::string device = cfg->get_string("job.device");
+
+  // The policy on the chosen device, seen through what the run needs of it.
+  using on_iteration_fn = std::function<bool(const iteration_stats&)>;
+  size_t num_params = 0;
+  std::function<result<std::vector<iteration_stats>>(const on_iteration_fn&)> train;
+  std::function<result<std::string>()> final_hash;
   auto ex = make_local_expert_exchange();
-  auto pol = moe_policy::create(*mc, *ex);
-  if (!pol) return fail(pol.err(), 2);
+  std::unique_ptr<moe_policy> cpu_pol;
+#ifdef MOERL_HAVE_CUDA
+  std::unique_ptr<cuda::moe_policy> gpu_pol;
+#endif
+  if (device == "cpu") {
+    auto pol = moe_policy::create(*mc, *ex);
+    if (!pol) return fail(pol.err(), 2);
+    cpu_pol = std::move(*pol);
+    num_params = cpu_pol->layout().num_floats();
+    train = [&](const on_iteration_fn& f) {
+      return train_single_process(*cpu_pol, **t, **rm, *tc, f);
+    };
+    final_hash = [&]() -> result<std::string> { return cpu_pol->content_hash(); };
+  } else {
+#ifdef MOERL_HAVE_CUDA
+    auto pol = cuda::moe_policy::create(*mc);
+    if (!pol) return fail(pol.err(), 2);
+    gpu_pol = std::move(*pol);
+    num_params = gpu_pol->num_params();
+    train = [&](const on_iteration_fn& f) {
+      return cuda::train_single_process(*gpu_pol, **t, **rm, *tc, f);
+    };
+    final_hash = [&]() { return gpu_pol->content_hash(); };
+#else
+    // check_job_device refuses cuda in a build without it; reaching here is a bug.
+    return fail(error{errc::internal, "job.device=" + device + " accepted without CUDA"}, 1);
+#endif
+  }
 
   const double random = (*t)->reward_random(), rmax = (*t)->reward_max();
-  std::printf("task %s/%d: reward_random %.4f reward_max %.4f; %zu parameters\n",
-              (*t)->name().c_str(), (*t)->difficulty(), random, rmax,
-              (*pol)->layout().num_floats());
+  std::printf("task %s/%d: reward_random %.4f reward_max %.4f; %zu parameters on %s\n",
+              (*t)->name().c_str(), (*t)->difficulty(), random, rmax, num_params, device.c_str());
   const auto t0 = std::chrono::steady_clock::now();
   // "Reached" uses the mean over the last 10 iterations: one lucky batch is not learning.
   double t_reach = -1;
   int it_reach = -1;
   std::vector<double> recent;
-  auto curve = train_single_process(**pol, **t, **rm, *tc, [&](const iteration_stats& s) {
+  auto curve = train([&](const iteration_stats& s) {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     recent.push_back(s.mean_reward);
     if (recent.size() > 10) recent.erase(recent.begin());
@@ -106,12 +149,15 @@ int run_learn(const learn_options& o) {
   j["reward"] = (*rm)->kind();
   j["reward_random"] = random;
   j["reward_max"] = rmax;
-  j["num_parameters"] = (*pol)->layout().num_floats();
+  j["device"] = device;
+  j["num_parameters"] = num_params;
   j["wall_s"] = wall;
   j["first_iteration_at_90pct_10it_mean"] = it_reach;
   j["seconds_to_90pct_10it_mean"] = t_reach;
   j["cpu_s"] = double(std::clock()) / CLOCKS_PER_SEC;
-  j["final_weights_hash"] = (*pol)->content_hash();
+  auto hash = final_hash();  // the device policy copies its parameters back for it
+  if (!hash) return fail(hash.err(), 1);
+  j["final_weights_hash"] = *hash;
   auto& rc = j["reward_curve"] = nlohmann::json::array();
   auto& its = j["iterations"] = nlohmann::json::array();
   for (const auto& s : *curve) {

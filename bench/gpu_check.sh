@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# GPU check, sized for a short device lease (< 5 minutes on an H200):
-#   1. configures and builds only the CUDA tests and the kernels benchmark,
+# GPU check, sized for a short device lease (< 8 minutes on an H200):
+#   1. configures and builds only the CUDA tests and the kernels benchmark (`moerl`, most of
+#      the build, comes before step 4, so that a slow build costs that step only),
 #   2. runs the CUDA-vs-CPU tests (gtest JSON each): kernels/'s MoE twins, the policy's
-#      dense-op and Adam twins (and their host-side checks), and fabric's NCCL path on a
-#      one-member group (built only where configure found NCCL; its absence fails the check),
+#      dense-op and Adam twins (and their host-side checks), the device policy against the CPU
+#      policy (policy_model_cuda_test), and fabric's NCCL path on a one-member group (built
+#      only where configure found NCCL; its absence fails the check),
 #   3. runs the benchmark on the GPU (`moerl bench kernels --cuda --json`),
+#   4. runs `moerl learn --set grpo.iterations=200` with job.device=cuda and job.device=cpu side
+#      by side (separate processes; the CPU one uses one core of 16) and records both wall
+#      times and final rewards (mean of the last 10 iterations); the device run fails the
+#      check unless its final reward is clearly above the task's reward_random
+#      (> reward_random + 0.25 * (reward_max - reward_random)),
 # and writes everything under $OUT (default ./gpu_check_out): summary.json, each test's
-# JSON and log, kernels_bench_cuda.json, build logs. A skipped test means the GPU was not
-# visible to it: counted as failed. Exits non-zero if any step failed.
+# JSON and log, kernels_bench_cuda.json, learn_{cuda,cpu}.json, build logs. A skipped test
+# means the GPU was not visible to it: counted as failed. Exits non-zero if any step failed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +38,8 @@ run_step() {  # run_step NAME TIMEOUT_S CMD...
 run_step gpu_visible 20 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 run_step configure 90 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DMOERL_ENABLE_CUDA=ON \
   -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
-TESTS=(kernels_cuda_twins_test policy_cuda_twins_test policy_cuda_host_checks_test)
+TESTS=(kernels_cuda_twins_test policy_cuda_twins_test policy_cuda_host_checks_test
+  policy_model_cuda_test)
 have_nccl=0
 if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^fabric_nccl_smoke_test:'; then
   TESTS+=(fabric_nccl_smoke_test)
@@ -62,17 +70,65 @@ if [[ ${step_rc[build]} -eq 0 ]]; then
   step_rc[bench]=$?
   step_s[bench]=$(($(date +%s) - s))
   echo "gpu_check: bench rc=${step_rc[bench]} (${step_s[bench]} s)"
+
+  # Step 4: the same GRPO run on the device and on the CPU, concurrently (see the header).
+  # moerl is built only now (it is most of the build): a slow build costs this step only,
+  # not the test results above.
+  run_step build_moerl 270 ninja -C "$BUILD" -j"$JOBS" moerl
+fi
+if [[ ${step_rc[build_moerl]:-1} -eq 0 ]]; then
+  s=$(date +%s)
+  for dev in cuda cpu; do
+    timeout 150 "$BUILD/bin/moerl" learn --set job.device=$dev --set grpo.iterations=200 \
+      --print-every 20 --report "$OUT/learn_$dev.json" >"$OUT/learn_$dev.log" 2>&1 &
+    eval "learn_pid_$dev=\$!"
+  done
+  wait "$learn_pid_cuda"
+  step_rc[learn_cuda]=$?
+  wait "$learn_pid_cpu"
+  step_rc[learn_cpu]=$?
+  step_s[learn_cuda]=$(($(date +%s) - s))
+  step_s[learn_cpu]=${step_s[learn_cuda]}
+  # Final reward = mean of the last 10 iterations' mean_reward (learn's own summary line).
+  learn_json=$(/usr/bin/python3 - "$OUT/learn_cuda.json" "$OUT/learn_cpu.json" <<'PY'
+import json, sys
+out = {}
+for path, dev in zip(sys.argv[1:], ["cuda", "cpu"]):
+    try:
+        r = json.load(open(path))
+    except Exception as e:  # the run failed: its rc says so; record why the report is missing
+        out[dev] = {"error": "no report: %s" % e}
+        continue
+    curve = [p["mean_reward"] for p in r["reward_curve"]]
+    last = curve[-10:]
+    out[dev] = {"wall_s": r["wall_s"], "iterations": len(curve),
+                "final_reward": sum(last) / max(1, len(last)),
+                "reward_random": r["reward_random"], "reward_max": r["reward_max"],
+                "device": r.get("device"), "final_weights_hash": r["final_weights_hash"]}
+c = out.get("cuda", {})
+c["above_random"] = ("final_reward" in c and
+                     c["final_reward"] > c["reward_random"] + 0.25 * (c["reward_max"] - c["reward_random"]))
+print(json.dumps(out))
+PY
+)
+  echo "gpu_check: learn cuda rc=${step_rc[learn_cuda]} cpu rc=${step_rc[learn_cpu]}" \
+    "(${step_s[learn_cuda]} s): $learn_json"
+  if [[ ${step_rc[learn_cuda]} -eq 0 ]] && ! grep -q '"above_random": true' <<<"$learn_json"; then
+    step_rc[learn_cuda]=5
+    echo "gpu_check: the device run's final reward is not clearly above reward_random (rc 5)"
+  fi
 fi
 
 overall=0
 {
   echo "{"
-  echo "  \"check\": \"kernels, policy and nccl gpu\","
+  echo "  \"check\": \"kernels, policy, device policy, learn and nccl gpu\","
   echo "  \"total_s\": $(($(date +%s) - t0)),"
   echo "  \"steps\": {"
   first=1
   for name in gpu_visible configure build kernels_cuda_twins_test policy_cuda_twins_test \
-    policy_cuda_host_checks_test fabric_nccl_smoke_test bench; do
+    policy_cuda_host_checks_test policy_model_cuda_test fabric_nccl_smoke_test bench \
+    build_moerl learn_cuda learn_cpu; do
     [[ -v step_rc[$name] ]] || continue
     [[ ${step_rc[$name]} -ne 0 ]] && overall=1
     [[ $first -eq 1 ]] || echo ","
@@ -81,6 +137,7 @@ overall=0
   done
   echo ""
   echo "  },"
+  echo "  \"learn\": ${learn_json:-null},"
   echo "  \"ok\": $([[ $overall -eq 0 ]] && echo true || echo false)"
   echo "}"
 } >"$OUT/summary.json"

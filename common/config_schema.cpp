@@ -382,9 +382,10 @@ const std::vector<key_spec>& config_schema() {
        "grpo: GRPO on the MoE policy (job/); modpow: the deterministic test work of actors/",
        "grpo|modpow"},
       {"job.device", t::string, "cpu",
-       "where the policy's forward, backward, generation and Adam run; cpu is the only device "
-       "today: cuda is refused with the reason (a build without CUDA, no visible device, or the "
-       "policy's CUDA path, which is not built yet: issue 29, job/device.h)",
+       "where the policy's forward, backward, generation and Adam run; cuda runs `moerl learn` "
+       "(one process, every expert local) on a CUDA build with a visible device, and is refused "
+       "with the reason otherwise and by moerl up and node roles (the expert plane on device "
+       "memory and NCCL in the trainer group are missing: issue 29, job/device.h)",
        "cpu|cuda"},
       {"job.store_prefix", t::string, "job",
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",

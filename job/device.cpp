@@ -17,7 +17,7 @@ device_facts probe_device_facts() {
   return f;
 }
 
-status check_job_device(const config& cfg, const device_facts& facts) {
+status check_job_device(const config& cfg, const device_facts& facts, device_scope scope) {
   const std::string device = cfg.get_string("job.device");
   if (device == "cpu") return ok_status();
   // The schema admits cpu|cuda only; anything else is refused there, with file and line.
@@ -30,16 +30,19 @@ status check_job_device(const config& cfg, const device_facts& facts) {
     return error{errc::invalid_config,
                  "job.device=cuda: no CUDA device visible (cudaGetDeviceCount found none or no "
                  "driver; check CUDA_VISIBLE_DEVICES and the NVIDIA driver) or use job.device=cpu"};
+  if (scope == device_scope::single_process) return ok_status();
   return error{errc::invalid_config,
-               "job.device=cuda: the policy's device path is not built yet (issue 29: its "
-               "forward, backward, generation and Adam run on the CPU only); dense-op twins "
-               "exist: policy/cuda/dense_ops_cuda.h (linear, rmsnorm, attention "
-               "forward/backward/decode, log_softmax_row), policy/cuda/adam_cuda.h (adam) and "
-               "kernels/cuda (the MoE primitives); missing: parameters, gradients, activations "
-               "and the KV cache in device memory and the model's forward/backward/generate "
-               "through those twins; use job.device=cpu"};
+               "job.device=cuda: a group of processes cannot run the policy on the device yet "
+               "(issue 29): `moerl learn` runs it there (one process, every expert local: "
+               "policy/cuda/model_cuda.h), but moerl up and node roles also need the expert "
+               "plane on device memory (the expert exchange across processes moves host "
+               "buffers) and NCCL in the trainer group (its gradient all-reduce runs over host "
+               "memory; fabric/collectives.h's NCCL path for device buffers is not used there); "
+               "use job.device=cpu here, or moerl learn for the device path"};
 }
 
-status check_job_device(const config& cfg) { return check_job_device(cfg, probe_device_facts()); }
+status check_job_device(const config& cfg, device_scope scope) {
+  return check_job_device(cfg, probe_device_facts(), scope);
+}
 
 }  // namespace moerl::job

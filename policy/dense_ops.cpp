@@ -152,6 +152,31 @@ void attention_decode(const float* q, const float* k_cache, const float* v_cache
     }
 }
 
+void embed_forward(const float* tok_emb, const float* pos_emb, const token_id* tokens, int64_t n,
+                   int64_t t, int64_t pos0, int64_t d, float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* te = tok_emb + int64_t(tokens[i]) * d;
+    const float* pe = pos_emb + (pos0 + i % t) * d;
+    for (int64_t c = 0; c < d; ++c) x[i * d + c] = te[c] + pe[c];
+  }
+}
+
+void embed_backward(const token_id* tokens, const float* dx, int64_t n, int64_t t, int64_t d,
+                    float* g_tok, float* g_pos) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* gt = g_tok + int64_t(tokens[i]) * d;
+    float* gp = g_pos + (i % t) * d;
+    for (int64_t c = 0; c < d; ++c) {
+      gt[c] += dx[i * d + c];
+      gp[c] += dx[i * d + c];
+    }
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
 void set_blas_threads(int num_threads) { openblas_set_num_threads(num_threads); }
 
 void log_softmax_row(const float* logits, int n, float temperature, float* out) {

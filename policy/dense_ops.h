@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "policy/vocab.h"
+
 namespace moerl::policy {
 
 // y[n, d_out] = x[n, d_in] * w[d_in, d_out]
@@ -38,6 +40,17 @@ void attention_backward(const float* qkv, const float* probs, const float* dout,
 //   k_cache, v_cache [b, max_len, d] (position pos already written). out [b, d].
 void attention_decode(const float* q, const float* k_cache, const float* v_cache, int64_t b,
                       int64_t max_len, int64_t pos, int num_heads, int d_head, float* out);
+
+// Embeddings: x[i] = tok_emb[tokens[i]] + pos_emb[pos0 + i % t] for rows i of [n, d]
+// (training: pos0 = 0, t the sequence length; a decode step: t = 1, pos0 its position).
+void embed_forward(const float* tok_emb, const float* pos_emb, const token_id* tokens, int64_t n,
+                   int64_t t, int64_t pos0, int64_t d, float* x);
+// g_tok[tokens[i]] += dx[i] and g_pos[i % t] += dx[i], rows i in increasing order (both
+// accumulate; the order is part of the contract: the CUDA twin adds in it too).
+void embed_backward(const token_id* tokens, const float* dx, int64_t n, int64_t t, int64_t d,
+                    float* g_tok, float* g_pos);
+// x[i] += y[i] for i < n: the residual stream's additions.
+void add_inplace(float* x, const float* y, int64_t n);
 
 // Sets the process-wide BLAS thread count. The policy's GEMMs are small (tens of rows by
 // tens of columns per call), so BLAS threads only add spinning; on a shared 2-core machine

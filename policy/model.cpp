@@ -5,6 +5,7 @@
 
 #include "common/status_try.h"
 #include "policy/dense_ops.h"
+#include "policy/internal/model_common.h"
 
 namespace moerl::policy {
 
@@ -139,32 +140,14 @@ moe_weights moe_policy::moe_weights_of(int l) const {
 status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64_t t,
                            forward_state* st, const std::vector<uint8_t>& mask) {
   const int64_t d = cfg_.d_model, n = b * t;
-  if (b < 1 || t < 1 || static_cast<int64_t>(tokens.size()) != n)
-    return error{errc::invalid_argument, "policy forward: " + std::to_string(tokens.size()) +
-                                             " tokens do not form a [" + std::to_string(b) + ", " +
-                                             std::to_string(t) + "] batch"};
-  if (t > cfg_.max_seq_len)
-    return error{errc::invalid_argument, "policy forward: sequence length " + std::to_string(t) +
-                                             " exceeds policy.max_seq_len " +
-                                             std::to_string(cfg_.max_seq_len)};
-  for (token_id tok : tokens)
-    if (tok < 0 || tok >= num_vocab)
-      return error{errc::invalid_argument, "policy forward: token id " + std::to_string(tok) +
-                                               " is outside the vocabulary"};
+  STATUS_TRY(detail::check_forward_args(cfg_, tokens, b, t, mask));
   st->batch = b;
   st->seq_len = t;
   st->tokens = tokens;
-  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n)
-    return error{errc::invalid_argument, "policy forward: mask has " + std::to_string(mask.size()) +
-                                             " entries for " + std::to_string(n) + " tokens"};
   st->mask = mask.empty() ? std::vector<uint8_t>(n, 1) : mask;
 
   std::vector<float> x(n * d);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* te = p(tok_emb_) + tokens[i] * d;
-    const float* pe = p(pos_emb_) + (i % t) * d;
-    for (int64_t c = 0; c < d; ++c) x[i * d + c] = te[c] + pe[c];
-  }
+  embed_forward(p(tok_emb_), p(pos_emb_), tokens.data(), n, t, 0, d, x.data());
   st->layers.resize(cfg_.num_layers);
   st->aux_loss = 0;
   for (int l = 0; l < cfg_.num_layers; ++l) {
@@ -182,7 +165,7 @@ status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64
                       a.attn.data());
     std::vector<float> proj(n * d);
     linear_forward(a.attn.data(), p(o.wo), n, d, d, proj.data());
-    for (int64_t i = 0; i < n * d; ++i) x[i] += proj[i];
+    add_inplace(x.data(), proj.data(), n * d);
     a.x_mid = x;
     a.h2.resize(n * d);
     a.inv2.resize(n);
@@ -190,7 +173,7 @@ status moe_policy::forward(const std::vector<token_id>& tokens, int64_t b, int64
     std::vector<float> y(n * d);
     STATUS_TRY(moe_[l].forward(moe_weights_of(l), a.h2.data(), st->mask.data(), n,
                                exchange_mode::normal, &a.moe, y.data()));
-    for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+    add_inplace(x.data(), y.data(), n * d);
     st->aux_loss += a.moe.aux_loss;
   }
   st->x_final = x;
@@ -236,14 +219,7 @@ status moe_policy::backward(forward_state& st, const std::vector<float>& dlogits
     rmsnorm_backward(a.x_in.data(), p(o.norm1), a.inv1.data(), dh1.data(), n, d, dx.data(),
                      g + o.norm1);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    float* gt = g + tok_emb_ + st.tokens[i] * d;
-    float* gp = g + pos_emb_ + (i % t) * d;
-    for (int64_t c = 0; c < d; ++c) {
-      gt[c] += dx[i * d + c];
-      gp[c] += dx[i * d + c];
-    }
-  }
+  embed_backward(st.tokens.data(), dx.data(), n, t, d, g + tok_emb_, g + pos_emb_);
   return ok_status();
 }
 
@@ -251,22 +227,8 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
                                         int max_new, float temperature, std::mt19937_64& rng) {
   const int64_t B = prompts.size(), d = cfg_.d_model;
   if (B == 0) return generation{};
+  STATUS_TRY(detail::check_generate_args(cfg_, prompts, max_new, temperature));
   const int64_t P = prompts[0].size();
-  for (const auto& pr : prompts) {
-    if (static_cast<int64_t>(pr.size()) != P || P == 0)
-      return error{errc::invalid_argument,
-                   "generate: prompts must be non-empty and of equal length"};
-    for (token_id tok : pr)
-      if (tok < 0 || tok >= num_vocab)
-        return error{errc::invalid_argument, "generate: prompt token id " + std::to_string(tok) +
-                                                 " is outside the vocabulary"};
-  }
-  if (max_new < 1 || P + max_new > cfg_.max_seq_len)
-    return error{errc::invalid_argument,
-                 "generate: prompt length " + std::to_string(P) + " + max_new " +
-                     std::to_string(max_new) + " must be within policy.max_seq_len " +
-                     std::to_string(cfg_.max_seq_len) + " and max_new >= 1"};
-  if (!(temperature > 0)) return error{errc::invalid_argument, "generate: temperature must be > 0"};
 
   const int64_t T = P + max_new;
   std::vector<std::vector<float>> k_cache(cfg_.num_layers, std::vector<float>(B * T * d)),
@@ -277,18 +239,13 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
   std::vector<uint8_t> active(B, 1);
   std::vector<token_id> input(B);
   std::vector<float> x(B * d), h(B * d), inv(B), qkv(B * 3 * d), q(B * d), o(B * d), proj(B * d),
-      y(B * d), logits(B * num_vocab), logp(num_vocab);
+      y(B * d), logits(B * num_vocab);
   moe_state scratch;
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
 
   for (int64_t pos = 0; pos + 1 < T; ++pos) {
     for (int64_t r = 0; r < B; ++r)
       input[r] = pos < P ? prompts[r][pos] : (active[r] ? out.completions[r].back() : tok_pad);
-    for (int64_t r = 0; r < B; ++r) {
-      const float* te = p(tok_emb_) + input[r] * d;
-      const float* pe = p(pos_emb_) + pos * d;
-      for (int64_t c = 0; c < d; ++c) x[r * d + c] = te[c] + pe[c];
-    }
+    embed_forward(p(tok_emb_), p(pos_emb_), input.data(), B, 1, pos, d, x.data());
     for (int l = 0; l < cfg_.num_layers; ++l) {
       const auto& lo = lo_[l];
       rmsnorm_forward(x.data(), p(lo.norm1), B, d, h.data(), inv.data());
@@ -301,38 +258,93 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
       attention_decode(q.data(), k_cache[l].data(), v_cache[l].data(), B, T, pos, cfg_.num_heads,
                        d / cfg_.num_heads, o.data());
       linear_forward(o.data(), p(lo.wo), B, d, d, proj.data());
-      for (int64_t i = 0; i < B * d; ++i) x[i] += proj[i];
+      add_inplace(x.data(), proj.data(), B * d);
       rmsnorm_forward(x.data(), p(lo.norm2), B, d, h.data(), inv.data());
       STATUS_TRY(moe_[l].forward(moe_weights_of(l), h.data(), active.data(), B,
                                  exchange_mode::low_latency, &scratch, y.data()));
-      for (int64_t i = 0; i < B * d; ++i) x[i] += y[i];
+      add_inplace(x.data(), y.data(), B * d);
     }
     if (pos + 1 < P) continue;  // still reading the prompt
     rmsnorm_forward(x.data(), p(norm_f_), B, d, h.data(), inv.data());
     linear_forward(h.data(), p(head_), B, d, num_vocab, logits.data());
-    bool any = false;
-    for (int64_t r = 0; r < B; ++r) {
-      if (!active[r]) continue;
-      log_softmax_row(&logits[r * num_vocab], num_vocab, temperature, logp.data());
-      double u = uni(rng), acc = 0;
-      token_id pick = num_vocab - 1;
-      for (int v = 0; v < num_vocab; ++v) {
-        acc += std::exp(double(logp[v]));
-        if (u < acc) {
-          pick = v;
-          break;
-        }
-      }
-      out.completions[r].push_back(pick);
-      out.logprobs[r].push_back(logp[pick]);
-      if (pick == tok_eos || static_cast<int>(out.completions[r].size()) >= max_new) active[r] = 0;
-      any = any || active[r];
-    }
+    const bool any = detail::sample_step(logits.data(), B, temperature, max_new, rng, active, out);
     // With several ranks every rank must keep stepping (the exchange is collective, and
     // other ranks may still have live rows); alone, stop as soon as every row is done.
     if (!any && exchange_.num_ranks() == 1) break;
   }
   return out;
 }
+
+namespace detail {
+
+status check_forward_args(const model_config& cfg, const std::vector<token_id>& tokens, int64_t b,
+                          int64_t t, const std::vector<uint8_t>& mask) {
+  const int64_t n = b * t;
+  if (b < 1 || t < 1 || static_cast<int64_t>(tokens.size()) != n)
+    return error{errc::invalid_argument, "policy forward: " + std::to_string(tokens.size()) +
+                                             " tokens do not form a [" + std::to_string(b) + ", " +
+                                             std::to_string(t) + "] batch"};
+  if (t > cfg.max_seq_len)
+    return error{errc::invalid_argument, "policy forward: sequence length " + std::to_string(t) +
+                                             " exceeds policy.max_seq_len " +
+                                             std::to_string(cfg.max_seq_len)};
+  for (token_id tok : tokens)
+    if (tok < 0 || tok >= num_vocab)
+      return error{errc::invalid_argument, "policy forward: token id " + std::to_string(tok) +
+                                               " is outside the vocabulary"};
+  if (!mask.empty() && static_cast<int64_t>(mask.size()) != n)
+    return error{errc::invalid_argument, "policy forward: mask has " + std::to_string(mask.size()) +
+                                             " entries for " + std::to_string(n) + " tokens"};
+  return ok_status();
+}
+
+status check_generate_args(const model_config& cfg,
+                           const std::vector<std::vector<token_id>>& prompts, int max_new,
+                           float temperature) {
+  const int64_t P = prompts[0].size();
+  for (const auto& pr : prompts) {
+    if (static_cast<int64_t>(pr.size()) != P || P == 0)
+      return error{errc::invalid_argument,
+                   "generate: prompts must be non-empty and of equal length"};
+    for (token_id tok : pr)
+      if (tok < 0 || tok >= num_vocab)
+        return error{errc::invalid_argument, "generate: prompt token id " + std::to_string(tok) +
+                                                 " is outside the vocabulary"};
+  }
+  if (max_new < 1 || P + max_new > cfg.max_seq_len)
+    return error{errc::invalid_argument, "generate: prompt length " + std::to_string(P) +
+                                             " + max_new " + std::to_string(max_new) +
+                                             " must be within policy.max_seq_len " +
+                                             std::to_string(cfg.max_seq_len) + " and max_new >= 1"};
+  if (!(temperature > 0)) return error{errc::invalid_argument, "generate: temperature must be > 0"};
+  return ok_status();
+}
+
+bool sample_step(const float* logits, int64_t num_rows, float temperature, int max_new,
+                 std::mt19937_64& rng, std::vector<uint8_t>& active, generation& out) {
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::vector<float> logp(num_vocab);
+  bool any = false;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    if (!active[r]) continue;
+    log_softmax_row(&logits[r * num_vocab], num_vocab, temperature, logp.data());
+    double u = uni(rng), acc = 0;
+    token_id pick = num_vocab - 1;
+    for (int v = 0; v < num_vocab; ++v) {
+      acc += std::exp(double(logp[v]));
+      if (u < acc) {
+        pick = v;
+        break;
+      }
+    }
+    out.completions[r].push_back(pick);
+    out.logprobs[r].push_back(logp[pick]);
+    if (pick == tok_eos || static_cast<int>(out.completions[r].size()) >= max_new) active[r] = 0;
+    any = any || active[r];
+  }
+  return any;
+}
+
+}  // namespace detail
 
 }  // namespace moerl::policy

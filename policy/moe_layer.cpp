@@ -14,7 +14,6 @@ namespace moerl::policy {
 moe_layer::moe_layer(const moe_shape& shape, kernels::thread_pool& pool, expert_exchange& exchange)
     : shape_(shape), pool_(pool), exchange_(exchange) {}
 
-namespace {
 kernels::routing_params routing_of(const moe_shape& s) {
   kernels::routing_params p;
   p.num_experts = s.num_experts;
@@ -23,7 +22,6 @@ kernels::routing_params routing_of(const moe_shape& s) {
   p.renormalize = true;
   return p;
 }
-}  // namespace
 
 status moe_layer::forward(const moe_weights& w, const float* x, const uint8_t* token_mask,
                           int64_t n, exchange_mode mode, moe_state* st, float* y) {

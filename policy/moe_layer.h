@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/routing.h"
 #include "kernels/thread_pool.h"
 #include "policy/expert_exchange.h"
 
@@ -33,6 +34,10 @@ struct moe_grads {  // accumulated into, same layouts as moe_weights
   float* w_gate_up = nullptr;
   float* w_down = nullptr;
 };
+
+// The layer's routing: softmax scores, top-k, renormalised weights (shared with the device
+// layer, policy/cuda/moe_layer_cuda.h).
+kernels::routing_params routing_of(const moe_shape& s);
 
 // Everything forward keeps for backward, and the layer's load statistics.
 struct moe_state {

@@ -1,27 +1,15 @@
 #include "policy/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "common/status_try.h"
-#include "kernels/load_stats.h"
 #include "policy/dense_ops.h"
+#include "policy/internal/grpo_step.h"
 
 namespace moerl::policy {
-namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Prompt + completion, padded with tok_pad to a common length; completion token j of
-// sample i is predicted by logits row i*t + prompt_len - 1 + j.
-struct packed_batch {
-  std::vector<token_id> tokens;
-  std::vector<uint8_t> mask;  // 1 on prompt and completion positions, 0 on padding
-  int64_t b = 0, t = 0;
-};
+namespace detail {
 
 result<packed_batch> pack(const std::vector<sample>& samples) {
   packed_batch pb;
@@ -68,30 +56,32 @@ std::vector<std::vector<float>> gather_logprobs(const std::vector<sample>& sampl
   return out;
 }
 
-}  // namespace
+std::vector<float> logits_gradient(const std::vector<sample>& samples, const packed_batch& pb,
+                                   const std::vector<float>& logits,
+                                   const std::vector<std::vector<float>>& dlogp,
+                                   float temperature) {
+  // d logp(tok) / d logit_v = (1[v == tok] - softmax_v) / temperature
+  std::vector<float> dlogits(logits.size(), 0.0f), lp(num_vocab);
+  const int64_t p = samples[0].prompt.size();
+  for (size_t i = 0; i < samples.size(); ++i)
+    for (size_t j = 0; j < samples[i].completion.size(); ++j) {
+      const int64_t row = i * pb.t + p - 1 + j;
+      log_softmax_row(&logits[row * num_vocab], num_vocab, temperature, lp.data());
+      const float g = dlogp[i][j] / temperature;
+      for (int v = 0; v < num_vocab; ++v)
+        dlogits[row * num_vocab + v] =
+            g * ((v == samples[i].completion[j] ? 1.0f : 0.0f) - std::exp(lp[v]));
+    }
+  return dlogits;
+}
+
+}  // namespace detail
 
 result<std::vector<sample>> rollout(moe_policy& policy, const task& t, int num_prompts,
                                     int group_size, float temperature, std::mt19937_64& rng,
                                     uint64_t policy_version, int64_t first_group) {
-  std::vector<std::vector<token_id>> prompts;
-  std::vector<sample> out;
-  for (int i = 0; i < num_prompts; ++i) {
-    task_prompt p = t.generate(rng);
-    for (int g = 0; g < group_size; ++g) {
-      prompts.push_back(p.tokens);
-      sample s;
-      s.prompt = p.tokens;
-      s.group = first_group + i;
-      s.policy_version = policy_version;
-      out.push_back(std::move(s));
-    }
-  }
-  ASSIGN_OR_RETURN(auto gen, policy.generate(prompts, t.max_completion_length(), temperature, rng));
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].completion = std::move(gen.completions[i]);
-    out[i].behaviour_logprobs = std::move(gen.logprobs[i]);
-  }
-  return out;
+  return detail::rollout_t(policy, t, num_prompts, group_size, temperature, rng, policy_version,
+                           first_group);
 }
 
 status score_samples(const reward_model& rm, std::vector<sample>* samples) {
@@ -105,63 +95,13 @@ status score_samples(const reward_model& rm, std::vector<sample>* samples) {
 result<std::vector<std::vector<float>>> completion_logprobs(moe_policy& policy,
                                                             const std::vector<sample>& samples,
                                                             float temperature) {
-  if (samples.empty()) return std::vector<std::vector<float>>{};
-  ASSIGN_OR_RETURN(auto pb, pack(samples));
-  forward_state st;
-  STATUS_TRY(policy.forward(pb.tokens, pb.b, pb.t, &st, pb.mask));
-  return gather_logprobs(samples, pb, st.logits, temperature);
+  return detail::completion_logprobs_t(policy, samples, temperature);
 }
 
 result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>& samples,
                                    const std::vector<double>& advantages, const grpo_config& cfg,
                                    float temperature, moe_policy* ref, std::vector<float>* grads) {
-  grads->assign(policy.layout().num_floats(), 0.0f);
-  update_stats us;
-  if (samples.empty()) return us;
-  if (advantages.size() != samples.size())
-    return error{errc::invalid_argument, "grpo_gradient: one advantage per sample needed"};
-  ASSIGN_OR_RETURN(auto pb, pack(samples));
-  forward_state st;
-  STATUS_TRY(policy.forward(pb.tokens, pb.b, pb.t, &st, pb.mask));
-  auto logp = gather_logprobs(samples, pb, st.logits, temperature);
-
-  std::vector<std::vector<float>> ref_logp;
-  if (cfg.kl_coef > 0) {
-    if (!ref)
-      return error{errc::invalid_argument, "grpo_gradient: kl_coef > 0 needs a reference policy"};
-    ASSIGN_OR_RETURN(auto r, completion_logprobs(*ref, samples, temperature));
-    ref_logp = std::move(r);
-  }
-  std::vector<grpo_token_inputs> in(samples.size());
-  for (size_t i = 0; i < samples.size(); ++i)
-    in[i] = {logp[i].data(),
-             samples[i].behaviour_logprobs.data(),
-             ref_logp.empty() ? nullptr : ref_logp[i].data(),
-             static_cast<int>(samples[i].completion.size()),
-             advantages[i],
-             samples[i].from_env.empty() ? nullptr : samples[i].from_env.data()};
-  std::vector<std::vector<float>> dlogp;
-  us.grpo = grpo_loss(in, cfg, &dlogp);
-  us.aux_loss = st.aux_loss;
-
-  // d logp(tok) / d logit_v = (1[v == tok] - softmax_v) / temperature
-  std::vector<float> dlogits(st.logits.size(), 0.0f), lp(num_vocab);
-  const int64_t p = samples[0].prompt.size();
-  for (size_t i = 0; i < samples.size(); ++i)
-    for (size_t j = 0; j < samples[i].completion.size(); ++j) {
-      const int64_t row = i * pb.t + p - 1 + j;
-      log_softmax_row(&st.logits[row * num_vocab], num_vocab, temperature, lp.data());
-      const float g = dlogp[i][j] / temperature;
-      for (int v = 0; v < num_vocab; ++v)
-        dlogits[row * num_vocab + v] =
-            g * ((v == samples[i].completion[j] ? 1.0f : 0.0f) - std::exp(lp[v]));
-    }
-  for (const auto& layer : st.layers)
-    us.load_imbalance +=
-        kernels::load_imbalance(layer.moe.tokens_per_expert.data(), policy.cfg().num_experts);
-  us.load_imbalance /= std::max<size_t>(1, st.layers.size());
-  STATUS_TRY(policy.backward(st, dlogits, grads));
-  return us;
+  return detail::grpo_gradient_t(policy, samples, advantages, cfg, temperature, ref, grads);
 }
 
 result<train_config> train_config::from_config(const config& c) {
@@ -185,52 +125,7 @@ result<train_config> train_config::from_config(const config& c) {
 result<std::vector<iteration_stats>> train_single_process(
     moe_policy& policy, const task& t, const reward_model& rm, const train_config& cfg,
     const std::function<bool(const iteration_stats&)>& on_iteration) {
-  std::mt19937_64 rng(cfg.seed);
-  adam opt(cfg.adam, policy.layout().num_floats());
-  std::unique_ptr<moe_policy> ref;
-  std::unique_ptr<expert_exchange> ref_exchange;
-  if (cfg.grpo.kl_coef > 0) {  // the reference is the starting policy, frozen
-    ref_exchange = make_local_expert_exchange();
-    ASSIGN_OR_RETURN(auto r, moe_policy::create(policy.cfg(), *ref_exchange));
-    ref = std::move(r);
-    ref->params() = policy.params();
-  }
-  std::vector<iteration_stats> curve;
-  std::vector<float> grads;
-  for (int it = 0; it < cfg.iterations; ++it) {
-    iteration_stats s;
-    s.iteration = it;
-    auto t0 = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(auto samples, rollout(policy, t, cfg.prompts_per_iteration,
-                                           cfg.grpo.group_size, cfg.temperature, rng, uint64_t(it),
-                                           int64_t(it) * cfg.prompts_per_iteration));
-    s.t_generate = seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    STATUS_TRY(score_samples(rm, &samples));
-    s.t_reward = seconds_since(t0);
-    for (const auto& smp : samples) {
-      s.mean_reward += smp.reward;
-      ASSIGN_OR_RETURN(auto score, t.verify(smp.prompt, smp.completion));
-      s.mean_task_score += score;
-      s.exact_fraction += score >= t.reward_max();
-    }
-    s.mean_reward /= samples.size();
-    s.mean_task_score /= samples.size();
-    s.exact_fraction /= samples.size();
-    t0 = std::chrono::steady_clock::now();
-    const auto adv = group_advantages(samples);
-    for (int e = 0; e < cfg.grpo.epochs; ++e) {
-      ASSIGN_OR_RETURN(auto us, grpo_gradient(policy, samples, adv, cfg.grpo, cfg.temperature,
-                                              ref.get(), &grads));
-      s.update = us;
-      ASSIGN_OR_RETURN(auto norm, opt.step(policy.params(), grads));
-      s.grad_norm = norm;
-    }
-    s.t_train = seconds_since(t0);
-    curve.push_back(s);
-    if (on_iteration && !on_iteration(s)) break;
-  }
-  return curve;
+  return detail::train_single_process_t(policy, t, rm, cfg, on_iteration);
 }
 
 }  // namespace moerl::policy

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "policy/vocab.h"
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
@@ -58,6 +59,18 @@ status attention_backward(cudaStream_t stream, const float* qkv, const float* pr
 status attention_decode(cudaStream_t stream, const float* q, const float* k_cache,
                         const float* v_cache, int64_t b, int64_t max_len, int64_t pos,
                         int num_heads, int d_head, float* out);
+
+// Embeddings (policy/dense_ops.h): tokens are device token ids, checked on the host only for
+// shape (an id outside the vocabulary reads out of bounds: the device policy checks ids on the
+// host before uploading them). embed_backward adds each row's gradient in increasing row order
+// per element (one thread per parameter element walks the rows), as the CPU: the same bits.
+status embed_forward(cudaStream_t stream, const float* tok_emb, const float* pos_emb,
+                     const token_id* tokens, int64_t n, int64_t t, int64_t pos0, int64_t d,
+                     float* x);
+status embed_backward(cudaStream_t stream, const token_id* tokens, const float* dx, int64_t n,
+                      int64_t t, int64_t d, float* g_tok, float* g_pos);
+// x[i] += y[i] for i < n (one rounding each, as the CPU).
+status add_inplace(cudaStream_t stream, float* x, const float* y, int64_t n);
 
 // out[v] = log softmax(logits / temperature)[v] over one row of n values (temperature > 0).
 status log_softmax_row(cudaStream_t stream, const float* logits, int n, float temperature,

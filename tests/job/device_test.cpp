@@ -1,5 +1,6 @@
 // job.device (job/device.h): cpu runs; cuda is refused with the reason for each thing this
-// process lacks, naming the key, and never accepted while the policy's CUDA path is missing.
+// process lacks, naming the key; with a CUDA build and a visible device it is accepted for one
+// process (moerl learn) and refused for a group (moerl up, node roles), naming what is missing.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -41,10 +42,23 @@ TEST(job_device, cuda_without_a_visible_device_says_so) {
   expect_refused(check_job_device(with_device("cuda"), {true, false}), "no CUDA device visible");
 }
 
-TEST(job_device, cuda_with_a_device_is_refused_naming_the_missing_device_path) {
-  const status st = check_job_device(with_device("cuda"), {true, true});
-  expect_refused(st, "the policy's device path is not built yet");
-  EXPECT_NE(st.err().message.find("dense-op twins exist"), std::string::npos) << st.err().message;
+TEST(job_device,
+     cuda_with_a_device_runs_in_one_process_and_a_group_refuses_naming_what_is_missing) {
+  EXPECT_TRUE(
+      check_job_device(with_device("cuda"), {true, true}, device_scope::single_process).ok());
+  const status st = check_job_device(with_device("cuda"), {true, true});  // group by default
+  expect_refused(st, "a group of processes cannot run the policy on the device yet");
+  for (const char* missing :
+       {"the expert plane on device memory", "NCCL in the trainer group", "moerl learn"})
+    EXPECT_NE(st.err().message.find(missing), std::string::npos) << st.err().message;
+}
+
+TEST(job_device, one_process_still_refuses_cuda_without_the_build_or_a_device) {
+  expect_refused(
+      check_job_device(with_device("cuda"), {false, false}, device_scope::single_process),
+      "this moerl was built without CUDA");
+  expect_refused(check_job_device(with_device("cuda"), {true, false}, device_scope::single_process),
+                 "no CUDA device visible");
 }
 
 TEST(job_device, other_devices_are_refused_by_the_schema_naming_the_key) {
@@ -54,7 +68,8 @@ TEST(job_device, other_devices_are_refused_by_the_schema_naming_the_key) {
   EXPECT_NE(cfg.err().message.find("job.device"), std::string::npos) << cfg.err().message;
 }
 
-// This process's own facts: whatever they are, cuda is refused (the path does not exist yet).
+// This process's own facts: whatever they are, a group refuses cuda (its device path does not
+// exist yet).
 TEST(job_device, this_process_refuses_cuda_with_the_reason_its_facts_give) {
   const device_facts f = probe_device_facts();
 #ifdef MOERL_HAVE_CUDA
@@ -65,7 +80,7 @@ TEST(job_device, this_process_refuses_cuda_with_the_reason_its_facts_give) {
   expect_refused(check_job_device(with_device("cuda")), !f.built_with_cuda ? "built without CUDA"
                                                         : !f.device_visible
                                                             ? "no CUDA device visible"
-                                                            : "device path is not built yet");
+                                                            : "a group of processes cannot run");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "policy/adam.h"
 #include "policy/cuda/adam_cuda.h"
 #include "policy/cuda/dense_ops_cuda.h"
+#include "policy/cuda/model_cuda.h"
 
 namespace moerl::policy {
 namespace {
@@ -50,6 +51,41 @@ TEST(policy_cuda_host_checks, bad_shapes_are_refused_on_the_host_naming_function
   EXPECT_TRUE(cuda::attention_forward(nullptr, none, 0, 4, 2, 8, none, none).ok());
   EXPECT_TRUE(cuda::rmsnorm_forward(nullptr, none, weights, 0, 16, none, none).ok());
   EXPECT_TRUE(cuda::log_softmax_row(nullptr, none, 0, 1.0f, none).ok());
+  expect_refused(cuda::embed_forward(nullptr, none, none, nullptr, 4, 0, 0, 8, none),
+                 "cuda::embed_forward: t 0 < 1");
+  expect_refused(cuda::embed_backward(nullptr, nullptr, none, 4, 2, 8, none, none),
+                 "cuda::embed_backward: tokens is null but holds 4 elements");
+  expect_refused(cuda::add_inplace(nullptr, none, none, -3), "cuda::add_inplace: n = -3");
+}
+
+// The device policy refuses what it does not support before it touches a device, naming it:
+// several expert-parallel ranks (the expert plane on device memory is missing) and a bad
+// config (the CPU policy's own check, with its key).
+TEST(policy_cuda_host_checks, device_policy_refuses_several_expert_ranks_and_bad_configs) {
+  model_config cfg;
+  auto two = cuda::moe_policy::create(cfg, 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.err().code, errc::invalid_config);
+  EXPECT_NE(two.err().message.find("2 expert-parallel ranks need the expert plane on device "
+                                   "memory"),
+            std::string::npos)
+      << two.err().message;
+  cfg.num_heads = 5;  // does not divide d_model 64
+  auto bad = cuda::moe_policy::create(cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.err().code, errc::invalid_config);
+  EXPECT_NE(bad.err().message.find("policy.num_heads"), std::string::npos) << bad.err().message;
+}
+
+// Without a device, a good config fails as a value naming the CUDA call (no crash, no CPU
+// fallback). With a GPU the test returns at once (see below).
+TEST(policy_cuda_host_checks, without_a_gpu_the_device_policy_fails_with_cuda_error) {
+  if (kernels::cuda::device_available()) return;
+  auto pol = cuda::moe_policy::create(model_config{});
+  ASSERT_FALSE(pol.ok());
+  EXPECT_EQ(pol.err().code, errc::cuda_error) << pol.err().to_string();
+  EXPECT_NE(pol.err().message.find("cudaStreamCreateWithFlags"), std::string::npos)
+      << pol.err().message;
 }
 
 // Without a device, creating the optimiser's device state fails as a value naming the CUDA

@@ -147,6 +147,39 @@ TEST(policy_cuda_twins, log_softmax_row_matches_the_cpu_at_several_temperatures)
   }
 }
 
+// Elementwise sums in the CPU's order (one thread per output element walking the rows): bits.
+TEST(policy_cuda_twins, embeddings_and_add_inplace_give_the_cpus_bits) {
+  REQUIRE_GPU();
+  const int64_t d = 24, t = 7, b = 5, n = b * t;
+  auto tok = random_floats(num_vocab * d, 40), pos = random_floats(t * d, 41);
+  auto dx = random_floats(n * d, 42), g_tok0 = random_floats(num_vocab * d, 43);
+  auto g_pos0 = random_floats(t * d, 44);
+  std::vector<token_id> tokens(n);
+  for (int64_t i = 0; i < n; ++i) tokens[i] = token_id((i * 7 + i / 3) % num_vocab);
+  std::vector<float> x(n * d), g_tok = g_tok0, g_pos = g_pos0, step(b * d);
+  embed_forward(tok.data(), pos.data(), tokens.data(), n, t, 0, d, x.data());
+  embed_forward(tok.data(), pos.data(), tokens.data(), b, 1, 3, d, step.data());
+  embed_backward(tokens.data(), dx.data(), n, t, d, g_tok.data(), g_pos.data());
+  dev<float> gtok(tok), gpos(pos), gdx(dx), gx(n * d), gstep(b * d), ggt(g_tok0), ggp(g_pos0);
+  dev<token_id> gtokens(tokens);
+  ASSERT_TRUE(
+      cuda::embed_forward(nullptr, gtok.get(), gpos.get(), gtokens.get(), n, t, 0, d, gx.get())
+          .ok());
+  ASSERT_TRUE(
+      cuda::embed_forward(nullptr, gtok.get(), gpos.get(), gtokens.get(), b, 1, 3, d, gstep.get())
+          .ok());
+  ASSERT_TRUE(
+      cuda::embed_backward(nullptr, gtokens.get(), gdx.get(), n, t, d, ggt.get(), ggp.get()).ok());
+  EXPECT_EQ(gx.host(), x);
+  EXPECT_EQ(gstep.host(), step);
+  EXPECT_EQ(ggt.host(), g_tok);
+  EXPECT_EQ(ggp.host(), g_pos);
+  std::vector<float> sum = x;
+  add_inplace(sum.data(), dx.data(), n * d);
+  ASSERT_TRUE(cuda::add_inplace(nullptr, gx.get(), gdx.get(), n * d).ok());
+  EXPECT_EQ(gx.host(), sum);
+}
+
 // Adam's moments and parameters after several steps, clipped and not, and its checkpoint.
 TEST(policy_cuda_twins, adam_steps_match_the_cpu_with_and_without_clipping) {
   REQUIRE_GPU();

@@ -170,6 +170,43 @@ TEST(policy_dense_ops, log_softmax_row_normalises_at_the_temperature) {
 // Step 1 of Adam with bias correction moves each parameter by lr * g / (|g| + eps'): about
 // lr against the gradient's sign, whatever its size; clipping scales the gradient the moments
 // see by grad_clip / norm.
+// Training rows take position i % t; a decode step (t = 1) takes pos0 for every row.
+TEST(policy_dense_ops, embed_forward_adds_token_and_position_rows) {
+  const int64_t d = 3, t = 4, n = 8;
+  auto tok = random_floats(num_vocab * d, 30), pos = random_floats(6 * d, 31);
+  std::vector<token_id> tokens{1, 5, 0, 15, 2, 2, 7, 9};
+  std::vector<float> x(n * d);
+  embed_forward(tok.data(), pos.data(), tokens.data(), n, t, 0, d, x.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(x[i * d + c], tok[tokens[i] * d + c] + pos[(i % t) * d + c]) << i << "," << c;
+  std::vector<float> step(3 * d);
+  embed_forward(tok.data(), pos.data(), tokens.data(), 3, 1, 5, d, step.data());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < d; ++c)
+      EXPECT_EQ(step[r * d + c], tok[tokens[r] * d + c] + pos[5 * d + c]);
+}
+
+// Both gradients accumulate, a token seen twice gets both rows, in row order.
+TEST(policy_dense_ops, embed_backward_accumulates_rows_in_order_and_add_inplace_adds) {
+  const int64_t d = 2, t = 3, n = 6;
+  std::vector<token_id> tokens{4, 4, 1, 4, 0, 1};
+  auto dx = random_floats(n * d, 32);
+  std::vector<float> g_tok(num_vocab * d, 0.5f), g_pos(t * d, -0.25f);
+  embed_backward(tokens.data(), dx.data(), n, t, d, g_tok.data(), g_pos.data());
+  for (int64_t c = 0; c < d; ++c) {
+    EXPECT_EQ(g_tok[4 * d + c], ((0.5f + dx[0 * d + c]) + dx[1 * d + c]) + dx[3 * d + c]);
+    EXPECT_EQ(g_tok[1 * d + c], (0.5f + dx[2 * d + c]) + dx[5 * d + c]);
+    EXPECT_EQ(g_tok[0 * d + c], 0.5f + dx[4 * d + c]);
+    EXPECT_EQ(g_tok[2 * d + c], 0.5f);  // never seen
+    for (int64_t p = 0; p < t; ++p)
+      EXPECT_EQ(g_pos[p * d + c], (-0.25f + dx[p * d + c]) + dx[(p + t) * d + c]);
+  }
+  std::vector<float> x{1.0f, 2.0f, 3.0f};
+  add_inplace(x.data(), std::vector<float>{0.5f, -2.0f, 1e-8f}.data(), 3);
+  EXPECT_EQ(x, (std::vector<float>{1.5f, 0.0f, 3.0f + 1e-8f}));
+}
+
 TEST(adam_update, first_step_moves_by_the_learning_rate_and_clipping_scales_the_moments) {
   adam_config cfg;
   cfg.learning_rate = 0.01;

@@ -1,0 +1,20 @@
+// GRPO on the device policy in one process (policy/trainer.h's train_single_process with the
+// policy, its gradient and Adam's moments in device memory): the same iteration, written once
+// in policy/internal/grpo_step.h; only where tensors live differs. What `moerl learn` runs
+// with job.device=cuda. Built only when MOERL_HAVE_CUDA (library moerl_policy_cuda).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "common/error.h"
+#include "policy/cuda/model_cuda.h"
+#include "policy/trainer.h"
+
+namespace moerl::policy::cuda {
+
+result<std::vector<iteration_stats>> train_single_process(
+    moe_policy& policy, const task& t, const reward_model& rm, const train_config& cfg,
+    const std::function<bool(const iteration_stats&)>& on_iteration);
+
+}  // namespace moerl::policy::cuda
