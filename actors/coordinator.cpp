@@ -134,6 +134,7 @@ caf::behavior coordinator_impl(coord_actor* self,
   return {
       [self](register_atom, const std::string& bytes,
              caf::actor agent) -> caf::result<std::string> {
+        self->state.core->count_message("register");
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "register: " + hb.err().message);
         auto st = self->state.core->register_node(*hb);
@@ -151,27 +152,32 @@ caf::behavior coordinator_impl(coord_actor* self,
       // Answered: "" means the node is counted alive (a buffer shard serves on that proof,
       // coordinator_trust.h); peer_dead ("fenced") tells a node declared dead to exit.
       [self](heartbeat_atom, const std::string& bytes) -> std::string {
+        self->state.core->count_message("heartbeat");
         auto hb = messages::decode<messages::heartbeat>(bytes);
         if (!hb) return encode_error(hb.err().code, "heartbeat: " + hb.err().message);
         auto st = self->state.core->heartbeat(*hb);
         return st ? std::string() : encode_error(st.err().code, st.err().message);
       },
       [self](lease_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("lease");
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
         return reply_durable(self, reply_bytes(self->state.core->lease(*req)));
       },
       [self](leases_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("leases");
         auto req = messages::decode<messages::lease_request>(bytes);
         if (!req) return encode_error(req.err().code, "lease request: " + req.err().message);
         return reply_durable(self, reply_bytes(self->state.core->lease_batch(*req)));
       },
       [self](giveback_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("giveback");
         auto back = messages::decode<messages::lease_give_back>(bytes);
         if (!back) return encode_error(back.err().code, "give back: " + back.err().message);
         return reply_durable(self, reply_bytes(self->state.core->give_back(*back)));
       },
       [self](flush_atom) {
+        self->state.core->count_message("flush");
         auto& st = self->state;
         st.flush_queued = false;
         if (!st.core->flush()) {
@@ -185,11 +191,13 @@ caf::behavior coordinator_impl(coord_actor* self,
         deliver(self);
       },
       [self](report_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("report");
         auto rep = messages::decode<messages::unit_report>(bytes);
         if (!rep) return encode_error(rep.err().code, "unit report: " + rep.err().message);
         return reply_durable(self, reply_bytes(self->state.core->report(*rep)));
       },
       [self](shardrep_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("shardrep");
         auto reports = ledger::decode_shard_reports(bytes);
         if (!reports)
           return encode_error(reports.err().code, "shard reports: " + reports.err().message);
@@ -214,20 +222,24 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, messages::encode(reply));
       },
       [self](claim_atom, const std::string& bytes) -> caf::result<std::string> {
+        self->state.core->count_message("claim");
         auto c = messages::decode<messages::trainer_claim>(bytes);
         if (!c) return encode_error(c.err().code, "trainer claim: " + c.err().message);
         return reply_durable(self, reply_bytes(self->state.core->trainer_claim(*c)));
       },
       [self](stats_atom, const std::string& node, const std::string& text) {
+        self->state.core->count_message("stats");
         auto j = nlohmann::json::parse(text, nullptr, false);
         if (!j.is_discarded()) self->state.core->node_stats(node, j);
       },
       [self](version_atom, uint64_t v, const std::string& manifest) {
+        self->state.core->count_message("version");
         self->state.core->policy_version(v, manifest);
         schedule_flush(self);
       },
       [self](drained_atom, const std::string& node,
              const std::string& record) -> caf::result<std::string> {
+        self->state.core->count_message("drained");
         auto j = nlohmann::json::parse(record, nullptr, false);
         if (j.is_discarded() || !j.is_object()) j = nlohmann::json::object();
         auto& s = self->state;
@@ -240,10 +252,12 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, "");
       },
       [self](gaveup_atom, const std::string& node, const std::string& cause) -> std::string {
+        self->state.core->count_message("gaveup");
         self->state.core->gave_up(node, cause);
         return "";
       },
       [self](admin_atom, const std::string& bytes) -> std::string {
+        self->state.core->count_message("admin");
         auto req = messages::decode<messages::admin_request>(bytes);
         messages::admin_reply rep;
         if (!req) {
@@ -259,15 +273,18 @@ caf::behavior coordinator_impl(coord_actor* self,
       [self](gjoin_atom, const std::string& node, const std::string& group, const std::string& role,
              uint32_t size, uint32_t ranks_per_node, const std::string& shape,
              const std::string& hash, const std::string& version) -> std::string {
+        self->state.core->count_message("gjoin");
         return group_join(*self->state.core, node, group, role, size, ranks_per_node, shape, hash,
                           version);
       },
       [self](gview_atom, const std::string& node) {
+        self->state.core->count_message("gview");
         return group_view_reply(*self->state.core, node);
       },
       [self](ggather_atom, const std::string& node, uint64_t incarnation,
              const std::string& channel, const std::string& participants, int32_t rank,
              std::string& payload) {
+        self->state.core->count_message("ggather");
         auto rp = self->make_response_promise();
         group_gather(*self->state.core, self->state.gathers, rp, node, incarnation, channel,
                      participants, rank, std::move(payload));
@@ -275,14 +292,17 @@ caf::behavior coordinator_impl(coord_actor* self,
       },
       [self](gfailed_atom, const std::string& node, uint64_t incarnation,
              const std::string& cause) {
+        self->state.core->count_message("gfailed");
         auto& core = *self->state.core;
         core.groups().member_failed(node, incarnation, cause, core.now_ms());
         answer_failed_gathers(core, self->state.gathers);
       },
       [self](grestored_atom, const std::string& node, uint64_t incarnation, uint64_t version) {
+        self->state.core->count_message("grestored");
         self->state.core->groups().restored(node, incarnation, version);
       },
       [self](tick_atom) {
+        self->state.core->count_message("tick");
         // Ticks come every 100 ms; one 1 s late means this actor did not run meanwhile.
         const auto now = std::chrono::steady_clock::now();
         const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -296,6 +316,7 @@ caf::behavior coordinator_impl(coord_actor* self,
         self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
       },
       [self](shutdown_atom) {
+        self->state.core->count_message("shutdown");
         logger("coordinator")->info("shutting down");
         self->quit();
       },

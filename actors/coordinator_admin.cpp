@@ -49,6 +49,10 @@ json coordinator_core::status_json() const {
     alive += (n.state == "running" || n.state == "draining");
     ++by_state[n.state];
   }
+  // The TLS port's handshakes (accepted, refused by cause: storms, strangers) and every
+  // message the coordinator handled, by kind.
+  json control_plane = tls_accept_counters();
+  control_plane["messages"] = messages_;
   return json{{"iteration", policy_version_},
               {"iterations", opts_.iterations},
               {"iterations_opened", iterations_opened_},
@@ -65,8 +69,7 @@ json coordinator_core::status_json() const {
               {"invariant_ok", invariant_ok_},
               {"invariant_violations", invariant_violations_},
               {"ledger_epoch", ledger_->epoch()},
-              // The TLS port's handshakes: accepted, and refused by cause (storms, strangers).
-              {"control_plane", tls_accept_counters()},
+              {"control_plane", control_plane},
               {"done", done()},
               // Who answers: a local cluster waiting for its own coordinator must not take
               // another job's console for it (two runs choosing the same default port).
@@ -164,6 +167,8 @@ json coordinator_core::report_json() const {
               {"nodes", nodes_json()},
               {"groups", groups_.groups_json()},
               {"expert_planes", expert_planes_json()},
+              // Since this coordinator process started (a recreated one counts afresh).
+              {"coordinator_messages", messages_},
               {"iterations", opts_.iterations},
               {"policy_version", policy_version_},
               {"done", done()}};

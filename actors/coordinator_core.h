@@ -196,6 +196,11 @@ class coordinator_core {
   // Every interruption recorded so far (the report's and the console's interruption log).
   const nlohmann::json& interruptions() const { return interruptions_; }
   uint64_t current_policy_version() const { return policy_version_; }
+  // The coordinator actor counts every message it handles by kind (its atom's name; "flush"
+  // is a group commit: one journal sync): the control plane's load per kind, since this
+  // process started, in the status view's control_plane.messages, the run report's
+  // coordinator_messages and Prometheus' moerl_coordinator_messages_total.
+  void count_message(const char* kind) { ++messages_[kind]; }
 
  private:
   const node_record* resolve(const std::string& who) const;  // id, id prefix or name
@@ -213,6 +218,7 @@ class coordinator_core {
   std::string owner_of_worker(const std::string& worker) const;
 
   coordinator_options opts_;
+  std::map<std::string, uint64_t> messages_;  // count_message
   std::unique_ptr<ledger::work_ledger> ledger_;
   const ledger::clock& clock_;
   std::map<std::string, node_record> nodes_;

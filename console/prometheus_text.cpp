@@ -117,14 +117,21 @@ std::string prometheus_text(const json& snapshot, const json& autoscale) {
 
   // The coordinator's TLS port (actors/tls_acceptor.h): handshakes finished and connections
   // refused, by reason (a handshake storm shows here before anywhere else).
-  const json tls = status.value("control_plane", json::object());
+  const json control_plane = status.value("control_plane", json::object());
   w.one("moerl_control_plane_tls_accepted_total", "counter",
-        "TLS handshakes the coordinator's port finished", num(tls, "accepted"));
+        "TLS handshakes the coordinator's port finished", num(control_plane, "accepted"));
   w.family("moerl_control_plane_tls_refused_total", "counter",
            "connections the coordinator's TLS port refused, by reason");
-  const json refused = tls.value("refused", json::object());  // items() must not outlive it
+  const json refused =
+      control_plane.value("refused", json::object());  // items() must not outlive it
   for (const auto& [reason, n] : refused.items())
     w.sample(n.is_number() ? n.get<double>() : 0.0, {{"reason", reason}});
+  w.family("moerl_coordinator_messages_total", "counter",
+           "messages the coordinator handled since it started, by kind (flush: a journal sync)");
+  const json handled =
+      control_plane.value("messages", json::object());  // items() must not outlive it
+  for (const auto& [kind, n] : handled.items())
+    w.sample(n.is_number() ? n.get<double>() : 0.0, {{"kind", kind}});
 
   // Learning and speed.
   w.one("moerl_reward_mean", "gauge", "mean reward of the last policy iteration",

@@ -49,7 +49,9 @@ json fixed_snapshot() {
         {"leases", 2},
         {"invariant_ok", true},
         {"control_plane",
-         {{"accepted", 7}, {"refused", {{"handshake_timeout", 3}, {"too_many_from_peer", 0}}}}},
+         {{"accepted", 7},
+          {"refused", {{"handshake_timeout", 3}, {"too_many_from_peer", 0}}},
+          {"messages", {{"lease", 12}, {"flush", 30}}}}},
         {"accounting",
          {{"dispatched", 10},
           {"committed", 8},
@@ -88,6 +90,11 @@ TEST(http_console_views, PrometheusTextNamesFamiliesAndEscapesLabels) {
   EXPECT_NE(text.find("moerl_desired_replicas{role=\"rollout\"} "), std::string::npos);
   EXPECT_NE(text.find("moerl_control_plane_tls_accepted_total 7\n"), std::string::npos);
   EXPECT_NE(text.find("moerl_control_plane_tls_refused_total{reason=\"handshake_timeout\"} 3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE moerl_coordinator_messages_total counter\n"
+                      "moerl_coordinator_messages_total{kind=\"flush\"} 30\n"
+                      "moerl_coordinator_messages_total{kind=\"lease\"} 12\n"),
             std::string::npos)
       << text;
 }
