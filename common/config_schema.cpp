@@ -176,6 +176,15 @@ const std::vector<key_spec>& config_schema() {
        "that); more get 429 and are counted (/metrics moerl_http_console_refused_total); 0: no "
        "limit",
        "", r::closed(0, 1000000)},
+      {"console.http_max_connections", t::integer, "64",
+       "connections the HTTP console holds open at once (one worker thread each); one more is "
+       "closed as it is accepted and counted (/metrics moerl_http_console_refused_total"
+       "{reason=\"too_many_connections\"})",
+       "", r::closed(1, 4096)},
+      {"console.http_max_connections_per_peer", t::integer, "16",
+       "connections the HTTP console holds open at once from one client address; one more is "
+       "closed as it is accepted and counted (reason too_many_from_peer)",
+       "", r::closed(1, 4096)},
 
       // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
       {"cluster.restart_delay_ms", t::integer, "1000",
