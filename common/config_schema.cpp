@@ -33,6 +33,11 @@ const std::vector<key_spec>& config_schema() {
        "admin) takes (ZMQ_MAXMSGSIZE): a peer sending a larger one is disconnected before it is "
        "buffered",
        "", r::closed(1024, 2147483647)},
+      {"node.zmq_max_connections_per_peer", t::integer, "64",
+       "connections one peer address may hold open at once on each ZeroMQ server socket "
+       "(samples, reward, env, weight requests, admin); one more is shut down as it is accepted "
+       "and counted (a node's stats: zmq_refused_connections); 0: no limit",
+       "", r::closed(0, 1048576)},
       {"node.health_file", t::string, "",
        "file the node agent rewrites every heartbeat tick for its pod's probes (`moerl probe`); "
        "empty: none",
