@@ -9,8 +9,8 @@ namespace httplib_private {  // external linkage: they are defined in the librar
 // Debian's libcpp-httplib exports for them. They are member functions of the Itanium C++ ABI
 // (`this` first, then the socket); access control cannot apply to a symbol, which is why they
 // are reachable at all. A library whose symbols differ fails to link here, not at run time.
-bool httplib_server_process(httplib::Server* self, int sock) __asm__(
-    "_ZN7httplib6Server24process_and_close_socketEi");
+bool httplib_server_process(httplib::Server* self,
+                            int sock) __asm__("_ZN7httplib6Server24process_and_close_socketEi");
 bool httplib_ssl_server_process(httplib::SSLServer* self, int sock) __asm__(
     "_ZN7httplib9SSLServer24process_and_close_socketEi");
 

@@ -129,7 +129,7 @@ void apply(listener& l, std::vector<monitor_event>& batch, std::atomic<uint64_t>
         if (l.open.admit(peer) == peer_connection_limit::verdict::admitted) {
           l.peer_of_fd[ev.fd] = std::move(peer);
         } else {
-          ++refused;  // before the peer can see the end
+          ++refused;                    // before the peer can see the end
           ::shutdown(mine, SHUT_RDWR);  // libzmq reads the end, disconnects and closes its fd
           log.note("its address holds node.zmq_max_connections_per_peer already",
                    "from " + peer + " to " + ev.endpoint);
@@ -165,7 +165,7 @@ void serve_readers(const std::shared_ptr<connection_limiter::shared>& sh,
     if (items[0].revents & ZMQ_POLLIN) {
       uint64_t n = 0;
       if (::read(sh->wake, &n, sizeof n) < 0) {}  // EAGAIN: another wake-up took it
-      if (sh->stop) break;  // with no socket left to poll, ETERM never comes
+      if (sh->stop) break;                        // with no socket left to poll, ETERM never comes
       std::lock_guard<std::mutex> lock(sh->mu);
       for (auto& l : sh->added) watched.push_back(std::move(l));
       sh->added.clear();
@@ -210,8 +210,8 @@ connection_limiter::~connection_limiter() {
 
 status connection_limiter::watch(void* sock, int64_t max_per_peer) {
   if (shared_->wake < 0)
-    return error(errc::io_error, std::string("eventfd for the ZeroMQ connection limit: ") +
-                                     std::strerror(errno));
+    return error(errc::io_error,
+                 std::string("eventfd for the ZeroMQ connection limit: ") + std::strerror(errno));
   const std::string endpoint =
       "inproc://moerl.connection-limit." + std::to_string(num_watched_.fetch_add(1));
   // The reader connects first (inproc allows it before the bind): a monitor must never exist

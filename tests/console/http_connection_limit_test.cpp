@@ -86,7 +86,9 @@ bool eventually(const std::function<bool()>& done) {
   return true;
 }
 
-int port_of(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
+int port_of(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
 
 uint64_t refused(const http_console& c, const char* reason) {
   return c.refusals().value(reason, uint64_t{0});
