@@ -20,6 +20,7 @@
 #endif
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <memory>
 #include <mutex>
@@ -47,11 +48,20 @@ class gated_http_server final : public Base {
       : Base(std::forward<Args>(args)...),
         gate_(gate),
         pool_(std::make_unique<httplib::ThreadPool>(num_workers)) {
-    this->new_task_queue = [this] { return new run_at_once(*this); };
+    // Called as the listening loop starts, on the bound socket: httplib listens with a
+    // backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library), so a pause of
+    // the listening thread on a busy machine drops SYNs and a client's connect waits 1 s for
+    // its retry; listen(2) again only resizes the kernel's queue of unaccepted connections.
+    this->new_task_queue = [this] {
+      ::listen(this->svr_sock_, kListenBacklog);
+      return new run_at_once(*this);
+    };
   }
   ~gated_http_server() override { stop_workers(); }
 
  private:
+  static constexpr int kListenBacklog = 128;
+
   // httplib's task queue, as this server uses it: each job runs at once on the listening
   // thread (it ends in process_and_close_socket below, which only admits or refuses); the
   // listening loop's end shuts the workers down (after their connections end).
