@@ -272,6 +272,7 @@ void env_router_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ct
               {"requests", num_requests},
               {"bad_requests", num_bad_requests},
               {"bad_frames", server.num_bad_frames()},
+              {"zmq_refused_connections", zmq_refused_connections(*ctx)},
               {"workers", num_workers}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }

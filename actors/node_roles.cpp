@@ -104,6 +104,10 @@ nlohmann::json node_timeline(const node_context& ctx) {
           {"first_commit_unix_ms", ctx.first_commit_unix_ms.load()}};
 }
 
+uint64_t zmq_refused_connections(const node_context& ctx) {
+  return ctx.zmq ? ctx.zmq->num_refused_connections() : 0;
+}
+
 void fail_actor(caf::blocking_actor* self, const std::string& why) {
   self->fail_state(caf::make_error(caf::sec::runtime_error, why));
 }

@@ -147,6 +147,7 @@ int run_coordinator(config& cfg, control_plane_options& cp, signal_relay& relay,
     return 2;
   }
   auto admin_keys = zmq::admin_plane_keys(cfg, cfg.get_string("console.address"));
+  zmq::set_listener_limits(cfg);  // the admin console's socket is bounded like the planes'
   if (!admin_keys) {
     log->error("console: {}", admin_keys.err().to_string());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);

@@ -633,6 +633,8 @@ class rollout_worker {
     }
     st["timeline"] = node_timeline(*ctx_);
     if (st.size() == 1 && !ctx_->first_commit_unix_ms) return;  // nothing to tell yet
+    // Its weights peer server (fan-out) is a ZeroMQ listener.
+    st["zmq_refused_connections"] = zmq_refused_connections(*ctx_);
     if (auto c = ctx_->coordinator()) self_->send(c, stats_atom::value, ctx_->id, st.dump());
   }
 

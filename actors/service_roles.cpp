@@ -94,6 +94,7 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       nlohmann::json st{{"scored", scored},
                         {"malformed", malformed},
                         {"bad_frames", ctx->pull->num_bad_frames()},
+                        {"zmq_refused_connections", zmq_refused_connections(*ctx)},
                         {"dropped_for_gone_shards", dropped_for_gone}};
       if (external) st["external_worker"] = external->stats();
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
@@ -279,6 +280,7 @@ void shard_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
       st["free_samples"] = svc.shard().free_samples();
       st["capacity_samples"] = svc.shard().options().capacity_samples;
       st["credits_outstanding"] = svc.credits_outstanding();
+      st["zmq_refused_connections"] = zmq_refused_connections(*ctx);
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }
     if (ctx->draining() && acks.empty() && consumed.empty() &&
@@ -374,6 +376,7 @@ void weights_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) 
                         {"server", server.counters().to_json()},
                         {"copied", replicator.counters().to_json()},
                         {"held_unix_ms", held},
+                        {"zmq_refused_connections", zmq_refused_connections(*ctx)},
                         {"timeline", node_timeline(*ctx)}};
       if (auto c = ctx->coordinator()) self->send(c, stats_atom::value, ctx->id, st.dump());
     }

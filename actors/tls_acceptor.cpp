@@ -33,6 +33,8 @@
 #include <caf/io/network/stream_impl.hpp>
 #include <caf/io/scribe.hpp>
 
+#include "common/socket_peer.h"
+
 namespace moerl::actors {
 
 namespace {
@@ -73,13 +75,6 @@ class sigpipe_blocked {
  private:
   sigset_t mask_{}, saved_{};
 };
-
-// Closes with a reset (SO_LINGER 0): a refused or timed-out peer leaves no TIME_WAIT here.
-void close_reset(int fd) {
-  linger l{1, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-  ::close(fd);
-}
 
 // An established TLS session as CAF's stream policy (read_some/write_some/must_read_more).
 // The handshake is over before a session gets here, so unlike caf_openssl's policy it never
@@ -162,15 +157,6 @@ class tls_scribe final : public caf::io::scribe {
   caf::io::network::stream_impl<tls_policy> stream_;
 };
 
-std::string peer_address(const sockaddr_storage& sa) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (sa.ss_family == AF_INET)
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(sa).sin_addr, buf, sizeof(buf));
-  else if (sa.ss_family == AF_INET6)
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(sa).sin6_addr, buf, sizeof(buf));
-  return buf;
-}
-
 // The published port as a CAF doorman. The multiplexer never polls the listening socket:
 // this object's own thread accepts and handshakes, and only hands finished sessions over.
 class tls_doorman final : public caf::io::doorman {
@@ -231,7 +217,7 @@ class tls_doorman final : public caf::io::doorman {
   void adopt(native_socket fd, SSL* ssl) {
     if (detached()) {
       SSL_free(ssl);
-      close_reset(fd);
+      close_with_reset(fd);
       return;
     }
     auto scribe = caf::make_counted<tls_scribe>(mpx_, fd, ssl);
@@ -314,22 +300,22 @@ class tls_doorman final : public caf::io::doorman {
         }
         return true;  // EAGAIN: the backlog is empty
       }
-      std::string peer = peer_address(sa);
+      std::string peer = peer_ip(sa);
       if (static_cast<int64_t>(pending_.size()) >= limits_.max_pending) {
         ++counters().too_many_pending;
-        close_reset(fd);
+        close_with_reset(fd);
         continue;
       }
       if (per_peer_[peer] >= limits_.max_pending_per_peer) {
         ++counters().too_many_from_peer;
-        close_reset(fd);
+        close_with_reset(fd);
         continue;
       }
       SSL* ssl = SSL_new(ctx_);
       if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
         SSL_free(ssl);
         ++counters().handshake_failed;
-        close_reset(fd);
+        close_with_reset(fd);
         continue;
       }
       SSL_set_accept_state(ssl);
@@ -377,7 +363,7 @@ class tls_doorman final : public caf::io::doorman {
     SSL* ssl = pending_.at(fd).ssl;
     forget(fd);
     SSL_free(ssl);
-    close_reset(fd);
+    close_with_reset(fd);
   }
 
   default_multiplexer& mpx_;

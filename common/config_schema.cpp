@@ -33,6 +33,11 @@ const std::vector<key_spec>& config_schema() {
        "admin) takes (ZMQ_MAXMSGSIZE): a peer sending a larger one is disconnected before it is "
        "buffered",
        "", r::closed(1024, 2147483647)},
+      {"node.zmq_max_connections_per_peer", t::integer, "64",
+       "connections one peer address may hold open at once on each ZeroMQ server socket "
+       "(samples, reward, env, weight requests, admin); one more is shut down as it is accepted "
+       "and counted (a node's stats: zmq_refused_connections); 0: no limit",
+       "", r::closed(0, 1048576)},
       {"node.health_file", t::string, "",
        "file the node agent rewrites every heartbeat tick for its pod's probes (`moerl probe`); "
        "empty: none",
@@ -176,6 +181,15 @@ const std::vector<key_spec>& config_schema() {
        "that); more get 429 and are counted (/metrics moerl_http_console_refused_total); 0: no "
        "limit",
        "", r::closed(0, 1000000)},
+      {"console.http_max_connections", t::integer, "64",
+       "connections the HTTP console holds open at once (one worker thread each); one more is "
+       "closed as it is accepted and counted (/metrics moerl_http_console_refused_total"
+       "{reason=\"too_many_connections\"})",
+       "", r::closed(1, 4096)},
+      {"console.http_max_connections_per_peer", t::integer, "16",
+       "connections the HTTP console holds open at once from one client address; one more is "
+       "closed as it is accepted and counted (reason too_many_from_peer)",
+       "", r::closed(1, 4096)},
 
       // ---- cluster (the local cluster of `moerl up`: its pod controllers) ------------
       {"cluster.restart_delay_ms", t::integer, "1000",

@@ -18,6 +18,7 @@
 #include "common/secret_compare.h"
 #include "console/chrome_trace.h"
 #include "console/console_client.h"
+#include "console/internal/gated_http_server.h"
 #include "console/internal/web_assets.h"
 #include "console/prometheus_text.h"
 
@@ -181,6 +182,8 @@ result<http_console_options> http_console_options::from_config(const config& cfg
   o.tls_key = cfg.get_string("console.tls_key");
   o.max_body_bytes = static_cast<size_t>(cfg.get_int("console.http_max_body_bytes"));
   o.requests_per_s = static_cast<double>(cfg.get_int("console.http_requests_per_s"));
+  o.max_connections = cfg.get_int("console.http_max_connections");
+  o.max_connections_per_peer = cfg.get_int("console.http_max_connections_per_peer");
   o.request_timeout_ms = request_timeout_ms;
   o.planes = configured_planes(cfg);
   auto hp = split_address(o.address);
@@ -223,12 +226,22 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
   c->coordinator_ = std::move(coordinator);
   c->opts_ = std::move(opts);
   c->rate_limit_ = std::make_unique<peer_rate_limit>(c->opts_.requests_per_s);
+  if (c->opts_.max_connections < 1 || c->opts_.max_connections_per_peer < 1)
+    return error(errc::invalid_config,
+                 "console.http_max_connections and console.http_max_connections_per_peer must be "
+                 "at least 1, got " +
+                     std::to_string(c->opts_.max_connections) + " and " +
+                     std::to_string(c->opts_.max_connections_per_peer));
+  c->connections_ = std::make_unique<peer_connection_limit>(c->opts_.max_connections,
+                                                            c->opts_.max_connections_per_peer);
+  // One worker per connection the bound admits: an admitted connection never waits for one.
+  const auto workers = static_cast<size_t>(c->opts_.max_connections);
   if (c->opts_.tls_cert.empty()) {
-    c->server_ = std::make_unique<httplib::Server>();
+    c->server_ = std::make_unique<gated_http_server<httplib::Server>>(*c->connections_, workers);
   } else {
     if (auto st = check_tls_files(c->opts_.tls_cert, c->opts_.tls_key); !st) return st.err();
-    auto tls =
-        std::make_unique<httplib::SSLServer>(c->opts_.tls_cert.c_str(), c->opts_.tls_key.c_str());
+    auto tls = std::make_unique<gated_http_server<httplib::SSLServer>>(
+        *c->connections_, workers, c->opts_.tls_cert.c_str(), c->opts_.tls_key.c_str());
     if (!tls->is_valid())
       return error(errc::invalid_config, "the HTTP console cannot serve HTTPS with " +
                                              c->opts_.tls_cert + " and " + c->opts_.tls_key + ": " +
@@ -238,9 +251,9 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
   auto& srv = *c->server_;
   srv.set_payload_max_length(c->opts_.max_body_bytes);
   // A slow client holds one worker thread for at most this long; the job does not wait on it.
-  srv.set_read_timeout(5, 0);
-  srv.set_write_timeout(5, 0);
-  srv.set_keep_alive_timeout(5);
+  srv.set_read_timeout(c->opts_.idle_timeout_s, 0);
+  srv.set_write_timeout(c->opts_.idle_timeout_s, 0);
+  srv.set_keep_alive_timeout(c->opts_.idle_timeout_s);
   c->routes();
   int port = hp->second;
   if (port == 0) {
@@ -260,9 +273,12 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
 http_console::~http_console() { stop(); }
 
 json http_console::refusals() const {
-  return json{{"rate_limited", rate_limit_ ? rate_limit_->refused() : 0},
-              {"body_too_large", refused_too_large_.load()},
-              {"bad_request", refused_bad_request_.load()}};
+  return json{
+      {"rate_limited", rate_limit_ ? rate_limit_->refused() : 0},
+      {"body_too_large", refused_too_large_.load()},
+      {"bad_request", refused_bad_request_.load()},
+      {"too_many_connections", connections_ ? connections_->refused_too_many_connections() : 0},
+      {"too_many_from_peer", connections_ ? connections_->refused_too_many_from_peer() : 0}};
 }
 
 void http_console::stop() {
@@ -416,7 +432,8 @@ void http_console::routes() {
     std::string text = prometheus_text(snap, autoscale(snap));
     text +=
         "# HELP moerl_http_console_refused_total Requests the HTTP console refused before any "
-        "route, by cause\n# TYPE moerl_http_console_refused_total counter\n";
+        "route, and connections it closed as it accepted them, by cause\n"
+        "# TYPE moerl_http_console_refused_total counter\n";
     const json refused = refusals();
     for (const auto& [reason, n] : refused.items())
       text += "moerl_http_console_refused_total{reason=\"" + reason + "\"} " + n.dump() + "\n";

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/peer_connection_limit.h"
 #include "console/admin_channel.h"
 #include "console/autoscale_signal.h"
 #include "console/peer_rate_limit.h"
@@ -49,7 +50,15 @@ struct http_console_options {
   std::string tls_cert, tls_key;  // console.tls_cert / tls_key: HTTPS when set
   size_t max_body_bytes = 65536;
   double requests_per_s = 100;  // console.http_requests_per_s, per client address; 0: no limit
+  // Connections held open at once, in all (console.http_max_connections: also the number of
+  // worker threads, one per connection) and from one client address
+  // (console.http_max_connections_per_peer); one over either is closed as it is accepted.
+  int64_t max_connections = 64;
+  int64_t max_connections_per_peer = 16;
   int request_timeout_ms = 5000;
+  // How long a connection may sit idle or stall a read or write before it is closed (a slow
+  // client holds its worker at most this long; not a config key).
+  int idle_timeout_s = 5;
   nlohmann::json planes;  // each plane's transport and provider, as configured
 
   // From the config; errc::invalid_config when the address is not HOST:PORT, or is not a
@@ -79,8 +88,13 @@ class http_console {
   bool tls() const { return !opts_.tls_cert.empty(); }
   // Requests refused before any route ran, by cause (also in /metrics as
   // moerl_http_console_refused_total{reason}): over the client's rate (429), a body over
-  // console.http_max_body_bytes (413), a request httplib could not parse (400).
+  // console.http_max_body_bytes (413), a request httplib could not parse (400); and
+  // connections closed as they were accepted: too_many_connections (over
+  // console.http_max_connections), too_many_from_peer (over
+  // console.http_max_connections_per_peer).
   nlohmann::json refusals() const;
+  // Connections held open now (admitted, not yet ended).
+  int64_t open_connections() const { return connections_ ? connections_->open() : 0; }
 
  private:
   http_console() = default;
@@ -100,6 +114,8 @@ class http_console {
 
   admin_caller_factory coordinator_;
   http_console_options opts_;
+  // Before server_: its listening thread and workers count here until the server is gone.
+  std::unique_ptr<peer_connection_limit> connections_;
   std::unique_ptr<httplib::Server> server_;
   std::string address_;
   std::thread listener_, sampler_;

@@ -25,12 +25,25 @@ result<std::shared_ptr<zmq_context>> zmq_context::create(std::optional<plane_key
 zmq_context::~zmq_context() {
   stop_->store(true);
   if (zap_.joinable()) zap_.join();  // closes the handler's socket, which ctx_term waits for
+  // The connection limiter's thread closes its sockets when ctx_term wakes it (ETERM), and is
+  // joined after: it must read every monitor for as long as the monitored sockets live.
   zmq_ctx_term(ctx_);
+  limiter_.reset();
+}
+
+uint64_t zmq_context::num_refused_connections() const {
+  std::lock_guard<std::mutex> lock(limiter_mu_);
+  return limiter_ ? limiter_->num_refused() : 0;
 }
 
 status zmq_context::secure_server(void* sock) const {
   if (const int64_t limit = max_frame_bytes(); limit > 0)
     ZMQ_CHECK(zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &limit, sizeof limit));
+  if (const int64_t per_peer = max_connections_per_peer(); per_peer > 0) {
+    std::lock_guard<std::mutex> lock(limiter_mu_);
+    if (!limiter_) limiter_ = std::make_unique<connection_limiter>(ctx_);
+    STATUS_TRY(limiter_->watch(sock, per_peer));
+  }
   if (!keys_) return ok_status();
   {
     std::lock_guard<std::mutex> lock(zap_mu_);

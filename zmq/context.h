@@ -6,6 +6,8 @@
 // connects (both do nothing without keys: loopback-only runs stay plain, and say so in their
 // provenance). From its first server socket on, the context runs the ZAP handler that admits
 // only the cluster's client key (a context that only connects, like a console call's, has none).
+// Every server socket is also bounded in the connections one peer address holds
+// (node.zmq_max_connections_per_peer, zmq/connection_limit.h), plain or CURVE.
 #pragma once
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "zmq/connection_limit.h"
 #include "zmq/plane_keys.h"
 
 namespace moerl::zmq {
@@ -32,6 +35,9 @@ class zmq_context {
   // Handshakes the ZAP handler refused: a peer that knew the server's public key but not the
   // cluster's client key.
   uint64_t num_refused_handshakes() const { return refused_->load(); }
+  // Connections a server socket shut down because their peer address already held
+  // node.zmq_max_connections_per_peer of them (zmq/connection_limit.h).
+  uint64_t num_refused_connections() const;
 
  private:
   zmq_context(void* ctx, std::optional<plane_keys> keys) : ctx_(ctx), keys_(std::move(keys)) {}
@@ -43,6 +49,9 @@ class zmq_context {
   mutable std::mutex zap_mu_;
   mutable std::thread zap_;
   mutable std::optional<error> zap_failure_;
+  // Started by the first secure_server() while a per-peer bound is set; ends with the context.
+  mutable std::mutex limiter_mu_;
+  mutable std::unique_ptr<connection_limiter> limiter_;
 };
 
 }  // namespace moerl::zmq

@@ -2,6 +2,7 @@
 
 #include "common/loopback.h"
 #include "common/status_try.h"
+#include "zmq/connection_limit.h"
 #include "zmq/frame_limit.h"
 
 namespace moerl::zmq {
@@ -30,9 +31,14 @@ result<std::optional<plane_keys>> keys_for(const config& cfg, const std::string&
 
 }  // namespace
 
+void set_listener_limits(const config& cfg) {
+  set_max_frame_bytes(cfg.get_int("node.max_frame_bytes"));
+  set_max_connections_per_peer(cfg.get_int("node.zmq_max_connections_per_peer"));
+}
+
 result<std::shared_ptr<zmq_context>> make_plane_context(const config& cfg) {
   ASSIGN_OR_RETURN(auto keys, keys_for(cfg, cfg.get_string("node.host"), "node.host"));
-  set_max_frame_bytes(cfg.get_int("node.max_frame_bytes"));
+  set_listener_limits(cfg);
   return zmq_context::create(std::move(keys));
 }
 

@@ -14,7 +14,14 @@
 
 namespace moerl::zmq {
 
+// Sets the listener limits below first.
 result<std::shared_ptr<zmq_context>> make_plane_context(const config& cfg);
+
+// The limits of every ZeroMQ server socket this process binds from now on, from the config:
+// node.max_frame_bytes (zmq/frame_limit.h) and node.zmq_max_connections_per_peer
+// (zmq/connection_limit.h). For a process whose server sockets do not come from
+// make_plane_context's context (the coordinator's admin console).
+void set_listener_limits(const config& cfg);
 
 // The same rule for the admin plane, for the console's server and its clients alike, on the
 // host of `endpoint` ("tcp://HOST:PORT"): the cluster's keys when node.plane_secret_file is

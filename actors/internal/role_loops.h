@@ -38,6 +38,9 @@ void cache_directory_loop(caf::blocking_actor* self, std::shared_ptr<node_contex
 // When this process started, first registered and first had a unit committed (unix ms; 0:
 // not yet), for the report's replacements.
 nlohmann::json node_timeline(const node_context& ctx);
+// Connections this node's ZeroMQ server sockets shut down because their peer address held
+// node.zmq_max_connections_per_peer already (the stats' zmq_refused_connections).
+uint64_t zmq_refused_connections(const node_context& ctx);
 // Rank 0 of the trainer group: pulls batches from every shard and runs the job's step.
 void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                          uint32_t num_ranks);

@@ -64,27 +64,23 @@ struct fleet_args {
 // credit or dropping samples as stale.
 std::vector<std::string> fleet_overrides(const fleet_args& a, const std::string& dir) {
   std::vector<std::string> o{
-      "store.url=" + dir + "/store",
-      "store.local_fsync=false",
-      "job.kind=modpow",
-      "actors.groups_per_unit=1",
-      "ledger.group_size=" + std::to_string(a.samples_per_group),
-      "actors.work_rounds=" + std::to_string(a.work_rounds),
-      "actors.iterations=1000000",
+      "store.url=" + dir + "/store", "store.local_fsync=false", "job.kind=modpow",
+      "actors.groups_per_unit=1", "ledger.group_size=" + std::to_string(a.samples_per_group),
+      "actors.work_rounds=" + std::to_string(a.work_rounds), "actors.iterations=1000000",
       "actors.units_per_iteration=" +
           std::to_string(a.units_per_iteration
                              ? a.units_per_iteration
                              : std::min<uint32_t>(1000000, std::max<uint32_t>(64, 10 * a.nodes))),
       "buffer.capacity_samples=" + std::to_string(uint64_t{1} << 24),
-      "buffer.capacity_bytes=" + std::to_string(uint64_t{1} << 34),
-      "buffer.max_staleness=1000000",
+      "buffer.capacity_bytes=" + std::to_string(uint64_t{1} << 34), "buffer.max_staleness=1000000",
       "actors.lease_batch=" + std::to_string(a.lease_batch),
       "ledger.lease_timeout_ms=" + std::to_string(std::max<int64_t>(30000, 10 * a.unit_ms)),
-      "actors.trainer_batch_groups=256",
-      "actors.trainer_ranks=1",
+      "actors.trainer_batch_groups=256", "actors.trainer_ranks=1",
       "node.heartbeat_interval_ms=" + std::to_string(a.heartbeat_ms),
       "node.connection_timeout_ms=" + std::to_string(std::max<int64_t>(3000, 6 * a.heartbeat_ms)),
-      "log.level=warn"};
+      // A host process simulates up to thousands of nodes, each with its own connection to
+      // each shard from the host's one address: the shards must not bound it per address.
+      "node.zmq_max_connections_per_peer=0", "log.level=warn"};
   if (a.snapshot_every) o.push_back("ledger.snapshot_every=" + std::to_string(a.snapshot_every));
   return o;
 }
