@@ -21,7 +21,8 @@
 #                                      would; checks the job learnt (best 10-iteration mean
 #                                      reward >= 90% of reward_max, against random's), the
 #                                      replacement's Python worker generated, lost = duplicated
-#                                      = 0, then down (a long rehearsal: ~15-30 min here)
+#                                      = 0, no container restarted that no fault explains, then
+#                                      down (~2 min warm here; the torch image cold: +2.5 min)
 #   scripts/pods.sh up --torch         up with that image and overlay
 #   scripts/pods.sh down               remove what up made: its pods, network and volumes
 #   scripts/pods.sh fault ACTION NODE [ARG]
@@ -172,7 +173,7 @@ play_pod() {  # POD: plays its file, under its Services' names as network aliase
   local pod=$1 aliases net=$NETWORK
   aliases=$(python3 -c "import json; print(','.join(next(p for p in json.load(open('$WORK/plan.json'))['pods'] if p['pod']=='$pod')['aliases']))")
   [ -n "$aliases" ] && net="$NETWORK:alias=$aliases"
-  podman kube play --network "$net" --configmap "$WORK/configmaps.yaml" "$WORK/pods/$pod.yaml" \
+  podman kube play --network "$net" "$WORK/pods/$pod.yaml" \
     > "$WORK/play-$pod.log" 2>&1 || { cat "$WORK/play-$pod.log"; exit 1; }
 }
 
@@ -184,6 +185,7 @@ up() {
   ((torch)) && torch_image
   render
   cluster_secrets
+  config_volumes
   podman network exists "$NETWORK" || podman network create --label moerl.io/pods=1 "$NETWORK" > /dev/null
   podman kube play --network "$NETWORK" "$WORK/resources.yaml" > "$WORK/play-resources.log"
   local t0 pod; t0=$(now)
@@ -223,6 +225,23 @@ cluster_secrets() {
     install -m 0400 "$dir/$name"/* "$mount/"
   done
   log "made the cluster's CA, node certificate, console tokens and plane secret (Secrets moerl-tls, moerl-console, moerl-plane)"
+}
+
+# Each ConfigMap the pods mount as a podman volume of its name, filled once here before any
+# pod plays (deploy/podman/controllers.py: kube play --configmap would rewrite it at every
+# pod's play, truncating the file under nodes that are starting).
+config_volumes() {
+  python3 - "$WORK/plan.json" <<'EOF' | while IFS=$'\t' read -r name file; do
+import json, sys
+for name, files in json.load(open(sys.argv[1]))["configmaps"].items():
+    for file in files:
+        print(f"{name}\t{file}")
+EOF
+    if ! podman volume exists "$name"; then podman volume create --label moerl.io/pods=1 "$name" > /dev/null; fi
+    python3 -c "import json,sys; sys.stdout.write(json.load(open('$WORK/plan.json'))['configmaps']['$name']['$file'])" \
+      > "$(podman volume inspect --format '{{.Mountpoint}}' "$name")/$file"
+  done
+  log "filled the ConfigMap volumes $(python3 -c "import json; print(' '.join(json.load(open('$WORK/plan.json'))['configmaps']))")"
 }
 
 # The host's view of the console: the coordinator pod's address on the pod network, and a
@@ -515,6 +534,20 @@ EOF
 # No scenario file: pod-drains.yaml kills a member of each group and expects both to re-form,
 # and local-pods-torch has no groups (external workers run one process per node). The fault is
 # delivered by the same functions `pods.sh fault` runs for the sims.
+# Until the coordinator's status makes CONDITION (Python over its JSON, d) true; fails once no
+# new policy version came for 600 s (a run that stopped advancing has failed).
+wait_run() {  # CONDITION WHAT
+  local last=-1 v since; since=$(now)
+  until [ "$(status_field "$1")" = True ]; do
+    v=$(status_field "d['policy_version']")
+    if [ "$v" != "$last" ]; then last=$v; since=$(now); fi
+    if python3 -c "import sys; sys.exit(0 if $(now) - $since > 600 else 1)"; then
+      log "no new policy version for 600 s (at ${v:-?}) waiting for $2"; return 1
+    fi
+    sleep 1
+  done
+}
+
 run_torch_test() {
   local t0 first_commit="" iterations kill_at node pod new_out new_node report_file rc=0
   t0=$(now)
@@ -528,9 +561,10 @@ run_torch_test() {
   # The kill comes once the job is well under way (a fifth of the iterations), so the rest of
   # the run is long enough for the replacement to join, start its Python worker and lease.
   iterations=$(status_field "d['iterations']"); kill_at=$((iterations / 5))
-  until [ "$(status_field "d['policy_version']")" -ge "$kill_at" ]; do sleep 2; done
-  scan_nodes
+  # up's scan mapped the pods to their nodes already: the kill follows the version at once.
+  wait_run "d['policy_version'] >= $kill_at" "policy version $kill_at" || return 1
   node=$(awk -F'\t' '$2 ~ /^moerl-rollout-/ {print $1}' "$WORK/nodes.tsv" | head -1)
+  [ -n "$node" ] || { scan_nodes; node=$(awk -F'\t' '$2 ~ /^moerl-rollout-/ {print $1}' "$WORK/nodes.tsv" | head -1); }
   [ -n "$node" ] || { log "no rollout pod's node in $WORK/nodes.tsv"; return 1; }
   pod=$(pod_of_node "$node")
   # The trainer's reward curve so far: the report at the end holds only its newest entries.
@@ -540,16 +574,7 @@ run_torch_test() {
   new_out=$(fault_replace "$node") || { printf '%s\n' "$new_out"; return 1; }
   printf '%s\n' "$new_out" | sed '$d'
   new_node=$(printf '%s\n' "$new_out" | tail -1)
-  # Bounded by the run itself: a job that stops advancing for 10 minutes has failed.
-  local last=-1 v since; since=$(now)
-  until [ "$(status_field "d['done']")" = True ]; do
-    v=$(status_field "d['policy_version']")
-    if [ "$v" != "$last" ]; then last=$v; since=$(now); fi
-    if python3 -c "import sys; sys.exit(0 if $(now) - $since > 600 else 1)"; then
-      log "no new policy version for 600 s (at $v of $iterations)"; return 1
-    fi
-    sleep 5
-  done
+  wait_run "d['done']" "the run's end" || return 1
   console report --json > "$WORK/report-raw.json"
   # Every container podman restarted (restartPolicy Always, as a kubelet does): only the
   # killed pod's loss was planned, so any restart here is a failure to explain.

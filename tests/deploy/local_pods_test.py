@@ -215,18 +215,25 @@ def check_controllers(local):
             template = copy.deepcopy(w["spec"]["template"]["spec"])
             for c in template["containers"]:
                 c.pop("ports", None)  # containerPorts without hostPort publish nothing
-            # podman 4.3 writes Secret volumes base64-encoded: each Secret is the named volume
-            # pods.sh fills with the decoded files, mounted read-only.
+            # podman 4.3 writes Secret volumes base64-encoded and rewrites a ConfigMap's volume at
+            # every pod's play: each is the named volume pods.sh fills once, mounted read-only.
             template["volumes"] = [
                 {"name": v["name"], "persistentVolumeClaim": {
                     "claimName": v["secret"]["secretName"], "readOnly": True}}
-                if "secret" in v else v for v in template["volumes"]]
+                if "secret" in v else
+                {"name": v["name"], "persistentVolumeClaim": {
+                    "claimName": v["configMap"]["name"], "readOnly": True}}
+                if "configMap" in v else v for v in template["volumes"]]
             for p in mine:
                 doc = yaml.safe_load((out / "pods" / f"{p['pod']}.yaml").read_text())
                 if doc["spec"] != template:
                     fail(f"{p['pod']}: pod spec is not its controller's template")
                 if p["grace_s"] != template["terminationGracePeriodSeconds"]:
                     fail(f"{p['pod']}: grace {p['grace_s']} is not the manifest's")
+        cm = next(d for d in local if d["kind"] == "ConfigMap")
+        if plan["configmaps"] != {cm["metadata"]["name"]: cm["data"]}:
+            fail(f"plan.json's ConfigMap files {sorted(plan['configmaps'])} are not "
+                 f"{cm['metadata']['name']}'s")
         if plan["secrets"] != ["moerl-console", "moerl-plane", "moerl-tls"]:
             fail(f"plan.json lists the Secrets {plan['secrets']}, "
                  "not moerl-console, moerl-plane and moerl-tls")
