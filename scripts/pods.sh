@@ -577,11 +577,12 @@ run_torch_test() {
   wait_run "d['done']" "the run's end" || return 1
   console report --json > "$WORK/report-raw.json"
   # Every container podman restarted (restartPolicy Always, as a kubelet does): only the
-  # killed pod's loss was planned, so any restart here is a failure to explain.
+  # killed pod's loss was planned, so any restart here is a failure to explain (with the exit
+  # code of the container's last exit, which its log may not say: a signal is 128 + its number).
   local p
   for p in $(plan_pods); do
     podman container exists "$(container_of "$p")" || continue
-    printf '%s\t%s\n' "$p" "$(podman inspect --format '{{.RestartCount}}' "$(container_of "$p")")"
+    printf '%s\t%s\n' "$p" "$(podman inspect --format '{{.RestartCount}}	{{.State.ExitCode}}' "$(container_of "$p")")"
   done > "$WORK/restarts.tsv"
   report_file="${report:-$WORK/report.json}"
   python3 - "$WORK/report-raw.json" "$WORK/faults.jsonl" "$report_file" "$node" "$new_node" \
@@ -590,7 +591,9 @@ import json, sys
 raw, faults_path, out, killed, new, build_s, torch_s, first_s, wall_s = sys.argv[1:]
 rep = json.load(open(raw))
 work = raw.rsplit("/", 1)[0]
-restarts = {p: int(n) for p, n in (l.split("\t") for l in open(f"{work}/restarts.tsv").read().split("\n") if l)}
+rows = [l.split("\t") for l in open(f"{work}/restarts.tsv").read().split("\n") if l]
+restarts = {p: int(n) for p, n, _ in rows}
+last_exit = {p: int(code) for p, _, code in rows}
 delivered = [json.loads(l) for l in open(faults_path) if l.strip()]
 nodes = {n["name"]: n for n in rep["nodes"]}
 job = next((n["stats"]["job"] for n in rep["nodes"]
@@ -637,7 +640,7 @@ if reward_max is None or best < 0.9 * reward_max:
     problems.append(f"did not learn: best 10-iteration mean {best:.3f} < 90% of {reward_max}")
 if not new_w or sum(w.get("samples_accepted", 0) for w in new_w) == 0:
     problems.append(f"the replacement {new} generated nothing in Python: {new_w}")
-unplanned = {p: n for p, n in restarts.items() if n}
+unplanned = {p: f"{n} restart(s), last exit code {last_exit[p]}" for p, n in restarts.items() if n}
 print(f"pods: container restarts {unplanned or 'none'}")
 if unplanned:
     problems.append(f"containers restarted that no fault explains: {unplanned}")
