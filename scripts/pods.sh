@@ -12,6 +12,18 @@
 #                                      kill), each replaced as its controller would; writes the
 #                                      report, checks lost = duplicated = 0 and both groups
 #                                      re-formed without the killed member, then down
+#   scripts/pods.sh test --torch [--report F]
+#                                      every role's work in the user's Python (issue 26): the
+#                                      torch image (deploy/image/Dockerfile.torch) and
+#                                      deploy/overlays/local-pods-torch, the PyTorch MoE example
+#                                      of configs/torch-moe.yaml; a rollout pod killed once a
+#                                      fifth of the run is done and replaced as its controller
+#                                      would; checks the job learnt (best 10-iteration mean
+#                                      reward >= 90% of reward_max, against random's), the
+#                                      replacement's Python worker generated, lost = duplicated
+#                                      = 0, no container restarted that no fault explains, then
+#                                      down (~2 min warm here; the torch image cold: +2.5 min)
+#   scripts/pods.sh up --torch         up with that image and overlay
 #   scripts/pods.sh down               remove what up made: its pods, network and volumes
 #   scripts/pods.sh fault ACTION NODE [ARG]
 #                                      the sims' fault delivery for pods (sims/fault_delivery.h):
@@ -26,6 +38,10 @@
 # The manifests are `kubectl kustomize deploy/overlays/local-pods`; deploy/podman/
 # controllers.py turns them into the pods Kubernetes' controllers would create.
 # MOERL_PODS_KEEP=1 leaves the pods running after `test` (then run `down`).
+# --torch layers deploy/image/Dockerfile.torch (Debian's python3, python3-torch, python3-numpy
+# and the moerl Python package) on the node image as localhost/moerl-torch:latest; the package
+# is a build's python/moerl (MOERL_BUILD_DIR, default build/: `scripts/build.sh moerl_python`),
+# its compiled binding beside the .py files. Without --torch nothing of it is built.
 # Images stay (the cache): localhost/moerl:latest, localhost/moerl-debian:12 (also tagged
 # docker.io/library/debian:12, which the Dockerfile's FROM names).
 set -euo pipefail
@@ -34,14 +50,16 @@ ROOT=$PWD
 
 mode="${1:-}"; shift || true
 report=""
+torch=0
 if [ "$mode" = fault ]; then fault_args=("$@"); set --; fi
 while (($#)); do
   case "$1" in
     --report) report="${2:?--report needs a file}"; shift 2 ;;
+    --torch) torch=1; shift ;;
     *) echo "scripts/pods.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$mode" in up|test|down|fault) ;; *) echo "usage: scripts/pods.sh up|test [--report FILE]|down|fault ACTION NODE [ARG]" >&2; exit 2 ;; esac
+case "$mode" in up|test|down|fault) ;; *) echo "usage: scripts/pods.sh up [--torch]|test [--torch] [--report FILE]|down|fault ACTION NODE [ARG]" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "scripts/pods.sh: run as root (podman's bridge network needs it)" >&2; exit 2; }
 
 OVERLAY=deploy/overlays/local-pods
@@ -50,6 +68,8 @@ NETWORK=moerl-pods
 IMAGE=localhost/moerl:latest
 BASE=localhost/moerl-debian:12
 SCENARIO=sims/scenarios/pod-drains.yaml
+TORCH_IMAGE=localhost/moerl-torch:latest  # the image local-pods-torch names (moerl-torch)
+((torch)) && OVERLAY=deploy/overlays/local-pods-torch
 CONSOLE_PORT=7410  # console.address in the overlay's moerl.yaml, the Service's console port
 export CONTAINERS_CONF="$ROOT/deploy/podman/containers.conf"
 
@@ -112,6 +132,34 @@ node_image() {
   log "node image built in $IMAGE_BUILD_S s: ${version%%$'\n'*}"
 }
 
+# The node image with the Python workers (--torch), on top of $IMAGE: Debian's python3 and
+# python3-torch, and a build's moerl package (its .py files and the compiled _moerl binding,
+# for Debian 12's python3 like the image's). The binding's libraries are installed from the
+# Debian packages that own them, as for the binary.
+torch_image() {
+  local t0 pkg ctx so pkgs; t0=$(now)
+  pkg="${MOERL_BUILD_DIR:-build}/python/moerl"
+  so=$(ls "$pkg"/_moerl.*.so 2> /dev/null | head -1) || true
+  [ -n "$so" ] || { log "--torch needs the moerl Python package in $pkg: run scripts/build.sh moerl_python"; exit 2; }
+  pkgs=$(scripts/runtime-packages.sh "$so") || {
+    log "--torch: $so links libraries outside the system's (a CUDA build?): use a build configured with -DMOERL_ENABLE_CUDA=OFF"
+    exit 2; }
+  ctx="$WORK/torch-context"; rm -rf "$ctx"; mkdir -p "$ctx"
+  # The package as the build assembled it, without caches compiled on the host.
+  cp -r "$pkg" "$ctx/moerl"; find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
+  log "building $TORCH_IMAGE from deploy/image/Dockerfile.torch on $IMAGE (log in $WORK/torch-image-build.log)"
+  nice -n 19 podman build --pull=never -f deploy/image/Dockerfile.torch \
+    --build-arg "NODE_IMAGE=$IMAGE" --build-arg "BINDING_PACKAGES=$pkgs" \
+    -t "$TORCH_IMAGE" "$ctx" > "$WORK/torch-image-build.log" 2>&1 \
+    || { tail -20 "$WORK/torch-image-build.log"; exit 1; }
+  TORCH_IMAGE_BUILD_S=$(elapsed "$t0" "$(now)")
+  local size; size=$(podman image inspect --format '{{.Size}}' "$TORCH_IMAGE")
+  log "torch image built in $TORCH_IMAGE_BUILD_S s ($((size / 1048576)) MiB)"
+  podman run --rm --entrypoint /usr/bin/python3 "$TORCH_IMAGE" -c \
+    "import moerl, moerl.worker, moerl.examples.torch_moe.rollout, torch; print('moerl', moerl.__version__, 'torch', torch.__version__)" \
+    | sed 's/^/pods: torch image imports: /'
+}
+
 # ---- manifests and pods -------------------------------------------------------------------
 render() {
   command -v kubectl > /dev/null || { log "kubectl (for kubectl kustomize) is not installed"; exit 2; }
@@ -125,7 +173,7 @@ play_pod() {  # POD: plays its file, under its Services' names as network aliase
   local pod=$1 aliases net=$NETWORK
   aliases=$(python3 -c "import json; print(','.join(next(p for p in json.load(open('$WORK/plan.json'))['pods'] if p['pod']=='$pod')['aliases']))")
   [ -n "$aliases" ] && net="$NETWORK:alias=$aliases"
-  podman kube play --network "$net" --configmap "$WORK/configmaps.yaml" "$WORK/pods/$pod.yaml" \
+  podman kube play --network "$net" "$WORK/pods/$pod.yaml" \
     > "$WORK/play-$pod.log" 2>&1 || { cat "$WORK/play-$pod.log"; exit 1; }
 }
 
@@ -134,8 +182,10 @@ up() {
   scripts/install-deps.sh --pods
   base_image
   node_image
+  ((torch)) && torch_image
   render
   cluster_secrets
+  config_volumes
   podman network exists "$NETWORK" || podman network create --label moerl.io/pods=1 "$NETWORK" > /dev/null
   podman kube play --network "$NETWORK" "$WORK/resources.yaml" > "$WORK/play-resources.log"
   local t0 pod; t0=$(now)
@@ -175,6 +225,23 @@ cluster_secrets() {
     install -m 0400 "$dir/$name"/* "$mount/"
   done
   log "made the cluster's CA, node certificate, console tokens and plane secret (Secrets moerl-tls, moerl-console, moerl-plane)"
+}
+
+# Each ConfigMap the pods mount as a podman volume of its name, filled once here before any
+# pod plays (deploy/podman/controllers.py: kube play --configmap would rewrite it at every
+# pod's play, truncating the file under nodes that are starting).
+config_volumes() {
+  python3 - "$WORK/plan.json" <<'EOF' | while IFS=$'\t' read -r name file; do
+import json, sys
+for name, files in json.load(open(sys.argv[1]))["configmaps"].items():
+    for file in files:
+        print(f"{name}\t{file}")
+EOF
+    if ! podman volume exists "$name"; then podman volume create --label moerl.io/pods=1 "$name" > /dev/null; fi
+    python3 -c "import json,sys; sys.stdout.write(json.load(open('$WORK/plan.json'))['configmaps']['$name']['$file'])" \
+      > "$(podman volume inspect --format '{{.Mountpoint}}' "$name")/$file"
+  done
+  log "filled the ConfigMap volumes $(python3 -c "import json; print(' '.join(json.load(open('$WORK/plan.json'))['configmaps']))")"
 }
 
 # The host's view of the console: the coordinator pod's address on the pod network, and a
@@ -463,6 +530,139 @@ EOF
   return $rc
 }
 
+# ---- the torch rehearsal (--torch): the job's Python workers as pods -----------------------
+# No scenario file: pod-drains.yaml kills a member of each group and expects both to re-form,
+# and local-pods-torch has no groups (external workers run one process per node). The fault is
+# delivered by the same functions `pods.sh fault` runs for the sims.
+# Until the coordinator's status makes CONDITION (Python over its JSON, d) true; fails once no
+# new policy version came for 600 s (a run that stopped advancing has failed).
+wait_run() {  # CONDITION WHAT
+  local last=-1 v since; since=$(now)
+  until [ "$(status_field "$1")" = True ]; do
+    v=$(status_field "d['policy_version']")
+    if [ "$v" != "$last" ]; then last=$v; since=$(now); fi
+    if python3 -c "import sys; sys.exit(0 if $(now) - $since > 600 else 1)"; then
+      log "no new policy version for 600 s (at ${v:-?}) waiting for $2"; return 1
+    fi
+    sleep 1
+  done
+}
+
+run_torch_test() {
+  local t0 first_commit="" iterations kill_at node pod new_out new_node report_file rc=0
+  t0=$(now)
+  rm -f "$WORK/faults.jsonl" "$WORK/report-raw.json"
+  up
+  while [ -z "$first_commit" ]; do
+    [ "$(status_field "d['accounting']['committed']")" -gt 0 ] && first_commit=$(elapsed "$PLAYED_AT" "$(now)")
+    sleep 1
+  done
+  log "first committed sample $first_commit s after the pods were played"
+  # The kill comes once the job is well under way (a fifth of the iterations), so the rest of
+  # the run is long enough for the replacement to join, start its Python worker and lease.
+  iterations=$(status_field "d['iterations']"); kill_at=$((iterations / 5))
+  # up's scan mapped the pods to their nodes already: the kill follows the version at once.
+  wait_run "d['policy_version'] >= $kill_at" "policy version $kill_at" || return 1
+  node=$(awk -F'\t' '$2 ~ /^moerl-rollout-/ {print $1}' "$WORK/nodes.tsv" | head -1)
+  [ -n "$node" ] || { scan_nodes; node=$(awk -F'\t' '$2 ~ /^moerl-rollout-/ {print $1}' "$WORK/nodes.tsv" | head -1); }
+  [ -n "$node" ] || { log "no rollout pod's node in $WORK/nodes.tsv"; return 1; }
+  pod=$(pod_of_node "$node")
+  # The trainer's reward curve so far: the report at the end holds only its newest entries.
+  console nodes --json > "$WORK/nodes-at-kill.json"
+  log "policy version $(status_field "d['policy_version']") of $iterations: killing rollout pod $pod ($node)"
+  fault_kill "$node"
+  new_out=$(fault_replace "$node") || { printf '%s\n' "$new_out"; return 1; }
+  printf '%s\n' "$new_out" | sed '$d'
+  new_node=$(printf '%s\n' "$new_out" | tail -1)
+  wait_run "d['done']" "the run's end" || return 1
+  console report --json > "$WORK/report-raw.json"
+  # Every container podman restarted (restartPolicy Always, as a kubelet does): only the
+  # killed pod's loss was planned, so any restart here is a failure to explain (with the exit
+  # code of the container's last exit, which its log may not say: a signal is 128 + its number).
+  local p
+  for p in $(plan_pods); do
+    podman container exists "$(container_of "$p")" || continue
+    printf '%s\t%s\n' "$p" "$(podman inspect --format '{{.RestartCount}}	{{.State.ExitCode}}' "$(container_of "$p")")"
+  done > "$WORK/restarts.tsv"
+  report_file="${report:-$WORK/report.json}"
+  python3 - "$WORK/report-raw.json" "$WORK/faults.jsonl" "$report_file" "$node" "$new_node" \
+    "${IMAGE_BUILD_S:-0}" "${TORCH_IMAGE_BUILD_S:-0}" "$first_commit" "$(elapsed "$t0" "$(now)")" <<'EOF' || rc=$?
+import json, sys
+raw, faults_path, out, killed, new, build_s, torch_s, first_s, wall_s = sys.argv[1:]
+rep = json.load(open(raw))
+work = raw.rsplit("/", 1)[0]
+rows = [l.split("\t") for l in open(f"{work}/restarts.tsv").read().split("\n") if l]
+restarts = {p: int(n) for p, n, _ in rows}
+last_exit = {p: int(code) for p, _, code in rows}
+delivered = [json.loads(l) for l in open(faults_path) if l.strip()]
+nodes = {n["name"]: n for n in rep["nodes"]}
+job = next((n["stats"]["job"] for n in rep["nodes"]
+            if isinstance(n.get("stats", {}).get("job"), dict)
+            and n["stats"]["job"].get("trainer") == "external"), None)
+problems = []
+if job is None:
+    problems.append("no external (Python) trainer's stats in the report")
+    job = {}
+# The whole curve: the entries the trainer reported before the kill (nodes-at-kill.json) and
+# the report's (its newest entries only), by iteration.
+by_it = {}
+try:
+    early = next((n["stats"]["job"] for n in json.load(open(f"{work}/nodes-at-kill.json"))
+                  if isinstance(n.get("stats", {}).get("job"), dict)
+                  and n["stats"]["job"].get("trainer") == "external"), {})
+except (OSError, ValueError, StopIteration):
+    early = {}
+for p in early.get("reward_curve", []) + job.get("reward_curve", []):
+    by_it[p["iteration"]] = p["mean_reward"]
+curve = [by_it[i] for i in sorted(by_it)]
+best = max((sum(curve[i - 10:i]) / 10 for i in range(10, len(curve) + 1)), default=0.0)
+first10 = sum(curve[:10]) / 10 if len(curve) >= 10 else None
+first_it = min(by_it) if by_it else None
+reward_max, reward_random = job.get("reward_max"), job.get("reward_random")
+a = rep["accounting"]
+def workers(n):  # the Python rollout workers' figures on node n (one per rollout worker actor)
+    return [w for w in ((n or {}).get("stats", {}).get("external_worker") or {}).values()
+            if isinstance(w, dict) and "leases_offered" in w]
+new_w = workers(nodes.get(new))
+print(f"pods: {rep['policy_version']} of {rep['iterations']} iterations; reward: best 10-iteration "
+      f"mean {best:.3f}, first 10 (from iteration {first_it}) "
+      f"{first10 if first10 is None else round(first10, 3)}, "
+      f"reward_max {reward_max}, random {reward_random}")
+print(f"pods: killed {killed} ({nodes.get(killed, {}).get('state')}); its replacement {new}: "
+      f"{nodes.get(new, {}).get('state')}, Python rollout worker {new_w}")
+print(f"pods: accounting {json.dumps(a)}")
+if not rep.get("done"):
+    problems.append("the run is not done")
+if a.get("lost") != 0 or a.get("duplicated") != 0 or not a.get("invariant_ok"):
+    problems.append(f"books: lost {a.get('lost')}, duplicated {a.get('duplicated')}, "
+                    f"invariant_ok {a.get('invariant_ok')}")
+if reward_max is None or best < 0.9 * reward_max:
+    problems.append(f"did not learn: best 10-iteration mean {best:.3f} < 90% of {reward_max}")
+if not new_w or sum(w.get("samples_accepted", 0) for w in new_w) == 0:
+    problems.append(f"the replacement {new} generated nothing in Python: {new_w}")
+unplanned = {p: f"{n} restart(s), last exit code {last_exit[p]}" for p, n in restarts.items() if n}
+print(f"pods: container restarts {unplanned or 'none'}")
+if unplanned:
+    problems.append(f"containers restarted that no fault explains: {unplanned}")
+if nodes.get(killed, {}).get("state") not in ("dead", "unreachable"):
+    problems.append(f"the killed node {killed} is {nodes.get(killed, {}).get('state')}")
+json.dump({"pods": {"engine": "podman kube play", "overlay": "local-pods-torch",
+                    "image_build_s": float(build_s), "torch_image_build_s": float(torch_s),
+                    "played_to_first_commit_s": float(first_s), "wall_s": float(wall_s),
+                    "delivered": delivered, "best_mean10_reward": best,
+                    "first10_mean_reward": first10, "curve_from_iteration": first_it,
+                    "container_restarts": restarts,
+                    "reward_max": reward_max, "reward_random": reward_random,
+                    "problems": problems},
+           "coordinator_report": rep}, open(out, "w"), indent=2)
+for p in problems:
+    print("pods: FAIL:", p)
+sys.exit(1 if problems else 0)
+EOF
+  log "report in $report_file"
+  return $rc
+}
+
 case "$mode" in
   up) up ;;
   down) down ;;
@@ -470,6 +670,9 @@ case "$mode" in
   test)
     [ "${MOERL_PODS_KEEP:-0}" = 1 ] || trap down EXIT
     mkdir -p "$WORK"; down > /dev/null
-    if run_test; then log "test passed: the scenario passed (lost 0, duplicated 0, invariants hold), the drain exited 0, both groups re-formed after a member's kill"
+    if ((torch)); then
+      if run_torch_test; then log "test passed: the Python workers' job learnt, a rollout pod was killed and replaced, lost 0, duplicated 0"
+      else keep_failed_run_logs; log "test FAILED"; exit 1; fi
+    elif run_test; then log "test passed: the scenario passed (lost 0, duplicated 0, invariants hold), the drain exited 0, both groups re-formed after a member's kill"
     else keep_failed_run_logs; log "test FAILED"; exit 1; fi ;;
 esac

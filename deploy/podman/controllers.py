@@ -16,18 +16,25 @@ hostPort are left out, see pod_doc):
   those pods to the network under the Service's name as an alias (the mapping of the
   coordinator Service that local-pods needs);
 - Secrets and PersistentVolumeClaims are played once, before any pod (resources.yaml);
-  every pod's play is given the ConfigMaps (configmaps.yaml, kube play --configmap);
+- a ConfigMap volume becomes the podman named volume of the ConfigMap's name (mounted_volume),
+  which pods.sh fills once with its files before any pod plays (plan.json's configmaps):
+  podman 4.3's kube play --configmap rewrites that volume (os.Create: truncate, then write) at
+  every pod's play, so a node starting while the next pod was played read an empty
+  moerl.yaml and ran on the defaults (seen with local-pods-torch: the trainer came up with a
+  plain control plane, could not join the TLS coordinator and exited 3); a replacement's play
+  rewrote it under every running pod too;
 - a Secret volume becomes the podman named volume of the Secret's name (secret_volume):
   podman 4.3 writes a Secret's values into its volume still base64-encoded (a PEM file or a
   token would arrive as its base64 text), so pods.sh fills that volume with the decoded files
   (mode 0400, as the manifests' defaultMode) and every pod mounts it read-only, as the kubelet
   mounts a Secret.
 
-  controllers.py plan RENDERED.yaml OUT      resources.yaml, configmaps.yaml, pods/, plan.json
+  controllers.py plan RENDERED.yaml OUT      resources.yaml, configmaps.yaml (for `down`), pods/,
+                                             plan.json
   controllers.py replace OUT POD             the controller's replacement of POD (prints it)
 
-plan.json lists every pod with its controller, role, grace period and network aliases, and
-the Secrets the pods mount.
+plan.json lists every pod with its controller, role, grace period and network aliases, the
+Secrets the pods mount, and the files of every ConfigMap they mount.
 """
 import copy
 import hashlib
@@ -77,7 +84,7 @@ def pod_doc(workload, pod_name):
             c["ports"] = ports
         else:
             c.pop("ports", None)
-    template["spec"]["volumes"] = [secret_volume(v) for v in template["spec"].get("volumes", [])]
+    template["spec"]["volumes"] = [mounted_volume(v) for v in template["spec"].get("volumes", [])]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -87,13 +94,28 @@ def pod_doc(workload, pod_name):
     }
 
 
-def secret_volume(volume):
-    """A Secret volume as the podman named volume pods.sh fills with its decoded files."""
-    if "secret" not in volume:
+def mounted_volume(volume):
+    """A Secret volume as the podman named volume pods.sh fills with its decoded files, a
+    ConfigMap volume as the one it fills with the ConfigMap's files; both read-only, as the
+    kubelet mounts them."""
+    if "secret" in volume:
+        claim = volume["secret"]["secretName"]
+    elif "configMap" in volume:
+        claim = volume["configMap"]["name"]
+    else:
         return volume
-    return {"name": volume["name"],
-            "persistentVolumeClaim": {"claimName": volume["secret"]["secretName"],
-                                      "readOnly": True}}
+    return {"name": volume["name"], "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+
+
+def configmap_files(workloads, docs):
+    """{ConfigMap name: {file: content}} of every ConfigMap the pods mount."""
+    mounted = {v["configMap"]["name"] for w in workloads.values()
+               for v in w["spec"]["template"]["spec"].get("volumes", []) if "configMap" in v}
+    found = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    missing = mounted - set(found)
+    if missing:
+        fail(f"pods mount ConfigMaps {sorted(missing)} that the manifests do not hold")
+    return {name: found[name] for name in sorted(mounted)}
 
 
 def secret_names(workloads):
@@ -149,7 +171,7 @@ def plan(rendered, out):
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "resources.yaml", "w") as f:
         yaml.safe_dump_all([d for d in docs if d["kind"] in PLAYED_ONCE], f, sort_keys=False)
-    # Every pod's play reads its ConfigMap volumes from here (kube play --configmap).
+    # The ConfigMaps, for `pods.sh down` (it removes their volumes).
     with open(out / "configmaps.yaml", "w") as f:
         yaml.safe_dump_all([d for d in docs if d["kind"] == "ConfigMap"], f, sort_keys=False)
     workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in WORKLOADS}
@@ -164,7 +186,8 @@ def plan(rendered, out):
     pods.sort(key=lambda p: (p["kind"] != "StatefulSet", p["role"] != "coordinator"))
     with open(out / "plan.json", "w") as f:
         json.dump({"workloads": workloads, "services": services, "pods": pods,
-                   "secrets": secret_names(workloads)}, f, indent=1)
+                   "secrets": secret_names(workloads),
+                   "configmaps": configmap_files(workloads, docs)}, f, indent=1)
     for p in pods:
         print(p["pod"])
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """deploy/overlays/local-pods renders to what the base gives every overlay, except the local
 changes its kustomization.yaml lists (and nothing else), and deploy/podman/controllers.py
-turns that rendering into the pods Kubernetes' controllers would create.
+turns that rendering into the pods Kubernetes' controllers would create. The same for
+deploy/overlays/local-pods-torch against local-pods: the torch image, one trainer member and
+the listed config keys (the Python workers' job), nothing else.
 
 Needs `kubectl` (for `kubectl kustomize`); exits 77 (CTest: skipped) where it is missing.
 Starts no container: scripts/pods.sh plays these files (a long rehearsal, not CI)."""
@@ -45,6 +47,16 @@ LOCAL_CONFIG_KEYS = {"log.level", "node.request_timeout_ms", "store.url", "actor
 # What the groups' keys must be (= the replicas above, one rank per member pod).
 GROUP_CONFIG = {"trainer.group_size": 2, "rollout.group_size": 2, "job.trainer_ep_ranks": 1,
                 "job.rollout_ep_ranks": 1}
+# local-pods-torch's changes to local-pods (its kustomization.yaml and moerl.yaml list why).
+TORCH_IMAGE = "moerl-torch:latest"
+TORCH_REPLICAS = {"moerl-trainer": 1}
+TORCH_CONFIG = {"rollout.worker": "python:moerl.examples.torch_moe.rollout:main",
+                "reward.worker": "python:moerl.examples.torch_moe.reward:score",
+                "trainer.worker": "python:moerl.examples.torch_moe.trainer:main",
+                "trainer.group_size": 1, "rollout.group_size": 1, "actors.rollout_workers": 1,
+                "actors.lease_batch": 4, "actors.trainer_batch_groups": 8,
+                "worker.start_timeout_ms": 120000, "actors.iterations": 300,
+                "grpo.iterations": 300}
 
 
 def fail(msg):
@@ -146,6 +158,41 @@ def main():
     check_controllers(local)
     print(f"local-pods checks passed: {len(local_w)} workloads, config changes "
           f"{sorted(changed)}")
+    check_torch(local, render(DEPLOY / "overlays" / "local-pods-torch"))
+
+
+def check_torch(local, torch):
+    kinds = ("Deployment", "StatefulSet")
+    local_w, torch_w = by_name(local, kinds), by_name(torch, kinds)
+    if set(local_w) != set(torch_w):
+        fail(f"workloads differ: local-pods {sorted(local_w)}, local-pods-torch {sorted(torch_w)}")
+    local_cfg, local_cm = config_of(local)
+    torch_cfg, torch_cm = config_of(torch)
+    for name, w in local_w.items():
+        want = copy.deepcopy(w)
+        spec = want["spec"]["template"]["spec"]
+        spec["containers"][0]["image"] = TORCH_IMAGE
+        for v in spec["volumes"]:
+            if v.get("configMap", {}).get("name") == local_cm:
+                v["configMap"]["name"] = torch_cm
+        if name in TORCH_REPLICAS:
+            want["spec"]["replicas"] = TORCH_REPLICAS[name]
+        if torch_w[name] != want:
+            fail(f"{name}: local-pods-torch differs from local-pods beyond the listed changes:\n"
+                 f"want {json.dumps(want, sort_keys=True)}\ngot  "
+                 f"{json.dumps(torch_w[name], sort_keys=True)}")
+    changed = {k: torch_cfg.get(k) for k in set(local_cfg) | set(torch_cfg)
+               if local_cfg.get(k) != torch_cfg.get(k)}
+    if changed != TORCH_CONFIG:
+        fail(f"local-pods-torch's moerl.yaml changes {json.dumps(changed, sort_keys=True)} "
+             f"against local-pods'; listed: {json.dumps(TORCH_CONFIG, sort_keys=True)}")
+    others = lambda docs: sorted((d["kind"], d["metadata"]["name"]) for d in docs
+                                 if d["kind"] not in kinds + ("ConfigMap",))
+    if others(torch) != others(local):
+        fail(f"local-pods-torch's other resources {others(torch)} are not local-pods' "
+             f"{others(local)}")
+    print(f"local-pods-torch checks passed: local-pods with image {TORCH_IMAGE}, replicas "
+          f"{TORCH_REPLICAS}, config changes {sorted(changed)}")
 
 
 def check_controllers(local):
@@ -168,18 +215,25 @@ def check_controllers(local):
             template = copy.deepcopy(w["spec"]["template"]["spec"])
             for c in template["containers"]:
                 c.pop("ports", None)  # containerPorts without hostPort publish nothing
-            # podman 4.3 writes Secret volumes base64-encoded: each Secret is the named volume
-            # pods.sh fills with the decoded files, mounted read-only.
+            # podman 4.3 writes Secret volumes base64-encoded and rewrites a ConfigMap's volume at
+            # every pod's play: each is the named volume pods.sh fills once, mounted read-only.
             template["volumes"] = [
                 {"name": v["name"], "persistentVolumeClaim": {
                     "claimName": v["secret"]["secretName"], "readOnly": True}}
-                if "secret" in v else v for v in template["volumes"]]
+                if "secret" in v else
+                {"name": v["name"], "persistentVolumeClaim": {
+                    "claimName": v["configMap"]["name"], "readOnly": True}}
+                if "configMap" in v else v for v in template["volumes"]]
             for p in mine:
                 doc = yaml.safe_load((out / "pods" / f"{p['pod']}.yaml").read_text())
                 if doc["spec"] != template:
                     fail(f"{p['pod']}: pod spec is not its controller's template")
                 if p["grace_s"] != template["terminationGracePeriodSeconds"]:
                     fail(f"{p['pod']}: grace {p['grace_s']} is not the manifest's")
+        cm = next(d for d in local if d["kind"] == "ConfigMap")
+        if plan["configmaps"] != {cm["metadata"]["name"]: cm["data"]}:
+            fail(f"plan.json's ConfigMap files {sorted(plan['configmaps'])} are not "
+                 f"{cm['metadata']['name']}'s")
         if plan["secrets"] != ["moerl-console", "moerl-plane", "moerl-tls"]:
             fail(f"plan.json lists the Secrets {plan['secrets']}, "
                  "not moerl-console, moerl-plane and moerl-tls")

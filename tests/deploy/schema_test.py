@@ -134,7 +134,35 @@ def check_groups(docs, where):
     r = w["rollout"]["spec"].get("replicas", 1)
     if rollout_size > 1 and r != rollout_size:
         fail(f"{where}: {r} rollout pods for one rollout group of rollout.group_size {rollout_size}")
+    # External workers run one process per node (python/WORKERS.md): `moerl up` refuses a group
+    # with them (up/up_run.cpp), but a pod's `moerl node` is not `moerl up`, so the manifests
+    # are held to the same rule here.
+    for role, size in (("trainer", trainer_size), ("rollout", rollout_size)):
+        if cfg.get(role, {}).get("worker") and size != 1:
+            fail(f"{where}: {role}.worker runs one worker process per node: "
+                 f"{role}.group_size must be 1, not {size}")
     return trainer_size, rollout_size
+
+
+def check_python_workers(docs, where, required):
+    """An overlay whose config names python: workers runs every pod on the image that has
+    Python, torch and the moerl package (deploy/image/Dockerfile.torch, scripts/pods.sh
+    --torch tags it moerl-torch); the native node image has no Python and every worker start
+    would fail."""
+    cfg = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["moerl.yaml"])
+    python = [f"{role}.worker" for role in ("rollout", "reward", "trainer", "env")
+              if str(cfg.get(role, {}).get("worker", "")).startswith("python:")]
+    if not python:
+        if required:
+            fail(f"{where}: no python: worker in its config")
+        return
+    for d in docs:
+        if d["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        image = d["spec"]["template"]["spec"]["containers"][0]["image"]
+        if image.split(":")[0] != "moerl-torch":
+            fail(f"{where}: {d['metadata']['name']} runs {image}; {', '.join(python)} need the "
+                 "torch image moerl-torch")
 
 
 def check_karpenter(path):
@@ -173,6 +201,7 @@ def main():
         if overlay.name == "local-pods" and groups != (2, 2):
             fail(f"local-pods runs a trainer group of {groups[0]} and a rollout group of "
                  f"{groups[1]} pods, want 2 and 2 (scripts/pods.sh kills a member of each)")
+        check_python_workers(docs, overlay.name, required=overlay.name == "local-pods-torch")
         print(f"{overlay.name}: {len(docs)} resources valid against Kubernetes {version}; "
               f"trainer group of {groups[0]}, rollout group of {groups[1]} pod(s)", flush=True)
     validate(render(DEPLOY / "autoscale"), "autoscale", version)
