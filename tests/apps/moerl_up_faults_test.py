@@ -144,6 +144,22 @@ class up_run:
         return self.accounting_until(lambda a: a.get("handed", 0) > 0,
                                      "samples handed to the trainer")["handed"]
 
+    def stop_while_holding(self, name):
+        """SIGSTOPs trainer `name` at a moment it holds handed samples and returns how many it
+        holds, stopped: it confirms nothing more, so a SIGKILL now kills it holding them. (A
+        kill right after handed() raced the trainer's confirmation: at ~40 ms a step, it had
+        sometimes confirmed all it held, and there was nothing to serve again.)"""
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            self.handed()
+            self.kill(name, signal.SIGSTOP)
+            time.sleep(0.5)  # what it sent before the stop reaches the shards and coordinator
+            held = self.accounting_until(lambda a: True, "the accounting")["handed"]
+            if held > 0:
+                return held
+            self.kill(name, signal.SIGCONT)
+            assert time.monotonic() < deadline, f"{name} never stopped holding samples"
+
     def pid_of(self, name):
         """The running node's pid, as the coordinator lists it; the coordinator's from /proc."""
         if name == "coordinator":
@@ -280,7 +296,7 @@ def trainer_handed(moerl, tmp):
     run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
     i = run.wait_iteration(2)
     # The coordinator shows groups handed to the trainer and not yet confirmed.
-    handed = run.handed()
+    handed = run.stop_while_holding("trainer-0")
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
     rep = run.finish()
@@ -299,12 +315,12 @@ def trainer_lost(moerl, tmp):
                  "--set", "cluster.restart_delay_ms=30000",
                  "--set", "cluster.restart_backoff_max_ms=30000")
     i = run.wait_iteration(2)
-    held = run.handed()
+    held = run.stop_while_holding("trainer-0")
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> trainer-0 exited \(killed by SIGKILL\)", i)
     # The coordinator's declaration (it may follow the exit line: the coordinator learns of
-    # the death from its own link, not from moerl up). The trainer may have confirmed all it
-    # held just before the kill, so handed == 0 alone does not show the declaration happened.
+    # the death from its own link, not from moerl up). handed == 0 alone would not show the
+    # declaration happened: the coordinator logs it.
     run.wait_log("trainer consumer trainer-0 lost")
     # Nothing confirms any more: what is handed now can only go back (or be dropped stale).
     a = run.accounting_until(lambda a: a.get("handed", 0) == 0,
