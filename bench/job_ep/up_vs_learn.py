@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "moerl"))
     ap.add_argument("--out", default=os.path.join(
         ROOT, "bench", "job_ep", "results",
-        f"up_vs_learn_{datetime.date.today().isoformat()}.json"))
+        f"up_vs_learn_{datetime.datetime.now().strftime('%Y-%m-%dT%H%M%S')}.json"))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override given to both commands")
     a = ap.parse_args()
