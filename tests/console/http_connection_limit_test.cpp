@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "console/http_console.h"
+#include "tests/support/tcp_from.h"
 
 namespace moerl::console {
 namespace {
@@ -28,21 +29,7 @@ constexpr int64_t kTotal = 5;
 constexpr int kWaitMs = 20000;  // liveness bound of every wait below (each ends at once if right)
 const char* const kViewer = "viewer-token-for-the-test";
 
-// A raw TCP connection from `source` to 127.0.0.1:port (-1 when it cannot be made).
-int connect_from(const char* source, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from{}, to{};
-  from.sin_family = to.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using ::moerl::testing::connect_from;
 
 // Everything the server sends on `fd` until it ends the connection; `ended` says whether it
 // did within kWaitMs.

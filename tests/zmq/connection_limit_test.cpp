@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/tcp_from.h"
 #include "zmq/bind.h"
 #include "zmq/connection_limit.h"
 #include "zmq/context.h"
@@ -60,21 +61,7 @@ std::pair<std::string, std::string> receive(void* router) {
   return {std::string(id, n_id), std::string(body, n)};
 }
 
-// A raw TCP connection from `source` to 127.0.0.1:port (-1 when it cannot be made).
-int connect_from(const char* source, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in from{}, to{};
-  from.sin_family = to.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using ::moerl::testing::connect_from;
 
 // Whether the server ends connection `fd` (end of stream or reset) within kWaitMs; what it
 // sends first (its ZMTP greeting) is read past.
