@@ -458,17 +458,24 @@ host_moerl() {
   echo "$WORK/moerl"
 }
 
+# Waits until the cluster committed its first sample; FIRST_COMMIT_S: how long after the pods
+# were played (the tests' reports carry it).
+wait_first_commit() {
+  FIRST_COMMIT_S=""
+  while [ -z "$FIRST_COMMIT_S" ]; do
+    [ "$(status_field "d['accounting']['committed']")" -gt 0 ] && FIRST_COMMIT_S=$(elapsed "$PLAYED_AT" "$(now)")
+    sleep 0.5
+  done
+  log "first committed sample $FIRST_COMMIT_S s after the pods were played"
+}
+
 run_test() {
-  local t0 first_commit="" report_file sim_rc=0 moerl address
+  local t0 report_file sim_rc=0 moerl address
   t0=$(now)
   # A scenario that stops before writing its report must not be judged by the last run's.
   rm -f "$WORK/faults.jsonl" "$WORK/sim-report.json"
   up
-  while [ -z "$first_commit" ]; do
-    [ "$(status_field "d['accounting']['committed']")" -gt 0 ] && first_commit=$(elapsed "$PLAYED_AT" "$(now)")
-    sleep 0.5
-  done
-  log "first committed sample $first_commit s after the pods were played"
+  wait_first_commit
   moerl=$(host_moerl); address=$(console_host)
   log "running $SCENARIO --short against the console at $address (faults: scripts/pods.sh fault)"
   MOERL_PODS_DIR="$WORK" "$moerl" sim run "$SCENARIO" --short --against "$address" \
@@ -479,7 +486,7 @@ run_test() {
   console report --json > "$WORK/report-raw.json" || true
   local rc=0
   python3 - "$WORK/sim-report.json" "$WORK/report-raw.json" "$WORK/faults.jsonl" "$report_file" \
-    "$IMAGE_BUILD_S" "$first_commit" "$(elapsed "$t0" "$(now)")" "$sim_rc" <<'EOF' || rc=$?
+    "$IMAGE_BUILD_S" "$FIRST_COMMIT_S" "$(elapsed "$t0" "$(now)")" "$sim_rc" <<'EOF' || rc=$?
 import json, sys
 sim_path, raw_path, faults_path, out, build_s, first_s, wall_s, sim_rc = sys.argv[1:]
 try:
@@ -549,15 +556,11 @@ wait_run() {  # CONDITION WHAT
 }
 
 run_torch_test() {
-  local t0 first_commit="" iterations kill_at node pod new_out new_node report_file rc=0
+  local t0 iterations kill_at node pod new_out new_node report_file rc=0
   t0=$(now)
   rm -f "$WORK/faults.jsonl" "$WORK/report-raw.json"
   up
-  while [ -z "$first_commit" ]; do
-    [ "$(status_field "d['accounting']['committed']")" -gt 0 ] && first_commit=$(elapsed "$PLAYED_AT" "$(now)")
-    sleep 1
-  done
-  log "first committed sample $first_commit s after the pods were played"
+  wait_first_commit
   # The kill comes once the job is well under way (a fifth of the iterations), so the rest of
   # the run is long enough for the replacement to join, start its Python worker and lease.
   iterations=$(status_field "d['iterations']"); kill_at=$((iterations / 5))
@@ -586,7 +589,7 @@ run_torch_test() {
   done > "$WORK/restarts.tsv"
   report_file="${report:-$WORK/report.json}"
   python3 - "$WORK/report-raw.json" "$WORK/faults.jsonl" "$report_file" "$node" "$new_node" \
-    "${IMAGE_BUILD_S:-0}" "${TORCH_IMAGE_BUILD_S:-0}" "$first_commit" "$(elapsed "$t0" "$(now)")" <<'EOF' || rc=$?
+    "${IMAGE_BUILD_S:-0}" "${TORCH_IMAGE_BUILD_S:-0}" "$FIRST_COMMIT_S" "$(elapsed "$t0" "$(now)")" <<'EOF' || rc=$?
 import json, sys
 raw, faults_path, out, killed, new, build_s, torch_s, first_s, wall_s = sys.argv[1:]
 rep = json.load(open(raw))
