@@ -39,9 +39,10 @@ runtime="${CUDA_RUNTIME_IMAGE:-$(arg_default CUDA_RUNTIME_IMAGE)}"
 
 not_available() {
   echo "build-cuda: $1" >&2
-  echo "build-cuda: the GPU image ($DOCKERFILE) cannot be built by this builder; the CPU node" \
+  echo "build-cuda: a CUDA base image is not available to this builder, so the GPU image" \
+       "($DOCKERFILE) cannot be built here; the CPU node" \
        "image (deploy/image/Dockerfile) stays the default. Where NVIDIA's images are reachable" \
-       "(or loaded into $kind's store), run this again, or name other bases with" \
+       "(or loaded into ${kind:-the engine}'s store), run this again, or name other bases with" \
        "CUDA_DEVEL_IMAGE and CUDA_RUNTIME_IMAGE." >&2
   exit 3
 }

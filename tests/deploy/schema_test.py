@@ -195,7 +195,7 @@ def main():
     for overlay in sorted((DEPLOY / "overlays").iterdir()):
         docs = render(overlay)
         validate(docs, overlay.name, version)
-        if overlay.name == "efa-spot":
+        if overlay.name in ("efa-spot", "eks-gpu"):  # eks-gpu: efa-spot on the GPU image
             check_production(docs)
         groups = check_groups(docs, overlay.name)
         if overlay.name == "local-pods" and groups != (2, 2):
