@@ -14,6 +14,10 @@ find_package(OpenSSL REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric)
+# libfabric's headers only: the library itself is opened at first use
+# (fabric/libfabric_on_demand.cpp, common/on_demand_library.h).
+add_library(moerl_libfabric_headers INTERFACE)
+target_include_directories(moerl_libfabric_headers INTERFACE ${LIBFABRIC_INCLUDE_DIRS})
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 find_path(CPPZMQ_INCLUDE_DIR zmq.hpp REQUIRED)
 

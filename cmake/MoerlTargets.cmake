@@ -72,7 +72,8 @@ function(moerl_cuda_library name)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MOERL_WERROR}>>:-Xcompiler=-Werror>
     $<$<COMPILE_LANGUAGE:CUDA>:${L_CUDA_OPTIONS}>)
-  target_link_libraries(${name} PUBLIC ${L_DEPS} CUDA::cudart CUDA::cublas)
+  # cuBLAS is not linked: kernels/cuda/cublas_on_demand.cpp opens it at first use.
+  target_link_libraries(${name} PUBLIC ${L_DEPS} CUDA::cudart)
   target_compile_definitions(${name} PUBLIC MOERL_HAVE_CUDA PRIVATE MOERL_INSIDE_${name})
   set_target_properties(${name} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 endfunction()
