@@ -22,6 +22,7 @@
 #include "actors/interruption.h"
 #include "common/log.h"
 #include "env/env_client.h"
+#include "ledger/sample_plane.h"
 #include "messages/work.h"
 #include "workers/rollout_session.h"
 #include "workers/version_files.h"
@@ -70,6 +71,7 @@ class rollout_worker {
       auto o = worker_options_from_config<workers::rollout_session_options>(ctx_->cfg, spec);
       o.vocab_size = ctx_->running_job->vocab_size();
       o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
+      o.max_samples_per_message = static_cast<uint32_t>(ledger::kMaxSamplesPerMessage);
       // weights(v): the node's feed's verified bytes, as a file in shared memory the worker
       // maps; one set of files per node process, shared by its rollout actors.
       o.weights = [job = ctx_->running_job](uint64_t v, bool refetch) -> result<nlohmann::json> {
@@ -459,27 +461,34 @@ class rollout_worker {
         done = true;
         break;
       }
-      auto& x = ev->sample;
-      messages::sample s;
-      s.work_unit = l.unit.id;
-      s.attempt = l.attempt;
-      s.seq = x.group_index * G + x.index_in_group;  // any submission order, one seq each
-      s.policy_version = off.policy_version;
-      s.group_id = l.unit.group_ids[x.group_index];
-      s.index_in_group = x.index_in_group;
-      s.prompt_tokens = off.groups[x.group_index].second;
-      s.tokens = std::move(x.tokens);
-      s.logprobs = std::move(x.logprobs);
-      s.worker = worker_;
-      s.generate_us = micros_since(t_last);
-      std::vector<messages::sample> one{std::move(s)};  // acknowledged to the worker one by one
-      if (auto st = deliver(one, l.shard_endpoint, l.deadline_unix_ms); !st) {
+      // One `sample`, or a `samples` batch (a whole group, say): delivered as one message
+      // towards the shard and acknowledged to the worker once.
+      std::vector<messages::sample> batch;
+      batch.reserve(ev->samples.size());
+      const uint32_t generate_us = micros_since(t_last);
+      for (auto& x : ev->samples) {
+        messages::sample s;
+        s.work_unit = l.unit.id;
+        s.attempt = l.attempt;
+        s.seq = x.group_index * G + x.index_in_group;  // any submission order, one seq each
+        s.policy_version = off.policy_version;
+        s.group_id = l.unit.group_ids[x.group_index];
+        s.index_in_group = x.index_in_group;
+        s.prompt_tokens = off.groups[x.group_index].second;
+        s.tokens = std::move(x.tokens);
+        s.logprobs = std::move(x.logprobs);
+        s.worker = worker_;
+        // The time since the last delivery, spread over the batch.
+        s.generate_us = generate_us / static_cast<uint32_t>(ev->samples.size());
+        batch.push_back(std::move(s));
+      }
+      if (auto st = deliver(batch, l.shard_endpoint, l.deadline_unix_ms); !st) {
         fail = st.err().to_string();
         break;
       }
       t_last = std::chrono::steady_clock::now();
-      ++delivered;
-      if (auto st = external_->ack(x); !st) fail = st.err().to_string();
+      delivered += static_cast<uint32_t>(batch.size());
+      if (auto st = external_->ack(*ev); !st) fail = st.err().to_string();
     }
     messages::unit_report rep;
     rep.unit_id = l.unit.id;

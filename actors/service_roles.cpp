@@ -69,24 +69,47 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
   constexpr int64_t kLookAgainMs = 5000;
   std::map<std::string, int64_t> gone_shards;
   uint64_t dropped_for_gone = 0;
-  // Scores one sample of a message; false when it cannot be (never forwarded: its attempt
-  // stays incomplete and the lease expires).
-  auto score = [&](messages::sample& s) {
-    // A multi-turn episode arrives scored by its environment (env/ENV.md).
+  // Scores a message's samples in place; those that cannot be are dropped (never forwarded:
+  // their attempt stays incomplete and the lease expires). A multi-turn episode arrives
+  // scored by its environment (env/ENV.md). A reward.worker scores the rest of the message in
+  // one round trip (external_scorer::score_many); the job's own reward one by one.
+  auto score_all = [&](std::vector<messages::sample>& samples) {
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < samples.size(); ++i)
+      if (!samples[i].rewarded) todo.push_back(i);
     const auto t_score = std::chrono::steady_clock::now();
-    auto r = s.rewarded ? result<float>(s.reward)
-             : external ? external->score(s.prompt_tokens, s.tokens, s.work_unit, s.seq)
-                        : verifier->score(s.prompt_tokens, s.tokens);
-    s.reward_us = micros_since(t_score);
-    if (!r) {
-      ++malformed;
-      log->warn("sample of unit {} seq {} not scorable: {}", s.work_unit, s.seq, r.err().message);
-      return false;
+    std::vector<result<float>> got;
+    if (external) {
+      std::vector<workers::external_scorer::score_item> items;
+      for (size_t i : todo)
+        items.push_back(
+            {&samples[i].prompt_tokens, &samples[i].tokens, samples[i].work_unit, samples[i].seq});
+      got = external->score_many(items);
+    } else {
+      for (size_t i : todo)
+        got.push_back(verifier->score(samples[i].prompt_tokens, samples[i].tokens));
     }
-    s.reward = *r;
-    s.rewarded = true;
-    ++scored;
-    return true;
+    const uint32_t each_us =
+        todo.empty() ? 0 : micros_since(t_score) / static_cast<uint32_t>(todo.size());
+    std::vector<bool> keep(samples.size(), true);
+    for (size_t k = 0; k < todo.size(); ++k) {
+      auto& s = samples[todo[k]];
+      s.reward_us = each_us;
+      if (!got[k]) {
+        ++malformed;
+        log->warn("sample of unit {} seq {} not scorable: {}", s.work_unit, s.seq,
+                  got[k].err().message);
+        keep[todo[k]] = false;
+        continue;
+      }
+      s.reward = *got[k];
+      s.rewarded = true;
+      ++scored;
+    }
+    std::vector<messages::sample> kept;
+    for (size_t i = 0; i < samples.size(); ++i)
+      if (keep[i]) kept.push_back(std::move(samples[i]));
+    samples = std::move(kept);
   };
   while (mailbox_ok(self, *ctx, 0)) {
     if (steady_ms() - last_stats > 1000) {
@@ -118,8 +141,9 @@ void reward_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx) {
           ++malformed;
           continue;
         }
-        if (score(*s)) b.samples.push_back(std::move(*s));
+        b.samples.push_back(std::move(*s));
       }
+      score_all(b.samples);
       if (b.samples.empty()) continue;
       pending.emplace(std::move(b));
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,11 +38,31 @@ class external_scorer {
   status start();
   result<float> score(const std::vector<uint32_t>& prompt, const std::vector<uint32_t>& tokens,
                       uint64_t unit, uint64_t seq);
+  // Several responses (a rollout's message: usually a whole group) in one round trip
+  // (`score_batch`): one result per item, in order, each the reward or that item's error. The
+  // call is bounded by timeout_ms per item; a worker that dies or hangs fails every item.
+  struct score_item {
+    const std::vector<uint32_t>* prompt;
+    const std::vector<uint32_t>* tokens;
+    uint64_t unit, seq;
+  };
+  std::vector<result<float>> score_many(const std::vector<score_item>& items);
   // {scored, raised, timed_out, refused_replies, worker_starts, worker_deaths}
   nlohmann::json stats() const;
 
  private:
   external_scorer(external_scorer_options opts, worker_spec spec);
+  // Sends `msg` and returns the reply with its id (the request's `type` + "_result", or
+  // score_error), refusing (and counting) any other reply on the way; timeout and death are
+  // errors (the worker is dropped and restarted later). `what` names the request in errors.
+  // `check_result` says what is wrong with a reply of the expected type ("" when nothing):
+  // such a reply is refused as malformed and the wait goes on.
+  // The wait is bounded by timeout_ms per item of the request.
+  result<nlohmann::json> request(
+      nlohmann::json msg, uint64_t id, size_t items, const std::string& what,
+      const std::function<std::string(const nlohmann::json&)>& check_result);
+  // A checked reply entry as a reward (counted as scored) or the user's exception (raised).
+  result<float> outcome(const nlohmann::json& r, bool is_error, uint64_t unit, uint64_t seq);
 
   external_scorer_options opts_;
   worker_link link_;

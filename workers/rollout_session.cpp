@@ -1,5 +1,6 @@
 #include "workers/rollout_session.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -73,80 +74,122 @@ void rollout_session::refuse(refusal why, const std::string& detail) {
   if (link_.running()) (void)link_.channel().send(error_frame(why, detail), 1000);
 }
 
-bool rollout_session::check_sample(const nlohmann::json& msg, accepted_sample& out) {
+// A refusal found while checking a submission: sent and counted by the caller, once per message.
+struct rollout_session::bad_sample {
+  refusal why;
+  std::string detail;
+};
+
+std::optional<rollout_session::bad_sample> rollout_session::check_fencing(const nlohmann::json& msg,
+                                                                          const char* what) {
   std::string d;
-  uint64_t unit = 0, attempt = 0, group_id = 0, index = 0;
-  if (!read_u64(msg, "unit", unit, d) || !read_u64(msg, "attempt", attempt, d) ||
-      !read_u64(msg, "group_id", group_id, d) || !read_u64(msg, "index", index, d)) {
-    refuse(refusal::malformed, d);
-    return false;
-  }
-  const std::string what = "sample of unit " + std::to_string(unit) + " attempt " +
-                           std::to_string(attempt) + " group " + std::to_string(group_id) +
-                           " index " + std::to_string(index);
+  uint64_t unit = 0, attempt = 0;
+  if (!read_u64(msg, "unit", unit, d) || !read_u64(msg, "attempt", attempt, d))
+    return bad_sample{refusal::malformed, d};
+  const std::string of = std::string(what) + " of unit " + std::to_string(unit) + " attempt " +
+                         std::to_string(attempt);
   if (!has_lease_ || unit != lease_.unit) {
     auto past = past_attempts_.find(unit);
     if (past != past_attempts_.end())
-      refuse(refusal::stale_fencing_token,
-             what + ": that lease has ended (attempt " + std::to_string(past->second) + ")");
-    else
-      refuse(refusal::unknown_unit,
-             what + ": this worker holds no lease on unit " + std::to_string(unit));
-    return false;
+      return bad_sample{refusal::stale_fencing_token, of + ": that lease has ended (attempt " +
+                                                          std::to_string(past->second) + ")"};
+    return bad_sample{refusal::unknown_unit,
+                      of + ": this worker holds no lease on unit " + std::to_string(unit)};
   }
-  if (attempt != lease_.attempt) {
-    refuse(refusal::stale_fencing_token,
-           what + ": the lease's fencing token is " + std::to_string(lease_.attempt));
-    return false;
-  }
+  if (attempt != lease_.attempt)
+    return bad_sample{refusal::stale_fencing_token,
+                      of + ": the lease's fencing token is " + std::to_string(lease_.attempt)};
+  return std::nullopt;
+}
+
+std::optional<rollout_session::bad_sample> rollout_session::check_response(
+    const nlohmann::json& item, const std::set<std::pair<uint32_t, uint32_t>>& also_taken,
+    accepted_sample& out) {
+  std::string d;
+  uint64_t group_id = 0, index = 0;
+  if (!read_u64(item, "group_id", group_id, d) || !read_u64(item, "index", index, d))
+    return bad_sample{refusal::malformed, d};
+  const std::string what = "sample of unit " + std::to_string(lease_.unit) + " attempt " +
+                           std::to_string(lease_.attempt) + " group " + std::to_string(group_id) +
+                           " index " + std::to_string(index);
   uint32_t gi = 0;
   while (gi < lease_.groups.size() && lease_.groups[gi].first != group_id) ++gi;
-  if (gi == lease_.groups.size()) {
-    refuse(refusal::malformed,
-           what + ": group " + std::to_string(group_id) + " is not in the lease");
-    return false;
-  }
-  if (index >= lease_.group_size) {
-    refuse(refusal::malformed,
-           what + ": index must be below the group size " + std::to_string(lease_.group_size));
-    return false;
-  }
-  if (!read_u32_list(msg, "tokens", out.tokens, d) ||
-      !read_float_list(msg, "logprobs", out.logprobs, d)) {
-    refuse(refusal::malformed, what + ": " + d);
-    return false;
-  }
-  if (out.tokens.empty() || out.logprobs.size() != out.tokens.size()) {
-    refuse(refusal::malformed, what + ": " + std::to_string(out.tokens.size()) + " tokens and " +
-                                   std::to_string(out.logprobs.size()) +
-                                   " logprobs; expected one logprob per token, at least one");
-    return false;
-  }
-  if (opts_.max_completion_tokens && out.tokens.size() > opts_.max_completion_tokens) {
-    refuse(refusal::malformed, what + ": " + std::to_string(out.tokens.size()) +
-                                   " tokens; the job trains on at most " +
-                                   std::to_string(opts_.max_completion_tokens));
-    return false;
-  }
+  if (gi == lease_.groups.size())
+    return bad_sample{refusal::malformed,
+                      what + ": group " + std::to_string(group_id) + " is not in the lease"};
+  if (index >= lease_.group_size)
+    return bad_sample{refusal::malformed, what + ": index must be below the group size " +
+                                              std::to_string(lease_.group_size)};
+  if (!read_u32_list(item, "tokens", out.tokens, d) ||
+      !read_float_list(item, "logprobs", out.logprobs, d))
+    return bad_sample{refusal::malformed, what + ": " + d};
+  if (out.tokens.empty() || out.logprobs.size() != out.tokens.size())
+    return bad_sample{refusal::malformed,
+                      what + ": " + std::to_string(out.tokens.size()) + " tokens and " +
+                          std::to_string(out.logprobs.size()) +
+                          " logprobs; expected one logprob per token, at least one"};
+  if (opts_.max_completion_tokens && out.tokens.size() > opts_.max_completion_tokens)
+    return bad_sample{refusal::malformed, what + ": " + std::to_string(out.tokens.size()) +
+                                              " tokens; the job trains on at most " +
+                                              std::to_string(opts_.max_completion_tokens)};
   for (size_t i = 0; i < out.tokens.size(); ++i) {
-    if (opts_.vocab_size && out.tokens[i] >= opts_.vocab_size) {
-      refuse(refusal::malformed, what + ": token " + std::to_string(out.tokens[i]) +
-                                     " is outside the vocabulary of " +
-                                     std::to_string(opts_.vocab_size));
-      return false;
-    }
-    if (out.logprobs[i] > 1e-6f) {
-      refuse(refusal::malformed, what + ": logprob " + std::to_string(out.logprobs[i]) +
-                                     " is above 0; expected log-probabilities");
-      return false;
-    }
+    if (opts_.vocab_size && out.tokens[i] >= opts_.vocab_size)
+      return bad_sample{refusal::malformed, what + ": token " + std::to_string(out.tokens[i]) +
+                                                " is outside the vocabulary of " +
+                                                std::to_string(opts_.vocab_size)};
+    if (out.logprobs[i] > 1e-6f)
+      return bad_sample{refusal::malformed, what + ": logprob " + std::to_string(out.logprobs[i]) +
+                                                " is above 0; expected log-probabilities"};
   }
-  if (!submitted_.insert({gi, static_cast<uint32_t>(index)}).second) {
-    refuse(refusal::duplicate, what + ": already submitted under this lease");
-    return false;
-  }
+  const std::pair<uint32_t, uint32_t> slot{gi, static_cast<uint32_t>(index)};
+  if (submitted_.count(slot) || also_taken.count(slot))
+    return bad_sample{refusal::duplicate, what + ": already submitted under this lease"};
   out.group_index = gi;
   out.index_in_group = static_cast<uint32_t>(index);
+  return std::nullopt;
+}
+
+bool rollout_session::check_submission(const nlohmann::json& msg, bool batch,
+                                       std::vector<accepted_sample>& out) {
+  out.clear();
+  if (auto bad = check_fencing(msg, batch ? "samples" : "sample")) {
+    refuse(bad->why, bad->detail);
+    return false;
+  }
+  // A batch is admitted whole or not at all: the first bad response refuses the message,
+  // naming its position, and nothing of it reaches the sample plane.
+  std::vector<const nlohmann::json*> items;
+  if (!batch) {
+    items.push_back(&msg);
+  } else {
+    const size_t most = std::min<size_t>(size_t(lease_.group_size) * lease_.groups.size(),
+                                         opts_.max_samples_per_message);
+    auto it = msg.find("samples");
+    if (it == msg.end() || !it->is_array() || it->empty() || it->size() > most) {
+      refuse(refusal::malformed, "samples: expected a non-empty list of at most " +
+                                     std::to_string(most) +
+                                     " responses (the lease's, at most a message's)");
+      return false;
+    }
+    for (const auto& item : *it) items.push_back(&item);
+  }
+  std::set<std::pair<uint32_t, uint32_t>> taken;  // this message's (group index, index)
+  for (size_t i = 0; i < items.size(); ++i) {
+    accepted_sample a;
+    auto bad = items[i]->is_object()
+                   ? check_response(*items[i], taken, a)
+                   : std::optional<bad_sample>(bad_sample{refusal::malformed, "not an object"});
+    if (bad) {
+      refuse(bad->why, batch ? "samples[" + std::to_string(i) + "]: " + bad->detail +
+                                   " (the whole message is refused)"
+                             : bad->detail);
+      out.clear();
+      return false;
+    }
+    taken.insert({a.group_index, a.index_in_group});
+    out.push_back(std::move(a));
+  }
+  submitted_.insert(taken.begin(), taken.end());
   return true;
 }
 
@@ -165,7 +208,7 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
     }
     if (!*got) return rollout_event{};
     const auto& msg = **got;
-    auto c = check_envelope(msg, {"sample", "lease_done", "give_back", "weights"});
+    auto c = check_envelope(msg, {"sample", "samples", "lease_done", "give_back", "weights"});
     if (!c.ok) {
       refuse(c.why, c.detail);
       continue;
@@ -175,10 +218,11 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
       continue;
     }
     rollout_event ev;
-    if (c.type == "sample") {
-      if (!check_sample(msg, ev.sample)) continue;
-      ++accepted_;
-      ev.kind = rollout_event_kind::sample;
+    if (c.type == "sample" || c.type == "samples") {
+      ev.batch = c.type == "samples";
+      if (!check_submission(msg, ev.batch, ev.samples)) continue;
+      accepted_ += ev.samples.size();
+      ev.kind = rollout_event_kind::samples;
       return ev;
     }
     // lease_done / give_back name the lease they end.
@@ -233,13 +277,17 @@ status rollout_session::answer_weights(const nlohmann::json& msg) {
   return {};
 }
 
-status rollout_session::ack(const accepted_sample& s) {
+status rollout_session::ack(const rollout_event& ev) {
   if (!link_.running()) return error(errc::peer_dead, "rollout worker: " + link_.last_death());
-  auto m = frame("sample_ack");
+  auto m = frame(ev.batch ? "samples_ack" : "sample_ack");
   m["unit"] = lease_.unit;
   m["attempt"] = lease_.attempt;
-  m["group_id"] = lease_.groups[s.group_index].first;
-  m["index"] = s.index_in_group;
+  if (ev.batch) {
+    m["count"] = ev.samples.size();
+  } else {
+    m["group_id"] = lease_.groups[ev.samples.at(0).group_index].first;
+    m["index"] = ev.samples.at(0).index_in_group;
+  }
   if (auto st = link_.channel().send(m, 5000); !st)
     return lost("sample ack: " + st.err().to_string());
   return {};

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -33,6 +34,9 @@ struct rollout_session_options {
   int64_t restart_backoff_ms = 1000;
   uint32_t vocab_size = 0;             // token ids must be below it (0: not checked)
   uint32_t max_completion_tokens = 0;  // at most this many generated tokens (0: not checked)
+  // At most this many responses in one `samples` message (the sample plane's message limit,
+  // ledger::kMaxSamplesPerMessage, set by the rollout role).
+  uint32_t max_samples_per_message = 256;
   // The worker's `weights` request (RolloutWorker.weights(v)): version v's bytes as a file the
   // worker maps, {path, bytes, sha256}; `refetch`: the worker found the last file's bytes did
   // not match its sha256, so fetch the version again. Null: the node offers no weights.
@@ -60,14 +64,15 @@ struct accepted_sample {
 
 enum class rollout_event_kind {
   none,       // nothing arrived in time
-  sample,     // an accepted sample: deliver it, then ack()
+  samples,    // accepted samples (one `sample` message, or a `samples` batch): deliver, ack()
   done,       // the worker says it submitted the whole lease
   give_back,  // the worker cannot finish the lease (its own decision)
 };
 struct rollout_event {
   rollout_event_kind kind = rollout_event_kind::none;
-  accepted_sample sample;
-  std::string reason;  // give_back's
+  std::vector<accepted_sample> samples;  // in the order the worker sent them
+  bool batch = false;                    // they came as one `samples` message
+  std::string reason;                    // give_back's
 };
 
 class rollout_session {
@@ -85,8 +90,9 @@ class rollout_session {
   // answered with an "error" frame and counted, never returned. peer_dead when the worker
   // died or broke the framing (it is killed; the next offer starts a new one).
   result<rollout_event> next(int64_t wait_ms);
-  // The sample was delivered (to a reward node or its shard): tell the worker.
-  status ack(const accepted_sample& s);
+  // The event's samples were delivered (to a reward node or their shard): tell the worker
+  // (`sample_ack` for one `sample`, `samples_ack` for a batch).
+  status ack(const rollout_event& ev);
   // A Spot notice or drain: the node stops by deadline_unix_ms (the worker's SDK raises its
   // flag and calls its callback). Sent once per worker process; later calls do nothing.
   status notice(int64_t deadline_unix_ms, const std::string& reason);
@@ -106,8 +112,17 @@ class rollout_session {
   // Stops the worker after `why` (see worker_link::drop); the lease in hand fails with it.
   status lost(const std::string& why);
   void refuse(refusal why, const std::string& detail);
-  // Checks a "sample" message against the current lease; refuses and returns false if bad.
-  bool check_sample(const nlohmann::json& msg, accepted_sample& out);
+  struct bad_sample;
+  // The message's unit and fencing token against the lease in hand.
+  std::optional<bad_sample> check_fencing(const nlohmann::json& msg, const char* what);
+  // One response (group_id, index, tokens, logprobs) against the lease; `also_taken`: slots
+  // taken earlier in the same message.
+  std::optional<bad_sample> check_response(
+      const nlohmann::json& item, const std::set<std::pair<uint32_t, uint32_t>>& also_taken,
+      accepted_sample& out);
+  // A `sample` message, or a `samples` batch (admitted whole or refused whole), against the
+  // lease; refuses (once, naming the first problem) and returns false if bad.
+  bool check_submission(const nlohmann::json& msg, bool batch, std::vector<accepted_sample>& out);
   // Answers a `weights` request (weights_ready / weights_error); an error when the worker died.
   status answer_weights(const nlohmann::json& msg);
 

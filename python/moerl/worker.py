@@ -160,17 +160,29 @@ def serve_reward(score: Callable[[Sample], float]) -> None:
         if kind == "error":
             _log_refusal(msg)
             continue
-        if kind != "score":
+        if kind == "score":
+            out = _score_one(score, msg)
+            if "error" in out:
+                ch.send("score_error", id=msg["id"], **out)
+            else:
+                ch.send("score_result", id=msg["id"], **out)
+        elif kind == "score_batch":
+            # Several responses (usually a group) in one round trip; `score` is still called
+            # once per response, and an exception fails only that response.
+            ch.send("score_batch_result", id=msg["id"],
+                    results=[_score_one(score, item) for item in msg["items"]])
+        else:
             raise ProtocolError(f"a reward worker got a {kind!r} message")
-        sample = Sample(unit=msg["unit"], seq=msg["seq"], prompt=msg["prompt"],
-                        tokens=msg["tokens"])
-        try:
-            reward = _as_reward(score(sample))
-        except Exception as e:  # the user's function failed this sample, not the worker
-            ch.send("score_error", id=msg["id"], error=f"{type(e).__name__}: {e}",
-                    traceback=traceback.format_exc())
-            continue
-        ch.send("score_result", id=msg["id"], reward=reward)
+
+
+def _score_one(score: Callable[[Sample], float], item: Dict[str, Any]) -> Dict[str, Any]:
+    """``{"reward": r}``, or ``{"error", "traceback"}`` when the user's function raised."""
+    sample = Sample(unit=item["unit"], seq=item["seq"], prompt=item["prompt"],
+                    tokens=item["tokens"])
+    try:
+        return {"reward": _as_reward(score(sample))}
+    except Exception as e:  # the user's function failed this sample, not the worker
+        return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
 
 
 class SampleRefused(RuntimeError):
@@ -247,6 +259,29 @@ class Lease:
         self._worker._ch.send("sample", unit=unit, attempt=attempt, group_id=group_id,
                               index=index, tokens=_plain(tokens), logprobs=_plain(logprobs))
         reply = self._worker._wait({"sample_ack", "error"}, self)
+        if reply["type"] == "error":
+            raise SampleRefused(reply.get("reason", "?"), reply.get("detail", ""))
+
+    def submit_group(self, group_id: int, tokens: List[Any], logprobs: List[Any]) -> None:
+        """Submits responses 0..len(tokens)-1 of group ``group_id`` in one message (one round
+        trip to the node for the whole group instead of one per response): ``tokens[i]`` and
+        ``logprobs[i]`` as for :meth:`submit`. Admitted whole or refused whole (SampleRefused
+        names the first bad response; nothing of the message is admitted)."""
+        if len(tokens) != len(logprobs):
+            raise ValueError(f"submit_group: {len(tokens)} token lists and {len(logprobs)} "
+                             f"logprob lists; expected one of each per response")
+        self.submit_many([(group_id, i, t, lp) for i, (t, lp) in enumerate(zip(tokens, logprobs))])
+
+    def submit_many(self, samples: List[Any]) -> None:
+        """Submits several responses in one message: each a ``(group_id, index, tokens,
+        logprobs)`` tuple, as for :meth:`submit`, of any groups of the lease. Returns when the
+        node delivered them all; admitted whole or refused whole (SampleRefused)."""
+        if self.closed is not None:
+            raise LeaseClosed(self.closed, "submit after the lease was closed")
+        items = [dict(group_id=g, index=i, tokens=_plain(t), logprobs=_plain(lp))
+                 for g, i, t, lp in samples]
+        self._worker._ch.send("samples", unit=self.unit, attempt=self.attempt, samples=items)
+        reply = self._worker._wait({"samples_ack", "error"}, self)
         if reply["type"] == "error":
             raise SampleRefused(reply.get("reason", "?"), reply.get("detail", ""))
 

@@ -91,6 +91,51 @@ TEST(external_scorer, a_function_returning_no_float_fails_that_sample_by_name) {
       << r.err().message;
 }
 
+// score_many: a rollout's message (a whole group) in one `score_batch` round trip through the
+// SDK, one result per item in order; an exception fails only its item.
+TEST(external_scorer, a_batch_is_scored_in_one_round_trip_and_an_exception_fails_only_its_item) {
+  auto s = make("python:worker_functions:raise_on_empty");
+  const std::vector<uint32_t> empty;
+  const std::vector<uint32_t> one{7};
+  auto r =
+      s->score_many({{&kPrompt, &kRight, 5, 0}, {&kPrompt, &empty, 5, 1}, {&kPrompt, &one, 5, 2}});
+  ASSERT_EQ(r.size(), 3u);
+  ASSERT_TRUE(r[0].ok()) << r[0].err().to_string();
+  EXPECT_FLOAT_EQ(*r[0], 1.0f / kRight.size());
+  ASSERT_FALSE(r[1].ok());
+  EXPECT_EQ(r[1].err().code, errc::invalid_argument);
+  EXPECT_NE(r[1].err().message.find("unit 5 seq 1"), std::string::npos) << r[1].err().message;
+  EXPECT_NE(r[1].err().message.find("ZeroDivisionError"), std::string::npos);
+  ASSERT_TRUE(r[2].ok()) << r[2].err().to_string();
+  EXPECT_FLOAT_EQ(*r[2], 1.0f);
+  EXPECT_EQ(s->stats()["scored"], 2);
+  EXPECT_EQ(s->stats()["raised"], 1);
+  EXPECT_EQ(s->stats()["worker_starts"], 1);
+}
+
+// A batch reply of the wrong shape (too few results, a NaN reward) is refused by name and the
+// right one is taken; a worker that hangs on a batch fails every item of it.
+TEST(external_scorer, a_malformed_batch_reply_is_refused_and_a_hung_batch_fails_every_item) {
+  auto s = make(fake("batch_garbage"));
+  auto r = s->score_many({{&kPrompt, &kRight, 1, 0}, {&kPrompt, &kRight, 1, 1}});
+  ASSERT_EQ(r.size(), 2u);
+  ASSERT_TRUE(r[0].ok()) << r[0].err().to_string();
+  ASSERT_TRUE(r[1].ok()) << r[1].err().to_string();
+  EXPECT_EQ(*r[0], 11.0f);  // two refusals came back, both "malformed" (code 1)
+  EXPECT_EQ(*r[1], 0.5f);
+  EXPECT_EQ(s->stats()["refused_replies"], 2);
+
+  auto h = make("python:worker_functions:hang_on_empty", 300);
+  const std::vector<uint32_t> empty;
+  auto t = h->score_many({{&kPrompt, &kRight, 2, 0}, {&kPrompt, &empty, 2, 1}});
+  ASSERT_EQ(t.size(), 2u);
+  for (const auto& x : t) {
+    ASSERT_FALSE(x.ok());
+    EXPECT_EQ(x.err().code, errc::timeout) << x.err().to_string();
+  }
+  EXPECT_EQ(h->stats()["timed_out"], 1);
+}
+
 TEST(external_scorer, every_malformed_reply_is_refused_by_name_and_the_right_one_is_taken) {
   auto s = make(fake("garbage"));
   auto r = s->score(kPrompt, kRight, 1, 0);

@@ -37,6 +37,25 @@ if behaviour == "garbage":
         codes = {"malformed": 1, "bad_version": 2, "unknown_type": 3, "wrong_id": 4}
         reward = float("".join(str(codes[r]) for r in refusals))
         send(v=1, type="score_result", id=req["id"], reward=reward)
+elif behaviour == "batch_garbage":
+    # A score_batch answered first with too few results, then with a NaN reward, then right.
+    assert hello()["type"] == "welcome"
+    while True:
+        req = recv()
+        if req["type"] != "score_batch":
+            continue
+        refusals = []
+        n = len(req["items"])
+        for bad in [json.dumps({"v": 1, "type": "score_batch_result", "id": req["id"],
+                                "results": [{"reward": 1.0}] * (n - 1)}).encode(),
+                    b'{"v": 1, "type": "score_batch_result", "id": %d, "results": '
+                    b'[{"reward": NaN}, {"reward": 1.0}]}' % req["id"]]:
+            send_raw(bad)
+            refusals.append(recv()["reason"])
+        codes = {"malformed": 1, "bad_version": 2, "unknown_type": 3, "wrong_id": 4}
+        first = float("".join(str(codes[r]) for r in refusals))
+        send(v=1, type="score_batch_result", id=req["id"],
+             results=[{"reward": first}] + [{"reward": 0.5}] * (n - 1))
 elif behaviour == "wrong_role":
     hello(role="rollout")
     recv()

@@ -44,9 +44,9 @@ std::pair<std::vector<accepted_sample>, std::string> run(rollout_session& s) {
     auto ev = s.next(100);
     EXPECT_TRUE(ev.ok()) << ev.err().to_string();
     if (!ev) break;
-    if (ev->kind == rollout_event_kind::sample) {
-      got.push_back(ev->sample);
-      EXPECT_TRUE(s.ack(ev->sample).ok());
+    if (ev->kind == rollout_event_kind::samples) {
+      got.insert(got.end(), ev->samples.begin(), ev->samples.end());
+      EXPECT_TRUE(s.ack(*ev).ok());
     } else if (ev->kind == rollout_event_kind::give_back) {
       return {got, ev->reason};
     }
@@ -83,6 +83,28 @@ TEST(rollout_session, every_bad_sample_is_refused_by_name_and_only_the_good_one_
             "stale_fencing_token,unknown_unit,malformed,malformed,malformed,malformed,duplicate,"
             "notice 1796400000000 drain");
   EXPECT_EQ(s->stats()["worker_starts"], 1);
+}
+
+// `samples` (Lease.submit_group / submit_many): a whole group in one message, admitted whole
+// and acknowledged once; a batch with one bad response (a duplicate inside it or of an earlier
+// sample, an index out of range, a wrong fencing token, too many) is refused whole, naming the
+// response, and nothing of it is delivered.
+TEST(rollout_session, a_batch_is_admitted_whole_or_refused_whole) {
+  auto s = make("rollout_batch_probe");
+  ASSERT_TRUE(s->offer(offer(9, 1)).ok());
+  auto [samples, reason] = run(*s);
+  EXPECT_EQ(reason, "accepted,duplicate,duplicate,malformed,stale_fencing_token,malformed");
+  ASSERT_EQ(samples.size(), 4u);  // the good group, nothing of the refused batches
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(samples[i].group_index, 1u);
+    EXPECT_EQ(samples[i].index_in_group, i);
+    EXPECT_EQ(samples[i].tokens, (std::vector<uint32_t>{i + 1}));
+  }
+  auto st = s->stats();
+  EXPECT_EQ(st["samples_accepted"], 4);
+  EXPECT_EQ(st["refused"]["duplicate"], 2);
+  EXPECT_EQ(st["refused"]["malformed"], 2);
+  EXPECT_EQ(st["refused"]["stale_fencing_token"], 1);
 }
 
 TEST(rollout_session, a_worker_that_dies_mid_lease_fails_it_and_the_next_offer_starts_a_new_one) {

@@ -63,6 +63,45 @@ def rollout_probe(worker) -> None:
         lease.give_back(",".join(reasons))
 
 
+def rollout_batch_probe(worker) -> None:
+    """Per lease: one good batch (group 1, all indexes) and batches each with one bad response;
+    gives the lease back with the outcome of each as reason."""
+    from moerl.worker import SampleRefused
+
+    for lease in worker.leases():
+        g0, g1 = lease.groups[0].group_id, lease.groups[1].group_id
+        n = lease.group_size
+        good = [(g1, i, [i + 1], [-0.5]) for i in range(n)]
+        tries = [
+            lambda: lease.submit_many(good),
+            # g0's response 0 is fine, but the repeat of it inside the message is not
+            lambda: lease.submit_many([(g0, 0, [1], [-1.0]), (g0, 0, [2], [-1.0])]),
+            # a fresh response beside one already admitted above
+            lambda: lease.submit_many([(g0, 1, [1], [-1.0]), (g1, 0, [1], [-1.0])]),
+            lambda: lease.submit_group(g0, [[1]] * (n + 1), [[-1.0]] * (n + 1)),  # index n
+            lambda: worker._ch.send("samples", unit=lease.unit, attempt=lease.attempt + 1,
+                                    samples=[dict(group_id=g0, index=2, tokens=[1],
+                                                  logprobs=[-1.0])]) or _reply(worker, lease),
+            lambda: lease.submit_many([]),  # an empty batch
+        ]
+        reasons = []
+        for t in tries:
+            try:
+                t()
+                reasons.append("accepted")
+            except SampleRefused as e:
+                reasons.append(e.reason)
+        lease.give_back(",".join(reasons))
+
+
+def _reply(worker, lease) -> None:
+    from moerl.worker import SampleRefused
+
+    reply = worker._wait({"samples_ack", "error"}, lease)
+    if reply["type"] == "error":
+        raise SampleRefused(reply.get("reason", "?"), reply.get("detail", ""))
+
+
 def rollout_dies(worker) -> None:
     for _ in worker.leases():
         os._exit(7)

@@ -32,6 +32,5 @@ def main(worker: RolloutWorker) -> None:
         temperature = float(lease.sampling.get("temperature", 1.0))
         for g in lease.groups:
             toks, lps = policy.generate([g.prompt] * lease.group_size, temperature, rng)
-            for i, (t, lp) in enumerate(zip(toks, lps)):
-                lease.submit(g.group_id, i, t, lp)
+            lease.submit_group(g.group_id, toks, lps)  # one round trip per group
         lease.done()
