@@ -15,11 +15,10 @@ import torch
 from torch import nn
 
 from moerl.examples.moe_layer import ExpertParallelMoE, moe_reference
+from moerl.examples.torch_moe.task import MAX_NEW, TOK_DIGIT0, TOK_EOS, VOCAB, sort_reward
 
-VOCAB = 16
-TOK_EOS = 2
-TOK_DIGIT0 = 3
-MAX_NEW = 4  # sort at difficulty 3: three digits and EOS
+__all__ = ["MAX_NEW", "TOK_DIGIT0", "TOK_EOS", "VOCAB", "SortPolicy", "random_prompt",
+           "sort_reward"]
 
 
 class MoE(nn.Module):
@@ -111,18 +110,6 @@ class SortPolicy(nn.Module):
             out.append(logp.gather(1, tok[:, t:t + 1]).squeeze(1))
             done = done + nn.functional.one_hot(tok[:, t], VOCAB).float() * mask[:, t:t + 1]
         return torch.stack(out, 1), mask
-
-
-def sort_reward(prompt: Sequence[int], tokens: Sequence[int]) -> float:
-    """The `sort` task's verifier (policy/task_sort.cpp): the fraction of the target (the
-    prompt's digits ascending, then EOS) matched position by position, up to the first EOS."""
-    target = sorted(prompt[2:-1]) + [TOK_EOS]
-    right = 0
-    for want, got in zip(target, tokens):
-        right += want == got
-        if got == TOK_EOS:
-            break
-    return right / len(target)
 
 
 def random_prompt(rng: torch.Generator, digits: int = 3) -> List[int]:

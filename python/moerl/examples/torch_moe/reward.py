@@ -1,7 +1,7 @@
 """The reward (`reward.worker: python:moerl.examples.torch_moe.reward:score`): the sort task's
-verifier, in Python."""
+verifier, in Python (from task.py, which does not import torch)."""
 
-from moerl.examples.torch_moe.policy import sort_reward
+from moerl.examples.torch_moe.task import sort_reward
 from moerl.worker import Sample
 
 
