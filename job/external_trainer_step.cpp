@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/log.h"
+#include "job/shard_checkpointer.h"
 #include "policy/params.h"
 #include "store/checkpoint.h"
 #include "store/digest.h"
@@ -61,9 +62,17 @@ class external_trainer_step final : public actors::trainer_step {
     } else if (m.err().code != errc::not_found) {
       return m.err();
     }
+    // The worker's checkpoints are written as the native trainer's are (job/shard_checkpointer.h):
+    // one shard, in the background, the worker waiting only when job.max_durability_lag
+    // versions are published beyond the newest committed one.
+    const int64_t keep_every = cfg.get_int("job.checkpoint_every");
+    ckpt_ = std::make_unique<shard_checkpointer>(
+        s_.store, ckpt_prefix_, 0, 1, static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")),
+        static_cast<uint64_t>(keep_every > 0 ? keep_every : kKeepEveryWhenUnset));
     if (auto c = store::latest_committed(*s_.store, ckpt_prefix_); c) {
       version_ = std::max(version_, c->step);
       resumed_from_ = c->step;
+      ckpt_->set_durable(c->step);
     } else if (c.err().code != errc::not_found) {
       return c.err();
     }
@@ -223,21 +232,25 @@ class external_trainer_step final : public actors::trainer_step {
                           {"via", *via}};
   }
 
-  // A durable checkpoint of the worker's state, numbered with the newest version published
-  // (the state the worker resumes from holds that version's weights, or later ones).
+  // A checkpoint of the worker's state, numbered with the newest version published (the state
+  // the worker resumes from holds that version's weights, or later ones), queued for the store
+  // and written in the background: the reply comes at once with the newest version already
+  // durable, unless job.max_durability_lag versions are published beyond it (then it waits
+  // for the store, as the native trainer does). A rewrite of the same version (a second
+  // checkpoint with no publish between) replaces it.
   result<nlohmann::json> checkpoint(std::string bytes, const nlohmann::json& req) {
+    if (auto st = ckpt_->throttle(version_); !st) return st.err();
     nlohmann::json meta = req.value("meta", nlohmann::json::object());
     if (!meta.is_object()) meta = nlohmann::json::object();
     meta["policy_version"] = version_;
     meta["external"] = true;
-    auto m = store::write_checkpoint(*s_.store, ckpt_prefix_, version_,
-                                     {{"state", std::move(bytes)}}, meta);
-    if (!m) return m.err();
-    // The newest two stay (the newest may be rewritten under the same number).
-    if (auto steps = store::committed_steps(*s_.store, ckpt_prefix_); steps && steps->size() > 2)
-      for (size_t i = 0; i + 2 < steps->size(); ++i)
-        (void)store::remove_checkpoint(*s_.store, ckpt_prefix_, (*steps)[i]);
-    return nlohmann::json{{"version", version_}, {"content_hash", m->content_hash}};
+    const std::string hash = policy::content_hash(bytes);
+    meta["content_hash"] = hash;
+    std::vector<store::checkpoint_part> parts;
+    parts.push_back({"state", std::move(bytes)});
+    ckpt_->submit(version_, std::move(parts), std::move(meta));
+    return nlohmann::json{
+        {"version", version_}, {"content_hash", hash}, {"durable_version", ckpt_->durable()}};
   }
 
   // What a newly started worker is told: the version it continues from and the newest
@@ -249,16 +262,16 @@ class external_trainer_step final : public actors::trainer_step {
                      {"groups_per_iteration", s_.groups_per_iteration},
                      {"file_prefix", file_prefix_},
                      {"checkpoint", nullptr}};
-    auto c = store::load_latest_committed(*s_.store, ckpt_prefix_);
+    auto c = newest_checkpoint();
     if (!c) {
       if (c.err().code != errc::not_found)
         logger("trainer")->warn("no checkpoint offered to the trainer worker: {}",
                                 c.err().to_string());
       return w;
     }
-    for (const auto& p : c->parts) {
+    for (const auto& p : c->second) {
       if (p.name != "state") continue;
-      const std::string path = file_prefix_ + "resume-" + std::to_string(c->manifest.step);
+      const std::string path = file_prefix_ + "resume-" + std::to_string(c->first.step);
       FILE* f = std::fopen(path.c_str(), "wb");
       const bool ok = f && std::fwrite(p.bytes.data(), 1, p.bytes.size(), f) == p.bytes.size();
       if (f) std::fclose(f);
@@ -270,14 +283,30 @@ class external_trainer_step final : public actors::trainer_step {
       resume_path_ = path;
       w["checkpoint"] = {{"path", path},
                          {"bytes", p.bytes.size()},
-                         {"version", c->manifest.step},
-                         {"meta", c->manifest.meta}};
+                         {"version", c->first.step},
+                         {"meta", c->first.meta}};
     }
     return w;
   }
 
+  // The newest committed checkpoint's manifest and state: written by this node's checkpointer
+  // or an earlier node's; the queued writes are waited for first (a restarted worker resumes
+  // from what its predecessor last asked for).
+  result<std::pair<store::checkpoint_manifest, std::vector<store::checkpoint_part>>>
+  newest_checkpoint() {
+    ckpt_->flush();
+    auto c = store::latest_committed(*s_.store, ckpt_prefix_);
+    if (!c) return c.err();
+    return read_own_shard(*s_.store, ckpt_prefix_, c->step, 0);
+  }
+
+  // job.checkpoint_every=0 turns the native checkpoints off; a worker's checkpoints are its
+  // own to ask for, and of the older ones every this many stay.
+  static constexpr uint64_t kKeepEveryWhenUnset = 10;
+
   external_trainer_setup s_;
   const std::string ckpt_prefix_, marker_key_;
+  std::unique_ptr<shard_checkpointer> ckpt_;
   std::string file_prefix_, resume_path_;
   std::unique_ptr<workers::external_trainer> worker_;
   uint64_t version_ = 0, resumed_from_ = 0, wanted_ = 0;

@@ -81,6 +81,8 @@ class shard_checkpointer {
   // it for `patience`, 10 minutes by default) or the group broke (the version must not be
   // announced: a crash would then lose more than the lag).
   status throttle(uint64_t version);
+  // Waits until every write queued so far is done (committed, or given up).
+  void flush() { writer_->flush(); }
   // Member 0: the newest committed version; other members: the newest shard written.
   uint64_t durable() const { return durable_->load(); }
   void set_durable(uint64_t version) { durable_->store(version); }

@@ -518,6 +518,8 @@ class Trainer:
         self.groups_per_iteration: int = welcome.get("groups_per_iteration", 1)
         self._prefix: str = welcome["file_prefix"]
         self._resume = welcome.get("checkpoint")
+        #: the newest version whose checkpoint is committed in the store (as of the last reply)
+        self.durable_version: int = (self._resume or {}).get("version", 0)
         self._seq = 0
 
     def resume(self) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
@@ -560,10 +562,15 @@ class Trainer:
         return self.version
 
     def checkpoint(self, tensors: Any, meta: Optional[Dict[str, Any]] = None) -> int:
-        """A durable checkpoint of `tensors` (weights and optimiser state, as you like) in
-        moerl's store, numbered with the newest version published; ``resume()`` in a later
-        process returns the newest."""
-        return self._request("checkpoint", tensors, meta=meta or {})["version"]
+        """A checkpoint of `tensors` (weights and optimiser state, as you like) in moerl's
+        store, numbered with the newest version published; ``resume()`` in a later process
+        returns the newest committed. It is written in the background, as the native trainer's
+        are: this returns once the node holds the bytes, and waits for the store only when
+        ``job.max_durability_lag`` versions are published beyond the newest committed one
+        (``durable_version``, updated by each reply, says which that is)."""
+        msg = self._request("checkpoint", tensors, meta=meta or {})
+        self.durable_version = msg.get("durable_version", self.durable_version)
+        return msg["version"]
 
     def _request(self, kind: str, tensors: Any, **fields: Any) -> Dict[str, Any]:
         from moerl import tensors as _t
