@@ -20,9 +20,8 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "cudaIpcMemHandle_t
 namespace {
 
 error cuda_failure(const char* call, cudaError_t rc) {
-  return error{errc::cuda_error,
-               std::string(call) + " failed: " + cudaGetErrorName(rc) + " (" +
-                   cudaGetErrorString(rc) + ")"};
+  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorName(rc) + " (" +
+                                     cudaGetErrorString(rc) + ")"};
 }
 
 }  // namespace
@@ -33,8 +32,9 @@ result<int> device_count() {
   int n = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n);
   if (rc == cudaErrorNoDevice || (rc == cudaSuccess && n == 0))
-    return error{errc::cuda_error, "no CUDA device visible to this process (moerl is built with "
-                                   "CUDA; device memory needs a GPU)"};
+    return error{errc::cuda_error,
+                 "no CUDA device visible to this process (moerl is built with "
+                 "CUDA; device memory needs a GPU)"};
   if (rc != cudaSuccess)
     return error{errc::cuda_error, std::string("no CUDA device visible to this process: "
                                                "cudaGetDeviceCount failed: ") +

@@ -121,10 +121,11 @@ status distance_transport::set_peers(const std::vector<std::string>& addresses) 
   desc_.peer_device_paths.clear();
   if (cuda_build())
     for (const peer& p : peers)
-      desc_.peer_device_paths.push_back(p.distance == peer_distance::same_process ? "cuda_same_process"
-                                        : p.distance == peer_distance::same_host  ? "cuda_ipc"
-                                        : fabric_->describe().hmem                ? "fi_hmem"
-                                                                                  : "host_staging");
+      desc_.peer_device_paths.push_back(p.distance == peer_distance::same_process
+                                            ? "cuda_same_process"
+                                        : p.distance == peer_distance::same_host ? "cuda_ipc"
+                                        : fabric_->describe().hmem               ? "fi_hmem"
+                                                                                 : "host_staging");
   if (my_index_ < 0)
     return error{errc::invalid_argument, "distance transport: our address is not among the peers"};
   inbox_.set_num_ranks(static_cast<int>(addresses.size()));
@@ -266,8 +267,8 @@ status distance_transport::write(int peer_index, const local_region& src_region,
     return write_device(peer_index, src, len, dst, offset, imm, deadline_ns);
   const bool from_device = src_region.remote.memory == static_cast<uint8_t>(memory_kind::cuda);
   const bool via_fabric = peers_[peer_index].distance == peer_distance::network || dst.host_fd < 0;
-  if (via_fabric && ((device && !dst.fabric_registered) ||
-                     (from_device && !src_region.remote.fabric_registered)))
+  if (via_fabric &&
+      ((device && !dst.fabric_registered) || (from_device && !src_region.remote.fabric_registered)))
     return error{errc::invalid_argument,
                  "write to peer " + std::to_string(peer_index) +
                      " through the fabric: device memory the provider did not register (no "

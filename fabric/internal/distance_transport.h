@@ -98,7 +98,7 @@ class distance_transport final : public transport {
   std::vector<peer> peers_;
   std::vector<owned_region> owned_;
   std::vector<void*> owned_device_;  // allocate_device_region's allocations
-  std::vector<uint32_t> pending_;  // drained while waiting for ring space
+  std::vector<uint32_t> pending_;    // drained while waiting for ring space
   transport_description desc_;
 };
 

@@ -98,13 +98,13 @@ void expect_ranks_passed(const result<launch_report>& report) {
 }
 
 TEST(device_transport, two_processes_on_one_gpu_write_each_other_through_cuda_ipc) {
-  expect_ranks_passed(
-      launch_processes(2, [](bootstrap& b) { return device_exchange(b, 8, 65536); }, 120000));
+  expect_ranks_passed(launch_processes(
+      2, [](bootstrap& b) { return device_exchange(b, 8, 65536); }, 120000));
 }
 
 TEST(device_transport, four_processes_on_one_gpu_write_each_other_through_cuda_ipc) {
-  expect_ranks_passed(
-      launch_processes(4, [](bootstrap& b) { return device_exchange(b, 6, 40000); }, 120000));
+  expect_ranks_passed(launch_processes(
+      4, [](bootstrap& b) { return device_exchange(b, 6, 40000); }, 120000));
 }
 
 // Ranks given different host ids are network peers; tcp registers no device memory, so
