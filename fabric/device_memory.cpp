@@ -95,15 +95,6 @@ status device_copy(void* dst, const void* src, size_t len) {
   return {};
 }
 
-bool is_device_pointer(const void* ptr) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error a host pointer leaves on old runtimes
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
 #else  // no CUDA in this build
 
 namespace {
@@ -121,7 +112,6 @@ void device_free(void*) {}
 result<void*> device_ipc_open(const unsigned char (&)[kIpcHandleBytes]) { return no_cuda(); }
 void device_ipc_close(void*) {}
 status device_copy(void*, const void*, size_t) { return no_cuda(); }
-bool is_device_pointer(const void*) { return false; }
 
 #endif
 

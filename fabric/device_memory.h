@@ -53,7 +53,4 @@ void device_ipc_close(void* ptr);
 // transport's notify() after it relies on (PROTOCOL.md, "Same host", point 1).
 status device_copy(void* dst, const void* src, size_t len);
 
-// Whether ptr is device memory (cudaPointerGetAttributes); false without CUDA.
-bool is_device_pointer(const void* ptr);
-
 }  // namespace moerl::fabric
