@@ -12,6 +12,9 @@
 #      times and final rewards (mean of the last 10 iterations); the device run fails the
 #      check unless its final reward is clearly above the task's reward_random
 #      (> reward_random + 0.25 * (reward_max - reward_random)),
+#   5. runs the expert plane on device memory with 2 and 4 processes on the one GPU through
+#      CUDA IPC, and moerl.ep.Buffer on CUDA tensors, normal and low-latency (issue 29's
+#      section, before the summary),
 # and writes everything under $OUT (default ./gpu_check_out): summary.json, each test's
 # JSON and log, kernels_bench_cuda.json, learn_{cuda,cpu}.json, build logs. A skipped test
 # means the GPU was not visible to it: counted as failed. Exits non-zero if any step failed.
@@ -119,16 +122,39 @@ PY
   fi
 fi
 
+# ---- issue 29: the expert plane on device memory (fabric/DEVICE_MEMORY.md) ----------------
+# Processes sharing the one GPU, as ranks of one host: fabric_device_transport_test (2 and 4
+# processes write each other's cudaMalloc'd regions through CUDA IPC handles, from device and
+# host sources, and device bytes into host regions; a network peer without FI_HMEM refused),
+# then test_ep_cuda.py (moerl.ep.Buffer given CUDA tensors, normal and low-latency, 2 and 4
+# processes, DeepEP-style checks: received rows, counts, weights and combine against torch
+# references; the tensors are staged through host memory at each call's edges). A skipped
+# test (no GPU visible to it) counts as failed. Steps: build_ep_device, the two tests.
+ep_device_steps=(build_ep_device fabric_device_transport_test python_ep_cuda_test)
+if [[ ${step_rc[configure]} -eq 0 ]]; then
+  run_step build_ep_device 300 ninja -C "$BUILD" -j"$JOBS" fabric_device_transport_test moerl_python
+fi
+if [[ ${step_rc[build_ep_device]:-1} -eq 0 ]]; then
+  run_gtest fabric_device_transport_test
+  run_step python_ep_cuda_test 300 env PYTHONPATH="$BUILD/python" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs "$ROOT/tests/python/test_ep_cuda.py"
+  if grep -qi "skipped" "$OUT/python_ep_cuda_test.log"; then
+    step_rc[python_ep_cuda_test]=3
+    echo "gpu_check: python_ep_cuda_test skipped its GPU cases (no GPU visible): counted as failed (rc 3)"
+  fi
+fi
+# ---- end of issue 29's section ------------------------------------------------------------
+
 overall=0
 {
   echo "{"
-  echo "  \"check\": \"kernels, policy, device policy, learn and nccl gpu\","
+  echo "  \"check\": \"kernels, policy, device policy, learn, nccl and expert plane gpu\","
   echo "  \"total_s\": $(($(date +%s) - t0)),"
   echo "  \"steps\": {"
   first=1
   for name in gpu_visible configure build kernels_cuda_twins_test policy_cuda_twins_test \
     policy_cuda_host_checks_test policy_model_cuda_test fabric_nccl_smoke_test bench \
-    build_moerl learn_cuda learn_cpu; do
+    build_moerl learn_cuda learn_cpu "${ep_device_steps[@]}"; do
     [[ -v step_rc[$name] ]] || continue
     [[ ${step_rc[$name]} -ne 0 ]] && overall=1
     [[ $first -eq 1 ]] || echo ","

@@ -11,6 +11,7 @@
 #include "common/byte_codec.h"
 #include "common/host_identity.h"
 #include "common/status_try.h"
+#include "fabric/device_memory.h"
 
 namespace moerl::fabric {
 
@@ -62,11 +63,20 @@ result<std::unique_ptr<transport>> distance_transport::open(const transport_opti
 }
 
 distance_transport::~distance_transport() {
+  close_device_mappings();
   peers_.clear();   // peers' mappings
   fabric_.reset();  // registrations close before the memory they cover is unmapped
   for (const owned_region& r : owned_) {
     ::munmap(r.ptr, r.size);
     ::close(r.fd);
+  }
+  for (void* p : owned_device_) device_free(p);
+}
+
+void distance_transport::close_device_mappings() {
+  for (peer& p : peers_) {
+    for (const device_mapping& m : p.device_regions) device_ipc_close(m.base);
+    p.device_regions.clear();
   }
 }
 
@@ -106,9 +116,20 @@ status distance_transport::set_peers(const std::vector<std::string>& addresses) 
     }
     desc_.peer_paths.push_back(peer_distance_name(p.distance));
   }
+  // How writes into our device regions would travel from each peer (a CUDA build only:
+  // elsewhere there are no device regions to describe).
+  desc_.peer_device_paths.clear();
+  if (cuda_build())
+    for (const peer& p : peers)
+      desc_.peer_device_paths.push_back(p.distance == peer_distance::same_process
+                                            ? "cuda_same_process"
+                                        : p.distance == peer_distance::same_host ? "cuda_ipc"
+                                        : fabric_->describe().hmem               ? "fi_hmem"
+                                                                                 : "host_staging");
   if (my_index_ < 0)
     return error{errc::invalid_argument, "distance transport: our address is not among the peers"};
   inbox_.set_num_ranks(static_cast<int>(addresses.size()));
+  close_device_mappings();
   peers_ = std::move(peers);
   return fabric_->set_peers(fabric_addresses);
 }
@@ -156,10 +177,71 @@ result<local_region> distance_transport::allocate_host_region(size_t size) {
   return reg;
 }
 
+result<local_region> distance_transport::allocate_device_region(size_t size) {
+  ASSIGN_OR_RETURN(auto a, device_allocate(size));
+  owned_device_.push_back(a.ptr);
+  // Network peers write it through the fabric only where the provider registers device
+  // memory (FI_HMEM); elsewhere (tcp) it stays unregistered and they stage through host
+  // memory (remote.fabric_registered 0: write() names that instead of posting).
+  local_region reg;
+  if (fabric_->describe().hmem) {
+    ASSIGN_OR_RETURN(reg, fabric_->register_device_memory(a.ptr, size, a.device));
+    poll_fabric_ = true;
+  } else {
+    reg.ptr = a.ptr;
+    reg.size = size;
+    reg.remote.size = size;
+    reg.remote.fabric_registered = 0;
+  }
+  reg.remote.memory = static_cast<uint8_t>(memory_kind::cuda);
+  reg.remote.host_addr = reinterpret_cast<uint64_t>(a.ptr);
+  reg.remote.host_fd = -1;
+  reg.remote.device = static_cast<int16_t>(a.device);
+  static_assert(sizeof reg.remote.ipc_handle == kIpcHandleBytes);
+  std::memcpy(reg.remote.ipc_handle, a.ipc_handle, kIpcHandleBytes);
+  return reg;
+}
+
+result<char*> distance_transport::mapped_device(int peer_index, const remote_region& dst,
+                                                uint64_t offset, size_t len) {
+  peer& p = peers_[peer_index];
+  if (offset + len > dst.size)
+    return error{errc::invalid_argument, "write of " + std::to_string(len) + " bytes at " +
+                                             std::to_string(offset) + " outside the peer's " +
+                                             std::to_string(dst.size) + "-byte device region"};
+  if (p.distance == peer_distance::same_process)
+    return reinterpret_cast<char*>(dst.host_addr) + offset;
+  for (const device_mapping& m : p.device_regions)
+    if (m.size == dst.size && std::memcmp(m.handle, dst.ipc_handle, kIpcHandleBytes) == 0)
+      return m.base + offset;
+  auto opened = device_ipc_open(dst.ipc_handle);
+  if (!opened)
+    return error{opened.err().code, "same-host peer " + std::to_string(peer_index) +
+                                        "'s device region: " + opened.err().message};
+  device_mapping m{};
+  std::memcpy(m.handle, dst.ipc_handle, kIpcHandleBytes);
+  m.size = dst.size;
+  m.base = static_cast<char*>(*opened);
+  p.device_regions.push_back(m);
+  return m.base + offset;
+}
+
+status distance_transport::write_device(int peer_index, const void* src, size_t len,
+                                        const remote_region& dst, uint64_t offset, uint32_t imm,
+                                        int64_t deadline_ns) {
+  ASSIGN_OR_RETURN(char* to, mapped_device(peer_index, dst, offset, len));
+  if (auto st = device_copy(to, src, len); !st)
+    return error{st.err().code, "write to same-host peer " + std::to_string(peer_index) +
+                                    "'s device region: " + st.err().message};
+  return notify(peer_index, imm, 1, deadline_ns);
+}
+
 char* distance_transport::mapped(int peer_index, const remote_region& dst, uint64_t offset,
                                  size_t len) {
   peer& p = peers_[peer_index];
-  if (p.distance == peer_distance::network || dst.host_fd < 0 || offset + len > dst.size)
+  // Device regions are never handed out for CPU stores (write() copies into them).
+  if (p.distance == peer_distance::network || dst.host_fd < 0 || offset + len > dst.size ||
+      dst.memory != static_cast<uint8_t>(memory_kind::host))
     return nullptr;
   if (p.distance == peer_distance::same_process)
     return reinterpret_cast<char*>(dst.host_addr) + offset;
@@ -180,7 +262,18 @@ status distance_transport::write(int peer_index, const local_region& src_region,
                                  uint32_t imm, int64_t deadline_ns) {
   if (peer_index < 0 || peer_index >= static_cast<int>(peers_.size()))
     return error{errc::invalid_argument, "write to unknown peer " + std::to_string(peer_index)};
-  if (peers_[peer_index].distance == peer_distance::network || dst.host_fd < 0)
+  const bool device = dst.memory == static_cast<uint8_t>(memory_kind::cuda);
+  if (device && peers_[peer_index].distance != peer_distance::network)
+    return write_device(peer_index, src, len, dst, offset, imm, deadline_ns);
+  const bool from_device = src_region.remote.memory == static_cast<uint8_t>(memory_kind::cuda);
+  const bool via_fabric = peers_[peer_index].distance == peer_distance::network || dst.host_fd < 0;
+  if (via_fabric &&
+      ((device && !dst.fabric_registered) || (from_device && !src_region.remote.fabric_registered)))
+    return error{errc::invalid_argument,
+                 "write to peer " + std::to_string(peer_index) +
+                     " through the fabric: device memory the provider did not register (no "
+                     "FI_HMEM, e.g. tcp) cannot travel that way; stage it through host memory"};
+  if (via_fabric)
     return fabric_->write(peer_index, src_region, src, len, dst, offset, imm, deadline_ns);
   if (offset + len > dst.size)
     return error{errc::invalid_argument, "write of " + std::to_string(len) + " bytes at " +
@@ -190,7 +283,11 @@ status distance_transport::write(int peer_index, const local_region& src_region,
   if (!to)
     return error{errc::peer_dead,
                  "cannot map a region of same-host peer " + std::to_string(peer_index)};
-  if (len > 0) std::memcpy(to, src, len);
+  if (from_device) {
+    if (auto st = device_copy(to, src, len); !st) return st;
+  } else if (len > 0) {
+    std::memcpy(to, src, len);
+  }
   return notify(peer_index, imm, 1, deadline_ns);
 }
 

@@ -73,16 +73,17 @@ std::vector<std::string> candidates(const transport_options& o) {
   return out;
 }
 
-// fi_getinfo for one provider with what the expert plane needs. Null when absent.
-result<fi_info*> query(const std::string& provider) {
+// fi_getinfo for one provider with what the expert plane needs (and FI_HMEM: device memory
+// registration, when `hmem`). Null when absent.
+result<fi_info*> query(const std::string& provider, bool hmem) {
   fi_info* hints = fi_allocinfo();
   if (!hints) return error{errc::fabric_error, "fi_allocinfo returned null"};
   hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+  hints->caps = FI_MSG | FI_RMA | FI_WRITE | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   // Every registration mode we handle; the provider clears the ones it does not need.
-  hints->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                FI_MR_ENDPOINT | (hmem ? FI_MR_HMEM : 0);
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
   fi_info* info = nullptr;
@@ -107,7 +108,14 @@ result<fi_info*> query(const std::string& provider) {
 result<std::unique_ptr<rdm_endpoint>> rdm_endpoint::open(const transport_options& options) {
   std::string tried;
   for (const auto& name : candidates(options)) {
-    ASSIGN_OR_RETURN(auto info, query(name));
+    // With hmem, an endpoint that registers device memory where the provider offers one.
+    fi_info* info = nullptr;
+    if (options.hmem) {
+      ASSIGN_OR_RETURN(info, query(name, true));
+    }
+    if (!info) {
+      ASSIGN_OR_RETURN(info, query(name, false));
+    }
     if (!info) {
       tried += (tried.empty() ? "" : ", ") + name;
       continue;
@@ -154,6 +162,7 @@ status rdm_endpoint::open_on(fi_info* info) {
   description_.provider_version = info_->fabric_attr->prov_version;
   description_.cq_data_size = info_->domain_attr->cq_data_size;
   description_.mr_mode = mr_mode_names(info_->domain_attr->mr_mode);
+  description_.hmem = (info_->caps & FI_HMEM) != 0;
   return {};
 }
 
@@ -181,13 +190,41 @@ status rdm_endpoint::set_peers(const std::vector<std::string>& addresses) {
 }
 
 result<local_region> rdm_endpoint::register_memory(void* ptr, size_t size) {
+  return register_region(ptr, size, -1);
+}
+
+result<local_region> rdm_endpoint::register_device_memory(void* ptr, size_t size, int device) {
+  if (!description_.hmem)
+    return error{errc::invalid_argument,
+                 "provider '" + description_.provider +
+                     "' does not register device memory (it reported no FI_HMEM): device "
+                     "regions reach network peers through host staging"};
+  if (device < 0) return error{errc::invalid_argument, "register_device_memory without a device"};
+  return register_region(ptr, size, device);
+}
+
+result<local_region> rdm_endpoint::register_region(void* ptr, size_t size, int cuda_device) {
   if (!ptr || size == 0) return error{errc::invalid_argument, "register_memory of an empty range"};
   const int mode = info_->domain_attr->mr_mode;
   fid_mr* mr = nullptr;
   // Without FI_MR_PROV_KEY the caller picks keys; each region gets its own.
   const uint64_t requested_key = (mode & FI_MR_PROV_KEY) ? 0 : next_key_++;
-  FI_CHECK(fi_mr_reg(domain_, ptr, size, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0,
-                     requested_key, 0, &mr, nullptr));
+  const uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  if (cuda_device < 0) {
+    FI_CHECK(fi_mr_reg(domain_, ptr, size, access, 0, requested_key, 0, &mr, nullptr));
+  } else {
+    // Device memory: the provider learns the interface and device from the attributes
+    // (fi_mr_regattr; FI_HMEM_CUDA), and reaches the bytes through GPUDirect RDMA (efa).
+    iovec iov{ptr, size};
+    fi_mr_attr attr{};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = access;
+    attr.requested_key = requested_key;
+    attr.iface = FI_HMEM_CUDA;
+    attr.device.cuda = cuda_device;
+    FI_CHECK(fi_mr_regattr(domain_, &attr, 0, &mr));
+  }
   mrs_.push_back(mr);
   if (mode & FI_MR_ENDPOINT) {
     FI_CHECK(fi_mr_bind(mr, &ep_->fid, 0));

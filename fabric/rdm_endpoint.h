@@ -22,6 +22,7 @@ class rdm_endpoint final : public transport {
   std::string address() const override { return address_; }
   status set_peers(const std::vector<std::string>& addresses) override;
   result<local_region> register_memory(void* ptr, size_t size) override;
+  result<local_region> register_device_memory(void* ptr, size_t size, int device) override;
   status write(int peer, const local_region& src_region, const void* src, size_t len,
                const remote_region& dst, uint64_t offset, uint32_t imm,
                int64_t deadline_ns) override;
@@ -39,6 +40,8 @@ class rdm_endpoint final : public transport {
  private:
   rdm_endpoint() = default;
   status open_on(fi_info* info);
+  // fi_mr_reg of host memory (cuda_device -1), or fi_mr_regattr of device memory.
+  result<local_region> register_region(void* ptr, size_t size, int cuda_device);
 
   // Per-write libfabric context (FI_CONTEXT2 mode), recycled through a free list.
   struct op_context {

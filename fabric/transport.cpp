@@ -34,6 +34,17 @@ result<local_region> transport::allocate_region(size_t size) {
 
 result<local_region> transport::allocate_host_region(size_t) { return local_region{}; }
 
+result<local_region> transport::allocate_device_region(size_t) {
+  return error{errc::invalid_argument,
+               "device regions need the transport per distance (fabric.paths auto), not '" +
+                   describe().provider + "' alone"};
+}
+
+result<local_region> transport::register_device_memory(void*, size_t, int) {
+  return error{errc::invalid_argument, "provider '" + describe().provider +
+                                           "' does not register device memory (no FI_HMEM)"};
+}
+
 status transport::notify(int peer, uint32_t, int64_t, int64_t) {
   return error{errc::invalid_argument,
                "notify to peer " + std::to_string(peer) + ": no mapped path to it"};

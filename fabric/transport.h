@@ -34,6 +34,14 @@ struct remote_region {
   // through the fabric only).
   uint64_t host_addr = 0;
   int64_t host_fd = -1;
+  // Device memory (fabric/DEVICE_MEMORY.md): memory is a memory_kind (0 host, 1 cuda); for
+  // cuda host_addr is the owner's device pointer, ipc_handle the cudaIpcMemHandle_t a
+  // same-host peer opens, and fabric_registered says whether network peers can write it
+  // (the provider registered it with FI_HMEM); host_fd is -1 for device regions.
+  uint8_t memory = 0;
+  uint8_t fabric_registered = 1;
+  int16_t device = -1;
+  unsigned char ipc_handle[64] = {};
 };
 
 // How far a peer is, which decides the transport that carries its writes.
@@ -59,6 +67,10 @@ struct transport_options {
   // Which host this rank says it is on; "" is this host's identity (boot id, network and pid
   // namespaces). Tests give ranks of one box different ids to build a mix of distances.
   std::string host_id;
+  // Ask the provider for FI_HMEM (device memory registration), falling back to an endpoint
+  // without it: transport::allocate_device_region then registers device memory for network
+  // peers where the provider can (efa), and leaves it to host staging where it cannot (tcp).
+  bool hmem = false;
   // Set from another thread to end every wait of the groups built on this transport at once
   // (peer_dead, "aborted"): a group spanning processes whose member was lost, where waiting
   // for the dead member's writes until op_timeout would only delay the group's re-formation.
@@ -83,6 +95,14 @@ struct transport_description {
   // Per peer (index = peer): "same_process", "same_host" or "network" (distance_transport;
   // empty for a bare endpoint, where every peer is "network").
   std::vector<std::string> peer_paths;
+  // Whether the endpoint registers device memory (the provider reported FI_HMEM).
+  bool hmem = false;
+  // Per peer: how its writes into our device regions travel (distance_transport, CUDA
+  // builds): "cuda_same_process" (a device copy), "cuda_ipc" (a device copy into the region
+  // opened through its IPC handle), "fi_hmem" (the fabric writes device memory), or
+  // "host_staging" (the provider cannot: device bytes go through host memory). Empty where
+  // the build has no CUDA.
+  std::vector<std::string> peer_device_paths;
 };
 
 // A table of operations, so the reorder shim can stand between the EP layer and the endpoint.
@@ -105,6 +125,15 @@ class transport {
   // sized for a worst case that is never reached). A region with ptr == nullptr where the
   // transport shares no memory with peers (the default).
   virtual result<local_region> allocate_host_region(size_t size);
+  // A zeroed region of `size` bytes in device memory (fabric/DEVICE_MEMORY.md), owned by the
+  // transport (freed when it is destroyed): same-host peers write it through its CUDA IPC
+  // handle, network peers through the fabric where the provider registered it (FI_HMEM;
+  // remote.fabric_registered). mapped() never returns it: CPU stores cannot reach it, write()
+  // copies. The default: an error (only distance_transport has device memory).
+  virtual result<local_region> allocate_device_region(size_t size);
+  // Registers device memory [ptr, ptr+size) on `device` with the fabric (FI_HMEM_CUDA): an
+  // error where the provider did not report FI_HMEM (the default).
+  virtual result<local_region> register_device_memory(void* ptr, size_t size, int device);
 
   // Which transport carries writes to `peer` (valid after set_peers).
   virtual peer_distance distance(int /*peer*/) const { return peer_distance::network; }

@@ -35,6 +35,10 @@ class distance_transport final : public transport {
   result<local_region> register_memory(void* ptr, size_t size) override;
   result<local_region> allocate_region(size_t size) override;
   result<local_region> allocate_host_region(size_t size) override;
+  result<local_region> allocate_device_region(size_t size) override;
+  result<local_region> register_device_memory(void* ptr, size_t size, int device) override {
+    return fabric_->register_device_memory(ptr, size, device);
+  }
   status write(int peer, const local_region& src_region, const void* src, size_t len,
                const remote_region& dst, uint64_t offset, uint32_t imm,
                int64_t deadline_ns) override;
@@ -50,17 +54,34 @@ class distance_transport final : public transport {
   distance_transport() = default;
   // A memfd mapping of `size` bytes, owned here (unmapped when the transport closes).
   result<char*> map_shared(size_t size, bool populate);
+  // Where bytes [offset, offset+len) of a peer's device region are in this process's device
+  // address space: the owner's pointer (same process), the region opened through its IPC
+  // handle once (same host), or an error (a network peer: the fabric carries those).
+  void close_device_mappings();
+  result<char*> mapped_device(int peer, const remote_region& dst, uint64_t offset, size_t len);
+  // write() into a device region of a same-process or same-host peer: one device copy, then
+  // the immediate (the copy has completed when notify() publishes it).
+  status write_device(int peer, const void* src, size_t len, const remote_region& dst,
+                      uint64_t offset, uint32_t imm, int64_t deadline_ns);
 
   struct peer_mapping {
     int64_t fd;
     char* base;
     size_t size;
   };
+  // A same-host peer's device region opened through its IPC handle (closed by
+  // close_device_mappings, when the peers are replaced or the transport closes).
+  struct device_mapping {
+    unsigned char handle[64];
+    uint64_t size;
+    char* base;
+  };
   struct peer {
     peer_distance distance = peer_distance::network;
     int64_t pid = 0;
     host_inbox inbox;                   // same process or same host: its inbox, mapped here
     std::vector<peer_mapping> regions;  // same host: its regions mapped so far
+    std::vector<device_mapping> device_regions;  // same host: its device regions opened so far
   };
   struct owned_region {
     char* ptr;
@@ -76,7 +97,8 @@ class distance_transport final : public transport {
   bool poll_fabric_ = false;  // a network peer, or a region written through the fabric
   std::vector<peer> peers_;
   std::vector<owned_region> owned_;
-  std::vector<uint32_t> pending_;  // drained while waiting for ring space
+  std::vector<void*> owned_device_;  // allocate_device_region's allocations
+  std::vector<uint32_t> pending_;    // drained while waiting for ring space
   transport_description desc_;
 };
 

@@ -35,6 +35,9 @@ class reorder_shim final : public transport {
   result<local_region> register_memory(void* ptr, size_t size) override {
     return inner_->register_memory(ptr, size);
   }
+  result<local_region> register_device_memory(void* ptr, size_t size, int device) override {
+    return inner_->register_device_memory(ptr, size, device);
+  }
   status write(int peer, const local_region& src_region, const void* src, size_t len,
                const remote_region& dst, uint64_t offset, uint32_t imm,
                int64_t deadline_ns) override;

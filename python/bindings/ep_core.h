@@ -131,7 +131,8 @@ class ep_core {
   struct channel_info {
     std::string name;
     std::string provider;
-    std::vector<std::string> peer_paths;  // empty when every peer goes through the fabric
+    std::vector<std::string> peer_paths;         // empty when every peer goes through the fabric
+    std::vector<std::string> peer_device_paths;  // transport_description's (CUDA builds)
     bool reorder_shim = false;
   };
   std::vector<channel_info> describe() const;

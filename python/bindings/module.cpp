@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 
+#include "fabric/device_memory.h"
 #include "fabric/transport.h"
 #include "provenance/provenance.h"
 #include "python/bindings/ep_core.h"
@@ -52,6 +53,8 @@ moerl::fabric::ep_dtype dtype_of(int code) {
 PYBIND11_MODULE(_moerl, m) {
   m.doc() = "moerl's compiled core; use the `moerl` and `moerl.ep` modules";
   m.attr("__version__") = MOERL_VERSION;
+  // Whether this moerl has CUDA (moerl/_ep_device.py: CUDA tensors need it and a device).
+  m.attr("cuda_build") = moerl::fabric::cuda_build();
   m.def(
       "provenance_json", [] { return moerl::collect_provenance().dump(2); },
       "The same JSON as `moerl version --json`.");
@@ -194,6 +197,7 @@ PYBIND11_MODULE(_moerl, m) {
           d["channel"] = ch.name;
           d["provider"] = ch.provider;
           d["peer_paths"] = ch.peer_paths;
+          d["peer_device_paths"] = ch.peer_device_paths;
           d["reorder_shim"] = ch.reorder_shim;
           out.append(d);
         }

@@ -46,8 +46,10 @@ def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int) 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} is {type(t).__name__}; expected a torch.Tensor")
     if t.device.type != "cpu":
-        raise RuntimeError(f"{name} is on {t.device}; this moerl build (moerl {_moerl.__version__}, "
-                           f"CPU-only) takes CPU tensors only ({_ISSUE}: CUDA tensors need a CUDA build)")
+        # CUDA tensors are staged before the checks (_ep_device.takes_cuda_tensors); a tensor
+        # here is on a device moerl never takes, or on CUDA where it cannot.
+        raise RuntimeError(f"{name} is on {t.device}; moerl.ep takes CPU tensors, and CUDA tensors where "
+                           f"moerl {_moerl.__version__} is built with CUDA and a device is visible")
     if t.dtype not in dtypes:
         want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
         _fail(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {want}")

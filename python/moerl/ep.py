@@ -9,10 +9,11 @@ DeepEP's layout onto ep_group is in python/README.md.
 Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; they only need
 to live for the duration of the call). Every returned tensor is a new torch tensor that owns
 its memory (rows are copied out of moerl's receive region once), so results stay valid after
-later calls (low-latency recv_x excepted: ep_low_latency.py). CPU tensors only in this build; fp32 and bf16.
+later calls (low-latency recv_x excepted: ep_low_latency.py). fp32 and bf16; CPU tensors, and CUDA
+tensors where moerl is built with CUDA and a device is visible: those are staged through host
+memory at each call's edges (moerl/_ep_device.py says what that means).
 
 The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
-Not yet (issue 25): CUDA tensors.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch.distributed as dist
 
 from . import _moerl
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
+from ._ep_device import TENSOR_PATH_CUDA, takes_cuda_tensors
 from .ep_low_latency import LowLatencyCalls
 
 _buffer_ids = itertools.count()
@@ -154,10 +156,15 @@ class Buffer(LowLatencyCalls):
         return core
 
     def transport_report(self) -> List[dict]:
-        """Per channel (created on first use): {channel, provider, peer_paths, reorder_shim};
-        peer_paths names each peer's path ("same_process", "same_host" or "network"), and is
-        empty when every peer goes through the fabric (fabric_paths="fabric")."""
-        return self._live_core().describe()
+        """Per channel (created on first use): {channel, provider, peer_paths, reorder_shim,
+        peer_device_paths, tensor_path}; peer_paths names each peer's path ("same_process",
+        "same_host" or "network"), and is empty when every peer goes through the fabric
+        (fabric_paths="fabric"). peer_device_paths (CUDA builds) names how each peer would
+        write the transport's device regions ("cuda_same_process", "cuda_ipc", "fi_hmem" or
+        "host_staging"; fabric/DEVICE_MEMORY.md); tensor_path is "host" until a call took
+        CUDA tensors, then "host_staging" (moerl/_ep_device.py)."""
+        path = TENSOR_PATH_CUDA if getattr(self, "_saw_cuda_tensors", False) else "host"
+        return [dict(d, tensor_path=path) for d in self._live_core().describe()]
 
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:
@@ -182,6 +189,7 @@ class Buffer(LowLatencyCalls):
 
     # ---- normal mode ------------------------------------------------------------------
 
+    @takes_cuda_tensors()
     def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int,
                             previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                             allocate_on_comm_stream: bool = False
@@ -251,6 +259,7 @@ class Buffer(LowLatencyCalls):
                       f"per rank at hidden {x.shape[1]} {str(x.dtype).replace('torch.', '')}; "
                       f"pass num_nvl_bytes >= {core.bytes_needed(num_tokens, row_bytes)}")
 
+    @takes_cuda_tensors()
     def dispatch(self, x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], handle: Optional[tuple] = None,
                  num_tokens_per_rank: Optional[torch.Tensor] = None,
                  num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,
@@ -373,6 +382,7 @@ class Buffer(LowLatencyCalls):
                 None, EventOverlap()
         return recv_x, None, None, None, None, EventOverlap()
 
+    @takes_cuda_tensors()
     def combine(self, x: torch.Tensor, handle: tuple, topk_weights: Optional[torch.Tensor] = None,
                 bias: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None,
                 config: Optional[Config] = None, previous_event: Optional[EventOverlap] = None,

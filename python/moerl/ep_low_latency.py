@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
+from ._ep_device import takes_cuda_tensors
 
 
 class RecvHook:
@@ -101,6 +102,7 @@ class LowLatencyCalls:
             _fail("handle comes from another Buffer; expected a handle this Buffer's low_latency_dispatch returned")
         return st
 
+    @takes_cuda_tensors("cumulative_local_expert_recv_stats", "dispatch_wait_recv_cost_stats")
     def low_latency_dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, num_max_dispatch_tokens_per_rank: int,
                              num_experts: int, cumulative_local_expert_recv_stats: Optional[torch.Tensor] = None,
                              dispatch_wait_recv_cost_stats: Optional[torch.Tensor] = None, use_fp8: bool = True,
@@ -198,6 +200,7 @@ class LowLatencyCalls:
             buffers[key] = torch.zeros(shape, dtype=handle.state.dtype)
         return buffers[key]
 
+    @takes_cuda_tensors("out")
     def low_latency_combine(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, handle: tuple,
                             use_logfmt: bool = False, zero_copy: bool = False, async_finish: bool = False,
                             return_recv_hook: bool = False, out: Optional[torch.Tensor] = None,

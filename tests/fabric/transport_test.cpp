@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "fabric/bootstrap.h"
+#include "fabric/device_memory.h"
 #include "fabric/transport.h"
 
 namespace moerl::fabric {
@@ -164,6 +165,38 @@ TEST(transport, a_required_provider_that_is_absent_is_an_error_naming_it) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.err().code, errc::provider_unavailable);
   EXPECT_NE(t.err().message.find("efa"), std::string::npos);
+}
+
+// A device region where none can exist (a build without CUDA, or no visible GPU, as here) is
+// an error that says which; a transport without the per-distance paths says it has none. In
+// a forked child, so this process never initialises CUDA (fabric/device_memory.h, "Fork").
+TEST(transport, a_device_region_without_a_device_is_an_error_naming_why) {
+  constexpr int kDevice = 77;
+  auto report = launch_processes(
+      1,
+      [](bootstrap&) {
+        if (device_count()) return kDevice;
+        transport_options o;
+        o.provider = "tcp";
+        auto t = open_transport(o);
+        if (!t) return 10;
+        auto r = (*t)->allocate_device_region(4096);
+        if (r || r.err().code != errc::cuda_error) return 11;
+        if (r.err().message.find(cuda_build() ? "no CUDA device visible" : "no CUDA") ==
+            std::string::npos)
+          return 12;
+        o.paths = "fabric";
+        auto bare = open_transport(o);
+        if (!bare) return 13;
+        auto b = (*bare)->allocate_device_region(4096);
+        if (b || b.err().message.find("fabric.paths auto") == std::string::npos) return 14;
+        char host[16] = {};
+        return device_copy(host, host + 8, 8) ? 15 : 0;
+      },
+      30000);
+  ASSERT_TRUE(report.ok()) << report.err().to_string();
+  if (report->exit_codes[0] == kDevice) GTEST_SKIP() << "a CUDA device is visible here";
+  EXPECT_EQ(report->exit_codes[0], 0);
 }
 
 TEST(transport, a_write_past_the_peer_region_is_refused_before_posting) {

@@ -30,7 +30,7 @@ def worker(rank: int, world: int) -> None:
     expect(ValueError, "x has dtype float64; expected bfloat16 or float32", buf.dispatch, x.double(),
            is_token_in_rank=in_rank)
     expect(ValueError, "x is not contiguous", buf.dispatch, torch.ones(64, 3).t(), is_token_in_rank=in_rank)
-    expect(RuntimeError, "CPU-only", buf.dispatch, torch.empty(3, 64, device="meta"), is_token_in_rank=in_rank)
+    expect(RuntimeError, "takes CPU tensors", buf.dispatch, torch.empty(3, 64, device="meta"), is_token_in_rank=in_rank)
     expect(ValueError, "is_token_in_rank has shape (2, 2); expected (3, 2)", buf.dispatch, x,
            is_token_in_rank=in_rank[:2])
     expect(ValueError, "is_token_in_rank is None", buf.dispatch, x)
@@ -85,7 +85,7 @@ def check_low_latency_errors(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor
            cumulative_local_expert_recv_stats=torch.zeros(3, dtype=torch.int32), use_fp8=False)
     expect(ValueError, "async_finish and return_recv_hook are both True", ll, x, idx, 8, 4, use_fp8=False,
            async_finish=True, return_recv_hook=True)
-    expect(RuntimeError, "CPU-only", ll, torch.empty(3, 64, device="meta"), idx, 8, 4, use_fp8=False)
+    expect(RuntimeError, "takes CPU tensors", ll, torch.empty(3, 64, device="meta"), idx, 8, 4, use_fp8=False)
 
     recv_x, count, handle, _, _ = ll(x, idx, 8, 4, use_fp8=False)
     lc = buf.low_latency_combine

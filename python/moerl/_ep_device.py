@@ -1,0 +1,129 @@
+"""CUDA tensors in ``moerl.ep`` (issue 29): what a call given CUDA tensors does.
+
+The calls of ``Buffer`` (normal and low-latency) take CUDA tensors where moerl is built with
+CUDA and a device is visible. The tokens then travel **through host staging**: the call's
+CUDA tensors are copied to host memory, the expert plane moves them exactly as it moves CPU
+tensors (shared memory on one host, libfabric between hosts), and every returned tensor is
+copied to the inputs' device. The group's regions stay host memory on this path; the
+transport's device regions (CUDA IPC between ranks of a host, FI_HMEM on efa) are
+fabric/DEVICE_MEMORY.md, and ``Buffer.transport_report()`` names both (``tensor_path``,
+``peer_device_paths``).
+
+A CUDA tensor where that cannot work is an error naming why: a moerl built without CUDA, or
+no visible device. Tensors on other devices keep the argument checks' error
+(_ep_common._check_tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+
+from . import _moerl
+
+#: Buffer.transport_report()'s ``tensor_path`` for CUDA tensors.
+TENSOR_PATH_CUDA = "host_staging"
+
+
+def cuda_unavailable_reason() -> Optional[str]:
+    """None where CUDA tensors can be taken, else why not (for the caller's error)."""
+    if not getattr(_moerl, "cuda_build", False):
+        return (f"this moerl build (moerl {_moerl.__version__}) has no CUDA (built without nvcc or "
+                f"with MOERL_ENABLE_CUDA=OFF): it takes CPU tensors only")
+    if not torch.cuda.is_available():
+        return (f"moerl {_moerl.__version__} is built with CUDA, but no CUDA device is visible to "
+                f"this process (torch.cuda.is_available() is False)")
+    return None
+
+
+def _is_cuda(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda"
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    return t.cpu() if _is_cuda(t) else t
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t.to(device)
+
+
+def _first_cuda(value: Any, name: str) -> Optional[Tuple[str, torch.device]]:
+    """(argument name, device) of the first CUDA tensor in value (tensors, tuples, lists)."""
+    if isinstance(value, torch.Tensor):
+        return (name, value.device) if _is_cuda(value) else None
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            found = _first_cuda(item, f"{name}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """value with fn applied to every tensor inside tuples and lists; tuple subclasses (the
+    dispatch handles) keep their type and attributes, other objects pass through."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_tensors(v, fn) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        mapped = type(value)(_map_tensors(v, fn) for v in value)
+        if type(value) is not tuple:  # the low-latency handle's state rides as an attribute
+            mapped.__dict__.update(value.__dict__)
+        return mapped
+    return value
+
+
+def stage_call(method: Callable[..., Any], arguments: Dict[str, Any], inout: Tuple[str, ...],
+               device: torch.device, to_host: Callable[[torch.Tensor], torch.Tensor],
+               to_device: Callable[[torch.Tensor, torch.device], torch.Tensor]) -> Any:
+    """method(**arguments) with every tensor of the arguments put through to_host and every
+    tensor of the result through to_device. The arguments named in `inout` (``out``, the
+    receive statistics) are written by the call: their host copies are copied back into the
+    caller's tensors, and a result that is one of them is returned as the caller's tensor."""
+    host = {k: _map_tensors(v, to_host) for k, v in arguments.items()}
+    result = method(**host)
+    back: Dict[int, torch.Tensor] = {}  # id(host copy) -> the caller's tensor it stands for
+    for name in inout:
+        mine, theirs = host.get(name), arguments.get(name)
+        if isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor):
+            if mine is not theirs:
+                theirs.copy_(mine)
+            back[id(mine)] = theirs
+
+    def up(t: torch.Tensor) -> torch.Tensor:
+        return back[id(t)] if id(t) in back else to_device(t, device)
+
+    return _map_tensors(result, up)
+
+
+def takes_cuda_tensors(*inout: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorates a Buffer call whose arguments named in `inout` are written by it: CUDA
+    tensors among its arguments go through stage_call (or raise naming the argument and why
+    they cannot); calls without any run unchanged."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(method)
+
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(self, *args, **kwargs)
+            arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+            found = next((f for f in (_first_cuda(v, k) for k, v in arguments.items()) if f), None)
+            if found is None:
+                return method(self, *args, **kwargs)
+            name, device = found
+            reason = cuda_unavailable_reason()
+            if reason is not None:
+                raise RuntimeError(f"{method.__name__}: {name} is on {device}; {reason}")
+            self._saw_cuda_tensors = True
+            return stage_call(lambda **a: method(self, **a), arguments, inout, device,
+                              lambda t: _to_host(t), lambda t, d: _to_device(t, d))
+
+        return call
+
+    return wrap
