@@ -53,9 +53,7 @@ std::string trained_looking_bytes(const policy::model_config& model) {
   auto local = policy::make_local_expert_exchange();
   auto pol = policy::moe_policy::create(model, *local);
   EXPECT_TRUE(pol.ok());
-  std::mt19937_64 noise(4);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (auto& x : (*pol)->params()) x += nd(noise);
+  testing::perturb(**pol, 4);
   return (*pol)->serialize();
 }
 

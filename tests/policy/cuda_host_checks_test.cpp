@@ -67,20 +67,15 @@ TEST(policy_cuda_host_checks, device_policy_refuses_mismatched_exchanges_and_bad
   model_config cfg;
   auto two = make_inprocess_expert_group(2);
   auto three = make_inprocess_expert_group(3);
-  auto missing = cuda::moe_policy::create(cfg, *two[0], nullptr);
-  ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.err().code, errc::invalid_argument);
-  EXPECT_NE(missing.err().message.find("the device exchange is missing beside the rank's host "
-                                       "exchange (rank 0 of 2)"),
-            std::string::npos)
-      << missing.err().message;
-  auto other = cuda::moe_policy::create(cfg, *two[1], cuda::make_host_staged_exchange(*three[1]));
-  ASSERT_FALSE(other.ok());
-  EXPECT_EQ(other.err().code, errc::invalid_argument);
-  EXPECT_NE(other.err().message.find("of another group than the rank's host exchange (rank 1 of "
-                                     "2)"),
-            std::string::npos)
-      << other.err().message;
+  auto refused = [](const result<std::unique_ptr<cuda::moe_policy>>& r, const std::string& words) {
+    ASSERT_FALSE(r.ok()) << words;
+    EXPECT_EQ(r.err().code, errc::invalid_argument) << r.err().to_string();
+    EXPECT_NE(r.err().message.find(words), std::string::npos) << r.err().message;
+  };
+  refused(cuda::moe_policy::create(cfg, *two[0], nullptr),
+          "the device exchange is missing beside the rank's host exchange (rank 0 of 2)");
+  refused(cuda::moe_policy::create(cfg, *two[1], cuda::make_host_staged_exchange(*three[1])),
+          "of another group than the rank's host exchange (rank 1 of 2)");
   // Experts that do not split over the ranks: the CPU policy's check, before the device.
   auto uneven =
       cuda::moe_policy::create(cfg, *three[0], cuda::make_host_staged_exchange(*three[0]));
