@@ -15,6 +15,8 @@
 #   5. runs the expert plane on device memory with 2 and 4 processes on the one GPU through
 #      CUDA IPC, and moerl.ep.Buffer on CUDA tensors, normal and low-latency (issue 29's
 #      section, before the summary),
+#   6. (its own section below) the device expert-parallel group and trainer against the host
+#      ones, and a short `moerl up` with job.device=cuda beside job.device=cpu (issue 29),
 # and writes everything under $OUT (default ./gpu_check_out): summary.json, each test's
 # JSON and log, kernels_bench_cuda.json, learn_{cuda,cpu}.json, build logs. A skipped test
 # means the GPU was not visible to it: counted as failed. Exits non-zero if any step failed.
@@ -144,6 +146,71 @@ if [[ ${step_rc[build_ep_device]:-1} -eq 0 ]]; then
   fi
 fi
 # ---- end of issue 29's section ------------------------------------------------------------
+# ---- moerl up on the device (issue 29, job/ep_policy_group.h) -------------------------------
+# A short `moerl up --set job.device=cuda` (every rollout and trainer rank on the GPU, the
+# trainer group's all-reduce over NCCL, the expert exchange host-staged) and the same run with
+# job.device=cpu, one after the other (each is a whole local cluster of node processes). One
+# GPU: one trainer rank in all, trainer.group_size=1 and job.trainer_ep_ranks=1 (NCCL puts each
+# trainer rank on its own device); the rollout group keeps moerl up's default shape. The device run
+# must learn: its final 10-iteration mean reward clearly above reward_random (as the learn step
+# above). Figures: wall time and samples/s (samples trained / wall time) of each; up_{cuda,cpu}
+# .json and .log under $OUT, the comparison in summary.json's "up".
+# First the device group and trainer against the host ones (tests/job/ep_device_test.cpp; its
+# two-rank trainer test needs two GPUs and is left out on one).
+UP_ITERATIONS=200
+if [[ ${step_rc[build_moerl]:-1} -eq 0 ]]; then
+  run_step build_job_ep_device_test 120 ninja -C "$BUILD" -j"$JOBS" job_ep_device_test
+  if [[ ${step_rc[build_job_ep_device_test]} -eq 0 ]]; then
+    run_step job_ep_device_test 120 "$BUILD/tests/job_ep_device_test" --gtest_color=no \
+      --gtest_filter=-*two_device_ranks* --gtest_output=json:"$OUT/job_ep_device_test.json"
+    if grep -q "SKIPPED" "$OUT/job_ep_device_test.log"; then
+      step_rc[job_ep_device_test]=3
+      echo "gpu_check: job_ep_device_test was skipped (no GPU visible to it): failed (rc 3)"
+    fi
+  fi
+  for dev in cuda cpu; do
+    s=$(date +%s)
+    timeout 240 "$BUILD/bin/moerl" up --no-interrupt --iterations "$UP_ITERATIONS" \
+      --timeout 230 --run-dir "$OUT/up_runs_$dev" --report "$OUT/up_$dev.json" \
+      --set job.device=$dev --set trainer.group_size=1 --set job.trainer_ep_ranks=1 \
+      --set store.url="$OUT/up_store_$dev" >"$OUT/up_$dev.log" 2>&1
+    step_rc[up_$dev]=$?
+    step_s[up_$dev]=$(($(date +%s) - s))
+    echo "gpu_check: up_$dev rc=${step_rc[up_$dev]} (${step_s[up_$dev]} s)"
+  done
+  up_json=$(/usr/bin/python3 - "$OUT/up_cuda.json" "$OUT/up_cpu.json" <<'PY'
+import json, sys
+out = {}
+for path, dev in zip(sys.argv[1:], ["cuda", "cpu"]):
+    try:
+        r = json.load(open(path))
+        curve = [p["mean_reward"] for p in r["reward_curve"]]
+        last = curve[-10:]
+        trained = r.get("accounting", {}).get("trained", 0)
+        out[dev] = {"wall_s": r["wall_s"], "iterations": len(curve),
+                    "final_reward": sum(last) / max(1, len(last)),
+                    "reward_random": r["reward_random"], "reward_max": r["reward_max"],
+                    "samples_trained": trained,
+                    "samples_per_s": trained / r["wall_s"] if r["wall_s"] else None,
+                    "lost": r.get("accounting", {}).get("lost")}
+    except Exception as e:  # the run failed: its rc says so; record why the figures are missing
+        out[dev] = {"error": "no report figures: %s" % e}
+c = out.get("cuda", {})
+c["above_random"] = ("final_reward" in c and
+                     c["final_reward"] > c["reward_random"] + 0.25 * (c["reward_max"] - c["reward_random"]))
+if out.get("cpu", {}).get("samples_per_s") and c.get("samples_per_s"):
+    out["samples_per_s_cuda_over_cpu"] = c["samples_per_s"] / out["cpu"]["samples_per_s"]
+print(json.dumps(out))
+PY
+)
+  echo "gpu_check: up cuda rc=${step_rc[up_cuda]} cpu rc=${step_rc[up_cpu]}: $up_json"
+  if [[ ${step_rc[up_cuda]} -eq 0 ]] && ! grep -q '"above_random": true' <<<"$up_json"; then
+    step_rc[up_cuda]=5
+    echo "gpu_check: moerl up on the device did not learn: final reward not clearly above" \
+      "reward_random (rc 5)"
+  fi
+fi
+# ---- end of the moerl up section ------------------------------------------------------------
 
 overall=0
 {
@@ -154,7 +221,8 @@ overall=0
   first=1
   for name in gpu_visible configure build kernels_cuda_twins_test policy_cuda_twins_test \
     policy_cuda_host_checks_test policy_model_cuda_test fabric_nccl_smoke_test bench \
-    build_moerl learn_cuda learn_cpu "${ep_device_steps[@]}"; do
+    build_moerl learn_cuda learn_cpu "${ep_device_steps[@]}" build_job_ep_device_test \
+    job_ep_device_test up_cuda up_cpu; do
     [[ -v step_rc[$name] ]] || continue
     [[ ${step_rc[$name]} -ne 0 ]] && overall=1
     [[ $first -eq 1 ]] || echo ","
@@ -164,6 +232,7 @@ overall=0
   echo ""
   echo "  },"
   echo "  \"learn\": ${learn_json:-null},"
+  echo "  \"up\": ${up_json:-null},"
   echo "  \"ok\": $([[ $overall -eq 0 ]] && echo true || echo false)"
   echo "}"
 } >"$OUT/summary.json"

@@ -396,10 +396,13 @@ const std::vector<key_spec>& config_schema() {
        "grpo: GRPO on the MoE policy (job/); modpow: the deterministic test work of actors/",
        "grpo|modpow"},
       {"job.device", t::string, "cpu",
-       "where the policy's forward, backward, generation and Adam run; cuda runs `moerl learn` "
-       "(one process, every expert local) on a CUDA build with a visible device, and is refused "
-       "with the reason otherwise and by moerl up and node roles (the expert plane on device "
-       "memory and NCCL in the trainer group are missing: issue 29, job/device.h)",
+       "where the policy's forward, backward, generation and Adam run; cuda runs them on the "
+       "device (KV cache included) in `moerl learn` and in moerl up and node roles (every "
+       "rollout and trainer rank holds a device policy, the trainer group all-reduces and "
+       "broadcasts through NCCL; the expert exchange across ranks stages through host memory "
+       "until the expert plane takes device memory: job/ep_policy_group.h). Refused with the "
+       "reason without a CUDA build or a visible device, and for groups without NCCL or with "
+       "more trainer ranks on a host than devices (job/device.h)",
        "cpu|cuda"},
       {"job.store_prefix", t::string, "job",
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",

@@ -3,7 +3,7 @@
 #include <string>
 
 #ifdef MOERL_HAVE_CUDA
-#include "kernels/cuda/kernels_cuda.h"
+#include <cuda_runtime.h>
 #endif
 
 namespace moerl::job {
@@ -12,7 +12,12 @@ device_facts probe_device_facts() {
   device_facts f;
 #ifdef MOERL_HAVE_CUDA
   f.built_with_cuda = true;
-  f.device_visible = kernels::cuda::device_available();
+  int n = 0;  // a missing driver is an error here: no device
+  f.device_count = cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  f.device_visible = f.device_count > 0;
+#endif
+#ifdef MOERL_HAVE_NCCL
+  f.built_with_nccl = true;
 #endif
   return f;
 }
@@ -31,18 +36,34 @@ status check_job_device(const config& cfg, const device_facts& facts, device_sco
                  "job.device=cuda: no CUDA device visible (cudaGetDeviceCount found none or no "
                  "driver; check CUDA_VISIBLE_DEVICES and the NVIDIA driver) or use job.device=cpu"};
   if (scope == device_scope::single_process) return ok_status();
-  return error{errc::invalid_config,
-               "job.device=cuda: a group of processes cannot run the policy on the device yet "
-               "(issue 29): `moerl learn` runs it there (one process, every expert local: "
-               "policy/cuda/model_cuda.h), but moerl up and node roles also need the expert "
-               "plane on device memory (the expert exchange across processes moves host "
-               "buffers) and NCCL in the trainer group (its gradient all-reduce runs over host "
-               "memory; fabric/collectives.h's NCCL path for device buffers is not used there); "
-               "use job.device=cpu here, or moerl learn for the device path"};
+  if (!facts.built_with_nccl)
+    return error{errc::invalid_config,
+                 "job.device=cuda: a group of processes needs NCCL for the trainer group's dense "
+                 "all-reduce and broadcasts on the device, and this moerl was built without it "
+                 "(MOERL_HAVE_NCCL off: configure found no nccl.h/libnccl, or "
+                 "MOERL_ENABLE_NCCL=OFF); rebuild with NCCL, use moerl learn (one process), or "
+                 "job.device=cpu"};
+  return check_trainer_devices(cfg, static_cast<int>(cfg.get_int("job.trainer_ep_ranks")), facts);
 }
 
 status check_job_device(const config& cfg, device_scope scope) {
   return check_job_device(cfg, probe_device_facts(), scope);
+}
+
+status check_trainer_devices(const config& cfg, int nccl_ranks, const device_facts& facts) {
+  if (cfg.get_string("job.device") != "cuda" || nccl_ranks <= facts.device_count)
+    return ok_status();
+  return error{errc::invalid_config,
+               "job.device=cuda: " + std::to_string(nccl_ranks) +
+                   " trainer ranks on this host (trainer.group_size x job.trainer_ep_ranks) but " +
+                   std::to_string(facts.device_count) +
+                   " CUDA device(s) visible: NCCL puts every rank of the trainer group on its own "
+                   "device; lower trainer.group_size or job.trainer_ep_ranks, or use "
+                   "job.device=cpu"};
+}
+
+int device_of_rank(int global_rank, const device_facts& facts) {
+  return facts.device_count > 0 ? global_rank % facts.device_count : 0;
 }
 
 }  // namespace moerl::job

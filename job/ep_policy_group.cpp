@@ -5,6 +5,7 @@
 #include "fabric/bootstrap.h"
 #include "fabric/collectives.h"
 #include "job/fabric_expert_exchange.h"
+#include "job/internal/ep_device_rank.h"
 #include "job/param_slicing.h"
 #include "job/rank_threads.h"
 
@@ -31,12 +32,35 @@ struct ep_policy_group::impl {
   fabric_exchange_options options;
   policy::param_layout full_layout, rank_layout;
   bool dense_collectives = false;
+  bool on_device = false;  // job.device=cuda
   struct rank_state {
     std::unique_ptr<fabric_expert_exchange> exchange;
-    std::unique_ptr<policy::moe_policy> policy;
+    std::unique_ptr<policy::moe_policy> policy;  // job.device=cpu
+    std::unique_ptr<ep_device_rank> device;      // job.device=cuda
     std::unique_ptr<fabric::collective_group> dense;
     std::vector<float> init_params;  // the share initialised from policy.seed (version 0)
   };
+  // A rank's share into its policy (host or device); sizes checked by the caller.
+  status set_share(int rank, std::vector<float> params) {
+    auto& rs = ranks[rank];
+    if (rs.device) return rs.device->set_params(params);
+    rs.policy->params() = std::move(params);
+    return ok_status();
+  }
+  // A copy of a rank's share, on its own thread (a device rank's device is set there).
+  result<std::vector<float>> share_of(int rank) {
+    if (!on_device) return ranks[rank].policy->params();
+    std::vector<float> out;
+    auto st = threads->run([&](int r) -> status {
+      if (r != rank) return ok_status();
+      auto p = ranks[r].device->params_host();
+      if (!p) return p.err();
+      out = std::move(*p);
+      return ok_status();
+    });
+    if (!st) return st.err();
+    return out;
+  }
   std::vector<rank_state> ranks;  // [global rank]; only the local ones are set up
   int first_rank = 0, num_local = 0;
   std::unique_ptr<rank_threads> threads;
@@ -72,6 +96,7 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
   p->options = *opt;
   p->ranks.resize(shape.num_ranks);
   p->dense_collectives = shape.dense_collectives;
+  p->on_device = cfg.get_string("job.device") == "cuda";
   p->first_rank = shape.make_bootstrap ? shape.first_rank : 0;
   p->num_local =
       shape.make_bootstrap && shape.num_local_ranks > 0 ? shape.num_local_ranks : shape.num_ranks;
@@ -95,13 +120,26 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
     auto ex = make_fabric_expert_exchange(b, raw->options);
     if (!ex) return ex.err();
     rs.exchange = std::move(*ex);
-    auto pol = policy::moe_policy::create(raw->model, *rs.exchange);
-    if (!pol) return pol.err();
-    rs.policy = std::move(*pol);
-    rs.init_params = rs.policy->params();
+    if (raw->on_device) {
+      // Selects the rank's device on this thread first: the NCCL communicator below is
+      // created on the current device.
+      auto dev = ep_device_rank::create(raw->model, *rs.exchange, b.rank());
+      if (!dev) return dev.err();
+      rs.device = std::move(*dev);
+      auto init = rs.device->params_host();
+      if (!init) return init.err();
+      rs.init_params = std::move(*init);
+    } else {
+      auto pol = policy::moe_policy::create(raw->model, *rs.exchange);
+      if (!pol) return pol.err();
+      rs.policy = std::move(*pol);
+      rs.init_params = rs.policy->params();
+    }
     if (raw->dense_collectives) {
       fabric::collective_config cc;
       cc.op_timeout_ms = raw->options.op_timeout_ms;
+      // NCCL only for device buffers: a host job opens no communicator (and needs no device).
+      cc.use_nccl = raw->on_device;
       auto d =
           fabric::collective_group::create(raw->options.transport, b, fabric::all_members(b), cc);
       if (!d) return d.err();
@@ -111,6 +149,7 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
   };
   auto teardown = [raw](int rank) {
     raw->ranks[rank].dense.reset();
+    raw->ranks[rank].device.reset();
     raw->ranks[rank].policy.reset();
     raw->ranks[rank].exchange.reset();
   };
@@ -118,7 +157,13 @@ result<std::unique_ptr<ep_policy_group>> ep_policy_group::create(const config& c
       rank_threads::start(p->num_local, setup, teardown, p->first_rank, shape.make_bootstrap);
   if (!threads) return error{threads.err().code, "expert-parallel group: " + threads.err().message};
   p->threads = std::move(*threads);
-  p->rank_layout = p->ranks[p->first_rank].policy->layout();
+  if (!p->on_device) {
+    p->rank_layout = p->ranks[p->first_rank].policy->layout();
+  } else {  // the device policy's host mirror has this layout too (model_cuda.h)
+    auto host = policy::moe_policy::create(p->model, *p->ranks[p->first_rank].exchange);
+    if (!host) return host.err();
+    p->rank_layout = (*host)->layout();
+  }
   return std::unique_ptr<ep_policy_group>(new ep_policy_group(std::move(p)));
 }
 
@@ -132,19 +177,15 @@ status ep_policy_group::load(const std::string& bytes) {
   const int n = num_ranks();
   // Slicing touches only the rank's own policy, so the ranks do it in parallel.
   return impl_->threads->run([&](int rank) -> status {
-    auto& pol = *impl_->ranks[rank].policy;
-    auto share = slice_params(impl_->full_layout, *full, pol.layout(), rank, n);
+    auto share = slice_params(impl_->full_layout, *full, impl_->rank_layout, rank, n);
     if (!share) return share.err();
-    pol.params() = std::move(*share);
-    return ok_status();
+    return impl_->set_share(rank, std::move(*share));
   });
 }
 
 status ep_policy_group::reset_to_init() {
-  return impl_->threads->run([&](int rank) -> status {
-    impl_->ranks[rank].policy->params() = impl_->ranks[rank].init_params;
-    return ok_status();
-  });
+  return impl_->threads->run(
+      [&](int rank) -> status { return impl_->set_share(rank, impl_->ranks[rank].init_params); });
 }
 
 result<std::vector<policy::generation>> ep_policy_group::generate_parts(
@@ -175,7 +216,9 @@ result<std::vector<policy::generation>> ep_policy_group::generate_parts(
     std::vector<std::vector<policy::token_id>> rows(row_prompts.begin() + rr.first,
                                                     row_prompts.begin() + rr.first + rr.count);
     std::mt19937_64 rng(rank_sampling_seed(base_seed, rank));
-    auto g = impl_->ranks[rank].policy->generate(rows, max_new, temperature, rng);
+    auto& rs = impl_->ranks[rank];
+    auto g = rs.device ? rs.device->generate(rows, max_new, temperature, rng)
+                       : rs.policy->generate(rows, max_new, temperature, rng);
     if (!g) return g.err();
     parts[rank] = std::move(*g);
     return ok_status();
@@ -214,6 +257,7 @@ status ep_policy_group::run_on_ranks(const std::function<status(rank_context&)>&
     rank_context ctx;
     ctx.rank = rank;
     ctx.policy = impl_->ranks[rank].policy.get();
+    ctx.device = impl_->ranks[rank].device.get();
     ctx.dense = impl_->ranks[rank].dense.get();
     return fn(ctx);
   });
@@ -226,26 +270,34 @@ int ep_policy_group::num_local_ranks() const { return impl_->num_local; }
 const fabric::transport_description& ep_policy_group::expert_plane(int rank) const {
   return impl_->ranks[rank].exchange->describe();
 }
-const std::vector<float>& ep_policy_group::share(int rank) const {
-  return impl_->ranks.at(rank).policy->params();
+bool ep_policy_group::on_device() const { return impl_->on_device; }
+result<std::vector<float>> ep_policy_group::share(int rank) const {
+  if (rank < first_local_rank() || rank >= first_local_rank() + num_local_ranks())
+    return error{errc::invalid_argument, "rank " + std::to_string(rank) + " is not local"};
+  return impl_->share_of(rank);
 }
 status ep_policy_group::load_share(int rank, std::vector<float> params) {
   if (rank < first_local_rank() || rank >= first_local_rank() + num_local_ranks())
     return error{errc::invalid_argument, "rank " + std::to_string(rank) + " is not local"};
-  auto& p = impl_->ranks[rank].policy->params();
-  if (params.size() != p.size())
+  const size_t want = impl_->rank_layout.num_floats();
+  if (params.size() != want)
     return error{errc::malformed_message, "rank " + std::to_string(rank) + "'s share has " +
                                               std::to_string(params.size()) + " floats, not " +
-                                              std::to_string(p.size())};
-  p = std::move(params);
-  return ok_status();
+                                              std::to_string(want)};
+  if (!impl_->on_device) return impl_->set_share(rank, std::move(params));
+  return impl_->threads->run(
+      [&](int r) -> status { return r == rank ? impl_->set_share(r, params) : ok_status(); });
 }
 
 result<std::vector<float>> ep_policy_group::full_params() const {
   if (impl_->num_local != num_ranks())
     return error{errc::internal, "full_params: the group's ranks are not all in this process"};
   std::vector<std::vector<float>> shares;
-  for (const auto& r : impl_->ranks) shares.push_back(r.policy->params());
+  for (int r = 0; r < num_ranks(); ++r) {
+    auto sh = impl_->share_of(r);
+    if (!sh) return sh.err();
+    shares.push_back(std::move(*sh));
+  }
   return assemble_params(impl_->full_layout, impl_->rank_layout, shares);
 }
 

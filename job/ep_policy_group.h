@@ -8,6 +8,16 @@
 // expert): load() gives each rank its dense tensors and its experts' slices
 // (job/param_slicing.h).
 //
+// Device (job.device=cuda, job/device.h): each rank holds a policy::cuda::moe_policy instead
+// (job/internal/ep_device_rank.h), generation and the trainer's step run on its device, and
+// with dense collectives the trainer group's all-reduce and broadcasts go through NCCL on
+// device buffers (fabric/collectives.h memory_kind::cuda); job.device=cpu keeps the host
+// policy and the fabric ring collectives, unchanged. The expert exchange across ranks is the
+// host-memory expert plane with explicit host staging (device->host before dispatch,
+// host->device after combine: policy/cuda/device_expert_exchange.h): the interim path until
+// fabric/'s expert plane takes device memory, which plugs in at ep_device_rank.cpp's
+// make_rank_device_exchange. Host copies of the device path: ep_device_rank.h lists them.
+//
 // Threading: one owner thread calls the methods; each call runs on every rank and returns
 // when all are done. A failed call breaks the group (a peer may have timed out mid-step);
 // the owner recreates it.
@@ -32,6 +42,8 @@ class collective_group;
 }  // namespace moerl::fabric
 
 namespace moerl::job {
+
+class ep_device_rank;
 
 struct ep_group_shape {
   int num_ranks = 2;
@@ -101,13 +113,17 @@ class ep_policy_group {
       const std::vector<std::vector<policy::token_id>>& row_prompts, int max_new, float temperature,
       uint64_t base_seed);
 
-  // What a rank's work sees: its policy share and, with shape.dense_collectives, its
-  // dense collective group.
+  // What a rank's work sees: its policy share (the host policy, or with job.device=cuda the
+  // device rank instead: exactly one is set) and, with shape.dense_collectives, its dense
+  // collective group (NCCL-backed on the device).
   struct rank_context {
     int rank = 0;
     policy::moe_policy* policy = nullptr;
+    ep_device_rank* device = nullptr;
     fabric::collective_group* dense = nullptr;
   };
+  // Whether the ranks hold device policies (job.device=cuda).
+  bool on_device() const;
   // Runs fn on every rank thread at once (collective calls inside are fine).
   status run_on_ranks(const std::function<status(rank_context&)>& fn);
   // Every rank's share has this layout (dense tensors + num_experts / num_ranks experts).
@@ -118,7 +134,8 @@ class ep_policy_group {
   // The ranks this process holds, and one's share (owner thread, between calls).
   int first_local_rank() const;
   int num_local_ranks() const;
-  const std::vector<float>& share(int rank) const;
+  // A copy (device ranks: downloaded on the rank's thread).
+  result<std::vector<float>> share(int rank) const;
   // Replaces a local rank's share (owner thread, between calls): a checkpoint shard's load.
   status load_share(int rank, std::vector<float> params);
   // Which transport carries a local rank's expert plane to each peer ("same_process",

@@ -9,6 +9,7 @@
 #include "fabric/bootstrap.h"
 #include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
+#include "job/internal/ep_device_rank.h"
 #include "job/param_slicing.h"
 
 namespace moerl::job {
@@ -27,10 +28,45 @@ struct ep_trainer::impl {
   std::vector<std::pair<size_t, size_t>> dense;  // dense ranges of a rank's buffer
   size_t num_dense = 0;
   struct rank_state {
-    std::unique_ptr<policy::adam> opt;
+    std::unique_ptr<policy::adam> opt;  // job.device=cpu (a device rank holds its own)
     std::vector<float> grads, reduce_buf;
   };
   std::vector<rank_state> ranks;  // [global rank]; only this process's are used
+  // Each local rank's optimiser: host Adam without its own clipping (the step clips by the
+  // global norm first), or on a device rank the device Adam clipping by the global norm it is
+  // given (ep_device_rank::train_epoch).
+  status make_optimizers() {
+    if (!group->on_device()) {
+      policy::adam_config unclipped = adam;
+      unclipped.grad_clip = 0;
+      for (auto& r : ranks)
+        r.opt = std::make_unique<policy::adam>(unclipped, group->rank_layout().num_floats());
+      return ok_status();
+    }
+    return group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+      return ctx.device->make_optimizer(adam);
+    });
+  }
+  // A local rank's Adam moments (adam.h bytes), and back.
+  result<std::string> adam_of(int rank) const {
+    if (!group->on_device()) return ranks[rank].opt->serialize();
+    std::string out;
+    auto st = group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+      if (ctx.rank != rank) return ok_status();
+      auto b = ctx.device->adam_bytes();
+      if (!b) return b.err();
+      out = std::move(*b);
+      return ok_status();
+    });
+    if (!st) return st.err();
+    return out;
+  }
+  status load_adam_of(int rank, const std::string& bytes) {
+    if (!group->on_device()) return ranks[rank].opt->load(bytes);
+    return group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+      return ctx.rank == rank ? ctx.device->load_adam(bytes) : ok_status();
+    });
+  }
   // A group spanning processes (ep_trainer.h); member 0 sends, the others serve().
   bool spanning = false;
   ep_trainer_span span;
@@ -65,8 +101,8 @@ struct ep_trainer::impl {
   std::vector<nlohmann::json> answers;  // member 0: the last step's after_step answers
   result<ep_step_result> run_step(const std::vector<policy::sample>& samples,
                                   const std::vector<double>& advantages);
-  nlohmann::json local_shares() const;  // {rank: params.h bytes of its share}
-  nlohmann::json local_adam() const;    // {rank: adam.h bytes of its moments}
+  result<nlohmann::json> local_shares() const;  // {rank: params.h bytes of its share}
+  result<nlohmann::json> local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
   // Member 0 of a spanning group, right after a step: every rank's parameter share in one
   // round (the other members send theirs as the step's answer, with their checkpoint shard's
@@ -136,18 +172,23 @@ result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch
 
 }  // namespace
 
-nlohmann::json ep_trainer::impl::local_shares() const {
+result<nlohmann::json> ep_trainer::impl::local_shares() const {
   nlohmann::json out = nlohmann::json::object();
-  for (int r = first_local(); r < first_local() + num_local(); ++r)
-    out[std::to_string(r)] =
-        as_binary(policy::serialize_params(group->rank_layout(), group->share(r)));
+  for (int r = first_local(); r < first_local() + num_local(); ++r) {
+    auto share = group->share(r);
+    if (!share) return share.err();
+    out[std::to_string(r)] = as_binary(policy::serialize_params(group->rank_layout(), *share));
+  }
   return out;
 }
 
-nlohmann::json ep_trainer::impl::local_adam() const {
+result<nlohmann::json> ep_trainer::impl::local_adam() const {
   nlohmann::json out = nlohmann::json::object();
-  for (int r = first_local(); r < first_local() + num_local(); ++r)
-    out[std::to_string(r)] = as_binary(ranks[r].opt->serialize());
+  for (int r = first_local(); r < first_local() + num_local(); ++r) {
+    auto bytes = adam_of(r);
+    if (!bytes) return bytes.err();
+    out[std::to_string(r)] = as_binary(*bytes);
+  }
   return out;
 }
 
@@ -160,7 +201,7 @@ status ep_trainer::impl::load_local_adam(const std::string& bytes) {
     parts.push_back(std::move(*s));
   }
   for (int k = 0; k < num_local(); ++k)
-    if (auto st = ranks[first_local() + k].opt->load(parts[k]); !st) return st;
+    if (auto st = load_adam_of(first_local() + k, parts[k]); !st) return st;
   return ok_status();
 }
 
@@ -217,11 +258,7 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(
   p->dense = std::move(*d);
   for (const auto& r : p->dense) p->num_dense += r.second;
   p->ranks.resize(num_ranks);
-  // Adam without its own clipping: step() clips by the global norm first.
-  policy::adam_config unclipped = adam;
-  unclipped.grad_clip = 0;
-  for (auto& r : p->ranks)
-    r.opt = std::make_unique<policy::adam>(unclipped, p->group->rank_layout().num_floats());
+  if (auto st = p->make_optimizers(); !st) return st.err();
   return std::unique_ptr<ep_trainer>(new ep_trainer(std::move(p)));
 }
 
@@ -240,6 +277,7 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
     auto g = ep_policy_group::create(m.cfg, m.rank_model, m.shape);
     if (!g) return error{g.err().code, "rebuilding the broken trainer group: " + g.err().message};
     m.group = std::move(*g);
+    if (auto st = m.make_optimizers(); !st) return st.err();
     if (auto st = load(*params); !st) return st.err();
     if (auto st = load_adam(*moments); !st) return st.err();
   }
@@ -321,6 +359,16 @@ result<ep_step_result> ep_trainer::impl::run_step(const std::vector<policy::samp
     for (auto& a : adv) a *= share;  // see the header: the ranks' losses sum to the full mean
     policy::grpo_config g = m.grpo;
     g.kl_coef *= share;
+    if (ctx.device) {  // the same epochs on the device: ep_device_rank::train_epoch
+      for (int e = 0; e < m.grpo.epochs; ++e) {
+        auto r =
+            ctx.device->train_epoch(mine, adv, g, m.temperature, m.dense, m.num_dense, *ctx.dense);
+        if (!r) return r.err();
+        per_rank[ctx.rank].update = r->first;
+        per_rank[ctx.rank].grad_norm = r->second;
+      }
+      return ok_status();
+    }
     for (int e = 0; e < m.grpo.epochs; ++e) {
       auto u = policy::grpo_gradient(*ctx.policy, mine, adv, g, m.temperature, nullptr, &rs.grads);
       if (!u) return u.err();
@@ -464,9 +512,20 @@ result<std::vector<std::string>> ep_trainer::impl::exchange_shares_on_fabric() {
   auto st = group->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
     auto& mine = got[static_cast<size_t>(ctx.rank - first_local())];
     mine.assign(static_cast<size_t>(n), {});
-    const size_t count = group->share(ctx.rank).size();
+    if (ctx.device) {  // NCCL from each root's device parameters (ep_device_rank.h)
+      for (int root = 0; root < n; ++root) {
+        auto sh = ctx.device->broadcast_share(*ctx.dense, root);
+        if (!sh)
+          return error{sh.err().code, "parameter share of rank " + std::to_string(root) +
+                                          " over NCCL: " + sh.err().message};
+        mine[root] = std::move(*sh);
+      }
+      return ok_status();
+    }
+    const auto& own = ctx.policy->params();
+    const size_t count = own.size();
     for (int root = 0; root < n; ++root) {
-      mine[root] = root == ctx.rank ? group->share(ctx.rank) : std::vector<float>(count);
+      mine[root] = root == ctx.rank ? own : std::vector<float>(count);
       if (auto b = ctx.dense->broadcast(mine[root].data(), count * sizeof(float), root); !b)
         return error{b.err().code, "parameter share of rank " + std::to_string(root) +
                                        " over the fabric: " + b.err().message};
@@ -487,9 +546,11 @@ status ep_trainer::impl::broadcast_batch(std::string& bytes) {
     // bytes, so the first local rank's write is the one kept).
     if (ctx.rank != first_local()) {
       std::string scratch(bytes.size(), '\0');
-      return ctx.dense->broadcast(scratch.data(), scratch.size(), 0);
+      return ctx.device ? ctx.device->broadcast_bytes(*ctx.dense, scratch, 0)
+                        : ctx.dense->broadcast(scratch.data(), scratch.size(), 0);
     }
-    auto b = ctx.dense->broadcast(bytes.data(), bytes.size(), 0);
+    auto b = ctx.device ? ctx.device->broadcast_bytes(*ctx.dense, bytes, 0)
+                        : ctx.dense->broadcast(bytes.data(), bytes.size(), 0);
     if (!b) return error{b.err().code, "trainer group batch over the fabric: " + b.err().message};
     return ok_status();
   });
@@ -512,7 +573,9 @@ result<std::string> ep_trainer::serialize() const {
     bytes = m.gathered->params;  // the last step's answer round carried them
   } else {
     if (auto st = m.command({{"op", "params"}}); !st) return st.err();
-    auto all = m.round(m.local_shares(), m.op_timeout_ms);
+    auto mine = m.local_shares();
+    if (!mine) return mine.err();
+    auto all = m.round(*mine, m.op_timeout_ms);
     if (!all) return all.err();
     auto b = per_rank_bytes(*all, m.group->num_ranks());
     if (!b) return b.err();
@@ -539,11 +602,16 @@ result<std::string> ep_trainer::serialize_adam() const {
   impl& m = *impl_;
   std::vector<std::string> parts;
   if (!m.leads()) {
-    for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r)
-      parts.push_back(m.ranks[r].opt->serialize());
+    for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r) {
+      auto bytes = m.adam_of(r);
+      if (!bytes) return bytes.err();
+      parts.push_back(std::move(*bytes));
+    }
   } else {
     if (auto st = m.command({{"op", "adam"}}); !st) return st.err();
-    auto all = m.round(m.local_adam(), m.op_timeout_ms);
+    auto mine = m.local_adam();
+    if (!mine) return mine.err();
+    auto all = m.round(*mine, m.op_timeout_ms);
     if (!all) return all.err();
     auto bytes = per_rank_bytes(*all, m.group->num_ranks());
     if (!bytes) return bytes.err();
@@ -579,9 +647,13 @@ result<std::vector<state_part>> ep_trainer::local_state() const {
   const impl& m = *impl_;
   std::vector<state_part> out;
   for (int r = m.first_local(); r < m.first_local() + m.num_local(); ++r) {
-    out.push_back({rank_part(r, "params"),
-                   policy::serialize_params(m.group->rank_layout(), m.group->share(r))});
-    out.push_back({rank_part(r, "adam"), m.ranks[r].opt->serialize()});
+    auto share = m.group->share(r);
+    if (!share) return share.err();
+    auto adam = m.adam_of(r);
+    if (!adam) return adam.err();
+    out.push_back(
+        {rank_part(r, "params"), policy::serialize_params(m.group->rank_layout(), *share)});
+    out.push_back({rank_part(r, "adam"), std::move(*adam)});
   }
   return out;
 }
@@ -604,7 +676,7 @@ status ep_trainer::load_local_state(const std::vector<state_part>& parts) {
     auto share = policy::deserialize_params(*params, &m.group->rank_layout());
     if (!share) return error{share.err().code, rank_part(r, "params") + ": " + share.err().message};
     if (auto st = m.group->load_share(r, std::move(*share)); !st) return st;
-    if (auto st = m.ranks[r].opt->load(*adam); !st)
+    if (auto st = m.load_adam_of(r, *adam); !st)
       return error{st.err().code, rank_part(r, "adam") + ": " + st.err().message};
   }
   return ok_status();
@@ -684,7 +756,9 @@ status ep_trainer::serve(const ep_member_hooks& hooks) {
       if (!answer) return answer.err();
       if (!st) return st;
     } else if (op == "params" || op == "adam") {
-      auto all = m.round(op == "params" ? m.local_shares() : m.local_adam(), m.op_timeout_ms);
+      auto mine = op == "params" ? m.local_shares() : m.local_adam();
+      if (!mine) return mine.err();
+      auto all = m.round(*mine, m.op_timeout_ms);
       if (!all) return all.err();
     } else if (op == "load" || op == "load_adam") {
       if (!cmd.contains("bytes") || !cmd["bytes"].is_binary())

@@ -16,6 +16,12 @@
 // computed per forward, i.e. over each rank's tokens; each rank weighs it by 1 / num_ranks
 // (model aux_loss_coef / num_ranks), the usual micro-batch approximation.
 //
+// Device (job.device=cuda): each rank's forward, backward and Adam run on its device policy,
+// the packed dense gradients (and the expert squared norm) are all-reduced with NCCL on device
+// buffers, Adam clips by the global norm inside its update, and the step's batch and the
+// parameter shares cross by NCCL broadcasts (job/internal/ep_device_rank.h, which lists the
+// host copies). grpo.kl_coef > 0 is refused there as here.
+//
 // Threading: one owner thread (the trainer actor).
 #pragma once
 

@@ -65,6 +65,10 @@ struct job_setup {
   int rollout_members = 1;        // rollout.group_size: rollout node processes per model instance
   int generate_batch_groups = 1;  // rollout.generate_batch_groups
   int trainer_ep_ranks = 1;       // job.trainer_ep_ranks
+  // job.device=cuda: the rollout worker and the trainer always run an expert-parallel group
+  // (job/ep_policy_group.h: one of one rank holds every expert), whose ranks hold device
+  // policies; job.device=cpu keeps the single host policy for one rank.
+  bool on_device = false;
   std::string prefix;
   std::shared_ptr<store::object_store> store;
   // The weight plane (weights/): set by the runtime before any work is made; null, or
@@ -155,6 +159,7 @@ struct job_setup {
     s->prefix = cfg.get_string("job.store_prefix");
     s->rollout_ep_ranks = static_cast<int>(cfg.get_int("job.rollout_ep_ranks"));
     s->trainer_ep_ranks = static_cast<int>(cfg.get_int("job.trainer_ep_ranks"));
+    s->on_device = cfg.get_string("job.device") == "cuda";
     s->rollout_members = static_cast<int>(cfg.get_int("rollout.group_size"));
     s->generate_batch_groups = static_cast<int>(cfg.get_int("rollout.generate_batch_groups"));
     s->from_cache = cfg.get_bool("weights.from_cache");
@@ -177,6 +182,15 @@ struct job_setup {
                    "job.rollout_ep_ranks " + std::to_string(s->rollout_ep_ranks) +
                        " exceeds ledger.group_size " + std::to_string(s->grpo.group_size) +
                        " (every rank generates at least one row of a group)"};
+    if (s->on_device && s->guess_turns > 0)
+      return error{errc::invalid_config,
+                   "job.device=cuda: task 'guess' (multi-turn) runs its episodes on the host "
+                   "policy; use job.device=cpu for it"};
+    if (s->on_device && s->grpo.kl_coef > 0)
+      return error{errc::invalid_config,
+                   "job.device=cuda does not support grpo.kl_coef > 0 in moerl up and node roles "
+                   "yet (the trainer group's frozen reference would need its own device shares); "
+                   "use grpo.kl_coef=0, moerl learn, or job.device=cpu"};
     if (s->guess_turns > 0 && s->rollout_ep_ranks > 1)
       return error{errc::invalid_config,
                    "task 'guess' (multi-turn) runs on one rollout rank: job.rollout_ep_ranks must "
@@ -259,7 +273,7 @@ class policy_rollout final : public actors::rollout_work {
           s_->model.num_experts / int(group->num_members() * group->ranks_per_member()));
       return {};
     }
-    if (s_->rollout_ep_ranks > 1) return start_ep_group();
+    if (s_->rollout_ep_ranks > 1 || s_->on_device) return start_ep_group();
     exchange_ = policy::make_local_expert_exchange();
     auto p = policy::moe_policy::create(s_->model, *exchange_);
     if (!p) return p.err();
@@ -268,9 +282,9 @@ class policy_rollout final : public actors::rollout_work {
   }
 
   std::string name() const override {
-    return leader_                    ? "grpo-rollout-group"
-           : s_->rollout_ep_ranks > 1 ? "grpo-rollout-ep"
-                                      : "grpo-rollout";
+    return leader_                                     ? "grpo-rollout-group"
+           : s_->rollout_ep_ranks > 1 || s_->on_device ? "grpo-rollout-ep"
+                                                       : "grpo-rollout";
   }
 
   int64_t group_drain_by_unix_ms() const override {
@@ -612,7 +626,7 @@ class grpo_trainer final : public actors::trainer_step {
         s_->store, checkpoint_prefix(s_->prefix), 0, group ? group->num_members() : 1,
         static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), keep_every_,
         group ? group->abort_flag() : nullptr);
-    if (s_->trainer_ep_ranks > 1 || group) {
+    if (s_->trainer_ep_ranks > 1 || group || s_->on_device) {
       auto t = make_ep_trainer(s_, group);
       if (!t) return t.err();
       ep_ = std::move(*t);

@@ -158,8 +158,8 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
     // The coordinator would refuse these too, but only in its log: say it up front.
     if (auto st = console::check_http_console_config(*pre); !st)
       return error(errc::invalid_config, st.err().message);
-    // Every node would refuse job.device=cuda (job/device.h) and be restarted until
-    // cluster.max_restarts: refuse it once, before any node starts.
+    // Every node would refuse a job.device=cuda it cannot run (job/device.h) and be restarted
+    // until cluster.max_restarts: refuse it once, before any node starts.
     if (auto st = job::check_job_device(*pre); !st) return st.err();
     // A GRPO run's length is grpo.iterations unless --iterations says otherwise.
     o.iterations = a.iterations;
@@ -178,6 +178,14 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
                    "must be 1, not " +
                        std::to_string(trainer_members));
     default_batching(*pre, a.config_file, o.overrides);
+    {  // Every node runs on this host: the whole trainer group's NCCL ranks share its devices.
+      auto placed = config::load(a.config_file, o.overrides);
+      if (!placed) return error(errc::invalid_config, placed.err().message);
+      const int nccl_ranks =
+          static_cast<int>(trainer_members * placed->get_int("job.trainer_ep_ranks"));
+      if (auto st = job::check_trainer_devices(*placed, nccl_ranks, job::probe_device_facts()); !st)
+        return st.err();
+    }
     if (a.resume) {
       auto from = latest_resumable_run(*pre);
       if (!from) return error(from.err().code, "--resume: " + from.err().to_string());

@@ -69,14 +69,13 @@ adam::~adam() {
   if (sumsq_) cudaFree(sumsq_);
 }
 
-result<double> adam::step(cudaStream_t stream, float* params, const float* grads) {
-  const int64_t n = static_cast<int64_t>(n_);
-  STATUS_TRY(detail::check_ptr("adam::step", "params", params, n));
-  STATUS_TRY(detail::check_ptr("adam::step", "grads", grads, n));
+result<double> adam::squared_norm(cudaStream_t stream, const float* x, size_t count) {
+  const int64_t n = static_cast<int64_t>(count);
+  STATUS_TRY(detail::check_ptr("adam::squared_norm", "x", x, n));
   double sq = 0;
   if (n > 0) {
     const unsigned blocks = kernels::cuda::detail::blocks_for(n, kThreads, kMaxBlocks);
-    sumsq_partial<<<blocks, kThreads, 0, stream>>>(grads, n, sumsq_);
+    sumsq_partial<<<blocks, kThreads, 0, stream>>>(x, n, sumsq_);
     CUDA_CHECK_LAUNCH();
     sumsq_final<<<1, kThreads, 0, stream>>>(sumsq_, int(blocks), sumsq_ + kMaxBlocks);
     CUDA_CHECK_LAUNCH();
@@ -84,7 +83,22 @@ result<double> adam::step(cudaStream_t stream, float* params, const float* grads
         cudaMemcpyAsync(&sq, sumsq_ + kMaxBlocks, sizeof sq, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+  return sq;
+}
+
+result<double> adam::step(cudaStream_t stream, float* params, const float* grads) {
+  STATUS_TRY(detail::check_ptr("adam::step", "params", params, int64_t(n_)));
+  STATUS_TRY(detail::check_ptr("adam::step", "grads", grads, int64_t(n_)));
+  ASSIGN_OR_RETURN(double sq, squared_norm(stream, grads, n_));
   const double norm = std::sqrt(sq);
+  STATUS_TRY(step_with_norm(stream, params, grads, norm));
+  return norm;
+}
+
+status adam::step_with_norm(cudaStream_t stream, float* params, const float* grads, double norm) {
+  const int64_t n = static_cast<int64_t>(n_);
+  STATUS_TRY(detail::check_ptr("adam::step", "params", params, n));
+  STATUS_TRY(detail::check_ptr("adam::step", "grads", grads, n));
   if (!std::isfinite(norm))
     return error{errc::invalid_argument, "adam: gradient is not finite; step skipped"};
   ++t_;
@@ -95,7 +109,7 @@ result<double> adam::step(cudaStream_t stream, float* params, const float* grads
         c, grads, n, m_, v_, params);
     CUDA_CHECK_LAUNCH();
   }
-  return norm;
+  return ok_status();
 }
 
 result<std::string> adam::serialize(cudaStream_t stream) const {

@@ -37,6 +37,13 @@ class adam {
   // is not finite (the step is skipped: parameters, moments and the step count untouched).
   // Not safe to call concurrently on one optimiser.
   result<double> step(cudaStream_t stream, float* params, const float* grads);
+  // The same step when the gradient's global norm is known (an expert-parallel trainer rank:
+  // job/ep_trainer.h reduces it over the group): clipping and the non-finite check use `norm`
+  // in place of this gradient's own norm.
+  status step_with_norm(cudaStream_t stream, float* params, const float* grads, double norm);
+  // sum of x[i]^2 over n device floats, in double, in step()'s fixed tree order (synchronises
+  // `stream`; uses this optimiser's scratch, so not concurrently with its steps).
+  result<double> squared_norm(cudaStream_t stream, const float* x, size_t n);
   int64_t num_steps() const { return t_; }
   size_t num_params() const { return n_; }
   const adam_config& cfg() const { return cfg_; }

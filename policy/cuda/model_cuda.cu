@@ -7,22 +7,32 @@
 
 namespace moerl::policy::cuda {
 
-result<std::unique_ptr<moe_policy>> moe_policy::create(const model_config& cfg,
-                                                       int num_expert_ranks) {
-  if (num_expert_ranks != 1)
-    return error{
-        errc::invalid_config,
-        "the device policy holds every expert in one process: " + std::to_string(num_expert_ranks) +
-            " expert-parallel ranks need the expert plane on device memory, which is not "
-            "built yet (issue 29); use 1 rank or job.device=cpu"};
+result<std::unique_ptr<moe_policy>> moe_policy::create(const model_config& cfg) {
   std::unique_ptr<moe_policy> m(new moe_policy());
-  STATUS_TRY(m->init(cfg));
+  m->host_exchange_ = make_local_expert_exchange();
+  STATUS_TRY(m->init(cfg, *m->host_exchange_));
   return result<std::unique_ptr<moe_policy>>(std::move(m));
 }
 
-status moe_policy::init(const model_config& cfg) {
-  host_exchange_ = make_local_expert_exchange();
-  ASSIGN_OR_RETURN(host_, policy::moe_policy::create(cfg, *host_exchange_));
+result<std::unique_ptr<moe_policy>> moe_policy::create(
+    const model_config& cfg, expert_exchange& rank_exchange,
+    std::unique_ptr<device_expert_exchange> device_exchange) {
+  if (!device_exchange || device_exchange->num_ranks() != rank_exchange.num_ranks() ||
+      device_exchange->rank() != rank_exchange.rank())
+    return error{errc::invalid_argument,
+                 "device policy of an expert-parallel rank: the device exchange is " +
+                     std::string(device_exchange ? "of another group than" : "missing beside") +
+                     " the rank's host exchange (rank " + std::to_string(rank_exchange.rank()) +
+                     " of " + std::to_string(rank_exchange.num_ranks()) + ")"};
+  std::unique_ptr<moe_policy> m(new moe_policy());
+  m->device_exchange_ = std::move(device_exchange);
+  STATUS_TRY(m->init(cfg, rank_exchange));
+  return result<std::unique_ptr<moe_policy>>(std::move(m));
+}
+
+status moe_policy::init(const model_config& cfg, expert_exchange& layout_exchange) {
+  // The host mirror: this rank's layout (every expert, or its share) and initial values.
+  ASSIGN_OR_RETURN(host_, policy::moe_policy::create(cfg, layout_exchange));
   // A blocking stream (not cudaStreamNonBlocking): work its users put on the legacy default
   // stream (cuda::adam::create's cudaMemset of the moments, a test's cudaMemcpy) is ordered
   // before what this stream runs next, with no explicit synchronisation.
@@ -39,7 +49,7 @@ status moe_policy::init(const model_config& cfg) {
                    offset_of(pre + "attn.wo"), offset_of(pre + "norm2"),
                    offset_of(pre + "moe.router"), offset_of(pre + "moe.w_gate_up"),
                    offset_of(pre + "moe.w_down")});
-    moe_.emplace_back(s);
+    moe_.emplace_back(s, device_exchange_.get());
   }
   return ok_status();
 }
@@ -65,6 +75,14 @@ result<std::vector<float>> moe_policy::params_host() const {
   std::vector<float> h;
   STATUS_TRY(params_.download(&h, stream_));
   return h;
+}
+
+status moe_policy::params_from_host(const std::vector<float>& params) {
+  if (params.size() != num_params())
+    return error{errc::invalid_argument, "device policy: " + std::to_string(params.size()) +
+                                             " parameters given, the layout holds " +
+                                             std::to_string(num_params())};
+  return params_.upload(params, stream_);
 }
 
 status moe_policy::copy_params_from(const moe_policy& other) {

@@ -1,8 +1,11 @@
 // The MoE policy (policy/model.h) with its parameters, gradients, activations and KV cache in
-// device memory, for one process that holds every expert (a single expert-parallel rank):
-// forward (training, with mask), backward and generation through the CUDA twins of
-// policy/cuda (dense ops) and kernels/cuda (the MoE primitives, cuBLAS GEMMs); the optimiser
-// is policy/cuda/adam_cuda.h over params_device() and a device gradient.
+// device memory: forward (training, with mask), backward and generation through the CUDA twins
+// of policy/cuda (dense ops) and kernels/cuda (the MoE primitives, cuBLAS GEMMs); the optimiser
+// is policy/cuda/adam_cuda.h over params_device() and a device gradient. Either one rank that
+// holds every expert (`moerl learn`), or one rank of an expert-parallel group holding its
+// experts only (job/ep_policy_group.h), whose MoE layers reach the others through a
+// device_expert_exchange (device_expert_exchange.h; today host-staged over the host expert
+// plane) exactly as the CPU policy's do through its expert_exchange.
 //
 // How it shares model.cpp's logic rather than copying it (the choice, and why):
 //   - Layout and initialisation: create() builds a host policy::moe_policy from the same
@@ -42,6 +45,7 @@
 
 #include "common/error.h"
 #include "policy/cuda/device_buffer.h"
+#include "policy/cuda/device_expert_exchange.h"
 #include "policy/cuda/moe_layer_cuda.h"
 #include "policy/expert_exchange.h"
 #include "policy/model.h"
@@ -68,17 +72,24 @@ struct forward_state {
 
 class moe_policy {
  public:
-  // num_expert_ranks: the expert-parallel group size the caller wants; anything but 1 is
-  // refused (errc::invalid_config naming it: the expert plane on device memory is missing).
-  // errc::cuda_error naming the call when the device cannot be used.
-  static result<std::unique_ptr<moe_policy>> create(const model_config& cfg,
-                                                    int num_expert_ranks = 1);
+  // One rank holding every expert. errc::cuda_error naming the call when the device cannot be
+  // used; a bad config is the CPU policy's error (its key named).
+  static result<std::unique_ptr<moe_policy>> create(const model_config& cfg);
+  // One rank of an expert-parallel group: rank_exchange (the host exchange of this rank; its
+  // num_ranks() sets the layout: the dense tensors and this rank's experts, as the CPU
+  // policy's; kept, not owned: it outlives the policy) and device_exchange (what the MoE
+  // layers call, over the same group; owned). errc::invalid_argument when device_exchange is
+  // null or not the same rank of the same group size, before any device call.
+  static result<std::unique_ptr<moe_policy>> create(
+      const model_config& cfg, expert_exchange& rank_exchange,
+      std::unique_ptr<device_expert_exchange> device_exchange);
   ~moe_policy();
   moe_policy(const moe_policy&) = delete;
   moe_policy& operator=(const moe_policy&) = delete;
 
   const model_config& cfg() const { return host_->cfg(); }
   const param_layout& layout() const { return host_->layout(); }
+  int num_expert_ranks() const { return device_exchange_ ? device_exchange_->num_ranks() : 1; }
   size_t num_params() const { return layout().num_floats(); }
   cudaStream_t stream() const { return stream_; }
   float* params_device() { return params_.get(); }
@@ -86,6 +97,9 @@ class moe_policy {
 
   // The parameters copied to the host (synchronises the stream).
   result<std::vector<float>> params_host() const;
+  // The parameters from the host (num_params() floats, else errc::invalid_argument; synchronises
+  // the stream): a published version's or a checkpoint's share.
+  status params_from_host(const std::vector<float>& params);
   // Device-to-device copy of another device policy's parameters (same layout).
   status copy_params_from(const moe_policy& other);
   // policy/params.h bytes of the current parameters (copied to the host), and their hash.
@@ -101,6 +115,8 @@ class moe_policy {
   status backward(forward_state& st, const std::vector<float>& dlogits,
                   device_buffer<float>* grads);
   // As policy::moe_policy::generate, KV cache on the device, sampling on the host (above).
+  // A rank of a group keeps stepping until max_new when its own rows are done (the exchange
+  // is collective), as the CPU policy does.
   result<generation> generate(const std::vector<std::vector<token_id>>& prompts, int max_new,
                               float temperature, std::mt19937_64& rng);
 
@@ -109,12 +125,13 @@ class moe_policy {
     size_t norm1, wqkv, wo, norm2, router, w_gate_up, w_down;
   };
   moe_policy() = default;
-  status init(const model_config& cfg);
+  status init(const model_config& cfg, expert_exchange& layout_exchange);
   const float* p(size_t off) const { return params_.get() + off; }
   moe_weights moe_weights_of(int layer) const;
   size_t offset_of(const std::string& name) const;
 
-  std::unique_ptr<expert_exchange> host_exchange_;
+  std::unique_ptr<expert_exchange> host_exchange_;           // one rank: the host mirror's own
+  std::unique_ptr<device_expert_exchange> device_exchange_;  // a rank of a group
   // The host mirror: layout, initial values, serialize/load (see above). Its parameters are
   // stale between serialize() calls.
   std::unique_ptr<policy::moe_policy> host_;

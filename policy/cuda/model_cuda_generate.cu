@@ -63,7 +63,7 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
       STATUS_TRY(add_inplace(s, x.get(), proj.get(), B * d));
       STATUS_TRY(rmsnorm_forward(s, x.get(), p(lo.norm2), B, d, h.get(), inv.get()));
       STATUS_TRY(moe_[l].forward(s, moe_weights_of(l), h.get(), active_dev.get(), B, &scratch,
-                                 y.get(), aux.get()));
+                                 y.get(), aux.get(), exchange_mode::low_latency));
       STATUS_TRY(add_inplace(s, x.get(), y.get(), B * d));
     }
     if (pos + 1 < P) continue;  // still reading the prompt
@@ -71,9 +71,11 @@ result<generation> moe_policy::generate(const std::vector<std::vector<token_id>>
     STATUS_TRY(linear_forward(s, h.get(), p(head_), B, d, num_vocab, logits.get()));
     // The step's one activation copy to the host: sampling draws from the caller's rng.
     STATUS_TRY(logits.download(&logits_host, s));
-    // One process holds every expert: nothing else steps with us, so stop when all rows end.
-    if (!policy::detail::sample_step(logits_host.data(), B, temperature, max_new, rng, active, out))
-      break;
+    const bool any =
+        policy::detail::sample_step(logits_host.data(), B, temperature, max_new, rng, active, out);
+    // With several ranks every rank keeps stepping (the exchange is collective, and other
+    // ranks may still have live rows); alone, stop as soon as every row is done.
+    if (!any && num_expert_ranks() == 1) break;
   }
   return out;
 }

@@ -1,10 +1,15 @@
-// The policy's MoE layer on the device for one process that holds every expert (a single
-// expert-parallel rank): policy/moe_layer.h's forward and backward with the exchange replaced
-// by kernels/cuda's dispatch layout, permute and combine on one device. The expert-major rows
-// get_dispatch_layout makes (expert, then token, then k) are the rows the one-rank exchange
-// delivers (policy/expert_exchange.h's row order), so both layers feed the expert FFN the
-// same rows in the same order. Several ranks (experts on other processes) need the expert
-// plane on device memory, which does not exist yet: model_cuda.h refuses them.
+// The policy's MoE layer on the device: policy/moe_layer.h's forward and backward. Two ways to
+// reach the experts:
+//   - one rank holding every expert (no exchange given): the exchange is replaced by
+//     kernels/cuda's dispatch layout, permute and combine on one device. The expert-major rows
+//     get_dispatch_layout makes (expert, then token, then k) are the rows the one-rank exchange
+//     delivers (policy/expert_exchange.h's row order), so both layers feed the expert FFN the
+//     same rows in the same order.
+//   - several ranks (a device_expert_exchange given, device_expert_exchange.h): the CPU
+//     layer's sequence exactly (dispatch, grouped FFN on this rank's experts, combine;
+//     backward dispatch_cached, a one-term combine_backward per received row,
+//     dispatch_backward), each step the CUDA twin of the CPU's, with the exchange's calls in
+//     the same order (its collective contract).
 //
 // Host round trip: the grouped expert FFN sizes its per-expert cuBLAS GEMMs on the host
 // (kernels_cuda.h: expert_offset is a host array), so forward copies the E + 1 row offsets
@@ -17,6 +22,7 @@
 
 #include "common/error.h"
 #include "policy/cuda/device_buffer.h"
+#include "policy/cuda/device_expert_exchange.h"
 #include "policy/moe_layer.h"
 
 namespace moerl::policy::cuda {
@@ -39,23 +45,54 @@ struct moe_acts {
   // Scratch of get_dispatch_layout's other outputs, kept to reuse the allocation.
   device_buffer<int64_t> offset_dev, per_expert_dev, per_rank_dev;
   device_buffer<uint8_t> in_rank_dev;
+  // Several ranks only: the exchange's handle (host), its received rows' routing weights on
+  // the device, and the identity row map backward's one-term combine_backward takes.
+  exchange_handle handle;
+  device_buffer<float> recv_weights;   // [rows]
+  device_buffer<int64_t> own_row;      // [rows] 0, 1, ...
+  std::vector<int64_t> topk_idx_host;  // [n, k] (tokens_per_expert counts it)
 };
 
 class moe_layer {
  public:
-  explicit moe_layer(const moe_shape& shape) : shape_(shape) {}
+  // exchange null: this rank holds every expert. Otherwise it holds num_experts /
+  // exchange->num_ranks() of them and reaches the rest through *exchange (kept, not owned).
+  explicit moe_layer(const moe_shape& shape, device_expert_exchange* exchange = nullptr)
+      : shape_(shape), exchange_(exchange) {}
   const moe_shape& shape() const { return shape_; }
+  int num_local_experts() const {
+    return exchange_ ? shape_.num_experts / exchange_->num_ranks() : shape_.num_experts;
+  }
 
   // x [n, hidden] -> y [n, hidden]; token_mask [n] device (nullptr: all real). aux_loss: one
   // device float, the layer's load-balance loss (coefficient applied; 0 when it is off).
+  // mode: which of the exchange's modes (training and prefill normal, decode low_latency, as
+  // the CPU policy); unused by one rank.
   status forward(cudaStream_t stream, const moe_weights& w, const float* x,
-                 const uint8_t* token_mask, int64_t n, moe_acts* st, float* y, float* aux_loss);
+                 const uint8_t* token_mask, int64_t n, moe_acts* st, float* y, float* aux_loss,
+                 exchange_mode mode = exchange_mode::normal);
   // dy [n, hidden] -> dx [n, hidden] (overwritten); weight gradients accumulate into g.
   status backward(cudaStream_t stream, const moe_weights& w, const float* x, const moe_acts& st,
-                  const float* dy, float* dx, const moe_grads& g);
+                  const float* dy, float* dx, const moe_grads& g,
+                  exchange_mode mode = exchange_mode::normal);
 
  private:
+  // Router GEMM and routing into st's scores, topk_idx and topk_weights (both ways).
+  status route(cudaStream_t stream, const moe_weights& w, const float* x, const uint8_t* token_mask,
+               int64_t n, moe_acts* st);
+  // From the routing to the expert rows and y: one rank (kernels) or the exchange.
+  status experts_local(cudaStream_t stream, const moe_weights& w, const float* x, int64_t n,
+                       moe_acts* st, float* y);
+  status experts_exchanged(cudaStream_t stream, const moe_weights& w, const float* x, int64_t n,
+                           exchange_mode mode, moe_acts* st, float* y);
+  // Backward from dy to dx (overwritten) and grad_topk_w [n, k] through the experts.
+  status experts_local_backward(cudaStream_t stream, const moe_weights& w, const moe_acts& st,
+                                const float* dy, float* dx, float* grad_topk_w, const moe_grads& g);
+  status experts_exchanged_backward(cudaStream_t stream, const moe_weights& w, const moe_acts& st,
+                                    const float* dy, exchange_mode mode, float* dx,
+                                    float* grad_topk_w, const moe_grads& g);
   moe_shape shape_;
+  device_expert_exchange* exchange_ = nullptr;
 };
 
 }  // namespace moerl::policy::cuda

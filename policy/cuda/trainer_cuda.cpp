@@ -33,6 +33,13 @@ struct policy_traits<cuda::moe_policy> {
 
 namespace moerl::policy::cuda {
 
+result<update_stats> grpo_gradient(moe_policy& policy, const std::vector<sample>& samples,
+                                   const std::vector<double>& advantages, const grpo_config& cfg,
+                                   float temperature, moe_policy* ref,
+                                   device_buffer<float>* grads) {
+  return detail::grpo_gradient_t(policy, samples, advantages, cfg, temperature, ref, grads);
+}
+
 result<std::vector<iteration_stats>> train_single_process(
     moe_policy& policy, const task& t, const reward_model& rm, const train_config& cfg,
     const std::function<bool(const iteration_stats&)>& on_iteration) {

@@ -27,6 +27,13 @@ inline config node_config() {
   return *cfg;
 }
 
+// Moves a policy off its start as training would: N(0, 0.3) noise on every parameter.
+inline void perturb(policy::moe_policy& pol, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  for (auto& x : pol.params()) x += nd(rng);
+}
+
 // One GRPO batch: 4 groups of 4 rollouts of the sort task by `model`'s initial policy,
 // scored by the verifier, with their group advantages.
 struct training_batch {

@@ -29,9 +29,7 @@ using testing::node_config;
 std::unique_ptr<policy::moe_policy> trained_looking_policy(policy::expert_exchange& ex) {
   auto p = policy::moe_policy::create(small_model(), ex);
   EXPECT_TRUE(p.ok());
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (auto& x : (*p)->params()) x += nd(rng);
+  testing::perturb(**p, 3);
   return std::move(*p);
 }
 

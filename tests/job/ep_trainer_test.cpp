@@ -71,9 +71,7 @@ TEST(ep_trainer, a_step_on_two_ranks_gives_the_single_rank_parameters) {
   auto local = policy::make_local_expert_exchange();
   auto single = policy::moe_policy::create(model, *local);
   ASSERT_TRUE(single.ok());
-  std::mt19937_64 noise(4);
-  std::normal_distribution<float> nd(0.0f, 0.3f);
-  for (auto& x : (*single)->params()) x += nd(noise);
+  testing::perturb(**single, 4);
 
   auto ep = ep_trainer::create(node_config(), model, grpo, adam_cfg(), 1.0f, 2, 32);
   ASSERT_TRUE(ep.ok()) << ep.err().to_string();

@@ -11,7 +11,9 @@
 #include "policy/adam.h"
 #include "policy/cuda/adam_cuda.h"
 #include "policy/cuda/dense_ops_cuda.h"
+#include "policy/cuda/device_expert_exchange.h"
 #include "policy/cuda/model_cuda.h"
+#include "policy/expert_exchange.h"
 
 namespace moerl::policy {
 namespace {
@@ -58,18 +60,27 @@ TEST(policy_cuda_host_checks, bad_shapes_are_refused_on_the_host_naming_function
   expect_refused(cuda::add_inplace(nullptr, none, none, -3), "cuda::add_inplace: n = -3");
 }
 
-// The device policy refuses what it does not support before it touches a device, naming it:
-// several expert-parallel ranks (the expert plane on device memory is missing) and a bad
-// config (the CPU policy's own check, with its key).
-TEST(policy_cuda_host_checks, device_policy_refuses_several_expert_ranks_and_bad_configs) {
+// The device policy refuses what it cannot build before it touches a device, naming it: an
+// expert-parallel rank without a device exchange or with one of another group, and a bad config
+// (the CPU policy's own check, with its key).
+TEST(policy_cuda_host_checks, device_policy_refuses_mismatched_exchanges_and_bad_configs) {
   model_config cfg;
-  auto two = cuda::moe_policy::create(cfg, 2);
-  ASSERT_FALSE(two.ok());
-  EXPECT_EQ(two.err().code, errc::invalid_config);
-  EXPECT_NE(two.err().message.find("2 expert-parallel ranks need the expert plane on device "
-                                   "memory"),
-            std::string::npos)
-      << two.err().message;
+  auto two = make_inprocess_expert_group(2);
+  auto three = make_inprocess_expert_group(3);
+  auto refused = [](const result<std::unique_ptr<cuda::moe_policy>>& r, const std::string& words) {
+    ASSERT_FALSE(r.ok()) << words;
+    EXPECT_EQ(r.err().code, errc::invalid_argument) << r.err().to_string();
+    EXPECT_NE(r.err().message.find(words), std::string::npos) << r.err().message;
+  };
+  refused(cuda::moe_policy::create(cfg, *two[0], nullptr),
+          "the device exchange is missing beside the rank's host exchange (rank 0 of 2)");
+  refused(cuda::moe_policy::create(cfg, *two[1], cuda::make_host_staged_exchange(*three[1])),
+          "of another group than the rank's host exchange (rank 1 of 2)");
+  // Experts that do not split over the ranks: the CPU policy's check, before the device.
+  auto uneven =
+      cuda::moe_policy::create(cfg, *three[0], cuda::make_host_staged_exchange(*three[0]));
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.err().code, errc::cuda_error) << uneven.err().to_string();
   cfg.num_heads = 5;  // does not divide d_model 64
   auto bad = cuda::moe_policy::create(cfg);
   ASSERT_FALSE(bad.ok());

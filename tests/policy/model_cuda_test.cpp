@@ -4,6 +4,8 @@
 // argument refusals. Runs where a GPU is visible; elsewhere skipped with a message saying so
 // (its host-side refusals are cuda_host_checks_test.cpp's, which runs everywhere). NOT YET RUN
 // ON A GPU when written (no device on the build machine): bench/gpu_check.sh runs it.
+// The expert-parallel rank (two ranks over an in-process group, the device policies' exchange
+// host-staged: device_expert_exchange.h) is held to the CPU policy's rank the same way.
 //
 // Tolerances (expect_close: |gpu - cpu| <= rtol * (|cpu| + max|cpu|)), and why:
 //   - initial and loaded parameters: exact (copies, and the CPU policy made them).
@@ -21,6 +23,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "policy/adam.h"
@@ -191,6 +194,87 @@ TEST(policy_model_cuda, bad_arguments_are_refused_with_the_cpu_policys_messages)
   gen_same({{tok_bos, tok_equals}, {tok_bos}}, 4, 1.0f);
   gen_same({{tok_bos, tok_equals}}, 15, 1.0f);
   gen_same({{tok_bos, tok_equals}}, 4, 0.0f);
+}
+
+// Runs fn(rank) on one thread per rank (the exchanges are collective) and joins them.
+template <class Fn>
+void on_ranks(int n, Fn fn) {
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; ++r) t.emplace_back([&fn, r] { fn(r); });
+  for (auto& th : t) th.join();
+}
+
+// Two expert-parallel ranks: each device rank (its experts only, the others' through the
+// host-staged exchange) against the CPU rank over the same kind of group: the same layout and
+// initial bytes, forward logits, gradients after backward, and a generation from one seed.
+TEST(policy_model_cuda, an_expert_parallel_rank_matches_the_cpu_policys_rank) {
+  REQUIRE_GPU();
+  constexpr int kRanks = 2;
+  auto cpu_group = make_inprocess_expert_group(kRanks);
+  auto gpu_group = make_inprocess_expert_group(kRanks);
+  std::vector<std::unique_ptr<moe_policy>> cpu(kRanks);
+  std::vector<std::unique_ptr<cuda::moe_policy>> gpu(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    auto c = moe_policy::create(small_config(), *cpu_group[r]);
+    ASSERT_TRUE(c.ok()) << c.err().to_string();
+    cpu[r] = std::move(*c);
+    auto g = cuda::moe_policy::create(small_config(), *gpu_group[r],
+                                      cuda::make_host_staged_exchange(*gpu_group[r]));
+    ASSERT_TRUE(g.ok()) << g.err().to_string();
+    gpu[r] = std::move(*g);
+    EXPECT_EQ(gpu[r]->num_expert_ranks(), kRanks);
+    ASSERT_TRUE(gpu[r]->layout() == cpu[r]->layout()) << r;
+    auto bytes = gpu[r]->serialize();
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_TRUE(*bytes == cpu[r]->serialize()) << r;
+  }
+  batch in;
+  const auto dlogits = random_floats(size_t(in.b * in.t * num_vocab), 21);
+  std::vector<std::string> failures(kRanks);
+  std::vector<std::vector<float>> cpu_logits(kRanks), gpu_logits(kRanks), cpu_grads(kRanks),
+      gpu_grads(kRanks);
+  // The CPU group first, then the device group: each is a collective of its own.
+  on_ranks(kRanks, [&](int r) {
+    forward_state st;
+    auto f = cpu[r]->forward(in.tokens, in.b, in.t, &st, in.mask);
+    if (f.ok()) f = cpu[r]->backward(st, dlogits, &cpu_grads[r]);
+    if (!f.ok()) failures[r] = "cpu: " + f.err().to_string();
+    cpu_logits[r] = st.logits;
+  });
+  on_ranks(kRanks, [&](int r) {
+    cuda::forward_state st;
+    cuda::device_buffer<float> g;
+    auto f = gpu[r]->forward(in.tokens, in.b, in.t, &st, in.mask);
+    if (f.ok()) f = gpu[r]->backward(st, dlogits, &g);
+    if (f.ok()) f = g.download(&gpu_grads[r], gpu[r]->stream());
+    if (!f.ok()) failures[r] += " gpu: " + f.err().to_string();
+    gpu_logits[r] = st.logits;
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(failures[r].empty()) << "rank " << r << ": " << failures[r];
+    expect_close(gpu_logits[r], cpu_logits[r], 1e-4, "logits of an expert-parallel rank");
+    expect_close(gpu_grads[r], cpu_grads[r], 2e-4, "gradients of an expert-parallel rank");
+  }
+
+  // Generation: rank r's rows with rank r's seed, each group stepping together.
+  std::vector<std::vector<token_id>> prompts;
+  for (int r = 0; r < 3; ++r)
+    prompts.push_back({tok_bos, token_id(tok_digit0 + r), tok_sort, tok_equals});
+  std::vector<generation> cg(kRanks), gg(kRanks);
+  on_ranks(kRanks, [&](int r) {
+    std::mt19937_64 rng(40 + r);
+    auto g = cpu[r]->generate(prompts, 6, 1.0f, rng);
+    if (g.ok()) cg[r] = std::move(*g);
+  });
+  on_ranks(kRanks, [&](int r) {
+    std::mt19937_64 rng(40 + r);
+    auto g = gpu[r]->generate(prompts, 6, 1.0f, rng);
+    if (g.ok()) gg[r] = std::move(*g);
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_FALSE(cg[r].completions.empty()) << r;
+    EXPECT_EQ(gg[r].completions, cg[r].completions) << r;
+  }
 }
 
 }  // namespace
