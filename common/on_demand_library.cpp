@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <csignal>
 #include <set>
 
 #include "common/log.h"
@@ -15,8 +16,38 @@ on_demand_library::on_demand_library(std::vector<std::string> names, std::string
 // be in use by other static destructors (NCCL's, CUDA's) when this one runs.
 on_demand_library::~on_demand_library() = default;
 
+namespace {
+
+// Every signal's disposition, kept across a dlopen: a library's constructors must not change
+// how this process handles signals. Debian's libfabric loads libinfinipath, whose constructor
+// installs its own handlers for SIGTERM, SIGINT, SIGSEGV, SIGBUS, SIGILL and SIGABRT; linked,
+// it ran before main() and moerl's handlers replaced them; opened later, it would replace
+// moerl's (a node then exited with code 1 on SIGTERM instead of draining).
+class signal_dispositions {
+ public:
+  signal_dispositions() {
+    for (int sig = 1; sig < NSIG; ++sig)
+      saved_[sig].ok = ::sigaction(sig, nullptr, &saved_[sig].act) == 0;
+  }
+  ~signal_dispositions() {
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (saved_[sig].ok && sig != SIGKILL && sig != SIGSTOP)
+        (void)::sigaction(sig, &saved_[sig].act, nullptr);
+  }
+
+ private:
+  struct entry {
+    struct sigaction act {};
+    bool ok = false;
+  };
+  entry saved_[NSIG];
+};
+
+}  // namespace
+
 void on_demand_library::open_once() {
   std::call_once(opened_, [this] {
+    const signal_dispositions keep;  // restored when the constructors have run
     std::string tried;
     for (const auto& n : names_) {
       // RTLD_LOCAL: its symbols do not satisfy anything else's lookups (the forwarders here

@@ -10,6 +10,10 @@
 // library the first time one of them runs. tests/common/on_demand_library_test checks the
 // `moerl` binary names none of them as needed.
 //
+// Opening one keeps every signal's disposition as it was: a library's constructors may install
+// handlers (libfabric's libinfinipath does, for SIGTERM among others), which would replace
+// moerl's once the library opens after main() has set them.
+//
 // A library that cannot be opened (not installed, wrong version) is not an abort: symbol()
 // returns null, each forwarding function returns its API's error code, and the first failure
 // is logged once with dlerror's text and what needed the library.

@@ -3,6 +3,7 @@
 // start pays for them again: ~0.45 s each, common/on_demand_library.h).
 #include "common/on_demand_library.h"
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -29,6 +30,26 @@ TEST(OnDemandLibrary, AMissingLibraryIsAnErrorNamingItAndWhatNeededIt) {
   EXPECT_NE(e.find("the test's fabric"), std::string::npos) << e;
   EXPECT_NE(e.find("libmoerl-no-such-library.so.7"), std::string::npos) << e;
   EXPECT_EQ(lib.loaded_from(), "");
+}
+
+void test_handler(int) {}
+
+// libfabric (Debian's) loads libinfinipath, whose constructor installs its own SIGTERM, SIGINT,
+// SIGSEGV... handlers: opening it on demand must leave the process's handlers as they were (a
+// node draining on SIGTERM exited with code 1 instead while it did not). This test binary does
+// not link libfabric, so the open here is the first.
+TEST(OnDemandLibrary, OpeningALibraryLeavesTheSignalHandlersAsTheyWere) {
+  struct sigaction mine {};
+  mine.sa_handler = test_handler;
+  sigemptyset(&mine.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGSEGV}) ASSERT_EQ(sigaction(sig, &mine, nullptr), 0);
+  on_demand_library lib({"libfabric.so.1"}, "the test's fabric");
+  ASSERT_NE(lib.symbol("fi_getinfo"), nullptr) << lib.load_error();
+  for (int sig : {SIGTERM, SIGINT, SIGSEGV}) {
+    struct sigaction now {};
+    ASSERT_EQ(sigaction(sig, nullptr, &now), 0);
+    EXPECT_EQ(now.sa_handler, &test_handler) << "signal " << sig << " was changed by the open";
+  }
 }
 
 // The dynamic section of the moerl binary (readelf, binutils) names no library that moerl opens
