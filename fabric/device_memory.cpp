@@ -7,6 +7,8 @@
 
 #if MOERL_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_check.h"
 #endif
 
 namespace moerl::fabric {
@@ -19,9 +21,10 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "cudaIpcMemHandle_t
 
 namespace {
 
-error cuda_failure(const char* call, cudaError_t rc) {
-  return error{errc::cuda_error, std::string(call) + " failed: " + cudaGetErrorName(rc) + " (" +
-                                     cudaGetErrorString(rc) + ")"};
+// kernels/cuda's one message for a failed CUDA call, where a cleanup must run before returning
+// (CUDA_CHECK returns at once).
+error cuda_failure(const char* call, cudaError_t rc, int line) {
+  return kernels::detail::cuda_call_error(call, cudaGetErrorString(rc), __FILE__, line);
 }
 
 }  // namespace
@@ -48,19 +51,18 @@ result<device_allocation> device_allocate(size_t size) {
   (void)n;
   device_allocation a;
   a.size = size;
-  if (auto rc = cudaGetDevice(&a.device); rc != cudaSuccess)
-    return cuda_failure("cudaGetDevice", rc);
+  CUDA_CHECK(cudaGetDevice(&a.device));
   if (auto rc = cudaMalloc(&a.ptr, size); rc != cudaSuccess)
     return error{errc::capacity_exceeded, "cudaMalloc of " + std::to_string(size) +
                                               " bytes failed: " + cudaGetErrorString(rc)};
   if (auto rc = cudaMemset(a.ptr, 0, size); rc != cudaSuccess) {
     cudaFree(a.ptr);
-    return cuda_failure("cudaMemset", rc);
+    return cuda_failure("cudaMemset", rc, __LINE__);
   }
   cudaIpcMemHandle_t h;
   if (auto rc = cudaIpcGetMemHandle(&h, a.ptr); rc != cudaSuccess) {
     cudaFree(a.ptr);
-    return cuda_failure("cudaIpcGetMemHandle", rc);
+    return cuda_failure("cudaIpcGetMemHandle", rc, __LINE__);
   }
   static_assert(sizeof h == sizeof a.ipc_handle);
   std::memcpy(a.ipc_handle, &h, sizeof h);
@@ -77,8 +79,7 @@ result<void*> device_ipc_open(const unsigned char (&handle)[kIpcHandleBytes]) {
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle, sizeof h);
   void* p = nullptr;
-  if (auto rc = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); rc != cudaSuccess)
-    return cuda_failure("cudaIpcOpenMemHandle", rc);
+  CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
   return p;
 }
 
@@ -90,8 +91,7 @@ void device_ipc_close(void* ptr) {
 
 status device_copy(void* dst, const void* src, size_t len) {
   if (len == 0) return {};
-  if (auto rc = cudaMemcpy(dst, src, len, cudaMemcpyDefault); rc != cudaSuccess)
-    return cuda_failure("cudaMemcpy", rc);
+  CUDA_CHECK(cudaMemcpy(dst, src, len, cudaMemcpyDefault));
   return {};
 }
 
