@@ -60,6 +60,10 @@ result<std::vector<std::string>> discover(caf::blocking_actor* self, node_contex
   messages::admin_request req;
   req.token = ctx.cfg.get_string("console.token");
   req.command = "nodes";
+  // Only the endpoints matter here: without it each reply carried every node's whole stats,
+  // their per-iteration lists included (~400 KB by iteration 800 of the default run), built,
+  // sent and parsed several times a second by the nodes' discovery loops (issue 27).
+  req.options.emplace_back("history", "0");
   ASSIGN_OR_RETURN(
       auto raw,
       call_coordinator(self, ctx, caf::make_message(admin_atom::value, messages::encode(req))));
