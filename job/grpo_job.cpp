@@ -566,10 +566,10 @@ std::function<status()> version_store_copy(std::shared_ptr<job_setup> s, uint64_
     if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
     if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
     const uint64_t keep = s->store_copies_kept();
-    if (v > keep) {
-      (void)s->store->remove(weights_key(s->prefix, v - keep));
-      (void)s->store->remove(weights_key(s->prefix, v - keep) + ".hash");
-    }
+    // Unsynced: a version a crash brings back is content-hashed and no longer asked for.
+    if (v > keep)
+      (void)s->store->remove_unsynced(
+          {weights_key(s->prefix, v - keep), weights_key(s->prefix, v - keep) + ".hash"});
     return {};
   };
 }

@@ -131,7 +131,8 @@ result<std::vector<checkpoint_part>> read_checkpoint_shard(const object_store& s
 // Steps that have a COMMITTED marker (not yet verified), ascending.
 result<std::vector<uint64_t>> committed_steps(const object_store& store, const std::string& prefix);
 
-// Removes a step: the marker first (so it stops counting at once), then parts and manifest.
+// Removes a step: the marker first, durably (so it stops counting at once), then parts and
+// manifest (object_store::remove_unsynced: a crash may leave some of them behind).
 status remove_checkpoint(object_store& store, const std::string& prefix, uint64_t step);
 
 }  // namespace moerl::store
