@@ -346,3 +346,23 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
   ASSERT_TRUE(bf16_to_float(pool, gy_bf16.data(), 45 * FH, gpu_y.data()).ok());
   expect_close(gpu_y, cpu_y, 1e-2, "bf16 ffn out");
 }
+
+TEST(cuda_twins, batched_row_copies_match_the_cpu_for_vector_and_byte_rows) {
+  REQUIRE_GPU();
+  thread_pool pool(1);
+  int64_t dst_bytes = 0, src_bytes = 0;
+  // More copies than the grid's 65535 blocks, so blocks stride over copies too.
+  const auto offsets = random_copy_offsets(70000, 41, &dst_bytes, &src_bytes);
+  std::vector<char> src(static_cast<size_t>(src_bytes)), dst(static_cast<size_t>(dst_bytes), '#');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + 5);
+  dev<char> dsrc(src), ddst(dst);
+  const auto cpu = plan_on(offsets, dst.data(), src.data());
+  const auto gpu = plan_on(offsets, ddst.get(), dsrc.get());
+  ASSERT_TRUE(copy_rows(pool, cpu.data(), static_cast<int64_t>(cpu.size())).ok());
+  ASSERT_TRUE(cuda::copy_rows(nullptr, gpu.data(), static_cast<int64_t>(gpu.size())).ok());
+  EXPECT_EQ(ddst.host(), dst);
+  const row_copy bad[] = {{ddst.get(), nullptr, 4}};
+  auto st = cuda::copy_rows(nullptr, bad, 1);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().message, "cuda::copy_rows: copy 0 of 4 bytes has a null src");
+}
