@@ -93,14 +93,13 @@ status ep_payload::combine_on_device(ep_dtype dtype, const char* rows, const int
   auto* d_weight = reinterpret_cast<float*>(d_slot + entries);
   CUDA_CHECK(cudaMemcpyAsync(d_slot, slot, entries * sizeof(int64_t), cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemcpyAsync(d_weight, weight, entries * sizeof(float), cudaMemcpyHostToDevice, s));
-  const status st =
-      dtype == ep_dtype::bf16
-          ? kernels::cuda::combine_forward(s, reinterpret_cast<const kernels::bf16*>(rows), d_slot,
-                                           d_weight, num_tokens, topk, hidden, num_rows,
-                                           static_cast<kernels::bf16*>(y))
-          : kernels::cuda::combine_forward(s, reinterpret_cast<const float*>(rows), d_slot,
-                                           d_weight, num_tokens, topk, hidden, num_rows,
-                                           static_cast<float*>(y));
+  const status st = dtype == ep_dtype::bf16
+                        ? kernels::cuda::combine_forward(
+                              s, reinterpret_cast<const kernels::bf16*>(rows), d_slot, d_weight,
+                              num_tokens, topk, hidden, num_rows, static_cast<kernels::bf16*>(y))
+                        : kernels::cuda::combine_forward(s, reinterpret_cast<const float*>(rows),
+                                                         d_slot, d_weight, num_tokens, topk, hidden,
+                                                         num_rows, static_cast<float*>(y));
   if (!st) return st;
   CUDA_CHECK(cudaStreamSynchronize(s));
   return {};

@@ -13,7 +13,8 @@
 #pragma once
 
 #if !defined(MOERL_INSIDE_moerl_fabric)
-#error "fabric/internal/ep_payload.h is private to moerl_fabric (fabric/): include its public headers"
+#error \
+    "fabric/internal/ep_payload.h is private to moerl_fabric (fabric/): include its public headers"
 #endif
 
 #include <cstdint>

@@ -94,11 +94,8 @@ class payload_buffer {
   void* device_ = nullptr;
 };
 
-// Copies between the caller's host bytes and payload memory of either kind.
 inline status payload_copy(bool on_device, void* dst, const void* src, size_t bytes) {
-  if (on_device) return device_copy(dst, src, bytes);
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-  return {};
+  return memory_copy(on_device ? memory_kind::cuda : memory_kind::host, dst, src, bytes);
 }
 
 // One step on an existing group; 0 when dispatch and combine match the reference. With
