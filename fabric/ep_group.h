@@ -47,8 +47,11 @@ enum class ep_memory {
   // output) in device memory (transport::allocate_device_region), the metadata in host
   // regions; rows move by batched device copies, same-host peers' regions through CUDA IPC.
   // Every payload pointer of the calls (x, recv_x, expert_out, y) is then a device pointer;
-  // topk_idx and topk_weights stay host memory. Needs a CUDA build, a device, and peers on
-  // this host or behind a provider with FI_HMEM (tcp is refused: stage through host memory).
+  // topk_idx and topk_weights stay host memory. The group copies on a stream of its own and
+  // returns once its copies and its reduction are complete; it does not wait for other
+  // streams, so the caller's kernels that write x or expert_out must be complete before the
+  // call. Needs a CUDA build, a device, and peers on this host or behind a provider with
+  // FI_HMEM (tcp is refused: stage through host memory).
   cuda,
   // cuda's split layout and batched copies on host memory: the device path with memcpy
   // for the kernels, so that a machine without a GPU runs (and tests) its logic.

@@ -84,6 +84,13 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
     return t if t.device.type == "cpu" else t.cpu()
 
 
+def _inputs_ready(device: Optional[torch.device]) -> None:
+    """The group copies rows on a stream of its own, which does not wait for the caller's:
+    the kernels that wrote this call's inputs finish first."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 def _hook_and_event(async_finish: bool, return_recv_hook: bool) -> Tuple[EventOverlap, Optional[RecvHook]]:
     if async_finish and return_recv_hook:
         _fail("async_finish and return_recv_hook are both True; expected at most one (as DeepEP)")
@@ -206,6 +213,7 @@ class LowLatencyCalls:
             recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype, device)
             out_ptr, q_ptr, scales_ptr = recv_x.data_ptr(), 0, 0
         routing_id = next(self._routing_ids)
+        _inputs_ready(device)
         self._live_core().ll_dispatch(hidden, _DTYPES[x.dtype], num_max_dispatch_tokens_per_rank, num_experts, topk,
                                       x.data_ptr(), topk_idx.data_ptr(), num_tokens, routing_id, out_ptr,
                                       recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), q_ptr,
@@ -292,6 +300,7 @@ class LowLatencyCalls:
             _check_tensor("combine_wait_recv_cost_stats", combine_wait_recv_cost_stats, (torch.int64,), 1, device)
         event, hook = _hook_and_event(async_finish, return_recv_hook)
         y = out if out is not None else torch.empty(st.num_tokens, hidden, dtype=st.dtype, device=device or "cpu")
+        _inputs_ready(device)
         self._live_core().ll_combine(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, src.data_ptr(),
                                      topk_idx.data_ptr(), topk_weights.data_ptr(), st.num_tokens, st.routing_id,
                                      y.data_ptr(), st.memory)
