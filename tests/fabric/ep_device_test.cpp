@@ -8,23 +8,11 @@
 // touches CUDA: a child of a process that initialised CUDA cannot use it).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
+#include "tests/fabric/device_ranks.h"
 #include "tests/fabric/ep_rank_runner.h"
 
 namespace moerl::fabric::test {
 namespace {
-
-constexpr int kNoDevice = 77;
-
-void expect_ranks_passed(const result<launch_report>& report) {
-  ASSERT_TRUE(report.ok()) << report.err().to_string();
-  if (std::all_of(report->exit_codes.begin(), report->exit_codes.end(),
-                  [](int c) { return c == kNoDevice; }))
-    GTEST_SKIP() << "no CUDA device visible (bench/gpu_check.sh runs this on a GPU)";
-  for (size_t r = 0; r < report->exit_codes.size(); ++r)
-    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r;
-}
 
 ep_case device_case(ep_dtype dtype) {
   ep_case c;
