@@ -136,7 +136,8 @@ class ep_group {
   const ep_config& config() const;
   const transport_description& describe() const;
 
-  // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype)
+  // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype;
+  // device memory with ep_memory::cuda, as are combine_buffer() and dispatch_output::recv_x)
   // to pass them as dispatch_send's x, valid from the previous step's combine_recv until the
   // next combine_recv; nullptr between dispatch_send and combine_recv. In low_latency mode it
   // is shared memory and same-host destinations read the tokens there in place instead of

@@ -1,7 +1,5 @@
 #include "fabric/internal/ep_payload.h"
 
-#include <cstring>
-
 #include "kernels/combine.h"
 
 #if MOERL_HAVE_CUDA
@@ -33,14 +31,6 @@ ep_payload::~ep_payload() {
   if (device_tables_) cudaFree(device_tables_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
-}
-
-void ep_payload::add(void* dst, const void* src, int64_t bytes) {
-  if (memory_ == ep_memory::host) {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-    return;
-  }
-  plan_.push_back({dst, src, bytes});
 }
 
 status ep_payload::run() {

@@ -18,6 +18,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -39,7 +40,13 @@ class ep_payload {
   ep_memory memory() const { return memory_; }
   bool split() const { return memory_ != ep_memory::host; }
   // Copies bytes from src to dst now (host) or with the next run() (host_split, cuda).
-  void add(void* dst, const void* src, int64_t bytes);
+  // Inline: the host layout's every row goes through here, as a plain memcpy.
+  void add(void* dst, const void* src, int64_t bytes) {
+    if (memory_ == ep_memory::host)
+      std::memcpy(dst, src, static_cast<size_t>(bytes));
+    else
+      plan_.push_back({dst, src, bytes});
+  }
   // Runs the copies added since the last run(); they are complete when it returns.
   status run();
   // y [num_tokens, hidden] = kernels::combine_forward over rows [num_rows, hidden] of the
