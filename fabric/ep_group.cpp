@@ -9,7 +9,6 @@
 
 #include "common/config.h"
 #include "fabric/internal/ep_group_impl.h"
-#include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/dtypes.h"
 
@@ -468,20 +467,6 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
 
 // ---- combine --------------------------------------------------------------------------
 
-namespace {
-
-// combine_recv's reduction over terms given as row pointers (combine_terms::rows).
-template <class T>
-status reduce_term_rows(kernels::thread_pool& pool, const combine_terms& terms, int64_t num_tokens,
-                        int64_t hidden, void* y) {
-  std::vector<const T*> rows(terms.rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = reinterpret_cast<const T*>(terms.rows[i]);
-  return kernels::combine_rows_forward(pool, rows.data(), terms.weight, num_tokens, terms.width,
-                                       hidden, static_cast<T*>(y));
-}
-
-}  // namespace
-
 void* ep_group_impl::dispatch_buffer() {
   if (phase != ep_phase::idle) return nullptr;
   if (split()) return shared_payload_region.data() + dispatch_rows_offset;
@@ -523,27 +508,15 @@ status ep_group_impl::combine_recv(void* y) {
 
   combine_terms terms;
   if (auto built = ops->combine_terms_build(*this, terms); !built) return built;
+  // Reduced where the rows are (device memory with ep_memory cuda): terms in several buffers
+  // (low-latency, read in place) by pointer, the others by slot of the combine region.
   status st = {};
-  if (num_tokens > 0 && split()) {
-    // The split layout reduces where its rows are (device memory with ep_memory cuda).
+  if (num_tokens > 0 && !terms.rows.empty())
+    st = payload->combine_rows(cfg.dtype, terms.rows.data(), terms.weight, num_tokens, terms.width,
+                               cfg.hidden, y);
+  else if (num_tokens > 0)
     st = payload->combine(cfg.dtype, combine_recv_region.data(), terms.slot.data(), terms.weight,
                           num_tokens, terms.width, cfg.hidden, terms.num_region_rows, y);
-  } else if (num_tokens > 0 && !terms.rows.empty()) {
-    // Terms in several buffers (low-latency, read in place): the same reduction by pointer.
-    st = cfg.dtype == ep_dtype::bf16
-             ? reduce_term_rows<kernels::bf16>(pool, terms, num_tokens, cfg.hidden, y)
-             : reduce_term_rows<float>(pool, terms, num_tokens, cfg.hidden, y);
-  } else if (num_tokens > 0) {
-    const char* in = combine_recv_region.data();
-    st = cfg.dtype == ep_dtype::bf16
-             ? kernels::combine_forward(pool, reinterpret_cast<const kernels::bf16*>(in),
-                                        terms.slot.data(), terms.weight, num_tokens, terms.width,
-                                        cfg.hidden, terms.num_region_rows,
-                                        static_cast<kernels::bf16*>(y))
-             : kernels::combine_forward(pool, reinterpret_cast<const float*>(in), terms.slot.data(),
-                                        terms.weight, num_tokens, terms.width, cfg.hidden,
-                                        terms.num_region_rows, static_cast<float*>(y));
-  }
   phase = ep_phase::idle;
   return st;
 }

@@ -219,18 +219,15 @@ status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
   }
   if (!any) return {};
   const int topk = g.cfg.topk;
-  char* own = g.combine_recv_region.data();
-  // The split layout reduces on the payload memory from one buffer (the device twin of the
-  // reduction takes slots, not row pointers): the in-place rows are copied into our combine
-  // region at their slots first, which those destinations left unwritten.
-  if (!g.split()) terms.rows.assign(terms.slot.size(), nullptr);
+  const char* own = g.combine_recv_region.data();
+  terms.rows.assign(terms.slot.size(), nullptr);
   for (int64_t tk = 0; tk < g.num_tokens; ++tk)
     for (int k = 0; k < topk; ++k) {
       const int64_t slot = terms.slot[tk * topk + k];
       if (slot < 0) continue;
       const int d = static_cast<int>(slot / capacity);
       if (!in_place_rows[d]) {
-        if (!g.split()) terms.rows[tk * topk + k] = own + slot * g.hidden_bytes;
+        terms.rows[tk * topk + k] = own + slot * g.hidden_bytes;
         continue;
       }
       const int32_t row = positions[d][slot % capacity];
@@ -238,13 +235,8 @@ status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
         return g.fail(error{errc::malformed_message,
                             "EP: rank " + std::to_string(d) + " placed an entry's output at row " +
                                 std::to_string(row) + ", outside its " + std::to_string(slots)});
-      if (g.split())
-        g.payload->add(own + slot * g.hidden_bytes, in_place_rows[d] + row * g.hidden_bytes,
-                       g.hidden_bytes);
-      else
-        terms.rows[tk * topk + k] = in_place_rows[d] + row * g.hidden_bytes;
+      terms.rows[tk * topk + k] = in_place_rows[d] + row * g.hidden_bytes;
     }
-  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};
 }
 

@@ -53,6 +53,10 @@ class ep_payload {
   // payload memory; slot and weight are host arrays [num_tokens, topk].
   status combine(ep_dtype dtype, const char* rows, const int64_t* slot, const float* weight,
                  int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, void* y);
+  // The same with each term a row pointer into payload memory (kernels::combine_rows_forward;
+  // nullptr = no term); term_rows and weight are host arrays [num_tokens, width].
+  status combine_rows(ep_dtype dtype, const char* const* term_rows, const float* weight,
+                      int64_t num_tokens, int width, int64_t hidden, void* y);
 
  private:
   ep_payload(ep_memory memory, kernels::thread_pool& pool) : memory_(memory), pool_(pool) {}
@@ -60,11 +64,15 @@ class ep_payload {
   status combine_on_device(ep_dtype dtype, const char* rows, const int64_t* slot,
                            const float* weight, int64_t num_tokens, int topk, int64_t hidden,
                            int64_t num_rows, void* y);
+  status combine_rows_on_device(ep_dtype dtype, const char* const* term_rows, const float* weight,
+                                int64_t num_tokens, int width, int64_t hidden, void* y);
+  // cuda: `bytes` of device memory for the reduction's tables, kept between steps.
+  result<char*> device_tables(int64_t bytes);
 
   ep_memory memory_;
   kernels::thread_pool& pool_;
   std::vector<kernels::row_copy> plan_;
-  // cuda: the group's stream and the device copies of combine's slot and weight tables.
+  // cuda: the group's stream and the device copies of the reduction's tables.
   void* stream_ = nullptr;
   void* device_tables_ = nullptr;
   int64_t device_tables_bytes_ = 0;

@@ -76,6 +76,12 @@ status combine_forward(cudaStream_t stream, const float* expert_out,
 status combine_forward(cudaStream_t stream, const bf16* expert_out,
                        const int64_t* token_expert_slot, const float* topk_weights,
                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, bf16* out);
+// term_rows: a device array [num_tokens, width] of device row pointers (nullptr = no term).
+status combine_rows_forward(cudaStream_t stream, const float* const* term_rows,
+                            const float* weights, int64_t num_tokens, int width, int64_t hidden,
+                            float* out);
+status combine_rows_forward(cudaStream_t stream, const bf16* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, bf16* out);
 status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
