@@ -200,6 +200,32 @@ def test_the_low_latency_device_path_on_cpu_stand_ins_matches_the_references(wor
     run_ranks(_cuda_worker, world, "low_latency", "cpu", "device", timeout_s=240)
 
 
+def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept() -> None:
+    class Core:
+        def __init__(self, answers):
+            self.answers, self.asked = list(answers), []
+
+        def ll_prepare(self, *shape):
+            self.asked.append(shape)
+            return self.answers.pop(0)
+
+    class Buf:
+        def __init__(self, core):
+            self.core = core
+
+        def _live_core(self):
+            return self.core
+
+    ok = Buf(Core([""]))
+    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
+    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
+    assert ok.core.asked == [(64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)]  # collective: once per shape
+    refused = Buf(Core(["EP: memory cuda: ... host staging)"]))
+    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
+    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
+    assert len(refused.core.asked) == 1 and "host staging" in refused._ll_device_refused
+
+
 def test_a_refused_device_channel_is_reported_with_why_it_stages() -> None:
     refused = "EP: memory cuda: rank 1 is on another host ... (CUDA tensors then go through host staging)"
     channels = [{"channel": "ll:bf16:64:m8:e8:k2", "memory": "host"}, {"channel": "x:bf16:64", "memory": "host"}]
