@@ -128,16 +128,22 @@ fi
 # Processes sharing the one GPU, as ranks of one host: fabric_device_transport_test (2 and 4
 # processes write each other's cudaMalloc'd regions through CUDA IPC handles, from device and
 # host sources, and device bytes into host regions; a network peer without FI_HMEM refused),
-# then test_ep_cuda.py (moerl.ep.Buffer given CUDA tensors, normal and low-latency, 2 and 4
-# processes, DeepEP-style checks: received rows, counts, weights and combine against torch
-# references; the tensors are staged through host memory at each call's edges). A skipped
-# test (no GPU visible to it) counts as failed. Steps: build_ep_device, the two tests.
-ep_device_steps=(build_ep_device fabric_device_transport_test python_ep_cuda_test)
+# fabric_ep_device_test (the low-latency group with its payload rows in device memory,
+# ep_memory::cuda: 2 and 4 processes, bf16 and fp32, every check of the EP tests with x, the
+# expert outputs and y on the device, dispatch_buffer()/combine_buffer() read in place through
+# CUDA IPC; a group spanning hosts over tcp refused naming host staging), then test_ep_cuda.py
+# (moerl.ep.Buffer given CUDA tensors, normal and low-latency, 2 and 4 processes, DeepEP-style
+# checks: received rows, counts, weights and combine against torch references; low-latency on
+# the device path, normal mode staged through host memory at each call's edges). A skipped
+# test (no GPU visible to it) counts as failed. Steps: build_ep_device, the three tests.
+ep_device_steps=(build_ep_device fabric_device_transport_test fabric_ep_device_test python_ep_cuda_test)
 if [[ ${step_rc[configure]} -eq 0 ]]; then
-  run_step build_ep_device 300 ninja -C "$BUILD" -j"$JOBS" fabric_device_transport_test moerl_python
+  run_step build_ep_device 300 ninja -C "$BUILD" -j"$JOBS" fabric_device_transport_test \
+    fabric_ep_device_test moerl_python
 fi
 if [[ ${step_rc[build_ep_device]:-1} -eq 0 ]]; then
   run_gtest fabric_device_transport_test
+  run_gtest fabric_ep_device_test
   run_step python_ep_cuda_test 300 env PYTHONPATH="$BUILD/python" PYTHONDONTWRITEBYTECODE=1 \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs "$ROOT/tests/python/test_ep_cuda.py"
   if grep -qi "skipped" "$OUT/python_ep_cuda_test.log"; then

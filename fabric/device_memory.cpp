@@ -15,6 +15,12 @@ namespace moerl::fabric {
 
 const char* memory_kind_name(memory_kind k) { return k == memory_kind::cuda ? "cuda" : "host"; }
 
+status memory_copy(memory_kind where, void* dst, const void* src, size_t len) {
+  if (where == memory_kind::cuda) return device_copy(dst, src, len);
+  if (len > 0) std::memcpy(dst, src, len);
+  return {};
+}
+
 #if MOERL_HAVE_CUDA
 
 static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "cudaIpcMemHandle_t changed size");

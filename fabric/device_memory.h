@@ -53,4 +53,9 @@ void device_ipc_close(void* ptr);
 // transport's notify() after it relies on (PROTOCOL.md, "Same host", point 1).
 status device_copy(void* dst, const void* src, size_t len);
 
+// Copies len bytes where the memory kind says: memcpy for host memory, device_copy for cuda
+// (either end may be device memory then). For callers that hold payload of either kind (the
+// EP tests, moerl.ep's low-latency channels) and would otherwise branch at every copy.
+status memory_copy(memory_kind where, void* dst, const void* src, size_t len);
+
 }  // namespace moerl::fabric

@@ -226,6 +226,15 @@ result<char*> distance_transport::mapped_device(int peer_index, const remote_reg
   return m.base + offset;
 }
 
+result<char*> distance_transport::device_mapped(int peer_index, const remote_region& dst,
+                                                uint64_t offset, size_t len) {
+  if (peer_index < 0 || peer_index >= static_cast<int>(peers_.size()) ||
+      peers_[peer_index].distance == peer_distance::network ||
+      dst.memory != static_cast<uint8_t>(memory_kind::cuda))
+    return static_cast<char*>(nullptr);
+  return mapped_device(peer_index, dst, offset, len);
+}
+
 status distance_transport::write_device(int peer_index, const void* src, size_t len,
                                         const remote_region& dst, uint64_t offset, uint32_t imm,
                                         int64_t deadline_ns) {

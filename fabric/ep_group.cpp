@@ -9,7 +9,6 @@
 
 #include "common/config.h"
 #include "fabric/internal/ep_group_impl.h"
-#include "kernels/combine.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/dtypes.h"
 
@@ -24,6 +23,15 @@ const char* ep_mode_name(ep_mode m) {
     case ep_mode::normal: return "normal";
     case ep_mode::low_latency: return "ll";
     case ep_mode::baseline: return "baseline";
+  }
+  return "?";
+}
+
+const char* ep_memory_name(ep_memory m) {
+  switch (m) {
+    case ep_memory::host: return "host";
+    case ep_memory::cuda: return "cuda";
+    case ep_memory::host_split: return "host_split";
   }
   return "?";
 }
@@ -51,8 +59,9 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
   output.seq = seq;
   output.expert_offset = per_expert;
   output.num_recv_rows = num_rows;
-  // The shared output region (normal mode) is sized for every row a step can bring.
-  if (!output_region.reg.ptr)
+  // The shared output region (normal mode) and the split layout's output region are sized
+  // for every row a step can bring.
+  if (!output_region.reg.ptr && !split())
     output_x.resize(static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
   output.src_rank.assign(num_rows, 0);
   output.src_token.assign(num_rows, 0);
@@ -61,7 +70,7 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
 }
 
 const dispatch_output* ep_group_impl::finish_output() {
-  output.recv_x = output_region.reg.ptr ? output_region.data() : output_x.data();
+  output.recv_x = output_rows();
   phase = ep_phase::dispatched;
   return &output;
 }
@@ -155,8 +164,9 @@ status ep_group_impl::notify(int peer, int64_t len, int64_t num_writes, uint32_t
 }
 
 const local_region& ep_group_impl::staging_or_ctrl(const char* p) const {
-  const bool in_ctrl = p >= ctrl_send.data() && p < ctrl_send.data() + ctrl_send.reg.size;
-  return in_ctrl ? ctrl_send.reg : staging.reg;
+  auto in = [p](const buffer& b) { return p >= b.data() && p < b.data() + b.reg.size; };
+  if (in(ctrl_send)) return ctrl_send.reg;
+  return payload_staging.reg.ptr && in(payload_staging) ? payload_staging.reg : staging.reg;
 }
 
 status ep_group_impl::write_chunked(int peer, const char* src, int64_t len,
@@ -211,6 +221,11 @@ status validate(const ep_config& c, int num_ranks) {
   if (c.ranks_per_node < 0 || (c.ranks_per_node > 0 && num_ranks % c.ranks_per_node != 0))
     return bad("ranks_per_node (" + std::to_string(c.ranks_per_node) +
                ") must divide the group size (" + std::to_string(num_ranks) + ")");
+  if (c.memory != ep_memory::host && c.mode != ep_mode::low_latency)
+    return bad(std::string("memory ") + ep_memory_name(c.memory) +
+               " is built for the ll mode only; " + ep_mode_name(c.mode) +
+               " mode keeps its regions in host memory (fabric/DEVICE_MEMORY.md: CUDA tensors "
+               "reach it through host staging)");
   return {};
 }
 
@@ -232,6 +247,11 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   g->hidden_bytes = cfg.hidden * static_cast<int64_t>(ep_dtype_size(cfg.dtype));
   g->num_ranks_per_node = cfg.ranks_per_node > 0 ? cfg.ranks_per_node : g->num_ranks;
   g->num_nodes = g->num_ranks / g->num_ranks_per_node;
+  auto payload = detail::ep_payload::create(cfg.memory, g->pool);
+  if (!payload)
+    return error{payload.err().code, std::string("EP: memory ") + ep_memory_name(cfg.memory) +
+                                         ": " + payload.err().message};
+  g->payload = std::move(*payload);
   const detail::ep_region_sizes sizes = g->ops->regions_plan(*g);
   auto tr = open_transport(topt);
   if (!tr) return tr.err();
@@ -255,7 +275,26 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   if (auto st = alloc(g->dispatch_recv_region, sizes.dispatch_recv); !st) return st.err();
   if (auto st = alloc(g->staging, std::max(sizes.dispatch_send, sizes.combine_send)); !st)
     return st.err();
-  if (auto st = alloc(g->combine_recv_region, sizes.combine_recv); !st) return st.err();
+  // The split layout's payload rows: device regions (cuda), or registered host regions
+  // (host_split, which runs the same code on host memory).
+  auto alloc_payload = [&](detail::buffer& b, int64_t size) -> status {
+    if (size == 0) return {};
+    if (cfg.memory == ep_memory::host_split) return alloc(b, size);
+    auto r = t.allocate_device_region(static_cast<size_t>(size));
+    if (!r) return error{r.err().code, "EP: memory cuda: " + r.err().message};
+    b.reg = *r;
+    return {};
+  };
+  if (g->split()) {
+    if (auto st = alloc_payload(g->combine_recv_region, sizes.combine_recv); !st) return st.err();
+  } else if (auto st = alloc(g->combine_recv_region, sizes.combine_recv); !st) {
+    return st.err();
+  }
+  for (auto [b, size] : {std::pair{&g->dispatch_payload_region, sizes.dispatch_payload},
+                         std::pair{&g->payload_staging, sizes.payload_staging},
+                         std::pair{&g->shared_payload_region, sizes.shared_payload},
+                         std::pair{&g->output_payload_region, sizes.output_payload}})
+    if (auto st = alloc_payload(*b, size); !st) return st.err();
   if (sizes.dispatch_output > 0) {
     auto out = t.allocate_host_region(static_cast<size_t>(sizes.dispatch_output));
     if (!out) return error{out.err().code, "EP: " + out.err().message};
@@ -269,28 +308,45 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   g->imm_counters.assign(proto::step_slots * 3 * 2 * num_ranks, 0);
 
   std::string mine = t.address();
-  for (const remote_region* r : {&g->ctrl_recv.reg.remote, &g->dispatch_recv_region.reg.remote,
-                                 &g->combine_recv_region.reg.remote, &g->output_region.reg.remote,
-                                 &g->shared_inputs_region.reg.remote})
+  // ctrl, dispatch, combine, output, shared inputs, dispatch payload, shared payload (the
+  // last two zero-sized outside low-latency's split layout)
+  constexpr int kRegions = 7;
+  const remote_region* regions[kRegions] = {&g->ctrl_recv.reg.remote,
+                                            &g->dispatch_recv_region.reg.remote,
+                                            &g->combine_recv_region.reg.remote,
+                                            &g->output_region.reg.remote,
+                                            &g->shared_inputs_region.reg.remote,
+                                            &g->dispatch_payload_region.reg.remote,
+                                            &g->shared_payload_region.reg.remote};
+  for (const remote_region* r : regions)
     mine.append(reinterpret_cast<const char*>(r), sizeof(remote_region));
   auto all = boot.allgather(members, mine, cfg.op_timeout_ms);
   if (!all) return all.err();
   std::vector<std::string> addrs;
   for (const std::string& e : *all) {
-    const size_t tail = 5 * sizeof(remote_region);
+    const size_t tail = kRegions * sizeof(remote_region);
     if (e.size() <= tail) return error{errc::malformed_message, "EP: short bootstrap record"};
     addrs.push_back(e.substr(0, e.size() - tail));
     detail::peer_regions pr;
-    // ctrl, dispatch, combine, output, shared inputs
-    const char* regions = e.data() + e.size() - tail;
-    std::memcpy(&pr.ctrl, regions, sizeof(remote_region));
-    std::memcpy(&pr.dispatch, regions + sizeof(remote_region), sizeof(remote_region));
-    std::memcpy(&pr.combine, regions + 2 * sizeof(remote_region), sizeof(remote_region));
-    std::memcpy(&pr.output, regions + 3 * sizeof(remote_region), sizeof(remote_region));
-    std::memcpy(&pr.shared_inputs, regions + 4 * sizeof(remote_region), sizeof(remote_region));
+    const char* at = e.data() + e.size() - tail;
+    remote_region* into[kRegions] = {&pr.ctrl,          &pr.dispatch,      &pr.combine,
+                                     &pr.output,        &pr.shared_inputs, &pr.dispatch_payload,
+                                     &pr.shared_payload};
+    for (int i = 0; i < kRegions; ++i)
+      std::memcpy(into[i], at + i * sizeof(remote_region), sizeof(remote_region));
     g->peers.push_back(pr);
   }
   if (auto st = t.set_peers(addrs); !st) return st.err();
+  // Device rows reach a network peer only where the provider writes device memory (FI_HMEM).
+  // Every rank of a group that spans hosts has a network peer, so all of them refuse here.
+  const std::vector<std::string>& device_paths = t.describe().peer_device_paths;
+  for (size_t p = 0; cfg.memory == ep_memory::cuda && p < device_paths.size(); ++p)
+    if (device_paths[p] == "host_staging")
+      return error{errc::invalid_argument,
+                   "EP: memory cuda: rank " + std::to_string(p) + " is on another host and the " +
+                       "provider (" + t.describe().provider +
+                       ") has no FI_HMEM, so device rows cannot travel to it; use memory host "
+                       "(CUDA tensors then go through host staging)"};
   // Nobody writes before every rank knows every address.
   if (auto b = boot.allgather(members, "", cfg.op_timeout_ms); !b) return b.err();
   return std::unique_ptr<ep_group>(new ep_group(std::move(g)));
@@ -411,22 +467,9 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
 
 // ---- combine --------------------------------------------------------------------------
 
-namespace {
-
-// combine_recv's reduction over terms given as row pointers (combine_terms::rows).
-template <class T>
-status reduce_term_rows(kernels::thread_pool& pool, const combine_terms& terms, int64_t num_tokens,
-                        int64_t hidden, void* y) {
-  std::vector<const T*> rows(terms.rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = reinterpret_cast<const T*>(terms.rows[i]);
-  return kernels::combine_rows_forward(pool, rows.data(), terms.weight, num_tokens, terms.width,
-                                       hidden, static_cast<T*>(y));
-}
-
-}  // namespace
-
 void* ep_group_impl::dispatch_buffer() {
   if (phase != ep_phase::idle) return nullptr;
+  if (split()) return shared_payload_region.data() + dispatch_rows_offset;
   if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + dispatch_rows_offset;
   dispatch_private.resize(static_cast<size_t>(cfg.max_tokens_per_rank * hidden_bytes));
   return dispatch_private.data();
@@ -434,6 +477,7 @@ void* ep_group_impl::dispatch_buffer() {
 
 void* ep_group_impl::combine_buffer() {
   if (phase != ep_phase::dispatched) return nullptr;
+  if (split()) return shared_payload_region.data() + combine_rows_offset;
   if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + combine_rows_offset;
   combine_private.resize(
       static_cast<size_t>(std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes));
@@ -464,23 +508,15 @@ status ep_group_impl::combine_recv(void* y) {
 
   combine_terms terms;
   if (auto built = ops->combine_terms_build(*this, terms); !built) return built;
+  // Reduced where the rows are (device memory with ep_memory cuda): terms in several buffers
+  // (low-latency, read in place) by pointer, the others by slot of the combine region.
   status st = {};
-  if (num_tokens > 0 && !terms.rows.empty()) {
-    // Terms in several buffers (low-latency, read in place): the same reduction by pointer.
-    st = cfg.dtype == ep_dtype::bf16
-             ? reduce_term_rows<kernels::bf16>(pool, terms, num_tokens, cfg.hidden, y)
-             : reduce_term_rows<float>(pool, terms, num_tokens, cfg.hidden, y);
-  } else if (num_tokens > 0) {
-    const char* in = combine_recv_region.data();
-    st = cfg.dtype == ep_dtype::bf16
-             ? kernels::combine_forward(pool, reinterpret_cast<const kernels::bf16*>(in),
-                                        terms.slot.data(), terms.weight, num_tokens, terms.width,
-                                        cfg.hidden, terms.num_region_rows,
-                                        static_cast<kernels::bf16*>(y))
-             : kernels::combine_forward(pool, reinterpret_cast<const float*>(in), terms.slot.data(),
-                                        terms.weight, num_tokens, terms.width, cfg.hidden,
-                                        terms.num_region_rows, static_cast<float*>(y));
-  }
+  if (num_tokens > 0 && !terms.rows.empty())
+    st = payload->combine_rows(cfg.dtype, terms.rows.data(), terms.weight, num_tokens, terms.width,
+                               cfg.hidden, y);
+  else if (num_tokens > 0)
+    st = payload->combine(cfg.dtype, combine_recv_region.data(), terms.slot.data(), terms.weight,
+                          num_tokens, terms.width, cfg.hidden, terms.num_region_rows, y);
   phase = ep_phase::idle;
   return st;
 }

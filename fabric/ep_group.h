@@ -38,7 +38,28 @@ struct ep_group_impl;  // fabric/internal/ep_group_impl.h, private to fabric/
 enum class ep_mode { normal, low_latency, baseline };
 enum class ep_dtype { bf16, fp32 };
 
-const char* ep_mode_name(ep_mode m);  // "normal", "ll", "baseline"
+// Where low_latency mode keeps the payload rows of its regions (fabric/DEVICE_MEMORY.md).
+enum class ep_memory {
+  // One host region per buffer, each row's metadata beside its payload (PROTOCOL.md). The
+  // default, and the only memory of normal and baseline mode.
+  host,
+  // The payload rows (receive slots, combine rows, dispatch_buffer(), combine_buffer(), the
+  // output) in device memory (transport::allocate_device_region), the metadata in host
+  // regions; rows move by batched device copies, same-host peers' regions through CUDA IPC.
+  // Every payload pointer of the calls (x, recv_x, expert_out, y) is then a device pointer;
+  // topk_idx and topk_weights stay host memory. The group copies on a stream of its own and
+  // returns once its copies and its reduction are complete; it does not wait for other
+  // streams, so the caller's kernels that write x or expert_out must be complete before the
+  // call. Needs a CUDA build, a device, and peers on this host or behind a provider with
+  // FI_HMEM (tcp is refused: stage through host memory).
+  cuda,
+  // cuda's split layout and batched copies on host memory: the device path with memcpy
+  // for the kernels, so that a machine without a GPU runs (and tests) its logic.
+  host_split,
+};
+
+const char* ep_mode_name(ep_mode m);      // "normal", "ll", "baseline"
+const char* ep_memory_name(ep_memory m);  // "host", "cuda", "host_split"
 result<ep_mode> parse_ep_mode(const std::string& name);
 size_t ep_dtype_size(ep_dtype d);
 
@@ -61,6 +82,8 @@ struct ep_config {
   // to each destination node once, to the rank there with the sender's local index,
   // which forwards it to the node's ranks that need it (and reduces on the way back).
   int ranks_per_node = 0;
+  // low_latency only: where the payload rows live (ep_memory above).
+  ep_memory memory = ep_memory::host;
   int64_t op_timeout_ms = 10000;  // a step not complete within this fails
 };
 
@@ -113,7 +136,8 @@ class ep_group {
   const ep_config& config() const;
   const transport_description& describe() const;
 
-  // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype)
+  // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype;
+  // device memory with ep_memory::cuda, as are combine_buffer() and dispatch_output::recv_x)
   // to pass them as dispatch_send's x, valid from the previous step's combine_recv until the
   // next combine_recv; nullptr between dispatch_send and combine_recv. In low_latency mode it
   // is shared memory and same-host destinations read the tokens there in place instead of

@@ -40,7 +40,7 @@ status baseline_dispatch_output_build(ep_group_impl& g) { return entry_output_bu
 
 // Padded blocks back: the block for s holds the outputs in the order s sent the entries.
 status baseline_combine_write(ep_group_impl& g, const char* expert_out) {
-  entry_outputs_stage(g, expert_out);
+  if (auto st = entry_outputs_stage(g, expert_out); !st) return st;
   return padded_blocks_write(g, g.hidden_bytes, &peer_regions::combine, proto::imm_combine,
                              g.step_bytes.combine_wire, g.step_bytes.combine_writes);
 }

@@ -51,17 +51,29 @@ status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row, std::v
                        " receive rows (a token names one expert twice, or rows_per_peer is too "
                        "small)"};
   // Where each destination's block starts: our block of its region when it is mapped here,
-  // else staging[d] (entries for d in (token, k) order, the block d receives).
-  std::vector<char*> block(g.num_ranks);
+  // else staging[d] (entries for d in (token, k) order, the block d receives). The split
+  // layout has two blocks per destination, metadata and payload, and a destination is direct
+  // when both are mapped here.
+  const int64_t meta_stride = g.meta_stride(), payload_stride = g.payload_stride();
+  std::vector<char*> meta_block(g.num_ranks), payload_block(g.num_ranks);
   direct.assign(g.num_ranks, 0);
   for (int d = 0; d < g.num_ranks; ++d) {
-    char* mapped = direct_first_row < 0
-                       ? nullptr
-                       : g.peer_memory(d, g.peers[d].dispatch,
-                                       (direct_first_row + g.rank * capacity) * g.row_bytes,
-                                       capacity * g.row_bytes);
-    direct[d] = mapped != nullptr;
-    block[d] = mapped ? mapped : g.staging.data() + d * capacity * g.row_bytes;
+    const int64_t first = direct_first_row + g.rank * capacity;
+    char* meta = direct_first_row < 0 ? nullptr
+                                      : g.peer_memory(d, g.peers[d].dispatch, first * meta_stride,
+                                                      capacity * meta_stride);
+    char* payload = meta;
+    if (meta && g.split()) {
+      auto p = g.peer_payload(d, g.peers[d].dispatch_payload, first * payload_stride,
+                              capacity * payload_stride);
+      if (!p) return g.fail(p.err());
+      payload = *p;
+    }
+    direct[d] = meta && payload;
+    meta_block[d] = direct[d] ? meta : g.staging.data() + d * capacity * meta_stride;
+    payload_block[d] = direct[d]   ? payload
+                       : g.split() ? g.payload_staging.data() + d * capacity * payload_stride
+                                   : meta_block[d];
   }
   const char* x = static_cast<const char*>(g.x);
   for (int64_t tk = 0; tk < num_tokens; ++tk)
@@ -69,11 +81,14 @@ status entry_rows_pack_direct(ep_group_impl& g, int64_t direct_first_row, std::v
       const int64_t e = g.topk_idx[tk * topk + k];
       if (e < 0) continue;
       const int d = static_cast<int>(e / g.num_local_experts);
-      char* row = block[d] + g.entry_slot[tk * topk + k] * g.row_bytes;
-      if (!(meta_only && direct[d])) std::memcpy(row, x + tk * g.hidden_bytes, g.hidden_bytes);
+      const int64_t slot = g.entry_slot[tk * topk + k];
+      if (!(meta_only && direct[d]))
+        g.payload->add(payload_block[d] + slot * payload_stride, x + tk * g.hidden_bytes,
+                       g.hidden_bytes);
       entry_meta m{static_cast<int32_t>(tk), k, static_cast<int32_t>(e), 0};
-      std::memcpy(row + g.hidden_bytes, &m, sizeof m);
+      std::memcpy(meta_block[d] + slot * meta_stride + g.meta_offset(), &m, sizeof m);
     }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};
 }
 
@@ -81,14 +96,15 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
                           const std::vector<const char*>* x_of_source) {
   const int topk = g.cfg.topk;
   std::vector<int64_t> per_expert(g.num_local_experts + 1, 0);
-  auto row_at = [&](int s, int64_t i) -> const char* {
-    return g.dispatch_recv_region.data() + (first_row + s * g.max_rows_per_peer + i) * g.row_bytes;
+  auto row_of = [&](int s, int64_t i) { return first_row + s * g.max_rows_per_peer + i; };
+  auto meta_at = [&](int s, int64_t i) -> const char* {
+    return g.dispatch_recv_region.data() + row_of(s, i) * g.meta_stride() + g.meta_offset();
   };
   // Pass 1: rows per local expert, and validation of what arrived.
   for (int s = 0; s < g.num_ranks; ++s)
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
       entry_meta m;
-      std::memcpy(&m, row_at(s, i) + g.hidden_bytes, sizeof m);
+      std::memcpy(&m, meta_at(s, i), sizeof m);
       const bool token_ok = m.token >= 0 && m.token < g.cfg.max_tokens_per_rank;
       if (g.local_expert(m.expert) < 0 || m.k < 0 || m.k >= topk || !token_ok)
         return g.fail(error{errc::malformed_message,
@@ -101,41 +117,50 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
   g.start_output(per_expert);
   // Pass 2: place rows. Visiting (s, i) in order keeps each expert's rows in that order.
   std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
+  const char* payload = g.dispatch_payload_rows();
+  char* out = g.output_rows();
   for (int s = 0; s < g.num_ranks; ++s)
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
-      const char* row = row_at(s, i);
       entry_meta m;
-      std::memcpy(&m, row + g.hidden_bytes, sizeof m);
+      std::memcpy(&m, meta_at(s, i), sizeof m);
       const int64_t r = cursor[g.local_expert(m.expert)]++;
       const char* x = x_of_source ? (*x_of_source)[s] : nullptr;
-      std::memcpy(g.output_x.data() + r * g.hidden_bytes, x ? x + m.token * g.hidden_bytes : row,
-                  g.hidden_bytes);
+      g.payload->add(out + r * g.hidden_bytes,
+                     x ? x + m.token * g.hidden_bytes : payload + row_of(s, i) * g.payload_stride(),
+                     g.hidden_bytes);
       g.output.src_rank[r] = s;
       g.output.src_token[r] = m.token;
       g.output.src_k[r] = m.k;
       g.output_recv_pos[r] = i;
     }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};
 }
 
-void entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<char>* direct,
-                         bool skip_direct) {
+status entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector<char>* direct,
+                           bool skip_direct) {
   const int64_t capacity = g.max_rows_per_peer;
   std::vector<char*> block(g.num_ranks);
   if (direct) direct->assign(g.num_ranks, 0);
   for (int s = 0; s < g.num_ranks; ++s) {
-    char* mapped = direct ? g.peer_memory(s, g.peers[s].combine, g.rank * capacity * g.hidden_bytes,
-                                          capacity * g.hidden_bytes)
-                          : nullptr;
-    if (direct) (*direct)[s] = mapped != nullptr;
-    block[s] = mapped ? mapped : g.staging.data() + s * capacity * g.hidden_bytes;
+    char* mapped = nullptr;
+    if (direct) {
+      auto p = g.peer_payload(s, g.peers[s].combine, g.rank * capacity * g.hidden_bytes,
+                              capacity * g.hidden_bytes);
+      if (!p) return g.fail(p.err());
+      mapped = *p;
+      (*direct)[s] = mapped != nullptr;
+    }
+    block[s] = mapped ? mapped : g.payload_staging_rows() + s * capacity * g.hidden_bytes;
   }
   for (int64_t r = 0; r < g.output.num_recv_rows; ++r) {
     const int s = g.output.src_rank[r];
     if (skip_direct && (*direct)[s]) continue;
-    std::memcpy(block[s] + g.output_recv_pos[r] * g.hidden_bytes, expert_out + r * g.hidden_bytes,
-                g.hidden_bytes);
+    g.payload->add(block[s] + g.output_recv_pos[r] * g.hidden_bytes,
+                   expert_out + r * g.hidden_bytes, g.hidden_bytes);
   }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
+  return {};
 }
 
 // Term k of token t is the output of its k-th entry, weighted by its routing weight.

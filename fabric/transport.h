@@ -144,6 +144,15 @@ class transport {
                        size_t /*len*/) {
     return nullptr;
   }
+  // The device twin of mapped(): where bytes [offset, offset+len) of a same-process or
+  // same-host peer's DEVICE region are addressable by this process's device copies and
+  // kernels (the owner's pointer, or the region opened once through its CUDA IPC handle), so a
+  // sender can fill it with one batched copy and then notify(). nullptr for a network peer or a
+  // host region; an error when the IPC handle cannot be opened. The default: nullptr.
+  virtual result<char*> device_mapped(int /*peer*/, const remote_region& /*dst*/,
+                                      uint64_t /*offset*/, size_t /*len*/) {
+    return static_cast<char*>(nullptr);
+  }
   // Delivers `count` copies of `imm` to peer for bytes already stored through mapped(), and
   // wakes the peer once (not once per immediate: a receiver woken for each of a burst of
   // immediates runs, finds its step incomplete and sleeps again, which on a box with more

@@ -33,8 +33,8 @@ status combine_forward(thread_pool& pool, const bf16* expert_out, const int64_t*
 // weights[t, j] * term_rows[t, j] (nullptr = no term), j = 0, 1, ..., width - 1, with
 // combine_forward's accumulation and single rounding (combine_forward is this with
 // term_rows[t, k] = expert_out + slot[t, k] * hidden). For terms that lie in several buffers:
-// fabric's low-latency combine reads expert outputs in place in same-host peers' memory. Host
-// only: no CUDA twin (the device path reduces from one buffer).
+// fabric's low-latency combine reads expert outputs in place in same-host peers' memory (on
+// device memory through the CUDA twin, kernels/cuda/kernels_cuda.h).
 status combine_rows_forward(thread_pool& pool, const float* const* term_rows, const float* weights,
                             int64_t num_tokens, int width, int64_t hidden, float* out);
 status combine_rows_forward(thread_pool& pool, const bf16* const* term_rows, const float* weights,

@@ -38,6 +38,10 @@ struct ep_bench_options {
   // in place) | own (memory of the rank's own: every mode copies the rows to the peers, as
   // before reading in place).
   std::string io_buffers = "group";
+  // Low-latency mode's memory: host (its interleaved layout) | host_split (the device path's
+  // split layout and batched copies on host memory: what that logic costs on a CPU;
+  // fabric/DEVICE_MEMORY.md). The bench's tokens are host memory, so no cuda.
+  std::string ll_memory = "host";
 };
 
 // Runs the benchmark; throws std::runtime_error naming what failed (a rank that exited

@@ -61,6 +61,10 @@ void add_ep_bench_command(CLI::App& bench) {
                   "where tokens and expert outputs live: group (the group's buffers; "
                   "low-latency reads them in place on one host) | own (copied to the peers)")
       ->check(CLI::IsMember({"group", "own"}));
+  cmd->add_option("--ll-memory", opt.ll_memory,
+                  "low-latency mode's memory: host (its layout) | host_split (the device "
+                  "path's split layout and batched copies, on host memory)")
+      ->check(CLI::IsMember({"host", "host_split"}));
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();

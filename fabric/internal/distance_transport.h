@@ -47,6 +47,8 @@ class distance_transport final : public transport {
   const transport_description& describe() const override { return desc_; }
   peer_distance distance(int peer) const override { return peers_[peer].distance; }
   char* mapped(int peer, const remote_region& dst, uint64_t offset, size_t len) override;
+  result<char*> device_mapped(int peer, const remote_region& dst, uint64_t offset,
+                              size_t len) override;
   status notify(int peer, uint32_t imm, int64_t count, int64_t deadline_ns) override;
   void idle_wait(int64_t max_ns) override;
 

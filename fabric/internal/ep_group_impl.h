@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "fabric/device_memory.h"
 #include "fabric/ep_group.h"
 #include "fabric/ep_protocol.h"
+#include "fabric/internal/ep_payload.h"
 #include "kernels/thread_pool.h"
 
 namespace moerl::fabric::detail {
@@ -37,6 +39,10 @@ struct peer_regions {
   remote_region output;  // normal mode's expert-major dispatch output (same host only)
   // low-latency's dispatch_buffer() and combine_buffer(), read in place (same host only)
   remote_region shared_inputs;
+  // low-latency's split layout (ep_memory cuda, host_split): the payload rows of the dispatch
+  // receive slots, and of dispatch_buffer() and combine_buffer() (dispatch and shared_inputs
+  // then hold the metadata only; combine holds payload in both layouts).
+  remote_region dispatch_payload, shared_payload;
 };
 
 // Where the group is in the dispatch_send, dispatch_recv, combine_send, combine_recv cycle.
@@ -51,6 +57,11 @@ struct ep_region_sizes {
   // Low-latency: dispatch_buffer(), combine_buffer() and what same-host peers need to read
   // them in place (0: no such region, both buffers are private memory).
   int64_t shared_inputs = 0;
+  // Low-latency's split layout only (0 otherwise), in the payload memory: the receive slots'
+  // payload rows, the send staging of payload rows for peers not mapped here, the payload of
+  // dispatch_buffer() and combine_buffer(), and the step's output rows. The combine receive
+  // region is then payload memory too.
+  int64_t dispatch_payload = 0, payload_staging = 0, shared_payload = 0, output_payload = 0;
 };
 
 // The terms of combine_recv's final reduction: y[t] = sum_j weight[t, j] *
@@ -132,6 +143,43 @@ struct ep_group_impl {
   // the transport shares none: the private vectors hold them), at these offsets.
   buffer shared_inputs_region;
   int64_t combine_rows_offset = 0, dispatch_rows_offset = 0;
+  // Low-latency's split layout (ep_region_sizes' payload regions; reg.ptr null otherwise).
+  // shared_payload holds combine_buffer() and dispatch_buffer() at the offsets above.
+  buffer dispatch_payload_region, payload_staging, shared_payload_region, output_payload_region;
+  // Moves payload rows and reduces combine where the rows are (every mode has one; only
+  // low-latency's split layout queues plans).
+  std::unique_ptr<ep_payload> payload;
+  bool split() const { return payload && payload->split(); }
+  // Per-entry rows (low_latency, baseline): entry_meta of row r of the dispatch receive region
+  // (and of send staging) at r * meta_stride() + meta_offset(), its payload at r *
+  // payload_stride() of the payload rows (the same region when not split).
+  int64_t meta_stride() const {
+    return split() ? static_cast<int64_t>(sizeof(proto::entry_meta)) : row_bytes;
+  }
+  int64_t meta_offset() const { return split() ? 0 : hidden_bytes; }
+  int64_t payload_stride() const { return split() ? hidden_bytes : row_bytes; }
+  char* dispatch_payload_rows() {
+    return split() ? dispatch_payload_region.data() : dispatch_recv_region.data();
+  }
+  // Where payload rows for peers not mapped here are staged before write().
+  char* payload_staging_rows() { return split() ? payload_staging.data() : staging.data(); }
+  // This step's output rows (recv_x).
+  char* output_rows() {
+    return split()                 ? output_payload_region.data()
+           : output_region.reg.ptr ? output_region.data()
+                                   : output_x.data();
+  }
+  // The base that combine_rows_offset and dispatch_rows_offset index: of ours, and of peer s's
+  // as addressable here (its host mapping, or its device region through CUDA IPC; nullptr: a
+  // network peer, or nothing shared).
+  char* inputs_rows() {
+    return split() ? shared_payload_region.data() : shared_inputs_region.data();
+  }
+  result<char*> peer_inputs_rows(int s) {
+    if (!split()) return peer_shared_inputs(s);
+    const remote_region& r = peers[s].shared_payload;
+    return peer_payload(s, r, 0, static_cast<int64_t>(r.size));
+  }
   std::vector<char> combine_private, dispatch_private;
   // Where bytes of peer s's shared inputs region are mapped here, or nullptr (a network peer,
   // or no such region).
@@ -220,6 +268,9 @@ struct ep_group_impl {
   int64_t ll_writes(int64_t rows) const {
     return (rows + cfg.ll_entries_per_write - 1) / cfg.ll_entries_per_write;
   }
+  // Low-latency dispatch immediates for rows: one per write, and the split layout writes each
+  // batch of entries twice (its metadata rows, then its payload rows).
+  int64_t ll_dispatch_writes(int64_t rows) const { return ll_writes(rows) * (split() ? 2 : 1); }
   int64_t chunks(int64_t num_bytes) const {
     const auto c = static_cast<int64_t>(cfg.chunk_bytes);
     return num_bytes == 0 ? 0 : (num_bytes + c - 1) / c;
@@ -245,6 +296,15 @@ struct ep_group_impl {
   // or nullptr: then the bytes go through staging and write().
   char* peer_memory(int peer, const remote_region& dst, int64_t off, int64_t len) {
     return endpoint->mapped(peer, dst, static_cast<uint64_t>(off), static_cast<size_t>(len));
+  }
+  // peer_memory for regions of either memory kind: a device region of a same-host peer is
+  // reached through its CUDA IPC mapping (payload rows only: for device copies, never CPU
+  // stores). An error: the IPC handle could not be opened.
+  result<char*> peer_payload(int peer, const remote_region& dst, int64_t off, int64_t len) {
+    if (dst.memory == static_cast<uint8_t>(memory_kind::cuda))
+      return endpoint->device_mapped(peer, dst, static_cast<uint64_t>(off),
+                                     static_cast<size_t>(len));
+    return peer_memory(peer, dst, off, len);
   }
   // For len bytes already stored through peer_memory: the immediates the receiver counts for
   // them, num_writes of them (as many as write()/write_chunked() would have sent).
@@ -282,8 +342,9 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
 // Copies each expert output row into staging at the slot its entry came from at its source;
 // with `direct`, sources whose combine region is mapped here get it there instead
 // (direct[s] says which did), or, with skip_direct, nothing (they read the rows in place).
-void entry_outputs_stage(ep_group_impl& g, const char* expert_out,
-                         std::vector<char>* direct = nullptr, bool skip_direct = false);
+// An error: a same-host peer's device region could not be opened.
+status entry_outputs_stage(ep_group_impl& g, const char* expert_out,
+                           std::vector<char>* direct = nullptr, bool skip_direct = false);
 status entry_combine_terms_build(ep_group_impl& g, combine_terms& terms);
 
 }  // namespace moerl::fabric::detail

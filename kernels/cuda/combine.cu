@@ -99,7 +99,45 @@ status combine_fwd(cudaStream_t stream, const T* y, const int64_t* slot, const f
   return ok_status();
 }
 
+// The same sum with each term given as a row pointer (nullptr: no term): fabric's
+// low-latency combine on device memory, whose terms lie in several buffers.
+template <class T>
+__global__ void combine_rows_forward_kernel(const T* const* rows, const float* w, int K, int64_t H,
+                                            T* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      const T* r = rows[t * K + k];
+      if (r) acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], detail::to_f32(r[j])));
+    }
+    detail::store(out + t * H + j, acc);
+  }
+}
+
+template <class T>
+status combine_rows_fwd(cudaStream_t stream, const T* const* rows, const float* w,
+                        int64_t num_tokens, int width, int64_t hidden, T* out) {
+  STATUS_TRY(check_row_shape("cuda::combine_rows_forward", num_tokens, width, hidden, 0));
+  if (num_tokens == 0) return ok_status();
+  KERNELS_REQUIRE(rows && w && out, "cuda::combine_rows_forward", "null input");
+  combine_rows_forward_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, stream>>>(rows, w, width,
+                                                                                     hidden, out);
+  CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
 }  // namespace
+
+status combine_rows_forward(cudaStream_t stream, const float* const* term_rows,
+                            const float* weights, int64_t num_tokens, int width, int64_t hidden,
+                            float* out) {
+  return combine_rows_fwd(stream, term_rows, weights, num_tokens, width, hidden, out);
+}
+status combine_rows_forward(cudaStream_t stream, const bf16* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, bf16* out) {
+  return combine_rows_fwd(stream, term_rows, weights, num_tokens, width, hidden, out);
+}
 
 status combine_forward(cudaStream_t stream, const float* expert_out, const int64_t* slot,
                        const float* w, int64_t num_tokens, int topk, int64_t hidden,

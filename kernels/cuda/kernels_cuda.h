@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/error.h"
+#include "kernels/copy_rows.h"
 #include "kernels/dispatch_layout.h"
 #include "kernels/dtypes.h"
 #include "kernels/expert_ffn.h"
@@ -75,6 +76,12 @@ status combine_forward(cudaStream_t stream, const float* expert_out,
 status combine_forward(cudaStream_t stream, const bf16* expert_out,
                        const int64_t* token_expert_slot, const float* topk_weights,
                        int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows, bf16* out);
+// term_rows: a device array [num_tokens, width] of device row pointers (nullptr = no term).
+status combine_rows_forward(cudaStream_t stream, const float* const* term_rows,
+                            const float* weights, int64_t num_tokens, int width, int64_t hidden,
+                            float* out);
+status combine_rows_forward(cudaStream_t stream, const bf16* const* term_rows, const float* weights,
+                            int64_t num_tokens, int width, int64_t hidden, bf16* out);
 status combine_backward(cudaStream_t stream, const float* grad_out, const float* expert_out,
                         const int64_t* token_expert_slot, const float* topk_weights,
                         int64_t num_tokens, int topk, int64_t hidden, int64_t num_rows,
@@ -98,6 +105,12 @@ status expert_ffn_backward(cudaStream_t stream, const expert_ffn_shape& s,
                            const float* w_down, const float* gate_up, const float* act,
                            const float* grad_out, float* grad_x, float* grad_w_gate_up,
                            float* grad_w_down, bool accumulate_weight_grads = false);
+
+// copies is a HOST array (uploaded before the call returns, so it may be freed then); each
+// copy's dst and src are addresses the device can reach (its memory, a peer's memory opened
+// through CUDA IPC, or pinned host memory). One block per copy, 16-byte moves where the copy
+// allows them.
+status copy_rows(cudaStream_t stream, const row_copy* copies, int64_t num_copies);
 
 status bf16_from_float(cudaStream_t stream, const float* x, int64_t n, bf16* y);
 status bf16_to_float(cudaStream_t stream, const bf16* x, int64_t n, float* y);

@@ -266,11 +266,13 @@ std::vector<ep_core::channel_info> ep_core::describe() const {
   std::vector<channel_info> out;
   for (const auto& [key, c] : channels_) {
     const auto& d = c->group->describe();
-    out.push_back({c->name, d.provider, d.peer_paths, d.peer_device_paths, d.reorder_shim});
+    out.push_back({c->name, d.provider, d.peer_paths, d.peer_device_paths, d.reorder_shim,
+                   fabric::ep_memory_name(c->group->config().memory)});
   }
   for (const auto& [key, c] : ll_channels_) {
     const auto& d = c->group->describe();
-    out.push_back({c->name, d.provider, d.peer_paths, d.peer_device_paths, d.reorder_shim});
+    out.push_back({c->name, d.provider, d.peer_paths, d.peer_device_paths, d.reorder_shim,
+                   fabric::ep_memory_name(c->group->config().memory)});
   }
   return out;
 }

@@ -100,7 +100,17 @@ class ep_core {
     int64_t max_tokens = 0;
     int num_experts = 0;
     int topk = 0;
+    // Where the channel's group keeps its payload rows (fabric/DEVICE_MEMORY.md). With cuda,
+    // x, recv_x, the combine's x and y are device pointers; topk_idx, topk_weights and the
+    // statistics stay host memory, and so do fp8's q and scales (quantised by the CPU twin
+    // after one device-to-host copy of the rows). host_split runs cuda's path on host memory
+    // (the tests' stand-in for a device).
+    fabric::ep_memory memory = fabric::ep_memory::host;
   };
+  // Creates the channel of `shape` now (collective): "" when it exists, else why a device
+  // (memory cuda) channel was refused (a peer on another host behind a provider without FI_HMEM:
+  // the caller stages through host memory instead). Other failures are errors.
+  result<std::string> ll_prepare(const ll_shape& shape);
   // With fp8.q set (DeepEP's use_fp8), recv_x is not written: each valid row is quantised instead
   // (kernels::fp8_quantize, e4m3 with one fp32 scale per 128 channels) into q [L, N*M,
   // hidden] bytes and scales, stored column-major as DeepEP's: scale (j, row i, block b) at
@@ -134,14 +144,15 @@ class ep_core {
     std::vector<std::string> peer_paths;         // empty when every peer goes through the fabric
     std::vector<std::string> peer_device_paths;  // transport_description's (CUDA builds)
     bool reorder_shim = false;
+    std::string memory;  // where the group's payload rows live: fabric::ep_memory_name
   };
   std::vector<channel_info> describe() const;
 
  private:
   struct channel;
   struct ll_channel;
-  // (dtype, hidden, max tokens, experts, topk)
-  using ll_key = std::tuple<int, int64_t, int64_t, int, int>;
+  // (dtype, hidden, max tokens, experts, topk, memory)
+  using ll_key = std::tuple<int, int64_t, int64_t, int, int, int>;
   result<ll_channel*> ll_channel_for(const ll_shape& shape);
   status ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
                       int64_t routing_id);

@@ -22,15 +22,19 @@ namespace moerl::py {
 
 result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
   if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
-  const ll_key key{static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts,
-                   shape.topk};
+  const ll_key key{
+      static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts, shape.topk,
+      static_cast<int>(shape.memory)};
   if (auto it = ll_channels_.find(key); it != ll_channels_.end()) return it->second.get();
   auto c = std::make_unique<ll_channel>();
   c->shape = shape;
   c->row_bytes = shape.hidden * static_cast<int64_t>(fabric::ep_dtype_size(shape.dtype));
   c->name = std::string("ll:") + (shape.dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") + ":" +
             std::to_string(shape.hidden) + ":m" + std::to_string(shape.max_tokens) + ":e" +
-            std::to_string(shape.num_experts) + ":k" + std::to_string(shape.topk);
+            std::to_string(shape.num_experts) + ":k" + std::to_string(shape.topk) +
+            (shape.memory == fabric::ep_memory::host
+                 ? ""
+                 : std::string(":") + fabric::ep_memory_name(shape.memory));
   fabric::ep_config cfg;
   cfg.mode = fabric::ep_mode::low_latency;
   cfg.num_experts = shape.num_experts;
@@ -38,6 +42,7 @@ result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
   cfg.hidden = shape.hidden;
   cfg.dtype = shape.dtype;
   cfg.max_tokens_per_rank = std::max<int64_t>(shape.max_tokens, 1);
+  cfg.memory = shape.memory;
   auto g = make_group(cfg);
   if (!g)
     return error{g.err().code,
@@ -48,11 +53,37 @@ result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
   return raw;
 }
 
+result<std::string> ep_core::ll_prepare(const ll_shape& shape) {
+  auto c = ll_channel_for(shape);
+  if (c) return std::string();
+  // ep_group::create's refusal of device rows to a network peer without FI_HMEM: the same
+  // on every rank (each has a peer on another host), so every rank falls back alike.
+  if (shape.memory == fabric::ep_memory::cuda && c.err().code == errc::invalid_argument &&
+      c.err().message.find("host staging") != std::string::npos)
+    return c.err().message;
+  return c.err();
+}
+
 status ep_core::ll_close_step(ll_channel& c) {
   if (!c.open) return {};
   c.open = false;
-  c.scratch.resize(static_cast<size_t>(std::max<int64_t>(c.num_tokens, 1) * c.row_bytes));
-  return c.group->combine(*c.out, c.group->combine_buffer(), c.scratch.data());
+  const int64_t bytes = std::max<int64_t>(c.num_tokens, 1) * c.row_bytes;
+  void* y = nullptr;
+  if (c.memory() == fabric::memory_kind::cuda) {
+    if (bytes > c.device_scratch_bytes) {
+      fabric::device_free(c.device_scratch);
+      c.device_scratch = nullptr;
+      c.device_scratch_bytes = 0;
+      ASSIGN_OR_RETURN(auto a, fabric::device_allocate(static_cast<size_t>(bytes)));
+      c.device_scratch = a.ptr;
+      c.device_scratch_bytes = bytes;
+    }
+    y = c.device_scratch;
+  } else {
+    c.scratch.resize(static_cast<size_t>(bytes));
+    y = c.scratch.data();
+  }
+  return c.group->combine(*c.out, c.group->combine_buffer(), y);
 }
 
 // After ll_close_step. The tokens are whatever the caller put into dispatch_buffer() (a
@@ -99,7 +130,8 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
   // The tokens go through the group's own buffer: the group reads them until combine_recv
   // (the caller's x need not live that long), and same-host peers read them there in place.
   if (num_tokens > 0)
-    std::memcpy(c->group->dispatch_buffer(), x, static_cast<size_t>(num_tokens * c->row_bytes));
+    STATUS_TRY(fabric::memory_copy(c->memory(), c->group->dispatch_buffer(), x,
+                                   static_cast<size_t>(num_tokens * c->row_bytes)));
   STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id));
 
   const fabric::dispatch_output& o = *c->out;
@@ -116,13 +148,21 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
                        " fit (does a token name one expert twice in topk_idx?)"};
     recv_count[j] = static_cast<int32_t>(count);
     const char* rows = static_cast<const char*>(o.recv_x) + first * c->row_bytes;
-    if (fp8.q)
+    if (fp8.q) {
+      if (c->memory() == fabric::memory_kind::cuda &&
+          count > 0) {  // the CPU twin quantises: the rows to host once
+        c->host_rows.resize(static_cast<size_t>(count * c->row_bytes));
+        STATUS_TRY(fabric::device_copy(c->host_rows.data(), rows, c->host_rows.size()));
+        rows = c->host_rows.data();
+      }
       STATUS_TRY(ll_quantize(rows, count, shape, fp8.q + j * block * shape.hidden,
                              fp8.scales + j * kernels::fp8_num_blocks(shape.hidden) * block,
                              block));
-    else if (count > 0)
-      std::memcpy(static_cast<char*>(recv_x) + j * block * c->row_bytes, rows,
-                  static_cast<size_t>(count * c->row_bytes));
+    } else if (count > 0) {
+      STATUS_TRY(fabric::memory_copy(c->memory(),
+                                     static_cast<char*>(recv_x) + j * block * c->row_bytes, rows,
+                                     static_cast<size_t>(count * c->row_bytes)));
+    }
     for (int64_t i = 0; i < count; ++i) {
       const int s = o.src_rank[first + i];
       src_info[j * block + i] = o.src_token[first + i];
@@ -154,9 +194,9 @@ status ep_core::ll_combine(const ll_shape& shape, const void* x, const int64_t* 
   for (int j = 0; j < c->group->num_local_experts(); ++j) {
     const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
     if (count > 0)
-      std::memcpy(rows + first * c->row_bytes,
-                  static_cast<const char*>(x) + j * block * c->row_bytes,
-                  static_cast<size_t>(count * c->row_bytes));
+      STATUS_TRY(fabric::memory_copy(c->memory(), rows + first * c->row_bytes,
+                                     static_cast<const char*>(x) + j * block * c->row_bytes,
+                                     static_cast<size_t>(count * c->row_bytes)));
   }
   std::copy(topk_weights, topk_weights + entries, c->weights.begin());
   c->open = false;

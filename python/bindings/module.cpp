@@ -48,6 +48,13 @@ moerl::fabric::ep_dtype dtype_of(int code) {
   return code == 0 ? moerl::fabric::ep_dtype::bf16 : moerl::fabric::ep_dtype::fp32;
 }
 
+// moerl/_ep_device.py's memory codes: 0 host, 1 cuda, 2 host_split (fabric::ep_memory).
+moerl::fabric::ep_memory memory_of(int code) {
+  return code == 1   ? moerl::fabric::ep_memory::cuda
+         : code == 2 ? moerl::fabric::ep_memory::host_split
+                     : moerl::fabric::ep_memory::host;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_moerl, m) {
@@ -155,31 +162,43 @@ PYBIND11_MODULE(_moerl, m) {
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
               uintptr_t x, uintptr_t topk_idx, int64_t num_tokens, int64_t routing_id,
               uintptr_t recv_x, uintptr_t recv_count, uintptr_t src_info, uintptr_t layout_range,
-              uintptr_t fp8_q, uintptr_t fp8_scales) {
+              uintptr_t fp8_q, uintptr_t fp8_scales, int memory) {
              moerl::status st;
              {
                py::gil_scoped_release nogil;
-               st = c.ll_dispatch({hidden, dtype_of(dtype), max_tokens, num_experts, topk},
-                                  ptr<const void>(x), ptr<const int64_t>(topk_idx), num_tokens,
-                                  routing_id, ptr<void>(recv_x), ptr<int32_t>(recv_count),
-                                  ptr<int32_t>(src_info), ptr<int64_t>(layout_range),
-                                  {ptr<uint8_t>(fp8_q), ptr<float>(fp8_scales)});
+               st = c.ll_dispatch(
+                   {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)},
+                   ptr<const void>(x), ptr<const int64_t>(topk_idx), num_tokens, routing_id,
+                   ptr<void>(recv_x), ptr<int32_t>(recv_count), ptr<int32_t>(src_info),
+                   ptr<int64_t>(layout_range), {ptr<uint8_t>(fp8_q), ptr<float>(fp8_scales)});
              }
              check(st);
            })
       .def("ll_combine",
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
               uintptr_t x, uintptr_t topk_idx, uintptr_t topk_weights, int64_t num_tokens,
-              int64_t routing_id, uintptr_t y) {
+              int64_t routing_id, uintptr_t y, int memory) {
              moerl::status st;
              {
                py::gil_scoped_release nogil;
-               st = c.ll_combine({hidden, dtype_of(dtype), max_tokens, num_experts, topk},
-                                 ptr<const void>(x), ptr<const int64_t>(topk_idx),
-                                 ptr<const float>(topk_weights), num_tokens, routing_id,
-                                 ptr<void>(y));
+               st = c.ll_combine(
+                   {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)},
+                   ptr<const void>(x), ptr<const int64_t>(topk_idx), ptr<const float>(topk_weights),
+                   num_tokens, routing_id, ptr<void>(y));
              }
              check(st);
+           })
+      .def("ll_prepare",
+           [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
+              int memory) {
+             moerl::result<std::string> r = std::string();
+             {
+               py::gil_scoped_release nogil;
+               r = c.ll_prepare(
+                   {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)});
+             }
+             if (!r) raise(r.err());
+             return *r;
            })
       .def("ll_clean",
            [](ep_core& c) {
@@ -199,6 +218,7 @@ PYBIND11_MODULE(_moerl, m) {
           d["peer_paths"] = ch.peer_paths;
           d["peer_device_paths"] = ch.peer_device_paths;
           d["reorder_shim"] = ch.reorder_shim;
+          d["memory"] = ch.memory;
           out.append(d);
         }
         return out;

@@ -42,10 +42,15 @@ def _fail(msg: str) -> None:
     raise ValueError(msg)
 
 
-def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int) -> torch.Tensor:
+def _check_tensor(name: str, t: Any, dtypes: Tuple[torch.dtype, ...], dim: int,
+                  device: Optional[torch.device] = None) -> torch.Tensor:
+    """t's type, dtype, dimensions and contiguity; on the CPU, or on `device` where given (the
+    low-latency calls' device path, moerl/_ep_device.py)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} is {type(t).__name__}; expected a torch.Tensor")
-    if t.device.type != "cpu":
+    if device is not None and t.device != device:
+        _fail(f"{name} is on {t.device}; expected {device} (the device of x, whose rows this call moves)")
+    if device is None and t.device.type != "cpu":
         # CUDA tensors are staged before the checks (_ep_device.takes_cuda_tensors); a tensor
         # here is on a device moerl never takes, or on CUDA where it cannot.
         raise RuntimeError(f"{name} is on {t.device}; moerl.ep takes CPU tensors, and CUDA tensors where "

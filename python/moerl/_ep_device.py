@@ -1,13 +1,24 @@
 """CUDA tensors in ``moerl.ep`` (issue 29): what a call given CUDA tensors does.
 
 The calls of ``Buffer`` (normal and low-latency) take CUDA tensors where moerl is built with
-CUDA and a device is visible. The tokens then travel **through host staging**: the call's
-CUDA tensors are copied to host memory, the expert plane moves them exactly as it moves CPU
-tensors (shared memory on one host, libfabric between hosts), and every returned tensor is
-copied to the inputs' device. The group's regions stay host memory on this path; the
-transport's device regions (CUDA IPC between ranks of a host, FI_HMEM on efa) are
-fabric/DEVICE_MEMORY.md, and ``Buffer.transport_report()`` names both (``tensor_path``,
-``peer_device_paths``).
+CUDA and a device is visible, along one of two paths (fabric/DEVICE_MEMORY.md):
+
+- **device** (low-latency calls): the channel's group keeps its payload rows in device memory
+  (``fabric::ep_memory::cuda``); the rows move GPU to GPU, through CUDA IPC between ranks of
+  a host (or FI_HMEM on efa), and x, recv_x, the combine's x and its result stay on the
+  device. Only the routing (topk_idx, topk_weights) and the small per-call tables cross to
+  host memory, because the group plans the moves on the CPU; with ``use_fp8`` the received
+  rows cross once too (quantised by the CPU twin). Chosen per channel when the group accepts
+  device memory (collectively, at the channel's first call).
+- **host staging** (normal mode, and low-latency where the group refused device memory: a
+  peer on another host behind a provider without FI_HMEM, e.g. tcp): the call's CUDA tensors
+  are copied to host memory, the expert plane moves them as it moves CPU tensors, and every
+  returned tensor is copied to the inputs' device.
+
+``Buffer.transport_report()`` says which per channel (``tensor_path``: ``device`` or
+``host_staging``, with ``device_refused`` naming why a low-latency channel stages) next to
+the transport's ``peer_device_paths``. Every rank passes tensors of one kind to a collective
+call, so every rank makes the same choice.
 
 A CUDA tensor where that cannot work is an error naming why: a moerl built without CUDA, or
 no visible device. Tensors on other devices keep the argument checks' error
@@ -24,8 +35,16 @@ import torch
 
 from . import _moerl
 
-#: Buffer.transport_report()'s ``tensor_path`` for CUDA tensors.
+#: Buffer.transport_report()'s ``tensor_path`` for CUDA tensors through host staging.
 TENSOR_PATH_CUDA = "host_staging"
+#: ... and for a channel whose rows live in device memory.
+TENSOR_PATH_DEVICE = "device"
+
+#: The memory codes of the binding (python/bindings/module.cpp, fabric::ep_memory).
+MEMORY_HOST, MEMORY_CUDA, MEMORY_HOST_SPLIT = 0, 1, 2
+#: The memory of the low-latency device path's channels: MEMORY_CUDA; the tests set
+#: MEMORY_HOST_SPLIT to run the device path (split layout, batched copies) on CPU stand-ins.
+DEVICE_CHANNEL_MEMORY = MEMORY_CUDA
 
 
 def cuda_unavailable_reason() -> Optional[str]:
@@ -101,10 +120,13 @@ def stage_call(method: Callable[..., Any], arguments: Dict[str, Any], inout: Tup
     return _map_tensors(result, up)
 
 
-def takes_cuda_tensors(*inout: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def takes_cuda_tensors(*inout: str, device_path: Optional[Callable[[Any, Dict[str, Any]], bool]] = None
+                       ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorates a Buffer call whose arguments named in `inout` are written by it: CUDA
     tensors among its arguments go through stage_call (or raise naming the argument and why
-    they cannot); calls without any run unchanged."""
+    they cannot); calls without any run unchanged. With `device_path`, a call for which
+    device_path(buffer, arguments) is true gets its CUDA tensors as they are (the device
+    path); device_path is asked only where CUDA tensors can be taken at all."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(method)
@@ -121,9 +143,38 @@ def takes_cuda_tensors(*inout: str) -> Callable[[Callable[..., Any]], Callable[.
             if reason is not None:
                 raise RuntimeError(f"{method.__name__}: {name} is on {device}; {reason}")
             self._saw_cuda_tensors = True
+            if device_path is not None and device_path(self, arguments):
+                return method(self, *args, **kwargs)
             return stage_call(lambda **a: method(self, **a), arguments, inout, device,
                               lambda t: _to_host(t), lambda t, d: _to_device(t, d))
 
         return call
 
     return wrap
+
+
+def device_channel(buffer: Any, hidden: int, dtype_code: int, max_tokens: int, num_experts: int,
+                   topk: int) -> int:
+    """The memory code of the low-latency channel of this shape for CUDA tensors:
+    DEVICE_CHANNEL_MEMORY where its group accepted device memory, else MEMORY_HOST (the call
+    stages; the refusal is kept for transport_report()). The first call per shape creates the
+    channel: collective, like the call it serves."""
+    cache: Dict[Tuple[int, ...], int] = buffer.__dict__.setdefault("_ll_device_channels", {})
+    key = (hidden, dtype_code, max_tokens, num_experts, topk)
+    if key not in cache:
+        refused = buffer._live_core().ll_prepare(hidden, dtype_code, max_tokens, num_experts, topk,
+                                                 DEVICE_CHANNEL_MEMORY)
+        cache[key] = MEMORY_HOST if refused else DEVICE_CHANNEL_MEMORY
+        if refused:
+            buffer.__dict__["_ll_device_refused"] = refused
+    return cache[key]
+
+
+def tensor_path(channel: Dict[str, Any], saw_cuda_tensors: bool, device_refused: Optional[str]) -> Dict[str, Any]:
+    """transport_report()'s entry for one channel of EpCore.describe()."""
+    if channel.get("memory", "host") != "host":
+        return dict(channel, tensor_path=TENSOR_PATH_DEVICE)
+    entry = dict(channel, tensor_path=TENSOR_PATH_CUDA if saw_cuda_tensors else "host")
+    if saw_cuda_tensors and device_refused and channel["channel"].startswith("ll:"):
+        entry["device_refused"] = device_refused
+    return entry

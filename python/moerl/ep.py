@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from . import _moerl
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
-from ._ep_device import TENSOR_PATH_CUDA, takes_cuda_tensors
+from ._ep_device import takes_cuda_tensors, tensor_path
 from .ep_low_latency import LowLatencyCalls
 
 _buffer_ids = itertools.count()
@@ -161,10 +161,14 @@ class Buffer(LowLatencyCalls):
         "same_host" or "network"), and is empty when every peer goes through the fabric
         (fabric_paths="fabric"). peer_device_paths (CUDA builds) names how each peer would
         write the transport's device regions ("cuda_same_process", "cuda_ipc", "fi_hmem" or
-        "host_staging"; fabric/DEVICE_MEMORY.md); tensor_path is "host" until a call took
-        CUDA tensors, then "host_staging" (moerl/_ep_device.py)."""
-        path = TENSOR_PATH_CUDA if getattr(self, "_saw_cuda_tensors", False) else "host"
-        return [dict(d, tensor_path=path) for d in self._live_core().describe()]
+        "host_staging"; fabric/DEVICE_MEMORY.md); memory is where the channel's group keeps its
+        rows ("host", or "cuda" for a low-latency channel of CUDA tensors); tensor_path is
+        "device" for such a channel, else "host" until a call took CUDA tensors, then
+        "host_staging", with device_refused naming why a low-latency channel stages
+        (moerl/_ep_device.py)."""
+        saw = getattr(self, "_saw_cuda_tensors", False)
+        refused = getattr(self, "_ll_device_refused", None)
+        return [tensor_path(d, saw, refused) for d in self._live_core().describe()]
 
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:

@@ -23,8 +23,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from . import _ep_device
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
-from ._ep_device import takes_cuda_tensors
+from ._ep_device import MEMORY_HOST, takes_cuda_tensors
 
 
 class RecvHook:
@@ -44,12 +45,50 @@ class _LowLatencyHandle(tuple):
 
 
 class _LowLatencyState:
-    def __init__(self, buffer_id: int, routing_id: int, num_tokens: int, topk: int, dtype: torch.dtype):
+    def __init__(self, buffer_id: int, routing_id: int, num_tokens: int, topk: int, dtype: torch.dtype,
+                 memory: int = MEMORY_HOST, device: Optional[torch.device] = None):
         self.buffer_id = buffer_id
         self.routing_id = routing_id
         self.num_tokens = num_tokens
         self.topk = topk
         self.dtype = dtype
+        # The device path (_ep_device): the channel's memory code and the tensors' device.
+        self.memory = memory
+        self.device = device
+
+
+def _dispatch_on_device(buffer: "LowLatencyCalls", a: Dict[str, Any]) -> bool:
+    """Whether a low_latency_dispatch given CUDA tensors takes the device path: its shape
+    looks valid (else the staged call's checks name the problem) and the channel's group
+    accepted device memory (_ep_device.device_channel)."""
+    x, idx = a.get("x"), a.get("topk_idx")
+    m, e = a.get("num_max_dispatch_tokens_per_rank"), a.get("num_experts")
+    if not (isinstance(x, torch.Tensor) and isinstance(idx, torch.Tensor) and _ep_device._is_cuda(x)):
+        return False
+    if not buffer.low_latency_mode or x.dtype not in _DTYPES or x.dim() != 2 or idx.dim() != 2:
+        return False
+    if not all(isinstance(v, int) and v >= 1 for v in (m, e)) or e % buffer.group_size:
+        return False
+    memory = _ep_device.device_channel(buffer, x.shape[1], _DTYPES[x.dtype], m, e, idx.shape[1])
+    return memory != MEMORY_HOST
+
+
+def _combine_on_device(buffer: "LowLatencyCalls", a: Dict[str, Any]) -> bool:
+    """A low_latency_combine takes the device path when its handle's dispatch did."""
+    handle = a.get("handle")
+    return isinstance(handle, _LowLatencyHandle) and handle.state.memory != MEMORY_HOST
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """The device path's routing tables, which the group reads on the CPU."""
+    return t if t.device.type == "cpu" else t.cpu()
+
+
+def _inputs_ready(device: Optional[torch.device]) -> None:
+    """The group copies rows on a stream of its own, which does not wait for the caller's:
+    the kernels that wrote this call's inputs finish first."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
 
 
 def _hook_and_event(async_finish: bool, return_recv_hook: bool) -> Tuple[EventOverlap, Optional[RecvHook]]:
@@ -102,7 +141,8 @@ class LowLatencyCalls:
             _fail("handle comes from another Buffer; expected a handle this Buffer's low_latency_dispatch returned")
         return st
 
-    @takes_cuda_tensors("cumulative_local_expert_recv_stats", "dispatch_wait_recv_cost_stats")
+    @takes_cuda_tensors("cumulative_local_expert_recv_stats", "dispatch_wait_recv_cost_stats",
+                        device_path=_dispatch_on_device)
     def low_latency_dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor, num_max_dispatch_tokens_per_rank: int,
                              num_experts: int, cumulative_local_expert_recv_stats: Optional[torch.Tensor] = None,
                              dispatch_wait_recv_cost_stats: Optional[torch.Tensor] = None, use_fp8: bool = True,
@@ -120,12 +160,19 @@ class LowLatencyCalls:
         N*M, ceil(H/128)], column-major), one scale per 128 channels of a row = the block's
         amax / 448 (kernels::fp8_quantize). moerl sends the rows in x's dtype and quantises
         them on receipt: the same bits as quantising at the sender, twice the bytes on the
-        wire. round_scale/use_ue8m0 are not implemented. Collective."""
+        wire. round_scale/use_ue8m0 are not implemented. Collective.
+
+        CUDA tensors (moerl/_ep_device.py): on the device path every returned tensor is on
+        x's device and the rows never cross host memory (with use_fp8 they cross once, to be
+        quantised); elsewhere they are staged through host memory."""
         self._check_low_latency()
         if use_fp8 and (round_scale or use_ue8m0):
             _not_yet("round_scale/use_ue8m0 (power-of-two or UE8M0 FP8 scales)")
-        x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
-        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+        # Here with a CUDA x only on the device path (takes_cuda_tensors stages the others).
+        device = x.device if isinstance(x, torch.Tensor) and _ep_device._is_cuda(x) else None
+        x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2, device)
+        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
+        topk_idx = _to_host(topk_idx)
         num_tokens, hidden = x.shape
         if topk_idx.shape[0] != num_tokens:
             _fail(f"topk_idx has shape {tuple(topk_idx.shape)}; expected {num_tokens} rows (x's tokens)")
@@ -137,11 +184,16 @@ class LowLatencyCalls:
         self._check_topk_range(topk_idx, num_experts)
         num_local = num_experts // self.group_size
         if cumulative_local_expert_recv_stats is not None:
-            _check_tensor("cumulative_local_expert_recv_stats", cumulative_local_expert_recv_stats, (torch.int32,), 1)
+            _check_tensor("cumulative_local_expert_recv_stats", cumulative_local_expert_recv_stats, (torch.int32,), 1,
+                          device)
             _check_shape("cumulative_local_expert_recv_stats", cumulative_local_expert_recv_stats, (num_local,),
                          "one count per local expert")
         if dispatch_wait_recv_cost_stats is not None:
-            _check_tensor("dispatch_wait_recv_cost_stats", dispatch_wait_recv_cost_stats, (torch.int64,), 1)
+            _check_tensor("dispatch_wait_recv_cost_stats", dispatch_wait_recv_cost_stats, (torch.int64,), 1, device)
+        memory = MEMORY_HOST
+        if device is not None:
+            memory = _ep_device.device_channel(self, hidden, _DTYPES[x.dtype], num_max_dispatch_tokens_per_rank,
+                                               num_experts, topk_idx.shape[1])
         event, hook = _hook_and_event(async_finish, return_recv_hook)
 
         topk = topk_idx.shape[1]
@@ -151,35 +203,44 @@ class LowLatencyCalls:
         layout_range = torch.empty(num_local, self.group_size, dtype=torch.int64)
         if use_fp8:
             # e4m3 bits as uint8 (torch 1.13 has no float8 dtype); the scales column-major
-            # like DeepEP's: [L, N*M, blocks] over [L, blocks, N*M] memory.
+            # like DeepEP's: [L, N*M, blocks] over [L, blocks, N*M] memory. Quantised on the
+            # CPU, so host buffers even on the device path.
             q = self._ll_recv_buffer((num_local, block, hidden), torch.uint8)
             scales = self._ll_recv_buffer((num_local, -(-hidden // 128), block), torch.float32)
-            recv_x: Any = (q, scales.transpose(1, 2))
+            recv_x: Any = (q, scales)
             out_ptr, q_ptr, scales_ptr = 0, q.data_ptr(), scales.data_ptr()
         else:
-            recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype)
+            recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype, device)
             out_ptr, q_ptr, scales_ptr = recv_x.data_ptr(), 0, 0
         routing_id = next(self._routing_ids)
+        _inputs_ready(device)
         self._live_core().ll_dispatch(hidden, _DTYPES[x.dtype], num_max_dispatch_tokens_per_rank, num_experts, topk,
                                       x.data_ptr(), topk_idx.data_ptr(), num_tokens, routing_id, out_ptr,
                                       recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), q_ptr,
-                                      scales_ptr)
+                                      scales_ptr, memory)
+        if device is not None:  # the small tables follow the rows to the device
+            recv_count, src_info, layout_range = (t.to(device) for t in (recv_count, src_info, layout_range))
+            if use_fp8:
+                recv_x = (recv_x[0].to(device), recv_x[1].to(device))
+        if use_fp8:
+            recv_x = (recv_x[0], recv_x[1].transpose(1, 2))
         if cumulative_local_expert_recv_stats is not None:
             cumulative_local_expert_recv_stats += recv_count
         handle = _LowLatencyHandle((src_info, layout_range, num_max_dispatch_tokens_per_rank, hidden, num_experts))
-        handle.state = _LowLatencyState(self._id, routing_id, num_tokens, topk, x.dtype)
+        handle.state = _LowLatencyState(self._id, routing_id, num_tokens, topk, x.dtype, memory, device)
         return recv_x, recv_count, handle, event, hook
 
-    def _ll_recv_buffer(self, shape: Tuple[int, int, int], dtype: torch.dtype) -> torch.Tensor:
-        """One of two tensors kept per (shape, dtype), alternating: DeepEP's double buffering.
-        A fresh [L, N*M, H] tensor per call would cost more than the exchange (its pages are
-        faulted in anew every time at these sizes)."""
+    def _ll_recv_buffer(self, shape: Tuple[int, int, int], dtype: torch.dtype,
+                        device: Optional[torch.device] = None) -> torch.Tensor:
+        """One of two tensors kept per (shape, dtype, device), alternating: DeepEP's double
+        buffering. A fresh [L, N*M, H] tensor per call would cost more than the exchange (its
+        pages are faulted in anew every time at these sizes)."""
         pairs: Dict[Any, list] = self.__dict__.setdefault("_ll_recv_buffers", {})
-        pair = pairs.setdefault((shape, dtype), [None, None, 0])
+        pair = pairs.setdefault((shape, dtype, device), [None, None, 0])
         i = pair[2]
         pair[2] = 1 - i
         if pair[i] is None:
-            pair[i] = torch.empty(shape, dtype=dtype)
+            pair[i] = torch.empty(shape, dtype=dtype, device=device or "cpu")
         return pair[i]
 
     def get_next_low_latency_combine_buffer(self, handle: Any) -> torch.Tensor:
@@ -194,13 +255,14 @@ class LowLatencyCalls:
     def _ll_combine_buffer(self, handle: _LowLatencyHandle) -> torch.Tensor:
         _, _, m, hidden, num_experts = handle
         shape = (num_experts // self.group_size, self.group_size * m, hidden)
-        key = (shape, handle.state.dtype)
+        device = handle.state.device
+        key = (shape, handle.state.dtype, device)
         buffers: Dict[Any, torch.Tensor] = self.__dict__.setdefault("_ll_combine_buffers", {})
         if key not in buffers:
-            buffers[key] = torch.zeros(shape, dtype=handle.state.dtype)
+            buffers[key] = torch.zeros(shape, dtype=handle.state.dtype, device=device or "cpu")
         return buffers[key]
 
-    @takes_cuda_tensors("out")
+    @takes_cuda_tensors("out", device_path=_combine_on_device)
     def low_latency_combine(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, handle: tuple,
                             use_logfmt: bool = False, zero_copy: bool = False, async_finish: bool = False,
                             return_recv_hook: bool = False, out: Optional[torch.Tensor] = None,
@@ -212,32 +274,36 @@ class LowLatencyCalls:
         ``zero_copy=True``, the tensor from get_next_low_latency_combine_buffer is read
         instead); topk_idx [T, K] as given to the handle's dispatch; topk_weights [T, K] fp32.
         Returns (combined_x [T, H], event, hook); written into ``out`` when given.
-        ``combine_wait_recv_cost_stats`` is accepted and left as is. Collective."""
+        ``combine_wait_recv_cost_stats`` is accepted and left as is. Collective. A handle
+        from the device path wants its tensors on that device, and returns combined_x there."""
         self._check_low_latency()
         st = self._ll_handle_state(handle)
+        device = st.device
         if use_logfmt:
             _not_yet("use_logfmt=True (LogFMT-compressed low-latency combine)")
         _, _, m, hidden, num_experts = handle
         src = self._ll_combine_buffer(handle) if zero_copy else x
         name = "get_next_low_latency_combine_buffer's tensor" if zero_copy else "x"
-        _check_tensor(name, src, (st.dtype,), 3)
+        _check_tensor(name, src, (st.dtype,), 3, device)
         _check_shape(name, src, (num_experts // self.group_size, self.group_size * m, hidden),
                      "[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden] of the handle")
-        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
         _check_shape("topk_idx", topk_idx, (st.num_tokens, st.topk), "as given to the handle's dispatch")
-        _check_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+        _check_tensor("topk_weights", topk_weights, (torch.float32,), 2, device)
         _check_shape("topk_weights", topk_weights, (st.num_tokens, st.topk), "like topk_idx")
+        topk_idx, topk_weights = _to_host(topk_idx), _to_host(topk_weights)
         self._check_topk_range(topk_idx, num_experts)
         if out is not None:
-            _check_tensor("out", out, (st.dtype,), 2)
+            _check_tensor("out", out, (st.dtype,), 2, device)
             _check_shape("out", out, (st.num_tokens, hidden), "[num_tokens, hidden]")
         if combine_wait_recv_cost_stats is not None:
-            _check_tensor("combine_wait_recv_cost_stats", combine_wait_recv_cost_stats, (torch.int64,), 1)
+            _check_tensor("combine_wait_recv_cost_stats", combine_wait_recv_cost_stats, (torch.int64,), 1, device)
         event, hook = _hook_and_event(async_finish, return_recv_hook)
-        y = out if out is not None else torch.empty(st.num_tokens, hidden, dtype=st.dtype)
+        y = out if out is not None else torch.empty(st.num_tokens, hidden, dtype=st.dtype, device=device or "cpu")
+        _inputs_ready(device)
         self._live_core().ll_combine(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, src.data_ptr(),
                                      topk_idx.data_ptr(), topk_weights.data_ptr(), st.num_tokens, st.routing_id,
-                                     y.data_ptr())
+                                     y.data_ptr(), st.memory)
         return y, event, hook
 
     def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:

@@ -12,12 +12,13 @@
 #include "fabric/bootstrap.h"
 #include "fabric/device_memory.h"
 #include "fabric/transport.h"
+#include "tests/fabric/device_ranks.h"
 #include "tests/fabric/region_exchange.h"
 
 namespace moerl::fabric {
 namespace {
-
-constexpr int kNoDevice = 77;
+using test::expect_ranks_passed;
+using test::kNoDevice;
 
 char pattern(int writer, size_t i) { return static_cast<char>((i * 29 + writer * 11 + 1) & 0x7f); }
 
@@ -86,15 +87,6 @@ int device_exchange(bootstrap& b, int num_writes, size_t block) {
   }
   // Nobody closes its transport (freeing its regions) before everyone checked.
   return b.allgather(all_members(b), "", 20000).ok() ? 0 : 25;
-}
-
-void expect_ranks_passed(const result<launch_report>& report) {
-  ASSERT_TRUE(report.ok()) << report.err().to_string();
-  if (std::all_of(report->exit_codes.begin(), report->exit_codes.end(),
-                  [](int c) { return c == kNoDevice; }))
-    GTEST_SKIP() << "no CUDA device visible (bench/gpu_check.sh runs this on a GPU)";
-  for (size_t r = 0; r < report->exit_codes.size(); ++r)
-    EXPECT_EQ(report->exit_codes[r], 0) << "rank " << r << " (see device_exchange's codes)";
 }
 
 TEST(device_transport, two_processes_on_one_gpu_write_each_other_through_cuda_ipc) {

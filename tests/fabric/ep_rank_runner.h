@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fabric/bootstrap.h"
+#include "fabric/device_memory.h"
 #include "fabric/ep_group.h"
 #include "fabric/ep_workload.h"
 
@@ -32,6 +33,9 @@ struct ep_case {
   // so one box holds same-host and network pairs at once.
   int ranks_per_host = 0;
   bool threads = false;  // ranks are threads of one process (expect same_process pairs)
+  // low_latency only: where the group keeps its payload rows (cuda: the steps' x, expert
+  // outputs and y are device memory too, staged by run_step).
+  ep_memory memory = ep_memory::host;
 };
 
 // The workload of step `step`: cycles through the edge cases the EP layer must survive.
@@ -66,6 +70,34 @@ inline int report(int rank, const std::string& what, const error& e) {
   return 1;
 }
 
+// The step's payload buffers in the group's payload memory: host memory, or (ep_memory
+// cuda) device memory that run_step fills and reads back with device copies.
+class payload_buffer {
+ public:
+  payload_buffer(bool on_device, size_t bytes) : on_device_(on_device) {
+    bytes = std::max<size_t>(bytes, 1);
+    if (!on_device_) {
+      host_.resize(bytes);
+      return;
+    }
+    auto a = device_allocate(bytes);
+    if (a) device_ = a->ptr;
+  }
+  ~payload_buffer() { device_free(device_); }
+  payload_buffer(const payload_buffer&) = delete;
+  payload_buffer& operator=(const payload_buffer&) = delete;
+  void* get() { return on_device_ ? device_ : host_.data(); }
+
+ private:
+  bool on_device_;
+  std::vector<char> host_;
+  void* device_ = nullptr;
+};
+
+inline status payload_copy(bool on_device, void* dst, const void* src, size_t bytes) {
+  return memory_copy(on_device ? memory_kind::cuda : memory_kind::host, dst, src, bytes);
+}
+
 // One step on an existing group; 0 when dispatch and combine match the reference. With
 // group_buffers the tokens go into g.dispatch_buffer() and the experts write their outputs
 // into g.combine_buffer() (low-latency: same-host peers read both in place), else both stay
@@ -75,29 +107,36 @@ inline int run_step(ep_group& g, const workload_params& p, int boot_rank,
   std::vector<rank_inputs> all;
   for (int r = 0; r < p.num_ranks; ++r) all.push_back(make_rank_inputs(p, r));
   const rank_inputs& in = all[g.rank()];
-  const void* x = in.x.data();
-  if (group_buffers) {
-    void* buf = g.dispatch_buffer();
-    if (!buf) return report(boot_rank, "dispatch_buffer", error{errc::internal, "null"});
-    std::memcpy(buf, in.x.data(), in.x.size());
-    x = buf;
-  }
+  const bool on_device = g.config().memory == ep_memory::cuda;
+  payload_buffer own_x(on_device, in.x.size());
+  void* x = group_buffers ? g.dispatch_buffer() : own_x.get();
+  if (!x) return report(boot_rank, "dispatch_buffer", error{errc::internal, "null"});
+  if (auto st = payload_copy(on_device, x, in.x.data(), in.x.size()); !st)
+    return report(boot_rank, "x to payload memory", st.err());
   auto d = g.dispatch(x, in.topk_idx.data(), in.topk_weights.data(), in.num_tokens);
   if (!d) return report(boot_rank, "dispatch", d.err());
-  if (auto st = check_dispatch(p, all, g.rank(), **d); !st)
+  // The checks read the received rows on the CPU: from device memory, through a host copy.
+  dispatch_output received = **d;
+  std::vector<char> recv_host(static_cast<size_t>(received.num_recv_rows * p.hidden *
+                                                  static_cast<int64_t>(ep_dtype_size(p.dtype))));
+  if (auto st = payload_copy(on_device, recv_host.data(), received.recv_x, recv_host.size()); !st)
+    return report(boot_rank, "recv_x from payload memory", st.err());
+  received.recv_x = recv_host.data();
+  if (auto st = check_dispatch(p, all, g.rank(), received); !st)
     return report(boot_rank, "check", st.err());
   std::vector<char> expert_out;
-  apply_experts(p, g.rank() * g.num_local_experts(), **d, expert_out);
-  const void* combine_in = expert_out.data();
-  if (group_buffers) {
-    void* buf = g.combine_buffer();
-    if (!buf) return report(boot_rank, "combine_buffer", error{errc::internal, "null"});
-    std::memcpy(buf, expert_out.data(), expert_out.size());
-    combine_in = buf;
-  }
-  std::vector<char> y(std::max<size_t>(in.x.size(), 1));
-  if (auto st = g.combine(**d, combine_in, y.data()); !st)
+  apply_experts(p, g.rank() * g.num_local_experts(), received, expert_out);
+  payload_buffer own_out(on_device, expert_out.size());
+  void* combine_in = group_buffers ? g.combine_buffer() : own_out.get();
+  if (!combine_in) return report(boot_rank, "combine_buffer", error{errc::internal, "null"});
+  if (auto st = payload_copy(on_device, combine_in, expert_out.data(), expert_out.size()); !st)
+    return report(boot_rank, "expert outputs to payload memory", st.err());
+  payload_buffer y_out(on_device, in.x.size());
+  if (auto st = g.combine(**d, combine_in, y_out.get()); !st)
     return report(boot_rank, "combine", st.err());
+  std::vector<char> y(std::max<size_t>(in.x.size(), 1));
+  if (auto st = payload_copy(on_device, y.data(), y_out.get(), in.x.size()); !st)
+    return report(boot_rank, "y from payload memory", st.err());
   const std::vector<char> want = reference_combine(p, all, g.rank(), g.config().mode);
   if (in.x.size() > 0 && std::memcmp(y.data(), want.data(), in.x.size()) != 0) {
     std::fprintf(stderr, "rank %d: combine differs from the reference bitwise\n", boot_rank);
@@ -137,6 +176,7 @@ inline ep_config config_for(const ep_case& c) {
   cfg.op_timeout_ms = 20000;
   cfg.ll_entries_per_write = c.ll_entries_per_write;
   cfg.ranks_per_node = c.ranks_per_node;
+  cfg.memory = c.memory;
   return cfg;
 }
 

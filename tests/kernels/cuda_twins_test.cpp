@@ -346,3 +346,51 @@ TEST(cuda_twins, bf16_storage_variants_match_the_cpu) {
   ASSERT_TRUE(bf16_to_float(pool, gy_bf16.data(), 45 * FH, gpu_y.data()).ok());
   expect_close(gpu_y, cpu_y, 1e-2, "bf16 ffn out");
 }
+
+TEST(cuda_twins, batched_row_copies_match_the_cpu_for_vector_and_byte_rows) {
+  REQUIRE_GPU();
+  thread_pool pool(1);
+  int64_t dst_bytes = 0, src_bytes = 0;
+  // More copies than the grid's 65535 blocks, so blocks stride over copies too.
+  const auto offsets = random_copy_offsets(70000, 41, &dst_bytes, &src_bytes);
+  std::vector<char> src(static_cast<size_t>(src_bytes)), dst(static_cast<size_t>(dst_bytes), '#');
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + 5);
+  dev<char> dsrc(src), ddst(dst);
+  const auto cpu = plan_on(offsets, dst.data(), src.data());
+  const auto gpu = plan_on(offsets, ddst.get(), dsrc.get());
+  ASSERT_TRUE(copy_rows(pool, cpu.data(), static_cast<int64_t>(cpu.size())).ok());
+  ASSERT_TRUE(cuda::copy_rows(nullptr, gpu.data(), static_cast<int64_t>(gpu.size())).ok());
+  EXPECT_EQ(ddst.host(), dst);
+  const row_copy bad[] = {{ddst.get(), nullptr, 4}};
+  auto st = cuda::copy_rows(nullptr, bad, 1);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().message, "cuda::copy_rows: copy 0 of 4 bytes has a null src");
+}
+
+TEST(cuda_twins, combine_by_row_pointers_matches_the_cpu) {
+  REQUIRE_GPU();
+  thread_pool pool(2);
+  // Terms in two buffers, some missing (nullptr), as fabric's low-latency combine reads them.
+  const int64_t T = 37, H = 130, R = 50;
+  const int K = 4;
+  auto a = random_floats(R * H, 51), b = random_floats(R * H, 52),
+       w = random_floats(T * K, 53, 0, 1);
+  dev<float> da(a), db(b), dw(w), dout(T * H);
+  std::vector<const float*> cpu_rows(T * K), gpu_rows(T * K);
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int64_t r = (i * 7) % R;
+    const bool none = i % 5 == 3, first = i % 2 == 0;
+    cpu_rows[i] = none ? nullptr : (first ? a.data() : b.data()) + r * H;
+    gpu_rows[i] = none ? nullptr : (first ? da.get() : db.get()) + r * H;
+  }
+  std::vector<float> out(T * H);
+  ASSERT_TRUE(combine_rows_forward(pool, cpu_rows.data(), w.data(), T, K, H, out.data()).ok());
+  std::vector<uintptr_t> table(gpu_rows.size());
+  for (size_t i = 0; i < table.size(); ++i) table[i] = reinterpret_cast<uintptr_t>(gpu_rows[i]);
+  dev<uintptr_t> dtable(table);
+  ASSERT_TRUE(cuda::combine_rows_forward(nullptr,
+                                         reinterpret_cast<const float* const*>(dtable.get()),
+                                         dw.get(), T, K, H, dout.get())
+                  .ok());
+  expect_close(dout.host(), out, 1e-6, "combine_rows_forward");
+}

@@ -1,8 +1,11 @@
-"""moerl.ep.Buffer given CUDA tensors (issue 29; moerl/_ep_device.py): staged through host
-memory at each call's edges. Here (no device): the staging itself on CPU stand-ins, and the
-errors for a CUDA tensor where it cannot work. On a GPU (bench/gpu_check.sh): DeepEP-style
-checks of test_ep_buffer.py and test_ep_low_latency.py, unchanged, with every tensor the
-calls see on the device, 2 and 4 processes sharing the one GPU."""
+"""moerl.ep.Buffer given CUDA tensors (issue 29; moerl/_ep_device.py): the low-latency calls
+on the device path (the channel's rows in device memory, CUDA IPC between ranks), the normal
+calls staged through host memory at each call's edges. Here (no device): the staging and the
+device path on CPU stand-ins (the device path's split layout and batched copies on host
+memory, fabric::ep_memory::host_split), and the errors for a CUDA tensor where it cannot
+work. On a GPU (bench/gpu_check.sh): DeepEP-style checks of test_ep_buffer.py and
+test_ep_low_latency.py, unchanged, with every tensor the calls see on the device, 2 and 4
+processes sharing the one GPU."""
 
 import subprocess
 import sys
@@ -134,17 +137,35 @@ class _OnDevice:
 
 def _staged_on_cpu() -> None:
     """The staged path on CPU tensors: every CPU tensor counts as a device one, and staging
-    clones (down and up), so the Buffer's calls run exactly as they do for CUDA tensors."""
+    clones (down and up), so the Buffer's calls run exactly as they do for CUDA tensors. The
+    low-latency channels refuse device memory here, as a group spanning hosts over tcp does."""
     _ep_device._is_cuda = lambda t: True
     _ep_device.cuda_unavailable_reason = lambda: None
     _ep_device._to_host = lambda t: t.clone()
     _ep_device._to_device = lambda t, device: t.clone()
+    _ep_device.device_channel = lambda *args: _ep_device.MEMORY_HOST
 
 
-def _cuda_worker(rank: int, world: int, mode: str, device_type: str = "cuda") -> None:
+def _device_path_on_cpu() -> None:
+    """The low-latency device path on CPU tensors: every CPU tensor counts as a device one,
+    and the channels keep their rows in host_split memory (the device path's layout and
+    batched copies, with the CPU twins). Nothing may be staged."""
+
+    def no_staging(t):
+        raise AssertionError("a low-latency call on the device path staged a tensor")
+
+    _ep_device._is_cuda = lambda t: True
+    _ep_device.cuda_unavailable_reason = lambda: None
+    _ep_device._to_host = no_staging
+    _ep_device.DEVICE_CHANNEL_MEMORY = _ep_device.MEMORY_HOST_SPLIT
+
+
+def _cuda_worker(rank: int, world: int, mode: str, device_type: str = "cuda", stand_in: str = "staged") -> None:
     device = torch.device(device_type, 0 if device_type == "cuda" else None)
     if device_type == "cuda":
         torch.cuda.set_device(device)  # every rank on the one GPU
+    elif stand_in == "device":
+        _device_path_on_cpu()
     else:
         _staged_on_cpu()
     if mode == "normal":
@@ -158,7 +179,12 @@ def _cuda_worker(rank: int, world: int, mode: str, device_type: str = "cuda") ->
         for case in test_ep_low_latency.CASES:
             test_ep_low_latency.check_case(rank, world, _OnDevice(buf, device), case)
     report = buf.transport_report()
-    assert report and all(c["tensor_path"] == "host_staging" for c in report), report
+    on_device = mode == "low_latency" and (device_type == "cuda" or stand_in == "device")
+    want = "device" if on_device else "host_staging"
+    assert report and all(c["tensor_path"] == want for c in report), report
+    if on_device:
+        memory = "cuda" if device_type == "cuda" else "host_split"
+        assert all(c["memory"] == memory and c["channel"].endswith(":" + memory) for c in report), report
     if device_type == "cuda":
         assert all(c["peer_device_paths"] == ["cuda_same_process" if r == rank else "cuda_ipc" for r in range(world)]
                    for c in report), report
@@ -167,6 +193,48 @@ def _cuda_worker(rank: int, world: int, mode: str, device_type: str = "cuda") ->
 @pytest.mark.parametrize("mode", ["normal", "low_latency"])
 def test_the_staged_path_on_cpu_stand_ins_matches_the_references(mode: str) -> None:
     run_ranks(_cuda_worker, 2, mode, "cpu", timeout_s=180)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_low_latency_device_path_on_cpu_stand_ins_matches_the_references(world: int) -> None:
+    run_ranks(_cuda_worker, world, "low_latency", "cpu", "device", timeout_s=240)
+
+
+def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept() -> None:
+    class Core:
+        def __init__(self, answers):
+            self.answers, self.asked = list(answers), []
+
+        def ll_prepare(self, *shape):
+            self.asked.append(shape)
+            return self.answers.pop(0)
+
+    class Buf:
+        def __init__(self, core):
+            self.core = core
+
+        def _live_core(self):
+            return self.core
+
+    ok = Buf(Core([""]))
+    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
+    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
+    assert ok.core.asked == [(64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)]  # collective: once per shape
+    refused = Buf(Core(["EP: memory cuda: ... host staging)"]))
+    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
+    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
+    assert len(refused.core.asked) == 1 and "host staging" in refused._ll_device_refused
+
+
+def test_a_refused_device_channel_is_reported_with_why_it_stages() -> None:
+    refused = "EP: memory cuda: rank 1 is on another host ... (CUDA tensors then go through host staging)"
+    channels = [{"channel": "ll:bf16:64:m8:e8:k2", "memory": "host"}, {"channel": "x:bf16:64", "memory": "host"}]
+    ll, normal = (_ep_device.tensor_path(c, True, refused) for c in channels)
+    assert ll["tensor_path"] == "host_staging" and ll["device_refused"] == refused
+    assert normal["tensor_path"] == "host_staging" and "device_refused" not in normal
+    device = _ep_device.tensor_path({"channel": "ll:bf16:64:m8:e8:k2:cuda", "memory": "cuda"}, True, None)
+    assert device["tensor_path"] == "device"
+    assert _ep_device.tensor_path(channels[0], False, None)["tensor_path"] == "host"
 
 
 @pytest.mark.skipif(NO_GPU is not None, reason=NO_GPU or "")
