@@ -55,19 +55,28 @@ class rollout_worker {
 
  private:
   status work_and_lease() {
-    auto w = group_ ? ctx_->running_job->make_group_rollout_work(*group_)
-                    : ctx_->running_job->make_rollout_work();
+    // rollout.worker: a user's process generates; this actor keeps leasing, fencing,
+    // delivery and reports (python/WORKERS.md). One process per rollout worker actor, and no
+    // native model: building one (with job.rollout_ep_ranks > 1 an expert-parallel group and
+    // its fabric endpoints) held the worker's start back ~0.4 s for a model never used.
+    const std::string spec = ctx_->cfg.get_string("rollout.worker");
     auto r = ctx_->running_job->make_reward();
-    if (!w || !r) {
-      if (group_) return (!w ? w.err() : r.err());  // the group re-forms; no actor restart
-      fail_actor(self_, (!w ? w.err() : r.err()).to_string());
+    if (!r) {
+      if (group_) return r.err();  // the group re-forms; no actor restart
+      fail_actor(self_, r.err().to_string());
       return ok_status();
     }
-    work_ = std::move(*w);
     reward_ = std::move(*r);
-    // rollout.worker: a user's process generates; this actor keeps leasing, fencing,
-    // delivery and reports (python/WORKERS.md). One process per rollout worker actor.
-    if (const auto spec = ctx_->cfg.get_string("rollout.worker"); !spec.empty()) {
+    if (spec.empty()) {
+      auto w = group_ ? ctx_->running_job->make_group_rollout_work(*group_)
+                      : ctx_->running_job->make_rollout_work();
+      if (!w) {
+        if (group_) return w.err();
+        fail_actor(self_, w.err().to_string());
+        return ok_status();
+      }
+      work_ = std::move(*w);
+    } else {
       auto o = worker_options_from_config<workers::rollout_session_options>(ctx_->cfg, spec);
       o.vocab_size = ctx_->running_job->vocab_size();
       o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
@@ -99,7 +108,7 @@ class rollout_worker {
     };
     env_opts.stopping = &ctx_->stopping;
     env_ = env::make_env_client(std::move(env_opts), ctx_->env_counters);
-    work_->use_environments(env_.get());
+    if (work_) work_->use_environments(env_.get());
     lease_batch_ = static_cast<uint32_t>(
         std::clamp<int64_t>(ctx_->cfg.get_int("actors.lease_batch"), 1, 4096));
     int64_t last_err_log = 0, last_idle = 0;
@@ -111,7 +120,7 @@ class rollout_worker {
         if (external_) (void)external_->notice(drain_by(), "drain");
         break;
       }
-      if (!work_->usable() || (group_ && !group_->still_current())) {
+      if ((work_ && !work_->usable()) || (group_ && !group_->still_current())) {
         out = error(errc::peer_dead, "its rollout group broke");
         break;
       }
@@ -122,7 +131,7 @@ class rollout_worker {
         if (!got) {
           auto c = got.err().code;
           // A group's leader without work asks its members now and then (hears a drain).
-          if (group_ && steady_ms() - last_idle > 300) {
+          if (group_ && work_ && steady_ms() - last_idle > 300) {
             last_idle = steady_ms();
             if (auto st = work_->idle(); !st) {
               out = st;
@@ -156,7 +165,7 @@ class rollout_worker {
         continue;
       }
       if (!run_unit(l)) {
-        if (!work_->usable()) {  // the group broke under the unit: re-form, don't retry here
+        if (work_ && !work_->usable()) {  // the group broke under the unit: re-form
           out = error(errc::peer_dead,
                       "its rollout group broke during unit " + std::to_string(l.unit.id));
           break;
