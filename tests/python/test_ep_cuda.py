@@ -221,56 +221,44 @@ def test_the_normal_device_path_on_cpu_stand_ins_matches_the_references(world: i
     run_ranks(_cuda_worker, world, "normal", "cpu", "device", timeout_s=300)
 
 
-def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept() -> None:
-    class Core:
-        def __init__(self, answers):
-            self.answers, self.asked = list(answers), []
+class _PreparingCore:
+    """An EpCore whose ll_prepare and prepare answer from a list and record what was asked."""
 
-        def ll_prepare(self, *shape):
-            self.asked.append(shape)
-            return self.answers.pop(0)
+    def __init__(self, answers):
+        self.answers, self.asked = list(answers), []
 
-    class Buf:
-        def __init__(self, core):
-            self.core = core
+    def _answer(self, shape):
+        self.asked.append(shape)
+        return self.answers.pop(0)
 
-        def _live_core(self):
-            return self.core
+    def ll_prepare(self, *shape):
+        return self._answer(shape)
 
-    ok = Buf(Core([""]))
-    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
-    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
-    assert ok.core.asked == [(64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)]  # collective: once per shape
-    refused = Buf(Core(["EP: memory cuda: ... host staging)"]))
-    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
-    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
-    assert len(refused.core.asked) == 1 and "host staging" in refused._ll_device_refused
+    def prepare(self, *shape):
+        return self._answer(shape)
 
 
-def test_a_normal_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept() -> None:
-    class Core:
-        def __init__(self, answers):
-            self.answers, self.asked = list(answers), []
+class _BufferOf:
+    def __init__(self, core):
+        self.core = core
 
-        def prepare(self, *shape):
-            self.asked.append(shape)
-            return self.answers.pop(0)
+    def _live_core(self):
+        return self.core
 
-    class Buf:
-        def __init__(self, core):
-            self.core = core
 
-        def _live_core(self):
-            return self.core
-
-    ok = Buf(Core([""]))
-    assert _ep_device.normal_device_channel(ok, 64, 0) == _ep_device.MEMORY_CUDA
-    assert _ep_device.normal_device_channel(ok, 64, 0) == _ep_device.MEMORY_CUDA
-    assert ok.core.asked == [(0, 64, _ep_device.MEMORY_CUDA)]  # collective: once per shape
-    refused = Buf(Core(["EP: memory cuda: ... host staging)"]))
-    assert _ep_device.normal_device_channel(refused, 64, 0) == _ep_device.MEMORY_HOST
-    assert _ep_device.normal_device_channel(refused, 64, 0) == _ep_device.MEMORY_HOST
-    assert len(refused.core.asked) == 1 and "host staging" in refused._normal_device_refused
+@pytest.mark.parametrize("kind, ask, asked", [
+    ("ll", lambda b: _ep_device.device_channel(b, 64, 0, 8, 8, 2), (64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)),
+    ("normal", lambda b: _ep_device.normal_device_channel(b, 64, 0), (0, 64, _ep_device.MEMORY_CUDA)),
+])
+def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept(kind, ask, asked) -> None:
+    ok = _BufferOf(_PreparingCore([""]))
+    assert ask(ok) == _ep_device.MEMORY_CUDA
+    assert ask(ok) == _ep_device.MEMORY_CUDA
+    assert ok.core.asked == [asked]  # collective: once per shape
+    refused = _BufferOf(_PreparingCore(["EP: memory cuda: ... host staging)"]))
+    assert ask(refused) == _ep_device.MEMORY_HOST
+    assert ask(refused) == _ep_device.MEMORY_HOST
+    assert len(refused.core.asked) == 1 and "host staging" in getattr(refused, f"_{kind}_device_refused")
 
 
 def test_a_refused_device_channel_is_reported_with_why_it_stages() -> None:
