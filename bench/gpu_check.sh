@@ -128,13 +128,15 @@ fi
 # Processes sharing the one GPU, as ranks of one host: fabric_device_transport_test (2 and 4
 # processes write each other's cudaMalloc'd regions through CUDA IPC handles, from device and
 # host sources, and device bytes into host regions; a network peer without FI_HMEM refused),
-# fabric_ep_device_test (the low-latency group with its payload rows in device memory,
-# ep_memory::cuda: 2 and 4 processes, bf16 and fp32, every check of the EP tests with x, the
-# expert outputs and y on the device, dispatch_buffer()/combine_buffer() read in place through
-# CUDA IPC; a group spanning hosts over tcp refused naming host staging), then test_ep_cuda.py
-# (moerl.ep.Buffer given CUDA tensors, normal and low-latency, 2 and 4 processes, DeepEP-style
-# checks: received rows, counts, weights and combine against torch references; low-latency on
-# the device path, normal mode staged through host memory at each call's edges). A skipped
+# fabric_ep_device_test (the low-latency and normal groups with their payload rows in device
+# memory, ep_memory::cuda: 2 and 4 processes, bf16 and fp32, every check of the EP tests with
+# x, the expert outputs and y on the device, low-latency's dispatch_buffer()/combine_buffer()
+# read in place and normal's rows stored in place into the peers' device outputs through CUDA
+# IPC, normal's two nodes of two processes through the gateways; a group spanning hosts over
+# tcp refused naming host staging, both modes), then test_ep_cuda.py (moerl.ep.Buffer given
+# CUDA tensors, normal and low-latency, 2 and 4 processes, DeepEP-style checks: received rows,
+# counts, weights and combine against torch references; both on the device path, normal's
+# top-k and FP8 channels staged through host memory). A skipped
 # test (no GPU visible to it) counts as failed. Steps: build_ep_device, the three tests.
 ep_device_steps=(build_ep_device fabric_device_transport_test fabric_ep_device_test python_ep_cuda_test)
 if [[ ${step_rc[configure]} -eq 0 ]]; then

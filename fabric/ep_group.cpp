@@ -221,11 +221,11 @@ status validate(const ep_config& c, int num_ranks) {
   if (c.ranks_per_node < 0 || (c.ranks_per_node > 0 && num_ranks % c.ranks_per_node != 0))
     return bad("ranks_per_node (" + std::to_string(c.ranks_per_node) +
                ") must divide the group size (" + std::to_string(num_ranks) + ")");
-  if (c.memory != ep_memory::host && c.mode != ep_mode::low_latency)
+  if (c.memory != ep_memory::host && c.mode == ep_mode::baseline)
     return bad(std::string("memory ") + ep_memory_name(c.memory) +
-               " is built for the ll mode only; " + ep_mode_name(c.mode) +
-               " mode keeps its regions in host memory (fabric/DEVICE_MEMORY.md: CUDA tensors "
-               "reach it through host staging)");
+               " is built for the ll and normal modes only; baseline mode keeps its regions in "
+               "host memory (fabric/DEVICE_MEMORY.md: CUDA tensors reach it through host "
+               "staging)");
   return {};
 }
 
@@ -296,9 +296,19 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
                          std::pair{&g->output_payload_region, sizes.output_payload}})
     if (auto st = alloc_payload(*b, size); !st) return st.err();
   if (sizes.dispatch_output > 0) {
-    auto out = t.allocate_host_region(static_cast<size_t>(sizes.dispatch_output));
+    // Normal mode's output holds payload rows only: device memory under cuda (same-host
+    // peers store into it through CUDA IPC), shared host memory otherwise.
+    auto out = cfg.memory == ep_memory::cuda
+                   ? t.allocate_device_region(static_cast<size_t>(sizes.dispatch_output))
+                   : t.allocate_host_region(static_cast<size_t>(sizes.dispatch_output));
     if (!out) return error{out.err().code, "EP: " + out.err().message};
     g->output_region.reg = *out;
+    // A transport that shares no host memory (paths fabric) gives no region: the split
+    // layout's output rows are then private payload memory (the interleaved layout's are
+    // output_x).
+    if (!g->output_region.reg.ptr && g->split())
+      if (auto st = alloc_payload(g->output_payload_region, sizes.dispatch_output); !st)
+        return st.err();
   }
   if (sizes.shared_inputs > 0) {
     auto in = t.allocate_host_region(static_cast<size_t>(sizes.shared_inputs));
@@ -309,7 +319,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
 
   std::string mine = t.address();
   // ctrl, dispatch, combine, output, shared inputs, dispatch payload, shared payload (the
-  // last two zero-sized outside low-latency's split layout)
+  // last two zero-sized outside the split layout; shared payload is low-latency's only)
   constexpr int kRegions = 7;
   const remote_region* regions[kRegions] = {&g->ctrl_recv.reg.remote,
                                             &g->dispatch_recv_region.reg.remote,
@@ -467,8 +477,17 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
 
 // ---- combine --------------------------------------------------------------------------
 
+// Split without shared payload (normal mode): payload memory of the group's own, which the
+// caller fills with device copies under cuda (nullptr: the device allocation failed).
+char* ep_group_impl::private_payload_rows(int which, int64_t bytes) {
+  auto p = payload->private_rows(which, bytes);
+  return p ? *p : nullptr;
+}
+
 void* ep_group_impl::dispatch_buffer() {
   if (phase != ep_phase::idle) return nullptr;
+  if (split() && !shared_payload_region.reg.ptr)
+    return private_payload_rows(0, cfg.max_tokens_per_rank * hidden_bytes);
   if (split()) return shared_payload_region.data() + dispatch_rows_offset;
   if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + dispatch_rows_offset;
   dispatch_private.resize(static_cast<size_t>(cfg.max_tokens_per_rank * hidden_bytes));
@@ -477,6 +496,8 @@ void* ep_group_impl::dispatch_buffer() {
 
 void* ep_group_impl::combine_buffer() {
   if (phase != ep_phase::dispatched) return nullptr;
+  if (split() && !shared_payload_region.reg.ptr)
+    return private_payload_rows(1, std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes);
   if (split()) return shared_payload_region.data() + combine_rows_offset;
   if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + combine_rows_offset;
   combine_private.resize(

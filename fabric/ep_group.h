@@ -38,14 +38,16 @@ struct ep_group_impl;  // fabric/internal/ep_group_impl.h, private to fabric/
 enum class ep_mode { normal, low_latency, baseline };
 enum class ep_dtype { bf16, fp32 };
 
-// Where low_latency mode keeps the payload rows of its regions (fabric/DEVICE_MEMORY.md).
+// Where the low_latency and normal modes keep the payload rows of their regions
+// (fabric/DEVICE_MEMORY.md).
 enum class ep_memory {
   // One host region per buffer, each row's metadata beside its payload (PROTOCOL.md). The
-  // default, and the only memory of normal and baseline mode.
+  // default, and the only memory of baseline mode.
   host,
-  // The payload rows (receive slots, combine rows, dispatch_buffer(), combine_buffer(), the
-  // output) in device memory (transport::allocate_device_region), the metadata in host
-  // regions; rows move by batched device copies, same-host peers' regions through CUDA IPC.
+  // The payload rows (receive rows, send staging, combine rows, the output,
+  // dispatch_buffer() and combine_buffer()) in device memory
+  // (transport::allocate_device_region), the metadata in host regions; rows move by batched
+  // device copies, same-host peers' regions through CUDA IPC.
   // Every payload pointer of the calls (x, recv_x, expert_out, y) is then a device pointer;
   // topk_idx and topk_weights stay host memory. The group copies on a stream of its own and
   // returns once its copies and its reduction are complete; it does not wait for other

@@ -2,12 +2,18 @@
 // destination rank) after a count exchange; combine reduces on the expert's rank and returns
 // one partial per rank. Across nodes a token crosses to each node once, to a gateway that
 // forwards it inside the node (PROTOCOL.md, "normal" and "normal across nodes").
+//
+// With ep_config::memory cuda (or its host twin host_split) the same protocol runs on the
+// split layout (fabric/DEVICE_MEMORY.md): metadata rows in the host regions where the
+// interleaved layout has whole rows, payload rows in regions of their own (device memory under
+// cuda). This file reads only metadata on the CPU; every payload move of a phase goes into
+// g.payload's plan, run once before the phase's immediates announce the rows, and every
+// reduction runs through g.payload where the rows are.
 #include <algorithm>
 #include <cstring>
 
+#include "common/status_try.h"
 #include "fabric/internal/ep_group_impl.h"
-#include "kernels/combine.h"
-#include "kernels/dtypes.h"
 
 namespace moerl::fabric::detail {
 
@@ -44,31 +50,60 @@ int64_t forwarded_base(const ep_group_impl& g, int l) {
   return g.num_ranks * g.cfg.max_tokens_per_rank + l * g.max_forwarded_rows_per_gateway;
 }
 
-// kernels::combine_forward over rows of `in` of the group's dtype, into dst.
-status reduce(ep_group_impl& g, const void* in, const int64_t* slot, const float* weight,
+// kernels::combine_forward over rows of `in` (payload memory) of the group's dtype, into dst
+// (payload memory); slot and weight are host arrays. Complete when it returns.
+status reduce(ep_group_impl& g, const char* in, const int64_t* slot, const float* weight,
               int64_t num_rows, int width, int64_t num_in_rows, char* dst) {
-  return g.cfg.dtype == ep_dtype::bf16
-             ? kernels::combine_forward(g.pool, static_cast<const kernels::bf16*>(in), slot, weight,
-                                        num_rows, width, g.cfg.hidden, num_in_rows,
-                                        reinterpret_cast<kernels::bf16*>(dst))
-             : kernels::combine_forward(g.pool, static_cast<const float*>(in), slot, weight,
-                                        num_rows, width, g.cfg.hidden, num_in_rows,
-                                        reinterpret_cast<float*>(dst));
+  return g.payload->combine(g.cfg.dtype, in, slot, weight, num_rows, width, g.cfg.hidden,
+                            num_in_rows, dst);
 }
 
-// Source s's partials, staged in staging block s, into s's combine region at our block: in
-// the order s sent the tokens.
+// The metadata of row `row` of a region of dispatch rows (`base`: the receive region or send
+// staging), and its payload (`payload_base`: the same region interleaved, the payload rows
+// split).
+char* meta_at(const ep_group_impl& g, char* base, int64_t row) {
+  return base + row * g.meta_stride() + g.meta_offset();
+}
+char* payload_at(const ep_group_impl& g, char* payload_base, int64_t row) {
+  return payload_base + row * g.payload_stride();
+}
+
+// Dispatch immediates for `rows` rows written as one stream: the chunks of the rows, or
+// (split) the chunks of their metadata, then those of their payload.
+int64_t dispatch_writes(const ep_group_impl& g, int64_t rows) {
+  return g.split() ? g.chunks(rows * g.meta_stride()) + g.chunks(rows * g.hidden_bytes)
+                   : g.chunks(rows * g.row_bytes);
+}
+
+// Rows [first, first + rows) of our send staging into d's dispatch region from row dst_row
+// (payload plan already run): whole rows, or (split) the metadata rows, then the payload rows.
+status rows_write(ep_group_impl& g, int d, int64_t first, int64_t rows, int64_t dst_row,
+                  uint32_t fwd) {
+  const int64_t meta = g.meta_stride();
+  if (auto st = g.write_chunked(d, g.staging.data() + first * meta, rows * meta,
+                                g.peers[d].dispatch, dst_row * meta, proto::imm_dispatch,
+                                g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes, fwd);
+      !st || !g.split())
+    return st;
+  return g.write_chunked(d, g.payload_staging.data() + first * g.hidden_bytes,
+                         rows * g.hidden_bytes, g.peers[d].dispatch_payload,
+                         dst_row * g.hidden_bytes, proto::imm_dispatch, g.step_bytes.dispatch_wire,
+                         g.step_bytes.dispatch_writes, fwd);
+}
+
+// Source s's partials, staged in (payload) staging block s, into s's combine region at our
+// block: in the order s sent the tokens.
 status partials_return(ep_group_impl& g, int s) {
   const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.hidden_bytes;
-  return g.write_chunked(s, g.staging.data() + s * block_bytes, g.num_rows_from[s] * g.hidden_bytes,
-                         g.peers[s].combine, g.rank * block_bytes, proto::imm_combine,
-                         g.step_bytes.combine_wire, g.step_bytes.combine_writes);
+  return g.write_chunked(s, g.payload_staging_rows() + s * block_bytes,
+                         g.num_rows_from[s] * g.hidden_bytes, g.peers[s].combine,
+                         g.rank * block_bytes, proto::imm_combine, g.step_bytes.combine_wire,
+                         g.step_bytes.combine_writes);
 }
 
-// The metadata of token tk's dispatch row, after the payload's place in `row`.
-void pack_meta(const ep_group_impl& g, int64_t tk, char* row) {
+// The metadata of token tk's dispatch row, at `meta`.
+void pack_meta(const ep_group_impl& g, int64_t tk, char* meta) {
   const int topk = g.cfg.topk;
-  char* meta = row + g.hidden_bytes;
   const int32_t token = static_cast<int32_t>(tk), source = g.rank;
   std::memcpy(meta, &token, 4);
   std::memcpy(meta + 4, &source, 4);
@@ -79,22 +114,44 @@ void pack_meta(const ep_group_impl& g, int64_t tk, char* row) {
   std::memcpy(meta + 8 + 4 * topk, g.topk_weights + tk * topk, 4 * static_cast<size_t>(topk));
 }
 
-// One dispatch row of token tk at `row`: its hidden payload, then the metadata.
-void pack_row(const ep_group_impl& g, int64_t tk, char* row) {
-  std::memcpy(row, static_cast<const char*>(g.x) + tk * g.hidden_bytes, g.hidden_bytes);
-  pack_meta(g, tk, row);
+// One dispatch row of token tk: its metadata at `meta`, its payload to `payload` (now, or
+// with the payload's plan).
+void pack_row(ep_group_impl& g, int64_t tk, char* meta, char* payload) {
+  g.payload->add(payload, static_cast<const char*>(g.x) + tk * g.hidden_bytes, g.hidden_bytes);
+  pack_meta(g, tk, meta);
 }
 
-// Our block of d's dispatch receive region when it is mapped here (same process or host).
-char* direct_dispatch_block(ep_group_impl& g, int d) {
-  const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
-  return g.peer_memory(d, g.peers[d].dispatch, g.rank * block_bytes, block_bytes);
+// Our block of d's dispatch receive region when it is mapped here (same process or host):
+// the metadata of its rows and their payload (the same region interleaved; split, the payload
+// region, a same-host peer's device region through CUDA IPC). Null when either is not.
+struct dispatch_block {
+  char* meta = nullptr;
+  char* payload = nullptr;
+};
+result<dispatch_block> direct_dispatch_block(ep_group_impl& g, int d) {
+  const int64_t rows = g.cfg.max_tokens_per_rank, first = g.rank * rows;
+  dispatch_block b;
+  b.meta = g.peer_memory(d, g.peers[d].dispatch, first * g.meta_stride(), rows * g.meta_stride());
+  if (!b.meta || !g.split()) {
+    b.payload = b.meta;
+    return b;
+  }
+  auto p =
+      g.peer_payload(d, g.peers[d].dispatch_payload, first * g.hidden_bytes, rows * g.hidden_bytes);
+  if (!p) return g.fail(p.err());
+  b.payload = *p;
+  if (!b.payload) b.meta = nullptr;
+  return b;
 }
 
-// d's expert-major dispatch output when it is mapped here (same process or host, one node).
-char* peer_output(ep_group_impl& g, int d) {
+// d's expert-major dispatch output when it is mapped here (same process or host, one node;
+// split: payload memory, a same-host peer's device region through CUDA IPC).
+result<char*> peer_output(ep_group_impl& g, int d) {
   const remote_region& out = g.peers[d].output;
-  return out.size == 0 ? nullptr : g.peer_memory(d, out, 0, static_cast<int64_t>(out.size));
+  if (out.size == 0) return static_cast<char*>(nullptr);
+  auto p = g.peer_payload(d, out, 0, static_cast<int64_t>(out.size));
+  if (!p) return g.fail(p.err());
+  return *p;
 }
 
 // Rows (token, local expert) of the output of a one-node group, in the order of
@@ -125,6 +182,7 @@ status output_starts(ep_group_impl& g, int d, int s, std::vector<int64_t>& first
 
 ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   g.row_bytes = proto::align_up(g.hidden_bytes + proto::normal_meta_bytes(g.cfg.topk), 16);
+  g.split_meta_bytes = proto::align_up(proto::normal_meta_bytes(g.cfg.topk), 16);
   g.count_record_bytes = proto::align_up(
       static_cast<int64_t>(sizeof(count_record)) + 4 * static_cast<int64_t>(g.cfg.num_experts), 16);
   g.max_recv_rows_per_source = g.cfg.max_tokens_per_rank;
@@ -138,8 +196,20 @@ ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   sizes.combine_send = num_rows * g.hidden_bytes;
   // One node: the output, shared so same-host peers store payload straight into it; sized
   // for the worst case (every entry of every token of every rank), backed only where touched.
-  if (!g.across_nodes)
-    sizes.dispatch_output = g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk * g.hidden_bytes;
+  const int64_t output_bytes =
+      g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk * g.hidden_bytes;
+  if (!g.across_nodes) sizes.dispatch_output = output_bytes;
+  if (!g.split()) return sizes;
+  // Split: metadata rows where the interleaved layout has whole rows, payload rows apart; the
+  // combine partials are staged in payload_staging. Across nodes the output is private (in
+  // payload memory), sized for the same worst case.
+  const int64_t meta = g.meta_stride();
+  sizes.dispatch_recv = num_rows * meta;
+  sizes.dispatch_send = num_rows * meta;
+  sizes.combine_send = 0;
+  sizes.dispatch_payload = num_rows * g.hidden_bytes;
+  sizes.payload_staging = num_rows * g.hidden_bytes;
+  if (g.across_nodes) sizes.output_payload = output_bytes;
   return sizes;
 }
 
@@ -160,16 +230,22 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
     }
   // Pack: staging[dest][i] is the i-th token (ascending index) going to dest. Destinations
   // mapped here are packed later, straight into their receive region (dispatch_bulk_write).
+  // Payload of staged rows goes into the payload's plan, run in dispatch_bulk_write before
+  // the writes.
   std::vector<char> direct(num_ranks, 0);
   for (int d = 0; d < num_ranks; ++d) {
-    direct[d] = direct_dispatch_block(g, d) != nullptr;
-    g.in_place_to[d] = direct[d] && peer_output(g, d) != nullptr;
+    ASSIGN_OR_RETURN(const dispatch_block block, direct_dispatch_block(g, d));
+    direct[d] = block.meta != nullptr;
+    ASSIGN_OR_RETURN(const char* out, peer_output(g, d));
+    g.in_place_to[d] = direct[d] && out != nullptr;
   }
   for (int64_t tk = 0; tk < num_tokens; ++tk)
     for (int d = 0; d < num_ranks; ++d) {
       const int64_t i = g.dest_slot[tk * num_ranks + d];
       if (i < 0 || direct[d]) continue;
-      pack_row(g, tk, g.staging.data() + (d * g.cfg.max_tokens_per_rank + i) * g.row_bytes);
+      const int64_t row = d * g.cfg.max_tokens_per_rank + i;
+      pack_row(g, tk, meta_at(g, g.staging.data(), row),
+               payload_at(g, g.payload_staging_rows(), row));
     }
   return {};
 }
@@ -180,7 +256,7 @@ status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 // d's rows, their payload into d's output at the positions every rank computes alike, their
 // metadata into our block of d's dispatch region; counts the bytes stored.
 status rows_in_place_write(ep_group_impl& g, int d, char* block) {
-  char* out = peer_output(g, d);
+  ASSIGN_OR_RETURN(char* out, peer_output(g, d));
   std::vector<int64_t> cursor;
   if (auto st = output_starts(g, d, g.rank, cursor); !st) return st;
   const int topk = g.cfg.topk;
@@ -190,11 +266,11 @@ status rows_in_place_write(ep_group_impl& g, int d, char* block) {
   for (int64_t tk = 0; tk < g.num_tokens; ++tk) {
     const int64_t i = g.dest_slot[tk * g.num_ranks + d];
     if (i < 0) continue;
-    pack_meta(g, tk, block + i * g.row_bytes);
+    pack_meta(g, tk, meta_at(g, block, i));
     for (int k = 0; k < topk; ++k) {
       const int64_t j = g.topk_idx[tk * topk + k] - first_expert;
       if (j < 0 || j >= g.num_local_experts) continue;
-      std::memcpy(out + cursor[j]++ * g.hidden_bytes, x + tk * g.hidden_bytes, g.hidden_bytes);
+      g.payload->add(out + cursor[j]++ * g.hidden_bytes, x + tk * g.hidden_bytes, g.hidden_bytes);
       ++num_entries;
     }
   }
@@ -205,36 +281,43 @@ status rows_in_place_write(ep_group_impl& g, int d, char* block) {
 }
 
 status normal_dispatch_bulk_write(ep_group_impl& g, std::vector<int64_t>& expected) {
-  const int64_t block_bytes = g.cfg.max_tokens_per_rank * g.row_bytes;
+  const int64_t rows_per_block = g.cfg.max_tokens_per_rank;
+  std::vector<char> direct(g.num_ranks, 0);
+  // Immediates for d's rows: the interleaved layout announces each mapped peer as soon as its
+  // rows are stored (as before the split layout); split, once the plan ran.
+  auto announce = [&](int d) -> status {
+    if (direct[d])
+      return g.notify(d, 0, dispatch_writes(g, g.num_rows_to[d]), proto::imm_dispatch,
+                      g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
+    return rows_write(g, d, d * rows_per_block, g.num_rows_to[d], g.rank * rows_per_block, 0);
+  };
   for (int d = 0; d < g.num_ranks; ++d) {
     // Mapped here: every peer announced it is in this step (done reading the previous one),
     // so pack the rows straight from the tokens into its region, one copy.
-    if (char* block = direct_dispatch_block(g, d)) {
-      const int64_t len = g.num_rows_to[d] * g.row_bytes;
+    ASSIGN_OR_RETURN(const dispatch_block block, direct_dispatch_block(g, d));
+    if (block.meta) {
+      direct[d] = 1;
       if (g.in_place_to[d]) {
         // In place: the payload once per (token, local expert of d) straight into d's
         // expert-major output, the metadata into d's dispatch region (PROTOCOL.md).
-        if (auto st = rows_in_place_write(g, d, block); !st) return st;
+        if (auto st = rows_in_place_write(g, d, block.meta); !st) return st;
       } else {
         for (int64_t tk = 0; tk < g.num_tokens; ++tk)
           if (const int64_t i = g.dest_slot[tk * g.num_ranks + d]; i >= 0)
-            pack_row(g, tk, block + i * g.row_bytes);
-        g.step_bytes.dispatch_wire += static_cast<uint64_t>(len);
+            pack_row(g, tk, meta_at(g, block.meta, i), payload_at(g, block.payload, i));
+        g.step_bytes.dispatch_wire += static_cast<uint64_t>(g.num_rows_to[d] * g.row_bytes);
       }
-      if (auto st = g.notify(d, 0, g.chunks(len), proto::imm_dispatch, g.step_bytes.dispatch_wire,
-                             g.step_bytes.dispatch_writes);
-          !st)
-        return st;
-      continue;
     }
-    if (auto st =
-            g.write_chunked(d, g.staging.data() + d * block_bytes, g.num_rows_to[d] * g.row_bytes,
-                            g.peers[d].dispatch, g.rank * block_bytes, proto::imm_dispatch,
-                            g.step_bytes.dispatch_wire, g.step_bytes.dispatch_writes);
-        !st)
-      return st;
+    if (g.split()) continue;
+    if (auto st = announce(d); !st) return st;
   }
-  for (int s = 0; s < g.num_ranks; ++s) expected[s] = g.chunks(g.num_rows_from[s] * g.row_bytes);
+  if (g.split()) {
+    // Staged and mapped peers' payload in one plan, complete before any immediate.
+    if (auto st = g.payload->run(); !st) return g.fail(st.err());
+    for (int d = 0; d < g.num_ranks; ++d)
+      if (auto st = announce(d); !st) return st;
+  }
+  for (int s = 0; s < g.num_ranks; ++s) expected[s] = dispatch_writes(g, g.num_rows_from[s]);
   return {};
 }
 
@@ -253,8 +336,8 @@ status forward_to_node(ep_group_impl& g) {
   for (int s = 0; s < num_ranks; ++s) {
     if (g.node_of(s) == my_node) continue;
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
-      const char* row = g.dispatch_recv_region.data() + (s * max_tokens + i) * g.row_bytes;
-      const char* meta = row + g.hidden_bytes;
+      const int64_t row = s * max_tokens + i;
+      const char* meta = meta_at(g, g.dispatch_recv_region.data(), row);
       for (int l = 0; l < num_ranks_per_node; ++l) {
         const int64_t first_expert =
             static_cast<int64_t>(my_node * num_ranks_per_node + l) * g.num_local_experts;
@@ -268,8 +351,14 @@ status forward_to_node(ep_group_impl& g) {
           return g.fail(
               error{errc::malformed_message, "EP: more rows to forward than the node holds"});
         const int64_t pos = g.num_forwarded_to[l]++;
-        std::memcpy(g.staging.data() + (forwarded_base(g, l) + pos) * g.row_bytes, row,
-                    g.row_bytes);
+        // The whole row (interleaved), or the metadata row and the payload row (split).
+        const int64_t to = forwarded_base(g, l) + pos;
+        std::memcpy(g.staging.data() + to * g.meta_stride(),
+                    g.dispatch_recv_region.data() + row * g.meta_stride(),
+                    static_cast<size_t>(g.meta_stride()));
+        if (g.split())
+          g.payload->add(payload_at(g, g.payload_staging.data(), to),
+                         payload_at(g, g.dispatch_payload_region.data(), row), g.hidden_bytes);
         g.gateway_slot[(s * max_tokens + i) * num_ranks_per_node + l] = pos;
       }
     }
@@ -286,13 +375,11 @@ status forward_to_node(ep_group_impl& g) {
         !st)
       return st;
   }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   for (int l = 0; l < num_ranks_per_node; ++l) {
     const int d = my_node * num_ranks_per_node + l;
-    if (auto st = g.write_chunked(d, g.staging.data() + forwarded_base(g, l) * g.row_bytes,
-                                  g.num_forwarded_to[l] * g.row_bytes, g.peers[d].dispatch,
-                                  forwarded_base(g, g.local_of(g.rank)) * g.row_bytes,
-                                  proto::imm_dispatch, g.step_bytes.dispatch_wire,
-                                  g.step_bytes.dispatch_writes, forwarded);
+    if (auto st = rows_write(g, d, forwarded_base(g, l), g.num_forwarded_to[l],
+                             forwarded_base(g, g.local_of(g.rank)), forwarded);
         !st)
       return st;
   }
@@ -313,7 +400,7 @@ status forward_to_node(ep_group_impl& g) {
           error{errc::malformed_message, "EP: gateway " + std::to_string(q) + " announced " +
                                              std::to_string(g.num_forwarded_from[l]) +
                                              " forwarded rows, over " + std::to_string(capacity)});
-    expected[q] = g.chunks(g.num_forwarded_from[l] * g.row_bytes);
+    expected[q] = dispatch_writes(g, g.num_forwarded_from[l]);
   }
   return g.wait_for(proto::imm_dispatch, expected, "forwarded data", forwarded);
 }
@@ -350,7 +437,7 @@ status one_node_output_build(ep_group_impl& g) {
                         "EP: the count records announce " + std::to_string(num_entries) +
                             " entries for this rank, more than their rows can name"});
   g.start_output(per_expert);
-  char* out = g.output_region.reg.ptr ? g.output_region.data() : g.output_x.data();
+  char* out = g.output_rows();
   g.recv_slot.assign(static_cast<size_t>(num_region_rows(g) * topk), -1);
   g.recv_weight.assign(g.recv_slot.size(), 0.0f);
   std::vector<int64_t> cursor, end(static_cast<size_t>(num_local));
@@ -360,8 +447,8 @@ status one_node_output_build(ep_group_impl& g) {
       end[j] = cursor[j] + g.entries_from(s)[first_expert + j];
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
       const int64_t row = s * max_tokens + i;
-      const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
-      const char* meta = payload + g.hidden_bytes;
+      const char* payload = payload_at(g, g.dispatch_payload_rows(), row);
+      const char* meta = meta_at(g, g.dispatch_recv_region.data(), row);
       if (meta_source(meta) != s)
         return g.fail(error{errc::malformed_message,
                             "EP: a row from rank " + std::to_string(s) + " names another source"});
@@ -376,7 +463,7 @@ status one_node_output_build(ep_group_impl& g) {
                                                            std::to_string(first_expert + local) +
                                                            " than it announced"});
         const int64_t r = cursor[local]++;
-        if (!g.in_place_from[s]) std::memcpy(out + r * g.hidden_bytes, payload, g.hidden_bytes);
+        if (!g.in_place_from[s]) g.payload->add(out + r * g.hidden_bytes, payload, g.hidden_bytes);
         attribute_output_row(g, r, row, k, meta);
       }
       if (!any)
@@ -391,6 +478,7 @@ status one_node_output_build(ep_group_impl& g) {
                                 " entries of expert " + std::to_string(first_expert + j) +
                                 ", its rows name fewer"});
   }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};
 }
 
@@ -402,9 +490,7 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   if (auto st = forward_to_node(g); !st) return st;
   const int num_ranks = g.num_ranks, topk = g.cfg.topk;
   const int64_t max_tokens = g.cfg.max_tokens_per_rank;
-  auto meta_of = [&](int64_t row) {
-    return g.dispatch_recv_region.data() + row * g.row_bytes + g.hidden_bytes;
-  };
+  auto meta_of = [&](int64_t row) { return meta_at(g, g.dispatch_recv_region.data(), row); };
   std::vector<int64_t> rows;  // receive-region row indices
   for (int s = 0; s < num_ranks; ++s) {
     // Inter-node rows were forwarded, they are not ours.
@@ -437,17 +523,19 @@ status normal_dispatch_output_build(ep_group_impl& g) {
   g.recv_slot.assign(static_cast<size_t>(num_region_rows(g) * topk), -1);
   g.recv_weight.assign(g.recv_slot.size(), 0.0f);
   std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
+  char* out = g.output_rows();
   for (int64_t row : rows) {
-    const char* payload = g.dispatch_recv_region.data() + row * g.row_bytes;
-    const char* meta = payload + g.hidden_bytes;
+    const char* payload = payload_at(g, g.dispatch_payload_rows(), row);
+    const char* meta = meta_of(row);
     for (int k = 0; k < topk; ++k) {
       const int64_t local = g.local_expert(meta_expert(meta, k));
       if (local < 0) continue;
       const int64_t r = cursor[local]++;
-      std::memcpy(g.output_x.data() + r * g.hidden_bytes, payload, g.hidden_bytes);
+      g.payload->add(out + r * g.hidden_bytes, payload, g.hidden_bytes);
       attribute_output_row(g, r, row, k, meta);
     }
   }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};
 }
 
@@ -463,9 +551,12 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     if (g.num_rows_from[s] == 0 || (g.across_nodes && g.node_of(s) != g.node_of(g.rank))) continue;
     // Mapped here: reduce straight into our block of s's combine region (s waits in
     // combine_recv for this step; it read the previous step's before dispatching this one).
+    // Split: the combine region is payload memory (a same-host peer's through CUDA IPC).
     const int64_t len = g.num_rows_from[s] * hidden_bytes;
-    char* direct = g.peer_memory(s, g.peers[s].combine, g.rank * max_tokens * hidden_bytes, len);
-    char* dst = direct ? direct : g.staging.data() + s * max_tokens * hidden_bytes;
+    auto mapped = g.peer_payload(s, g.peers[s].combine, g.rank * max_tokens * hidden_bytes, len);
+    if (!mapped) return g.fail(mapped.err());
+    char* direct = *mapped;
+    char* dst = direct ? direct : g.payload_staging_rows() + s * max_tokens * hidden_bytes;
     const int64_t base = s * max_tokens * topk;
     if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
                          g.num_rows_from[s], topk, num_out_rows, dst);
@@ -484,7 +575,7 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     if (g.num_forwarded_from[l] == 0) continue;
     const int64_t base = forwarded_base(g, l);
     const int gateway = my_node * num_ranks_per_node + l;
-    char* dst = g.staging.data() + base * hidden_bytes;
+    char* dst = g.payload_staging_rows() + base * hidden_bytes;
     if (auto st = reduce(g, expert_out, g.recv_slot.data() + base * topk,
                          g.recv_weight.data() + base * topk, g.num_forwarded_from[l], topk,
                          num_out_rows, dst);
@@ -512,7 +603,7 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
         if (pos >= 0) slot[i * num_ranks_per_node + l] = forwarded_base(g, l) + pos;
       }
     const std::vector<float> ones(slot.size(), 1.0f);
-    char* dst = g.staging.data() + s * max_tokens * hidden_bytes;
+    char* dst = g.payload_staging_rows() + s * max_tokens * hidden_bytes;
     if (auto st = reduce(g, g.combine_recv_region.data(), slot.data(), ones.data(),
                          g.num_rows_from[s], num_ranks_per_node, num_region_rows(g), dst);
         !st)

@@ -1,5 +1,7 @@
 #include "fabric/internal/ep_payload.h"
 
+#include <algorithm>
+
 #include "common/status_try.h"
 #include "kernels/combine.h"
 
@@ -28,10 +30,30 @@ result<std::unique_ptr<ep_payload>> ep_payload::create(ep_memory memory,
 }
 
 ep_payload::~ep_payload() {
+  for (void* p : private_device_) device_free(p);
 #if MOERL_HAVE_CUDA
   if (device_tables_) cudaFree(device_tables_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
+}
+
+result<char*> ep_payload::private_rows(int which, int64_t bytes) {
+  bytes = std::max<int64_t>(bytes, 1);
+  if (memory_ != ep_memory::cuda) {
+    std::vector<char>& v = private_host_[which];
+    if (static_cast<int64_t>(v.size()) < bytes) v.resize(static_cast<size_t>(bytes));
+    return v.data();
+  }
+  if (private_device_bytes_[which] < bytes) {
+    device_free(private_device_[which]);
+    private_device_[which] = nullptr;
+    private_device_bytes_[which] = 0;
+    auto a = device_allocate(static_cast<size_t>(bytes));
+    if (!a) return a.err();
+    private_device_[which] = a->ptr;
+    private_device_bytes_[which] = bytes;
+  }
+  return static_cast<char*>(private_device_[which]);
 }
 
 status ep_payload::run() {

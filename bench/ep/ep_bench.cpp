@@ -196,7 +196,8 @@ result<nlohmann::json> run_mode(bootstrap& b, const ep_bench_options& o, ep_mode
   cfg.chunk_bytes = o.chunk_bytes;
   cfg.op_timeout_ms = o.op_timeout_ms;
   cfg.ll_entries_per_write = o.ll_entries_per_write;
-  if (mode == ep_mode::low_latency && o.ll_memory == "host_split")
+  if ((mode == ep_mode::low_latency && o.ll_memory == "host_split") ||
+      (mode == ep_mode::normal && o.normal_memory == "host_split"))
     cfg.memory = ep_memory::host_split;
   // Receive slots sized to this workload's largest (source, destination) entry count:
   // the worst case (every token on every rank) does not fit in a dev box's memory.
@@ -482,6 +483,7 @@ nlohmann::json run_ep_bench(const ep_bench_options& o) {
   out["ll_entries_per_write"] = o.ll_entries_per_write;
   out["io_buffers"] = o.io_buffers;
   out["ll_memory"] = o.ll_memory;
+  out["normal_memory"] = o.normal_memory;
   out["latency_definition"] =
       "per iteration the slowest rank's time (ranks start each phase at a barrier); p50/p99 over "
       "all iterations of all process starts; experts are identity while timing";

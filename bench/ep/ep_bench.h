@@ -42,6 +42,8 @@ struct ep_bench_options {
   // split layout and batched copies on host memory: what that logic costs on a CPU;
   // fabric/DEVICE_MEMORY.md). The bench's tokens are host memory, so no cuda.
   std::string ll_memory = "host";
+  // Normal mode's memory, the same choice (its split layout: fabric/DEVICE_MEMORY.md).
+  std::string normal_memory = "host";
 };
 
 // Runs the benchmark; throws std::runtime_error naming what failed (a rank that exited

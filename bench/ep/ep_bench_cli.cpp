@@ -65,6 +65,10 @@ void add_ep_bench_command(CLI::App& bench) {
                   "low-latency mode's memory: host (its layout) | host_split (the device "
                   "path's split layout and batched copies, on host memory)")
       ->check(CLI::IsMember({"host", "host_split"}));
+  cmd->add_option("--normal-memory", opt.normal_memory,
+                  "normal mode's memory: host (its layout) | host_split (the device path's split "
+                  "layout and batched copies, on host memory)")
+      ->check(CLI::IsMember({"host", "host_split"}));
   cmd->add_flag("--json", as_json, "print the report as JSON");
   cmd->callback([] {
     opt.modes.clear();

@@ -36,12 +36,13 @@ struct buffer {
 
 struct peer_regions {
   remote_region ctrl, dispatch, combine;
-  remote_region output;  // normal mode's expert-major dispatch output (same host only)
+  // normal mode's expert-major dispatch output (same host only; payload memory when split)
+  remote_region output;
   // low-latency's dispatch_buffer() and combine_buffer(), read in place (same host only)
   remote_region shared_inputs;
-  // low-latency's split layout (ep_memory cuda, host_split): the payload rows of the dispatch
-  // receive slots, and of dispatch_buffer() and combine_buffer() (dispatch and shared_inputs
-  // then hold the metadata only; combine holds payload in both layouts).
+  // The split layout (ep_memory cuda, host_split; ll and normal): the payload rows of the
+  // dispatch receive region, and (ll) of dispatch_buffer() and combine_buffer() (dispatch and
+  // shared_inputs then hold the metadata only; combine holds payload in both layouts).
   remote_region dispatch_payload, shared_payload;
 };
 
@@ -57,10 +58,11 @@ struct ep_region_sizes {
   // Low-latency: dispatch_buffer(), combine_buffer() and what same-host peers need to read
   // them in place (0: no such region, both buffers are private memory).
   int64_t shared_inputs = 0;
-  // Low-latency's split layout only (0 otherwise), in the payload memory: the receive slots'
-  // payload rows, the send staging of payload rows for peers not mapped here, the payload of
-  // dispatch_buffer() and combine_buffer(), and the step's output rows. The combine receive
-  // region is then payload memory too.
+  // The split layout only (0 otherwise), in the payload memory: the dispatch receive rows'
+  // payload, the send staging of payload rows for peers not mapped here (and combine's
+  // partials), the payload of (ll) dispatch_buffer() and combine_buffer(), and the step's
+  // output rows when nobody stores into them in place. The combine receive region is then
+  // payload memory too, and so is normal mode's dispatch_output.
   int64_t dispatch_payload = 0, payload_staging = 0, shared_payload = 0, output_payload = 0;
 };
 
@@ -117,6 +119,8 @@ struct ep_group_impl {
   int rank = 0, num_ranks = 0, num_local_experts = 0;
   int64_t hidden_bytes = 0;
   int64_t row_bytes = 0;  // a dispatch row: hidden payload, then the mode's metadata, padded
+  // The split layout's metadata row (the mode's regions_plan sets it; ll: an entry_meta).
+  int64_t split_meta_bytes = sizeof(proto::entry_meta);
   // low_latency and baseline: rows a rank may receive from one peer per step (`cap` in
   // PROTOCOL.md).
   int64_t max_rows_per_peer = 0;
@@ -143,19 +147,17 @@ struct ep_group_impl {
   // the transport shares none: the private vectors hold them), at these offsets.
   buffer shared_inputs_region;
   int64_t combine_rows_offset = 0, dispatch_rows_offset = 0;
-  // Low-latency's split layout (ep_region_sizes' payload regions; reg.ptr null otherwise).
-  // shared_payload holds combine_buffer() and dispatch_buffer() at the offsets above.
+  // The split layout (ep_region_sizes' payload regions; reg.ptr null otherwise).
+  // shared_payload holds (ll) combine_buffer() and dispatch_buffer() at the offsets above.
   buffer dispatch_payload_region, payload_staging, shared_payload_region, output_payload_region;
-  // Moves payload rows and reduces combine where the rows are (every mode has one; only
-  // low-latency's split layout queues plans).
+  // Moves payload rows and reduces combine where the rows are (every mode has one; the split
+  // layout of ll and normal queues plans).
   std::unique_ptr<ep_payload> payload;
   bool split() const { return payload && payload->split(); }
-  // Per-entry rows (low_latency, baseline): entry_meta of row r of the dispatch receive region
-  // (and of send staging) at r * meta_stride() + meta_offset(), its payload at r *
-  // payload_stride() of the payload rows (the same region when not split).
-  int64_t meta_stride() const {
-    return split() ? static_cast<int64_t>(sizeof(proto::entry_meta)) : row_bytes;
-  }
+  // Rows of the dispatch receive region (and of send staging): the mode's metadata of row r
+  // at r * meta_stride() + meta_offset(), its payload at r * payload_stride() of the payload
+  // rows (the same region when not split).
+  int64_t meta_stride() const { return split() ? split_meta_bytes : row_bytes; }
   int64_t meta_offset() const { return split() ? 0 : hidden_bytes; }
   int64_t payload_stride() const { return split() ? hidden_bytes : row_bytes; }
   char* dispatch_payload_rows() {
@@ -163,11 +165,12 @@ struct ep_group_impl {
   }
   // Where payload rows for peers not mapped here are staged before write().
   char* payload_staging_rows() { return split() ? payload_staging.data() : staging.data(); }
-  // This step's output rows (recv_x).
+  // This step's output rows (recv_x): normal's shared output region (payload memory when
+  // split), or the split layout's private output, or private host memory.
   char* output_rows() {
-    return split()                 ? output_payload_region.data()
-           : output_region.reg.ptr ? output_region.data()
-                                   : output_x.data();
+    return output_region.reg.ptr ? output_region.data()
+           : split()             ? output_payload_region.data()
+                                 : output_x.data();
   }
   // The base that combine_rows_offset and dispatch_rows_offset index: of ours, and of peer s's
   // as addressable here (its host mapping, or its device region through CUDA IPC; nullptr: a
@@ -316,6 +319,7 @@ struct ep_group_impl {
   result<const dispatch_output*> dispatch_recv();
   void* dispatch_buffer();
   void* combine_buffer();
+  char* private_payload_rows(int which, int64_t bytes);
   status combine_send(const dispatch_output& handle, const void* expert_out);
   status combine_recv(void* y);
 };

@@ -1,6 +1,7 @@
-// How low-latency mode moves payload rows (fabric/DEVICE_MEMORY.md): every row copy of a
-// phase goes into one plan (kernels/copy_rows.h), run once before the phase's immediates, and
-// combine_recv's reduction runs where the rows are. One object per group, private to fabric/.
+// How the low-latency and normal modes move payload rows (fabric/DEVICE_MEMORY.md): every
+// row copy of a phase goes into one plan (kernels/copy_rows.h), run once before the phase's
+// immediates, and every reduction runs where the rows are. One object per group, private to
+// fabric/.
 //
 //   ep_memory::host        add() copies at once with memcpy: the interleaved layout's path
 //                          as it was, no plan kept.
@@ -57,6 +58,10 @@ class ep_payload {
   // nullptr = no term); term_rows and weight are host arrays [num_tokens, width].
   status combine_rows(ep_dtype dtype, const char* const* term_rows, const float* weight,
                       int64_t num_tokens, int width, int64_t hidden, void* y);
+  // At least `bytes` of payload memory private to the group (device memory under cuda), kept
+  // and grown between calls, one buffer per `which` (0, 1): normal mode's dispatch_buffer()
+  // and combine_buffer(), which no peer reads. An error: the device allocation failed.
+  result<char*> private_rows(int which, int64_t bytes);
 
  private:
   ep_payload(ep_memory memory, kernels::thread_pool& pool) : memory_(memory), pool_(pool) {}
@@ -72,6 +77,10 @@ class ep_payload {
   ep_memory memory_;
   kernels::thread_pool& pool_;
   std::vector<kernels::row_copy> plan_;
+  // private_rows(): host memory, or (cuda) device allocations and their sizes.
+  std::vector<char> private_host_[2];
+  void* private_device_[2] = {nullptr, nullptr};
+  int64_t private_device_bytes_[2] = {0, 0};
   // cuda: the group's stream and the device copies of the reduction's tables.
   void* stream_ = nullptr;
   void* device_tables_ = nullptr;

@@ -6,6 +6,7 @@
 #include "common/status_try.h"
 #include "kernels/dispatch_layout.h"
 #include "python/bindings/ep_core_ll_channel.h"
+#include "python/bindings/ep_core_scratch.h"
 
 namespace moerl::py {
 
@@ -55,9 +56,10 @@ struct ep_core::channel {
   int64_t routing_id = -1;
   int64_t num_tokens = 0;
   const fabric::dispatch_output* out = nullptr;
-  std::vector<int64_t> idx;   // the open step's routing, [T, N]: r or -1
-  std::vector<float> ones;    // its weights, [T, N]
-  std::vector<char> scratch;  // where a dropped combine lands
+  std::vector<int64_t> idx;  // the open step's routing, [T, N]: r or -1
+  std::vector<float> ones;   // its weights, [T, N]
+  payload_scratch scratch;   // where a dropped combine lands
+  fabric::memory_kind memory() const { return payload_kind(group->config().memory); }
 };
 
 ep_core::ep_core(ep_core_options opt, allgather_fn allgather)
@@ -111,17 +113,21 @@ void ep_core::close() {
   closed_ = true;
 }
 
-result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype, int64_t width) {
+result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype, int64_t width,
+                                               fabric::ep_memory memory) {
   if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
-  const channel_key key{meta, static_cast<int>(dtype), width};
+  const channel_key key{meta, static_cast<int>(dtype), width, static_cast<int>(memory)};
   if (auto it = channels_.find(key); it != channels_.end()) return it->second.get();
   auto c = std::make_unique<channel>();
   c->width = width;
   c->row_bytes = width * static_cast<int64_t>(fabric::ep_dtype_size(dtype));
-  c->name = std::string(meta ? "topk" : "x") + ":" +
-            (dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") + ":" + std::to_string(width);
+  c->name =
+      std::string(meta ? "topk" : "x") + ":" + (dtype == fabric::ep_dtype::bf16 ? "bf16" : "fp32") +
+      ":" + std::to_string(width) +
+      (memory == fabric::ep_memory::host ? "" : std::string(":") + fabric::ep_memory_name(memory));
   fabric::ep_config cfg;
   cfg.mode = fabric::ep_mode::normal;
+  cfg.memory = memory;
   cfg.num_experts = opt_.num_ranks;
   cfg.topk = opt_.num_ranks;
   cfg.hidden = width;
@@ -137,11 +143,26 @@ result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype
   return raw;
 }
 
+result<std::string> ep_core::device_refusal(const error& e, fabric::ep_memory memory) {
+  if (memory == fabric::ep_memory::cuda && e.code == errc::invalid_argument &&
+      e.message.find("host staging") != std::string::npos)
+    return e.message;
+  return e;
+}
+
+result<std::string> ep_core::prepare(fabric::ep_dtype dtype, int64_t hidden,
+                                     fabric::ep_memory memory) {
+  auto c = channel_for(false, dtype, hidden, memory);
+  if (c) return std::string();
+  return device_refusal(c.err(), memory);
+}
+
 status ep_core::close_step(channel& c) {
   if (!c.open) return {};
   c.open = false;
-  c.scratch.resize(static_cast<size_t>(std::max<int64_t>(c.num_tokens, 1) * c.row_bytes));
-  return c.group->combine(*c.out, c.group->combine_buffer(), c.scratch.data());
+  ASSIGN_OR_RETURN(void* y,
+                   c.scratch.get(c.memory(), std::max<int64_t>(c.num_tokens, 1) * c.row_bytes));
+  return c.group->combine(*c.out, c.group->combine_buffer(), y);
 }
 
 status ep_core::open_step(channel& c, const void* x, const uint8_t* in_rank, int64_t num_tokens,
@@ -170,7 +191,7 @@ status ep_core::ensure_routing(channel& c, const uint8_t* in_rank, int64_t num_t
 result<int64_t> ep_core::dispatch(const void* x, int64_t num_tokens, int64_t hidden,
                                   fabric::ep_dtype dtype, const uint8_t* in_rank,
                                   const int64_t* topk_idx, const float* topk_weights, int topk,
-                                  int64_t routing_id) {
+                                  int64_t routing_id, fabric::ep_memory memory) {
   channel* meta = nullptr;
   if (topk > 0) {
     ASSIGN_OR_RETURN(meta, channel_for(true, fabric::ep_dtype::fp32, 3 * int64_t{topk}));
@@ -184,7 +205,7 @@ result<int64_t> ep_core::dispatch(const void* x, int64_t num_tokens, int64_t hid
     }
     STATUS_TRY(open_step(*meta, meta_rows_.data(), in_rank, num_tokens, routing_id));
   }
-  ASSIGN_OR_RETURN(channel * xc, channel_for(false, dtype, hidden));
+  ASSIGN_OR_RETURN(channel * xc, channel_for(false, dtype, hidden, memory));
   if (num_tokens > xc->group->config().max_tokens_per_rank)
     return error{errc::capacity_exceeded, "moerl.ep: too many tokens for the buffer"};
   STATUS_TRY(open_step(*xc, x, in_rank, num_tokens, routing_id));
@@ -204,7 +225,8 @@ status ep_core::read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_toke
   const fabric::dispatch_output& o = *last_x_->out;
   const int64_t num_rows = o.num_recv_rows;
   if (num_rows > 0)
-    std::memcpy(recv_x, o.recv_x, static_cast<size_t>(num_rows * last_x_->row_bytes));
+    STATUS_TRY(fabric::memory_copy(last_x_->memory(), recv_x, o.recv_x,
+                                   static_cast<size_t>(num_rows * last_x_->row_bytes)));
   std::copy(o.src_rank.begin(), o.src_rank.end(), src_rank);
   std::copy(o.src_token.begin(), o.src_token.end(), src_token);
   if (!last_meta_) return {};
@@ -234,8 +256,9 @@ status ep_core::read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_toke
 
 status ep_core::combine(const void* x, int64_t num_rows, int64_t hidden, fabric::ep_dtype dtype,
                         const uint8_t* in_rank, int64_t num_tokens, int64_t routing_id, void* y,
-                        const float* topk_weights, int topk, float* combined_weights) {
-  ASSIGN_OR_RETURN(channel * xc, channel_for(false, dtype, hidden));
+                        const float* topk_weights, int topk, float* combined_weights,
+                        fabric::ep_memory memory) {
+  ASSIGN_OR_RETURN(channel * xc, channel_for(false, dtype, hidden, memory));
   STATUS_TRY(ensure_routing(*xc, in_rank, num_tokens, routing_id));
   if (xc->out->num_recv_rows != num_rows)
     return error{errc::invalid_argument, "moerl.ep: combine x has " + std::to_string(num_rows) +

@@ -19,6 +19,11 @@
 // open routing first replays that routing (a dispatch of zeros). All ranks call the same
 // sequence, so all make the same choices.
 //
+// CUDA tensors (fabric/DEVICE_MEMORY.md): an x channel may keep its payload rows in device
+// memory (`memory` cuda): then x, recv_x, combine's x and y are device pointers, and the
+// routing (is_token_in_rank, the top-k channel's ids and weights, src_rank, src_token) stays
+// host memory, because the group plans on the CPU.
+//
 // Threading: one thread at a time (the rank's Python thread, GIL released inside).
 #pragma once
 
@@ -64,15 +69,22 @@ class ep_core {
                 int32_t* num_tokens_per_rank, int32_t* num_tokens_per_expert,
                 uint8_t* is_token_in_rank);
 
-  // Sends x [T, hidden] (dtype) to every rank r with is_token_in_rank[t, r], and, when
-  // topk > 0, the rows' top-k ids and weights. Returns the number of rows received; read them
-  // with read_dispatch before the next call. routing_id names this routing for combine.
+  // Creates the x channel of (dtype, hidden, memory) now (collective): "" when it exists, else
+  // why a device (memory cuda) channel was refused (a peer on another host behind a provider
+  // without FI_HMEM: the caller stages through host memory instead). Other failures are errors.
+  result<std::string> prepare(fabric::ep_dtype dtype, int64_t hidden, fabric::ep_memory memory);
+
+  // Sends x [T, hidden] (dtype; payload memory of `memory`) to every rank r with
+  // is_token_in_rank[t, r], and, when topk > 0, the rows' top-k ids and weights (host memory,
+  // through a host channel). Returns the number of rows received; read them with
+  // read_dispatch before the next call. routing_id names this routing for combine.
   result<int64_t> dispatch(const void* x, int64_t num_tokens, int64_t hidden,
                            fabric::ep_dtype dtype, const uint8_t* is_token_in_rank,
                            const int64_t* topk_idx, const float* topk_weights, int topk,
-                           int64_t routing_id);
+                           int64_t routing_id, fabric::ep_memory memory = fabric::ep_memory::host);
 
-  // Copies the last dispatch's rows out: recv_x [R, hidden]; src_rank, src_token [R];
+  // Copies the last dispatch's rows out: recv_x [R, hidden] (the dispatch's payload memory:
+  // device memory for a cuda channel); src_rank, src_token [R];
   // with top-k: recv_topk_idx [R, K] as local expert ids or -1, recv_topk_weights [R, K]
   // (0 where the id is -1), and per_local_expert[j] = rows naming local expert j.
   status read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_token, int64_t* recv_topk_idx,
@@ -81,10 +93,12 @@ class ep_core {
 
   // y[t] = sum of the rows x every rank returns for token t (routing `routing_id`, given
   // again as is_token_in_rank [T, N] in case it must be replayed), fp32 accumulation;
-  // with topk_weights [R, K]: combined_weights[t] the same sum of the weights.
+  // with topk_weights [R, K]: combined_weights[t] the same sum of the weights. x and y are
+  // payload memory of `memory`; is_token_in_rank, topk_weights and combined_weights host.
   status combine(const void* x, int64_t num_rows, int64_t hidden, fabric::ep_dtype dtype,
                  const uint8_t* is_token_in_rank, int64_t num_tokens, int64_t routing_id, void* y,
-                 const float* topk_weights, int topk, float* combined_weights);
+                 const float* topk_weights, int topk, float* combined_weights,
+                 fabric::ep_memory memory = fabric::ep_memory::host);
 
   // ---- low-latency mode (python/bindings/ep_core_ll.cpp) --------------------------------
   // DeepEP's low_latency_dispatch on an ep_group in fabric's low-latency mode (one row per
@@ -159,9 +173,14 @@ class ep_core {
   status ll_close_step(ll_channel& c);
   status ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
                      float* scales, int64_t block);
-  // (is metadata, dtype, row width in elements)
-  using channel_key = std::tuple<bool, int, int64_t>;
-  result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width);
+  // (is metadata, dtype, row width in elements, memory)
+  using channel_key = std::tuple<bool, int, int64_t, int>;
+  result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width,
+                               fabric::ep_memory memory = fabric::ep_memory::host);
+  // For prepare and ll_prepare: a channel's creation error `e` as the refusal to hand back
+  // (ep_group::create's refusal of device rows to a network peer without FI_HMEM: the same on
+  // every rank, each having a peer on another host, so every rank falls back alike), or e.
+  static result<std::string> device_refusal(const error& e, fabric::ep_memory memory);
   // Creates a group over every rank, bootstrapped through allgather_ (collective).
   result<std::unique_ptr<fabric::ep_group>> make_group(const fabric::ep_config& cfg);
   status open_step(channel& c, const void* x, const uint8_t* in_rank, int64_t num_tokens,

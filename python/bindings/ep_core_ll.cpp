@@ -56,33 +56,14 @@ result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
 result<std::string> ep_core::ll_prepare(const ll_shape& shape) {
   auto c = ll_channel_for(shape);
   if (c) return std::string();
-  // ep_group::create's refusal of device rows to a network peer without FI_HMEM: the same
-  // on every rank (each has a peer on another host), so every rank falls back alike.
-  if (shape.memory == fabric::ep_memory::cuda && c.err().code == errc::invalid_argument &&
-      c.err().message.find("host staging") != std::string::npos)
-    return c.err().message;
-  return c.err();
+  return device_refusal(c.err(), shape.memory);
 }
 
 status ep_core::ll_close_step(ll_channel& c) {
   if (!c.open) return {};
   c.open = false;
-  const int64_t bytes = std::max<int64_t>(c.num_tokens, 1) * c.row_bytes;
-  void* y = nullptr;
-  if (c.memory() == fabric::memory_kind::cuda) {
-    if (bytes > c.device_scratch_bytes) {
-      fabric::device_free(c.device_scratch);
-      c.device_scratch = nullptr;
-      c.device_scratch_bytes = 0;
-      ASSIGN_OR_RETURN(auto a, fabric::device_allocate(static_cast<size_t>(bytes)));
-      c.device_scratch = a.ptr;
-      c.device_scratch_bytes = bytes;
-    }
-    y = c.device_scratch;
-  } else {
-    c.scratch.resize(static_cast<size_t>(bytes));
-    y = c.scratch.data();
-  }
+  ASSIGN_OR_RETURN(void* y,
+                   c.scratch.get(c.memory(), std::max<int64_t>(c.num_tokens, 1) * c.row_bytes));
   return c.group->combine(*c.out, c.group->combine_buffer(), y);
 }
 

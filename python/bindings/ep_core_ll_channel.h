@@ -10,6 +10,7 @@
 #include "fabric/device_memory.h"
 #include "fabric/ep_group.h"
 #include "python/bindings/ep_core.h"
+#include "python/bindings/ep_core_scratch.h"
 
 namespace moerl::py {
 
@@ -28,17 +29,11 @@ struct ep_core::ll_channel {
   // (combine_recv), and ll_combine fills them just before.
   std::vector<int64_t> idx;
   std::vector<float> weights;
-  std::vector<char> scratch;  // where a dropped combine lands (host channels)
-  // Device channels (shape.memory cuda): where a dropped combine lands, and the host copy of
-  // the received rows that fp8 quantises. Freed with the channel.
-  void* device_scratch = nullptr;
-  int64_t device_scratch_bytes = 0;
+  payload_scratch scratch;  // where a dropped combine lands
+  // Device channels (shape.memory cuda): the host copy of the received rows that fp8
+  // quantises.
   std::vector<char> host_rows;
-  fabric::memory_kind memory() const {
-    return shape.memory == fabric::ep_memory::cuda ? fabric::memory_kind::cuda
-                                                   : fabric::memory_kind::host;
-  }
-  ~ll_channel() { fabric::device_free(device_scratch); }
+  fabric::memory_kind memory() const { return payload_kind(shape.memory); }
 };
 
 }  // namespace moerl::py

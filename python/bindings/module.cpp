@@ -117,16 +117,30 @@ PYBIND11_MODULE(_moerl, m) {
              }
              check(st);
            })
-      .def("dispatch",
-           [](ep_core& c, uintptr_t x, int64_t num_tokens, int64_t hidden, int dtype,
-              uintptr_t in_rank, uintptr_t topk_idx, uintptr_t topk_weights, int topk,
-              int64_t routing_id) {
-             moerl::result<int64_t> r = int64_t{0};
+      .def(
+          "dispatch",
+          [](ep_core& c, uintptr_t x, int64_t num_tokens, int64_t hidden, int dtype,
+             uintptr_t in_rank, uintptr_t topk_idx, uintptr_t topk_weights, int topk,
+             int64_t routing_id, int memory) {
+            moerl::result<int64_t> r = int64_t{0};
+            {
+              py::gil_scoped_release nogil;
+              r = c.dispatch(ptr<const void>(x), num_tokens, hidden, dtype_of(dtype),
+                             ptr<const uint8_t>(in_rank), ptr<const int64_t>(topk_idx),
+                             ptr<const float>(topk_weights), topk, routing_id, memory_of(memory));
+            }
+            if (!r) raise(r.err());
+            return *r;
+          },
+          py::arg("x"), py::arg("num_tokens"), py::arg("hidden"), py::arg("dtype"),
+          py::arg("in_rank"), py::arg("topk_idx"), py::arg("topk_weights"), py::arg("topk"),
+          py::arg("routing_id"), py::arg("memory") = 0)
+      .def("prepare",
+           [](ep_core& c, int dtype, int64_t hidden, int memory) {
+             moerl::result<std::string> r = std::string();
              {
                py::gil_scoped_release nogil;
-               r = c.dispatch(ptr<const void>(x), num_tokens, hidden, dtype_of(dtype),
-                              ptr<const uint8_t>(in_rank), ptr<const int64_t>(topk_idx),
-                              ptr<const float>(topk_weights), topk, routing_id);
+               r = c.prepare(dtype_of(dtype), hidden, memory_of(memory));
              }
              if (!r) raise(r.err());
              return *r;
@@ -145,19 +159,25 @@ PYBIND11_MODULE(_moerl, m) {
              check(st);
              return per_expert;
            })
-      .def("combine",
-           [](ep_core& c, uintptr_t x, int64_t num_rows, int64_t hidden, int dtype,
-              uintptr_t in_rank, int64_t num_tokens, int64_t routing_id, uintptr_t y,
-              uintptr_t topk_weights, int topk, uintptr_t combined_weights) {
-             moerl::status st;
-             {
-               py::gil_scoped_release nogil;
-               st = c.combine(ptr<const void>(x), num_rows, hidden, dtype_of(dtype),
-                              ptr<const uint8_t>(in_rank), num_tokens, routing_id, ptr<void>(y),
-                              ptr<const float>(topk_weights), topk, ptr<float>(combined_weights));
-             }
-             check(st);
-           })
+      .def(
+          "combine",
+          [](ep_core& c, uintptr_t x, int64_t num_rows, int64_t hidden, int dtype,
+             uintptr_t in_rank, int64_t num_tokens, int64_t routing_id, uintptr_t y,
+             uintptr_t topk_weights, int topk, uintptr_t combined_weights, int memory) {
+            moerl::status st;
+            {
+              py::gil_scoped_release nogil;
+              st = c.combine(ptr<const void>(x), num_rows, hidden, dtype_of(dtype),
+                             ptr<const uint8_t>(in_rank), num_tokens, routing_id, ptr<void>(y),
+                             ptr<const float>(topk_weights), topk, ptr<float>(combined_weights),
+                             memory_of(memory));
+            }
+            check(st);
+          },
+          py::arg("x"), py::arg("num_rows"), py::arg("hidden"), py::arg("dtype"),
+          py::arg("in_rank"), py::arg("num_tokens"), py::arg("routing_id"), py::arg("y"),
+          py::arg("topk_weights"), py::arg("topk"), py::arg("combined_weights"),
+          py::arg("memory") = 0)
       .def("ll_dispatch",
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
               uintptr_t x, uintptr_t topk_idx, int64_t num_tokens, int64_t routing_id,

@@ -3,22 +3,27 @@
 The calls of ``Buffer`` (normal and low-latency) take CUDA tensors where moerl is built with
 CUDA and a device is visible, along one of two paths (fabric/DEVICE_MEMORY.md):
 
-- **device** (low-latency calls): the channel's group keeps its payload rows in device memory
+- **device** (low-latency calls; normal ``dispatch``/``combine`` with x one tensor of bf16 or
+  fp32): the channel's group keeps its payload rows in device memory
   (``fabric::ep_memory::cuda``); the rows move GPU to GPU, through CUDA IPC between ranks of
   a host (or FI_HMEM on efa), and x, recv_x, the combine's x and its result stay on the
-  device. Only the routing (topk_idx, topk_weights) and the small per-call tables cross to
-  host memory, because the group plans the moves on the CPU; with ``use_fp8`` the received
-  rows cross once too (quantised by the CPU twin). Chosen per channel when the group accepts
+  device. Only the routing and the small per-call tables cross to host memory, because the
+  group plans the moves on the CPU: low-latency's topk_idx, topk_weights and statistics;
+  normal mode's is_token_in_rank, topk_idx and topk_weights (which travel in a host channel
+  of their own, ``topk:``), the handle's tables and ``get_dispatch_layout`` (computed on the
+  CPU, its results copied to the device). With ``use_fp8`` the low-latency received rows
+  cross once too (quantised by the CPU twin). Chosen per channel when the group accepts
   device memory (collectively, at the channel's first call).
-- **host staging** (normal mode, and low-latency where the group refused device memory: a
-  peer on another host behind a provider without FI_HMEM, e.g. tcp): the call's CUDA tensors
-  are copied to host memory, the expert plane moves them as it moves CPU tensors, and every
-  returned tensor is copied to the inputs' device.
+- **host staging** (normal mode's FP8 pair (data, scales), baseline, and any channel whose
+  group refused device memory: a peer on another host behind a provider without FI_HMEM,
+  e.g. tcp): the call's CUDA tensors are copied to host memory, the expert plane moves them
+  as it moves CPU tensors, and every returned tensor is copied to the inputs' device.
 
 ``Buffer.transport_report()`` says which per channel (``tensor_path``: ``device`` or
-``host_staging``, with ``device_refused`` naming why a low-latency channel stages) next to
-the transport's ``peer_device_paths``. Every rank passes tensors of one kind to a collective
-call, so every rank makes the same choice.
+``host_staging``, with ``device_refused`` naming why a channel of rows stages) next to the
+transport's ``peer_device_paths``; normal mode's ``topk:`` channel stages on either path.
+Every rank passes tensors of one kind to a collective call, so every rank makes the same
+choice.
 
 A CUDA tensor where that cannot work is an error naming why: a moerl built without CUDA, or
 no visible device. Tensors on other devices keep the argument checks' error
@@ -42,8 +47,8 @@ TENSOR_PATH_DEVICE = "device"
 
 #: The memory codes of the binding (python/bindings/module.cpp, fabric::ep_memory).
 MEMORY_HOST, MEMORY_CUDA, MEMORY_HOST_SPLIT = 0, 1, 2
-#: The memory of the low-latency device path's channels: MEMORY_CUDA; the tests set
-#: MEMORY_HOST_SPLIT to run the device path (split layout, batched copies) on CPU stand-ins.
+#: The memory of the device path's channels: MEMORY_CUDA; the tests set MEMORY_HOST_SPLIT to
+#: run the device path (split layout, batched copies) on CPU stand-ins.
 DEVICE_CHANNEL_MEMORY = MEMORY_CUDA
 
 
@@ -68,6 +73,23 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
 
 def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
+
+
+def cuda_device_of(t: Any) -> Optional[torch.device]:
+    """t's device when t is a CUDA tensor (a call on the device path), else None."""
+    return t.device if isinstance(t, torch.Tensor) and _is_cuda(t) else None
+
+
+def routing_to_host(t: torch.Tensor) -> torch.Tensor:
+    """The device path's routing tables, which the group reads on the CPU."""
+    return t if t.device.type == "cpu" else t.cpu()
+
+
+def inputs_ready(device: Optional[torch.device]) -> None:
+    """The group copies rows on a stream of its own, which does not wait for the caller's:
+    the kernels that wrote this call's inputs finish first."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
 
 
 def _first_cuda(value: Any, name: str) -> Optional[Tuple[str, torch.device]]:
@@ -153,28 +175,43 @@ def takes_cuda_tensors(*inout: str, device_path: Optional[Callable[[Any, Dict[st
     return wrap
 
 
-def device_channel(buffer: Any, hidden: int, dtype_code: int, max_tokens: int, num_experts: int,
-                   topk: int) -> int:
-    """The memory code of the low-latency channel of this shape for CUDA tensors:
-    DEVICE_CHANNEL_MEMORY where its group accepted device memory, else MEMORY_HOST (the call
-    stages; the refusal is kept for transport_report()). The first call per shape creates the
-    channel: collective, like the call it serves."""
-    cache: Dict[Tuple[int, ...], int] = buffer.__dict__.setdefault("_ll_device_channels", {})
-    key = (hidden, dtype_code, max_tokens, num_experts, topk)
+def _channel_memory(buffer: Any, kind: str, key: Tuple[int, ...], prepare: Callable[[int], str]) -> int:
+    """DEVICE_CHANNEL_MEMORY where the `kind` ("ll" or "normal") channel of `key` accepted
+    device memory (prepare(memory) returned ""), else MEMORY_HOST (the call stages; the refusal
+    is kept as buffer._<kind>_device_refused for transport_report()). Asked once per key."""
+    cache: Dict[Tuple[int, ...], int] = buffer.__dict__.setdefault(f"_{kind}_device_channels", {})
     if key not in cache:
-        refused = buffer._live_core().ll_prepare(hidden, dtype_code, max_tokens, num_experts, topk,
-                                                 DEVICE_CHANNEL_MEMORY)
+        refused = prepare(DEVICE_CHANNEL_MEMORY)
         cache[key] = MEMORY_HOST if refused else DEVICE_CHANNEL_MEMORY
         if refused:
-            buffer.__dict__["_ll_device_refused"] = refused
+            buffer.__dict__[f"_{kind}_device_refused"] = refused
     return cache[key]
 
 
+def device_channel(buffer: Any, hidden: int, dtype_code: int, max_tokens: int, num_experts: int,
+                   topk: int) -> int:
+    """The memory code of the low-latency channel of this shape for CUDA tensors
+    (_channel_memory). The first call per shape creates the channel: collective, like the call
+    it serves."""
+    return _channel_memory(buffer, "ll", (hidden, dtype_code, max_tokens, num_experts, topk),
+                           lambda memory: buffer._live_core().ll_prepare(hidden, dtype_code, max_tokens,
+                                                                         num_experts, topk, memory))
+
+
+def normal_device_channel(buffer: Any, hidden: int, dtype_code: int) -> int:
+    """The memory code of normal mode's x channel of (hidden, dtype) for CUDA tensors
+    (_channel_memory); collective at its first call, like device_channel."""
+    return _channel_memory(buffer, "normal", (hidden, dtype_code),
+                           lambda memory: buffer._live_core().prepare(dtype_code, hidden, memory))
+
+
 def tensor_path(channel: Dict[str, Any], saw_cuda_tensors: bool, device_refused: Optional[str]) -> Dict[str, Any]:
-    """transport_report()'s entry for one channel of EpCore.describe()."""
+    """transport_report()'s entry for one channel of EpCore.describe(); device_refused is the
+    refusal of the device memory this channel's kind asked for (none for normal mode's
+    ``topk:`` channel, which is host memory on every path)."""
     if channel.get("memory", "host") != "host":
         return dict(channel, tensor_path=TENSOR_PATH_DEVICE)
     entry = dict(channel, tensor_path=TENSOR_PATH_CUDA if saw_cuda_tensors else "host")
-    if saw_cuda_tensors and device_refused and channel["channel"].startswith("ll:"):
+    if saw_cuda_tensors and device_refused and not channel["channel"].startswith("topk:"):
         entry["device_refused"] = device_refused
     return entry

@@ -10,8 +10,9 @@ Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; th
 to live for the duration of the call). Every returned tensor is a new torch tensor that owns
 its memory (rows are copied out of moerl's receive region once), so results stay valid after
 later calls (low-latency recv_x excepted: ep_low_latency.py). fp32 and bf16; CPU tensors, and CUDA
-tensors where moerl is built with CUDA and a device is visible: those are staged through host
-memory at each call's edges (moerl/_ep_device.py says what that means).
+tensors where moerl is built with CUDA and a device is visible: their rows stay on the device
+where the channel's group accepts device memory, else they are staged through host memory at
+each call's edges (moerl/_ep_device.py says which and what crosses to host).
 
 The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
 """
@@ -27,13 +28,37 @@ import torch.distributed as dist
 
 from . import _moerl
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
-from ._ep_device import takes_cuda_tensors, tensor_path
+from . import _ep_device
+from ._ep_device import MEMORY_HOST, cuda_device_of, inputs_ready, routing_to_host, takes_cuda_tensors, tensor_path
 from .ep_low_latency import LowLatencyCalls
 
 _buffer_ids = itertools.count()
 
 #: DeepEP's index dtype.
 topk_idx_t = torch.int64
+
+
+def _normal_on_device(buffer: "Buffer", a: dict) -> bool:
+    """Whether a normal dispatch or combine given CUDA tensors takes the device path: x is one
+    tensor (FP8's (data, scales) pair stages) of a dtype and rank the channels move (else the
+    staged call's checks name the problem), and the x channel of its shape accepted device
+    memory (_ep_device.normal_device_channel, collective at its first call)."""
+    x = a.get("x")
+    if cuda_device_of(x) is None or x.dtype not in _DTYPES or x.dim() != 2:
+        return False
+    return _ep_device.normal_device_channel(buffer, x.shape[1], _DTYPES[x.dtype]) != MEMORY_HOST
+
+
+def _layout_on_device(buffer: "Buffer", a: dict) -> bool:
+    """get_dispatch_layout is local: with a CUDA topk_idx it computes on a host copy and
+    returns its tables on topk_idx's device, whatever the channels' memory."""
+    return cuda_device_of(a.get("topk_idx")) is not None
+
+
+def _on(device: Optional[torch.device], value: Any) -> Any:
+    """The device path's results: value's tensors (in tuples, lists and handles) copied to
+    the device; unchanged on the host path (device None)."""
+    return value if device is None else _ep_device._map_tensors(value, lambda t: t.to(device))
 
 
 class Config:
@@ -162,13 +187,15 @@ class Buffer(LowLatencyCalls):
         (fabric_paths="fabric"). peer_device_paths (CUDA builds) names how each peer would
         write the transport's device regions ("cuda_same_process", "cuda_ipc", "fi_hmem" or
         "host_staging"; fabric/DEVICE_MEMORY.md); memory is where the channel's group keeps its
-        rows ("host", or "cuda" for a low-latency channel of CUDA tensors); tensor_path is
-        "device" for such a channel, else "host" until a call took CUDA tensors, then
-        "host_staging", with device_refused naming why a low-latency channel stages
-        (moerl/_ep_device.py)."""
+        rows ("host", or "cuda" for a channel of CUDA tensors on the device path: low-latency
+        channels and normal mode's x channels); tensor_path is "device" for such a channel,
+        else "host" until a call took CUDA tensors, then "host_staging", with device_refused
+        naming why a channel of rows stages (normal mode's "topk:" channel carries the routing
+        in host memory on either path; moerl/_ep_device.py)."""
         saw = getattr(self, "_saw_cuda_tensors", False)
-        refused = getattr(self, "_ll_device_refused", None)
-        return [tensor_path(d, saw, refused) for d in self._live_core().describe()]
+        refused = {kind: getattr(self, f"_{kind}_device_refused", None) for kind in ("ll", "normal")}
+        return [tensor_path(d, saw, refused["ll" if d["channel"].startswith("ll:") else "normal"])
+                for d in self._live_core().describe()]
 
     @staticmethod
     def set_num_sms(new_num_sms: int) -> None:
@@ -193,14 +220,18 @@ class Buffer(LowLatencyCalls):
 
     # ---- normal mode ------------------------------------------------------------------
 
-    @takes_cuda_tensors()
+    @takes_cuda_tensors(device_path=_layout_on_device)
     def get_dispatch_layout(self, topk_idx: torch.Tensor, num_experts: int,
                             previous_event: Optional[EventOverlap] = None, async_finish: bool = False,
                             allocate_on_comm_stream: bool = False
                             ) -> Tuple[torch.Tensor, None, torch.Tensor, torch.Tensor, EventOverlap]:
         """DeepEP's layout: (num_tokens_per_rank [N] int32, None, num_tokens_per_expert [E]
-        int32, is_token_in_rank [T, N] bool, event). Local: nothing is sent."""
-        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+        int32, is_token_in_rank [T, N] bool, event). Local: nothing is sent. A CUDA topk_idx
+        crosses to host (the layout is computed on the CPU) and the tables come back on its
+        device."""
+        device = cuda_device_of(topk_idx)
+        _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
+        topk_idx = routing_to_host(topk_idx)
         self._check_num_experts(num_experts)
         self._check_topk_range(topk_idx, num_experts)
         num_tokens, topk = topk_idx.shape
@@ -209,7 +240,7 @@ class Buffer(LowLatencyCalls):
         in_rank = torch.empty(num_tokens, self.group_size, dtype=torch.bool)
         self._live_core().layout(topk_idx.data_ptr(), num_tokens, topk, num_experts, per_rank.data_ptr(),
                                  per_expert.data_ptr(), in_rank.data_ptr())
-        return per_rank, None, per_expert, in_rank, EventOverlap()
+        return _on(device, per_rank), None, _on(device, per_expert), _on(device, in_rank), EventOverlap()
 
     def _check_num_experts(self, num_experts: Any) -> None:
         if not isinstance(num_experts, int) or num_experts < self.group_size or num_experts % self.group_size:
@@ -226,13 +257,13 @@ class Buffer(LowLatencyCalls):
             _fail(f"topk_idx[{t}, {k}] is {int(topk_idx[t, k])}; expected -1 (masked) or an expert id "
                   f"in [0, {num_experts})")
 
-    def _check_x(self, x: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def _check_x(self, x: Any, device: Optional[torch.device] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(rows to send, FP8 scales or None). DeepEP's FP8 x is (e4m3 data [T, H], fp32
         scales [T, H/128]); torch 1.13 has no float8 dtype, so the data comes as uint8 (the
         e4m3 bits, as low_latency_dispatch returns them) and travels as raw bytes in a bf16
         channel of H/2 elements (dispatch only copies rows), the scales in an fp32 channel."""
         if not isinstance(x, tuple):
-            return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2), None
+            return _check_tensor("x", x, (torch.bfloat16, torch.float32), 2, device), None
         if len(x) != 2:
             _fail(f"x is a tuple of {len(x)}; expected (e4m3 data as uint8 [T, H], fp32 scales [T, H/128])")
         data = _check_tensor("x[0]", x[0], (torch.uint8,), 2)
@@ -263,7 +294,7 @@ class Buffer(LowLatencyCalls):
                       f"per rank at hidden {x.shape[1]} {str(x.dtype).replace('torch.', '')}; "
                       f"pass num_nvl_bytes >= {core.bytes_needed(num_tokens, row_bytes)}")
 
-    @takes_cuda_tensors()
+    @takes_cuda_tensors(device_path=_normal_on_device)
     def dispatch(self, x: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]], handle: Optional[tuple] = None,
                  num_tokens_per_rank: Optional[torch.Tensor] = None,
                  num_tokens_per_rdma_rank: Optional[torch.Tensor] = None,
@@ -279,8 +310,13 @@ class Buffer(LowLatencyCalls):
         ascending order, in token order inside a source. With ``handle=`` (cached): the same
         routing again, returning (recv_x, None, None, None, None, event). FP8: x = (e4m3 bits
         as uint8 [T, H], fp32 scales [T, H/128]) returns recv_x as the same pair of [R, ...]
-        tensors (H a multiple of 128). Every tensor returned is new and owns its memory."""
-        x, scales = self._check_x(x)
+        tensors (H a multiple of 128). Every tensor returned is new and owns its memory. CUDA
+        tensors (moerl/_ep_device.py): on the device path x's rows go GPU to GPU and every
+        returned tensor is on x's device; is_token_in_rank, topk_idx and topk_weights cross to
+        host (the group plans on the CPU), and the small tables come back."""
+        # Here with a CUDA x only on the device path (takes_cuda_tensors stages the others).
+        device = cuda_device_of(x)
+        x, scales = self._check_x(x, device)
         num_tokens, hidden = x.shape
         n = self.group_size
         if not isinstance(expert_alignment, int) or expert_alignment < 1:
@@ -288,34 +324,34 @@ class Buffer(LowLatencyCalls):
         if not isinstance(num_worst_tokens, int) or num_worst_tokens < 0:
             _fail(f"num_worst_tokens is {num_worst_tokens!r}; expected an int >= 0")
         if handle is not None:
-            return self._cached_dispatch(x, scales, handle, topk_idx, topk_weights)
+            return self._cached_dispatch(x, scales, handle, topk_idx, topk_weights, device)
         if is_token_in_rank is None:
             _fail("is_token_in_rank is None; expected the [num_tokens, num_ranks] bool tensor from "
                   "get_dispatch_layout (or a handle)")
-        _check_tensor("is_token_in_rank", is_token_in_rank, (torch.bool,), 2)
+        _check_tensor("is_token_in_rank", is_token_in_rank, (torch.bool,), 2, device)
         _check_shape("is_token_in_rank", is_token_in_rank, (num_tokens, n), "x's tokens by ranks")
         topk = 0
         num_experts = 0
         if topk_idx is not None:
-            _check_tensor("topk_idx", topk_idx, (torch.int64,), 2)
+            _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
             if topk_idx.shape[0] != num_tokens:
                 _fail(f"topk_idx has shape {tuple(topk_idx.shape)}; expected {num_tokens} rows (x's tokens)")
             topk = topk_idx.shape[1]
             if topk_weights is None:
                 _fail("topk_weights is None; expected a float32 tensor shaped like topk_idx")
-            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2, device)
             _check_shape("topk_weights", topk_weights, tuple(topk_idx.shape), "like topk_idx")
             if num_tokens_per_expert is None:
                 _fail("num_tokens_per_expert is None; expected the [num_experts] int32 tensor from "
                       "get_dispatch_layout (moerl takes num_experts from its length)")
-            _check_tensor("num_tokens_per_expert", num_tokens_per_expert, (torch.int32,), 1)
+            _check_tensor("num_tokens_per_expert", num_tokens_per_expert, (torch.int32,), 1, device)
             num_experts = num_tokens_per_expert.shape[0]
             self._check_num_experts(num_experts)
             self._check_topk_range(topk_idx, num_experts)
         elif topk_weights is not None:
             _fail("topk_weights is given without topk_idx; expected both or neither")
         if num_tokens_per_rank is not None:
-            _check_tensor("num_tokens_per_rank", num_tokens_per_rank, (torch.int32,), 1)
+            _check_tensor("num_tokens_per_rank", num_tokens_per_rank, (torch.int32,), 1, device)
             _check_shape("num_tokens_per_rank", num_tokens_per_rank, (n,), "one count per rank")
         self._check_capacity(x, topk)
         if scales is not None:
@@ -323,10 +359,15 @@ class Buffer(LowLatencyCalls):
 
         core = self._live_core()
         routing_id = next(self._routing_ids)
-        num_recv = core.dispatch(x.data_ptr(), num_tokens, hidden, _DTYPES[x.dtype], is_token_in_rank.data_ptr(),
+        memory = self._x_memory(x, device)
+        in_rank = routing_to_host(is_token_in_rank)
+        if topk:
+            topk_idx, topk_weights = routing_to_host(topk_idx), routing_to_host(topk_weights)
+        inputs_ready(device)
+        num_recv = core.dispatch(x.data_ptr(), num_tokens, hidden, _DTYPES[x.dtype], in_rank.data_ptr(),
                                  topk_idx.data_ptr() if topk else 0, topk_weights.data_ptr() if topk else 0,
-                                 topk, routing_id)
-        recv_x = torch.empty(num_recv, hidden, dtype=x.dtype)
+                                 topk, routing_id, memory)
+        recv_x = torch.empty(num_recv, hidden, dtype=x.dtype, device=device or "cpu")
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
         recv_topk_idx = torch.empty(num_recv, topk, dtype=torch.int64) if topk else None
@@ -340,7 +381,7 @@ class Buffer(LowLatencyCalls):
         rank_prefix = torch.full((n, n), -1, dtype=torch.int32)
         rank_prefix[:, self.rank] = torch.cumsum(torch.bincount(src_rank.long(), minlength=n), 0).to(torch.int32)
         state = _HandleState(self._id, routing_id, num_tokens, num_recv, topk)
-        new_handle = _Handle((rank_prefix, src_rank, None, src_idx, is_token_in_rank.clone(), state))
+        new_handle = _Handle((rank_prefix, src_rank, None, src_idx, in_rank.clone(), state))
         if num_worst_tokens > 0:
             if num_worst_tokens < num_recv:
                 _fail(f"num_worst_tokens is {num_worst_tokens}; this rank received {num_recv} rows")
@@ -353,7 +394,16 @@ class Buffer(LowLatencyCalls):
                 recv_topk_weights = torch.cat([recv_topk_weights, recv_topk_weights.new_zeros(pad, topk)])
             per_expert_list = []
         out_x: Any = (recv_x.view(torch.uint8), recv_scales) if recv_scales is not None else recv_x
+        # The device path: recv_x is on the device already; the small tables follow it.
+        recv_topk_idx, recv_topk_weights, new_handle = _on(device, (recv_topk_idx, recv_topk_weights, new_handle))
         return out_x, recv_topk_idx, recv_topk_weights, per_expert_list, new_handle, EventOverlap()
+
+    def _x_memory(self, x: torch.Tensor, device: Optional[torch.device]) -> int:
+        """The memory code of x's channel: the device channel's on the device path (decided,
+        and the channel created, by _normal_on_device), else host."""
+        if device is None:
+            return MEMORY_HOST
+        return _ep_device.normal_device_channel(self, x.shape[1], _DTYPES[x.dtype])
 
     def _state_of(self, handle: Any) -> _HandleState:
         if not isinstance(handle, _Handle):
@@ -364,7 +414,7 @@ class Buffer(LowLatencyCalls):
         return st
 
     def _cached_dispatch(self, x: torch.Tensor, scales: Optional[torch.Tensor], handle: Any, topk_idx: Any,
-                         topk_weights: Any) -> tuple:
+                         topk_weights: Any, device: Optional[torch.device] = None) -> tuple:
         st = self._state_of(handle)
         if topk_idx is not None or topk_weights is not None:
             _fail("topk_idx/topk_weights are given with handle=; expected None (cached dispatch reuses the routing)")
@@ -374,10 +424,11 @@ class Buffer(LowLatencyCalls):
         if scales is not None:
             self._check_capacity(scales, 0)
         core = self._live_core()
-        in_rank = handle[4]
+        in_rank = routing_to_host(handle[4])
+        inputs_ready(device)
         num_recv = core.dispatch(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
-                                 0, 0, 0, st.routing_id)
-        recv_x = torch.empty(num_recv, x.shape[1], dtype=x.dtype)
+                                 0, 0, 0, st.routing_id, self._x_memory(x, device))
+        recv_x = torch.empty(num_recv, x.shape[1], dtype=x.dtype, device=device or "cpu")
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
         core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
@@ -386,7 +437,7 @@ class Buffer(LowLatencyCalls):
                 None, EventOverlap()
         return recv_x, None, None, None, None, EventOverlap()
 
-    @takes_cuda_tensors()
+    @takes_cuda_tensors(device_path=_normal_on_device)
     def combine(self, x: torch.Tensor, handle: tuple, topk_weights: Optional[torch.Tensor] = None,
                 bias: Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor], None] = None,
                 config: Optional[Config] = None, previous_event: Optional[EventOverlap] = None,
@@ -395,14 +446,18 @@ class Buffer(LowLatencyCalls):
         """DeepEP's normal combine: combined_x[t] = the sum (fp32 accumulation, one rounding)
         of the rows every rank returns for token t, plus bias; combined_topk_weights likewise
         (the original weight where the id was local somewhere, else 0). x [R, H] in the
-        handle's row order. Returns new tensors."""
+        handle's row order. Returns new tensors. CUDA tensors: on the device path x and
+        combined_x stay on the device; the handle's is_token_in_rank and topk_weights cross to
+        host, combined_topk_weights comes back."""
         st = self._state_of(handle)
-        x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2)
+        device = cuda_device_of(x)
+        x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2, device)
         if x.shape[0] != st.num_recv:
             _fail(f"x has {x.shape[0]} rows; expected {st.num_recv} (the rows the handle's dispatch received)")
         topk = 0
         if topk_weights is not None:
-            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2)
+            _check_tensor("topk_weights", topk_weights, (torch.float32,), 2, device)
+            topk_weights = routing_to_host(topk_weights)
             if topk_weights.shape[0] != st.num_recv:
                 _fail(f"topk_weights has shape {tuple(topk_weights.shape)}; expected {st.num_recv} rows")
             topk = topk_weights.shape[1]
@@ -410,15 +465,18 @@ class Buffer(LowLatencyCalls):
         for i, b in enumerate(biases):
             if b is None:
                 continue
-            _check_tensor(f"bias[{i}]", b, (x.dtype,), 2)
+            _check_tensor(f"bias[{i}]", b, (x.dtype,), 2, device)
             _check_shape(f"bias[{i}]", b, (st.num_tokens, x.shape[1]), "[num_tokens, hidden]")
         self._check_capacity(x.new_empty(st.num_tokens, x.shape[1]), topk)
-        y = torch.empty(st.num_tokens, x.shape[1], dtype=x.dtype)
+        y = torch.empty(st.num_tokens, x.shape[1], dtype=x.dtype, device=device or "cpu")
         combined_w = torch.empty(st.num_tokens, topk, dtype=torch.float32) if topk else None
-        self._live_core().combine(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], handle[4].data_ptr(),
+        in_rank = routing_to_host(handle[4])
+        inputs_ready(device)
+        self._live_core().combine(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
                                   st.num_tokens, st.routing_id, y.data_ptr(),
                                   topk_weights.data_ptr() if topk else 0, topk,
-                                  combined_w.data_ptr() if topk else 0)
+                                  combined_w.data_ptr() if topk else 0, self._x_memory(x, device))
+        combined_w = _on(device, combined_w)
         biases = [b for b in biases if b is not None]
         if biases:
             acc = y.float()

@@ -25,7 +25,7 @@ import torch
 
 from . import _ep_device
 from ._ep_common import _DTYPES, EventOverlap, _check_shape, _check_tensor, _fail, _not_yet
-from ._ep_device import MEMORY_HOST, takes_cuda_tensors
+from ._ep_device import MEMORY_HOST, inputs_ready, routing_to_host, takes_cuda_tensors
 
 
 class RecvHook:
@@ -77,18 +77,6 @@ def _combine_on_device(buffer: "LowLatencyCalls", a: Dict[str, Any]) -> bool:
     """A low_latency_combine takes the device path when its handle's dispatch did."""
     handle = a.get("handle")
     return isinstance(handle, _LowLatencyHandle) and handle.state.memory != MEMORY_HOST
-
-
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    """The device path's routing tables, which the group reads on the CPU."""
-    return t if t.device.type == "cpu" else t.cpu()
-
-
-def _inputs_ready(device: Optional[torch.device]) -> None:
-    """The group copies rows on a stream of its own, which does not wait for the caller's:
-    the kernels that wrote this call's inputs finish first."""
-    if device is not None and device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()
 
 
 def _hook_and_event(async_finish: bool, return_recv_hook: bool) -> Tuple[EventOverlap, Optional[RecvHook]]:
@@ -172,7 +160,7 @@ class LowLatencyCalls:
         device = x.device if isinstance(x, torch.Tensor) and _ep_device._is_cuda(x) else None
         x = _check_tensor("x", x, (torch.bfloat16, torch.float32), 2, device)
         _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
-        topk_idx = _to_host(topk_idx)
+        topk_idx = routing_to_host(topk_idx)
         num_tokens, hidden = x.shape
         if topk_idx.shape[0] != num_tokens:
             _fail(f"topk_idx has shape {tuple(topk_idx.shape)}; expected {num_tokens} rows (x's tokens)")
@@ -213,7 +201,7 @@ class LowLatencyCalls:
             recv_x = self._ll_recv_buffer((num_local, block, hidden), x.dtype, device)
             out_ptr, q_ptr, scales_ptr = recv_x.data_ptr(), 0, 0
         routing_id = next(self._routing_ids)
-        _inputs_ready(device)
+        inputs_ready(device)
         self._live_core().ll_dispatch(hidden, _DTYPES[x.dtype], num_max_dispatch_tokens_per_rank, num_experts, topk,
                                       x.data_ptr(), topk_idx.data_ptr(), num_tokens, routing_id, out_ptr,
                                       recv_count.data_ptr(), src_info.data_ptr(), layout_range.data_ptr(), q_ptr,
@@ -291,7 +279,7 @@ class LowLatencyCalls:
         _check_shape("topk_idx", topk_idx, (st.num_tokens, st.topk), "as given to the handle's dispatch")
         _check_tensor("topk_weights", topk_weights, (torch.float32,), 2, device)
         _check_shape("topk_weights", topk_weights, (st.num_tokens, st.topk), "like topk_idx")
-        topk_idx, topk_weights = _to_host(topk_idx), _to_host(topk_weights)
+        topk_idx, topk_weights = routing_to_host(topk_idx), routing_to_host(topk_weights)
         self._check_topk_range(topk_idx, num_experts)
         if out is not None:
             _check_tensor("out", out, (st.dtype,), 2, device)
@@ -300,7 +288,7 @@ class LowLatencyCalls:
             _check_tensor("combine_wait_recv_cost_stats", combine_wait_recv_cost_stats, (torch.int64,), 1, device)
         event, hook = _hook_and_event(async_finish, return_recv_hook)
         y = out if out is not None else torch.empty(st.num_tokens, hidden, dtype=st.dtype, device=device or "cpu")
-        _inputs_ready(device)
+        inputs_ready(device)
         self._live_core().ll_combine(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, src.data_ptr(),
                                      topk_idx.data_ptr(), topk_weights.data_ptr(), st.num_tokens, st.routing_id,
                                      y.data_ptr(), st.memory)

@@ -33,7 +33,7 @@ struct ep_case {
   // so one box holds same-host and network pairs at once.
   int ranks_per_host = 0;
   bool threads = false;  // ranks are threads of one process (expect same_process pairs)
-  // low_latency only: where the group keeps its payload rows (cuda: the steps' x, expert
+  // low_latency and normal: where the group keeps its payload rows (cuda: the steps' x, expert
   // outputs and y are device memory too, staged by run_step).
   ep_memory memory = ep_memory::host;
 };

@@ -1,9 +1,11 @@
-// Low-latency mode on its split layout (ep_memory::host_split, fabric/DEVICE_MEMORY.md): the
-// layout, row copy plans and reduction that ep_memory::cuda runs on device memory, run here
-// on host memory with the CPU twins, through every check of the other EP tests (ep_rank_runner:
-// rows attributable to their source rank and token, per-expert counts, combine bitwise equal
-// to the reference, masked entries, a rank with no tokens, the group's dispatch_buffer() and
-// combine_buffer() read in place by same-host peers), at every distance.
+// Low-latency and normal mode on their split layout (ep_memory::host_split,
+// fabric/DEVICE_MEMORY.md): the layout, row copy plans and reductions that ep_memory::cuda runs
+// on device memory, run here on host memory with the CPU twins, through every check of the
+// other EP tests (ep_rank_runner: rows attributable to their source rank and token, per-expert
+// counts, combine bitwise equal to the reference, masked entries, a rank with no tokens; ll's
+// dispatch_buffer() and combine_buffer() read in place by same-host peers, normal's rows
+// stored in place into same-host peers' outputs), at every distance, and normal mode's
+// gateways forwarding between nodes.
 #include <gtest/gtest.h>
 
 #include "tests/fabric/ep_rank_runner.h"
@@ -20,6 +22,8 @@ struct split_case {
   bool threads;
   int64_t ll_entries_per_write;
   ep_dtype dtype;
+  ep_mode mode = ep_mode::low_latency;
+  int ranks_per_node = 0;  // normal mode: > 0 splits the ranks into nodes (gateways forward)
 };
 
 void PrintTo(const split_case& c, std::ostream* os) { *os << c.name; }
@@ -30,7 +34,8 @@ TEST_P(ep_split, every_rank_receives_the_reference_rows_and_combines_bitwise) {
   const split_case& k = GetParam();
   ep_case c;
   c.provider = k.provider;
-  c.mode = ep_mode::low_latency;
+  c.mode = k.mode;
+  c.ranks_per_node = k.ranks_per_node;
   c.memory = ep_memory::host_split;
   c.shim = true;  // reorders the network pairs' metadata and payload writes
   c.paths = k.paths;
@@ -63,25 +68,47 @@ INSTANTIATE_TEST_SUITE_P(
         split_case{"two_hosts_tcp", "tcp", 4, "auto", 2, false, 1, ep_dtype::bf16},
         split_case{"two_hosts_tcp_batched", "tcp", 4, "auto", 2, false, 5, ep_dtype::bf16},
         // Every pair through libfabric.
-        split_case{"fabric_tcp_2ranks", "tcp", 2, "fabric", 0, false, 1, ep_dtype::bf16}),
+        split_case{"fabric_tcp_2ranks", "tcp", 2, "fabric", 0, false, 1, ep_dtype::bf16},
+        // Normal mode, the same distances: same-host rows stored in place into the peers'
+        // outputs (payload) and dispatch regions (metadata), network rows written from
+        // staging, combine partials reduced where the rows are.
+        split_case{"normal_same_host_2ranks", "shm", 2, "auto", 0, false, 1, ep_dtype::bf16,
+                   ep_mode::normal},
+        split_case{"normal_same_host_4ranks", "shm", 4, "auto", 0, false, 1, ep_dtype::bf16,
+                   ep_mode::normal},
+        split_case{"normal_same_host_4ranks_fp32", "shm", 4, "auto", 0, false, 1, ep_dtype::fp32,
+                   ep_mode::normal},
+        split_case{"normal_same_process_4ranks", "shm", 4, "auto", 0, true, 1, ep_dtype::bf16,
+                   ep_mode::normal},
+        split_case{"normal_two_hosts_tcp", "tcp", 4, "auto", 2, false, 1, ep_dtype::bf16,
+                   ep_mode::normal},
+        split_case{"normal_fabric_tcp_2ranks", "tcp", 2, "fabric", 0, false, 1, ep_dtype::fp32,
+                   ep_mode::normal},
+        // Normal across nodes: gateways forward the inter-node rows (metadata and payload
+        // rows copied apart) and sum the forwarded partials, over the network and on one host.
+        split_case{"normal_two_nodes_tcp", "tcp", 4, "auto", 2, false, 1, ep_dtype::bf16,
+                   ep_mode::normal, 2},
+        split_case{"normal_two_nodes_same_host_fp32", "shm", 4, "auto", 0, false, 1, ep_dtype::fp32,
+                   ep_mode::normal, 2},
+        split_case{"normal_four_nodes_fabric", "tcp", 4, "fabric", 0, false, 1, ep_dtype::bf16,
+                   ep_mode::normal, 1}),
     [](const auto& info) { return info.param.name; });
 
-TEST(ep_split_config, device_memory_outside_low_latency_mode_is_refused_naming_host_staging) {
+TEST(ep_split_config, device_memory_in_baseline_mode_is_refused_naming_host_staging) {
   auto report = launch_threads(2, [&](bootstrap& b) {
-    for (ep_mode m : {ep_mode::normal, ep_mode::baseline})
-      for (ep_memory mem : {ep_memory::cuda, ep_memory::host_split}) {
-        ep_case c;
-        c.mode = m;
-        c.memory = mem;
-        auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
-        if (g.ok() || g.err().code != errc::invalid_argument ||
-            g.err().message.find("ll mode only") == std::string::npos ||
-            g.err().message.find("host staging") == std::string::npos) {
-          std::fprintf(stderr, "%s/%s: %s\n", ep_mode_name(m), ep_memory_name(mem),
-                       g.ok() ? "created" : g.err().message.c_str());
-          return 1;
-        }
+    for (ep_memory mem : {ep_memory::cuda, ep_memory::host_split}) {
+      ep_case c;
+      c.mode = ep_mode::baseline;
+      c.memory = mem;
+      auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+      if (g.ok() || g.err().code != errc::invalid_argument ||
+          g.err().message.find("ll and normal modes only") == std::string::npos ||
+          g.err().message.find("host staging") == std::string::npos) {
+        std::fprintf(stderr, "baseline/%s: %s\n", ep_memory_name(mem),
+                     g.ok() ? "created" : g.err().message.c_str());
+        return 1;
       }
+    }
     return 0;
   });
   EXPECT_TRUE(report.all_ok());
@@ -93,18 +120,20 @@ TEST(ep_split_config, device_memory_without_a_device_is_an_error_naming_why) {
       2,
       [&](bootstrap& b) {
         if (device_count().ok()) return 0;  // a GPU: fabric_ep_device_test covers it
-        ep_case c;
-        c.mode = ep_mode::low_latency;
-        c.memory = ep_memory::cuda;
-        c.paths = "auto";
-        auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
-        const std::string why = cuda_build() ? "no CUDA device visible" : "has no CUDA";
-        if (g.ok() || g.err().code != errc::cuda_error ||
-            g.err().message.find("memory cuda") == std::string::npos ||
-            g.err().message.find(why) == std::string::npos) {
-          std::fprintf(stderr, "rank %d: %s\n", b.rank(),
-                       g.ok() ? "created" : g.err().message.c_str());
-          return 1;
+        for (ep_mode m : {ep_mode::low_latency, ep_mode::normal}) {
+          ep_case c;
+          c.mode = m;
+          c.memory = ep_memory::cuda;
+          c.paths = "auto";
+          auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+          const std::string why = cuda_build() ? "no CUDA device visible" : "has no CUDA";
+          if (g.ok() || g.err().code != errc::cuda_error ||
+              g.err().message.find("memory cuda") == std::string::npos ||
+              g.err().message.find(why) == std::string::npos) {
+            std::fprintf(stderr, "rank %d, %s: %s\n", b.rank(), ep_mode_name(m),
+                         g.ok() ? "created" : g.err().message.c_str());
+            return 1;
+          }
         }
         return 0;
       },

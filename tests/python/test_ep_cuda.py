@@ -1,9 +1,10 @@
-"""moerl.ep.Buffer given CUDA tensors (issue 29; moerl/_ep_device.py): the low-latency calls
-on the device path (the channel's rows in device memory, CUDA IPC between ranks), the normal
-calls staged through host memory at each call's edges. Here (no device): the staging and the
-device path on CPU stand-ins (the device path's split layout and batched copies on host
-memory, fabric::ep_memory::host_split), and the errors for a CUDA tensor where it cannot
-work. On a GPU (bench/gpu_check.sh): DeepEP-style checks of test_ep_buffer.py and
+"""moerl.ep.Buffer given CUDA tensors (issue 29; moerl/_ep_device.py): the low-latency and
+normal calls on the device path (the channel's rows in device memory, CUDA IPC between
+ranks), normal mode's FP8 pairs and refused channels staged through host memory at each
+call's edges. Here (no device): the staging and the device path of both modes on CPU
+stand-ins (the device path's split layout and batched copies on host memory,
+fabric::ep_memory::host_split), and the errors for a CUDA tensor where it cannot work. On a
+GPU (bench/gpu_check.sh): DeepEP-style checks of test_ep_buffer.py and
 test_ep_low_latency.py, unchanged, with every tensor the calls see on the device, 2 and 4
 processes sharing the one GPU."""
 
@@ -144,19 +145,24 @@ def _staged_on_cpu() -> None:
     _ep_device._to_host = lambda t: t.clone()
     _ep_device._to_device = lambda t, device: t.clone()
     _ep_device.device_channel = lambda *args: _ep_device.MEMORY_HOST
+    _ep_device.normal_device_channel = lambda *args: _ep_device.MEMORY_HOST
 
 
 def _device_path_on_cpu() -> None:
-    """The low-latency device path on CPU tensors: every CPU tensor counts as a device one,
-    and the channels keep their rows in host_split memory (the device path's layout and
-    batched copies, with the CPU twins). Nothing may be staged."""
+    """The device path on CPU tensors: every CPU tensor counts as a device one, and the
+    channels keep their rows in host_split memory (the device path's layout and batched
+    copies, with the CPU twins). Nothing may be staged but normal mode's FP8 pairs (data,
+    scales), which stage by design."""
+    stage = _ep_device.stage_call
 
-    def no_staging(t):
-        raise AssertionError("a low-latency call on the device path staged a tensor")
+    def only_fp8_pairs(method, arguments, inout, device, to_host, to_device):
+        if not isinstance(arguments.get("x"), tuple):
+            raise AssertionError(f"a call on the device path staged its tensors ({sorted(arguments)})")
+        return stage(method, arguments, inout, device, lambda t: t.clone(), lambda t, d: t.clone())
 
     _ep_device._is_cuda = lambda t: True
     _ep_device.cuda_unavailable_reason = lambda: None
-    _ep_device._to_host = no_staging
+    _ep_device.stage_call = only_fp8_pairs
     _ep_device.DEVICE_CHANNEL_MEMORY = _ep_device.MEMORY_HOST_SPLIT
 
 
@@ -179,12 +185,18 @@ def _cuda_worker(rank: int, world: int, mode: str, device_type: str = "cuda", st
         for case in test_ep_low_latency.CASES:
             test_ep_low_latency.check_case(rank, world, _OnDevice(buf, device), case)
     report = buf.transport_report()
-    on_device = mode == "low_latency" and (device_type == "cuda" or stand_in == "device")
-    want = "device" if on_device else "host_staging"
-    assert report and all(c["tensor_path"] == want for c in report), report
-    if on_device:
-        memory = "cuda" if device_type == "cuda" else "host_split"
-        assert all(c["memory"] == memory and c["channel"].endswith(":" + memory) for c in report), report
+    on_device = device_type == "cuda" or stand_in == "device"
+    memory = "cuda" if device_type == "cuda" else "host_split"
+    # Channels of rows on the device path: every low-latency channel; normal mode's x
+    # channels of the cases' plain x (its top-k channels and the FP8 pairs' stage).
+    device_channels = {f"x:{'fp32' if c['dtype'] == torch.float32 else 'bf16'}:{c['hidden']}:{memory}"
+                       for c in test_ep_buffer.CASES}
+    for c in report:
+        want = on_device and (mode == "low_latency" or c["channel"] in device_channels)
+        assert c["tensor_path"] == ("device" if want else "host_staging"), report
+        assert (c["memory"] == memory and c["channel"].endswith(":" + memory)) == want, report
+    if on_device and mode == "normal":
+        assert device_channels <= {c["channel"] for c in report}, report
     if device_type == "cuda":
         assert all(c["peer_device_paths"] == ["cuda_same_process" if r == rank else "cuda_ipc" for r in range(world)]
                    for c in report), report
@@ -200,38 +212,64 @@ def test_the_low_latency_device_path_on_cpu_stand_ins_matches_the_references(wor
     run_ranks(_cuda_worker, world, "low_latency", "cpu", "device", timeout_s=240)
 
 
-def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept() -> None:
-    class Core:
-        def __init__(self, answers):
-            self.answers, self.asked = list(answers), []
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_normal_device_path_on_cpu_stand_ins_matches_the_references(world: int) -> None:
+    # test_ep_buffer's checks: layout, rows naming their source rank and token in DeepEP's
+    # order, per-expert counts, cached dispatch with handle=, a replayed routing, combine with
+    # weights and bias against the reference, masked -1 entries, a rank with no tokens (at 4
+    # ranks), bf16 and fp32.
+    run_ranks(_cuda_worker, world, "normal", "cpu", "device", timeout_s=300)
 
-        def ll_prepare(self, *shape):
-            self.asked.append(shape)
-            return self.answers.pop(0)
 
-    class Buf:
-        def __init__(self, core):
-            self.core = core
+class _PreparingCore:
+    """An EpCore whose ll_prepare and prepare answer from a list and record what was asked."""
 
-        def _live_core(self):
-            return self.core
+    def __init__(self, answers):
+        self.answers, self.asked = list(answers), []
 
-    ok = Buf(Core([""]))
-    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
-    assert _ep_device.device_channel(ok, 64, 0, 8, 8, 2) == _ep_device.MEMORY_CUDA
-    assert ok.core.asked == [(64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)]  # collective: once per shape
-    refused = Buf(Core(["EP: memory cuda: ... host staging)"]))
-    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
-    assert _ep_device.device_channel(refused, 64, 0, 8, 8, 2) == _ep_device.MEMORY_HOST
-    assert len(refused.core.asked) == 1 and "host staging" in refused._ll_device_refused
+    def _answer(self, shape):
+        self.asked.append(shape)
+        return self.answers.pop(0)
+
+    def ll_prepare(self, *shape):
+        return self._answer(shape)
+
+    def prepare(self, *shape):
+        return self._answer(shape)
+
+
+class _BufferOf:
+    def __init__(self, core):
+        self.core = core
+
+    def _live_core(self):
+        return self.core
+
+
+@pytest.mark.parametrize("kind, ask, asked", [
+    ("ll", lambda b: _ep_device.device_channel(b, 64, 0, 8, 8, 2), (64, 0, 8, 8, 2, _ep_device.MEMORY_CUDA)),
+    ("normal", lambda b: _ep_device.normal_device_channel(b, 64, 0), (0, 64, _ep_device.MEMORY_CUDA)),
+])
+def test_a_device_channel_is_asked_for_once_per_shape_and_a_refusal_is_kept(kind, ask, asked) -> None:
+    ok = _BufferOf(_PreparingCore([""]))
+    assert ask(ok) == _ep_device.MEMORY_CUDA
+    assert ask(ok) == _ep_device.MEMORY_CUDA
+    assert ok.core.asked == [asked]  # collective: once per shape
+    refused = _BufferOf(_PreparingCore(["EP: memory cuda: ... host staging)"]))
+    assert ask(refused) == _ep_device.MEMORY_HOST
+    assert ask(refused) == _ep_device.MEMORY_HOST
+    assert len(refused.core.asked) == 1 and "host staging" in getattr(refused, f"_{kind}_device_refused")
 
 
 def test_a_refused_device_channel_is_reported_with_why_it_stages() -> None:
     refused = "EP: memory cuda: rank 1 is on another host ... (CUDA tensors then go through host staging)"
-    channels = [{"channel": "ll:bf16:64:m8:e8:k2", "memory": "host"}, {"channel": "x:bf16:64", "memory": "host"}]
-    ll, normal = (_ep_device.tensor_path(c, True, refused) for c in channels)
+    channels = [{"channel": "ll:bf16:64:m8:e8:k2", "memory": "host"}, {"channel": "x:bf16:64", "memory": "host"},
+                {"channel": "topk:fp32:12", "memory": "host"}]
+    ll, normal, topk = (_ep_device.tensor_path(c, True, refused) for c in channels)
     assert ll["tensor_path"] == "host_staging" and ll["device_refused"] == refused
-    assert normal["tensor_path"] == "host_staging" and "device_refused" not in normal
+    assert normal["tensor_path"] == "host_staging" and normal["device_refused"] == refused
+    # The routing channel is host memory on every path: no device memory was refused to it.
+    assert topk["tensor_path"] == "host_staging" and "device_refused" not in topk
     device = _ep_device.tensor_path({"channel": "ll:bf16:64:m8:e8:k2:cuda", "memory": "cuda"}, True, None)
     assert device["tensor_path"] == "device"
     assert _ep_device.tensor_path(channels[0], False, None)["tensor_path"] == "host"
