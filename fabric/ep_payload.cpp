@@ -32,7 +32,7 @@ result<std::unique_ptr<ep_payload>> ep_payload::create(ep_memory memory,
 ep_payload::~ep_payload() {
   for (void* p : private_device_) device_free(p);
 #if MOERL_HAVE_CUDA
-  if (device_tables_) cudaFree(device_tables_);
+  device_free(device_tables_);
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 #endif
 }
@@ -114,10 +114,11 @@ status ep_payload::run_on_device() {
 
 result<char*> ep_payload::device_tables(int64_t bytes) {
   if (bytes > device_tables_bytes_) {
-    if (device_tables_) CUDA_CHECK(cudaFree(device_tables_));
+    device_free(device_tables_);
     device_tables_ = nullptr;
     device_tables_bytes_ = 0;
-    CUDA_CHECK(cudaMalloc(&device_tables_, static_cast<size_t>(bytes)));
+    ASSIGN_OR_RETURN(auto a, device_allocate(static_cast<size_t>(bytes)));
+    device_tables_ = a.ptr;
     device_tables_bytes_ = bytes;
   }
   return static_cast<char*>(device_tables_);

@@ -7,22 +7,6 @@
 
 namespace moerl::kernels {
 
-namespace detail {
-
-status check_row_copies(const char* fn, const row_copy* copies, int64_t num_copies) {
-  KERNELS_REQUIRE(num_copies >= 0, fn, "num_copies = ", num_copies, " is negative");
-  KERNELS_REQUIRE(num_copies == 0 || copies, fn, "copies is null");
-  for (int64_t i = 0; i < num_copies; ++i) {
-    const row_copy& c = copies[i];
-    KERNELS_REQUIRE(c.bytes >= 0, fn, "copy ", i, " has bytes = ", c.bytes, ", negative");
-    KERNELS_REQUIRE(c.bytes == 0 || (c.dst && c.src), fn, "copy ", i, " of ", c.bytes,
-                    " bytes has a null ", c.dst ? "src" : "dst");
-  }
-  return ok_status();
-}
-
-}  // namespace detail
-
 status copy_rows(thread_pool& /*pool*/, const row_copy* copies, int64_t num_copies) {
   if (auto st = detail::check_row_copies("copy_rows", copies, num_copies); !st) return st;
   // One thread: the plans are a few thousand rows of a few KiB, which memcpy moves faster

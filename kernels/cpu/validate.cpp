@@ -72,6 +72,18 @@ status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t nu
   return ok_status();
 }
 
+status check_row_copies(const char* fn, const row_copy* copies, int64_t num_copies) {
+  KERNELS_REQUIRE(num_copies >= 0, fn, "num_copies = ", num_copies, " is negative");
+  KERNELS_REQUIRE(num_copies == 0 || copies, fn, "copies is null");
+  for (int64_t i = 0; i < num_copies; ++i) {
+    const row_copy& c = copies[i];
+    KERNELS_REQUIRE(c.bytes >= 0, fn, "copy ", i, " has bytes = ", c.bytes, ", negative");
+    KERNELS_REQUIRE(c.bytes == 0 || (c.dst && c.src), fn, "copy ", i, " of ", c.bytes,
+                    " bytes has a null ", c.dst ? "src" : "dst");
+  }
+  return ok_status();
+}
+
 status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
                        int64_t num_rows) {
   KERNELS_REQUIRE(num_tokens >= 0 && topk >= 1 && hidden >= 1 && num_rows >= 0, fn,

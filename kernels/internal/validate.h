@@ -55,11 +55,11 @@ status check_dispatch_layout_args(const char* fn, const int64_t* topk_idx,
 status invert_slots(const char* fn, const int64_t* token_expert_slot, int64_t num_tokens, int topk,
                     int64_t num_rows, std::vector<int64_t>* row_entry);
 
-// The shape of a permute or combine: num_tokens >= 0, topk >= 1, hidden >= 1, num_rows >= 0.
 // A row copy plan (kernels/copy_rows.h): num_copies >= 0, no negative byte count, no null
 // pointer in a copy that moves bytes. The pointers themselves are not dereferenced.
 status check_row_copies(const char* fn, const row_copy* copies, int64_t num_copies);
 
+// The shape of a permute or combine: num_tokens >= 0, topk >= 1, hidden >= 1, num_rows >= 0.
 status check_row_shape(const char* fn, int64_t num_tokens, int topk, int64_t hidden,
                        int64_t num_rows);
 
