@@ -14,6 +14,7 @@ using report_atom = caf::atom_constant<caf::atom("report")>;        // worker ->
 using leases_atom = caf::atom_constant<caf::atom("leases")>;        // worker -> coordinator: batch
 using giveback_atom = caf::atom_constant<caf::atom("giveback")>;    // worker -> coordinator: batch
 using flush_atom = caf::atom_constant<caf::atom("flush")>;          // coordinator: group commit
+using synced_atom = caf::atom_constant<caf::atom("synced")>;        // coordinator: batch written
 using shardrep_atom = caf::atom_constant<caf::atom("shardrep")>;    // shard -> coordinator
 using claim_atom = caf::atom_constant<caf::atom("claim")>;          // trainer -> coordinator
 using event_atom = caf::atom_constant<caf::atom("event")>;          // coordinator -> shard

@@ -6,9 +6,11 @@
 
 #include "actors/atoms.h"
 #include "actors/internal/coordinator_groups.h"
+#include "actors/internal/ledger_writer.h"
 #include "common/log.h"
 #include "ledger/event_codec.h"
 #include "messages/admin.h"
+#include "store/object_store.h"
 
 namespace moerl::actors {
 namespace {
@@ -20,8 +22,14 @@ struct coordinator_state {
   bool stopping = false;
   // Group commit: replies whose ledger records are not durable yet, answered by the next
   // successful flush; flush_atom is in our mailbox iff flush_queued.
-  std::vector<std::pair<caf::typed_response_promise<std::string>, std::string>> waiting;
+  using replies = std::vector<std::pair<caf::typed_response_promise<std::string>, std::string>>;
+  replies waiting;
   bool flush_queued = false;
+  // The batch being written by `writer` (ledger_writer.h) and the replies it makes durable;
+  // a flush asked for meanwhile starts when it is back (synced_atom).
+  std::unique_ptr<ledger_writer> writer;  // after `core`: joined before the ledger goes
+  bool writing = false;
+  replies replies_written;
   group_gathers gathers;  // group all-gathers waiting for their round (coordinator_groups.h)
   std::chrono::steady_clock::time_point last_tick = std::chrono::steady_clock::now();
 };
@@ -94,6 +102,48 @@ void schedule_flush(coord_actor* self) {
   self->send(self, flush_atom::value);
 }
 
+// The batch is back: its replies and events go out if it is durable; otherwise they wait
+// (its records are back in front of the tail) and the next tick retries.
+void finish_flush(coord_actor* self, ledger::work_ledger::sync_batch batch, const status& written) {
+  auto& st = self->state;
+  if (st.core->end_flush(std::move(batch), written)) {
+    for (auto& [rp, reply] : st.replies_written) rp.deliver(std::move(reply));
+  } else {
+    st.waiting.insert(st.waiting.begin(), std::make_move_iterator(st.replies_written.begin()),
+                      std::make_move_iterator(st.replies_written.end()));
+  }
+  st.replies_written.clear();
+  deliver(self);
+}
+
+// Starts a group commit: the ledger's tail as one batch, written by the writer thread (or
+// here, when there is nothing to write or no writer: tests without a store); the replies
+// waiting so far go out when it is durable (synced_atom).
+void start_flush(coord_actor* self) {
+  auto& st = self->state;
+  st.core->count_message("flush");  // one group commit (a flush_atom while one is out waits)
+  auto batch = st.core->begin_flush();
+  if (!batch) {
+    logger("coordinator")->error("{}", batch.err().to_string());
+    deliver(self);
+    return;
+  }
+  st.replies_written = std::move(st.waiting);
+  st.waiting.clear();
+  if (!st.writer || batch->write == ledger::work_ledger::sync_batch::how::nothing) {
+    // Nothing to wait for but a snapshot (rare): written here rather than handed over.
+    status written = st.core->ledger_store()
+                         ? ledger::work_ledger::write_sync(*st.core->ledger_store(), *batch)
+                         : ok_status();
+    finish_flush(self, std::move(*batch), written);
+    return;
+  }
+  st.writing = st.writer->start(*batch);
+  if (!st.writing)  // cannot happen (one batch at a time); the records go back to the tail
+    finish_flush(self, std::move(*batch),
+                 error(errc::invalid_argument, "ledger writer: the previous batch is not taken"));
+}
+
 // Answers a request once the ledger records it caused are durable (write-ahead contract).
 caf::result<std::string> reply_durable(coord_actor* self, std::string reply) {
   auto rp = self->make_response_promise<std::string>();
@@ -106,6 +156,10 @@ caf::behavior coordinator_impl(coord_actor* self,
                                std::shared_ptr<std::unique_ptr<coordinator_core>> init) {
   self->state.core = std::move(*init);
   self->state.core->set_group_commit(true);
+  if (auto* store = self->state.core->ledger_store())
+    self->state.writer = std::make_unique<ledger_writer>(*store, [addr = self->address()] {
+      if (auto me = caf::actor_cast<caf::actor>(addr)) caf::anon_send(me, synced_atom::value);
+    });
   auto log = logger("coordinator");
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
@@ -177,18 +231,24 @@ caf::behavior coordinator_impl(coord_actor* self,
         return reply_durable(self, reply_bytes(self->state.core->give_back(*back)));
       },
       [self](flush_atom) {
-        self->state.core->count_message("flush");
         auto& st = self->state;
         st.flush_queued = false;
-        if (!st.core->flush()) {
-          // The store failed: the replies wait (their records are not durable) and the next
-          // tick retries; messages that are not ledger events still go out.
+        if (st.writing) {
+          // synced_atom starts the next batch; messages that are not ledger events go out.
           deliver(self);
           return;
         }
-        for (auto& [rp, reply] : st.waiting) rp.deliver(std::move(reply));
-        st.waiting.clear();
-        deliver(self);
+        start_flush(self);
+      },
+      [self](synced_atom) {
+        auto& st = self->state;
+        auto back = st.writer ? st.writer->take() : std::nullopt;
+        if (!back) return;
+        st.writing = false;
+        const bool durable = static_cast<bool>(back->second);
+        // A failed write is retried by the next tick, not at once (the store is failing).
+        finish_flush(self, std::move(back->first), back->second);
+        if (durable) schedule_flush(self);  // what arrived while it was written
       },
       [self](report_atom, const std::string& bytes) -> caf::result<std::string> {
         self->state.core->count_message("report");

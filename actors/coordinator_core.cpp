@@ -533,14 +533,32 @@ void coordinator_core::flush_ledger() {
 }
 
 bool coordinator_core::flush() {
+  auto batch = begin_flush();
+  if (!batch) {
+    logger("coordinator")->error("{}", batch.err().to_string());
+    return false;
+  }
+  const status written =
+      ledger_store() ? ledger::work_ledger::write_sync(*ledger_store(), *batch) : ok_status();
+  return end_flush(std::move(*batch), written);
+}
+
+result<ledger::work_ledger::sync_batch> coordinator_core::begin_flush() {
   flush_due_ = false;
-  if (sync_and_route()) return true;
+  auto batch = ledger_->begin_sync();
+  if (!batch) flush_due_ = true;
+  return batch;
+}
+
+bool coordinator_core::end_flush(ledger::work_ledger::sync_batch batch, const status& written) {
+  if (route_durable(ledger_->end_sync(std::move(batch), written))) return true;
   flush_due_ = true;
   return false;
 }
 
-bool coordinator_core::sync_and_route() {
-  auto st = ledger_->sync();
+bool coordinator_core::sync_and_route() { return route_durable(ledger_->sync()); }
+
+bool coordinator_core::route_durable(const status& st) {
   if (!st) {
     // The tail stays in memory and the next sync retries; events wait for durability.
     logger("coordinator")->error("ledger sync failed (will retry): {}", st.err().to_string());

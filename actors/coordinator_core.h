@@ -177,6 +177,14 @@ class coordinator_core {
   // Syncs the ledger and routes the now-durable events to take_outbound(). False when the
   // store failed: the tail is kept, nothing may be answered yet, a later flush() retries.
   bool flush();
+  // flush() in halves, for an owner that writes the journal off its own thread (the
+  // coordinator actor, ledger_writer.h): begin_flush() takes the ledger's tail as a batch for
+  // work_ledger::write_sync on `ledger_store()`; end_flush() applies the written outcome and,
+  // when the records are durable, routes their events (flush()'s result). Calls that change
+  // the ledger may run between the halves; their records wait for the next batch.
+  result<ledger::work_ledger::sync_batch> begin_flush();
+  bool end_flush(ledger::work_ledger::sync_batch batch, const status& written);
+  store::object_store* ledger_store() const { return ledger_->store(); }
   bool flush_due() const { return flush_due_; }
   const std::map<std::string, node_record>& nodes() const { return nodes_; }
   ledger::work_ledger& ledger() { return *ledger_; }
@@ -212,6 +220,8 @@ class coordinator_core {
   std::optional<messages::lease> to_wire(const ledger::lease& l, int64_t unix_minus_clock);
   void flush_ledger();  // sync + route events to shards (deferred to flush() under group commit)
   bool sync_and_route();
+  // After a sync: routes the events it made durable to take_outbound() (false: it failed).
+  bool route_durable(const status& synced);
   void open_iteration();
   bool maybe_open_iteration();  // true when it opened one
   void record_invariant();

@@ -563,8 +563,12 @@ std::function<status()> version_store_copy(std::shared_ptr<job_setup> s, uint64_
                                            std::shared_ptr<const std::string> bytes,
                                            std::string hash) {
   return [s = std::move(s), v, bytes = std::move(bytes), hash = std::move(hash)]() -> status {
-    if (auto st = s->store->put(weights_key(s->prefix, v), *bytes); !st) return st;
-    if (auto st = s->store->put(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
+    // Unsynced: a copy for readers while the run lives, not a durable state (the checkpoints
+    // are). A reader checks it against the version's content hash, and a restored trainer
+    // writes the copy of the version it announces again; a copy torn by a power cut fails
+    // the hash check (read_store_version) and is never used.
+    if (auto st = s->store->put_unsynced(weights_key(s->prefix, v), *bytes); !st) return st;
+    if (auto st = s->store->put_unsynced(weights_key(s->prefix, v) + ".hash", hash); !st) return st;
     const uint64_t keep = s->store_copies_kept();
     // Unsynced: a version a crash brings back is content-hashed and no longer asked for.
     if (v > keep)

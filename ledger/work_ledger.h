@@ -176,6 +176,34 @@ class work_ledger {
   // when snapshot_every records accumulated since the last one. errc::io_error on a store
   // failure: the tail is kept and the next sync retries it.
   status sync();
+
+  // sync() in three steps, for an owner that writes the journal off its own thread (the
+  // coordinator: an fdatasync on its actor thread held up every request queued behind it).
+  // begin_sync() takes the tail (and encodes the snapshot when one is due); write_sync()
+  // writes the batch (any thread: it touches only the batch and the store); end_sync()
+  // applies the outcome on the owner's thread: on success the batch's events go to
+  // take_events(); on failure its records and events go back in front of the tail, as if
+  // begin_sync() had not run. Calls that change the ledger may run meanwhile (their records
+  // wait for the next batch). One batch at a time: sync() and begin_sync() refuse while one
+  // is out.
+  struct sync_batch {
+    enum class how { nothing, put, append, start_segment };
+    how write = how::nothing;
+    std::string key;    // put / start_segment: the new segment; append: the open segment
+    std::string bytes;  // the records' frames
+    // A snapshot due after these records (empty: none), its key, and the journal and
+    // snapshot directories whose objects it covers (removed once it is written).
+    std::string snapshot_key, snapshot_bytes, journal_dir, snapshot_dir;
+    uint64_t snapshot_seq = 0;
+    uint64_t records_covered = 0;  // records_since_snapshot when the snapshot was encoded
+    // Outcome, set by write_sync (nothing to write: already true).
+    bool records_written = false;
+    std::string open_segment;  // the segment the next append goes to ("" : start one)
+  };
+  result<sync_batch> begin_sync();
+  store::object_store* store() const { return store_; }  // nullptr: none (tests)
+  static status write_sync(store::object_store& store, sync_batch& batch);
+  status end_sync(sync_batch batch, const status& written);
   // Events for shards whose records are durable, in order.
   std::vector<ledger_event> take_events();
 

@@ -106,6 +106,14 @@ result<std::unique_ptr<local_store>> local_store::open(const std::string& root, 
 }
 
 status local_store::put(const std::string& key, const std::string& bytes) {
+  return put_file(key, bytes, durable_);
+}
+
+status local_store::put_unsynced(const std::string& key, const std::string& bytes) {
+  return put_file(key, bytes, false);
+}
+
+status local_store::put_file(const std::string& key, const std::string& bytes, bool sync) {
   if (auto st = validate_key(key); !st) return st;
   const std::string target = path_of(key);
   const size_t slash = target.rfind('/');
@@ -125,7 +133,7 @@ status local_store::put(const std::string& key, const std::string& bytes) {
                                      "directory cannot hold both 'a' and 'a/b')");
   if (!st) return st;
   st = write_all(f.fd, bytes, temp);
-  if (st && durable_) {
+  if (st && sync) {
     st = [&]() -> status {
       POSIX_CHECK(::fsync(f.fd), "fsync of " + temp);
       return ok_status();
@@ -142,7 +150,7 @@ status local_store::put(const std::string& key, const std::string& bytes) {
     return st;
   }
   // The rename is durable only once the directory entry is on disk.
-  if (durable_) return fsync_dir(dir);
+  if (sync) return fsync_dir(dir);
   return ok_status();
 }
 

@@ -24,6 +24,7 @@ class local_store final : public object_store {
   static result<std::unique_ptr<local_store>> open(const std::string& root, bool durable);
 
   status put(const std::string& key, const std::string& bytes) override;
+  status put_unsynced(const std::string& key, const std::string& bytes) override;
   result<std::string> get(const std::string& key) const override;
   result<std::vector<std::string>> list(const std::string& prefix) const override;
   status remove(const std::string& key) override;
@@ -43,6 +44,8 @@ class local_store final : public object_store {
   local_store(std::string root, bool durable) : root_(std::move(root)), durable_(durable) {}
   std::string path_of(const std::string& key) const { return root_ + "/" + key; }
   status unlink_object(const std::string& key) const;
+  // A temporary file renamed over the target; `sync`: the file and its directory fsync'd.
+  status put_file(const std::string& key, const std::string& bytes, bool sync);
 
   std::string root_;  // absolute, without a trailing '/'
   bool durable_;

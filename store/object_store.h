@@ -17,6 +17,13 @@ class object_store {
   virtual ~object_store() = default;
   // Writes the whole object; readers never observe a partial object (atomic replace).
   virtual status put(const std::string& key, const std::string& bytes) = 0;
+  // put without making the object durable: readers still never observe a partial object,
+  // but after a crash (power cut) it may be missing, empty or the old one. For copies that a
+  // reader checks against a hash it has from elsewhere and that a restarted writer rewrites
+  // (a policy version's store copy, job/grpo_job.cpp). The default is put.
+  virtual status put_unsynced(const std::string& key, const std::string& bytes) {
+    return put(key, bytes);
+  }
   // errc::not_found when the key does not exist.
   virtual result<std::string> get(const std::string& key) const = 0;
   // Keys starting with `prefix`, sorted.

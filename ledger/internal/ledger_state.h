@@ -76,6 +76,11 @@ struct work_ledger::state {
   std::string open_segment;
   std::vector<ledger_event> events_unsynced;
   std::vector<ledger_event> events_ready;
+  // A batch out with its writer (work_ledger::begin_sync): its records and events, put back
+  // in front of the tail if the write fails.
+  bool sync_out = false;
+  std::vector<journal_record> tail_out;
+  std::vector<ledger_event> events_out;
   bool replaying = false;  // recovery: state changes, but no event goes out again
 };
 

@@ -3,6 +3,7 @@
 // new epoch, a torn last journal record is ignored, damage elsewhere is an error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "ledger/work_ledger.h"
@@ -396,6 +397,110 @@ TEST_F(ledger_recovery, a_foreign_or_garbage_snapshot_is_refused_with_its_key) {
   auto r = work_ledger::open(opts, clk, st.get());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.err().message.find("0000000000000009"), std::string::npos) << r.err().message;
+}
+
+// The coordinator writes each batch off its thread (work_ledger::begin_sync / write_sync /
+// end_sync) while requests keep changing the ledger: the records added meanwhile wait for
+// the next batch, a batch's events are released only by its own end_sync, and one batch at a
+// time.
+TEST_F(ledger_recovery, a_batch_written_while_the_ledger_moves_on_releases_only_its_own_events) {
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  for (group_id g = 1; g <= 3; ++g) ASSERT_TRUE(l->add_unit({g * 10, g * 10 + 1}).ok());
+  ASSERT_TRUE(l->sync().ok());
+  lease a = *l->acquire("w1");
+  lease b = *l->acquire("w2");
+  ASSERT_TRUE(l->sync().ok());
+  (void)l->take_events();          // the leases' own
+  finish(*l, a, /*train=*/false);  // a's commit event goes with the first batch
+
+  auto first = l->begin_sync();
+  ASSERT_TRUE(first.ok()) << first.err().to_string();
+  EXPECT_NE(first->write, work_ledger::sync_batch::how::nothing);
+  finish(*l, b, /*train=*/false);  // b's records and event: after the batch was taken
+  EXPECT_FALSE(l->begin_sync().ok()) << "one batch at a time";
+  EXPECT_FALSE(l->sync().ok()) << "one batch at a time";
+  EXPECT_TRUE(l->take_events().empty()) << "nothing is durable yet";
+
+  ASSERT_TRUE(work_ledger::write_sync(*st, *first).ok());
+  ASSERT_TRUE(l->end_sync(std::move(*first), ok_status()).ok());
+  auto ev = l->take_events();
+  ASSERT_FALSE(ev.empty());
+  for (const auto& e : ev) EXPECT_EQ(e.unit, a.unit);
+
+  ASSERT_TRUE(l->sync().ok());
+  ev = l->take_events();
+  ASSERT_FALSE(ev.empty());
+  for (const auto& e : ev) EXPECT_EQ(e.unit, b.unit);
+  std::string before = dump(*l);
+  l.reset();  // crash, with no lease open
+  EXPECT_EQ(dump(*open()), before);
+}
+
+TEST_F(ledger_recovery, a_failed_batch_puts_its_records_and_events_back_in_front_of_the_tail) {
+  tearing_store tearing(*st);
+  auto l = work_ledger::open(opts, clk, &tearing);
+  ASSERT_TRUE(l.ok()) << l.err().to_string();
+  ASSERT_TRUE((*l)->add_shard("s0").ok());
+  for (group_id g = 1; g <= 3; ++g) ASSERT_TRUE((*l)->add_unit({g * 10, g * 10 + 1}).ok());
+  ASSERT_TRUE((*l)->sync().ok());
+  lease a = *(*l)->acquire("w1");
+  lease b = *(*l)->acquire("w2");
+  ASSERT_TRUE((*l)->sync().ok());
+  (void)(*l)->take_events();  // the leases' own
+  finish(**l, a, /*train=*/false);
+
+  auto batch = (*l)->begin_sync();
+  ASSERT_TRUE(batch.ok());
+  finish(**l, b, /*train=*/false);  // added while the batch is out
+  tearing.tear_next_append = true;
+  status written = work_ledger::write_sync(tearing, *batch);
+  ASSERT_FALSE(written.ok());
+  auto ended = (*l)->end_sync(std::move(*batch), written);
+  ASSERT_FALSE(ended.ok());
+  EXPECT_NE(ended.err().message.find("no space left"), std::string::npos) << ended.err().message;
+  EXPECT_TRUE((*l)->take_events().empty()) << "a failed batch releases nothing";
+
+  ASSERT_TRUE((*l)->sync().ok()) << "the retry writes both batches' records, in order";
+  auto ev = (*l)->take_events();
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.front().unit, a.unit);
+  EXPECT_EQ(ev.back().unit, b.unit);
+  // a's events, then b's: the failed batch's went back in front of those added meanwhile.
+  EXPECT_TRUE(std::is_partitioned(ev.begin(), ev.end(),
+                                  [&](const ledger_event& e) { return e.unit == a.unit; }));
+  std::string before = dump(**l);
+  l->reset();
+  recovery_info info;
+  auto r = open(&info);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(dump(*r), before);
+  EXPECT_TRUE(r->check_invariant().ok()) << r->check_invariant().err().to_string();
+}
+
+TEST_F(ledger_recovery, a_snapshot_is_of_the_state_its_batch_makes_durable) {
+  opts.snapshot_every = 5;
+  auto l = open();
+  ASSERT_TRUE(l->add_shard("s0").ok());
+  for (group_id g = 1; g <= 6; ++g) ASSERT_TRUE(l->add_unit({g}).ok());
+  auto batch = l->begin_sync();
+  ASSERT_TRUE(batch.ok());
+  // epoch_begin, the shard and 6 units: 8 records, a snapshot every 5.
+  ASSERT_FALSE(batch->snapshot_key.empty());
+  // Records added while the batch is out are neither in its segment nor in its snapshot.
+  for (group_id g = 7; g <= 9; ++g) ASSERT_TRUE(l->add_unit({g}).ok());
+  ASSERT_TRUE(work_ledger::write_sync(*st, *batch).ok());
+  ASSERT_TRUE(l->end_sync(std::move(*batch), ok_status()).ok());
+  std::string with_nine = dump(*l);
+  ASSERT_TRUE(l->sync().ok());  // 3 records since the snapshot: no new one
+  EXPECT_EQ(st->list("ledger/snapshot/")->size(), 1u);
+  l.reset();
+  recovery_info info;
+  auto r = open(&info);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(info.snapshot_seq, 8u);
+  EXPECT_EQ(info.records_replayed, 3u);
+  EXPECT_EQ(dump(*r), with_nine);
 }
 
 }  // namespace

@@ -53,6 +53,19 @@ TEST_F(local_store_test, put_replaces_an_existing_object) {
   EXPECT_EQ(store_->get("k").value(), "second");
 }
 
+// put_unsynced skips the fsyncs (a policy version's store copy, checked by its hash), not the
+// atomic replace: readers see the old object or the new one, never a temporary.
+TEST_F(local_store_test, put_unsynced_replaces_atomically_and_refuses_bad_keys) {
+  ASSERT_TRUE(store_->put_unsynced("weights/v1", "first version, longer").ok());
+  ASSERT_TRUE(store_->put_unsynced("weights/v1", "second").ok());
+  EXPECT_EQ(store_->get("weights/v1").value(), "second");
+  EXPECT_EQ(store_->list("weights/").value(), std::vector<std::string>{"weights/v1"});
+  EXPECT_EQ(count_temporaries(), 0);
+  auto bad = store_->put_unsynced("weights/../escape", "x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.err().code, errc::invalid_argument);
+}
+
 TEST_F(local_store_test, append_creates_then_extends_an_object_and_bad_keys_are_refused) {
   ASSERT_TRUE(store_->supports_append());
   ASSERT_TRUE(store_->append("log/seg", "first|").ok());
