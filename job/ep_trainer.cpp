@@ -733,8 +733,8 @@ status ep_trainer::serve(const ep_member_hooks& hooks) {
       if (!batch) return batch.err();
       if (auto st = m.run_step(batch->first, batch->second); !st) return st.err();
       if (auto shares = m.exchange_shares_on_fabric(); !shares) return shares.err();
-      // This member checkpoints its own state (in the background); the step's answer carries
-      // its parameter shares for publication and only the size and hash of its shard.
+      // This member checkpoints its own state (in the background); its parameter shares went
+      // to member 0 on the fabric (above), so the step's answer carries only its shard's size.
       nlohmann::json shard;
       if (hooks.after_step) {
         auto a = hooks.after_step(cmd.value("version", uint64_t(0)));
