@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include "ledger/work_ledger.h"
 #include "store/local_store.h"
@@ -501,6 +502,50 @@ TEST_F(ledger_recovery, a_snapshot_is_of_the_state_its_batch_makes_durable) {
   EXPECT_EQ(info.snapshot_seq, 8u);
   EXPECT_EQ(info.records_replayed, 3u);
   EXPECT_EQ(dump(*r), with_nine);
+}
+
+// A store without appends (S3): one segment object per batch, written on another thread as
+// the coordinator's writer does.
+class put_only_store final : public store::object_store {
+ public:
+  explicit put_only_store(store::object_store& inner) : inner_(inner) {}
+  status put(const std::string& k, const std::string& b) override { return inner_.put(k, b); }
+  result<std::string> get(const std::string& k) const override { return inner_.get(k); }
+  result<std::vector<std::string>> list(const std::string& p) const override {
+    return inner_.list(p);
+  }
+  status remove(const std::string& k) override { return inner_.remove(k); }
+  std::string describe() const override { return "put-only:" + inner_.describe(); }
+
+ private:
+  store::object_store& inner_;
+};
+
+TEST_F(ledger_recovery, on_a_store_without_appends_each_batch_is_one_segment_object) {
+  put_only_store s3_like(*st);
+  auto l = work_ledger::open(opts, clk, &s3_like);
+  ASSERT_TRUE(l.ok()) << l.err().to_string();
+  ASSERT_TRUE((*l)->add_shard("s0").ok());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*l)->add_unit({group_id(round * 2 + 1), group_id(round * 2 + 2)}).ok());
+    auto batch = (*l)->begin_sync();
+    ASSERT_TRUE(batch.ok());
+    EXPECT_EQ(batch->write, work_ledger::sync_batch::how::put);
+    ASSERT_TRUE((*l)->acquire("w" + std::to_string(round)).ok());  // meanwhile
+    status written;
+    std::thread writer([&] { written = work_ledger::write_sync(s3_like, *batch); });
+    writer.join();
+    ASSERT_TRUE((*l)->end_sync(std::move(*batch), written).ok());
+  }
+  ASSERT_TRUE((*l)->sync().ok());
+  EXPECT_EQ(st->list("ledger/journal/")->size(), 5u) << "open + 3 batches + the last sync";
+  std::string before = dump(**l);
+  l->reset();
+  recovery_info info;
+  auto r = work_ledger::open(opts, clk, &s3_like, &info);
+  ASSERT_TRUE(r.ok()) << r.err().to_string();
+  EXPECT_EQ(info.leases_expired, 3u);
+  EXPECT_TRUE((*r)->check_invariant().ok()) << (*r)->check_invariant().err().to_string();
 }
 
 }  // namespace
