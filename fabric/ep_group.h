@@ -176,11 +176,11 @@ class ep_group {
                                           const float* topk_weights, int64_t num_tokens);
 
   // Where an expert may write its outputs for this step's combine ([num_recv_rows, hidden] of
-  // dtype, in dispatch_recv's order; with ll_expert_stride, recv_x's block layout), valid from dispatch_recv until the next dispatch_send;
-  // nullptr before the step's dispatch_recv. Passing it as combine_send's expert_out saves a
-  // copy: in low_latency mode it is shared memory, and same-host sources read their rows in
-  // place instead of getting a copy of each (DeepEP's zero-copy low-latency combine). Any
-  // other expert_out works too, in every mode.
+  // dtype, in dispatch_recv's order; with ll_expert_stride, recv_x's block layout), valid from
+  // dispatch_recv until the next dispatch_send; nullptr before the step's dispatch_recv. Passing it
+  // as combine_send's expert_out saves a copy: in low_latency mode it is shared memory, and
+  // same-host sources read their rows in place instead of getting a copy of each (DeepEP's
+  // zero-copy low-latency combine). Any other expert_out works too, in every mode.
   void* combine_buffer();
   // expert_out [num_recv_rows, hidden] of dtype, in dispatch_recv's order (with
   // ll_expert_stride, recv_x's block layout); read during the call only, unless it is

@@ -134,10 +134,10 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
       const int64_t j = g.local_expert(m.expert), r = cursor[j]++;
       const char* x = x_of_source ? (*x_of_source)[s] : nullptr;
       if (stride == 0 || r - per_expert[j] < stride)
-        g.payload->add(out + g.output_pos[r] * g.hidden_bytes,
-                       x ? x + m.token * g.hidden_bytes
-                         : payload + row_of(s, i) * g.payload_stride(),
-                       g.hidden_bytes);
+        g.payload->add(
+            out + g.output_pos[r] * g.hidden_bytes,
+            x ? x + m.token * g.hidden_bytes : payload + row_of(s, i) * g.payload_stride(),
+            g.hidden_bytes);
       g.output.src_rank[r] = s;
       g.output.src_token[r] = m.token;
       g.output.src_k[r] = m.k;

@@ -166,8 +166,8 @@ struct ep_group_impl {
   }
   // Where payload rows for peers not mapped here are staged before write().
   char* payload_staging_rows() { return split() ? payload_staging.data() : staging.data(); }
-  // This step's output rows (recv_x): the caller's (set_recv_rows), normal's shared output region (payload memory when
-  // split), or the split layout's private output, or private host memory.
+  // This step's output rows (recv_x): the caller's (set_recv_rows), normal's shared output region
+  // (payload memory when split), or the split layout's private output, or private host memory.
   char* output_rows() {
     if (recv_rows) return recv_rows;
     return output_region.reg.ptr ? output_region.data()

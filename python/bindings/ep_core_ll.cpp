@@ -23,8 +23,9 @@
 namespace moerl::py {
 
 ep_core::ll_key ep_core::ll_key_of(const ll_shape& shape) {
-  return {static_cast<int>(shape.dtype), shape.hidden,     shape.max_tokens,
-          shape.num_experts,             shape.topk,       static_cast<int>(shape.memory)};
+  return {
+      static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts, shape.topk,
+      static_cast<int>(shape.memory)};
 }
 
 result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
