@@ -17,8 +17,8 @@ token times the number of ranks it went to):
   per (token, expert) in DeepEP's packed per-expert layout, weighted combine.
 - ``moerl_low_latency_zero_copy``: the same, the way the C++ row (``cpp_low_latency``, with
   --cpp) runs it: the identity experts write the received rows into
-  get_next_low_latency_combine_buffer (untimed, as `moerl bench ep` leaves its experts out)
-  and the combine reads them there (``zero_copy=True``).
+  get_next_low_latency_combine_buffer and a barrier follows (both untimed, as `moerl bench
+  ep` leaves its experts out), and the combine reads the rows there (``zero_copy=True``).
 
 Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
 the per-rank times, outside the timed region). p50 and max over iterations. The results of
@@ -121,6 +121,9 @@ def moerl_low_latency_zero_copy(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torc
     start = time.perf_counter()
     for j, n in enumerate(count.tolist()):  # the identity experts' outputs, valid rows only
         target[j, :n] = recv_x[j, :n]
+    # As `moerl bench ep`: combine starts from a barrier, so no rank's combine waits out a
+    # peer's experts.
+    dist.barrier()
     _expert_seconds[0] += time.perf_counter() - start
     return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
 
