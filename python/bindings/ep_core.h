@@ -108,6 +108,8 @@ class ep_core {
   // hidden] with its rows first, grouped by source rank ascending (token order inside a
   // source), recv_count[j] rows, src_info[j][i] each row's source token, layout_range[j][s] =
   // (first row from source s) << 32 | rows from source s. Rows past recv_count are untouched.
+  // The channel's group writes recv_x itself (ll_expert_stride, set_recv_rows) during the
+  // call only.
   struct ll_shape {
     int64_t hidden = 0;
     fabric::ep_dtype dtype = fabric::ep_dtype::bf16;

@@ -214,8 +214,8 @@ PYBIND11_MODULE(_moerl, m) {
              void* p = c.ll_combine_buffer(
                  {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)},
                  routing_id);
-             // A writable view without an owner: the Python side keeps the Buffer alive
-             // beside the tensor it makes of it (moerl/ep_low_latency.py).
+             // A writable view that owns nothing: valid while the channel lives (until the
+             // core is closed), as moerl/ep_low_latency.py says of the tensor made of it.
              if (!p) return py::none();
              return py::memoryview::from_memory(p, static_cast<py::ssize_t>(num_bytes));
            })
