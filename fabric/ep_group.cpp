@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/config.h"
 #include "fabric/internal/ep_group_impl.h"
@@ -59,9 +60,10 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
   output.seq = seq;
   output.expert_offset = per_expert;
   output.num_recv_rows = num_rows;
+  output.expert_stride = expert_stride();
   // The shared output region (normal mode) and the split layout's output region are sized
-  // for every row a step can bring.
-  if (!output_region.reg.ptr && !split())
+  // for every row a step can bring; the block layout's rows are the caller's.
+  if (!output_region.reg.ptr && !split() && !recv_rows)
     output_x.resize(static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
   output.src_rank.assign(num_rows, 0);
   output.src_token.assign(num_rows, 0);
@@ -218,6 +220,15 @@ status validate(const ep_config& c, int num_ranks) {
   if (c.op_timeout_ms < 1) return bad("op_timeout_ms must be >= 1");
   if (c.rows_per_peer < 0) return bad("rows_per_peer must be >= 0");
   if (c.ll_entries_per_write < 1) return bad("ll_entries_per_write must be >= 1");
+  if (c.ll_expert_stride < 0) return bad("ll_expert_stride must be >= 0");
+  if (c.ll_expert_stride > 0 && c.mode != ep_mode::low_latency)
+    return bad(std::string("ll_expert_stride is a low_latency option; mode is ") +
+               ep_mode_name(c.mode));
+  // Same-host peers read combine_buffer() rows through int32 positions (PROTOCOL.md).
+  if (c.ll_expert_stride > 0 &&
+      c.ll_expert_stride > std::numeric_limits<int32_t>::max() / (c.num_experts / num_ranks))
+    return bad("ll_expert_stride (" + std::to_string(c.ll_expert_stride) +
+               ") times the experts per rank must fit an int32 row number");
   if (c.ranks_per_node < 0 || (c.ranks_per_node > 0 && num_ranks % c.ranks_per_node != 0))
     return bad("ranks_per_node (" + std::to_string(c.ranks_per_node) +
                ") must divide the group size (" + std::to_string(num_ranks) + ")");
@@ -386,6 +397,10 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
                                              std::to_string(cfg.max_tokens_per_rank)};
   if (num_tokens_in > 0 && (!x_in || !idx || !weights))
     return error{errc::invalid_argument, "dispatch_send: null input"};
+  if (expert_stride() > 0 && !recv_rows)
+    return error{errc::invalid_argument,
+                 "dispatch_send: ll_expert_stride is set and no set_recv_rows() named where the "
+                 "received rows go"};
   std::vector<int64_t> per_expert(cfg.num_experts), per_rank(num_ranks);
   std::vector<uint8_t> in_rank(static_cast<size_t>(num_tokens_in * num_ranks));
   token_rank_slot.assign(static_cast<size_t>(num_tokens_in * num_ranks), -1);
@@ -497,11 +512,11 @@ void* ep_group_impl::dispatch_buffer() {
 void* ep_group_impl::combine_buffer() {
   if (phase != ep_phase::dispatched) return nullptr;
   if (split() && !shared_payload_region.reg.ptr)
-    return private_payload_rows(1, std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes);
+    return private_payload_rows(1, combine_buffer_rows(output.num_recv_rows) * hidden_bytes);
   if (split()) return shared_payload_region.data() + combine_rows_offset;
   if (shared_inputs_region.reg.ptr) return shared_inputs_region.data() + combine_rows_offset;
   combine_private.resize(
-      static_cast<size_t>(std::max<int64_t>(output.num_recv_rows, 1) * hidden_bytes));
+      static_cast<size_t>(combine_buffer_rows(output.num_recv_rows) * hidden_bytes));
   return combine_private.data();
 }
 
@@ -561,6 +576,13 @@ status ep_group::combine_send(const dispatch_output& handle, const void* expert_
 }
 status ep_group::combine_recv(void* y) { return impl_->combine_recv(y); }
 void* ep_group::combine_buffer() { return impl_->combine_buffer(); }
+status ep_group::set_recv_rows(void* rows) {
+  if (impl_->expert_stride() == 0)
+    return error{errc::invalid_argument,
+                 "set_recv_rows: the group keeps its own recv_x unless ll_expert_stride is set"};
+  impl_->recv_rows = static_cast<char*>(rows);
+  return {};
+}
 void* ep_group::dispatch_buffer() { return impl_->dispatch_buffer(); }
 status ep_group::combine(const dispatch_output& handle, const void* expert_out, void* y) {
   if (auto st = combine_send(handle, expert_out); !st) return st;

@@ -86,6 +86,16 @@ struct ep_config {
   int ranks_per_node = 0;
   // low_latency only: where the payload rows live (ep_memory above).
   ep_memory memory = ep_memory::host;
+  // low_latency only: 0 keeps the received rows compact (dispatch_output::recv_x
+  // [num_recv_rows, hidden]). S > 0 lays recv_x, combine_buffer() and combine_send's
+  // expert_out out as DeepEP's low-latency kernels do: num_local_experts blocks of S rows,
+  // local expert j's i-th row at j * S + i, rows past its count untouched. Then the caller
+  // names where each dispatch_recv puts the rows (set_recv_rows), so that DeepEP's layout
+  // costs no copy. A local expert sent more than S rows in a step keeps its first S (the rest
+  // are dropped, their combine terms unspecified); expert_offset still counts them, so the
+  // caller sees it (a token that names one expert twice can do that when S is
+  // num_ranks * max_tokens_per_rank, DeepEP's block).
+  int64_t ll_expert_stride = 0;
   int64_t op_timeout_ms = 10000;  // a step not complete within this fails
 };
 
@@ -105,6 +115,11 @@ struct dispatch_output {
   std::vector<int64_t> expert_offset;
   // Per received row: where it came from (attribution, and the way back for combine).
   std::vector<int32_t> src_rank, src_token, src_k;
+  // ep_config::ll_expert_stride: 0, or the block stride of recv_x, combine_buffer() and
+  // expert_out, in rows: row r of local expert j is then at j * expert_stride + (r -
+  // expert_offset[j]) (while r - expert_offset[j] < expert_stride). The tables above stay
+  // indexed by r.
+  int64_t expert_stride = 0;
 };
 
 // Bytes this rank posted to the fabric in the last step, split by phase.
@@ -138,6 +153,13 @@ class ep_group {
   const ep_config& config() const;
   const transport_description& describe() const;
 
+  // ep_config::ll_expert_stride > 0 only (an error otherwise): where the following
+  // dispatch_recv calls put the received rows, [num_local_experts * ll_expert_stride, hidden] of
+  // dtype in the payload memory (device memory with ep_memory::cuda), until set again; the
+  // caller owns it, and the group writes it during dispatch_recv only. dispatch_send refuses to
+  // start a step with none set (the group keeps no output of its own in that layout).
+  status set_recv_rows(void* rows);
+
   // Where the caller may put the next step's tokens ([max_tokens_per_rank, hidden] of dtype;
   // device memory with ep_memory::cuda, as are combine_buffer() and dispatch_output::recv_x)
   // to pass them as dispatch_send's x, valid from the previous step's combine_recv until the
@@ -154,13 +176,15 @@ class ep_group {
                                           const float* topk_weights, int64_t num_tokens);
 
   // Where an expert may write its outputs for this step's combine ([num_recv_rows, hidden] of
-  // dtype, in dispatch_recv's order), valid from dispatch_recv until the next dispatch_send;
-  // nullptr before the step's dispatch_recv. Passing it as combine_send's expert_out saves a
-  // copy: in low_latency mode it is shared memory, and same-host sources read their rows in
-  // place instead of getting a copy of each (DeepEP's zero-copy low-latency combine). Any
-  // other expert_out works too, in every mode.
+  // dtype, in dispatch_recv's order; with ll_expert_stride, recv_x's block layout), valid from
+  // dispatch_recv until the next dispatch_send; nullptr before the step's dispatch_recv. Passing it
+  // as combine_send's expert_out saves a copy: in low_latency mode it is shared memory, and
+  // same-host sources read their rows in place instead of getting a copy of each (DeepEP's
+  // zero-copy low-latency combine). Any other expert_out works too, in every mode.
   void* combine_buffer();
-  // expert_out [num_recv_rows, hidden] of dtype, in dispatch_recv's order.
+  // expert_out [num_recv_rows, hidden] of dtype, in dispatch_recv's order (with
+  // ll_expert_stride, recv_x's block layout); read during the call only, unless it is
+  // combine_buffer() (low_latency's same-host peers read that in place until their combine_recv).
   status combine_send(const dispatch_output& handle, const void* expert_out);
   // y [num_tokens, hidden] of dtype: y[t] = sum_k w[t,k] * expert_out(t,k); the exact
   // summation order per mode is in PROTOCOL.md (fixed, so results are bitwise reproducible).

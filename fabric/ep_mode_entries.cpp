@@ -115,6 +115,14 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
       ++per_expert[g.local_expert(m.expert) + 1];
     }
   g.start_output(per_expert);
+  // Where each row goes: r itself, or its expert's block (ll_expert_stride). Rows past a
+  // block's end are not placed; their outputs are read from the block's last row, so that
+  // combine stays in bounds (ep_config: the caller sees the overflow in expert_offset).
+  const int64_t stride = g.expert_stride();
+  g.output_pos.resize(static_cast<size_t>(g.output.num_recv_rows));
+  for (int j = 0; j < g.num_local_experts; ++j)
+    for (int64_t r = per_expert[j]; r < per_expert[j + 1]; ++r)
+      g.output_pos[r] = stride > 0 ? j * stride + std::min(r - per_expert[j], stride - 1) : r;
   // Pass 2: place rows. Visiting (s, i) in order keeps each expert's rows in that order.
   std::vector<int64_t> cursor(per_expert.begin(), per_expert.end() - 1);
   const char* payload = g.dispatch_payload_rows();
@@ -123,11 +131,13 @@ status entry_output_build(ep_group_impl& g, int64_t first_row,
     for (int64_t i = 0; i < g.num_rows_from[s]; ++i) {
       entry_meta m;
       std::memcpy(&m, meta_at(s, i), sizeof m);
-      const int64_t r = cursor[g.local_expert(m.expert)]++;
+      const int64_t j = g.local_expert(m.expert), r = cursor[j]++;
       const char* x = x_of_source ? (*x_of_source)[s] : nullptr;
-      g.payload->add(out + r * g.hidden_bytes,
-                     x ? x + m.token * g.hidden_bytes : payload + row_of(s, i) * g.payload_stride(),
-                     g.hidden_bytes);
+      if (stride == 0 || r - per_expert[j] < stride)
+        g.payload->add(
+            out + g.output_pos[r] * g.hidden_bytes,
+            x ? x + m.token * g.hidden_bytes : payload + row_of(s, i) * g.payload_stride(),
+            g.hidden_bytes);
       g.output.src_rank[r] = s;
       g.output.src_token[r] = m.token;
       g.output.src_k[r] = m.k;
@@ -157,7 +167,7 @@ status entry_outputs_stage(ep_group_impl& g, const char* expert_out, std::vector
     const int s = g.output.src_rank[r];
     if (skip_direct && (*direct)[s]) continue;
     g.payload->add(block[s] + g.output_recv_pos[r] * g.hidden_bytes,
-                   expert_out + r * g.hidden_bytes, g.hidden_bytes);
+                   expert_out + g.output_pos[r] * g.hidden_bytes, g.hidden_bytes);
   }
   if (auto st = g.payload->run(); !st) return g.fail(st.err());
   return {};

@@ -35,6 +35,11 @@ constexpr int64_t kPositionsOffset = 64;
 
 int64_t num_slots(const ep_group_impl& g) { return g.num_ranks * g.max_rows_per_peer; }
 
+// Rows of combine_buffer(): one per slot, or every expert's block (ll_expert_stride).
+int64_t num_combine_rows(const ep_group_impl& g) {
+  return g.expert_stride() > 0 ? g.combine_buffer_rows(0) : num_slots(g);
+}
+
 ep_region_sizes ll_regions_plan(ep_group_impl& g) {
   ep_region_sizes sizes = entry_regions_plan(g, 2);
   if (g.split()) {
@@ -45,16 +50,17 @@ ep_region_sizes ll_regions_plan(ep_group_impl& g) {
     sizes.combine_send = 0;  // combine stages payload rows only: in payload_staging
     sizes.dispatch_payload = 2 * num_slots(g) * payload;
     sizes.payload_staging = num_slots(g) * payload;
-    sizes.output_payload = num_slots(g) * payload;
+    // The block layout's output rows are the caller's (set_recv_rows).
+    sizes.output_payload = g.expert_stride() > 0 ? 0 : num_slots(g) * payload;
     g.combine_rows_offset = 0;
-    g.dispatch_rows_offset = proto::align_up(num_slots(g) * g.hidden_bytes, 64);
+    g.dispatch_rows_offset = proto::align_up(num_combine_rows(g) * g.hidden_bytes, 64);
     sizes.shared_payload = g.dispatch_rows_offset + g.cfg.max_tokens_per_rank * g.hidden_bytes;
     sizes.shared_inputs = kPositionsOffset + 4 * num_slots(g);  // the header and positions
     return sizes;
   }
   g.combine_rows_offset = proto::align_up(kPositionsOffset + 4 * num_slots(g), 64);
   g.dispatch_rows_offset =
-      proto::align_up(g.combine_rows_offset + num_slots(g) * g.hidden_bytes, 64);
+      proto::align_up(g.combine_rows_offset + num_combine_rows(g) * g.hidden_bytes, 64);
   sizes.shared_inputs = g.dispatch_rows_offset + g.cfg.max_tokens_per_rank * g.hidden_bytes;
   return sizes;
 }
@@ -154,7 +160,7 @@ status ll_combine_write(ep_group_impl& g, const char* expert_out) {
       auto* pos = reinterpret_cast<int32_t*>(input + kPositionsOffset);
       for (int64_t r = 0; r < g.output.num_recv_rows; ++r)
         pos[g.output.src_rank[r] * g.max_rows_per_peer + g.output_recv_pos[r]] =
-            static_cast<int32_t>(r);
+            static_cast<int32_t>(g.output_pos[r]);
     }
   }
   if (auto st = entry_outputs_stage(g, expert_out, &g.direct_peers, in_place); !st) return st;
@@ -190,7 +196,7 @@ void ll_combine_completions_expect(const ep_group_impl& g, std::vector<int64_t>&
 // step) has its terms read from its combine_buffer() through the positions it wrote.
 status ll_combine_terms_build(ep_group_impl& g, combine_terms& terms) {
   if (auto st = entry_combine_terms_build(g, terms); !st) return st;
-  const int64_t capacity = g.max_rows_per_peer, slots = num_slots(g);
+  const int64_t capacity = g.max_rows_per_peer, slots = num_combine_rows(g);
   std::vector<const char*> in_place_rows(g.num_ranks, nullptr);  // destination's rows, or null
   std::vector<const int32_t*> positions(g.num_ranks, nullptr);
   bool any = false;

@@ -15,6 +15,10 @@ token times the number of ranks it went to):
   the top-k metadata, and back, then sum every token's returned rows in fp32.
 - ``moerl_low_latency`` (tokens <= --ll-max-tokens): low_latency_dispatch + combine, one row
   per (token, expert) in DeepEP's packed per-expert layout, weighted combine.
+- ``moerl_low_latency_zero_copy``: the same, the way the C++ row (``cpp_low_latency``, with
+  --cpp) runs it: the identity experts write the received rows into
+  get_next_low_latency_combine_buffer and a barrier follows (both untimed, as `moerl bench
+  ep` leaves its experts out), and the combine reads the rows there (``zero_copy=True``).
 
 Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
 the per-rank times, outside the timed region). p50 and max over iterations. The results of
@@ -106,13 +110,32 @@ def moerl_low_latency(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, 
     return buf.low_latency_combine(recv_x, idx, w, handle)[0]
 
 
+# Seconds of stand-in expert work inside the current timed call, which timed() leaves out.
+_expert_seconds = [0.0]
+
+
+def moerl_low_latency_zero_copy(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
+                                experts: int):
+    recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts, use_fp8=False)
+    target = buf.get_next_low_latency_combine_buffer(handle)
+    start = time.perf_counter()
+    for j, n in enumerate(count.tolist()):  # the identity experts' outputs, valid rows only
+        target[j, :n] = recv_x[j, :n]
+    # As `moerl bench ep`: combine starts from a barrier, so no rank's combine waits out a
+    # peer's experts.
+    dist.barrier()
+    _expert_seconds[0] += time.perf_counter() - start
+    return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+
+
 def timed(fn: Callable[[], Any], iterations: int, warmup: int) -> List[float]:
     out = []
     for i in range(warmup + iterations):
         dist.barrier()
+        _expert_seconds[0] = 0.0
         start = time.perf_counter()
         fn()
-        mine = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        mine = torch.tensor([time.perf_counter() - start - _expert_seconds[0]], dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         if i >= warmup:
             out.append(float(mine) * 1e3)
@@ -137,6 +160,7 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
                      "torch_all_to_all": lambda: torch_all_to_all(x, idx, w, e, world)}
             if case["tokens"] <= opts["ll_max_tokens"]:
                 impls["moerl_low_latency"] = lambda: moerl_low_latency(ll, x, idx, w, e)
+                impls["moerl_low_latency_zero_copy"] = lambda: moerl_low_latency_zero_copy(ll, x, idx, w, e)
             # Same answers first: unweighted sums agree exactly (fp32 sums of the same rows
             # in rank order vs index_add order: within one rounding), the weighted one with
             # the weights applied to the reference.
@@ -144,9 +168,9 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             got = impls["moerl_normal"]().float()
             torch.testing.assert_close(got, ref, rtol=2 ** -7, atol=1e-5)
             if "moerl_low_latency" in impls:
-                weighted = impls["moerl_low_latency"]().float()
                 want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
-                torch.testing.assert_close(weighted, want, rtol=2 ** -7, atol=1e-2)
+                for name in ("moerl_low_latency", "moerl_low_latency_zero_copy"):
+                    torch.testing.assert_close(impls[name]().float(), want, rtol=2 ** -7, atol=1e-2)
             # Hidden bytes per (token, destination rank), summed over ranks: what must cross.
             pairs = torch.tensor([float(sum(int(((idx // (e // world)) == r).any(1).sum()) for r in range(world)))],
                                  dtype=torch.float64)
@@ -247,6 +271,7 @@ RATIOS = {  # name: (numerator impl, denominator impl), p50s
     "moerl_low_latency_over_normal": ("moerl_low_latency", "moerl_normal"),
     "python_normal_over_cpp_normal": ("moerl_normal", "cpp_normal"),
     "python_low_latency_over_cpp_low_latency": ("moerl_low_latency", "cpp_low_latency"),
+    "python_low_latency_zero_copy_over_cpp_low_latency": ("moerl_low_latency_zero_copy", "cpp_low_latency"),
     "moerl_normal_over_mpi_plain": ("moerl_normal", "mpi_alltoallv_plain"),
     "moerl_normal_over_mpi_semantic": ("moerl_normal", "mpi_alltoallv_semantic"),
     "cpp_normal_over_cpp_bench_mpi_semantic_peer": ("cpp_normal", "cpp_bench_mpi_semantic_peer"),
@@ -318,7 +343,8 @@ def main() -> None:
         definition=("per iteration: barrier, then dispatch + combine (DeepEP layout, identity experts), the "
                     "slowest rank's wall time; p50/max over iterations after warm-up; ratios from p50s of one run "
                     "(a ratio a_over_b > 1: a is slower). cpp_* rows: `moerl bench ep`'s total_us (dispatch and "
-                    "combine each timed from a barrier; its normal mode returns rows expert-major); mpi_* rows: "
+                    "combine each timed from a barrier; its normal mode returns rows expert-major, its experts untimed, "
+                    "as moerl_low_latency_zero_copy's writes into the combine buffer); mpi_* rows: "
                     "mpi_alltoallv.c (plain: pack once per destination rank + MPI_Alltoallv there and back; "
                     "semantic: plus the expert-major fan-out and the weighted combine reduction); "
                     "logical_gbps = 2 x hidden bytes per (token, destination rank) / p50"),

@@ -12,6 +12,7 @@
     "fabric/internal/ep_group_impl.h is private to moerl_fabric (fabric/): include its public headers"
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -165,9 +166,10 @@ struct ep_group_impl {
   }
   // Where payload rows for peers not mapped here are staged before write().
   char* payload_staging_rows() { return split() ? payload_staging.data() : staging.data(); }
-  // This step's output rows (recv_x): normal's shared output region (payload memory when
-  // split), or the split layout's private output, or private host memory.
+  // This step's output rows (recv_x): the caller's (set_recv_rows), normal's shared output region
+  // (payload memory when split), or the split layout's private output, or private host memory.
   char* output_rows() {
+    if (recv_rows) return recv_rows;
     return output_region.reg.ptr ? output_region.data()
            : split()             ? output_payload_region.data()
                                  : output_x.data();
@@ -243,6 +245,20 @@ struct ep_group_impl {
   // Per output row: normal, its receive-region row; ll/baseline, its index inside its
   // source's block.
   std::vector<int64_t> output_recv_pos;
+  // ll, baseline: per output row, its row in recv_x and expert_out (r itself unless
+  // ll_expert_stride sets the block layout; dispatch_output::expert_stride).
+  std::vector<int64_t> output_pos;
+  // ll_expert_stride > 0: the caller's rows for recv_x (set_recv_rows).
+  char* recv_rows = nullptr;
+
+  // ll_expert_stride, or 0 (compact rows).
+  int64_t expert_stride() const { return cfg.ll_expert_stride; }
+  // Rows combine_buffer() holds: every expert's block (ll_expert_stride), or at least this
+  // step's rows.
+  int64_t combine_buffer_rows(int64_t step_rows) const {
+    return expert_stride() > 0 ? num_local_experts * expert_stride()
+                               : std::max<int64_t>(step_rows, 1);
+  }
 
   // The local index of global expert e, or -1 when another rank holds it.
   int64_t local_expert(int64_t e) const {

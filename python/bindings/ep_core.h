@@ -108,6 +108,8 @@ class ep_core {
   // hidden] with its rows first, grouped by source rank ascending (token order inside a
   // source), recv_count[j] rows, src_info[j][i] each row's source token, layout_range[j][s] =
   // (first row from source s) << 32 | rows from source s. Rows past recv_count are untouched.
+  // The channel's group writes recv_x itself (ll_expert_stride, set_recv_rows) during the
+  // call only.
   struct ll_shape {
     int64_t hidden = 0;
     fabric::ep_dtype dtype = fabric::ep_dtype::bf16;
@@ -140,9 +142,18 @@ class ep_core {
   // DeepEP's low_latency_combine: x in the packed layout above (the rows of the dispatch
   // named routing_id; topk_idx [T, K] is that dispatch's, given again in case the routing
   // must be replayed), y[t] = sum over k with topk_idx[t, k] >= 0 of topk_weights[t, k] *
-  // (the expert's row of (t, k)), fp32 accumulation in k order, one rounding.
+  // (the expert's row of (t, k)), fp32 accumulation in k order, one rounding. x is read during
+  // the call, except when it is ll_combine_buffer()'s memory: same-host peers read that in
+  // place until their combine returns.
   status ll_combine(const ll_shape& shape, const void* x, const int64_t* topk_idx,
                     const float* topk_weights, int64_t num_tokens, int64_t routing_id, void* y);
+  // The channel's combine_buffer() in the packed layout above ([L, N*M, hidden] of the shape's
+  // dtype, host memory) while the dispatch named routing_id is the channel's open step, else
+  // nullptr (no such channel, another step open, or a device channel). Expert outputs written
+  // there before that dispatch's ll_combine need no copy on this rank, and same-host sources
+  // read them in place. The memory lives as long as the channel (until close()); the group
+  // never writes it, so it keeps what the caller wrote until the caller writes it again.
+  void* ll_combine_buffer(const ll_shape& shape, int64_t routing_id);
   // Closes every open low-latency step (a dropped combine): collective, like DeepEP's.
   status ll_clean();
 
@@ -167,9 +178,15 @@ class ep_core {
   struct ll_channel;
   // (dtype, hidden, max tokens, experts, topk, memory)
   using ll_key = std::tuple<int, int64_t, int64_t, int, int, int>;
+  static ll_key ll_key_of(const ll_shape& shape);
   result<ll_channel*> ll_channel_for(const ll_shape& shape);
+  // Rows per local expert block in DeepEP's layout: num_ranks * max_tokens.
+  int64_t ll_block(const ll_shape& shape) const;
+  // The channel's own [L * block, hidden] payload rows, where replayed and fp8 dispatches put
+  // the received rows.
+  result<void*> ll_recv_scratch(ll_channel& c);
   status ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
-                      int64_t routing_id);
+                      int64_t routing_id, void* recv_rows);
   status ll_close_step(ll_channel& c);
   status ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
                      float* scales, int64_t block);

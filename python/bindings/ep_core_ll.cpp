@@ -1,9 +1,11 @@
 // DeepEP's low-latency calls on fabric's low-latency ep_group (python/README.md, "Low-latency
-// calls"). The group returns rows expert-major, ordered inside each local expert by (source
-// rank, source token, k); DeepEP's layout is per local expert a block of num_ranks *
-// max_tokens rows whose first recv_count rows are valid, grouped by source rank. So packing is
-// one copy per row into the expert's block, in the group's order, and unpacking for combine
-// is the reverse into the group's combine_buffer() (which same-host sources read in place).
+// calls"). DeepEP's layout is per local expert a block of num_ranks * max_tokens rows whose
+// first recv_count rows are valid, grouped by source rank; the group's rows are ordered inside
+// each local expert by (source rank, source token, k), which is that. So the channel's group
+// runs with ep_config::ll_expert_stride = num_ranks * max_tokens: it places the received rows
+// straight into the caller's recv_x (set_recv_rows), and its combine_buffer() has the same
+// layout, so a combine's x goes to the group as it is (read in place by same-host sources
+// when it is combine_buffer() itself). No row is copied here.
 //
 // As for the normal channels, dispatch and combine need not alternate here (DeepEP lets a
 // caller hold two dispatches): a dispatch on an open channel first drops the open step's
@@ -20,11 +22,15 @@
 
 namespace moerl::py {
 
-result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
-  if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
-  const ll_key key{
+ep_core::ll_key ep_core::ll_key_of(const ll_shape& shape) {
+  return {
       static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts, shape.topk,
       static_cast<int>(shape.memory)};
+}
+
+result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
+  if (closed_) return error{errc::invalid_argument, "moerl.ep: this Buffer was destroyed"};
+  const ll_key key = ll_key_of(shape);
   if (auto it = ll_channels_.find(key); it != ll_channels_.end()) return it->second.get();
   auto c = std::make_unique<ll_channel>();
   c->shape = shape;
@@ -43,6 +49,7 @@ result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
   cfg.dtype = shape.dtype;
   cfg.max_tokens_per_rank = std::max<int64_t>(shape.max_tokens, 1);
   cfg.memory = shape.memory;
+  cfg.ll_expert_stride = ll_block(shape);
   auto g = make_group(cfg);
   if (!g)
     return error{g.err().code,
@@ -59,6 +66,10 @@ result<std::string> ep_core::ll_prepare(const ll_shape& shape) {
   return device_refusal(c.err(), shape.memory);
 }
 
+int64_t ep_core::ll_block(const ll_shape& shape) const {
+  return opt_.num_ranks * std::max<int64_t>(shape.max_tokens, 1);
+}
+
 status ep_core::ll_close_step(ll_channel& c) {
   if (!c.open) return {};
   c.open = false;
@@ -67,13 +78,20 @@ status ep_core::ll_close_step(ll_channel& c) {
   return c.group->combine(*c.out, c.group->combine_buffer(), y);
 }
 
-// After ll_close_step. The tokens are whatever the caller put into dispatch_buffer() (a
-// replay leaves an old step's there: only the routing matters then).
+result<void*> ep_core::ll_recv_scratch(ll_channel& c) {
+  return c.recv_scratch.get(c.memory(),
+                            c.group->num_local_experts() * ll_block(c.shape) * c.row_bytes);
+}
+
+// After ll_close_step; the group puts the received rows into recv_rows (DeepEP's layout). The
+// tokens are whatever the caller put into dispatch_buffer() (a replay leaves an old step's
+// there, and its rows go to ll_recv_scratch: only the routing matters then).
 status ep_core::ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
-                             int64_t routing_id) {
+                             int64_t routing_id, void* recv_rows) {
   const size_t entries = static_cast<size_t>(num_tokens * c.shape.topk);
   c.idx.assign(topk_idx, topk_idx + entries);
   c.weights.assign(entries, 0.0f);
+  STATUS_TRY(c.group->set_recv_rows(recv_rows));
   ASSIGN_OR_RETURN(c.out, c.group->dispatch(c.group->dispatch_buffer(), c.idx.data(),
                                             c.weights.data(), num_tokens));
   c.open = true;
@@ -113,23 +131,28 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
   if (num_tokens > 0)
     STATUS_TRY(fabric::memory_copy(c->memory(), c->group->dispatch_buffer(), x,
                                    static_cast<size_t>(num_tokens * c->row_bytes)));
-  STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id));
+  // fp8 quantises from the channel's own rows; the others land in the caller's recv_x.
+  void* rows_out = recv_x;
+  if (fp8.q) {
+    ASSIGN_OR_RETURN(rows_out, ll_recv_scratch(*c));
+  }
+  STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id, rows_out));
 
   const fabric::dispatch_output& o = *c->out;
   const int n = opt_.num_ranks, num_local = c->group->num_local_experts();
-  const int64_t block = n * shape.max_tokens;
+  const int64_t block = ll_block(shape);
   std::fill(layout_range, layout_range + int64_t{num_local} * n, int64_t{0});
   for (int j = 0; j < num_local; ++j) {
     const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
-    if (count > block)  // a token naming one expert twice in its top-k
+    if (count > block)  // a token naming one expert twice in its top-k (the group kept block)
       return error{errc::invalid_argument,
                    "moerl.ep: local expert " + std::to_string(j) + " received " +
                        std::to_string(count) + " rows; at most num_ranks * " +
                        "num_max_dispatch_tokens_per_rank = " + std::to_string(block) +
                        " fit (does a token name one expert twice in topk_idx?)"};
     recv_count[j] = static_cast<int32_t>(count);
-    const char* rows = static_cast<const char*>(o.recv_x) + first * c->row_bytes;
     if (fp8.q) {
+      const char* rows = static_cast<const char*>(o.recv_x) + j * block * c->row_bytes;
       if (c->memory() == fabric::memory_kind::cuda &&
           count > 0) {  // the CPU twin quantises: the rows to host once
         c->host_rows.resize(static_cast<size_t>(count * c->row_bytes));
@@ -139,10 +162,6 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
       STATUS_TRY(ll_quantize(rows, count, shape, fp8.q + j * block * shape.hidden,
                              fp8.scales + j * kernels::fp8_num_blocks(shape.hidden) * block,
                              block));
-    } else if (count > 0) {
-      STATUS_TRY(fabric::memory_copy(c->memory(),
-                                     static_cast<char*>(recv_x) + j * block * c->row_bytes, rows,
-                                     static_cast<size_t>(count * c->row_bytes)));
     }
     for (int64_t i = 0; i < count; ++i) {
       const int s = o.src_rank[first + i];
@@ -167,21 +186,23 @@ status ep_core::ll_combine(const ll_shape& shape, const void* x, const int64_t* 
                    "was given"};
   } else {
     STATUS_TRY(ll_close_step(*c));
-    STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id));
+    ASSIGN_OR_RETURN(void* scratch, ll_recv_scratch(*c));
+    STATUS_TRY(ll_open_step(*c, topk_idx, num_tokens, routing_id, scratch));
   }
-  const fabric::dispatch_output& o = *c->out;
-  const int64_t block = opt_.num_ranks * shape.max_tokens;
-  char* rows = static_cast<char*>(c->group->combine_buffer());
-  for (int j = 0; j < c->group->num_local_experts(); ++j) {
-    const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
-    if (count > 0)
-      STATUS_TRY(fabric::memory_copy(c->memory(), rows + first * c->row_bytes,
-                                     static_cast<const char*>(x) + j * block * c->row_bytes,
-                                     static_cast<size_t>(count * c->row_bytes)));
-  }
+  // x is in the group's layout already: the group reads it during the call (copying each row
+  // to its source), or, when it is combine_buffer(), its same-host sources read it in place.
   std::copy(topk_weights, topk_weights + entries, c->weights.begin());
   c->open = false;
-  return c->group->combine(o, rows, y);
+  return c->group->combine(*c->out, x, y);
+}
+
+void* ep_core::ll_combine_buffer(const ll_shape& shape, int64_t routing_id) {
+  auto it = ll_channels_.find(ll_key_of(shape));
+  if (closed_ || it == ll_channels_.end()) return nullptr;
+  const ll_channel& c = *it->second;
+  if (!c.open || c.routing_id != routing_id || c.memory() == fabric::memory_kind::cuda)
+    return nullptr;
+  return c.group->combine_buffer();
 }
 
 status ep_core::ll_clean() {

@@ -30,6 +30,9 @@ struct ep_core::ll_channel {
   std::vector<int64_t> idx;
   std::vector<float> weights;
   payload_scratch scratch;  // where a dropped combine lands
+  // Where a replayed dispatch's rows land (only its routing matters), and an fp8 dispatch's
+  // before they are quantised: [num_local_experts * num_ranks * max_tokens, hidden].
+  payload_scratch recv_scratch;
   // Device channels (shape.memory cuda): the host copy of the received rows that fp8
   // quantises.
   std::vector<char> host_rows;

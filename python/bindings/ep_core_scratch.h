@@ -5,7 +5,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "common/error.h"
 #include "fabric/device_memory.h"
@@ -28,8 +28,13 @@ class payload_scratch {
   // At least `bytes` of memory of `kind`; an error: the device allocation failed.
   result<void*> get(fabric::memory_kind kind, int64_t bytes) {
     if (kind != fabric::memory_kind::cuda) {
-      if (static_cast<int64_t>(host_.size()) < bytes) host_.resize(static_cast<size_t>(bytes));
-      return static_cast<void*>(host_.data());
+      // Uninitialised (new char[]): the low-latency channels' scratch is DeepEP's padded
+      // layout, mostly never touched, so its pages should not be faulted in by zeroing.
+      if (host_bytes_ < bytes) {
+        host_.reset(new char[static_cast<size_t>(bytes)]);
+        host_bytes_ = bytes;
+      }
+      return static_cast<void*>(host_.get());
     }
     if (bytes > device_bytes_) {
       fabric::device_free(device_);
@@ -44,7 +49,8 @@ class payload_scratch {
   }
 
  private:
-  std::vector<char> host_;
+  std::unique_ptr<char[]> host_;
+  int64_t host_bytes_ = 0;
   void* device_ = nullptr;
   int64_t device_bytes_ = 0;
 };

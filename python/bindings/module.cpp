@@ -208,6 +208,17 @@ PYBIND11_MODULE(_moerl, m) {
              }
              check(st);
            })
+      .def("ll_combine_buffer",
+           [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
+              int memory, int64_t routing_id, int64_t num_bytes) -> py::object {
+             void* p = c.ll_combine_buffer(
+                 {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)},
+                 routing_id);
+             // A writable view that owns nothing: valid while the channel lives (until the
+             // core is closed), as moerl/ep_low_latency.py says of the tensor made of it.
+             if (!p) return py::none();
+             return py::memoryview::from_memory(p, static_cast<py::ssize_t>(num_bytes));
+           })
       .def("ll_prepare",
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
               int memory) {

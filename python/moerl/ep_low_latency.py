@@ -10,11 +10,16 @@ source-rank order and token order inside a source (DeepEP's are in arrival order
 users do not rely on: they read ``layout_range``). Rows past ``recv_count`` are
 uninitialised, as in DeepEP.
 
+The channel's group works in that layout itself (fabric's ``ep_config::ll_expert_stride``):
+it puts the received rows straight into recv_x, and a combine's x goes to it as given, so no
+row is copied on the way in or out of DeepEP's layout.
+
 On CPU every call is complete when it returns: the hook does nothing when called, and the
 event's wait is a no-op. Tensors: inputs are read during the call only. Returned tensors
 are new and own their memory, except two that the Buffer keeps, as DeepEP does: dispatch's
 recv_x, one of two buffers per shape used in turn (valid until the second dispatch after
-it), and ``get_next_low_latency_combine_buffer``'s, which a ``zero_copy=True`` combine reads.
+it), and ``get_next_low_latency_combine_buffer``'s, which a ``zero_copy=True`` combine reads
+(a view of the channel's own combine memory, see there).
 """
 
 from __future__ import annotations
@@ -233,22 +238,52 @@ class LowLatencyCalls:
 
     def get_next_low_latency_combine_buffer(self, handle: Any) -> torch.Tensor:
         """DeepEP's zero-copy combine input: a [L, N*M, H] tensor (the handle's dtype) to
-        write the experts' outputs into before ``low_latency_combine(..., zero_copy=True)``.
-        The Buffer owns it and returns the same tensor for the same shape; its contents are
-        read by the next zero-copy combine only."""
+        write the experts' outputs into before ``low_latency_combine(..., zero_copy=True)``;
+        its contents are read by the next zero-copy combine of the shape only.
+
+        While the handle's dispatch is the latest low-latency call of its shape (the usual
+        dispatch, experts, combine), the tensor is a view of the channel's own combine
+        memory: the combine then copies nothing, and peers on this host read the rows in
+        place. That memory belongs to the Buffer: the view is valid until ``destroy()`` (or
+        until the Buffer is collected; the view does not keep it alive), moerl never writes
+        it, and every handle of the shape gets the same memory. Otherwise (an older handle,
+        a device channel) it is a tensor the Buffer keeps per shape, as before, whose rows
+        the combine hands to the group."""
         self._check_low_latency()
-        self._ll_handle_state(handle)
-        return self._ll_combine_buffer(handle)
+        st = self._ll_handle_state(handle)
+        _, _, m, hidden, num_experts = handle
+        shape = self._ll_block_shape(handle)
+        view = None
+        if st.device is None:
+            num_bytes = shape[0] * shape[1] * hidden * (torch.finfo(st.dtype).bits // 8)
+            view = self._live_core().ll_combine_buffer(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, st.memory,
+                                                       st.routing_id, num_bytes)
+        target = self._ll_combine_buffer(handle) if view is None else \
+            torch.frombuffer(view, dtype=st.dtype).view(shape)
+        # What the next zero-copy combine of this shape reads.
+        self.__dict__.setdefault("_ll_next_combine", {})[(shape, st.dtype, st.device)] = target
+        return target
+
+    def _ll_block_shape(self, handle: _LowLatencyHandle) -> Tuple[int, int, int]:
+        """[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden]."""
+        _, _, m, hidden, num_experts = handle
+        return (num_experts // self.group_size, self.group_size * m, hidden)
 
     def _ll_combine_buffer(self, handle: _LowLatencyHandle) -> torch.Tensor:
-        _, _, m, hidden, num_experts = handle
-        shape = (num_experts // self.group_size, self.group_size * m, hidden)
+        shape = self._ll_block_shape(handle)
         device = handle.state.device
         key = (shape, handle.state.dtype, device)
         buffers: Dict[Any, torch.Tensor] = self.__dict__.setdefault("_ll_combine_buffers", {})
         if key not in buffers:
             buffers[key] = torch.zeros(shape, dtype=handle.state.dtype, device=device or "cpu")
         return buffers[key]
+
+    def _ll_zero_copy_source(self, handle: _LowLatencyHandle) -> torch.Tensor:
+        """The tensor get_next_low_latency_combine_buffer last returned for the handle's shape
+        (the Buffer's own one if none was asked for)."""
+        key = (self._ll_block_shape(handle), handle.state.dtype, handle.state.device)
+        target = self.__dict__.get("_ll_next_combine", {}).get(key)
+        return self._ll_combine_buffer(handle) if target is None else target
 
     @takes_cuda_tensors("out", device_path=_combine_on_device)
     def low_latency_combine(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, handle: tuple,
@@ -270,10 +305,10 @@ class LowLatencyCalls:
         if use_logfmt:
             _not_yet("use_logfmt=True (LogFMT-compressed low-latency combine)")
         _, _, m, hidden, num_experts = handle
-        src = self._ll_combine_buffer(handle) if zero_copy else x
+        src = self._ll_zero_copy_source(handle) if zero_copy else x
         name = "get_next_low_latency_combine_buffer's tensor" if zero_copy else "x"
         _check_tensor(name, src, (st.dtype,), 3, device)
-        _check_shape(name, src, (num_experts // self.group_size, self.group_size * m, hidden),
+        _check_shape(name, src, self._ll_block_shape(handle),
                      "[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden] of the handle")
         _check_tensor("topk_idx", topk_idx, (torch.int64,), 2, device)
         _check_shape("topk_idx", topk_idx, (st.num_tokens, st.topk), "as given to the handle's dispatch")

@@ -166,6 +166,49 @@ TEST(ep_ll_batched, low_latency_writes_filling_several_slots_still_match_the_ref
   }
 }
 
+// DeepEP's layout (moerl.ep's low-latency channels): a block of num_ranks * max_tokens rows
+// per local expert, the received rows placed at the caller's memory, the experts' outputs
+// read from the same layout (combine_buffer() in place on odd steps, the caller's own on even
+// ones), on the interleaved and split layouts, same-host and over the network.
+TEST(ep_ll_expert_stride, rows_in_per_expert_blocks_match_the_reference_and_leave_the_gaps_alone) {
+  for (const char* prov : {"shm", "tcp"})
+    for (ep_memory memory : {ep_memory::host, ep_memory::host_split}) {
+      ep_case c;
+      c.provider = prov;
+      c.mode = ep_mode::low_latency;
+      c.shim = true;
+      c.memory = memory;
+      c.steps = 10;
+      c.ll_expert_stride = 4 * c.tokens;
+      auto report = launch_processes(
+          4, [&](bootstrap& b) { return run_rank(b, c); }, 60000);
+      ASSERT_TRUE(report.ok()) << report.err().to_string();
+      EXPECT_TRUE(report->all_ok()) << prov << " " << ep_memory_name(memory);
+    }
+}
+
+TEST(ep_ll_expert_stride, is_low_latency_only_and_needs_recv_rows_before_a_step) {
+  auto report = launch_threads(2, [&](bootstrap& b) {
+    ep_case c;
+    c.ll_expert_stride = 2 * c.tokens;
+    auto normal = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+    if (normal.ok() || normal.err().message.find("ll_expert_stride") == std::string::npos) return 1;
+    c.mode = ep_mode::low_latency;
+    auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+    if (!g) return 2;
+    std::vector<char> x(static_cast<size_t>(c.hidden) * 2);
+    std::vector<int64_t> idx = {0, 1, 2, 3};
+    std::vector<float> w(4, 0.5f);
+    auto st = (*g)->dispatch_send(x.data(), idx.data(), w.data(), 1);
+    if (st.ok() || st.err().message.find("set_recv_rows") == std::string::npos) return 3;
+    c.ll_expert_stride = 0;
+    auto compact = ep_group::create(options_for(c, b.rank()), b, all_members(b), config_for(c));
+    if (!compact || (*compact)->set_recv_rows(x.data()).ok()) return 4;
+    return 0;
+  });
+  for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
 TEST(ep_dtypes, fp32_rows_and_combine_match_the_reference_in_every_mode) {
   for (ep_mode m : {ep_mode::normal, ep_mode::low_latency, ep_mode::baseline}) {
     ep_case c;

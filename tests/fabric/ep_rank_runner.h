@@ -36,6 +36,9 @@ struct ep_case {
   // low_latency and normal: where the group keeps its payload rows (cuda: the steps' x, expert
   // outputs and y are device memory too, staged by run_step).
   ep_memory memory = ep_memory::host;
+  // low_latency: ep_config::ll_expert_stride (0: compact rows). run_step checks the block
+  // layout through the same reference, and that rows past each expert's count are untouched.
+  int64_t ll_expert_stride = 0;
 };
 
 // The workload of step `step`: cycles through the edge cases the EP layer must survive.
@@ -98,6 +101,36 @@ inline status payload_copy(bool on_device, void* dst, const void* src, size_t by
   return memory_copy(on_device ? memory_kind::cuda : memory_kind::host, dst, src, bytes);
 }
 
+// ll_expert_stride's block layout: local expert j's i-th row at j * stride + i of `blocks`,
+// row r (of expert j) at r of `rows`. into_blocks copies rows to blocks, else blocks to rows.
+inline void copy_block_rows(const dispatch_output& d, int64_t row_bytes, char* blocks, char* rows,
+                            bool into_blocks) {
+  for (size_t j = 0; j + 1 < d.expert_offset.size(); ++j) {
+    const int64_t first = d.expert_offset[j], count = d.expert_offset[j + 1] - first;
+    char* block = blocks + static_cast<int64_t>(j) * d.expert_stride * row_bytes;
+    char* compact = rows + first * row_bytes;
+    const auto bytes = static_cast<size_t>(count * row_bytes);
+    if (into_blocks)
+      std::memcpy(block, compact, bytes);
+    else
+      std::memcpy(compact, block, bytes);
+  }
+}
+
+// The byte run_step fills the block layout's recv rows with, to see which rows were written.
+constexpr unsigned char kUnwrittenByte = 0x5a;
+
+// Whether every row of the block layout past its expert's count still holds kUnwrittenByte.
+inline bool block_gaps_untouched(const dispatch_output& d, int64_t row_bytes, const char* blocks) {
+  for (size_t j = 0; j + 1 < d.expert_offset.size(); ++j) {
+    const int64_t count = d.expert_offset[j + 1] - d.expert_offset[j];
+    const char* block = blocks + static_cast<int64_t>(j) * d.expert_stride * row_bytes;
+    for (int64_t b = count * row_bytes; b < d.expert_stride * row_bytes; ++b)
+      if (static_cast<unsigned char>(block[b]) != kUnwrittenByte) return false;
+  }
+  return true;
+}
+
 // One step on an existing group; 0 when dispatch and combine match the reference. With
 // group_buffers the tokens go into g.dispatch_buffer() and the experts write their outputs
 // into g.combine_buffer() (low-latency: same-host peers read both in place), else both stay
@@ -108,6 +141,17 @@ inline int run_step(ep_group& g, const workload_params& p, int boot_rank,
   for (int r = 0; r < p.num_ranks; ++r) all.push_back(make_rank_inputs(p, r));
   const rank_inputs& in = all[g.rank()];
   const bool on_device = g.config().memory == ep_memory::cuda;
+  const int64_t row_bytes = p.hidden * static_cast<int64_t>(ep_dtype_size(p.dtype));
+  const int64_t stride = g.config().ll_expert_stride;
+  const auto block_bytes = static_cast<size_t>(g.num_local_experts() * stride * row_bytes);
+  payload_buffer recv_blocks(on_device, block_bytes);
+  if (stride > 0) {
+    const std::vector<char> unwritten(block_bytes, static_cast<char>(kUnwrittenByte));
+    if (auto st = payload_copy(on_device, recv_blocks.get(), unwritten.data(), block_bytes); !st)
+      return report(boot_rank, "recv rows to payload memory", st.err());
+    if (auto st = g.set_recv_rows(recv_blocks.get()); !st)
+      return report(boot_rank, "set_recv_rows", st.err());
+  }
   payload_buffer own_x(on_device, in.x.size());
   void* x = group_buffers ? g.dispatch_buffer() : own_x.get();
   if (!x) return report(boot_rank, "dispatch_buffer", error{errc::internal, "null"});
@@ -117,15 +161,29 @@ inline int run_step(ep_group& g, const workload_params& p, int boot_rank,
   if (!d) return report(boot_rank, "dispatch", d.err());
   // The checks read the received rows on the CPU: from device memory, through a host copy.
   dispatch_output received = **d;
-  std::vector<char> recv_host(static_cast<size_t>(received.num_recv_rows * p.hidden *
-                                                  static_cast<int64_t>(ep_dtype_size(p.dtype))));
-  if (auto st = payload_copy(on_device, recv_host.data(), received.recv_x, recv_host.size()); !st)
+  if (received.expert_stride != stride || (stride > 0 && received.recv_x != recv_blocks.get()))
+    return report(boot_rank, "dispatch", error{errc::internal, "recv_x is not the set_recv_rows"});
+  std::vector<char> recv_host(static_cast<size_t>(received.num_recv_rows * row_bytes));
+  std::vector<char> blocks_host(stride > 0 ? block_bytes : 0);
+  std::vector<char>& landed = stride > 0 ? blocks_host : recv_host;
+  if (auto st = payload_copy(on_device, landed.data(), received.recv_x, landed.size()); !st)
     return report(boot_rank, "recv_x from payload memory", st.err());
+  if (stride > 0) {
+    if (!block_gaps_untouched(received, row_bytes, blocks_host.data()))
+      return report(boot_rank, "dispatch",
+                    error{errc::internal, "a row past an expert's count was written"});
+    copy_block_rows(received, row_bytes, blocks_host.data(), recv_host.data(), false);
+  }
   received.recv_x = recv_host.data();
   if (auto st = check_dispatch(p, all, g.rank(), received); !st)
     return report(boot_rank, "check", st.err());
   std::vector<char> expert_out;
   apply_experts(p, g.rank() * g.num_local_experts(), received, expert_out);
+  if (stride > 0) {  // the outputs in recv_x's block layout (gaps: whatever)
+    blocks_host.assign(block_bytes, 0);
+    copy_block_rows(received, row_bytes, blocks_host.data(), expert_out.data(), true);
+    expert_out.swap(blocks_host);
+  }
   payload_buffer own_out(on_device, expert_out.size());
   void* combine_in = group_buffers ? g.combine_buffer() : own_out.get();
   if (!combine_in) return report(boot_rank, "combine_buffer", error{errc::internal, "null"});
@@ -177,6 +235,7 @@ inline ep_config config_for(const ep_case& c) {
   cfg.ll_entries_per_write = c.ll_entries_per_write;
   cfg.ranks_per_node = c.ranks_per_node;
   cfg.memory = c.memory;
+  cfg.ll_expert_stride = c.ll_expert_stride;
   return cfg;
 }
 

@@ -106,6 +106,19 @@ def check_low_latency_errors(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor
     combined, _, _ = lc(recv_x, idx, w, handle)
     assert torch.equal(combined, x * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True))
 
+    # Tokens that name expert 0 twice: each source's 4 entries fit rank 0's slots for it, but
+    # together they overflow expert 0's block of num_ranks * 2 rows. Rank 0 raises naming the
+    # cause, rank 1 (nothing received) does not, and the channel goes on working for both.
+    twice = torch.zeros(2, 2, dtype=torch.int64)
+    if torch.distributed.get_rank() == 0:
+        expect(ValueError, "does a token name one expert twice in topk_idx?", ll, x[:2], twice, 2, 4, use_fp8=False)
+    else:
+        ll(x[:2], twice, 2, 4, use_fp8=False)
+    buf.clean_low_latency_buffer(2, x.shape[1], 4)
+    recv_x, _, handle, _, _ = ll(x[:2], idx[:2], 2, 4, use_fp8=False)
+    combined, _, _ = lc(recv_x, idx[:2], w[:2], handle)
+    assert torch.equal(combined, x[:2] * torch.where(idx[:2] >= 0, w[:2], torch.zeros_like(w[:2])).sum(1, keepdim=True))
+
 
 def test_bad_input_is_refused_before_anything_is_sent() -> None:
     run_ranks(worker, 2, timeout_s=60)

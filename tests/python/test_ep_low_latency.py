@@ -133,6 +133,25 @@ def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> Non
     combined3, _, _ = buf.low_latency_combine(expert_outputs(rank, world, case, recv_x3), idx, w, handle3)
     check_combine(case, combined3, reference_combine(case, x, idx, w))
 
+    # The latest dispatch's combine buffer is the channel's own combine memory (the combine
+    # copies nothing, same-host peers read it in place), the same memory for every such handle
+    # of the shape; an older handle's (target, above) is the Buffer's own tensor. (Host
+    # channels only: test_ep_cuda runs these checks on the device path, which keeps the
+    # Buffer's own tensor.)
+    host_channel = isinstance(buf, moerl.ep.Buffer)
+    recv_x4, _, handle4, _, _ = buf.low_latency_dispatch(x, idx, MAX_TOKENS, num_experts, use_fp8=False)
+    view = buf.get_next_low_latency_combine_buffer(handle4)
+    assert view.shape == target.shape and (view.data_ptr() != target.data_ptr() or not host_channel)
+    view.copy_(expert_outputs(rank, world, case, recv_x4))
+    combined4, _, _ = buf.low_latency_combine(torch.empty(0), idx, w2, handle4, zero_copy=True)
+    check_combine(case, combined4, reference_combine(case, x, idx, w2))
+    recv_x5, _, handle5, _, _ = buf.low_latency_dispatch(x * 2, idx, MAX_TOKENS, num_experts, use_fp8=False)
+    view5 = buf.get_next_low_latency_combine_buffer(handle5)
+    assert view5.data_ptr() == view.data_ptr() or not host_channel
+    view5.copy_(expert_outputs(rank, world, case, recv_x5))
+    combined5, _, _ = buf.low_latency_combine(torch.empty(0), idx, w, handle5, zero_copy=True)
+    check_combine(case, combined5, reference_combine(case, x * 2, idx, w))
+
 
 def e4m3_table() -> torch.Tensor:
     """The value of every e4m3fn code (1 sign, 4 exponent bits with bias 7, 3 mantissa
