@@ -408,9 +408,15 @@ const std::vector<key_spec>& config_schema() {
        "object-store prefix of the run's weight versions and checkpoints (moerl up: runs/<id>/job)",
        ""},
       {"job.checkpoint_every", t::integer, "10",
-       "every policy version is checkpointed (a recreated trainer resumes from the newest); "
-       "every this many stay, older others are removed (0: no checkpoints, a recreated "
-       "trainer starts from fresh weights)",
+       "every job.checkpoint_interval-th policy version is checkpointed (a recreated trainer "
+       "resumes from the newest); of those, the multiples of this stay and older others are "
+       "removed (0: no checkpoints, a recreated trainer starts from fresh weights)",
+       "", r::at_least(0)},
+      {"job.checkpoint_interval", t::integer, "0",
+       "every this many policy versions are checkpointed (1: every version; 0: half of "
+       "job.max_durability_lag, at least 1); at most the lag (1 when that is 0), and best "
+       "below it: a checkpoint then has versions to be written in before the trainer waits "
+       "for it",
        "", r::at_least(0)},
       {"job.max_durability_lag", t::integer, "4",
        "policy versions the trainer may announce beyond its newest committed checkpoint (written "

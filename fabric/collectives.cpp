@@ -75,8 +75,7 @@ struct collective_group::impl {
       // Members may outnumber cores (a dev box, the default moerl up): sleep on the
       // transport's doorbell (a same-host peer rings it with its writes) instead of spinning
       // through sched_yield, which was ~15% of a trainer member's CPU. The EP group waits so.
-      if (imms.empty())
-        t->idle_wait(std::clamp<int64_t>(deadline - fabric::now_ns(), 0, 1000000));
+      if (imms.empty()) t->idle_wait(std::clamp<int64_t>(deadline - fabric::now_ns(), 0, 1000000));
       if (abort && abort->load(std::memory_order_acquire))
         return fail(error{errc::peer_dead, std::string("collective round ") +
                                                std::to_string(round) + ": " + what +

@@ -211,6 +211,16 @@ struct job_setup {
                          std::to_string(s->model.num_experts) +
                          " and be at most ledger.group_size " + std::to_string(s->grpo.group_size)};
     }
+    if (const int64_t lag = cfg.get_int("job.max_durability_lag"),
+        interval =
+            static_cast<int64_t>(checkpoint_interval(cfg.get_int("job.checkpoint_interval"), lag));
+        interval > std::max<int64_t>(lag, 1))
+      return error{
+          errc::invalid_config,
+          "job.checkpoint_interval " + std::to_string(interval) +
+              " exceeds job.max_durability_lag " + std::to_string(lag) +
+              (lag == 0 ? " (lag 0 commits every version before announcing it: use 1)" : "") +
+              ": the trainer would wait at the lag for a version never checkpointed"};
     if (s->model.max_seq_len < s->prompt_length() + s->max_completion_length())
       return error{errc::invalid_config, "policy.max_seq_len " +
                                              std::to_string(s->model.max_seq_len) +
@@ -625,6 +635,8 @@ class grpo_trainer final : public actors::trainer_step {
     groups_per_step_ = static_cast<size_t>(cfg.get_int("actors.units_per_iteration") *
                                            cfg.get_int("actors.groups_per_unit"));
     keep_every_ = static_cast<uint64_t>(cfg.get_int("job.checkpoint_every"));
+    interval_ = checkpoint_interval(cfg.get_int("job.checkpoint_interval"),
+                                    cfg.get_int("job.max_durability_lag"));
     // One checkpoint shard per member process (a single trainer is a group of one).
     ckpt_ = std::make_unique<shard_checkpointer>(
         s_->store, checkpoint_prefix(s_->prefix), 0, group ? group->num_members() : 1,
@@ -786,7 +798,8 @@ class grpo_trainer final : public actors::trainer_step {
       // Copies this process's state and queues its shard; the store is written behind the
       // announcement, up to job.max_durability_lag versions behind (job/README.md).
       t0 = std::chrono::steady_clock::now();
-      if (auto st = checkpoint(hash); !st) return st.err();
+      if (checkpoint_due(version_, interval_))
+        if (auto st = checkpoint(hash); !st) return st.err();
       if (auto st = ckpt_->throttle(version_); !st) return st.err();
       t_checkpoint = seconds_since(t0);
     }
@@ -1072,6 +1085,7 @@ class grpo_trainer final : public actors::trainer_step {
   size_t pending_groups_ = 0;
   size_t groups_per_step_ = 1;
   uint64_t keep_every_ = 0;  // job.checkpoint_every: 0 writes none
+  uint64_t interval_ = 1;    // job.checkpoint_interval
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
@@ -1093,6 +1107,8 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
                     actors::trainer_group& group) {
   const uint32_t me = group.member_index(), n = group.num_members();
   const uint64_t keep_every = static_cast<uint64_t>(s->cfg.get_int("job.checkpoint_every"));
+  const uint64_t interval = checkpoint_interval(s->cfg.get_int("job.checkpoint_interval"),
+                                                s->cfg.get_int("job.max_durability_lag"));
   shard_checkpointer ckpt(s->store, checkpoint_prefix(s->prefix), me, n,
                           static_cast<uint64_t>(s->cfg.get_int("job.max_durability_lag")),
                           keep_every, group.abort_flag());
@@ -1103,7 +1119,7 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
   };
   ep_member_hooks hooks;
   hooks.after_step = [&](uint64_t version) -> result<nlohmann::json> {
-    if (keep_every == 0) return nlohmann::json::object();
+    if (keep_every == 0 || !checkpoint_due(version, interval)) return nlohmann::json::object();
     auto state = t.local_state();
     if (!state) return state.err();
     uint64_t num_bytes = 0;

@@ -8,6 +8,7 @@
 // background thread, in order.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -44,6 +45,17 @@ class store_outage {
   std::string last_error_;
   uint64_t failures_ = 0;
 };
+
+// job.checkpoint_interval as configured (0: half of job.max_durability_lag, at least 1).
+inline uint64_t checkpoint_interval(int64_t configured, int64_t max_lag) {
+  if (configured > 0) return static_cast<uint64_t>(configured);
+  return static_cast<uint64_t>(std::max<int64_t>(1, max_lag / 2));
+}
+// Whether policy version v is checkpointed (every interval-th). Member 0 and the other
+// members decide alike, so every shard of a due version is written.
+inline bool checkpoint_due(uint64_t version, uint64_t interval) {
+  return interval <= 1 || version % interval == 0;
+}
 
 class shard_checkpointer {
  public:

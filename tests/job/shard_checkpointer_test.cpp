@@ -12,6 +12,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/config.h"
+#include "job/grpo_job.h"
 #include "job/shard_checkpointer.h"
 #include "store/local_store.h"
 #include "tests/support/temp_dir.h"
@@ -201,6 +203,41 @@ TEST_F(shard_checkpointer_test, member_zero_commits_once_the_other_shard_is_dura
   EXPECT_EQ(st.err().code, errc::peer_dead);
   EXPECT_FALSE(store::verify_checkpoint(*store_, prefix_, 2).ok());
   EXPECT_EQ(store::latest_committed(*store_, prefix_)->step, 1u);
+}
+
+// job.checkpoint_interval: 0 follows the lag (half of it, at least 1); member 0 and the
+// members pick the same versions; more than the lag is refused by the job, naming both keys.
+TEST(checkpoint_interval, zero_is_half_the_lag_and_every_member_picks_the_same_versions) {
+  EXPECT_EQ(checkpoint_interval(0, 4), 2u);
+  EXPECT_EQ(checkpoint_interval(0, 9), 4u);
+  EXPECT_EQ(checkpoint_interval(0, 1), 1u);
+  EXPECT_EQ(checkpoint_interval(0, 0), 1u);
+  EXPECT_EQ(checkpoint_interval(3, 4), 3u);
+  std::vector<uint64_t> due;
+  for (uint64_t v = 1; v <= 7; ++v)
+    if (checkpoint_due(v, 2)) due.push_back(v);
+  EXPECT_EQ(due, (std::vector<uint64_t>{2, 4, 6}));
+  for (uint64_t v = 1; v <= 7; ++v) EXPECT_TRUE(checkpoint_due(v, 1)) << v;
+}
+
+TEST(checkpoint_interval, more_than_the_lag_is_refused_naming_both_keys) {
+  moerl::testing::temp_dir dir{"ckpt-interval"};
+  for (auto [interval, lag] : {std::pair<int, int>{2, 0}, std::pair<int, int>{5, 4}}) {
+    auto cfg = config::load(
+        "", {"store.url=" + dir.path(), "job.checkpoint_interval=" + std::to_string(interval),
+             "job.max_durability_lag=" + std::to_string(lag)});
+    ASSERT_TRUE(cfg.ok()) << cfg.err().to_string();
+    auto job = make_job(*cfg, actors::node_role::trainer);
+    ASSERT_FALSE(job.ok()) << interval << " over lag " << lag << " was accepted";
+    EXPECT_EQ(job.err().code, errc::invalid_config);
+    EXPECT_NE(job.err().message.find("job.checkpoint_interval " + std::to_string(interval)),
+              std::string::npos)
+        << job.err().message;
+    EXPECT_NE(job.err().message.find("job.max_durability_lag"), std::string::npos);
+  }
+  auto fine = config::load("", {"store.url=" + dir.path(), "job.max_durability_lag=0"});
+  ASSERT_TRUE(fine.ok());
+  EXPECT_TRUE(make_job(*fine, actors::node_role::trainer).ok()) << "0 follows the lag";
 }
 
 }  // namespace
