@@ -189,6 +189,7 @@ status external_trainer::serve_member(const std::function<bool()>& stop) {
     const auto& msg = **got;
     auto c = check_envelope(msg, {"next", "publish", "checkpoint"});
     if (c.ok && c.type != "checkpoint") {
+      if (c.type == "publish") (void)take_file(msg);  // a file under the prefix is removed
       c.ok = false;
       c.why = refusal::unknown_type;
       c.detail = c.type + " from " + who +
