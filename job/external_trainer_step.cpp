@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -43,6 +43,26 @@ std::string tensor_file_prefix() {
   return dir + "/" + std::to_string(::getpid()) + ":trainer:";
 }
 
+// The worker's keys, as every trainer node (member) reads them.
+workers::external_trainer_options worker_options(const config& cfg) {
+  workers::external_trainer_options o;
+  o.worker = cfg.get_string("trainer.worker");
+  o.python = cfg.get_string("worker.python");
+  o.start_timeout_ms = cfg.get_int("worker.start_timeout_ms");
+  o.restart_backoff_ms = cfg.get_int("worker.restart_backoff_ms");
+  o.step_timeout_ms = cfg.get_int("trainer.worker_timeout_ms");
+  o.file_prefix = tensor_file_prefix();
+  return o;
+}
+
+// job.checkpoint_every=0 turns the native checkpoints off; a worker's checkpoints are its
+// own to ask for, and of the older ones every this many stay.
+constexpr uint64_t kKeepEveryWhenUnset = 10;
+
+uint64_t checkpoints_kept_every(const config& cfg) {
+  const int64_t keep_every = cfg.get_int("job.checkpoint_every");
+  return keep_every > 0 ? static_cast<uint64_t>(keep_every) : kKeepEveryWhenUnset;
+}
 
 // ---- Python trainer groups (python/WORKERS.md, "Trainer groups") --------------------------
 
@@ -58,9 +78,8 @@ struct group_rendezvous {
 };
 
 nlohmann::json to_json(const group_rendezvous& r) {
-  return {{"op", "rendezvous"},    {"addr", r.addr},
-          {"port", r.port},        {"version", r.version},
-          {"resume", r.resume_step}, {"incarnation", r.incarnation}};
+  return {{"op", "rendezvous"},   {"addr", r.addr},          {"port", r.port},
+          {"version", r.version}, {"resume", r.resume_step}, {"incarnation", r.incarnation}};
 }
 
 result<group_rendezvous> parse_rendezvous(const std::string& bytes) {
@@ -82,8 +101,11 @@ result<group_rendezvous> parse_rendezvous(const std::string& bytes) {
 }
 
 nlohmann::json group_place(const group_rendezvous& r, uint32_t rank, uint32_t world) {
-  return {{"rank", rank},        {"world_size", world},          {"addr", r.addr},
-          {"port", r.port},      {"incarnation", r.incarnation}};
+  return {{"rank", rank},
+          {"world_size", world},
+          {"addr", r.addr},
+          {"port", r.port},
+          {"incarnation", r.incarnation}};
 }
 
 // The address the other members' workers reach rank 0's store at: node.host, or this host's
@@ -172,13 +194,7 @@ class external_trainer_step final : public actors::trainer_step {
   }
 
   status init(const config& cfg) {
-    workers::external_trainer_options o;
-    o.worker = cfg.get_string("trainer.worker");
-    o.python = cfg.get_string("worker.python");
-    o.start_timeout_ms = cfg.get_int("worker.start_timeout_ms");
-    o.restart_backoff_ms = cfg.get_int("worker.restart_backoff_ms");
-    o.step_timeout_ms = cfg.get_int("trainer.worker_timeout_ms");
-    o.file_prefix = tensor_file_prefix();
+    workers::external_trainer_options o = worker_options(cfg);
     file_prefix_ = o.file_prefix;
     const uint32_t num_shards = group_ ? group_->num_members() : 1;
     if (group_) {
@@ -196,13 +212,11 @@ class external_trainer_step final : public actors::trainer_step {
     // The worker's checkpoints are written as the native trainer's are (job/shard_checkpointer.h):
     // one shard, in the background, the worker waiting only when job.max_durability_lag
     // versions are published beyond the newest committed one.
-    const int64_t keep_every = cfg.get_int("job.checkpoint_every");
     // A group's checkpoint is one shard per member (each rank's own state), member 0
     // committing once every shard is durable.
     ckpt_ = std::make_unique<shard_checkpointer>(
         s_.store, ckpt_prefix_, 0, num_shards,
-        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")),
-        static_cast<uint64_t>(keep_every > 0 ? keep_every : kKeepEveryWhenUnset),
+        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), checkpoints_kept_every(cfg),
         group_ ? group_->abort_flag() : nullptr);
     if (auto c = store::latest_committed(*s_.store, ckpt_prefix_); c) {
       version_ = std::max(version_, c->step);
@@ -413,7 +427,8 @@ class external_trainer_step final : public actors::trainer_step {
   // checkpoint with no publish between) replaces it.
   result<nlohmann::json> checkpoint(std::string bytes, const nlohmann::json& req) {
     // A group's ranks name the version their shard is of: all must be rank 0's newest.
-    if (auto v = req.find("version"); v != req.end() && !(v->is_number_unsigned() && *v == version_))
+    if (auto v = req.find("version");
+        v != req.end() && !(v->is_number_unsigned() && *v == version_))
       return error(errc::invalid_argument, "checkpoint of version " + v->dump() +
                                                " on trainer rank 0, whose newest published "
                                                "version is " +
@@ -497,10 +512,6 @@ class external_trainer_step final : public actors::trainer_step {
     return read_own_shard(*s_.store, ckpt_prefix_, c->step, 0);
   }
 
-  // job.checkpoint_every=0 turns the native checkpoints off; a worker's checkpoints are its
-  // own to ask for, and of the older ones every this many stay.
-  static constexpr uint64_t kKeepEveryWhenUnset = 10;
-
   external_trainer_setup s_;
   actors::trainer_group* const group_ = s_.group;
   std::optional<group_rendezvous> rv_;  // a group's, once its rendezvous round is done
@@ -532,7 +543,6 @@ result<std::unique_ptr<actors::trainer_step>> make_external_trainer_step(
   return std::unique_ptr<actors::trainer_step>(std::move(t));
 }
 
-
 status serve_external_trainer_member(const config& cfg, external_trainer_setup setup,
                                      actors::trainer_group& group) {
   const uint32_t me = group.member_index(), n = group.num_members();
@@ -544,18 +554,10 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
   auto rv = parse_rendezvous((*first)[0]);
   if (!rv) return rv.err();
   const std::string ckpt_prefix = setup.store_prefix + "/external/ckpt";
-  const int64_t keep_every = cfg.get_int("job.checkpoint_every");
   shard_checkpointer ckpt(setup.store, ckpt_prefix, me, n,
                           static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")),
-                          static_cast<uint64_t>(keep_every > 0 ? keep_every : 10),
-                          group.abort_flag());
-  workers::external_trainer_options o;
-  o.worker = cfg.get_string("trainer.worker");
-  o.python = cfg.get_string("worker.python");
-  o.start_timeout_ms = cfg.get_int("worker.start_timeout_ms");
-  o.restart_backoff_ms = cfg.get_int("worker.restart_backoff_ms");
-  o.step_timeout_ms = cfg.get_int("trainer.worker_timeout_ms");
-  o.file_prefix = tensor_file_prefix();
+                          checkpoints_kept_every(cfg), group.abort_flag());
+  workers::external_trainer_options o = worker_options(cfg);
   o.group_abort = group.abort_flag();
   o.rank = me;
   o.world_size = n;
@@ -610,8 +612,8 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
   };
   auto worker = workers::external_trainer::create(o, std::move(h));
   if (!worker) return worker.err();
-  log->info("trainer rank {} of {} (group incarnation {}): its worker meets rank 0 at {}:{}", me,
-            n, rv->incarnation, rv->addr, rv->port);
+  log->info("trainer rank {} of {} (group incarnation {}): its worker meets rank 0 at {}:{}", me, n,
+            rv->incarnation, rv->addr, rv->port);
   // Member 0's next round is its stop (its step's end); a thread waits for it while this one
   // serves the worker.
   std::atomic<int> stop_round{0};  // 0: pending, 1: stop, 2: failed

@@ -114,8 +114,7 @@ status external_trainer::serve_request(const nlohmann::json& msg, const std::str
   auto bytes = take_file(msg);
   if (!bytes && bytes.err().code == errc::malformed_message) {
     ++refused_;
-    logger("trainer")->warn("trainer worker {} refused (malformed): {}", type,
-                            bytes.err().message);
+    logger("trainer")->warn("trainer worker {} refused (malformed): {}", type, bytes.err().message);
     (void)ch.send(error_frame(refusal::malformed, bytes.err().message), 1000);
     return {};
   }
@@ -176,8 +175,8 @@ result<uint64_t> external_trainer::until_next() {
 status external_trainer::serve_member(const std::function<bool()>& stop) {
   if (auto s = start_worker(); !s) return s;
   auto& ch = link_.channel();
-  const std::string who = "trainer rank " + std::to_string(opts_.rank) + " of " +
-                          std::to_string(opts_.world_size);
+  const std::string who =
+      "trainer rank " + std::to_string(opts_.rank) + " of " + std::to_string(opts_.world_size);
   for (;;) {
     if (stop()) {
       link_.stop(1000);
