@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <thread>
@@ -153,24 +152,27 @@ result<uint64_t> pick_free_port(const std::string& host) {
   return port;
 }
 
-// Writes a checkpoint's "state" part as the file a worker's resume() reads (and removes);
-// the path, or "" when it has none or the file cannot be written (logged).
-std::string write_resume_file(const std::string& file_prefix, uint64_t step,
-                              const std::vector<store::checkpoint_part>& parts) {
+// The welcome's "checkpoint": checkpoint `m`'s "state" part written as the file the worker's
+// resume() reads (and removes), or null when it has none or the file cannot be written
+// (logged). `path` is set to the file, for the caller to remove if the worker does not.
+nlohmann::json offer_checkpoint(const std::string& file_prefix, const store::checkpoint_manifest& m,
+                                const std::vector<store::checkpoint_part>& parts,
+                                std::string& path) {
   for (const auto& p : parts) {
     if (p.name != "state") continue;
-    const std::string path = file_prefix + "resume-" + std::to_string(step);
-    FILE* f = std::fopen(path.c_str(), "wb");
+    const std::string file = file_prefix + "resume-" + std::to_string(m.step);
+    FILE* f = std::fopen(file.c_str(), "wb");
     const bool ok = f && std::fwrite(p.bytes.data(), 1, p.bytes.size(), f) == p.bytes.size();
     if (f) std::fclose(f);
     if (!ok) {
-      logger("trainer")->warn("cannot write the resume file {}", path);
-      ::unlink(path.c_str());
-      return "";
+      logger("trainer")->warn("cannot write the resume file {}", file);
+      ::unlink(file.c_str());
+      return nullptr;
     }
-    return path;
+    path = file;
+    return {{"path", file}, {"bytes", p.bytes.size()}, {"version", m.step}, {"meta", m.meta}};
   }
-  return "";
+  return nullptr;
 }
 
 // How long a member waits for a rendezvous or a stop round before it counts the group broken.
@@ -466,12 +468,7 @@ class external_trainer_step final : public actors::trainer_step {
                                 own.err().to_string());
         return w;
       }
-      resume_path_ = write_resume_file(file_prefix_, rv_->resume_step, own->second);
-      if (!resume_path_.empty())
-        w["checkpoint"] = {{"path", resume_path_},
-                           {"bytes", std::filesystem::file_size(resume_path_)},
-                           {"version", rv_->resume_step},
-                           {"meta", own->first.meta}};
+      w["checkpoint"] = offer_checkpoint(file_prefix_, own->first, own->second, resume_path_);
       return w;
     }
     auto c = newest_checkpoint();
@@ -481,23 +478,7 @@ class external_trainer_step final : public actors::trainer_step {
                                 c.err().to_string());
       return w;
     }
-    for (const auto& p : c->second) {
-      if (p.name != "state") continue;
-      const std::string path = file_prefix_ + "resume-" + std::to_string(c->first.step);
-      FILE* f = std::fopen(path.c_str(), "wb");
-      const bool ok = f && std::fwrite(p.bytes.data(), 1, p.bytes.size(), f) == p.bytes.size();
-      if (f) std::fclose(f);
-      if (!ok) {
-        logger("trainer")->warn("cannot write the resume file {}", path);
-        ::unlink(path.c_str());
-        return w;
-      }
-      resume_path_ = path;
-      w["checkpoint"] = {{"path", path},
-                         {"bytes", p.bytes.size()},
-                         {"version", c->first.step},
-                         {"meta", c->first.meta}};
-    }
+    w["checkpoint"] = offer_checkpoint(file_prefix_, c->first, c->second, resume_path_);
     return w;
   }
 
@@ -602,12 +583,7 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
       log->warn("no checkpoint offered to trainer rank {}: {}", me, own.err().to_string());
       return w;
     }
-    resume_path = write_resume_file(o.file_prefix, rv->resume_step, own->second);
-    if (!resume_path.empty())
-      w["checkpoint"] = {{"path", resume_path},
-                         {"bytes", std::filesystem::file_size(resume_path)},
-                         {"version", rv->resume_step},
-                         {"meta", own->first.meta}};
+    w["checkpoint"] = offer_checkpoint(o.file_prefix, own->first, own->second, resume_path);
     return w;
   };
   auto worker = workers::external_trainer::create(o, std::move(h));

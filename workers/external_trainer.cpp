@@ -140,8 +140,13 @@ status external_trainer::serve_request(const nlohmann::json& msg, const std::str
   return {};
 }
 
+void external_trainer::refuse(const checked& c) {
+  ++refused_;
+  logger("trainer")->warn("trainer worker message refused ({}): {}", refusal_name(c.why), c.detail);
+  (void)link_.channel().send(error_frame(c.why, c.detail), 1000);
+}
+
 result<uint64_t> external_trainer::until_next() {
-  auto& ch = link_.channel();
   for (;;) {
     auto got = receive(opts_.step_timeout_ms);
     if (!got) return got.err();
@@ -162,10 +167,7 @@ result<uint64_t> external_trainer::until_next() {
       }
     }
     if (!c.ok) {
-      ++refused_;
-      logger("trainer")->warn("trainer worker message refused ({}): {}", refusal_name(c.why),
-                              c.detail);
-      (void)ch.send(error_frame(c.why, c.detail), 1000);
+      refuse(c);
       continue;
     }
     if (auto st = serve_request(msg, c.type); !st) return st.err();
@@ -174,7 +176,6 @@ result<uint64_t> external_trainer::until_next() {
 
 status external_trainer::serve_member(const std::function<bool()>& stop) {
   if (auto s = start_worker(); !s) return s;
-  auto& ch = link_.channel();
   const std::string who =
       "trainer rank " + std::to_string(opts_.rank) + " of " + std::to_string(opts_.world_size);
   for (;;) {
@@ -196,10 +197,7 @@ status external_trainer::serve_member(const std::function<bool()>& stop) {
                  "rank rank 0's batches and gathers publish to rank 0)";
     }
     if (!c.ok) {
-      ++refused_;
-      logger("trainer")->warn("trainer worker message refused ({}): {}", refusal_name(c.why),
-                              c.detail);
-      (void)ch.send(error_frame(c.why, c.detail), 1000);
+      refuse(c);
       continue;
     }
     if (auto st = serve_request(msg, c.type); !st) return st;

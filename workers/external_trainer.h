@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "workers/worker_link.h"
+#include "workers/worker_protocol.h"
 
 namespace moerl::workers {
 
@@ -92,6 +93,8 @@ class external_trainer {
   // One frame within timeout_ms (polled in slices, so a raised group abort ends it at once):
   // the message, nullopt on timeout, or peer_dead (the worker is dropped).
   result<std::optional<nlohmann::json>> receive(int64_t timeout_ms);
+  // Refuses a message by name (counted, logged, answered with an error frame).
+  void refuse(const checked& c);
   // Starts a worker (its welcome asked anew) if none runs; does not wait for it.
   status start_worker();
   // Serves one publish/checkpoint request (the envelope checked already), replying to it.
