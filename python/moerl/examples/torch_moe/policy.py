@@ -94,7 +94,8 @@ class SortPolicy(nn.Module):
             for w in ("w_in", "w_out"):
                 ids = sorted(int(k.rsplit(".", 1)[1]) for k in named if k.startswith(f"moe.{w}."))
                 if ids != list(range(len(ids))):
-                    raise ValueError(f"published experts moe.{w}.<j> are {ids}; expected 0..{len(ids) - 1}")
+                    raise ValueError(f"published experts moe.{w}.<j> are {ids}; "
+                                     f"expected 0..{len(ids) - 1}")
                 named[f"moe.{w}"] = torch.stack([named.pop(f"moe.{w}.{j}") for j in ids])
         self.load_state_dict(named)
 
