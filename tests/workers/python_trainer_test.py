@@ -20,6 +20,8 @@ Python trainer publishes, scored by the Python verifier. One case per invocation
                                                     mid-run: the group re-forms (no node
                                                     replaced), both ranks resume from the newest
                                                     committed checkpoint, the run finishes
+  python_trainer_test.py MOERL CONFIG group_killed_rank0  the same with trainer-0's worker
+                                                    (rank 0, the one that asks for batches)
 
 Every run ends with lost = 0, duplicated = 0, the ledger balanced and no worker process left.
 Every wait is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
@@ -184,32 +186,35 @@ def group_learns(moerl, config, tmp):
             break
 
 
-def group_killed(moerl, config, tmp):
-    run = start(moerl, config, tmp, "group_killed", "--no-interrupt", "--iterations", "24")
+def group_killed(moerl, config, tmp, node="trainer-1"):
+    rank = int(node.rsplit("-", 1)[1])
+    run = start(moerl, config, tmp, f"group_killed_rank{rank}", "--no-interrupt", "--iterations",
+                "24")
     run.wait_iteration(4)
-    member = run.pid_of("trainer-1")
-    victim = wait_for(lambda: trainers_of(tmp, member), "trainer-1's Python worker", run)[0]
-    print(f"SIGKILL -> trainer-1's Python worker, rank 1 (pid {victim})", flush=True)
+    member = run.pid_of(node)
+    victim = wait_for(lambda: trainers_of(tmp, member), f"{node}'s Python worker", run)[0]
+    print(f"SIGKILL -> {node}'s Python worker, rank {rank} (pid {victim})", flush=True)
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: [p for p in trainers_of(tmp, member) if p != victim],
-             "a new Python worker on trainer-1", run)
+             f"a new Python worker on {node}", run)
     rep = run.finish()
     js, g = check_group(rep, run, tmp)
-    mine = [r for r in g["reformed"] if "trainer-1" in r["cause"]]
+    mine = [r for r in g["reformed"] if node in r["cause"]]
     assert mine, g["reformed"]
     print("trainer group re-formed:", json.dumps(mine), flush=True)
     assert mine[0]["restored_version"] is not None, mine
     # The member nodes stay; only their workers were restarted.
     assert not [r for r in rep["replacements"] if r["node"].startswith("trainer")], \
         rep["replacements"]
-    assert f"trainer worker pid {victim} stopped" in node_logs(run, "trainer-1")
+    assert f"trainer worker pid {victim} stopped" in node_logs(run, node)
     print(f"versions {js['policy_version']}, resumed from {js['resumed_from_version']}, "
           f"trained {rep['accounting']['trained']}, lost {rep['accounting'].get('lost')}, "
           f"duplicated {rep['accounting'].get('duplicated')}", flush=True)
 
 
 CASES = {"learns": learns, "killed": killed, "group_learns": group_learns,
-         "group_killed": group_killed}
+         "group_killed": group_killed,
+         "group_killed_rank0": lambda m, c, t: group_killed(m, c, t, node="trainer-0")}
 
 if __name__ == "__main__":
     moerl, config, case = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
