@@ -349,7 +349,9 @@ const std::vector<key_spec>& config_schema() {
        "function given a moerl.worker.Trainer: `for batch in trainer.batches()`, "
        "`trainer.publish(tensors)`, `trainer.checkpoint(tensors)`) or exec:COMMAND, one process "
        "per trainer node, started and restarted by it (attach:/SOCKET/PATH: a worker the user "
-       "started); needs trainer.group_size 1",
+       "started); with trainer.group_size N > 1 every member node starts one, the N forming a "
+       "gloo process group (trainer.process_group, trainer.rank; python/WORKERS.md, \"Trainer "
+       "groups\")",
        ""},
       {"trainer.worker_timeout_ms", t::integer, "600000",
        "the longest an external trainer may stay silent holding a batch (its training step) "

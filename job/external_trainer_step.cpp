@@ -1,16 +1,25 @@
 #include "job/external_trainer_step.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include "common/log.h"
+#include "job/group_bootstrap.h"
 #include "job/shard_checkpointer.h"
 #include "policy/params.h"
 #include "store/checkpoint.h"
@@ -33,6 +42,143 @@ std::string tensor_file_prefix() {
   return dir + "/" + std::to_string(::getpid()) + ":trainer:";
 }
 
+// The worker's keys, as every trainer node (member) reads them.
+workers::external_trainer_options worker_options(const config& cfg) {
+  workers::external_trainer_options o;
+  o.worker = cfg.get_string("trainer.worker");
+  o.python = cfg.get_string("worker.python");
+  o.start_timeout_ms = cfg.get_int("worker.start_timeout_ms");
+  o.restart_backoff_ms = cfg.get_int("worker.restart_backoff_ms");
+  o.step_timeout_ms = cfg.get_int("trainer.worker_timeout_ms");
+  o.file_prefix = tensor_file_prefix();
+  return o;
+}
+
+// job.checkpoint_every=0 turns the native checkpoints off; a worker's checkpoints are its
+// own to ask for, and of the older ones every this many stay.
+constexpr uint64_t kKeepEveryWhenUnset = 10;
+
+uint64_t checkpoints_kept_every(const config& cfg) {
+  const int64_t keep_every = cfg.get_int("job.checkpoint_every");
+  return keep_every > 0 ? static_cast<uint64_t>(keep_every) : kKeepEveryWhenUnset;
+}
+
+// ---- Python trainer groups (python/WORKERS.md, "Trainer groups") --------------------------
+
+// What member 0 tells every member once per incarnation, in the group's first "members" round:
+// where rank 0's torch.distributed store listens, the version the workers continue from and
+// the committed checkpoint every rank resumes its own shard of (0: none).
+struct group_rendezvous {
+  std::string addr;
+  uint64_t port = 0;
+  uint64_t version = 0;
+  uint64_t resume_step = 0;
+  uint64_t incarnation = 0;
+};
+
+nlohmann::json to_json(const group_rendezvous& r) {
+  return {{"op", "rendezvous"},   {"addr", r.addr},          {"port", r.port},
+          {"version", r.version}, {"resume", r.resume_step}, {"incarnation", r.incarnation}};
+}
+
+result<group_rendezvous> parse_rendezvous(const std::string& bytes) {
+  auto j = nlohmann::json::parse(bytes, nullptr, false);
+  if (!j.is_object() || j.value("op", "") != "rendezvous" || !j.contains("addr") ||
+      !j["addr"].is_string() || !j.contains("port") || !j["port"].is_number_unsigned() ||
+      j["port"].get<uint64_t>() == 0 || j["port"].get<uint64_t>() > 65535)
+    return error(errc::malformed_message,
+                 "trainer group: member 0's first round is not a rendezvous {op, addr, port, "
+                 "version, resume}: " +
+                     bytes.substr(0, 200));
+  group_rendezvous r;
+  r.addr = j["addr"].get<std::string>();
+  r.port = j["port"].get<uint64_t>();
+  r.version = j.value("version", uint64_t(0));
+  r.resume_step = j.value("resume", uint64_t(0));
+  r.incarnation = j.value("incarnation", uint64_t(0));
+  return r;
+}
+
+nlohmann::json group_place(const group_rendezvous& r, uint32_t rank, uint32_t world) {
+  return {{"rank", rank},
+          {"world_size", world},
+          {"addr", r.addr},
+          {"port", r.port},
+          {"incarnation", r.incarnation}};
+}
+
+// The address the other members' workers reach rank 0's store at: node.host, or this host's
+// name when the node listens on every interface.
+std::string rendezvous_host(const config& cfg) {
+  std::string h = cfg.get_string("node.host");
+  if (h.empty() || h == "0.0.0.0" || h == "::") {
+    char name[256] = {0};
+    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0]) return name;
+    return "127.0.0.1";
+  }
+  return h;
+}
+
+// A TCP port free on `host` now: bound to port 0, read, closed. Rank 0's worker binds it a
+// moment later (torch.distributed's TCPStore takes a port, not a socket); a port taken in
+// between fails that worker's start, which breaks the incarnation and the next one picks anew.
+result<uint64_t> pick_free_port(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0 || !res)
+    return error(errc::invalid_config,
+                 "trainer group rendezvous: cannot resolve " + host + ": " + ::gai_strerror(rc));
+  std::string why = "no address";
+  uint64_t port = 0;
+  for (addrinfo* a = res; a && !port; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    } else {
+      why = std::strerror(errno);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (!port)
+    return error(errc::io_error, "trainer group rendezvous: no free port on " + host + ": " + why);
+  return port;
+}
+
+// The welcome's "checkpoint": checkpoint `m`'s "state" part written as the file the worker's
+// resume() reads (and removes), or null when it has none or the file cannot be written
+// (logged). `path` is set to the file, for the caller to remove if the worker does not.
+nlohmann::json offer_checkpoint(const std::string& file_prefix, const store::checkpoint_manifest& m,
+                                const std::vector<store::checkpoint_part>& parts,
+                                std::string& path) {
+  for (const auto& p : parts) {
+    if (p.name != "state") continue;
+    const std::string file = file_prefix + "resume-" + std::to_string(m.step);
+    FILE* f = std::fopen(file.c_str(), "wb");
+    const bool ok = f && std::fwrite(p.bytes.data(), 1, p.bytes.size(), f) == p.bytes.size();
+    if (f) std::fclose(f);
+    if (!ok) {
+      logger("trainer")->warn("cannot write the resume file {}", file);
+      ::unlink(file.c_str());
+      return nullptr;
+    }
+    path = file;
+    return {{"path", file}, {"bytes", p.bytes.size()}, {"version", m.step}, {"meta", m.meta}};
+  }
+  return nullptr;
+}
+
+// How long a member waits for a rendezvous or a stop round before it counts the group broken.
+constexpr int64_t kRendezvousRoundMs = 60000;
+constexpr int64_t kStopRoundMs = 5000;
+
 class external_trainer_step final : public actors::trainer_step {
  public:
   explicit external_trainer_step(external_trainer_setup s)
@@ -43,17 +189,20 @@ class external_trainer_step final : public actors::trainer_step {
   ~external_trainer_step() override {
     if (worker_) worker_->stop(1000);
     if (!resume_path_.empty()) ::unlink(resume_path_.c_str());
+    // The group's other members serve their workers until this round (a broken group's
+    // round fails at once: they have left already).
+    if (group_ && rv_)
+      (void)all_members_allgather(*group_, nlohmann::json{{"op", "stop"}}.dump(), kStopRoundMs);
   }
 
   status init(const config& cfg) {
-    workers::external_trainer_options o;
-    o.worker = cfg.get_string("trainer.worker");
-    o.python = cfg.get_string("worker.python");
-    o.start_timeout_ms = cfg.get_int("worker.start_timeout_ms");
-    o.restart_backoff_ms = cfg.get_int("worker.restart_backoff_ms");
-    o.step_timeout_ms = cfg.get_int("trainer.worker_timeout_ms");
-    o.file_prefix = tensor_file_prefix();
+    workers::external_trainer_options o = worker_options(cfg);
     file_prefix_ = o.file_prefix;
+    const uint32_t num_shards = group_ ? group_->num_members() : 1;
+    if (group_) {
+      o.group_abort = group_->abort_flag();
+      o.world_size = num_shards;
+    }
     // Versions continue past every one this run announced (the marker is written before each
     // announcement) and past the newest checkpoint: a recreated trainer node never reuses a
     // number a rollout may have generated with.
@@ -65,16 +214,44 @@ class external_trainer_step final : public actors::trainer_step {
     // The worker's checkpoints are written as the native trainer's are (job/shard_checkpointer.h):
     // one shard, in the background, the worker waiting only when job.max_durability_lag
     // versions are published beyond the newest committed one.
-    const int64_t keep_every = cfg.get_int("job.checkpoint_every");
+    // A group's checkpoint is one shard per member (each rank's own state), member 0
+    // committing once every shard is durable.
     ckpt_ = std::make_unique<shard_checkpointer>(
-        s_.store, ckpt_prefix_, 0, 1, static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")),
-        static_cast<uint64_t>(keep_every > 0 ? keep_every : kKeepEveryWhenUnset));
+        s_.store, ckpt_prefix_, 0, num_shards,
+        static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), checkpoints_kept_every(cfg),
+        group_ ? group_->abort_flag() : nullptr);
     if (auto c = store::latest_committed(*s_.store, ckpt_prefix_); c) {
       version_ = std::max(version_, c->step);
       resumed_from_ = c->step;
       ckpt_->set_durable(c->step);
+      const uint64_t shape = c->meta.value("num_shards", uint64_t(1));
+      if (shape == num_shards) {
+        resume_step_ = c->step;
+      } else {
+        logger("trainer")->warn(
+            "checkpoint {} was written by a trainer of {} worker(s); this one has {}: not "
+            "offered to the workers (they start from their initial weights at version {})",
+            c->step, shape, num_shards, version_);
+      }
     } else if (c.err().code != errc::not_found) {
       return c.err();
+    }
+    if (group_) {  // the incarnation's rendezvous, before the worker starts
+      group_rendezvous r;
+      r.addr = rendezvous_host(cfg);
+      auto port = pick_free_port(r.addr);
+      if (!port) return port.err();
+      r.port = *port;
+      r.version = version_;
+      r.resume_step = resume_step_;
+      r.incarnation = group_->incarnation();
+      auto round = all_members_allgather(*group_, to_json(r).dump(), kRendezvousRoundMs);
+      if (!round) return round.err();
+      rv_ = r;
+      logger("trainer")->info(
+          "trainer group incarnation {}: {} Python ranks meet at {}:{} (version {}, resuming "
+          "checkpoint {})",
+          r.incarnation, num_shards, r.addr, r.port, r.version, r.resume_step);
     }
     workers::external_trainer_handlers h;
     h.publish = [this](std::string bytes, const nlohmann::json& req) {
@@ -112,6 +289,13 @@ class external_trainer_step final : public actors::trainer_step {
 
   result<actors::train_result> train(const std::vector<messages::sample>& batch) override {
     actors::train_result out;
+    // A group's workers live and die together: rank 0's worker is not restarted inside an
+    // incarnation (the others would wait for the old one in their collectives); the driver's
+    // restart re-forms the group and every member starts a new worker.
+    if (group_ && group_->abort_flag() && group_->abort_flag()->load())
+      return error(errc::peer_dead, "the trainer group broke (a member was lost)");
+    if (group_ && worker_->starts() > 0 && !worker_->running())
+      return error(errc::peer_dead, "trainer rank 0's worker is gone; the group re-forms");
     if (batch.empty() && held_groups_ == 0) return out;  // a flush with nothing held
     nlohmann::json groups = nlohmann::json::array();
     std::tuple<uint64_t, uint32_t, uint64_t> last{0, 0, 0};
@@ -166,6 +350,11 @@ class external_trainer_step final : public actors::trainer_step {
     out["iterations"] = timings_;
     out["external_worker"] = worker_->stats();
     out["weights"] = {{"versions", published_}};
+    // durable_version: the newest checkpoint committed (every member's shard written).
+    out["checkpoints"] = {{"num_shards", ckpt_->num_shards()},
+                          {"durable_version", ckpt_->durable()},
+                          {"written", ckpt_->num_written()},
+                          {"failed", ckpt_->num_failed()}};
     return out;
   }
 
@@ -239,6 +428,13 @@ class external_trainer_step final : public actors::trainer_step {
   // for the store, as the native trainer does). A rewrite of the same version (a second
   // checkpoint with no publish between) replaces it.
   result<nlohmann::json> checkpoint(std::string bytes, const nlohmann::json& req) {
+    // A group's ranks name the version their shard is of: all must be rank 0's newest.
+    if (auto v = req.find("version");
+        v != req.end() && !(v->is_number_unsigned() && *v == version_))
+      return error(errc::invalid_argument, "checkpoint of version " + v->dump() +
+                                               " on trainer rank 0, whose newest published "
+                                               "version is " +
+                                               std::to_string(version_));
     if (auto st = ckpt_->throttle(version_); !st) return st.err();
     nlohmann::json meta = req.value("meta", nlohmann::json::object());
     if (!meta.is_object()) meta = nlohmann::json::object();
@@ -262,6 +458,19 @@ class external_trainer_step final : public actors::trainer_step {
                      {"groups_per_iteration", s_.groups_per_iteration},
                      {"file_prefix", file_prefix_},
                      {"checkpoint", nullptr}};
+    if (group_) {
+      // Every rank resumes its own shard of the checkpoint the rendezvous named.
+      w["group"] = group_place(*rv_, 0, group_->num_members());
+      if (rv_->resume_step == 0) return w;
+      auto own = read_own_shard(*s_.store, ckpt_prefix_, rv_->resume_step, 0);
+      if (!own) {
+        logger("trainer")->warn("no checkpoint offered to trainer rank 0: {}",
+                                own.err().to_string());
+        return w;
+      }
+      w["checkpoint"] = offer_checkpoint(file_prefix_, own->first, own->second, resume_path_);
+      return w;
+    }
     auto c = newest_checkpoint();
     if (!c) {
       if (c.err().code != errc::not_found)
@@ -269,23 +478,7 @@ class external_trainer_step final : public actors::trainer_step {
                                 c.err().to_string());
       return w;
     }
-    for (const auto& p : c->second) {
-      if (p.name != "state") continue;
-      const std::string path = file_prefix_ + "resume-" + std::to_string(c->first.step);
-      FILE* f = std::fopen(path.c_str(), "wb");
-      const bool ok = f && std::fwrite(p.bytes.data(), 1, p.bytes.size(), f) == p.bytes.size();
-      if (f) std::fclose(f);
-      if (!ok) {
-        logger("trainer")->warn("cannot write the resume file {}", path);
-        ::unlink(path.c_str());
-        return w;
-      }
-      resume_path_ = path;
-      w["checkpoint"] = {{"path", path},
-                         {"bytes", p.bytes.size()},
-                         {"version", c->first.step},
-                         {"meta", c->first.meta}};
-    }
+    w["checkpoint"] = offer_checkpoint(file_prefix_, c->first, c->second, resume_path_);
     return w;
   }
 
@@ -300,11 +493,10 @@ class external_trainer_step final : public actors::trainer_step {
     return read_own_shard(*s_.store, ckpt_prefix_, c->step, 0);
   }
 
-  // job.checkpoint_every=0 turns the native checkpoints off; a worker's checkpoints are its
-  // own to ask for, and of the older ones every this many stay.
-  static constexpr uint64_t kKeepEveryWhenUnset = 10;
-
   external_trainer_setup s_;
+  actors::trainer_group* const group_ = s_.group;
+  std::optional<group_rendezvous> rv_;  // a group's, once its rendezvous round is done
+  uint64_t resume_step_ = 0;  // the checkpoint of this trainer's shape to resume (0: none)
   const std::string ckpt_prefix_, marker_key_;
   std::unique_ptr<shard_checkpointer> ckpt_;
   std::string file_prefix_, resume_path_;
@@ -322,14 +514,104 @@ class external_trainer_step final : public actors::trainer_step {
 
 result<std::unique_ptr<actors::trainer_step>> make_external_trainer_step(
     const config& cfg, external_trainer_setup setup) {
-  if (cfg.get_int("trainer.group_size") > 1)
+  if (cfg.get_int("trainer.group_size") > 1 && !setup.group)
     return error(errc::invalid_config,
-                 "trainer.worker runs the trainer in one worker process: trainer.group_size must "
-                 "be 1, not " +
-                     std::to_string(cfg.get_int("trainer.group_size")));
+                 "trainer.worker with trainer.group_size " +
+                     std::to_string(cfg.get_int("trainer.group_size")) +
+                     ": member 0's trainer step needs the formed trainer group");
   auto t = std::make_unique<external_trainer_step>(std::move(setup));
   if (auto st = t->init(cfg); !st) return st.err();
   return std::unique_ptr<actors::trainer_step>(std::move(t));
+}
+
+status serve_external_trainer_member(const config& cfg, external_trainer_setup setup,
+                                     actors::trainer_group& group) {
+  const uint32_t me = group.member_index(), n = group.num_members();
+  if (me == 0) return error(errc::internal, "serve_external_trainer_member on member 0");
+  auto log = logger("trainer");
+  auto first = all_members_allgather(group, "{}", kRendezvousRoundMs);
+  if (!first) return first.err();
+  if (first->empty()) return error(errc::internal, "trainer group round without member 0");
+  auto rv = parse_rendezvous((*first)[0]);
+  if (!rv) return rv.err();
+  const std::string ckpt_prefix = setup.store_prefix + "/external/ckpt";
+  shard_checkpointer ckpt(setup.store, ckpt_prefix, me, n,
+                          static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")),
+                          checkpoints_kept_every(cfg), group.abort_flag());
+  workers::external_trainer_options o = worker_options(cfg);
+  o.group_abort = group.abort_flag();
+  o.rank = me;
+  o.world_size = n;
+  std::string resume_path;
+  uint64_t last_version = 0;  // the newest shard this member queued
+  workers::external_trainer_handlers h;
+  h.publish = [me](std::string, const nlohmann::json&) -> result<nlohmann::json> {
+    return error(errc::invalid_argument,
+                 "publish on trainer rank " + std::to_string(me) + ": only rank 0 publishes");
+  };
+  // Rank k's own shard of the version rank 0 published (the SDK names it): written in the
+  // background; member 0 commits the version once every shard is durable.
+  h.checkpoint = [&](std::string bytes, const nlohmann::json& req) -> result<nlohmann::json> {
+    auto v = req.find("version");
+    if (v == req.end() || !v->is_number_unsigned() || v->get<uint64_t>() == 0)
+      return error(errc::invalid_argument,
+                   "checkpoint on trainer rank " + std::to_string(me) +
+                       " without the version it is of (\"version\": the newest rank 0 published)");
+    const uint64_t version = v->get<uint64_t>();
+    if (version < last_version || version < rv->version)
+      return error(errc::invalid_argument,
+                   "checkpoint of version " + std::to_string(version) + " on trainer rank " +
+                       std::to_string(me) + ", which checkpointed version " +
+                       std::to_string(std::max(last_version, rv->version)) + " already");
+    last_version = version;
+    const std::string hash = policy::content_hash(bytes);
+    std::vector<store::checkpoint_part> parts;
+    parts.push_back({"state", std::move(bytes)});
+    ckpt.submit(version, std::move(parts), nlohmann::json::object());
+    return nlohmann::json{
+        {"version", version}, {"content_hash", hash}, {"durable_version", ckpt.durable()}};
+  };
+  h.welcome = [&]() {
+    nlohmann::json w{{"version", rv->version},
+                     {"groups_per_iteration", setup.groups_per_iteration},
+                     {"file_prefix", o.file_prefix},
+                     {"checkpoint", nullptr},
+                     {"group", group_place(*rv, me, n)}};
+    if (rv->resume_step == 0) return w;
+    auto own = read_own_shard(*setup.store, ckpt_prefix, rv->resume_step, me);
+    if (!own) {
+      log->warn("no checkpoint offered to trainer rank {}: {}", me, own.err().to_string());
+      return w;
+    }
+    w["checkpoint"] = offer_checkpoint(o.file_prefix, own->first, own->second, resume_path);
+    return w;
+  };
+  auto worker = workers::external_trainer::create(o, std::move(h));
+  if (!worker) return worker.err();
+  log->info("trainer rank {} of {} (group incarnation {}): its worker meets rank 0 at {}:{}", me, n,
+            rv->incarnation, rv->addr, rv->port);
+  // Member 0's next round is its stop (its step's end); a thread waits for it while this one
+  // serves the worker.
+  std::atomic<int> stop_round{0};  // 0: pending, 1: stop, 2: failed
+  std::string stop_why;
+  std::thread waiter([&] {
+    auto r = all_members_allgather(group, "{}", 3600 * 1000);
+    if (r && !r->empty() &&
+        nlohmann::json::parse((*r)[0], nullptr, false).value("op", "") == std::string("stop")) {
+      stop_round = 1;
+      return;
+    }
+    stop_why = r ? "member 0's round after the rendezvous is not a stop"
+                 : "the group's round failed: " + r.err().to_string();
+    stop_round = 2;
+  });
+  status st = (*worker)->serve_member([&] { return stop_round.load() != 0; });
+  if (st && stop_round.load() == 2) st = error(errc::peer_dead, "trainer group: " + stop_why);
+  if (!st) group.report_failure(st.err().to_string());  // ends the waiter's round
+  waiter.join();
+  (*worker)->stop(1000);
+  if (!resume_path.empty()) ::unlink(resume_path.c_str());
+  return st;
 }
 
 }  // namespace moerl::job

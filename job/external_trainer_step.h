@@ -32,10 +32,22 @@ struct external_trainer_setup {
   std::string store_prefix;  // job.store_prefix: checkpoints and the published-version marker
   nlohmann::json facts;      // the job's figures the report reads (task, reward_max, ...)
   uint64_t groups_per_iteration = 1;  // what the coordinator opens per policy iteration
+  // The trainer group across nodes this node is member 0 of (trainer.group_size > 1), or
+  // null; it outlives the step.
+  actors::trainer_group* group = nullptr;
 };
 
-// errc::invalid_config when trainer.worker cannot run (a bad spec, a trainer group).
+// errc::invalid_config when trainer.worker cannot run (a bad spec, trainer.group_size > 1
+// without a formed group).
 result<std::unique_ptr<actors::trainer_step>> make_external_trainer_step(
     const config& cfg, external_trainer_setup setup);
+
+// A Python trainer group's member k > 0 (python/WORKERS.md, "Trainer groups"): takes member 0's
+// rendezvous (the process group's address, the version and the checkpoint the incarnation
+// resumes from), starts its own worker as rank k and serves its checkpoint shards until member
+// 0 stops the group (ok), the group breaks or the worker dies (the error says which).
+// setup.publish is not used (rank 0 publishes).
+status serve_external_trainer_member(const config& cfg, external_trainer_setup setup,
+                                     actors::trainer_group& group);
 
 }  // namespace moerl::job

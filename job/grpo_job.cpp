@@ -590,7 +590,7 @@ std::function<status()> version_store_copy(std::shared_ptr<job_setup> s, uint64_
 
 // trainer.worker: the learning step is a user's process (job/external_trainer_step.h); its
 // versions reach the rollouts as the native step's do: a cache first, the store copy behind.
-result<std::unique_ptr<actors::trainer_step>> make_external_trainer(std::shared_ptr<job_setup> s) {
+external_trainer_setup external_setup(std::shared_ptr<job_setup> s) {
   external_trainer_setup e;
   auto writer = std::make_shared<durable_writer>(4);
   e.publish = [s, writer](uint64_t v,
@@ -622,6 +622,14 @@ result<std::unique_ptr<actors::trainer_step>> make_external_trainer(std::shared_
       {"reward_max", mt ? policy::guess_closed_loop_bound(s->guess_turns) : s->task->reward_max()}};
   e.groups_per_iteration = static_cast<uint64_t>(s->cfg.get_int("actors.units_per_iteration") *
                                                  s->cfg.get_int("actors.groups_per_unit"));
+  return e;
+}
+
+// `group`: the trainer group this node is member 0 of (a Python trainer group), or null.
+result<std::unique_ptr<actors::trainer_step>> make_external_trainer(std::shared_ptr<job_setup> s,
+                                                                    actors::trainer_group* group) {
+  external_trainer_setup e = external_setup(s);
+  e.group = group;
   return make_external_trainer_step(s->cfg, std::move(e));
 }
 
@@ -1203,13 +1211,16 @@ class grpo_job final : public actors::job {
   }
   result<std::unique_ptr<actors::trainer_step>> make_trainer(
       actors::trainer_ranks& ranks) override {
-    if (!s_->cfg.get_string("trainer.worker").empty()) return make_external_trainer(s_);
+    if (!s_->cfg.get_string("trainer.worker").empty())
+      return make_external_trainer(s_, ranks.group());
     auto t = std::make_unique<grpo_trainer>(s_);
     if (auto st = t->init(ranks.group()); !st) return st.err();
     return std::unique_ptr<actors::trainer_step>(std::move(t));
   }
   status serve_trainer_member(actors::trainer_ranks& ranks) override {
     if (!ranks.group()) return error{errc::internal, "serve_trainer_member without a group"};
+    if (!s_->cfg.get_string("trainer.worker").empty())  // a Python trainer group's rank k
+      return serve_external_trainer_member(s_->cfg, external_setup(s_), *ranks.group());
     auto t = make_ep_trainer(s_, ranks.group());
     if (!t) return t.err();
     return serve_member(s_, **t, *ranks.group());

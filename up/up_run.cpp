@@ -88,7 +88,8 @@ uint32_t default_trainer_members(const config& pre, const std::string& config_fi
   if (pre.get_string("job.kind") != "grpo")
     return static_cast<uint32_t>(pre.get_int("trainer.group_size"));
   auto members = static_cast<uint32_t>(pre.get_int("trainer.group_size"));
-  // An external trainer (trainer.worker) is one worker process: a group of one.
+  // An external trainer (trainer.worker) is one worker process unless trainer.group_size is
+  // set (a Python trainer group: one worker per member, python/WORKERS.md).
   if (!named("trainer.group_size") && !pre.get_string("trainer.worker").empty()) return 1;
   if (!named("trainer.group_size")) {
     members = kUpTrainerMembers;
@@ -172,11 +173,6 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
                    "rollout.worker runs one worker process per rollout node: rollout.group_size "
                    "must be 1, not " +
                        std::to_string(pre->get_int("rollout.group_size")));
-    if (!pre->get_string("trainer.worker").empty() && trainer_members > 1)
-      return error(errc::invalid_config,
-                   "trainer.worker runs the trainer in one worker process: trainer.group_size "
-                   "must be 1, not " +
-                       std::to_string(trainer_members));
     default_batching(*pre, a.config_file, o.overrides);
     {  // Every node runs on this host: the whole trainer group's NCCL ranks share its devices.
       auto placed = config::load(a.config_file, o.overrides);

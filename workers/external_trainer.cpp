@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -79,10 +80,18 @@ result<std::string> external_trainer::take_file(const nlohmann::json& msg) {
   return bytes;
 }
 
-result<uint64_t> external_trainer::until_next() {
+result<std::optional<nlohmann::json>> external_trainer::receive(int64_t timeout_ms) {
   auto& ch = link_.channel();
-  for (;;) {
-    auto got = ch.receive(opts_.step_timeout_ms);
+  const int64_t slice = opts_.group_abort ? 100 : timeout_ms;
+  for (int64_t waited = 0;;) {
+    if (opts_.group_abort && opts_.group_abort->load(std::memory_order_acquire)) {
+      link_.drop("its trainer group broke");
+      ready_ = false;
+      return error(errc::peer_dead, "trainer worker of rank " + std::to_string(opts_.rank) +
+                                        ": the trainer group broke (a member was lost)");
+    }
+    const int64_t wait = std::min(slice, timeout_ms - waited);
+    auto got = ch.receive(wait);
     if (!got) {
       if (got.err().code == errc::malformed_message) {  // still in frame
         ++refused_;
@@ -93,6 +102,54 @@ result<uint64_t> external_trainer::until_next() {
       ready_ = false;
       return error(errc::peer_dead, "trainer worker: " + link_.last_death());
     }
+    if (*got) return std::optional<nlohmann::json>(std::move(**got));
+    waited += wait;
+    if (waited >= timeout_ms) return std::optional<nlohmann::json>();
+  }
+}
+
+status external_trainer::serve_request(const nlohmann::json& msg, const std::string& type) {
+  auto& ch = link_.channel();
+  const bool publish = type == "publish";
+  auto bytes = take_file(msg);
+  if (!bytes && bytes.err().code == errc::malformed_message) {
+    ++refused_;
+    logger("trainer")->warn("trainer worker {} refused (malformed): {}", type, bytes.err().message);
+    (void)ch.send(error_frame(refusal::malformed, bytes.err().message), 1000);
+    return {};
+  }
+  result<nlohmann::json> done =
+      bytes ? (publish ? handlers_.publish : handlers_.checkpoint)(std::move(*bytes), msg)
+            : result<nlohmann::json>(bytes.err());
+  nlohmann::json reply;
+  if (done) {
+    ++(publish ? publishes_ : checkpoints_);
+    reply = done->is_object() ? *done : nlohmann::json::object();
+    reply["type"] = publish ? "published" : "checkpointed";
+  } else {
+    ++failed_;
+    logger("trainer")->warn("trainer worker's {} failed: {}", type, done.err().to_string());
+    reply = {{"type", "request_failed"}, {"request", type}, {"error", done.err().to_string()}};
+  }
+  reply["v"] = kProtocolVersion;
+  if (auto s = ch.send(reply, 10000); !s) {
+    link_.drop("reply to " + type + ": " + s.err().to_string());
+    ready_ = false;
+    return error(errc::peer_dead, "trainer worker: " + link_.last_death());
+  }
+  return {};
+}
+
+void external_trainer::refuse(const checked& c) {
+  ++refused_;
+  logger("trainer")->warn("trainer worker message refused ({}): {}", refusal_name(c.why), c.detail);
+  (void)link_.channel().send(error_frame(c.why, c.detail), 1000);
+}
+
+result<uint64_t> external_trainer::until_next() {
+  for (;;) {
+    auto got = receive(opts_.step_timeout_ms);
+    if (!got) return got.err();
     if (!*got) {
       link_.drop("silent for trainer.worker_timeout_ms=" + std::to_string(opts_.step_timeout_ms));
       ready_ = false;
@@ -110,48 +167,55 @@ result<uint64_t> external_trainer::until_next() {
       }
     }
     if (!c.ok) {
-      ++refused_;
-      logger("trainer")->warn("trainer worker message refused ({}): {}", refusal_name(c.why),
-                              c.detail);
-      (void)ch.send(error_frame(c.why, c.detail), 1000);
+      refuse(c);
       continue;
     }
-    const bool publish = c.type == "publish";
-    auto bytes = take_file(msg);
-    if (!bytes && bytes.err().code == errc::malformed_message) {
-      ++refused_;
-      logger("trainer")->warn("trainer worker {} refused (malformed): {}", c.type,
-                              bytes.err().message);
-      (void)ch.send(error_frame(refusal::malformed, bytes.err().message), 1000);
-      continue;
-    }
-    result<nlohmann::json> done =
-        bytes ? (publish ? handlers_.publish : handlers_.checkpoint)(std::move(*bytes), msg)
-              : result<nlohmann::json>(bytes.err());
-    nlohmann::json reply;
-    if (done) {
-      ++(publish ? publishes_ : checkpoints_);
-      reply = done->is_object() ? *done : nlohmann::json::object();
-      reply["type"] = publish ? "published" : "checkpointed";
-    } else {
-      ++failed_;
-      logger("trainer")->warn("trainer worker's {} failed: {}", c.type, done.err().to_string());
-      reply = {{"type", "request_failed"}, {"request", c.type}, {"error", done.err().to_string()}};
-    }
-    reply["v"] = kProtocolVersion;
-    if (auto s = ch.send(reply, 10000); !s) {
-      link_.drop("reply to " + c.type + ": " + s.err().to_string());
-      ready_ = false;
-      return error(errc::peer_dead, "trainer worker: " + link_.last_death());
-    }
+    if (auto st = serve_request(msg, c.type); !st) return st.err();
   }
+}
+
+status external_trainer::serve_member(const std::function<bool()>& stop) {
+  if (auto s = start_worker(); !s) return s;
+  const std::string who =
+      "trainer rank " + std::to_string(opts_.rank) + " of " + std::to_string(opts_.world_size);
+  for (;;) {
+    if (stop()) {
+      link_.stop(1000);
+      return {};
+    }
+    auto got = receive(100);
+    if (!got) return got.err();
+    if (!*got) continue;
+    const auto& msg = **got;
+    auto c = check_envelope(msg, {"next", "publish", "checkpoint"});
+    if (c.ok && c.type != "checkpoint") {
+      if (c.type == "publish") (void)take_file(msg);  // a file under the prefix is removed
+      c.ok = false;
+      c.why = refusal::unknown_type;
+      c.detail = c.type + " from " + who +
+                 ": only rank 0 asks its node for batches and publishes (the SDK hands every "
+                 "rank rank 0's batches and gathers publish to rank 0)";
+    }
+    if (!c.ok) {
+      refuse(c);
+      continue;
+    }
+    if (auto st = serve_request(msg, c.type); !st) return st;
+  }
+}
+
+uint64_t external_trainer::starts() const { return link_.starts(); }
+
+status external_trainer::start_worker() {
+  if (link_.running()) return {};
+  ready_ = false;
+  if (handlers_.welcome) link_.set_welcome(handlers_.welcome());
+  return link_.ensure_started();
 }
 
 status external_trainer::start() {
   if (link_.running()) return {};
-  ready_ = false;
-  if (handlers_.welcome) link_.set_welcome(handlers_.welcome());
-  if (auto s = link_.ensure_started(); !s) return s;
+  if (auto s = start_worker(); !s) return s;
   auto w = until_next();  // its first `next`, after it loaded its checkpoint
   if (!w) return w.err();
   return {};

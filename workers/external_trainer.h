@@ -8,15 +8,18 @@
 // Linux): only their path and size cross the JSON channel. Used by one thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "workers/worker_link.h"
+#include "workers/worker_protocol.h"
 
 namespace moerl::workers {
 
@@ -31,6 +34,11 @@ struct external_trainer_options {
   // Where the worker writes its tensor files: every path it names must begin with this
   // (e.g. "/dev/shm/1234:trainer:"); anything else is refused as malformed.
   std::string file_prefix;
+  // A trainer group's member (trainer.group_size > 1): the group's abort flag (raised once the
+  // group broke; every wait for the worker ends at once with peer_dead) and this worker's
+  // place, for the messages that name it. Null / 0 of 1: a single-process trainer.
+  std::shared_ptr<const std::atomic<bool>> group_abort;
+  uint32_t rank = 0, world_size = 1;
 };
 
 // What the node does with the worker's requests. Each gets the file's bytes (read and
@@ -60,6 +68,15 @@ class external_trainer {
   // the step's owner calls it at once, so the worker's import overlaps the first rollouts
   // instead of following the first batch. hand() starts one itself when none runs.
   status start();
+  // A trainer group member k > 0 (python/WORKERS.md, "Trainer groups"): starts the worker and
+  // serves its `checkpoint` requests (its own shard) until `stop()` says the group's leader
+  // stopped it (ok; the worker is stopped), the group broke (peer_dead) or the worker died or
+  // broke the framing (peer_dead). Its batches come from rank 0 over the process group, so
+  // `next` and `publish` are refused by name. No restart: a member's worker that dies breaks
+  // the group, which re-forms (every member starts a new worker).
+  status serve_member(const std::function<bool()>& stop);
+  // Worker processes started so far.
+  uint64_t starts() const;
   // True while a worker runs (a restarted driver must drop the groups a live one holds).
   bool running() const { return link_.running(); }
   // Stops the worker (closes its channel; killed after grace_ms).
@@ -73,6 +90,15 @@ class external_trainer {
                    worker_spec spec);
   // Reads frames until the worker's `next`, serving publish/checkpoint on the way.
   result<uint64_t> until_next();
+  // One frame within timeout_ms (polled in slices, so a raised group abort ends it at once):
+  // the message, nullopt on timeout, or peer_dead (the worker is dropped).
+  result<std::optional<nlohmann::json>> receive(int64_t timeout_ms);
+  // Refuses a message by name (counted, logged, answered with an error frame).
+  void refuse(const checked& c);
+  // Starts a worker (its welcome asked anew) if none runs; does not wait for it.
+  status start_worker();
+  // Serves one publish/checkpoint request (the envelope checked already), replying to it.
+  status serve_request(const nlohmann::json& msg, const std::string& type);
   // The bytes of the file a request names (checked against the prefix and its size; the
   // file is removed), or why not.
   result<std::string> take_file(const nlohmann::json& msg);

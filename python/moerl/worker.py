@@ -501,11 +501,24 @@ class PublishFailed(RuntimeError):
     """The node could not make a version or checkpoint of what this trainer sent."""
 
 
+class CollectiveMismatch(RuntimeError):
+    """The ranks of a trainer group did not make the same call: every rank must call
+    ``batches()`` (each step of it), ``publish()`` and ``checkpoint()`` in the same order."""
+
+
 class Trainer:
     """The trainer node's side of this process: batches of whole groups in, policy versions and
     checkpoints out. Groups handed since the last ``publish`` are held by this process; a
     publish covers every group handed before it (the node then confirms them trained). If the
-    process dies, the groups it held are served again to its successor."""
+    process dies, the groups it held are served again to its successor.
+
+    In a trainer group (``trainer.group_size`` N > 1, python/WORKERS.md "Trainer groups") each
+    member node starts one such process: ``rank`` and ``world_size`` say its place and
+    ``process_group`` is a ready gloo group of the N processes (torch.distributed's default
+    group, made here), for ``moerl.ep.Buffer(trainer.process_group, ...)`` and the dense
+    gradients' all-reduce. ``batches()``, ``publish()`` and ``checkpoint()`` are then
+    collective: every rank gets rank 0's batches, ``publish`` gathers every rank's tensors to
+    rank 0, which publishes their union, and ``checkpoint`` writes each rank's own shard."""
 
     def __init__(self) -> None:
         self._ch = _Channel.from_env()
@@ -521,6 +534,28 @@ class Trainer:
         #: the newest version whose checkpoint is committed in the store (as of the last reply)
         self.durable_version: int = (self._resume or {}).get("version", 0)
         self._seq = 0
+        self._calls = 0  # collective calls so far (a group's ranks compare them)
+        group = welcome.get("group")
+        self.rank: int = int(group["rank"]) if group else 0  #: this process's rank in the group
+        self.world_size: int = int(group["world_size"]) if group else 1  #: ranks in the group
+        #: the gloo process group of the trainer group's ranks (None in a one-process trainer)
+        self.process_group: Any = None
+        if self.world_size > 1:
+            self.process_group = _join_group(group)
+
+    def _collective(self, op: str) -> None:
+        """Checks that every rank is at the same collective call (op and count) before its
+        payload moves; raises CollectiveMismatch naming what each rank called otherwise."""
+        import torch.distributed as dist
+        self._calls += 1
+        seen: List[Any] = [None] * self.world_size
+        dist.all_gather_object(seen, (op, self._calls), group=self.process_group)
+        if any(tuple(x) != (op, self._calls) for x in seen):
+            calls = ", ".join(f"rank {r} called {x[0]}() (its collective call #{x[1]})"
+                              for r, x in enumerate(seen))
+            raise CollectiveMismatch(
+                f"trainer group: {calls}; every rank must call batches(), publish() and "
+                f"checkpoint() in the same order")
 
     def resume(self) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """(tensors, meta) of the newest checkpoint this job's trainer wrote, or None; its
@@ -540,11 +575,20 @@ class Trainer:
 
     def batches(self, groups: Any = 0) -> Iterator[Batch]:
         """Each batch the node hands this trainer, until the node stops it. `groups`: how many
-        groups to ask for next (an int, or a callable returning one; 0: any)."""
+        groups to ask for next (an int, or a callable returning one; 0: any). In a group, rank
+        0 asks its node (only its `groups` counts) and every rank gets the same batches."""
         while True:
-            want = groups() if callable(groups) else groups
-            self._ch.send("next", groups=max(0, int(want)))
-            msg = self._wait("batch")
+            msg: Optional[Dict[str, Any]] = None
+            if self.rank == 0:
+                want = groups() if callable(groups) else groups
+                self._ch.send("next", groups=max(0, int(want)))
+                msg = self._wait("batch")
+            if self.world_size > 1:
+                import torch.distributed as dist
+                self._collective("batches")
+                box = [msg]
+                dist.broadcast_object_list(box, src=0, group=self.process_group)
+                msg = box[0]
             if msg is None:
                 return
             yield Batch([TrainGroup(g["group_id"], g["unit"], g["prompt"],
@@ -557,8 +601,48 @@ class Trainer:
         """Makes `tensors` (a state_dict, name -> tensor, or an nn.Module) the next policy
         version; returns its number once a checkpoint cache (or the store) holds it. The
         tensors travel as a file in shared memory, never through the JSON channel."""
+        if self.world_size > 1:
+            return self._publish_group(tensors, metrics or {})
         msg = self._request("publish", tensors, metrics=metrics or {})
         self.version = msg["version"]
+        return self.version
+
+    def _publish_group(self, tensors: Any, metrics: Dict[str, Any]) -> int:
+        """Every rank's tensors gathered to rank 0, which publishes their union: a name held by
+        several ranks (a replicated dense tensor) must be equal on all of them; a sharded
+        tensor's parts need names of their own (e.g. one per expert). Rank 0's reply (the
+        version, or why it failed) goes to every rank."""
+        import torch
+        import torch.distributed as dist
+        self._collective("publish")
+        mine = _state_dict(tensors)
+        parts: Optional[List[Any]] = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(mine, parts, dst=0, group=self.process_group)
+        outcome: List[Any] = [None]
+        if self.rank == 0:
+            try:
+                merged: Dict[str, Any] = {}
+                owner: Dict[str, int] = {}
+                for r, part in enumerate(parts or []):
+                    for k, v in part.items():
+                        if k not in merged:
+                            merged[k], owner[k] = v, r
+                        elif not (merged[k].shape == v.shape and merged[k].dtype == v.dtype
+                                  and torch.equal(merged[k], v)):
+                            raise ValueError(
+                                f"publish: tensor {k!r} differs between rank {owner[k]} and rank "
+                                f"{r}; a name several ranks publish is a replicated tensor and "
+                                f"must be equal on each (all-reduce its gradients), a shard's "
+                                f"tensors need names of their own")
+                msg = self._request("publish", merged, metrics=metrics)
+                outcome = [("ok", msg["version"])]
+            except (ValueError, PublishFailed) as e:
+                outcome = [("failed", str(e))]
+        dist.broadcast_object_list(outcome, src=0, group=self.process_group)
+        kind, value = outcome[0]
+        if kind != "ok":
+            raise PublishFailed(value if self.rank == 0 else f"on rank 0: {value}")
+        self.version = int(value)
         return self.version
 
     def checkpoint(self, tensors: Any, meta: Optional[Dict[str, Any]] = None) -> int:
@@ -568,7 +652,13 @@ class Trainer:
         are: this returns once the node holds the bytes, and waits for the store only when
         ``job.max_durability_lag`` versions are published beyond the newest committed one
         (``durable_version``, updated by each reply, says which that is)."""
-        msg = self._request("checkpoint", tensors, meta=meta or {})
+        if self.world_size > 1:
+            # Each rank its own shard of the newest version; rank 0's node commits the version
+            # once every rank's shard is durable.
+            self._collective("checkpoint")
+            msg = self._request("checkpoint", tensors, meta=meta or {}, version=self.version)
+        else:
+            msg = self._request("checkpoint", tensors, meta=meta or {})
         self.durable_version = msg.get("durable_version", self.durable_version)
         return msg["version"]
 
@@ -605,6 +695,35 @@ class Trainer:
                 raise ProtocolError(f"the node refused this trainer's message "
                                     f"({msg.get('reason')}): {msg.get('detail')}")
             raise ProtocolError(f"a trainer got an unexpected {t!r} message")
+
+
+def _state_dict(tensors: Any) -> Dict[str, Any]:
+    """name -> CPU tensor of a state_dict or an nn.Module, detached (what gather_object sends)."""
+    sd = tensors.state_dict() if hasattr(tensors, "state_dict") else tensors
+    if not isinstance(sd, dict):
+        raise TypeError(f"tensors is {type(tensors).__name__}; expected a state_dict "
+                        f"(name -> torch.Tensor) or an nn.Module")
+    return {str(k): v.detach().cpu() for k, v in sd.items()}
+
+
+def _join_group(group: Dict[str, Any]) -> Any:
+    """torch.distributed's default gloo group of a trainer group's ranks, met at rank 0's
+    store (the address and port its node announced to every member)."""
+    import datetime
+    import torch.distributed as dist
+    if dist.is_initialized():
+        raise ProtocolError("torch.distributed is already initialized in this process; a "
+                            "trainer group's worker gets its process group from moerl "
+                            "(trainer.process_group)")
+    addr = str(group["addr"])
+    host = f"[{addr}]" if ":" in addr else addr
+    # A rank waits in a collective while rank 0 waits for its node's next batch: the timeout
+    # bounds a wait for a peer that is alive but stuck (a dead one fails at once).
+    timeout = 1800.0
+    dist.init_process_group("gloo", init_method=f"tcp://{host}:{int(group['port'])}",
+                            rank=int(group["rank"]), world_size=int(group["world_size"]),
+                            timeout=datetime.timedelta(seconds=timeout))
+    return dist.group.WORLD
 
 
 def serve_trainer(main: Callable[[Trainer], None]) -> None:

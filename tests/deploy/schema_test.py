@@ -134,13 +134,16 @@ def check_groups(docs, where):
     r = w["rollout"]["spec"].get("replicas", 1)
     if rollout_size > 1 and r != rollout_size:
         fail(f"{where}: {r} rollout pods for one rollout group of rollout.group_size {rollout_size}")
-    # External workers run one process per node (python/WORKERS.md): `moerl up` refuses a group
-    # with them (up/up_run.cpp), but a pod's `moerl node` is not `moerl up`, so the manifests
-    # are held to the same rule here.
+    # External workers run one process per node (python/WORKERS.md). A rollout group with them
+    # is not built (`moerl up` and the rollout node refuse it); a Python trainer group is, but
+    # has run only under `moerl up` on one host (its example's expert plane on shared memory,
+    # which pods do not share), so the manifests keep both at one process per node.
     for role, size in (("trainer", trainer_size), ("rollout", rollout_size)):
         if cfg.get(role, {}).get("worker") and size != 1:
-            fail(f"{where}: {role}.worker runs one worker process per node: "
-                 f"{role}.group_size must be 1, not {size}")
+            why = ("a Python trainer group has not run as pods yet"
+                   if role == "trainer" else "rollout groups of external workers are not built")
+            fail(f"{where}: {role}.worker with {role}.group_size {size}: {why}; "
+                 f"{role}.group_size must be 1 in the manifests")
     return trainer_size, rollout_size
 
 

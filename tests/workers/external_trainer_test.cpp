@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -31,8 +32,14 @@ std::string prefix_of(const char* test) {
 }
 
 std::unique_ptr<external_trainer> make(const std::string& behaviour, const std::string& prefix,
-                                       seen& s, int64_t step_timeout_ms = 20000) {
+                                       seen& s, int64_t step_timeout_ms = 20000,
+                                       std::shared_ptr<const std::atomic<bool>> abort = nullptr) {
   external_trainer_options o;
+  o.group_abort = std::move(abort);
+  if (o.group_abort) {  // a trainer group's rank 1 of 2
+    o.rank = 1;
+    o.world_size = 2;
+  }
   o.worker = "exec:" + env_or("MOERL_PYTHON", "/usr/bin/python3") + " " +
              env_or("MOERL_TEST_WORKERS_DIR", ".") + "/fake_trainers.py " + behaviour;
   o.start_timeout_ms = 20000;
@@ -119,6 +126,49 @@ TEST(external_trainer, a_worker_that_dies_or_is_silent_holding_a_batch_fails_tha
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.err().code, errc::timeout) << r.err().to_string();
   EXPECT_FALSE(silent->running());
+}
+
+TEST(external_trainer, a_group_member_refuses_next_and_publish_by_name_and_serves_its_shard) {
+  seen s;
+  const std::string prefix = prefix_of("member");
+  auto abort = std::make_shared<std::atomic<bool>>(false);
+  auto t = make("member", prefix, s, 20000, abort);
+  // The member serves until its stop condition: here, once the fake wrote what it was answered.
+  auto st = t->serve_member([&] { return ::access((prefix + "answers.json").c_str(), F_OK) == 0; });
+  ASSERT_TRUE(st.ok()) << st.err().to_string();
+  EXPECT_FALSE(t->running());  // stopped with the member
+  std::ifstream f(prefix + "answers.json");
+  ASSERT_TRUE(f.good());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto got = nlohmann::json::parse(ss.str());
+  const auto& a = got["answers"];
+  EXPECT_EQ(a[0]["reason"], "unknown_type");
+  EXPECT_NE(a[0]["detail"].get<std::string>().find("next from trainer rank 1 of 2"),
+            std::string::npos)
+      << a[0];
+  EXPECT_EQ(a[1]["reason"], "unknown_type");
+  EXPECT_NE(a[1]["detail"].get<std::string>().find("publish from trainer rank 1 of 2"),
+            std::string::npos)
+      << a[1];
+  EXPECT_EQ(a[2]["type"], "checkpointed");
+  EXPECT_TRUE(s.published.empty());
+  EXPECT_EQ(s.checkpointed, std::vector<std::string>{"shard-1"});
+  EXPECT_EQ(t->stats()["refused_requests"], 2);
+  ::unlink((prefix + "answers.json").c_str());
+  ::unlink((prefix + "v1").c_str());
+}
+
+TEST(external_trainer, a_broken_group_ends_a_members_serving_and_stops_its_worker) {
+  seen s;
+  auto abort = std::make_shared<std::atomic<bool>>(true);  // the group broke already
+  auto t = make("member_waits", prefix_of("member-abort"), s, 20000, abort);
+  auto st = t->serve_member([] { return false; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, errc::peer_dead);
+  EXPECT_NE(st.err().message.find("the trainer group broke"), std::string::npos)
+      << st.err().to_string();
+  EXPECT_FALSE(t->running());
 }
 
 }  // namespace

@@ -56,3 +56,21 @@ elif behaviour == "silent":
     send(type="next")
     recv()
     time.sleep(3600)
+elif behaviour == "member":
+    # A trainer group's rank 1 asking its node for what only rank 0 may: refused by name; its
+    # own checkpoint shard is served.
+    answers = []
+    send(type="next", groups=1)
+    answers.append(recv())
+    send(type="publish", path=file_with("v1", b"weights!"), bytes=8, metrics={})
+    answers.append(recv())
+    send(type="checkpoint", path=file_with("ck", b"shard-1"), bytes=7, meta={}, version=3)
+    answers.append(recv())
+    with open(prefix + "answers.tmp", "w") as f:
+        json.dump({"welcome": welcome, "answers": answers}, f)
+    os.rename(prefix + "answers.tmp", prefix + "answers.json")
+    while recv():
+        pass
+elif behaviour == "member_waits":
+    while recv():
+        pass

@@ -11,15 +11,25 @@ Python trainer publishes, scored by the Python verifier. One case per invocation
   python_trainer_test.py MOERL CONFIG killed        SIGKILL of the Python trainer mid-run: its
                                                     node starts another, which resumes from its
                                                     checkpoint; the run finishes
-  python_trainer_test.py MOERL CONFIG group_refused trainer.group_size 2 with trainer.worker: a
-                                                    configuration error naming both keys
+  python_trainer_test.py MOERL CONFIG group_learns  CONFIG a Python trainer group of 2
+                                                    (configs/torch-moe-group.yaml): the same
+                                                    target, experts sharded through moerl.ep
+                                                    over shared memory, every version published
+                                                    by rank 0, checkpoints of 2 shards
+  python_trainer_test.py MOERL CONFIG group_killed  SIGKILL of trainer-1's Python worker (rank 1)
+                                                    mid-run: the group re-forms (no node
+                                                    replaced), both ranks resume from the newest
+                                                    committed checkpoint, the run finishes
+  python_trainer_test.py MOERL CONFIG group_killed_rank0  the same with trainer-0's worker
+                                                    (rank 0, the one that asks for batches)
 
 Every run ends with lost = 0, duplicated = 0, the ledger balanced and no worker process left.
 Every wait is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
 import glob
+import json
 import os
+import re
 import signal
-import subprocess
 import sys
 import tempfile
 
@@ -124,14 +134,87 @@ def killed(moerl, config, tmp):
           f"trained {rep['accounting']['trained']}", flush=True)
 
 
-def group_refused(moerl, config, tmp):
-    r = subprocess.run([moerl, "up", "--config", config, "--set", "trainer.group_size=2",
-                        "--run-dir", tmp], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "trainer.worker" in r.stderr and "trainer.group_size must be 1" in r.stderr, r.stderr
+def trainers_of(tmp, node_pid):
+    """The Python trainer processes node `node_pid` started (its children)."""
+    out = []
+    for pid in python_trainers(tmp):
+        try:
+            ppid = int(re.search(r"PPid:\s+(\d+)", open(f"/proc/{pid}/status").read()).group(1))
+        except (OSError, AttributeError):
+            continue
+        if ppid == node_pid:
+            out.append(pid)
+    return out
 
 
-CASES = {"learns": learns, "killed": killed, "group_refused": group_refused}
+def node_logs(run, name):
+    return "".join(open(f, errors="replace").read() for f in
+                   glob.glob(os.path.join(run.run_dir, "*", "logs", f"{name}.log")))
+
+
+def check_group(rep, run, tmp):
+    """A Python trainer group's books: trainer-0 and trainer-1 one group, rank 0 published every
+    version, checkpoints of two shards committed, the experts' plane on shared memory."""
+    js = check_books(rep, tmp)
+    g = {x["name"]: x for x in rep["groups"]}["trainer"]
+    assert g["members"] == ["trainer-0", "trainer-1"], g
+    points = [p for p in js["reward_curve"] if "ep_transport" in p]
+    assert points, "no version's metrics carry the expert plane's transport report"
+    for ch in points[0]["ep_transport"]:  # rank 0's view: itself, and rank 1 on this host
+        assert ch["provider"] == "shm" and ch["peer_paths"] == ["same_process", "same_host"], ch
+    assert "trainer rank 1 of 2" in node_logs(run, "trainer-1"), "trainer-1 never served rank 1"
+    ck = js["checkpoints"]  # rank 0's node commits each version once both shards are written
+    assert ck["num_shards"] == 2 and ck["durable_version"] > 0 and not ck["failed"], ck
+    return js, g
+
+
+def group_learns(moerl, config, tmp):
+    run = start(moerl, config, tmp, "group_learns")
+    rep = run.finish()
+    js, _ = check_group(rep, run, tmp)
+    best = mean10(js)
+    print(f"group of 2: iterations {js['policy_version']}, best 10-iteration mean reward "
+          f"{best:.3f} (reward_max {js['reward_max']}), interruptions {len(rep['interruptions'])}",
+          flush=True)
+    assert best >= 0.9 * js["reward_max"], best
+    curve, its = js["reward_curve"], js["iterations"]
+    for i in range(10, len(curve) + 1):
+        if sum(p["mean_reward"] for p in curve[i - 10:i]) / 10 >= 0.9 * js["reward_max"]:
+            t = (its[i - 1]["end_unix_ms"] - its[0]["end_unix_ms"]) / 1000
+            print(f"90% at version {curve[i - 1]['iteration']}, {t:.1f} s after version 1; run "
+                  f"wall {rep['wall_s']:.1f} s, load average {os.getloadavg()[0]:.1f}", flush=True)
+            break
+
+
+def group_killed(moerl, config, tmp, node="trainer-1"):
+    rank = int(node.rsplit("-", 1)[1])
+    run = start(moerl, config, tmp, f"group_killed_rank{rank}", "--no-interrupt", "--iterations",
+                "24")
+    run.wait_iteration(4)
+    member = run.pid_of(node)
+    victim = wait_for(lambda: trainers_of(tmp, member), f"{node}'s Python worker", run)[0]
+    print(f"SIGKILL -> {node}'s Python worker, rank {rank} (pid {victim})", flush=True)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: [p for p in trainers_of(tmp, member) if p != victim],
+             f"a new Python worker on {node}", run)
+    rep = run.finish()
+    js, g = check_group(rep, run, tmp)
+    mine = [r for r in g["reformed"] if node in r["cause"]]
+    assert mine, g["reformed"]
+    print("trainer group re-formed:", json.dumps(mine), flush=True)
+    assert mine[0]["restored_version"] is not None, mine
+    # The member nodes stay; only their workers were restarted.
+    assert not [r for r in rep["replacements"] if r["node"].startswith("trainer")], \
+        rep["replacements"]
+    assert f"trainer worker pid {victim} stopped" in node_logs(run, node)
+    print(f"versions {js['policy_version']}, resumed from {js['resumed_from_version']}, "
+          f"trained {rep['accounting']['trained']}, lost {rep['accounting'].get('lost')}, "
+          f"duplicated {rep['accounting'].get('duplicated')}", flush=True)
+
+
+CASES = {"learns": learns, "killed": killed, "group_learns": group_learns,
+         "group_killed": group_killed,
+         "group_killed_rank0": lambda m, c, t: group_killed(m, c, t, node="trainer-0")}
 
 if __name__ == "__main__":
     moerl, config, case = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]

@@ -64,6 +64,11 @@ class ExpertParallelMoE(torch.nn.Module):
         recv_x, recv_idx, recv_w, _, handle = ep.differentiable_dispatch(self.buffer, x, idx, weights,
                                                                          self.num_experts)
         expert_out = run_experts(recv_x, recv_idx, recv_w, self.w_in, self.w_out)
+        # Keeps the graph the same on every rank: a rank whose experts got no row would
+        # otherwise return zeros that need no gradient, autograd would skip this layer's
+        # backward there, and its collective dispatch/combine would wait for it in vain (the
+        # sums of empty slices are exact zeros, never NaN).
+        expert_out = expert_out + (recv_x[:0].sum() + recv_w[:0].sum())
         return ep.differentiable_combine(self.buffer, expert_out, handle)
 
 

@@ -9,7 +9,7 @@ group through `moerl.ep.Buffer` (`ExpertParallelMoE`); in one process they run l
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -43,6 +43,13 @@ class MoE(nn.Module):
             self.w_in = nn.Parameter(w_in)
             self.w_out = nn.Parameter(w_out)
 
+    def expert_ids(self) -> range:
+        """The global ids of the experts this module holds (all of them in one process)."""
+        if self.ep is None:
+            return range(self.w_in.shape[0])
+        n = self.ep.w_in.shape[0]
+        return range(self.ep.buffer.rank * n, self.ep.buffer.rank * n + n)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.ep is not None:
             return self.ep(x)
@@ -60,6 +67,37 @@ class SortPolicy(nn.Module):
         self.norm = nn.LayerNorm(hidden)
         self.moe = MoE(hidden, ffn, num_experts, topk, buffer)
         self.out = nn.Linear(hidden, VOCAB)
+
+    def published_state(self) -> Dict[str, torch.Tensor]:
+        """This rank's part of a published version under the one-process policy's names: the
+        dense tensors whole (replicated on every rank) and each expert j it holds as
+        ``moe.w_in.<j>`` / ``moe.w_out.<j>`` (global j), so that the ranks' parts are disjoint
+        but for the replicated tensors (moerl.worker.Trainer.publish takes their union);
+        ``load_published`` puts them back together."""
+        out: Dict[str, torch.Tensor] = {}
+        for k, v in self.state_dict().items():
+            if k.startswith("moe."):
+                continue
+            out[k] = v
+        moe = self.moe.ep if self.moe.ep is not None else self.moe
+        out["moe.gate_weight"] = moe.gate_weight.detach()
+        for local, j in enumerate(self.moe.expert_ids()):
+            out[f"moe.w_in.{j}"] = moe.w_in.detach()[local]
+            out[f"moe.w_out.{j}"] = moe.w_out.detach()[local]
+        return out
+
+    def load_published(self, named: Dict[str, torch.Tensor]) -> None:
+        """Loads a published version into a one-process policy: a state_dict as is, or the
+        per-expert form of ``published_state`` (a trainer group's), the experts stacked."""
+        if "moe.w_in" not in named and "moe.w_in.0" in named:
+            named = dict(named)
+            for w in ("w_in", "w_out"):
+                ids = sorted(int(k.rsplit(".", 1)[1]) for k in named if k.startswith(f"moe.{w}."))
+                if ids != list(range(len(ids))):
+                    raise ValueError(f"published experts moe.{w}.<j> are {ids}; "
+                                     f"expected 0..{len(ids) - 1}")
+                named[f"moe.{w}"] = torch.stack([named.pop(f"moe.{w}.{j}") for j in ids])
+        self.load_state_dict(named)
 
     def logits(self, prompts: torch.Tensor, done: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """prompts [B, P] ids; done [B, VOCAB] counts of the tokens generated so far; pos [B]."""
@@ -92,12 +130,18 @@ class SortPolicy(nn.Module):
         return toks, lps
 
     def token_logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                       temperature: float = 1.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                       temperature: float = 1.0, t_max: Optional[int] = None,
+                       prompt_len: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """(logprobs [B, T], mask [B, T]) of the given completions under this policy
-        (differentiable), T the longest completion."""
+        (differentiable), T the longest completion or `t_max`. Expert-parallel ranks pass the
+        whole batch's t_max (and prompt_len, for a rank with no rows): every rank must make the
+        same number of MoE calls."""
         b = len(completions)
-        t_max = max(len(c) for c in completions)
-        p = torch.tensor([list(x) for x in prompts], dtype=torch.long)
+        if t_max is None:
+            t_max = max(len(c) for c in completions)
+        if prompt_len is None:
+            prompt_len = len(prompts[0])
+        p = torch.tensor([list(x) for x in prompts], dtype=torch.long).reshape(b, prompt_len)
         tok = torch.zeros(b, t_max, dtype=torch.long)
         mask = torch.zeros(b, t_max)
         for i, c in enumerate(completions):

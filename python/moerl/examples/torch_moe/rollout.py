@@ -22,7 +22,7 @@ def main(worker: RolloutWorker) -> None:
     for lease in worker.leases():
         if lease.policy_version != version:
             try:
-                policy.load_state_dict(worker.weights(lease.policy_version))
+                policy.load_published(worker.weights(lease.policy_version))
             except WeightsUnavailable as e:
                 # No holder serves that version now (every cache lost): the unit goes back to
                 # the queue at once, and the next lease names a version that is served.

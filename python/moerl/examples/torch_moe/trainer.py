@@ -1,11 +1,14 @@
 """The trainer (`trainer.worker: python:moerl.examples.torch_moe.trainer:main`): collects one
 policy iteration of whole groups (``trainer.groups_per_iteration``), takes one GRPO step,
 publishes the weights as the next policy version and checkpoints weights + Adam moments, so a
-restarted trainer process resumes where the last one stopped."""
+restarted trainer process resumes where the last one stopped. In a trainer group
+(``trainer.group_size`` > 1, configs/torch-moe-group.yaml) the policy's experts are sharded over
+the ranks through moerl.ep.Buffer, each rank steps on its share of every iteration's rows
+(grpo.step_sharded), and each checkpoints its own state."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -35,10 +38,29 @@ def _restore(policy: SortPolicy, opt: torch.optim.Optimizer, named: Dict[str, to
     opt.load_state_dict(sd)
 
 
+# Tokens one rank's MoE call may carry (a step's rows on a rank: about an iteration's
+# groups x ledger.group_size / ranks, 64 in configs/torch-moe.yaml on 2 ranks); the Buffer is
+# sized for them (python/README.md, "Capacity").
+MAX_TOKENS_PER_RANK = 4096
+
+
+def expert_buffer(trainer: Trainer, hidden: int = 64) -> Optional[object]:
+    """A moerl.ep.Buffer over the trainer group's ranks (None in a one-process trainer): the
+    policy's experts are sharded over it."""
+    if trainer.world_size <= 1:
+        return None
+    from moerl import ep
+    row_bytes = hidden * 4 + 64
+    return ep.Buffer(trainer.process_group,
+                     num_nvl_bytes=3 * trainer.world_size * row_bytes * MAX_TOKENS_PER_RANK)
+
+
 def main(trainer: Trainer) -> None:
     torch.set_num_threads(1)
-    policy = SortPolicy()
+    buffer = expert_buffer(trainer)
+    policy = SortPolicy(buffer=buffer)
     opt = grpo.optimizer(policy)
+    reported = buffer is None
     resumed = trainer.resume()
     if resumed is not None:
         _restore(policy, opt, resumed[0])
@@ -50,8 +72,17 @@ def main(trainer: Trainer) -> None:
             continue
         rows = [(g.prompt, s.tokens, s.logprobs, a)
                 for g in held for s, a in zip(g.samples, g.advantages())]
-        stats = grpo.step(policy, opt, rows)
-        version = trainer.publish(policy.state_dict(), metrics=stats)
+        if buffer is None:
+            stats = grpo.step(policy, opt, rows)
+        else:
+            stats = grpo.step_sharded(policy, opt, rows, trainer.rank, trainer.world_size,
+                                      trainer.process_group)
+        if not reported:  # the expert plane's transport, once, in the version's metrics
+            reported = True
+            stats["ep_transport"] = [{k: d.get(k) for k in ("channel", "provider", "peer_paths")}
+                                     for d in buffer.transport_report()]
+        trainer.publish(policy.state_dict() if buffer is None else policy.published_state(),
+                        metrics=stats)
+        # Each rank its own state (dense tensors, its experts, their Adam moments).
         trainer.checkpoint(_state(policy, opt), meta={"groups": len(held)})
         held = []
-        del version
