@@ -533,14 +533,10 @@ void coordinator_core::flush_ledger() {
 }
 
 bool coordinator_core::flush() {
-  auto batch = begin_flush();
-  if (!batch) {
-    logger("coordinator")->error("{}", batch.err().to_string());
-    return false;
-  }
-  const status written =
-      ledger_store() ? ledger::work_ledger::write_sync(*ledger_store(), *batch) : ok_status();
-  return end_flush(std::move(*batch), written);
+  flush_due_ = false;
+  if (sync_and_route()) return true;
+  flush_due_ = true;
+  return false;
 }
 
 result<ledger::work_ledger::sync_batch> coordinator_core::begin_flush() {

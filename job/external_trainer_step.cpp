@@ -1,9 +1,5 @@
 #include "job/external_trainer_step.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "common/free_port.h"
 #include "common/log.h"
 #include "job/group_bootstrap.h"
 #include "job/shard_checkpointer.h"
@@ -119,39 +116,6 @@ std::string rendezvous_host(const config& cfg) {
   return h;
 }
 
-// A TCP port free on `host` now: bound to port 0, read, closed. Rank 0's worker binds it a
-// moment later (torch.distributed's TCPStore takes a port, not a socket); a port taken in
-// between fails that worker's start, which breaks the incarnation and the next one picks anew.
-result<uint64_t> pick_free_port(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0 || !res)
-    return error(errc::invalid_config,
-                 "trainer group rendezvous: cannot resolve " + host + ": " + ::gai_strerror(rc));
-  std::string why = "no address";
-  uint64_t port = 0;
-  for (addrinfo* a = res; a && !port; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-      port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    } else {
-      why = std::strerror(errno);
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (!port)
-    return error(errc::io_error, "trainer group rendezvous: no free port on " + host + ": " + why);
-  return port;
-}
-
 // The welcome's "checkpoint": checkpoint `m`'s "state" part written as the file the worker's
 // resume() reads (and removes), or null when it has none or the file cannot be written
 // (logged). `path` is set to the file, for the caller to remove if the worker does not.
@@ -239,8 +203,11 @@ class external_trainer_step final : public actors::trainer_step {
     if (group_) {  // the incarnation's rendezvous, before the worker starts
       group_rendezvous r;
       r.addr = rendezvous_host(cfg);
-      auto port = pick_free_port(r.addr);
-      if (!port) return port.err();
+      // Rank 0's worker binds it a moment later (torch.distributed's TCPStore takes a port,
+      // not a socket); a port taken in between fails that worker's start, which breaks the
+      // incarnation, and the next one picks anew.
+      auto port = free_tcp_port(r.addr);
+      if (!port) return error{port.err().code, "trainer group rendezvous: " + port.err().message};
       r.port = *port;
       r.version = version_;
       r.resume_step = resume_step_;

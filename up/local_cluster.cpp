@@ -17,6 +17,7 @@
 
 #include "common/child_process.h"
 #include "common/config.h"
+#include "common/free_port.h"
 #include "common/log.h"
 #include "console/console_client.h"
 #include "zmq/plane_context.h"
@@ -36,23 +37,7 @@ std::vector<node_spec> default_cluster_nodes(uint32_t trainer_members) {
   return nodes;
 }
 
-result<uint16_t> free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return error(errc::io_error, std::string("socket: ") + std::strerror(errno));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    int e = errno;
-    ::close(fd);
-    return error(errc::io_error, std::string("bind/getsockname: ") + std::strerror(e));
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+result<uint16_t> free_tcp_port() { return moerl::free_tcp_port("127.0.0.1"); }
 
 bool console_address_free(const std::string& zmq_address) {
   const std::string scheme = "tcp://";
