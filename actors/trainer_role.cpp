@@ -30,6 +30,11 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const moerl::actors::rank_task>)
 
 namespace moerl::actors {
 
+// How long the trainer gathers batches before it claims them with fewer groups than its step
+// wants (the last groups of a run, or groups dropped on the way): the latency a short
+// iteration pays, bounded.
+constexpr int64_t kMaxGatherMs = 20;
+
 // The ranks as the job's step sees them. Lives in the node context (it outlives the step);
 // each incarnation of rank 0 binds itself, since the requests to the ranks are its own.
 class rank_pool final : public trainer_ranks {
@@ -294,6 +299,14 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
   // stats). Groups a job step holds back for a full iteration do not count as work in
   // hand: the step cannot train until more arrive. Per incarnation, like the counters.
   wait_clock stalled;
+  // Batches taken from the shards and not claimed yet (see the loop), in arrival order.
+  struct arrived {
+    std::string ep;
+    messages::batch batch;
+    std::vector<messages::handed_group> groups;
+  };
+  std::vector<arrived> gathered;
+  int64_t gathering_since = 0;
   while (mailbox_ok(self, *ctx, 0)) {
     if (ctx->draining()) {  // nothing is held between batches: leave
       tell_trained();
@@ -333,74 +346,109 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       if (!mailbox_ok(self, *ctx, 100)) return;
       continue;
     }
+    // Every shard has a request out; the first to answer wakes the loop. Batches are
+    // gathered, unclaimed, until they hold the groups the step still wants (or waited
+    // kMaxGatherMs), then claimed in one claim and handed on: one journaled coordinator round
+    // trip and one step call per iteration rather than one of each per batch, as groups
+    // trickle in from the rollouts 1-8 at a time (5-6 claims per version of the Python MoE
+    // example, 2-4 ms each and up to 30 ms under load, one after the other; 6 Dec). Unclaimed
+    // groups are handed to this incarnation at their shard like a claimed batch in flight:
+    // the ledger re-opens them if it is lost.
+    stalled.start_waiting(steady_ms());  // after the previous batches were worked on
+    uint64_t gathered_groups = 0;
+    for (const auto& a : gathered) gathered_groups += a.groups.size();
+    const uint64_t wanted = step.num_groups_wanted();
+    std::vector<ledger::batch_consumer*> asked;
     for (auto& [ep, src] : sources) {
-      stalled.start_waiting(steady_ms());  // after the previous source's batch was worked on
       if (!src.outstanding) {
         uint32_t ask = batch_groups;
-        if (const uint64_t wanted = step.num_groups_wanted(); wanted > 0)
-          ask = static_cast<uint32_t>(std::clamp<uint64_t>(
-              (wanted + sources.size() - 1) / sources.size(), 1, batch_groups));
+        if (wanted > 0) {
+          const uint64_t still = wanted > gathered_groups ? wanted - gathered_groups : 1;
+          ask = static_cast<uint32_t>(
+              std::clamp<uint64_t>((still + sources.size() - 1) / sources.size(), 1, batch_groups));
+        }
         if (auto st = src.c->request(ask); !st) continue;
         src.outstanding = true;
       }
-      auto b = src.c->poll(static_cast<int>(10 / sources.size()) + 1);
+      asked.push_back(src.c.get());
+    }
+    (void)ledger::batch_consumer::wait_any(asked, gathered.empty() ? 10 : 2);
+    for (auto& [ep, src] : sources) {
+      if (!src.outstanding) continue;
+      auto b = src.c->poll(0);
       if (!b || !*b) continue;
       src.outstanding = false;
-      auto& batch = **b;
-      if (batch.samples.empty()) continue;
-      stalled.stop_waiting(steady_ms());
-      last_batch = steady_ms();
-      // Claimed before trained: the ledger says which groups this step may use (and hears
-      // of the groups the last versions have).
-      auto groups = handed_groups_of(batch);
+      if ((*b)->samples.empty()) continue;
+      auto groups = handed_groups_of(**b);
       if (!groups) {
         log->error("{}: not trained", groups.err().to_string());
         continue;
       }
-      auto granted = claim_groups(self, *ctx, *groups, ctx->claimed_trained);
-      if (!granted) {
+      if (gathered.empty()) gathering_since = steady_ms();
+      gathered_groups += groups->size();
+      gathered.push_back({ep, std::move(**b), std::move(*groups)});
+    }
+    const bool enough = wanted == 0 || gathered_groups >= wanted;
+    if (!gathered.empty() && (enough || steady_ms() - gathering_since >= kMaxGatherMs)) {
+      std::vector<arrived> got = std::move(gathered);
+      gathered.clear();
+      std::vector<messages::handed_group> claims;
+      for (const auto& a : got) claims.insert(claims.end(), a.groups.begin(), a.groups.end());
+      stalled.stop_waiting(steady_ms());
+      last_batch = steady_ms();
+      // Claimed before trained: the ledger says which groups this step may use (and hears
+      // of the groups the last versions have).
+      auto all_granted = claim_groups(self, *ctx, claims, ctx->claimed_trained);
+      if (!all_granted) {
         if (ctx->stopping || ctx->draining()) return;
-        log->error("claim of batch {} of shard {}: {}; not trained", batch.batch_id, ep,
-                   granted.err().to_string());
-        continue;
+        log->error("claim of {} batch(es) ({} groups): {}; not trained", got.size(), claims.size(),
+                   all_granted.err().to_string());
+        got.clear();
+      } else {
+        ctx->claimed_trained.clear();
       }
-      ctx->claimed_trained.clear();
-      std::vector<messages::sample> samples = granted_samples(batch, *groups, *granted);
-      const auto num_granted = std::count(granted->begin(), granted->end(), true);
-      for (size_t i = 0; i < groups->size(); ++i)
-        if ((*granted)[i]) ctx->claimed_untrained.push_back((*groups)[i]);
-      if (static_cast<size_t>(num_granted) != groups->size())
-        log->warn(
-            "batch {} of shard {}: the ledger refused {} of its {} group(s) (re-opened after "
-            "the shard was declared lost): not trained",
-            batch.batch_id, ep, groups->size() - num_granted, groups->size());
-      if (num_granted == 0) continue;
-      flushed = false;
-      // Before the step, which holds the batch's groups until a version has them all. A
-      // batch with a refused group is not confirmed to its shard (that would count the
-      // refused group trained): its granted groups are confirmed to the ledger instead.
-      if (static_cast<size_t>(num_granted) == groups->size())
-        ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
-      auto res = step.train(samples);
-      if (!res) {
-        // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
-        if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
-        fail_actor(self, "train step: " + res.err().to_string());
-        return;
+      size_t first_grant = 0;
+      for (auto& [ep, batch, groups] : got) {
+        const auto from = all_granted->begin() + static_cast<std::ptrdiff_t>(first_grant);
+        const std::vector<bool> granted(from, from + static_cast<std::ptrdiff_t>(groups.size()));
+        first_grant += groups.size();
+        std::vector<messages::sample> samples = granted_samples(batch, groups, granted);
+        const auto num_granted = std::count(granted.begin(), granted.end(), true);
+        for (size_t i = 0; i < groups.size(); ++i)
+          if (granted[i]) ctx->claimed_untrained.push_back(groups[i]);
+        if (static_cast<size_t>(num_granted) != groups.size())
+          log->warn(
+              "batch {} of shard {}: the ledger refused {} of its {} group(s) (re-opened after "
+              "the shard was declared lost): not trained",
+              batch.batch_id, ep, groups.size() - num_granted, groups.size());
+        if (num_granted == 0) continue;
+        flushed = false;
+        // Before the step, which holds the batch's groups until a version has them all. A
+        // batch with a refused group is not confirmed to its shard (that would count the
+        // refused group trained): its granted groups are confirmed to the ledger instead.
+        if (static_cast<size_t>(num_granted) == groups.size())
+          ctx->unconfirmed_batches[ep].push_back(batch.batch_id);
+        auto res = step.train(samples);
+        if (!res) {
+          // A failed step is a bug, a broken group or a rank gone: restart the trainer group.
+          if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
+          fail_actor(self, "train step: " + res.err().to_string());
+          return;
+        }
+        ++batches;
+        last_batch = steady_ms();  // idle from the step's end: a slow step is no missing batch
+        total.groups += res->groups;
+        total.bad += res->bad;
+        total.verified += samples.size() - res->bad;
+        total.sum_abs_advantage += res->sum_abs_advantage;
+        ctx->trained_groups += res->groups;
+        if (announce(self, *ctx, *res)) {
+          log->info("policy version {} (content hash {})", res->manifest.version,
+                    res->manifest.content_hash);
+          last_stats = 0;  // report the new version's figures now, not at the next tick
+        }
+        confirm_trained();
       }
-      ++batches;
-      last_batch = steady_ms();  // idle from the step's end: a slow step is no missing batch
-      total.groups += res->groups;
-      total.bad += res->bad;
-      total.verified += samples.size() - res->bad;
-      total.sum_abs_advantage += res->sum_abs_advantage;
-      ctx->trained_groups += res->groups;
-      if (announce(self, *ctx, *res)) {
-        log->info("policy version {} (content hash {})", res->manifest.version,
-                  res->manifest.content_hash);
-        last_stats = 0;  // report the new version's figures now, not at the next tick
-      }
-      confirm_trained();
     }
     if (!flushed && steady_ms() - last_batch > flush_ms) {
       flushed = true;

@@ -55,6 +55,13 @@ workers::external_trainer_options worker_options(const config& cfg) {
 // own to ask for, and of the older ones every this many stay.
 constexpr uint64_t kKeepEveryWhenUnset = 10;
 
+// The versions a worker's checkpoint_due() names: job.checkpoint_interval as the native
+// trainer applies it, so that a worker that checkpoints only those writes what it would.
+uint64_t worker_checkpoint_interval(const config& cfg) {
+  return checkpoint_interval(cfg.get_int("job.checkpoint_interval"),
+                             cfg.get_int("job.max_durability_lag"));
+}
+
 uint64_t checkpoints_kept_every(const config& cfg) {
   const int64_t keep_every = cfg.get_int("job.checkpoint_every");
   return keep_every > 0 ? static_cast<uint64_t>(keep_every) : kKeepEveryWhenUnset;
@@ -162,6 +169,7 @@ class external_trainer_step final : public actors::trainer_step {
   status init(const config& cfg) {
     workers::external_trainer_options o = worker_options(cfg);
     file_prefix_ = o.file_prefix;
+    checkpoint_interval_ = worker_checkpoint_interval(cfg);
     const uint32_t num_shards = group_ ? group_->num_members() : 1;
     if (group_) {
       o.group_abort = group_->abort_flag();
@@ -423,6 +431,7 @@ class external_trainer_step final : public actors::trainer_step {
     resume_path_.clear();
     nlohmann::json w{{"version", version_},
                      {"groups_per_iteration", s_.groups_per_iteration},
+                     {"checkpoint_interval", checkpoint_interval_},
                      {"file_prefix", file_prefix_},
                      {"checkpoint", nullptr}};
     if (group_) {
@@ -467,6 +476,7 @@ class external_trainer_step final : public actors::trainer_step {
   const std::string ckpt_prefix_, marker_key_;
   std::unique_ptr<shard_checkpointer> ckpt_;
   std::string file_prefix_, resume_path_;
+  uint64_t checkpoint_interval_ = 1;  // told to the worker (checkpoint_due)
   std::unique_ptr<workers::external_trainer> worker_;
   uint64_t version_ = 0, resumed_from_ = 0, wanted_ = 0;
   uint64_t held_groups_ = 0, held_for_curve_ = 0, samples_ = 0;
@@ -541,6 +551,7 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
   h.welcome = [&]() {
     nlohmann::json w{{"version", rv->version},
                      {"groups_per_iteration", setup.groups_per_iteration},
+                     {"checkpoint_interval", worker_checkpoint_interval(cfg)},
                      {"file_prefix", o.file_prefix},
                      {"checkpoint", nullptr},
                      {"group", group_place(*rv, me, n)}};

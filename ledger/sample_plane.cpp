@@ -277,6 +277,19 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
   }
 }
 
+result<bool> batch_consumer::wait_any(const std::vector<batch_consumer*>& consumers,
+                                      int timeout_ms) {
+  std::vector<zmq_pollitem_t> items;
+  items.reserve(consumers.size());
+  for (const batch_consumer* c : consumers) items.push_back({c->sock_, 0, ZMQ_POLLIN, 0});
+  const int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
+  if (n == -1) {
+    if (zmq_errno() == EINTR) return false;
+    return zmq::detail::zmq_failure("zmq_poll(shards, POLLIN)", zmq_errno(), __FILE__, __LINE__);
+  }
+  return n > 0;
+}
+
 // ---- shard service --------------------------------------------------------------------
 
 result<std::unique_ptr<shard_service>> shard_service::bind(std::shared_ptr<zmq::zmq_context> ctx,

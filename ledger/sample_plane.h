@@ -108,6 +108,10 @@ class batch_consumer {
   status confirm(const std::vector<uint64_t>& batch_ids);
   // A batch if one arrived within timeout_ms (0: don't wait); nullopt otherwise.
   result<std::optional<messages::batch>> poll(int timeout_ms);
+  // Waits up to timeout_ms until any of `consumers` has something to read (true), so that a
+  // trainer waiting on several shards takes a batch from whichever answers first instead of
+  // waiting on each in turn. No consumers: sleeps timeout_ms.
+  static result<bool> wait_any(const std::vector<batch_consumer*>& consumers, int timeout_ms);
   uint64_t num_bad_frames() const { return bad_frames_; }
 
  private:

@@ -529,6 +529,8 @@ class Trainer:
         self.version: int = welcome.get("version", 0)  #: the newest version published
         #: groups the coordinator opens per policy iteration (publish once per iteration)
         self.groups_per_iteration: int = welcome.get("groups_per_iteration", 1)
+        #: job.checkpoint_interval as the node applies it (see checkpoint_due)
+        self.checkpoint_interval: int = max(1, int(welcome.get("checkpoint_interval", 1)))
         self._prefix: str = welcome["file_prefix"]
         self._resume = welcome.get("checkpoint")
         #: the newest version whose checkpoint is committed in the store (as of the last reply)
@@ -644,6 +646,13 @@ class Trainer:
             raise PublishFailed(value if self.rank == 0 else f"on rank 0: {value}")
         self.version = int(value)
         return self.version
+
+    def checkpoint_due(self) -> bool:
+        """Whether the newest published version is one the job checkpoints: every
+        ``job.checkpoint_interval``-th (by default every other), as moerl's own trainer does.
+        Calling ``checkpoint()`` only then keeps the store's writes off the other versions; a
+        checkpoint of any version is still written when asked for. The same on every rank."""
+        return self.checkpoint_interval <= 1 or self.version % self.checkpoint_interval == 0
 
     def checkpoint(self, tensors: Any, meta: Optional[Dict[str, Any]] = None) -> int:
         """A checkpoint of `tensors` (weights and optimiser state, as you like) in moerl's

@@ -65,12 +65,14 @@ def test_a_trainer_gets_whole_groups_publishes_files_and_resumes(monkeypatch, tm
 
     def main(t: worker.Trainer):
         seen["version"], seen["per_iteration"] = t.version, t.groups_per_iteration
+        seen["due"] = [t.checkpoint_due()]
         named, meta = t.resume()
         seen["resumed"] = (named["x"].tolist(), meta)
         assert t.resume() is None
         for batch in t.batches(groups=lambda: 5):
             seen.setdefault("batches", []).append(batch)
             seen["published"] = t.publish({"x": torch.full((2,), 7.0)}, metrics={"loss": 0.5})
+            seen["due"].append(t.checkpoint_due())  # version 5: every other is due
             try:
                 t.checkpoint({"x": torch.zeros(1)}, meta={"k": 1})
             except worker.PublishFailed as e:
@@ -80,6 +82,7 @@ def test_a_trainer_gets_whole_groups_publishes_files_and_resumes(monkeypatch, tm
     th.start()
     assert recv(node)["type"] == "hello"
     send(node, type="welcome", role="trainer", version=4, groups_per_iteration=16,
+         checkpoint_interval=2,
          file_prefix=prefix, checkpoint={"path": resume_path, "bytes": 0, "version": 4,
                                          "meta": {"policy_version": 4}})
     assert recv(node) == {"v": 1, "type": "next", "groups": 5}
@@ -102,6 +105,7 @@ def test_a_trainer_gets_whole_groups_publishes_files_and_resumes(monkeypatch, tm
     th.join(10)
     assert not th.is_alive()
     assert seen["version"] == 4 and seen["per_iteration"] == 16
+    assert seen["due"] == [True, False]
     assert seen["resumed"] == ([1.0, 1.0], {"policy_version": 4})
     assert seen["published"] == 5
     b = seen["batches"][0]

@@ -83,6 +83,8 @@ def main(trainer: Trainer) -> None:
                                      for d in buffer.transport_report()]
         trainer.publish(policy.state_dict() if buffer is None else policy.published_state(),
                         metrics=stats)
-        # Each rank its own state (dense tensors, its experts, their Adam moments).
-        trainer.checkpoint(_state(policy, opt), meta={"groups": len(held)})
+        # Each rank its own state (dense tensors, its experts, their Adam moments), on the
+        # versions the job checkpoints (job.checkpoint_interval).
+        if trainer.checkpoint_due():
+            trainer.checkpoint(_state(policy, opt), meta={"groups": len(held)})
         held = []
