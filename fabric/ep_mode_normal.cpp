@@ -58,6 +58,40 @@ status reduce(ep_group_impl& g, const char* in, const int64_t* slot, const float
                             num_in_rows, dst);
 }
 
+// One partial row per received token from the expert outputs into dst: reduce() with the
+// token's slots and weights. When every row names exactly one term of weight 1 (moerl.ep's
+// DeepEP-layout channels: one local expert per rank, weight 1), the partial is that expert
+// row, copied in runs of adjacent rows instead of going through the fp32 reduction. The two
+// differ only where rounding 0 + 1 * v changes v's bits (-0 becomes +0, a signalling NaN turns
+// quiet); every reader of a partial adds it in fp32 to a sum that starts at +0
+// (combine_recv, a gateway's forwarded sum), which maps v and its rounding to the same bits,
+// so the caller's y is the same either way.
+status partials_make(ep_group_impl& g, const char* expert_out, const int64_t* slot,
+                     const float* weight, int64_t num_rows, int64_t num_out_rows, char* dst) {
+  const int topk = g.cfg.topk;
+  std::vector<int64_t> single(static_cast<size_t>(num_rows), -1);
+  for (int64_t i = 0; i < num_rows; ++i) {
+    int terms = 0;
+    for (int k = 0; k < topk; ++k) {
+      const int64_t r = slot[i * topk + k];
+      if (r < 0) continue;
+      ++terms;
+      single[i] = weight[i * topk + k] == 1.0f && r < num_out_rows ? r : -1;
+    }
+    if (terms != 1 || single[i] < 0)
+      return reduce(g, expert_out, slot, weight, num_rows, topk, num_out_rows, dst);
+  }
+  const int64_t hb = g.hidden_bytes;
+  for (int64_t i = 0; i < num_rows;) {
+    int64_t n = 1;
+    while (i + n < num_rows && single[i + n] == single[i] + n) ++n;
+    g.payload->add(dst + i * hb, expert_out + single[i] * hb, n * hb);
+    i += n;
+  }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
+  return {};
+}
+
 // The metadata of row `row` of a region of dispatch rows (`base`: the receive region or send
 // staging), and its payload (`payload_base`: the same region interleaved, the payload rows
 // split).
@@ -558,8 +592,8 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     char* direct = *mapped;
     char* dst = direct ? direct : g.payload_staging_rows() + s * max_tokens * hidden_bytes;
     const int64_t base = s * max_tokens * topk;
-    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
-                         g.num_rows_from[s], topk, num_out_rows, dst);
+    if (auto st = partials_make(g, expert_out, g.recv_slot.data() + base,
+                                g.recv_weight.data() + base, g.num_rows_from[s], num_out_rows, dst);
         !st)
       return st;
     if (auto st = direct ? g.notify(s, len, g.chunks(len), proto::imm_combine,
@@ -576,9 +610,9 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     const int64_t base = forwarded_base(g, l);
     const int gateway = my_node * num_ranks_per_node + l;
     char* dst = g.payload_staging_rows() + base * hidden_bytes;
-    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base * topk,
-                         g.recv_weight.data() + base * topk, g.num_forwarded_from[l], topk,
-                         num_out_rows, dst);
+    if (auto st = partials_make(g, expert_out, g.recv_slot.data() + base * topk,
+                                g.recv_weight.data() + base * topk, g.num_forwarded_from[l],
+                                num_out_rows, dst);
         !st)
       return st;
     if (auto st = g.write_chunked(

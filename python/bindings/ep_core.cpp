@@ -63,7 +63,10 @@ struct ep_core::channel {
 };
 
 ep_core::ep_core(ep_core_options opt, allgather_fn allgather)
-    : opt_(std::move(opt)), allgather_(std::move(allgather)), pool_(0) {}
+    : opt_(std::move(opt)),
+      allgather_(std::move(allgather)),
+      pool_(0),
+      blocks_(host_block_pool::create(opt_.buffer_bytes)) {}
 
 ep_core::~ep_core() = default;
 

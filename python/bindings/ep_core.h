@@ -38,6 +38,7 @@
 #include "common/error.h"
 #include "fabric/ep_group.h"
 #include "kernels/thread_pool.h"
+#include "python/bindings/host_block_pool.h"
 
 namespace moerl::py {
 
@@ -173,6 +174,10 @@ class ep_core {
   };
   std::vector<channel_info> describe() const;
 
+  // Where the Python side allocates the large CPU tensors it returns (host_block_pool.h):
+  // caches up to buffer_bytes of released blocks. Outlives close() while a block is alive.
+  host_block_pool& blocks() { return *blocks_; }
+
  private:
   struct channel;
   struct ll_channel;
@@ -208,6 +213,7 @@ class ep_core {
   ep_core_options opt_;
   allgather_fn allgather_;
   kernels::thread_pool pool_;
+  std::shared_ptr<host_block_pool> blocks_;
   std::map<channel_key, std::unique_ptr<channel>> channels_;
   std::map<ll_key, std::unique_ptr<ll_channel>> ll_channels_;
   bool closed_ = false;
