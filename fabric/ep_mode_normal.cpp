@@ -178,12 +178,14 @@ result<dispatch_block> direct_dispatch_block(ep_group_impl& g, int d) {
   return b;
 }
 
-// d's expert-major dispatch output when it is mapped here (same process or host, one node;
-// split: payload memory, a same-host peer's device region through CUDA IPC).
-result<char*> peer_output(ep_group_impl& g, int d) {
+// Slot `slot` of d's expert-major dispatch output when it is mapped here (same process or
+// host, one node; split: payload memory, a same-host peer's device region through CUDA IPC).
+result<char*> peer_output(ep_group_impl& g, int d, uint64_t slot) {
   const remote_region& out = g.peers[d].output;
   if (out.size == 0) return static_cast<char*>(nullptr);
-  auto p = g.peer_payload(d, out, 0, static_cast<int64_t>(out.size));
+  const int64_t bytes = g.output_slot_bytes > 0 ? g.output_slot_bytes
+                                                : static_cast<int64_t>(out.size);
+  auto p = g.peer_payload(d, out, static_cast<int64_t>(slot) * bytes, bytes);
   if (!p) return g.fail(p.err());
   return *p;
 }
@@ -232,7 +234,12 @@ ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   // for the worst case (every entry of every token of every rank), backed only where touched.
   const int64_t output_bytes =
       g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk * g.hidden_bytes;
-  if (!g.across_nodes) sizes.dispatch_output = output_bytes;
+  if (!g.across_nodes) {
+    // Slots start on 2 MiB boundaries, so a caller can map one again (output_slot_file).
+    g.output_slot_bytes =
+        g.cfg.output_slots > 1 ? proto::align_up(output_bytes, int64_t{1} << 21) : output_bytes;
+    sizes.dispatch_output = g.output_slot_bytes * g.cfg.output_slots;
+  }
   if (!g.split()) return sizes;
   // Split: metadata rows where the interleaved layout has whole rows, payload rows apart; the
   // combine partials are staged in payload_staging. Across nodes the output is private (in
@@ -270,7 +277,7 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
   for (int d = 0; d < num_ranks; ++d) {
     ASSIGN_OR_RETURN(const dispatch_block block, direct_dispatch_block(g, d));
     direct[d] = block.meta != nullptr;
-    ASSIGN_OR_RETURN(const char* out, peer_output(g, d));
+    ASSIGN_OR_RETURN(const char* out, peer_output(g, d, 0));
     g.in_place_to[d] = direct[d] && out != nullptr;
   }
   for (int64_t tk = 0; tk < num_tokens; ++tk)
@@ -290,7 +297,8 @@ status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 // d's rows, their payload into d's output at the positions every rank computes alike, their
 // metadata into our block of d's dispatch region; counts the bytes stored.
 status rows_in_place_write(ep_group_impl& g, int d, char* block) {
-  ASSIGN_OR_RETURN(char* out, peer_output(g, d));
+  // The slot d announced for this step (dispatch_recv checked it is one of the group's).
+  ASSIGN_OR_RETURN(char* out, peer_output(g, d, g.record_from(d).output_slot));
   std::vector<int64_t> cursor;
   if (auto st = output_starts(g, d, g.rank, cursor); !st) return st;
   const int topk = g.cfg.topk;

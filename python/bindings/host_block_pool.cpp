@@ -17,11 +17,10 @@ int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
-host_block::host_block(std::shared_ptr<host_block_pool> pool, void* data, int64_t size,
-                       int64_t capacity)
-    : pool_(std::move(pool)), data_(data), size_(size), capacity_(capacity) {}
+host_block::host_block(std::shared_ptr<block_owner> owner, void* data, int64_t size, int64_t tag)
+    : owner_(std::move(owner)), data_(data), size_(size), tag_(tag) {}
 
-host_block::~host_block() { pool_->release(data_, capacity_); }
+host_block::~host_block() { owner_->release(data_, tag_); }
 
 std::shared_ptr<host_block_pool> host_block_pool::create(int64_t max_cached_bytes) {
   return std::shared_ptr<host_block_pool>(new host_block_pool(std::max<int64_t>(max_cached_bytes, 0)));

@@ -18,13 +18,20 @@
 
 namespace moerl::py {
 
-class host_block_pool;
+// Whoever lends a host_block its memory, told when the block dies: the pool below, or a
+// normal channel's output slots (ep_core.cpp).
+class block_owner {
+ public:
+  virtual ~block_owner() = default;
+  // `tag`: what the owner gave the block (the pool: its capacity; a channel: its slot).
+  virtual void release(void* data, int64_t tag) = 0;
+};
 
-// One block: `size` bytes usable at `data` (the mapping may be larger). Returns its memory to
-// the pool when destroyed.
+// One block: `size` bytes usable at `data` (the memory may be larger). Gives its memory back
+// to its owner when destroyed.
 class host_block {
  public:
-  host_block(std::shared_ptr<host_block_pool> pool, void* data, int64_t size, int64_t capacity);
+  host_block(std::shared_ptr<block_owner> owner, void* data, int64_t size, int64_t tag);
   host_block(const host_block&) = delete;
   host_block& operator=(const host_block&) = delete;
   ~host_block();
@@ -32,17 +39,18 @@ class host_block {
   int64_t size() const { return size_; }
 
  private:
-  std::shared_ptr<host_block_pool> pool_;
+  std::shared_ptr<block_owner> owner_;
   void* data_;
-  int64_t size_, capacity_;
+  int64_t size_, tag_;
 };
 
-class host_block_pool : public std::enable_shared_from_this<host_block_pool> {
+class host_block_pool final : public block_owner,
+                              public std::enable_shared_from_this<host_block_pool> {
  public:
   // Keeps at most max_cached_bytes of released blocks for reuse (the Buffer's
   // num_nvl_bytes + num_rdma_bytes: the memory its caller budgeted for it).
   static std::shared_ptr<host_block_pool> create(int64_t max_cached_bytes);
-  ~host_block_pool();
+  ~host_block_pool() override;
   host_block_pool(const host_block_pool&) = delete;
   host_block_pool& operator=(const host_block_pool&) = delete;
 
@@ -55,9 +63,8 @@ class host_block_pool : public std::enable_shared_from_this<host_block_pool> {
   int64_t cached_blocks() const;
 
  private:
-  friend class host_block;
   explicit host_block_pool(int64_t max_cached_bytes) : max_cached_(max_cached_bytes) {}
-  void release(void* data, int64_t capacity);
+  void release(void* data, int64_t capacity) override;
 
   struct entry {
     void* data;

@@ -121,6 +121,10 @@ PYBIND11_MODULE(_moerl, m) {
             return std::move(*b);
           },
           "A block of at least `size` bytes of the Buffer's pooled host memory (HostBlock).")
+      .def("recv_view", &ep_core::recv_view,
+           "The last dispatch's rows in place (HostBlock), or None: copy them with "
+           "read_dispatch instead.")
+      .def("recv_views_held", &ep_core::recv_views_held)
       .def("cached_host_bytes", [](ep_core& c) { return c.blocks().cached_bytes(); })
       .def("capacity", &ep_core::capacity)
       .def("bytes_needed", &ep_core::bytes_needed)
