@@ -183,8 +183,8 @@ result<dispatch_block> direct_dispatch_block(ep_group_impl& g, int d) {
 result<char*> peer_output(ep_group_impl& g, int d, uint64_t slot) {
   const remote_region& out = g.peers[d].output;
   if (out.size == 0) return static_cast<char*>(nullptr);
-  const int64_t bytes = g.output_slot_bytes > 0 ? g.output_slot_bytes
-                                                : static_cast<int64_t>(out.size);
+  const int64_t bytes =
+      g.output_slot_bytes > 0 ? g.output_slot_bytes : static_cast<int64_t>(out.size);
   auto p = g.peer_payload(d, out, static_cast<int64_t>(slot) * bytes, bytes);
   if (!p) return g.fail(p.err());
   return *p;

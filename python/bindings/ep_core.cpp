@@ -100,8 +100,7 @@ class output_slot_book final : public block_owner {
   bool hold(int slot) {
     std::lock_guard<std::mutex> lock(mu_);
     const auto held = std::count(held_.begin(), held_.end(), true);
-    if (held_[static_cast<size_t>(slot)] ||
-        held + 1 >= static_cast<std::ptrdiff_t>(held_.size()))
+    if (held_[static_cast<size_t>(slot)] || held + 1 >= static_cast<std::ptrdiff_t>(held_.size()))
       return false;
     held_[static_cast<size_t>(slot)] = true;
     return true;

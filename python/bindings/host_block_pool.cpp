@@ -23,7 +23,8 @@ host_block::host_block(std::shared_ptr<block_owner> owner, void* data, int64_t s
 host_block::~host_block() { owner_->release(data_, tag_); }
 
 std::shared_ptr<host_block_pool> host_block_pool::create(int64_t max_cached_bytes) {
-  return std::shared_ptr<host_block_pool>(new host_block_pool(std::max<int64_t>(max_cached_bytes, 0)));
+  return std::shared_ptr<host_block_pool>(
+      new host_block_pool(std::max<int64_t>(max_cached_bytes, 0)));
 }
 
 host_block_pool::~host_block_pool() {
@@ -52,9 +53,9 @@ result<std::unique_ptr<host_block>> host_block_pool::acquire(int64_t size) {
   void* p = mmap(nullptr, static_cast<size_t>(capacity), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
-    return error{errc::io_error, "moerl.ep: mapping " + std::to_string(capacity) +
-                                     " bytes for a returned tensor failed: " +
-                                     std::strerror(errno)};
+    return error{errc::io_error,
+                 "moerl.ep: mapping " + std::to_string(capacity) +
+                     " bytes for a returned tensor failed: " + std::strerror(errno)};
   // Fewer faults on first touch and fewer TLB misses in the row copies; advisory (the kernel
   // may say no, and then 4 KiB pages work the same).
   madvise(p, static_cast<size_t>(capacity), MADV_HUGEPAGE);

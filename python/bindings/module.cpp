@@ -72,8 +72,8 @@ PYBIND11_MODULE(_moerl, m) {
   py::class_<moerl::py::host_block>(m, "HostBlock", py::buffer_protocol())
       .def_property_readonly("size", &moerl::py::host_block::size)
       .def_buffer([](moerl::py::host_block& b) {
-        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
-                               {b.size()}, {int64_t{1}}, /*readonly=*/false);
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1, {b.size()},
+                               {int64_t{1}}, /*readonly=*/false);
       });
 
   py::class_<ep_core>(m, "EpCore")
