@@ -64,7 +64,8 @@ void ep_group_impl::start_output(std::vector<int64_t>& per_expert) {
   // The shared output region (normal mode) and the split layout's output region are sized
   // for every row a step can bring; the block layout's rows are the caller's.
   if (!output_region.reg.ptr && !split() && !recv_rows)
-    output_x.resize(static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
+    output_x[static_cast<size_t>(output_slot)].resize(
+        static_cast<size_t>(std::max<int64_t>(num_rows, 1) * hidden_bytes));
   output.src_rank.assign(num_rows, 0);
   output.src_token.assign(num_rows, 0);
   output.src_k.assign(num_rows, 0);
@@ -232,6 +233,10 @@ status validate(const ep_config& c, int num_ranks) {
   if (c.ranks_per_node < 0 || (c.ranks_per_node > 0 && num_ranks % c.ranks_per_node != 0))
     return bad("ranks_per_node (" + std::to_string(c.ranks_per_node) +
                ") must divide the group size (" + std::to_string(num_ranks) + ")");
+  if (c.output_slots < 1 || c.output_slots > 64) return bad("output_slots must be 1..64");
+  if (c.output_slots > 1 && (c.mode != ep_mode::normal || c.memory != ep_memory::host))
+    return bad(std::string("output_slots is a normal-mode option for host memory; mode is ") +
+               ep_mode_name(c.mode) + ", memory " + ep_memory_name(c.memory));
   if (c.memory != ep_memory::host && c.mode == ep_mode::baseline)
     return bad(std::string("memory ") + ep_memory_name(c.memory) +
                " is built for the ll and normal modes only; baseline mode keeps its regions in "
@@ -255,6 +260,7 @@ result<std::unique_ptr<ep_group>> ep_group::create(const transport_options& topt
   g->rank = static_cast<int>(pos - members.begin());
   if (auto st = validate(cfg, g->num_ranks); !st) return st.err();
   g->num_local_experts = cfg.num_experts / g->num_ranks;
+  g->output_x.resize(static_cast<size_t>(cfg.output_slots));
   g->hidden_bytes = cfg.hidden * static_cast<int64_t>(ep_dtype_size(cfg.dtype));
   g->num_ranks_per_node = cfg.ranks_per_node > 0 ? cfg.ranks_per_node : g->num_ranks;
   g->num_nodes = g->num_ranks / g->num_ranks_per_node;
@@ -435,7 +441,8 @@ status ep_group_impl::dispatch_send(const void* x_in, const int64_t* idx, const 
   for (int d = 0; d < num_ranks; ++d) {
     char* at = ctrl_send.data() + d * count_record_bytes;
     const count_record rec{static_cast<uint64_t>(num_rows_to[d]), static_cast<uint64_t>(max_rows),
-                           in_place_to[d] ? proto::count_flag_in_place : 0, 0};
+                           in_place_to[d] ? proto::count_flag_in_place : 0,
+                           static_cast<uint64_t>(output_slot)};
     std::memcpy(at, &rec, sizeof rec);
     for (int e = 0; with_entries && e < cfg.num_experts; ++e) {
       const auto n = static_cast<uint32_t>(entries_per_expert[e]);
@@ -473,7 +480,8 @@ result<const dispatch_output*> ep_group_impl::dispatch_recv() {
                                                      std::to_string(rec.rows) + " rows, over the " +
                                                      std::to_string(limit) + " this group holds"});
     const bool in_place = (rec.flags & proto::count_flag_in_place) != 0;
-    if ((rec.flags & ~proto::count_flag_in_place) != 0 || rec.reserved != 0 ||
+    if ((rec.flags & ~proto::count_flag_in_place) != 0 ||
+        rec.output_slot >= static_cast<uint64_t>(cfg.output_slots) ||
         (in_place && !output_region.reg.ptr && !peer_shared_inputs(s)))
       return fail(error{errc::malformed_message,
                         "EP: rank " + std::to_string(s) + " sent count record flags " +
@@ -584,6 +592,31 @@ status ep_group::set_recv_rows(void* rows) {
   return {};
 }
 void* ep_group::dispatch_buffer() { return impl_->dispatch_buffer(); }
+ep_group::slot_file ep_group::output_slot_file(int slot) const {
+  const auto& g = *impl_;
+  slot_file f;
+  if (slot < 0 || slot >= g.cfg.output_slots || !g.output_region.reg.ptr ||
+      g.cfg.memory != ep_memory::host)
+    return f;
+  f.fd = g.output_region.reg.remote.host_fd;
+  f.offset = slot * g.output_slot_bytes;
+  f.bytes = g.output_slot_bytes;
+  if (f.fd < 0 || f.offset % 4096 != 0 || f.bytes % 4096 != 0) return slot_file{};
+  return f;
+}
+
+status ep_group::select_output_slot(int slot) {
+  if (slot < 0 || slot >= impl_->cfg.output_slots)
+    return error{errc::invalid_argument, "select_output_slot: slot " + std::to_string(slot) +
+                                             " outside 0.." +
+                                             std::to_string(impl_->cfg.output_slots - 1)};
+  // A broken group reports its first error, as every later call does.
+  if (auto st = impl_->check_usable(); !st) return st;
+  if (impl_->phase != detail::ep_phase::idle)
+    return error{errc::invalid_argument, "select_output_slot: a step is in progress"};
+  impl_->output_slot = slot;
+  return {};
+}
 status ep_group::combine(const dispatch_output& handle, const void* expert_out, void* y) {
   if (auto st = combine_send(handle, expert_out); !st) return st;
   return combine_recv(y);

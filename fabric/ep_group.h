@@ -86,6 +86,13 @@ struct ep_config {
   int ranks_per_node = 0;
   // low_latency only: where the payload rows live (ep_memory above).
   ep_memory memory = ep_memory::host;
+  // normal mode, host memory only: how many step outputs the group keeps. Each dispatch_send
+  // fills the slot named by select_output_slot() (0 until called) and leaves the others'
+  // rows as they were, so a caller can keep reading an earlier step's recv_x while later
+  // steps run, as long as it names another slot for them (moerl.ep hands recv_x out as a
+  // view of a slot instead of copying it; python/README.md). Same-host senders store into
+  // the slot the receiver announced in its count record (PROTOCOL.md, "Rows in place").
+  int output_slots = 1;
   // low_latency only: 0 keeps the received rows compact (dispatch_output::recv_x
   // [num_recv_rows, hidden]). S > 0 lays recv_x, combine_buffer() and combine_send's
   // expert_out out as DeepEP's low-latency kernels do: num_local_experts blocks of S rows,
@@ -104,7 +111,8 @@ void apply_config(const config& node_config, ep_config& cfg);
 
 // What dispatch_recv returns; valid until the next dispatch_send on this group (normal mode
 // on one host: peers store the next step's rows straight into recv_x once that call
-// announced this rank is in the next step).
+// announced this rank is in the next step), except recv_x's rows with
+// ep_config::output_slots: those stay until a later step fills the same slot.
 struct dispatch_output {
   uint32_t seq = 0;              // step number, checked by combine
   const void* recv_x = nullptr;  // [num_recv_rows, hidden] of dtype, expert-major
@@ -167,6 +175,20 @@ class ep_group {
   // is shared memory and same-host destinations read the tokens there in place instead of
   // getting a copy of each entry. Any other x works too, in every mode.
   void* dispatch_buffer();
+  // ep_config::output_slots: the slot the next dispatch_send fills (0 <= slot < output_slots;
+  // an error otherwise, or during a step). Kept until called again.
+  status select_output_slot(int slot);
+  // ep_config::output_slots: where slot `slot` of the output region lies in its shared-memory
+  // file (fd, offset and length page-aligned), for a caller that maps it a second time to
+  // keep a step's rows readable after the group is gone (the file lives while any mapping
+  // does). fd -1: the output is private memory (no same-host peer shares this group's
+  // memory) or the slot does not exist. The fd is the group's: map it, do not close it.
+  struct slot_file {
+    int fd = -1;
+    int64_t offset = 0;
+    int64_t bytes = 0;
+  };
+  slot_file output_slot_file(int slot) const;
   // x [num_tokens, hidden] of dtype; topk_idx [num_tokens, topk], -1 = masked;
   // topk_weights [num_tokens, topk]. The inputs must stay unchanged until combine_recv.
   status dispatch_send(const void* x, const int64_t* topk_idx, const float* topk_weights,

@@ -58,6 +58,40 @@ status reduce(ep_group_impl& g, const char* in, const int64_t* slot, const float
                             num_in_rows, dst);
 }
 
+// One partial row per received token from the expert outputs into dst: reduce() with the
+// token's slots and weights. When every row names exactly one term of weight 1 (moerl.ep's
+// DeepEP-layout channels: one local expert per rank, weight 1), the partial is that expert
+// row, copied in runs of adjacent rows instead of going through the fp32 reduction. The two
+// differ only where rounding 0 + 1 * v changes v's bits (-0 becomes +0, a signalling NaN turns
+// quiet); every reader of a partial adds it in fp32 to a sum that starts at +0
+// (combine_recv, a gateway's forwarded sum), which maps v and its rounding to the same bits,
+// so the caller's y is the same either way.
+status partials_make(ep_group_impl& g, const char* expert_out, const int64_t* slot,
+                     const float* weight, int64_t num_rows, int64_t num_out_rows, char* dst) {
+  const int topk = g.cfg.topk;
+  std::vector<int64_t> single(static_cast<size_t>(num_rows), -1);
+  for (int64_t i = 0; i < num_rows; ++i) {
+    int terms = 0;
+    for (int k = 0; k < topk; ++k) {
+      const int64_t r = slot[i * topk + k];
+      if (r < 0) continue;
+      ++terms;
+      single[i] = weight[i * topk + k] == 1.0f && r < num_out_rows ? r : -1;
+    }
+    if (terms != 1 || single[i] < 0)
+      return reduce(g, expert_out, slot, weight, num_rows, topk, num_out_rows, dst);
+  }
+  const int64_t hb = g.hidden_bytes;
+  for (int64_t i = 0; i < num_rows;) {
+    int64_t n = 1;
+    while (i + n < num_rows && single[i + n] == single[i] + n) ++n;
+    g.payload->add(dst + i * hb, expert_out + single[i] * hb, n * hb);
+    i += n;
+  }
+  if (auto st = g.payload->run(); !st) return g.fail(st.err());
+  return {};
+}
+
 // The metadata of row `row` of a region of dispatch rows (`base`: the receive region or send
 // staging), and its payload (`payload_base`: the same region interleaved, the payload rows
 // split).
@@ -144,12 +178,14 @@ result<dispatch_block> direct_dispatch_block(ep_group_impl& g, int d) {
   return b;
 }
 
-// d's expert-major dispatch output when it is mapped here (same process or host, one node;
-// split: payload memory, a same-host peer's device region through CUDA IPC).
-result<char*> peer_output(ep_group_impl& g, int d) {
+// Slot `slot` of d's expert-major dispatch output when it is mapped here (same process or
+// host, one node; split: payload memory, a same-host peer's device region through CUDA IPC).
+result<char*> peer_output(ep_group_impl& g, int d, uint64_t slot) {
   const remote_region& out = g.peers[d].output;
   if (out.size == 0) return static_cast<char*>(nullptr);
-  auto p = g.peer_payload(d, out, 0, static_cast<int64_t>(out.size));
+  const int64_t bytes =
+      g.output_slot_bytes > 0 ? g.output_slot_bytes : static_cast<int64_t>(out.size);
+  auto p = g.peer_payload(d, out, static_cast<int64_t>(slot) * bytes, bytes);
   if (!p) return g.fail(p.err());
   return *p;
 }
@@ -198,7 +234,12 @@ ep_region_sizes normal_regions_plan(ep_group_impl& g) {
   // for the worst case (every entry of every token of every rank), backed only where touched.
   const int64_t output_bytes =
       g.num_ranks * g.cfg.max_tokens_per_rank * g.cfg.topk * g.hidden_bytes;
-  if (!g.across_nodes) sizes.dispatch_output = output_bytes;
+  if (!g.across_nodes) {
+    // Slots start on 2 MiB boundaries, so a caller can map one again (output_slot_file).
+    g.output_slot_bytes =
+        g.cfg.output_slots > 1 ? proto::align_up(output_bytes, int64_t{1} << 21) : output_bytes;
+    sizes.dispatch_output = g.output_slot_bytes * g.cfg.output_slots;
+  }
   if (!g.split()) return sizes;
   // Split: metadata rows where the interleaved layout has whole rows, payload rows apart; the
   // combine partials are staged in payload_staging. Across nodes the output is private (in
@@ -236,7 +277,7 @@ status normal_dispatch_pack(ep_group_impl& g, const uint8_t* is_token_in_rank) {
   for (int d = 0; d < num_ranks; ++d) {
     ASSIGN_OR_RETURN(const dispatch_block block, direct_dispatch_block(g, d));
     direct[d] = block.meta != nullptr;
-    ASSIGN_OR_RETURN(const char* out, peer_output(g, d));
+    ASSIGN_OR_RETURN(const char* out, peer_output(g, d, 0));
     g.in_place_to[d] = direct[d] && out != nullptr;
   }
   for (int64_t tk = 0; tk < num_tokens; ++tk)
@@ -256,7 +297,8 @@ status normal_dispatch_eager_write(ep_group_impl&) { return {}; }
 // d's rows, their payload into d's output at the positions every rank computes alike, their
 // metadata into our block of d's dispatch region; counts the bytes stored.
 status rows_in_place_write(ep_group_impl& g, int d, char* block) {
-  ASSIGN_OR_RETURN(char* out, peer_output(g, d));
+  // The slot d announced for this step (dispatch_recv checked it is one of the group's).
+  ASSIGN_OR_RETURN(char* out, peer_output(g, d, g.record_from(d).output_slot));
   std::vector<int64_t> cursor;
   if (auto st = output_starts(g, d, g.rank, cursor); !st) return st;
   const int topk = g.cfg.topk;
@@ -558,8 +600,8 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     char* direct = *mapped;
     char* dst = direct ? direct : g.payload_staging_rows() + s * max_tokens * hidden_bytes;
     const int64_t base = s * max_tokens * topk;
-    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base, g.recv_weight.data() + base,
-                         g.num_rows_from[s], topk, num_out_rows, dst);
+    if (auto st = partials_make(g, expert_out, g.recv_slot.data() + base,
+                                g.recv_weight.data() + base, g.num_rows_from[s], num_out_rows, dst);
         !st)
       return st;
     if (auto st = direct ? g.notify(s, len, g.chunks(len), proto::imm_combine,
@@ -576,9 +618,9 @@ status normal_combine_write(ep_group_impl& g, const char* expert_out) {
     const int64_t base = forwarded_base(g, l);
     const int gateway = my_node * num_ranks_per_node + l;
     char* dst = g.payload_staging_rows() + base * hidden_bytes;
-    if (auto st = reduce(g, expert_out, g.recv_slot.data() + base * topk,
-                         g.recv_weight.data() + base * topk, g.num_forwarded_from[l], topk,
-                         num_out_rows, dst);
+    if (auto st = partials_make(g, expert_out, g.recv_slot.data() + base * topk,
+                                g.recv_weight.data() + base * topk, g.num_forwarded_from[l],
+                                num_out_rows, dst);
         !st)
       return st;
     if (auto st = g.write_chunked(

@@ -39,7 +39,9 @@ struct count_record {
   uint64_t rows;      // rows (normal: tokens; ll/baseline: (token, expert) entries) for you
   uint64_t max_rows;  // the largest `rows` this sender has for any rank (baseline padding)
   uint64_t flags;     // count_flag_* bits; others zero
-  uint64_t reserved;  // zero
+  // normal mode: the slot of my dispatch output that your in-place rows go to
+  // (ep_config::output_slots; 0 without); zero in the other modes.
+  uint64_t output_slot;
 };
 // Normal mode: the payload of my rows for you is already stored in your dispatch output, in
 // expert-major order (same host); my rows in your dispatch region carry metadata only.

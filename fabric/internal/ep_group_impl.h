@@ -168,11 +168,12 @@ struct ep_group_impl {
   char* payload_staging_rows() { return split() ? payload_staging.data() : staging.data(); }
   // This step's output rows (recv_x): the caller's (set_recv_rows), normal's shared output region
   // (payload memory when split), or the split layout's private output, or private host memory.
+  // With ep_config::output_slots, slot output_slot of the shared region (or of output_x).
   char* output_rows() {
     if (recv_rows) return recv_rows;
-    return output_region.reg.ptr ? output_region.data()
+    return output_region.reg.ptr ? output_region.data() + output_slot * output_slot_bytes
            : split()             ? output_payload_region.data()
-                                 : output_x.data();
+                                 : output_x[static_cast<size_t>(output_slot)].data();
   }
   // The base that combine_rows_offset and dispatch_rows_offset index: of ours, and of peer s's
   // as addressable here (its host mapping, or its device region through CUDA IPC; nullptr: a
@@ -238,7 +239,12 @@ struct ep_group_impl {
 
   // Receive-side handle for combine.
   dispatch_output output;
-  std::vector<char> output_x;
+  // Private output rows per output slot (ep_config::output_slots) when nothing is shared.
+  std::vector<std::vector<char>> output_x;
+  // normal: the slot this step's output fills (select_output_slot), announced to the senders
+  // in our count records; the bytes of one slot of output_region.
+  int output_slot = 0;
+  int64_t output_slot_bytes = 0;
   // normal: [receive-region row, topk] output row of each entry, and its weight.
   std::vector<int64_t> recv_slot;
   std::vector<float> recv_weight;

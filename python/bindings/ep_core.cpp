@@ -1,7 +1,12 @@
 #include "python/bindings/ep_core.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <mutex>
+#include <utility>
+
+#include <sys/mman.h>
 
 #include "common/status_try.h"
 #include "kernels/dispatch_layout.h"
@@ -45,11 +50,76 @@ constexpr int64_t row_overhead_bytes = 64;
 constexpr int64_t regions_per_channel = 3;
 constexpr int64_t max_capacity_tokens = 1 << 16;
 
+// Output slots of a host x channel (fabric::ep_config::output_slots): up to this many - 1
+// recv_x tensors can view their step's rows in place at once; past that, recv_x is a copy.
+// Unused slots cost address space only (the region's pages are backed when first touched,
+// and the lowest free slot is filled first).
+constexpr int recv_slots = 4;
+
+// The output slots of a host x channel as recv_x views see them: a second mapping of each slot
+// of the group's shared output region (its memfd), so a view stays readable after close()
+// destroyed the group (endpoints and all), and which slots a view holds (released when the
+// tensor's last view dies, on any thread).
+class output_slot_book final : public block_owner {
+ public:
+  // nullptr: the group's output is not in a shared file (no same-host peer), or mmap failed;
+  // recv_x is then a copy.
+  static std::shared_ptr<output_slot_book> map(const fabric::ep_group& group, int slots) {
+    std::shared_ptr<output_slot_book> book(new output_slot_book());
+    for (int s = 0; s < slots; ++s) {
+      const fabric::ep_group::slot_file f = group.output_slot_file(s);
+      if (f.fd < 0) return nullptr;
+      void* p = ::mmap(nullptr, static_cast<size_t>(f.bytes), PROT_READ | PROT_WRITE, MAP_SHARED,
+                       f.fd, static_cast<off_t>(f.offset));
+      if (p == MAP_FAILED) return nullptr;
+      book->maps_.push_back({static_cast<char*>(p), f.bytes});
+      book->held_.push_back(false);
+    }
+    return book;
+  }
+  ~output_slot_book() override {
+    for (const auto& m : maps_) ::munmap(m.first, static_cast<size_t>(m.second));
+  }
+  char* base(int slot) const { return maps_[static_cast<size_t>(slot)].first; }
+  void release(void*, int64_t slot) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[static_cast<size_t>(slot)] = false;
+  }
+  // The lowest slot no view holds (one always is: hold() keeps one free).
+  int free_slot() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t s = 0; s < held_.size(); ++s)
+      if (!held_[s]) return static_cast<int>(s);
+    return -1;
+  }
+  int held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(std::count(held_.begin(), held_.end(), true));
+  }
+  // Marks `slot` held unless it is, or that would leave no slot for the next step.
+  bool hold(int slot) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto held = std::count(held_.begin(), held_.end(), true);
+    if (held_[static_cast<size_t>(slot)] || held + 1 >= static_cast<std::ptrdiff_t>(held_.size()))
+      return false;
+    held_[static_cast<size_t>(slot)] = true;
+    return true;
+  }
+
+ private:
+  output_slot_book() = default;
+  std::mutex mu_;
+  std::vector<std::pair<char*, int64_t>> maps_;
+  std::vector<bool> held_;
+};
+
 }  // namespace
 
 struct ep_core::channel {
   std::string name;
   std::unique_ptr<fabric::ep_group> group;
+  std::shared_ptr<output_slot_book> slots;  // host x channels whose output is shared memory
+  int step_slot = 0;                        // the open step's output slot
   int64_t width = 0;
   int64_t row_bytes = 0;
   bool open = false;  // dispatched and not combined yet
@@ -63,7 +133,10 @@ struct ep_core::channel {
 };
 
 ep_core::ep_core(ep_core_options opt, allgather_fn allgather)
-    : opt_(std::move(opt)), allgather_(std::move(allgather)), pool_(0) {}
+    : opt_(std::move(opt)),
+      allgather_(std::move(allgather)),
+      pool_(0),
+      blocks_(host_block_pool::create(opt_.buffer_bytes)) {}
 
 ep_core::~ep_core() = default;
 
@@ -133,11 +206,14 @@ result<ep_core::channel*> ep_core::channel_for(bool meta, fabric::ep_dtype dtype
   cfg.hidden = width;
   cfg.dtype = dtype;
   cfg.max_tokens_per_rank = std::max<int64_t>(capacity(c->row_bytes), 1);
+  const bool views = !meta && memory == fabric::ep_memory::host;
+  cfg.output_slots = views ? recv_slots : 1;
   auto g = make_group(cfg);
   if (!g)
     return error{g.err().code,
                  "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
   c->group = std::move(*g);
+  if (views) c->slots = output_slot_book::map(*c->group, recv_slots);
   channel* raw = c.get();
   channels_.emplace(key, std::move(c));
   return raw;
@@ -172,6 +248,11 @@ status ep_core::open_step(channel& c, const void* x, const uint8_t* in_rank, int
   c.idx.resize(static_cast<size_t>(num_tokens * n));
   c.ones.assign(static_cast<size_t>(num_tokens * n), 1.0f);
   for (int64_t i = 0; i < num_tokens * n; ++i) c.idx[i] = in_rank[i] ? i % n : -1;
+  if (c.slots) {
+    c.step_slot = c.slots->free_slot();
+    if (c.step_slot < 0) return error{errc::internal, "moerl.ep: no free output slot"};
+    STATUS_TRY(c.group->select_output_slot(c.step_slot));
+  }
   ASSIGN_OR_RETURN(c.out, c.group->dispatch(x, c.idx.data(), c.ones.data(), num_tokens));
   c.open = true;
   c.routing_id = routing_id;
@@ -224,7 +305,7 @@ status ep_core::read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_toke
     return error{errc::invalid_argument, "moerl.ep: no dispatch to read"};
   const fabric::dispatch_output& o = *last_x_->out;
   const int64_t num_rows = o.num_recv_rows;
-  if (num_rows > 0)
+  if (num_rows > 0 && recv_x)
     STATUS_TRY(fabric::memory_copy(last_x_->memory(), recv_x, o.recv_x,
                                    static_cast<size_t>(num_rows * last_x_->row_bytes)));
   std::copy(o.src_rank.begin(), o.src_rank.end(), src_rank);
@@ -283,6 +364,22 @@ status ep_core::combine(const void* x, int64_t num_rows, int64_t hidden, fabric:
     std::memcpy(combined_weights + t * topk, sums.data() + t * 3 * topk + 2 * topk,
                 4 * static_cast<size_t>(topk));
   return {};
+}
+
+std::unique_ptr<host_block> ep_core::recv_view() {
+  if (!last_x_ || !last_x_->open || !last_x_->slots) return nullptr;
+  const fabric::dispatch_output& o = *last_x_->out;
+  if (o.num_recv_rows == 0 || !last_x_->slots->hold(last_x_->step_slot)) return nullptr;
+  // The same pages as o.recv_x (the start of the slot), through the book's own mapping.
+  return std::make_unique<host_block>(last_x_->slots, last_x_->slots->base(last_x_->step_slot),
+                                      o.num_recv_rows * last_x_->row_bytes, last_x_->step_slot);
+}
+
+int ep_core::recv_views_held() const {
+  int n = 0;
+  for (const auto& [key, c] : channels_)
+    if (c->slots) n += c->slots->held();
+  return n;
 }
 
 std::vector<ep_core::channel_info> ep_core::describe() const {

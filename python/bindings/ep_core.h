@@ -38,6 +38,7 @@
 #include "common/error.h"
 #include "fabric/ep_group.h"
 #include "kernels/thread_pool.h"
+#include "python/bindings/host_block_pool.h"
 
 namespace moerl::py {
 
@@ -84,12 +85,20 @@ class ep_core {
                            int64_t routing_id, fabric::ep_memory memory = fabric::ep_memory::host);
 
   // Copies the last dispatch's rows out: recv_x [R, hidden] (the dispatch's payload memory:
-  // device memory for a cuda channel); src_rank, src_token [R];
+  // device memory for a cuda channel; nullptr: not copied, recv_view() showed them);
+  // src_rank, src_token [R];
   // with top-k: recv_topk_idx [R, K] as local expert ids or -1, recv_topk_weights [R, K]
   // (0 where the id is -1), and per_local_expert[j] = rows naming local expert j.
   status read_dispatch(void* recv_x, int32_t* src_rank, int32_t* src_token, int64_t* recv_topk_idx,
                        float* recv_topk_weights, int num_experts,
                        std::vector<int64_t>& per_local_expert);
+  // The last dispatch's received rows in place ([R, hidden] bytes of its output slot), for
+  // recv_x to view instead of a copy: the slot stays the caller's until the block dies, and
+  // later dispatches fill other slots. nullptr (copy with read_dispatch instead): a device
+  // channel, no rows, or every other slot already held by a view (one stays free).
+  std::unique_ptr<host_block> recv_view();
+  // Output slots that recv_x views hold now, over every channel.
+  int recv_views_held() const;
 
   // y[t] = sum of the rows x every rank returns for token t (routing `routing_id`, given
   // again as is_token_in_rank [T, N] in case it must be replayed), fp32 accumulation;
@@ -173,6 +182,10 @@ class ep_core {
   };
   std::vector<channel_info> describe() const;
 
+  // Where the Python side allocates the large CPU tensors it returns (host_block_pool.h):
+  // caches up to buffer_bytes of released blocks. Outlives close() while a block is alive.
+  host_block_pool& blocks() { return *blocks_; }
+
  private:
   struct channel;
   struct ll_channel;
@@ -208,6 +221,7 @@ class ep_core {
   ep_core_options opt_;
   allgather_fn allgather_;
   kernels::thread_pool pool_;
+  std::shared_ptr<host_block_pool> blocks_;
   std::map<channel_key, std::unique_ptr<channel>> channels_;
   std::map<ll_key, std::unique_ptr<ll_channel>> ll_channels_;
   bool closed_ = false;

@@ -66,6 +66,16 @@ PYBIND11_MODULE(_moerl, m) {
       "provenance_json", [] { return moerl::collect_provenance().dump(2); },
       "The same JSON as `moerl version --json`.");
 
+  // A block of host_block_pool memory as a writable byte buffer: torch.frombuffer views it
+  // without a copy and keeps it alive until the last view dies, which returns the memory to
+  // the pool (moerl/ep.py, _host_empty).
+  py::class_<moerl::py::host_block>(m, "HostBlock", py::buffer_protocol())
+      .def_property_readonly("size", &moerl::py::host_block::size)
+      .def_buffer([](moerl::py::host_block& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<uint8_t>::format(), 1, {b.size()},
+                               {int64_t{1}}, /*readonly=*/false);
+      });
+
   py::class_<ep_core>(m, "EpCore")
       .def(py::init([](int rank, int num_ranks, int64_t buffer_bytes, int64_t op_timeout_ms,
                        py::function allgather, const std::string& provider,
@@ -103,6 +113,19 @@ PYBIND11_MODULE(_moerl, m) {
            py::arg("reorder_shim") = false)
       .def("close", &ep_core::close,
            "Frees the fabric endpoints and regions now (the Buffer's finalizer calls it).")
+      .def(
+          "host_block",
+          [](ep_core& c, int64_t size) {
+            auto b = c.blocks().acquire(size);
+            if (!b) raise(b.err());
+            return std::move(*b);
+          },
+          "A block of at least `size` bytes of the Buffer's pooled host memory (HostBlock).")
+      .def("recv_view", &ep_core::recv_view,
+           "The last dispatch's rows in place (HostBlock), or None: copy them with "
+           "read_dispatch instead.")
+      .def("recv_views_held", &ep_core::recv_views_held)
+      .def("cached_host_bytes", [](ep_core& c) { return c.blocks().cached_bytes(); })
       .def("capacity", &ep_core::capacity)
       .def("bytes_needed", &ep_core::bytes_needed)
       .def("layout",

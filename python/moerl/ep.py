@@ -7,12 +7,17 @@ moerl's ep_group: shared memory on one host, libfabric between hosts. The mappin
 DeepEP's layout onto ep_group is in python/README.md.
 
 Tensors: inputs are read in place through ``data_ptr()`` (no copy into moerl; they only need
-to live for the duration of the call). Every returned tensor is a new torch tensor that owns
-its memory (rows are copied out of moerl's receive region once), so results stay valid after
-later calls (low-latency recv_x excepted: ep_low_latency.py). fp32 and bf16; CPU tensors, and CUDA
-tensors where moerl is built with CUDA and a device is visible: their rows stay on the device
-where the channel's group accepts device memory, else they are staged through host memory at
-each call's edges (moerl/_ep_device.py says which and what crosses to host).
+to live for the duration of the call). Every returned tensor is a new torch tensor whose
+memory no later call touches while the tensor lives, so results stay valid after later
+calls (low-latency recv_x excepted: ep_low_latency.py). On CPU, normal dispatch's recv_x
+views the rows where the senders stored them (one of the channel's output slots,
+``Buffer._recv_rows``), and combined_x and other large outputs (1 MiB and over) view blocks
+of the Buffer's own pool of host memory (``Buffer._host_empty``); either goes back to moerl
+when the tensor's last view dies, so a step reuses earlier pages instead of faulting in
+fresh ones. fp32 and bf16; CPU tensors, and CUDA tensors where moerl is built with CUDA and a
+device is visible: their rows stay on the device where the channel's group accepts device
+memory, else they are staged through host memory at each call's edges (moerl/_ep_device.py
+says which and what crosses to host).
 
 The low-latency calls are in ep_low_latency.py, the autograd pair in ep_autograd.py.
 """
@@ -283,6 +288,37 @@ class Buffer(LowLatencyCalls):
         core.read_dispatch(out.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
         return out
 
+    _POOLED_MIN_BYTES = 1 << 20
+
+    def _host_empty(self, rows: int, width: int, dtype: torch.dtype,
+                    device: Optional[torch.device] = None) -> torch.Tensor:
+        """torch.empty(rows, width) for a returned tensor: on CPU, from 1 MiB, a view of a block
+        of this Buffer's host memory pool (python/bindings/host_block_pool.h). A fresh
+        torch.empty of prefill size is a fresh mmap whose every page faults and is zeroed on
+        first write, and is unmapped when dropped: about a third of a 2-rank prefill step's
+        CPU time. The block returns to the pool when the tensor's last view dies (torch keeps
+        the buffer alive), and the next step's tensor reuses its pages. Not resizable in
+        place (torch's frombuffer storage); everything else is an ordinary tensor."""
+        element = torch.empty(0, dtype=dtype).element_size()
+        nbytes = rows * width * element
+        if device is not None or nbytes < self._POOLED_MIN_BYTES:
+            return torch.empty(rows, width, dtype=dtype, device=device or "cpu")
+        block = self._live_core().host_block(nbytes)
+        return torch.frombuffer(block, dtype=dtype, count=rows * width).view(rows, width)
+
+    def _recv_rows(self, num_recv: int, hidden: int, dtype: torch.dtype,
+                   device: Optional[torch.device]) -> Tuple[torch.Tensor, int]:
+        """recv_x for the dispatch just made, and the pointer read_dispatch copies it to (0:
+        none). On CPU a view of the rows where the channel received them (one of its output
+        slots, python/README.md "Returned tensors"): the senders' stores were the only copy.
+        Else, or with every other slot held by earlier recv_x tensors, a pooled copy."""
+        if device is None and num_recv > 0:
+            view = self._live_core().recv_view()
+            if view is not None:
+                return torch.frombuffer(view, dtype=dtype, count=num_recv * hidden).view(num_recv, hidden), 0
+        recv_x = self._host_empty(num_recv, hidden, dtype, device)
+        return recv_x, recv_x.data_ptr()
+
     def _check_capacity(self, x: torch.Tensor, topk: int) -> None:
         core = self._live_core()
         num_tokens = x.shape[0]
@@ -367,12 +403,12 @@ class Buffer(LowLatencyCalls):
         num_recv = core.dispatch(x.data_ptr(), num_tokens, hidden, _DTYPES[x.dtype], in_rank.data_ptr(),
                                  topk_idx.data_ptr() if topk else 0, topk_weights.data_ptr() if topk else 0,
                                  topk, routing_id, memory)
-        recv_x = torch.empty(num_recv, hidden, dtype=x.dtype, device=device or "cpu")
+        recv_x, recv_ptr = self._recv_rows(num_recv, hidden, x.dtype, device)
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
         recv_topk_idx = torch.empty(num_recv, topk, dtype=torch.int64) if topk else None
         recv_topk_weights = torch.empty(num_recv, topk, dtype=torch.float32) if topk else None
-        per_expert = core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(),
+        per_expert = core.read_dispatch(recv_ptr, src_rank.data_ptr(), src_idx.data_ptr(),
                                         recv_topk_idx.data_ptr() if topk else 0,
                                         recv_topk_weights.data_ptr() if topk else 0, num_experts)
         per_expert_list = [-(-c // expert_alignment) * expert_alignment for c in per_expert]
@@ -428,10 +464,10 @@ class Buffer(LowLatencyCalls):
         inputs_ready(device)
         num_recv = core.dispatch(x.data_ptr(), x.shape[0], x.shape[1], _DTYPES[x.dtype], in_rank.data_ptr(),
                                  0, 0, 0, st.routing_id, self._x_memory(x, device))
-        recv_x = torch.empty(num_recv, x.shape[1], dtype=x.dtype, device=device or "cpu")
+        recv_x, recv_ptr = self._recv_rows(num_recv, x.shape[1], x.dtype, device)
         src_rank = torch.empty(num_recv, dtype=torch.int32)
         src_idx = torch.empty(num_recv, dtype=torch.int32)
-        core.read_dispatch(recv_x.data_ptr(), src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
+        core.read_dispatch(recv_ptr, src_rank.data_ptr(), src_idx.data_ptr(), 0, 0, 0)
         if scales is not None:
             return (recv_x.view(torch.uint8), self._move_rows(scales, in_rank, st.routing_id)), None, None, None, \
                 None, EventOverlap()
@@ -468,7 +504,7 @@ class Buffer(LowLatencyCalls):
             _check_tensor(f"bias[{i}]", b, (x.dtype,), 2, device)
             _check_shape(f"bias[{i}]", b, (st.num_tokens, x.shape[1]), "[num_tokens, hidden]")
         self._check_capacity(x.new_empty(st.num_tokens, x.shape[1]), topk)
-        y = torch.empty(st.num_tokens, x.shape[1], dtype=x.dtype, device=device or "cpu")
+        y = self._host_empty(st.num_tokens, x.shape[1], x.dtype, device)
         combined_w = torch.empty(st.num_tokens, topk, dtype=torch.float32) if topk else None
         in_rank = routing_to_host(handle[4])
         inputs_ready(device)

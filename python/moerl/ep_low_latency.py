@@ -322,7 +322,7 @@ class LowLatencyCalls:
         if combine_wait_recv_cost_stats is not None:
             _check_tensor("combine_wait_recv_cost_stats", combine_wait_recv_cost_stats, (torch.int64,), 1, device)
         event, hook = _hook_and_event(async_finish, return_recv_hook)
-        y = out if out is not None else torch.empty(st.num_tokens, hidden, dtype=st.dtype, device=device or "cpu")
+        y = out if out is not None else self._host_empty(st.num_tokens, hidden, st.dtype, device)
         inputs_ready(device)
         self._live_core().ll_combine(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, src.data_ptr(),
                                      topk_idx.data_ptr(), topk_weights.data_ptr(), st.num_tokens, st.routing_id,

@@ -5,8 +5,11 @@
 // counts, and more steps than the immediate's step field can count.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 
+#include "kernels/dtypes.h"
 #include "tests/fabric/ep_rank_runner.h"
 
 namespace moerl::fabric::test {
@@ -246,6 +249,82 @@ TEST(ep_config_errors, bad_group_shapes_and_inputs_are_errors_naming_the_problem
     return 0;
   });
   for (int code : report.exit_codes) EXPECT_EQ(code, 0);
+}
+
+// ep_config::output_slots (PROTOCOL.md, "Rows in place"): a step fills the slot selected
+// for it, same-host senders store into the slot the receiver announced, and the other slots
+// keep their rows; output_slot_file maps a slot a second time. With one expert per rank and
+// weight 1 (moerl.ep's DeepEP layout) the expert side copies its rows as partials instead of
+// reducing them: y must still be the reduction's bits (-0 rows give +0).
+TEST(ep_output_slots, a_slot_keeps_its_rows_while_later_steps_fill_others) {
+  auto launched = launch_threads(2, [&](bootstrap& b) {
+    ep_case c;
+    c.paths = "auto";
+    c.num_experts = 2;
+    c.topk = 2;
+    c.tokens = 8;
+    c.hidden = 2048;  // one slot's rows: several pages
+    ep_config cfg = config_for(c);
+    cfg.output_slots = 3;
+    auto g = ep_group::create(options_for(c, b.rank()), b, all_members(b), cfg);
+    if (!g) return report(b.rank(), "create", g.err());
+    ep_group& group = **g;
+    const int64_t row = c.hidden * 2, n = c.tokens;
+    std::vector<int64_t> idx(static_cast<size_t>(n * 2));
+    for (int64_t t = 0; t < n; ++t) idx[t * 2] = 0, idx[t * 2 + 1] = 1;
+    const std::vector<float> ones(idx.size(), 1.0f);
+    // Step s's tokens: bf16 small integers (exact), -0 in column 0.
+    auto tokens = [&](int s) {
+      std::vector<uint16_t> x(static_cast<size_t>(n * c.hidden));
+      for (int64_t i = 0; i < n * c.hidden; ++i)
+        x[i] =
+            kernels::float_to_bf16(static_cast<float>((i + 7 * s + 3 * b.rank()) % 64 - 32)).bits;
+      for (int64_t t = 0; t < n; ++t) x[t * c.hidden] = 0x8000;
+      return x;
+    };
+    std::vector<std::vector<char>> seen(3);
+    std::vector<const char*> at(3);
+    for (int s = 0; s < 3; ++s) {
+      const int slot = s == 2 ? 0 : s;
+      if (auto st = group.select_output_slot(slot); !st)
+        return report(b.rank(), "select", st.err());
+      auto x = tokens(s);
+      auto out = group.dispatch(x.data(), idx.data(), ones.data(), n);
+      if (!out) return report(b.rank(), "dispatch", out.err());
+      if ((*out)->num_recv_rows != 2 * n) return 10;
+      at[s] = static_cast<const char*>((*out)->recv_x);
+      seen[s].assign(at[s], at[s] + 2 * n * row);
+      if (s == 1) {
+        // Step 0's rows in slot 0 are untouched, and slot 1 mapped again shows step 1's.
+        if (at[1] == at[0] || std::memcmp(at[0], seen[0].data(), seen[0].size()) != 0) return 11;
+        const ep_group::slot_file f = group.output_slot_file(1);
+        if (f.fd < 0 || f.offset != f.bytes || f.offset % 4096 != 0) return 12;
+        void* m = ::mmap(nullptr, static_cast<size_t>(f.bytes), PROT_READ, MAP_SHARED, f.fd,
+                         static_cast<off_t>(f.offset));
+        if (m == MAP_FAILED) return 13;
+        const bool same = std::memcmp(m, at[1], seen[1].size()) == 0;
+        ::munmap(m, static_cast<size_t>(f.bytes));
+        if (!same) return 14;
+      }
+      std::vector<uint16_t> y(static_cast<size_t>(n * c.hidden));
+      if (auto st = group.combine(**out, (*out)->recv_x, y.data()); !st)
+        return report(b.rank(), "combine", st.err());
+      for (int64_t i = 0; i < n * c.hidden; ++i) {
+        const float v = kernels::bf16_to_float(kernels::bf16{x[i]});
+        if (y[i] != kernels::float_to_bf16(0.0f + v + v).bits) return 15;  // -0 + -0 from +0: +0
+      }
+      if (y[0] != 0) return 16;
+    }
+    // Step 2 reused slot 0 (same memory, new rows); the slot numbers are checked.
+    if (at[2] != at[0] || seen[2] == seen[0]) return 17;
+    if (group.select_output_slot(3).ok() || group.select_output_slot(-1).ok()) return 18;
+    ep_config ll = cfg;
+    ll.mode = ep_mode::low_latency;
+    auto bad = ep_group::create(options_for(c, b.rank()), b, all_members(b), ll);
+    if (bad.ok() || bad.err().message.find("output_slots") == std::string::npos) return 19;
+    return 0;
+  });
+  for (int code : launched.exit_codes) EXPECT_EQ(code, 0);
 }
 
 }  // namespace

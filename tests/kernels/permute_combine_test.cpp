@@ -183,6 +183,48 @@ TEST(combine, bf16_storage_matches_fp32_within_bf16_rounding) {
   for (int64_t i = 0; i < T * H; ++i) EXPECT_EQ(ob[i].bits, float_to_bf16(of[i]).bits);
 }
 
+// bf16 rows go through an 8-lane path (AVX2 where the CPU has it, kernels/cpu/combine.cpp):
+// every element must still be the per-element definition (fp32 from 0, k order, one
+// rounding), on arbitrary bit patterns (-0, infinities, subnormals, NaNs) and a row length
+// that leaves a tail; a NaN result must be NaN (which NaN's payload survives when two meet
+// is the hardware's operand order, not part of the definition).
+TEST(combine, bf16_rows_equal_the_per_element_definition_on_any_bit_pattern) {
+  thread_pool pool(2);
+  const int64_t T = 24, H = 7168 + 21;
+  const int K = 3, E = 5;
+  auto idx = random_topk_idx(T, K, E, 41);
+  idx[0] = -1;  // a masked entry
+  auto s = make_slots(pool, idx, T, K, E);
+  std::vector<bf16> rows(static_cast<size_t>(s.num_rows * H));
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (auto& r : rows) r.bits = static_cast<uint16_t>(next() >> 16);
+  for (int64_t i = 0; i < H; i += 97) rows[static_cast<size_t>(i)].bits = 0x8000;  // -0
+  auto w = random_floats(T * K, 43, -2.0f, 2.0f);
+  w[1] = 1.0f;
+  std::vector<bf16> out(static_cast<size_t>(T * H));
+  ASSERT_TRUE(
+      combine_forward(pool, rows.data(), s.slot.data(), w.data(), T, K, H, s.num_rows, out.data())
+          .ok());
+  int64_t nans = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float a = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        const int64_t r = s.slot[t * K + k];
+        if (r >= 0) a += w[t * K + k] * bf16_to_float(rows[static_cast<size_t>(r * H + h)]);
+      }
+      const uint16_t want = float_to_bf16(a).bits, got = out[static_cast<size_t>(t * H + h)].bits;
+      if ((want & 0x7fff) > 0x7f80) {
+        ++nans;
+        ASSERT_GT(got & 0x7fff, 0x7f80) << "token " << t << " element " << h;
+      } else {
+        ASSERT_EQ(got, want) << "token " << t << " element " << h;
+      }
+    }
+  EXPECT_GT(nans, 0);  // the patterns did reach the NaN case
+}
+
 TEST(combine, backward_refuses_a_row_named_twice_and_forward_an_out_of_range_slot) {
   thread_pool pool(1);
   std::vector<float> y(4 * 3, 1.0f), g(2 * 3, 1.0f), gy(4 * 3), gw(2), out(2 * 3);

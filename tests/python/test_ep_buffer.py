@@ -181,3 +181,48 @@ def test_reordered_writes_over_tcp_give_the_same_results() -> None:
     # Every peer through libfabric's tcp provider with the reorder shim: nothing may rely on
     # the order in which writes land (fabric/PROTOCOL.md).
     run_ranks(worker, 2, dict(fabric_provider="tcp", fabric_paths="fabric", reorder_shim=True), timeout_s=90)
+
+
+def held_views_worker(rank: int, world: int) -> None:
+    """recv_x views the channel's output slot (python/README.md, "Returned tensors"): held
+    ones keep their rows while later steps run, past the slots (a copy then), and after the
+    Buffer is destroyed; a released slot is reused."""
+    buf = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=NUM_BYTES, op_timeout_ms=30000,
+                          explicitly_destroy=True)
+    case = dict(dtype=torch.bfloat16, hidden=256, topk=2, experts=8)
+    held, want, ptrs = [], [], []
+    for step in range(5):
+        x, idx, w = inputs(rank, world, dict(case, seed=40 + step))
+        per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, case["experts"])
+        recv_x, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                                  num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+        # Every row is its source's token (columns 0 and 1 say which); the sum of the rows
+        # every rank returns unchanged is the token times the ranks it went to.
+        y, _, _ = buf.combine(recv_x, handle)
+        assert torch.equal(y.float(), x.float() * in_rank.sum(1, keepdim=True).float())
+        recv_x[:, 2:] += 1  # the caller's rows: writable, the channel never reads them again
+        held.append(recv_x)
+        want.append(recv_x.clone())
+        ptrs.append(recv_x.data_ptr())
+    # Four slots, one always left free: steps 0-2 viewed slots 0-2, steps 3 and 4 were copies.
+    core = buf._live_core()
+    assert core.recv_views_held() == 3 and len(set(ptrs[:3])) == 3
+    for got, expected in zip(held, want):
+        assert torch.equal(got, expected)
+    first = ptrs[0]
+    del held[0], want[0]
+    assert core.recv_views_held() == 2
+    x, idx, w = inputs(rank, world, dict(case, seed=50))
+    per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, case["experts"])
+    recv_x, _, _, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                                              num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
+    if recv_x.shape[0]:
+        assert recv_x.data_ptr() == first and core.recv_views_held() == 3  # slot 0 again
+    buf.combine(recv_x, handle)
+    buf.destroy()
+    for got, expected in zip(held, want):
+        assert torch.equal(got, expected)
+
+
+def test_held_recv_x_keeps_its_rows() -> None:
+    run_ranks(held_views_worker, 2, timeout_s=60)
