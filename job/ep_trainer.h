@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -127,6 +128,9 @@ class ep_trainer {
   // the same parts (an error names a missing or malformed one).
   result<std::vector<state_part>> local_state() const;
   status load_local_state(const std::vector<state_part>& parts);
+  // This process's ranks' parameter shares, {global rank, params.h bytes in the rank layout}:
+  // what a member publishes as its shards of a version (job/sharded_publication.h).
+  result<std::vector<std::pair<int, std::string>>> own_shares() const;
   int num_ranks() const;
   // The whole model's layout (every expert).
   const policy::param_layout& full_layout() const;
