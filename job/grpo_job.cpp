@@ -602,7 +602,8 @@ result<std::vector<shard_report>> push_own_shards(job_setup& s, const ep_trainer
   auto push = [&s](uint64_t version, const std::string& bytes, const weights::shard_tag& tag) {
     return push_to_cache(s, version, bytes, tag);
   };
-  return push_shards(push, v, *shares, static_cast<uint32_t>(t.num_ranks()), version_hash);
+  return push_shards(push, v, t.full_layout(), *shares, static_cast<uint32_t>(t.num_ranks()),
+                     version_hash);
 }
 
 // Writes version v's store copy (weights, then the hash object) and removes the version

@@ -196,26 +196,26 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
 
 void cache_server::enable_same_host_shm(bool on) {
   shm_host_ = on ? host_identity({"net", "mnt"}) : std::string();
-  if (!on) shm_.reset();
+  if (!on) shm_.clear();
 }
 
 std::string cache_server::shm_path_for(const cached_version& cv, const json& request) {
-  // One same-host file at a time, keyed by version: whole versions only (a sharded version's
-  // readers take its shards as chunks, several at once).
-  if (shm_host_.empty() || cv.num_shards != 1 || request.value("host", std::string()) != shm_host_)
-    return "";
-  if (!shm_ || shm_->version() != cv.version) {
-    shm_.reset();  // the older copy goes first: one at a time
-    auto made = shm_copy::publish(cv.version, *cv.bytes);
+  if (shm_host_.empty() || request.value("host", std::string()) != shm_host_) return "";
+  // One version's copies at a time (every shard of a sharded one): the older go first.
+  if (!shm_.empty() && shm_.begin()->second->version() != cv.version) shm_.clear();
+  auto& copy = shm_[cv.shard];
+  if (!copy) {
+    auto made = shm_copy::publish(cv.version, *cv.bytes, cv.num_shards > 1, cv.shard);
     if (!made) {
-      logger("weights")->warn("same-host copy of version {}: {}; readers get chunks", cv.version,
-                              made.err().to_string());
+      shm_.erase(cv.shard);
+      logger("weights")->warn("same-host copy of version {} shard {}: {}; readers get chunks",
+                              cv.version, cv.shard, made.err().to_string());
       return "";
     }
-    shm_ = std::move(*made);
+    copy = std::move(*made);
     ++counters_.num_shm_copies;
   }
-  return shm_->path();
+  return copy->path();
 }
 
 result<json> cache_server::handle_put(const json& h, const std::string& payload) {

@@ -121,7 +121,7 @@ int drive(ep_trainer& t, int num_members, std::shared_ptr<zmq::zmq_context> ctx,
     const std::string hash = policy::content_hash(*whole);
     auto shares = t.own_shares();
     if (!shares || shares->size() != 1 || (*shares)[0].first != 0) return 33;
-    auto reports = push_shards(push, v, *shares, uint32_t(num_members), hash);
+    auto reports = push_shards(push, v, t.full_layout(), *shares, uint32_t(num_members), hash);
     for (const auto& a : t.member_answers())
       for (const auto& j : a.value("weights", nlohmann::json::array())) {
         auto r = shard_report_from_json(j);
@@ -150,8 +150,10 @@ int drive(ep_trainer& t, int num_members, std::shared_ptr<zmq::zmq_context> ctx,
         if (m->header.value("content_hash", std::string()) != (*parts)[k].sha256) return 39;
         sum += (*parts)[k].bytes;
       }
-      // Each shard is one member's share: together about the whole (dense tensors repeat).
-      if (sum < whole->size() || reports[0].bytes > 2 * whole->size() / uint64_t(num_members))
+      // Each shard is one member's share, the dense tensors in shard 0 only: together the
+      // whole version's bytes plus a header per shard, nothing sent twice.
+      if (sum < whole->size() || sum > whole->size() + 64 * 1024 ||
+          reports[0].bytes > 2 * whole->size() / uint64_t(num_members))
         return 40;
       if (!read) {
         std::fprintf(stderr, "read: %s\n", read.err().to_string().c_str());
@@ -204,7 +206,8 @@ void run_group(int num_members) {
           auto shares = t.own_shares();
           if (!shares) return shares.err();
           nlohmann::json list = nlohmann::json::array();
-          for (const auto& r : push_shards(push, v, *shares, uint32_t(num_members), ""))
+          for (const auto& r :
+               push_shards(push, v, t.full_layout(), *shares, uint32_t(num_members), ""))
             list.push_back(r.to_json());
           return nlohmann::json{{"weights", list}};
         };
@@ -268,10 +271,18 @@ TEST(sharded_publication, shards_assemble_to_exactly_the_whole_version) {
   for (int r = 0; r < 4; ++r) {
     auto share = slice_params((*full)->layout(), (*full)->params(), rank_layout, r, 4);
     ASSERT_TRUE(share) << share.err().to_string();
+    auto bytes =
+        publication_shard((*full)->layout(), r, policy::serialize_params(rank_layout, *share));
+    ASSERT_TRUE(bytes) << bytes.err().to_string();
+    if (r > 0) {  // expert tensors only: 2 per layer
+      policy::param_layout held;
+      ASSERT_TRUE(policy::deserialize_params(*bytes, nullptr, &held));
+      EXPECT_EQ(held.tensors().size(), size_t(2 * model.num_layers));
+    }
     weights::fetched_shard s;
     s.shard = uint32_t(r);
     s.num_shards = 4;
-    s.bytes = std::make_shared<const std::string>(policy::serialize_params(rank_layout, *share));
+    s.bytes = std::make_shared<const std::string>(std::move(*bytes));
     shards.push_back(std::move(s));
   }
   auto got = assemble_shards((*full)->layout(), shards, policy::content_hash(whole));
@@ -287,6 +298,9 @@ TEST(sharded_publication, shards_assemble_to_exactly_the_whole_version) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.err().code, errc::malformed_message);
   EXPECT_NE(refused.err().message.find("does not match its content hash"), std::string::npos);
+  shards[0].bytes = shards[1].bytes;
+  auto no_dense = assemble_shards((*full)->layout(), shards, "");  // shard 0 without dense
+  EXPECT_FALSE(no_dense);
   shards.pop_back();
   EXPECT_FALSE(assemble_shards((*full)->layout(), shards, ""));  // 3 of 4 shards
 }

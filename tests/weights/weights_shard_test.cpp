@@ -112,6 +112,25 @@ TEST(sharded_versions, AReaderFetchesEveryShardAndAssemblesThem) {
   EXPECT_EQ(plain.counters().num_store_fallbacks, 1u);
 }
 
+// On the cache's host every shard comes through its own /dev/shm file (weights/shm_copy.h).
+TEST(sharded_versions, AReaderOnTheCachesHostReadsEachShardThroughItsFile) {
+  auto ctx = zmq_ctx();
+  served_cache a(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
+  std::string whole;
+  for (uint32_t k = 0; k < 3; ++k) {
+    const std::string bytes = random_bytes(2 * kChunk + k, 80 + k);
+    whole += bytes;
+    ASSERT_TRUE(a.cache().insert(shard_entry(4, k, 3, bytes)));
+  }
+  version_reader reader(ctx, 2000, /*same_host_shm=*/true);
+  reader.set_assembler(concatenate);
+  auto got = reader.fetch(4, {a.endpoint()}, nullptr);
+  ASSERT_TRUE(got) << got.err().to_string();
+  EXPECT_EQ(*got->bytes, whole);
+  EXPECT_EQ(reader.counters().bytes_via_shm, whole.size());
+  EXPECT_EQ(reader.counters().bytes_from_cache, whole.size());
+}
+
 TEST(sharded_versions, ACacheCopyOfAShardThatDoesNotMatchItsHashIsNeverUsed) {
   auto ctx = zmq_ctx();
   served_cache bad(ctx, kChunk), good(ctx, kChunk);
