@@ -55,7 +55,8 @@ struct state_part {
 
 // What a member other than member 0 does with its own state (job/grpo_job.cpp gives the store
 // behind them): each step's answer round carries what after_step returns (its checkpoint
-// shard's size and hash, never the state itself), and a restore command names only the
+// shard's size and hash, and with sharded publication its weight shards' size, sha256 and
+// cache: job/sharded_publication.h; never the state itself), and a restore command names only the
 // version whose shard each member reads itself.
 struct ep_member_hooks {
   // After the step that made `version`: hand the member's state to its background writer.

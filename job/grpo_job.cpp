@@ -18,9 +18,9 @@
 #include "job/internal/rollout_group.h"
 #include "job/modpow_job.h"
 #include "job/multi_turn.h"
-#include "job/sharded_publication.h"
 #include "job/prompt_dataset.h"
 #include "job/shard_checkpointer.h"
+#include "job/sharded_publication.h"
 #include "job/weights_feed.h"
 #include "job/whole_checkpoint.h"
 #include "policy/adam.h"
@@ -826,8 +826,8 @@ class grpo_trainer final : public actors::trainer_step {
     // announcement too, at most job.max_durability_lag versions behind (below; restore()
     // announces the restored state past every version that may have been announced).
     std::vector<messages::weight_part> shard_parts;  // a sharded version's manifest parts
-    const bool in_cache = sharded_ ? publish_shards(bytes.size(), hash, &shard_parts)
-                                   : publish_to_cache(bytes);
+    const bool in_cache =
+        sharded_ ? publish_shards(bytes.size(), hash, &shard_parts) : publish_to_cache(bytes);
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
     if (in_cache)
       writer_->submit("weights of policy version " + std::to_string(version_), store_copy);

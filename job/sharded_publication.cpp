@@ -18,9 +18,9 @@ result<shard_report> shard_report_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("shard") || !j["shard"].is_number_unsigned() ||
       !j.contains("bytes") || !j["bytes"].is_number_unsigned() || !j.contains("sha256") ||
       !j["sha256"].is_string())
-    return moerl::error{errc::malformed_message,
-                        "a weight shard report needs shard, bytes and sha256: " +
-                            j.dump().substr(0, 200)};
+    return moerl::error{
+        errc::malformed_message,
+        "a weight shard report needs shard, bytes and sha256: " + j.dump().substr(0, 200)};
   shard_report r;
   r.shard = j["shard"].get<uint32_t>();
   r.bytes = j["bytes"].get<uint64_t>();
@@ -101,12 +101,12 @@ result<std::vector<messages::weight_part>> sharded_manifest_parts(
     missing += (missing.empty() ? "" : "; ") + std::to_string(k) + " (" + why + ")";
   }
   if (!missing.empty())
-    return moerl::error{errc::not_found, "no cache holds shard(s) " + missing + " of " +
-                                             std::to_string(num_shards)};
+    return moerl::error{errc::not_found,
+                        "no cache holds shard(s) " + missing + " of " + std::to_string(num_shards)};
   std::vector<messages::weight_part> parts;
   for (uint32_t k = 0; k < num_shards; ++k)
-    parts.push_back({key + "#shard-" + std::to_string(k), k, by_shard[k]->bytes,
-                     by_shard[k]->sha256});
+    parts.push_back(
+        {key + "#shard-" + std::to_string(k), k, by_shard[k]->bytes, by_shard[k]->sha256});
   return parts;
 }
 
@@ -134,7 +134,8 @@ result<std::string> assemble_shards(const policy::param_layout& full_layout,
     size_t experts = 0;
     for (const auto& t : layout.tensors()) {
       const policy::tensor_spec* r = rank_layout.find(t.name);
-      if (!r || r->dims != t.dims) return bad(k, "tensor " + t.name + " is not in shard 0's layout");
+      if (!r || r->dims != t.dims)
+        return bad(k, "tensor " + t.name + " is not in shard 0's layout");
       std::copy_n(values->begin() + t.offset, t.size(), share.begin() + r->offset);
       ++experts;
     }

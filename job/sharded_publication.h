@@ -1,8 +1,8 @@
 // Sharded publication of policy versions (weights/PROTOCOL.md, "Sharded versions"): a trainer
 // group's members each push their own ranks' parameter shares (one shard per global rank,
 // params.h bytes: rank 0's whole share in the rank layout, the other ranks' expert tensors
-// only, since dense tensors are equal on every rank) to the checkpoint caches, and report to member 0 only
-// each shard's size, sha256 and the cache that holds it (the step's answer round, a few
+// only, since dense tensors are equal on every rank) to the checkpoint caches, and report to member
+// 0 only each shard's size, sha256 and the cache that holds it (the step's answer round, a few
 // hundred bytes). Member 0 announces the version only when every shard is held; its manifest
 // lists one part per shard. Readers fetch the shards in parallel (weights/version_reader.h)
 // and assemble the full parameter set with assemble_shards, checked against the version's
@@ -38,8 +38,8 @@ struct shard_report {
 result<shard_report> shard_report_from_json(const nlohmann::json& j);
 
 // Pushes one shard to a cache: the endpoint holding it, or why none took it.
-using shard_pusher = std::function<result<std::string>(
-    uint64_t version, const std::string& bytes, const weights::shard_tag& tag)>;
+using shard_pusher = std::function<result<std::string>(uint64_t version, const std::string& bytes,
+                                                       const weights::shard_tag& tag)>;
 
 // Shard `rank` of a version from that rank's share (params.h bytes in the rank layout): rank
 // 0's share whole; another rank's expert tensors only (those whose shape differs from the

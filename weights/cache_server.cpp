@@ -173,10 +173,14 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
   ASSIGN_OR_RETURN(auto v, std::move(found));
   const auto& cv = *v;
   if (verb == wire::kMeta) {
-    json meta{{"version", cv.version},           {"bytes", cv.bytes->size()},
-              {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
-              {"num_chunks", cv.num_chunks()},   {"load", load()},
-              {"shard", cv.shard},               {"num_shards", cv.num_shards}};
+    json meta{{"version", cv.version},
+              {"bytes", cv.bytes->size()},
+              {"content_hash", cv.content_hash},
+              {"chunk_bytes", cv.chunk_bytes},
+              {"num_chunks", cv.num_chunks()},
+              {"load", load()},
+              {"shard", cv.shard},
+              {"num_shards", cv.num_shards}};
     if (!cv.version_hash.empty()) meta["version_hash"] = cv.version_hash;
     if (auto path = shm_path_for(cv, h); !path.empty()) meta["shm_path"] = path;
     return meta;
@@ -238,8 +242,8 @@ result<json> cache_server::handle_put(const json& h, const std::string& payload)
                                              " bytes");
   if (store::sha256_hex(payload) != chunk_hash) {
     ++counters_.num_chunks_refused;
-    return error(errc::malformed_message, "put chunk at offset " + std::to_string(offset) +
-                                              " of " + what + " does not match its chunk hash");
+    return error(errc::malformed_message, "put chunk at offset " + std::to_string(offset) + " of " +
+                                              what + " does not match its chunk hash");
   }
   const auto key = std::make_pair(version, id.shard);
   auto it = staged_.find(key);
@@ -268,7 +272,8 @@ result<json> cache_server::handle_put(const json& h, const std::string& payload)
   auto cv = make_cached_version(version, std::move(bytes), chunk_bytes_);
   if (cv.content_hash != content_hash)
     // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
-    return error(errc::invalid_argument, what + " arrived whole but does not match its content hash");
+    return error(errc::invalid_argument,
+                 what + " arrived whole but does not match its content hash");
   cv.shard = id.shard;
   cv.num_shards = id.num_shards;
   cv.version_hash = version_hash;

@@ -2,10 +2,10 @@
 // by a number of versions (weights.cache_versions) and a number of bytes
 // (weights.cache_bytes). A sharded version (weights/PROTOCOL.md, "Sharded versions") is held
 // as one entry per shard, keyed by (version, shard); the version bound counts versions, not
-// shards, and evicting a version evicts all of its shards. A version enters only complete (its content hash checked by the
-// caller, weights/cache_server.h); inserting one evicts the oldest until both bounds hold, so
-// the newest version is always kept. Readers get shared, immutable bytes: an entry evicted
-// while a reader still sends from it stays alive until that reader lets go.
+// shards, and evicting a version evicts all of its shards. A version enters only complete (its
+// content hash checked by the caller, weights/cache_server.h); inserting one evicts the oldest
+// until both bounds hold, so the newest version is always kept. Readers get shared, immutable
+// bytes: an entry evicted while a reader still sends from it stays alive until that reader lets go.
 // Thread-safe: the server thread serves from it while a replication thread inserts.
 #pragma once
 

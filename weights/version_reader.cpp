@@ -107,9 +107,10 @@ bool version_reader::read_chunks(const holder& h, uint64_t version, std::string&
       if (off != *next * h.chunk_bytes || off + a->payload.size() > out.size() ||
           store::sha256_hex(a->payload) != a->header.value("chunk_hash", std::string())) {
         ++counters_.num_chunk_refetches;
-        log->warn("version {} shard {} chunk {} from cache {} does not match its hash: fetching "
-                  "again",
-                  version, h.shard, *next, h.endpoint);
+        log->warn(
+            "version {} shard {} chunk {} from cache {} does not match its hash: fetching "
+            "again",
+            version, h.shard, *next, h.endpoint);
         continue;
       }
       out.replace(off, a->payload.size(), a->payload);
@@ -140,14 +141,14 @@ std::optional<std::string> version_reader::read_same_host_copy(const std::vector
 }
 
 result<fetched_shard> version_reader::read_entry(uint64_t version, uint32_t shard,
-                                                 const std::vector<holder>& hs,
-                                                 size_t num_caches) {
+                                                 const std::vector<holder>& hs, size_t num_caches) {
   auto log = logger("weights");
   const std::string what =
       "version " + std::to_string(version) + (shard ? " shard " + std::to_string(shard) : "");
   auto entry = [&](const holder& h, std::string bytes, const char* transport) {
-    return fetched_shard{h.shard,        h.num_shards,    std::make_shared<const std::string>(std::move(bytes)),
-                         h.content_hash, h.version_hash, transport};
+    return fetched_shard{
+        h.shard,        h.num_shards,   std::make_shared<const std::string>(std::move(bytes)),
+        h.content_hash, h.version_hash, transport};
   };
   for (const holder& h : hs)
     if (!h.shm_path.empty())
@@ -169,7 +170,8 @@ result<fetched_shard> version_reader::read_entry(uint64_t version, uint32_t shar
       log->info("{}: resuming at chunk {} from cache {}", what, next, h.endpoint);
     }
     if (!read_chunks(h, version, bytes, &next)) continue;
-    if (store::sha256_hex(bytes) == from->content_hash) return entry(*from, std::move(bytes), "zmq");
+    if (store::sha256_hex(bytes) == from->content_hash)
+      return entry(*from, std::move(bytes), "zmq");
     // Every chunk matched its hash but the whole does not match the content hash the cache
     // named: that cache's copy is wrong. Never handed out; the next holder reads it afresh.
     log->error("{} from cache {} does not match its content hash: reading it elsewhere", what,
@@ -177,8 +179,8 @@ result<fetched_shard> version_reader::read_entry(uint64_t version, uint32_t shar
     next = 0;
   }
   return error(errc::not_found, "no cache of " + std::to_string(num_caches) + " served " + what +
-                                    " whole and matching its sha256 (" +
-                                    std::to_string(hs.size()) + " held it)");
+                                    " whole and matching its sha256 (" + std::to_string(hs.size()) +
+                                    " held it)");
 }
 
 result<std::vector<fetched_shard>> version_reader::fetch_shards(
@@ -195,9 +197,9 @@ result<std::vector<fetched_shard>> version_reader::fetch_shards(
       got[k] = r.read_entry(version, k, r.holders(version, k, caches), caches.size());
       theirs[k] = r.counters();
     });
-  got[0] = hs.empty() ? result<fetched_shard>(error(errc::not_found,
-                                                    "no cache of " + std::to_string(caches.size()) +
-                                                        " holds version " + std::to_string(version)))
+  got[0] = hs.empty() ? result<fetched_shard>(
+                            error(errc::not_found, "no cache of " + std::to_string(caches.size()) +
+                                                       " holds version " + std::to_string(version)))
                       : read_entry(version, 0, hs, caches.size());
   for (auto& t : threads) t.join();
   for (const auto& c : theirs) {
@@ -210,10 +212,10 @@ result<std::vector<fetched_shard>> version_reader::fetch_shards(
   for (uint32_t k = 0; k < n; ++k) {
     if (!got[k]) return got[k].err();
     if (got[k]->num_shards != n)
-      return error(errc::malformed_message,
-                   "version " + std::to_string(version) + " shard " + std::to_string(k) +
-                       " names " + std::to_string(got[k]->num_shards) + " shards, shard 0 " +
-                       std::to_string(n));
+      return error(errc::malformed_message, "version " + std::to_string(version) + " shard " +
+                                                std::to_string(k) + " names " +
+                                                std::to_string(got[k]->num_shards) +
+                                                " shards, shard 0 " + std::to_string(n));
     out.push_back(std::move(*got[k]));
   }
   return out;
@@ -228,11 +230,11 @@ result<fetched_version> version_reader::fetch(
     ++counters_.num_versions;
     return fetched_version{std::move(shards->front().bytes), "cache", shards->front().transport};
   }
-  error why = shards ? error(errc::invalid_argument,
-                             "version " + std::to_string(version) + " is sharded (" +
-                                 std::to_string(shards->size()) +
-                                 " shards) and this reader cannot assemble it")
-                     : shards.err();
+  error why =
+      shards ? error(errc::invalid_argument, "version " + std::to_string(version) +
+                                                 " is sharded (" + std::to_string(shards->size()) +
+                                                 " shards) and this reader cannot assemble it")
+             : shards.err();
   if (shards && assembler_) {
     auto whole = assembler_(*shards, shards->front().version_hash);
     if (whole) {

@@ -32,10 +32,10 @@ struct reader_counters {
       0;  // from another reader holding the version (peer serving, weights/FANOUT.md)
   uint64_t bytes_from_store = 0;
   uint64_t num_versions = 0;
-  uint64_t num_failovers = 0;        // a cache failed mid-version; the next one resumed
-  uint64_t num_chunk_refetches = 0;  // a chunk that did not match its hash, fetched again
-  uint64_t num_store_fallbacks = 0;  // versions no cache could serve
-  uint64_t bytes_via_shm = 0;        // of bytes_from_cache: read through a same-host file
+  uint64_t num_failovers = 0;         // a cache failed mid-version; the next one resumed
+  uint64_t num_chunk_refetches = 0;   // a chunk that did not match its hash, fetched again
+  uint64_t num_store_fallbacks = 0;   // versions no cache could serve
+  uint64_t bytes_via_shm = 0;         // of bytes_from_cache: read through a same-host file
   uint64_t num_sharded_versions = 0;  // versions assembled from shards
   uint64_t num_shards_read = 0;       // shards of those
   nlohmann::json bytes_from_json() const;
@@ -54,8 +54,8 @@ struct fetched_shard {
 // The full version from its shards (in shard order), checked against version_hash (shard
 // 0's; "" when its pusher named none). Given by who knows the parameter layout
 // (job/weights_feed.h: job/param_slicing.h's assemble_params).
-using shard_assembler = std::function<result<std::string>(
-    const std::vector<fetched_shard>& shards, const std::string& version_hash)>;
+using shard_assembler = std::function<result<std::string>(const std::vector<fetched_shard>& shards,
+                                                          const std::string& version_hash)>;
 
 struct fetched_version {
   std::shared_ptr<const std::string> bytes;

@@ -69,9 +69,8 @@ inline result<shard_id> shard_fields(const nlohmann::json& h, bool need_count) {
     auto n = uint_field(h, "num_shards");
     if (!n) return n.err();
     if (*n == 0 || *n > kMaxShards)
-      return error(errc::invalid_argument, "num_shards " + std::to_string(*n) +
-                                               " is outside [1, " + std::to_string(kMaxShards) +
-                                               "]");
+      return error(errc::invalid_argument, "num_shards " + std::to_string(*n) + " is outside [1, " +
+                                               std::to_string(kMaxShards) + "]");
     out.num_shards = static_cast<uint32_t>(*n);
   }
   if (!need_count && !h.contains("num_shards")) return out;

@@ -42,7 +42,8 @@ result<std::string> concatenate(const std::vector<fetched_shard>& shards, const 
 TEST(version_cache_shards, BoundsCountVersionsAndEvictAVersionsShardsTogether) {
   version_cache c(2, 1 << 20);
   for (uint64_t v : {1, 2})
-    for (uint32_t k = 0; k < 3; ++k) ASSERT_TRUE(c.insert(shard_entry(v, k, 3, random_bytes(100, v * 10 + k))));
+    for (uint32_t k = 0; k < 3; ++k)
+      ASSERT_TRUE(c.insert(shard_entry(v, k, 3, random_bytes(100, v * 10 + k))));
   EXPECT_EQ(c.versions(), (std::vector<uint64_t>{1, 2}));  // six entries, two versions
   EXPECT_TRUE(c.complete(1));
   EXPECT_TRUE(c.complete(2));
@@ -163,7 +164,8 @@ TEST(sharded_versions, ACacheCopyOfAShardThatDoesNotMatchItsHashIsNeverUsed) {
 TEST(sharded_versions, AShardInNoCacheKeepsTheVersionOffTheCaches) {
   auto ctx = zmq_ctx();
   served_cache a(ctx, kChunk);
-  for (uint32_t k : {0u, 1u, 3u}) ASSERT_TRUE(a.cache().insert(shard_entry(9, k, 4, random_bytes(kChunk, k))));
+  for (uint32_t k : {0u, 1u, 3u})
+    ASSERT_TRUE(a.cache().insert(shard_entry(9, k, 4, random_bytes(kChunk, k))));
   version_reader reader(ctx, 2000);
   reader.set_assembler(concatenate);
   auto got = reader.fetch_shards(9, {a.endpoint()});
@@ -183,7 +185,7 @@ TEST(sharded_versions, BadShardPutsAreRefusedByName) {
   ASSERT_TRUE(c);
   const std::string bytes = random_bytes(kChunk, 70);
   const std::string sha = store::sha256_hex(bytes);
-  json put{{"version", 3},       {"offset", 0},      {"total_bytes", bytes.size()},
+  json put{{"version", 3},        {"offset", 0},       {"total_bytes", bytes.size()},
            {"content_hash", sha}, {"chunk_hash", sha}, {"shard", 2},
            {"num_shards", 2}};
   auto outside = (*c)->call(wire::kPut, put, bytes);
