@@ -190,12 +190,19 @@ result<std::vector<fetched_shard>> version_reader::fetch_shards(
   std::vector<result<fetched_shard>> got(n, error(errc::not_found, ""));
   std::vector<reader_counters> theirs(n);
   // Shards 1.. on their own threads, each with its own reader (sockets are per thread).
+  while (shard_readers_.size() + 1 < n)
+    shard_readers_.push_back(std::make_unique<version_reader>(ctx_, timeout_ms_, same_host_shm_));
   std::vector<std::thread> threads;
   for (uint32_t k = 1; k < n; ++k)
     threads.emplace_back([&, k] {
-      version_reader r(ctx_, timeout_ms_, same_host_shm_);
+      version_reader& r = *shard_readers_[k - 1];
+      const reader_counters before = r.counters();
       got[k] = r.read_entry(version, k, r.holders(version, k, caches), caches.size());
-      theirs[k] = r.counters();
+      const reader_counters& after = r.counters();
+      theirs[k].bytes_from_cache = after.bytes_from_cache - before.bytes_from_cache;
+      theirs[k].bytes_via_shm = after.bytes_via_shm - before.bytes_via_shm;
+      theirs[k].num_failovers = after.num_failovers - before.num_failovers;
+      theirs[k].num_chunk_refetches = after.num_chunk_refetches - before.num_chunk_refetches;
     });
   got[0] = hs.empty() ? result<fetched_shard>(
                             error(errc::not_found, "no cache of " + std::to_string(caches.size()) +

@@ -115,6 +115,9 @@ class version_reader {
   int timeout_ms_;
   bool same_host_shm_;
   shard_assembler assembler_;
+  // The readers of shards 1.. (each used by one thread at a time, kept between versions so
+  // their connections are: a new socket per shard and version cost a handshake each).
+  std::vector<std::unique_ptr<version_reader>> shard_readers_;
   std::string shm_host_;  // host_identity sent with meta requests when same_host_shm
   std::map<std::string, std::unique_ptr<cache_client>> clients_;
   reader_counters counters_;
