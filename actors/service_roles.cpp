@@ -334,14 +334,22 @@ class cache_replicator {
     if (busy_) return;
     auto& cache = ctx_.weights_server->cache();
     const uint64_t v = ctx_.weight_caches->announced();
-    if (v == 0 || cache.newest() >= v || v == failed_) return;
+    // A sharded version may sit in several caches, a shard in each: copy the shards missing.
+    if (v == 0 || cache.newest() > v || cache.complete(v) || v == failed_) return;
     if (thread_.joinable()) thread_.join();
     busy_ = true;
     thread_ = std::thread([this, v, &cache] {
-      auto got = reader_.fetch(v, ctx_.weight_caches->caches(), nullptr);
+      auto got = reader_.fetch_shards(v, ctx_.weight_caches->caches());
       if (got) {
-        auto st = cache.insert(weights::make_cached_version(v, got->bytes, chunk_bytes_));
-        if (!st) logger("weights")->warn("copy of policy version {}: {}", v, st.err().to_string());
+        for (auto& s : *got) {
+          if (cache.find(v, s.shard)) continue;
+          auto cv = weights::make_cached_version(v, s.bytes, chunk_bytes_);
+          cv.shard = s.shard;
+          cv.num_shards = s.num_shards;
+          cv.version_hash = s.version_hash;
+          if (auto st = cache.insert(std::move(cv)); !st)
+            logger("weights")->warn("copy of policy version {}: {}", v, st.err().to_string());
+        }
       } else {
         failed_ = v;  // not again for this version: the next announcement tries anew
         logger("weights")->info("policy version {} is in no other cache ({})", v,

@@ -101,6 +101,7 @@ struct ep_trainer::impl {
   std::vector<nlohmann::json> answers;  // member 0: the last step's after_step answers
   result<ep_step_result> run_step(const std::vector<policy::sample>& samples,
                                   const std::vector<double>& advantages);
+  result<std::vector<std::pair<int, std::string>>> own_shares() const;  // [{rank, params.h}]
   result<nlohmann::json> local_shares() const;  // {rank: params.h bytes of its share}
   result<nlohmann::json> local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
@@ -172,14 +173,26 @@ result<std::pair<std::vector<policy::sample>, std::vector<double>>> decode_batch
 
 }  // namespace
 
-result<nlohmann::json> ep_trainer::impl::local_shares() const {
-  nlohmann::json out = nlohmann::json::object();
+result<std::vector<std::pair<int, std::string>>> ep_trainer::impl::own_shares() const {
+  std::vector<std::pair<int, std::string>> out;
   for (int r = first_local(); r < first_local() + num_local(); ++r) {
     auto share = group->share(r);
     if (!share) return share.err();
-    out[std::to_string(r)] = as_binary(policy::serialize_params(group->rank_layout(), *share));
+    out.emplace_back(r, policy::serialize_params(group->rank_layout(), *share));
   }
   return out;
+}
+
+result<nlohmann::json> ep_trainer::impl::local_shares() const {
+  auto shares = own_shares();
+  if (!shares) return shares.err();
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [r, bytes] : *shares) out[std::to_string(r)] = as_binary(bytes);
+  return out;
+}
+
+result<std::vector<std::pair<int, std::string>>> ep_trainer::own_shares() const {
+  return impl_->own_shares();
 }
 
 result<nlohmann::json> ep_trainer::impl::local_adam() const {

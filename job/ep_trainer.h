@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -54,7 +55,8 @@ struct state_part {
 
 // What a member other than member 0 does with its own state (job/grpo_job.cpp gives the store
 // behind them): each step's answer round carries what after_step returns (its checkpoint
-// shard's size and hash, never the state itself), and a restore command names only the
+// shard's size and hash, and with sharded publication its weight shards' size, sha256 and
+// cache: job/sharded_publication.h; never the state itself), and a restore command names only the
 // version whose shard each member reads itself.
 struct ep_member_hooks {
   // After the step that made `version`: hand the member's state to its background writer.
@@ -127,6 +129,9 @@ class ep_trainer {
   // the same parts (an error names a missing or malformed one).
   result<std::vector<state_part>> local_state() const;
   status load_local_state(const std::vector<state_part>& parts);
+  // This process's ranks' parameter shares, {global rank, params.h bytes in the rank layout}:
+  // what a member publishes as its shards of a version (job/sharded_publication.h).
+  result<std::vector<std::pair<int, std::string>>> own_shares() const;
   int num_ranks() const;
   // The whole model's layout (every expert).
   const policy::param_layout& full_layout() const;

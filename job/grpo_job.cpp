@@ -20,6 +20,7 @@
 #include "job/multi_turn.h"
 #include "job/prompt_dataset.h"
 #include "job/shard_checkpointer.h"
+#include "job/sharded_publication.h"
 #include "job/weights_feed.h"
 #include "job/whole_checkpoint.h"
 #include "policy/adam.h"
@@ -82,6 +83,12 @@ struct job_setup {
   std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
 
   bool use_caches() const { return caches && from_cache; }
+  // A trainer group of `num_members` publishes each version as shards, one per rank, each
+  // pushed by the member holding it (job/sharded_publication.h). Fan-out passes whole versions
+  // on (weights/FANOUT.md), so with weights.fanout member 0 publishes whole versions as before.
+  bool shard_versions(uint32_t num_members) const {
+    return num_members > 1 && use_caches() && !cfg.get_bool("weights.fanout");
+  }
 
   // How many versions' store copies are kept (version_store_copy prunes the older ones).
   uint64_t store_copies_kept() const {
@@ -121,12 +128,31 @@ struct job_setup {
     {
       std::lock_guard<std::mutex> g(feed_mu);
       if (!feed)
-        feed = std::make_unique<weights_feed>(use_caches() ? caches : nullptr, cache_timeout_ms,
-                                              same_host_shm,
-                                              [this](uint64_t v) { return read_store_version(v); });
+        feed = std::make_unique<weights_feed>(
+            use_caches() ? caches : nullptr, cache_timeout_ms, same_host_shm,
+            [this](uint64_t v) { return read_store_version(v); }, shard_assembler());
       f = feed.get();
     }
     return f->get(version);
+  }
+  // Assembles a sharded version (job/sharded_publication.h) in the full layout, made with the
+  // first sharded version read.
+  weights::shard_assembler shard_assembler() {
+    auto full = std::make_shared<std::optional<policy::param_layout>>();
+    auto mu = std::make_shared<std::mutex>();
+    return [this, full, mu](const std::vector<weights::fetched_shard>& shards,
+                            const std::string& version_hash) -> result<std::string> {
+      {
+        std::lock_guard<std::mutex> g(*mu);
+        if (!*full) {
+          auto local = policy::make_local_expert_exchange();
+          auto whole = policy::moe_policy::create(model, *local);
+          if (!whole) return whole.err();
+          *full = (*whole)->layout();
+        }
+      }
+      return assemble_shards(**full, shards, version_hash);
+    };
   }
   // task.dataset's prompts (job/prompt_dataset.h); null: generated, or not read on this role.
   std::shared_ptr<const prompt_dataset> dataset;
@@ -558,12 +584,26 @@ result<std::unique_ptr<ep_trainer>> make_ep_trainer(const std::shared_ptr<job_se
 
 // Pushes version v to the least-loaded checkpoint cache: the endpoint of the one that holds
 // it, or why none does (the native step and the external trainer's publish alike).
-result<std::string> push_to_cache(job_setup& s, uint64_t v, const std::string& bytes) {
+result<std::string> push_to_cache(job_setup& s, uint64_t v, const std::string& bytes,
+                                  const weights::shard_tag& tag = {}) {
   s.caches->wait_refreshed(std::chrono::milliseconds(3000));
   const auto caches = s.caches->caches();
   if (caches.empty()) return error{errc::not_found, "no cache is alive"};
   return weights::push_to_a_cache(s.caches->zmq(), caches, v, bytes, store::sha256_hex(bytes),
-                                  s.chunk_bytes, s.cache_timeout_ms);
+                                  s.chunk_bytes, s.cache_timeout_ms, tag);
+}
+
+// This process's shards of version v (a trainer group member's ranks), each pushed to a
+// cache: one report per shard for member 0 (job/sharded_publication.h).
+result<std::vector<shard_report>> push_own_shards(job_setup& s, const ep_trainer& t, uint64_t v,
+                                                  const std::string& version_hash) {
+  auto shares = t.own_shares();
+  if (!shares) return shares.err();
+  auto push = [&s](uint64_t version, const std::string& bytes, const weights::shard_tag& tag) {
+    return push_to_cache(s, version, bytes, tag);
+  };
+  return push_shards(push, v, t.full_layout(), *shares, static_cast<uint32_t>(t.num_ranks()),
+                     version_hash);
 }
 
 // Writes version v's store copy (weights, then the hash object) and removes the version
@@ -646,6 +686,7 @@ class grpo_trainer final : public actors::trainer_step {
     interval_ = checkpoint_interval(cfg.get_int("job.checkpoint_interval"),
                                     cfg.get_int("job.max_durability_lag"));
     // One checkpoint shard per member process (a single trainer is a group of one).
+    sharded_ = group && s_->shard_versions(group->num_members());
     ckpt_ = std::make_unique<shard_checkpointer>(
         s_->store, checkpoint_prefix(s_->prefix), 0, group ? group->num_members() : 1,
         static_cast<uint64_t>(cfg.get_int("job.max_durability_lag")), keep_every_,
@@ -784,7 +825,9 @@ class grpo_trainer final : public actors::trainer_step {
     // version v always finds it complete somewhere. The checkpoint is written behind the
     // announcement too, at most job.max_durability_lag versions behind (below; restore()
     // announces the restored state past every version that may have been announced).
-    const bool in_cache = publish_to_cache(bytes);
+    std::vector<messages::weight_part> shard_parts;  // a sharded version's manifest parts
+    const bool in_cache =
+        sharded_ ? publish_shards(bytes.size(), hash, &shard_parts) : publish_to_cache(bytes);
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
     if (in_cache)
       writer_->submit("weights of policy version " + std::to_string(version_), store_copy);
@@ -840,7 +883,10 @@ class grpo_trainer final : public actors::trainer_step {
     out.manifest.version = version_;
     out.manifest.content_hash = hash;
     out.manifest.total_bytes = bytes.size();
-    out.manifest.parts.push_back({weights_key(s_->prefix, version_), 0, bytes.size(), hash});
+    if (!shard_parts.empty())
+      out.manifest.parts = std::move(shard_parts);  // one per shard, each its size and sha256
+    else
+      out.manifest.parts.push_back({weights_key(s_->prefix, version_), 0, bytes.size(), hash});
     out.manifest.created_unix_ms =
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
@@ -921,8 +967,51 @@ class grpo_trainer final : public actors::trainer_step {
     return true;
   }
 
-  // What the report's weight-plane figures are made from (bounded: the newest 1024).
-  void note_published(uint64_t num_bytes, double t_publish, const char* via) {
+  // A trainer group's sharded publication (job/sharded_publication.h): member 0 pushes its own
+  // ranks' shards (shard 0 naming the version's content hash); the other members pushed theirs
+  // in the step's answer round and said which cache holds each. True, with the manifest's
+  // parts, when a cache holds every shard; otherwise the version goes through the store (a
+  // version with a shard in no cache is never announced as held by the caches).
+  bool publish_shards(uint64_t num_bytes, const std::string& hash,
+                      std::vector<messages::weight_part>* parts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto log = logger("trainer");
+    auto mine = push_own_shards(*s_, *ep_, version_, hash);
+    if (!mine) {
+      log->warn("policy version {}: member 0's shards: {}: publishing through the store", version_,
+                mine.err().to_string());
+      return false;
+    }
+    std::vector<shard_report> reports = std::move(*mine);
+    for (const auto& a : ep_->member_answers()) {
+      if (!a.is_object() || !a.contains("weights") || !a["weights"].is_array()) continue;
+      for (const auto& j : a["weights"]) {
+        auto r = shard_report_from_json(j);
+        if (r)
+          reports.push_back(std::move(*r));
+        else
+          log->warn("policy version {}: {}", version_, r.err().to_string());
+      }
+    }
+    auto made = sharded_manifest_parts(reports, static_cast<uint32_t>(num_ranks()),
+                                       weights_key(s_->prefix, version_));
+    if (!made) {
+      log->warn("policy version {}: {}: publishing through the store", version_,
+                made.err().message);
+      return false;
+    }
+    *parts = std::move(*made);
+    note_published(num_bytes, seconds_since(t0), "cache", parts);
+    return true;
+  }
+
+  // What the report's weight-plane figures are made from (bounded: the newest 1024). `shards`:
+  // a sharded version's manifest parts (null: one whole version).
+  void note_published(uint64_t num_bytes, double t_publish, const char* via,
+                      const std::vector<messages::weight_part>* shards = nullptr) {
+    nlohmann::json shard_bytes = nlohmann::json::array();
+    if (shards)
+      for (const auto& p : *shards) shard_bytes.push_back(p.bytes);
     published_.push_back({{"version", version_},
                           {"bytes", num_bytes},
                           {"t_publish", t_publish},
@@ -930,8 +1019,10 @@ class grpo_trainer final : public actors::trainer_step {
                           // The trainer group's rounds through the coordinator for the step
                           // that made this version (0: a one-process trainer).
                           {"coordinator_bytes", ep_ ? ep_->coordinator_bytes() : 0},
-                          // Publication is one whole version; checkpoints are per member.
-                          {"num_shards", 1},
+                          // Shards published (1: one whole version; a trainer group's: one per
+                          // rank, each pushed by its member); checkpoints are per member.
+                          {"num_shards", shards ? shards->size() : 1},
+                          {"shard_bytes", shard_bytes},
                           {"checkpoint_shards", ckpt_->num_shards()},
                           {"held_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
@@ -1094,6 +1185,7 @@ class grpo_trainer final : public actors::trainer_step {
   size_t groups_per_step_ = 1;
   uint64_t keep_every_ = 0;  // job.checkpoint_every: 0 writes none
   uint64_t interval_ = 1;    // job.checkpoint_interval
+  bool sharded_ = false;     // versions published as shards (job_setup::shard_versions)
   uint64_t version_ = 0;
   uint64_t resumed_from_ = 0;
   std::optional<std::chrono::steady_clock::time_point> first_batch_;
@@ -1126,14 +1218,25 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
     return out;
   };
   ep_member_hooks hooks;
+  const bool sharded = s->shard_versions(n);
   hooks.after_step = [&](uint64_t version) -> result<nlohmann::json> {
-    if (keep_every == 0 || !checkpoint_due(version, interval)) return nlohmann::json::object();
+    nlohmann::json answer = nlohmann::json::object();
+    if (sharded) {  // this member's shards of the version, to the caches; member 0 hears where
+      auto reports = push_own_shards(*s, t, version, "");
+      if (!reports) return reports.err();
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& r : *reports) list.push_back(r.to_json());
+      answer["weights"] = std::move(list);
+    }
+    if (keep_every == 0 || !checkpoint_due(version, interval)) return answer;
     auto state = t.local_state();
     if (!state) return state.err();
     uint64_t num_bytes = 0;
     for (const auto& p : *state) num_bytes += p.bytes.size();
     ckpt.submit(version, as_parts(std::move(*state)), nlohmann::json::object());
-    return nlohmann::json{{"bytes", num_bytes}, {"durable", ckpt.durable()}};
+    answer["bytes"] = num_bytes;
+    answer["durable"] = ckpt.durable();
+    return answer;
   };
   hooks.restore = [&](const std::string& prefix, uint64_t version, uint64_t as_version) -> status {
     if (version == 0) {  // loaded already (a checkpoint of another shape): write it as_version

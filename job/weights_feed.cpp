@@ -24,10 +24,12 @@ constexpr auto kFirstDirectoryWait = std::chrono::milliseconds(3000);
 
 weights_feed::weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms,
                            bool same_host_shm,
-                           std::function<result<std::string>(uint64_t)> store_read)
+                           std::function<result<std::string>(uint64_t)> store_read,
+                           weights::shard_assembler assemble)
     : caches_(std::move(caches)),
       store_read_(std::move(store_read)),
       reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms, same_host_shm) {
+  reader_.set_assembler(std::move(assemble));
   if (caches_ && caches_->peer())
     fanout_ = std::make_unique<weights::fanout_reader>(caches_->zmq(), caches_->peer(), timeout_ms,
                                                        timeout_ms);

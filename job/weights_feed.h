@@ -34,9 +34,12 @@ namespace moerl::job {
 class weights_feed {
  public:
   // store_read(v): version v's durable copy, checked against its hash (the fallback).
-  // caches null: store only, no prefetch. same_host_shm: weights.same_host_shm.
+  // caches null: store only, no prefetch. same_host_shm: weights.same_host_shm. assemble: how
+  // a sharded version's shards make the full version (job/sharded_publication.h); without it
+  // a sharded version is read from the store.
   weights_feed(std::shared_ptr<weights::cache_directory> caches, int timeout_ms, bool same_host_shm,
-               std::function<result<std::string>(uint64_t)> store_read);
+               std::function<result<std::string>(uint64_t)> store_read,
+               weights::shard_assembler assemble = {});
   ~weights_feed();
   weights_feed(const weights_feed&) = delete;
   weights_feed& operator=(const weights_feed&) = delete;

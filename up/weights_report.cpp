@@ -66,6 +66,12 @@ json weights_report(const json& trainer_job, const json& nodes) {
     // No rollout node read it (a version superseded before anyone asked): no delay to
     // report, which is not a delay of 0.
     const json none = nullptr;
+    json shard_bytes = p.value("shard_bytes", json::array());
+    if (!shard_bytes.is_array() || shard_bytes.empty())
+      shard_bytes = json::array({p.value("bytes", uint64_t{0})});
+    uint64_t shard_max = 0;
+    for (const auto& b : shard_bytes)
+      if (b.is_number_unsigned()) shard_max = std::max(shard_max, b.get<uint64_t>());
     versions.push_back(
         {{"version", v},
          {"bytes", p.value("bytes", uint64_t{0})},
@@ -74,6 +80,9 @@ json weights_report(const json& trainer_job, const json& nodes) {
          // The trainer group's rounds through the coordinator for the step that made it.
          {"coordinator_bytes", p.value("coordinator_bytes", uint64_t{0})},
          {"num_shards", p.value("num_shards", uint64_t{1})},
+         // Each shard's bytes, as its member pushed it (a whole version: the version's bytes).
+         {"shard_bytes", shard_bytes},
+         {"shard_bytes_max", shard_max},
          {"checkpoint_shards", p.value("checkpoint_shards", uint64_t{1})},
          {"num_readers", delays.size()},
          {"bytes_from", {{"cache", from_v[0]}, {"peer", from_v[1]}, {"store", from_v[2]}}},

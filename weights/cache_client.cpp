@@ -84,21 +84,28 @@ result<cache_answer> cache_client::call(const std::string& verb, json header,
 }
 
 status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
-                    const std::string& content_hash, uint64_t chunk_bytes) {
+                    const std::string& content_hash, uint64_t chunk_bytes, const shard_tag& tag) {
   chunk_bytes = std::max<uint64_t>(chunk_bytes, 1);
   for (uint64_t off = 0; off < bytes.size(); off += chunk_bytes) {
     const std::string_view chunk(bytes.data() + off,
                                  std::min<uint64_t>(chunk_bytes, bytes.size() - off));
-    const json h{{"version", version},
-                 {"offset", off},
-                 {"total_bytes", bytes.size()},
-                 {"content_hash", content_hash},
-                 {"chunk_hash", store::sha256_hex(chunk)}};
+    json h{{"version", version},
+           {"offset", off},
+           {"total_bytes", bytes.size()},
+           {"content_hash", content_hash},
+           {"chunk_hash", store::sha256_hex(chunk)}};
+    if (tag.num_shards > 1) {
+      h["shard"] = tag.shard;
+      h["num_shards"] = tag.num_shards;
+    }
+    if (!tag.version_hash.empty()) h["version_hash"] = tag.version_hash;
     auto a = cache.call(wire::kPut, h, chunk);
     if (!a && a.err().code == errc::malformed_message) a = cache.call(wire::kPut, h, chunk);
     if (!a)
-      return error(a.err().code, "put of version " + std::to_string(version) + " to " +
-                                     cache.endpoint() + ": " + a.err().message);
+      return error(a.err().code, "put of version " + std::to_string(version) +
+                                     (tag.num_shards > 1 ? " shard " + std::to_string(tag.shard)
+                                                         : std::string()) +
+                                     " to " + cache.endpoint() + ": " + a.err().message);
     if (a->header.value("complete", false)) return ok_status();
   }
   return error(errc::internal, "cache " + cache.endpoint() + " did not complete version " +
@@ -108,7 +115,7 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
 result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms) {
+                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag) {
   struct candidate {
     std::unique_ptr<cache_client> client;
     uint64_t load = 0;
@@ -131,7 +138,7 @@ result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
   std::stable_sort(alive.begin(), alive.end(),
                    [](const candidate& a, const candidate& b) { return a.load < b.load; });
   for (auto& c : alive) {
-    auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes);
+    auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes, tag);
     if (st) return c.client->endpoint();
     last = st.err();
   }

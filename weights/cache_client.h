@@ -42,16 +42,29 @@ class cache_client {
   uint64_t next_rid_ = 1;
 };
 
-// Puts a whole version into a cache in chunks of chunk_bytes (sha256 each) with its content
-// hash (sha256 of bytes). A chunk the cache refused for its hash is sent again, once.
-status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
-                    const std::string& content_hash, uint64_t chunk_bytes);
+// Which part of a version a push carries: a whole version is shard 0 of 1. version_hash: the
+// assembled version's content hash, named with shard 0 of a sharded version (readers check
+// what they assemble against it); "" names none.
+struct shard_tag {
+  uint32_t shard = 0;
+  uint32_t num_shards = 1;
+  std::string version_hash;
+};
 
-// Puts a version into one of `caches`: the least loaded that answers, the next on failure.
-// Returns the endpoint of the cache that holds it; the last failure when none took it.
+// Puts a whole version (or one shard of it) into a cache in chunks of chunk_bytes (sha256
+// each) with its content hash (sha256 of bytes). A chunk the cache refused for its hash is
+// sent again, once.
+status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
+                    const std::string& content_hash, uint64_t chunk_bytes,
+                    const shard_tag& tag = {});
+
+// Puts a version (or one shard of it) into one of `caches`: the least loaded that answers, the
+// next on failure. Returns the endpoint of the cache that holds it; the last failure when none
+// took it.
 result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms);
+                                    uint64_t chunk_bytes, int timeout_ms,
+                                    const shard_tag& tag = {});
 
 }  // namespace moerl::weights

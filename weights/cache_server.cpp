@@ -165,15 +165,23 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
     return error(errc::unknown_command,
                  "unknown request '" + verb.substr(0, 32) + "' (meta, get, put, load)");
   ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
-  auto found = cache_->find(version);
-  if (!found && arriving_)
+  ASSIGN_OR_RETURN(auto id, wire::shard_fields(h, false));
+  auto found = cache_->find(version, id.shard);
+  // Peers serve whole versions only (the trainer does not shard when weights.fanout is on).
+  if (!found && arriving_ && id.shard == 0)
     if (auto a = arriving_->answer(verb, version, h, load(), send)) return std::move(*a);
   ASSIGN_OR_RETURN(auto v, std::move(found));
   const auto& cv = *v;
   if (verb == wire::kMeta) {
-    json meta{{"version", cv.version},           {"bytes", cv.bytes->size()},
-              {"content_hash", cv.content_hash}, {"chunk_bytes", cv.chunk_bytes},
-              {"num_chunks", cv.num_chunks()},   {"load", load()}};
+    json meta{{"version", cv.version},
+              {"bytes", cv.bytes->size()},
+              {"content_hash", cv.content_hash},
+              {"chunk_bytes", cv.chunk_bytes},
+              {"num_chunks", cv.num_chunks()},
+              {"load", load()},
+              {"shard", cv.shard},
+              {"num_shards", cv.num_shards}};
+    if (!cv.version_hash.empty()) meta["version_hash"] = cv.version_hash;
     if (auto path = shm_path_for(cv, h); !path.empty()) meta["shm_path"] = path;
     return meta;
   }
@@ -184,6 +192,7 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
                                              std::to_string(cv.num_chunks()) + " chunks");
   *send = v;
   return json{{"version", cv.version},
+              {"shard", cv.shard},
               {"chunk", chunk},
               {"offset", cv.chunk_offset(chunk)},
               {"chunk_hash", cv.chunk_hashes[chunk]}};
@@ -191,34 +200,41 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
 
 void cache_server::enable_same_host_shm(bool on) {
   shm_host_ = on ? host_identity({"net", "mnt"}) : std::string();
-  if (!on) shm_.reset();
+  if (!on) shm_.clear();
 }
 
 std::string cache_server::shm_path_for(const cached_version& cv, const json& request) {
   if (shm_host_.empty() || request.value("host", std::string()) != shm_host_) return "";
-  if (!shm_ || shm_->version() != cv.version) {
-    shm_.reset();  // the older copy goes first: one at a time
-    auto made = shm_copy::publish(cv.version, *cv.bytes);
+  // One version's copies at a time (every shard of a sharded one): the older go first.
+  if (!shm_.empty() && shm_.begin()->second->version() != cv.version) shm_.clear();
+  auto& copy = shm_[cv.shard];
+  if (!copy) {
+    auto made = shm_copy::publish(cv.version, *cv.bytes, cv.num_shards > 1, cv.shard);
     if (!made) {
-      logger("weights")->warn("same-host copy of version {}: {}; readers get chunks", cv.version,
-                              made.err().to_string());
+      shm_.erase(cv.shard);
+      logger("weights")->warn("same-host copy of version {} shard {}: {}; readers get chunks",
+                              cv.version, cv.shard, made.err().to_string());
       return "";
     }
-    shm_ = std::move(*made);
+    copy = std::move(*made);
     ++counters_.num_shm_copies;
   }
-  return shm_->path();
+  return copy->path();
 }
 
 result<json> cache_server::handle_put(const json& h, const std::string& payload) {
   ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
   ASSIGN_OR_RETURN(auto offset, wire::uint_field(h, "offset"));
   ASSIGN_OR_RETURN(auto total, wire::uint_field(h, "total_bytes"));
+  ASSIGN_OR_RETURN(auto id, wire::shard_fields(h, true));
   const std::string content_hash = h.value("content_hash", std::string());
   const std::string chunk_hash = h.value("chunk_hash", std::string());
+  const std::string version_hash = h.value("version_hash", std::string());
+  const std::string what = "version " + std::to_string(version) +
+                           (id.num_shards > 1 ? " shard " + std::to_string(id.shard) : "");
   if (content_hash.size() != 64 || chunk_hash.size() != 64)
     return error(errc::invalid_argument, "put needs content_hash and chunk_hash (hex sha256)");
-  if (cache_->find(version)) return json{{"received", total}, {"complete", true}};
+  if (cache_->find(version, id.shard)) return json{{"received", total}, {"complete", true}};
   if (offset > total || payload.size() > total - offset || payload.empty())
     return error(errc::invalid_argument, "put range [" + std::to_string(offset) + ", " +
                                              std::to_string(offset + payload.size()) +
@@ -226,23 +242,25 @@ result<json> cache_server::handle_put(const json& h, const std::string& payload)
                                              " bytes");
   if (store::sha256_hex(payload) != chunk_hash) {
     ++counters_.num_chunks_refused;
-    return error(errc::malformed_message, "put chunk at offset " + std::to_string(offset) +
-                                              " of version " + std::to_string(version) +
-                                              " does not match its chunk hash");
+    return error(errc::malformed_message, "put chunk at offset " + std::to_string(offset) + " of " +
+                                              what + " does not match its chunk hash");
   }
-  auto it = staged_.find(version);
+  const auto key = std::make_pair(version, id.shard);
+  auto it = staged_.find(key);
   if (it == staged_.end()) {
-    if (staged_.size() >= kMaxStagedPuts) staged_.erase(staged_.begin());  // the oldest put
+    // The oldest put goes first; a sharded version's shards may arrive from several pushers.
+    if (staged_.size() >= kMaxStagedPuts + id.num_shards - 1) staged_.erase(staged_.begin());
     staged_put p;
     p.total_bytes = total;
     p.content_hash = content_hash;
+    p.num_shards = id.num_shards;
     p.bytes.assign(total, '\0');
-    it = staged_.emplace(version, std::move(p)).first;
+    it = staged_.emplace(key, std::move(p)).first;
   }
   staged_put& p = it->second;
-  if (p.total_bytes != total || p.content_hash != content_hash)
-    return error(errc::invalid_argument, "put of version " + std::to_string(version) +
-                                             " changed its size or content hash mid-way");
+  if (p.total_bytes != total || p.content_hash != content_hash || p.num_shards != id.num_shards)
+    return error(errc::invalid_argument,
+                 "put of " + what + " changed its size, content hash or shard count mid-way");
   p.touched_ms = now_ms();
   if (p.offsets.insert(offset).second) {
     p.bytes.replace(offset, payload.size(), payload);
@@ -254,8 +272,11 @@ result<json> cache_server::handle_put(const json& h, const std::string& payload)
   auto cv = make_cached_version(version, std::move(bytes), chunk_bytes_);
   if (cv.content_hash != content_hash)
     // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
-    return error(errc::invalid_argument, "version " + std::to_string(version) +
-                                             " arrived whole but does not match its content hash");
+    return error(errc::invalid_argument,
+                 what + " arrived whole but does not match its content hash");
+  cv.shard = id.shard;
+  cv.num_shards = id.num_shards;
+  cv.version_hash = version_hash;
   if (auto st = cache_->insert(std::move(cv)); !st) return st.err();
   ++counters_.num_versions_put;
   return json{{"received", total}, {"complete", true}};

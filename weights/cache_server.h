@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +29,7 @@ struct server_counters {
   uint64_t num_requests = 0;
   uint64_t num_bad_requests = 0;    // answered with an error
   uint64_t bytes_served = 0;        // chunk payload sent to readers
-  uint64_t num_versions_put = 0;    // versions completed by a pusher
+  uint64_t num_versions_put = 0;    // versions (shards of one: each) completed by a pusher
   uint64_t num_chunks_refused = 0;  // put chunks whose hash did not match (the pusher resends)
   uint64_t num_shm_copies = 0;      // versions written to /dev/shm for same-host readers
   nlohmann::json to_json() const;
@@ -51,10 +52,10 @@ class cache_server {
   server_counters counters() const { return counters_; }
   // Chunk bytes served over the last two seconds: what readers compare to pick a cache.
   uint64_t load() const;
-  // Readers on this host that ask (version_reader's same_host_shm) get the version through
-  // a /dev/shm file (weights/shm_copy.h) instead of chunks. One version at a time has such
-  // a copy (the newest asked for), so the cache's memory is at most one version above
-  // weights.cache_bytes.
+  // Readers on this host that ask (version_reader's same_host_shm) get the version (or each
+  // shard of it) through a /dev/shm file (weights/shm_copy.h) instead of chunks. One version at
+  // a time has such copies (the newest asked for), so the cache's memory is at most one
+  // version above weights.cache_bytes.
   void enable_same_host_shm(bool on);
   // A reader serving its peers (weights/FANOUT.md): versions still arriving there are served
   // chunk by chunk as they arrive, after the whole versions in the cache. Call before poll().
@@ -67,6 +68,7 @@ class cache_server {
   struct staged_put {  // a version arriving from a pusher
     uint64_t total_bytes = 0;
     std::string content_hash;
+    uint32_t num_shards = 1;
     std::string bytes;
     std::set<uint64_t> offsets;  // chunks received, by offset
     uint64_t received = 0;
@@ -84,10 +86,10 @@ class cache_server {
   std::string endpoint_;
   std::shared_ptr<version_cache> cache_;
   uint64_t chunk_bytes_ = 0;
-  std::map<uint64_t, staged_put> staged_;
+  std::map<std::pair<uint64_t, uint32_t>, staged_put> staged_;  // by (version, shard)
   server_counters counters_;
   std::string shm_host_;  // host_identity of this process when the shm path is on, else ""
-  std::unique_ptr<shm_copy> shm_;
+  std::map<uint32_t, std::unique_ptr<shm_copy>> shm_;  // by shard, of one version
   std::shared_ptr<const arriving_versions> arriving_;  // null: whole versions only
   // The shm path for version `cv` when the reader's host is ours ("" otherwise or on failure).
   std::string shm_path_for(const cached_version& cv, const nlohmann::json& request);

@@ -53,6 +53,11 @@ result<fanout_reader::meta> fanout_reader::ask_meta(const fanout_source& src, ui
       if (m.chunk_bytes == 0 || m.content_hash.empty() ||
           m.num_chunks != (m.bytes + m.chunk_bytes - 1) / m.chunk_bytes)
         return error(errc::malformed_message, src.endpoint + " answered an inconsistent meta");
+      // The tree passes whole versions on; a trainer with weights.fanout publishes whole ones.
+      if (a->header.value("num_shards", uint64_t{1}) != 1)
+        return error(errc::invalid_argument, src.endpoint + " holds version " +
+                                                 std::to_string(version) +
+                                                 " in shards, which fan-out does not pass on");
       return m;
     }
     // A dead or confused holder gets a fresh socket next time; one without the version keeps it.

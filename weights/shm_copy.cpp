@@ -18,9 +18,11 @@ error io_failure(const std::string& what, const std::string& path, int e) {
 
 }  // namespace
 
-result<std::unique_ptr<shm_copy>> shm_copy::publish(uint64_t version, std::string_view bytes) {
-  const std::string path =
-      "/dev/shm/" + std::to_string(::getpid()) + ":weights:v" + std::to_string(version);
+result<std::unique_ptr<shm_copy>> shm_copy::publish(uint64_t version, std::string_view bytes,
+                                                    bool sharded, uint32_t shard) {
+  const std::string path = "/dev/shm/" + std::to_string(::getpid()) + ":weights:v" +
+                           std::to_string(version) +
+                           (sharded ? "s" + std::to_string(shard) : std::string());
   ::unlink(path.c_str());  // a copy of this version published before and not removed
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return io_failure("create", path, errno);

@@ -4,7 +4,8 @@
 // chunk through ZeroMQ (two copies and a sha256 per chunk). The reader still checks the
 // whole version's sha256 against the cache's content hash before it hands it out, so a torn
 // or stale file is never used; on any failure it reads the chunks as before.
-// The file is named /dev/shm/<cache pid>:weights:v<N> so that a cache killed before it could
+// The file is named /dev/shm/<cache pid>:weights:v<N> (shard k of a sharded version:
+// ...:v<N>s<k>) so that a cache killed before it could
 // remove it is cleaned up by its parent like libfabric's regions (common/shm_leftovers.h).
 #pragma once
 
@@ -19,9 +20,11 @@ namespace moerl::weights {
 
 class shm_copy {
  public:
-  // Writes `bytes` to a new file for `version` (read-only for others). Removed again by the
-  // destructor; readers that opened it keep their mapping.
-  static result<std::unique_ptr<shm_copy>> publish(uint64_t version, std::string_view bytes);
+  // Writes `bytes` to a new file for `version` (`shard` > 0 or sharded: that shard of it;
+  // read-only for others). Removed again by the destructor; readers that opened it keep their
+  // mapping.
+  static result<std::unique_ptr<shm_copy>> publish(uint64_t version, std::string_view bytes,
+                                                   bool sharded = false, uint32_t shard = 0);
   ~shm_copy();
   shm_copy(const shm_copy&) = delete;
   shm_copy& operator=(const shm_copy&) = delete;

@@ -31,56 +31,97 @@ cached_version make_cached_version(uint64_t version, std::shared_ptr<const std::
   return v;
 }
 
+size_t version_cache::num_versions_locked() const {
+  size_t n = 0;
+  uint64_t last = 0;
+  for (auto& [key, _] : held_)
+    if (n == 0 || key.first != last) ++n, last = key.first;
+  return n;
+}
+
+void version_cache::evict_oldest_version_locked() {
+  const uint64_t oldest = held_.begin()->first.first;
+  while (!held_.empty() && held_.begin()->first.first == oldest) {
+    bytes_ -= held_.begin()->second->bytes->size();
+    held_.erase(held_.begin());
+  }
+  ++evicted_;
+}
+
 status version_cache::insert(cached_version v) {
   std::lock_guard<std::mutex> g(mu_);
   const uint64_t size = v.bytes ? v.bytes->size() : 0;
+  const std::string what = "version " + std::to_string(v.version) +
+                           (v.num_shards > 1 ? " shard " + std::to_string(v.shard) : "");
   if (size > max_bytes_)
-    return error(errc::capacity_exceeded,
-                 "version " + std::to_string(v.version) + " of " + std::to_string(size) +
-                     " bytes exceeds weights.cache_bytes " + std::to_string(max_bytes_));
-  if (held_.count(v.version)) return ok_status();
-  if (!held_.empty() && v.version < held_.begin()->first && held_.size() >= max_versions_)
-    return error(errc::invalid_argument,
-                 "version " + std::to_string(v.version) + " is older than every version held (" +
-                     std::to_string(held_.begin()->first) + "..) and the cache is full");
+    return error(errc::capacity_exceeded, what + " of " + std::to_string(size) +
+                                              " bytes exceeds weights.cache_bytes " +
+                                              std::to_string(max_bytes_));
+  const auto key = std::make_pair(v.version, v.shard);
+  if (held_.count(key)) return ok_status();
+  const uint64_t oldest = held_.empty() ? 0 : held_.begin()->first.first;
+  if (!held_.empty() && v.version < oldest && num_versions_locked() >= max_versions_)
+    return error(errc::invalid_argument, what + " is older than every version held (" +
+                                             std::to_string(oldest) + "..) and the cache is full");
   bytes_ += size;
-  held_[v.version] = std::make_shared<const cached_version>(std::move(v));
-  // Oldest first; the version just inserted is never the only one evicted for bytes (it fits).
-  while (held_.size() > max_versions_ || bytes_ > max_bytes_) {
-    bytes_ -= held_.begin()->second->bytes->size();
-    held_.erase(held_.begin());
-    ++evicted_;
+  held_[key] = std::make_shared<const cached_version>(std::move(v));
+  // Oldest version first, all its shards at once; the version just inserted is never evicted
+  // (it fits alone; its other shards, when they do not, were evicted before it).
+  while ((num_versions_locked() > max_versions_ || bytes_ > max_bytes_) &&
+         held_.begin()->first.first != key.first)
+    evict_oldest_version_locked();
+  while (bytes_ > max_bytes_) {  // the newest version's own shards exceed the bound alone
+    auto other = held_.begin();
+    if (other->first == key) ++other;
+    if (other == held_.end()) break;
+    bytes_ -= other->second->bytes->size();
+    held_.erase(other);
   }
   return ok_status();
 }
 
 void version_cache::erase_older_than(uint64_t version) {
   std::lock_guard<std::mutex> g(mu_);
-  while (!held_.empty() && held_.begin()->first < version) {
+  while (!held_.empty() && held_.begin()->first.first < version) {
     bytes_ -= held_.begin()->second->bytes->size();
     held_.erase(held_.begin());
   }
 }
 
-result<std::shared_ptr<const cached_version>> version_cache::find(uint64_t version) const {
+result<std::shared_ptr<const cached_version>> version_cache::find(uint64_t version,
+                                                                  uint32_t shard) const {
   std::lock_guard<std::mutex> g(mu_);
-  if (auto it = held_.find(version); it != held_.end()) return it->second;
+  if (auto it = held_.find({version, shard}); it != held_.end()) return it->second;
   std::string held;
-  for (auto& [k, _] : held_) held += (held.empty() ? "" : ",") + std::to_string(k);
-  return error(errc::not_found, "version " + std::to_string(version) + " is not held (holds " +
-                                    (held.empty() ? "none" : held) + ")");
+  for (auto& [k, _] : held_)
+    held += (held.empty() ? "" : ",") + std::to_string(k.first) +
+            (k.second ? "/" + std::to_string(k.second) : "");
+  return error(errc::not_found, "version " + std::to_string(version) +
+                                    (shard ? " shard " + std::to_string(shard) : "") +
+                                    " is not held (holds " + (held.empty() ? "none" : held) + ")");
+}
+
+bool version_cache::complete(uint64_t version) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = held_.lower_bound({version, 0});
+  if (it == held_.end() || it->first.first != version) return false;
+  const uint32_t n = it->second->num_shards;
+  uint32_t held = 0;
+  for (; it != held_.end() && it->first.first == version; ++it) ++held;
+  return held == n;
 }
 
 std::vector<uint64_t> version_cache::versions() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<uint64_t> out;
-  for (auto& [k, _] : held_) out.push_back(k);
+  for (auto& [k, _] : held_)
+    if (out.empty() || out.back() != k.first) out.push_back(k.first);
   return out;
 }
 
 uint64_t version_cache::newest() const {
   std::lock_guard<std::mutex> g(mu_);
-  return held_.empty() ? 0 : held_.rbegin()->first;
+  return held_.empty() ? 0 : held_.rbegin()->first.first;
 }
 
 uint64_t version_cache::num_bytes() const {

@@ -1,9 +1,11 @@
 // The checkpoint cache's memory: the newest policy versions, each whole and verified, bounded
 // by a number of versions (weights.cache_versions) and a number of bytes
-// (weights.cache_bytes). A version enters only complete (its content hash checked by the
-// caller, weights/cache_server.h); inserting one evicts the oldest until both bounds hold, so
-// the newest version is always kept. Readers get shared, immutable bytes: an entry evicted
-// while a reader still sends from it stays alive until that reader lets go.
+// (weights.cache_bytes). A sharded version (weights/PROTOCOL.md, "Sharded versions") is held
+// as one entry per shard, keyed by (version, shard); the version bound counts versions, not
+// shards, and evicting a version evicts all of its shards. A version enters only complete (its
+// content hash checked by the caller, weights/cache_server.h); inserting one evicts the oldest
+// until both bounds hold, so the newest version is always kept. Readers get shared, immutable
+// bytes: an entry evicted while a reader still sends from it stays alive until that reader lets go.
 // Thread-safe: the server thread serves from it while a replication thread inserts.
 #pragma once
 
@@ -12,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -25,6 +28,10 @@ struct cached_version {
   uint64_t chunk_bytes = 0;               // every chunk but the last has this size
   std::vector<std::string> chunk_hashes;  // hex sha256 of each chunk, computed once on insert
   int64_t held_unix_ms = 0;               // when the cache came to hold it
+  uint32_t shard = 0, num_shards = 1;     // a whole version is shard 0 of 1
+  // Shard 0 of a sharded version: the assembled version's content hash as its pusher named it
+  // (policy/params.h content_hash; "" when not named). Readers check what they assemble.
+  std::string version_hash;
 
   uint64_t num_chunks() const { return chunk_hashes.size(); }
   uint64_t chunk_offset(uint64_t k) const { return k * chunk_bytes; }
@@ -48,7 +55,9 @@ class version_cache {
   // any more frees their memory before the next arrives).
   void erase_older_than(uint64_t version);
   // errc::not_found names the versions held.
-  result<std::shared_ptr<const cached_version>> find(uint64_t version) const;
+  result<std::shared_ptr<const cached_version>> find(uint64_t version, uint32_t shard = 0) const;
+  // Every shard of `version` is held (a whole version: it is held).
+  bool complete(uint64_t version) const;
   std::vector<uint64_t> versions() const;  // ascending
   uint64_t newest() const;                 // 0 when empty
   uint64_t num_bytes() const;
@@ -57,7 +66,10 @@ class version_cache {
  private:
   mutable std::mutex mu_;
   uint64_t max_versions_, max_bytes_;
-  std::map<uint64_t, std::shared_ptr<const cached_version>> held_;
+  // (version, shard) -> entry: ascending by version, so the oldest version's shards lead.
+  std::map<std::pair<uint64_t, uint32_t>, std::shared_ptr<const cached_version>> held_;
+  size_t num_versions_locked() const;
+  void evict_oldest_version_locked();
   uint64_t bytes_ = 0, evicted_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "weights/version_reader.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/host_identity.h"
 #include "common/log.h"
@@ -23,13 +24,16 @@ json reader_counters::to_json() const {
           {"failovers", num_failovers},
           {"chunk_refetches", num_chunk_refetches},
           {"store_fallbacks", num_store_fallbacks},
-          {"bytes_via_shm", bytes_via_shm}};
+          {"bytes_via_shm", bytes_via_shm},
+          {"sharded_versions", num_sharded_versions},
+          {"shards_read", num_shards_read}};
 }
 
 version_reader::version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms,
                                bool same_host_shm)
     : ctx_(std::move(ctx)),
       timeout_ms_(timeout_ms),
+      same_host_shm_(same_host_shm),
       shm_host_(same_host_shm ? host_identity({"net", "mnt"}) : std::string()) {}
 
 cache_client* version_reader::client(const std::string& endpoint) {
@@ -49,12 +53,13 @@ cache_client* version_reader::client(const std::string& endpoint) {
 void version_reader::drop(const std::string& endpoint) { clients_.erase(endpoint); }
 
 std::vector<version_reader::holder> version_reader::holders(
-    uint64_t version, const std::vector<std::string>& caches) {
+    uint64_t version, uint32_t shard, const std::vector<std::string>& caches) {
   std::vector<holder> out;
   for (const auto& ep : caches) {
     auto* c = client(ep);
     if (!c) continue;
     json meta{{"version", version}};
+    if (shard > 0) meta["shard"] = shard;
     if (!shm_host_.empty()) meta["host"] = shm_host_;
     auto a = c->call(wire::kMeta, meta);
     if (!a) {
@@ -69,7 +74,11 @@ std::vector<version_reader::holder> version_reader::holders(
     h.num_chunks = a->header.value("num_chunks", uint64_t{0});
     h.content_hash = a->header.value("content_hash", std::string());
     h.shm_path = a->header.value("shm_path", std::string());
-    if (h.chunk_bytes == 0 || h.content_hash.empty()) continue;
+    h.shard = static_cast<uint32_t>(a->header.value("shard", uint64_t{0}));
+    h.num_shards = static_cast<uint32_t>(a->header.value("num_shards", uint64_t{1}));
+    h.version_hash = a->header.value("version_hash", std::string());
+    if (h.chunk_bytes == 0 || h.content_hash.empty() || h.shard != shard || h.num_shards == 0)
+      continue;
     out.push_back(std::move(h));
   }
   std::stable_sort(out.begin(), out.end(),
@@ -85,7 +94,9 @@ bool version_reader::read_chunks(const holder& h, uint64_t version, std::string&
     for (int attempt = 0; attempt < 2 && !got; ++attempt) {
       auto* c = client(h.endpoint);
       if (!c) return false;
-      auto a = c->call(wire::kGet, json{{"version", version}, {"chunk", *next}});
+      json get{{"version", version}, {"chunk", *next}};
+      if (h.shard > 0) get["shard"] = h.shard;
+      auto a = c->call(wire::kGet, get);
       if (!a) {
         log->warn("version {} chunk {} from cache {}: {}", version, *next, h.endpoint,
                   a.err().to_string());
@@ -96,8 +107,10 @@ bool version_reader::read_chunks(const holder& h, uint64_t version, std::string&
       if (off != *next * h.chunk_bytes || off + a->payload.size() > out.size() ||
           store::sha256_hex(a->payload) != a->header.value("chunk_hash", std::string())) {
         ++counters_.num_chunk_refetches;
-        log->warn("version {} chunk {} from cache {} does not match its hash: fetching again",
-                  version, *next, h.endpoint);
+        log->warn(
+            "version {} shard {} chunk {} from cache {} does not match its hash: fetching "
+            "again",
+            version, h.shard, *next, h.endpoint);
         continue;
       }
       out.replace(off, a->payload.size(), a->payload);
@@ -127,44 +140,125 @@ std::optional<std::string> version_reader::read_same_host_copy(const std::vector
   return std::nullopt;
 }
 
+result<fetched_shard> version_reader::read_entry(uint64_t version, uint32_t shard,
+                                                 const std::vector<holder>& hs, size_t num_caches) {
+  auto log = logger("weights");
+  const std::string what =
+      "version " + std::to_string(version) + (shard ? " shard " + std::to_string(shard) : "");
+  auto entry = [&](const holder& h, std::string bytes, const char* transport) {
+    return fetched_shard{
+        h.shard,        h.num_shards,   std::make_shared<const std::string>(std::move(bytes)),
+        h.content_hash, h.version_hash, transport};
+  };
+  for (const holder& h : hs)
+    if (!h.shm_path.empty())
+      if (auto same_host = read_same_host_copy({h}, version))
+        return entry(h, std::move(*same_host), "shm");
+  std::string bytes;
+  const holder* from = nullptr;
+  uint64_t next = 0;
+  for (size_t i = 0; i < hs.size(); ++i) {
+    const holder& h = hs[i];
+    // A resume continues only on a cache that splits the same content the same way.
+    if (next > 0 && (h.content_hash != from->content_hash || h.chunk_bytes != from->chunk_bytes))
+      continue;
+    if (next == 0) {
+      bytes.assign(h.bytes, '\0');
+      from = &h;
+    } else {
+      ++counters_.num_failovers;
+      log->info("{}: resuming at chunk {} from cache {}", what, next, h.endpoint);
+    }
+    if (!read_chunks(h, version, bytes, &next)) continue;
+    if (store::sha256_hex(bytes) == from->content_hash)
+      return entry(*from, std::move(bytes), "zmq");
+    // Every chunk matched its hash but the whole does not match the content hash the cache
+    // named: that cache's copy is wrong. Never handed out; the next holder reads it afresh.
+    log->error("{} from cache {} does not match its content hash: reading it elsewhere", what,
+               from->endpoint);
+    next = 0;
+  }
+  return error(errc::not_found, "no cache of " + std::to_string(num_caches) + " served " + what +
+                                    " whole and matching its sha256 (" + std::to_string(hs.size()) +
+                                    " held it)");
+}
+
+result<std::vector<fetched_shard>> version_reader::fetch_shards(
+    uint64_t version, const std::vector<std::string>& caches) {
+  const auto hs = holders(version, 0, caches);
+  const uint32_t n = hs.empty() ? 1 : hs.front().num_shards;
+  std::vector<result<fetched_shard>> got(n, error(errc::not_found, ""));
+  std::vector<reader_counters> theirs(n);
+  // Shards 1.. on their own threads, each with its own reader (sockets are per thread).
+  while (shard_readers_.size() + 1 < n)
+    shard_readers_.push_back(std::make_unique<version_reader>(ctx_, timeout_ms_, same_host_shm_));
+  std::vector<std::thread> threads;
+  for (uint32_t k = 1; k < n; ++k)
+    threads.emplace_back([&, k] {
+      version_reader& r = *shard_readers_[k - 1];
+      const reader_counters before = r.counters();
+      got[k] = r.read_entry(version, k, r.holders(version, k, caches), caches.size());
+      const reader_counters& after = r.counters();
+      theirs[k].bytes_from_cache = after.bytes_from_cache - before.bytes_from_cache;
+      theirs[k].bytes_via_shm = after.bytes_via_shm - before.bytes_via_shm;
+      theirs[k].num_failovers = after.num_failovers - before.num_failovers;
+      theirs[k].num_chunk_refetches = after.num_chunk_refetches - before.num_chunk_refetches;
+    });
+  got[0] = hs.empty() ? result<fetched_shard>(
+                            error(errc::not_found, "no cache of " + std::to_string(caches.size()) +
+                                                       " holds version " + std::to_string(version)))
+                      : read_entry(version, 0, hs, caches.size());
+  for (auto& t : threads) t.join();
+  for (const auto& c : theirs) {
+    counters_.bytes_from_cache += c.bytes_from_cache;
+    counters_.bytes_via_shm += c.bytes_via_shm;
+    counters_.num_failovers += c.num_failovers;
+    counters_.num_chunk_refetches += c.num_chunk_refetches;
+  }
+  std::vector<fetched_shard> out;
+  for (uint32_t k = 0; k < n; ++k) {
+    if (!got[k]) return got[k].err();
+    if (got[k]->num_shards != n)
+      return error(errc::malformed_message, "version " + std::to_string(version) + " shard " +
+                                                std::to_string(k) + " names " +
+                                                std::to_string(got[k]->num_shards) +
+                                                " shards, shard 0 " + std::to_string(n));
+    out.push_back(std::move(*got[k]));
+  }
+  return out;
+}
+
 result<fetched_version> version_reader::fetch(
     uint64_t version, const std::vector<std::string>& caches,
     const std::function<result<std::string>()>& from_store) {
   auto log = logger("weights");
-  auto hs = holders(version, caches);
-  if (auto same_host = read_same_host_copy(hs, version)) {
+  auto shards = fetch_shards(version, caches);
+  if (shards && shards->size() == 1) {
     ++counters_.num_versions;
-    return fetched_version{std::make_shared<const std::string>(std::move(*same_host)), "cache",
-                           "shm"};
+    return fetched_version{std::move(shards->front().bytes), "cache", shards->front().transport};
   }
-  std::string bytes, content_hash;
-  uint64_t next = 0, chunk_bytes = 0;
-  bool complete = false;
-  for (size_t i = 0; i < hs.size() && !complete; ++i) {
-    const holder& h = hs[i];
-    // A resume continues only on a cache that splits the same content the same way.
-    if (next > 0 && (h.content_hash != content_hash || h.chunk_bytes != chunk_bytes)) continue;
-    if (next == 0) {
-      bytes.assign(h.bytes, '\0');
-      content_hash = h.content_hash;
-      chunk_bytes = h.chunk_bytes;
-    } else {
-      ++counters_.num_failovers;
-      log->info("version {}: resuming at chunk {} from cache {}", version, next, h.endpoint);
+  error why =
+      shards ? error(errc::invalid_argument, "version " + std::to_string(version) +
+                                                 " is sharded (" + std::to_string(shards->size()) +
+                                                 " shards) and this reader cannot assemble it")
+             : shards.err();
+  if (shards && assembler_) {
+    auto whole = assembler_(*shards, shards->front().version_hash);
+    if (whole) {
+      ++counters_.num_versions;
+      ++counters_.num_sharded_versions;
+      counters_.num_shards_read += shards->size();
+      return fetched_version{std::make_shared<const std::string>(std::move(*whole)), "cache",
+                             "zmq"};
     }
-    complete = read_chunks(h, version, bytes, &next);
+    why = whole.err();
+    log->error("version {}: its {} shards do not assemble: {}", version, shards->size(),
+               why.to_string());
   }
-  if (complete && store::sha256_hex(bytes) == content_hash) {
-    ++counters_.num_versions;
-    return fetched_version{std::make_shared<const std::string>(std::move(bytes)), "cache", "zmq"};
-  }
-  if (complete) log->error("version {} from the caches does not match its content hash", version);
-  if (!from_store)
-    return error(errc::not_found, "no cache of " + std::to_string(caches.size()) +
-                                      " served version " + std::to_string(version));
+  if (!from_store) return why;
   // Bytes already read from a cache stay counted: they crossed the network all the same.
-  log->info("version {}: no cache could serve it ({} asked, {} held it): reading the store",
-            version, caches.size(), hs.size());
+  log->info("version {}: not from the caches ({} asked: {}): reading the store", version,
+            caches.size(), why.message);
   return read_store_copy(from_store, counters_);
 }
 

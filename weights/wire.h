@@ -5,6 +5,7 @@
 // already gave up on. An error header holds "code" (errc number) and "error" (the reason).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -14,6 +15,8 @@
 
 namespace moerl::weights::wire {
 
+// meta, get and put name a shard of a sharded version with "shard" and "num_shards" (default 0
+// and 1: a whole version); meta answers both.
 inline constexpr const char* kMeta = "meta";  // {version} -> {bytes, content_hash, chunk_bytes,
                                               //               num_chunks, load}
 inline constexpr const char* kGet = "get";    // {version, chunk} -> {offset, chunk_hash} + bytes
@@ -42,6 +45,40 @@ inline result<uint64_t> uint_field(const nlohmann::json& h, const char* name) {
     return error(errc::invalid_argument,
                  std::string("request field '") + name + "' missing or not an unsigned integer");
   return it->get<uint64_t>();
+}
+
+// A sharded version has at most this many shards (one per trainer rank).
+inline constexpr uint64_t kMaxShards = 4096;
+
+struct shard_id {
+  uint32_t shard = 0;
+  uint32_t num_shards = 1;
+};
+
+// A request's optional "shard" and "num_shards" (default 0 and 1); errc::invalid_argument
+// names a mistyped field, a shard outside num_shards or num_shards outside [1, kMaxShards].
+// A reader's meta and get may name the shard alone (need_count false); a put names both.
+inline result<shard_id> shard_fields(const nlohmann::json& h, bool need_count) {
+  shard_id out;
+  if (h.contains("shard")) {
+    auto s = uint_field(h, "shard");
+    if (!s) return s.err();
+    out.shard = static_cast<uint32_t>(std::min<uint64_t>(*s, kMaxShards));
+  }
+  if (h.contains("num_shards")) {
+    auto n = uint_field(h, "num_shards");
+    if (!n) return n.err();
+    if (*n == 0 || *n > kMaxShards)
+      return error(errc::invalid_argument, "num_shards " + std::to_string(*n) + " is outside [1, " +
+                                               std::to_string(kMaxShards) + "]");
+    out.num_shards = static_cast<uint32_t>(*n);
+  }
+  if (!need_count && !h.contains("num_shards")) return out;
+  if (out.shard >= out.num_shards)
+    return error(errc::invalid_argument, "shard " + std::to_string(out.shard) +
+                                             " is outside a version of " +
+                                             std::to_string(out.num_shards) + " shards");
+  return out;
 }
 
 }  // namespace moerl::weights::wire

@@ -84,7 +84,7 @@ function fillVersions(table, note, w) {
   const all = w.versions || [], shown = sample(all, VERSION_ROWS);
   fillTable(table, shown.map(v => [fmt(v.version), fmt(v.num_shards), fmt(v.checkpoint_shards), bytes(v.bytes), bytes(v.coordinator_bytes),
     dur(v.t_publish), dur(v.t_redistribute_p50), dur(v.t_redistribute_max), fmt(v.num_readers),
-    sourceMix(v.bytes_from || {})]), "no policy versions published");
+    sourceMix(v.bytes_from || {}), bytes(v.shard_bytes_max)]), "no policy versions published");
   note.textContent = shown.length < all.length ? shown.length + " of " + all.length +
     " versions shown, evenly spaced (every version is in report.json)" : "";
 }

@@ -155,6 +155,10 @@ def check_versions(dom, report):
     for row in rows:
         v = by_version[row[0]]
         assert row[1] == str(v["num_shards"]) and row[2] == str(v["checkpoint_shards"]), (row, v)
+        # Each shard's bytes as its member pushed it: together at least the version (issue 27).
+        assert len(v["shard_bytes"]) == v["num_shards"], v
+        assert v["shard_bytes_max"] == max(v["shard_bytes"]) and row[10] != "-", (row, v)
+        assert sum(v["shard_bytes"]) >= v["bytes"], v
         # The trainer group's control messages for the version, never its bytes.
         assert 0 < v["coordinator_bytes"] < 64 * 1024, v
         assert row[4] != "-" and row[5] != "-", row

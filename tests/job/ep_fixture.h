@@ -20,6 +20,17 @@ inline policy::model_config small_model(uint64_t seed) {
   return ::moerl::testing::tiny_model(seed);
 }
 
+// About 64 MiB of parameters, nearly all of it experts (so each member's share of a trainer
+// group is about 64 MiB / members): the issue-27 tests' model.
+inline policy::model_config model_of_64_mib() {
+  auto c = small_model(27);
+  c.aux_loss_coef = 0.0f;
+  c.num_experts = 8;
+  c.d_model = 32;
+  c.ffn_dim = 10240;
+  return c;
+}
+
 inline config node_config() {
   auto cfg = config::load(
       "", {"fabric.provider=shm", "fabric.require_provider=true", "fabric.op_timeout_ms=20000"});

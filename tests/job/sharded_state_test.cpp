@@ -30,15 +30,7 @@
 namespace moerl::job {
 namespace {
 
-// About 64 MiB of parameters, nearly all of it experts (so each member's shard is its share).
-policy::model_config big_model() {
-  auto c = testing::small_model(27);
-  c.aux_loss_coef = 0.0f;
-  c.num_experts = 8;
-  c.d_model = 32;
-  c.ffn_dim = 10240;
-  return c;
-}
+policy::model_config big_model() { return testing::model_of_64_mib(); }
 
 using batch = testing::training_batch;
 batch make_batch(uint64_t seed) { return testing::make_training_batch(big_model(), seed); }
