@@ -629,6 +629,7 @@ def trainer_group(moerl, tmp):
     assert nodes["trainer-1"]["group"] == "trainer" and nodes["trainer-1"]["rank"] == 1, nodes
     assert nodes["rollout-0"]["group"] != "trainer", nodes["rollout-0"]  # its own rollout group
     had_shm = any(f.startswith(f"{run.pid_of('trainer-1')}:") for f in os.listdir("/dev/shm"))
+    killed_at = time.monotonic()  # the re-formations' "at" is the same clock (steady, s)
     killed = run.kill("trainer-1", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-1 ", i)
     run.wait_resumed(i)
@@ -640,11 +641,13 @@ def trainer_group(moerl, tmp):
     groups = {g["name"]: g for g in rep["groups"]}
     g = groups["trainer"]
     assert g["members"] == ["trainer-0", "trainer-1"], g
-    # The kill's re-formation, found by its cause: a machine under load can add one more (a CAF
-    # link blip past the re-join grace declares a live member down, and it re-joins), before
-    # the kill as well as after it.
+    # The kill's re-formation: the first one from the kill on. Its cause names trainer-1 when
+    # the coordinator sees the loss first, or trainer-0's failed step when rank 0's collective
+    # with the dead member fails first (the write to it fails). A machine under load can add
+    # one more (a CAF link blip past the re-join grace declares a live member down, and it
+    # re-joins), before the kill as well as after it.
     print("trainer group re-formed:", json.dumps(g["reformed"]), flush=True)
-    mine = [r for r in g["reformed"] if "trainer-1" in r["cause"]]
+    mine = [r for r in g["reformed"] if r["at"] >= killed_at - 0.5]
     assert mine, g["reformed"]
     r = mine[0]
     assert r["downtime_s"] is not None, r
