@@ -337,8 +337,8 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     // there by then is claimed in one claim (one journaled coordinator round trip) instead of
     // waiting on each shard in turn (6 ms each) and claiming batch by batch. Gathering batches
     // until the step's whole iteration was there (one claim per version) was tried and left
-    // out: the faster steps then always trained on samples one version old (staleness 0.998
-    // against 0.935) and the default job needed more iterations to 0.9 (6 Dec).
+    // out: under load its runs trained on samples all one version old and took more iterations
+    // to 0.9; whether the gathering caused that was not settled on a quiet machine (6 Dec).
     stalled.start_waiting(steady_ms());  // after the previous batches were worked on
     std::vector<ledger::batch_consumer*> asked;
     for (auto& [ep, src] : sources) {

@@ -66,15 +66,22 @@ status send_frame(void* sock, const std::string& bytes, int flags) {
   return ok_status();
 }
 
-// Waits up to timeout_ms for `sock` to become readable. true when it is.
-result<bool> wait_readable(void* sock, int timeout_ms) {
-  zmq_pollitem_t item{sock, 0, ZMQ_POLLIN, 0};
-  int n = zmq_poll(&item, 1, timeout_ms);
+// Waits up to timeout_ms until any of `socks` is readable. true when one is (an interrupted
+// wait counts as nothing readable). No sockets: sleeps timeout_ms.
+result<bool> wait_readable(const std::vector<void*>& socks, int timeout_ms) {
+  std::vector<zmq_pollitem_t> items;
+  items.reserve(socks.size());
+  for (void* sock : socks) items.push_back({sock, 0, ZMQ_POLLIN, 0});
+  const int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
   if (n == -1) {
     if (zmq_errno() == EINTR) return false;
-    return zmq::detail::zmq_failure("zmq_poll(sock, POLLIN)", zmq_errno(), __FILE__, __LINE__);
+    return zmq::detail::zmq_failure("zmq_poll(POLLIN)", zmq_errno(), __FILE__, __LINE__);
   }
-  return n > 0 && (item.revents & ZMQ_POLLIN);
+  return n > 0;
+}
+
+result<bool> wait_readable(void* sock, int timeout_ms) {
+  return wait_readable(std::vector<void*>{sock}, timeout_ms);
 }
 
 // Receives one whole multipart message without blocking: its frames, or an empty vector
@@ -279,15 +286,10 @@ result<std::optional<messages::batch>> batch_consumer::poll(int timeout_ms) {
 
 result<bool> batch_consumer::wait_any(const std::vector<batch_consumer*>& consumers,
                                       int timeout_ms) {
-  std::vector<zmq_pollitem_t> items;
-  items.reserve(consumers.size());
-  for (const batch_consumer* c : consumers) items.push_back({c->sock_, 0, ZMQ_POLLIN, 0});
-  const int n = zmq_poll(items.data(), static_cast<int>(items.size()), timeout_ms);
-  if (n == -1) {
-    if (zmq_errno() == EINTR) return false;
-    return zmq::detail::zmq_failure("zmq_poll(shards, POLLIN)", zmq_errno(), __FILE__, __LINE__);
-  }
-  return n > 0;
+  std::vector<void*> socks;
+  socks.reserve(consumers.size());
+  for (const batch_consumer* c : consumers) socks.push_back(c->sock_);
+  return wait_readable(socks, timeout_ms);
 }
 
 // ---- shard service --------------------------------------------------------------------
