@@ -27,6 +27,7 @@ result<control_plane_options> control_plane_options::from_config(const config& c
   o.tls_handshake_timeout_ms = cfg.get_int("node.tls_handshake_timeout_ms");
   o.tls_max_pending_handshakes = cfg.get_int("node.tls_max_pending_handshakes");
   o.tls_max_pending_per_peer = cfg.get_int("node.tls_max_pending_per_peer");
+  o.control_nice = static_cast<int>(cfg.get_int("node.control_nice"));
   if (o.heartbeat_interval_ms <= 0)
     return error(errc::invalid_config,
                  "node.heartbeat_interval_ms must be > 0 (0 disables failure detection)");
@@ -110,9 +111,9 @@ node_caf_config::node_caf_config(const control_plane_options& o) : opts(o) {
 result<uint16_t> publish_actor(caf::actor_system& sys, const control_plane_options& o,
                                const caf::actor& a, const std::string& host, uint16_t port) {
   if (o.tls)
-    return publish_tls(
-        sys, a, host, port, {o.tls_certificate, o.tls_key, o.tls_ca},
-        {o.tls_handshake_timeout_ms, o.tls_max_pending_handshakes, o.tls_max_pending_per_peer});
+    return publish_tls(sys, a, host, port, {o.tls_certificate, o.tls_key, o.tls_ca},
+                       {o.tls_handshake_timeout_ms, o.tls_max_pending_handshakes,
+                        o.tls_max_pending_per_peer, o.control_nice});
   auto res = sys.middleman().publish(a, port, host.c_str(), true);
   if (!res)
     return error(errc::io_error, "cannot publish on " + host + ":" + std::to_string(port) + ": " +

@@ -34,6 +34,7 @@ struct control_plane_options {
   int64_t tls_handshake_timeout_ms = 5000;
   int64_t tls_max_pending_handshakes = 512;
   int64_t tls_max_pending_per_peer = 64;
+  int control_nice = 0;  // node.control_nice: the TLS acceptor's priority outside a storm
 
   // Validates: heartbeat > 0, timeout > heartbeat, request timeout > 0, TLS files readable.
   static result<control_plane_options> from_config(const config& cfg);

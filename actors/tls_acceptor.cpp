@@ -33,6 +33,7 @@
 #include <caf/io/network/stream_impl.hpp>
 #include <caf/io/scribe.hpp>
 
+#include "actors/internal/control_priority.h"
 #include "common/socket_peer.h"
 
 namespace moerl::actors {
@@ -226,10 +227,30 @@ class tls_doorman final : public caf::io::doorman {
     doorman::new_connection(&mpx_, hdl);
   }
 
+  // Handshakes pending from which on the thread yields to the node's own threads (nice 10), so
+  // that a storm costs heartbeats and leases no CPU they need, and down to which it runs at the
+  // control threads' priority again. Always at nice 10 (before 6 Dec), a node's joins starved
+  // whenever the host was busy: beside 8 nodes connecting at once on a loaded 2-core VM, the
+  // handshakes timed out faster than the thread got to them, the retries piled up to the
+  // per-peer bound, and no node joined in 50 s (actors_cluster_tls_test).
+  static constexpr size_t kStormPending = 32, kCalmPending = 8;
+
+  // Raising a thread's priority again needs CAP_SYS_NICE: without it the thread stays at the
+  // nice value it has (prioritize_this_thread logs that once).
+  void set_yielding(bool yielding) {
+    if (yielding == yielding_) return;
+    yielding_ = yielding;
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    if (yielding)
+      ::setpriority(PRIO_PROCESS, tid, 10);
+    else if (limits_.calm_nice == 0 || !prioritize_this_thread(limits_.calm_nice))
+      ::setpriority(PRIO_PROCESS, tid, 0);
+  }
+
   void run() {
-    // This thread handles what strangers send: it yields to the node's own threads (nice 10),
-    // so a storm of handshakes costs the node's heartbeats and leases no CPU they need.
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    // This thread handles what strangers send: at the control threads' priority while few
+    // handshakes are pending, below every other thread in a storm (kStormPending).
+    prioritize_this_thread(limits_.calm_nice);
     sigset_t pipe_mask;
     sigemptyset(&pipe_mask);
     sigaddset(&pipe_mask, SIGPIPE);
@@ -261,6 +282,8 @@ class tls_doorman final : public caf::io::doorman {
         }
         step(fd);
       }
+      if (pending_.size() >= kStormPending) set_yielding(true);
+      if (pending_.size() <= kCalmPending) set_yielding(false);
       now = steady::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
         auto cur = it++;
@@ -375,6 +398,7 @@ class tls_doorman final : public caf::io::doorman {
   std::thread thread_;
   std::unordered_map<int, pending> pending_;  // the acceptor thread's only
   std::unordered_map<std::string, int64_t> per_peer_;
+  bool yielding_ = false;  // at nice 10 for a storm (set_yielding)
 };
 
 // One server context for every handshake, with caf_openssl 0.17.6's authenticated settings

@@ -28,6 +28,10 @@ struct tls_accept_limits {
   int64_t handshake_timeout_ms = 5000;  // a handshake not done by then is closed
   int64_t max_pending = 512;            // handshakes in progress, all peers together
   int64_t max_pending_per_peer = 64;    // handshakes in progress from one peer address
+  // The accepting thread's nice value while few handshakes are pending (node.control_nice):
+  // joins and reconnects are control traffic. With kStormPending or more pending it yields
+  // (nice 10) until the storm is down to a few (tls_acceptor.cpp).
+  int calm_nice = 0;
 };
 
 struct tls_files {

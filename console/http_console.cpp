@@ -265,7 +265,8 @@ result<std::unique_ptr<http_console>> http_console::start(admin_caller_factory c
                                      "machine); set console.http_address");
   }
   c->address_ = hp->first + ":" + std::to_string(port);
-  c->listener_ = std::thread([p = c.get()] { p->server_->listen_after_bind(); });
+  c->listener_ =
+      std::thread([p = c.get(), host = hp->first, port] { p->listen_until_stopped(host, port); });
   c->sampler_ = std::thread([p = c.get()] { p->sample(); });
   return c;
 }
@@ -281,9 +282,35 @@ json http_console::refusals() const {
       {"too_many_from_peer", connections_ ? connections_->refused_too_many_from_peer() : 0}};
 }
 
+void http_console::listen_until_stopped(const std::string& host, int port) {
+  for (;;) {
+    server_->listen_after_bind();
+    if (stop_) break;
+    const int why = errno;  // accept()'s: httplib's loop only closes the socket after it
+    logger("console")->error(
+        "the HTTP console's listening loop ended (accept: {}); listening on {}:{} again",
+        std::strerror(why), host, port);
+    bool bound = false;
+    for (int attempt = 0; !bound && !stop_; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      bound = server_->bind_to_port(host, port);
+      if (!bound && attempt == 0)
+        logger("console")->error("the HTTP console cannot bind {}:{} again ({}); retrying", host,
+                                 port, std::strerror(errno));
+    }
+    if (!bound) break;
+  }
+  listener_done_ = true;
+}
+
 void http_console::stop() {
   stop_ = true;
-  if (server_) server_->stop();
+  // httplib's stop() does nothing while its loop is not running, and the listening thread may
+  // be between binding the address again and starting the loop: stop until the thread is done.
+  while (server_ && listener_.joinable() && !listener_done_) {
+    if (server_->is_running()) server_->stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   if (listener_.joinable()) listener_.join();
   if (sampler_.joinable()) sampler_.join();
 }

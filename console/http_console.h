@@ -106,6 +106,10 @@ class http_console {
   void snapshot_route(const std::string& path,
                       std::function<void(nlohmann::json& snapshot, httplib::Response&)> answer);
   void sample();
+  // The listening thread: httplib's loop, started again on the same address whenever it ends
+  // without stop() (httplib 0.11 closes the listening socket on any accept() error but EMFILE,
+  // and the console would stop answering while its process lives on).
+  void listen_until_stopped(const std::string& host, int port);
   // The coordinator's reply to one admin verb, as the HTTP status and JSON body to send.
   std::pair<int, nlohmann::json> ask(
       const std::string& verb, const std::vector<std::string>& args = {},
@@ -120,6 +124,7 @@ class http_console {
   std::string address_;
   std::thread listener_, sampler_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> listener_done_{false};
   std::mutex tracker_mu_;
   replacement_tracker tracker_;
   std::unique_ptr<peer_rate_limit> rate_limit_;

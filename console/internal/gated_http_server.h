@@ -63,13 +63,18 @@ class gated_http_server final : public Base {
   static constexpr int kListenBacklog = 128;
 
   // httplib's task queue, as this server uses it: each job runs at once on the listening
-  // thread (it ends in process_and_close_socket below, which only admits or refuses); the
-  // listening loop's end shuts the workers down (after their connections end).
+  // thread (it ends in process_and_close_socket below, which only admits or refuses). The
+  // listening loop's end shuts the workers down (after their connections end) only when stop()
+  // ended it: stop() leaves svr_sock_ invalid, while an accept() error ends the loop with the
+  // old descriptor there, and the owner listens again (http_console::listen_until_stopped)
+  // with the admitted connections still served.
   class run_at_once final : public httplib::TaskQueue {
    public:
     explicit run_at_once(gated_http_server& server) : server_(server) {}
     void enqueue(std::function<void()> fn) override { fn(); }
-    void shutdown() override { server_.stop_workers(); }
+    void shutdown() override {
+      if (server_.svr_sock_ == INVALID_SOCKET) server_.stop_workers();
+    }
 
    private:
     gated_http_server& server_;

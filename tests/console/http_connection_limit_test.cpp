@@ -12,10 +12,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "console/http_console.h"
@@ -63,6 +66,16 @@ std::string whoami_from(const char* source, int port) {
   return got;
 }
 
+// Sockets the test holds open, closed however the test ends: a failed assertion must not leave
+// them open, or the console's stop() would wait for their workers (console.http_idle_timeout_s).
+struct held_sockets {
+  std::vector<int> fds;
+  ~held_sockets() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
+
 // Waits (a liveness bound) until `done` holds.
 bool eventually(const std::function<bool()>& done) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
@@ -101,14 +114,15 @@ TEST(http_console_connection_limit, excess_connections_are_closed_at_accept_and_
   const int port = port_of((*c)->address());
 
   // 127.0.0.1 holds its bound's worth of idle connections.
-  std::vector<int> held;
+  held_sockets sockets;
+  std::vector<int>& held = sockets.fds;
   for (int i = 0; i < kPerPeer; ++i) held.push_back(connect_from("127.0.0.1", port));
   ASSERT_TRUE(eventually([&] { return (*c)->open_connections() == kPerPeer; }));
 
   // Each one more from it is closed as it is accepted, before anything is read, and counted.
   for (int i = 0; i < 4; ++i) {
     const int fd = connect_from("127.0.0.1", port);
-    ASSERT_GE(fd, 0);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
     bool ended = false;
     EXPECT_EQ(read_to_end(fd, ended), "");
     EXPECT_TRUE(ended) << "connection " << i << " over the per-peer bound was left open";
@@ -142,7 +156,7 @@ TEST(http_console_connection_limit, excess_connections_are_closed_at_accept_and_
   EXPECT_EQ(held_answer.rfind("HTTP/1.1 200", 0), 0u) << held_answer;
 
   // Connections that end give their slots back: 127.0.0.1 is served again.
-  for (int fd : held) ::close(fd);
+  for (int& fd : held) ::close(std::exchange(fd, -1));
   ASSERT_TRUE(eventually([&] { return (*c)->open_connections() == 0; }));
   const std::string again = whoami_from("127.0.0.1", port);
   EXPECT_EQ(again.rfind("HTTP/1.1 200", 0), 0u) << again;

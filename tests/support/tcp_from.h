@@ -13,13 +13,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 
 namespace moerl::testing {
 
-// A connected socket from `source` to 127.0.0.1:port, or -1 when it cannot be made.
+// A connected socket from `source` to 127.0.0.1:port, or -1 when it cannot be made (errno then
+// says why: close(2) is not allowed to overwrite it).
 inline int connect_from(const char* source, int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
   sockaddr_in from{}, to{};
   from.sin_family = to.sin_family = AF_INET;
   ::inet_pton(AF_INET, source, &from.sin_addr);
@@ -27,7 +30,9 @@ inline int connect_from(const char* source, int port) {
   to.sin_port = htons(static_cast<uint16_t>(port));
   if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
       ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    const int why = errno;
     ::close(fd);
+    errno = why;
     return -1;
   }
   return fd;
