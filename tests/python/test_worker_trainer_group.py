@@ -101,11 +101,14 @@ def test_sharded_step_equals_the_one_process_step(num_groups):
 
 
 def mismatched_rank(rank, port, out):
+    from moerl import worker
     from moerl.worker import CollectiveMismatch, Trainer
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
     t = Trainer.__new__(Trainer)  # the group's part of a Trainer, without a node
-    t.rank, t.world_size, t.process_group, t._calls = rank, WORLD, dist.group.WORLD, 0
+    t.rank, t.world_size, t.process_group = rank, WORLD, dist.group.WORLD
+    t._collectives = worker._Collectives("trainer group", "every rank must call batches(), "
+                                         "publish() and checkpoint() in the same order")
     t._collective("batches")  # the same first call on both ranks
     try:
         t._collective("publish" if rank == 0 else "checkpoint")
