@@ -9,9 +9,8 @@ import socket
 import threading
 
 import torch
-import torch.multiprocessing as mp
-
 from node_end import recv, send  # tests/python/node_end.py
+from spawned_ranks import run_spawned_ranks  # tests/python/spawned_ranks.py
 
 WORLD = 2
 GROUP_SIZE = 4
@@ -20,12 +19,6 @@ LEASE = dict(unit=7, attempt=3, policy_version=0, group_size=GROUP_SIZE, deadlin
                      {"group_id": 71, "prompt": [1, 15, 9, 2, 6, 14]}],
              sampling={"temperature": 1.0})
 NOTICE_MS = 1796400000000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def play_node(sock, rank, port, submitted):
@@ -92,21 +85,7 @@ def rank_main(rank, port, out):
 
 
 def test_every_rank_sees_rank_0s_leases_and_only_rank_0_submits_the_groups_rows():
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, port, q)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted((q.get(timeout=120) for _ in procs), key=lambda x: x[0])
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    (_, seen0, submitted), (_, seen1, node1) = got
+    (_, seen0, submitted), (_, seen1, node1) = run_spawned_ranks(rank_main, WORLD)
     for seen in (seen0, seen1):
         assert seen["lease"] == (7, 3, [70, 71]), seen
         assert seen["notice"] == (NOTICE_MS, "drain"), seen  # rank 1's node sent none
