@@ -92,4 +92,7 @@ elif behaviour == "rollout_rank1":
     if group_ok and weights_ok and reasons == ["not_rank_zero", "not_rank_zero"]:
         send(v=1, type="weights", version=99, refetch=False)
         recv()
-    sys.exit(0)  # its node sees it gone
+    # Exits a while after its last request, so the test's first serve_member (which stops once
+    # version 99 was asked for) ends before the death, and its second one sees it.
+    time.sleep(2)
+    sys.exit(0)

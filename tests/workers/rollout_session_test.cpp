@@ -158,8 +158,8 @@ TEST(rollout_session, a_group_rank_above_0_is_served_weights_and_refused_submiss
   const char* dir = std::getenv("MOERL_TEST_WORKERS_DIR");
   o.worker = std::string("exec:") + (py ? py : "/usr/bin/python3") + " " + (dir ? dir : ".") +
              "/fake_workers.py rollout_rank1";
-  o.group = {{"rank", 1}, {"world_size", 2}, {"addr", "127.0.0.1"}, {"port", 1},
-             {"incarnation", 3}};
+  o.group = {
+      {"rank", 1}, {"world_size", 2}, {"addr", "127.0.0.1"}, {"port", 1}, {"incarnation", 3}};
   std::vector<uint64_t> asked;
   o.weights = [&](uint64_t v, bool) -> result<nlohmann::json> {
     asked.push_back(v);
