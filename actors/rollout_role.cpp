@@ -7,6 +7,9 @@
 // leader) leases and reports like any worker, its work driving every member's ranks; the
 // other members follow its commands (job.h serve_rollout_member). A member's loss or drain
 // dissolves the group, and every member that stays re-joins its next incarnation.
+// With rollout.worker (a Python rollout group, python/WORKERS.md "Rollout groups") each member
+// runs one worker process instead: member 0's is rank 0, offered the leases exactly as a single
+// external worker is; the others' serve_external_rollout_member.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -16,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/atoms.h"
+#include "actors/group_rounds.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
 #include "actors/internal/worker_options.h"
@@ -26,9 +30,28 @@
 #include "messages/work.h"
 #include "workers/rollout_session.h"
 #include "workers/version_files.h"
+#include "workers/worker_group.h"
 
 namespace moerl::actors {
 namespace {
+
+// rollout.worker's session as this node runs it: the worker keys, the job's limits on a
+// sample, and weights(v) from the node's feed's verified bytes, as a file in shared memory the
+// worker maps (one set of files per node process, shared by its rollout actors).
+workers::rollout_session_options external_rollout_options(const node_context& ctx,
+                                                          const std::string& spec) {
+  auto o = worker_options_from_config<workers::rollout_session_options>(ctx.cfg, spec);
+  o.vocab_size = ctx.running_job->vocab_size();
+  o.max_completion_tokens = ctx.running_job->max_completion_tokens();
+  o.max_samples_per_message = static_cast<uint32_t>(ledger::kMaxSamplesPerMessage);
+  o.weights = [job = ctx.running_job](uint64_t v, bool refetch) -> result<nlohmann::json> {
+    static workers::version_files files;
+    auto bytes = job->policy_version_bytes(v);
+    if (!bytes) return bytes.err();
+    return files.file_of(v, **bytes, refetch);
+  };
+  return o;
+}
 
 class rollout_worker {
  public:
@@ -48,6 +71,10 @@ class rollout_worker {
   status run() {
     status st = work_and_lease();
     if (external_) external_->stop(kWorkerStopGraceMs);
+    // A group of worker processes: its members serve their workers until this round (a broken
+    // group's round fails at once: they have left already).
+    if (st && group_ && external_ && group_->still_current())
+      (void)all_members_allgather(*group_, nlohmann::json{{"op", "stop"}}.dump(), kStopRoundMs);
     if (!st && group_) group_->report_failure(st.err().message);
     work_.reset();
     return st;
@@ -77,24 +104,29 @@ class rollout_worker {
       }
       work_ = std::move(*w);
     } else {
-      auto o = worker_options_from_config<workers::rollout_session_options>(ctx_->cfg, spec);
-      o.vocab_size = ctx_->running_job->vocab_size();
-      o.max_completion_tokens = ctx_->running_job->max_completion_tokens();
-      o.max_samples_per_message = static_cast<uint32_t>(ledger::kMaxSamplesPerMessage);
-      // weights(v): the node's feed's verified bytes, as a file in shared memory the worker
-      // maps; one set of files per node process, shared by its rollout actors.
-      o.weights = [job = ctx_->running_job](uint64_t v, bool refetch) -> result<nlohmann::json> {
-        static workers::version_files files;
-        auto bytes = job->policy_version_bytes(v);
-        if (!bytes) return bytes.err();
-        return files.file_of(v, **bytes, refetch);
-      };
-      auto e = workers::rollout_session::create(std::move(o));  // group_ is null (rollout_loop)
+      auto o = external_rollout_options(*ctx_, spec);
+      if (group_) {
+        // A Python rollout group (python/WORKERS.md "Rollout groups"): this node's worker is
+        // rank 0 (it gets the leases, broadcasts them and submits); the members learn where
+        // the ranks meet in this round and start theirs.
+        auto rv = workers::pick_rendezvous(ctx_->cfg, group_->incarnation());
+        if (!rv) return error(rv.err().code, "rollout group " + rv.err().message);
+        auto round = all_members_allgather(*group_, workers::to_json(*rv).dump(), kRendezvousMs);
+        if (!round) return round.err();
+        o.group = workers::group_place(*rv, 0, group_->num_members());
+        log_->info("rollout group incarnation {}: {} Python ranks meet at {}:{}",
+                   group_->incarnation(), group_->num_members(), rv->addr, rv->port);
+      }
+      auto e = workers::rollout_session::create(std::move(o));
       if (!e) {
+        if (group_) return e.err();
         fail_actor(self_, e.err().to_string());
         return ok_status();
       }
       external_ = std::move(*e);
+      // The members' workers wait for rank 0's in their process group: start it now, not at
+      // the first lease. A failure is the first lease's to report (it fails the group).
+      if (group_) (void)external_->start();
     }
     {
       std::lock_guard<std::mutex> lk(ctx_->env_mu);
@@ -122,6 +154,10 @@ class rollout_worker {
       }
       if ((work_ && !work_->usable()) || (group_ && !group_->still_current())) {
         out = error(errc::peer_dead, "its rollout group broke");
+        break;
+      }
+      if (group_worker_gone()) {
+        out = error(errc::peer_dead, "rollout rank 0's worker is gone; the group re-forms");
         break;
       }
       if (queue_.empty()) {
@@ -165,7 +201,8 @@ class rollout_worker {
         continue;
       }
       if (!run_unit(l)) {
-        if (work_ && !work_->usable()) {  // the group broke under the unit: re-form
+        if ((work_ && !work_->usable()) || group_worker_gone() ||
+            (group_ && !group_->still_current())) {  // the group broke under the unit: re-form
           out = error(errc::peer_dead,
                       "its rollout group broke during unit " + std::to_string(l.unit.id));
           break;
@@ -395,6 +432,12 @@ class rollout_worker {
   // native sample and acknowledged to the worker; the report as for native work. The worker
   // ends the lease (lease_done after every sample, or give_back); a drain sends it a notice
   // and returns the unit at the drain deadline if it is not done; the lease deadline fails it.
+  // A group's workers live and die together: rank 0's is not restarted inside an incarnation
+  // (the other ranks would wait for it in their collectives); the group re-forms instead.
+  bool group_worker_gone() const {
+    return group_ && external_ && external_->starts() > 0 && !external_->running();
+  }
+
   bool run_unit_external(const messages::lease& l) {
     ++ctx_->active_units;
     const uint32_t G = l.unit.samples_per_group;
@@ -408,7 +451,10 @@ class rollout_worker {
     // its samples are stale. A newer version than the lease's only makes samples fresher.
     // Picked once the worker runs: starting it may take longer than a version lives.
     std::string fail, give_back_reason;
-    if (auto st = external_->start(); !st) fail = st.err().to_string();
+    if (group_worker_gone())
+      fail = "rollout rank 0's worker is gone; the group re-forms";
+    else if (auto st = external_->start(); !st)
+      fail = st.err().to_string();
     off.policy_version = std::max(l.policy_version, ctx_->policy_version.load());
     off.group_size = G;
     off.deadline_unix_ms = l.deadline_unix_ms;
@@ -430,6 +476,11 @@ class rollout_worker {
     while (fail.empty() && !returned && !done) {
       if (ctx_->stopping) {
         returned = true;
+        break;
+      }
+      if (group_ && !group_->still_current()) {  // a member (or its worker) was lost
+        fail = "its rollout group broke (a member was lost) with " + std::to_string(delivered) +
+               " of " + std::to_string(n) + " samples submitted";
         break;
       }
       if (draining()) {
@@ -658,6 +709,9 @@ class rollout_worker {
 
   // An external worker told to stop (its channel closed) gets this long to leave by itself.
   static constexpr int64_t kWorkerStopGraceMs = 1000;
+  // How long a group's members wait for the rendezvous round, and member 0 for the stop round.
+  static constexpr int64_t kRendezvousMs = 60000;
+  static constexpr int64_t kStopRoundMs = 5000;
   uint32_t worker_index_;
   group_member_link* group_;  // null: not a rollout group's leader
   int64_t last_env_stats_ = 0;
@@ -689,6 +743,50 @@ class rollout_worker {
   std::map<uint64_t, uint32_t> prepared_us_per_sample_;
 };
 
+// Member k > 0 of a Python rollout group (rollout.worker with rollout.group_size > 1,
+// python/WORKERS.md "Rollout groups"): takes member 0's rendezvous, starts its own worker as
+// rank k and serves it (weights(v) from this node's feed; its leases come from rank 0 over the
+// process group, and it submits nothing) until member 0 stops the members (ok), the group
+// breaks, the worker dies or this node stops or drains (the error says which: the group
+// re-forms without it). Its worker is never restarted inside an incarnation.
+status serve_external_rollout_member(caf::blocking_actor* self,
+                                     const std::shared_ptr<node_context>& ctx,
+                                     group_member_link& link) {
+  constexpr int64_t kRendezvousMs = 60000;
+  const uint32_t me = link.member_index(), n = link.num_members();
+  auto first = all_members_allgather(link, "{}", kRendezvousMs);
+  if (!first) return first.err();
+  if (first->empty()) return error(errc::internal, "rollout group round without member 0");
+  auto rv = workers::parse_rendezvous((*first)[0], "rollout group");
+  if (!rv) return rv.err();
+  auto o = external_rollout_options(*ctx, ctx->cfg.get_string("rollout.worker"));
+  o.group = workers::group_place(*rv, me, n);
+  auto session = workers::rollout_session::create(std::move(o));
+  if (!session) return session.err();
+  logger("rollout")->info(
+      "rollout rank {} of {} (group incarnation {}): its worker meets rank 0 "
+      "at {}:{}",
+      me, n, rv->incarnation, rv->addr, rv->port);
+  status st = ok_status();
+  bool left = false;  // this node stops or drains
+  {
+    member_stop_round stop(link);
+    st = (*session)->serve_member([&] {
+      if (!mailbox_ok(self, *ctx, 0) || ctx->draining()) left = true;
+      return left || stop.ended() || !link.still_current();
+    });
+    if (st && stop.ended()) st = stop.outcome("rollout group");
+    if (st && !stop.ended() && left)
+      st = error(errc::shutting_down, "rollout group member " + std::to_string(me) +
+                                          (ctx->draining() ? " drains" : " stops") +
+                                          ": the group re-forms without it");
+    if (st && !stop.ended()) st = error(errc::peer_dead, "the rollout group broke");
+    if (!st) link.report_failure(st.err().to_string());  // ends the waiter's round
+  }
+  (*session)->stop(1000);
+  return st;
+}
+
 // One member of a rollout group across nodes, incarnation after incarnation: join, lead or
 // follow until the group breaks (a member lost or failed) or dissolves (a member drains),
 // then join the next incarnation (with the lost member's replacement), until the node stops
@@ -702,7 +800,9 @@ void rollout_group_loop(caf::blocking_actor* self, const std::shared_ptr<node_co
     log->info("member {} of rollout group {} (incarnation {}, members {})", view->member_index,
               view->group, view->incarnation, nlohmann::json(view->members).dump());
     group_member_link link(self->system(), ctx, *view);
+    const bool external = !ctx->cfg.get_string("rollout.worker").empty();
     status st = view->member_index == 0 ? rollout_worker(self, ctx, 0, &link).run()
+                : external              ? serve_external_rollout_member(self, ctx, link)
                                         : ctx->running_job->serve_rollout_member(link);
     if (ctx->stopping) return;
     const std::string why = !st                       ? st.err().to_string()
@@ -728,15 +828,6 @@ void rollout_group_loop(caf::blocking_actor* self, const std::shared_ptr<node_co
 void rollout_loop(caf::blocking_actor* self, std::shared_ptr<node_context> ctx,
                   uint32_t worker_index) {
   running_guard g(ctx->workers_running);
-  if (!ctx->cfg.get_string("rollout.worker").empty() &&
-      ctx->cfg.get_int("rollout.group_size") > 1) {
-    // A config error, not a broken group: re-forming the group would only fail again.
-    fail_actor(self, error(errc::invalid_config,
-                           "rollout.worker runs one worker process per rollout worker: "
-                           "rollout.group_size must be 1")
-                         .to_string());
-    return;
-  }
   if (ctx->cfg.get_int("rollout.group_size") <= 1) {
     (void)rollout_worker(self, std::move(ctx), worker_index).run();
     return;

@@ -342,7 +342,9 @@ const std::vector<key_spec>& config_schema() {
        "or exec:COMMAND, one process per rollout worker actor, started and restarted by its "
        "node (attach:/SOCKET/PATH: workers the user started); every sample it submits is checked "
        "against the lease (fencing token, unit, "
-       "duplicates, shape) before delivery",
+       "duplicates, shape) before delivery; with rollout.group_size N > 1 every member node "
+       "starts one, the N forming a gloo process group (worker.process_group, worker.rank): rank "
+       "0 leases, broadcasts each lease and submits (python/WORKERS.md, \"Rollout groups\")",
        ""},
       {"trainer.worker", t::string, "",
        "the trainer's learning step: empty: the job's own; python:PKG.MODULE:FUNCTION (a Python "

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -11,10 +10,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <thread>
 #include <tuple>
 
-#include "common/free_port.h"
+#include "actors/group_rounds.h"
 #include "common/log.h"
 #include "job/group_bootstrap.h"
 #include "job/shard_checkpointer.h"
@@ -22,6 +20,7 @@
 #include "store/checkpoint.h"
 #include "store/digest.h"
 #include "workers/external_trainer.h"
+#include "workers/worker_group.h"
 
 namespace moerl::job {
 namespace {
@@ -68,60 +67,10 @@ uint64_t checkpoints_kept_every(const config& cfg) {
 }
 
 // ---- Python trainer groups (python/WORKERS.md, "Trainer groups") --------------------------
-
-// What member 0 tells every member once per incarnation, in the group's first "members" round:
-// where rank 0's torch.distributed store listens, the version the workers continue from and
+// The rendezvous (workers/worker_group.h) also names the version the workers continue from and
 // the committed checkpoint every rank resumes its own shard of (0: none).
-struct group_rendezvous {
-  std::string addr;
-  uint64_t port = 0;
-  uint64_t version = 0;
-  uint64_t resume_step = 0;
-  uint64_t incarnation = 0;
-};
-
-nlohmann::json to_json(const group_rendezvous& r) {
-  return {{"op", "rendezvous"},   {"addr", r.addr},          {"port", r.port},
-          {"version", r.version}, {"resume", r.resume_step}, {"incarnation", r.incarnation}};
-}
-
-result<group_rendezvous> parse_rendezvous(const std::string& bytes) {
-  auto j = nlohmann::json::parse(bytes, nullptr, false);
-  if (!j.is_object() || j.value("op", "") != "rendezvous" || !j.contains("addr") ||
-      !j["addr"].is_string() || !j.contains("port") || !j["port"].is_number_unsigned() ||
-      j["port"].get<uint64_t>() == 0 || j["port"].get<uint64_t>() > 65535)
-    return error(errc::malformed_message,
-                 "trainer group: member 0's first round is not a rendezvous {op, addr, port, "
-                 "version, resume}: " +
-                     bytes.substr(0, 200));
-  group_rendezvous r;
-  r.addr = j["addr"].get<std::string>();
-  r.port = j["port"].get<uint64_t>();
-  r.version = j.value("version", uint64_t(0));
-  r.resume_step = j.value("resume", uint64_t(0));
-  r.incarnation = j.value("incarnation", uint64_t(0));
-  return r;
-}
-
-nlohmann::json group_place(const group_rendezvous& r, uint32_t rank, uint32_t world) {
-  return {{"rank", rank},
-          {"world_size", world},
-          {"addr", r.addr},
-          {"port", r.port},
-          {"incarnation", r.incarnation}};
-}
-
-// The address the other members' workers reach rank 0's store at: node.host, or this host's
-// name when the node listens on every interface.
-std::string rendezvous_host(const config& cfg) {
-  std::string h = cfg.get_string("node.host");
-  if (h.empty() || h == "0.0.0.0" || h == "::") {
-    char name[256] = {0};
-    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0]) return name;
-    return "127.0.0.1";
-  }
-  return h;
-}
+using workers::group_place;
+using workers::group_rendezvous;
 
 // The welcome's "checkpoint": checkpoint `m`'s "state" part written as the file the worker's
 // resume() reads (and removes), or null when it has none or the file cannot be written
@@ -209,18 +158,12 @@ class external_trainer_step final : public actors::trainer_step {
       return c.err();
     }
     if (group_) {  // the incarnation's rendezvous, before the worker starts
-      group_rendezvous r;
-      r.addr = rendezvous_host(cfg);
-      // Rank 0's worker binds it a moment later (torch.distributed's TCPStore takes a port,
-      // not a socket); a port taken in between fails that worker's start, which breaks the
-      // incarnation, and the next one picks anew.
-      auto port = free_tcp_port(r.addr);
-      if (!port) return error{port.err().code, "trainer group rendezvous: " + port.err().message};
-      r.port = *port;
+      auto picked = workers::pick_rendezvous(cfg, group_->incarnation());
+      if (!picked) return error{picked.err().code, "trainer group " + picked.err().message};
+      group_rendezvous r = *picked;
       r.version = version_;
       r.resume_step = resume_step_;
-      r.incarnation = group_->incarnation();
-      auto round = all_members_allgather(*group_, to_json(r).dump(), kRendezvousRoundMs);
+      auto round = all_members_allgather(*group_, workers::to_json(r).dump(), kRendezvousRoundMs);
       if (!round) return round.err();
       rv_ = r;
       logger("trainer")->info(
@@ -509,7 +452,7 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
   auto first = all_members_allgather(group, "{}", kRendezvousRoundMs);
   if (!first) return first.err();
   if (first->empty()) return error(errc::internal, "trainer group round without member 0");
-  auto rv = parse_rendezvous((*first)[0]);
+  auto rv = workers::parse_rendezvous((*first)[0], "trainer group");
   if (!rv) return rv.err();
   const std::string ckpt_prefix = setup.store_prefix + "/external/ckpt";
   shard_checkpointer ckpt(setup.store, ckpt_prefix, me, n,
@@ -570,23 +513,13 @@ status serve_external_trainer_member(const config& cfg, external_trainer_setup s
             rv->incarnation, rv->addr, rv->port);
   // Member 0's next round is its stop (its step's end); a thread waits for it while this one
   // serves the worker.
-  std::atomic<int> stop_round{0};  // 0: pending, 1: stop, 2: failed
-  std::string stop_why;
-  std::thread waiter([&] {
-    auto r = all_members_allgather(group, "{}", 3600 * 1000);
-    if (r && !r->empty() &&
-        nlohmann::json::parse((*r)[0], nullptr, false).value("op", "") == std::string("stop")) {
-      stop_round = 1;
-      return;
-    }
-    stop_why = r ? "member 0's round after the rendezvous is not a stop"
-                 : "the group's round failed: " + r.err().to_string();
-    stop_round = 2;
-  });
-  status st = (*worker)->serve_member([&] { return stop_round.load() != 0; });
-  if (st && stop_round.load() == 2) st = error(errc::peer_dead, "trainer group: " + stop_why);
-  if (!st) group.report_failure(st.err().to_string());  // ends the waiter's round
-  waiter.join();
+  status st = ok_status();
+  {
+    actors::member_stop_round stop(group);
+    st = (*worker)->serve_member([&] { return stop.ended(); });
+    if (st && stop.ended()) st = stop.outcome("trainer group");
+    if (!st) group.report_failure(st.err().to_string());  // ends the waiter's round
+  }
   (*worker)->stop(1000);
   if (!resume_path.empty()) ::unlink(resume_path.c_str());
   return st;

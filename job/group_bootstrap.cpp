@@ -64,13 +64,4 @@ ep_trainer_span trainer_span_of(actors::trainer_group& group) {
   return s;
 }
 
-result<std::vector<std::string>> all_members_allgather(actors::trainer_group& group,
-                                                       const std::string& mine,
-                                                       int64_t timeout_ms) {
-  std::vector<int> members;
-  for (uint32_t m = 0; m < group.num_members(); ++m) members.push_back(static_cast<int>(m));
-  return group.allgather("members", members, static_cast<int>(group.member_index()), mine,
-                         timeout_ms);
-}
-
 }  // namespace moerl::job

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "actors/group_rounds.h"
 #include "actors/job.h"
 #include "fabric/bootstrap.h"
 #include "job/ep_trainer.h"
@@ -14,10 +15,8 @@ namespace moerl::job {
 // Rank `rank`'s bootstrap among all the group's ranks (num_members x ranks_per_member).
 std::unique_ptr<fabric::bootstrap> make_group_bootstrap(actors::trainer_group& group, int rank);
 
-// A round among every member of `group` on its "members" channel: each member's `mine`, in
-// member order. Fails (peer_dead) when the group broke.
-result<std::vector<std::string>> all_members_allgather(actors::trainer_group& group,
-                                                       const std::string& mine, int64_t timeout_ms);
+// A round among every member of `group` on its "members" channel (actors/group_rounds.h).
+using actors::all_members_allgather;
 
 // Member group.member_index()'s span; the group must outlive the trainer built from it.
 ep_trainer_span trainer_span_of(actors::trainer_group& group);

@@ -103,7 +103,8 @@ uint32_t default_trainer_members(const config& pre, const std::string& config_fi
 // `moerl up` runs its two rollout nodes as one rollout EP group across node processes
 // (rollout.group_size = 2, one rank each: the model sharded over rollout-0 and rollout-1) unless
 // the config file or an override sets rollout.group_size, the task is multi-turn (one rank), or
-// an external worker generates (rollout.worker: one process per node, python/WORKERS.md).
+// an external worker generates (rollout.worker: one process per node unless the config names
+// rollout.group_size, a Python rollout group: python/WORKERS.md "Rollout groups").
 // Measured back to back on the shared 2-core machine (load 18-30): the default run reached a
 // 10-iteration mean reward of 0.9 at iteration 338, 267 s in, against 353 / 242 s with every
 // rollout node its own in-process EP instance (actors/RUNTIME.md, "Rollout groups across nodes").
@@ -168,11 +169,6 @@ result<std::unique_ptr<up_run>> up_run::prepare(up_options options) {
       o.iterations = pre->get_int("grpo.iterations");
     trainer_members = default_trainer_members(*pre, a.config_file, o.overrides);
     default_rollout_group(*pre, a.config_file, o.overrides);
-    if (!pre->get_string("rollout.worker").empty() && pre->get_int("rollout.group_size") > 1)
-      return error(errc::invalid_config,
-                   "rollout.worker runs one worker process per rollout node: rollout.group_size "
-                   "must be 1, not " +
-                       std::to_string(pre->get_int("rollout.group_size")));
     default_batching(*pre, a.config_file, o.overrides);
     {  // Every node runs on this host: the whole trainer group's NCCL ranks share its devices.
       auto placed = config::load(a.config_file, o.overrides);

@@ -16,15 +16,21 @@ int64_t now_ms() {
 
 nlohmann::json frame(const char* type) { return {{"v", kProtocolVersion}, {"type", type}}; }
 
+// The welcome's fields beyond the role: the job's limits on a sample, a group's place.
+nlohmann::json welcome_of(const rollout_session_options& o) {
+  nlohmann::json w{{"vocab_size", o.vocab_size},
+                   {"max_completion_tokens", o.max_completion_tokens}};
+  if (o.group.is_object()) w["group"] = o.group;
+  return w;
+}
+
 }  // namespace
 
 rollout_session::rollout_session(rollout_session_options o, worker_spec s)
     : opts_(std::move(o)),
-      link_(std::move(s), {"rollout",
-                           opts_.start_timeout_ms,
-                           opts_.restart_backoff_ms,
-                           {{"vocab_size", opts_.vocab_size},
-                            {"max_completion_tokens", opts_.max_completion_tokens}}}) {}
+      link_(std::move(s),
+            {"rollout", opts_.start_timeout_ms, opts_.restart_backoff_ms, welcome_of(opts_)}),
+      rank_(opts_.group.is_object() ? opts_.group.value("rank", 0u) : 0u) {}
 
 result<std::unique_ptr<rollout_session>> rollout_session::create(rollout_session_options opts) {
   auto spec = parse_worker_spec(opts.worker, "rollout", opts.python);
@@ -217,6 +223,13 @@ result<rollout_event> rollout_session::next(int64_t wait_ms) {
       if (auto st = answer_weights(msg); !st) return st.err();
       continue;
     }
+    if (rank_ > 0) {  // sample, samples, lease_done, give_back: rank 0's to send
+      refuse(refusal::not_rank_zero,
+             c.type + " from rollout group rank " + std::to_string(rank_) +
+                 ": only rank 0 submits and ends the group's leases (the other ranks generate "
+                 "with it and hand their rows to rank 0)");
+      continue;
+    }
     rollout_event ev;
     if (c.type == "sample" || c.type == "samples") {
       ev.batch = c.type == "samples";
@@ -253,8 +266,9 @@ status rollout_session::answer_weights(const nlohmann::json& msg) {
     refuse(refusal::malformed, d);
     return {};
   }
-  // Only the version the lease in hand names: the one its samples are generated with.
-  if (!has_lease_ || version != lease_.policy_version) {
+  // Only the version the lease in hand names: the one its samples are generated with. A
+  // group's rank > 0 holds no lease here (rank 0's node does): any version its feed serves.
+  if (rank_ == 0 && (!has_lease_ || version != lease_.policy_version)) {
     refuse(refusal::malformed,
            "weights of version " + std::to_string(version) + ": the lease in hand names " +
                (has_lease_ ? "version " + std::to_string(lease_.policy_version) : "none"));
@@ -274,6 +288,17 @@ status rollout_session::answer_weights(const nlohmann::json& msg) {
   }
   if (refetch) ++weights_refetched_;
   if (auto st = link_.channel().send(m, 5000); !st) return lost("weights: " + st.err().to_string());
+  return {};
+}
+
+status rollout_session::serve_member(const std::function<bool()>& stop) {
+  if (rank_ == 0)
+    return error(errc::internal, "rollout_session::serve_member: rank 0's session takes leases");
+  if (auto st = link_.ensure_started(); !st) return st;
+  while (!stop()) {
+    auto ev = next(50);  // answers weights, refuses submissions; never an event on rank > 0
+    if (!ev) return ev.err();
+  }
   return {};
 }
 

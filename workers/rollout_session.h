@@ -41,6 +41,13 @@ struct rollout_session_options {
   // worker maps, {path, bytes, sha256}; `refetch`: the worker found the last file's bytes did
   // not match its sha256, so fetch the version again. Null: the node offers no weights.
   std::function<result<nlohmann::json>(uint64_t version, bool refetch)> weights;
+  // In a rollout group of worker processes (rollout.group_size > 1, python/WORKERS.md
+  // "Rollout groups"): the welcome's "group", this worker's place {rank, world_size, addr,
+  // port, incarnation} (workers/worker_group.h); null: a worker of its own. Rank 0's session is
+  // offered the group's leases; a rank > 0's only serves (serve_member): its worker's weights
+  // of any version (the lease it generates for came from rank 0 over the process group), and
+  // its submissions are refused (not_rank_zero).
+  nlohmann::json group;
 };
 
 // One leased unit as offered to the worker.
@@ -106,6 +113,12 @@ class rollout_session {
   // {samples_accepted, refused: {reason: n}, worker_starts, worker_deaths, leases_offered}
   nlohmann::json stats() const;
   bool running() const { return link_.running(); }
+  // Worker processes started so far (a group's worker is never restarted inside an
+  // incarnation: once one ran and is gone, the group re-forms).
+  uint64_t starts() const { return link_.starts(); }
+  // A rollout group's rank > 0 (options.group): starts the worker and answers its weights
+  // requests until stop() says so (ok) or the worker dies (peer_dead, naming how).
+  status serve_member(const std::function<bool()>& stop);
 
  private:
   rollout_session(rollout_session_options o, worker_spec s);
@@ -135,6 +148,7 @@ class rollout_session {
   std::map<uint64_t, uint32_t> past_attempts_;         // unit -> last attempt closed here
   uint64_t accepted_ = 0, offered_ = 0;
   uint64_t weights_served_ = 0, weights_refetched_ = 0;
+  uint32_t rank_ = 0;  // the worker's rank in its rollout group (0: leases; > 0: serve_member)
   std::map<std::string, uint64_t> refused_;
 };
 

@@ -14,6 +14,7 @@ const char* refusal_name(refusal r) {
     case refusal::unknown_unit: return "unknown_unit";
     case refusal::duplicate: return "duplicate";
     case refusal::wrong_id: return "wrong_id";
+    case refusal::not_rank_zero: return "not_rank_zero";
   }
   return "malformed";
 }

@@ -27,6 +27,7 @@ enum class refusal {
   unknown_unit,         // a sample for a unit this worker does not hold a lease on
   duplicate,            // a sample for a (group, index) already submitted under this lease
   wrong_id,             // a reply to a request that is not the one outstanding
+  not_rank_zero,        // a rollout group's rank > 0 submitted or ended a lease (rank 0 does)
 };
 const char* refusal_name(refusal r);
 

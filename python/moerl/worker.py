@@ -30,6 +30,11 @@ Rollout::
 ``lease.submit`` returns once the node delivered the sample towards its shard; a sample the
 node refuses (a stale fencing token, a unit not leased, a duplicate, garbage) raises
 ``SampleRefused`` naming the reason, and nothing of it is admitted.
+
+In a rollout group (``rollout.group_size`` N > 1) every member node starts one such process:
+``worker.rank``, ``worker.world_size`` and ``worker.process_group`` (a gloo group of the N
+processes) as for a trainer group; every rank's ``leases()`` yields rank 0's leases, and only
+rank 0 submits (``NotRankZero`` elsewhere).
 """
 
 import importlib
@@ -254,6 +259,7 @@ class Lease:
                 logprobs: Any) -> None:
         # Fields as given: the node checks them all, so tests can send what a buggy worker
         # would (another unit, an old attempt, garbage) through the same path.
+        self._worker._rank_zero_only("submit")
         if self.closed is not None:
             raise LeaseClosed(self.closed, "submit after the lease was closed")
         self._worker._ch.send("sample", unit=unit, attempt=attempt, group_id=group_id,
@@ -276,6 +282,7 @@ class Lease:
         """Submits several responses in one message: each a ``(group_id, index, tokens,
         logprobs)`` tuple, as for :meth:`submit`, of any groups of the lease. Returns when the
         node delivered them all; admitted whole or refused whole (SampleRefused)."""
+        self._worker._rank_zero_only("submit_many")
         if self.closed is not None:
             raise LeaseClosed(self.closed, "submit after the lease was closed")
         items = [dict(group_id=g, index=i, tokens=_plain(t), logprobs=_plain(lp))
@@ -294,6 +301,11 @@ class Lease:
         return self._end("give_back", reason)
 
     def _end(self, kind: str, reason: str) -> str:
+        if self._worker.rank > 0:
+            # Rank 0 ends the group's lease; here it only stops being the current one.
+            if self.closed is None:
+                self.closed = "rank 0's"
+            return self.closed
         if self.closed is None:
             self._worker._ch.send(kind, unit=self.unit, attempt=self.attempt, reason=reason)
             self._worker._wait({"lease_closed"}, self)
@@ -307,6 +319,38 @@ def _plain(x: Any) -> Any:
 
 class WeightsUnavailable(RuntimeError):
     """The node could not give this worker the policy version it asked for."""
+
+
+class NotRankZero(RuntimeError):
+    """A rollout group's rank > 0 tried to submit: rank 0 submits the group's samples (every
+    rank generates its share, gathers it to rank 0, and rank 0 submits)."""
+
+
+class CollectiveMismatch(RuntimeError):
+    """The ranks of a group (a trainer group, a rollout group) did not make the same call:
+    every rank must make the SDK's collective calls (``batches()``/``leases()`` each step of
+    them, ``publish()``, ``checkpoint()``) in the same order."""
+
+
+class _Collectives:
+    """Checks that every rank of a group is at the same SDK collective call (op and count)
+    before its payload moves, so ranks that disagree raise CollectiveMismatch naming what each
+    called instead of pairing unrelated collectives."""
+
+    def __init__(self, what: str, rule: str) -> None:
+        self._what = what  # "trainer group", "rollout group"
+        self._rule = rule  # which calls must line up
+        self._calls = 0
+
+    def check(self, op: str, world_size: int, process_group: Any) -> None:
+        import torch.distributed as dist
+        self._calls += 1
+        seen: List[Any] = [None] * world_size
+        dist.all_gather_object(seen, (op, self._calls), group=process_group)
+        if any(tuple(x) != (op, self._calls) for x in seen):
+            calls = ", ".join(f"rank {r} called {x[0]}() (its collective call #{x[1]})"
+                              for r, x in enumerate(seen))
+            raise CollectiveMismatch(f"{self._what}: {calls}; {self._rule}")
 
 
 class RolloutWorker:
@@ -324,14 +368,45 @@ class RolloutWorker:
         self.on_notice = on_notice
         self._current: Optional[Lease] = None
         self._weights: Optional[Tuple[int, Dict[str, Any], Any]] = None  # (version, tensors, mmap)
+        group = welcome.get("group")
+        self.rank: int = int(group["rank"]) if group else 0  #: this process's rank in the group
+        self.world_size: int = int(group["world_size"]) if group else 1  #: ranks in the group
+        #: the gloo process group of the rollout group's ranks (None for a worker of its own)
+        self.process_group: Any = None
+        self._collectives = _Collectives(
+            "rollout group", "every rank must iterate leases() in step (one lease each time)")
+        if self.world_size > 1:
+            self.process_group = _join_group(group, "rollout group", "worker.process_group")
+
+    def _rank_zero_only(self, call: str) -> None:
+        if self.rank > 0:
+            raise NotRankZero(
+                f"{call}() on rollout group rank {self.rank}: only rank 0 submits the group's "
+                f"samples; gather this rank's rows to rank 0 (worker.process_group) and submit "
+                f"there")
 
     def leases(self) -> Iterator[Lease]:
         """Each lease the node hands this worker, until the node stops it. Asking for the next
-        one ends the previous with ``done()`` if the loop did not."""
+        one ends the previous with ``done()`` if the loop did not. In a rollout group rank 0
+        asks its node and broadcasts each lease (with its notice, and the end) to every rank,
+        so every rank's loop sees the same leases; rank 0 submits and ends them."""
         while True:
             if self._current is not None and self._current.closed is None:
                 self._current.done()
-            msg = self._wait({"lease"}, None)
+            msg: Optional[Dict[str, Any]] = None
+            if self.rank == 0:
+                msg = self._wait({"lease"}, None)
+            if self.world_size > 1:
+                import torch.distributed as dist
+                self._collectives.check("leases", self.world_size, self.process_group)
+                notice = (self.notice.deadline_unix_ms, self.notice.reason) if self.notice else None
+                box = [(msg, notice)]
+                dist.broadcast_object_list(box, src=0, group=self.process_group)
+                msg, notice = box[0]
+                if self.rank > 0 and notice is not None and self.notice is None:
+                    self.notice = Notice(*notice)
+                    if self.on_notice is not None:
+                        self.on_notice(self.notice)
             if msg is None:
                 return
             self._current = Lease(self, msg)
@@ -501,11 +576,6 @@ class PublishFailed(RuntimeError):
     """The node could not make a version or checkpoint of what this trainer sent."""
 
 
-class CollectiveMismatch(RuntimeError):
-    """The ranks of a trainer group did not make the same call: every rank must call
-    ``batches()`` (each step of it), ``publish()`` and ``checkpoint()`` in the same order."""
-
-
 class Trainer:
     """The trainer node's side of this process: batches of whole groups in, policy versions and
     checkpoints out. Groups handed since the last ``publish`` are held by this process; a
@@ -536,28 +606,19 @@ class Trainer:
         #: the newest version whose checkpoint is committed in the store (as of the last reply)
         self.durable_version: int = (self._resume or {}).get("version", 0)
         self._seq = 0
-        self._calls = 0  # collective calls so far (a group's ranks compare them)
+        self._collectives = _Collectives(
+            "trainer group",
+            "every rank must call batches(), publish() and checkpoint() in the same order")
         group = welcome.get("group")
         self.rank: int = int(group["rank"]) if group else 0  #: this process's rank in the group
         self.world_size: int = int(group["world_size"]) if group else 1  #: ranks in the group
         #: the gloo process group of the trainer group's ranks (None in a one-process trainer)
         self.process_group: Any = None
         if self.world_size > 1:
-            self.process_group = _join_group(group)
+            self.process_group = _join_group(group, "trainer group", "trainer.process_group")
 
     def _collective(self, op: str) -> None:
-        """Checks that every rank is at the same collective call (op and count) before its
-        payload moves; raises CollectiveMismatch naming what each rank called otherwise."""
-        import torch.distributed as dist
-        self._calls += 1
-        seen: List[Any] = [None] * self.world_size
-        dist.all_gather_object(seen, (op, self._calls), group=self.process_group)
-        if any(tuple(x) != (op, self._calls) for x in seen):
-            calls = ", ".join(f"rank {r} called {x[0]}() (its collective call #{x[1]})"
-                              for r, x in enumerate(seen))
-            raise CollectiveMismatch(
-                f"trainer group: {calls}; every rank must call batches(), publish() and "
-                f"checkpoint() in the same order")
+        self._collectives.check(op, self.world_size, self.process_group)
 
     def resume(self) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """(tensors, meta) of the newest checkpoint this job's trainer wrote, or None; its
@@ -715,19 +776,19 @@ def _state_dict(tensors: Any) -> Dict[str, Any]:
     return {str(k): v.detach().cpu() for k, v in sd.items()}
 
 
-def _join_group(group: Dict[str, Any]) -> Any:
-    """torch.distributed's default gloo group of a trainer group's ranks, met at rank 0's
-    store (the address and port its node announced to every member)."""
+def _join_group(group: Dict[str, Any], what: str, attribute: str) -> Any:
+    """torch.distributed's default gloo group of a group's ranks (``what``: "trainer group",
+    "rollout group"), met at rank 0's store (the address and port its node announced to every
+    member)."""
     import datetime
     import torch.distributed as dist
     if dist.is_initialized():
-        raise ProtocolError("torch.distributed is already initialized in this process; a "
-                            "trainer group's worker gets its process group from moerl "
-                            "(trainer.process_group)")
+        raise ProtocolError(f"torch.distributed is already initialized in this process; a "
+                            f"{what}'s worker gets its process group from moerl ({attribute})")
     addr = str(group["addr"])
     host = f"[{addr}]" if ":" in addr else addr
-    # A rank waits in a collective while rank 0 waits for its node's next batch: the timeout
-    # bounds a wait for a peer that is alive but stuck (a dead one fails at once).
+    # A rank waits in a collective while rank 0 waits for its node's next batch (lease): the
+    # timeout bounds a wait for a peer that is alive but stuck (a dead one fails at once).
     timeout = 1800.0
     dist.init_process_group("gloo", init_method=f"tcp://{host}:{int(group['port'])}",
                             rank=int(group["rank"]), world_size=int(group["world_size"]),

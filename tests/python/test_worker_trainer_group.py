@@ -3,24 +3,16 @@ group spawned here: the example's sharded GRPO step (experts through moerl.ep.Bu
 gradients all-reduced) against the one-process step on the same rows, the per-expert published
 form loaded back by a one-process policy, and the SDK's check that every rank makes the same
 collective call. The whole group under `moerl up`: tests/workers/python_trainer_test.py."""
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawned_ranks import run_spawned_ranks  # tests/python/spawned_ranks.py
 
 from moerl.examples.torch_moe import grpo
 from moerl.examples.torch_moe.policy import SortPolicy, random_prompt, sort_reward
 
 WORLD = 2
 STEPS = 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_rows(num_groups=4, seed=3):
@@ -53,21 +45,7 @@ def sharded_rank(rank, port, num_groups, out):
 
 
 def run_ranks(target, *args):
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=target, args=(r, port, *args, q)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    try:
-        got = sorted((q.get(timeout=120) for _ in procs), key=lambda x: x[0])
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    return got
+    return run_spawned_ranks(target, WORLD, *args)
 
 
 @pytest.mark.parametrize("num_groups", [4, 1])
@@ -101,11 +79,14 @@ def test_sharded_step_equals_the_one_process_step(num_groups):
 
 
 def mismatched_rank(rank, port, out):
+    from moerl import worker
     from moerl.worker import CollectiveMismatch, Trainer
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=WORLD)
     t = Trainer.__new__(Trainer)  # the group's part of a Trainer, without a node
-    t.rank, t.world_size, t.process_group, t._calls = rank, WORLD, dist.group.WORLD, 0
+    t.rank, t.world_size, t.process_group = rank, WORLD, dist.group.WORLD
+    t._collectives = worker._Collectives("trainer group", "every rank must call batches(), "
+                                         "publish() and checkpoint() in the same order")
     t._collective("batches")  # the same first call on both ranks
     try:
         t._collective("publish" if rank == 0 else "checkpoint")

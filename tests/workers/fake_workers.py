@@ -75,3 +75,24 @@ elif behaviour == "die_on_second":
         if n == 2:
             os._exit(5)
         send(v=1, type="score_result", id=req["id"], reward=0.5)
+elif behaviour == "rollout_rank1":
+    # A rollout group's rank 1 (rollout_session_test.cpp): its welcome names its place; its
+    # node serves it weights of a version no lease named, and refuses its submissions as
+    # not_rank_zero. It asks for version 99 last only if all of that held.
+    w = hello(role="rollout")
+    group_ok = w.get("group", {}).get("rank") == 1 and w["group"].get("world_size") == 2
+    send(v=1, type="weights", version=5, refetch=False)
+    weights_ok = recv()["type"] == "weights_ready"
+    reasons = []
+    for msg in [dict(type="samples", unit=7, attempt=1,
+                     samples=[dict(group_id=100, index=0, tokens=[3], logprobs=[-0.1])]),
+                dict(type="lease_done", unit=7, attempt=1)]:
+        send(v=1, **msg)
+        reasons.append(recv().get("reason"))
+    if group_ok and weights_ok and reasons == ["not_rank_zero", "not_rank_zero"]:
+        send(v=1, type="weights", version=99, refetch=False)
+        recv()
+    # Exits a while after its last request, so the test's first serve_member (which stops once
+    # version 99 was asked for) ends before the death, and its second one sees it.
+    time.sleep(2)
+    sys.exit(0)

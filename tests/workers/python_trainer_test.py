@@ -22,6 +22,15 @@ Python trainer publishes, scored by the Python verifier. One case per invocation
                                                     committed checkpoint, the run finishes
   python_trainer_test.py MOERL CONFIG group_killed_rank0  the same with trainer-0's worker
                                                     (rank 0, the one that asks for batches)
+  python_trainer_test.py MOERL CONFIG rgroup_produces  CONFIG a Python rollout group of 2
+                                                    (configs/torch-moe-rgroup.yaml): rollout-0
+                                                    and rollout-1 one group, every sample
+                                                    submitted by rank 0's worker, rank 1 served
+                                                    its weights, none refused; versions move
+  python_trainer_test.py MOERL CONFIG rgroup_killed  SIGKILL of rollout-1's Python worker (rank
+                                                    1) mid-run: the rollout group re-forms (no
+                                                    node replaced), both ranks start anew, the
+                                                    lease rank 0 held is fenced, the run finishes
 
 Every run ends with lost = 0, duplicated = 0, the ledger balanced and no worker process left.
 Every wait is a liveness bound (moerl_up_faults_test.up_run), not a timing check."""
@@ -101,16 +110,20 @@ def learns(moerl, config, tmp):
             break
 
 
-def python_trainers(tmp):
+def python_workers(tmp, role):
     out = []
     for pid in leftover_workers(MARK, tmp):
         try:
             env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"MOERL_WORKER_ROLE=trainer" in env:
+        if f"MOERL_WORKER_ROLE={role}".encode() in env:
             out.append(pid)
     return out
+
+
+def python_trainers(tmp):
+    return python_workers(tmp, "trainer")
 
 
 def killed(moerl, config, tmp):
@@ -134,10 +147,10 @@ def killed(moerl, config, tmp):
           f"trained {rep['accounting']['trained']}", flush=True)
 
 
-def trainers_of(tmp, node_pid):
-    """The Python trainer processes node `node_pid` started (its children)."""
+def trainers_of(tmp, node_pid, role="trainer"):
+    """The Python `role` worker processes node `node_pid` started (its children)."""
     out = []
-    for pid in python_trainers(tmp):
+    for pid in python_workers(tmp, role):
         try:
             ppid = int(re.search(r"PPid:\s+(\d+)", open(f"/proc/{pid}/status").read()).group(1))
         except (OSError, AttributeError):
@@ -212,9 +225,70 @@ def group_killed(moerl, config, tmp, node="trainer-1"):
           f"duplicated {rep['accounting'].get('duplicated')}", flush=True)
 
 
+def rollout_worker_stats(rep, node):
+    """The external rollout session's counters on `node` (its rollout actor 0)."""
+    for n in rep["nodes"]:
+        if n.get("name") == node:
+            return (n.get("stats", {}).get("external_worker") or {}).get("0")
+    raise AssertionError(f"no node {node} in {[n.get('name') for n in rep['nodes']]}")
+
+
+def check_rgroup(rep, run, tmp):
+    """A Python rollout group's books: rollout-0 and rollout-1 one group, rank 0's session
+    took every sample and refused none, rank 1 was served."""
+    js = check_books(rep, tmp)
+    g = {x["name"]: x for x in rep["groups"]}["rollout-g0"]
+    assert sorted(g["members"]) == ["rollout-0", "rollout-1"], g
+    s0 = rollout_worker_stats(rep, "rollout-0")
+    assert s0 and s0["samples_accepted"] > 0 and not s0["refused"], s0
+    assert "rollout rank 1 of 2" in node_logs(run, "rollout-1"), "rollout-1 never served rank 1"
+    return js, g, s0
+
+
+def rgroup_produces(moerl, config, tmp):
+    run = start(moerl, config, tmp, "rgroup_produces", "--no-interrupt", "--iterations", "16")
+    rep = run.finish()
+    js, g, s0 = check_rgroup(rep, run, tmp)
+    assert js["policy_version"] >= 16, js["policy_version"]
+    print(f"rollout group of 2: versions {js['policy_version']}, rank 0 accepted "
+          f"{s0['samples_accepted']} samples in {s0['leases_offered']} leases, trained "
+          f"{rep['accounting']['trained']}, wall {rep['wall_s']:.1f} s, load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+
+
+def rgroup_killed(moerl, config, tmp):
+    run = start(moerl, config, tmp, "rgroup_killed", "--no-interrupt", "--iterations", "16")
+    run.wait_iteration(4)
+    member = run.pid_of("rollout-1")
+    victim = wait_for(lambda: trainers_of(tmp, member, "rollout"), "rollout-1's Python worker",
+                      run)[0]
+    print(f"SIGKILL -> rollout-1's Python worker, rank 1 (pid {victim})", flush=True)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: [p for p in trainers_of(tmp, member, "rollout") if p != victim],
+             "a new Python worker on rollout-1", run)
+    rep = run.finish()
+    js, g, s0 = check_rgroup(rep, run, tmp)
+    mine = [r for r in g["reformed"] if "rollout-1" in r["cause"] or "rank 0's worker is gone"
+            in r["cause"] or "rollout group member 1" in r["cause"]]
+    # The kill's cause: rollout-1's worker gone, or rank 0's (its collective with the dead rank
+    # failed first), whichever node told the coordinator first.
+    assert mine, g["reformed"]
+    print("rollout group re-formed:", json.dumps(g["reformed"]), flush=True)
+    assert not [r for r in rep["replacements"] if r["node"].startswith("rollout")], \
+        rep["replacements"]
+    # Rank 0's worker was started anew too (a group's workers live and die together; each
+    # incarnation's session counts from 1, so its node's log says it).
+    starts0 = node_logs(run, "rollout-0").count("' started: pid ")
+    assert starts0 >= 2, starts0
+    print(f"versions {js['policy_version']}, trained {rep['accounting']['trained']}, lost "
+          f"{rep['accounting'].get('lost')}, duplicated {rep['accounting'].get('duplicated')}, "
+          f"rank 0 worker starts {starts0}, wall {rep['wall_s']:.1f} s", flush=True)
+
+
 CASES = {"learns": learns, "killed": killed, "group_learns": group_learns,
          "group_killed": group_killed,
-         "group_killed_rank0": lambda m, c, t: group_killed(m, c, t, node="trainer-0")}
+         "group_killed_rank0": lambda m, c, t: group_killed(m, c, t, node="trainer-0"),
+         "rgroup_produces": rgroup_produces, "rgroup_killed": rgroup_killed}
 
 if __name__ == "__main__":
     moerl, config, case = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]

@@ -149,6 +149,40 @@ TEST(rollout_session, the_lease_version_file_is_written_before_the_offer_reaches
   EXPECT_EQ(written.size(), 1u);
 }
 
+// A rollout group's rank > 0 (python/WORKERS.md "Rollout groups"): its welcome carries its
+// place; serve_member answers its weights for any version (its lease is rank 0's node's) and
+// refuses its submissions by name; the worker's death ends serve_member, which never restarts it.
+TEST(rollout_session, a_group_rank_above_0_is_served_weights_and_refused_submissions) {
+  rollout_session_options o;
+  const char* py = std::getenv("MOERL_PYTHON");
+  const char* dir = std::getenv("MOERL_TEST_WORKERS_DIR");
+  o.worker = std::string("exec:") + (py ? py : "/usr/bin/python3") + " " + (dir ? dir : ".") +
+             "/fake_workers.py rollout_rank1";
+  o.group = {
+      {"rank", 1}, {"world_size", 2}, {"addr", "127.0.0.1"}, {"port", 1}, {"incarnation", 3}};
+  std::vector<uint64_t> asked;
+  o.weights = [&](uint64_t v, bool) -> result<nlohmann::json> {
+    asked.push_back(v);
+    return nlohmann::json{{"path", "/dev/null"}, {"bytes", 0}, {"sha256", ""}};
+  };
+  auto s = rollout_session::create(o);
+  ASSERT_TRUE(s.ok()) << s.err().to_string();
+  int polls = 0;  // 50 ms each: a 10 s bound
+  auto st = (*s)->serve_member([&] { return asked.size() >= 2 || ++polls > 200; });
+  EXPECT_TRUE(st.ok()) << st.err().to_string();
+  EXPECT_EQ(asked, (std::vector<uint64_t>{5, 99}));
+  auto stats = (*s)->stats();
+  EXPECT_EQ(stats["refused"]["not_rank_zero"], 2);
+  EXPECT_EQ(stats["weights_served"], 2);
+  // The worker exits: serve_member says so, and does not start another.
+  polls = 0;
+  st = (*s)->serve_member([&] { return ++polls > 200; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, errc::peer_dead);
+  EXPECT_EQ((*s)->starts(), 1u);
+  EXPECT_FALSE((*s)->running());
+}
+
 TEST(rollout_session, a_rollout_spec_that_is_neither_python_nor_exec_is_a_config_error) {
   rollout_session_options o;
   o.worker = "vllm:serve";

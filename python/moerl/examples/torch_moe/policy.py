@@ -17,8 +17,24 @@ from torch import nn
 from moerl.examples.moe_layer import ExpertParallelMoE, moe_reference
 from moerl.examples.torch_moe.task import MAX_NEW, TOK_DIGIT0, TOK_EOS, VOCAB, sort_reward
 
-__all__ = ["MAX_NEW", "TOK_DIGIT0", "TOK_EOS", "VOCAB", "SortPolicy", "random_prompt",
-           "sort_reward"]
+__all__ = ["MAX_NEW", "TOK_DIGIT0", "TOK_EOS", "VOCAB", "SortPolicy", "expert_buffer",
+           "random_prompt", "sort_reward"]
+
+# Tokens one rank's MoE call may carry (a trainer step's rows on a rank: about an iteration's
+# groups x ledger.group_size / ranks, 64 in configs/torch-moe.yaml on 2 ranks; a rollout
+# lease's rows on a rank: fewer); the Buffer is sized for them (python/README.md, "Capacity").
+MAX_TOKENS_PER_RANK = 4096
+
+
+def expert_buffer(world_size: int, process_group: object, hidden: int = 64) -> Optional[object]:
+    """A moerl.ep.Buffer over a group's ranks (a trainer group's, a rollout group's: the
+    worker's ``process_group``), None for one process: the policy's experts are sharded over
+    it."""
+    if world_size <= 1:
+        return None
+    from moerl import ep
+    row_bytes = hidden * 4 + 64
+    return ep.Buffer(process_group, num_nvl_bytes=3 * world_size * row_bytes * MAX_TOKENS_PER_RANK)
 
 
 class MoE(nn.Module):
@@ -87,8 +103,9 @@ class SortPolicy(nn.Module):
         return out
 
     def load_published(self, named: Dict[str, torch.Tensor]) -> None:
-        """Loads a published version into a one-process policy: a state_dict as is, or the
-        per-expert form of ``published_state`` (a trainer group's), the experts stacked."""
+        """Loads a published version: a one-process state_dict as is, or the per-expert form
+        of ``published_state`` (a trainer group's), the experts stacked. An expert-parallel
+        policy (a rollout group's rank) takes the dense tensors and its own experts only."""
         if "moe.w_in" not in named and "moe.w_in.0" in named:
             named = dict(named)
             for w in ("w_in", "w_out"):
@@ -97,6 +114,12 @@ class SortPolicy(nn.Module):
                     raise ValueError(f"published experts moe.{w}.<j> are {ids}; "
                                      f"expected 0..{len(ids) - 1}")
                 named[f"moe.{w}"] = torch.stack([named.pop(f"moe.{w}.{j}") for j in ids])
+        if self.moe.ep is not None:
+            named = dict(named)
+            mine = list(self.moe.expert_ids())
+            named["moe.ep.gate_weight"] = named.pop("moe.gate_weight")
+            for w in ("w_in", "w_out"):
+                named[f"moe.ep.{w}"] = named.pop(f"moe.{w}")[mine[0]:mine[-1] + 1]
         self.load_state_dict(named)
 
     def logits(self, prompts: torch.Tensor, done: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -107,10 +130,15 @@ class SortPolicy(nn.Module):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], temperature: float = 1.0,
-                 rng: Optional[torch.Generator] = None) -> Tuple[List[List[int]], List[List[float]]]:
+                 rng: Optional[torch.Generator] = None,
+                 prompt_len: Optional[int] = None) -> Tuple[List[List[int]], List[List[float]]]:
         """One completion per prompt (stopping at EOS or MAX_NEW tokens) and the logprob of
-        each sampled token under this policy (the behaviour logprobs)."""
-        p = torch.tensor([list(x) for x in prompts], dtype=torch.long)
+        each sampled token under this policy (the behaviour logprobs). Expert-parallel ranks
+        each pass their own rows (``prompt_len`` for a rank with none): every rank runs all
+        MAX_NEW positions, since each position's MoE call is collective."""
+        if prompt_len is None:
+            prompt_len = len(prompts[0])
+        p = torch.tensor([list(x) for x in prompts], dtype=torch.long).reshape(-1, prompt_len)
         b = p.shape[0]
         done = torch.zeros(b, VOCAB)
         alive = torch.ones(b, dtype=torch.bool)
@@ -118,14 +146,15 @@ class SortPolicy(nn.Module):
         lps: List[List[float]] = [[] for _ in range(b)]
         for t in range(MAX_NEW):
             logp = torch.log_softmax(self.logits(p, done, torch.full((b,), t)) / temperature, -1)
-            nxt = torch.multinomial(logp.exp(), 1, generator=rng).squeeze(1)
+            nxt = (torch.multinomial(logp.exp(), 1, generator=rng).squeeze(1) if b
+                   else torch.zeros(0, dtype=torch.long))  # an EP rank with no rows
             chosen = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
             for i in torch.nonzero(alive).flatten().tolist():
                 toks[i].append(int(nxt[i]))
                 lps[i].append(min(0.0, float(chosen[i])))
             done[torch.arange(b), nxt] += alive.float()
             alive &= nxt != TOK_EOS
-            if not alive.any():
+            if not alive.any() and self.moe.ep is None:
                 break
         return toks, lps
 

@@ -8,12 +8,12 @@ the ranks through moerl.ep.Buffer, each rank steps on its share of every iterati
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
 from moerl.examples.torch_moe import grpo
-from moerl.examples.torch_moe.policy import SortPolicy
+from moerl.examples.torch_moe.policy import SortPolicy, expert_buffer
 from moerl.worker import Trainer, TrainGroup
 
 
@@ -38,26 +38,10 @@ def _restore(policy: SortPolicy, opt: torch.optim.Optimizer, named: Dict[str, to
     opt.load_state_dict(sd)
 
 
-# Tokens one rank's MoE call may carry (a step's rows on a rank: about an iteration's
-# groups x ledger.group_size / ranks, 64 in configs/torch-moe.yaml on 2 ranks); the Buffer is
-# sized for them (python/README.md, "Capacity").
-MAX_TOKENS_PER_RANK = 4096
-
-
-def expert_buffer(trainer: Trainer, hidden: int = 64) -> Optional[object]:
-    """A moerl.ep.Buffer over the trainer group's ranks (None in a one-process trainer): the
-    policy's experts are sharded over it."""
-    if trainer.world_size <= 1:
-        return None
-    from moerl import ep
-    row_bytes = hidden * 4 + 64
-    return ep.Buffer(trainer.process_group,
-                     num_nvl_bytes=3 * trainer.world_size * row_bytes * MAX_TOKENS_PER_RANK)
-
 
 def main(trainer: Trainer) -> None:
     torch.set_num_threads(1)
-    buffer = expert_buffer(trainer)
+    buffer = expert_buffer(trainer.world_size, trainer.process_group)
     policy = SortPolicy(buffer=buffer)
     opt = grpo.optimizer(policy)
     reported = buffer is None
