@@ -25,6 +25,7 @@
 #include "weights/shm_copy.h"
 #include "weights/version_reader.h"
 #include "weights/wire.h"
+#include "zmq/parts.h"
 
 namespace moerl::weights {
 namespace {
@@ -56,8 +57,10 @@ class fake_cache {
     size_t len = sizeof ep;
     zmq_getsockopt(router_, ZMQ_LAST_ENDPOINT, ep, &len);
     endpoint_ = ep;
-    json meta{{"bytes", bytes.size()},      {"content_hash", store::sha256_hex(bytes)},
-              {"chunk_bytes", kChunk},      {"num_chunks", (bytes.size() + kChunk - 1) / kChunk},
+    json meta{{"bytes", bytes.size()},
+              {"content_hash", store::sha256_hex(bytes)},
+              {"chunk_bytes", kChunk},
+              {"num_chunks", (bytes.size() + kChunk - 1) / kChunk},
               {"load", 0}};
     meta.update(offer);
     thread_ = std::thread([this, meta] { serve(meta); });
@@ -74,21 +77,14 @@ class fake_cache {
     while (!stop_) {
       zmq_pollitem_t item{router_, 0, ZMQ_POLLIN, 0};
       if (zmq_poll(&item, 1, 10) <= 0) continue;
-      std::vector<std::string> parts;
-      for (int more = 1; more;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        zmq_msg_recv(&m, router_, 0);
-        parts.emplace_back(static_cast<char*>(zmq_msg_data(&m)), zmq_msg_size(&m));
-        more = zmq_msg_more(&m);
-        zmq_msg_close(&m);
-      }
-      const uint64_t rid = json::parse(parts[2]).value("rid", uint64_t{0});
-      const bool is_meta = parts[1] == wire::kMeta;
+      auto parts = zmq::recv_message_parts(router_, "fake cache");
+      ASSERT_TRUE(parts && parts->size() >= 3);
+      const uint64_t rid = json::parse((*parts)[2]).value("rid", uint64_t{0});
+      const bool is_meta = (*parts)[1] == wire::kMeta;
       json out = is_meta ? meta : wire::error_header(rid, error(errc::not_found, "no chunks here"));
       out["rid"] = rid;
       const std::string word = is_meta ? wire::kOk : wire::kError, text = out.dump();
-      zmq_send(router_, parts[0].data(), parts[0].size(), ZMQ_SNDMORE);
+      zmq_send(router_, (*parts)[0].data(), (*parts)[0].size(), ZMQ_SNDMORE);
       zmq_send(router_, word.data(), word.size(), ZMQ_SNDMORE);
       zmq_send(router_, text.data(), text.size(), 0);
     }
@@ -318,8 +314,7 @@ TEST(same_host_shm, AKilledCachesCopyVanishesWithIt) {
   ASSERT_FALSE(gone);
   EXPECT_EQ(gone.err().code, errc::not_found) << gone.err().to_string();
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
-    EXPECT_NE(e.path().filename().string().rfind(std::to_string(child) + ":", 0), 0u)
-        << e.path();
+    EXPECT_NE(e.path().filename().string().rfind(std::to_string(child) + ":", 0), 0u) << e.path();
 }
 
 }  // namespace
