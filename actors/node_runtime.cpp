@@ -331,8 +331,8 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     relay.set([](int) {});
     imds.reset();
   }
-  // Every actor is done with the context: a cache's same-host copy of a version leaves
-  // /dev/shm now (weights/shm_copy.h), not whenever the last reference to ctx goes.
+  // Every actor is done with the context: a cache's same-host copy of a version (a memfd,
+  // weights/shm_copy.h) is freed now, not whenever the last reference to ctx goes.
   ctx->weights_server.reset();
   ctx->peer_server.reset();
   // A trainer's step and rank pool are not freed: the pool's rank threads and the group link

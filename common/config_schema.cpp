@@ -455,9 +455,10 @@ const std::vector<key_spec>& config_schema() {
        "bytes per chunk on the weight plane (each chunk carries its sha256)", "",
        r::closed(4096, 268435456)},
       {"weights.same_host_shm", t::boolean, "true",
-       "a cache hands a version to readers on its host (same boot, network and mount namespace) "
-       "through a file in /dev/shm, read in one copy, instead of ZeroMQ chunks; the whole "
-       "version's sha256 is checked either way",
+       "a cache hands a version to readers on its host (same boot, network, mount and pid "
+       "namespace, same user) through a sealed memfd, read in one copy, instead of ZeroMQ "
+       "chunks; the seals stand in for the reader's whole-version sha256 (an unsealed copy is "
+       "hashed)",
        ""},
       {"weights.fanout", t::boolean, "false",
        "rollout nodes serve the versions they hold (and the one arriving) to other rollout nodes "

@@ -1,8 +1,10 @@
 // libfabric's shm provider backs each endpoint with /dev/shm/<pid>:<n>:<n> and removes it on
 // close or on a catchable signal. A process killed with SIGKILL (fault tests, Spot kills)
 // leaves its regions behind: 16 MiB each, gigabytes after a day of fault runs, and a later
-// process that reuses the pid fails fi_enable with EBUSY. The weights cache names its
-// same-host copies <pid>:weights:v<N> (weights/shm_copy.h) to be swept the same way.
+// process that reuses the pid fails fi_enable with EBUSY. moerl's own /dev/shm files
+// (job/external_trainer_step.cpp, workers/version_files.h) are named <pid>:... to be swept the
+// same way; the weights cache's same-host copies are memfds (weights/shm_copy.h), gone with
+// the process, and need no sweeping.
 #pragma once
 
 #include <sys/types.h>

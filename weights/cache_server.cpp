@@ -7,7 +7,6 @@
 #include <string_view>
 #include <vector>
 
-#include "common/host_identity.h"
 #include "common/log.h"
 #include "common/status_try.h"
 #include "store/digest.h"
@@ -182,7 +181,10 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
               {"shard", cv.shard},
               {"num_shards", cv.num_shards}};
     if (!cv.version_hash.empty()) meta["version_hash"] = cv.version_hash;
-    if (auto path = shm_path_for(cv, h); !path.empty()) meta["shm_path"] = path;
+    if (const shm_copy* copy = shm_copy_for(cv, h)) {
+      meta["shm_path"] = copy->path();
+      meta["shm_inode"] = copy->inode();
+    }
     return meta;
   }
   ASSIGN_OR_RETURN(auto chunk, wire::uint_field(h, "chunk"));
@@ -199,12 +201,12 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
 }
 
 void cache_server::enable_same_host_shm(bool on) {
-  shm_host_ = on ? host_identity({"net", "mnt"}) : std::string();
+  shm_host_ = on ? same_host_identity() : std::string();
   if (!on) shm_.clear();
 }
 
-std::string cache_server::shm_path_for(const cached_version& cv, const json& request) {
-  if (shm_host_.empty() || request.value("host", std::string()) != shm_host_) return "";
+const shm_copy* cache_server::shm_copy_for(const cached_version& cv, const json& request) {
+  if (shm_host_.empty() || request.value("host", std::string()) != shm_host_) return nullptr;
   // One version's copies at a time (every shard of a sharded one): the older go first.
   if (!shm_.empty() && shm_.begin()->second->version() != cv.version) shm_.clear();
   auto& copy = shm_[cv.shard];
@@ -214,12 +216,12 @@ std::string cache_server::shm_path_for(const cached_version& cv, const json& req
       shm_.erase(cv.shard);
       logger("weights")->warn("same-host copy of version {} shard {}: {}; readers get chunks",
                               cv.version, cv.shard, made.err().to_string());
-      return "";
+      return nullptr;
     }
     copy = std::move(*made);
     ++counters_.num_shm_copies;
   }
-  return copy->path();
+  return copy.get();
 }
 
 result<json> cache_server::handle_put(const json& h, const std::string& payload) {

@@ -31,7 +31,7 @@ struct server_counters {
   uint64_t bytes_served = 0;        // chunk payload sent to readers
   uint64_t num_versions_put = 0;    // versions (shards of one: each) completed by a pusher
   uint64_t num_chunks_refused = 0;  // put chunks whose hash did not match (the pusher resends)
-  uint64_t num_shm_copies = 0;      // versions written to /dev/shm for same-host readers
+  uint64_t num_shm_copies = 0;  // versions (shards) written to sealed memfds for same-host readers
   nlohmann::json to_json() const;
 };
 
@@ -53,7 +53,7 @@ class cache_server {
   // Chunk bytes served over the last two seconds: what readers compare to pick a cache.
   uint64_t load() const;
   // Readers on this host that ask (version_reader's same_host_shm) get the version (or each
-  // shard of it) through a /dev/shm file (weights/shm_copy.h) instead of chunks. One version at
+  // shard of it) through a sealed memfd (weights/shm_copy.h) instead of chunks. One version at
   // a time has such copies (the newest asked for), so the cache's memory is at most one
   // version above weights.cache_bytes.
   void enable_same_host_shm(bool on);
@@ -91,8 +91,8 @@ class cache_server {
   std::string shm_host_;  // host_identity of this process when the shm path is on, else ""
   std::map<uint32_t, std::unique_ptr<shm_copy>> shm_;  // by shard, of one version
   std::shared_ptr<const arriving_versions> arriving_;  // null: whole versions only
-  // The shm path for version `cv` when the reader's host is ours ("" otherwise or on failure).
-  std::string shm_path_for(const cached_version& cv, const nlohmann::json& request);
+  // The same-host copy of `cv` when the reader's host is ours (null otherwise or on failure).
+  const shm_copy* shm_copy_for(const cached_version& cv, const nlohmann::json& request);
   int64_t bucket_ms_ = 0;  // the load's one-second buckets
   uint64_t bucket_now_ = 0, bucket_prev_ = 0;
 };

@@ -36,6 +36,7 @@ struct reader_counters {
   uint64_t num_chunk_refetches = 0;   // a chunk that did not match its hash, fetched again
   uint64_t num_store_fallbacks = 0;   // versions no cache could serve
   uint64_t bytes_via_shm = 0;         // of bytes_from_cache: read through a same-host file
+  uint64_t bytes_via_sealed_shm = 0;  // of bytes_via_shm: a sealed memfd, not hashed again
   uint64_t num_sharded_versions = 0;  // versions assembled from shards
   uint64_t num_shards_read = 0;       // shards of those
   nlohmann::json bytes_from_json() const;
@@ -70,8 +71,8 @@ result<fetched_version> read_store_copy(const std::function<result<std::string>(
 
 class version_reader {
  public:
-  // timeout_ms bounds each request to a cache. same_host_shm: ask caches for a /dev/shm
-  // copy (weights/shm_copy.h), read in one pass when the cache shares this host.
+  // timeout_ms bounds each request to a cache. same_host_shm: ask caches for a same-host copy
+  // (a sealed memfd, weights/shm_copy.h), read in one pass when the cache shares this host.
   version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms, bool same_host_shm = false);
   // `caches`: the endpoints to try; `from_store`: the durable copy (it checks what it reads;
   // null: no store fallback, errc::not_found when no cache holds the version).
@@ -94,14 +95,16 @@ class version_reader {
     uint32_t shard = 0, num_shards = 1;
     std::string content_hash;
     std::string version_hash;
-    std::string shm_path;  // a same-host copy the cache offered, or ""
+    std::string shm_path;    // a same-host copy the cache offered, or ""
+    uint64_t shm_inode = 0;  // its inode when the cache sealed it (0: an older cache's file)
   };
   // One shard (a whole version: shard 0) from `hs`, its holders; errc::not_found when none
   // could serve it whole and matching its sha256.
   result<fetched_shard> read_entry(uint64_t version, uint32_t shard, const std::vector<holder>& hs,
                                    size_t num_caches);
   // The version from the first holder offering a same-host copy; nullopt when none does or
-  // the copy cannot be read or does not match the content hash (the chunks are read then).
+  // the copy cannot be read, or is not sealed and does not match the content hash (the chunks
+  // are read then).
   std::optional<std::string> read_same_host_copy(const std::vector<holder>& hs, uint64_t version);
   cache_client* client(const std::string& endpoint);
   void drop(const std::string& endpoint);

@@ -2,12 +2,9 @@
 // to it, a cache stopped mid-version, a cache that serves a corrupt chunk, bad requests.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <zmq.h>
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "store/digest.h"
@@ -266,74 +263,6 @@ TEST(version_reader, RefetchesAChunkThatDoesNotMatchItsHash) {
   ASSERT_TRUE(got) << got.err().to_string();
   EXPECT_EQ(*got->bytes, bytes);
   EXPECT_EQ(reader.counters().num_chunk_refetches, 1u);
-}
-
-// The same-host path: a reader on the cache's host gets the version through one /dev/shm
-// file (one copy, one sha256) instead of chunks; a corrupt file is never used.
-std::string shm_file_of(uint64_t version) {
-  return "/dev/shm/" + std::to_string(::getpid()) + ":weights:v" + std::to_string(version);
-}
-
-TEST(same_host_shm, AReaderOnTheCachesHostReadsTheVersionThroughOneFile) {
-  auto ctx = zmq_ctx();
-  served_cache cache(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
-  const std::string bytes = random_bytes(5 * kChunk + 17, 11);
-  auto pusher = cache_client::connect(ctx, cache.endpoint(), 2000);
-  ASSERT_TRUE(pusher);
-  ASSERT_TRUE(push_version(**pusher, 4, bytes, store::sha256_hex(bytes), kChunk));
-  version_reader reader(ctx, 2000, /*same_host_shm=*/true);
-  auto got = reader.fetch(4, {cache.endpoint()}, nullptr);
-  ASSERT_TRUE(got) << got.err().to_string();
-  EXPECT_EQ(*got->bytes, bytes);
-  EXPECT_EQ(got->transport, "shm");
-  EXPECT_EQ(reader.counters().bytes_via_shm, bytes.size());
-  EXPECT_EQ(reader.counters().bytes_from_cache, bytes.size());
-  EXPECT_TRUE(std::filesystem::exists(shm_file_of(4)));
-  // A reader that does not ask (another host, or the path off) gets chunks as before.
-  version_reader remote(ctx, 2000);
-  auto chunks = remote.fetch(4, {cache.endpoint()}, nullptr);
-  ASSERT_TRUE(chunks);
-  EXPECT_EQ(*chunks->bytes, bytes);
-  EXPECT_EQ(chunks->transport, "zmq");
-  EXPECT_EQ(remote.counters().bytes_via_shm, 0u);
-}
-
-TEST(same_host_shm, ACorruptSameHostCopyIsNeverUsed) {
-  auto ctx = zmq_ctx();
-  served_cache cache(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
-  const std::string bytes = random_bytes(3 * kChunk, 12);
-  auto pusher = cache_client::connect(ctx, cache.endpoint(), 2000);
-  ASSERT_TRUE(pusher);
-  ASSERT_TRUE(push_version(**pusher, 6, bytes, store::sha256_hex(bytes), kChunk));
-  version_reader first(ctx, 2000, true);
-  ASSERT_TRUE(first.fetch(6, {cache.endpoint()}, nullptr));  // the cache wrote the file
-  {
-    std::fstream f(shm_file_of(6), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f);
-    f.seekp(100);
-    f.put(static_cast<char>(~bytes[100]));
-  }
-  version_reader reader(ctx, 2000, true);
-  auto got = reader.fetch(6, {cache.endpoint()}, nullptr);
-  ASSERT_TRUE(got) << got.err().to_string();
-  EXPECT_EQ(*got->bytes, bytes);  // from the chunks, checked
-  EXPECT_EQ(got->transport, "zmq");
-  EXPECT_EQ(reader.counters().bytes_via_shm, 0u);
-}
-
-TEST(same_host_shm, TheFileGoesWithTheCache) {
-  auto ctx = zmq_ctx();
-  {
-    served_cache cache(ctx, kChunk, ~0ull, true);
-    const std::string bytes = random_bytes(kChunk, 13);
-    auto pusher = cache_client::connect(ctx, cache.endpoint(), 2000);
-    ASSERT_TRUE(pusher);
-    ASSERT_TRUE(push_version(**pusher, 8, bytes, store::sha256_hex(bytes), kChunk));
-    version_reader reader(ctx, 2000, true);
-    ASSERT_TRUE(reader.fetch(8, {cache.endpoint()}, nullptr));
-    EXPECT_TRUE(std::filesystem::exists(shm_file_of(8)));
-  }
-  EXPECT_FALSE(std::filesystem::exists(shm_file_of(8)));
 }
 
 }  // namespace

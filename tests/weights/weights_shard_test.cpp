@@ -113,7 +113,7 @@ TEST(sharded_versions, AReaderFetchesEveryShardAndAssemblesThem) {
   EXPECT_EQ(plain.counters().num_store_fallbacks, 1u);
 }
 
-// On the cache's host every shard comes through its own /dev/shm file (weights/shm_copy.h).
+// On the cache's host every shard comes through its own sealed memfd (weights/shm_copy.h).
 TEST(sharded_versions, AReaderOnTheCachesHostReadsEachShardThroughItsFile) {
   auto ctx = zmq_ctx();
   served_cache a(ctx, kChunk, ~0ull, /*same_host_shm=*/true);
@@ -129,6 +129,7 @@ TEST(sharded_versions, AReaderOnTheCachesHostReadsEachShardThroughItsFile) {
   ASSERT_TRUE(got) << got.err().to_string();
   EXPECT_EQ(*got->bytes, whole);
   EXPECT_EQ(reader.counters().bytes_via_shm, whole.size());
+  EXPECT_EQ(reader.counters().bytes_via_sealed_shm, whole.size());
   EXPECT_EQ(reader.counters().bytes_from_cache, whole.size());
 }
 
