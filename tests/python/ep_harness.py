@@ -31,9 +31,23 @@ def _child(fn: Callable[..., None], rank: int, world: int, init_file: str, error
         os._exit(1)
 
 
-def _shm_regions_of(pid: int) -> list:
-    """libfabric's shm regions of `pid` (named <pid>:<n>:<n>)."""
-    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(f"{pid}:"))
+def _shm_files() -> dict:
+    """/dev/shm's names and their inodes."""
+    out = {}
+    for f in os.listdir("/dev/shm"):
+        try:
+            out[f] = os.stat(os.path.join("/dev/shm", f)).st_ino
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def _shm_regions_of(pid: int, before: dict) -> list:
+    """libfabric's shm regions of `pid` (named <pid>:<n>:<n>) made since `before` (_shm_files()
+    as the ranks started): pids are reused (pid_max 32768 here), and a file another process of
+    the same pid left before is not this rank's."""
+    now = _shm_files()
+    return sorted(f for f, ino in now.items() if f.startswith(f"{pid}:") and before.get(f) != ino)
 
 
 def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float = 90,
@@ -46,6 +60,7 @@ def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float 
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         errors = _ctx.SimpleQueue()
+        shm_before = _shm_files()
         procs = [_ctx.Process(target=_child, args=(fn, r, world, init_file, errors, args, before_init)) for r in range(world)]
         for p in procs:
             p.start()
@@ -65,7 +80,7 @@ def run_ranks(fn: Callable[..., None], world: int, *args: Any, timeout_s: float 
         # (moerl.ep frees them as the process exits); what a killed or failed rank left, this
         # parent removes, as moerl's own parents do (common/shm_leftovers.h).
         for r, p in enumerate(procs):
-            left = _shm_regions_of(p.pid)
+            left = _shm_regions_of(p.pid, shm_before)
             if p.exitcode != 0:
                 for name in left:
                     os.remove(os.path.join("/dev/shm", name))
