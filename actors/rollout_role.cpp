@@ -35,6 +35,13 @@
 namespace moerl::actors {
 namespace {
 
+// An external worker told to stop (its channel closed) gets this long to leave by itself.
+constexpr int64_t kWorkerStopGraceMs = 1000;
+// How long a Python rollout group's members wait for the rendezvous round, and member 0 for
+// the stop round.
+constexpr int64_t kRendezvousMs = 60000;
+constexpr int64_t kStopRoundMs = 5000;
+
 // rollout.worker's session as this node runs it: the worker keys, the job's limits on a
 // sample, and weights(v) from the node's feed's verified bytes, as a file in shared memory the
 // worker maps (one set of files per node process, shared by its rollout actors).
@@ -707,11 +714,6 @@ class rollout_worker {
     if (auto c = ctx_->coordinator()) self_->send(c, stats_atom::value, ctx_->id, st.dump());
   }
 
-  // An external worker told to stop (its channel closed) gets this long to leave by itself.
-  static constexpr int64_t kWorkerStopGraceMs = 1000;
-  // How long a group's members wait for the rendezvous round, and member 0 for the stop round.
-  static constexpr int64_t kRendezvousMs = 60000;
-  static constexpr int64_t kStopRoundMs = 5000;
   uint32_t worker_index_;
   group_member_link* group_;  // null: not a rollout group's leader
   int64_t last_env_stats_ = 0;
@@ -752,7 +754,6 @@ class rollout_worker {
 status serve_external_rollout_member(caf::blocking_actor* self,
                                      const std::shared_ptr<node_context>& ctx,
                                      group_member_link& link) {
-  constexpr int64_t kRendezvousMs = 60000;
   const uint32_t me = link.member_index(), n = link.num_members();
   auto first = all_members_allgather(link, "{}", kRendezvousMs);
   if (!first) return first.err();
@@ -783,7 +784,7 @@ status serve_external_rollout_member(caf::blocking_actor* self,
     if (st && !stop.ended()) st = error(errc::peer_dead, "the rollout group broke");
     if (!st) link.report_failure(st.err().to_string());  // ends the waiter's round
   }
-  (*session)->stop(1000);
+  (*session)->stop(kWorkerStopGraceMs);
   return st;
 }
 
