@@ -108,9 +108,10 @@ status ep_core::ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num
 // A token with several experts on this rank arrived once per expert, the same bytes each
 // time, and quantising is a function of the row, so each (source rank, source token) is
 // quantised once and its codes and scales are copied to its other rows: topk / ranks fewer
-// quantisations on the decode shape. One parallel_for over the distinct rows: a call per
-// expert cost a pool wake-up each (128 per dispatch at 2 ranks, most of its 30-58 ms on a
-// 2-core box where the worker waits for a core), and a nested call inside it runs inline.
+// quantisations on the decode shape. One parallel_for over the distinct rows: two calls per
+// expert (the bf16 conversion, fp8_quantize) cost a pool wake-up each (256 per dispatch at 2
+// ranks, most of its 30-58 ms on a 2-core box where the worker waits for a core); the nested
+// calls inside it run inline.
 status ep_core::ll_quantize(ll_channel& c, const fabric::dispatch_output& o, const char* rows,
                             uint8_t* q, float* scales) {
   const ll_shape& shape = c.shape;
