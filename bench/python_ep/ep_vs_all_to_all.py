@@ -19,6 +19,9 @@ token times the number of ranks it went to):
   --cpp) runs it: the identity experts write the received rows into
   get_next_low_latency_combine_buffer and a barrier follows (both untimed, as `moerl bench
   ep` leaves its experts out), and the combine reads the rows there (``zero_copy=True``).
+- ``moerl_low_latency_fp8``: DeepEP's default low-latency dispatch (``use_fp8=True``: e4m3
+  rows and per-128-channel scales), the identity experts dequantising into
+  get_next_low_latency_combine_buffer (untimed), then the zero-copy combine.
 
 Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
 the per-rank times, outside the timed region). p50 and max over iterations. The results of
@@ -128,6 +131,40 @@ def moerl_low_latency_zero_copy(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torc
     return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
 
 
+_E4M3 = None
+
+
+def e4m3_values() -> torch.Tensor:
+    """The float value of each e4m3 byte (kernels' encoding: 4 exponent bits, bias 7, 3
+    mantissa bits, 0x7f/0xff NaN), for the stand-in experts' dequantisation."""
+    global _E4M3
+    if _E4M3 is None:
+        code = torch.arange(256)
+        sign = torch.where(code >= 128, -1.0, 1.0)
+        exp, man = (code >> 3) & 15, (code & 7).float()
+        value = torch.where(exp == 0, man * 2.0 ** -9, (1 + man / 8) * torch.pow(2.0, (exp - 7).float()))
+        _E4M3 = torch.where((code & 127) == 127, torch.tensor(float("nan")), sign * value)
+    return _E4M3
+
+
+def moerl_low_latency_fp8(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
+                          experts: int):
+    """DeepEP's default low-latency dispatch (use_fp8=True: e4m3 rows and per-128-channel
+    scales), then the zero-copy combine: the identity experts dequantise their rows into
+    get_next_low_latency_combine_buffer (untimed, as in moerl_low_latency_zero_copy)."""
+    (q, scales), count, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts)
+    target = buf.get_next_low_latency_combine_buffer(handle)
+    start = time.perf_counter()
+    table, hidden = e4m3_values(), x.shape[1]
+    for j, n in enumerate(count.tolist()):
+        if n:
+            deq = table[q[j, :n].long()].view(n, -1, 128) * scales[j, :n].unsqueeze(2)
+            target[j, :n] = deq.view(n, hidden).to(target.dtype)
+    dist.barrier()
+    _expert_seconds[0] += time.perf_counter() - start
+    return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+
+
 def timed(fn: Callable[[], Any], iterations: int, warmup: int) -> List[float]:
     out = []
     for i in range(warmup + iterations):
@@ -161,6 +198,8 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             if case["tokens"] <= opts["ll_max_tokens"]:
                 impls["moerl_low_latency"] = lambda: moerl_low_latency(ll, x, idx, w, e)
                 impls["moerl_low_latency_zero_copy"] = lambda: moerl_low_latency_zero_copy(ll, x, idx, w, e)
+                if case["hidden"] % 128 == 0:
+                    impls["moerl_low_latency_fp8"] = lambda: moerl_low_latency_fp8(ll, x, idx, w, e)
             # Same answers first: unweighted sums agree exactly (fp32 sums of the same rows
             # in rank order vs index_add order: within one rounding), the weighted one with
             # the weights applied to the reference.
@@ -171,17 +210,32 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
                 want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
                 for name in ("moerl_low_latency", "moerl_low_latency_zero_copy"):
                     torch.testing.assert_close(impls[name]().float(), want, rtol=2 ** -7, atol=1e-2)
+                if "moerl_low_latency_fp8" in impls:
+                    # e4m3: 3 mantissa bits, so each term within 2^-4 of its value (plus the
+                    # subnormal step of its block's scale), then bf16 rounding.
+                    got = impls["moerl_low_latency_fp8"]().float()
+                    bound = want.abs() * (2 ** -4 + 2 ** -7) + 0.05
+                    if not bool(((got - want).abs() <= bound).all()):
+                        raise AssertionError("moerl_low_latency_fp8: combine differs from the reference beyond "
+                                             f"e4m3 rounding (max error {float((got - want).abs().max())})")
             # Hidden bytes per (token, destination rank), summed over ranks: what must cross.
             pairs = torch.tensor([float(sum(int(((idx // (e // world)) == r).any(1).sum()) for r in range(world)))],
                                  dtype=torch.float64)
             dist.all_reduce(pairs)
             logical = int(pairs) * case["hidden"] * x.element_size()
+            # Low-latency moves one row per unmasked (token, expert) entry each way, the others
+            # one per (token, destination rank): the bytes each row type must move.
+            entries = torch.tensor([float(int((idx >= 0).sum()))], dtype=torch.float64)
+            dist.all_reduce(entries)
+            entry_bytes = int(entries) * case["hidden"] * x.element_size()
             for name, fn in impls.items():
                 ms = timed(fn, opts["iterations"], opts["warmup"])
                 p50 = statistics.median(ms)
+                moved = entry_bytes if name.startswith("moerl_low_latency") else logical
                 rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=p50, max_ms=max(ms),
                                  all_ms=[round(v, 3) for v in ms], logical_bytes=logical,
-                                 logical_gbps=2 * logical / (p50 * 1e6)))
+                                 logical_gbps=2 * logical / (p50 * 1e6), moved_bytes=moved,
+                                 moved_gbps=2 * moved / (p50 * 1e6)))
         if rank == 0:
             results.put(("ok", rows, [c for c in normal.transport_report()]))
         dist.barrier()
@@ -272,6 +326,8 @@ RATIOS = {  # name: (numerator impl, denominator impl), p50s
     "python_normal_over_cpp_normal": ("moerl_normal", "cpp_normal"),
     "python_low_latency_over_cpp_low_latency": ("moerl_low_latency", "cpp_low_latency"),
     "python_low_latency_zero_copy_over_cpp_low_latency": ("moerl_low_latency_zero_copy", "cpp_low_latency"),
+    "moerl_low_latency_fp8_over_normal": ("moerl_low_latency_fp8", "moerl_normal"),
+    "moerl_low_latency_zero_copy_over_normal": ("moerl_low_latency_zero_copy", "moerl_normal"),
     "moerl_normal_over_mpi_plain": ("moerl_normal", "mpi_alltoallv_plain"),
     "moerl_normal_over_mpi_semantic": ("moerl_normal", "mpi_alltoallv_semantic"),
     "cpp_normal_over_cpp_bench_mpi_semantic_peer": ("cpp_normal", "cpp_bench_mpi_semantic_peer"),
@@ -337,6 +393,11 @@ def main() -> None:
             entry: Dict[str, Any] = dict(ranks=world, tokens=tokens)
             for name, (num, den) in RATIOS.items():
                 entry[name] = by[num] / by[den] if num in by and den in by and by[den] > 0 else None
+            # What bounds low-latency against normal on CPU: the bytes each moves (not a time).
+            moved = {r["impl"]: r["moved_bytes"] for r in rows
+                     if r["ranks"] == world and r["tokens"] == tokens and "moved_bytes" in r}
+            if "moerl_low_latency" in moved and moved.get("moerl_normal"):
+                entry["low_latency_over_normal_moved_bytes"] = moved["moerl_low_latency"] / moved["moerl_normal"]
             ratios.append(entry)
     out = dict(
         benchmark="python_ep",
@@ -347,7 +408,9 @@ def main() -> None:
                     "as moerl_low_latency_zero_copy's writes into the combine buffer); mpi_* rows: "
                     "mpi_alltoallv.c (plain: pack once per destination rank + MPI_Alltoallv there and back; "
                     "semantic: plus the expert-major fan-out and the weighted combine reduction); "
-                    "logical_gbps = 2 x hidden bytes per (token, destination rank) / p50"),
+                    "logical_gbps = 2 x hidden bytes per (token, destination rank) / p50; moved_bytes: the hidden "
+                    "bytes the row's mode moves one way (low-latency: one row per unmasked (token, expert) entry; "
+                    "the others: per (token, destination rank)), moved_gbps = 2 x moved_bytes / p50"),
         command=" ".join([os.path.basename(sys.executable)] + sys.argv),
         shape=dict(hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=args.dtype,
                    routing=args.routing + (" (popularity 1/i^1.2 over a shared permutation)"
@@ -363,7 +426,7 @@ def main() -> None:
             f.write(text + "\n")
     for r in ratios:
         print(f"ranks={r['ranks']} tokens={r['tokens']}: " +
-              ", ".join(f"{k} = {v:.2f}" for k, v in r.items() if k in RATIOS and v is not None))
+              ", ".join(f"{k} = {v:.2f}" for k, v in r.items() if (k in RATIOS or k.endswith("_moved_bytes")) and v is not None))
     if not args.json:
         print(text)
 

@@ -201,8 +201,8 @@ class ep_core {
   status ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num_tokens,
                       int64_t routing_id, void* recv_rows);
   status ll_close_step(ll_channel& c);
-  status ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
-                     float* scales, int64_t block);
+  status ll_quantize(ll_channel& c, const fabric::dispatch_output& o, const char* rows, uint8_t* q,
+                     float* scales);
   // (is metadata, dtype, row width in elements, memory)
   using channel_key = std::tuple<bool, int, int64_t, int>;
   result<channel*> channel_for(bool meta, fabric::ep_dtype dtype, int64_t width,
@@ -229,7 +229,7 @@ class ep_core {
   channel* last_meta_ = nullptr;
   int last_topk_ = 0;
   std::vector<float> meta_rows_;
-  std::vector<float> fp8_rows_, fp8_scales_;  // ll_dispatch's fp8 staging
+  std::vector<float> fp8_scales_;  // ll_quantize's scales per distinct row
 };
 
 }  // namespace moerl::py

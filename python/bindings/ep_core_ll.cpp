@@ -14,6 +14,8 @@
 // row where the handle says it is.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "common/status_try.h"
 #include "kernels/dtypes.h"
@@ -100,23 +102,90 @@ status ep_core::ll_open_step(ll_channel& c, const int64_t* topk_idx, int64_t num
   return {};
 }
 
-// count rows of x's dtype -> e4m3 q [count, hidden] and the expert's column-major scales
-// [num_blocks][block] (row i of block b at scales[b * block + i]).
-status ep_core::ll_quantize(const char* rows, int64_t count, const ll_shape& shape, uint8_t* q,
-                            float* scales, int64_t block) {
-  if (count == 0) return {};
-  const int64_t hidden = shape.hidden, nb = kernels::fp8_num_blocks(hidden);
-  const float* src = reinterpret_cast<const float*>(rows);
-  if (shape.dtype == fabric::ep_dtype::bf16) {
-    fp8_rows_.resize(static_cast<size_t>(count * hidden));
-    STATUS_TRY(kernels::bf16_to_float(pool_, reinterpret_cast<const kernels::bf16*>(rows),
-                                      count * hidden, fp8_rows_.data()));
-    src = fp8_rows_.data();
+// The fp8 dispatch's valid rows (o's, in the block layout at `rows`: row i of local expert j
+// at j * block + i; device memory for a cuda channel) -> e4m3 q at the same place and each
+// expert's column-major scales [num_blocks][block] (row i of block b at scales[b * block + i]).
+// A token with several experts on this rank arrived once per expert, the same bytes each
+// time, and quantising is a function of the row, so each (source rank, source token) is
+// quantised once and its codes and scales are copied to its other rows: topk / ranks fewer
+// quantisations on the decode shape. One parallel_for over the distinct rows: two calls per
+// expert (the bf16 conversion, fp8_quantize) cost a pool wake-up each (256 per dispatch at 2
+// ranks, most of its 30-58 ms on a 2-core box where the worker waits for a core); the nested
+// calls inside it run inline.
+status ep_core::ll_quantize(ll_channel& c, const fabric::dispatch_output& o, const char* rows,
+                            uint8_t* q, float* scales) {
+  const ll_shape& shape = c.shape;
+  const int num_local = c.group->num_local_experts();
+  const int64_t block = ll_block(shape), hidden = shape.hidden,
+                nb = kernels::fp8_num_blocks(hidden);
+  const int64_t num_rows = o.expert_offset[num_local],
+                max_tokens = std::max<int64_t>(shape.max_tokens, 1);
+  if (num_rows == 0) return {};
+  const char* host = rows;
+  if (c.memory() == fabric::memory_kind::cuda) {  // the CPU twin quantises: the rows to host once
+    c.host_rows.resize(static_cast<size_t>(num_rows * c.row_bytes));
+    for (int j = 0; j < num_local; ++j) {
+      const int64_t first = o.expert_offset[j], count = o.expert_offset[j + 1] - first;
+      if (count > 0)
+        STATUS_TRY(fabric::device_copy(c.host_rows.data() + first * c.row_bytes,
+                                       rows + j * block * c.row_bytes,
+                                       static_cast<size_t>(count * c.row_bytes)));
+    }
+    host = c.host_rows.data();
   }
-  fp8_scales_.resize(static_cast<size_t>(count * nb));
-  STATUS_TRY(kernels::fp8_quantize(pool_, src, count, hidden, q, fp8_scales_.data()));
-  for (int64_t i = 0; i < count; ++i)
-    for (int64_t b = 0; b < nb; ++b) scales[b * block + i] = fp8_scales_[i * nb + b];
+  // Where row r (o's numbering) is read: compact on the host copy, else the block layout.
+  std::vector<int64_t> at(static_cast<size_t>(num_rows)), block_row(static_cast<size_t>(num_rows));
+  for (int j = 0; j < num_local; ++j)
+    for (int64_t r = o.expert_offset[j]; r < o.expert_offset[j + 1]; ++r) {
+      block_row[r] = j * block + (r - o.expert_offset[j]);
+      at[r] = host == rows ? block_row[r] : r;
+    }
+  // The distinct (source, token) rows, and each row's.
+  std::vector<int64_t> unique_of(static_cast<size_t>(opt_.num_ranks * max_tokens), -1);
+  std::vector<int64_t> unique_row, row_unique(static_cast<size_t>(num_rows));
+  for (int64_t r = 0; r < num_rows; ++r) {
+    int64_t& u = unique_of[o.src_rank[r] * max_tokens + o.src_token[r]];
+    if (u < 0) {
+      u = static_cast<int64_t>(unique_row.size());
+      unique_row.push_back(r);
+    }
+    row_unique[r] = u;
+  }
+  fp8_scales_.resize(unique_row.size() * static_cast<size_t>(nb));
+  const bool bf16 = shape.dtype == fabric::ep_dtype::bf16;
+  status failed = {};
+  std::mutex failed_mutex;
+  pool_.parallel_for(static_cast<int64_t>(unique_row.size()), [&](int64_t b, int64_t e) {
+    std::vector<float> staged(bf16 ? static_cast<size_t>(hidden) : 0);
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t r = unique_row[u];
+      const char* src = host + at[r] * c.row_bytes;
+      const float* x = reinterpret_cast<const float*>(src);
+      status st = {};
+      if (bf16) {
+        st = kernels::bf16_to_float(pool_, reinterpret_cast<const kernels::bf16*>(src), hidden,
+                                    staged.data());
+        x = staged.data();
+      }
+      if (st)
+        st = kernels::fp8_quantize(pool_, x, 1, hidden, q + block_row[r] * hidden,
+                                   fp8_scales_.data() + u * nb);
+      if (!st) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (failed) failed = st;
+        return;
+      }
+    }
+  });
+  if (!failed) return failed;
+  for (int j = 0; j < num_local; ++j)
+    for (int64_t r = o.expert_offset[j]; r < o.expert_offset[j + 1]; ++r) {
+      const int64_t u = row_unique[r], i = r - o.expert_offset[j], from = unique_row[u];
+      if (from != r)
+        std::memcpy(q + block_row[r] * hidden, q + block_row[from] * hidden,
+                    static_cast<size_t>(hidden));
+      for (int64_t b = 0; b < nb; ++b) scales[(j * nb + b) * block + i] = fp8_scales_[u * nb + b];
+    }
   return {};
 }
 
@@ -151,18 +220,6 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
                        "num_max_dispatch_tokens_per_rank = " + std::to_string(block) +
                        " fit (does a token name one expert twice in topk_idx?)"};
     recv_count[j] = static_cast<int32_t>(count);
-    if (fp8.q) {
-      const char* rows = static_cast<const char*>(o.recv_x) + j * block * c->row_bytes;
-      if (c->memory() == fabric::memory_kind::cuda &&
-          count > 0) {  // the CPU twin quantises: the rows to host once
-        c->host_rows.resize(static_cast<size_t>(count * c->row_bytes));
-        STATUS_TRY(fabric::device_copy(c->host_rows.data(), rows, c->host_rows.size()));
-        rows = c->host_rows.data();
-      }
-      STATUS_TRY(ll_quantize(rows, count, shape, fp8.q + j * block * shape.hidden,
-                             fp8.scales + j * kernels::fp8_num_blocks(shape.hidden) * block,
-                             block));
-    }
     for (int64_t i = 0; i < count; ++i) {
       const int s = o.src_rank[first + i];
       src_info[j * block + i] = o.src_token[first + i];
@@ -171,6 +228,7 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
       ++range;
     }
   }
+  if (fp8.q) STATUS_TRY(ll_quantize(*c, o, static_cast<const char*>(o.recv_x), fp8.q, fp8.scales));
   return {};
 }
 

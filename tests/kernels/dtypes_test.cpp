@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/dtypes.h"
@@ -87,4 +89,28 @@ TEST(dtypes, the_vectorised_block_encoder_agrees_with_the_scalar_encoder_on_ever
     for (int64_t j = b * 128; j < std::min(H, (b + 1) * 128); ++j)
       ASSERT_EQ(q[j], float_to_e4m3(x[j] / scales[b])) << "value " << x[j];
   }
+}
+
+TEST(dtypes, the_vectorised_block_encoder_agrees_with_the_scalar_encoder_on_random_bit_patterns) {
+  // Every exponent (subnormals, values that saturate or round across a binade, infinities and
+  // NaNs among them), and a hidden size whose blocks end in a tail shorter than 8 lanes.
+  thread_pool pool(1);
+  std::mt19937 gen(25);
+  const int64_t H = 3 * 128 + 13, rows = 64;
+  std::vector<float> x(rows * H);
+  for (float& v : x) {
+    const uint32_t bits = static_cast<uint32_t>(gen());
+    std::memcpy(&v, &bits, sizeof v);
+  }
+  // Blocks of one scale, so the codes near the subnormal and saturation edges occur too.
+  for (int64_t i = 0; i < H; ++i) x[i] = std::ldexp(static_cast<float>(i % 97) - 48.0f, -3);
+  std::vector<uint8_t> q(rows * H);
+  std::vector<float> scales(rows * fp8_num_blocks(H));
+  ASSERT_TRUE(fp8_quantize(pool, x.data(), rows, H, q.data(), scales.data()).ok());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < H; ++j) {
+      const float s = scales[r * fp8_num_blocks(H) + j / 128];
+      ASSERT_EQ(q[r * H + j], float_to_e4m3(x[r * H + j] / s))
+          << "row " << r << " element " << j << " value " << x[r * H + j] << " scale " << s;
+    }
 }
