@@ -84,11 +84,9 @@ struct job_setup {
 
   bool use_caches() const { return caches && from_cache; }
   // A trainer group of `num_members` publishes each version as shards, one per rank, each
-  // pushed by the member holding it (job/sharded_publication.h). Fan-out passes whole versions
-  // on (weights/FANOUT.md), so with weights.fanout member 0 publishes whole versions as before.
-  bool shard_versions(uint32_t num_members) const {
-    return num_members > 1 && use_caches() && !cfg.get_bool("weights.fanout");
-  }
+  // pushed by the member holding it (job/sharded_publication.h). With weights.fanout the first
+  // reader assembles them and passes the version on whole (weights/FANOUT.md).
+  bool shard_versions(uint32_t num_members) const { return num_members > 1 && use_caches(); }
 
   // How many versions' store copies are kept (version_store_copy prunes the older ones).
   uint64_t store_copies_kept() const {

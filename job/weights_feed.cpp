@@ -30,9 +30,14 @@ weights_feed::weights_feed(std::shared_ptr<weights::cache_directory> caches, int
       store_read_(std::move(store_read)),
       reader_(caches_ ? caches_->zmq() : nullptr, timeout_ms, same_host_shm) {
   reader_.set_assembler(std::move(assemble));
-  if (caches_ && caches_->peer())
+  if (caches_ && caches_->peer()) {
     fanout_ = std::make_unique<weights::fanout_reader>(caches_->zmq(), caches_->peer(), timeout_ms,
                                                        timeout_ms);
+    // A sharded version comes from the caches through reader_, which assembles it; fanout_
+    // then serves it whole to the readers below this one.
+    fanout_->set_sharded_reader(
+        [this](uint64_t v) { return reader_.fetch(v, caches_->caches(), nullptr); });
+  }
   if (caches_) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
@@ -62,7 +67,10 @@ result<std::shared_ptr<const std::string>> weights_feed::fetch_locked(uint64_t v
   }
   auto got = caches_ ? fetch_from_caches(version) : fetch_from_store(version);
   std::lock_guard<std::mutex> g(mu_);
-  if (caches_) counters_ = fanout_ ? fanout_->counters() : reader_.counters();
+  if (caches_) {
+    counters_ = reader_.counters();  // with fan-out: the sharded versions it read
+    if (fanout_) counters_ += fanout_->counters();
+  }
   if (!got) return got.err();
   const int64_t now = unix_ms();
   held_[version] = {got->bytes, got->source, now};

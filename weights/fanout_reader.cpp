@@ -53,11 +53,9 @@ result<fanout_reader::meta> fanout_reader::ask_meta(const fanout_source& src, ui
       if (m.chunk_bytes == 0 || m.content_hash.empty() ||
           m.num_chunks != (m.bytes + m.chunk_bytes - 1) / m.chunk_bytes)
         return error(errc::malformed_message, src.endpoint + " answered an inconsistent meta");
-      // The tree passes whole versions on; a trainer with weights.fanout publishes whole ones.
-      if (a->header.value("num_shards", uint64_t{1}) != 1)
-        return error(errc::invalid_argument, src.endpoint + " holds version " +
-                                                 std::to_string(version) +
-                                                 " in shards, which fan-out does not pass on");
+      m.num_shards = a->header.value("num_shards", uint64_t{1});
+      if (m.num_shards == 0)
+        return error(errc::malformed_message, src.endpoint + " answered a meta of 0 shards");
       return m;
     }
     // A dead or confused holder gets a fresh socket next time; one without the version keeps it.
@@ -105,6 +103,13 @@ bool fanout_reader::read_from(const fanout_source& src, arriving_version& into) 
   return true;
 }
 
+void fanout_reader::serve_whole(cached_version v) {
+  if (!self_) return;
+  const uint64_t version = v.version;
+  if (auto st = self_->held().insert(std::move(v)); !st)
+    logger("weights")->warn("version {}: not served whole: {}", version, st.err().to_string());
+}
+
 result<fetched_version> fanout_reader::fetch(
     uint64_t version, const std::vector<fanout_source>& sources,
     const std::function<result<std::string>()>& from_store) {
@@ -117,6 +122,24 @@ result<fetched_version> fanout_reader::fetch(
   for (const auto& src : sources) {
     auto m = ask_meta(src, version);
     if (!m) continue;
+    if (m->num_shards > 1) {
+      // Readers serve whole versions only, so shards come from the caches. The sharded reader
+      // asks every cache for every shard: one try covers the caches left in `sources`.
+      if (src.peer || !sharded_) {
+        log->warn("version {}: {} holds it in {} shards and {}", version, src.endpoint,
+                  m->num_shards,
+                  src.peer ? "a peer should hold it whole" : "this reader cannot assemble them");
+        continue;
+      }
+      auto whole = sharded_(version);
+      if (!whole) {
+        log->warn("version {}: its shards from the caches: {}", version, whole.err().to_string());
+        break;
+      }
+      serve_whole(make_cached_version(version, whole->bytes, m->chunk_bytes));
+      if (self_ && arriving) self_->arriving().remove(version);  // a peer failed mid-version
+      return whole;
+    }
     if (!arriving) {
       arriving =
           std::make_shared<arriving_version>(version, m->bytes, m->content_hash, m->chunk_bytes);
@@ -137,8 +160,7 @@ result<fetched_version> fanout_reader::fetch(
     if (store::sha256_hex(*arriving->bytes()) == arriving->content_hash()) {
       if (self_) {
         // Held whole before it stops arriving, so a peer never finds it in neither.
-        if (auto st = self_->held().insert(arriving->to_cached()); !st)
-          log->warn("version {}: not served whole: {}", version, st.err().to_string());
+        serve_whole(arriving->to_cached());
         self_->arriving().remove(version);
       }
       ++counters_.num_versions;

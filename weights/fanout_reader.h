@@ -8,7 +8,11 @@
 // num_chunk_refetches, then the next source is tried) and the whole version against the
 // content hash before it is handed out or served whole. Bytes are counted by where they
 // came from: bytes_from.peer (another reader) or bytes_from.cache, and the store when no
-// source could serve it. Not thread-safe: one fetch at a time (it holds its sockets).
+// source could serve it. A version the caches hold in shards (a trainer group's sharded
+// publication) is read by the caller's sharded reader, which fetches the shards in parallel
+// and assembles them; this reader then serves the assembled version whole, so the readers
+// below it read one version from it as from any peer: shards travel cache -> first reader,
+// whole versions reader -> reader. Not thread-safe: one fetch at a time (it holds its sockets).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,11 @@ class fanout_reader {
   result<fetched_version> fetch(uint64_t version, const std::vector<fanout_source>& sources,
                                 const std::function<result<std::string>()>& from_store);
   const reader_counters& counters() const { return counters_; }
+  // Reads a version a cache holds in shards (weights/PROTOCOL.md, "Sharded versions"): the
+  // shards from the caches, assembled and checked against the version's hash; it counts its
+  // own bytes. Without one such a version is not read from the caches (the store copy is).
+  using sharded_reader = std::function<result<fetched_version>(uint64_t version)>;
+  void set_sharded_reader(sharded_reader f) { sharded_ = std::move(f); }
   // Called after each chunk is held, with (chunk, num_chunks): tests pause a reader here to
   // kill it mid-transfer at a known point.
   void on_chunk(std::function<void(uint64_t, uint64_t)> f) { on_chunk_ = std::move(f); }
@@ -46,6 +55,7 @@ class fanout_reader {
   struct meta {
     uint64_t bytes = 0, chunk_bytes = 0, num_chunks = 0;
     std::string content_hash;
+    uint64_t num_shards = 1;
   };
   cache_client* connection(const std::string& endpoint);
   // The version's meta from `src`; a peer that does not hold it yet is asked again until
@@ -53,6 +63,8 @@ class fanout_reader {
   result<meta> ask_meta(const fanout_source& src, uint64_t version);
   // Reads the chunks `into` lacks from `src`, in order; false when the source failed.
   bool read_from(const fanout_source& src, arriving_version& into);
+  // Serves `bytes` whole from now on (a version read from shards, or arrived chunk by chunk).
+  void serve_whole(cached_version v);
 
   std::shared_ptr<zmq::zmq_context> ctx_;
   std::shared_ptr<peer_server> self_;
@@ -60,6 +72,7 @@ class fanout_reader {
   std::map<std::string, std::unique_ptr<cache_client>> connections_;
   reader_counters counters_;
   std::function<void(uint64_t, uint64_t)> on_chunk_;
+  sharded_reader sharded_;
 };
 
 }  // namespace moerl::weights

@@ -17,6 +17,21 @@ json reader_counters::bytes_from_json() const {
   return {{"cache", bytes_from_cache}, {"peer", bytes_from_peer}, {"store", bytes_from_store}};
 }
 
+reader_counters& reader_counters::operator+=(const reader_counters& o) {
+  bytes_from_cache += o.bytes_from_cache;
+  bytes_from_peer += o.bytes_from_peer;
+  bytes_from_store += o.bytes_from_store;
+  num_versions += o.num_versions;
+  num_failovers += o.num_failovers;
+  num_chunk_refetches += o.num_chunk_refetches;
+  num_store_fallbacks += o.num_store_fallbacks;
+  bytes_via_shm += o.bytes_via_shm;
+  bytes_via_sealed_shm += o.bytes_via_sealed_shm;
+  num_sharded_versions += o.num_sharded_versions;
+  num_shards_read += o.num_shards_read;
+  return *this;
+}
+
 json reader_counters::to_json() const {
   return {{"bytes_from", bytes_from_json()},
           {"versions", num_versions},
@@ -215,13 +230,7 @@ result<std::vector<fetched_shard>> version_reader::fetch_shards(
                                                        " holds version " + std::to_string(version)))
                       : read_entry(version, 0, hs, caches.size());
   for (auto& t : threads) t.join();
-  for (const auto& c : theirs) {
-    counters_.bytes_from_cache += c.bytes_from_cache;
-    counters_.bytes_via_shm += c.bytes_via_shm;
-    counters_.bytes_via_sealed_shm += c.bytes_via_sealed_shm;
-    counters_.num_failovers += c.num_failovers;
-    counters_.num_chunk_refetches += c.num_chunk_refetches;
-  }
+  for (const auto& c : theirs) counters_ += c;
   std::vector<fetched_shard> out;
   for (uint32_t k = 0; k < n; ++k) {
     if (!got[k]) return got[k].err();

@@ -41,6 +41,8 @@ struct reader_counters {
   uint64_t num_shards_read = 0;       // shards of those
   nlohmann::json bytes_from_json() const;
   nlohmann::json to_json() const;
+  // Adds every count of `o` (one reader's counts over several readers).
+  reader_counters& operator+=(const reader_counters& o);
 };
 
 // One shard as a cache held it: a whole version is shard 0 of 1.

@@ -1,7 +1,7 @@
 // Fan-out's parts in one process on loopback (the namespaces test runs them as processes):
 // the tree every reader computes, a reader's server answering bad requests and chunks not
 // arrived yet, a child reading a version while its parent still receives it, and a peer
-// that serves a corrupt chunk.
+// that serves a corrupt chunk, and a version the caches hold in shards passed on whole.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -12,6 +12,7 @@
 #include "weights/fanout_plan.h"
 #include "weights/fanout_reader.h"
 #include "weights/peer_server.h"
+#include "weights/version_reader.h"
 #include "weights/wire.h"
 
 namespace moerl::weights {
@@ -168,6 +169,59 @@ TEST(fanout_reader, NoHolderAndNoStoreIsNotFound) {
   auto got = reader.fetch(4, {{cache.endpoint(), false}}, nullptr);
   ASSERT_FALSE(got);
   EXPECT_EQ(got.err().code, errc::not_found);
+}
+
+// A trainer group's version: two shards in the cache. The first reader reads them through its
+// sharded reader (which assembles them) and serves the assembled version whole; a reader below
+// it reads that from it as from any peer, never touching the shards.
+TEST(fanout_reader, AShardedVersionIsAssembledByTheFirstReaderAndPassedOnWhole) {
+  auto ctx = zmq_ctx();
+  served_cache cache(ctx, kChunk);
+  const std::vector<std::string> shards = {random_bytes(5 * kChunk + 11, 21),
+                                           random_bytes(3 * kChunk + 5, 22)};
+  for (uint32_t k = 0; k < shards.size(); ++k) {
+    auto cv = make_cached_version(9, std::make_shared<const std::string>(shards[k]), kChunk);
+    cv.shard = k;
+    cv.num_shards = 2;
+    ASSERT_TRUE(cache.cache().insert(std::move(cv)));
+  }
+  const std::string whole = shards[0] + shards[1];
+
+  auto root_server = start_peer(ctx);
+  version_reader shard_reader(ctx, 2000, false);
+  shard_reader.set_assembler(
+      [](const std::vector<fetched_shard>& s, const std::string&) -> result<std::string> {
+        std::string out;
+        for (const auto& one : s) out += *one.bytes;
+        return out;
+      });
+  fanout_reader root(ctx, root_server, 2000, 2000);
+  root.set_sharded_reader(
+      [&](uint64_t v) { return shard_reader.fetch(v, {cache.endpoint()}, nullptr); });
+  auto got = root.fetch(9, {{cache.endpoint(), false}}, nullptr);
+  ASSERT_TRUE(got) << got.err().to_string();
+  EXPECT_EQ(*got->bytes, whole);
+  EXPECT_EQ(shard_reader.counters().num_sharded_versions, 1u);
+  EXPECT_EQ(shard_reader.counters().num_shards_read, 2u);
+  auto held = root_server->held().find(9);
+  ASSERT_TRUE(held);
+  EXPECT_EQ((*held)->num_shards, 1u);
+  EXPECT_EQ((*held)->content_hash, store::sha256_hex(whole));
+
+  fanout_reader child(ctx, start_peer(ctx), 2000, 2000);
+  auto below =
+      child.fetch(9, {{root_server->endpoint(), true}, {cache.endpoint(), false}}, nullptr);
+  ASSERT_TRUE(below) << below.err().to_string();
+  EXPECT_EQ(*below->bytes, whole);
+  EXPECT_EQ(below->source, "peer");
+  EXPECT_EQ(child.counters().bytes_from_peer, whole.size());
+  EXPECT_EQ(child.counters().bytes_from_cache, 0u);
+
+  // A reader that cannot assemble shards does not read them (nor pass on shard 0 as the version).
+  fanout_reader unable(ctx, nullptr, 500, 200);
+  auto none = unable.fetch(9, {{cache.endpoint(), false}}, nullptr);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.err().code, errc::not_found);
 }
 
 }  // namespace
