@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "common/config.h"
@@ -16,12 +15,6 @@ namespace moerl::weights {
 namespace {
 
 using nlohmann::json;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Transport addresses are bytes; the protocol's headers are JSON text.
 std::string to_hex(std::string_view bytes) {
@@ -104,8 +97,8 @@ result<json> fabric_landing::begin(uint64_t bytes, uint64_t write_bytes) {
   if (!transport_) {
     auto opened = fabric::open_transport(options_);
     if (!opened)
-      return error(opened.err().code, "this cache cannot open its fabric transport: " +
-                                          opened.err().message);
+      return error(opened.err().code,
+                   "this cache cannot open its fabric transport: " + opened.err().message);
     transport_ = std::move(*opened);
     logger("weights")->info("fabric puts land through provider {}",
                             transport_->describe().provider);
@@ -134,7 +127,7 @@ result<json> fabric_landing::begin(uint64_t bytes, uint64_t write_bytes) {
     return reg.err();
   }
   r.reg = *reg;
-  r.began_ms = now_ms();
+  r.began_ns = fabric::now_ns();
   const uint32_t ticket = next_ticket_++;
   if (next_ticket_ == 0) next_ticket_ = 1;  // 0 is never a ticket
   json out{{"ticket", ticket},
@@ -161,7 +154,7 @@ status fabric_landing::progress() {
 }
 
 result<std::string_view> fabric_landing::landed(uint32_t ticket, uint64_t writes, int wait_ms) {
-  const int64_t deadline = now_ms() + wait_ms;
+  const int64_t deadline = fabric::now_ns() + int64_t{wait_ms} * 1000000;
   for (;;) {
     auto it = regions_.find(ticket);
     if (it == regions_.end())
@@ -169,7 +162,7 @@ result<std::string_view> fabric_landing::landed(uint32_t ticket, uint64_t writes
                                         " is not in progress here (freed after its timeout, "
                                         "or never granted)");
     if (it->second.writes >= writes) return std::string_view(it->second.ptr, it->second.size);
-    if (now_ms() > deadline)
+    if (fabric::now_ns() > deadline)
       return error(errc::timeout, "fabric put " + std::to_string(ticket) + ": " +
                                       std::to_string(it->second.writes) + " of " +
                                       std::to_string(writes) + " writes arrived");
@@ -187,9 +180,9 @@ void fabric_landing::release(uint32_t ticket) {
 
 std::vector<uint32_t> fabric_landing::expire() {
   std::vector<uint32_t> gone;
-  const int64_t t = now_ms();
+  const int64_t t = fabric::now_ns();
   for (auto it = regions_.begin(); it != regions_.end();) {
-    if (t - it->second.began_ms <= put_timeout_ms_) {
+    if (t - it->second.began_ns <= put_timeout_ms_ * 1000000) {
       ++it;
       continue;
     }
@@ -258,8 +251,9 @@ result<uint64_t> fabric_pusher::write(const fabric_grant& g, const std::string& 
     // socket the cache reads before it looks at the bytes) orders them for the cache.
     char* to_ptr = transport_->mapped(kCache, g.region, from, to - from);
     if (!to_ptr && to > from)
-      return error(errc::peer_dead, "cannot map the cache's landing region (same host, but "
-                                    "/proc/<pid>/fd of the cache is not open to us)");
+      return error(errc::peer_dead,
+                   "cannot map the cache's landing region (same host, but "
+                   "/proc/<pid>/fd of the cache is not open to us)");
     if (to > from) std::memcpy(to_ptr, bytes.data() + from, to - from);
     return uint64_t{0};
   }
@@ -278,8 +272,7 @@ result<uint64_t> fabric_pusher::write(const fabric_grant& g, const std::string& 
         st = error(errc::timeout, "the cache did not take the writes in time");
     }
     if (!st) break;
-    st = transport_->write(kCache, src, bytes.data() + off, len, g.region, off, g.ticket,
-                           deadline);
+    st = transport_->write(kCache, src, bytes.data() + off, len, g.region, off, g.ticket, deadline);
     if (st) ++writes;
   }
   while (st && transport_->outstanding() > 0) {
@@ -310,19 +303,26 @@ status fabric_pusher::commit(cache_client& cache, const fabric_grant& g, uint64_
 status fabric_pusher::push(cache_client& cache, uint64_t version, const std::string& bytes,
                            const std::string& content_hash, const shard_tag& tag) {
   std::lock_guard<std::mutex> lock(push_mu_);
+  status st = push_locked(cache, version, bytes, content_hash, tag);
+  ++(st ? num_pushed_ : num_failed_);
+  return st;
+}
+
+status fabric_pusher::push_locked(cache_client& cache, uint64_t version, const std::string& bytes,
+                                  const std::string& content_hash, const shard_tag& tag) {
   const std::string what = what_of(version, tag);
   auto g = begin(cache, version, bytes.size(), tag);
   if (!g)
-    return error(g.err().code, "put_begin of " + what + " at " + cache.endpoint() + ": " +
-                                   g.err().message);
+    return error(g.err().code,
+                 "put_begin of " + what + " at " + cache.endpoint() + ": " + g.err().message);
   if (g->held) return ok_status();
   auto writes = write(*g, bytes, 0, bytes.size());
   if (!writes)
-    return error(writes.err().code, "fabric writes of " + what + " to " + cache.endpoint() +
-                                        ": " + writes.err().message);
+    return error(writes.err().code, "fabric writes of " + what + " to " + cache.endpoint() + ": " +
+                                        writes.err().message);
   if (auto st = commit(cache, *g, version, content_hash, tag, *writes); !st)
-    return error(st.err().code, "put_commit of " + what + " at " + cache.endpoint() + ": " +
-                                    st.err().message);
+    return error(st.err().code,
+                 "put_commit of " + what + " at " + cache.endpoint() + ": " + st.err().message);
   return ok_status();
 }
 
@@ -332,8 +332,9 @@ result<std::shared_ptr<fabric_pusher>> fabric_pusher_from_config(const config& c
   if (how != "fabric")
     return error(errc::invalid_config,
                  "weights.shard_push must be zmq or fabric, not '" + how + "'");
-  return std::make_shared<fabric_pusher>(fabric::transport_options::from_config(cfg),
-                                         static_cast<int>(cfg.get_int("weights.request_timeout_ms")));
+  return std::make_shared<fabric_pusher>(
+      fabric::transport_options::from_config(cfg),
+      static_cast<int>(cfg.get_int("weights.request_timeout_ms")));
 }
 
 }  // namespace moerl::weights

@@ -8,10 +8,11 @@
 // whichever cache it pushes to.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,8 +61,8 @@ class fabric_landing {
     size_t size = 0;
     int fd = -1;
     fabric::local_region reg;
-    uint64_t writes = 0;  // immediates counted
-    int64_t began_ms = 0;
+    uint64_t writes = 0;   // immediates counted
+    int64_t began_ns = 0;  // fabric::now_ns(), the time base of fabric/'s deadlines
   };
   void free_region(region& r);
 
@@ -109,15 +110,23 @@ class fabric_pusher {
 
   // How the last write reached the cache: "same_process", "same_host", "network" ("" before).
   const std::string& last_path() const { return last_path_; }
+  // Whole puts that push() completed, and those that failed (their pusher fell back to zmq):
+  // a caller sees which way its versions went without parsing the log.
+  uint64_t num_pushed() const { return num_pushed_.load(); }
+  uint64_t num_failed() const { return num_failed_.load(); }
   const fabric::transport_description* describe() const;
 
  private:
+  status push_locked(cache_client& cache, uint64_t version, const std::string& bytes,
+                     const std::string& content_hash, const shard_tag& tag);
+
   fabric::transport_options options_;
   int timeout_ms_;
   std::unique_ptr<fabric::transport> transport_;
   std::string last_path_;
   std::vector<uint32_t> imms_;
   std::mutex push_mu_;
+  std::atomic<uint64_t> num_pushed_{0}, num_failed_{0};
 };
 
 // A pusher from config: weights.shard_push "fabric" gives one (fabric.* keys choose the

@@ -88,8 +88,8 @@ std::string shard_bytes(uint64_t n, uint64_t seed) {
 }
 
 int run_member(const fs::path& dir, const std::string& name, const std::string& cache_ep,
-               const std::string& provider, uint64_t bytes, uint64_t seed,
-               weights::shard_tag tag, uint64_t pause_at) {
+               const std::string& provider, uint64_t bytes, uint64_t seed, weights::shard_tag tag,
+               uint64_t pause_at) {
   const std::string data = shard_bytes(bytes, seed);
   const std::string sha = store::sha256_hex(data);
   auto ctx = *zmq::zmq_context::create();

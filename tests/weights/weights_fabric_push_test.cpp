@@ -14,8 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <random>
-#include <sstream>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -25,6 +24,8 @@
 #include "sims/netns_link.h"
 #include "sims/netns_switch.h"
 #include "store/digest.h"
+#include "tests/support/node_files.h"
+#include "tests/support/served_cache.h"
 #include "weights/cache_client.h"
 #include "weights/cache_server.h"
 #include "weights/fabric_push.h"
@@ -45,13 +46,6 @@ constexpr int kTimeoutMs = 5000;
 constexpr int64_t kPutTimeoutMs = 1500;  // a killed member's region is freed after this
 constexpr auto kWait = std::chrono::seconds(20);
 
-std::string random_bytes(uint64_t n, uint64_t seed) {  // fabric_push_node's shard_bytes
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
 fabric::transport_options tcp_or_auto(bool tcp) {
   fabric::transport_options o;
   o.provider = tcp ? "tcp;ofi_rxm" : "auto";
@@ -59,12 +53,15 @@ fabric::transport_options tcp_or_auto(bool tcp) {
   return o;
 }
 
-// A cache served from a thread of this process.
+// A cache served from a thread of this process. Its counters are the server thread's plain
+// fields: that thread copies them after every poll, under a mutex, for the test to read.
 struct running_cache {
   std::shared_ptr<zmq::zmq_context> ctx = *zmq::zmq_context::create();
   std::shared_ptr<version_cache> cache = std::make_shared<version_cache>(8, uint64_t(1) << 30);
   std::unique_ptr<cache_server> server;
   std::atomic<bool> stop{false};
+  mutable std::mutex counters_mu;
+  server_counters counters_seen;
   std::thread thread;
 
   explicit running_cache(bool fabric) {
@@ -73,16 +70,22 @@ struct running_cache {
     server = std::move(*s);
     if (fabric) server->enable_fabric_puts(tcp_or_auto(false), kPutTimeoutMs);
     thread = std::thread([this] {
-      while (!stop) ASSERT_TRUE(server->poll(10));
+      while (!stop) {
+        ASSERT_TRUE(server->poll(10));
+        std::lock_guard<std::mutex> lock(counters_mu);
+        counters_seen = server->counters();
+      }
     });
   }
   ~running_cache() {
     stop = true;
     thread.join();
   }
-  // Read from the server's thread only after stop; counters are plain fields, read racily
-  // here by design of a test that polls them until they settle.
-  server_counters counters() const { return server->counters(); }
+  // As of the server thread's last poll.
+  server_counters counters() const {
+    std::lock_guard<std::mutex> lock(counters_mu);
+    return counters_seen;
+  }
 };
 
 std::unique_ptr<cache_client> client_of(const running_cache& c) {
@@ -91,21 +94,7 @@ std::unique_ptr<cache_client> client_of(const running_cache& c) {
   return std::move(*cl);
 }
 
-bool wait_for(const std::function<bool()>& cond) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return json::parse(s.str(), nullptr, false);
-}
+bool wait_for(const std::function<bool()>& cond) { return testing::wait_until(cond, kWait); }
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir =
@@ -118,7 +107,7 @@ fs::path fresh_dir(const std::string& name) {
 TEST(weights_fabric_push, a_put_in_one_process_is_held_as_a_zeromq_put_would_be) {
   running_cache c(true);
   auto cl = client_of(c);
-  const std::string bytes = random_bytes(3 * kChunk + 17, 1);
+  const std::string bytes = testing::random_bytes(3 * kChunk + 17, 1);
   fabric_pusher pusher(tcp_or_auto(false), kTimeoutMs);
   ASSERT_TRUE(pusher.push(*cl, 4, bytes, store::sha256_hex(bytes), shard_tag{1, 2, ""}));
   EXPECT_EQ(pusher.last_path(), "same_process");
@@ -129,14 +118,15 @@ TEST(weights_fabric_push, a_put_in_one_process_is_held_as_a_zeromq_put_would_be)
   EXPECT_EQ(meta->header["num_chunks"], 4);
   // Pushed again: already held, nothing written.
   ASSERT_TRUE(pusher.push(*cl, 4, bytes, store::sha256_hex(bytes), shard_tag{1, 2, ""}));
-  EXPECT_TRUE(wait_for([&] { return c.counters().fabric_regions == 0; }));
-  EXPECT_EQ(c.counters().num_fabric_puts, 1u);
+  // The counters as of a poll after the put (the snapshot may be older than our answer).
+  EXPECT_TRUE(wait_for([&] { return c.counters().num_fabric_puts == 1; }));
+  EXPECT_EQ(c.counters().fabric_regions, 0u);
 }
 
 TEST(weights_fabric_push, a_wrong_commit_hash_is_refused_and_frees_the_region) {
   running_cache c(true);
   auto cl = client_of(c);
-  const std::string bytes = random_bytes(2 * kChunk, 2);
+  const std::string bytes = testing::random_bytes(2 * kChunk, 2);
   fabric_pusher pusher(tcp_or_auto(false), kTimeoutMs);
   auto g = pusher.begin(*cl, 6, bytes.size(), {});
   ASSERT_TRUE(g) << g.err().to_string();
@@ -148,8 +138,8 @@ TEST(weights_fabric_push, a_wrong_commit_hash_is_refused_and_frees_the_region) {
   EXPECT_NE(st.err().message.find("does not match its content hash"), std::string::npos)
       << st.err().message;
   EXPECT_FALSE(c.cache->find(6));
-  EXPECT_TRUE(wait_for([&] { return c.counters().fabric_regions == 0; }));
-  EXPECT_EQ(c.counters().num_fabric_puts_failed, 1u);
+  EXPECT_TRUE(wait_for([&] { return c.counters().num_fabric_puts_failed == 1; }));
+  EXPECT_EQ(c.counters().fabric_regions, 0u);
   // The ticket is spent: committing it again names it as not in progress.
   auto again = pusher.commit(*cl, *g, 6, store::sha256_hex(bytes), {}, *w);
   ASSERT_FALSE(again);
@@ -162,7 +152,7 @@ TEST(weights_fabric_push, a_wrong_commit_hash_is_refused_and_frees_the_region) {
 
 TEST(weights_fabric_push, a_cache_without_fabric_puts_gets_the_zeromq_put) {
   running_cache c(false);
-  const std::string bytes = random_bytes(kChunk + 5, 3);
+  const std::string bytes = testing::random_bytes(kChunk + 5, 3);
   fabric_pusher pusher(tcp_or_auto(false), kTimeoutMs);
   auto where = push_to_a_cache(c.ctx, {c.server->endpoint()}, 9, bytes, store::sha256_hex(bytes),
                                kChunk, kTimeoutMs, {}, &pusher);
@@ -170,8 +160,10 @@ TEST(weights_fabric_push, a_cache_without_fabric_puts_gets_the_zeromq_put) {
   auto held = c.cache->find(9);
   ASSERT_TRUE(held);
   EXPECT_EQ((*held)->content_hash, store::sha256_hex(bytes));
+  EXPECT_TRUE(wait_for([&] { return c.counters().num_versions_put == 1; }));
   EXPECT_EQ(c.counters().num_fabric_puts, 0u);
-  EXPECT_EQ(c.counters().num_versions_put, 1u);
+  EXPECT_EQ(pusher.num_failed(), 1u);
+  EXPECT_EQ(pusher.num_pushed(), 0u);
 }
 
 // A member process on this host: its stores land in the cache's memfd; a second member
@@ -200,13 +192,13 @@ TEST(weights_fabric_push, members_on_this_host_and_one_killed_mid_write) {
   const pid_t victim = member("victim", 11, 1, bytes / 2);
   ASSERT_TRUE(wait_for([&] { return fs::exists(dir / "victim.paused"); }))
       << "the victim never got half way; logs in " << dir;
-  EXPECT_EQ(c.counters().fabric_regions, 1u);
+  EXPECT_TRUE(wait_for([&] { return c.counters().fabric_regions == 1; }));
   ASSERT_TRUE(send_signal(victim, SIGKILL));
   ASSERT_TRUE(wait_exit(victim, 10000));
   const pid_t ok = member("ok", 10, 0, 0);
   ASSERT_TRUE(wait_for([&] { return fs::exists(dir / "ok.json"); })) << "logs in " << dir;
   EXPECT_TRUE(wait_exit(ok, 10000));
-  const json r = read_json(dir / "ok.json");
+  const json r = testing::read_json_file(dir / "ok.json");
   EXPECT_TRUE(r.value("ok", false)) << r.dump();
   EXPECT_EQ(r.value("path", ""), "same_host");
   auto held = c.cache->find(5, 0);
@@ -268,11 +260,11 @@ TEST(weights_fabric_push, members_on_other_hosts_write_over_tcp) {
       (void)send_signal(p, SIGKILL);
       (void)wait_exit(p, 5000);
     }
-  const json cache = read_json(dir / "cache.json");
+  const json cache = testing::read_json_file(dir / "cache.json");
   ASSERT_TRUE(cache.is_object()) << "logs in " << dir;
   EXPECT_EQ(cache.value("provider", ""), "tcp;ofi_rxm");
   for (int s = 0; s < 2; ++s) {
-    const json r = read_json(dir / ("m" + std::to_string(s) + ".json"));
+    const json r = testing::read_json_file(dir / ("m" + std::to_string(s) + ".json"));
     ASSERT_TRUE(r.is_object());
     EXPECT_TRUE(r.value("ok", false)) << r.dump();
     EXPECT_EQ(r.value("path", ""), "network") << r.dump();
