@@ -466,7 +466,7 @@ const std::vector<key_spec>& config_schema() {
        "registered, or stores into its memfd on the same host, then put_commit with the "
        "sha256; weights/PROTOCOL.md \"Fabric puts\"); a fabric put that fails falls back to zmq. "
        "zmq by default: measured (bench/weights/results/weights-push-2026-12-06-64MiB.json) a "
-       "64 MiB fabric put is 1.16-1.25x faster on one host or an unshaped link and equal on a "
+       "64 MiB fabric put is 1.16-1.27x faster on one host or an unshaped link and equal on a "
        "1 Gbit/s one, too little yet for a fabric transport in every trainer and cache process",
        "zmq|fabric"},
       {"weights.fanout", t::boolean, "false",
