@@ -26,6 +26,7 @@
 #include "console/console_server.h"
 #include "console/http_console.h"
 #include "env/env_server.h"
+#include "fabric/transport.h"
 #include "ledger/clock.h"
 #include "store/object_store.h"
 #include "zmq/plane_context.h"
@@ -263,6 +264,10 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
     }
     ctx->endpoint = *ep;
     (*server)->enable_same_host_shm(cfg.get_bool("weights.same_host_shm"));
+    // Fabric puts are taken whatever this node's weights.shard_push (the trainer's key):
+    // the transport opens only at the first put_begin.
+    (*server)->enable_fabric_puts(fabric::transport_options::from_config(cfg),
+                                  cfg.get_int("weights.request_timeout_ms") * 5);
     ctx->weights_server = std::move(*server);
   }
   if (role == node_role::rollout && cfg.get_bool("weights.fanout") &&

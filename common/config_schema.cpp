@@ -460,6 +460,15 @@ const std::vector<key_spec>& config_schema() {
        "chunks; the seals stand in for the reader's whole-version sha256 (an unsealed copy is "
        "hashed)",
        ""},
+      {"weights.shard_push", t::string, "zmq",
+       "how a trainer pushes a version (or its shard) to a cache: zmq (put chunks over the "
+       "cache's socket) or fabric (put_begin, then RMA writes into a region the cache "
+       "registered, or stores into its memfd on the same host, then put_commit with the "
+       "sha256; weights/PROTOCOL.md \"Fabric puts\"); a fabric put that fails falls back to zmq. "
+       "zmq by default: measured (bench/weights/results/weights-push-2026-12-06-64MiB.json) a "
+       "64 MiB fabric put is 1.16-1.27x faster on one host or an unshaped link and equal on a "
+       "1 Gbit/s one, too little yet for a fabric transport in every trainer and cache process",
+       "zmq|fabric"},
       {"weights.fanout", t::boolean, "false",
        "rollout nodes serve the versions they hold (and the one arriving) to other rollout nodes "
        "and read each version through a tree over the rollout nodes present, its root from a "

@@ -64,6 +64,7 @@ result<std::unique_ptr<transport>> distance_transport::open(const transport_opti
 
 distance_transport::~distance_transport() {
   close_device_mappings();
+  close_peer_mappings();
   peers_.clear();   // peers' mappings
   fabric_.reset();  // registrations close before the memory they cover is unmapped
   for (const owned_region& r : owned_) {
@@ -77,6 +78,13 @@ void distance_transport::close_device_mappings() {
   for (peer& p : peers_) {
     for (const device_mapping& m : p.device_regions) device_ipc_close(m.base);
     p.device_regions.clear();
+  }
+}
+
+void distance_transport::close_peer_mappings() {
+  for (peer& p : peers_) {
+    for (const peer_mapping& m : p.regions) ::munmap(m.base, m.size);
+    p.regions.clear();
   }
 }
 
@@ -130,6 +138,7 @@ status distance_transport::set_peers(const std::vector<std::string>& addresses) 
     return error{errc::invalid_argument, "distance transport: our address is not among the peers"};
   inbox_.set_num_ranks(static_cast<int>(addresses.size()));
   close_device_mappings();
+  close_peer_mappings();
   peers_ = std::move(peers);
   return fabric_->set_peers(fabric_addresses);
 }

@@ -193,6 +193,18 @@ result<local_region> rdm_endpoint::register_memory(void* ptr, size_t size) {
   return register_region(ptr, size, -1);
 }
 
+status rdm_endpoint::deregister_memory(const local_region& region) {
+  for (auto it = mrs_.begin(); it != mrs_.end(); ++it) {
+    if (fi_mr_key(*it) != region.remote.key) continue;
+    fid_mr* mr = *it;
+    mrs_.erase(it);
+    FI_CHECK(fi_close(&mr->fid));
+    return {};
+  }
+  return error{errc::not_found, "deregister_memory: no region with key " +
+                                    std::to_string(region.remote.key) + " is registered here"};
+}
+
 result<local_region> rdm_endpoint::register_device_memory(void* ptr, size_t size, int device) {
   if (!description_.hmem)
     return error{errc::invalid_argument,

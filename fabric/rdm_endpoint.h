@@ -22,6 +22,7 @@ class rdm_endpoint final : public transport {
   std::string address() const override { return address_; }
   status set_peers(const std::vector<std::string>& addresses) override;
   result<local_region> register_memory(void* ptr, size_t size) override;
+  status deregister_memory(const local_region& region) override;
   result<local_region> register_device_memory(void* ptr, size_t size, int device) override;
   status write(int peer, const local_region& src_region, const void* src, size_t len,
                const remote_region& dst, uint64_t offset, uint32_t imm,

@@ -34,6 +34,11 @@ result<local_region> transport::allocate_region(size_t size) {
 
 result<local_region> transport::allocate_host_region(size_t) { return local_region{}; }
 
+status transport::deregister_memory(const local_region&) {
+  return error{errc::invalid_argument,
+               "provider '" + describe().provider + "' has no deregistration here"};
+}
+
 result<local_region> transport::allocate_device_region(size_t) {
   return error{errc::invalid_argument,
                "device regions need the transport per distance (fabric.paths auto), not '" +

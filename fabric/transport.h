@@ -115,6 +115,12 @@ class transport {
   // Registers [ptr, ptr+size) for local use and remote writes. The memory must outlive
   // the transport. Same-host peers write such a region through the fabric.
   virtual result<local_region> register_memory(void* ptr, size_t size) = 0;
+  // Ends a registration made by register_memory (the region as it returned it): peers'
+  // writes into it fail at the writer from then on, so the memory may be freed or reused.
+  // For regions that live shorter than the transport (the weight plane's landing regions,
+  // weights/PROTOCOL.md "Fabric puts"); the expert plane's regions live as long as it.
+  // errc::not_found when the region is not registered here; the default: an error.
+  virtual status deregister_memory(const local_region& region);
   // A zeroed region of `size` bytes owned by the transport, registered, and shared with
   // same-host peers where the transport has them. Unmapped when the transport is destroyed,
   // so a late write from a peer of an old group faults at the writer instead of landing in

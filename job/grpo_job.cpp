@@ -35,6 +35,7 @@
 #include "store/object_store.h"
 #include "weights/cache_client.h"
 #include "weights/cache_directory.h"
+#include "weights/fabric_push.h"
 
 namespace moerl::job {
 namespace {
@@ -79,6 +80,8 @@ struct job_setup {
   uint64_t chunk_bytes = 1 << 20;
   int cache_timeout_ms = 2000;
   bool same_host_shm = false;  // weights.same_host_shm
+  // weights.shard_push fabric: the trainer's pushes go over the fabric first (null: zmq).
+  std::shared_ptr<weights::fabric_pusher> fabric_push;
   std::mutex feed_mu;
   std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
 
@@ -190,6 +193,9 @@ struct job_setup {
     s->chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
     s->cache_timeout_ms = static_cast<int>(cfg.get_int("weights.request_timeout_ms"));
     s->same_host_shm = cfg.get_bool("weights.same_host_shm");
+    auto pusher = weights::fabric_pusher_from_config(cfg);
+    if (!pusher) return pusher.err();
+    s->fabric_push = std::move(*pusher);
     for (auto [key, n] :
          {std::pair<const char*, int>{"job.rollout_ep_ranks", s->rollout_ep_ranks},
           std::pair<const char*, int>{"job.trainer_ep_ranks", s->trainer_ep_ranks}}) {
@@ -588,7 +594,7 @@ result<std::string> push_to_cache(job_setup& s, uint64_t v, const std::string& b
   const auto caches = s.caches->caches();
   if (caches.empty()) return error{errc::not_found, "no cache is alive"};
   return weights::push_to_a_cache(s.caches->zmq(), caches, v, bytes, store::sha256_hex(bytes),
-                                  s.chunk_bytes, s.cache_timeout_ms, tag);
+                                  s.chunk_bytes, s.cache_timeout_ms, tag, s.fabric_push.get());
 }
 
 // This process's shards of version v (a trainer group member's ranks), each pushed to a

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <vector>
 
+#include "common/log.h"
 #include "common/status_try.h"
 #include "store/digest.h"
+#include "weights/fabric_push.h"
 #include "weights/wire.h"
 #include "zmq/check.h"
 #include "zmq/parts.h"
@@ -115,7 +117,8 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
 result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag) {
+                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag,
+                                    fabric_pusher* fabric) {
   struct candidate {
     std::unique_ptr<cache_client> client;
     uint64_t load = 0;
@@ -138,6 +141,12 @@ result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
   std::stable_sort(alive.begin(), alive.end(),
                    [](const candidate& a, const candidate& b) { return a.load < b.load; });
   for (auto& c : alive) {
+    if (fabric) {
+      auto fst = fabric->push(*c.client, version, bytes, content_hash, tag);
+      if (fst) return c.client->endpoint();
+      logger("weights")->warn("fabric put failed ({}); falling back to the ZeroMQ put",
+                              fst.err().to_string());
+    }
     auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes, tag);
     if (st) return c.client->endpoint();
     last = st.err();

@@ -17,6 +17,8 @@
 
 namespace moerl::weights {
 
+class fabric_pusher;  // weights/fabric_push.h
+
 struct cache_answer {
   nlohmann::json header;
   std::string payload;  // get: the chunk's bytes
@@ -60,11 +62,12 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
 
 // Puts a version (or one shard of it) into one of `caches`: the least loaded that answers, the
 // next on failure. Returns the endpoint of the cache that holds it; the last failure when none
-// took it.
+// took it. With `fabric` (weights.shard_push fabric) each cache is first tried with a fabric
+// put; one that fails is logged and the same cache gets the ZeroMQ put.
 result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms,
-                                    const shard_tag& tag = {});
+                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag = {},
+                                    fabric_pusher* fabric = nullptr);
 
 }  // namespace moerl::weights

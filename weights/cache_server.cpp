@@ -44,7 +44,10 @@ json server_counters::to_json() const {
           {"bytes_served", bytes_served},
           {"versions_put", num_versions_put},
           {"chunks_refused", num_chunks_refused},
-          {"shm_copies", num_shm_copies}};
+          {"shm_copies", num_shm_copies},
+          {"fabric_puts", num_fabric_puts},
+          {"fabric_puts_failed", num_fabric_puts_failed},
+          {"fabric_regions", fabric_regions}};
 }
 
 result<std::unique_ptr<cache_server>> cache_server::bind(std::shared_ptr<zmq::zmq_context> ctx,
@@ -89,8 +92,22 @@ void cache_server::count_served(uint64_t n) {
 
 status cache_server::poll(int timeout_ms) {
   zmq_pollitem_t item{sock_, 0, ZMQ_POLLIN, 0};
-  int n = zmq_poll(&item, 1, timeout_ms);
-  ZMQ_CHECK(n);
+  int n = 0;
+  if (landing_ && landing_->active()) {
+    // Fabric puts land only while the cache makes progress (providers progress manually):
+    // wait in short slices, progressing between them.
+    const int64_t until = now_ms() + timeout_ms;
+    for (;;) {
+      if (auto st = landing_->progress(); !st)
+        logger("weights")->warn("fabric puts: {}", st.err().to_string());
+      n = zmq_poll(&item, 1, 1);
+      ZMQ_CHECK(n);
+      if (n > 0 || now_ms() >= until || !landing_->active()) break;
+    }
+  } else {
+    n = zmq_poll(&item, 1, timeout_ms);
+    ZMQ_CHECK(n);
+  }
   while (n > 0) {
     if (auto st = serve_one(); !st) return st;
     n = zmq_poll(&item, 1, 0);
@@ -99,6 +116,119 @@ status cache_server::poll(int timeout_ms) {
   // Abandoned puts free their memory.
   for (auto it = staged_.begin(); it != staged_.end();)
     it = now_ms() - it->second.touched_ms > kStagedPutTimeoutMs ? staged_.erase(it) : std::next(it);
+  if (landing_)
+    for (uint32_t ticket : landing_->expire()) {
+      const auto it = fabric_puts_.find(ticket);
+      if (it != fabric_puts_.end())
+        logger("weights")->warn(
+            "fabric put of version {} shard {} not committed in time: its region is freed",
+            it->second.version, it->second.shard);
+      free_fabric_put(ticket, true);
+    }
+  return ok_status();
+}
+
+void cache_server::enable_fabric_puts(fabric::transport_options options, int64_t put_timeout_ms) {
+  landing_ = std::make_unique<fabric_landing>(std::move(options), put_timeout_ms);
+}
+
+std::string cache_server::fabric_provider() const {
+  const auto* d = landing_ ? landing_->describe() : nullptr;
+  return d ? d->provider : std::string();
+}
+
+void cache_server::free_fabric_put(uint32_t ticket, bool failed) {
+  if (landing_) landing_->release(ticket);
+  if (fabric_puts_.erase(ticket) && failed) ++counters_.num_fabric_puts_failed;
+  counters_.fabric_regions = landing_ ? landing_->num_regions() : 0;
+}
+
+result<json> cache_server::handle_put_begin(const json& h) {
+  if (!landing_)
+    return error(errc::invalid_argument,
+                 "this cache takes no fabric puts (put_begin); use put (weights.shard_push zmq)");
+  ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
+  ASSIGN_OR_RETURN(auto total, wire::uint_field(h, "total_bytes"));
+  ASSIGN_OR_RETURN(auto id, wire::shard_fields(h, true));
+  if (cache_->find(version, id.shard)) return json{{"received", total}, {"complete", true}};
+  if (total == 0 || total > cache_->max_bytes())
+    return error(errc::capacity_exceeded, "put_begin of " + std::to_string(total) +
+                                              " bytes: a cache of " +
+                                              std::to_string(cache_->max_bytes()) +
+                                              " bytes holds versions of 1 byte up to that");
+  // As many puts at once as ZeroMQ puts: the oldest region goes first.
+  while (landing_->num_regions() >= kMaxStagedPuts + id.num_shards - 1)
+    free_fabric_put(landing_->oldest(), true);
+  ASSIGN_OR_RETURN(auto grant, landing_->begin(total, chunk_bytes_));
+  fabric_puts_[grant["ticket"].get<uint32_t>()] = {version, id.shard, id.num_shards};
+  counters_.fabric_regions = landing_->num_regions();
+  return grant;
+}
+
+result<json> cache_server::handle_put_commit(const json& h) {
+  if (!landing_) return error(errc::invalid_argument, "this cache takes no fabric puts");
+  ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
+  ASSIGN_OR_RETURN(auto ticket64, wire::uint_field(h, "ticket"));
+  ASSIGN_OR_RETURN(auto writes, wire::uint_field(h, "writes"));
+  ASSIGN_OR_RETURN(auto id, wire::shard_fields(h, true));
+  const std::string content_hash = h.value("content_hash", std::string());
+  const std::string version_hash = h.value("version_hash", std::string());
+  const uint32_t ticket = static_cast<uint32_t>(ticket64);
+  const auto it = fabric_puts_.find(ticket);
+  if (it == fabric_puts_.end() || ticket64 != ticket)
+    return error(errc::not_found, "fabric put " + std::to_string(ticket64) +
+                                      " is not in progress here (expired, or never begun)");
+  const std::string what = "version " + std::to_string(version) +
+                           (id.num_shards > 1 ? " shard " + std::to_string(id.shard) : "");
+  if (it->second.version != version || it->second.shard != id.shard ||
+      it->second.num_shards != id.num_shards) {
+    free_fabric_put(ticket, true);
+    return error(errc::invalid_argument,
+                 "put_commit of " + what + " names fabric put " + std::to_string(ticket) +
+                     ", which was begun for version " + std::to_string(it->second.version) +
+                     " shard " + std::to_string(it->second.shard));
+  }
+  if (content_hash.size() != 64) {
+    free_fabric_put(ticket, true);
+    return error(errc::invalid_argument, "put_commit needs content_hash (hex sha256)");
+  }
+  // Every write's immediate counted before a byte is read (fabric/PROTOCOL.md: a counted
+  // immediate is the only sign its write was placed). The pusher saw its writes complete
+  // before it committed, so they are due; a second bounds the wait.
+  constexpr int kLandWaitMs = 1000;
+  auto landed = landing_->landed(ticket, writes, kLandWaitMs);
+  if (!landed) {
+    free_fabric_put(ticket, true);
+    return landed.err();
+  }
+  // Copied out so the region goes back at once (cached versions own their bytes).
+  const uint64_t received = landed->size();
+  auto bytes = std::make_shared<const std::string>(landed->data(), landed->size());
+  free_fabric_put(ticket, false);
+  if (auto st = admit(version, id.shard, id.num_shards, std::move(bytes), content_hash,
+                      version_hash, what);
+      !st) {
+    ++counters_.num_fabric_puts_failed;
+    return st.err();
+  }
+  ++counters_.num_fabric_puts;
+  return json{{"received", received}, {"complete", true}};
+}
+
+status cache_server::admit(uint64_t version, uint32_t shard, uint32_t num_shards,
+                           std::shared_ptr<const std::string> bytes,
+                           const std::string& content_hash, const std::string& version_hash,
+                           const std::string& what) {
+  auto cv = make_cached_version(version, std::move(bytes), chunk_bytes_);
+  if (cv.content_hash != content_hash)
+    // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
+    return error(errc::invalid_argument,
+                 what + " arrived whole but does not match its content hash");
+  cv.shard = shard;
+  cv.num_shards = num_shards;
+  cv.version_hash = version_hash;
+  if (auto st = cache_->insert(std::move(cv)); !st) return st.err();
+  ++counters_.num_versions_put;
   return ok_status();
 }
 
@@ -160,9 +290,11 @@ result<json> cache_server::handle(const std::string& verb, const json& h,
                                   std::shared_ptr<const cached_version>* send) {
   if (verb == wire::kLoad) return json{{"load", load()}, {"versions", cache_->versions()}};
   if (verb == wire::kPut) return handle_put(h, payload);
+  if (verb == wire::kPutBegin) return handle_put_begin(h);
+  if (verb == wire::kPutCommit) return handle_put_commit(h);
   if (verb != wire::kMeta && verb != wire::kGet)
-    return error(errc::unknown_command,
-                 "unknown request '" + verb.substr(0, 32) + "' (meta, get, put, load)");
+    return error(errc::unknown_command, "unknown request '" + verb.substr(0, 32) +
+                                            "' (meta, get, put, put_begin, put_commit, load)");
   ASSIGN_OR_RETURN(auto version, wire::uint_field(h, "version"));
   ASSIGN_OR_RETURN(auto id, wire::shard_fields(h, false));
   auto found = cache_->find(version, id.shard);
@@ -271,16 +403,10 @@ result<json> cache_server::handle_put(const json& h, const std::string& payload)
   if (p.received < p.total_bytes) return json{{"received", p.received}, {"complete", false}};
   auto bytes = std::make_shared<const std::string>(std::move(p.bytes));
   staged_.erase(it);
-  auto cv = make_cached_version(version, std::move(bytes), chunk_bytes_);
-  if (cv.content_hash != content_hash)
-    // Not the chunk code: resending a chunk cannot help, the pusher named the wrong hash.
-    return error(errc::invalid_argument,
-                 what + " arrived whole but does not match its content hash");
-  cv.shard = id.shard;
-  cv.num_shards = id.num_shards;
-  cv.version_hash = version_hash;
-  if (auto st = cache_->insert(std::move(cv)); !st) return st.err();
-  ++counters_.num_versions_put;
+  if (auto st = admit(version, id.shard, id.num_shards, std::move(bytes), content_hash,
+                      version_hash, what);
+      !st)
+    return st.err();
   return json{{"received", total}, {"complete", true}};
 }
 

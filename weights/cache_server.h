@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "weights/arriving_version.h"
+#include "weights/fabric_push.h"
 #include "weights/shm_copy.h"
 #include "weights/version_cache.h"
 #include "zmq/context.h"
@@ -31,7 +32,10 @@ struct server_counters {
   uint64_t bytes_served = 0;        // chunk payload sent to readers
   uint64_t num_versions_put = 0;    // versions (shards of one: each) completed by a pusher
   uint64_t num_chunks_refused = 0;  // put chunks whose hash did not match (the pusher resends)
-  uint64_t num_shm_copies = 0;  // versions (shards) written to sealed memfds for same-host readers
+  uint64_t num_shm_copies = 0;   // versions (shards) written to sealed memfds for same-host readers
+  uint64_t num_fabric_puts = 0;  // versions (shards) that entered through a fabric put
+  uint64_t num_fabric_puts_failed = 0;  // fabric puts refused at commit or expired mid-write
+  uint64_t fabric_regions = 0;          // landing regions held now (puts in progress)
   nlohmann::json to_json() const;
 };
 
@@ -62,6 +66,12 @@ class cache_server {
   void serve_arriving(std::shared_ptr<const arriving_versions> arriving) {
     arriving_ = std::move(arriving);
   }
+  // Takes fabric puts (put_begin, put_commit; weights/PROTOCOL.md "Fabric puts") through a
+  // transport opened at the first one. A put not committed within put_timeout_ms frees its
+  // region. Without this call put_begin is refused, and pushers use the ZeroMQ put.
+  void enable_fabric_puts(fabric::transport_options options, int64_t put_timeout_ms);
+  // The landing transport's provider ("" before the first fabric put).
+  std::string fabric_provider() const;
 
  private:
   cache_server() = default;
@@ -79,6 +89,14 @@ class cache_server {
                                 const std::string& payload,
                                 std::shared_ptr<const cached_version>* send);
   result<nlohmann::json> handle_put(const nlohmann::json& h, const std::string& payload);
+  result<nlohmann::json> handle_put_begin(const nlohmann::json& h);
+  result<nlohmann::json> handle_put_commit(const nlohmann::json& h);
+  // A put's whole bytes: checked against the content hash the pusher named, then held
+  // (the ZeroMQ and the fabric put end here alike).
+  status admit(uint64_t version, uint32_t shard, uint32_t num_shards,
+               std::shared_ptr<const std::string> bytes, const std::string& content_hash,
+               const std::string& version_hash, const std::string& what);
+  void free_fabric_put(uint32_t ticket, bool failed);
   void count_served(uint64_t n);
 
   std::shared_ptr<zmq::zmq_context> ctx_;
@@ -91,6 +109,12 @@ class cache_server {
   std::string shm_host_;  // host_identity of this process when the shm path is on, else ""
   std::map<uint32_t, std::unique_ptr<shm_copy>> shm_;  // by shard, of one version
   std::shared_ptr<const arriving_versions> arriving_;  // null: whole versions only
+  struct fabric_put {  // a version landing through the fabric, by ticket
+    uint64_t version = 0;
+    uint32_t shard = 0, num_shards = 1;
+  };
+  std::unique_ptr<fabric_landing> landing_;  // null: no fabric puts
+  std::map<uint32_t, fabric_put> fabric_puts_;
   // The same-host copy of `cv` when the reader's host is ours (null otherwise or on failure).
   const shm_copy* shm_copy_for(const cached_version& cv, const nlohmann::json& request);
   int64_t bucket_ms_ = 0;  // the load's one-second buckets

@@ -62,6 +62,7 @@ class version_cache {
   uint64_t newest() const;                 // 0 when empty
   uint64_t num_bytes() const;
   uint64_t num_evicted() const;
+  uint64_t max_bytes() const { return max_bytes_; }
 
  private:
   mutable std::mutex mu_;

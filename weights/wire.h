@@ -23,6 +23,11 @@ inline constexpr const char* kGet = "get";    // {version, chunk} -> {offset, ch
 inline constexpr const char* kPut = "put";    // {version, offset, total_bytes, content_hash,
                                               //  chunk_hash} + bytes -> {received, complete}
 inline constexpr const char* kLoad = "load";  // {} -> {load, versions}
+// Fabric puts (weights/fabric_push.h): a landing region, then the sha256 once it is written.
+inline constexpr const char* kPutBegin = "put_begin";    // {version, total_bytes} -> {ticket,
+                                                         //  fabric_address, region, write_bytes}
+inline constexpr const char* kPutCommit = "put_commit";  // {version, ticket, writes,
+                                                         //  content_hash} -> {complete}
 
 inline constexpr const char* kOk = "ok";
 inline constexpr const char* kError = "error";

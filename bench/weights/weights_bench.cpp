@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -235,13 +236,15 @@ class reader_fleet {
   int num_started_ = 0;
 };
 
-// The cache of a netns combination: `moerl bench weights-cache` on host 0 of `net`
-// (bench/weights/weights_bench_cache.h), bound on `at`; ended (SIGTERM) when destroyed.
-class netns_cache {
+// A cache process: `moerl bench weights-cache` (bench/weights/weights_bench_cache.h) bound on
+// `at`, run with `prefix` (a netns combination's host 0; none beside the bench); ended
+// (SIGTERM) when destroyed. fabric_provider: it takes fabric puts (the push paths).
+class cache_process {
  public:
-  netns_cache(const std::string& exe, const sims::netns_switch& net, const std::string& at,
-              int64_t size, int num_versions, uint64_t chunk_bytes, const fs::path& scratch) {
-    const fs::path ready = scratch / "netns-cache.ready";
+  cache_process(const std::string& exe, const std::vector<std::string>& prefix,
+                const std::string& at, int64_t size, int num_versions, uint64_t chunk_bytes,
+                const fs::path& scratch, const std::string& fabric_provider = "") {
+    const fs::path ready = scratch / "cache.ready";
     fs::remove(ready);
     process_spec spec;
     spec.argv = {exe,
@@ -257,9 +260,13 @@ class netns_cache {
                  std::to_string(chunk_bytes),
                  "--ready",
                  ready.string()};
-    const std::string log = (scratch / "netns-cache.log").string();
-    pid_ = need(spawn_process(spec, net.exec_prefix(0), log, process_group::inherit),
-                "starting the netns cache");
+    if (!fabric_provider.empty()) {
+      spec.argv.push_back("--fabric-puts");
+      spec.argv.push_back(fabric_provider);
+    }
+    const std::string log = (scratch / "cache.log").string();
+    pid_ = need(spawn_process(spec, prefix, log, process_group::inherit),
+                "starting the cache process");
     const auto deadline = bench_clock::now() + std::chrono::milliseconds(kReadyTimeoutMs);
     while (!fs::exists(ready)) {
       auto ex = poll_exit(pid_);
@@ -270,18 +277,59 @@ class netns_cache {
         throw std::runtime_error("the netns cache did not start; its log: " + log);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    std::ifstream(ready) >> endpoint_;
   }
-  ~netns_cache() {
+  ~cache_process() {
     (void)send_signal(pid_, SIGTERM);
     if (!wait_exit(pid_, 10000)) {
       (void)send_signal(pid_, SIGKILL);
       (void)wait_exit(pid_, 5000);
     }
   }
+  const std::string& endpoint() const { return endpoint_; }
 
  private:
   pid_t pid_ = -1;
+  std::string endpoint_;  // as bound
 };
+
+// One push combination (bench/weights/weights_bench_pusher.h): a pusher process (with
+// `prefix`) puts `size` bytes to the cache at `at` by ZeroMQ and by the fabric in turn; its
+// report, once it exited.
+json run_pusher(const std::string& exe, const std::vector<std::string>& prefix,
+                const std::string& at, int64_t size, const weights_bench_options& opt,
+                uint64_t chunk_bytes, const std::string& provider, const fs::path& scratch) {
+  const fs::path out = scratch / "pusher.json";
+  fs::remove(out);
+  process_spec spec;
+  spec.argv = {exe,
+               "bench",
+               "weights-pusher",
+               "--at",
+               at,
+               "--bytes",
+               std::to_string(size),
+               "--reps",
+               std::to_string(opt.reps),
+               "--warmup",
+               std::to_string(opt.warmup),
+               "--chunk-bytes",
+               std::to_string(chunk_bytes),
+               "--provider",
+               provider,
+               "--out",
+               out.string()};
+  const std::string log = (scratch / "pusher.log").string();
+  const pid_t pid =
+      need(spawn_process(spec, prefix, log, process_group::inherit), "starting the pusher process");
+  const int ws = need(wait_exit(pid, kDeliverTimeoutMs), "the pusher process");
+  std::ifstream in(out);
+  const json r = json::parse(in, nullptr, false);
+  if (ws != 0 || !r.is_object())
+    throw std::runtime_error("the pusher process ended (" + describe_wait_status(ws) +
+                             ") without a report; its log: " + log);
+  return r;
+}
 
 // Where one path's readers read, set up for one size.
 struct source {
@@ -298,10 +346,11 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   const uint64_t chunk_bytes = static_cast<uint64_t>(cfg.get_int("weights.chunk_bytes"));
   for (const auto& p : opt.paths)
     if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "fanout_tcp" &&
-        p != "cache_netns" && p != "fanout_netns" && p != "store_local" && p != "store_s3")
+        p != "cache_netns" && p != "fanout_netns" && p != "store_local" && p != "store_s3" &&
+        p != "push_host" && p != "push_netns")
       throw std::runtime_error("unknown path '" + p +
                                "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, "
-                               "fanout_netns, store_local, store_s3)");
+                               "fanout_netns, store_local, store_s3, push_host, push_netns)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -341,14 +390,15 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
 
   // The netns paths: each reader on a "host" of its own (sims/netns_switch.h), root only.
   std::string netns_unavailable;
-  if (wants("cache_netns") || wants("fanout_netns")) {
+  if (wants("cache_netns") || wants("fanout_netns") || wants("push_netns")) {
     netns_unavailable = sims::netns_link::unavailable_reason();
     if (!netns_unavailable.empty())
-      for (const char* p : {"cache_netns", "fanout_netns"})
+      for (const char* p : {"cache_netns", "fanout_netns", "push_netns"})
         if (wants(p)) skipped.push_back({{"path", p}, {"why", netns_unavailable}});
   }
 
-  json paths = json::array(), publish = json::array(), memcpy_runs = json::array();
+  json paths = json::array(), publish = json::array(), push = json::array(),
+       memcpy_runs = json::array();
   std::vector<double> memcpy_gbps_all;
   for (int64_t size : opt.sizes) {
     const std::string bytes = random_payload(size, static_cast<uint64_t>(size));
@@ -492,7 +542,8 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                         "making " + std::to_string(n + 1) + " network namespaces");
         const std::string at =
             "tcp://" + sims::netns_switch::address(0) + ":" + std::to_string(kNetnsPort);
-        netns_cache cache_process(exe, *net, at, size, 1 + num_deliveries, chunk_bytes, scratch);
+        cache_process cache(exe, net->exec_prefix(0), at, size, 1 + num_deliveries, chunk_bytes,
+                            scratch);
         source src{fan ? "fanout" : "cache", "netns", fan ? "fanout" : "cache", at, {}, {}};
         if (fan) src.reader_args = {"--degree", std::to_string(opt.fanout_degree)};
         reader_fleet fleet(ctx, exe, scratch.string(),
@@ -501,12 +552,44 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
         record(fleet, src, n);
       }
     }
+    // A trainer member's shard put to a cache, by ZeroMQ and by the fabric (issue 27), from a
+    // process beside the cache (same host: stores into its memfd) or on another "host"
+    // (tcp;ofi_rxm RMA writes across namespaces).
+    for (const char* p : {"push_host", "push_netns"}) {
+      if (!wants(p)) continue;
+      const bool across = std::string(p) == "push_netns";
+      if (across && !netns_unavailable.empty()) continue;
+      std::unique_ptr<sims::netns_switch> net;
+      if (across) net = need(sims::netns_switch::create(2, opt.netns_link_mbit), "2 namespaces");
+      const std::string provider = across ? "tcp;ofi_rxm" : "auto";
+      const std::string bind =
+          across ? "tcp://" + sims::netns_switch::address(0) + ":" + std::to_string(kNetnsPort)
+                 : "tcp://127.0.0.1:*";
+      cache_process cache(exe, net ? net->exec_prefix(0) : std::vector<std::string>(), bind, size,
+                          0, chunk_bytes, scratch, provider);
+      const json r = run_pusher(exe, net ? net->exec_prefix(1) : std::vector<std::string>(),
+                                cache.endpoint(), size, opt, chunk_bytes, provider, scratch);
+      const double zmq_p50 = percentile_of(r["zmq_s"].get<std::vector<double>>(), 50);
+      for (const char* via : {"zmq", "fabric"}) {
+        const auto put_s = r[std::string(via) + "_s"].get<std::vector<double>>();
+        const double p50 = percentile_of(put_s, 50);
+        push.push_back({{"path", p},
+                        {"transport", via},
+                        {"version_bytes", size},
+                        {"put_s", summary(put_s)},
+                        {"gbps", double(size) / p50 / 1e9},
+                        {"ratio_to_zmq", zmq_p50 / p50},
+                        {"fabric_path", r["fabric_path"]},
+                        {"fabric_provider", r["provider"]}});
+      }
+    }
   }
   return {{"benchmark", "weights"},
           {"memcpy_gbps", memcpy_gbps_all.empty() ? 0.0 : percentile_of(memcpy_gbps_all, 50)},
           {"memcpy", memcpy_runs},
           {"paths", paths},
           {"publish", publish},
+          {"push", push},
           {"skipped", skipped},
           {"options",
            {{"sizes", opt.sizes},

@@ -12,7 +12,11 @@
 // moment the bench tells every reader to go until the last one holds a verified copy (one
 // system-wide steady clock). Reports per path, transport, readers and size: deliver_s {p50, p99,
 // max} over the repetitions, aggregate GB/s (readers x bytes / p50) and its ratio to memcpy GB/s,
-// and peer_bytes (bytes readers read from other readers, all deliveries).
+// and peer_bytes (bytes readers read from other readers, all deliveries). The push paths time
+// the other direction, a trainer member's version (shard) put to a cache process (issue 27):
+// `push_host` from a process beside it, `push_netns` from another namespace; a ZeroMQ put and
+// a fabric put (weights/PROTOCOL.md "Fabric puts") in turn, put_s {p50, p99, max} for each,
+// GB/s and the fabric's ratio to ZeroMQ, under "push".
 #pragma once
 
 #include <cstdint>
@@ -33,7 +37,8 @@ struct weights_bench_options {
   std::vector<int64_t> sizes = {64ll << 20, 512ll << 20};  // version bytes
   std::vector<int> readers = {1, 4, 8};                    // reader processes
   // Of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, store_local,
-  // store_s3 (the netns paths only as root; listed as skipped otherwise).
+  // store_s3, push_host, push_netns (the netns paths only as root; listed as skipped
+  // otherwise). The push paths are asked for by name.
   std::vector<std::string> paths = {"cache_tcp",  "cache_ipc",   "cache_shm",
                                     "fanout_tcp", "store_local", "store_s3"};
   int fanout_degree = 2;  // fanout_*: children per reader in the tree (1: a chain)

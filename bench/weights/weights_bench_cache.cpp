@@ -26,18 +26,30 @@ status run_weights_cache(const weights_cache_args& args) {
   ::signal(SIGTERM, on_term);
   const pid_t parent = getppid();
   ASSIGN_OR_RETURN(auto ctx, zmq::zmq_context::create());
-  auto bytes = std::make_shared<const std::string>(
-      random_payload(args.bytes, static_cast<uint64_t>(args.bytes)));
+  // Pushed versions (num_versions 0): the newest few of them, older ones evicted.
+  constexpr int kPushedVersions = 4;
+  const int capacity = args.num_versions > 0 ? args.num_versions : kPushedVersions;
   auto cache = std::make_shared<weights::version_cache>(
-      args.num_versions, static_cast<uint64_t>(args.bytes) * args.num_versions);
-  const auto first = weights::make_cached_version(1, bytes, args.chunk_bytes);
-  for (int v = 1; v <= args.num_versions; ++v) {
-    weights::cached_version copy = first;  // the bytes are shared, the hashes copied
-    copy.version = static_cast<uint64_t>(v);
-    STATUS_TRY(cache->insert(std::move(copy)));
+      capacity, static_cast<uint64_t>(args.bytes) * capacity);
+  if (args.num_versions > 0) {
+    auto bytes = std::make_shared<const std::string>(
+        random_payload(args.bytes, static_cast<uint64_t>(args.bytes)));
+    const auto first = weights::make_cached_version(1, bytes, args.chunk_bytes);
+    for (int v = 1; v <= args.num_versions; ++v) {
+      weights::cached_version copy = first;  // the bytes are shared, the hashes copied
+      copy.version = static_cast<uint64_t>(v);
+      STATUS_TRY(cache->insert(std::move(copy)));
+    }
   }
   ASSIGN_OR_RETURN(auto server,
                    weights::cache_server::bind(ctx, args.bind, cache, args.chunk_bytes));
+  if (!args.fabric_provider.empty()) {
+    fabric::transport_options options;
+    options.provider = args.fabric_provider;
+    options.require_provider = args.fabric_provider != "auto";
+    constexpr int64_t kPutTimeoutMs = 60000;  // a put of the largest size on a loaded host
+    server->enable_fabric_puts(options, kPutTimeoutMs);
+  }
   {
     const std::string tmp = args.ready_file + ".tmp";
     std::ofstream(tmp) << server->endpoint();

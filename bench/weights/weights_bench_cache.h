@@ -4,7 +4,9 @@
 // It makes the bench's version bytes itself (random_payload seeded with the size, as the
 // bench does), holds them as versions 1..num_versions (one buffer shared), serves
 // them like a weights node (weights/cache_server.h), writes its endpoint to `ready_file`
-// once bound, and exits when the bench that started it is gone or sends SIGTERM.
+// once bound, and exits when the bench that started it is gone or sends SIGTERM. The push
+// paths' cache (num_versions 0) holds nothing at first and takes puts, fabric ones through
+// `fabric_provider` (weights/PROTOCOL.md "Fabric puts"), keeping the newest few.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ struct weights_cache_args {
   int num_versions = 1;
   uint64_t chunk_bytes = 1 << 20;
   std::string ready_file;
+  std::string fabric_provider;  // non-empty: takes fabric puts through this provider
 };
 
 status run_weights_cache(const weights_cache_args& args);

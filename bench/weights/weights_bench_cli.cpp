@@ -8,6 +8,7 @@
 #include "bench/support.h"
 #include "bench/weights/weights_bench.h"
 #include "bench/weights/weights_bench_cache.h"
+#include "bench/weights/weights_bench_pusher.h"
 #include "bench/weights/weights_bench_reader.h"
 
 namespace moerl::bench {
@@ -34,6 +35,13 @@ void print_table(const nlohmann::json& r) {
     std::cout << "memcpy " << m["version_bytes"].get<int64_t>() / (1 << 20)
               << " MiB: " << std::fixed << std::setprecision(2) << m["gbps"].get<double>()
               << " GB/s\n";
+  for (const auto& p : r["push"])
+    std::cout << "push " << p["path"].get<std::string>() << " " << std::setw(6)
+              << p["transport"].get<std::string>() << " "
+              << p["version_bytes"].get<int64_t>() / (1 << 20) << " MiB: p50 " << std::fixed
+              << std::setprecision(3) << p["put_s"]["p50"].get<double>() << " s, "
+              << p["gbps"].get<double>() << " GB/s, x zmq " << p["ratio_to_zmq"].get<double>()
+              << "\n";
   for (const auto& s : r["skipped"]) std::cout << "skipped: " << s.dump() << "\n";
 }
 
@@ -54,7 +62,7 @@ void add_weights_bench_command(CLI::App& bench) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--paths", opt->paths,
                   "of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, "
-                  "store_local, store_s3")
+                  "store_local, store_s3, push_host, push_netns")
       ->delimiter(',');
   cmd->add_option("--fanout-degree", opt->fanout_degree,
                   "fanout_tcp: children per reader in the tree (1: a chain)")
@@ -113,8 +121,25 @@ void add_weights_bench_command(CLI::App& bench) {
   cache->add_option("--versions", cargs->num_versions, "versions 1..N, the same bytes");
   cache->add_option("--chunk-bytes", cargs->chunk_bytes, "chunk bytes");
   cache->add_option("--ready", cargs->ready_file, "file written once bound")->required();
+  cache->add_option("--fabric-puts", cargs->fabric_provider,
+                    "take fabric puts through this provider");
   cache->callback([=] {
     run_bench_command("weights-cache", [&] { need(run_weights_cache(*cargs), "serving"); });
+  });
+
+  // The push paths' pusher, beside the cache or on a namespace of its own (hidden).
+  auto* pusher = bench.add_subcommand("weights-pusher", "the pusher of `moerl bench weights`");
+  pusher->group("");
+  auto pargs = std::make_shared<weights_pusher_args>();
+  pusher->add_option("--at", pargs->at, "the cache's endpoint")->required();
+  pusher->add_option("--bytes", pargs->bytes, "version bytes")->required();
+  pusher->add_option("--reps", pargs->reps, "timed puts each way");
+  pusher->add_option("--warmup", pargs->warmup, "untimed puts each way first");
+  pusher->add_option("--chunk-bytes", pargs->chunk_bytes, "ZeroMQ put chunk bytes");
+  pusher->add_option("--provider", pargs->provider, "fabric provider");
+  pusher->add_option("--out", pargs->out, "report file")->required();
+  pusher->callback([=] {
+    run_bench_command("weights-pusher", [&] { need(run_weights_pusher(*pargs), "pushing"); });
   });
 }
 

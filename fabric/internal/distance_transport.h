@@ -33,6 +33,9 @@ class distance_transport final : public transport {
   std::string address() const override;
   status set_peers(const std::vector<std::string>& addresses) override;
   result<local_region> register_memory(void* ptr, size_t size) override;
+  status deregister_memory(const local_region& region) override {
+    return fabric_->deregister_memory(region);
+  }
   result<local_region> allocate_region(size_t size) override;
   result<local_region> allocate_host_region(size_t size) override;
   result<local_region> allocate_device_region(size_t size) override;
@@ -60,6 +63,9 @@ class distance_transport final : public transport {
   // address space: the owner's pointer (same process), the region opened through its IPC
   // handle once (same host), or an error (a network peer: the fabric carries those).
   void close_device_mappings();
+  // Unmaps the same-host peers' regions mapped so far (peers replaced, or the transport
+  // closing): a peer's region freed by its owner stays alive while a mapping of it exists.
+  void close_peer_mappings();
   result<char*> mapped_device(int peer, const remote_region& dst, uint64_t offset, size_t len);
   // write() into a device region of a same-process or same-host peer: one device copy, then
   // the immediate (the copy has completed when notify() publishes it).

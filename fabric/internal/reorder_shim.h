@@ -35,6 +35,9 @@ class reorder_shim final : public transport {
   result<local_region> register_memory(void* ptr, size_t size) override {
     return inner_->register_memory(ptr, size);
   }
+  status deregister_memory(const local_region& region) override {
+    return inner_->deregister_memory(region);
+  }
   result<local_region> register_device_memory(void* ptr, size_t size, int device) override {
     return inner_->register_device_memory(ptr, size, device);
   }

@@ -6,7 +6,10 @@
 // member's shard; the coordinator's bytes per version stay under 64 KiB; a reader fetching the
 // shards and assembling them gets exactly the bytes of the whole version member 0 would have
 // published (bitwise, and its content hash); a shard corrupted on its way to the cache is
-// refused, and a shard no cache took keeps the version unannounced and unreadable.
+// refused, and a shard no cache took keeps the version unannounced and unreadable. Once more
+// with weights.shard_push=fabric (weights/PROTOCOL.md "Fabric puts"): each member writes its
+// shard into the cache process's landing region, and a shard that went by ZeroMQ instead
+// fails the member's push.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -22,6 +25,7 @@
 #include "tests/job/ep_fixture.h"
 #include "weights/cache_client.h"
 #include "weights/cache_server.h"
+#include "weights/fabric_push.h"
 #include "weights/version_cache.h"
 #include "weights/version_reader.h"
 #include "weights/wire.h"
@@ -33,7 +37,8 @@ constexpr uint64_t kChunk = 1 << 20;
 constexpr int kTimeoutMs = 20000;
 
 // A checkpoint cache in its own process (forked before the members, while this process has
-// no other thread), serving until killed; its endpoint comes back through a pipe.
+// no other thread), serving until killed; its endpoint comes back through a pipe. `fabric`:
+// it takes fabric puts too (the members' fabric.* keys: shm on this host).
 struct cache_process {
   pid_t pid = -1;
   std::string endpoint;
@@ -45,7 +50,7 @@ struct cache_process {
   }
 };
 
-void start_cache(cache_process& out) {
+void start_cache(cache_process& out, bool fabric) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   out.pid = ::fork();
@@ -60,6 +65,9 @@ void start_cache(cache_process& out) {
     if (::write(fds[1], ep.data(), ep.size()) != ssize_t(ep.size())) ::_exit(2);
     ::close(fds[1]);
     if (!server) ::_exit(1);
+    if (fabric)
+      (*server)->enable_fabric_puts(fabric::transport_options::from_config(testing::node_config()),
+                                    kTimeoutMs);
     for (;;)
       if (!(*server)->poll(100)) ::_exit(3);
   }
@@ -79,21 +87,40 @@ fault fault_of(uint64_t version) {
 }
 
 // A member's pusher of version v's shards: to the cache, or (the faults) with its bytes
-// changed after they were hashed, or to a cache that does not exist.
+// changed after they were hashed, or to a cache that does not exist. `fabric` (made from
+// weights.shard_push, null for zmq): a shard that reached the cache but not through a fabric
+// put (the pusher fell back to ZeroMQ) is a failed push.
 shard_pusher pusher(std::shared_ptr<zmq::zmq_context> ctx, const std::string& cache,
-                    bool last_member) {
-  return [ctx, cache, last_member](uint64_t v, const std::string& bytes,
-                                   const weights::shard_tag& tag) -> result<std::string> {
+                    bool last_member, std::shared_ptr<weights::fabric_pusher> fabric) {
+  return [ctx, cache, last_member, fabric](uint64_t v, const std::string& bytes,
+                                           const weights::shard_tag& tag) -> result<std::string> {
     const fault f = last_member ? fault_of(v) : fault::none;
     const std::string sha = store::sha256_hex(bytes);
     if (f == fault::corrupt_shard) {
       std::string bad = bytes;
       bad[bad.size() / 2] ^= 0x40;
-      return weights::push_to_a_cache(ctx, {cache}, v, bad, sha, kChunk, kTimeoutMs, tag);
+      return weights::push_to_a_cache(ctx, {cache}, v, bad, sha, kChunk, kTimeoutMs, tag,
+                                      fabric.get());
     }
-    const std::string where = f == fault::no_cache ? "tcp://127.0.0.1:1" : cache;
-    return weights::push_to_a_cache(ctx, {where}, v, bytes, sha, kChunk, 500, tag);
+    // No cache answers there: 500 ms is enough to give up. The real one gets the full
+    // timeout (its first put_begin opens its fabric transport, slow on a loaded host).
+    const bool dead = f == fault::no_cache;
+    const uint64_t fabric_puts = fabric ? fabric->num_pushed() : 0;
+    auto held = weights::push_to_a_cache(ctx, {dead ? "tcp://127.0.0.1:1" : cache}, v, bytes, sha,
+                                         kChunk, dead ? 500 : kTimeoutMs, tag, fabric.get());
+    if (held && fabric && fabric->num_pushed() != fabric_puts + 1)
+      return error(errc::internal, "shard " + std::to_string(tag.shard) + " of version " +
+                                       std::to_string(v) +
+                                       " reached the cache by ZeroMQ, not by a fabric put");
+    return held;
   };
+}
+
+// The members' fabric pusher for weights.shard_push = `how` (null for zmq), as a node makes it.
+result<std::shared_ptr<weights::fabric_pusher>> fabric_pusher_for(const std::string& how) {
+  config cfg = testing::node_config();
+  if (auto st = cfg.set("weights.shard_push", how, "test"); !st) return st.err();
+  return weights::fabric_pusher_from_config(cfg);
 }
 
 // The reader side of a rollout node: every shard from the cache, assembled in the full layout.
@@ -109,8 +136,11 @@ result<weights::fetched_version> read_version(std::shared_ptr<zmq::zmq_context> 
 
 // Member 0's checks, one exit code each (the test names them).
 int drive(ep_trainer& t, int num_members, std::shared_ptr<zmq::zmq_context> ctx,
-          const std::string& cache, const std::vector<testing::training_batch>& batches) {
-  auto push = pusher(ctx, cache, num_members == 1);
+          const std::string& cache, const std::vector<testing::training_batch>& batches,
+          const std::string& shard_push) {
+  auto fabric = fabric_pusher_for(shard_push);
+  if (!fabric) return 29;
+  auto push = pusher(ctx, cache, num_members == 1, *fabric);
   auto probe = weights::cache_client::connect(ctx, cache, kTimeoutMs);
   if (!probe) return 30;
   for (uint64_t v = 1; v <= batches.size(); ++v) {
@@ -178,12 +208,13 @@ int drive(ep_trainer& t, int num_members, std::shared_ptr<zmq::zmq_context> ctx,
   return 0;
 }
 
-void run_group(int num_members) {
+// shard_push: weights.shard_push of the members (zmq or fabric).
+void run_group(int num_members, const std::string& shard_push = "zmq") {
   std::vector<testing::training_batch> batches;
   for (uint64_t seed : {11, 12, 13})
     batches.push_back(testing::make_training_batch(testing::model_of_64_mib(), seed));
   cache_process cache;
-  start_cache(cache);
+  start_cache(cache, shard_push == "fabric");
   ASSERT_FALSE(cache.endpoint.empty());
   auto rep = fabric::launch_processes(
       num_members,
@@ -199,8 +230,11 @@ void run_group(int num_members) {
                                        adam, 1.0f, num_members, 32, &span);
         if (!made) return 21;
         ep_trainer& t = **made;
-        if (boot.rank() == 0) return drive(t, num_members, *ctx, cache.endpoint, batches);
-        auto push = pusher(*ctx, cache.endpoint, boot.rank() == num_members - 1);
+        if (boot.rank() == 0)
+          return drive(t, num_members, *ctx, cache.endpoint, batches, shard_push);
+        auto fabric = fabric_pusher_for(shard_push);
+        if (!fabric) return 22;
+        auto push = pusher(*ctx, cache.endpoint, boot.rank() == num_members - 1, *fabric);
         ep_member_hooks hooks;
         hooks.after_step = [&](uint64_t v) -> result<nlohmann::json> {
           auto shares = t.own_shares();
@@ -221,6 +255,13 @@ void run_group(int num_members) {
 TEST(sharded_publication, a_group_of_two_publishes_each_members_shard) { run_group(2); }
 
 TEST(sharded_publication, a_group_of_four_publishes_each_members_shard) { run_group(4); }
+
+// The member->cache fabric path under a real trainer group: every shard lands in the cache's
+// region (shm on this host), the faults as above (a corrupt shard is refused at put_commit,
+// then again by the ZeroMQ put it falls back to).
+TEST(sharded_publication, a_group_of_two_pushes_its_shards_over_the_fabric) {
+  run_group(2, "fabric");
+}
 
 // The pieces without processes: the manifest needs every shard, and assembly is exact and
 // checked against the version's hash (a corrupted shard's parameters are never handed out).

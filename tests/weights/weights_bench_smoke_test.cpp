@@ -55,6 +55,31 @@ TEST(weights_bench, SmallVersionsReachEveryReaderOnEveryPath) {
   for (const auto& p : r["publish"]) EXPECT_GT(p["publish_s"].get<double>(), 0) << p.dump();
 }
 
+// The push path (issue 27): a pusher process beside a cache process puts each version by
+// ZeroMQ and by the fabric (stores into the cache's memfd: the same host), both timed.
+TEST(weights_bench, AVersionIsPushedToACacheByZeroMqAndByTheFabric) {
+  int rc = -1;
+  const std::string out =
+      command_output(std::string(MOERL_BINARY) +
+                         " bench weights --paths push_host --sizes 1048576 --reps 2 --warmup 1"
+                         " --set weights.chunk_bytes=262144 --json",
+                     &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << out;
+  EXPECT_TRUE(r["paths"].empty());
+  ASSERT_EQ(r["push"].size(), 2u) << r["push"].dump();
+  EXPECT_EQ(r["push"][0]["transport"], "zmq");
+  EXPECT_EQ(r["push"][1]["transport"], "fabric");
+  for (const auto& p : r["push"]) {
+    EXPECT_EQ(p["path"], "push_host") << p.dump();
+    EXPECT_EQ(p["fabric_path"], "same_host") << p.dump();
+    EXPECT_EQ(p["put_s"]["samples"], 2) << p.dump();
+    EXPECT_GT(p["put_s"]["p50"].get<double>(), 0) << p.dump();
+    EXPECT_GT(p["ratio_to_zmq"].get<double>(), 0) << p.dump();
+  }
+}
+
 TEST(weights_bench, AnUnknownPathIsRefusedByName) {
   int rc = -1;
   const std::string out = command_output(

@@ -17,7 +17,6 @@
 #include <iostream>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "sims/netns_link.h"
 #include "sims/netns_switch.h"
 #include "store/digest.h"
+#include "tests/support/node_files.h"
 #include "weights/fanout_plan.h"
 
 #ifndef MOERL_FANOUT_NODE
@@ -60,21 +60,7 @@ std::string expected_hash() {
   return store::sha256_hex(s);
 }
 
-bool wait_file(const fs::path& p) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!fs::exists(p)) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return json::parse(s.str(), nullptr, false);
-}
+bool wait_file(const fs::path& p) { return testing::wait_file(p, kWait); }
 
 void fan_out(int num_readers) {
   const std::string why = sims::netns_link::unavailable_reason();
@@ -159,7 +145,7 @@ void fan_out(int num_readers) {
   uint64_t peer_read = 0, peer_served = 0;
   for (int r = 0; r < num_readers; ++r) {
     if (r == victim_index) continue;
-    const json j = read_json(dir / ("reader-" + std::to_string(r) + ".json"));
+    const json j = testing::read_json_file(dir / ("reader-" + std::to_string(r) + ".json"));
     ASSERT_TRUE(j.is_object()) << "reader " << r;
     EXPECT_TRUE(j.value("ok", false)) << "reader " << r << ": " << j.dump();
     EXPECT_EQ(j.value("content_hash", ""), want) << "reader " << r;
