@@ -24,6 +24,25 @@
 
 namespace moerl::py {
 
+namespace {
+
+// DeepEP's topk_idx holds -1 (masked) or an expert id. Checked here rather than in Python,
+// where it took four torch ops per call (a tenth of a decode step's overhead over the C++
+// path), and before the channel is looked up: a channel's first use is collective, so a rank
+// that fails must fail before it.
+status check_topk_range(const int64_t* topk_idx, int64_t num_tokens, int topk, int num_experts) {
+  for (int64_t i = 0; i < num_tokens * topk; ++i)
+    if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
+      return error{errc::invalid_argument, "topk_idx[" + std::to_string(i / topk) + ", " +
+                                               std::to_string(i % topk) + "] is " +
+                                               std::to_string(topk_idx[i]) +
+                                               "; expected -1 (masked) or an expert id in [0, " +
+                                               std::to_string(num_experts) + ")"};
+  return {};
+}
+
+}  // namespace
+
 ep_core::ll_key ep_core::ll_key_of(const ll_shape& shape) {
   return {
       static_cast<int>(shape.dtype), shape.hidden, shape.max_tokens, shape.num_experts, shape.topk,
@@ -57,6 +76,13 @@ result<ep_core::ll_channel*> ep_core::ll_channel_for(const ll_shape& shape) {
     return error{g.err().code,
                  "moerl.ep: creating the " + c->name + " channel: " + g.err().message};
   c->group = std::move(*g);
+  // Every low-latency combine returns a new [num_tokens, hidden] tensor from blocks_. With a
+  // Buffer built without num_nvl_bytes/num_rdma_bytes (moerl's LL channels size their own
+  // regions) the pool kept none, so each one was a fresh mapping whose pages faulted and were
+  // zeroed in the combine's reduction, and unmapped when dropped: 0.1-0.3 ms of a decode
+  // step the C++ path does not pay. Two per channel: the caller usually still holds the last
+  // step's output (its next layer's input) when the next combine asks for one.
+  blocks_->raise_cache_limit(cfg.max_tokens_per_rank * c->row_bytes, 2);
   ll_channel* raw = c.get();
   ll_channels_.emplace(key, std::move(c));
   return raw;
@@ -193,6 +219,7 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
                             int64_t num_tokens, int64_t routing_id, void* recv_x,
                             int32_t* recv_count, int32_t* src_info, int64_t* layout_range,
                             ll_fp8_out fp8) {
+  STATUS_TRY(check_topk_range(topk_idx, num_tokens, shape.topk, shape.num_experts));
   ASSIGN_OR_RETURN(ll_channel * c, ll_channel_for(shape));
   STATUS_TRY(ll_close_step(*c));
   // The tokens go through the group's own buffer: the group reads them until combine_recv
@@ -235,6 +262,7 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
 status ep_core::ll_combine(const ll_shape& shape, const void* x, const int64_t* topk_idx,
                            const float* topk_weights, int64_t num_tokens, int64_t routing_id,
                            void* y) {
+  STATUS_TRY(check_topk_range(topk_idx, num_tokens, shape.topk, shape.num_experts));
   ASSIGN_OR_RETURN(ll_channel * c, ll_channel_for(shape));
   const size_t entries = static_cast<size_t>(num_tokens * shape.topk);
   if (c->open && c->routing_id == routing_id) {

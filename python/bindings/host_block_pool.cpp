@@ -80,6 +80,12 @@ void host_block_pool::release(void* data, int64_t capacity) {
   for (const entry& e : drop) munmap(e.data, static_cast<size_t>(e.capacity));
 }
 
+void host_block_pool::raise_cache_limit(int64_t size, int blocks) {
+  if (size <= 0 || blocks <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  max_cached_ += blocks * round_up(size, huge_page);
+}
+
 int64_t host_block_pool::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;

@@ -59,6 +59,11 @@ class host_block_pool final : public block_owner,
   // Contents are unspecified. Fails (errc::io_error, naming the size) only when mmap does.
   result<std::unique_ptr<host_block>> acquire(int64_t size);
 
+  // Lets the pool keep `blocks` more released blocks of `size` bytes beyond its budget (each
+  // counted at its mapped capacity): for outputs every step returns whatever the budget, such
+  // as the low-latency combine's (ep_core_ll.cpp).
+  void raise_cache_limit(int64_t size, int blocks);
+
   int64_t cached_bytes() const;
   int64_t cached_blocks() const;
 

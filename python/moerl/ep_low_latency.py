@@ -174,7 +174,7 @@ class LowLatencyCalls:
             _fail(f"x has {num_tokens} tokens; expected at most num_max_dispatch_tokens_per_rank "
                   f"({num_max_dispatch_tokens_per_rank})")
         self._check_num_experts(num_experts)
-        self._check_topk_range(topk_idx, num_experts)
+        # topk_idx's values: checked by the binding before anything is sent (ll_dispatch).
         num_local = num_experts // self.group_size
         if cumulative_local_expert_recv_stats is not None:
             _check_tensor("cumulative_local_expert_recv_stats", cumulative_local_expert_recv_stats, (torch.int32,), 1,
@@ -314,8 +314,8 @@ class LowLatencyCalls:
         _check_shape("topk_idx", topk_idx, (st.num_tokens, st.topk), "as given to the handle's dispatch")
         _check_tensor("topk_weights", topk_weights, (torch.float32,), 2, device)
         _check_shape("topk_weights", topk_weights, (st.num_tokens, st.topk), "like topk_idx")
+        # topk_idx's values: checked by the binding before anything is sent (ll_combine).
         topk_idx, topk_weights = routing_to_host(topk_idx), routing_to_host(topk_weights)
-        self._check_topk_range(topk_idx, num_experts)
         if out is not None:
             _check_tensor("out", out, (st.dtype,), 2, device)
             _check_shape("out", out, (st.num_tokens, hidden), "[num_tokens, hidden]")
@@ -344,8 +344,4 @@ class LowLatencyCalls:
         raise NotImplementedError
 
     def _check_num_experts(self, num_experts: Any) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def _check_topk_range(topk_idx: torch.Tensor, num_experts: int) -> None:
         raise NotImplementedError

@@ -103,6 +103,11 @@ def check_low_latency_errors(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor
     other = torch.where(idx == 0, torch.full_like(idx, 1), idx)
     expect(ValueError, "topk_idx differs from the one the handle's low_latency_dispatch was given", lc, recv_x, other,
            w, handle)
+    # An id out of range: refused by the binding before the comparison and before any send.
+    bad = idx.clone()
+    bad[0, 1] = 9
+    expect(ValueError, "topk_idx[0, 1] is 9; expected -1 (masked) or an expert id in [0, 4)", lc, recv_x, bad, w,
+           handle)
     combined, _, _ = lc(recv_x, idx, w, handle)
     assert torch.equal(combined, x * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True))
 

@@ -225,3 +225,27 @@ def test_low_latency_dispatch_and_combine_match_the_reference(world: int) -> Non
 def test_low_latency_through_reordered_tcp_writes() -> None:
     run_ranks(worker, 2, dict(fabric_provider="tcp", fabric_paths="fabric", reorder_shim=True), timeout_s=90)
 
+
+
+def pooled_combine_worker(rank: int, world: int) -> None:
+    # No num_nvl_bytes/num_rdma_bytes (DeepEP callers often pass only the hint's, or none):
+    # the Buffer's pool still keeps the combine outputs' blocks, so a decode loop's combines
+    # reuse pages instead of mapping, faulting and unmapping 2 MiB each step.
+    buf = moerl.ep.Buffer(torch.distributed.group.WORLD, low_latency_mode=True, op_timeout_ms=30000)
+    tokens, hidden, experts = 64, 8192, 2 * world  # a [64, 8192] bf16 output: 1 MiB, pooled
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(tokens, hidden, generator=g).bfloat16()
+    idx = torch.randint(0, experts, (tokens, 1), generator=g)
+    w = torch.ones(tokens, 1)
+    core = buf._live_core()
+    assert core.cached_host_bytes() == 0
+    for step in range(3):
+        recv_x, _, handle, _, _ = buf.low_latency_dispatch(x, idx, tokens, experts, use_fp8=False)
+        y, _, _ = buf.low_latency_combine(recv_x, idx, w, handle)
+        assert torch.equal(y, x), step
+        del y  # its block goes back to the pool, and the next step's combine takes it
+        assert core.cached_host_bytes() >= 1 << 20, (step, core.cached_host_bytes())
+
+
+def test_low_latency_combine_outputs_reuse_the_pool_without_a_byte_budget() -> None:
+    run_ranks(pooled_combine_worker, 2, timeout_s=60)
