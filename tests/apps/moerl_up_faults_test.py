@@ -26,6 +26,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -830,13 +831,30 @@ CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
 
+def print_log_tails(tmp, lines=25):
+    """The end of every node log of the case's runs, so a failure in CI (where the run
+    directory is gone by the time anyone looks) says what each node was doing."""
+    for path in sorted(glob.glob(os.path.join(tmp, "**", "logs", "*.log"), recursive=True)):
+        with open(path, errors="replace") as f:
+            tail = f.readlines()[-lines:]
+        print(f"--- {os.path.relpath(path, tmp)} (last {len(tail)} lines)", flush=True)
+        sys.stdout.writelines(tail)
+    sys.stdout.flush()
+
+
 def main(moerl, case):
-    if os.environ.get("MOERL_KEEP_TMP"):  # keep the run's logs for a post-mortem
-        tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
+    keep = bool(os.environ.get("MOERL_KEEP_TMP"))  # keep the run's logs for a post-mortem
+    tmp = tempfile.mkdtemp(prefix="moerl-up-faults-")
+    if keep:
         print("logs kept under", tmp, flush=True)
-        return CASES[case](moerl, tmp)
-    with tempfile.TemporaryDirectory() as tmp:
+    try:
         CASES[case](moerl, tmp)
+    except BaseException:  # a failed check exits through SystemExit: keep what explains it
+        print(f"FAILED: logs kept under {tmp}", flush=True)
+        print_log_tails(tmp)
+        raise
+    if not keep:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"moerl up {case} checks passed")
 
 
