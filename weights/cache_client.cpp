@@ -85,29 +85,37 @@ result<cache_answer> cache_client::call(const std::string& verb, json header,
                                   std::to_string(timeout_ms_) + " ms");
 }
 
+nlohmann::json shard_header(uint64_t version, const shard_tag& tag) {
+  json h{{"version", version}};
+  if (tag.num_shards > 1) {
+    h["shard"] = tag.shard;
+    h["num_shards"] = tag.num_shards;
+  }
+  return h;
+}
+
+std::string shard_what(uint64_t version, const shard_tag& tag) {
+  return "version " + std::to_string(version) +
+         (tag.num_shards > 1 ? " shard " + std::to_string(tag.shard) : std::string());
+}
+
 status push_version(cache_client& cache, uint64_t version, const std::string& bytes,
                     const std::string& content_hash, uint64_t chunk_bytes, const shard_tag& tag) {
   chunk_bytes = std::max<uint64_t>(chunk_bytes, 1);
   for (uint64_t off = 0; off < bytes.size(); off += chunk_bytes) {
     const std::string_view chunk(bytes.data() + off,
                                  std::min<uint64_t>(chunk_bytes, bytes.size() - off));
-    json h{{"version", version},
-           {"offset", off},
-           {"total_bytes", bytes.size()},
-           {"content_hash", content_hash},
-           {"chunk_hash", store::sha256_hex(chunk)}};
-    if (tag.num_shards > 1) {
-      h["shard"] = tag.shard;
-      h["num_shards"] = tag.num_shards;
-    }
+    json h = shard_header(version, tag);
+    h["offset"] = off;
+    h["total_bytes"] = bytes.size();
+    h["content_hash"] = content_hash;
+    h["chunk_hash"] = store::sha256_hex(chunk);
     if (!tag.version_hash.empty()) h["version_hash"] = tag.version_hash;
     auto a = cache.call(wire::kPut, h, chunk);
     if (!a && a.err().code == errc::malformed_message) a = cache.call(wire::kPut, h, chunk);
     if (!a)
-      return error(a.err().code, "put of version " + std::to_string(version) +
-                                     (tag.num_shards > 1 ? " shard " + std::to_string(tag.shard)
-                                                         : std::string()) +
-                                     " to " + cache.endpoint() + ": " + a.err().message);
+      return error(a.err().code, "put of " + shard_what(version, tag) + " to " + cache.endpoint() +
+                                     ": " + a.err().message);
     if (a->header.value("complete", false)) return ok_status();
   }
   return error(errc::internal, "cache " + cache.endpoint() + " did not complete version " +

@@ -53,6 +53,12 @@ struct shard_tag {
   std::string version_hash;
 };
 
+// A put's header naming `version` and, for a shard of a sharded version, `shard` and
+// `num_shards` (a whole version names neither: the wire's defaults).
+nlohmann::json shard_header(uint64_t version, const shard_tag& tag);
+// "version N" or "version N shard K", for messages.
+std::string shard_what(uint64_t version, const shard_tag& tag);
+
 // Puts a whole version (or one shard of it) into a cache in chunks of chunk_bytes (sha256
 // each) with its content hash (sha256 of bytes). A chunk the cache refused for its hash is
 // sent again, once.

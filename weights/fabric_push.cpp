@@ -49,20 +49,6 @@ result<std::string> from_hex(const std::string& hex) {
 // that a provider's queue is not the one refusing.
 constexpr size_t kMaxWritesInFlight = 16;
 
-std::string what_of(uint64_t version, const shard_tag& tag) {
-  return "version " + std::to_string(version) +
-         (tag.num_shards > 1 ? " shard " + std::to_string(tag.shard) : std::string());
-}
-
-json shard_header(uint64_t version, const shard_tag& tag) {
-  json h{{"version", version}};
-  if (tag.num_shards > 1) {
-    h["shard"] = tag.shard;
-    h["num_shards"] = tag.num_shards;
-  }
-  return h;
-}
-
 }  // namespace
 
 // ---- the cache's side ----------------------------------------------------------------------
@@ -310,7 +296,7 @@ status fabric_pusher::push(cache_client& cache, uint64_t version, const std::str
 
 status fabric_pusher::push_locked(cache_client& cache, uint64_t version, const std::string& bytes,
                                   const std::string& content_hash, const shard_tag& tag) {
-  const std::string what = what_of(version, tag);
+  const std::string what = shard_what(version, tag);
   auto g = begin(cache, version, bytes.size(), tag);
   if (!g)
     return error(g.err().code,

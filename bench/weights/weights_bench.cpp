@@ -271,10 +271,10 @@ class cache_process {
     while (!fs::exists(ready)) {
       auto ex = poll_exit(pid_);
       if (ex && *ex)
-        throw std::runtime_error("the netns cache ended (" + describe_wait_status(**ex) +
+        throw std::runtime_error("the cache process ended (" + describe_wait_status(**ex) +
                                  "); its log: " + log);
       if (bench_clock::now() > deadline)
-        throw std::runtime_error("the netns cache did not start; its log: " + log);
+        throw std::runtime_error("the cache process did not start; its log: " + log);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     std::ifstream(ready) >> endpoint_;
