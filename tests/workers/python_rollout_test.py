@@ -51,12 +51,16 @@ def external_stats(nodes):
     return accepted, refused
 
 
-def check_books(rep, tmp):
+def check_books(rep, tmp, killed=()):
     check_no_leftover_workers("MOERL_TEST_ROLLOUT_DIR", os.path.join(tmp, "out"))
     check_safety(rep)
     a = rep["accounting"]
     check_balanced(a)
-    finished = sum(1 for rows in leases(tmp).values() for r in rows if r[3] == "finished")
+    books = leases(tmp)
+    finished = sum(1 for rows in books.values() for r in rows if r[3] == "finished")
+    # A killed worker's last line "closing" is a lease whose done it may have sent before it
+    # died; the node may have committed it (CI, stop 42: 319 finished lines, 320 units trained).
+    finished += sum(1 for pid in killed if books.get(pid) and books[pid][-1][3] == "closing")
     # Every trained sample came from a lease a Python worker finished (16 samples a unit).
     assert a["trained"] > 0 and finished * 16 >= a["trained"], (finished, a)
     print(f"trained {a['trained']}, Python workers {len(leases(tmp))}, leases finished "
@@ -107,14 +111,15 @@ def killed(moerl, tmp):
     # lease of a 12-iteration job, the job ended 5.3 s in, before the new worker leased).
     run = start(moerl, tmp, "killed", "uniform", "--no-interrupt", "--iterations", "40",
                 *SHORT_LEASE)
-    victim = wait_for(lambda: [p for p, rows in leases(tmp).items() if rows],
+    victim = wait_for(lambda: [p for p, rows in leases(tmp).items()
+                               if any(r[3] != "closing" for r in rows)],
                       "a Python rollout worker finishing a lease", run)[0]
     print(f"SIGKILL -> Python rollout worker (pid {victim})", flush=True)
     os.kill(victim, signal.SIGKILL)
     before = set(leases(tmp))
     wait_for(lambda: set(leases(tmp)) - before, "a new Python rollout worker's lease", run)
     rep = run.finish()
-    check_books(rep, tmp)
+    check_books(rep, tmp, killed={victim})
     assert not [r for r in rep["replacements"] if r["node"].startswith("rollout")], \
         rep["replacements"]
     logs = "".join(open(f, errors="replace").read() for f in

@@ -4,7 +4,9 @@ from the job's vocabulary until EOS or the job's length limit, so each behaviour
 -log(vocab) exactly. What they test is the protocol, not the policy.
 
 Each process appends one line per lease it finished to $MOERL_TEST_ROLLOUT_DIR/<pid>.leases
-("unit attempt samples status"), and one line per notice to <pid>.notices."""
+("unit attempt samples status"), and one line per notice to <pid>.notices. Before it closes a
+lease it appends "unit attempt samples closing": a worker killed between sending done and
+writing its status leaves that line last, and the node may have committed the unit."""
 import json
 import math
 import os
@@ -97,6 +99,8 @@ def _serve(worker: RolloutWorker, misbehave: bool) -> None:
                         continue  # submitted above
                     lease.submit(group.group_id, i, *_generate(rng, worker))
                     submitted += 1
+            with open(_out("leases"), "a") as f:
+                f.write(f"{lease.unit} {lease.attempt} {submitted} closing\n")
             status = lease.done()
         except LeaseClosed as e:
             status = e.status
