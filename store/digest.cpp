@@ -4,6 +4,8 @@
 
 #include <openssl/evp.h>
 
+#include "common/hex.h"
+
 namespace moerl::store {
 
 std::string sha256_hex(std::string_view bytes) {
@@ -13,13 +15,7 @@ std::string sha256_hex(std::string_view bytes) {
   // into every OpenSSL, so a failure is a broken process, not bad input.
   const int ok = EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr);
   if (ok != 1 || md_len != 32) std::abort();
-  static const char hex[] = "0123456789abcdef";
-  std::string out(2 * md_len, '0');
-  for (unsigned int i = 0; i < md_len; ++i) {
-    out[2 * i] = hex[md[i] >> 4];
-    out[2 * i + 1] = hex[md[i] & 0xf];
-  }
-  return out;
+  return hex_encode(std::string_view(reinterpret_cast<const char*>(md), md_len));
 }
 
 }  // namespace moerl::store

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/config.h"
+#include "common/hex.h"
 #include "common/log.h"
 #include "common/status_try.h"
 #include "weights/wire.h"
@@ -15,35 +16,6 @@ namespace moerl::weights {
 namespace {
 
 using nlohmann::json;
-
-// Transport addresses are bytes; the protocol's headers are JSON text.
-std::string to_hex(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
-
-result<std::string> from_hex(const std::string& hex) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  if (hex.size() % 2)
-    return error(errc::malformed_message, "fabric_address is not hex of whole bytes");
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return error(errc::malformed_message, "fabric_address is not hex");
-    out[i] = static_cast<char>(hi << 4 | lo);
-  }
-  return out;
-}
 
 // Writes in flight at once on the network path: enough to keep a link busy, few enough
 // that a provider's queue is not the one refusing.
@@ -117,7 +89,7 @@ result<json> fabric_landing::begin(uint64_t bytes, uint64_t write_bytes) {
   const uint32_t ticket = next_ticket_++;
   if (next_ticket_ == 0) next_ticket_ = 1;  // 0 is never a ticket
   json out{{"ticket", ticket},
-           {"fabric_address", to_hex(transport_->address())},
+           {"fabric_address", hex_encode(transport_->address())},
            {"region",
             {{"base", r.reg.remote.base},
              {"key", r.reg.remote.key},
@@ -205,7 +177,8 @@ result<fabric_grant> fabric_pusher::begin(cache_client& cache, uint64_t version,
   const json& r = a.header["region"];
   if (!r.is_object() || !a.header["fabric_address"].is_string())
     return error(errc::malformed_message, "put_begin answer lacks region or fabric_address");
-  ASSIGN_OR_RETURN(g.cache_address, from_hex(a.header["fabric_address"].get<std::string>()));
+  ASSIGN_OR_RETURN(g.cache_address,
+                   hex_decode(a.header["fabric_address"].get<std::string>(), "fabric_address"));
   ASSIGN_OR_RETURN(g.region.base, wire::uint_field(r, "base"));
   ASSIGN_OR_RETURN(g.region.key, wire::uint_field(r, "key"));
   ASSIGN_OR_RETURN(g.region.size, wire::uint_field(r, "size"));

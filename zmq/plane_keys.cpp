@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include "common/hex.h"
 #include "common/status_try.h"
 
 namespace moerl::zmq {
@@ -71,12 +72,7 @@ status write_new_plane_secret(const std::string& path) {
   std::ifstream rnd("/dev/urandom", std::ios::binary);
   if (!rnd.read(reinterpret_cast<char*>(raw), sizeof raw))
     return error(errc::io_error, "cannot read /dev/urandom");
-  static const char* hex = "0123456789abcdef";
-  std::string text;
-  for (unsigned char b : raw) {
-    text.push_back(hex[b >> 4]);
-    text.push_back(hex[b & 15]);
-  }
+  std::string text = hex_encode(std::string_view(reinterpret_cast<const char*>(raw), sizeof raw));
   text.push_back('\n');
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return error(errc::io_error, path + ": " + std::strerror(errno));
