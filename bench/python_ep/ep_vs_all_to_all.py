@@ -16,15 +16,26 @@ token times the number of ranks it went to):
 - ``moerl_low_latency`` (tokens <= --ll-max-tokens): low_latency_dispatch + combine, one row
   per (token, expert) in DeepEP's packed per-expert layout, weighted combine.
 - ``moerl_low_latency_zero_copy``: the same, the way the C++ row (``cpp_low_latency``, with
-  --cpp) runs it: the identity experts write the received rows into
-  get_next_low_latency_combine_buffer and a barrier follows (both untimed, as `moerl bench
-  ep` leaves its experts out), and the combine reads the rows there (``zero_copy=True``).
+  --cpp) runs it, timed as it times it: dispatch from a barrier; then, untimed (`moerl bench
+  ep` leaves out its combine_buffer() call and its experts), get_next_low_latency_combine_buffer,
+  the identity experts' writes into it and a barrier; then the combine, which reads the rows
+  there (``zero_copy=True``). The iteration's time is the slowest rank's dispatch plus the
+  slowest rank's combine, as the C++ row's total_us. One difference is left, and belongs to
+  the API: the Python dispatch copies the caller's x into the channel's dispatch buffer (peers
+  on the host read the tokens there in place; torch's memory is private to the process), where
+  the C++ row's layer wrote its tokens into dispatch_buffer() before the barrier.
+- ``moerl_low_latency_zero_copy_io``: the same with that difference gone: the tokens are
+  written into get_low_latency_dispatch_buffer (moerl's, not DeepEP's) before the barrier,
+  untimed, and passed as x, so the dispatch copies nothing: the work the C++ row times.
 - ``moerl_low_latency_fp8``: DeepEP's default low-latency dispatch (``use_fp8=True``: e4m3
   rows and per-128-channel scales), the identity experts dequantising into
   get_next_low_latency_combine_buffer (untimed), then the zero-copy combine.
 
 Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
-the per-rank times, outside the timed region). p50 and max over iterations. The results of
+the per-rank times, outside the timed region; per phase for the rows with untimed experts).
+p50 and max over iterations. --rounds N runs the Python rows and the C++/MPI rows N times in
+turn, so that both see the same stretch of a shared machine's load; a row's p50 is then the
+median of its rounds' p50s. The results of
 the implementations are compared once per case (the run fails if they differ).
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/python_ep/ep_vs_all_to_all.py
@@ -44,7 +55,7 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -113,22 +124,50 @@ def moerl_low_latency(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, 
     return buf.low_latency_combine(recv_x, idx, w, handle)[0]
 
 
-# Seconds of stand-in expert work inside the current timed call, which timed() leaves out.
-_expert_seconds = [0.0]
+# The current timed call's untimed stretch (stand-in experts and what `moerl bench ep` also
+# leaves out), as perf_counter (start, end); timed() splits the call there into two phases.
+_untimed: List[float] = []
+
+
+def _pause() -> None:
+    _untimed[:] = [time.perf_counter()]
+
+
+def _resume() -> None:
+    _untimed.append(time.perf_counter())
 
 
 def moerl_low_latency_zero_copy(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
                                 experts: int):
     recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts, use_fp8=False)
+    # Untimed, as in `moerl bench ep` (its combine_buffer() call and experts' writes are outside
+    # its timed phases): the combine buffer, the identity experts' outputs (valid rows only),
+    # and a barrier, so no rank's combine waits out a peer's experts.
+    _pause()
     target = buf.get_next_low_latency_combine_buffer(handle)
-    start = time.perf_counter()
-    for j, n in enumerate(count.tolist()):  # the identity experts' outputs, valid rows only
+    for j, n in enumerate(count.tolist()):
         target[j, :n] = recv_x[j, :n]
-    # As `moerl bench ep`: combine starts from a barrier, so no rank's combine waits out a
-    # peer's experts.
     dist.barrier()
-    _expert_seconds[0] += time.perf_counter() - start
+    _resume()
     return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+
+
+def moerl_low_latency_zero_copy_io(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
+                                   experts: int):
+    """moerl_low_latency_zero_copy with the tokens already in get_low_latency_dispatch_buffer
+    (zero_copy_io_tokens, untimed before the barrier, as `moerl bench ep` writes its tokens
+    into dispatch_buffer()): the dispatch copies nothing either."""
+    return moerl_low_latency_zero_copy(buf, _tokens[0], idx, w, experts)
+
+
+# The tokens zero_copy_io_tokens put into the dispatch buffer for the next timed call.
+_tokens: List[torch.Tensor] = []
+
+
+def zero_copy_io_tokens(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, experts: int) -> None:
+    t = buf.get_low_latency_dispatch_buffer(max(x.shape[0], 1), x.shape[1], experts, idx.shape[1], x.dtype)
+    t[:x.shape[0]] = x
+    _tokens[:] = [t[:x.shape[0]]]
 
 
 _E4M3 = None
@@ -153,29 +192,41 @@ def moerl_low_latency_fp8(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tens
     scales), then the zero-copy combine: the identity experts dequantise their rows into
     get_next_low_latency_combine_buffer (untimed, as in moerl_low_latency_zero_copy)."""
     (q, scales), count, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts)
+    _pause()
     target = buf.get_next_low_latency_combine_buffer(handle)
-    start = time.perf_counter()
     table, hidden = e4m3_values(), x.shape[1]
     for j, n in enumerate(count.tolist()):
         if n:
             deq = table[q[j, :n].long()].view(n, -1, 128) * scales[j, :n].unsqueeze(2)
             target[j, :n] = deq.view(n, hidden).to(target.dtype)
     dist.barrier()
-    _expert_seconds[0] += time.perf_counter() - start
+    _resume()
     return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
 
 
-def timed(fn: Callable[[], Any], iterations: int, warmup: int) -> List[float]:
+def timed(fn: Callable[[], Any], iterations: int, warmup: int,
+          setup: Optional[Callable[[], Any]] = None) -> List[float]:
+    """Per iteration, from a barrier: a call without an untimed stretch is one phase, the
+    slowest rank's wall time; one with it (_pause/_resume) is two, dispatch up to the pause and
+    combine from the resume (which follows a barrier), and the iteration's time is the sum of
+    each phase's slowest rank: `moerl bench ep`'s total_us, phase for phase."""
     out = []
     for i in range(warmup + iterations):
+        if setup is not None:  # untimed, before the barrier
+            setup()
         dist.barrier()
-        _expert_seconds[0] = 0.0
+        _untimed.clear()
         start = time.perf_counter()
         fn()
-        mine = torch.tensor([time.perf_counter() - start - _expert_seconds[0]], dtype=torch.float64)
+        end = time.perf_counter()
+        if _untimed:
+            phases = [_untimed[0] - start, end - _untimed[1]]
+        else:
+            phases = [end - start, 0.0]
+        mine = torch.tensor(phases, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         if i >= warmup:
-            out.append(float(mine) * 1e3)
+            out.append(float(mine.sum()) * 1e3)
     return out
 
 
@@ -193,11 +244,15 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
         for case in cases:
             x, idx, w = routing(rank, case)
             e = case["experts"]
+            setups: Dict[str, Callable[[], Any]] = {}
             impls = {"moerl_normal": lambda: moerl_normal(normal, x, idx, w, e),
                      "torch_all_to_all": lambda: torch_all_to_all(x, idx, w, e, world)}
             if case["tokens"] <= opts["ll_max_tokens"]:
                 impls["moerl_low_latency"] = lambda: moerl_low_latency(ll, x, idx, w, e)
                 impls["moerl_low_latency_zero_copy"] = lambda: moerl_low_latency_zero_copy(ll, x, idx, w, e)
+                if hasattr(ll, "get_low_latency_dispatch_buffer"):  # not in packages before it
+                    impls["moerl_low_latency_zero_copy_io"] = lambda: moerl_low_latency_zero_copy_io(ll, x, idx, w, e)
+                    setups["moerl_low_latency_zero_copy_io"] = lambda: zero_copy_io_tokens(ll, x, idx, e)
                 if case["hidden"] % 128 == 0:
                     impls["moerl_low_latency_fp8"] = lambda: moerl_low_latency_fp8(ll, x, idx, w, e)
             # Same answers first: unweighted sums agree exactly (fp32 sums of the same rows
@@ -208,7 +263,11 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             torch.testing.assert_close(got, ref, rtol=2 ** -7, atol=1e-5)
             if "moerl_low_latency" in impls:
                 want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
-                for name in ("moerl_low_latency", "moerl_low_latency_zero_copy"):
+                for name in ("moerl_low_latency", "moerl_low_latency_zero_copy", "moerl_low_latency_zero_copy_io"):
+                    if name not in impls:
+                        continue
+                    if name in setups:
+                        setups[name]()
                     torch.testing.assert_close(impls[name]().float(), want, rtol=2 ** -7, atol=1e-2)
                 if "moerl_low_latency_fp8" in impls:
                     # e4m3: 3 mantissa bits, so each term within 2^-4 of its value (plus the
@@ -229,7 +288,9 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             dist.all_reduce(entries)
             entry_bytes = int(entries) * case["hidden"] * x.element_size()
             for name, fn in impls.items():
-                ms = timed(fn, opts["iterations"], opts["warmup"])
+                if opts["impls"] and name not in opts["impls"]:
+                    continue
+                ms = timed(fn, opts["iterations"], opts["warmup"], setups.get(name))
                 p50 = statistics.median(ms)
                 moved = entry_bytes if name.startswith("moerl_low_latency") else logical
                 rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=p50, max_ms=max(ms),
@@ -326,12 +387,33 @@ RATIOS = {  # name: (numerator impl, denominator impl), p50s
     "python_normal_over_cpp_normal": ("moerl_normal", "cpp_normal"),
     "python_low_latency_over_cpp_low_latency": ("moerl_low_latency", "cpp_low_latency"),
     "python_low_latency_zero_copy_over_cpp_low_latency": ("moerl_low_latency_zero_copy", "cpp_low_latency"),
+    "python_low_latency_zero_copy_io_over_cpp_low_latency": ("moerl_low_latency_zero_copy_io", "cpp_low_latency"),
     "moerl_low_latency_fp8_over_normal": ("moerl_low_latency_fp8", "moerl_normal"),
     "moerl_low_latency_zero_copy_over_normal": ("moerl_low_latency_zero_copy", "moerl_normal"),
     "moerl_normal_over_mpi_plain": ("moerl_normal", "mpi_alltoallv_plain"),
     "moerl_normal_over_mpi_semantic": ("moerl_normal", "mpi_alltoallv_semantic"),
     "cpp_normal_over_cpp_bench_mpi_semantic_peer": ("cpp_normal", "cpp_bench_mpi_semantic_peer"),
 }
+
+
+def merge_rounds(rounds: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """One row per (ranks, tokens, impl): the first round's, with p50_ms the median of the
+    rounds' p50s, max_ms their max, and rounds_p50_ms each round's (one round: as it was)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    merged = []
+    for row in rounds[0]:
+        key = (row["ranks"], row["tokens"], row["impl"])
+        same = [r for rs in rounds for r in rs if (r["ranks"], r["tokens"], r["impl"]) == key]
+        out = dict(row, p50_ms=statistics.median(r["p50_ms"] for r in same), max_ms=max(r["max_ms"] for r in same),
+                   rounds_p50_ms=[r["p50_ms"] for r in same])
+        out.pop("all_ms", None)
+        out["all_ms_per_round"] = [r["all_ms"] for r in same if "all_ms" in r] or None
+        for rate, size in (("logical_gbps", "logical_bytes"), ("moved_gbps", "moved_bytes")):
+            if size in out and rate in out:
+                out[rate] = 2 * out[size] / (out["p50_ms"] * 1e6)
+        merged.append(out)
+    return merged
 
 
 def uptime() -> str:
@@ -361,30 +443,42 @@ def main() -> None:
                     help="path of the moerl binary (or 'auto': build/bin/moerl) to also run `moerl bench ep` "
                          "on the cases it has (128 and 4096 tokens, 256 experts, top-8, bf16)")
     ap.add_argument("--cpp-starts", type=int, default=1, help="process starts of `moerl bench ep`")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the Python rows, then the C++ and MPI rows, this many times in turn; each row's p50 "
+                         "is the median of its rounds' p50s (per round in the JSON's rounds)")
+    ap.add_argument("--impls", default="",
+                    help="comma-separated Python rows to time (default all; the result checks run for all)")
     ap.add_argument("--json", help="write the results here (else print them)")
     args = ap.parse_args()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     cases = [dict(seed=i + 1, tokens=t, hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=dtype,
                   routing=args.routing) for i, t in enumerate(int(v) for v in args.tokens.split(","))]
     opts = dict(iterations=args.iterations, warmup=args.warmup, ll_max_tokens=args.ll_max_tokens,
-                cpp_starts=args.cpp_starts)
+                cpp_starts=args.cpp_starts, impls=[v for v in args.impls.split(",") if v])
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds is {args.rounds}; expected >= 1")
     moerl_bin = args.cpp
     if moerl_bin == "auto":
         moerl_bin = os.path.join(HERE, "..", "..", "build", "bin", "moerl")
     if args.mpi and dtype != torch.bfloat16:
         raise SystemExit("--mpi: mpi_alltoallv.c moves bf16 rows; use --dtype bf16")
     load_before, uptime_before = os.getloadavg(), uptime()
-    rows, transports = [], {}
+    rounds: List[List[Dict[str, Any]]] = []
+    transports: Dict[int, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         mpi_binary = build_mpi(tmp) if args.mpi else None
-        for world in (int(v) for v in args.ranks.split(",")):
-            world_rows, transports[world] = run_world(world, cases, opts)
-            rows += world_rows
-            for case in cases:
-                if moerl_bin != "none":
-                    rows += cpp_rows(moerl_bin, world, case, opts)
-                if mpi_binary:
-                    rows += mpi_rows(mpi_binary, world, case, opts)
+        for _ in range(args.rounds):
+            this: List[Dict[str, Any]] = []
+            for world in (int(v) for v in args.ranks.split(",")):
+                world_rows, transports[world] = run_world(world, cases, opts)
+                this += world_rows
+                for case in cases:
+                    if moerl_bin != "none":
+                        this += cpp_rows(moerl_bin, world, case, opts)
+                    if mpi_binary:
+                        this += mpi_rows(mpi_binary, world, case, opts)
+            rounds.append(this)
+    rows = merge_rounds(rounds)
     load_after, uptime_after = os.getloadavg(), uptime()
     ratios = []
     for world in sorted({r["ranks"] for r in rows}):
@@ -402,7 +496,10 @@ def main() -> None:
     out = dict(
         benchmark="python_ep",
         definition=("per iteration: barrier, then dispatch + combine (DeepEP layout, identity experts), the "
-                    "slowest rank's wall time; p50/max over iterations after warm-up; ratios from p50s of one run "
+                    "slowest rank's wall time (moerl_low_latency_zero_copy, moerl_low_latency_fp8: the slowest "
+                    "rank's dispatch + the slowest rank's combine, get_next_low_latency_combine_buffer, the "
+                    "experts and a barrier untimed between them, as cpp_low_latency); p50/max over iterations "
+                    "after warm-up (with rounds > 1: the median of the rounds' p50s); ratios from p50s of one run "
                     "(a ratio a_over_b > 1: a is slower). cpp_* rows: `moerl bench ep`'s total_us (dispatch and "
                     "combine each timed from a barrier; its normal mode returns rows expert-major, its experts untimed, "
                     "as moerl_low_latency_zero_copy's writes into the combine buffer); mpi_* rows: "
@@ -415,7 +512,7 @@ def main() -> None:
         shape=dict(hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=args.dtype,
                    routing=args.routing + (" (popularity 1/i^1.2 over a shared permutation)"
                                            if args.routing == "zipf" else " random top-k")),
-        iterations=args.iterations, warmup=args.warmup,
+        iterations=args.iterations, warmup=args.warmup, rounds=args.rounds,
         host_load_average=dict(before=load_before, after=load_after),
         uptime=dict(before=uptime_before, after=uptime_after), cpus=os.cpu_count(),
         torch=torch.__version__, python=sys.version.split()[0], moerl_transports=transports,

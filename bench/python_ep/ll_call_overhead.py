@@ -11,6 +11,8 @@ call, so the Python-side cost shows apart from the exchange's scheduling noise.
 
 --packages a,b,...: moerl packages (build/python directories) timed in alternation, each
 --pairs times, one process group per run, all in one JSON; without it, the imported moerl.
+An entry ending in "+buffer" (or --in-dispatch-buffer) writes the tokens into
+get_low_latency_dispatch_buffer before each step, untimed, so the dispatch copies no x.
 
 Usage: /usr/bin/python3 bench/python_ep/ll_call_overhead.py --packages OLD,NEW [--pairs 3]
            [--ranks 2] [--tokens 128 --hidden 7168 --experts 256 --topk 8] [--json out.json]
@@ -54,7 +56,7 @@ class _TimedCore:
 
 
 def rank_main(rank: int, world: int, init_file: str, case: Dict[str, Any], iterations: int, warmup: int,
-              results: Any) -> None:
+              results: Any, in_dispatch_buffer: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -69,9 +71,14 @@ def rank_main(rank: int, world: int, init_file: str, case: Dict[str, Any], itera
     buf._core_box[0] = _TimedCore(buf._core_box[0], core_times)
     rows: Dict[str, List[float]] = {"dispatch_total": [], "combine_total": [], "next_buffer": []}
     for i in range(warmup + iterations):
+        tokens = x
+        if in_dispatch_buffer:  # untimed, as the layer before would write its output there
+            tokens = buf.get_low_latency_dispatch_buffer(case["tokens"], case["hidden"], case["experts"],
+                                                         case["topk"], x.dtype)[:x.shape[0]]
+            tokens.copy_(x)
         dist.barrier()
         start = time.perf_counter()
-        recv_x, count, handle, _, _ = buf.low_latency_dispatch(x, idx, case["tokens"], case["experts"],
+        recv_x, count, handle, _, _ = buf.low_latency_dispatch(tokens, idx, case["tokens"], case["experts"],
                                                                use_fp8=False)
         dispatch = time.perf_counter() - start
         start = time.perf_counter()
@@ -107,7 +114,8 @@ def run_once(args: argparse.Namespace) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         results = ctx.SimpleQueue()
         procs = [ctx.Process(target=rank_main, args=(r, args.ranks, os.path.join(tmp, "init"), case, args.iterations,
-                                                     args.warmup, results)) for r in range(args.ranks)]
+                                                     args.warmup, results, args.in_dispatch_buffer))
+                 for r in range(args.ranks)]
         for p in procs:
             p.start()
         for p in procs:
@@ -132,6 +140,9 @@ def main() -> None:
     ap.add_argument("--routing", choices=["uniform", "zipf"], default="zipf")
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--in-dispatch-buffer", action="store_true",
+                    help="write the tokens into get_low_latency_dispatch_buffer (untimed) and dispatch from there "
+                         "(no copy of x); a package entry ending in '+buffer' (--packages) sets it for that entry")
     ap.add_argument("--json", help="write the results here (else print them)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
@@ -142,19 +153,23 @@ def main() -> None:
     runs = []
     load_before, uptime_before = os.getloadavg(), uptime()
     for pair in range(args.pairs):
-        for package in args.packages.split(","):
+        for entry in args.packages.split(","):
+            package = entry[:-len("+buffer")] if entry.endswith("+buffer") else entry
             env = dict(os.environ, PYTHONPATH=os.path.abspath(package))
             cmd = [sys.executable, os.path.abspath(__file__), "--ranks", str(args.ranks), "--tokens", str(args.tokens),
                    "--hidden", str(args.hidden), "--experts", str(args.experts), "--topk", str(args.topk),
                    "--routing", args.routing, "--iterations", str(args.iterations), "--warmup", str(args.warmup)]
+            if package != entry or args.in_dispatch_buffer:
+                cmd.append("--in-dispatch-buffer")
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
             if out.returncode:
                 raise SystemExit(f"{package}: {out.stderr[-2000:]}")
             run = json.loads(out.stdout.strip().splitlines()[-1])
             run["pair"] = pair + 1
+            run["in_dispatch_buffer"] = "--in-dispatch-buffer" in cmd
             runs.append(run)
             slowest = {k: max(r[k] for r in run["ms_p50_per_rank"]) for k in run["ms_p50_per_rank"][0]}
-            print(f"pair {pair + 1} {package}: " + ", ".join(f"{k} {v:.3f}" for k, v in slowest.items()))
+            print(f"pair {pair + 1} {entry}: " + ", ".join(f"{k} {v:.3f}" for k, v in slowest.items()))
     result = dict(
         benchmark="python_ep_ll_call_overhead",
         definition=("per rank, the p50 over iterations (ms) of: dispatch_total / combine_total (the moerl.ep call "

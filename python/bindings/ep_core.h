@@ -163,6 +163,13 @@ class ep_core {
   // read them in place. The memory lives as long as the channel (until close()); the group
   // never writes it, so it keeps what the caller wrote until the caller writes it again.
   void* ll_combine_buffer(const ll_shape& shape, int64_t routing_id);
+  // The channel's dispatch_buffer() ([max_tokens, hidden] of the shape's dtype, host memory)
+  // while no step of the channel is open, else nullptr (no such channel, a step open, or a
+  // device channel). Tokens written there and passed as ll_dispatch's x are not copied:
+  // same-host destinations read them there in place, as the C++ path's layer does with the
+  // group's buffer. The caller must leave them unchanged until that step's ll_combine returns.
+  // The memory lives as long as the channel (until close()).
+  void* ll_dispatch_buffer(const ll_shape& shape);
   // Closes every open low-latency step (a dropped combine): collective, like DeepEP's.
   status ll_clean();
 

@@ -224,9 +224,21 @@ status ep_core::ll_dispatch(const ll_shape& shape, const void* x, const int64_t*
   STATUS_TRY(ll_close_step(*c));
   // The tokens go through the group's own buffer: the group reads them until combine_recv
   // (the caller's x need not live that long), and same-host peers read them there in place.
-  if (num_tokens > 0)
-    STATUS_TRY(fabric::memory_copy(c->memory(), c->group->dispatch_buffer(), x,
-                                   static_cast<size_t>(num_tokens * c->row_bytes)));
+  // Unless they are there already (ll_dispatch_buffer()): then nothing is copied, as in the
+  // C++ path whose layer writes its tokens there.
+  auto* own = static_cast<char*>(c->group->dispatch_buffer());
+  const auto* in = static_cast<const char*>(x);
+  const auto bytes = static_cast<size_t>(num_tokens * c->row_bytes);
+  if (num_tokens > 0 && in != own) {
+    // Rows of that buffer other than its first (a slice of ll_dispatch_buffer()'s tensor not
+    // at its start) overlap where they go.
+    const auto own_bytes =
+        static_cast<size_t>(std::max<int64_t>(shape.max_tokens, 1) * c->row_bytes);
+    if (c->memory() != fabric::memory_kind::cuda && in < own + own_bytes && own < in + bytes)
+      std::memmove(own, in, bytes);
+    else
+      STATUS_TRY(fabric::memory_copy(c->memory(), own, x, bytes));
+  }
   // fp8 quantises from the channel's own rows; the others land in the caller's recv_x.
   void* rows_out = recv_x;
   if (fp8.q) {
@@ -289,6 +301,14 @@ void* ep_core::ll_combine_buffer(const ll_shape& shape, int64_t routing_id) {
   if (!c.open || c.routing_id != routing_id || c.memory() == fabric::memory_kind::cuda)
     return nullptr;
   return c.group->combine_buffer();
+}
+
+void* ep_core::ll_dispatch_buffer(const ll_shape& shape) {
+  auto it = ll_channels_.find(ll_key_of(shape));
+  if (closed_ || it == ll_channels_.end()) return nullptr;
+  ll_channel& c = *it->second;
+  if (c.open || c.memory() == fabric::memory_kind::cuda) return nullptr;
+  return c.group->dispatch_buffer();
 }
 
 status ep_core::ll_clean() {

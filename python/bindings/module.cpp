@@ -233,14 +233,28 @@ PYBIND11_MODULE(_moerl, m) {
            })
       .def("ll_combine_buffer",
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
-              int memory, int64_t routing_id, int64_t num_bytes) -> py::object {
-             void* p = c.ll_combine_buffer(
+              int memory, int64_t routing_id) -> uintptr_t {
+             // An address (0: none); view_of makes the tensor's memory once per address.
+             return reinterpret_cast<uintptr_t>(c.ll_combine_buffer(
                  {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)},
-                 routing_id);
-             // A writable view that owns nothing: valid while the channel lives (until the
-             // core is closed), as moerl/ep_low_latency.py says of the tensor made of it.
-             if (!p) return py::none();
-             return py::memoryview::from_memory(p, static_cast<py::ssize_t>(num_bytes));
+                 routing_id));
+           })
+      .def("ll_dispatch_buffer",
+           [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,
+              int memory) -> uintptr_t {
+             return reinterpret_cast<uintptr_t>(c.ll_dispatch_buffer(
+                 {hidden, dtype_of(dtype), max_tokens, num_experts, topk, memory_of(memory)}));
+           })
+      .def("view_of",
+           [](ep_core&, uintptr_t address, int64_t num_bytes) -> py::memoryview {
+             // A writable view that owns nothing, of ll_combine_buffer's or
+             // ll_dispatch_buffer's memory: valid while the channel lives (until the core is
+             // closed), as moerl/ep_low_latency.py says of the tensors made of it. Addresses
+             // rather than views come back from those calls, so that Python builds the tensor
+             // once per address, not once per decode step (torch.frombuffer and a view cost
+             // tens of microseconds there).
+             return py::memoryview::from_memory(ptr<void>(address),
+                                                static_cast<py::ssize_t>(num_bytes));
            })
       .def("ll_prepare",
            [](ep_core& c, int64_t hidden, int dtype, int64_t max_tokens, int num_experts, int topk,

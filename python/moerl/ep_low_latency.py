@@ -253,16 +253,61 @@ class LowLatencyCalls:
         st = self._ll_handle_state(handle)
         _, _, m, hidden, num_experts = handle
         shape = self._ll_block_shape(handle)
-        view = None
+        address = 0
         if st.device is None:
-            num_bytes = shape[0] * shape[1] * hidden * (torch.finfo(st.dtype).bits // 8)
-            view = self._live_core().ll_combine_buffer(hidden, _DTYPES[st.dtype], m, num_experts, st.topk, st.memory,
-                                                       st.routing_id, num_bytes)
-        target = self._ll_combine_buffer(handle) if view is None else \
-            torch.frombuffer(view, dtype=st.dtype).view(shape)
+            address = self._live_core().ll_combine_buffer(hidden, _DTYPES[st.dtype], m, num_experts, st.topk,
+                                                          st.memory, st.routing_id)
+        target = self._ll_channel_view(address, shape, st.dtype) if address else self._ll_combine_buffer(handle)
         # What the next zero-copy combine of this shape reads.
         self.__dict__.setdefault("_ll_next_combine", {})[(shape, st.dtype, st.device)] = target
         return target
+
+    def get_low_latency_dispatch_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int,
+                                        topk: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """moerl's zero-copy dispatch input (not in DeepEP; its counterpart of
+        ``get_next_low_latency_combine_buffer``): a [num_max_dispatch_tokens_per_rank, hidden]
+        tensor of ``dtype`` (bf16 or fp32) to write the next step's tokens into, then to pass
+        (its first num_tokens rows, ``x[:num_tokens]``) as ``low_latency_dispatch``'s x with
+        that shape and a topk_idx of ``topk`` columns. While the channel of that shape exists
+        (after its first dispatch) and has no step open (after the last dispatch's combine), it
+        is a view of the channel's own token memory: the dispatch then copies nothing, and
+        peers on this host read the tokens there in place, as moerl's C++ path does. Such a
+        view is valid until ``destroy()`` (it does not keep the memory alive), and every call
+        of the shape gets the same memory: write it only after the previous step's combine
+        returned, and leave it unchanged from the dispatch that passes it until that step's
+        combine returns (peers may still be reading it). Otherwise (no channel yet, a step
+        open, CUDA) it is a tensor the Buffer keeps per shape, which the dispatch copies like
+        any x. Not collective."""
+        self._check_low_latency()
+        for name, v in (("num_max_dispatch_tokens_per_rank", num_max_dispatch_tokens_per_rank),
+                        ("hidden", hidden), ("topk", topk)):
+            _check_positive(name, v)
+        self._check_num_experts(num_experts)
+        if dtype not in _DTYPES:
+            _fail(f"dtype is {dtype}; expected torch.bfloat16 or torch.float32")
+        shape = (num_max_dispatch_tokens_per_rank, hidden)
+        address = self._live_core().ll_dispatch_buffer(hidden, _DTYPES[dtype], num_max_dispatch_tokens_per_rank,
+                                                       num_experts, topk, MEMORY_HOST)
+        if address:
+            return self._ll_channel_view(address, shape, dtype)
+        own: Dict[Any, torch.Tensor] = self.__dict__.setdefault("_ll_dispatch_buffers", {})
+        if (shape, dtype) not in own:
+            own[(shape, dtype)] = torch.empty(shape, dtype=dtype)
+        return own[(shape, dtype)]
+
+    def _ll_channel_view(self, address: int, shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A tensor over a channel's memory at `address` (ll_combine_buffer,
+        ll_dispatch_buffer), made once per (address, shape, dtype): the same memory comes back
+        every step, and torch.frombuffer plus a view cost tens of microseconds of a decode
+        step."""
+        views: Dict[Any, torch.Tensor] = self.__dict__.setdefault("_ll_channel_views", {})
+        key = (address, shape, dtype)
+        view = views.get(key)
+        if view is None:
+            num_bytes = (torch.finfo(dtype).bits // 8) * int(torch.Size(shape).numel())
+            view = torch.frombuffer(self._live_core().view_of(address, num_bytes), dtype=dtype).view(shape)
+            views[key] = view
+        return view
 
     def _ll_block_shape(self, handle: _LowLatencyHandle) -> Tuple[int, int, int]:
         """[num_local_experts, num_ranks * num_max_dispatch_tokens_per_rank, hidden]."""

@@ -86,6 +86,14 @@ def check_low_latency_errors(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor
     expect(ValueError, "async_finish and return_recv_hook are both True", ll, x, idx, 8, 4, use_fp8=False,
            async_finish=True, return_recv_hook=True)
     expect(RuntimeError, "takes CPU tensors", ll, torch.empty(3, 64, device="meta"), idx, 8, 4, use_fp8=False)
+    lb = buf.get_low_latency_dispatch_buffer
+    expect(ValueError, "hidden is 0; expected an int >= 1", lb, 8, 0, 4, 2)
+    expect(ValueError, "topk is -1; expected an int >= 1", lb, 8, 64, 4, -1)
+    expect(ValueError, "num_experts is 3; expected a positive multiple of the group size (2)", lb, 8, 64, 3, 2)
+    expect(ValueError, "dtype is torch.float64; expected torch.bfloat16 or torch.float32", lb, 8, 64, 4, 2,
+           torch.float64)
+    plain = moerl.ep.Buffer(torch.distributed.group.WORLD, num_nvl_bytes=1 << 20)
+    expect(ValueError, "low_latency_mode=False", plain.get_low_latency_dispatch_buffer, 8, 64, 4, 2)
 
     recv_x, count, handle, _, _ = ll(x, idx, 8, 4, use_fp8=False)
     lc = buf.low_latency_combine

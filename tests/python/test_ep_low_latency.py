@@ -151,6 +151,51 @@ def check_case(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict) -> Non
     view5.copy_(expert_outputs(rank, world, case, recv_x5))
     combined5, _, _ = buf.low_latency_combine(torch.empty(0), idx, w, handle5, zero_copy=True)
     check_combine(case, combined5, reference_combine(case, x * 2, idx, w))
+    if host_channel:
+        check_zero_copy_dispatch(rank, world, buf, case, all_in)
+
+
+def check_zero_copy_dispatch(rank: int, world: int, buf: "moerl.ep.Buffer", case: dict, all_in) -> None:
+    """get_low_latency_dispatch_buffer: with no step open it is the channel's own token memory
+    (the address the binding reads x from without a copy), the same every time; tokens written
+    there (also a slice not at its start, which overlaps where the rows go) arrive as from
+    any x; with a step open it is the Buffer's own tensor, copied like any x."""
+    num_experts, hidden, dtype = case["experts"], case["hidden"], case["dtype"]
+    x, idx, w = all_in[rank]
+    num_tokens, topk = x.shape[0], idx.shape[1]
+    core = buf._live_core()
+    tokens = buf.get_low_latency_dispatch_buffer(MAX_TOKENS, hidden, num_experts, topk, dtype)
+    assert tokens.shape == (MAX_TOKENS, hidden) and tokens.dtype == dtype
+    address = core.ll_dispatch_buffer(hidden, 0 if dtype == torch.bfloat16 else 1, MAX_TOKENS, num_experts, topk, 0)
+    assert address != 0 and tokens.data_ptr() == address
+    assert buf.get_low_latency_dispatch_buffer(MAX_TOKENS, hidden, num_experts, topk, dtype).data_ptr() == address
+    def other_values(xs: torch.Tensor) -> torch.Tensor:  # columns 0 and 1 still name source and token
+        out = xs.clone()
+        out[:, 2:] *= 3  # multiples of 1/8 below 24 in magnitude: exact in bf16
+        return out
+
+    scaled = [(other_values(xs), i, ws) for xs, i, ws in all_in]
+    x3 = scaled[rank][0]
+    for step, first in enumerate((0, 1)):  # x at the buffer's start (no copy), then a row later
+        tokens[first:first + num_tokens] = x3
+        recv_x, recv_count, handle, _, _ = buf.low_latency_dispatch(tokens[first:first + num_tokens], idx,
+                                                                    MAX_TOKENS, num_experts, use_fp8=False)
+        check_dispatch(rank, world, case, scaled, recv_x, recv_count, handle)
+        # A step is open: not the channel's memory now (writing it would change what peers
+        # may still be reading), and dispatching from it copies.
+        other = buf.get_low_latency_dispatch_buffer(MAX_TOKENS, hidden, num_experts, topk, dtype)
+        assert other.data_ptr() != address, step
+        buf.get_next_low_latency_combine_buffer(handle).copy_(expert_outputs(rank, world, case, recv_x))
+        combined, _, _ = buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)
+        check_combine(case, combined, reference_combine(case, x3, idx, w))
+    other[:num_tokens] = x
+    recv_x, recv_count, handle, _, _ = buf.low_latency_dispatch(other[:num_tokens], idx, MAX_TOKENS, num_experts,
+                                                                use_fp8=False)
+    check_dispatch(rank, world, case, all_in, recv_x, recv_count, handle)
+    combined, _, _ = buf.low_latency_combine(expert_outputs(rank, world, case, recv_x), idx, w, handle)
+    check_combine(case, combined, reference_combine(case, x, idx, w))
+    with pytest.raises(ValueError, match="dtype is torch.float16"):
+        buf.get_low_latency_dispatch_buffer(MAX_TOKENS, hidden, num_experts, topk, torch.float16)
 
 
 def e4m3_table() -> torch.Tensor:
