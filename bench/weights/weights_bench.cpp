@@ -166,8 +166,9 @@ class reader_fleet {
   }
 
   // One delivery of `version`: seconds from "go" until the last reader held a verified copy.
-  // Adds the bytes the readers read from one another to *peer_bytes.
-  double deliver(uint64_t version, uint64_t* peer_bytes) {
+  // Adds the bytes the readers read from one another to *peer_bytes, and each reader's own
+  // seconds from "go" to its copy to *reader_s.
+  double deliver(uint64_t version, uint64_t* peer_bytes, std::vector<double>* reader_s) {
     const std::string go = json{{"version", version}, {"readers", endpoints_}}.dump();
     const int64_t go_ns = steady_ns();
     for (const auto& id : identities_) send(id, "go", go);
@@ -178,7 +179,9 @@ class reader_fleet {
       if (!a.is_object() || !a.value("ok", false))
         throw std::runtime_error("a reader failed: " +
                                  (a.is_object() ? a.value("error", m.second) : m.second));
-      last_ns = std::max(last_ns, a.value("done_ns", int64_t{0}));
+      const int64_t done_ns = a.value("done_ns", int64_t{0});
+      last_ns = std::max(last_ns, done_ns);
+      reader_s->push_back(double(done_ns - go_ns) * 1e-9);
       *peer_bytes += a.value("peer_bytes", uint64_t{0});
     }
     return double(last_ns - go_ns) * 1e-9;
@@ -510,13 +513,17 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
 
     // Times num_deliveries deliveries to the fleet's readers; one row of the report.
     const auto record = [&](reader_fleet& fleet, const source& src, int n) {
-      std::vector<double> deliver_s;
+      std::vector<double> deliver_s, reader_s;
       uint64_t peer_bytes = 0;
       for (int r = 0; r < num_deliveries; ++r) {
         // Fan-out readers keep what they read: each delivery is a version of its own.
         const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
-        const double s = fleet.deliver(version, &peer_bytes);
-        if (r >= opt.warmup) deliver_s.push_back(s);
+        std::vector<double> each;
+        const double s = fleet.deliver(version, &peer_bytes, &each);
+        if (r >= opt.warmup) {
+          deliver_s.push_back(s);
+          reader_s.insert(reader_s.end(), each.begin(), each.end());
+        }
       }
       fleet.stop();
       const double p50 = percentile_of(deliver_s, 50);
@@ -526,6 +533,9 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                        {"readers", n},
                        {"version_bytes", size},
                        {"deliver_s", summary(deliver_s)},
+                       // every reader's own time in the timed deliveries: how far from the
+                       // last one the others were (a shared uplink ends them together).
+                       {"reader_s", summary(reader_s)},
                        {"aggregate_gbps", gbps},
                        {"memcpy_gbps", memcpy_gbps},
                        {"ratio_to_memcpy", gbps / memcpy_gbps},

@@ -14,7 +14,8 @@
 // bench weights-reader`), started and connected before timing; a repetition is timed from the
 // moment the bench tells every reader to go until the last one holds a verified copy (one
 // system-wide steady clock). Reports per path, transport, readers and size: deliver_s {p50, p99,
-// max} over the repetitions, aggregate GB/s (readers x bytes / p50) and its ratio to memcpy GB/s,
+// max} over the repetitions, reader_s (the same over every reader's own time to its copy, all
+// timed repetitions), aggregate GB/s (readers x bytes / p50) and its ratio to memcpy GB/s,
 // and peer_bytes (bytes readers read from other readers, all deliveries). The push paths time
 // the other direction, a trainer member's version (shard) put to a cache process (issue 27):
 // `push_host` from a process beside it, `push_netns` from another namespace; a ZeroMQ put and

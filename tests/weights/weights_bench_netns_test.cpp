@@ -45,6 +45,10 @@ TEST(weights_bench_netns, TheS3PathReachesReadersOnOtherHosts) {
     EXPECT_EQ(p["version_bytes"], 1048576) << p.dump();
     EXPECT_EQ(p["deliver_s"]["samples"], 2) << p.dump();
     EXPECT_GT(p["deliver_s"]["p50"].get<double>(), 0) << p.dump();
+    // Every reader's own time, each delivery: none after the last one's.
+    EXPECT_EQ(p["reader_s"]["samples"], 2 * (int(i) + 1)) << p.dump();
+    EXPECT_GT(p["reader_s"]["p50"].get<double>(), 0) << p.dump();
+    EXPECT_LE(p["reader_s"]["max"].get<double>(), p["deliver_s"]["max"].get<double>()) << p.dump();
     EXPECT_EQ(p["peer_bytes"], 0) << p.dump();  // every reader read the store itself
   }
   ASSERT_EQ(r["skipped"].size(), 1u) << r["skipped"].dump();
