@@ -12,6 +12,8 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <stdexcept>
@@ -64,6 +66,18 @@ T need(result<T> r, const std::string& step) {
 }
 inline void need(const status& s, const std::string& step) {
   if (!s) throw std::runtime_error(step + ": " + s.err().to_string());
+}
+
+// A bench's helper process (a pusher, a publisher) hands its result back as a JSON file the
+// bench reads once the process ended: written to a temporary name and renamed, so the bench
+// sees it whole or not at all.
+inline status write_report_file(const std::string& path, const nlohmann::json& report) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << report.dump();
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return error(errc::io_error, "writing " + path + ": " + ec.message());
+  return ok_status();
 }
 
 // A latency distribution in microseconds as a report gives it: n, p50_us, p99_us (nearest

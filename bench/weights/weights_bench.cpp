@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,12 +16,11 @@
 #include <thread>
 
 #include "bench/support.h"
+#include "bench/weights/weights_bench_publisher.h"
 #include "bench/weights/weights_bench_reader.h"
 #include "common/child_process.h"
 #include "common/percentile.h"
-#include "job/grpo_job.h"
 #include "moto_server.h"
-#include "policy/params.h"
 #include "provenance/provenance.h"
 #include "sims/netns_link.h"
 #include "sims/netns_switch.h"
@@ -45,7 +43,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr uint64_t kVersion = 1;
+constexpr uint64_t kVersion = kBenchVersion;
 constexpr int kNetnsPort = 5555;           // every namespace has its own address: one port for all
 constexpr int kReadyTimeoutMs = 120000;    // readers started on a loaded host
 constexpr int kDeliverTimeoutMs = 600000;  // one delivery, the slowest path and size
@@ -168,8 +166,9 @@ class reader_fleet {
   }
 
   // One delivery of `version`: seconds from "go" until the last reader held a verified copy.
-  // Adds the bytes the readers read from one another to *peer_bytes.
-  double deliver(uint64_t version, uint64_t* peer_bytes) {
+  // Adds the bytes the readers read from one another to *peer_bytes, and each reader's own
+  // seconds from "go" to its copy to *reader_s.
+  double deliver(uint64_t version, uint64_t* peer_bytes, std::vector<double>* reader_s) {
     const std::string go = json{{"version", version}, {"readers", endpoints_}}.dump();
     const int64_t go_ns = steady_ns();
     for (const auto& id : identities_) send(id, "go", go);
@@ -180,7 +179,9 @@ class reader_fleet {
       if (!a.is_object() || !a.value("ok", false))
         throw std::runtime_error("a reader failed: " +
                                  (a.is_object() ? a.value("error", m.second) : m.second));
-      last_ns = std::max(last_ns, a.value("done_ns", int64_t{0}));
+      const int64_t done_ns = a.value("done_ns", int64_t{0});
+      last_ns = std::max(last_ns, done_ns);
+      reader_s->push_back(double(done_ns - go_ns) * 1e-9);
       *peer_bytes += a.value("peer_bytes", uint64_t{0});
     }
     return double(last_ns - go_ns) * 1e-9;
@@ -293,42 +294,41 @@ class cache_process {
   std::string endpoint_;  // as bound
 };
 
+// A helper process of the bench (`moerl bench <role> ARGS --out FILE`, run with `prefix`):
+// its report file (bench/support.h write_report_file), once it exited.
+json run_for_report(const std::string& exe, const std::string& role,
+                    const std::vector<std::string>& args, const std::vector<std::string>& prefix,
+                    const fs::path& scratch) {
+  const fs::path out = scratch / (role + ".json");
+  fs::remove(out);
+  process_spec spec;
+  spec.argv = {exe, "bench", role};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.argv.push_back("--out");
+  spec.argv.push_back(out.string());
+  const std::string log = (scratch / (role + ".log")).string();
+  const pid_t pid = need(spawn_process(spec, prefix, log, process_group::inherit),
+                         "starting the " + role + " process");
+  const int ws = need(wait_exit(pid, kDeliverTimeoutMs), "the " + role + " process");
+  std::ifstream in(out);
+  const json r = json::parse(in, nullptr, false);
+  if (ws != 0 || !r.is_object())
+    throw std::runtime_error("the " + role + " process ended (" + describe_wait_status(ws) +
+                             ") without a report; its log: " + log);
+  return r;
+}
+
 // One push combination (bench/weights/weights_bench_pusher.h): a pusher process (with
 // `prefix`) puts `size` bytes to the cache at `at` by ZeroMQ and by the fabric in turn; its
 // report, once it exited.
 json run_pusher(const std::string& exe, const std::vector<std::string>& prefix,
                 const std::string& at, int64_t size, const weights_bench_options& opt,
                 uint64_t chunk_bytes, const std::string& provider, const fs::path& scratch) {
-  const fs::path out = scratch / "pusher.json";
-  fs::remove(out);
-  process_spec spec;
-  spec.argv = {exe,
-               "bench",
-               "weights-pusher",
-               "--at",
-               at,
-               "--bytes",
-               std::to_string(size),
-               "--reps",
-               std::to_string(opt.reps),
-               "--warmup",
-               std::to_string(opt.warmup),
-               "--chunk-bytes",
-               std::to_string(chunk_bytes),
-               "--provider",
-               provider,
-               "--out",
-               out.string()};
-  const std::string log = (scratch / "pusher.log").string();
-  const pid_t pid =
-      need(spawn_process(spec, prefix, log, process_group::inherit), "starting the pusher process");
-  const int ws = need(wait_exit(pid, kDeliverTimeoutMs), "the pusher process");
-  std::ifstream in(out);
-  const json r = json::parse(in, nullptr, false);
-  if (ws != 0 || !r.is_object())
-    throw std::runtime_error("the pusher process ended (" + describe_wait_status(ws) +
-                             ") without a report; its log: " + log);
-  return r;
+  return run_for_report(exe, "weights-pusher",
+                        {"--at", at, "--bytes", std::to_string(size), "--reps",
+                         std::to_string(opt.reps), "--warmup", std::to_string(opt.warmup),
+                         "--chunk-bytes", std::to_string(chunk_bytes), "--provider", provider},
+                        prefix, scratch);
 }
 
 // Where one path's readers read, set up for one size.
@@ -347,10 +347,11 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   for (const auto& p : opt.paths)
     if (p != "cache_tcp" && p != "cache_ipc" && p != "cache_shm" && p != "fanout_tcp" &&
         p != "cache_netns" && p != "fanout_netns" && p != "store_local" && p != "store_s3" &&
-        p != "push_host" && p != "push_netns")
+        p != "store_s3_netns" && p != "push_host" && p != "push_netns")
       throw std::runtime_error("unknown path '" + p +
                                "' (cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, "
-                               "fanout_netns, store_local, store_s3, push_host, push_netns)");
+                               "fanout_netns, store_local, store_s3, store_s3_netns, push_host, "
+                               "push_netns)");
   auto wants = [&](const char* p) {
     return std::find(opt.paths.begin(), opt.paths.end(), p) != opt.paths.end();
   };
@@ -369,20 +370,22 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
   auto ctx = need(zmq::zmq_context::create(), "creating a ZeroMQ context");
   json skipped = json::array();
 
-  // The S3 path: a moto server, its credentials in the environment the readers inherit.
+  // The S3 paths: a moto server each, its credentials exported (store::testing::
+  // export_credentials) before its readers start, which inherit them.
+  const std::string moto_script = opt.moto_script.empty() ? MOERL_MOTO_SCRIPT : opt.moto_script;
+  constexpr int kMotoStartMs = 120000;  // python imports boto3 and moto on a loaded host
+  const bool have_moto =
+      (wants("store_s3") || wants("store_s3_netns")) && store::testing::python_has_moto();
+  const char* no_moto = "/usr/bin/python3 cannot import moto (scripts/install-deps.sh)";
   std::unique_ptr<store::testing::moto_server> moto;
   std::string s3_url;
   std::vector<std::string> s3_overrides;
   if (wants("store_s3")) {
-    if (!store::testing::python_has_moto()) {
-      skipped.push_back({{"path", "store_s3"},
-                         {"why", "/usr/bin/python3 cannot import moto (scripts/install-deps.sh)"}});
+    if (!have_moto) {
+      skipped.push_back({{"path", "store_s3"}, {"why", no_moto}});
     } else {
-      const std::string script = opt.moto_script.empty() ? MOERL_MOTO_SCRIPT : opt.moto_script;
-      moto = need(store::testing::moto_server::start(script, 120000), "starting moto");
+      moto = need(store::testing::moto_server::start(moto_script, kMotoStartMs), "starting moto");
       const auto& m = moto->info();
-      ::setenv("AWS_ACCESS_KEY_ID", m.access_key_id.c_str(), 1);
-      ::setenv("AWS_SECRET_ACCESS_KEY", m.secret_access_key.c_str(), 1);
       s3_url = "s3://" + m.bucket + "/bench";
       s3_overrides = {"store.s3_endpoint=" + m.endpoint, "store.s3_region=" + m.region};
     }
@@ -390,12 +393,26 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
 
   // The netns paths: each reader on a "host" of its own (sims/netns_switch.h), root only.
   std::string netns_unavailable;
-  if (wants("cache_netns") || wants("fanout_netns") || wants("push_netns")) {
+  if (wants("cache_netns") || wants("fanout_netns") || wants("store_s3_netns") ||
+      wants("push_netns")) {
     netns_unavailable = sims::netns_link::unavailable_reason();
     if (!netns_unavailable.empty())
-      for (const char* p : {"cache_netns", "fanout_netns", "push_netns"})
+      for (const char* p : {"cache_netns", "fanout_netns", "store_s3_netns", "push_netns"})
         if (wants(p)) skipped.push_back({{"path", p}, {"why", netns_unavailable}});
   }
+  if (wants("store_s3_netns") && netns_unavailable.empty() && !have_moto)
+    skipped.push_back({{"path", "store_s3_netns"}, {"why", no_moto}});
+  // moto holds every GET's whole body in memory: such combinations are listed, not run.
+  const auto over_s3_inflight = [&](const char* path, int n, int64_t size) {
+    if (int64_t(n) * size <= opt.s3_max_inflight_bytes) return false;
+    skipped.push_back(
+        {{"path", path},
+         {"readers", n},
+         {"version_bytes", size},
+         {"why",
+          "readers x bytes over --s3-max-inflight-bytes (moto holds each response in memory)"}});
+    return true;
+  };
 
   json paths = json::array(), publish = json::array(), push = json::array(),
        memcpy_runs = json::array();
@@ -471,8 +488,6 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
       }
       caches.push_back(std::move(tcp));
     }
-    const std::string key = job::weights_key(kBenchStorePrefix, kVersion);
-    const std::string fnv = policy::content_hash(bytes);
     auto publish_to = [&](const std::string& url, const std::vector<std::string>& overrides,
                           const char* path, const char* transport) {
       config c = cfg;
@@ -482,8 +497,7 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
       }
       auto s = need(store::open_store(url, c), "opening " + url);
       const auto t0 = bench_clock::now();
-      need(s->put(key, bytes), "put " + key);
-      need(s->put(key + ".hash", fnv), "put " + key + ".hash");
+      need(put_bench_version(*s, bytes), "publishing to " + url);
       publish.push_back({{"path", path},
                          {"transport", transport},
                          {"version_bytes", size},
@@ -492,17 +506,24 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
     };
     if (wants("store_local"))
       publish_to((scratch / "store").string(), {"store.local_fsync=false"}, "store_local", "file");
-    if (moto) publish_to(s3_url, s3_overrides, "store_s3", "http");
+    if (moto) {
+      store::testing::export_credentials(moto->info());  // store_s3_netns's may be set
+      publish_to(s3_url, s3_overrides, "store_s3", "http");
+    }
 
     // Times num_deliveries deliveries to the fleet's readers; one row of the report.
     const auto record = [&](reader_fleet& fleet, const source& src, int n) {
-      std::vector<double> deliver_s;
+      std::vector<double> deliver_s, reader_s;
       uint64_t peer_bytes = 0;
       for (int r = 0; r < num_deliveries; ++r) {
         // Fan-out readers keep what they read: each delivery is a version of its own.
         const uint64_t version = src.kind == "fanout" ? kVersion + 1 + r : kVersion;
-        const double s = fleet.deliver(version, &peer_bytes);
-        if (r >= opt.warmup) deliver_s.push_back(s);
+        std::vector<double> each;
+        const double s = fleet.deliver(version, &peer_bytes, &each);
+        if (r >= opt.warmup) {
+          deliver_s.push_back(s);
+          reader_s.insert(reader_s.end(), each.begin(), each.end());
+        }
       }
       fleet.stop();
       const double p50 = percentile_of(deliver_s, 50);
@@ -512,6 +533,9 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                        {"readers", n},
                        {"version_bytes", size},
                        {"deliver_s", summary(deliver_s)},
+                       // every reader's own time in the timed deliveries: how far from the
+                       // last one the others were (a shared uplink ends them together).
+                       {"reader_s", summary(reader_s)},
                        {"aggregate_gbps", gbps},
                        {"memcpy_gbps", memcpy_gbps},
                        {"ratio_to_memcpy", gbps / memcpy_gbps},
@@ -519,14 +543,9 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
     };
     for (const auto& src : sources) {
       for (int n : opt.readers) {
-        if (src.path == "store_s3" && int64_t(n) * size > opt.s3_max_inflight_bytes) {
-          skipped.push_back({{"path", src.path},
-                             {"readers", n},
-                             {"version_bytes", size},
-                             {"why",
-                              "readers x bytes over --s3-max-inflight-bytes (moto holds "
-                              "each response in memory)"}});
-          continue;
+        if (src.path == "store_s3") {
+          if (over_s3_inflight("store_s3", n, size)) continue;
+          store::testing::export_credentials(moto->info());  // store_s3_netns has its own
         }
         reader_fleet fleet(ctx, exe, scratch.string());
         fleet.start(n, src.kind, src.at, src.overrides, src.reader_args);
@@ -550,6 +569,47 @@ json run_weights_bench(const weights_bench_options& opt, const config& cfg) {
                            "ipc://" + (scratch / ("control-" + std::string(p) + ".ipc")).string());
         fleet.start(n, src.kind, src.at, src.overrides, src.reader_args, net.get());
         record(fleet, src, n);
+      }
+    }
+    // The S3 path between hosts: moto on host 0 of one switch (where cache_netns puts its
+    // cache: the same address, the same shaped egress), the version published to it once by
+    // a process beside it (the bench's namespace cannot reach the switch), and reader i on
+    // host i + 1 reading it as store_s3's readers do, through that host's link.
+    if (wants("store_s3_netns") && netns_unavailable.empty() && have_moto) {
+      std::vector<int> counts;
+      for (int n : opt.readers)
+        if (!over_s3_inflight("store_s3_netns", n, size)) counts.push_back(n);
+      if (!counts.empty()) {
+        const int hosts = 1 + *std::max_element(counts.begin(), counts.end());
+        auto net = need(sims::netns_switch::create(hosts, opt.netns_link_mbit),
+                        "making " + std::to_string(hosts) + " network namespaces");
+        auto s3 = need(
+            store::testing::moto_server::start(
+                moto_script, kMotoStartMs, {sims::netns_switch::address(0), net->exec_prefix(0)}),
+            "starting moto on host 0");
+        const auto& m = s3->info();
+        store::testing::export_credentials(m);
+        const std::string url = "s3://" + m.bucket + "/bench";
+        const std::vector<std::string> overrides = {"store.s3_endpoint=" + m.endpoint,
+                                                    "store.s3_region=" + m.region};
+        std::vector<std::string> args = {"--url", url, "--bytes", std::to_string(size)};
+        for (const auto& o : overrides) {
+          args.push_back("--set");
+          args.push_back(o);
+        }
+        const json pub =
+            run_for_report(exe, "weights-publisher", args, net->exec_prefix(0), scratch);
+        publish.push_back({{"path", "store_s3_netns"},
+                           {"transport", "netns"},
+                           {"version_bytes", size},
+                           {"publish_s", pub.value("publish_s", 0.0)}});
+        const source src{"store_s3_netns", "netns", "store", url, overrides, {}};
+        for (int n : counts) {
+          reader_fleet fleet(ctx, exe, scratch.string(),
+                             "ipc://" + (scratch / "control-store_s3_netns.ipc").string());
+          fleet.start(n, src.kind, src.at, src.overrides, src.reader_args, net.get());
+          record(fleet, src, n);
+        }
       }
     }
     // A trainer member's shard put to a cache, by ZeroMQ and by the fabric (issue 27), from a

@@ -8,6 +8,7 @@
 #include "bench/support.h"
 #include "bench/weights/weights_bench.h"
 #include "bench/weights/weights_bench_cache.h"
+#include "bench/weights/weights_bench_publisher.h"
 #include "bench/weights/weights_bench_pusher.h"
 #include "bench/weights/weights_bench_reader.h"
 
@@ -18,12 +19,12 @@ namespace {
 void print_table(const nlohmann::json& r) {
   std::cout << "weights benchmark (load average at start " << r["load_average"]["start"].dump()
             << ")\n";
-  std::cout << std::left << std::setw(12) << "path" << std::setw(6) << "via" << std::right
+  std::cout << std::left << std::setw(16) << "path" << std::setw(6) << "via" << std::right
             << std::setw(8) << "readers" << std::setw(12) << "MiB" << std::setw(10) << "p50 s"
             << std::setw(10) << "p99 s" << std::setw(10) << "GB/s" << std::setw(12) << "x memcpy"
             << "\n";
   for (const auto& e : r["paths"])
-    std::cout << std::left << std::setw(12) << e["path"].get<std::string>() << std::setw(6)
+    std::cout << std::left << std::setw(16) << e["path"].get<std::string>() << std::setw(6)
               << e["transport"].get<std::string>() << std::right << std::setw(8)
               << e["readers"].get<int>() << std::setw(12)
               << e["version_bytes"].get<int64_t>() / (1 << 20) << std::fixed << std::setprecision(3)
@@ -62,7 +63,7 @@ void add_weights_bench_command(CLI::App& bench) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--paths", opt->paths,
                   "of cache_tcp, cache_ipc, cache_shm, fanout_tcp, cache_netns, fanout_netns, "
-                  "store_local, store_s3, push_host, push_netns")
+                  "store_local, store_s3, store_s3_netns, push_host, push_netns")
       ->delimiter(',');
   cmd->add_option("--fanout-degree", opt->fanout_degree,
                   "fanout_tcp: children per reader in the tree (1: a chain)")
@@ -74,10 +75,10 @@ void add_weights_bench_command(CLI::App& bench) {
       ->check(CLI::Range(1, 10000));
   cmd->add_option("--warmup", opt->warmup, "untimed deliveries first")->check(CLI::Range(0, 100));
   cmd->add_option("--s3-max-inflight-bytes", opt->s3_max_inflight_bytes,
-                  "skip store_s3 combinations whose readers x bytes exceed this");
+                  "skip store_s3(_netns) combinations whose readers x bytes exceed this");
   cmd->add_option("--moerl-binary", opt->moerl_binary,
                   "binary that runs the reader processes (default: this one)");
-  cmd->add_option("--moto-script", opt->moto_script, "moto S3 server script (store_s3)");
+  cmd->add_option("--moto-script", opt->moto_script, "moto S3 server script (store_s3*)");
   cmd->add_option("--config", *config_file, "YAML config file (weights.chunk_bytes, store.*)");
   cmd->add_option("--set", *overrides, "config override key=value (repeatable)");
   cmd->add_flag("--json", *as_json, "print the report as JSON");
@@ -140,6 +141,20 @@ void add_weights_bench_command(CLI::App& bench) {
   pusher->add_option("--out", pargs->out, "report file")->required();
   pusher->callback([=] {
     run_bench_command("weights-pusher", [&] { need(run_weights_pusher(*pargs), "pushing"); });
+  });
+
+  // store_s3_netns's publisher, beside moto on its namespace (hidden).
+  auto* publisher =
+      bench.add_subcommand("weights-publisher", "the S3 publisher of `moerl bench weights` netns");
+  publisher->group("");
+  auto uargs = std::make_shared<weights_publisher_args>();
+  publisher->add_option("--url", uargs->url, "the store's URL")->required();
+  publisher->add_option("--bytes", uargs->bytes, "version bytes")->required();
+  publisher->add_option("--set", uargs->overrides, "config override key=value (repeatable)");
+  publisher->add_option("--out", uargs->out, "report file")->required();
+  publisher->callback([=] {
+    run_bench_command("weights-publisher",
+                      [&] { need(run_weights_publisher(*uargs), "publishing"); });
   });
 }
 

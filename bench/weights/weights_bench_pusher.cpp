@@ -1,8 +1,5 @@
 #include "bench/weights/weights_bench_pusher.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "bench/support.h"
@@ -43,12 +40,7 @@ status run_weights_pusher(const weights_pusher_args& args) {
                            {"fabric_s", fabric_s},
                            {"fabric_path", fabric.last_path()},
                            {"provider", d ? d->provider : std::string()}};
-  const std::string tmp = args.out + ".tmp";
-  std::ofstream(tmp) << out.dump();
-  std::error_code ec;
-  std::filesystem::rename(tmp, args.out, ec);  // whole or absent for the bench
-  if (ec) return error(errc::io_error, "writing " + args.out + ": " + ec.message());
-  return ok_status();
+  return write_report_file(args.out, out);
 }
 
 }  // namespace moerl::bench

@@ -29,6 +29,8 @@ struct weights_reader_args {
 
 // The store prefix the bench writes its version under (job::weights_key(prefix, v)).
 inline constexpr const char* kBenchStorePrefix = "bench-weights";
+// The version the bench publishes and its readers read (fan-out deliveries name later ones).
+inline constexpr uint64_t kBenchVersion = 1;
 
 status run_weights_reader(const weights_reader_args& args);
 

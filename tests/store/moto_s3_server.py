@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """A real S3 API server for tests/store: moto's server mode on a free loopback port.
 
-Started by the C++ test fixture with /usr/bin/python3. It creates an IAM user with an
+Started by the C++ test fixture with /usr/bin/python3. `--host ADDR` binds another address
+than loopback (`moerl bench weights`' store_s3_netns runs it inside a network namespace, where
+readers on other namespaces reach it at that namespace's address). It creates an IAM user with an
 s3:* policy and an access key, creates the test bucket, then switches moto's IAM
 authentication on (POST /moto-api/reset-auth with 0), so from then on every request must
 carry a valid SigV4 signature from that key. It prints one JSON line
 {endpoint, region, bucket, access_key_id, secret_access_key} and serves until its stdin
 closes, so the server dies with the test process even if the test crashes.
 """
+import argparse
 import json
 import logging
 import os
@@ -31,8 +34,11 @@ S3_POLICY = {
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to serve on")
+    args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request lines
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = ThreadedMotoServer(ip_address=args.host, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -62,7 +63,8 @@ bool python_has_moto() {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-result<std::unique_ptr<moto_server>> moto_server::start(const std::string& script, int timeout_ms) {
+result<std::unique_ptr<moto_server>> moto_server::start(const std::string& script, int timeout_ms,
+                                                        const moto_placement& where) {
   std::unique_ptr<moto_server> s(new moto_server());
   int in_pipe[2], out_pipe[2];
   if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0)
@@ -78,8 +80,13 @@ result<std::unique_ptr<moto_server>> moto_server::start(const std::string& scrip
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
   const std::string py = python_path();
-  const char* argv[] = {py.c_str(), script.c_str(), nullptr};
-  const int rc = posix_spawn(&s->pid_, py.c_str(), &fa, nullptr, const_cast<char**>(argv), environ);
+  std::vector<std::string> args = where.prefix;
+  for (const auto& a : {py, script, std::string("--host"), where.host}) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // spawnp: a prefix names its tool ("ip") by name.
+  const int rc = posix_spawnp(&s->pid_, argv[0], &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
@@ -88,7 +95,8 @@ result<std::unique_ptr<moto_server>> moto_server::start(const std::string& scrip
   if (rc != 0) {
     ::close(out_pipe[0]);
     s->pid_ = -1;
-    return error(errc::io_error, "posix_spawn of " + py + " failed: " + std::strerror(rc));
+    return error(errc::io_error,
+                 "posix_spawn of " + args.front() + " failed: " + std::strerror(rc));
   }
 
   std::string line;

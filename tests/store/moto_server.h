@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -27,10 +28,20 @@ bool python_has_moto();
 // then fails the S3 tests instead of skipping them.
 bool s3_tests_required();
 
+// Where the server runs: by default on loopback beside the caller. `moerl bench weights`'
+// store_s3_netns puts it on a network namespace's "host" (sims/netns_switch.h): prefix
+// {"ip", "netns", "exec", NS} (which execs, so the child is still the server and its stdin
+// still the pipe) and host that namespace's address.
+struct moto_placement {
+  std::string host = "127.0.0.1";
+  std::vector<std::string> prefix;
+};
+
 class moto_server {
  public:
   // Waits up to `timeout_ms` for the server's JSON line; the error carries its stderr.
-  static result<std::unique_ptr<moto_server>> start(const std::string& script, int timeout_ms);
+  static result<std::unique_ptr<moto_server>> start(const std::string& script, int timeout_ms,
+                                                    const moto_placement& where = {});
   ~moto_server();
   const moto_info& info() const { return info_; }
   // The server's process (a test freezes it with SIGSTOP to make the store unreachable).
