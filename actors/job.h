@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,23 @@ class trainer_ranks {
   virtual trainer_group* group() { return nullptr; }
 };
 
+// The job stats' lists that only grow (one entry per iteration or per policy version), as JSON
+// pointers into the job stats: the reward curve, the iteration timings, and the weight plane's
+// per-version records. They cross to the coordinator once each (actors/internal/job_history.h).
+inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations",
+                                                   "/weights/versions"};
+
+// Per history list (a kJobHistoryLists pointer), the index of the first entry a stats() caller
+// wants; a list not named starts at 0.
+using history_cursor = std::map<std::string, size_t>;
+
+// Puts at `pointer` in `stats` the entries of `list` from from[pointer] on (all of them when that
+// is past the end: a job restored from a checkpoint starts its lists again) and records the index
+// it started at in stats["history_from"][pointer]. Only that tail is copied: whole, the lists
+// were copied after every policy version, a cost that grew with the run on the step's thread.
+void put_history(nlohmann::json& stats, const char* pointer,
+                 const std::vector<nlohmann::json>& list, const history_cursor& from);
+
 // Trainer rank 0's learning step. Called from one thread, one batch at a time; a batch is
 // whole prompt groups. It may hold groups back until it has a full policy iteration.
 class trainer_step {
@@ -98,8 +116,9 @@ class trainer_step {
   // trainer asks its shards for no more than this, split over them, so a step trains on an
   // iteration's groups and not on a batch's overshoot.
   virtual uint64_t num_groups_wanted() const { return 0; }
-  // Job figures for progress and the report (reward curve, timings), as JSON.
-  virtual nlohmann::json stats() const = 0;
+  // Job figures for progress and the report, as JSON; its history lists (kJobHistoryLists) hold
+  // their entries from `from` on, through put_history.
+  virtual nlohmann::json stats(const history_cursor& from) const = 0;
   // Forget the groups held back and not trained yet: the runtime starts a new consumer
   // incarnation (a restart of the ranks), so the shards serve those groups again.
   virtual void drop_held() {}

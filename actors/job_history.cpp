@@ -6,32 +6,37 @@ namespace moerl::actors {
 
 using nlohmann::json;
 
+void put_history(json& stats, const char* pointer, const std::vector<json>& list,
+                 const history_cursor& from) {
+  auto at = from.find(pointer);
+  size_t first = at == from.end() ? 0 : at->second;
+  if (first > list.size()) first = 0;  // the list started again (a restore): all of it
+  json tail = json::array();
+  for (size_t i = first; i < list.size(); ++i) tail.push_back(list[i]);
+  stats[json::json_pointer(pointer)] = std::move(tail);
+  stats["history_from"][pointer] = first;
+}
+
 bool is_job_history_list(const std::string& pointer) {
   return std::any_of(std::begin(kJobHistoryLists), std::end(kJobHistoryLists),
                      [&](const char* p) { return pointer == p; });
 }
 
-void job_history_sender::strip_sent(json& job, const std::string& coordinator) {
-  if (!job.is_object()) return;
+const history_cursor& job_history_sender::first_unsent(const std::string& coordinator) {
   if (coordinator != coordinator_) {
     coordinator_ = coordinator;
     sent_.clear();  // a coordinator we have not sent to holds nothing of ours
   }
-  json from = json::object();
-  for (const char* path : kJobHistoryLists) {
+  return sent_;
+}
+
+void job_history_sender::note_sent(const json& job) {
+  if (!job.is_object() || !job.contains("history_from")) return;
+  for (const auto& [path, first] : job["history_from"].items()) {
     const json::json_pointer ptr(path);
-    if (!job.contains(ptr) || !job[ptr].is_array()) continue;
-    json& list = job[ptr];
-    size_t& sent = sent_[path];
-    // A list shorter than what was sent (a job restored from a checkpoint starts again):
-    // send it whole.
-    if (list.size() < sent) sent = 0;
-    from[path] = sent;
-    const size_t size = list.size();
-    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(sent));
-    sent = size;
+    if (job.contains(ptr) && job[ptr].is_array())
+      sent_[path] = first.get<size_t>() + job[ptr].size();
   }
-  job["history_from"] = std::move(from);
 }
 
 void merge_job_history(json& incoming, json&& held) {

@@ -465,9 +465,11 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
                          }()},
                         {"stall_s", stalled.waited_s(steady_ms())},
                         {"mean_abs_advantage", mean_abs_advantage},
-                        {"job", step.stats()}};
+                        {"job", nlohmann::json()}};
       if (auto c = ctx->coordinator()) {
-        history.strip_sent(st["job"], caf::to_string(c.address()));
+        // Only the history entries this coordinator lacks are built (job_history.h).
+        st["job"] = step.stats(history.first_unsent(caf::to_string(c.address())));
+        history.note_sent(st["job"]);
         self->send(c, stats_atom::value, ctx->id, st.dump());
         // Re-announced each time: a restarted coordinator learns the version again.
         if (ctx->policy_version > 0) {

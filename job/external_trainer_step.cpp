@@ -258,16 +258,16 @@ class external_trainer_step final : public actors::trainer_step {
     return out;
   }
 
-  nlohmann::json stats() const override {
+  nlohmann::json stats(const actors::history_cursor& from) const override {
     nlohmann::json out = s_.facts;
     out["trainer"] = "external";
     out["policy_version"] = version_;
     out["pending_groups"] = held_groups_;
     out["resumed_from_version"] = resumed_from_;
-    out["reward_curve"] = curve_;
-    out["iterations"] = timings_;
     out["external_worker"] = worker_->stats();
-    out["weights"] = {{"versions", published_}};
+    actors::put_history(out, "/reward_curve", curve_, from);
+    actors::put_history(out, "/iterations", timings_, from);
+    actors::put_history(out, "/weights/versions", published_, from);
     // durable_version: the newest checkpoint committed (every member's shard written).
     out["checkpoints"] = {{"num_shards", ckpt_->num_shards()},
                           {"durable_version", ckpt_->durable()},

@@ -898,8 +898,8 @@ class grpo_trainer final : public actors::trainer_step {
     return out;
   }
 
-  nlohmann::json stats() const override {
-    nlohmann::json out = stats_common();
+  nlohmann::json stats(const actors::history_cursor& from) const override {
+    nlohmann::json out = stats_common(from);
     if (ep_) out["expert_plane"] = ep_->expert_plane();
     if (!s_->multi_turn()) return out;
     const int t = s_->guess_turns;
@@ -919,33 +919,34 @@ class grpo_trainer final : public actors::trainer_step {
   }
 
  private:
-  nlohmann::json stats_common() const {
+  nlohmann::json stats_common(const actors::history_cursor& from) const {
     const bool mt = s_->multi_turn();
-    return {{"kind", "grpo"},
-            {"task", s_->task_name()},
-            {"difficulty", mt ? s_->guess_turns : s_->task->difficulty()},
-            {"reward_random",
-             mt ? policy::guess_reward_random(s_->guess_turns) : s_->task->reward_random()},
-            {"reward_max",
-             mt ? policy::guess_closed_loop_bound(s_->guess_turns) : s_->task->reward_max()},
-            {"policy_version", version_},
-            {"trainer_ep_ranks", s_->trainer_ep_ranks},
-            {"resumed_from_version", resumed_from_},
-            {"pending_groups", pending_groups_},
-            {"reward_curve", curve_},
-            {"iterations", timings_},
-            {"weights",
-             {{"versions", published_},
-              {"durable_writes", writer_->num_written()},
-              {"durable_writes_failed", writer_->num_failed()},
-              {"checkpoint_shards_written", ckpt_->num_written()},
-              {"checkpoint_shards_failed", ckpt_->num_failed()},
-              {"durable_version", ckpt_->durable()},
-              {"durability_throttled", ckpt_->num_throttled()},
-              // A store that refuses checkpoint writes: tries refused, and the newest refusal
-              // while it lasts ("" when the store answers).
-              {"store_failures", ckpt_->num_store_failures()},
-              {"store_failing", ckpt_->store_failing()}}}};
+    nlohmann::json out{{"kind", "grpo"},
+                       {"task", s_->task_name()},
+                       {"difficulty", mt ? s_->guess_turns : s_->task->difficulty()},
+                       {"reward_random", mt ? policy::guess_reward_random(s_->guess_turns)
+                                            : s_->task->reward_random()},
+                       {"reward_max", mt ? policy::guess_closed_loop_bound(s_->guess_turns)
+                                         : s_->task->reward_max()},
+                       {"policy_version", version_},
+                       {"trainer_ep_ranks", s_->trainer_ep_ranks},
+                       {"resumed_from_version", resumed_from_},
+                       {"pending_groups", pending_groups_},
+                       {"weights",
+                        {{"durable_writes", writer_->num_written()},
+                         {"durable_writes_failed", writer_->num_failed()},
+                         {"checkpoint_shards_written", ckpt_->num_written()},
+                         {"checkpoint_shards_failed", ckpt_->num_failed()},
+                         {"durable_version", ckpt_->durable()},
+                         {"durability_throttled", ckpt_->num_throttled()},
+                         // A store that refuses checkpoint writes: tries refused, and the newest
+                         // refusal while it lasts ("" when the store answers).
+                         {"store_failures", ckpt_->num_store_failures()},
+                         {"store_failing", ckpt_->store_failing()}}}};
+    actors::put_history(out, "/reward_curve", curve_, from);
+    actors::put_history(out, "/iterations", timings_, from);
+    actors::put_history(out, "/weights/versions", published_, from);
+    return out;
   }
 
  private:

@@ -66,7 +66,9 @@ class modpow_trainer final : public actors::trainer_step {
   uint64_t version() const override { return version_; }
   uint64_t num_held_groups() const override { return 0; }  // each batch is trained at once
   // No job figures beyond the runtime's own (samples_verified, samples_bad, ...).
-  nlohmann::json stats() const override { return nlohmann::json::object(); }
+  nlohmann::json stats(const actors::history_cursor&) const override {
+    return nlohmann::json::object();
+  }
 
  private:
   actors::trainer_ranks& ranks_;

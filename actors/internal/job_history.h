@@ -18,13 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace moerl::actors {
+#include "actors/job.h"
 
-// The job stats' lists that only grow (one entry per iteration or per policy version), as JSON
-// pointers into the job stats: the reward curve, the iteration timings, and the weight plane's
-// per-version records (~175 B each, 70 KB by version 400 of the default run).
-inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations",
-                                                   "/weights/versions"};
+namespace moerl::actors {
 
 // True when `pointer` (a JSON pointer into the job stats) names one of kJobHistoryLists.
 bool is_job_history_list(const std::string& pointer);
@@ -32,15 +28,18 @@ bool is_job_history_list(const std::string& pointer);
 // Trainer side; one per trainer actor.
 class job_history_sender {
  public:
-  // Drops from `job` the entries of the history lists already sent to `coordinator` (an
-  // identity that changes when the coordinator process does) and marks what is left with
-  // "history_from" ({pointer: index of the first entry sent}). Call right before sending;
-  // assumes the send reaches it (one link).
-  void strip_sent(nlohmann::json& job, const std::string& coordinator);
+  // Where each history list's unsent entries start for `coordinator` (an identity that changes
+  // when the coordinator process does: a new one holds nothing of ours, so everything is unsent).
+  // Pass it to trainer_step::stats.
+  const history_cursor& first_unsent(const std::string& coordinator);
+  // Marks what `job` (stats built from first_unsent's cursor, its "history_from" saying where
+  // each list starts) carries as sent. Call right before sending; assumes the send reaches it
+  // (one link).
+  void note_sent(const nlohmann::json& job);
 
  private:
   std::string coordinator_;
-  std::map<std::string, size_t> sent_;  // per list: entries the coordinator holds
+  history_cursor sent_;  // per list: entries the coordinator holds
 };
 
 // Coordinator side: `incoming` (a node's new stats; its "job" may carry "history_from") gets

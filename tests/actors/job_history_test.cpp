@@ -15,21 +15,37 @@ namespace {
 
 using nlohmann::json;
 
-// The job's stats after `n` iterations: the per-iteration lists hold entries 1..n, and the
-// weight plane's per-version list `versions` entries (a flush publishes more versions than
-// iterations, so that list grows at its own pace).
-json job_after(int n, int versions = -1) {
-  json curve = json::array(), timings = json::array(), published = json::array();
+// The job's stats after `n` iterations, built as a job's stats() builds them: the
+// per-iteration lists hold entries 1..n and the weight plane's per-version list `versions`
+// entries (a flush publishes more versions than iterations, so that list grows at its own
+// pace), each from `from` on.
+json job_after(int n, int versions = -1, const history_cursor& from = {}) {
+  std::vector<json> curve, timings, published;
   for (int i = 1; i <= n; ++i) {
     curve.push_back({{"iteration", i}, {"mean_reward", i / 100.0}});
     timings.push_back({{"iteration", i}, {"t_train", 0.01 * i}});
   }
   for (int v = 1; v <= (versions < 0 ? n : versions); ++v)
     published.push_back({{"version", v}, {"bytes", 1000 + v}});
-  return {{"policy_version", n},
-          {"reward_curve", curve},
-          {"iterations", timings},
-          {"weights", {{"durable_version", n}, {"versions", published}}}};
+  json out{{"policy_version", n}, {"weights", {{"durable_version", n}}}};
+  put_history(out, "/reward_curve", curve, from);
+  put_history(out, "/iterations", timings, from);
+  put_history(out, "/weights/versions", published, from);
+  return out;
+}
+
+// The stats with every list whole, as the coordinator should hold them.
+json whole(int n, int versions = -1) {
+  json j = job_after(n, versions);
+  j.erase("history_from");
+  return j;
+}
+
+// What a trainer sends to `coordinator` after `n` iterations.
+json send(job_history_sender& sender, const std::string& coordinator, int n, int versions = -1) {
+  json job = job_after(n, versions, sender.first_unsent(coordinator));
+  sender.note_sent(job);
+  return job;
 }
 
 // What the coordinator holds after receiving `job` as a node's stats on top of `held`.
@@ -44,40 +60,44 @@ TEST(job_history, each_entry_crosses_once_and_the_coordinator_holds_the_whole_li
   json held;
   size_t sent_entries = 0;
   for (int n : {3, 3, 7, 12}) {
-    json job = job_after(n);
-    sender.strip_sent(job, "coordinator@1");
+    json job = send(sender, "coordinator@1", n);
     sent_entries += job["reward_curve"].size();
     held = receive(job, std::move(held));
-    EXPECT_EQ(held["job"], job_after(n)) << "after " << n << " iterations";
+    EXPECT_EQ(held["job"], whole(n)) << "after " << n << " iterations";
     EXPECT_FALSE(held["job"].contains("history_from"));
   }
   EXPECT_EQ(sent_entries, 12u) << "every entry once";
 }
 
+TEST(job_history, only_the_unsent_tail_is_built) {
+  job_history_sender sender;
+  send(sender, "c", 5);
+  const history_cursor& from = sender.first_unsent("c");
+  EXPECT_EQ(from.at("/reward_curve"), 5u);
+  json job = job_after(8, -1, from);
+  EXPECT_EQ(job["reward_curve"].size(), 3u);
+  EXPECT_EQ(job["reward_curve"][0]["iteration"], 6);
+  EXPECT_EQ(job["history_from"]["/iterations"], 5);
+}
+
 TEST(job_history, a_new_coordinator_gets_everything_again) {
   job_history_sender sender;
-  json job = job_after(5);
-  sender.strip_sent(job, "coordinator@1");
-  json first = job_after(8);
-  sender.strip_sent(first, "coordinator@1");
+  send(sender, "coordinator@1", 5);
+  json first = send(sender, "coordinator@1", 8);
   EXPECT_EQ(first["reward_curve"].size(), 3u);
-  json again = job_after(9);
-  sender.strip_sent(again, "coordinator@2");  // a restarted coordinator process
+  json again = send(sender, "coordinator@2", 9);  // a restarted coordinator process
   EXPECT_EQ(again["history_from"],
             (json{{"/reward_curve", 0}, {"/iterations", 0}, {"/weights/versions", 0}}));
-  EXPECT_EQ(receive(again, json())["job"], job_after(9));
+  EXPECT_EQ(receive(again, json())["job"], whole(9));
 }
 
 TEST(job_history, lists_that_start_again_are_sent_whole_and_replace_what_was_held) {
   job_history_sender sender;
-  json held;
-  json job = job_after(10);
-  sender.strip_sent(job, "c");
-  held = receive(job, std::move(held));
-  json restored = job_after(2);  // a job restored from a checkpoint keeps fewer entries
-  sender.strip_sent(restored, "c");
+  json held = receive(send(sender, "c", 10), json());
+  json restored = send(sender, "c", 2);  // a job restored from a checkpoint keeps fewer entries
   EXPECT_EQ(restored["history_from"]["/reward_curve"], 0);
-  EXPECT_EQ(receive(restored, std::move(held))["job"], job_after(2));
+  EXPECT_EQ(receive(restored, std::move(held))["job"], whole(2));
+  EXPECT_EQ(send(sender, "c", 3)["reward_curve"].size(), 1u) << "and go on from there";
 }
 
 TEST(job_history, lists_growing_at_their_own_pace_each_cross_once) {
@@ -85,21 +105,20 @@ TEST(job_history, lists_growing_at_their_own_pace_each_cross_once) {
   json held;
   size_t sent_versions = 0;
   for (auto [n, versions] : std::vector<std::pair<int, int>>{{2, 2}, {3, 5}, {3, 6}, {8, 11}}) {
-    json job = job_after(n, versions);
-    sender.strip_sent(job, "c");
+    json job = send(sender, "c", n, versions);
     sent_versions += job["weights"]["versions"].size();
     EXPECT_EQ(job["weights"]["durable_version"], n) << "only the lists are cut";
     held = receive(job, std::move(held));
-    EXPECT_EQ(held["job"], job_after(n, versions)) << n << " iterations, " << versions;
+    EXPECT_EQ(held["job"], whole(n, versions)) << n << " iterations, " << versions;
   }
   EXPECT_EQ(sent_versions, 11u) << "every version's record once";
 }
 
 TEST(job_history, stats_without_history_from_replace_what_was_held) {
   json held = receive(job_after(4), json());
-  json plain{{"job", job_after(1)}};
+  json plain{{"job", whole(1)}};
   merge_job_history(plain, std::move(held));
-  EXPECT_EQ(plain["job"], job_after(1));
+  EXPECT_EQ(plain["job"], whole(1));
 }
 
 }  // namespace
