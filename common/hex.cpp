@@ -25,9 +25,8 @@ std::string hex_encode(std::string_view bytes) {
 
 result<std::string> hex_decode(std::string_view hex, std::string_view what) {
   if (hex.size() % 2)
-    return error(errc::malformed_message,
-                 std::string(what) + " has " + std::to_string(hex.size()) +
-                     " hex digits: not whole bytes");
+    return error(errc::malformed_message, std::string(what) + " has " + std::to_string(hex.size()) +
+                                              " hex digits: not whole bytes");
   std::string out(hex.size() / 2, '\0');
   for (size_t i = 0; i < out.size(); ++i) {
     const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);

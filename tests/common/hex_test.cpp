@@ -34,8 +34,7 @@ TEST(hex, BadTextIsRefusedByName) {
       << odd.err().message;
   auto bad = hex_decode("0g", "fabric_address");
   ASSERT_FALSE(bad);
-  EXPECT_NE(bad.err().message.find("fabric_address is not hex (at character 1)"),
-            std::string::npos)
+  EXPECT_NE(bad.err().message.find("fabric_address is not hex (at character 1)"), std::string::npos)
       << bad.err().message;
 }
 
