@@ -79,8 +79,8 @@ int exchange(bootstrap& b) {
     if (auto st = (*t)->write(peer, *s, src.data(), block, (*regions_of)[peer][0], b.rank() * block,
                               static_cast<uint32_t>(b.rank()), deadline);
         !st)
-      return fail(19, "write " + std::to_string(b.rank()) + " -> " + std::to_string(peer) +
-                          ": " + st.err().message);
+      return fail(19, "write " + std::to_string(b.rank()) + " -> " + std::to_string(peer) + ": " +
+                          st.err().message);
   std::vector<uint32_t> imms;
   while (imms.size() < static_cast<size_t>(n) || (*t)->outstanding() > 0) {
     if (now_ns() > deadline)
@@ -114,8 +114,8 @@ int body() {
   auto report = launch_threads(2, [](bootstrap& b) { return exchange(b); });
   for (int r = 0; r < 2; ++r)
     if (report.exit_codes[r] != 0)
-      return fail(20, "rank " + std::to_string(r) + " ended with " +
-                          std::to_string(report.exit_codes[r]));
+      return fail(
+          20, "rank " + std::to_string(r) + " ended with " + std::to_string(report.exit_codes[r]));
   return 0;
 }
 
