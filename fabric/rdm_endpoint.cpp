@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <mutex>
+#include <sstream>
 #include <string>
 
 #include <rdma/fi_cm.h>
@@ -73,8 +76,42 @@ std::vector<std::string> candidates(const transport_options& o) {
   return out;
 }
 
+// The interface of this host's IPv4 default route (the up one of lowest metric in
+// /proc/net/route), or "" without one. A socket provider (tcp;ofi_rxm) offers an entry per
+// interface address, the fastest link first: a veth another process has just made (10 Gb/s;
+// sims/netns_link leaves its host end in the root namespace, and its availability probe makes
+// one for a moment) comes before eth0 (speed unknown). An endpoint that took it lost its
+// address when that process deleted the veth: its next lazy connect failed in fi_writemsg
+// ("Cannot assign requested address": bind to an address no longer local), and peers' writes
+// to it went nowhere until the op deadline. The default route's interface is the one that
+// reaches other hosts, and it outlives any test's interfaces.
+std::string default_route_interface() {
+  std::ifstream in("/proc/net/route");
+  std::string line, best;
+  unsigned long best_metric = std::numeric_limits<unsigned long>::max();
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string iface, dest, gateway, mask;
+    unsigned long flags = 0, refcnt = 0, use = 0, metric = 0;
+    if (!(f >> iface >> dest >> gateway >> std::hex >> flags >> std::dec >> refcnt >> use >>
+          metric >> mask))
+      continue;
+    constexpr unsigned long rtf_up = 0x1;
+    if (dest != "00000000" || mask != "00000000" || !(flags & rtf_up)) continue;
+    if (metric < best_metric) {
+      best = iface;
+      best_metric = metric;
+    }
+  }
+  return best;
+}
+
 // fi_getinfo for one provider with what the expert plane needs (and FI_HMEM: device memory
-// registration, when `hmem`). Null when absent.
+// registration, when `hmem`). Null when absent. Among the provider's entries that carry our
+// 4-byte immediates: the IPv4 one on the default route's interface when there is one (see
+// default_route_interface(); FI_TCP_IFACE, which libfabric honours, narrows the entries
+// first), else libfabric's first.
 result<fi_info*> query(const std::string& provider, bool hmem) {
   fi_info* hints = fi_allocinfo();
   if (!hints) return error{errc::fabric_error, "fi_allocinfo returned null"};
@@ -91,16 +128,25 @@ result<fi_info*> query(const std::string& provider, bool hmem) {
   fi_freeinfo(hints);
   if (rc == -FI_ENODATA) return static_cast<fi_info*>(nullptr);
   if (rc != 0) return detail::fi_call_error("fi_getinfo", rc, __FILE__, __LINE__);
-  // Keep the first entry that can carry our 4-byte immediates.
+  const std::string route_iface = default_route_interface();
+  fi_info* pick = nullptr;
   for (fi_info* cur = info; cur; cur = cur->next) {
     if (cur->domain_attr->cq_data_size < 4) continue;
-    fi_info* chosen = fi_dupinfo(cur);
-    fi_freeinfo(info);
-    if (!chosen) return error{errc::fabric_error, "fi_dupinfo returned null"};
-    return chosen;
+    if (!pick) pick = cur;
+    if (!route_iface.empty() && cur->addr_format == FI_SOCKADDR_IN && cur->domain_attr->name &&
+        route_iface == cur->domain_attr->name) {
+      pick = cur;
+      break;
+    }
   }
+  if (!pick) {
+    fi_freeinfo(info);
+    return static_cast<fi_info*>(nullptr);
+  }
+  fi_info* chosen = fi_dupinfo(pick);
   fi_freeinfo(info);
-  return static_cast<fi_info*>(nullptr);
+  if (!chosen) return error{errc::fabric_error, "fi_dupinfo returned null"};
+  return chosen;
 }
 
 }  // namespace
