@@ -91,12 +91,16 @@ inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations
 // wants; a list not named starts at 0.
 using history_cursor = std::map<std::string, size_t>;
 
-// Puts at `pointer` in `stats` the entries of `list` from from[pointer] on (all of them when that
-// is past the end: a job restored from a checkpoint starts its lists again) and records the index
-// it started at in stats["history_from"][pointer]. Only that tail is copied: whole, the lists
-// were copied after every policy version, a cost that grew with the run on the step's thread.
+// Puts at `pointer` in `stats` the entries of `list` from index from[pointer] on (all of them
+// when that is past the end: a job restored from a checkpoint starts its lists again) and
+// records the index it started at in stats["history_from"][pointer]. `dropped`: entries a job
+// that caps the list took off its front, so list[0] is entry `dropped` (indices stay those of
+// the whole list; entries dropped before they were sent are gone). Only that tail is copied:
+// whole, the lists were copied after every policy version, a cost that grew with the run on
+// the step's thread.
 void put_history(nlohmann::json& stats, const char* pointer,
-                 const std::vector<nlohmann::json>& list, const history_cursor& from);
+                 const std::vector<nlohmann::json>& list, const history_cursor& from,
+                 size_t dropped = 0);
 
 // Trainer rank 0's learning step. Called from one thread, one batch at a time; a batch is
 // whole prompt groups. It may hold groups back until it has a full policy iteration.

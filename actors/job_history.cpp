@@ -7,12 +7,13 @@ namespace moerl::actors {
 using nlohmann::json;
 
 void put_history(json& stats, const char* pointer, const std::vector<json>& list,
-                 const history_cursor& from) {
+                 const history_cursor& from, size_t dropped) {
   auto at = from.find(pointer);
   size_t first = at == from.end() ? 0 : at->second;
-  if (first > list.size()) first = 0;  // the list started again (a restore): all of it
+  if (first > dropped + list.size()) first = 0;  // the list started again (a restore): all of it
+  first = std::max(first, dropped);              // what was dropped unsent is gone
   json tail = json::array();
-  for (size_t i = first; i < list.size(); ++i) tail.push_back(list[i]);
+  for (size_t i = first - dropped; i < list.size(); ++i) tail.push_back(list[i]);
   stats[json::json_pointer(pointer)] = std::move(tail);
   stats["history_from"][pointer] = first;
 }

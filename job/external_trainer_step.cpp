@@ -265,9 +265,9 @@ class external_trainer_step final : public actors::trainer_step {
     out["pending_groups"] = held_groups_;
     out["resumed_from_version"] = resumed_from_;
     out["external_worker"] = worker_->stats();
-    actors::put_history(out, "/reward_curve", curve_, from);
-    actors::put_history(out, "/iterations", timings_, from);
-    actors::put_history(out, "/weights/versions", published_, from);
+    actors::put_history(out, "/reward_curve", curve_, from, dropped_[0]);
+    actors::put_history(out, "/iterations", timings_, from, dropped_[1]);
+    actors::put_history(out, "/weights/versions", published_, from, dropped_[2]);
     // durable_version: the newest checkpoint committed (every member's shard written).
     out["checkpoints"] = {{"num_shards", ckpt_->num_shards()},
                           {"durable_version", ckpt_->durable()},
@@ -328,8 +328,11 @@ class external_trainer_step final : public actors::trainer_step {
                           {"via", *via},
                           {"num_shards", 1},
                           {"held_unix_ms", end}});
-    for (auto* list : {&curve_, &timings_, &published_})
-      if (list->size() > 4096) list->erase(list->begin());
+    for (size_t i = 0; i < 3; ++i)
+      if (lists_[i]->size() > 4096) {
+        lists_[i]->erase(lists_[i]->begin());
+        ++dropped_[i];
+      }
     logger("trainer")->info("external trainer published policy version {} ({} bytes, via {})", v,
                             shared->size(), *via);
     clear_iteration();  // every group handed so far is in this version
@@ -428,6 +431,9 @@ class external_trainer_step final : public actors::trainer_step {
   int64_t first_batch_ms_ = 0;
   std::optional<messages::weight_manifest> new_manifest_;
   std::vector<nlohmann::json> curve_, timings_, published_;
+  // The three lists capped at 4096 entries, and how many each lost off its front.
+  std::vector<nlohmann::json>* const lists_[3] = {&curve_, &timings_, &published_};
+  size_t dropped_[3] = {0, 0, 0};
 };
 
 }  // namespace

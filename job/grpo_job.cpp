@@ -945,7 +945,7 @@ class grpo_trainer final : public actors::trainer_step {
                          {"store_failing", ckpt_->store_failing()}}}};
     actors::put_history(out, "/reward_curve", curve_, from);
     actors::put_history(out, "/iterations", timings_, from);
-    actors::put_history(out, "/weights/versions", published_, from);
+    actors::put_history(out, "/weights/versions", published_, from, published_dropped_);
     return out;
   }
 
@@ -1032,7 +1032,10 @@ class grpo_trainer final : public actors::trainer_step {
                           {"held_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count()}});
-    if (published_.size() > 1024) published_.erase(published_.begin());
+    if (published_.size() > 1024) {
+      published_.erase(published_.begin());
+      ++published_dropped_;
+    }
   }
 
   // Writes version v's store copy (weights, then the hash object) and removes the version
@@ -1201,6 +1204,7 @@ class grpo_trainer final : public actors::trainer_step {
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
   std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
+  size_t published_dropped_ = 0;           // taken off published_'s front (its cap)
   // Store copies behind the announcement; its writes own what they write.
   std::unique_ptr<durable_writer> writer_ = std::make_unique<durable_writer>(4);
   std::unique_ptr<shard_checkpointer> ckpt_;  // this process's checkpoint shard (made in init)

@@ -114,6 +114,31 @@ TEST(job_history, lists_growing_at_their_own_pace_each_cross_once) {
   EXPECT_EQ(sent_versions, 11u) << "every version's record once";
 }
 
+TEST(job_history, a_capped_list_still_sends_each_entry_once) {
+  // A job keeping the newest 4 version records (list[0] is entry `dropped`): every record
+  // still crosses once, and the coordinator holds them all.
+  job_history_sender sender;
+  json held;
+  std::vector<json> kept;
+  size_t dropped = 0, sent = 0;
+  for (int v = 1; v <= 11; ++v) {
+    kept.push_back({{"version", v}});
+    if (kept.size() > 4) {
+      kept.erase(kept.begin());
+      ++dropped;
+    }
+    if (v % 3 == 2 && v < 11) continue;  // some versions pass before the next stats message
+    json job{{"weights", json::object()}};
+    put_history(job, "/weights/versions", kept, sender.first_unsent("c"), dropped);
+    sender.note_sent(job);
+    sent += job["weights"]["versions"].size();
+    held = receive(job, std::move(held));
+  }
+  EXPECT_EQ(sent, 11u);
+  ASSERT_EQ(held["job"]["weights"]["versions"].size(), 11u);
+  for (int v = 1; v <= 11; ++v) EXPECT_EQ(held["job"]["weights"]["versions"][v - 1]["version"], v);
+}
+
 TEST(job_history, stats_without_history_from_replace_what_was_held) {
   json held = receive(job_after(4), json());
   json plain{{"job", whole(1)}};
