@@ -11,23 +11,24 @@ using nlohmann::json;
 
 namespace {
 
-// The trainer's last stats (its job's figures under "job"), or an empty object before it
-// reported. With several trainers (a restarted one re-joins under a new id) the newest
-// policy version wins.
+// The trainer's job figures (joined_trainer_job: the newest trainer's, its history lists
+// completed from earlier incarnations), or an empty object before a trainer reported; `name`
+// the node whose figures lead.
 json trainer_job_stats(const coordinator_core& core, std::string* name) {
-  json best = json::object();
-  uint64_t best_version = 0;
+  std::vector<const json*> jobs;
+  uint64_t newest = 0;
   for (const auto& [id, n] : core.nodes()) {
     if (n.role != node_role::trainer || !n.stats.is_object()) continue;
-    const json job = n.stats.value("job", json::object());
-    const uint64_t v = job.value("policy_version", uint64_t{0});
-    if (best.empty() || v >= best_version) {
-      best = job;
-      best_version = v;
+    auto job = n.stats.find("job");
+    if (job == n.stats.end() || !job->is_object()) continue;
+    jobs.push_back(&*job);
+    const uint64_t v = job->value("policy_version", uint64_t{0});
+    if (jobs.size() == 1 || v >= newest) {
+      newest = v;
       *name = n.name;
     }
   }
-  return best;
+  return joined_trainer_job(jobs);
 }
 
 // Samples the trainer took per second of wall clock over its last few iterations (the ends

@@ -87,6 +87,16 @@ class trainer_ranks {
 inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations",
                                                    "/weights/versions"};
 
+// The job stats the views and the report follow, from every trainer node's (each a "job"
+// object, in any order; null entries are skipped): the newest policy version's, ties to the
+// later one, with each history list completed from the others. A recreated trainer (a new
+// node) and a re-formed group's member 0 start their lists again at the checkpoint they
+// resumed from, so without this the report's iterations covered the last incarnation only.
+// An earlier incarnation gives the entries before the newer list's first (by "iteration", or
+// "version" for the per-version records); entries both have are the newer's. Empty object when
+// no trainer reported.
+nlohmann::json joined_trainer_job(const std::vector<const nlohmann::json*>& jobs);
+
 // Per history list (a kJobHistoryLists pointer), the index of the first entry a stats() caller
 // wants; a list not named starts at 0.
 using history_cursor = std::map<std::string, size_t>;

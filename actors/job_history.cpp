@@ -40,6 +40,33 @@ void job_history_sender::note_sent(const json& job) {
   }
 }
 
+namespace {
+
+// An entry's place in its history list: its iteration, or (the per-version records) its version.
+uint64_t history_key(const json& e) {
+  if (!e.is_object()) return 0;
+  for (const char* key : {"iteration", "version"})
+    if (auto it = e.find(key); it != e.end() && it->is_number_integer() && *it >= 0)
+      return it->get<uint64_t>();
+  return 0;
+}
+
+// `later` with the entries of `earlier` (a previous incarnation's list of the same kind) that
+// come before later's first put in front; all of earlier when later is empty.
+void prepend_earlier(json& later, json&& earlier) {
+  if (!earlier.is_array() || earlier.empty()) return;
+  if (!later.is_array()) later = json::array();
+  const bool all = later.empty();
+  const uint64_t first = all ? 0 : history_key(later.front());
+  json merged = json::array();
+  for (auto& e : earlier)
+    if (all || history_key(e) < first) merged.push_back(std::move(e));
+  for (auto& e : later) merged.push_back(std::move(e));
+  later = std::move(merged);
+}
+
+}  // namespace
+
 void merge_job_history(json& incoming, json&& held) {
   if (!incoming.is_object()) return;
   auto job = incoming.find("job");
@@ -53,15 +80,52 @@ void merge_job_history(json& incoming, json&& held) {
     if (!job->contains(ptr) || !(*job)[ptr].is_array()) continue;
     const size_t first = from.is_object() ? from.value(path, size_t{0}) : 0;
     json& fresh = (*job)[ptr];
-    json merged = json::array();
-    if (held_job && held_job->contains(ptr) && (*held_job)[ptr].is_array()) {
-      json& old = (*held_job)[ptr];
-      // Keep what came before `first`; a gap (fewer held than `first`) keeps what there is.
-      for (size_t i = 0; i < std::min(first, old.size()); ++i) merged.push_back(std::move(old[i]));
+    if (!held_job || !held_job->contains(ptr) || !(*held_job)[ptr].is_array()) continue;
+    json& old = (*held_job)[ptr];
+    if (first == 0) {
+      // The list started again (the job was restored from a checkpoint in this process): what
+      // was held before the restored point stays, the rest is the restored job's.
+      prepend_earlier(fresh, std::move(old));
+      continue;
     }
+    // Keep what came before `first`; a gap (fewer held than `first`) keeps what there is.
+    json merged = json::array();
+    for (size_t i = 0; i < std::min(first, old.size()); ++i) merged.push_back(std::move(old[i]));
     for (auto& e : fresh) merged.push_back(std::move(e));
     fresh = std::move(merged);
   }
+}
+
+json joined_trainer_job(const std::vector<const json*>& jobs) {
+  const json* newest = nullptr;
+  uint64_t newest_version = 0;
+  for (const json* j : jobs) {
+    if (!j || !j->is_object()) continue;
+    const uint64_t v = j->value("policy_version", uint64_t{0});
+    if (!newest || v >= newest_version) {
+      newest = j;
+      newest_version = v;
+    }
+  }
+  if (!newest) return json::object();
+  json out = *newest;
+  // The earlier incarnations, newest first: each fills in before what is already there.
+  std::vector<const json*> earlier;
+  for (const json* j : jobs)
+    if (j && j != newest && j->is_object()) earlier.push_back(j);
+  std::stable_sort(earlier.begin(), earlier.end(), [](const json* a, const json* b) {
+    return a->value("policy_version", uint64_t{0}) > b->value("policy_version", uint64_t{0});
+  });
+  for (const char* path : kJobHistoryLists) {
+    const json::json_pointer ptr(path);
+    for (const json* j : earlier)
+      if (j->contains(ptr) && (*j)[ptr].is_array()) {
+        json copy = (*j)[ptr];
+        if (!out.contains(ptr)) out[ptr] = json::array();
+        prepend_earlier(out[ptr], std::move(copy));
+      }
+  }
+  return out;
 }
 
 }  // namespace moerl::actors

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "actors/interruption.h"
+#include "actors/job.h"
 #include "common/child_process.h"
 #include "common/log.h"
 #include "env/env_client.h"
@@ -38,21 +39,18 @@ std::string self_exe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("moerl");
 }
 
-// The trainer's job figures (reward curve, timings) from the coordinator's node view.
-// An empty object when there are none (the modpow test job reports no job figures), so
-// callers can use value() on it.
-// A recreated trainer is listed next to its dead predecessor: the running one's figures win.
+// The trainer's job figures (reward curve, timings) from the coordinator's node view: a
+// recreated trainer is listed next to its dead predecessor, and actors::joined_trainer_job
+// takes the newest one's figures with the history of the ones before. An empty object when
+// there are none (the modpow test job reports no job figures), so callers can use value() on it.
 json trainer_job_stats(const json& nodes) {
   if (!nodes.is_array()) return json::object();
-  for (const bool running_only : {true, false}) {
-    for (const auto& n : nodes) {
-      if (running_only && n.value("state", "") != "running") continue;
-      if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].contains("job") &&
-          n["stats"]["job"].is_object())
-        return n["stats"]["job"];
-    }
-  }
-  return json::object();
+  std::vector<const json*> jobs;
+  for (const auto& n : nodes)
+    if (n.value("role", "") == "trainer" && n.contains("stats") && n["stats"].is_object() &&
+        n["stats"].contains("job") && n["stats"]["job"].is_object())
+      jobs.push_back(&n["stats"]["job"]);
+  return actors::joined_trainer_job(jobs);
 }
 
 // The coordinator's status as one line: where the job is and its work accounting.

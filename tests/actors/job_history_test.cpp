@@ -146,5 +146,74 @@ TEST(job_history, stats_without_history_from_replace_what_was_held) {
   EXPECT_EQ(plain["job"], whole(1));
 }
 
+// A job restored from checkpoint `step` and announced as version `as_version`, after `n`
+// more iterations: its reward curve holds the checkpoint's 1..step and then its own, its
+// timings and version records only its own (as grpo_job's restore() leaves them).
+json restored_job(int step, int as_version, int n, const history_cursor& from = {}) {
+  std::vector<json> curve, timings, published;
+  for (int i = 1; i <= step; ++i) curve.push_back({{"iteration", i}, {"mean_reward", i / 100.0}});
+  for (int i = as_version + 1; i <= as_version + n; ++i) {
+    curve.push_back({{"iteration", i}, {"mean_reward", i / 100.0}});
+    timings.push_back({{"iteration", i}, {"t_train", 0.01 * i}});
+    published.push_back({{"version", i}, {"bytes", 1000 + i}});
+  }
+  json out{{"policy_version", as_version + n}};
+  put_history(out, "/reward_curve", curve, from);
+  put_history(out, "/iterations", timings, from);
+  put_history(out, "/weights/versions", published, from);
+  return out;
+}
+
+std::vector<int> keys(const json& list, const char* key) {
+  std::vector<int> out;
+  for (const auto& e : list) out.push_back(e.value(key, -1));
+  return out;
+}
+
+std::vector<int> range(int first, int last) {
+  std::vector<int> out;
+  for (int i = first; i <= last; ++i) out.push_back(i);
+  return out;
+}
+
+std::vector<int> concat(std::vector<int> a, const std::vector<int>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(job_history, a_job_restored_in_the_same_process_keeps_the_history_before_its_restart) {
+  // Trained to 10, restored from checkpoint 6 (lag 4: announced as 11), then 2 iterations.
+  job_history_sender sender;
+  json held = receive(send(sender, "c", 10), json());
+  json restored = restored_job(6, 11, 2, sender.first_unsent("c"));
+  sender.note_sent(restored);
+  EXPECT_EQ(restored["history_from"]["/iterations"], 0) << "its lists started again";
+  json job = receive(restored, std::move(held))["job"];
+  EXPECT_EQ(keys(job["iterations"], "iteration"), concat(range(1, 10), range(12, 13)));
+  EXPECT_EQ(keys(job["reward_curve"], "iteration"), concat(range(1, 6), range(12, 13)))
+      << "the curve restored from the checkpoint replaces the held one from its start";
+  EXPECT_EQ(keys(job["weights"]["versions"], "version"), concat(range(1, 10), range(12, 13)));
+}
+
+TEST(job_history, the_report_joins_a_recreated_trainers_history_to_its_predecessors) {
+  const json dead = whole(10);                    // the trainer node that died at version 10
+  const json recreated = restored_job(6, 11, 3);  // a new node, restored from checkpoint 6
+  const json earliest = whole(4);                 // a trainer that died even earlier
+  for (const auto& order : std::vector<std::vector<const json*>>{{&dead, &recreated, &earliest},
+                                                                 {&recreated, &earliest, &dead}}) {
+    json job = joined_trainer_job(order);
+    EXPECT_EQ(job["policy_version"], 14) << "the newest trainer's figures lead";
+    EXPECT_EQ(keys(job["iterations"], "iteration"), concat(range(1, 10), range(12, 14)));
+    EXPECT_EQ(keys(job["reward_curve"], "iteration"), concat(range(1, 6), range(12, 14)));
+    EXPECT_EQ(keys(job["weights"]["versions"], "version"), concat(range(1, 10), range(12, 14)));
+  }
+  // A recreated trainer that has not trained yet: the predecessor's lists whole.
+  json fresh{{"policy_version", 11}, {"iterations", json::array()}};
+  json job = joined_trainer_job({&dead, &fresh, nullptr});
+  EXPECT_EQ(keys(job["iterations"], "iteration"), range(1, 10));
+  EXPECT_EQ(keys(job["reward_curve"], "iteration"), range(1, 10));
+  EXPECT_EQ(joined_trainer_job({}), json::object());
+}
+
 }  // namespace
 }  // namespace moerl::actors

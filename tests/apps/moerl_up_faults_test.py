@@ -212,6 +212,18 @@ def check_balanced(a):
     assert a["dispatched"] == a["committed"] + a["in_flight"] + sum(a["dropped"].values()), a
 
 
+def check_timings_whole(rep):
+    """The report's iteration timings span the whole run, from iteration 1, across the
+    trainer's restart: a recreated trainer (a new node) and a re-formed group's member 0 start
+    their lists again at the checkpoint they restored, and the coordinator joins the earlier
+    incarnation's entries in front (actors/job.h joined_trainer_job). Ascending; a gap only
+    where the restored state was announced past the durability lag."""
+    timed = [p["iteration"] for p in rep["iterations"]]
+    assert timed and timed[0] == 1, timed[:5]
+    assert all(b > a for a, b in zip(timed, timed[1:])), timed
+    print(f"iteration timings: {len(timed)} entries, {timed[0]}..{timed[-1]}", flush=True)
+
+
 def check_resumed(rep, iterations):
     """The recreated trainer resumed from the run's newest checkpoint, not from fresh weights:
     one reward curve numbered from 1, ascending, without a restart at 1, and the policy version
@@ -269,6 +281,9 @@ def in_turn(moerl, tmp):
     replaced(rep, "coordinator", "killed by SIGKILL")
     assert rep["num_replacements"] == len(rep["replacements"]) >= 3, rep["replacements"]
     assert rep["restart_policy"]["trainer"].startswith("StatefulSet"), rep["restart_policy"]
+    # No check_timings_whole here: the coordinator's restart after the trainer's loses the
+    # dead trainer's timings (a coordinator holds node stats in memory; the recreated trainer
+    # has only its own since its restore).
     check_resumed(rep, 300)
 
 
@@ -282,6 +297,7 @@ def check_dead_trainer_books(rep, iterations, handed):
     assert a["handed"] == 0 and a["trained"] == a["committed"], a
     replaced(rep, "trainer-0", "killed by SIGKILL")
     check_resumed(rep, iterations)
+    check_timings_whole(rep)
     again = sum(n.get("stats", {}).get("reserved_groups", 0) for n in rep["nodes"]
                 if n["role"] == "buffer")
     stale = a["dropped"].get("trainer_lost_stale", 0)
@@ -653,6 +669,7 @@ def trainer_group(moerl, tmp):
     r = mine[0]
     assert r["downtime_s"] is not None, r
     assert r["restored_version"] is not None, r
+    check_timings_whole(rep)
     # The report names the transport the group's expert plane actually used (rank 0, which
     # runs the job, reports it): the two processes share this host, so rank 0 reaches rank 1
     # "same_host" (issue 16).
