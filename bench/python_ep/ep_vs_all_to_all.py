@@ -31,6 +31,24 @@ token times the number of ranks it went to):
   rows and per-128-channel scales), the identity experts dequantising into
   get_next_low_latency_combine_buffer (untimed), then the zero-copy combine.
 
+What a MoE layer pays per step with each mode, the experts left out (identity), the same
+work both ways (the rows above time the calls alone, and DeepEP-layout normal leaves the
+expert-major fan-out and the weighted sum to the layer, which low-latency does itself):
+
+- ``moerl_normal_layer``: moerl_normal plus the layer's work between the two calls, with
+  the torch ops of Megatron-LM's unfused permutation (layer_permute: recv_topk_idx scattered
+  into a routing map, masked_select of the row ids in expert-major order, index_select of
+  recv_x; layer_unpermute: the rows times their weights in fp32, index_add_ into one fp32
+  row per received token, cast to bf16), in workspaces kept across steps (torch's CPU
+  allocator would page-fault anything over 32 MiB in afresh every step).
+- ``moerl_low_latency_layer``, ``moerl_low_latency_zero_copy_layer``: moerl_low_latency and
+  moerl_low_latency_zero_copy_io timed again under the layer's name, since the layer adds
+  nothing to them (its experts read recv_x in place; the combine applies the weights).
+
+Every Python row also reports each phase's slowest-rank p50 (``phases_p50_ms``: dispatch,
+then permute and unpermute for the layer row, combine): a split of the total, not parts
+that add up to it (a rank that finishes its phase early waits in the next one).
+
 Each iteration starts after a barrier; its time is the slowest rank's (an all-reduce MAX of
 the per-rank times, outside the timed region; per phase for the rows with untimed experts).
 p50 and max over iterations. --rounds N runs the Python rows and the C++/MPI rows N times in
@@ -55,7 +73,7 @@ import tempfile
 import time
 import traceback
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -84,11 +102,115 @@ def routing(rank: int, case: Dict[str, Any]):
     return x, idx, w
 
 
-def moerl_normal(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
+def normal_dispatch(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
+    """get_dispatch_layout + dispatch: DeepEP's (recv_x, recv_topk_idx, recv_topk_weights,
+    num_recv_tokens_per_expert_list, handle, event)."""
     per_rank, _, per_expert, in_rank, _ = buf.get_dispatch_layout(idx, experts)
-    recv_x, _, recv_w, _, handle, _ = buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
-                                                   num_tokens_per_expert=per_expert, topk_idx=idx, topk_weights=w)
-    return buf.combine(recv_x, handle)[0]
+    return buf.dispatch(x, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank, num_tokens_per_expert=per_expert,
+                        topk_idx=idx, topk_weights=w)
+
+
+def moerl_normal(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
+    recv_x, _, _, _, handle, _ = normal_dispatch(buf, x, idx, w, experts)
+    _mark("dispatch")
+    out = buf.combine(recv_x, handle)[0]
+    _mark("combine")
+    return out
+
+
+class Workspace:
+    """A tensor kept across steps and grown when a step needs more rows: what a layer on a GPU
+    gets from torch's caching allocator. On CPU torch takes each tensor from malloc, which
+    maps anything over 32 MiB afresh (glibc's largest mmap threshold) and page-faults it in
+    on every step: the Zipf decode shape's hottest rank at 4 ranks unpermutes 1519 rows, 43.5
+    MB in fp32, and paid 10.6k page faults and 47-63 ms a step for that one .float() (3-14 ms
+    on the other ranks)."""
+
+    def __init__(self) -> None:
+        self.storage = torch.empty(0)
+
+    def rows(self, n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+        if self.storage.dtype != dtype:
+            self.storage = torch.empty(0, dtype=dtype)
+        if self.storage.numel() < n * width:
+            self.storage = torch.empty(max(n * width, 2 * self.storage.numel()), dtype=dtype)
+        return self.storage[:n * width].view(n, width)
+
+
+def layer_permute(recv_x: torch.Tensor, recv_idx: torch.Tensor, recv_w: torch.Tensor, local_experts: int,
+                  space: Workspace):
+    """What a layer does between DeepEP's normal dispatch and its grouped expert GEMM, with the
+    torch ops of Megatron-LM's unfused permutation (moe_utils.permute, which its flex
+    dispatcher runs on DeepEP's returns): recv_topk_idx/weights [R, K] scattered into a [R, L]
+    routing map and probabilities, the map transposed so that masked_select of the row
+    indices lists each local expert's rows in turn (expert-major, rows in order within an
+    expert), then index_select of recv_x (into `space`). Returns (permuted [n, H],
+    the recv_x row of each permuted row, its weight)."""
+    rows = recv_x.shape[0]
+    # A -1 entry goes to a spare column L, dropped: the map has one True per valid entry.
+    col = torch.where(recv_idx >= 0, recv_idx, torch.full_like(recv_idx, local_experts))
+    routing_map = torch.zeros(rows, local_experts + 1, dtype=torch.bool).scatter_(1, col, True)[:, :local_experts]
+    probs = torch.zeros(rows, local_experts + 1, dtype=recv_w.dtype).scatter_(1, col, recv_w)[:, :local_experts]
+    by_expert = routing_map.t().contiguous()
+    source = torch.arange(rows).expand(local_experts, rows).masked_select(by_expert)
+    weight = probs.t().contiguous().masked_select(by_expert)
+    permuted = space.rows(source.numel(), recv_x.shape[1], recv_x.dtype)
+    return torch.index_select(recv_x, 0, source, out=permuted), source, weight
+
+
+def layer_unpermute(expert_out: torch.Tensor, source: torch.Tensor, weight: torch.Tensor, rows: int,
+                    space: Workspace, sums: Workspace) -> torch.Tensor:
+    """Megatron's unpermute: each expert output row times its weight in fp32, summed into its
+    recv_x row in fp32 (in `sums`), cast back to the rows' dtype for the combine. Two choices
+    of op, for torch 1.13 on CPU (one thread, 1024 x 7168 rows, the 2-rank decode shape): the
+    rows are converted to fp32 (into `space`) before the product, as Megatron's bf16 rows
+    times fp32 weights would promote them anyway, because the mixed-dtype product takes 43 ms
+    against 5 (2 + 3); and index_add_ (2 ms) rather than Megatron's scatter_add_ with the
+    index expanded over hidden (14 ms), the same sum."""
+    weighted = space.rows(expert_out.shape[0], expert_out.shape[1], torch.float32)
+    weighted.copy_(expert_out).mul_(weight.unsqueeze(1))
+    out = sums.rows(rows, expert_out.shape[1], torch.float32).zero_()
+    out.index_add_(0, source, weighted)
+    return out.to(expert_out.dtype)
+
+
+# The normal layer's workspaces (permuted rows, weighted fp32 rows, their fp32 sums per
+# received row), kept across steps.
+_layer_space = (Workspace(), Workspace(), Workspace())
+
+
+def moerl_normal_layer(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int,
+                       world: int):
+    """What a MoE layer pays per step with normal mode (experts left out): dispatch, the
+    permutation into expert-major rows, the identity experts (the permuted rows are their
+    outputs), the weighted un-permutation to one row per received token, combine."""
+    recv_x, recv_idx, recv_w, _, handle, _ = normal_dispatch(buf, x, idx, w, experts)
+    _mark("dispatch")
+    permuted, source, weight = layer_permute(recv_x, recv_idx, recv_w, experts // world, _layer_space[0])
+    _mark("permute")
+    back = layer_unpermute(permuted, source, weight, recv_x.shape[0], _layer_space[1], _layer_space[2])
+    _mark("unpermute")
+    out = buf.combine(back, handle)[0]
+    _mark("combine")
+    return out
+
+
+def check_layer_permute(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int,
+                        world: int) -> None:
+    """layer_permute's rows are expert-major, num_recv_tokens_per_expert_list of them per local
+    expert, each a row routed to that expert with that entry's weight (the combined output
+    check cannot see the order)."""
+    recv_x, recv_idx, recv_w, per_expert, handle, _ = normal_dispatch(buf, x, idx, w, experts)
+    permuted, source, weight = layer_permute(recv_x, recv_idx, recv_w, experts // world, Workspace())
+    expert = torch.repeat_interleave(torch.arange(experts // world), torch.tensor(per_expert, dtype=torch.int64))
+    if source.numel() != expert.numel():
+        raise AssertionError(f"layer_permute: {source.numel()} rows, num_recv_tokens_per_expert_list sums to "
+                             f"{expert.numel()}")
+    hit = recv_idx[source] == expert.unsqueeze(1)
+    if not (bool(hit.any(1).all()) and torch.equal(permuted, recv_x[source]) and
+            torch.equal(weight, recv_w[source][hit])):
+        raise AssertionError("layer_permute: a permuted row is not a row routed to its expert with its weight")
+    buf.combine(recv_x, handle)
 
 
 def torch_all_to_all(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int, world: int):
@@ -121,16 +243,29 @@ def torch_all_to_all(x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, expert
 
 def moerl_low_latency(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, experts: int):
     recv_x, _, handle, _, _ = buf.low_latency_dispatch(x, idx, max(x.shape[0], 1), experts, use_fp8=False)
-    return buf.low_latency_combine(recv_x, idx, w, handle)[0]
+    _mark("dispatch")
+    # A layer's experts read recv_x [L, N*M, H] in place (recv_count[e] rows each) and the
+    # combine applies the weights: the layer adds nothing here.
+    out = buf.low_latency_combine(recv_x, idx, w, handle)[0]
+    _mark("combine")
+    return out
 
 
 # The current timed call's untimed stretch (stand-in experts and what `moerl bench ep` also
 # leaves out), as perf_counter (start, end); timed() splits the call there into two phases.
 _untimed: List[float] = []
+# The current timed call's phase ends, as (phase, perf_counter): timed() reports each phase's
+# time (from the previous end, or the call's start; less the untimed stretch) beside the total.
+_marks: List[Tuple[str, float]] = []
+
+
+def _mark(phase: str) -> None:
+    _marks.append((phase, time.perf_counter()))
 
 
 def _pause() -> None:
     _untimed[:] = [time.perf_counter()]
+    _mark("dispatch")
 
 
 def _resume() -> None:
@@ -149,7 +284,9 @@ def moerl_low_latency_zero_copy(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torc
         target[j, :n] = recv_x[j, :n]
     dist.barrier()
     _resume()
-    return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+    out = buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+    _mark("combine")
+    return out
 
 
 def moerl_low_latency_zero_copy_io(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tensor, w: torch.Tensor,
@@ -201,21 +338,27 @@ def moerl_low_latency_fp8(buf: moerl.ep.Buffer, x: torch.Tensor, idx: torch.Tens
             target[j, :n] = deq.view(n, hidden).to(target.dtype)
     dist.barrier()
     _resume()
-    return buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+    out = buf.low_latency_combine(torch.empty(0), idx, w, handle, zero_copy=True)[0]
+    _mark("combine")
+    return out
 
 
 def timed(fn: Callable[[], Any], iterations: int, warmup: int,
-          setup: Optional[Callable[[], Any]] = None) -> List[float]:
+          setup: Optional[Callable[[], Any]] = None) -> Tuple[List[float], Dict[str, List[float]]]:
     """Per iteration, from a barrier: a call without an untimed stretch is one phase, the
     slowest rank's wall time; one with it (_pause/_resume) is two, dispatch up to the pause and
     combine from the resume (which follows a barrier), and the iteration's time is the sum of
-    each phase's slowest rank: `moerl bench ep`'s total_us, phase for phase."""
-    out = []
+    each phase's slowest rank: `moerl bench ep`'s total_us, phase for phase. Also returns, per
+    phase the call marked (_mark), the slowest rank's time in it per iteration: a split of
+    the total, not parts that add up to it (each phase's slowest rank may differ)."""
+    out: List[float] = []
+    split: Dict[str, List[float]] = {}
     for i in range(warmup + iterations):
         if setup is not None:  # untimed, before the barrier
             setup()
         dist.barrier()
         _untimed.clear()
+        _marks.clear()
         start = time.perf_counter()
         fn()
         end = time.perf_counter()
@@ -223,11 +366,18 @@ def timed(fn: Callable[[], Any], iterations: int, warmup: int,
             phases = [_untimed[0] - start, end - _untimed[1]]
         else:
             phases = [end - start, 0.0]
-        mine = torch.tensor(phases, dtype=torch.float64)
+        marked, prev = [], start
+        for _, t in _marks:  # each phase less its overlap with the untimed stretch
+            hidden = max(0.0, min(t, _untimed[1]) - max(prev, _untimed[0])) if _untimed else 0.0
+            marked.append(t - prev - hidden)
+            prev = t
+        mine = torch.tensor(phases + marked, dtype=torch.float64)
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         if i >= warmup:
-            out.append(float(mine.sum()) * 1e3)
-    return out
+            out.append(float(mine[:2].sum()) * 1e3)
+            for (name, _), v in zip(_marks, mine[2:].tolist()):
+                split.setdefault(name, []).append(v * 1e3)
+    return out, split
 
 
 def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]], opts: Dict[str, Any],
@@ -246,13 +396,21 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             e = case["experts"]
             setups: Dict[str, Callable[[], Any]] = {}
             impls = {"moerl_normal": lambda: moerl_normal(normal, x, idx, w, e),
-                     "torch_all_to_all": lambda: torch_all_to_all(x, idx, w, e, world)}
+                     "torch_all_to_all": lambda: torch_all_to_all(x, idx, w, e, world),
+                     "moerl_normal_layer": lambda: moerl_normal_layer(normal, x, idx, w, e, world)}
             if case["tokens"] <= opts["ll_max_tokens"]:
                 impls["moerl_low_latency"] = lambda: moerl_low_latency(ll, x, idx, w, e)
                 impls["moerl_low_latency_zero_copy"] = lambda: moerl_low_latency_zero_copy(ll, x, idx, w, e)
+                # What a layer pays with low-latency is the calls themselves (its experts read
+                # recv_x in place, the combine applies the weights): the layer rows are the
+                # DeepEP call and the zero-copy one (tokens in the dispatch buffer, experts'
+                # outputs in the combine buffer), timed again under the layer's name beside
+                # moerl_normal_layer (two rows of the same work: the run's own noise).
+                impls["moerl_low_latency_layer"] = impls["moerl_low_latency"]
                 if hasattr(ll, "get_low_latency_dispatch_buffer"):  # not in packages before it
-                    impls["moerl_low_latency_zero_copy_io"] = lambda: moerl_low_latency_zero_copy_io(ll, x, idx, w, e)
-                    setups["moerl_low_latency_zero_copy_io"] = lambda: zero_copy_io_tokens(ll, x, idx, e)
+                    for name in ("moerl_low_latency_zero_copy_io", "moerl_low_latency_zero_copy_layer"):
+                        impls[name] = lambda: moerl_low_latency_zero_copy_io(ll, x, idx, w, e)
+                        setups[name] = lambda: zero_copy_io_tokens(ll, x, idx, e)
                 if case["hidden"] % 128 == 0:
                     impls["moerl_low_latency_fp8"] = lambda: moerl_low_latency_fp8(ll, x, idx, w, e)
             # Same answers first: unweighted sums agree exactly (fp32 sums of the same rows
@@ -261,9 +419,13 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             ref = impls["torch_all_to_all"]().float()
             got = impls["moerl_normal"]().float()
             torch.testing.assert_close(got, ref, rtol=2 ** -7, atol=1e-5)
+            want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
+            # The layer's weighted sum per rank in fp32, rounded to bf16 once per rank.
+            torch.testing.assert_close(impls["moerl_normal_layer"]().float(), want, rtol=2 ** -7, atol=1e-2)
+            check_layer_permute(normal, x, idx, w, e, world)
             if "moerl_low_latency" in impls:
-                want = x.float() * torch.where(idx >= 0, w, torch.zeros_like(w)).sum(1, keepdim=True)
-                for name in ("moerl_low_latency", "moerl_low_latency_zero_copy", "moerl_low_latency_zero_copy_io"):
+                for name in ("moerl_low_latency", "moerl_low_latency_zero_copy", "moerl_low_latency_zero_copy_io",
+                             "moerl_low_latency_zero_copy_layer"):
                     if name not in impls:
                         continue
                     if name in setups:
@@ -290,13 +452,14 @@ def rank_main(rank: int, world: int, init_file: str, cases: List[Dict[str, Any]]
             for name, fn in impls.items():
                 if opts["impls"] and name not in opts["impls"]:
                     continue
-                ms = timed(fn, opts["iterations"], opts["warmup"], setups.get(name))
+                ms, split = timed(fn, opts["iterations"], opts["warmup"], setups.get(name))
                 p50 = statistics.median(ms)
                 moved = entry_bytes if name.startswith("moerl_low_latency") else logical
                 rows.append(dict(ranks=world, tokens=case["tokens"], impl=name, p50_ms=p50, max_ms=max(ms),
                                  all_ms=[round(v, 3) for v in ms], logical_bytes=logical,
                                  logical_gbps=2 * logical / (p50 * 1e6), moved_bytes=moved,
-                                 moved_gbps=2 * moved / (p50 * 1e6)))
+                                 moved_gbps=2 * moved / (p50 * 1e6),
+                                 phases_p50_ms={k: statistics.median(v) for k, v in split.items()}))
         if rank == 0:
             results.put(("ok", rows, [c for c in normal.transport_report()]))
         dist.barrier()
@@ -390,6 +553,9 @@ RATIOS = {  # name: (numerator impl, denominator impl), p50s
     "python_low_latency_zero_copy_io_over_cpp_low_latency": ("moerl_low_latency_zero_copy_io", "cpp_low_latency"),
     "moerl_low_latency_fp8_over_normal": ("moerl_low_latency_fp8", "moerl_normal"),
     "moerl_low_latency_zero_copy_over_normal": ("moerl_low_latency_zero_copy", "moerl_normal"),
+    "moerl_low_latency_layer_over_normal_layer": ("moerl_low_latency_layer", "moerl_normal_layer"),
+    "moerl_low_latency_zero_copy_layer_over_normal_layer": ("moerl_low_latency_zero_copy_layer", "moerl_normal_layer"),
+    "moerl_normal_layer_over_normal": ("moerl_normal_layer", "moerl_normal"),
     "moerl_normal_over_mpi_plain": ("moerl_normal", "mpi_alltoallv_plain"),
     "moerl_normal_over_mpi_semantic": ("moerl_normal", "mpi_alltoallv_semantic"),
     "cpp_normal_over_cpp_bench_mpi_semantic_peer": ("cpp_normal", "cpp_bench_mpi_semantic_peer"),
@@ -408,6 +574,9 @@ def merge_rounds(rounds: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
         out = dict(row, p50_ms=statistics.median(r["p50_ms"] for r in same), max_ms=max(r["max_ms"] for r in same),
                    rounds_p50_ms=[r["p50_ms"] for r in same])
         out.pop("all_ms", None)
+        if "phases_p50_ms" in row:
+            out["phases_p50_ms"] = {k: statistics.median(r["phases_p50_ms"][k] for r in same)
+                                    for k in row["phases_p50_ms"]}
         out["all_ms_per_round"] = [r["all_ms"] for r in same if "all_ms" in r] or None
         for rate, size in (("logical_gbps", "logical_bytes"), ("moved_gbps", "moved_bytes")):
             if size in out and rate in out:
@@ -507,7 +676,12 @@ def main() -> None:
                     "semantic: plus the expert-major fan-out and the weighted combine reduction); "
                     "logical_gbps = 2 x hidden bytes per (token, destination rank) / p50; moved_bytes: the hidden "
                     "bytes the row's mode moves one way (low-latency: one row per unmasked (token, expert) entry; "
-                    "the others: per (token, destination rank)), moved_gbps = 2 x moved_bytes / p50"),
+                    "the others: per (token, destination rank)), moved_gbps = 2 x moved_bytes / p50; *_layer rows: what a "
+                    "MoE layer pays per step with the mode, identity experts (moerl_normal_layer adds the "
+                    "Megatron-style permutation into expert-major rows and the weighted un-permutation; the "
+                    "low-latency layer rows are the same calls as moerl_low_latency and "
+                    "moerl_low_latency_zero_copy_io); phases_p50_ms: per phase, the p50 of the slowest rank's time "
+                    "in it"),
         command=" ".join([os.path.basename(sys.executable)] + sys.argv),
         shape=dict(hidden=args.hidden, experts=args.experts, topk=args.topk, dtype=args.dtype,
                    routing=args.routing + (" (popularity 1/i^1.2 over a shared permutation)"
