@@ -34,13 +34,13 @@ result<std::string> call_coordinator(caf::blocking_actor* self, node_context& ct
                                      caf::message request) {
   auto coord = ctx.coordinator();
   if (!coord) return error(errc::peer_dead, "not connected to the coordinator");
-  // Asked from a scoped actor of its own (monitored_ask.h): a dropped link ends the wait at
-  // once, not after request_timeout_ms.
-  caf::scoped_actor me{self->system()};
+  // Asked from a scoped actor no other question uses (monitored_ask.h): a dropped link ends
+  // the wait at once, not after request_timeout_ms.
   monitored_ask_options opt;
   opt.timeout = milliseconds(ctx.cp.request_timeout_ms);
   opt.what = "the coordinator";
-  ASSIGN_OR_RETURN(auto raw, ask_monitored<std::string>(me.ptr(), coord, std::move(request), opt));
+  ASSIGN_OR_RETURN(auto raw, ctx.coordinator_askers.ask<std::string>(self->system(), coord,
+                                                                     std::move(request), opt));
   return coordinator_reply(std::move(raw));
 }
 
