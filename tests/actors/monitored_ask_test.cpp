@@ -90,6 +90,12 @@ class monitored_ask_test : public ::testing::Test {
     caf::scoped_actor me{sys_};
     return ask_monitored<std::string>(me.ptr(), peer, caf::make_message(question), opt);
   }
+  // One question from askers_ (after sys_: its kept actors end before the system does).
+  monitored_askers askers_;
+  result<std::string> ask_kept(const caf::actor& peer, const std::string& question,
+                               const monitored_ask_options& opt) {
+    return askers_.ask<std::string>(sys_, peer, caf::make_message(question), opt);
+  }
 };
 
 TEST_F(monitored_ask_test, an_answer_comes_back_from_the_remote_peer) {
@@ -166,58 +172,52 @@ TEST_F(monitored_ask_test, silence_from_a_live_peer_is_a_timeout) {
 TEST_F(monitored_ask_test, kept_askers_ask_again_from_the_same_actor) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  monitored_askers askers;
   monitored_ask_options opt;
   opt.timeout = 30s;
-  auto first = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("who")), opt);
-  auto second = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("who")), opt);
+  auto first = ask_kept(peer, "who", opt);
+  auto second = ask_kept(peer, "who", opt);
   ASSERT_TRUE(first && second);
   // One actor, so one proxy on the peer's side instead of one made and killed per question.
   EXPECT_EQ(*first, *second);
-  askers.close();
 }
 
 TEST_F(monitored_ask_test, a_late_answer_never_reaches_the_next_question) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  monitored_askers askers;
   monitored_ask_options opt;
   opt.timeout = 30s;
-  auto before = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("who")), opt);
+  auto before = ask_kept(peer, "who", opt);
   ASSERT_TRUE(before);
   // "late" times out here; its answer comes 300 ms later, to the actor that asked it.
   monitored_ask_options quick = opt;
   quick.timeout = 50ms;
   quick.poll = 10ms;
-  auto late = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("late")), quick);
+  auto late = ask_kept(peer, "late", quick);
   ASSERT_FALSE(late);
   EXPECT_EQ(late.err().code, errc::timeout);
   std::this_thread::sleep_for(600ms);  // the late answer has been sent meanwhile
-  auto ping = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("ping")), opt);
+  auto ping = ask_kept(peer, "ping", opt);
   ASSERT_TRUE(ping) << ping.err().to_string();
   EXPECT_EQ(*ping, "pong");  // a kept actor that had asked "late" would take "late answer"
-  auto after = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("who")), opt);
+  auto after = ask_kept(peer, "who", opt);
   ASSERT_TRUE(after);
   EXPECT_NE(*after, *before);  // the actor that went unanswered was dropped
-  askers.close();
 }
 
 TEST_F(monitored_ask_test, kept_askers_report_a_dropped_link_and_start_anew) {
   ASSERT_NE(child_.port(), 0);
   auto peer = remote_peer();
-  monitored_askers askers;
   monitored_ask_options opt;
   opt.timeout = 60s;
-  opt.what = "the test peer";
-  ASSERT_TRUE(askers.ask<std::string>(sys_, peer, caf::make_message(std::string("ping")), opt));
+  ASSERT_TRUE(ask_kept(peer, "ping", opt));
   // The kept actor monitors the peer since its first question: its death ends the next wait.
   child_.kill();
-  auto r = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("hold")), opt);
+  auto r = ask_kept(peer, "hold", opt);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
-  askers.close();
+  askers_.close();
   // Closed: still asks (from a fresh actor), and the dead peer is reported again.
-  auto again = askers.ask<std::string>(sys_, peer, caf::make_message(std::string("ping")), opt);
+  auto again = ask_kept(peer, "ping", opt);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.err().code, errc::peer_dead);
 }
