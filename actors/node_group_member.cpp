@@ -192,7 +192,6 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
   // group would never re-form. It runs on the job's rank threads, which outlive the actor
   // system (caf_thread_state.h).
   caf_logger_released_on_scope_exit release;
-  caf::scoped_actor me{sys_};
   monitored_ask_options opt;
   opt.timeout = std::chrono::milliseconds(timeout_ms);
   opt.what = "group " + view_.group + " all-gather on " + channel;
@@ -207,8 +206,8 @@ result<std::vector<std::string>> group_member_link::allgather(const std::string&
       return error{errc::shutting_down, opt.what + ": this node's drain deadline passed"};
     return {};
   };
-  return ask_monitored<std::vector<std::string>>(
-      me.ptr(), c,
+  return ctx_->coordinator_askers.ask<std::vector<std::string>>(
+      sys_, c,
       caf::make_message(ggather_atom::value, ctx_->id, view_.incarnation, channel,
                         join_ints(participants), static_cast<int32_t>(self), mine),
       opt);

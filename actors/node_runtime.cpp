@@ -318,6 +318,7 @@ int run_member(node_args const& args, node_role role, config& cfg, control_plane
           });
     wait_for(sys, agent);
     ctx->stopping = true;
+    ctx->coordinator_askers.close();  // its kept scoped actors end while the system runs
     code = exit_code->load();
     // The node owes nobody anything now (drained and deregistered, or told to stop). Teardown
     // takes milliseconds, but a drained rollout node was once seen in CI never to exit (cause

@@ -22,8 +22,11 @@
 #include <caf/all.hpp>
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 
@@ -39,14 +42,10 @@ struct monitored_ask_options {
   std::chrono::milliseconds poll{100};
 };
 
-// Sends `question` to `peer` from `me` and waits for an answer of type T. errc::peer_dead
-// when the peer went down or answered with a CAF error, errc::timeout when nothing came in
-// time, or what `still_wanted` returned.
+// Waits in `me`'s mailbox for the answer to the question it sent to a peer it monitors (see
+// ask_monitored).
 template <class T>
-result<T> ask_monitored(caf::blocking_actor* me, const caf::actor& peer, caf::message question,
-                        const monitored_ask_options& opt) {
-  me->monitor(peer);
-  me->send(peer, std::move(question));
+result<T> await_monitored_answer(caf::blocking_actor* me, const monitored_ask_options& opt) {
   const auto deadline = std::chrono::steady_clock::now() + opt.timeout;
   result<T> out = error{errc::timeout,
                         opt.what + ": no answer in " + std::to_string(opt.timeout.count()) + " ms"};
@@ -81,5 +80,81 @@ result<T> ask_monitored(caf::blocking_actor* me, const caf::actor& peer, caf::me
   }
   return out;
 }
+
+// Sends `question` to `peer` from `me` and waits for an answer of type T. errc::peer_dead
+// when the peer went down or answered with a CAF error, errc::timeout when nothing came in
+// time, or what `still_wanted` returned.
+template <class T>
+result<T> ask_monitored(caf::blocking_actor* me, const caf::actor& peer, caf::message question,
+                        const monitored_ask_options& opt) {
+  me->monitor(peer);
+  me->send(peer, std::move(question));
+  return await_monitored_answer<T>(me, opt);
+}
+
+// ask_monitored's questions to one peer (a node's to its coordinator), from scoped actors
+// kept for the next question instead of a fresh one each time (issue 27). Every fresh actor
+// cost the peer's process a proxy made and announced back, then a down message and a proxy
+// killed under CAF's proxy lock when it ended: ~43 per iteration of the default `moerl up`,
+// the coordinator's largest CAF cost (proxy_registry::erase alone ~6% of its samples).
+// An actor is kept only after its question was answered with a T: the peer answers each
+// question once, so nothing of an earlier question can reach it later. After a timeout, a
+// refusal by `still_wanted`, an error or a down message it is dropped (a late answer then
+// reaches a dead actor, as before). A kept actor monitors the peer from its first question
+// on; when the peer changes (a restarted coordinator) the kept ones go, so no down message of
+// an old peer is taken for the new one's. Any thread may ask; concurrent questions use one
+// actor each.
+class monitored_askers {
+ public:
+  template <class T>
+  result<T> ask(caf::actor_system& sys, const caf::actor& peer, caf::message question,
+                const monitored_ask_options& opt) {
+    auto me = take(sys, peer);
+    (*me)->send(peer, std::move(question));
+    auto out = await_monitored_answer<T>(me->ptr(), opt);
+    if (out) keep(std::move(me), peer);
+    return out;
+  }
+
+  // Drops the kept actors; later questions ask from fresh ones, dropped after each. Called
+  // before the actor system goes (a scoped actor must end while its system runs).
+  void close() {
+    std::vector<std::unique_ptr<caf::scoped_actor>> gone;
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+    gone.swap(idle_);
+  }
+
+ private:
+  std::unique_ptr<caf::scoped_actor> take(caf::actor_system& sys, const caf::actor& peer) {
+    std::vector<std::unique_ptr<caf::scoped_actor>> gone;  // ended outside the lock
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (peer_ != peer.address()) {
+        gone.swap(idle_);
+        peer_ = peer.address();
+      }
+      if (!idle_.empty()) {
+        auto me = std::move(idle_.back());
+        idle_.pop_back();
+        return me;
+      }
+    }
+    auto me = std::make_unique<caf::scoped_actor>(sys);
+    (*me)->monitor(peer);
+    return me;
+  }
+
+  void keep(std::unique_ptr<caf::scoped_actor> me, const caf::actor& peer) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!closed_ && peer_ == peer.address()) idle_.push_back(std::move(me));
+    // otherwise `me` ends here (closed, or the peer changed meanwhile)
+  }
+
+  std::mutex mu_;
+  bool closed_ = false;
+  caf::actor_addr peer_;
+  std::vector<std::unique_ptr<caf::scoped_actor>> idle_;
+};
 
 }  // namespace moerl::actors

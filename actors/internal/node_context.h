@@ -25,6 +25,7 @@
 
 #include "actors/caf_setup.h"
 #include "actors/coordinator_trust.h"
+#include "actors/internal/monitored_ask.h"
 #include "actors/job.h"
 #include "actors/node_role.h"
 #include "common/config.h"
@@ -64,6 +65,9 @@ struct node_context {
     std::lock_guard<std::mutex> g(mu);
     coord = std::move(a);
   }
+  // The actors the role's questions to the coordinator are asked from (call_coordinator, the
+  // group all-gathers), kept between questions; closed before the actor system goes.
+  monitored_askers coordinator_askers;
 
   // Drain: 0 while running; else the wall-clock ms by which work must be finished
   // (interruption deadline minus actors.drain_margin_ms).

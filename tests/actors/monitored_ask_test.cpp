@@ -11,6 +11,7 @@
 #include <caf/io/all.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "actors/internal/monitored_ask.h"
 
@@ -19,10 +20,15 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A peer that answers "pong" to "ping" and never answers "hold".
-caf::behavior answering_peer(caf::event_based_actor*) {
-  return {[](const std::string& q) -> caf::result<std::string> {
+// A peer that answers "pong" to "ping", the asking actor's id to "who", "late answer" 300 ms
+// after "late", and never answers "hold".
+caf::behavior answering_peer(caf::event_based_actor* self) {
+  return {[self](const std::string& q) -> caf::result<std::string> {
     if (q == "ping") return std::string("pong");
+    if (q == "who") return std::to_string(self->current_sender()->id());
+    if (q == "late")
+      self->delayed_send(caf::actor_cast<caf::actor>(self->current_sender()), 300ms,
+                         std::string("late answer"));
     return caf::delegated<std::string>{};  // "hold": no answer, ever
   }};
 }
@@ -83,6 +89,12 @@ class monitored_ask_test : public ::testing::Test {
                           const monitored_ask_options& opt) {
     caf::scoped_actor me{sys_};
     return ask_monitored<std::string>(me.ptr(), peer, caf::make_message(question), opt);
+  }
+  // One question from askers_ (after sys_: its kept actors end before the system does).
+  monitored_askers askers_;
+  result<std::string> ask_kept(const caf::actor& peer, const std::string& question,
+                               const monitored_ask_options& opt) {
+    return askers_.ask<std::string>(sys_, peer, caf::make_message(question), opt);
   }
 };
 
@@ -153,6 +165,61 @@ TEST_F(monitored_ask_test, silence_from_a_live_peer_is_a_timeout) {
   auto r = ask(peer, "hold", opt);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.err().code, errc::timeout) << r.err().to_string();
+}
+
+// monitored_askers: the questions of a node to its coordinator, from kept actors.
+
+TEST_F(monitored_ask_test, kept_askers_ask_again_from_the_same_actor) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  monitored_ask_options opt;
+  opt.timeout = 30s;
+  auto first = ask_kept(peer, "who", opt);
+  auto second = ask_kept(peer, "who", opt);
+  ASSERT_TRUE(first && second);
+  // One actor, so one proxy on the peer's side instead of one made and killed per question.
+  EXPECT_EQ(*first, *second);
+}
+
+TEST_F(monitored_ask_test, a_late_answer_never_reaches_the_next_question) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  monitored_ask_options opt;
+  opt.timeout = 30s;
+  auto before = ask_kept(peer, "who", opt);
+  ASSERT_TRUE(before);
+  // "late" times out here; its answer comes 300 ms later, to the actor that asked it.
+  monitored_ask_options quick = opt;
+  quick.timeout = 50ms;
+  quick.poll = 10ms;
+  auto late = ask_kept(peer, "late", quick);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.err().code, errc::timeout);
+  std::this_thread::sleep_for(600ms);  // the late answer has been sent meanwhile
+  auto ping = ask_kept(peer, "ping", opt);
+  ASSERT_TRUE(ping) << ping.err().to_string();
+  EXPECT_EQ(*ping, "pong");  // a kept actor that had asked "late" would take "late answer"
+  auto after = ask_kept(peer, "who", opt);
+  ASSERT_TRUE(after);
+  EXPECT_NE(*after, *before);  // the actor that went unanswered was dropped
+}
+
+TEST_F(monitored_ask_test, kept_askers_report_a_dropped_link_and_start_anew) {
+  ASSERT_NE(child_.port(), 0);
+  auto peer = remote_peer();
+  monitored_ask_options opt;
+  opt.timeout = 60s;
+  ASSERT_TRUE(ask_kept(peer, "ping", opt));
+  // The kept actor monitors the peer since its first question: its death ends the next wait.
+  child_.kill();
+  auto r = ask_kept(peer, "hold", opt);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.err().code, errc::peer_dead) << r.err().to_string();
+  askers_.close();
+  // Closed: still asks (from a fresh actor), and the dead peer is reported again.
+  auto again = ask_kept(peer, "ping", opt);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.err().code, errc::peer_dead);
 }
 
 }  // namespace

@@ -52,6 +52,19 @@ TEST(version_cache, KeepsTheNewestWithinVersionsAndBytes) {
   EXPECT_EQ((*v4)->chunk_size(8), 100u);
 }
 
+TEST(version_cache, EveryChunkCarriesTheHashOfItsOwnBytes) {
+  // One chunk (whose hash is the version's), an exact multiple and a short last chunk.
+  for (size_t n : {size_t{1}, size_t{99}, size_t{100}, size_t{300}, size_t{301}}) {
+    const std::string bytes = random_bytes(n, n);
+    auto cv = make_cached_version(1, std::make_shared<std::string>(bytes), 100);
+    EXPECT_EQ(cv.content_hash, store::sha256_hex(bytes));
+    ASSERT_EQ(cv.num_chunks(), (n + 99) / 100) << n;
+    for (uint64_t k = 0; k < cv.num_chunks(); ++k)
+      EXPECT_EQ(cv.chunk_hashes[k], store::sha256_hex(bytes.substr(k * 100, cv.chunk_size(k))))
+          << n << " bytes, chunk " << k;
+  }
+}
+
 TEST(cache_server, PushedVersionIsReadBackWhole) {
   auto ctx = zmq_ctx();
   served_cache cache(ctx, kChunk);
