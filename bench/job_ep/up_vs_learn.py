@@ -71,6 +71,16 @@ def run_learn(binary, iterations, sets, scratch):
     return r
 
 
+def off_size_steps(curve):
+    """Steps whose group count is not the run's most common one (a step that took a group past
+    its iteration, or a short one the trainer's flush made)."""
+    sizes = [c.get("groups", 0) for c in curve]
+    if not sizes:
+        return 0
+    usual = statistics.mode(sizes)
+    return sum(1 for n in sizes if n != usual)
+
+
 def run_up(binary, iterations, sets, scratch):
     report = os.path.join(scratch, "up.json")
     cmd = [binary, "up", "--no-interrupt", "--iterations", str(iterations), "--report", report,
@@ -86,7 +96,15 @@ def run_up(binary, iterations, sets, scratch):
                                   if reached in ends else None),
               "final_reward_10it": statistics.mean(c["mean_reward"] for c in curve[-10:]),
               "lost": rep["accounting"].get("lost"),
-              "duplicated": rep["accounting"].get("duplicated")})
+              "duplicated": rep["accounting"].get("duplicated"),
+              # What explains a run that reaches 0.9 late or not at all: how stale its samples
+              # were, steps that took more or fewer groups than most, and what broke mid-run.
+              "staleness_mean": (statistics.mean(c.get("staleness", 0) for c in curve)
+                                 if curve else None),
+              "steps": len(curve),
+              "steps_off_size": off_size_steps(curve),
+              "replacements": len(rep.get("replacements", [])),
+              "group_reformations": sum(len(g.get("reformed", [])) for g in rep.get("groups", []))})
     return r
 
 
