@@ -16,19 +16,18 @@ namespace {
 // the node whose figures lead.
 json trainer_job_stats(const coordinator_core& core, std::string* name) {
   std::vector<const json*> jobs;
-  uint64_t newest = 0;
+  std::vector<const std::string*> names;
   for (const auto& [id, n] : core.nodes()) {
     if (n.role != node_role::trainer || !n.stats.is_object()) continue;
     auto job = n.stats.find("job");
     if (job == n.stats.end() || !job->is_object()) continue;
     jobs.push_back(&*job);
-    const uint64_t v = job->value("policy_version", uint64_t{0});
-    if (jobs.size() == 1 || v >= newest) {
-      newest = v;
-      *name = n.name;
-    }
+    names.push_back(&n.name);
   }
-  return joined_trainer_job(jobs);
+  size_t leader = 0;
+  json out = joined_trainer_job(jobs, &leader);
+  if (!jobs.empty()) *name = *names[leader];
+  return out;
 }
 
 // Samples the trainer took per second of wall clock over its last few iterations (the ends

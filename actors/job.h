@@ -94,8 +94,10 @@ inline constexpr const char* kJobHistoryLists[] = {"/reward_curve", "/iterations
 // resumed from, so without this the report's iterations covered the last incarnation only.
 // An earlier incarnation gives the entries before the newer list's first (by "iteration", or
 // "version" for the per-version records); entries both have are the newer's. Empty object when
-// no trainer reported.
-nlohmann::json joined_trainer_job(const std::vector<const nlohmann::json*>& jobs);
+// no trainer reported. `leader`, when given, gets the index in `jobs` of the one whose figures
+// lead (unchanged when none).
+nlohmann::json joined_trainer_job(const std::vector<const nlohmann::json*>& jobs,
+                                  size_t* leader = nullptr);
 
 // Per history list (a kJobHistoryLists pointer), the index of the first entry a stats() caller
 // wants; a list not named starts at 0.

@@ -96,15 +96,17 @@ void merge_job_history(json& incoming, json&& held) {
   }
 }
 
-json joined_trainer_job(const std::vector<const json*>& jobs) {
+json joined_trainer_job(const std::vector<const json*>& jobs, size_t* leader) {
   const json* newest = nullptr;
   uint64_t newest_version = 0;
-  for (const json* j : jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const json* j = jobs[i];
     if (!j || !j->is_object()) continue;
     const uint64_t v = j->value("policy_version", uint64_t{0});
     if (!newest || v >= newest_version) {
       newest = j;
       newest_version = v;
+      if (leader) *leader = i;
     }
   }
   if (!newest) return json::object();

@@ -25,10 +25,12 @@ cached_version make_cached_version(uint64_t version, std::shared_ptr<const std::
   // A version of one chunk (every shard of `moerl up`'s default model: 200-350 KB against
   // 1 MiB chunks) has that chunk's hash already: hashing it again was half the weights
   // node's sha256 work (issue 27).
-  if (n == 1) v.chunk_hashes.push_back(v.content_hash);
-  for (uint64_t k = 0; n > 1 && k < n; ++k)
-    v.chunk_hashes.push_back(
-        store::sha256_hex(std::string_view(v.bytes->data() + v.chunk_offset(k), v.chunk_size(k))));
+  if (n == 1)
+    v.chunk_hashes.push_back(v.content_hash);
+  else
+    for (uint64_t k = 0; k < n; ++k)
+      v.chunk_hashes.push_back(store::sha256_hex(
+          std::string_view(v.bytes->data() + v.chunk_offset(k), v.chunk_size(k))));
   v.held_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();

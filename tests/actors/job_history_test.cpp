@@ -201,8 +201,11 @@ TEST(job_history, the_report_joins_a_recreated_trainers_history_to_its_predecess
   const json earliest = whole(4);                 // a trainer that died even earlier
   for (const auto& order : std::vector<std::vector<const json*>>{{&dead, &recreated, &earliest},
                                                                  {&recreated, &earliest, &dead}}) {
-    json job = joined_trainer_job(order);
+    size_t leader = 99;
+    json job = joined_trainer_job(order, &leader);
     EXPECT_EQ(job["policy_version"], 14) << "the newest trainer's figures lead";
+    ASSERT_LT(leader, order.size());
+    EXPECT_EQ(order[leader], &recreated);
     EXPECT_EQ(keys(job["iterations"], "iteration"), concat(range(1, 10), range(12, 14)));
     EXPECT_EQ(keys(job["reward_curve"], "iteration"), concat(range(1, 6), range(12, 14)));
     EXPECT_EQ(keys(job["weights"]["versions"], "version"), concat(range(1, 10), range(12, 14)));
