@@ -122,19 +122,18 @@ bool default_rollout_group(const config& pre, const std::string& config_file,
   return true;
 }
 
-// `moerl up`'s GRPO job moves its work in batches: a rollout leases 4 units at a time (and
-// generates their 8 prompt groups as one batch, rollout.generate_batch_groups), the trainer
+// `moerl up`'s GRPO job moves its work in batches: a rollout leases several units at a time
+// (below; it generates 8 prompt groups as one batch, rollout.generate_batch_groups), the trainer
 // takes up to 8 groups per batch (capped by what its step still needs), unless the config
 // file or an override sets them. Each lease, unit report and trainer claim is a durable
 // ledger write on the coordinator (an fsync, ~8 ms on this machine's disk), so fewer, larger
 // requests shorten the iteration: measured in docs/GUIDE.md, "The main job".
 // When the run's only rollout worker is the default rollout group's leader, it leases a whole
-// iteration's units at once (actors.units_per_iteration). With half an iteration per lease,
-// the second half was leased only after the first was generated and its reports were durable,
-// so the next iteration often opened late and generation stopped overlapping the trainer's
-// step: the default run took 60-64 ms an iteration against 47-54 with whole iterations, its
-// samples' mean staleness 0.54-0.93 against 0.998 (3 alternating runs each, 6 Dec,
-// bench/job_ep/results). Several workers keep 4, so that each gets a share of an iteration.
+// iteration's units at once (actors.units_per_iteration): with half an iteration per lease
+// the second half was leased only after the first had been generated and its reports made
+// durable. Measured in 3 alternating runs each (6 Dec): 47-54 ms an iteration against 60-64,
+// ~10% less CPU (bench/job_ep/results). Several workers keep 4, so that each gets a share of
+// an iteration.
 void default_batching(const config& pre, const std::string& config_file,
                       std::vector<std::string>& overrides, bool one_rollout_worker) {
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
