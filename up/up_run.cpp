@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 
@@ -139,7 +140,9 @@ void default_batching(const config& pre, const std::string& config_file,
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
   if (pre.get_string("job.kind") != "grpo") return;
   if (!named("actors.lease_batch")) {
-    const int64_t units = one_rollout_worker ? pre.get_int("actors.units_per_iteration") : 4;
+    // At most actors.lease_batch's own bound: an iteration of more units takes several leases.
+    const int64_t units =
+        one_rollout_worker ? std::min<int64_t>(pre.get_int("actors.units_per_iteration"), 4096) : 4;
     overrides.insert(overrides.begin(), "actors.lease_batch=" + std::to_string(units));
   }
   if (!named("actors.trainer_batch_groups"))

@@ -74,8 +74,8 @@ class step_asks {
  private:
   uint32_t per_request_;
   uint64_t last_wanted_ = 0;
-  uint64_t rotation_ = 0;                 // which shards get the remainder of an uneven split
-  std::map<std::string, uint64_t> share_;  // groups of the step still to ask each shard for
+  uint64_t rotation_ = 0;                      // which shards get the remainder of an uneven split
+  std::map<std::string, uint64_t> share_;      // groups of the step still to ask each shard for
   std::map<std::string, uint32_t> in_flight_;  // each shard's request out, in groups
 
   uint64_t asked_not_answered() const {
