@@ -14,7 +14,6 @@
 #include "actors/internal/job_history.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
-#include "actors/internal/step_asks.h"
 #include "actors/internal/trainer_claim.h"
 #include "actors/wait_clock.h"
 #include "common/log.h"
@@ -138,7 +137,6 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     bool outstanding = false;
   };
   std::map<std::string, source> sources;
-  step_asks asks(batch_groups);  // each shard's share of what the step still wants
   int64_t next_refresh = 0, last_stats = 0;
   job_history_sender history;  // the job's per-iteration lists, sent once each
   struct {
@@ -326,7 +324,6 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
           continue;
         }
         ctx->unconfirmed_batches.erase(it->first);  // the ledger re-opened what it held
-        asks.forget(it->first);
         it = sources.erase(it);
       }
       confirm_trained();  // what a failed confirmation left unconfirmed
@@ -344,15 +341,13 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     // to 0.9; whether the gathering caused that was not settled on a quiet machine (6 Dec).
     stalled.start_waiting(steady_ms());  // after the previous batches were worked on
     std::vector<ledger::batch_consumer*> asked;
-    std::vector<std::string> shard_names;
-    for (const auto& [ep, src] : sources) shard_names.push_back(ep);
-    const uint64_t wanted = step.num_groups_wanted();
     for (auto& [ep, src] : sources) {
       if (!src.outstanding) {
-        const uint32_t ask = asks.ask(ep, wanted, shard_names);
-        if (ask == 0) continue;  // the step's other shards are asked for the rest
+        uint32_t ask = batch_groups;
+        if (const uint64_t wanted = step.num_groups_wanted(); wanted > 0)
+          ask = static_cast<uint32_t>(std::clamp<uint64_t>(
+              (wanted + sources.size() - 1) / sources.size(), 1, batch_groups));
         if (auto st = src.c->request(ask); !st) continue;
-        asks.asked(ep, ask);
         src.outstanding = true;
       }
       asked.push_back(src.c.get());
@@ -370,9 +365,8 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       auto b = src.c->poll(0);
       if (!b || !*b) continue;
       src.outstanding = false;
-      auto groups = handed_groups_of(**b);
-      asks.answered(ep, groups ? static_cast<uint32_t>(groups->size()) : 0);
       if ((*b)->samples.empty()) continue;
+      auto groups = handed_groups_of(**b);
       if (!groups) {
         log->error("{}: not trained", groups.err().to_string());
         continue;
