@@ -25,7 +25,8 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from http_console_test import SMALL  # noqa: E402
 
-ITERATIONS = 30   # the default Spot notice goes to a rollout node at iteration 10
+ITERATIONS = 80   # the default Spot notice goes to a rollout node at iteration 10; its replacement
+                  # starts 1 s after the node leaves, and 30 iterations could end before it
 RUN_BOUND_S = 300  # liveness bound of one run on a loaded machine
 REWARD_MEAN_RGB = (0x1b, 0x4f, 0x8a)  # report.js's REWARD_MEAN_COLOUR
 
