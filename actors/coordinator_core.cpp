@@ -84,10 +84,23 @@ status coordinator_core::register_node(const messages::heartbeat& hb) {
                                       ") was declared dead (" + dead->second.down_reason +
                                       "): fenced; exit and re-join as a new process");
   }
+  const std::string name = hb.name.empty() ? hb.role + "-" + hb.node.substr(0, 6) : hb.name;
+  if (*role == node_role::buffer) {
+    // A new process under a shard's name: the shard's previous process is gone (a pod
+    // controller replaced it), or must be, since both would hold the one name's groups. It is
+    // declared down now, its groups re-opened, before the successor takes the name: left to
+    // its re-join grace, its later shard_lost would re-open the successor's groups too and
+    // forget the successor's shard, and no unit would be leased to it again.
+    if (auto prev = shard_node_.find(name); prev != shard_node_.end() && prev->second != hb.node) {
+      const std::string prev_id = prev->second;
+      node_down(prev_id, "replaced by a new process under its name (" + hb.node.substr(0, 8) + ")",
+                true);
+    }
+  }
   auto& n = nodes_[hb.node];
   bool rejoin = !n.id.empty();
   n.id = hb.node;
-  n.name = hb.name.empty() ? hb.role + "-" + hb.node.substr(0, 6) : hb.name;
+  n.name = name;
   n.role = *role;
   n.pid = hb.pid;
   n.endpoint = hb.endpoint;
@@ -196,8 +209,10 @@ void coordinator_core::node_down(const std::string& node, const std::string& rea
       log->warn("shard {} lost: re-opened {} unit(s)", n.name, reopened->size());
     else
       log->error("shard_lost({}): {}", n.name, reopened.err().to_string());
-    shard_node_.erase(n.name);
-    undelivered_.erase(n.name);
+    if (auto own = shard_node_.find(n.name); own != shard_node_.end() && own->second == node) {
+      shard_node_.erase(own);  // not a successor's (register_node declares this one down first)
+      undelivered_.erase(n.name);
+    }
   } else if (n.role == node_role::trainer) {
     consumer_lost(n);
   }

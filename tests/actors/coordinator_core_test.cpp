@@ -524,6 +524,34 @@ TEST_F(core_fixture, a_node_declared_dead_by_heartbeat_silence_is_fenced_when_it
   EXPECT_TRUE(core->register_node(hb(hex_id('e'), "buffer", "buffer-0", "tcp://127.0.0.1:2")));
 }
 
+// A shard's replacement process that joins while its predecessor is still within the
+// re-join grace (a pod controller restarts a SIGKILLed shard in ~1.5 s, the grace is 2 s):
+// the predecessor is declared down at once (its groups re-opened, it is fenced) and the
+// successor keeps the shard. Before, the predecessor's grace ran out after the successor had
+// joined, its shard_lost forgot the successor's shard, and no unit was leased to it again.
+TEST_F(core_fixture, a_shard_replaced_within_the_rejoin_grace_keeps_its_successor) {
+  commit(lease(rollout + "/0"));
+  core->link_lost(shard, "test: SIGKILL");
+  clock.advance(coordinator_core::kRejoinGraceMs / 2);
+  const std::string successor = hex_id('e');
+  ASSERT_TRUE(core->register_node(hb(successor, "buffer", "buffer-0", "tcp://127.0.0.1:2")));
+  EXPECT_EQ(core->nodes().at(shard).state, "dead");
+  EXPECT_NE(core->nodes().at(shard).down_reason.find("replaced"), std::string::npos)
+      << core->nodes().at(shard).down_reason;
+  EXPECT_EQ(core->ledger().counters().dropped.at("shard_lost"), 4u);  // its samples are gone
+  bool fenced = false;
+  for (const auto& o : core->take_outbound())
+    fenced |= o.what == outbound::kind::signal && o.node == shard && o.signal == SIGKILL;
+  EXPECT_TRUE(fenced) << "the predecessor may still run: it is fenced";
+  clock.advance(coordinator_core::kRejoinGraceMs);  // past the predecessor's grace
+  core->tick();
+  EXPECT_EQ(core->nodes().at(successor).state, "running");
+  auto l = lease(rollout + "/1");
+  EXPECT_EQ(l.shard, "buffer-0");
+  EXPECT_EQ(l.shard_endpoint, "tcp://127.0.0.1:2") << "units go to the successor";
+  EXPECT_TRUE(core->ledger().check_invariant());
+}
+
 TEST_F(core_fixture, a_node_down_after_the_rejoin_grace_is_fenced_when_it_rejoins) {
   core->link_lost(shard, "test: link dropped");
   // While unreachable, a heartbeat is not taken as a sign of life (only a re-join is).
