@@ -14,6 +14,7 @@
 #include "actors/internal/job_history.h"
 #include "actors/internal/node_group_member.h"
 #include "actors/internal/role_loops.h"
+#include "actors/internal/step_asks.h"
 #include "actors/internal/trainer_claim.h"
 #include "actors/wait_clock.h"
 #include "common/log.h"
@@ -137,6 +138,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     bool outstanding = false;
   };
   std::map<std::string, source> sources;
+  step_asks asks(batch_groups);  // each shard's share of what the step still wants
   int64_t next_refresh = 0, last_stats = 0;
   job_history_sender history;  // the job's per-iteration lists, sent once each
   struct {
@@ -288,7 +290,11 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
   };
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
-  int64_t last_batch = steady_ms();
+  // After this long with requests out and no batch, the step's groups are asked of the shards
+  // without a request out too (step_asks::stalled): well before the flush, well after an
+  // iteration's generation (tens of ms in the default job).
+  const int64_t stall_ms = std::max<int64_t>(flush_ms / 5, 1);
+  int64_t last_batch = steady_ms(), last_stall = 0;
   bool flushed = true;  // the step holds nothing yet (drop_held above)
   // Stall: time with no batch in hand, from wanting one to getting one (`stall_s` in the
   // stats). Groups a job step holds back for a full iteration do not count as work in
@@ -324,6 +330,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
           continue;
         }
         ctx->unconfirmed_batches.erase(it->first);  // the ledger re-opened what it held
+        asks.forget(it->first);
         it = sources.erase(it);
       }
       confirm_trained();  // what a failed confirmation left unconfirmed
@@ -341,13 +348,23 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     // to 0.9; whether the gathering caused that was not settled on a quiet machine (6 Dec).
     stalled.start_waiting(steady_ms());  // after the previous batches were worked on
     std::vector<ledger::batch_consumer*> asked;
+    std::vector<std::string> shard_names, idle_shards;
+    for (const auto& [ep, src] : sources) {
+      shard_names.push_back(ep);
+      if (!src.outstanding) idle_shards.push_back(ep);
+    }
+    const uint64_t wanted = step.num_groups_wanted();
+    if (wanted > 0 && !idle_shards.empty() &&
+        steady_ms() - std::max(last_batch, last_stall) > stall_ms) {
+      asks.stalled(wanted, idle_shards);  // the requests out brought nothing for stall_ms
+      last_stall = steady_ms();
+    }
     for (auto& [ep, src] : sources) {
       if (!src.outstanding) {
-        uint32_t ask = batch_groups;
-        if (const uint64_t wanted = step.num_groups_wanted(); wanted > 0)
-          ask = static_cast<uint32_t>(std::clamp<uint64_t>(
-              (wanted + sources.size() - 1) / sources.size(), 1, batch_groups));
+        const uint32_t ask = asks.ask(ep, wanted, shard_names);
+        if (ask == 0) continue;  // the step's other shards are asked for the rest
         if (auto st = src.c->request(ask); !st) continue;
+        asks.asked(ep, ask);
         src.outstanding = true;
       }
       asked.push_back(src.c.get());
@@ -365,8 +382,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       auto b = src.c->poll(0);
       if (!b || !*b) continue;
       src.outstanding = false;
-      if ((*b)->samples.empty()) continue;
       auto groups = handed_groups_of(**b);
+      asks.answered(ep, groups ? static_cast<uint32_t>(groups->size()) : 0);
+      if ((*b)->samples.empty()) continue;
       if (!groups) {
         log->error("{}: not trained", groups.err().to_string());
         continue;
@@ -423,6 +441,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
         total.verified += samples.size() - res->bad;
         total.sum_abs_advantage += res->sum_abs_advantage;
         ctx->trained_groups += res->groups;
+        if (step.num_held_groups() == 0) asks.step_done();  // it trained what it held
         if (announce(self, *ctx, *res)) {
           log->info("policy version {} (content hash {})", res->manifest.version,
                     res->manifest.content_hash);
@@ -433,9 +452,9 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
     if (!flushed && steady_ms() - last_batch > flush_ms) {
       flushed = true;
-      stalled.stop_waiting(steady_ms());  // training on the held groups is work, not waiting
       auto res = step.train({});
       stalled.start_waiting(steady_ms());
+      asks.step_done();
       if (!res) {
         if (pool.link()) pool.link()->report_failure("train step: " + res.err().to_string());
         fail_actor(self, "train step (flush): " + res.err().to_string());

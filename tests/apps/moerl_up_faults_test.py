@@ -9,6 +9,7 @@ their own consoles. One case per invocation:
   moerl_up_faults_test.py MOERL buffer_stopped  SIGSTOP buffer-0 past the heartbeat timeout, SIGCONT
   moerl_up_faults_test.py MOERL buffer_stopped_late  the same with the CAF link timeout raised
   moerl_up_faults_test.py MOERL buffer_frozen   SIGSTOP buffer-0 for good: `moerl up` kills it
+  moerl_up_faults_test.py MOERL buffer_killed   SIGKILL buffer-0: its successor gets its share
   moerl_up_faults_test.py MOERL case3      SIGKILL rollout-0, SIGTERM rollout-1, SIGKILL reward-0
   moerl_up_faults_test.py MOERL two_jobs   a second run while the first holds its console
   moerl_up_faults_test.py MOERL console_taken  the coordinator's console port taken while it is down
@@ -714,6 +715,30 @@ def weights_kill(moerl, tmp):
     assert all(v["bytes_from"]["cache"] > 0 for v in read), read
 
 
+def buffer_killed(moerl, tmp):
+    """SIGKILL buffer-0, one of the run's two shards, mid-run. Its groups are re-opened and
+    generated again; its successor, a new process under the same name, usually joins within
+    the coordinator's 2 s re-join grace for the dead one. The successor takes the shard's
+    place: units are leased to it and the trainer is served from it (before 7 Dec the dead
+    one's late `shard_lost` took the name from the successor, which then got no unit for the
+    rest of the run), and the run finishes with nothing lost or duplicated."""
+    run = up_run(moerl, tmp, "buffer-killed", "--no-interrupt", "--iterations", "200")
+    i = run.wait_iteration(5)
+    run.kill("buffer-0", signal.SIGKILL)
+    i, _ = run.wait_line(r">>> recreated buffer-0 ", i)
+    rep = run.finish()
+    check_safety(rep)
+    check_balanced(rep["accounting"])
+    replaced(rep, "buffer-0", "killed by SIGKILL")
+    shards = [n for n in rep["nodes"] if n["role"] == "buffer" and n["name"] == "buffer-0"]
+    live = [n for n in shards if n["state"] == "running"]
+    assert len(shards) == 2 and len(live) == 1, shards
+    dead = [n for n in shards if n is not live[0]][0]
+    assert dead["state"] == "dead", dead
+    # The successor holds its share: the ledger leased units to it and the trainer took them.
+    assert live[0]["stats"]["received"] > 0 and live[0]["stats"]["served_groups"] > 0, live[0]
+
+
 def group_coordinator(moerl, tmp):
     """Issue 12: the coordinator of a run whose trainer is a 2-member group is SIGKILLed and
     restarted from its journal. Both members join the new coordinator again and the group forms
@@ -845,6 +870,7 @@ CASES = {"in_turn": in_turn, "trainer_handed": trainer_handed, "case3": case3,
          "buffer_frozen": buffer_frozen, "console_taken": console_taken,
          "console_moved": console_moved, "same_second": same_second,
          "disk_full": disk_full, "trainer_lost": trainer_lost, "weights_kill": weights_kill,
+         "buffer_killed": buffer_killed,
          "rollout_group": rollout_group, "rollout_group_drain": rollout_group_drain}
 
 
