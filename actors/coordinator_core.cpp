@@ -458,11 +458,29 @@ void coordinator_core::policy_version(uint64_t v, const std::string& manifest_by
 // train also opens the next iteration. Checked where the answer can change (a lease that
 // found the queue empty, a new version) as well as on the tick, so a rollout never waits for
 // the tick (up to 100 ms) between iterations.
+//
+// The version counts the trainer's steps, each a full iteration's groups, while the groups
+// dropped for good (stale at commit, or stale when a lost trainer's hand-out came back; the
+// other drops are generated again) leave their iterations short. So the trainer has reached
+// as many iterations as its version plus the iterations' worth of groups dropped for good.
+// On the version alone, a run with failures fell a few versions behind the iterations opened,
+// and from then on each iteration opened only when the one before was trained: no generation
+// overlapped training (staleness 0; 90-108 s instead of 66-68 s for the default
+// 1000-iteration run with 7 nodes killed, 7 Dec).
 bool coordinator_core::maybe_open_iteration() {
   const auto& acct = ledger_->counters();
   const bool idle = ledger_->num_leased() == 0 && acct.trained == acct.committed;
+  const uint64_t samples_per_iteration =
+      uint64_t(opts_.units_per_iteration) * opts_.groups_per_unit * ledger_->options().group_size;
+  uint64_t dropped_for_good = 0;
+  for (const char* reason :
+       {ledger::drop_reason::stale_policy, ledger::drop_reason::trainer_lost_stale})
+    if (auto it = acct.dropped.find(reason); it != acct.dropped.end())
+      dropped_for_good += it->second;
+  const uint64_t reached =
+      policy_version_ + (samples_per_iteration ? dropped_for_good / samples_per_iteration : 0);
   if (ledger_->num_pending() != 0 || iterations_opened_ >= opts_.iterations ||
-      !(policy_version_ + 1 >= iterations_opened_ || idle))
+      !(reached + 1 >= iterations_opened_ || idle))
     return false;
   open_iteration();
   return true;

@@ -301,6 +301,53 @@ TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) 
   EXPECT_EQ(core->ledger().counters().trained, 16u);
 }
 
+// The next iteration opens once the trainer reached the one before it: its version, plus
+// the iterations' worth of groups dropped for good. Versions count steps of a full
+// iteration's groups; an iteration whose groups were dropped as stale holds fewer, and on
+// the version alone every later iteration opened only when the one before was wholly
+// trained (no generation overlapping training).
+TEST(coordinator_core_iterations, groups_dropped_for_good_count_toward_the_iterations_reached) {
+  ledger::manual_clock clock{1000};
+  ledger::ledger_options lo;
+  lo.lease_timeout_ms = 1000;
+  lo.group_size = 2;
+  coordinator_options o;
+  o.iterations = 4;
+  o.units_per_iteration = 2;
+  o.groups_per_unit = 2;
+  o.heartbeat_timeout_ms = 5000;
+  const std::string rollout = hex_id('a');
+  auto core = moerl::test::make_core(
+      clock, o, lo,
+      {hb(rollout, "rollout", "rollout-0"), hb(hex_id('b'), "buffer", "buffer-0", "tcp://a:1")});
+  ASSERT_TRUE(core);
+  auto lease_and_commit = [&](bool stale) {
+    messages::lease_request r;
+    r.worker = rollout + "/0";
+    auto l = core->lease(r);
+    ASSERT_TRUE(l);
+    messages::unit_report rep;
+    rep.unit_id = l->unit.id;
+    rep.attempt = l->attempt;
+    rep.worker = l->worker;
+    rep.samples_produced = static_cast<uint32_t>(l->unit.group_ids.size() * 2);
+    ASSERT_TRUE(core->report(rep));
+    const std::vector<ledger::group_id> none;
+    ASSERT_TRUE(core->shard_ack({l->unit.id, l->attempt, l->shard, stale ? none : l->unit.group_ids,
+                                 stale ? l->unit.group_ids : none}));
+  };
+  lease_and_commit(true);  // iteration 1: every group stale at commit, dropped for good
+  lease_and_commit(true);
+  lease_and_commit(false);  // iteration 2 (opened by this lease): committed, not trained yet
+  lease_and_commit(false);
+  ASSERT_EQ(core->ledger().counters().dropped.at("stale_policy"), 8u);
+  ASSERT_EQ(core->ledger().num_units(), 4u);
+  EXPECT_EQ(core->current_policy_version(), 0u);
+  core->tick();
+  EXPECT_EQ(core->ledger().num_units(), 6u) << "iteration 3 opens: nothing of 1 is left to train";
+  EXPECT_EQ(core->ledger().num_pending(), 2u);
+}
+
 // ---- batched leasing (actors.lease_batch) and group commit --------------------------------
 
 namespace {
