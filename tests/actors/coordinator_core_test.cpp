@@ -28,13 +28,14 @@ struct core_fixture : ::testing::Test {
   ledger::manual_clock clock{1000};
   std::unique_ptr<coordinator_core> core;
   const std::string rollout = hex_id('a'), shard = hex_id('b'), trainer = hex_id('c');
+  uint32_t iterations = 2;  // of 2 units of 2 groups of 2 samples
 
   void SetUp() override {
     ledger::ledger_options lo;
     lo.lease_timeout_ms = 1000;
     lo.group_size = 2;
     coordinator_options o;
-    o.iterations = 2;
+    o.iterations = iterations;
     o.units_per_iteration = 2;
     o.groups_per_unit = 2;
     o.heartbeat_timeout_ms = 5000;
@@ -59,7 +60,8 @@ struct core_fixture : ::testing::Test {
     r.args = std::move(args);
     return r;
   }
-  void commit(const messages::lease& l) {
+  // `stale`: the shard acks every group as stale (dropped at commit, for good).
+  void commit(const messages::lease& l, bool stale = false) {
     messages::unit_report rep;
     rep.unit_id = l.unit.id;
     rep.attempt = l.attempt;
@@ -68,8 +70,13 @@ struct core_fixture : ::testing::Test {
         static_cast<uint32_t>(l.unit.group_ids.size() * l.unit.samples_per_group);
     ASSERT_TRUE(core->report(rep));
     ledger::shard_ack ack{l.unit.id, l.attempt, l.shard, l.unit.group_ids, {}};
+    if (stale) std::swap(ack.accepted_groups, ack.stale_groups);
     ASSERT_TRUE(core->shard_ack(ack));
   }
+};
+
+struct four_iterations_fixture : core_fixture {
+  four_iterations_fixture() { iterations = 4; }
 };
 
 }  // namespace
@@ -306,40 +313,11 @@ TEST_F(core_fixture, run_is_done_when_every_iteration_is_committed_and_trained) 
 // iteration's groups; an iteration whose groups were dropped as stale holds fewer, and on
 // the version alone every later iteration opened only when the one before was wholly
 // trained (no generation overlapping training).
-TEST(coordinator_core_iterations, groups_dropped_for_good_count_toward_the_iterations_reached) {
-  ledger::manual_clock clock{1000};
-  ledger::ledger_options lo;
-  lo.lease_timeout_ms = 1000;
-  lo.group_size = 2;
-  coordinator_options o;
-  o.iterations = 4;
-  o.units_per_iteration = 2;
-  o.groups_per_unit = 2;
-  o.heartbeat_timeout_ms = 5000;
-  const std::string rollout = hex_id('a');
-  auto core = moerl::test::make_core(
-      clock, o, lo,
-      {hb(rollout, "rollout", "rollout-0"), hb(hex_id('b'), "buffer", "buffer-0", "tcp://a:1")});
-  ASSERT_TRUE(core);
-  auto lease_and_commit = [&](bool stale) {
-    messages::lease_request r;
-    r.worker = rollout + "/0";
-    auto l = core->lease(r);
-    ASSERT_TRUE(l);
-    messages::unit_report rep;
-    rep.unit_id = l->unit.id;
-    rep.attempt = l->attempt;
-    rep.worker = l->worker;
-    rep.samples_produced = static_cast<uint32_t>(l->unit.group_ids.size() * 2);
-    ASSERT_TRUE(core->report(rep));
-    const std::vector<ledger::group_id> none;
-    ASSERT_TRUE(core->shard_ack({l->unit.id, l->attempt, l->shard, stale ? none : l->unit.group_ids,
-                                 stale ? l->unit.group_ids : none}));
-  };
-  lease_and_commit(true);  // iteration 1: every group stale at commit, dropped for good
-  lease_and_commit(true);
-  lease_and_commit(false);  // iteration 2 (opened by this lease): committed, not trained yet
-  lease_and_commit(false);
+TEST_F(four_iterations_fixture, groups_dropped_for_good_count_toward_the_iterations_reached) {
+  commit(lease(rollout + "/0"), true);  // iteration 1: every group stale at commit
+  commit(lease(rollout + "/0"), true);
+  commit(lease(rollout + "/0"));  // iteration 2 (opened by this lease): committed, not trained
+  commit(lease(rollout + "/0"));
   ASSERT_EQ(core->ledger().counters().dropped.at("stale_policy"), 8u);
   ASSERT_EQ(core->ledger().num_units(), 4u);
   EXPECT_EQ(core->current_policy_version(), 0u);
