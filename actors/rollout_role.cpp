@@ -351,6 +351,12 @@ class rollout_worker {
     std::string fail;
     bool returned = false;
     int64_t t0 = steady_ms();
+    // Whole groups generated and not yet delivered. Groups that were generated together
+    // (prepare_queued) leave together, one message on each hop for the unit's groups instead
+    // of one per group: each message costs the rollout, the reward node, the shard and their
+    // ZeroMQ I/O threads a wake-up. A group generated on its own leaves at once, so the shard
+    // has it while the next one generates.
+    std::vector<messages::sample> outgoing;
     for (uint32_t gi = 0; gi < l.unit.group_ids.size() && fail.empty() && !returned; ++gi) {
       auto prompt_or = ctx_->running_job->prompt(l.unit.group_ids[gi]);
       if (!prompt_or) {
@@ -359,8 +365,9 @@ class rollout_worker {
       }
       const auto& prompt = *prompt_or;
       work_->begin_group(l.unit.group_ids[gi]);
-      // A group's samples go out together (one message on each hop); a unit given back or
-      // failed mid-group delivers none of that group (its attempt is fenced anyway).
+      // A group's samples go out together (with the unit's other prepared groups, above); a
+      // unit given back or failed mid-group delivers none of what it holds (its attempt is
+      // fenced anyway).
       std::vector<messages::sample> group;
       group.reserve(G);
       for (uint32_t i = 0; i < G; ++i) {
@@ -408,11 +415,18 @@ class rollout_worker {
         ++seq;
       }
       if (!fail.empty() || returned) break;
-      if (auto st = deliver(group, l.shard_endpoint, l.deadline_unix_ms); !st) {
+      outgoing.insert(outgoing.end(), std::make_move_iterator(group.begin()),
+                      std::make_move_iterator(group.end()));
+      const bool next_was_prepared = gi + 1 < l.unit.group_ids.size() &&
+                                     prepared_us_per_sample_.count(l.unit.group_ids[gi + 1]) > 0 &&
+                                     outgoing.size() + G <= ledger::kMaxSamplesPerMessage;
+      if (next_was_prepared) continue;
+      if (auto st = deliver(outgoing, l.shard_endpoint, l.deadline_unix_ms); !st) {
         fail = st.err().to_string();
         break;
       }
-      delivered += static_cast<uint32_t>(group.size());
+      delivered += static_cast<uint32_t>(outgoing.size());
+      outgoing.clear();
     }
     if (seq) avg_sample_ms_ = 0.7 * avg_sample_ms_ + 0.3 * double(steady_ms() - t0) / seq;
     messages::unit_report rep;
@@ -587,9 +601,9 @@ class rollout_worker {
     return fail.empty();
   }
 
-  // One group's samples (or one sample) of a lease: through a reward node when one is alive,
-  // as one message; otherwise scored here and sent to the shard. Samples an environment
-  // scored (multi-turn episodes) go straight to the shard.
+  // Whole groups' samples of a lease (one group, or a unit's groups generated together):
+  // through a reward node when one is alive, as one message; otherwise scored here and sent to the
+  // shard. Samples an environment scored (multi-turn episodes) go straight to the shard.
   status deliver(std::vector<messages::sample>& samples, const std::string& shard_ep,
                  uint64_t lease_deadline_unix_ms) {
     if (std::all_of(samples.begin(), samples.end(), [](const auto& s) { return s.rewarded; }))

@@ -20,6 +20,8 @@ add_library(moerl_libfabric_headers INTERFACE)
 target_include_directories(moerl_libfabric_headers INTERFACE ${LIBFABRIC_INCLUDE_DIRS})
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 find_path(CPPZMQ_INCLUDE_DIR zmq.hpp REQUIRED)
+# XXH3, header-only (policy/params.cpp's content hash; libxxhash-dev).
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
 
 # CPU GEMM: OpenBLAS through its CBLAS interface.
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)

@@ -3,7 +3,8 @@
 // bounded by the high-water mark, so a slow reward node blocks producers instead of growing
 // a queue). A reward node pulls them, scores them and forwards them to the shard through
 // the credit-controlled sample_producer (ledger/sample_plane.h).
-// Frames: [shard endpoint][moerl_messages sample bytes]... (a group's samples, one message).
+// Frames: [shard endpoint][moerl_messages sample bytes]... (whole groups' samples, one message:
+// a group, or the groups of a unit that were generated together).
 // Threading: each object is owned by one thread at a time (ZeroMQ sockets are not
 // thread-safe); handing one to a restarted actor's thread is fine (a full barrier happens
 // between the old owner's exit and the new owner's start).
@@ -29,8 +30,8 @@ class reward_push {
                                                       const std::vector<std::string>& endpoints,
                                                       int send_timeout_ms);
   ~reward_push();
-  // A group's samples (1..kMaxSamplesPerMessage encoded samples, all for one shard) as one
-  // message; errc::capacity_exceeded when no reward node took it within the send timeout.
+  // Whole groups' samples (1..kMaxSamplesPerMessage encoded samples, all for one shard) as
+  // one message; errc::capacity_exceeded when no reward node took it within the send timeout.
   status send(const std::string& shard_endpoint, const std::vector<std::string>& sample_bytes);
 
  private:

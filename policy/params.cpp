@@ -1,5 +1,9 @@
 #include "policy/params.h"
 
+// Header-only (libxxhash-dev): nothing to link, so every target that builds params.cpp has it.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "common/byte_codec.h"
 
 namespace moerl::policy {
@@ -125,7 +129,7 @@ uint64_t fnv1a64(const void* data, size_t size, uint64_t h) {
 
 std::string content_hash(const std::string& bytes) {
   static const char* hex = "0123456789abcdef";
-  uint64_t h = fnv1a64(bytes.data(), bytes.size());
+  uint64_t h = XXH3_64bits(bytes.data(), bytes.size());
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i, h >>= 4) out[i] = hex[h & 0xf];
   return out;

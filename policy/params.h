@@ -6,8 +6,12 @@
 //   "MOERLPAR" | u32 format version (1) | u32 num_tensors
 //   per tensor: u32 name length | name bytes | u32 rank | u64 dims[rank]
 //   u64 num_floats | fp32 data[num_floats]
-// content_hash() is FNV-1a 64 over exactly these bytes, printed as 16 hex digits: an
-// identity for weight versions, not a security measure.
+// content_hash() is XXH3-64 (xxhash, seed 0) over exactly these bytes, printed as 16 hex
+// digits: an identity for weight versions, not a security measure (the weight plane's
+// chunks and the checkpoints carry sha256 for that). It was byte-wise FNV-1a 64 until
+// 2026-12-07: that ran at ~1 GB/s, ~2.5% of a default `moerl up`'s CPU (the trainer hashing
+// each version, every rollout checking it); XXH3 runs at memory speed. Only runs compare
+// these hashes (announcements, manifests, store copies of one run); checkpoints carry sha256.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +51,8 @@ result<std::vector<float>> deserialize_params(const std::string& bytes,
                                               const param_layout* expected,
                                               param_layout* layout_out = nullptr);
 
+// FNV-1a 64: the model's parameter initialisation seeds each tensor from its name with it
+// (model.cpp), so it stays as it is: changing it would change every initial weight.
 uint64_t fnv1a64(const void* data, size_t size, uint64_t seed = 0xcbf29ce484222325ull);
 std::string content_hash(const std::string& bytes);
 

@@ -28,6 +28,7 @@ BUILD_PACKAGES=(
   libspdlog-dev libgtest-dev libgmock-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libopenblas-dev libcurl4-openssl-dev
+  libxxhash-dev  # policy/params.cpp: XXH3 content hash, header-only
   openssl iproute2 procps
   python3-dev pybind11-dev  # python/ is configured with every build (only `test` compiles it)
 )

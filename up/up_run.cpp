@@ -135,14 +135,30 @@ bool default_rollout_group(const config& pre, const std::string& config_file,
 // durable. Measured in 3 alternating runs each (6 Dec): 47-54 ms an iteration against 60-64,
 // ~10% less CPU (bench/job_ep/results). Several workers keep 4, so that each gets a share of
 // an iteration.
+// An iteration's groups are cut into the largest units the ledger allows
+// (ledger.max_groups_per_unit: 4 units of 4 groups instead of 8 of 2), unless the config file
+// or an override sets either key. Each unit is a lease, a report, a shard's ack and (a unit's
+// groups are generated together and delivered as one message) one message on each sample hop,
+// so half the units is half those messages; a unit of 4 groups still fits a Spot notice many
+// times over. Measured in bench/job_ep/results/README.md ("Fewer, larger units").
 void default_batching(const config& pre, const std::string& config_file,
                       std::vector<std::string>& overrides, bool one_rollout_worker) {
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
   if (pre.get_string("job.kind") != "grpo") return;
+  int64_t units_per_iteration = pre.get_int("actors.units_per_iteration");
+  if (!named("actors.units_per_iteration") && !named("actors.groups_per_unit")) {
+    const int64_t groups = units_per_iteration * pre.get_int("actors.groups_per_unit");
+    const int64_t per_unit = pre.get_int("ledger.max_groups_per_unit");
+    if (groups % per_unit == 0) {
+      units_per_iteration = groups / per_unit;
+      overrides.insert(overrides.begin(), "actors.groups_per_unit=" + std::to_string(per_unit));
+      overrides.insert(overrides.begin(),
+                       "actors.units_per_iteration=" + std::to_string(units_per_iteration));
+    }
+  }
   if (!named("actors.lease_batch")) {
     // At most actors.lease_batch's own bound: an iteration of more units takes several leases.
-    const int64_t units =
-        one_rollout_worker ? std::min<int64_t>(pre.get_int("actors.units_per_iteration"), 4096) : 4;
+    const int64_t units = one_rollout_worker ? std::min<int64_t>(units_per_iteration, 4096) : 4;
     overrides.insert(overrides.begin(), "actors.lease_batch=" + std::to_string(units));
   }
   if (!named("actors.trainer_batch_groups"))

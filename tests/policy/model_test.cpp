@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "policy/params.h"
 #include "policy/task.h"
 #include "policy/trainer.h"
 
@@ -96,6 +97,17 @@ TEST(policy_params, serialise_load_round_trip_and_hash_tracks_content) {
   EXPECT_EQ(a->content_hash(), b->content_hash());
   EXPECT_EQ(a->params(), b->params());
   EXPECT_EQ(a->content_hash().size(), 16u);
+}
+
+TEST(policy_params, content_hash_is_xxh3_64_in_hex_and_sees_the_last_byte) {
+  // XXH3-64 (seed 0) of the empty input is the algorithm's published 0x2D06800538D394C2; an
+  // accidental switch of the hash (or its seed) shows here before it shows in a run.
+  EXPECT_EQ(content_hash(""), "2d06800538d394c2");
+  EXPECT_EQ(content_hash("moerl"), "79a0ea3057740db8");
+  std::string big(1 << 20, '\x5a');
+  const std::string h = content_hash(big);
+  big.back() = '\x5b';
+  EXPECT_NE(content_hash(big), h);
 }
 
 TEST(policy_params, truncated_or_foreign_bytes_are_refused_with_a_named_reason) {
