@@ -93,6 +93,7 @@ def _serve(worker: RolloutWorker, misbehave: bool) -> None:
             first = misbehave and _first_time("misbehaved")
             if first:
                 _refusals_first(lease, rng, worker)
+                submitted += 1  # its one real sample
             for gi, group in enumerate(lease.groups):
                 for i in range(lease.group_size):
                     if first and gi == 0 and i == 0:
