@@ -10,8 +10,8 @@
 // digits: an identity for weight versions, not a security measure (the weight plane's
 // chunks and the checkpoints carry sha256 for that). It was byte-wise FNV-1a 64 until
 // 2026-12-07: that ran at ~1 GB/s, ~2.5% of a default `moerl up`'s CPU (the trainer hashing
-// each version, every rollout checking it); XXH3 runs at memory speed. Only runs compare
-// these hashes (announcements, manifests, store copies of one run); checkpoints carry sha256.
+// each version, every rollout checking it); XXH3 runs at memory speed. Only one run's own
+// announcements, manifests and store copies compare these hashes.
 #pragma once
 
 #include <cstdint>
