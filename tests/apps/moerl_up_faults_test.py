@@ -83,17 +83,27 @@ class up_run:
         self.finish(check=False)
         sys.exit(f"FAIL [{self.name}]: no line matching {pattern!r}\n{self.output()}")
 
-    def wait_iteration(self, at_least, after=0):
+    def wait_iteration(self, at_least, after=0, end_ok=False):
+        """The first progress line (index >= after) at iteration `at_least` or later. Unless
+        `end_ok`, that line must not be the run's last iteration: a fault the test injects next
+        would land after the job ended (progress prints every 500 ms, and a short run of the
+        small policy can finish between two prints), so the run is too short for its test."""
         while True:
-            i, m = self.wait_line(r"iteration (\d+)/", after)
-            if int(m.group(1)) >= at_least:
+            i, m = self.wait_line(r"iteration (\d+)/(\d+)", after)
+            done, total = int(m.group(1)), int(m.group(2))
+            if done >= at_least:
+                if not end_ok and done >= total:
+                    self.finish(check=False)
+                    sys.exit(f"FAIL [{self.name}]: the run reached its last iteration ({done}/"
+                             f"{total}) before the test could act; give it more iterations\n"
+                             f"{self.output()}")
                 return i
             after = i + 1
 
     def wait_resumed(self, after):
         """Training resumed: two more iterations past the first progress line after `after`."""
         j, m = self.wait_line(r"iteration (\d+)/", after)
-        return self.wait_iteration(int(m.group(1)) + 2, j)
+        return self.wait_iteration(int(m.group(1)) + 2, j, end_ok=True)
 
     def wait_log(self, text):
         """The node log (this run's logs/) that says `text`; fails the test past the bound, or
@@ -329,7 +339,7 @@ def trainer_lost(moerl, tmp):
     (cluster.restart_delay_ms). Once the coordinator declares trainer-0 dead it declares its
     consumer lost to the shards, and the groups handed to it go back to buffered long before
     any successor asks (before the recreation); then the recreated trainer finishes the run."""
-    run = up_run(moerl, tmp, "trainer-lost", "--no-interrupt", "--iterations", "60",
+    run = up_run(moerl, tmp, "trainer-lost", "--no-interrupt", "--iterations", "200",
                  "--set", "cluster.restart_delay_ms=30000",
                  "--set", "cluster.restart_backoff_max_ms=30000")
     i = run.wait_iteration(2)
@@ -446,8 +456,9 @@ def buffer_frozen(moerl, tmp):
 def case3(moerl, tmp):
     """Issue 11 case 3: both rollout nodes and the reward node go at once."""
     # Enough iterations that the job still has work when the replacements are due: a run that
-    # ends first stops supervising (seen with 16 iterations, killed late under load).
-    run = up_run(moerl, tmp, "case3", "--no-interrupt", "--iterations", "80",
+    # ends first stops supervising (seen with 16 iterations, killed late under load; 80 left
+    # too little once iterations took ~15 ms).
+    run = up_run(moerl, tmp, "case3", "--no-interrupt", "--iterations", "200",
                  "--set", "actors.sigterm_grace_ms=8000")
     i = run.wait_iteration(3)
     run.kill("rollout-0", signal.SIGKILL)
@@ -562,7 +573,7 @@ def console_moved(moerl, tmp):
     ports, which this run chose itself (the defaults, or free ports instead of taken
     defaults: as when a second `moerl up` starts meanwhile). The recreated coordinator's
     consoles move to free ports, `moerl up` prints where, and the run finishes on them."""
-    run = up_run(moerl, tmp, "console-moved", "--no-interrupt", "--iterations", "30",
+    run = up_run(moerl, tmp, "console-moved", "--no-interrupt", "--iterations", "200",
                  "--set", "cluster.restart_delay_ms=4000")
     i = run.wait_iteration(2)
     console = run.console_address()
@@ -744,7 +755,7 @@ def group_coordinator(moerl, tmp):
     restarted from its journal. Both members join the new coordinator again and the group forms
     anew, continuing the saved history (incarnation after the saved one, the restart listed as
     a re-formation); the run trains to its end with nothing lost or duplicated."""
-    run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "40",
+    run = up_run(moerl, tmp, "group-coordinator", "--no-interrupt", "--iterations", "200",
                  "--set", "trainer.group_size=2")
     i = run.wait_iteration(3)
     run.kill("coordinator", signal.SIGKILL)
