@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/percentile.h"
+#include "job/checkpointed_curve.h"
 #include "job/device.h"
 #include "job/durable_writer.h"
 #include "job/ep_policy_group.h"
@@ -1080,15 +1081,20 @@ class grpo_trainer final : public actors::trainer_step {
   }
   int num_ranks() const { return ep_ ? ep_->num_ranks() : 1; }
 
-  nlohmann::json checkpoint_meta(const std::string& hash) const {
-    return {{"policy_version", version_},
-            {"content_hash", hash},
-            {"reward_curve", curve_},
-            {"task", s_->task_name()},
-            {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()},
-            {"num_ranks", num_ranks()},
-            // A restore numbers on past every version this run may have announced beyond it.
-            {"max_durability_lag", ckpt_->max_lag()}};
+  // The manifest's meta; `curve_objects`: the reward curve's segments it names that are not
+  // in the store yet (put before the commit).
+  nlohmann::json checkpoint_meta(const std::string& hash,
+                                 std::vector<named_object>* curve_objects) {
+    nlohmann::json meta{
+        {"policy_version", version_},
+        {"content_hash", hash},
+        {"task", s_->task_name()},
+        {"difficulty", s_->multi_turn() ? s_->guess_turns : s_->task->difficulty()},
+        {"num_ranks", num_ranks()},
+        // A restore numbers on past every version this run may have announced beyond it.
+        {"max_durability_lag", ckpt_->max_lag()}};
+    meta.update(checkpointed_curve_.meta(curve_, curve_objects));
+    return meta;
   }
 
   // Queues shard 0 of version_ (the other members queue theirs after the step: ep_trainer's
@@ -1096,7 +1102,9 @@ class grpo_trainer final : public actors::trainer_step {
   status checkpoint(const std::string& hash) {
     auto parts = my_state();
     if (!parts) return parts.err();
-    ckpt_->submit(version_, std::move(*parts), checkpoint_meta(hash));
+    std::vector<named_object> curve_objects;
+    auto meta = checkpoint_meta(hash, &curve_objects);
+    ckpt_->submit(version_, std::move(*parts), std::move(meta), std::move(curve_objects));
     return {};
   }
 
@@ -1158,8 +1166,9 @@ class grpo_trainer final : public actors::trainer_step {
     }
     version_ = as_version;
     resumed_from_ = m->step;
-    if (m->meta.contains("reward_curve"))
-      curve_ = m->meta["reward_curve"].get<std::vector<nlohmann::json>>();
+    std::vector<std::string> curve_warnings;
+    curve_ = checkpointed_curve_.restore(*s_->store, m->meta, &curve_warnings);
+    for (const auto& w : curve_warnings) logger("trainer")->warn("resume from {}: {}", prefix, w);
     auto serialized = serialize_params();
     if (!serialized) return serialized.err();
     const std::string bytes = std::move(*serialized);
@@ -1169,7 +1178,9 @@ class grpo_trainer final : public actors::trainer_step {
       // wrote their shards of it before answering the restore command).
       auto parts = my_state();
       if (!parts) return parts.err();
-      if (auto st = ckpt_->write_now(version_, *parts, checkpoint_meta(hash)); !st) return st;
+      std::vector<named_object> curve_objects;
+      auto meta = checkpoint_meta(hash, &curve_objects);
+      if (auto st = ckpt_->write_now(version_, *parts, meta, curve_objects); !st) return st;
     } else {
       ckpt_->set_durable(version_);
     }
@@ -1203,6 +1214,7 @@ class grpo_trainer final : public actors::trainer_step {
   // Each episode's mean step time, ms. Bounded by what a run trains (one double a sample).
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
+  checkpointed_curve checkpointed_curve_{s_->prefix};  // curve_ as the checkpoints carry it
   std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
   size_t published_dropped_ = 0;           // taken off published_'s front (its cap)
   // Store copies behind the announcement; its writes own what they write.

@@ -50,16 +50,14 @@ shard_checkpointer::~shard_checkpointer() {
   writer_.reset();  // finishes the queued writes
 }
 
-status shard_checkpointer::write(const std::shared_ptr<store::object_store>& store,
-                                 const std::string& prefix, uint32_t shard, uint32_t num_shards,
-                                 uint64_t keep_every,
-                                 const std::shared_ptr<std::atomic<uint64_t>>& durable,
-                                 const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
-                                 const std::shared_ptr<const std::atomic<bool>>& group_abort,
-                                 const std::shared_ptr<store_outage>& outage,
-                                 std::chrono::milliseconds patience, uint64_t version,
-                                 const std::vector<store::checkpoint_part>& parts,
-                                 const nlohmann::json& meta) {
+status shard_checkpointer::write(
+    const std::shared_ptr<store::object_store>& store, const std::string& prefix, uint32_t shard,
+    uint32_t num_shards, uint64_t keep_every, const std::shared_ptr<std::atomic<uint64_t>>& durable,
+    const std::shared_ptr<std::atomic<int64_t>>& give_up_at_ms,
+    const std::shared_ptr<const std::atomic<bool>>& group_abort,
+    const std::shared_ptr<store_outage>& outage, std::chrono::milliseconds patience,
+    uint64_t version, const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta,
+    const std::vector<named_object>& objects) {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   auto giving_up = [&] {
     const int64_t give_up = give_up_at_ms->load();
@@ -72,25 +70,39 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
   // job.max_durability_lag versions (throttle() says why it then waits).
   // A retry puts the same bytes again without uncommitting the version: the refused try may
   // have landed after all and member 0 committed the version meanwhile.
-  auto backoff = std::chrono::milliseconds(100);
-  for (bool again = false;; again = true) {
-    auto written =
-        store::write_checkpoint_shard(*store, prefix, version, shard, num_shards, parts, again);
-    if (written) break;
-    if (!store_outage::is_outage(written.err())) return written.err();  // not the store's state
-    outage->failed("checkpoint shard " + std::to_string(shard) + " of policy version " +
-                   std::to_string(version) + ": " + written.err().to_string());
-    if (giving_up()) return written.err();
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, kOutageBackoffMax);
-  }
+  auto until_taken = [&](const std::string& what, auto&& put) -> status {
+    auto backoff = std::chrono::milliseconds(100);
+    for (bool again = false;; again = true) {
+      status written = put(again);
+      if (written) return written;
+      if (!store_outage::is_outage(written.err())) return written;  // not the store's state
+      outage->failed(what + ": " + written.err().to_string());
+      if (giving_up()) return written;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, kOutageBackoffMax);
+    }
+  };
+  // The objects the commit's meta names (the reward curve's new segments) go first.
+  for (const auto& o : objects)
+    if (auto st = until_taken(o.key, [&](bool) { return store->put(o.key, o.bytes); }); !st)
+      return st;
+  if (auto st = until_taken("checkpoint shard " + std::to_string(shard) + " of policy version " +
+                                std::to_string(version),
+                            [&](bool again) -> status {
+                              auto w = store::write_checkpoint_shard(*store, prefix, version, shard,
+                                                                     num_shards, parts, again);
+                              if (!w) return w.err();
+                              return ok_status();
+                            });
+      !st)
+    return st;
   outage->answered();
+  auto backoff = std::chrono::milliseconds(100);
   if (shard != 0) {
     durable->store(std::max(durable->load(), version));
     return ok_status();
   }
   // Member 0 commits once every other member's marker is there (they write in parallel).
-  backoff = std::chrono::milliseconds(100);
   for (;;) {
     auto m = store::commit_sharded_checkpoint(*store, prefix, version, num_shards, meta);
     if (m) break;
@@ -115,24 +127,25 @@ status shard_checkpointer::write(const std::shared_ptr<store::object_store>& sto
 }
 
 void shard_checkpointer::submit(uint64_t version, std::vector<store::checkpoint_part> parts,
-                                nlohmann::json meta) {
+                                nlohmann::json meta, std::vector<named_object> objects) {
   auto shared_parts = std::make_shared<const std::vector<store::checkpoint_part>>(std::move(parts));
-  writer_->submit(
-      "checkpoint shard " + std::to_string(shard_) + " of policy version " +
-          std::to_string(version),
-      [store = store_, prefix = prefix_, shard = shard_, n = num_shards_, keep = keep_every_,
-       durable = durable_, give_up = give_up_at_ms_, group_abort = group_abort_, outage = outage_,
-       patience = patience_, version, shared_parts, meta = std::move(meta)]() -> status {
-        return write(store, prefix, shard, n, keep, durable, give_up, group_abort, outage, patience,
-                     version, *shared_parts, meta);
-      });
+  writer_->submit("checkpoint shard " + std::to_string(shard_) + " of policy version " +
+                      std::to_string(version),
+                  [store = store_, prefix = prefix_, shard = shard_, n = num_shards_,
+                   keep = keep_every_, durable = durable_, give_up = give_up_at_ms_,
+                   group_abort = group_abort_, outage = outage_, patience = patience_, version,
+                   shared_parts, meta = std::move(meta), objects = std::move(objects)]() -> status {
+                    return write(store, prefix, shard, n, keep, durable, give_up, group_abort,
+                                 outage, patience, version, *shared_parts, meta, objects);
+                  });
 }
 
 status shard_checkpointer::write_now(uint64_t version,
                                      const std::vector<store::checkpoint_part>& parts,
-                                     const nlohmann::json& meta) {
+                                     const nlohmann::json& meta,
+                                     const std::vector<named_object>& objects) {
   return write(store_, prefix_, shard_, num_shards_, keep_every_, durable_, give_up_at_ms_,
-               group_abort_, outage_, patience_, version, parts, meta);
+               group_abort_, outage_, patience_, version, parts, meta, objects);
 }
 
 bool store_outage::is_outage(const error& e) {

@@ -46,6 +46,13 @@ class store_outage {
   uint64_t failures_ = 0;
 };
 
+// An object a checkpoint's meta names (the reward curve's segments, job/checkpointed_curve.h):
+// put, synced, before the commit.
+struct named_object {
+  std::string key;
+  std::string bytes;
+};
+
 // job.checkpoint_interval as configured (0: half of job.max_durability_lag, at least 1).
 inline uint64_t checkpoint_interval(int64_t configured, int64_t max_lag) {
   if (configured > 0) return static_cast<uint64_t>(configured);
@@ -78,13 +85,15 @@ class shard_checkpointer {
   shard_checkpointer(const shard_checkpointer&) = delete;
   shard_checkpointer& operator=(const shard_checkpointer&) = delete;
 
-  // Queues this member's shard of `version`; shard 0 also commits it with `meta`. Blocks only
-  // when 2 * max_lag + 2 writes wait already (memory stays bounded when a member's store is
-  // slower than the group).
-  void submit(uint64_t version, std::vector<store::checkpoint_part> parts, nlohmann::json meta);
+  // Queues this member's shard of `version`; shard 0 also commits it with `meta`, after
+  // putting `objects` (objects the meta names, such as the reward curve's new segments).
+  // Blocks only when 2 * max_lag + 2 writes wait already (memory stays bounded when a
+  // member's store is slower than the group).
+  void submit(uint64_t version, std::vector<store::checkpoint_part> parts, nlohmann::json meta,
+              std::vector<named_object> objects = {});
   // The same, now, on the calling thread (a restore writing the restored state renumbered).
   status write_now(uint64_t version, const std::vector<store::checkpoint_part>& parts,
-                   const nlohmann::json& meta);
+                   const nlohmann::json& meta, const std::vector<named_object>& objects = {});
   // Member 0, before announcing `version`: returns at once while version - durable() <=
   // max_lag; else logs why and waits until it is (only for the writes it needs). A store
   // that does not answer is waited out: its writes are retried (backoff up to 2 s) and the
@@ -117,7 +126,8 @@ class shard_checkpointer {
                       const std::shared_ptr<const std::atomic<bool>>& group_abort,
                       const std::shared_ptr<store_outage>& outage,
                       std::chrono::milliseconds patience, uint64_t version,
-                      const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta);
+                      const std::vector<store::checkpoint_part>& parts, const nlohmann::json& meta,
+                      const std::vector<named_object>& objects);
 
   std::shared_ptr<store::object_store> store_;
   std::string prefix_;

@@ -3,6 +3,8 @@
 runtime), shortened. Checks what the README's first command promises: the run finishes on
 its own, accounting shows nothing lost or duplicated, the reward rises above the random
 policy's, and `moerl up --resume` continues from the last committed checkpoint."""
+import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -39,6 +41,22 @@ def check_no_shm_left(report):
     assert not left, f"regions of the run's nodes still in /dev/shm: {left}"
 
 
+def check_curve_segments(tmp):
+    """The newest checkpoint names the reward curve's full segments (50 entries each, written
+    once beside the checkpoints) and carries only the entries after them, not the whole curve
+    (job/checkpointed_curve.h)."""
+    manifests = sorted(glob.glob(os.path.join(tmp, "moerl-data", "runs", "*", "job", "checkpoints",
+                                              "step-*", "manifest.json")))
+    assert manifests, "no checkpoint manifest under moerl-data"
+    meta = json.load(open(manifests[-1]))["meta"]
+    assert "reward_curve" not in meta, sorted(meta)
+    segments, tail = meta["reward_curve_segments"], meta["reward_curve_tail"]
+    assert len(segments) >= 1 and len(tail) < 50, (len(segments), len(tail))
+    for s in segments:
+        path = os.path.join(tmp, "moerl-data", s["key"])
+        assert hashlib.sha256(open(path, "rb").read()).hexdigest() == s["sha256"], s
+
+
 def main(moerl):
     with tempfile.TemporaryDirectory() as tmp:
         first = os.path.join(tmp, "first.json")
@@ -73,6 +91,8 @@ def main(moerl):
         assert late > rep["reward_random"] + 0.1, (late, rep["reward_random"])
         assert late > early + 0.05, (early, late)
         assert "provenance" in rep and rep["provenance"]["caf"] == "0.17.6"
+
+        check_curve_segments(tmp)
 
         second = os.path.join(tmp, "second.json")
         r = run_up(moerl, tmp, "--resume", "--iterations", "10", "--report", second)
