@@ -32,8 +32,12 @@ class checkpointed_curve_test : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.err().to_string();
     store_ = std::shared_ptr<store::object_store>(std::move(*s));
   }
-  void put_all(const std::vector<named_object>& objects) {
-    for (const auto& o : objects) ASSERT_TRUE(store_->put(o.key, o.bytes).ok()) << o.key;
+  // A checkpoint of `curve` by a run under "run": its meta, with its segments in the store.
+  json stored_meta(const std::vector<json>& curve, std::vector<named_object>* written) {
+    checkpointed_curve writer("run");
+    const json meta = writer.meta(curve, written);
+    for (const auto& o : *written) EXPECT_TRUE(store_->put(o.key, o.bytes).ok()) << o.key;
+    return meta;
   }
   ::moerl::testing::temp_dir dir_;
   std::shared_ptr<store::object_store> store_;
@@ -76,10 +80,8 @@ TEST_F(checkpointed_curve_test, the_manifest_stays_small_on_a_long_run) {
 
 TEST_F(checkpointed_curve_test, a_resume_reads_back_the_curve_and_cuts_only_new_segments) {
   const auto curve = curve_of(2 * kCurveSegmentEntries + 3);
-  checkpointed_curve writer("run");
   std::vector<named_object> w;
-  const json meta = writer.meta(curve, &w);
-  put_all(w);
+  const json meta = stored_meta(curve, &w);
 
   checkpointed_curve reader("resumed-run");
   std::vector<std::string> warnings;
@@ -109,10 +111,8 @@ TEST_F(checkpointed_curve_test, a_checkpoint_written_before_segments_resumes_its
 
 TEST_F(checkpointed_curve_test, a_damaged_segment_costs_its_entries_and_is_named) {
   const auto curve = curve_of(3 * kCurveSegmentEntries + 2);
-  checkpointed_curve writer("run");
   std::vector<named_object> w;
-  const json meta = writer.meta(curve, &w);
-  put_all(w);
+  const json meta = stored_meta(curve, &w);
   ASSERT_TRUE(store_->put(w[1].key, "[]").ok());  // the middle segment's bytes replaced
 
   checkpointed_curve reader("run");
