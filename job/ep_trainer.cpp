@@ -25,8 +25,9 @@ struct ep_trainer::impl {
   config cfg;
   policy::model_config rank_model;
   ep_group_shape shape;
-  std::vector<std::pair<size_t, size_t>> dense;  // dense ranges of a rank's buffer
-  size_t num_dense = 0;
+  std::vector<std::pair<size_t, size_t>> dense;    // dense ranges of a rank's buffer
+  std::vector<std::pair<size_t, size_t>> experts;  // the rest: its expert tensors
+  size_t num_dense = 0, num_experts = 0;
   struct rank_state {
     std::unique_ptr<policy::adam> opt;  // job.device=cpu (a device rank holds its own)
     std::vector<float> grads, reduce_buf;
@@ -105,16 +106,15 @@ struct ep_trainer::impl {
   result<nlohmann::json> local_shares() const;  // {rank: params.h bytes of its share}
   result<nlohmann::json> local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
-  // Member 0 of a spanning group, right after a step: every rank's parameter share in one
-  // round (the other members send theirs as the step's answer, with their checkpoint shard's
-  // size and hash: each member checkpoints its own state, so no Adam moment crosses), so that
-  // publishing the version the step made needs no further round through the coordinator.
-  // Held until the next step or load.
+  // Member 0 of a spanning group, at a step's end: the answer round, in which each other
+  // member sends what its after_step returned (its checkpoint shard's size and hash, its
+  // weight shards' reports; never parameters or Adam moments), into `answers`.
   status gather_after_step();
-  // Every rank's parameter share to every rank over the group's dense collectives (one
-  // broadcast per rank, in rank order; exact bytes), not through the coordinator. Collective:
-  // every member calls it right after its part of a step. Returns, on this process's first
-  // rank, every rank's share serialised (params.h, rank layout) [global rank].
+  // Every rank's parameter share to rank 0 over the group's dense collectives (exact bytes),
+  // not through the coordinator: ranks 1.. each broadcast their expert tensors (the dense
+  // ones are rank 0's already). Collective: every member calls it right after its part of a
+  // step. Returns, in rank 0's process, every rank's share serialised (params.h, rank
+  // layout) [global rank]; elsewhere nothing.
   result<std::vector<std::string>> exchange_shares_on_fabric();
   // A step's batch from member 0 to every member over the dense collectives (a broadcast
   // from global rank 0): the command through the coordinator carries only its size.
@@ -270,13 +270,16 @@ result<std::unique_ptr<ep_trainer>> ep_trainer::create(
   if (!d) return d.err();
   p->dense = std::move(*d);
   for (const auto& r : p->dense) p->num_dense += r.second;
+  p->experts = expert_ranges(p->dense, p->group->rank_layout().num_floats());
+  for (const auto& r : p->experts) p->num_experts += r.second;
   p->ranks.resize(num_ranks);
   if (auto st = p->make_optimizers(); !st) return st.err();
   return std::unique_ptr<ep_trainer>(new ep_trainer(std::move(p)));
 }
 
 result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& samples,
-                                        const std::vector<double>& advantages, uint64_t version) {
+                                        const std::vector<double>& advantages, uint64_t version,
+                                        const std::function<status()>& before_answers) {
   impl& m = *impl_;
   if (m.group->broken() && m.spanning)
     return error{errc::peer_dead, "the trainer group across nodes is broken; it re-forms"};
@@ -350,8 +353,10 @@ result<ep_step_result> ep_trainer::step(const std::vector<policy::sample>& sampl
   if (!out || !m.leads()) return out;
   auto shares = m.exchange_shares_on_fabric();
   if (!shares) return shares.err();
-  if (auto st = m.gather_after_step(); !st) return st.err();
   m.gathered = impl::gathered_state{std::move(*shares)};
+  if (before_answers)
+    if (auto st = before_answers(); !st) return st.err();
+  if (auto st = m.gather_after_step(); !st) return st.err();
   return out;
 }
 
@@ -392,17 +397,8 @@ result<ep_step_result> ep_trainer::impl::run_step(const std::vector<policy::samp
       for (const auto& [off, len] : m.dense)
         for (size_t i = 0; i < len; ++i) rs.reduce_buf[k++] = rs.grads[off + i];
       double expert_sq = 0;
-      {
-        size_t next = 0;  // gaps between dense ranges are expert tensors
-        auto add = [&](size_t a, size_t b) {
-          for (size_t i = a; i < b; ++i) expert_sq += double(rs.grads[i]) * rs.grads[i];
-        };
-        for (const auto& [off, len] : m.dense) {
-          add(next, off);
-          next = off + len;
-        }
-        add(next, rs.grads.size());
-      }
+      for (const auto& [off, len] : m.experts)
+        for (size_t i = off; i < off + len; ++i) expert_sq += double(rs.grads[i]) * rs.grads[i];
       rs.reduce_buf[k] = float(expert_sq);
       if (auto s = ctx.dense->all_reduce_sum(rs.reduce_buf.data(), rs.reduce_buf.size(),
                                              fabric::coll_dtype::fp32);
@@ -535,18 +531,36 @@ result<std::vector<std::string>> ep_trainer::impl::exchange_shares_on_fabric() {
       }
       return ok_status();
     }
+    // Only the expert tensors differ between ranks: the dense ones are equal after the
+    // all-reduce, and serialize() takes them from rank 0 anyway. And only rank 0 keeps what
+    // arrives. So each rank from 1 on broadcasts its expert floats alone, and rank 0 puts
+    // them into a copy of its own share (whose dense tensors are the same).
     const auto& own = ctx.policy->params();
-    const size_t count = own.size();
-    for (int root = 0; root < n; ++root) {
-      mine[root] = root == ctx.rank ? own : std::vector<float>(count);
-      if (auto b = ctx.dense->broadcast(mine[root].data(), count * sizeof(float), root); !b)
-        return error{b.err().code, "parameter share of rank " + std::to_string(root) +
+    if (ctx.rank == 0) mine[0] = own;
+    std::vector<float> expert_floats(num_experts);
+    for (int root = 1; root < n; ++root) {
+      if (root == ctx.rank) {
+        float* out = expert_floats.data();
+        for (const auto& [off, len] : experts) out = std::copy_n(own.data() + off, len, out);
+      }
+      if (auto b = ctx.dense->broadcast(expert_floats.data(), expert_floats.size() * sizeof(float),
+                                        root);
+          !b)
+        return error{b.err().code, "expert parameters of rank " + std::to_string(root) +
                                        " over the fabric: " + b.err().message};
+      if (ctx.rank != 0) continue;
+      mine[root] = own;
+      const float* in = expert_floats.data();
+      for (const auto& [off, len] : experts) {
+        std::copy_n(in, len, mine[root].data() + off);
+        in += len;
+      }
     }
     return ok_status();
   });
   if (!st) return st.err();
   std::vector<std::string> out;
+  if (first_local() != 0) return out;  // only rank 0's process keeps the shares
   for (const auto& share : got[0])
     out.push_back(policy::serialize_params(group->rank_layout(), share));
   return out;
@@ -583,7 +597,7 @@ result<std::string> ep_trainer::serialize() const {
   }
   std::vector<std::string> bytes;
   if (m.gathered) {
-    bytes = m.gathered->params;  // the last step's answer round carried them
+    bytes = m.gathered->params;  // from the last step (exchange_shares_on_fabric)
   } else {
     if (auto st = m.command({{"op", "params"}}); !st) return st.err();
     auto mine = m.local_shares();

@@ -108,8 +108,13 @@ class ep_trainer {
   // the state before the failed step).
   // `version`: the policy version the step makes (members write their checkpoint shards
   // under it).
+  // `before_answers` (member 0 of a spanning group): run once the step's state is complete
+  // here (serialize() sees the new version) and before the answer round, so member 0's own
+  // work on the version (pushing its shards) overlaps the other members' after_step instead
+  // of following it. Its error is the step's.
   result<ep_step_result> step(const std::vector<policy::sample>& samples,
-                              const std::vector<double>& advantages, uint64_t version = 0);
+                              const std::vector<double>& advantages, uint64_t version = 0,
+                              const std::function<status()>& before_answers = {});
 
   // A member other than member 0 of a spanning group: takes its part in every command member
   // 0 sends, until it sends stop (ok) or the group breaks (the error).

@@ -83,6 +83,9 @@ struct job_setup {
   bool same_host_shm = false;  // weights.same_host_shm
   // weights.shard_push fabric: the trainer's pushes go over the fabric first (null: zmq).
   std::shared_ptr<weights::fabric_pusher> fabric_push;
+  // The trainer's connections to the caches, kept between its pushes (push_to_cache).
+  std::mutex push_mu;
+  std::unique_ptr<weights::cache_connections> push_connections;
   std::mutex feed_mu;
   std::unique_ptr<weights_feed> feed;  // the rollout node's, made with its first rollout work
 
@@ -588,14 +591,21 @@ result<std::unique_ptr<ep_trainer>> make_ep_trainer(const std::shared_ptr<job_se
 }
 
 // Pushes version v to the least-loaded checkpoint cache: the endpoint of the one that holds
-// it, or why none does (the native step and the external trainer's publish alike).
+// it, or why none does (the native step and the external trainer's publish alike). `sha256`:
+// of bytes, when the caller has it already ("": computed here).
 result<std::string> push_to_cache(job_setup& s, uint64_t v, const std::string& bytes,
-                                  const weights::shard_tag& tag = {}) {
+                                  const weights::shard_tag& tag = {},
+                                  const std::string& sha256 = "") {
   s.caches->wait_refreshed(std::chrono::milliseconds(3000));
   const auto caches = s.caches->caches();
   if (caches.empty()) return error{errc::not_found, "no cache is alive"};
-  return weights::push_to_a_cache(s.caches->zmq(), caches, v, bytes, store::sha256_hex(bytes),
-                                  s.chunk_bytes, s.cache_timeout_ms, tag, s.fabric_push.get());
+  std::lock_guard<std::mutex> g(s.push_mu);
+  if (!s.push_connections)
+    s.push_connections =
+        std::make_unique<weights::cache_connections>(s.caches->zmq(), s.cache_timeout_ms);
+  return weights::push_to_a_cache(*s.push_connections, caches, v, bytes,
+                                  sha256.empty() ? store::sha256_hex(bytes) : sha256, s.chunk_bytes,
+                                  tag, s.fabric_push.get());
 }
 
 // This process's shards of version v (a trainer group member's ranks), each pushed to a
@@ -604,8 +614,9 @@ result<std::vector<shard_report>> push_own_shards(job_setup& s, const ep_trainer
                                                   const std::string& version_hash) {
   auto shares = t.own_shares();
   if (!shares) return shares.err();
-  auto push = [&s](uint64_t version, const std::string& bytes, const weights::shard_tag& tag) {
-    return push_to_cache(s, version, bytes, tag);
+  auto push = [&s](uint64_t version, const std::string& bytes, const std::string& sha256,
+                   const weights::shard_tag& tag) {
+    return push_to_cache(s, version, bytes, tag, sha256);
   };
   return push_shards(push, v, t.full_layout(), *shares, static_cast<uint32_t>(t.num_ranks()),
                      version_hash);
@@ -799,8 +810,14 @@ class grpo_trainer final : public actors::trainer_step {
     staleness /= double(pending_.size());
     policy::update_stats us;
     double grad_norm = 0;
+    // The version's bytes and content hash; a trainer group's member 0 makes them, and pushes
+    // its own shards, inside the step before its answer round (ep_trainer::step's
+    // before_answers), while the other members push theirs: one push time on the step's
+    // path instead of two in a row.
+    version_bytes made;
     if (ep_) {
-      auto r = ep_->step(pending_, adv, version_ + 1);
+      auto r = ep_->step(pending_, adv, version_ + 1,
+                         [&]() -> status { return make_version(version_ + 1, made); });
       if (!r) return r.err();
       us = r->update;
       grad_norm = r->grad_norm;
@@ -814,15 +831,16 @@ class grpo_trainer final : public actors::trainer_step {
       if (!norm) return norm.err();
       grad_norm = *norm;
     }
-    const double t_train = seconds_since(t0);
+    if (!made.bytes)
+      if (auto st = make_version(version_ + 1, made); !st) return st.err();
+    // make_version's time is the publication's (t_weights), not the step's.
+    const double t_train = seconds_since(t0) - made.seconds;
     ++version_;
 
     t0 = std::chrono::steady_clock::now();
-    auto serialized = serialize_params();
-    if (!serialized) return serialized.err();
-    const auto bytes_ptr = std::make_shared<const std::string>(std::move(*serialized));
+    const auto bytes_ptr = made.bytes;
     const std::string& bytes = *bytes_ptr;
-    const std::string hash = policy::content_hash(bytes);
+    const std::string& hash = made.hash;
     // The version is announced (when train() returns) once a checkpoint cache holds it; its
     // store copy is then written in the background, by a single trainer and a trainer group's
     // rank 0 alike (a recreated trainer or a re-formed group rewrites the copy of the version
@@ -832,14 +850,14 @@ class grpo_trainer final : public actors::trainer_step {
     // announces the restored state past every version that may have been announced).
     std::vector<messages::weight_part> shard_parts;  // a sharded version's manifest parts
     const bool in_cache =
-        sharded_ ? publish_shards(bytes.size(), hash, &shard_parts) : publish_to_cache(bytes);
+        sharded_ ? publish_shards(bytes.size(), made, &shard_parts) : publish_to_cache(bytes);
     auto store_copy = store_copy_of(version_, bytes_ptr, hash);
     if (in_cache)
       writer_->submit("weights of policy version " + std::to_string(version_), store_copy);
     else if (auto st = store_copy(); !st)
       return st.err();
     if (!in_cache) note_published(bytes.size(), seconds_since(t0), "store");
-    const double t_weights = seconds_since(t0);
+    const double t_weights = made.seconds + seconds_since(t0);
 
     curve_.push_back({{"iteration", version_},
                       {"mean_reward", mean_reward},
@@ -973,16 +991,42 @@ class grpo_trainer final : public actors::trainer_step {
     return true;
   }
 
+  // A version as the trainer publishes it: its bytes and content hash and, for a sharded
+  // version, member 0's own shards as pushed (the reports publish_shards adds the other
+  // members' to). `seconds`: what making it took (serialising, hashing, pushing).
+  struct version_bytes {
+    std::shared_ptr<const std::string> bytes;
+    std::string hash;
+    result<std::vector<shard_report>> own_shards = std::vector<shard_report>{};
+    std::chrono::steady_clock::time_point push_started;
+    double seconds = 0;
+  };
+
+  // Serialises the parameters as version v and, when versions are sharded, pushes member 0's
+  // own shards of it to the caches (a failed push is reported by publish_shards, which then
+  // publishes through the store; only a failed serialisation is an error).
+  status make_version(uint64_t v, version_bytes& out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto serialized = serialize_params();
+    if (!serialized) return serialized.err();
+    out.bytes = std::make_shared<const std::string>(std::move(*serialized));
+    out.hash = policy::content_hash(*out.bytes);
+    out.push_started = std::chrono::steady_clock::now();
+    if (sharded_) out.own_shards = push_own_shards(*s_, *ep_, v, out.hash);
+    out.seconds = seconds_since(t0);
+    return {};
+  }
+
   // A trainer group's sharded publication (job/sharded_publication.h): member 0 pushes its own
-  // ranks' shards (shard 0 naming the version's content hash); the other members pushed theirs
-  // in the step's answer round and said which cache holds each. True, with the manifest's
+  // ranks' shards (shard 0 naming the version's content hash) inside the step, before its
+  // answer round (make_version); the other members pushed theirs meanwhile and said in the
+  // answer round which cache holds each. True, with the manifest's
   // parts, when a cache holds every shard; otherwise the version goes through the store (a
   // version with a shard in no cache is never announced as held by the caches).
-  bool publish_shards(uint64_t num_bytes, const std::string& hash,
+  bool publish_shards(uint64_t num_bytes, version_bytes& version,
                       std::vector<messages::weight_part>* parts) {
-    const auto t0 = std::chrono::steady_clock::now();
     auto log = logger("trainer");
-    auto mine = push_own_shards(*s_, *ep_, version_, hash);
+    auto& mine = version.own_shards;
     if (!mine) {
       log->warn("policy version {}: member 0's shards: {}: publishing through the store", version_,
                 mine.err().to_string());
@@ -1007,7 +1051,8 @@ class grpo_trainer final : public actors::trainer_step {
       return false;
     }
     *parts = std::move(*made);
-    note_published(num_bytes, seconds_since(t0), "cache", parts);
+    // t_publish: from member 0's push to every member's shard held (their answers in).
+    note_published(num_bytes, seconds_since(version.push_started), "cache", parts);
     return true;
   }
 

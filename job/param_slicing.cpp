@@ -99,6 +99,18 @@ result<std::vector<std::pair<size_t, size_t>>> dense_ranges(const policy::param_
   return out;
 }
 
+std::vector<std::pair<size_t, size_t>> expert_ranges(
+    const std::vector<std::pair<size_t, size_t>>& dense, size_t count) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t next = 0;
+  for (const auto& [off, len] : dense) {
+    if (off > next) out.emplace_back(next, off - next);
+    next = off + len;
+  }
+  if (count > next) out.emplace_back(next, count - next);
+  return out;
+}
+
 namespace {
 
 // The MOERLADM format is policy/adam.h's: one codec reads and writes it everywhere.

@@ -37,6 +37,11 @@ result<std::vector<std::pair<size_t, size_t>>> dense_ranges(const policy::param_
                                                             const policy::param_layout& rank_layout,
                                                             int num_ranks);
 
+// The complement of dense_ranges in a rank buffer of `count` floats: its expert tensors (the
+// part that differs between ranks), as [offset, offset + size) ranges in layout order.
+std::vector<std::pair<size_t, size_t>> expert_ranges(
+    const std::vector<std::pair<size_t, size_t>>& dense, size_t count);
+
 // The same two moves for Adam's state, in policy/adam.h's documented checkpoint format
 // ("MOERLADM" | u64 steps | u64 n | fp32 m[n] | fp32 v[n]): a checkpoint holds the full
 // moments; each trainer rank's optimiser holds its share's.

@@ -77,7 +77,7 @@ std::vector<shard_report> push_shards(const shard_pusher& push, uint64_t version
     r.bytes = bytes.size();
     r.sha256 = store::sha256_hex(bytes);
     weights::shard_tag tag{r.shard, num_shards, rank == 0 ? version_hash : std::string()};
-    auto held = push(version, bytes, tag);
+    auto held = push(version, bytes, r.sha256, tag);
     if (held)
       r.cache = *held;
     else

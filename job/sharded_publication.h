@@ -37,9 +37,11 @@ struct shard_report {
 // errc::malformed_message names what is missing or mistyped.
 result<shard_report> shard_report_from_json(const nlohmann::json& j);
 
-// Pushes one shard to a cache: the endpoint holding it, or why none took it.
-using shard_pusher = std::function<result<std::string>(uint64_t version, const std::string& bytes,
-                                                       const weights::shard_tag& tag)>;
+// Pushes one shard (bytes, their sha256) to a cache: the endpoint holding it, or why none
+// took it.
+using shard_pusher =
+    std::function<result<std::string>(uint64_t version, const std::string& bytes,
+                                      const std::string& sha256, const weights::shard_tag& tag)>;
 
 // Shard `rank` of a version from that rank's share (params.h bytes in the rank layout): rank
 // 0's share whole; another rank's expert tensors only (those whose shape differs from the

@@ -122,42 +122,75 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
                                    std::to_string(version) + " after every chunk");
 }
 
-result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
+result<cache_client*> cache_connections::connection(const std::string& endpoint) {
+  auto& c = clients_[endpoint];
+  if (!c) {
+    auto made = cache_client::connect(ctx_, endpoint, timeout_ms_);
+    if (!made) {
+      clients_.erase(endpoint);
+      return made.err();
+    }
+    c = std::move(*made);
+  }
+  return c.get();
+}
+
+void cache_connections::retain(const std::vector<std::string>& endpoints) {
+  for (auto it = clients_.begin(); it != clients_.end();)
+    if (std::find(endpoints.begin(), endpoints.end(), it->first) == endpoints.end())
+      it = clients_.erase(it);
+    else
+      ++it;
+}
+
+result<std::string> push_to_a_cache(cache_connections& connections,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag,
+                                    uint64_t chunk_bytes, const shard_tag& tag,
                                     fabric_pusher* fabric) {
   struct candidate {
-    std::unique_ptr<cache_client> client;
+    std::string endpoint;
     uint64_t load = 0;
   };
   std::vector<candidate> alive;
   error last(errc::not_found, "no checkpoint cache is alive");
+  connections.retain(caches);  // `caches` are every cache alive
   for (const auto& ep : caches) {
-    auto c = cache_client::connect(ctx, ep, timeout_ms);
+    auto c = connections.connection(ep);
     if (!c) {
       last = c.err();
       continue;
     }
+    if (caches.size() == 1) {  // nothing to choose between: the put itself finds a dead cache
+      alive.push_back({ep, 0});
+      break;
+    }
     auto a = (*c)->call(wire::kLoad, json::object());
     if (!a) {
       last = a.err();
+      connections.drop(ep);
       continue;
     }
-    alive.push_back({std::move(*c), a->header.value("load", uint64_t{0})});
+    alive.push_back({ep, a->header.value("load", uint64_t{0})});
   }
   std::stable_sort(alive.begin(), alive.end(),
                    [](const candidate& a, const candidate& b) { return a.load < b.load; });
-  for (auto& c : alive) {
+  for (auto& cand : alive) {
+    auto c = connections.connection(cand.endpoint);
+    if (!c) {
+      last = c.err();
+      continue;
+    }
     if (fabric) {
-      auto fst = fabric->push(*c.client, version, bytes, content_hash, tag);
-      if (fst) return c.client->endpoint();
+      auto fst = fabric->push(**c, version, bytes, content_hash, tag);
+      if (fst) return cand.endpoint;
       logger("weights")->warn("fabric put failed ({}); falling back to the ZeroMQ put",
                               fst.err().to_string());
     }
-    auto st = push_version(*c.client, version, bytes, content_hash, chunk_bytes, tag);
-    if (st) return c.client->endpoint();
+    auto st = push_version(**c, version, bytes, content_hash, chunk_bytes, tag);
+    if (st) return cand.endpoint;
     last = st.err();
+    connections.drop(cand.endpoint);  // dead or confused: a fresh socket next time
   }
   return last;
 }

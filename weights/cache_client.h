@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,6 +45,27 @@ class cache_client {
   uint64_t next_rid_ = 1;
 };
 
+// Connections to checkpoint caches kept between requests, one per endpoint: a new socket per
+// request cost a connect and handshake each time (~1 ms of every push in the default job). A
+// connection whose request failed is dropped, so the next request connects afresh (see
+// cache_client: a dead cache leaves no old requests queued behind). One thread at a time.
+class cache_connections {
+ public:
+  cache_connections(std::shared_ptr<zmq::zmq_context> ctx, int timeout_ms)
+      : ctx_(std::move(ctx)), timeout_ms_(timeout_ms) {}
+  // The connection to `endpoint`, made now when there is none.
+  result<cache_client*> connection(const std::string& endpoint);
+  void drop(const std::string& endpoint) { clients_.erase(endpoint); }
+  // Drops the connections to every endpoint not in `endpoints` (caches that left).
+  void retain(const std::vector<std::string>& endpoints);
+  const std::shared_ptr<zmq::zmq_context>& zmq() const { return ctx_; }
+
+ private:
+  std::shared_ptr<zmq::zmq_context> ctx_;
+  int timeout_ms_;
+  std::map<std::string, std::unique_ptr<cache_client>> clients_;
+};
+
 // Which part of a version a push carries: a whole version is shard 0 of 1. version_hash: the
 // assembled version's content hash, named with shard 0 of a sharded version (readers check
 // what they assemble against it); "" names none.
@@ -66,14 +88,15 @@ status push_version(cache_client& cache, uint64_t version, const std::string& by
                     const std::string& content_hash, uint64_t chunk_bytes,
                     const shard_tag& tag = {});
 
-// Puts a version (or one shard of it) into one of `caches`: the least loaded that answers, the
-// next on failure. Returns the endpoint of the cache that holds it; the last failure when none
-// took it. With `fabric` (weights.shard_push fabric) each cache is first tried with a fabric
-// put; one that fails is logged and the same cache gets the ZeroMQ put.
-result<std::string> push_to_a_cache(std::shared_ptr<zmq::zmq_context> ctx,
+// Puts a version (or one shard of it) into one of `caches`: the least loaded that answers (with
+// one cache, no load is asked), the next on failure. Returns the endpoint of the cache that
+// holds it; the last failure when none took it. With `fabric` (weights.shard_push fabric) each
+// cache is first tried with a fabric put; one that fails is logged and the same cache gets the
+// ZeroMQ put. `content_hash`: sha256 of bytes.
+result<std::string> push_to_a_cache(cache_connections& connections,
                                     const std::vector<std::string>& caches, uint64_t version,
                                     const std::string& bytes, const std::string& content_hash,
-                                    uint64_t chunk_bytes, int timeout_ms, const shard_tag& tag = {},
+                                    uint64_t chunk_bytes, const shard_tag& tag = {},
                                     fabric_pusher* fabric = nullptr);
 
 }  // namespace moerl::weights

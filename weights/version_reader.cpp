@@ -49,23 +49,19 @@ version_reader::version_reader(std::shared_ptr<zmq::zmq_context> ctx, int timeou
     : ctx_(std::move(ctx)),
       timeout_ms_(timeout_ms),
       same_host_shm_(same_host_shm),
-      shm_host_(same_host_shm ? same_host_identity() : std::string()) {}
+      shm_host_(same_host_shm ? same_host_identity() : std::string()),
+      connections_(ctx_, timeout_ms) {}
 
 cache_client* version_reader::client(const std::string& endpoint) {
-  auto& c = clients_[endpoint];
+  auto c = connections_.connection(endpoint);
   if (!c) {
-    auto made = cache_client::connect(ctx_, endpoint, timeout_ms_);
-    if (!made) {
-      logger("weights")->warn("connect to cache {}: {}", endpoint, made.err().to_string());
-      clients_.erase(endpoint);
-      return nullptr;
-    }
-    c = std::move(*made);
+    logger("weights")->warn("connect to cache {}: {}", endpoint, c.err().to_string());
+    return nullptr;
   }
-  return c.get();
+  return *c;
 }
 
-void version_reader::drop(const std::string& endpoint) { clients_.erase(endpoint); }
+void version_reader::drop(const std::string& endpoint) { connections_.drop(endpoint); }
 
 std::vector<version_reader::holder> version_reader::holders(
     uint64_t version, uint32_t shard, const std::vector<std::string>& caches) {

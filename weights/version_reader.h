@@ -124,7 +124,7 @@ class version_reader {
   // their connections are: a new socket per shard and version cost a handshake each).
   std::vector<std::unique_ptr<version_reader>> shard_readers_;
   std::string shm_host_;  // host_identity sent with meta requests when same_host_shm
-  std::map<std::string, std::unique_ptr<cache_client>> clients_;
+  cache_connections connections_;
   reader_counters counters_;
 };
 

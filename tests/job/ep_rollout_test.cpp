@@ -60,6 +60,48 @@ TEST(param_slicing, slices_assemble_back_to_the_full_set_and_match_a_sharded_ini
   }
 }
 
+TEST(param_slicing, expert_ranges_are_the_gaps_between_dense_ranges_and_all_that_ranks_differ_in) {
+  using ranges = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(expert_ranges({{0, 4}, {10, 2}}, 20), (ranges{{4, 6}, {12, 8}}));
+  EXPECT_EQ(expert_ranges({{3, 4}}, 7), (ranges{{0, 3}}));
+  EXPECT_EQ(expert_ranges({}, 5), (ranges{{0, 5}}));
+  EXPECT_EQ(expert_ranges({{0, 5}}, 5), ranges{});
+  // On a real policy's shares: outside the expert ranges every rank holds the same floats
+  // (what the trainer's share exchange relies on to send the expert ranges alone), and
+  // together the two kinds of range cover the buffer once.
+  auto local = policy::make_local_expert_exchange();
+  auto full = policy::moe_policy::create(small_model(), *local);
+  ASSERT_TRUE(full.ok());
+  testing::perturb(**full, 5);
+  auto group = policy::make_inprocess_expert_group(2);
+  auto rank0 = policy::moe_policy::create(small_model(), *group[0]);
+  ASSERT_TRUE(rank0.ok());
+  const auto& layout = (*rank0)->layout();
+  auto dense = dense_ranges((*full)->layout(), layout, 2);
+  ASSERT_TRUE(dense.ok()) << dense.err().to_string();
+  const auto experts = expert_ranges(*dense, layout.num_floats());
+  ASSERT_FALSE(experts.empty());
+  std::vector<int> covered(layout.num_floats(), 0);
+  for (const ranges* rs : {static_cast<const ranges*>(&*dense), &experts})
+    for (const auto& [off, len] : *rs)
+      for (size_t i = off; i < off + len; ++i) covered[i]++;
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), int64_t(covered.size()));
+  auto s0 = slice_params((*full)->layout(), (*full)->params(), layout, 0, 2);
+  auto s1 = slice_params((*full)->layout(), (*full)->params(), layout, 1, 2);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<bool> in_expert(layout.num_floats(), false);
+  for (const auto& [off, len] : experts)
+    for (size_t i = off; i < off + len; ++i) in_expert[i] = true;
+  size_t differing = 0;
+  for (size_t i = 0; i < in_expert.size(); ++i) {
+    if (!in_expert[i]) {
+      EXPECT_EQ((*s0)[i], (*s1)[i]) << "dense float " << i;
+    }
+    differing += in_expert[i] && (*s0)[i] != (*s1)[i];
+  }
+  EXPECT_GT(differing, 0u);  // the expert ranges are where the ranks' shares differ
+}
+
 TEST(param_slicing, a_layout_that_is_no_split_of_the_full_one_is_refused_by_name) {
   policy::param_layout full, odd;
   full.add("dense", {4});

@@ -96,21 +96,22 @@ fault fault_of(uint64_t version) {
 shard_pusher pusher(std::shared_ptr<zmq::zmq_context> ctx, const std::string& cache,
                     bool last_member, std::shared_ptr<weights::fabric_pusher> fabric) {
   return [ctx, cache, last_member, fabric](uint64_t v, const std::string& bytes,
+                                           const std::string& sha,
                                            const weights::shard_tag& tag) -> result<std::string> {
     const fault f = last_member ? fault_of(v) : fault::none;
-    const std::string sha = store::sha256_hex(bytes);
     if (f == fault::corrupt_shard) {
       std::string bad = bytes;
       bad[bad.size() / 2] ^= 0x40;
-      return weights::push_to_a_cache(ctx, {cache}, v, bad, sha, kChunk, kTimeoutMs, tag,
-                                      fabric.get());
+      weights::cache_connections to(ctx, kTimeoutMs);
+      return weights::push_to_a_cache(to, {cache}, v, bad, sha, kChunk, tag, fabric.get());
     }
     // No cache answers there: 500 ms is enough to give up. The real one gets the full
     // timeout (its first put_begin opens its fabric transport, slow on a loaded host).
     const bool dead = f == fault::no_cache;
     const uint64_t fabric_puts = fabric ? fabric->num_pushed() : 0;
-    auto held = weights::push_to_a_cache(ctx, {dead ? "tcp://127.0.0.1:1" : cache}, v, bytes, sha,
-                                         kChunk, dead ? 500 : kTimeoutMs, tag, fabric.get());
+    weights::cache_connections to(ctx, dead ? 500 : kTimeoutMs);
+    auto held = weights::push_to_a_cache(to, {dead ? "tcp://127.0.0.1:1" : cache}, v, bytes, sha,
+                                         kChunk, tag, fabric.get());
     if (held && fabric && fabric->num_pushed() != fabric_puts + 1)
       return error(errc::internal, "shard " + std::to_string(tag.shard) + " of version " +
                                        std::to_string(v) +

@@ -154,8 +154,9 @@ TEST(weights_fabric_push, a_cache_without_fabric_puts_gets_the_zeromq_put) {
   running_cache c(false);
   const std::string bytes = testing::random_bytes(kChunk + 5, 3);
   fabric_pusher pusher(tcp_or_auto(false), kTimeoutMs);
-  auto where = push_to_a_cache(c.ctx, {c.server->endpoint()}, 9, bytes, store::sha256_hex(bytes),
-                               kChunk, kTimeoutMs, {}, &pusher);
+  cache_connections to(c.ctx, kTimeoutMs);
+  auto where = push_to_a_cache(to, {c.server->endpoint()}, 9, bytes, store::sha256_hex(bytes),
+                               kChunk, {}, &pusher);
   ASSERT_TRUE(where) << where.err().to_string();
   auto held = c.cache->find(9);
   ASSERT_TRUE(held);
