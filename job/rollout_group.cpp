@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/group_bootstrap.h"
 
@@ -43,6 +44,7 @@ struct member_share {
     actors::trainer_group* g = &group;
     shape.make_bootstrap = [g](int rank) { return make_group_bootstrap(*g, rank); };
     shape.abort = group.abort_flag();
+    shape.dense_collectives = true;  // the followers' rows cross on them (exchange_rows)
     auto made = ep_policy_group::create(setup.cfg, setup.model, shape);
     if (!made) return made.err();
     ep = std::move(*made);
@@ -72,6 +74,45 @@ struct member_share {
       auto j = nlohmann::json::from_cbor(b, true, false);
       if (j.is_discarded())
         return error{errc::malformed_message, "rollout group round: an undecodable contribution"};
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  // After a generate, each follower's contribution ({"parts": its ranks' rows, "drain_by"})
+  // to every member over the group's dense collectives (the fabric), not through the
+  // coordinator: member m's first rank broadcasts its CBOR bytes, their size first. Collective:
+  // every member calls it with its own contribution (member 0's is not sent). Every member's
+  // contribution in member order (member 0's: `mine`).
+  result<std::vector<nlohmann::json>> exchange_rows(const nlohmann::json& mine) {
+    // A generate's rows are a few KB to a few MB; a size past this is no contribution.
+    constexpr uint64_t kMaxBytes = uint64_t(1) << 30;
+    const int members = static_cast<int>(group.num_members());
+    const int ranks_per_member = ep->num_local_ranks();
+    const auto cbor = nlohmann::json::to_cbor(mine);
+    std::vector<std::string> got(static_cast<size_t>(members));
+    auto st = ep->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
+      for (int m = 1; m < members; ++m) {
+        const int root = m * ranks_per_member;
+        uint64_t size = ctx.rank == root ? cbor.size() : 0;
+        if (auto b = ctx.dense->broadcast(&size, sizeof size, root); !b) return b;
+        if (size > kMaxBytes)
+          return error{errc::malformed_message, "member " + std::to_string(m) + " sent " +
+                                                    std::to_string(size) + " bytes of rows"};
+        std::string bytes(size, '\0');
+        if (ctx.rank == root) bytes.assign(cbor.begin(), cbor.end());
+        if (auto b = ctx.dense->broadcast(bytes.data(), bytes.size(), root); !b) return b;
+        if (ctx.rank == ep->first_local_rank()) got[m] = std::move(bytes);
+      }
+      return ok_status();
+    });
+    if (!st) return st.err();
+    std::vector<nlohmann::json> out{mine};
+    for (int m = 1; m < members; ++m) {
+      auto j = nlohmann::json::from_cbor(got[m], true, false);
+      if (j.is_discarded())
+        return error{errc::malformed_message,
+                     "member " + std::to_string(m) + "'s rows did not decode"};
       out.push_back(std::move(j));
     }
     return out;
@@ -179,10 +220,12 @@ result<policy::generation> rollout_group_leader::generate(
     m.group.report_failure("rollout group leader: " + mine.err().message);
     return fail(mine.err());
   }
-  // The followers' rows (they finished the same decode steps as ours).
-  auto answers = m.round(nlohmann::json::object(), m.op_timeout_ms);
-  if (!answers)
+  // The followers' rows (they finished the same decode steps as ours), on the fabric.
+  auto answers = m.exchange_rows(nlohmann::json::object());
+  if (!answers) {
+    m.group.report_failure("rollout group leader: rows: " + answers.err().message);
     return fail(error{answers.err().code, "rollout group rows: " + answers.err().message});
+  }
   take_drains(*answers, drain_by_, drain_member_);
   try {
     for (size_t k = 1; k < answers->size(); ++k) {
@@ -245,9 +288,12 @@ status serve_rollout_group_member(const rollout_group_setup& s, actors::trainer_
                            mine.err().message);
       return mine.err();
     }
-    auto answered =
-        m.round({{"parts", *mine}, {"drain_by", group.drain_by_unix_ms()}}, m.op_timeout_ms);
-    if (!answered) return answered.err();
+    auto answered = m.exchange_rows({{"parts", *mine}, {"drain_by", group.drain_by_unix_ms()}});
+    if (!answered) {
+      group.report_failure("rollout group member " + std::to_string(group.member_index()) +
+                           ": rows: " + answered.err().message);
+      return answered.err();
+    }
   }
 }
 

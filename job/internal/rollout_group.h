@@ -9,10 +9,12 @@
 // Member 0 (the leader) holds the leases; for each prompt group it sends the command over
 // the "members" channel (version, prompt, rows, sampling seed), every member loads that
 // version through its own weight feed if it has not yet, generates its ranks' rows (the
-// ranks meet in every decode step), and an answer round brings the followers' rows to the
-// leader, which assembles the group as a single-process EP group would. Every round carries
-// each follower's drain deadline, so a Spot notice to any member reaches the leader, which
-// drains the whole group (actors/rollout_role.cpp). A dead member fails the others' waits:
+// ranks meet in every decode step), and the followers' rows reach the leader over the
+// group's dense collectives (fabric broadcasts; until 7 Dec a second round through the
+// coordinator, ~13 KB of JSON a default iteration), which assembles the group as a
+// single-process EP group would. Every command round and every follower's rows carry its
+// drain deadline, so a Spot notice to any member reaches the leader, which drains the whole
+// group (actors/rollout_role.cpp). A dead member fails the others' waits:
 // the "members" rounds at once (the coordinator fails them), the fabric waits through the
 // group's abort flag or at fabric.op_timeout_ms.
 //
