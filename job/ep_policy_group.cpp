@@ -263,6 +263,33 @@ status ep_policy_group::run_on_ranks(const std::function<status(rank_context&)>&
   });
 }
 
+result<std::vector<std::string>> ep_policy_group::members_allgather(const std::string& mine,
+                                                                    int num_members) {
+  // A contribution is an answer or a generate's rows: bytes to megabytes. A size past this is
+  // a broken peer, not a contribution.
+  constexpr uint64_t kMaxBytes = uint64_t(1) << 30;
+  const int ranks_per_member = num_local_ranks();
+  std::vector<std::string> out(static_cast<size_t>(num_members));
+  auto st = run_on_ranks([&](rank_context& ctx) -> status {
+    if (!ctx.dense)
+      return error{errc::internal, "members_allgather needs the group's dense collectives"};
+    for (int m = 0; m < num_members; ++m) {
+      const int root = m * ranks_per_member;
+      uint64_t size = ctx.rank == root ? mine.size() : 0;
+      if (auto b = ctx.dense->broadcast(&size, sizeof size, root); !b) return b;
+      if (size > kMaxBytes)
+        return error{errc::malformed_message,
+                     "member " + std::to_string(m) + " sent " + std::to_string(size) + " bytes"};
+      std::string bytes = ctx.rank == root ? mine : std::string(size, '\0');
+      if (auto b = ctx.dense->broadcast(bytes.data(), bytes.size(), root); !b) return b;
+      if (ctx.rank == first_local_rank()) out[static_cast<size_t>(m)] = std::move(bytes);
+    }
+    return ok_status();
+  });
+  if (!st) return st.err();
+  return out;
+}
+
 const policy::param_layout& ep_policy_group::rank_layout() const { return impl_->rank_layout; }
 
 int ep_policy_group::first_local_rank() const { return impl_->first_rank; }

@@ -126,6 +126,12 @@ class ep_policy_group {
   bool on_device() const;
   // Runs fn on every rank thread at once (collective calls inside are fine).
   status run_on_ranks(const std::function<status(rank_context&)>& fn);
+  // One contribution per member process (num_members of them, this process's ranks each)
+  // to every member over the ranks' dense collectives (shape.dense_collectives): member m's
+  // first rank broadcasts its bytes, their size first. Not through the coordinator, so a
+  // round of small answers costs no control-plane hop. Collective: every member calls it
+  // with its own bytes. Every member's bytes, in member order.
+  result<std::vector<std::string>> members_allgather(const std::string& mine, int num_members);
   // Every rank's share has this layout (dense tensors + num_experts / num_ranks experts).
   const policy::param_layout& rank_layout() const;
   // The full parameter set assembled from the ranks' shares (owner thread, between calls);

@@ -86,7 +86,13 @@ struct ep_trainer::impl {
                    "trainer group command " + cmd.value("op", "") + ": " + r.err().message};
     return ok_status();
   }
-  // One contribution per member (a gather command's answer round).
+  // A step's answer round: one contribution per member, on the fabric
+  // (ep_policy_group::members_allgather), not through the coordinator.
+  result<std::vector<std::string>> answer_round(const nlohmann::json& mine) {
+    auto bytes = nlohmann::json::to_cbor(mine);
+    return group->members_allgather(std::string(bytes.begin(), bytes.end()), span.num_members);
+  }
+  // One contribution per member through the coordinator (a command, a gather's answers).
   result<std::vector<std::string>> round(const nlohmann::json& mine, int64_t timeout_ms) {
     auto bytes = nlohmann::json::to_cbor(mine);
     auto r = span.members_allgather(std::string(bytes.begin(), bytes.end()), timeout_ms);
@@ -106,9 +112,9 @@ struct ep_trainer::impl {
   result<nlohmann::json> local_shares() const;  // {rank: params.h bytes of its share}
   result<nlohmann::json> local_adam() const;    // {rank: adam.h bytes of its moments}
   status load_local_adam(const std::string& bytes);
-  // Member 0 of a spanning group, at a step's end: the answer round, in which each other
-  // member sends what its after_step returned (its checkpoint shard's size and hash, its
-  // weight shards' reports; never parameters or Adam moments), into `answers`.
+  // Member 0 of a spanning group, at a step's end: the answer round (on the fabric), in which
+  // each other member sends what its after_step returned (its checkpoint shard's size and
+  // hash, its weight shards' reports; never parameters or Adam moments), into `answers`.
   status gather_after_step();
   // Every rank's parameter share to rank 0 over the group's dense collectives (exact bytes),
   // not through the coordinator: ranks 1.. each broadcast their expert tensors (the dense
@@ -501,7 +507,7 @@ result<std::vector<std::string>> per_rank_bytes(const std::vector<std::string>& 
 status ep_trainer::impl::gather_after_step() {
   // The answers carry each member's checkpoint shard (size and hash) only: the parameter
   // shares crossed on the fabric (exchange_shares_on_fabric).
-  auto all = round(nlohmann::json::object(), op_timeout_ms);
+  auto all = answer_round(nlohmann::json::object());
   if (!all) return error{all.err().code, "trainer group step answer: " + all.err().message};
   for (const auto& c : *all) {
     auto j = nlohmann::json::from_cbor(c, true, false);
@@ -768,7 +774,7 @@ status ep_trainer::serve(const ep_member_hooks& hooks) {
         if (!a) return a.err();
         shard = std::move(*a);
       }
-      auto answer = m.round({{"shard", shard}}, m.op_timeout_ms);
+      auto answer = m.answer_round({{"shard", shard}});
       if (!answer) return answer.err();
     } else if (op == "restore") {
       m.gathered.reset();

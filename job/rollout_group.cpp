@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fabric/collectives.h"
 #include "job/ep_policy_group.h"
 #include "job/group_bootstrap.h"
 
@@ -80,36 +79,17 @@ struct member_share {
   }
 
   // After a generate, each follower's contribution ({"parts": its ranks' rows, "drain_by"})
-  // to every member over the group's dense collectives (the fabric), not through the
-  // coordinator: member m's first rank broadcasts its CBOR bytes, their size first. Collective:
-  // every member calls it with its own contribution (member 0's is not sent). Every member's
-  // contribution in member order (member 0's: `mine`).
+  // to every member on the fabric (ep_policy_group::members_allgather), not through the
+  // coordinator. Collective: every member calls it with its own contribution (member 0's is
+  // empty). Every member's contribution in member order.
   result<std::vector<nlohmann::json>> exchange_rows(const nlohmann::json& mine) {
-    // A generate's rows are a few KB to a few MB; a size past this is no contribution.
-    constexpr uint64_t kMaxBytes = uint64_t(1) << 30;
-    const int members = static_cast<int>(group.num_members());
-    const int ranks_per_member = ep->num_local_ranks();
     const auto cbor = nlohmann::json::to_cbor(mine);
-    std::vector<std::string> got(static_cast<size_t>(members));
-    auto st = ep->run_on_ranks([&](ep_policy_group::rank_context& ctx) -> status {
-      for (int m = 1; m < members; ++m) {
-        const int root = m * ranks_per_member;
-        uint64_t size = ctx.rank == root ? cbor.size() : 0;
-        if (auto b = ctx.dense->broadcast(&size, sizeof size, root); !b) return b;
-        if (size > kMaxBytes)
-          return error{errc::malformed_message, "member " + std::to_string(m) + " sent " +
-                                                    std::to_string(size) + " bytes of rows"};
-        std::string bytes(size, '\0');
-        if (ctx.rank == root) bytes.assign(cbor.begin(), cbor.end());
-        if (auto b = ctx.dense->broadcast(bytes.data(), bytes.size(), root); !b) return b;
-        if (ctx.rank == ep->first_local_rank()) got[m] = std::move(bytes);
-      }
-      return ok_status();
-    });
-    if (!st) return st.err();
-    std::vector<nlohmann::json> out{mine};
-    for (int m = 1; m < members; ++m) {
-      auto j = nlohmann::json::from_cbor(got[m], true, false);
+    auto all = ep->members_allgather(std::string(cbor.begin(), cbor.end()),
+                                     static_cast<int>(group.num_members()));
+    if (!all) return all.err();
+    std::vector<nlohmann::json> out;
+    for (size_t m = 0; m < all->size(); ++m) {
+      auto j = nlohmann::json::from_cbor((*all)[m], true, false);
       if (j.is_discarded())
         return error{errc::malformed_message,
                      "member " + std::to_string(m) + "'s rows did not decode"};
