@@ -290,6 +290,7 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     }
   };
   const int64_t flush_ms = ctx->cfg.get_int("actors.trainer_flush_ms");
+  const int64_t claim_gather_ms = ctx->cfg.get_int("actors.trainer_claim_gather_ms");
   // After this long with requests out and no batch, the step's groups are asked of the shards
   // without a request out too (step_asks::stalled): well before the flush, well after an
   // iteration's generation (tens of ms in the default job).
@@ -341,11 +342,12 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
       continue;
     }
     // Every shard has a request out; the first to answer wakes the loop, and every batch
-    // there by then is claimed in one claim (one journaled coordinator round trip) instead of
-    // waiting on each shard in turn (6 ms each) and claiming batch by batch. Gathering batches
-    // until the step's whole iteration was there (one claim per version) was tried and left
-    // out: under load its runs trained on samples all one version old and took more iterations
-    // to 0.9; whether the gathering caused that was not settled on a quiet machine (6 Dec).
+    // there by then, or within actors.trainer_claim_gather_ms after it while the step still
+    // wants groups, is claimed in one claim (one journaled coordinator round trip) instead of
+    // claiming batch by batch: the shards' batches of one iteration arrive within a few ms of
+    // each other. Gathering batches until the step's whole iteration was there, with no bound,
+    // was tried and left out: under load its runs trained on samples all one version old and
+    // took more iterations to 0.9 (6 Dec).
     stalled.start_waiting(steady_ms());  // after the previous batches were worked on
     std::vector<ledger::batch_consumer*> asked;
     std::vector<std::string> shard_names, idle_shards;
@@ -377,20 +379,33 @@ void trainer_driver_loop(caf::blocking_actor* self, std::shared_ptr<node_context
     };
     std::vector<arrived> got;
     std::vector<messages::handed_group> claims;
-    for (auto& [ep, src] : sources) {
-      if (!src.outstanding) continue;
-      auto b = src.c->poll(0);
-      if (!b || !*b) continue;
-      src.outstanding = false;
-      auto groups = handed_groups_of(**b);
-      asks.answered(ep, groups ? static_cast<uint32_t>(groups->size()) : 0);
-      if ((*b)->samples.empty()) continue;
-      if (!groups) {
-        log->error("{}: not trained", groups.err().to_string());
-        continue;
+    // Takes every batch that has arrived; returns the consumers still asked.
+    auto take_arrived = [&] {
+      std::vector<ledger::batch_consumer*> waiting;
+      for (auto& [ep, src] : sources) {
+        if (!src.outstanding) continue;
+        auto b = src.c->poll(0);
+        if (!b || !*b) {
+          waiting.push_back(src.c.get());
+          continue;
+        }
+        src.outstanding = false;
+        auto groups = handed_groups_of(**b);
+        asks.answered(ep, groups ? static_cast<uint32_t>(groups->size()) : 0);
+        if ((*b)->samples.empty()) continue;
+        if (!groups) {
+          log->error("{}: not trained", groups.err().to_string());
+          continue;
+        }
+        claims.insert(claims.end(), groups->begin(), groups->end());
+        got.push_back({ep, std::move(**b), std::move(*groups)});
       }
-      claims.insert(claims.end(), groups->begin(), groups->end());
-      got.push_back({ep, std::move(**b), std::move(*groups)});
+      return waiting;
+    };
+    auto waiting = take_arrived();
+    if (!got.empty() && wanted > claims.size() && !waiting.empty() && claim_gather_ms > 0) {
+      (void)ledger::batch_consumer::wait_any(waiting, static_cast<int>(claim_gather_ms));
+      (void)take_arrived();
     }
     if (!got.empty()) {
       stalled.stop_waiting(steady_ms());

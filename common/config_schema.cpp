@@ -112,6 +112,11 @@ const std::vector<key_spec>& config_schema() {
       {"actors.trainer_flush_ms", t::integer, "1500",
        "a trainer holding a partial iteration steps on it after this long without a batch", "",
        r::at_least(0)},
+      {"actors.trainer_claim_gather_ms", t::integer, "3",
+       "after a batch arrives while its step still wants groups, a trainer waits up to this "
+       "long for the other shards' batches so that one ledger claim covers them all (0: claim "
+       "what has arrived at once)",
+       "", r::closed(0, 1000)},
       // ---- trainer group across node processes (actors/node_group_core.h) ------------
       {"trainer.group", t::string, "trainer",
        "name of the trainer group the trainer nodes join (trainer.group_size > 1)", ""},

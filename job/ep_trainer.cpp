@@ -119,15 +119,16 @@ struct ep_trainer::impl {
   // Every rank's parameter share to rank 0 over the group's dense collectives (exact bytes),
   // not through the coordinator: ranks 1.. each broadcast their expert tensors (the dense
   // ones are rank 0's already). Collective: every member calls it right after its part of a
-  // step. Returns, in rank 0's process, every rank's share serialised (params.h, rank
-  // layout) [global rank]; elsewhere nothing.
-  result<std::vector<std::string>> exchange_shares_on_fabric();
+  // step. Returns, in rank 0's process, every rank's share (rank layout) [global rank] as
+  // floats, which serialize() assembles without a round trip through params.h; elsewhere
+  // nothing.
+  result<std::vector<std::vector<float>>> exchange_shares_on_fabric();
   // A step's batch from member 0 to every member over the dense collectives (a broadcast
   // from global rank 0): the command through the coordinator carries only its size.
   // Collective; `bytes` is read on rank 0 and filled elsewhere.
   status broadcast_batch(std::string& bytes);
   struct gathered_state {
-    std::vector<std::string> params;  // [global rank]
+    std::vector<std::vector<float>> shares;  // [global rank], rank layout
   };
   std::optional<gathered_state> gathered;
 };
@@ -519,7 +520,7 @@ status ep_trainer::impl::gather_after_step() {
   return ok_status();
 }
 
-result<std::vector<std::string>> ep_trainer::impl::exchange_shares_on_fabric() {
+result<std::vector<std::vector<float>>> ep_trainer::impl::exchange_shares_on_fabric() {
   const int n = group->num_ranks();
   // [local rank thread][global rank]: each thread receives every share (a broadcast delivers
   // to every rank); the first local thread's copy is kept.
@@ -565,11 +566,8 @@ result<std::vector<std::string>> ep_trainer::impl::exchange_shares_on_fabric() {
     return ok_status();
   });
   if (!st) return st.err();
-  std::vector<std::string> out;
-  if (first_local() != 0) return out;  // only rank 0's process keeps the shares
-  for (const auto& share : got[0])
-    out.push_back(policy::serialize_params(group->rank_layout(), share));
-  return out;
+  if (first_local() != 0) return std::vector<std::vector<float>>{};  // only rank 0's keeps them
+  return std::move(got[0]);
 }
 
 status ep_trainer::impl::broadcast_batch(std::string& bytes) {
@@ -601,25 +599,23 @@ result<std::string> ep_trainer::serialize() const {
     if (!full) return full.err();
     return policy::serialize_params(m.group->full_layout(), *full);
   }
-  std::vector<std::string> bytes;
-  if (m.gathered) {
-    bytes = m.gathered->params;  // from the last step (exchange_shares_on_fabric)
-  } else {
+  std::vector<std::vector<float>> received;  // when no step left its shares in `gathered`
+  if (!m.gathered) {
     if (auto st = m.command({{"op", "params"}}); !st) return st.err();
     auto mine = m.local_shares();
     if (!mine) return mine.err();
     auto all = m.round(*mine, m.op_timeout_ms);
     if (!all) return all.err();
-    auto b = per_rank_bytes(*all, m.group->num_ranks());
-    if (!b) return b.err();
-    bytes = std::move(*b);
+    auto bytes = per_rank_bytes(*all, m.group->num_ranks());
+    if (!bytes) return bytes.err();
+    for (const auto& b : *bytes) {
+      auto f = policy::deserialize_params(b, &m.group->rank_layout());
+      if (!f) return f.err();
+      received.push_back(std::move(*f));
+    }
   }
-  std::vector<std::vector<float>> shares;
-  for (const auto& b : bytes) {
-    auto f = policy::deserialize_params(b, &m.group->rank_layout());
-    if (!f) return f.err();
-    shares.push_back(std::move(*f));
-  }
+  // After a step, the shares it exchanged on the fabric (exchange_shares_on_fabric).
+  const auto& shares = m.gathered ? m.gathered->shares : received;
   auto full = assemble_params(m.group->full_layout(), m.group->rank_layout(), shares);
   if (!full) return full.err();
   return policy::serialize_params(m.group->full_layout(), *full);
