@@ -88,7 +88,19 @@ void merge_job_history(json& incoming, json&& held) {
       prepend_earlier(fresh, std::move(old));
       continue;
     }
-    // Keep what came before `first`; a gap (fewer held than `first`) keeps what there is.
+    // After a restart the held list is no longer the job's own: it keeps earlier
+    // incarnations' entries in front of the job's restarted list, so `first` (an index into
+    // the job's list) does not index it. Entries that carry their iteration or version are
+    // placed by it: what is held before the first fresh entry stays, and a send with no new
+    // entries keeps all that is held. (By index, every send after a restore kept only the
+    // held list's first `first` entries: a re-formed group's earlier timings, or as many of
+    // its newest, vanished from the report, 7 Dec.)
+    if (fresh.empty() || history_key(fresh.front()) > 0) {
+      prepend_earlier(fresh, std::move(old));
+      continue;
+    }
+    // Entries without a key: keep what came before `first`; a gap (fewer held than `first`)
+    // keeps what there is.
     json merged = json::array();
     for (size_t i = 0; i < std::min(first, old.size()); ++i) merged.push_back(std::move(old[i]));
     for (auto& e : fresh) merged.push_back(std::move(e));

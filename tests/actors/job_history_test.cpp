@@ -195,6 +195,39 @@ TEST(job_history, a_job_restored_in_the_same_process_keeps_the_history_before_it
   EXPECT_EQ(keys(job["weights"]["versions"], "version"), concat(range(1, 10), range(12, 13)));
 }
 
+TEST(job_history, sends_after_a_restore_append_to_the_history_kept_before_it) {
+  // As above, then the restored job goes on (its cursor is into its own restarted lists), and
+  // is restored a second time: nothing held before either restore is lost.
+  job_history_sender sender;
+  json held = receive(send(sender, "c", 10), json());
+  json restored = restored_job(6, 11, 2, sender.first_unsent("c"));
+  sender.note_sent(restored);
+  held = receive(restored, std::move(held));
+  json later = restored_job(6, 11, 5, sender.first_unsent("c"));
+  sender.note_sent(later);
+  EXPECT_EQ(later["history_from"]["/iterations"], 2) << "only its new entries cross";
+  held = receive(later, std::move(held));
+  EXPECT_EQ(keys(held["job"]["iterations"], "iteration"), concat(range(1, 10), range(12, 16)));
+  EXPECT_EQ(keys(held["job"]["weights"]["versions"], "version"),
+            concat(range(1, 10), range(12, 16)));
+  EXPECT_EQ(keys(held["job"]["reward_curve"], "iteration"), concat(range(1, 6), range(12, 16)));
+  // A send with nothing new (no iteration since the last) keeps everything held.
+  json same = restored_job(6, 11, 5, sender.first_unsent("c"));
+  sender.note_sent(same);
+  EXPECT_TRUE(same["iterations"].empty());
+  held = receive(same, std::move(held));
+  EXPECT_EQ(keys(held["job"]["iterations"], "iteration"), concat(range(1, 10), range(12, 16)));
+  // Restored again, from checkpoint 14 (announced as 19), then 3 more.
+  json again = restored_job(14, 19, 1, sender.first_unsent("c"));
+  sender.note_sent(again);
+  held = receive(again, std::move(held));
+  json more = restored_job(14, 19, 3, sender.first_unsent("c"));
+  sender.note_sent(more);
+  held = receive(more, std::move(held));
+  EXPECT_EQ(keys(held["job"]["iterations"], "iteration"),
+            concat(concat(range(1, 10), range(12, 16)), range(20, 22)));
+}
+
 TEST(job_history, the_report_joins_a_recreated_trainers_history_to_its_predecessors) {
   const json dead = whole(10);                    // the trainer node that died at version 10
   const json recreated = restored_job(6, 11, 3);  // a new node, restored from checkpoint 6
