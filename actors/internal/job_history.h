@@ -5,8 +5,8 @@
 // (issue 27). The trainer sends the entries the coordinator has not had ("history_from" =
 // the index of the first one sent) and everything again to a coordinator it has not sent to
 // (a restarted one starts empty); the coordinator places them by iteration (or version) after
-// what it holds before them, so the
-// node's stats it keeps, and every view and report built on them, still hold whole lists.
+// what it holds before them, so the node's stats it keeps, and every view and report built on
+// them, still hold whole lists.
 #pragma once
 
 #ifndef MOERL_INSIDE_moerl_actors
