@@ -82,20 +82,16 @@ void merge_job_history(json& incoming, json&& held) {
     json& fresh = (*job)[ptr];
     if (!held_job || !held_job->contains(ptr) || !(*held_job)[ptr].is_array()) continue;
     json& old = (*held_job)[ptr];
-    if (first == 0) {
-      // The list started again (the job was restored from a checkpoint in this process): what
-      // was held before the restored point stays, the rest is the restored job's.
-      prepend_earlier(fresh, std::move(old));
-      continue;
-    }
-    // After a restart the held list is no longer the job's own: it keeps earlier
-    // incarnations' entries in front of the job's restarted list, so `first` (an index into
-    // the job's list) does not index it. Entries that carry their iteration or version are
-    // placed by it: what is held before the first fresh entry stays, and a send with no new
-    // entries keeps all that is held. (By index, every send after a restore kept only the
-    // held list's first `first` entries: a re-formed group's earlier timings, or as many of
-    // its newest, vanished from the report, 7 Dec.)
-    if (fresh.empty() || history_key(fresh.front()) > 0) {
+    // `first == 0`: the list started again (the job was restored from a checkpoint in this
+    // process): what was held before the restored point stays, the rest is the restored job's.
+    // Later sends: the held list is no longer the job's own, it keeps earlier incarnations'
+    // entries in front of the job's restarted list, so `first` (an index into the job's list)
+    // does not index it. Entries that carry their iteration or version are placed by it: what
+    // is held before the first fresh entry stays, and a send with no new entries keeps all
+    // that is held. (By index, every send after a restore kept only the held list's first
+    // `first` entries: a re-formed group's earlier timings, or as many of its newest, vanished
+    // from the report, 7 Dec.)
+    if (first == 0 || fresh.empty() || history_key(fresh.front()) > 0) {
       prepend_earlier(fresh, std::move(old));
       continue;
     }
