@@ -52,17 +52,20 @@ uint64_t history_key(const json& e) {
 }
 
 // `later` with the entries of `earlier` (a previous incarnation's list of the same kind) that
-// come before later's first put in front; all of earlier when later is empty.
+// come before later's first put in front; all of earlier when later is empty. A list is in key
+// order, so what earlier holds at or after later's first is its tail: trimmed from the back
+// and later appended, the work is that of the new entries, not of the whole history (the
+// coordinator merges on every stats message, and the history grows with the run).
 void prepend_earlier(json& later, json&& earlier) {
   if (!earlier.is_array() || earlier.empty()) return;
   if (!later.is_array()) later = json::array();
-  const bool all = later.empty();
-  const uint64_t first = all ? 0 : history_key(later.front());
-  json merged = json::array();
-  for (auto& e : earlier)
-    if (all || history_key(e) < first) merged.push_back(std::move(e));
-  for (auto& e : later) merged.push_back(std::move(e));
-  later = std::move(merged);
+  auto& kept = earlier.get_ref<json::array_t&>();
+  if (!later.empty()) {
+    const uint64_t first = history_key(later.front());
+    while (!kept.empty() && history_key(kept.back()) >= first) kept.pop_back();
+  }
+  for (auto& e : later) kept.push_back(std::move(e));
+  later = std::move(earlier);
 }
 
 }  // namespace
@@ -97,10 +100,10 @@ void merge_job_history(json& incoming, json&& held) {
     }
     // Entries without a key: keep what came before `first`; a gap (fewer held than `first`)
     // keeps what there is.
-    json merged = json::array();
-    for (size_t i = 0; i < std::min(first, old.size()); ++i) merged.push_back(std::move(old[i]));
-    for (auto& e : fresh) merged.push_back(std::move(e));
-    fresh = std::move(merged);
+    auto& kept = old.get_ref<json::array_t&>();
+    kept.resize(std::min(first, kept.size()));
+    for (auto& e : fresh) kept.push_back(std::move(e));
+    fresh = std::move(old);
   }
 }
 
