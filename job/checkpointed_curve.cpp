@@ -1,5 +1,6 @@
 #include "job/checkpointed_curve.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "store/digest.h"
@@ -7,6 +8,11 @@
 namespace moerl::job {
 
 using nlohmann::json;
+
+checkpointed_curve::checkpointed_curve(std::string key_prefix, std::string name)
+    : key_prefix_(std::move(key_prefix)), name_(std::move(name)), folder_(name_) {
+  std::replace(folder_.begin(), folder_.end(), '_', '-');
+}
 
 json checkpointed_curve::meta(const std::vector<json>& curve, std::vector<named_object>* to_write) {
   if (curve.size() < covered_) {  // a caller that rewound its curve: start the segments again
@@ -23,13 +29,13 @@ json checkpointed_curve::meta(const std::vector<json>& curve, std::vector<named_
     // resumed from an older checkpoint writes its own segments beside the abandoned ones).
     char first[24];
     std::snprintf(first, sizeof first, "%012zu", covered_);
-    std::string key = key_prefix_ + "/reward-curve/" + first + "-" + sha.substr(0, 16) + ".json";
+    std::string key = key_prefix_ + "/" + folder_ + "/" + first + "-" + sha.substr(0, 16) + ".json";
     segments_.push_back({{"key", key}, {"sha256", sha}, {"entries", kCurveSegmentEntries}});
     if (to_write) to_write->push_back({std::move(key), std::move(bytes)});
     covered_ += kCurveSegmentEntries;
   }
-  return {{"reward_curve_segments", segments_},
-          {"reward_curve_tail",
+  return {{name_ + "_segments", segments_},
+          {name_ + "_tail",
            std::vector<json>(curve.begin() + static_cast<std::ptrdiff_t>(covered_), curve.end())}};
 }
 
@@ -38,11 +44,11 @@ std::vector<json> checkpointed_curve::restore(const store::object_store& store, 
   segments_ = json::array();
   covered_ = 0;
   std::vector<json> curve;
-  if (meta.contains("reward_curve") && meta["reward_curve"].is_array()) {
-    for (const auto& e : meta["reward_curve"]) curve.push_back(e);
+  if (meta.contains(name_) && meta[name_].is_array()) {
+    for (const auto& e : meta[name_]) curve.push_back(e);
     return curve;  // the segments are cut from it at the next checkpoint
   }
-  const json segments = meta.value("reward_curve_segments", json::array());
+  const json segments = meta.value(name_ + "_segments", json::array());
   bool whole = segments.is_array();
   for (const auto& s : segments.is_array() ? segments : json::array()) {
     const std::string key = s.is_object() ? s.value("key", "") : "";
@@ -58,7 +64,7 @@ std::vector<json> checkpointed_curve::restore(const store::object_store& store, 
       if (!entries.is_array()) why = "not a JSON array";
     }
     if (!why.empty()) {
-      if (warnings) warnings->push_back("reward curve segment " + key + " left out: " + why);
+      if (warnings) warnings->push_back(folder_ + " segment " + key + " left out: " + why);
       whole = false;
       continue;
     }
@@ -72,7 +78,7 @@ std::vector<json> checkpointed_curve::restore(const store::object_store& store, 
     segments_ = json::array();
     covered_ = 0;
   }
-  for (const auto& e : meta.value("reward_curve_tail", json::array())) curve.push_back(e);
+  for (const auto& e : meta.value(name_ + "_tail", json::array())) curve.push_back(e);
   return curve;
 }
 

@@ -1126,8 +1126,8 @@ class grpo_trainer final : public actors::trainer_step {
   }
   int num_ranks() const { return ep_ ? ep_->num_ranks() : 1; }
 
-  // The manifest's meta; `curve_objects`: the reward curve's segments it names that are not
-  // in the store yet (put before the commit).
+  // The manifest's meta; `curve_objects`: the reward curve's and the timings' segments it
+  // names that are not in the store yet (put before the commit).
   nlohmann::json checkpoint_meta(const std::string& hash,
                                  std::vector<named_object>* curve_objects) {
     nlohmann::json meta{
@@ -1139,6 +1139,7 @@ class grpo_trainer final : public actors::trainer_step {
         // A restore numbers on past every version this run may have announced beyond it.
         {"max_durability_lag", ckpt_->max_lag()}};
     meta.update(checkpointed_curve_.meta(curve_, curve_objects));
+    meta.update(checkpointed_timings_.meta(timings_, curve_objects));
     return meta;
   }
 
@@ -1213,6 +1214,7 @@ class grpo_trainer final : public actors::trainer_step {
     resumed_from_ = m->step;
     std::vector<std::string> curve_warnings;
     curve_ = checkpointed_curve_.restore(*s_->store, m->meta, &curve_warnings);
+    timings_ = checkpointed_timings_.restore(*s_->store, m->meta, &curve_warnings);
     for (const auto& w : curve_warnings) logger("trainer")->warn("resume from {}: {}", prefix, w);
     auto serialized = serialize_params();
     if (!serialized) return serialized.err();
@@ -1260,6 +1262,7 @@ class grpo_trainer final : public actors::trainer_step {
   std::vector<double> episode_step_ms_;
   std::vector<nlohmann::json> curve_, timings_;
   checkpointed_curve checkpointed_curve_{s_->prefix};  // curve_ as the checkpoints carry it
+  checkpointed_curve checkpointed_timings_{s_->prefix, "iteration_timings"};  // and timings_
   std::vector<nlohmann::json> published_;  // each version: bytes, t_publish, via, when readable
   size_t published_dropped_ = 0;           // taken off published_'s front (its cap)
   // Store copies behind the announcement; its writes own what they write.

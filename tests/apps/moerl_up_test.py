@@ -52,7 +52,12 @@ def check_curve_segments(tmp):
     assert "reward_curve" not in meta, sorted(meta)
     segments, tail = meta["reward_curve_segments"], meta["reward_curve_tail"]
     assert len(segments) >= 1 and len(tail) < 50, (len(segments), len(tail))
-    for s in segments:
+    # The iterations' timings ride the same way, one entry behind the curve (a checkpoint is
+    # written before its own iteration's timing is complete).
+    t_segments, t_tail = meta["iteration_timings_segments"], meta["iteration_timings_tail"]
+    assert 50 * len(t_segments) + len(t_tail) == 50 * len(segments) + len(tail) - 1, \
+        (len(t_segments), len(t_tail), len(segments), len(tail))
+    for s in segments + t_segments:
         path = os.path.join(tmp, "moerl-data", s["key"])
         assert hashlib.sha256(open(path, "rb").read()).hexdigest() == s["sha256"], s
 
@@ -104,6 +109,9 @@ def main(moerl):
         # The resumed run carries the checkpoint's curve and continues its version numbers.
         assert versions[:resumable] == list(range(1, resumable + 1)), versions[:5]
         assert versions[-1] > resumable, versions[-1]
+        # And its iterations' timings, up to the one the checkpoint was written in.
+        timed = [t["iteration"] for t in rep2["iterations"]]
+        assert timed[:resumable - 1] == list(range(1, resumable)), timed[:5]
         resumed = [p["mean_reward"] for p in rep2["reward_curve"][resumable:]]
         print(f"resumed at version {resumable}: mean reward {sum(resumed) / len(resumed):.3f}")
         # It continues from the trained weights, not from scratch.

@@ -109,6 +109,32 @@ TEST_F(checkpointed_curve_test, a_checkpoint_written_before_segments_resumes_its
   EXPECT_EQ(w.size(), 1u) << "its full segment goes to the store at the next checkpoint";
 }
 
+TEST_F(checkpointed_curve_test, a_named_list_rides_beside_the_curve_in_its_own_fields_and_folder) {
+  // The iterations' timings: a second list in the same manifest, neither list's fields or
+  // segments mixed with the other's.
+  checkpointed_curve curve("run"), timings("run", "iteration_timings");
+  std::vector<named_object> w;
+  json meta = curve.meta(curve_of(kCurveSegmentEntries + 2), &w);
+  meta.update(timings.meta(curve_of(kCurveSegmentEntries + 1), &w));
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].key.rfind("run/reward-curve/000000000000-", 0), 0u) << w[0].key;
+  EXPECT_EQ(w[1].key.rfind("run/iteration-timings/000000000000-", 0), 0u) << w[1].key;
+  EXPECT_EQ(meta["reward_curve_tail"].size(), 2u);
+  EXPECT_EQ(meta["iteration_timings_tail"].size(), 1u);
+  for (const auto& o : w) ASSERT_TRUE(store_->put(o.key, o.bytes).ok()) << o.key;
+
+  checkpointed_curve back_curve("run"), back_timings("run", "iteration_timings");
+  std::vector<std::string> warnings;
+  EXPECT_EQ(json(back_timings.restore(*store_, meta, &warnings)),
+            json(curve_of(kCurveSegmentEntries + 1)));
+  EXPECT_EQ(json(back_curve.restore(*store_, meta, &warnings)),
+            json(curve_of(kCurveSegmentEntries + 2)));
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  // A checkpoint written before the timings were carried resumes with none, and no warning.
+  EXPECT_TRUE(back_timings.restore(*store_, json{{"reward_curve", curve_of(3)}}, &warnings).empty());
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+}
+
 TEST_F(checkpointed_curve_test, a_damaged_segment_costs_its_entries_and_is_named) {
   const auto curve = curve_of(3 * kCurveSegmentEntries + 2);
   std::vector<named_object> w;
