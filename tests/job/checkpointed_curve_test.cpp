@@ -131,7 +131,8 @@ TEST_F(checkpointed_curve_test, a_named_list_rides_beside_the_curve_in_its_own_f
             json(curve_of(kCurveSegmentEntries + 2)));
   EXPECT_TRUE(warnings.empty()) << warnings.front();
   // A checkpoint written before the timings were carried resumes with none, and no warning.
-  EXPECT_TRUE(back_timings.restore(*store_, json{{"reward_curve", curve_of(3)}}, &warnings).empty());
+  EXPECT_TRUE(
+      back_timings.restore(*store_, json{{"reward_curve", curve_of(3)}}, &warnings).empty());
   EXPECT_TRUE(warnings.empty()) << warnings.front();
 }
 
