@@ -1,7 +1,7 @@
 // A per-iteration list a checkpoint carries, so that a resumed run continues it: the reward curve,
 // and the iterations' timings (a restored trainer's report then times the iterations before its
-// restore too; they lived only on a coordinator, lost with it when it restarted). The curve grows by
-// one entry a step and a checkpoint is written every few steps: carried whole in each
+// restore too; they lived only on a coordinator, lost with it when it restarted). The curve grows
+// by one entry a step and a checkpoint is written every few steps: carried whole in each
 // checkpoint's manifest, its bytes over a run grew with the square of the run's length (~136 KB
 // of JSON per manifest at 800 iterations, every other version). Instead the curve goes to the
 // store in segments of kCurveSegmentEntries entries, each written once, named by its content

@@ -89,9 +89,16 @@ def run_up(binary, iterations, sets, scratch):
     rep = json.load(open(report))
     curve = rep["reward_curve"]
     ends = {it["iteration"]: it["end_unix_ms"] for it in rep["iterations"]}
+    # The steady pace: ms per iteration from the first fifth's end (start-up and the first,
+    # longer generations left out) to the last.
+    times = sorted(ends.values())
+    skip = len(times) // 5
+    steady = ((times[-1] - times[skip]) / (len(times) - 1 - skip)
+              if len(times) - 1 - skip > 0 else None)
     i = first_reach([c["mean_reward"] for c in curve], rep["reward_max"])
     reached = curve[i]["iteration"] if i is not None else None
     r.update({"kind": "up", "wall_s": rep["wall_s"], "iteration_at_0.9": reached,
+              "steady_ms_per_iteration": steady,
               "launch_to_0.9_s": (ends[reached] / 1000 - r["launch_unix_s"]
                                   if reached in ends else None),
               "final_reward_10it": statistics.mean(c["mean_reward"] for c in curve[-10:]),

@@ -28,6 +28,7 @@ def test_one_short_pair_writes_both_runs_with_provenance(tmp_path):
     up = next(r for r in j["runs"] if r["kind"] == "up")
     assert up["lost"] == 0 and up["duplicated"] == 0, up
     assert up["steps"] > 0 and 0 <= up["staleness_mean"] <= 1, up
+    assert up["steady_ms_per_iteration"] > 0, up
     assert up["replacements"] >= 0 and up["group_reformations"] >= 0, up
     assert 0 <= up["steps_off_size"] < up["steps"], up
 
