@@ -17,8 +17,14 @@ namespace {
 // Collective immediates (their own endpoint, so their own layout):
 //   bits 31..28 round number mod 16, bits 27..14 ring step, bits 13..0 zero.
 // A rank cannot finish a round before every rank contributed to it (ring), or before every
-// receiver acknowledged it (broadcast), so ranks are at most one round apart and the
-// receive region is double-buffered by round parity; see PROTOCOL.md for the argument.
+// receiver has copied the round's data out (broadcast: receivers acknowledge to the root, and
+// wait for the root's release, sent once every acknowledgement is in), so ranks are at most
+// one round apart and the receive region is double-buffered by round parity.
+// Without the release a receiver finished a broadcast as soon as its own data arrived, and
+// broadcasts from changing roots let a rank run ahead: with 4 ranks and roots 1, 2, 3 in turn
+// (a trainer group's share exchange), rank 3 could write round R+2 into rank 0's slot of
+// round R before rank 0 had copied it, and rank 0 took rank 3's bytes for rank 1's (a
+// 4-member sharded-state test failed once in CI, 7 Dec; collectives_test reproduces it).
 constexpr uint32_t make_imm(uint32_t round, uint32_t step) {
   return ((round % 16) << 28) | (step << 14);
 }
@@ -234,23 +240,34 @@ status collective_group::impl::broadcast_round(char* data, size_t bytes, int roo
   ++round;
   deadline = fabric::now_ns() + cfg.op_timeout_ms * 1000000;
   const size_t parity = round & 1;
-  const uint32_t data_imm = make_imm(round, 0), ack_imm = make_imm(round, 1);
+  const uint32_t data_imm = make_imm(round, 0), ack_imm = make_imm(round, 1),
+                 release_imm = make_imm(round, 2);
+  // Acknowledgements and releases land past the data in the slot (their bytes mean nothing):
+  // a rank is never root and receiver of one round, so the two never meet.
+  const size_t signal_off = parity * half_bytes + cfg.max_bytes;
   if (rank == root) {
     std::memcpy(work.get(), data, bytes);
     for (int peer = 0; peer < n; ++peer)
       if (peer != root)
         if (auto st = write(peer, work.get(), bytes, parity * half_bytes, data_imm); !st) return st;
-    // Acknowledgements keep the root from overwriting a slot a receiver still reads.
-    return wait(ack_imm, n - 1, "broadcast acknowledgements");
+    // Every receiver has copied its data out: the round's slots may be written again.
+    if (auto st = wait(ack_imm, n - 1, "broadcast acknowledgements"); !st) return st;
+    for (int peer = 0; peer < n; ++peer)
+      if (peer != root)
+        if (auto st = t->write(peer, work_reg, work.get(), 8, peer_recv[peer], signal_off,
+                               release_imm, deadline);
+            !st)
+          return fail(st.err());
+    return wait(release_imm, 0, "broadcast release writes");
   }
   if (auto st = wait(data_imm, chunks(bytes), "broadcast data"); !st) return st;
   std::memcpy(data, recv.get() + parity * half_bytes, bytes);
-  // The acknowledgement lands past the data in the root's slot; its bytes mean nothing.
-  if (auto st = t->write(root, work_reg, work.get(), 8, peer_recv[root],
-                         parity * half_bytes + cfg.max_bytes, ack_imm, deadline);
+  if (auto st =
+          t->write(root, work_reg, work.get(), 8, peer_recv[root], signal_off, ack_imm, deadline);
       !st)
     return fail(st.err());
-  return wait(ack_imm, 0, "acknowledgement write");
+  // Not done until every receiver is: the next round (any root) may write into our slots.
+  return wait(release_imm, 1, "broadcast release");
 }
 
 status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dtype,

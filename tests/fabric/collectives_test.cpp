@@ -3,7 +3,9 @@
 // through the reorder shim; a rank that never joins makes the others fail, not hang.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "fabric/collectives.h"
 #include "kernels/dtypes.h"
@@ -97,6 +99,44 @@ INSTANTIATE_TEST_SUITE_P(providers, collectives,
                                   (info.param.shim ? "_shim_" : "_") +
                                   std::to_string(info.param.ranks) + "ranks";
                          });
+
+// One-round broadcasts from changing roots (a trainer group's share exchange: roots 1, 2, 3)
+// while rank 0 comes late: no rank may write a round into rank 0's slot before rank 0 has
+// copied the round that used it before. Before the release step (7 Dec), ranks 2 and 3 ran
+// ahead as soon as their own data arrived, rank 3's round R+2 landed in rank 0's slot of round
+// R, and rank 0 took rank 3's bytes for rank 1's.
+TEST(collectives, one_round_broadcasts_from_changing_roots_wait_for_a_late_rank) {
+  for (const char* provider : {"shm", "tcp"}) {
+    auto report = launch_processes(
+        4,
+        [&](bootstrap& b) {
+          auto g = collective_group::create(topts({provider, false, 4}, b.rank()), b,
+                                            all_members(b), small_rounds());
+          if (!g) return 1;
+          const int r = (*g)->rank();
+          for (int pass = 0; pass < 3; ++pass) {
+            if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            for (int root = 1; root < 4; ++root) {
+              std::vector<char> data(4000);  // one round (max_bytes 8192)
+              for (size_t i = 0; i < data.size(); ++i)
+                data[i] = static_cast<char>(r == root ? (i * 7 + root * 31 + pass) : 0);
+              if (auto st = (*g)->broadcast(data.data(), data.size(), root); !st) return 2;
+              for (size_t i = 0; i < data.size(); ++i)
+                if (data[i] != static_cast<char>(i * 7 + root * 31 + pass)) {
+                  std::fprintf(stderr, "rank %d, pass %d: root %d's broadcast has other bytes\n", r,
+                               pass, root);
+                  return 3;
+                }
+            }
+          }
+          return b.allgather(all_members(b), "", 20000).ok() ? 0 : 4;
+        },
+        60000);
+    ASSERT_TRUE(report.ok()) << report.err().to_string();
+    for (size_t r = 0; r < report->exit_codes.size(); ++r)
+      EXPECT_EQ(report->exit_codes[r], 0) << provider << ", rank " << r;
+  }
+}
 
 TEST(collectives_faults, a_rank_that_never_joins_the_all_reduce_makes_the_others_fail) {
   auto report = launch_threads(3, [&](bootstrap& b) {
