@@ -254,18 +254,12 @@ status collective_group::impl::broadcast_round(char* data, size_t bytes, int roo
     if (auto st = wait(ack_imm, n - 1, "broadcast acknowledgements"); !st) return st;
     for (int peer = 0; peer < n; ++peer)
       if (peer != root)
-        if (auto st = t->write(peer, work_reg, work.get(), 8, peer_recv[peer], signal_off,
-                               release_imm, deadline);
-            !st)
-          return fail(st.err());
+        if (auto st = write(peer, work.get(), 8, signal_off, release_imm); !st) return st;
     return wait(release_imm, 0, "broadcast release writes");
   }
   if (auto st = wait(data_imm, chunks(bytes), "broadcast data"); !st) return st;
   std::memcpy(data, recv.get() + parity * half_bytes, bytes);
-  if (auto st =
-          t->write(root, work_reg, work.get(), 8, peer_recv[root], signal_off, ack_imm, deadline);
-      !st)
-    return fail(st.err());
+  if (auto st = write(root, work.get(), 8, signal_off, ack_imm); !st) return st;
   // Not done until every receiver is: the next round (any root) may write into our slots.
   return wait(release_imm, 1, "broadcast release");
 }
