@@ -18,7 +18,8 @@ namespace {
 //   bits 31..28 round number mod 16, bits 27..14 ring step, bits 13..0 zero.
 // A rank cannot finish a round before every rank contributed to it (ring), or before every
 // receiver has copied the round's data out (broadcast: receivers acknowledge to the root, and
-// wait for the root's release, sent once every acknowledgement is in), so ranks are at most
+// wait for the root's release, sent once every acknowledgement is in; gather: senders wait for
+// the root's release, sent once it has copied every sender's data), so ranks are at most
 // one round apart and the receive region is double-buffered by round parity.
 // Without the release a receiver finished a broadcast as soon as its own data arrived, and
 // broadcasts from changing roots let a rank run ahead: with 4 ranks and roots 1, 2, 3 in turn
@@ -115,6 +116,8 @@ struct collective_group::impl {
 
   status ring_round(char* data, size_t count, coll_dtype dt);
   status broadcast_round(char* data, size_t bytes, int root);
+  status gather_round(const char* data, size_t bytes, char* out, size_t out_stride, int root);
+  status release(int root, size_t parity, uint32_t release_imm);
 };
 
 result<std::unique_ptr<collective_group>> collective_group::create(const transport_options& topt,
@@ -242,8 +245,7 @@ status collective_group::impl::broadcast_round(char* data, size_t bytes, int roo
   const size_t parity = round & 1;
   const uint32_t data_imm = make_imm(round, 0), ack_imm = make_imm(round, 1),
                  release_imm = make_imm(round, 2);
-  // Acknowledgements and releases land past the data in the slot (their bytes mean nothing):
-  // a rank is never root and receiver of one round, so the two never meet.
+  // Acknowledgements land past the data in the slot, as releases do (release()).
   const size_t signal_off = parity * half_bytes + cfg.max_bytes;
   if (rank == root) {
     std::memcpy(work.get(), data, bytes);
@@ -252,16 +254,47 @@ status collective_group::impl::broadcast_round(char* data, size_t bytes, int roo
         if (auto st = write(peer, work.get(), bytes, parity * half_bytes, data_imm); !st) return st;
     // Every receiver has copied its data out: the round's slots may be written again.
     if (auto st = wait(ack_imm, n - 1, "broadcast acknowledgements"); !st) return st;
-    for (int peer = 0; peer < n; ++peer)
-      if (peer != root)
-        if (auto st = write(peer, work.get(), 8, signal_off, release_imm); !st) return st;
-    return wait(release_imm, 0, "broadcast release writes");
+    return release(root, parity, release_imm);
   }
   if (auto st = wait(data_imm, chunks(bytes), "broadcast data"); !st) return st;
   std::memcpy(data, recv.get() + parity * half_bytes, bytes);
   if (auto st = write(root, work.get(), 8, signal_off, ack_imm); !st) return st;
   // Not done until every receiver is: the next round (any root) may write into our slots.
   return wait(release_imm, 1, "broadcast release");
+}
+
+// The root tells every other rank that the round's slots may be written again. Releases land
+// past the data in the slot (their bytes mean nothing): a rank is never root and receiver of
+// one round, so the two never meet.
+status collective_group::impl::release(int root, size_t parity, uint32_t release_imm) {
+  for (int peer = 0; peer < n; ++peer)
+    if (peer != root)
+      if (auto st = write(peer, work.get(), 8, parity * half_bytes + cfg.max_bytes, release_imm);
+          !st)
+        return st;
+  return wait(release_imm, 0, "release writes");
+}
+
+// Rank r writes its `bytes` to the root's slot r; the root copies each to out + r * out_stride
+// and releases the senders (without it a sender could write round R+2 into a slot of round R
+// that the root has not copied yet: a gather's senders need not wait for anything else).
+status collective_group::impl::gather_round(const char* data, size_t bytes, char* out,
+                                            size_t out_stride, int root) {
+  ++round;
+  deadline = fabric::now_ns() + cfg.op_timeout_ms * 1000000;
+  const size_t parity = round & 1;
+  const uint32_t data_imm = make_imm(round, 0), release_imm = make_imm(round, 2);
+  if (rank != root) {
+    std::memcpy(work.get(), data, bytes);
+    if (auto st = write(root, work.get(), bytes, parity * half_bytes + rank * bytes, data_imm); !st)
+      return st;
+    return wait(release_imm, 1, "gather release");
+  }
+  if (auto st = wait(data_imm, (n - 1) * chunks(bytes), "gather data"); !st) return st;
+  for (int peer = 0; peer < n; ++peer)
+    std::memcpy(out + peer * out_stride,
+                peer == root ? data : recv.get() + parity * half_bytes + peer * bytes, bytes);
+  return release(root, parity, release_imm);
 }
 
 status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dtype,
@@ -314,6 +347,37 @@ status collective_group::broadcast(void* data, size_t bytes, int root, memory_ki
   auto* b = static_cast<char*>(data);
   for (size_t off = 0; off < bytes; off += p.cfg.max_bytes)
     if (auto st = p.broadcast_round(b + off, std::min(p.cfg.max_bytes, bytes - off), root); !st)
+      return st;
+  return {};
+}
+
+status collective_group::gather(const void* data, size_t bytes, void* out, int root) {
+  impl& p = *impl_;
+  if (p.is_broken)
+    return error{p.broken.code,
+                 "collective group unusable after earlier error: " + p.broken.message};
+  if (root < 0 || root >= p.n)
+    return error{errc::invalid_argument,
+                 "gather: root " + std::to_string(root) + " outside the group"};
+  if (bytes > 0 && (!data || (p.rank == root && !out)))
+    return error{errc::invalid_argument, "gather: null data, or null out on the root"};
+  // Every rank's piece of a round sits in one parity of the root's receive region.
+  const size_t piece = p.cfg.max_bytes / static_cast<size_t>(p.n);
+  if (bytes > 0 && piece == 0)
+    return error{errc::invalid_argument, "gather: " + std::to_string(p.n) +
+                                             " ranks do not fit collective max_bytes " +
+                                             std::to_string(p.cfg.max_bytes)};
+  p.backend = "ring-libfabric";
+  if (p.n == 1) {
+    if (bytes > 0) std::memcpy(out, data, bytes);
+    return {};
+  }
+  const auto* in = static_cast<const char*>(data);
+  auto* o = static_cast<char*>(out);
+  for (size_t off = 0; off < bytes; off += piece)
+    if (auto st = p.gather_round(in + off, std::min(piece, bytes - off), o ? o + off : nullptr,
+                                 bytes, root);
+        !st)
       return st;
   return {};
 }

@@ -1,8 +1,8 @@
 // Dense collectives for trainer groups: all-reduce (sum; fp32, bf16) and broadcast, one API
 // over two back-ends. Buffers on a GPU go through NCCL (built when MOERL_HAVE_NCCL); host
 // buffers go through a CPU path over libfabric: a ring all-reduce (reduce-scatter then
-// all-gather) and a direct broadcast from the root, both completed by counting CQ-data
-// immediates like the EP layer (fabric/PROTOCOL.md), never by polling bytes.
+// all-gather), a direct broadcast from the root and a direct gather to it, all completed by
+// counting CQ-data immediates like the EP layer (fabric/PROTOCOL.md), never by polling bytes.
 //
 // Threading: one thread per rank calls into its group; every rank calls the same
 // collectives in the same order with the same sizes. A failure (timeout, dead peer)
@@ -55,6 +55,10 @@ class collective_group {
                         memory_kind where = memory_kind::host);
   // data[bytes] of rank `root` (group rank) is copied to every rank.
   status broadcast(void* data, size_t bytes, int root, memory_kind where = memory_kind::host);
+  // Every rank's data[bytes] lands at out[rank * bytes] on rank `root` (out holds n * bytes
+  // there; other ranks may pass null). One round per max_bytes / n bytes a rank, where n-1
+  // broadcasts would take n-1 rounds of n-1 writes each. Host buffers only.
+  status gather(const void* data, size_t bytes, void* out, int root);
 
  private:
   struct impl;

@@ -540,26 +540,25 @@ result<std::vector<std::vector<float>>> ep_trainer::impl::exchange_shares_on_fab
     }
     // Only the expert tensors differ between ranks: the dense ones are equal after the
     // all-reduce, and serialize() takes them from rank 0 anyway. And only rank 0 keeps what
-    // arrives. So each rank from 1 on broadcasts its expert floats alone, and rank 0 puts
-    // them into a copy of its own share (whose dense tensors are the same).
+    // arrives. So every rank's expert floats are gathered to rank 0 in one round (it was n-1
+    // broadcasts, each a round trip to every rank), and rank 0 puts each rank's into a copy of
+    // its own share (whose dense tensors are the same).
     const auto& own = ctx.policy->params();
-    if (ctx.rank == 0) mine[0] = own;
     std::vector<float> expert_floats(num_experts);
-    for (int root = 1; root < n; ++root) {
-      if (root == ctx.rank) {
-        float* out = expert_floats.data();
-        for (const auto& [off, len] : experts) out = std::copy_n(own.data() + off, len, out);
-      }
-      if (auto b = ctx.dense->broadcast(expert_floats.data(), expert_floats.size() * sizeof(float),
-                                        root);
-          !b)
-        return error{b.err().code, "expert parameters of rank " + std::to_string(root) +
-                                       " over the fabric: " + b.err().message};
-      if (ctx.rank != 0) continue;
-      mine[root] = own;
-      const float* in = expert_floats.data();
+    float* out = expert_floats.data();
+    for (const auto& [off, len] : experts) out = std::copy_n(own.data() + off, len, out);
+    std::vector<float> all(ctx.rank == 0 ? num_experts * static_cast<size_t>(n) : 0);
+    if (auto g = ctx.dense->gather(expert_floats.data(), expert_floats.size() * sizeof(float),
+                                   all.data(), 0);
+        !g)
+      return error{g.err().code, "expert parameters to rank 0 over the fabric: " + g.err().message};
+    if (ctx.rank != 0) return ok_status();
+    mine[0] = own;
+    for (int from = 1; from < n; ++from) {
+      mine[from] = own;
+      const float* in = all.data() + static_cast<size_t>(from) * num_experts;
       for (const auto& [off, len] : experts) {
-        std::copy_n(in, len, mine[root].data() + off);
+        std::copy_n(in, len, mine[from].data() + off);
         in += len;
       }
     }

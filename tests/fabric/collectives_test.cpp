@@ -1,4 +1,4 @@
-// Dense collectives over libfabric: ring all-reduce (fp32, bf16) and broadcast with sizes
+// Dense collectives over libfabric: ring all-reduce (fp32, bf16), broadcast and gather with sizes
 // that do not divide by the rank count and that need several rounds, over shm and tcp,
 // through the reorder shim; a rank that never joins makes the others fail, not hang.
 #include <gtest/gtest.h>
@@ -72,8 +72,24 @@ int run_collectives(bootstrap& b, const coll_case& c) {
     for (size_t i = 0; i < data.size(); ++i)
       if (data[i] != static_cast<char>(i * 13 + root)) return 7;
   }
+  for (int root = 0; root < n; ++root) {
+    // 5003 bytes a rank: three rounds (max_bytes 8192 over at most 4 ranks), the last short.
+    std::vector<char> mine(5003), all(r == root ? mine.size() * n : 0);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<char>(i * 11 + r * 3 + root);
+    if (auto st = (*g)->gather(mine.data(), mine.size(), r == root ? all.data() : nullptr, root);
+        !st) {
+      std::fprintf(stderr, "gather: %s\n", st.err().to_string().c_str());
+      return 11;
+    }
+    for (size_t i = 0; i < all.size(); ++i) {
+      const size_t from = i / mine.size(), at = i % mine.size();
+      if (all[i] != static_cast<char>(at * 11 + from * 3 + root)) return 12;
+    }
+  }
   if (auto st = (*g)->broadcast(nullptr, 0, n); st || st.err().code != errc::invalid_argument)
     return 8;
+  if (auto st = (*g)->gather("x", 1, nullptr, r); st || st.err().code != errc::invalid_argument)
+    return 13;
   if (auto st = (*g)->all_reduce_sum(nullptr, 0, coll_dtype::fp32, memory_kind::cuda); st) return 9;
   if (auto done = b.allgather(all_members(b), "", 20000); !done) return 10;
   return 0;
@@ -81,7 +97,7 @@ int run_collectives(bootstrap& b, const coll_case& c) {
 
 class collectives : public ::testing::TestWithParam<coll_case> {};
 
-TEST_P(collectives, all_reduce_and_broadcast_give_every_rank_the_exact_result) {
+TEST_P(collectives, all_reduce_broadcast_and_gather_give_the_exact_result) {
   const coll_case c = GetParam();
   auto report = launch_processes(
       c.ranks, [&](bootstrap& b) { return run_collectives(b, c); }, 120000);
@@ -105,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(providers, collectives,
 // copied the round that used it before. Before the release step (7 Dec), ranks 2 and 3 ran
 // ahead as soon as their own data arrived, rank 3's round R+2 landed in rank 0's slot of round
 // R, and rank 0 took rank 3's bytes for rank 1's.
-TEST(collectives, one_round_broadcasts_from_changing_roots_wait_for_a_late_rank) {
+TEST(collectives, one_round_broadcasts_and_gathers_wait_for_a_late_rank) {
   for (const char* provider : {"shm", "tcp"}) {
     auto report = launch_processes(
         4,
@@ -127,6 +143,25 @@ TEST(collectives, one_round_broadcasts_from_changing_roots_wait_for_a_late_rank)
                                pass, root);
                   return 3;
                 }
+            }
+          }
+          // Gathers to the late rank 0 back to back (a trainer group's share exchange since
+          // 8 Dec): a sender may not write the next round but one before rank 0 copied out.
+          for (int pass = 0; pass < 3; ++pass) {
+            if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            for (int round = 0; round < 3; ++round) {
+              std::vector<char> mine(2000), all(r == 0 ? 4 * mine.size() : 0);  // one round
+              for (size_t i = 0; i < mine.size(); ++i)
+                mine[i] = static_cast<char>(i * 5 + r * 17 + pass * 3 + round);
+              if (auto st = (*g)->gather(mine.data(), mine.size(), all.data(), 0); !st) return 5;
+              for (size_t i = 0; i < all.size(); ++i) {
+                const size_t from = i / mine.size(), at = i % mine.size();
+                if (all[i] != static_cast<char>(at * 5 + from * 17 + pass * 3 + round)) {
+                  std::fprintf(stderr, "pass %d, round %d: rank %zu's gathered bytes differ\n",
+                               pass, round, from);
+                  return 6;
+                }
+              }
             }
           }
           return b.allgather(all_members(b), "", 20000).ok() ? 0 : 4;
