@@ -146,7 +146,7 @@ TEST(collectives, one_round_broadcasts_and_gathers_wait_for_a_late_rank) {
             }
           }
           // Gathers to the late rank 0 back to back (a trainer group's share exchange since
-          // 8 Dec): a sender may not write the next round but one before rank 0 copied out.
+          // 7 Dec): a sender may not write the next round but one before rank 0 copied out.
           for (int pass = 0; pass < 3; ++pass) {
             if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
             for (int round = 0; round < 3; ++round) {
