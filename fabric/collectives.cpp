@@ -69,6 +69,15 @@ struct collective_group::impl {
     }
     return e;
   }
+  // A call may go ahead: the group is not broken and `root` is one of its ranks.
+  status callable(const char* op, int root) const {
+    if (is_broken)
+      return error{broken.code, "collective group unusable after earlier error: " + broken.message};
+    if (root < 0 || root >= n)
+      return error{errc::invalid_argument,
+                   std::string(op) + ": root " + std::to_string(root) + " outside the group"};
+    return {};
+  }
   int64_t chunks(size_t bytes) const {
     return bytes == 0 ? 0 : static_cast<int64_t>((bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes);
   }
@@ -300,9 +309,7 @@ status collective_group::impl::gather_round(const char* data, size_t bytes, char
 status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dtype,
                                         memory_kind where) {
   impl& p = *impl_;
-  if (p.is_broken)
-    return error{p.broken.code,
-                 "collective group unusable after earlier error: " + p.broken.message};
+  if (auto st = p.callable("all_reduce_sum", 0); !st) return st;
   if (count > 0 && !data) return error{errc::invalid_argument, "all_reduce_sum: null data"};
   if (where == memory_kind::cuda) {
     if (!p.nccl)
@@ -326,12 +333,7 @@ status collective_group::all_reduce_sum(void* data, size_t count, coll_dtype dty
 
 status collective_group::broadcast(void* data, size_t bytes, int root, memory_kind where) {
   impl& p = *impl_;
-  if (p.is_broken)
-    return error{p.broken.code,
-                 "collective group unusable after earlier error: " + p.broken.message};
-  if (root < 0 || root >= p.n)
-    return error{errc::invalid_argument,
-                 "broadcast: root " + std::to_string(root) + " outside the group"};
+  if (auto st = p.callable("broadcast", root); !st) return st;
   if (bytes > 0 && !data) return error{errc::invalid_argument, "broadcast: null data"};
   if (where == memory_kind::cuda) {
     if (!p.nccl)
@@ -353,12 +355,7 @@ status collective_group::broadcast(void* data, size_t bytes, int root, memory_ki
 
 status collective_group::gather(const void* data, size_t bytes, void* out, int root) {
   impl& p = *impl_;
-  if (p.is_broken)
-    return error{p.broken.code,
-                 "collective group unusable after earlier error: " + p.broken.message};
-  if (root < 0 || root >= p.n)
-    return error{errc::invalid_argument,
-                 "gather: root " + std::to_string(root) + " outside the group"};
+  if (auto st = p.callable("gather", root); !st) return st;
   if (bytes > 0 && (!data || (p.rank == root && !out)))
     return error{errc::invalid_argument, "gather: null data, or null out on the root"};
   // Every rank's piece of a round sits in one parity of the root's receive region.
