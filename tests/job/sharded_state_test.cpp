@@ -11,6 +11,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <random>
@@ -134,9 +135,8 @@ void run_group(int num_members) {
         // Which of the two differs, and where (a CI run on 7 Dec saw 18 once for 4 members and
         // did not repeat in 9 runs here: the next one says more).
         auto first_difference = [](const std::string& a, const std::string& b) {
-          size_t i = 0;
-          while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-          return i;
+          return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first -
+                                     a.begin());
         };
         auto params_back = t.serialize();
         auto adam_back = t.serialize_adam();
