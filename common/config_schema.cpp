@@ -427,7 +427,7 @@ const std::vector<key_spec>& config_schema() {
        "below it: a checkpoint then has versions to be written in before the trainer waits "
        "for it",
        "", r::at_least(0)},
-      {"job.max_durability_lag", t::integer, "4",
+      {"job.max_durability_lag", t::integer, "16",
        "policy versions the trainer may announce beyond its newest committed checkpoint (written "
        "in the background); when reached, the trainer waits for the store (0: every version is "
        "committed before it is announced)",

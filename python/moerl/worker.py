@@ -710,7 +710,7 @@ class Trainer:
 
     def checkpoint_due(self) -> bool:
         """Whether the newest published version is one the job checkpoints: every
-        ``job.checkpoint_interval``-th (by default every other), as moerl's own trainer does.
+        ``job.checkpoint_interval``-th (by default every 8th), as moerl's own trainer does.
         Calling ``checkpoint()`` only then keeps the store's writes off the other versions; a
         checkpoint of any version is still written when asked for. The same on every rank."""
         return self.checkpoint_interval <= 1 or self.version % self.checkpoint_interval == 0

@@ -37,6 +37,10 @@ import threading
 import time
 
 # A small GRPO job: a tiny policy, a few short iterations.
+# The cases that kill trainer-0 a few iterations in and check that it resumed from a
+# checkpoint (check_resumed): a checkpoint every other version (job.max_durability_lag 4)
+# rather than the default every 8th (lag 16), so one is committed before the kill.
+EARLY_CHECKPOINTS = ["--set", "job.max_durability_lag=4"]
 SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
          "--set", "grpo.prompts_per_iteration=8"]
 BOUND_S = 240  # liveness bound of every wait
@@ -241,9 +245,9 @@ def check_resumed(rep, iterations):
     reaches one step per iteration's worth of trained samples (all `iterations` unless whole
     iterations' groups were dropped stale under load: seen once in 4, 512 of 7680 samples; a
     merged last step may leave one short). Checkpoints trail the announced versions by up to
-    job.max_durability_lag (default 4): a resume from checkpoint c announces its state as
-    c + lag + 1 and steps on from there (job/README.md, "Checkpoints"), so the curve may skip
-    up to lag + 1 numbers there, never go back."""
+    job.max_durability_lag (4, EARLY_CHECKPOINTS): a resume from checkpoint c announces its
+    state as c + lag + 1 and steps on from there (job/README.md, "Checkpoints"), so the curve
+    may skip up to lag + 1 numbers there, never go back."""
     versions = [p["iteration"] for p in rep["reward_curve"]]
     lag = 4
     assert versions and versions[0] == 1, versions
@@ -273,7 +277,8 @@ def in_turn(moerl, tmp):
     # The reward node's loss does not stall the job (rollouts score locally meanwhile), so the
     # run must outlast its replacement and the coordinator's kill after it: at ~45 ms an
     # iteration (5 Dec) a 60-iteration run ended before the coordinator was killed.
-    run = up_run(moerl, tmp, "in-turn", "--no-interrupt", "--iterations", "300")
+    run = up_run(moerl, tmp, "in-turn", "--no-interrupt", "--iterations", "300",
+                 *EARLY_CHECKPOINTS)
     i = run.wait_iteration(3)
     run.kill("trainer-0", signal.SIGKILL)
     i, _ = run.wait_line(r">>> recreated trainer-0 ", i)
@@ -321,7 +326,8 @@ def trainer_handed(moerl, tmp):
     trainer group's rank 0, the consumer that pulls and holds the batches). They are not
     lost: the recreated trainer (a new incarnation of the same consumer) is served them again
     (or they are dropped as trainer_lost_stale), and the run trains everything it committed."""
-    run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100")
+    run = up_run(moerl, tmp, "trainer-handed", "--no-interrupt", "--iterations", "100",
+                 *EARLY_CHECKPOINTS)
     i = run.wait_iteration(2)
     # The coordinator shows groups handed to the trainer and not yet confirmed.
     handed = run.stop_while_holding("trainer-0")
@@ -340,6 +346,7 @@ def trainer_lost(moerl, tmp):
     consumer lost to the shards, and the groups handed to it go back to buffered long before
     any successor asks (before the recreation); then the recreated trainer finishes the run."""
     run = up_run(moerl, tmp, "trainer-lost", "--no-interrupt", "--iterations", "200",
+                 *EARLY_CHECKPOINTS,
                  "--set", "cluster.restart_delay_ms=30000",
                  "--set", "cluster.restart_backoff_max_ms=30000")
     i = run.wait_iteration(2)

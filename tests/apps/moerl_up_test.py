@@ -80,9 +80,9 @@ def main(moerl):
             (rep["reward_curve"], rep["accounting"])
         print(f"{len(curve)} steps for {ITERATIONS} iterations, {partial} of them short (flushes)")
         last_version = rep["reward_curve"][-1]["iteration"]
-        # job.checkpoint_interval's default: every other version (half of the default
-        # job.max_durability_lag, 4) is checkpointed; the newest is kept.
-        resumable = last_version - last_version % 2
+        # job.checkpoint_interval's default: every 8th version (half of the default
+        # job.max_durability_lag, 16) is checkpointed; the newest is kept.
+        resumable = last_version - last_version % 8
         assert rep["task"] == "sort" and rep["reward_max"] == 1.0
         for it in rep["iterations"]:
             for k in ("iteration", "t_buffer", "t_train", "t_weights", "t_checkpoint", "t_generate", "t_reward"):
