@@ -38,20 +38,29 @@ status write_all(int fd, const std::string& bytes, const std::string& path) {
   return ok_status();
 }
 
+// mkdir -p of a key's directories under the root; EEXIST from a concurrent creator is fine.
+// False with the failing mkdir's errno: ENOENT when a concurrent remove() took a directory
+// above the one being made away in between.
+bool make_key_dirs(const std::string& root, const std::string& key) {
+  for (size_t pos = key.find('/'); pos != std::string::npos; pos = key.find('/', pos + 1)) {
+    const std::string dir = root + "/" + key.substr(0, pos);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
 // open(2) of a file in a key's directory, creating the directories only when they are
 // missing (a store's writes mostly go to directories that exist: one open instead of a mkdir
 // per path segment, which the coordinator's journal paid on every append). A directory
-// removed by a concurrent remove() between mkdir and open is made again (a few tries).
+// removed by a concurrent remove() while they are made, or between mkdir and open, is made
+// again (a few tries; a missing parent failed a put outright before, 1 in ~60 runs of
+// local_store_test's churn case under load). Another failure returns -1 with the errno of
+// the mkdir or open, which the caller reports as the open's.
 int open_in_key_dir(const std::string& root, const std::string& key, const std::string& path,
                     int flags, mode_t mode) {
   int fd = ::open(path.c_str(), flags, mode);
-  for (int tries = 0; fd == -1 && errno == ENOENT && tries < 3; ++tries) {
-    // mkdir -p; EEXIST from a concurrent creator is fine. A failure returns -1 with the
-    // mkdir's errno, which the caller reports as the open's.
-    for (size_t pos = key.find('/'); pos != std::string::npos; pos = key.find('/', pos + 1)) {
-      const std::string dir = root + "/" + key.substr(0, pos);
-      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return -1;
-    }
+  for (int tries = 0; fd == -1 && errno == ENOENT && tries < 8; ++tries) {
+    if (!make_key_dirs(root, key)) continue;  // ENOENT tries again; anything else ends the loop
     fd = ::open(path.c_str(), flags, mode);
   }
   return fd;
@@ -121,13 +130,16 @@ status local_store::put_file(const std::string& key, const std::string& bytes, b
   const std::string temp = dir + "/" + temp_name();
 
   fd_guard f;
+  int open_errno = 0;
   status st = [&]() -> status {
-    POSIX_CHECK(
-        f.fd = open_in_key_dir(root_, key, temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644),
-        "creating " + temp);
+    f.fd = open_in_key_dir(root_, key, temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    open_errno = f.fd == -1 ? errno : 0;
+    POSIX_CHECK(f.fd, "creating " + temp);
     return ok_status();
   }();
-  if (!st && st.err().code == errc::not_found)
+  // ENOTDIR only: ENOENT after open_in_key_dir's tries means the directories kept vanishing
+  // under concurrent removals, which the open's own error says.
+  if (!st && open_errno == ENOTDIR)
     return error(errc::io_error, "cannot put '" + key + "' in " + describe() +
                                      ": a leading part of the key is an existing object (a "
                                      "directory cannot hold both 'a' and 'a/b')");

@@ -7,8 +7,10 @@ pairs (the order flips every pair, so a load trend hits both), and writes one JS
 provenance: per run the time from launch to the first 10-iteration mean reward >= 90% of the
 task's maximum, that iteration, wall time, CPU seconds of the whole process tree (user and
 system, from the children's rusage: `moerl up` waits for its nodes, so theirs count), and the
-load average before and after; per pair the ratio up/learn of the time to 0.9. Quote the
-ratios only from a quiet machine (the load averages are in the file to check).
+load average before and after; per pair the ratio up/learn of the time to 0.9, and the ratio
+of their milliseconds an iteration (up's steady pace against learn's mean): the speed half of
+the first ratio, apart from where each run's reward crossed 0.9. Quote the ratios only from a
+quiet machine (the load averages are in the file to check).
 
   bench/job_ep/up_vs_learn.py [--pairs 3] [--iterations 800] [--out FILE] [--set KEY=VALUE ...]
 """
@@ -64,6 +66,8 @@ def run_learn(binary, iterations, sets, scratch):
     startup = r["elapsed_s"] - rep["wall_s"]
     reach = rep["seconds_to_90pct_10it_mean"]
     r.update({"kind": "learn", "wall_s": rep["wall_s"],
+              # learn's iterations take the same time from the first (no start-up ramp).
+              "ms_per_iteration": 1000.0 * rep["wall_s"] / max(len(rep["iterations"]), 1),
               "iteration_at_0.9": rep["first_iteration_at_90pct_10it_mean"] if reach >= 0 else None,
               "launch_to_0.9_s": startup + reach if reach >= 0 else None,
               "final_reward_10it": statistics.mean(
@@ -131,7 +135,7 @@ def main():
     sets = [x for kv in a.set for x in ("--set", kv)]
     version = json.loads(subprocess.run([a.binary, "version", "--json"], capture_output=True,
                                         text=True, check=True).stdout)
-    runs, ratios = [], []
+    runs, ratios, pace_ratios = [], [], []
     with tempfile.TemporaryDirectory(prefix="moerl-up-vs-learn-") as scratch:
         for p in range(a.pairs):
             order = (run_learn, run_up) if p % 2 == 0 else (run_up, run_learn)
@@ -145,6 +149,9 @@ def main():
                       f"{r['launch_to_0.9_s'] if r['launch_to_0.9_s'] is None else round(r['launch_to_0.9_s'], 1)} s"
                       f" from launch; wall {r['wall_s']:.1f} s; CPU {r['cpu_user_s']:.1f}+"
                       f"{r['cpu_sys_s']:.1f} s; load {r['load_before']:.1f}", flush=True)
+            if pair["up"]["steady_ms_per_iteration"] and pair["learn"]["ms_per_iteration"]:
+                pace_ratios.append(pair["up"]["steady_ms_per_iteration"] /
+                                   pair["learn"]["ms_per_iteration"])
             if pair["up"]["launch_to_0.9_s"] and pair["learn"]["launch_to_0.9_s"]:
                 ratios.append(pair["up"]["launch_to_0.9_s"] / pair["learn"]["launch_to_0.9_s"])
     out = {"what": "default `moerl up --no-interrupt` against `moerl learn`, alternating pairs: "
@@ -155,11 +162,15 @@ def main():
            "ratio_up_to_learn": {"per_pair": ratios,
                                  "median": statistics.median(ratios) if ratios else None,
                                  "min": min(ratios) if ratios else None,
-                                 "max": max(ratios) if ratios else None}}
+                                 "max": max(ratios) if ratios else None},
+           "ms_per_iteration_ratio_up_to_learn": {
+               "per_pair": pace_ratios,
+               "median": statistics.median(pace_ratios) if pace_ratios else None}}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
-    print(f"up_vs_learn: ratios {[round(r, 2) for r in ratios]}; JSON in {a.out}")
+    print(f"up_vs_learn: ratios {[round(r, 2) for r in ratios]}; per iteration "
+          f"{[round(r, 2) for r in pace_ratios]}; JSON in {a.out}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ def test_one_short_pair_writes_both_runs_with_provenance(tmp_path):
     assert up["lost"] == 0 and up["duplicated"] == 0, up
     assert up["steps"] > 0 and 0 <= up["staleness_mean"] <= 1, up
     assert up["steady_ms_per_iteration"] > 0, up
+    learn = next(r for r in j["runs"] if r["kind"] == "learn")
+    assert learn["ms_per_iteration"] > 0, learn
+    pace = j["ms_per_iteration_ratio_up_to_learn"]["per_pair"]
+    assert pace == [up["steady_ms_per_iteration"] / learn["ms_per_iteration"]], (pace, up, learn)
     assert up["replacements"] >= 0 and up["group_reformations"] >= 0, up
     assert 0 <= up["steps_off_size"] < up["steps"], up
 
