@@ -69,6 +69,28 @@ def api(http, path, token=VIEWER, method="GET", body=None):
         return None, b""
 
 
+def console_call(moerl, console, verb):
+    """One `moerl console` call (traffic for the capture). It gives up on the coordinator by
+    itself after console.timeout_ms (5 s), so one still running after 60 s hangs elsewhere (it
+    did once, in CI beside other tests): its threads' stacks (when gdb is installed) and its
+    output go into the failure."""
+    p = subprocess.Popen([moerl, "console", "--connect", console, verb],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        p.communicate(timeout=60)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    stacks = "(gdb is not installed: no stacks)"
+    if shutil.which("gdb"):
+        stacks = subprocess.run(["gdb", "-batch", "-p", str(p.pid), "-ex", "thread apply all bt"],
+                                capture_output=True, text=True, timeout=120).stdout[-6000:]
+    p.kill()
+    out, err = p.communicate()
+    sys.exit(f"FAIL: `moerl console {verb}` still running after 60 s\nstdout: {out[-2000:]}\n"
+             f"stderr: {err[-2000:]}\nstacks:\n{stacks}")
+
+
 def status(http):
     code, raw = api(http, "/api/v1/status")
     return json.loads(raw) if code == 200 else None
@@ -359,8 +381,7 @@ def main():
         wait_for("iteration 3", lambda: run.find(r"iteration ([3-9]|\d\d+)/"))
         # Traffic of the two consoles, so they are in the capture too.
         for verb in ("status", "nodes", "ledger"):
-            subprocess.run([moerl, "console", "--connect", console, verb], capture_output=True,
-                           timeout=60)
+            console_call(moerl, console, verb)
         for path in ("/api/v1/status", "/api/v1/nodes", "/metrics", "/"):
             api(http, path)
         api(http, "/api/v1/actions", token=OPERATOR, method="POST",
