@@ -36,11 +36,11 @@ import tempfile
 import threading
 import time
 
-# A small GRPO job: a tiny policy, a few short iterations.
 # The cases that kill trainer-0 a few iterations in and check that it resumed from a
 # checkpoint (check_resumed): a checkpoint every other version (job.max_durability_lag 4)
 # rather than the default every 8th (lag 16), so one is committed before the kill.
 EARLY_CHECKPOINTS = ["--set", "job.max_durability_lag=4"]
+# A small GRPO job: a tiny policy, a few short iterations.
 SMALL = ["--set", "policy.d_model=16", "--set", "policy.num_heads=2", "--set", "policy.ffn_dim=8",
          "--set", "grpo.prompts_per_iteration=8"]
 BOUND_S = 240  # liveness bound of every wait
