@@ -146,20 +146,32 @@ void default_batching(const config& pre, const std::string& config_file,
   auto named = [&](const std::string& key) { return config_names(config_file, overrides, key); };
   if (pre.get_string("job.kind") != "grpo") return;
   int64_t units_per_iteration = pre.get_int("actors.units_per_iteration");
+  int64_t groups_per_unit = pre.get_int("actors.groups_per_unit");
   if (!named("actors.units_per_iteration") && !named("actors.groups_per_unit")) {
     const int64_t groups = units_per_iteration * pre.get_int("actors.groups_per_unit");
     const int64_t per_unit = pre.get_int("ledger.max_groups_per_unit");
     if (groups % per_unit == 0) {
       units_per_iteration = groups / per_unit;
+      groups_per_unit = per_unit;
       overrides.insert(overrides.begin(), "actors.groups_per_unit=" + std::to_string(per_unit));
       overrides.insert(overrides.begin(),
                        "actors.units_per_iteration=" + std::to_string(units_per_iteration));
     }
   }
-  if (!named("actors.lease_batch")) {
+  const bool lease_batch_named = named("actors.lease_batch");
+  if (!lease_batch_named) {
     // At most actors.lease_batch's own bound: an iteration of more units takes several leases.
     const int64_t units = one_rollout_worker ? std::min<int64_t>(units_per_iteration, 4096) : 4;
     overrides.insert(overrides.begin(), "actors.lease_batch=" + std::to_string(units));
+  }
+  // The one rollout worker generates the whole iteration it leased as one batch (capped by the
+  // key's bound): one pass of decode steps an iteration instead of two, so half the expert
+  // exchanges between the rollout group's members, each a sleep and a wake-up in both.
+  // 4 alternating rounds of 500 iterations (8 Dec): 34.0-35.1 ms an iteration against
+  // 35.6-38.0 with batches of 8 groups (bench/job_ep/results/README.md).
+  if (one_rollout_worker && !lease_batch_named && !named("rollout.generate_batch_groups")) {
+    const int64_t groups = std::min<int64_t>(units_per_iteration * groups_per_unit, 256);
+    overrides.insert(overrides.begin(), "rollout.generate_batch_groups=" + std::to_string(groups));
   }
   if (!named("actors.trainer_batch_groups"))
     overrides.insert(overrides.begin(), "actors.trainer_batch_groups=8");
