@@ -1281,6 +1281,18 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
   shard_checkpointer ckpt(s->store, checkpoint_prefix(s->prefix), me, n,
                           static_cast<uint64_t>(s->cfg.get_int("job.max_durability_lag")),
                           keep_every, group.abort_flag());
+  // A shard the store refused for good (a full disk) breaks the group at once, and is this
+  // member's cause rather than the round the break then fails: the supervisor gives up on a
+  // full disk instead of restarting into it, and the run ends naming it.
+  std::mutex refused_mu;
+  std::string refused;
+  ckpt.on_refused([&](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> g(refused_mu);
+      refused = why;
+    }
+    group.report_failure(why);
+  });
   auto as_parts = [](std::vector<state_part> state) {
     std::vector<store::checkpoint_part> out;
     for (auto& p : state) out.push_back({std::move(p.name), std::move(p.bytes)});
@@ -1328,7 +1340,11 @@ status serve_member(const std::shared_ptr<job_setup>& s, ep_trainer& t,
     ckpt.set_durable(version);
     return ok_status();
   };
-  return t.serve(hooks);
+  status served = t.serve(hooks);
+  // Set before the report that broke the group, so before the round that failed returned.
+  std::lock_guard<std::mutex> g(refused_mu);
+  if (!served && !refused.empty()) return error{errc::io_error, refused};
+  return served;
 }
 
 // ---- the job ------------------------------------------------------------------------------

@@ -129,15 +129,20 @@ status shard_checkpointer::write(
 void shard_checkpointer::submit(uint64_t version, std::vector<store::checkpoint_part> parts,
                                 nlohmann::json meta, std::vector<named_object> objects) {
   auto shared_parts = std::make_shared<const std::vector<store::checkpoint_part>>(std::move(parts));
-  writer_->submit("checkpoint shard " + std::to_string(shard_) + " of policy version " +
-                      std::to_string(version),
-                  [store = store_, prefix = prefix_, shard = shard_, n = num_shards_,
-                   keep = keep_every_, durable = durable_, give_up = give_up_at_ms_,
-                   group_abort = group_abort_, outage = outage_, patience = patience_, version,
-                   shared_parts, meta = std::move(meta), objects = std::move(objects)]() -> status {
-                    return write(store, prefix, shard, n, keep, durable, give_up, group_abort,
-                                 outage, patience, version, *shared_parts, meta, objects);
-                  });
+  std::string what = "checkpoint shard " + std::to_string(shard_) + " of policy version " +
+                     std::to_string(version);
+  writer_->submit(
+      what,
+      [store = store_, prefix = prefix_, shard = shard_, n = num_shards_, keep = keep_every_,
+       durable = durable_, give_up = give_up_at_ms_, group_abort = group_abort_, outage = outage_,
+       patience = patience_, refused = refused_, what, version, shared_parts,
+       meta = std::move(meta), objects = std::move(objects)]() -> status {
+        status st = write(store, prefix, shard, n, keep, durable, give_up, group_abort, outage,
+                          patience, version, *shared_parts, meta, objects);
+        if (!st && refused && !(group_abort && group_abort->load()))
+          (*refused)(what + ": " + st.err().to_string());
+        return st;
+      });
 }
 
 status shard_checkpointer::write_now(uint64_t version,

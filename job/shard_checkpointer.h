@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -111,6 +112,14 @@ class shard_checkpointer {
   uint32_t num_shards() const { return num_shards_; }
   uint64_t num_written() const { return writer_->num_written(); }
   uint64_t num_failed() const { return writer_->num_failed(); }
+  // Called on the writer thread, with the write named and its error, when a queued write gave
+  // up while the group stands (a store that refuses for good, such as a full disk). A member
+  // other than 0 tells the group with it: member 0's commit would otherwise wait for that
+  // shard's marker, and with job.max_durability_lag 0 its step with it (tests/apps
+  // moerl_up_faults_test.py, disk_full). Set before the first submit.
+  void on_refused(std::function<void(const std::string&)> tell) {
+    refused_ = std::make_shared<const std::function<void(const std::string&)>>(std::move(tell));
+  }
   uint64_t num_throttled() const { return throttled_.load(); }
   // Tries of a checkpoint write the store refused, and the newest refusal ("" when the
   // store answers).
@@ -140,6 +149,7 @@ class shard_checkpointer {
   // Steady-clock ms after which a waiting commit gives up (set by the destructor; 0: never).
   std::shared_ptr<std::atomic<int64_t>> give_up_at_ms_ = std::make_shared<std::atomic<int64_t>>(0);
   std::shared_ptr<const std::atomic<bool>> group_abort_;
+  std::shared_ptr<const std::function<void(const std::string&)>> refused_;  // on_refused's
   std::unique_ptr<durable_writer> writer_;
 };
 

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -35,6 +37,12 @@ class gated_store final : public store::object_store {
     failing_ = open_ = true;
     cv_.notify_all();
   }
+  void fill_up() {  // as a full disk answers: never an outage to wait out
+    std::lock_guard<std::mutex> g(mu_);
+    why_ = std::string("writing a part: ") + std::strerror(ENOSPC);
+    failing_ = open_ = true;
+    cv_.notify_all();
+  }
   void heal() {
     std::lock_guard<std::mutex> g(mu_);
     failing_ = false;
@@ -44,7 +52,7 @@ class gated_store final : public store::object_store {
   status put(const std::string& key, const std::string& bytes) override {
     std::unique_lock<std::mutex> g(mu_);
     cv_.wait(g, [&] { return open_; });
-    if (failing_) return error{errc::io_error, "store unreachable (test)"};
+    if (failing_) return error{errc::io_error, why_};
     g.unlock();
     return inner_->put(key, bytes);
   }
@@ -60,6 +68,7 @@ class gated_store final : public store::object_store {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false, failing_ = false;
+  std::string why_ = "store unreachable (test)";
 };
 
 class shard_checkpointer_test : public ::testing::Test {
@@ -203,6 +212,36 @@ TEST_F(shard_checkpointer_test, member_zero_commits_once_the_other_shard_is_dura
   EXPECT_EQ(st.err().code, errc::peer_dead);
   EXPECT_FALSE(store::verify_checkpoint(*store_, prefix_, 2).ok());
   EXPECT_EQ(store::latest_committed(*store_, prefix_)->step, 1u);
+}
+
+// A member other than 0 whose shard the store refuses for good (a full disk) says so at once,
+// naming the shard and the store's error, so the group can break instead of member 0 waiting
+// for the marker; a write that gave up because the group broke already says nothing.
+TEST_F(shard_checkpointer_test,
+       a_member_hears_of_its_shard_refused_for_good_unless_the_group_broke) {
+  auto full = std::make_shared<gated_store>(store_);
+  full->fill_up();
+  // What member 1's checkpointer says of version v's shard (group_abort: the group's flag).
+  auto refusals = [&](uint64_t v, std::shared_ptr<const std::atomic<bool>> group_abort) {
+    std::mutex mu;
+    std::vector<std::string> told;
+    shard_checkpointer ckpt(full, prefix_, 1, 2, 0, 1, std::move(group_abort));
+    ckpt.on_refused([&](const std::string& why) {
+      std::lock_guard<std::mutex> g(mu);
+      told.push_back(why);
+    });
+    ckpt.submit(v, state_of(v), nlohmann::json::object());
+    ckpt.flush();
+    EXPECT_EQ(ckpt.num_failed(), 1u);
+    std::lock_guard<std::mutex> g(mu);
+    return told;
+  };
+  auto told = refusals(1, nullptr);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_NE(told[0].find("checkpoint shard 1 of policy version 1"), std::string::npos) << told[0];
+  EXPECT_NE(told[0].find(std::strerror(ENOSPC)), std::string::npos) << told[0];
+  told = refusals(2, std::make_shared<std::atomic<bool>>(true));
+  EXPECT_TRUE(told.empty()) << told[0];
 }
 
 // job.checkpoint_interval: 0 follows the lag (half of it, at least 1); member 0 and the
